@@ -1,0 +1,30 @@
+"""Entry point of the ``study`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from study.cliutil import Parser
+from study.commands import models, theorem
+
+COMMANDS = (models, theorem)
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="study",
+        description="Self-attention vs convolution studies (Cordonnier et al., ICLR 2020) on Ray Tune.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Sub-commands of the ``study`` CLI; each module has ``register(subparsers)``."""

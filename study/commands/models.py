@@ -1,0 +1,67 @@
+"""``study models``: size the paper's models (parameters, FLOPs per image)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from study.cliutil import add_model_flags, model_config, model_overrides
+from study.models import PAPER_MODELS, ModelConfig, build_model, model_name
+
+COLUMNS = ("name", "arch", "encoding", "isotropic", "num_heads", "pos_dim", "n_params", "flops")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "models", help="list the paper's models with parameters and FLOPs",
+        description="Print name, arch, encoding, isotropic, num_heads, pos_dim, n_params and "
+        "forward FLOPs per 32x32 image (torch.utils.flop_counter) for the paper's models, or "
+        "for one model sized by the flags.",
+    )
+    add_model_flags(p)
+    p.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    p.set_defaults(func=run)
+
+
+def describe(config: ModelConfig) -> dict:
+    from study.flops import count_parameters, forward_flops
+
+    model = build_model(config)
+    return {
+        "name": model_name(config),
+        "arch": config.arch,
+        "encoding": config.encoding,
+        "isotropic": config.isotropic,
+        "num_heads": config.num_heads,
+        "pos_dim": config.pos_dim,
+        "n_params": count_parameters(model),
+        "flops": forward_flops(model, image_size=config.image_size, in_channels=config.in_channels),
+    }
+
+
+def format_table(rows: list[dict]) -> str:
+    def cell(k, v):
+        if v is None:
+            return "-"
+        if k == "n_params":
+            return f"{v:,}"
+        if k == "flops":
+            return f"{v / 1e9:.3f} G"
+        return str(v)
+
+    cells = [[cell(k, r[k]) for k in COLUMNS] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(COLUMNS)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = model_overrides(args)
+    if overrides:
+        configs = [model_config("study models", **overrides)]
+    else:
+        configs = list(PAPER_MODELS.values())
+    rows = [describe(c) for c in configs]
+    print(json.dumps(rows, indent=2) if args.json else format_table(rows))
+    return 0

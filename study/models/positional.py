@@ -1,0 +1,137 @@
+"""Relative positional score functions (Cordonnier et al. 2020, Sections 3-4).
+
+Each module maps a token grid of ``height × width`` to image-independent scores of
+shape ``(num_heads, T, T)`` with ``T = height·width``, where entry ``[h, q, k]`` is
+the score head ``h`` gives key ``k`` from query ``q`` and the relative shift is
+``δ = pos(k) − pos(q) = (δ1, δ2)`` (row, column), in grid pixels.
+
+Both encodings here are sums of per-axis terms when the Gaussian is isotropic,
+``s(δ) = s_row(δ1) + s_col(δ2)``; :meth:`axis_scores` exposes the two terms so the
+softmax can be factorised (``P = P_row ⊗ P_col``) by the attention layer.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def relative_offsets(height: int, width: int, *, device=None) -> Tensor:
+    """δ[q, k] = pos(k) − pos(q) for every query/key pair, shape (T, T, 2), float."""
+    rows = torch.arange(height, device=device).repeat_interleave(width)
+    cols = torch.arange(width, device=device).repeat(height)
+    pos = torch.stack([rows, cols], dim=-1).float()  # (T, 2), row-major tokens
+    return pos[None, :, :] - pos[:, None, :]
+
+
+def axis_offsets(size: int, *, device=None) -> Tensor:
+    """δ[q, k] = k − q along one axis, shape (size, size), float."""
+    r = torch.arange(size, device=device, dtype=torch.float32)
+    return r[None, :] - r[:, None]
+
+
+class GaussianScores(nn.Module):
+    """Quadratic encoding, Eq. (9) and Lemma 1: a Gaussian attention centre per head.
+
+    score_h(δ) = −½ (δ − Δ_h)ᵀ Σ_h⁻¹ (δ − Δ_h), with Σ_h⁻¹ = s_h² I (``isotropic``,
+    D_p = 3: r_δ = (‖δ‖², δ1, δ2)) or Σ_h⁻¹ = A_h A_hᵀ (D_p = 5:
+    r_δ = (δ1, δ2, δ1², δ2², δ1δ2)).  Terms constant in δ cancel in the softmax,
+    so this equals the paper's  −α_h (‖δ‖² − 2⟨δ, Δ_h⟩)  form with α_h = s_h²/2.
+    """
+
+    def __init__(
+        self, *, num_heads: int, isotropic: bool = True, center_init_std: float = 2.0,
+        spread_init_std: float = 0.01,
+    ):
+        super().__init__()
+        self.num_heads = num_heads
+        self.isotropic = isotropic
+        self.centers = nn.Parameter(torch.randn(num_heads, 2) * center_init_std)
+        if isotropic:
+            spreads = 1.0 + torch.randn(num_heads) * spread_init_std
+        else:
+            spreads = torch.eye(2).repeat(num_heads, 1, 1) + torch.randn(num_heads, 2, 2) * spread_init_std
+        self.spreads = nn.Parameter(spreads)
+
+    @property
+    def separable(self) -> bool:
+        return self.isotropic
+
+    def inv_covariance(self) -> Tensor:
+        """Σ_h⁻¹ for every head, shape (num_heads, 2, 2)."""
+        if self.isotropic:
+            eye = torch.eye(2, device=self.spreads.device, dtype=self.spreads.dtype)
+            return self.spreads.pow(2)[:, None, None] * eye
+        return self.spreads @ self.spreads.transpose(-1, -2)
+
+    def forward(self, height: int, width: int) -> Tensor:
+        delta = relative_offsets(height, width, device=self.centers.device)  # (T, T, 2)
+        diff = delta[None] - self.centers[:, None, None, :]  # (N_h, T, T, 2)
+        if self.isotropic:
+            return -0.5 * self.spreads.pow(2)[:, None, None] * diff.pow(2).sum(-1)
+        prec = self.inv_covariance()
+        return -0.5 * torch.einsum("hqki,hij,hqkj->hqk", diff, prec, diff)
+
+    def axis_scores(self, height: int, width: int) -> tuple[Tensor, Tensor]:
+        """Per-axis terms (N_h, H, H) and (N_h, W, W); isotropic heads only."""
+        if not self.isotropic:
+            raise ValueError("non-isotropic Gaussian scores do not factorise over axes")
+        a = -0.5 * self.spreads.pow(2)[:, None, None]
+        d_row = axis_offsets(height, device=self.centers.device)
+        d_col = axis_offsets(width, device=self.centers.device)
+        row = a * (d_row[None] - self.centers[:, 0, None, None]).pow(2)
+        col = a * (d_col[None] - self.centers[:, 1, None, None]).pow(2)
+        return row, col
+
+    def head_parameters(self) -> dict[str, Tensor]:
+        """Centres and Σ⁻¹ entries per head, for the head-statistics table."""
+        prec = self.inv_covariance().detach()
+        return {
+            "center_x": self.centers[:, 1].detach(),  # x = column shift
+            "center_y": self.centers[:, 0].detach(),  # y = row shift
+            "inv_cov_rr": prec[:, 0, 0],
+            "inv_cov_rc": prec[:, 0, 1],
+            "inv_cov_cc": prec[:, 1, 1],
+        }
+
+
+class LearnedScores(nn.Module):
+    """Learned relative encoding (Section 4.2): r_δ = [r_row(δ1); r_col(δ2)].
+
+    score_h(δ) = w_rowᵀ r_row[δ1] + w_colᵀ r_col[δ2], with one (2·S−1)×D_p table per
+    axis (init N(0, 1)) and ``Linear(D_p → N_h, bias=False)`` per axis for the heads'
+    query vectors w.  Supports grids up to ``max_size`` per side.
+    """
+
+    def __init__(self, *, num_heads: int, pos_dim: int, max_size: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.max_size = max_size
+        self.row_embeddings = nn.Embedding(2 * max_size - 1, pos_dim)
+        self.col_embeddings = nn.Embedding(2 * max_size - 1, pos_dim)
+        self.head_keys_row = nn.Linear(pos_dim, num_heads, bias=False)
+        self.head_keys_col = nn.Linear(pos_dim, num_heads, bias=False)
+
+    separable = True
+
+    def _axis(self, table: nn.Embedding, keys: nn.Linear, size: int) -> Tensor:
+        if size > self.max_size:
+            raise ValueError(f"grid side {size} exceeds the learned table's {self.max_size}")
+        r = torch.arange(size, device=table.weight.device)
+        idx = r[None, :] - r[:, None] + self.max_size - 1  # δ + S − 1 ∈ [0, 2S−2]
+        return keys(table(idx)).permute(2, 0, 1)  # (N_h, size, size)
+
+    def axis_scores(self, height: int, width: int) -> tuple[Tensor, Tensor]:
+        return (
+            self._axis(self.row_embeddings, self.head_keys_row, height),
+            self._axis(self.col_embeddings, self.head_keys_col, width),
+        )
+
+    def forward(self, height: int, width: int) -> Tensor:
+        row, col = self.axis_scores(height, width)
+        h = self.num_heads
+        s = row[:, :, None, :, None] + col[:, None, :, None, :]  # (N_h, qr, qc, kr, kc)
+        return s.reshape(h, height * width, height * width)
+
+    def head_parameters(self) -> dict[str, Tensor]:
+        return {}

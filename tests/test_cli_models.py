@@ -1,0 +1,81 @@
+"""``study models`` and ``study theorem`` as a user runs them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from study.models import PAPER_MODELS
+
+
+def study(*args):
+    return subprocess.run([sys.executable, "-m", "study", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_models_json_lists_paper_configs():
+    r = study("models", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert len(rows) == len(PAPER_MODELS)
+    for row in rows:
+        assert set(row) == {"name", "arch", "encoding", "isotropic", "num_heads", "pos_dim", "n_params", "flops"}
+        assert row["flops"] > 1e8
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["ResNet18"]["n_params"] == 11_173_962
+    assert by_name["SA quadratic isotropic (N_h=9)"]["n_params"] == 12_086_844
+    # content attention adds query/key projections and their FLOPs
+    content = next(r for r in rows if r["encoding"] == "learned_content")
+    learned = next(r for r in rows if r["encoding"] == "learned")
+    assert content["flops"] > 2 * learned["flops"] > 0
+
+
+def test_models_flags_size_one_model():
+    r = study("models", "--json", "--num-heads", "16", "--encoding", "learned", "--pos-dim", "64")
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(r.stdout)
+    assert (row["num_heads"], row["pos_dim"], row["encoding"]) == (16, 64, "learned")
+
+
+def test_models_table_output():
+    r = study("models", "--arch", "resnet18")
+    assert r.returncode == 0
+    assert "11,173,962" in r.stdout and "resnet18" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--num-heads", "0"], "--num-heads"),
+        (["--encoding", "nonsense"], "--encoding"),
+        (["--pos-dim", "2", "--encoding", "quadratic"], "--pos-dim"),
+        (["--pos-dim", "2", "--encoding", "learned"], "--pos-dim"),
+        (["--no-isotropic", "--encoding", "learned"], "--isotropic"),
+        (["--num-heads", "x"], "--num-heads"),
+    ],
+)
+def test_models_bad_flags_one_line_exit_2(args, flag):
+    r = study("models", *args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0], r.stderr
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("kernel", [1, 3, 5])
+def test_theorem_command(kernel):
+    r = study("theorem", "--kernel", str(kernel), "--in", "3", "--out", "5")
+    assert r.returncode == 0, r.stderr
+    err = float(r.stdout.rsplit("=", 1)[1])
+    assert err <= 1e-9
+
+
+def test_theorem_rejects_even_kernel():
+    r = study("theorem", "--kernel", "4")
+    assert r.returncode == 2 and "--kernel" in r.stderr
+
+
+def test_every_command_has_help():
+    for cmd in ([], ["models"], ["theorem"]):
+        r = study(*cmd, "--help")
+        assert r.returncode == 0 and "usage:" in r.stdout
