@@ -1,0 +1,68 @@
+"""The on-disk tensor cache: one ``.pt`` file per decoded source, keyed by content.
+
+Files are written atomically (temporary file in the same folder, then
+``os.replace``), so concurrent trials never read half a file, and read back with
+``torch.load(..., weights_only=True)`` (no pickled code runs).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ENV_VAR = "STUDY_CACHE_DIR"
+FORMAT = 1  # bump when the cached content changes meaning
+
+
+def default_cache_dir() -> Path:
+    """``$STUDY_CACHE_DIR`` if set, else ``~/.cache/attention-cnn-study``."""
+    env = os.environ.get(ENV_VAR)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "attention-cnn-study"
+
+
+def resolve_cache_dir(cache_dir: str | Path | None) -> Path:
+    """``cache_dir`` as a path, or :func:`default_cache_dir` when None."""
+    return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+
+
+def cache_path(cache_dir: Path, *, kind: str, digest: str) -> Path:
+    """Where the tensors of the source with content ``digest`` are cached."""
+    return cache_dir / f"{kind}-v{FORMAT}-{digest}.pt"
+
+
+def load_cached(path: Path) -> dict[str, Any] | None:
+    """The cached dict at ``path``, or None if absent or unreadable (then it is rebuilt)."""
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # absent, truncated or foreign file: rebuild it
+        return None
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        return None
+    return obj
+
+
+def save_atomic(obj: dict[str, Any], path: Path) -> bool:
+    """Write ``obj`` to ``path`` via a temporary file and ``os.replace``.  Returns
+    False (and leaves no file behind) when the cache folder is not writable: the
+    data are still usable, only the next run decodes again."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({**obj, "format": FORMAT}, f)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared cache from other users
+        os.replace(tmp, path)
+        return True
+    except (OSError, RuntimeError):  # disk full, read-only, …
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False

@@ -1,0 +1,64 @@
+"""An image-folder source (tree or tar archive) → tensors, decoded once and cached."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import decode
+from .cache import cache_path, load_cached, save_atomic
+from .layout import resolve_layout
+from .sources import ImageFolderSource
+
+# sha256 of well-known archives → how to report them (see ../shared/data/README.md)
+KNOWN_ARCHIVES = {
+    "58c58e3af3ec7ed2054f439f35ad3c83dc1ab019f4af6037f60612ea098c8fa1": "CIFAR-10 (JPEG copy)",
+}
+_KEYS = ("train_images", "train_labels", "test_images", "test_labels", "classes")
+
+
+def load_image_folder(
+    path: str | Path,
+    *,
+    cache_dir: Path,
+    progress: Callable[[str], None] | None = None,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """``{"train_images", "train_labels", "test_images", "test_labels", "classes",
+    "source"}`` for the image folder or archive at ``path``.  Decodes on the first
+    call and caches under ``cache_dir`` keyed by the content's sha256; later calls
+    with the same content load the cache."""
+    src = ImageFolderSource(path)
+    name = str(path)
+    label = KNOWN_ARCHIVES.get(src.digest, "image folder" if src.is_dir else "image archive")
+    target = cache_path(cache_dir, kind="imagefolder", digest=src.digest)
+    data = load_cached(target)
+    if data is not None and not all(k in data for k in _KEYS):
+        data = None
+    if data is None:
+        t0 = time.perf_counter()
+        listing = src.listing()
+        layout = resolve_layout(source=name, files=listing.files, dirs=listing.dirs)
+        data = {"classes": list(layout.classes)}
+        for split, pairs in (("train", layout.train), ("test", layout.test)):
+            items = [(n, *listing.files[n]) for n, _ in pairs]
+            if progress:
+                progress(f"decoding {len(items)} {split} images of {name}")
+            data[f"{split}_images"] = decode.decode_images(listing.buffer, items, source=name, workers=workers)
+            data[f"{split}_labels"] = torch.tensor([lab for _, lab in pairs], dtype=torch.int64)
+        saved = save_atomic(data, target)
+        if progress:
+            where = f"cached in {target}" if saved else f"not cached ({cache_dir} not writable)"
+            progress(f"decoded {name} in {time.perf_counter() - t0:.1f} s; {where}")
+    return {
+        "train_images": data["train_images"],
+        "train_labels": data["train_labels"],
+        "test_images": data["test_images"],
+        "test_labels": data["test_labels"],
+        "classes": tuple(data["classes"]),
+        "source": f"{label} {path}",
+    }

@@ -1,0 +1,92 @@
+"""The image-folder layout: ``[wrapper/]train/<class>/<image>`` and ``.../test/<class>/<image>``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .errors import DataError
+
+SPLITS = ("train", "test")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".ppm", ".pgm", ".tif", ".tiff")
+_EXPECTED = "expected train/<class>/<image> and test/<class>/<image>"
+
+
+def is_image_name(name: str) -> bool:
+    """True for a visible file with an image extension (``.jpg``, ``.png``, …)."""
+    parts = name.split("/")
+    return name.lower().endswith(IMAGE_EXTENSIONS) and not any(_hidden(p) for p in parts)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The classes (sorted folder names) and, per split, ``(file name, label)`` pairs
+    sorted by label then name; names are as given to :func:`resolve_layout`."""
+
+    classes: tuple[str, ...]
+    train: list[tuple[str, int]]
+    test: list[tuple[str, int]]
+
+
+def resolve_layout(*, source: str, files: Iterable[str], dirs: Iterable[str] = ()) -> Layout:
+    """Map image ``files`` and ``dirs`` (``/``-separated paths) of ``source`` to a
+    :class:`Layout`.  Accepts one wrapping top-level folder.  Non-image and hidden
+    files are ignored.  Raises :class:`DataError` naming ``source`` (and the file)
+    for a missing split, an image outside a class folder, an empty class folder,
+    or class folders that differ between the splits."""
+    entries = [(f, _parts(f)) for f in files if is_image_name(f)]
+    dir_parts = [p for p in (_parts(d) for d in dirs) if p and not any(_hidden(x) for x in p)]
+    tops = {p[0] for _, p in entries if len(p) > 1} | {p[0] for p in dir_parts}
+    root: tuple[str, ...] = ()
+    if not tops & set(SPLITS) and len(tops) == 1:
+        root = (next(iter(tops)),)  # one wrapping folder
+    k = len(root)
+    prefix = "".join(f"{r}/" for r in root)
+
+    present = {p[k] for _, p in entries if len(p) > k + 1 and p[:k] == root}
+    present |= {p[k] for p in dir_parts if len(p) > k and p[:k] == root}
+    missing = [s for s in SPLITS if s not in present]
+    if missing:
+        what = " and ".join(f"{prefix}{s}/" for s in missing)
+        plural = "folders" if len(missing) > 1 else "folder"
+        raise DataError(f"{source}: no {what} {plural} ({_EXPECTED})")
+
+    per_split: dict[str, dict[str, list[str]]] = {s: {} for s in SPLITS}
+    for p in dir_parts:
+        if len(p) >= k + 2 and p[:k] == root and p[k] in per_split:
+            per_split[p[k]].setdefault(p[k + 1], [])
+    for name, p in entries:
+        if len(p) < k + 2 or p[:k] != root or p[k] not in per_split:
+            continue
+        if len(p) == k + 2:
+            raise DataError(
+                f"{source}: {name}: image outside a class folder (expected {prefix}{p[k]}/<class>/<image>)"
+            )
+        per_split[p[k]].setdefault(p[k + 1], []).append(name)
+
+    train_cls, test_cls = set(per_split["train"]), set(per_split["test"])
+    if train_cls != test_cls:
+        only_train = ", ".join(sorted(train_cls - test_cls)) or "none"
+        only_test = ", ".join(sorted(test_cls - train_cls)) or "none"
+        raise DataError(
+            f"{source}: class folders differ between {prefix}train/ and {prefix}test/ "
+            f"(only in train: {only_train}; only in test: {only_test})"
+        )
+    classes = tuple(sorted(train_cls))
+    for s in SPLITS:
+        for c in classes:
+            if not per_split[s][c]:
+                raise DataError(f"{source}: {prefix}{s}/{c}/ holds no image files")
+    pairs = {
+        s: [(name, label) for label, c in enumerate(classes) for name in sorted(per_split[s][c])]
+        for s in SPLITS
+    }
+    return Layout(classes=classes, train=pairs["train"], test=pairs["test"])
+
+
+def _parts(name: str) -> tuple[str, ...]:
+    return tuple(p for p in name.split("/") if p not in ("", "."))
+
+
+def _hidden(part: str) -> bool:
+    return part.startswith(".") and part not in (".", "..") or part == "__MACOSX"

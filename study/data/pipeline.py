@@ -1,0 +1,154 @@
+"""A whole split resident on the training device, batched and augmented there.
+
+The images stay uint8 on the device; each batch is gathered, augmented (pad-4
+random crop + horizontal flip, batched, no per-image Python loop) and normalised
+on the device, with no host synchronisation inside the loop.
+
+DDP: the epoch's permutation, crop offsets and flip bits are drawn once per epoch
+from a CPU generator seeded by (seed, epoch), identical on every rank; the global
+batch is ``batch_size * world_size`` and rank ``r`` takes rows
+``[r * batch_size, (r + 1) * batch_size)`` of it.  So 2 ranks with batch ``b`` see
+exactly the samples and augmentations of 1 rank with batch ``2b``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.2470, 0.2435, 0.2616)
+PAD = 4
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """One training epoch's randomness (CPU tensors, indexed by position in the epoch):
+    ``order`` the permutation of sample indices, ``offsets`` (N, 2) the crop's top-left
+    (row, column) in the padded image, in ``[0, 2 * PAD]``, ``flips`` (N,) bool."""
+
+    order: Tensor
+    offsets: Tensor
+    flips: Tensor
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """A 63-bit generator seed mixing ``seed`` and ``epoch`` (stable across processes)."""
+    digest = hashlib.sha256(f"study.data:{seed}:{epoch}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def epoch_plan(n: int, *, seed: int, epoch: int) -> EpochPlan:
+    """The :class:`EpochPlan` of an ``n``-sample split for (``seed``, ``epoch``)."""
+    gen = torch.Generator().manual_seed(epoch_seed(seed, epoch))
+    order = torch.randperm(n, generator=gen)
+    offsets = torch.randint(0, 2 * PAD + 1, (n, 2), generator=gen)
+    flips = torch.randint(0, 2, (n,), generator=gen).bool()
+    return EpochPlan(order=order, offsets=offsets, flips=flips)
+
+
+def augment(images: Tensor, *, offsets: Tensor, flips: Tensor) -> Tensor:
+    """Zero-pad ``images`` (B, C, H, W) by :data:`PAD`, crop H×W at ``offsets`` (B, 2)
+    (row, column), then mirror left-right where ``flips`` (B,) is true; one gather,
+    any dtype, on the images' device."""
+    b, c, h, w = images.shape
+    padded = F.pad(images, (PAD, PAD, PAD, PAD))
+    wp = w + 2 * PAD
+    ar_h = torch.arange(h, device=images.device)
+    ar_w = torch.arange(w, device=images.device)
+    rows = offsets[:, :1] + ar_h  # (B, H)
+    cols = offsets[:, 1:] + torch.where(flips[:, None], (w - 1) - ar_w, ar_w)  # (B, W)
+    index = (rows[:, :, None] * wp + cols[:, None, :]).reshape(b, 1, h * w).expand(b, c, h * w)
+    return padded.reshape(b, c, -1).gather(2, index).reshape(b, c, h, w)
+
+
+class DeviceData:
+    """``images`` (N, 3, H, W) uint8 and ``labels`` (N,) held on ``device``."""
+
+    def __init__(
+        self,
+        images: Tensor,
+        labels: Tensor,
+        *,
+        device: torch.device | str = "cpu",
+        mean: tuple[float, ...] = CIFAR_MEAN,
+        std: tuple[float, ...] = CIFAR_STD,
+    ):
+        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != len(mean):
+            raise ValueError(f"images must be uint8 (N, {len(mean)}, H, W), got {images.dtype} {tuple(images.shape)}")
+        if labels.ndim != 1 or len(labels) != len(images):
+            raise ValueError(f"labels must be ({len(images)},), got {tuple(labels.shape)}")
+        self.device = torch.device(device)
+        self.images = images.to(self.device).contiguous()
+        self.labels = labels.to(self.device, torch.int64)
+        m = torch.tensor(mean, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
+        s = torch.tensor(std, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
+        self._scale = 1.0 / (255.0 * s)
+        self._shift = m / s
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def normalise(self, images: Tensor) -> Tensor:
+        """uint8 images → float32 ``(x / 255 - mean) / std``."""
+        return images.float() * self._scale - self._shift
+
+    def num_batches(self, *, batch_size: int, train: bool, rank: int = 0, world_size: int = 1) -> int:
+        """Batches :meth:`batches` yields to ``rank``: training drops the last incomplete
+        global batch (same count on every rank); evaluation keeps it, so a rank may get
+        one batch fewer when the remainder does not reach it."""
+        _check(batch_size=batch_size, rank=rank, world_size=world_size)
+        n, g = len(self), batch_size * world_size
+        if train:
+            return n // g
+        return sum(1 for lo in range(0, n, g) if lo + rank * batch_size < n)
+
+    def batches(
+        self,
+        *,
+        batch_size: int,
+        train: bool,
+        epoch: int | None = None,
+        seed: int | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> Iterator[tuple[Tensor, Tensor]]:
+        """Yield ``(images float32 (B, 3, H, W) normalised, labels int64 (B,))`` on the device.
+
+        ``train=True``: shuffled by (``seed``, ``epoch``) — both required — with random
+        crop and flip; ``train=False``: in order, unaugmented, last partial batch
+        included.  Rank ``rank`` of ``world_size`` gets its rows of each global batch."""
+        _check(batch_size=batch_size, rank=rank, world_size=world_size)
+        n, g = len(self), batch_size * world_size
+        if not train:
+            for lo in range(rank * batch_size, n, g):
+                hi = min(lo + batch_size, n)
+                yield self.normalise(self.images[lo:hi]), self.labels[lo:hi]
+            return
+        if epoch is None or seed is None:
+            raise ValueError("batches(train=True) needs epoch= and seed=")
+        plan = epoch_plan(n, seed=seed, epoch=epoch)
+        order, offsets, flips = (self._to_device(t) for t in (plan.order, plan.offsets, plan.flips))
+        for step in range(n // g):
+            lo = step * g + rank * batch_size
+            idx = order[lo : lo + batch_size]
+            x = augment(self.images.index_select(0, idx), offsets=offsets[lo : lo + batch_size],
+                        flips=flips[lo : lo + batch_size])
+            yield self.normalise(x), self.labels.index_select(0, idx)
+
+    def _to_device(self, t: Tensor) -> Tensor:
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t.to(self.device)
+
+
+def _check(*, batch_size: int, rank: int, world_size: int) -> None:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got rank {rank}, world_size {world_size}")

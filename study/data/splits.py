@@ -1,0 +1,130 @@
+"""``load_splits(spec)``: one data source → train/test tensors (:class:`Splits`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .cache import resolve_cache_dir
+from .errors import DataError
+
+SPEC_HELP = "synthetic[:N_TRAIN], cifar10[:ROOT], an image-folder directory or a .tar/.tar.gz/.tgz archive of one"
+MIN_SUBSET_TEST = 100
+
+
+@dataclass(frozen=True)
+class Splits:
+    """A data source's train and test splits (CPU tensors).
+
+    ``*_images`` are uint8 (N, 3, 32, 32), ``*_labels`` int64 (N,) indices into
+    ``classes``; ``source`` describes where they came from, for reports."""
+
+    train_images: Tensor
+    train_labels: Tensor
+    test_images: Tensor
+    test_labels: Tensor
+    classes: tuple[str, ...]
+    source: str
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+
+def load_splits(
+    spec: str,
+    *,
+    subset: int | None = None,
+    cache_dir: str | Path | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> Splits:
+    """Load the data source ``spec``:
+
+    - ``"synthetic"`` or ``"synthetic:N_TRAIN"``: generated data (10 classes, 2000
+      train / 500 test by default), always the same (it does not depend on ``seed``);
+    - ``"cifar10"`` or ``"cifar10:ROOT"``: the original CIFAR-10 python version under
+      ROOT (default ``<cache_dir>/cifar10``), downloaded there if missing;
+    - any other string: a path to an image-folder tree (``train/<class>/*``,
+      ``test/<class>/*``, optionally inside one wrapping folder) or a tar archive of
+      one (plain, gzip, bzip2 or xz).  Classes are the sorted folder names.  Decoded
+      once and cached under ``cache_dir`` (default ``$STUDY_CACHE_DIR`` or
+      ``~/.cache/attention-cnn-study``), keyed by the content's sha256.
+
+    ``subset=k`` keeps a class-stratified random subset (drawn with ``seed``) of k
+    training images and of ``min(len(test), max(k // 5, 100))`` test images, each in
+    the original order.  ``progress`` receives a line before and after a long decode.
+    Raises :class:`DataError` with a one-line message naming the problem."""
+    if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):
+        raise DataError(f"subset must be a positive number of training images, got {subset!r}")
+    data = _load(spec, cache_dir=resolve_cache_dir(cache_dir), progress=progress)
+    source = data["source"]
+    if subset is not None:
+        gen = torch.Generator().manual_seed(seed)
+        n_test = min(len(data["test_labels"]), max(subset // 5, MIN_SUBSET_TEST))
+        for split, k in (("train", subset), ("test", n_test)):
+            keep = stratified_subset(data[f"{split}_labels"], k=k, generator=gen)
+            data[f"{split}_images"] = data[f"{split}_images"][keep]
+            data[f"{split}_labels"] = data[f"{split}_labels"][keep]
+        source += (f", subset {len(data['train_labels'])} train / {len(data['test_labels'])} test"
+                   f" (seed {seed})")
+    return Splits(
+        train_images=data["train_images"], train_labels=data["train_labels"],
+        test_images=data["test_images"], test_labels=data["test_labels"],
+        classes=tuple(data["classes"]), source=source,
+    )
+
+
+def stratified_subset(labels: Tensor, *, k: int, generator: torch.Generator) -> Tensor:
+    """Sorted indices of ``k`` samples (all if ``k >= len(labels)``) spread evenly over
+    the classes: a random order within each class, then round-robin over the classes
+    (in a random class order) until ``k`` are taken; classes that run out are skipped."""
+    n = len(labels)
+    if k >= n:
+        return torch.arange(n)
+    perm = torch.randperm(n, generator=generator)
+    lab = labels[perm]
+    num_classes = int(lab.max()) + 1
+    by_class = torch.argsort(lab, stable=True)
+    counts = torch.bincount(lab, minlength=num_classes)
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.empty(n, dtype=torch.int64)
+    rank[by_class] = torch.arange(n) - starts[lab[by_class]]
+    class_order = torch.randperm(num_classes, generator=generator)
+    key = rank * num_classes + class_order[lab]
+    return perm[torch.argsort(key)[:k]].sort().values
+
+
+def _load(spec: str, *, cache_dir: Path, progress: Callable[[str], None] | None) -> dict[str, Any]:
+    if not isinstance(spec, str) or not spec.strip():
+        raise DataError(f"empty data source (use {SPEC_HELP})")
+    kind, _, arg = spec.partition(":")
+    if kind == "synthetic":
+        from .synthetic import CLASSES, DEFAULT_TRAIN, make_synthetic
+
+        n_train = DEFAULT_TRAIN
+        if arg:
+            if not arg.isdigit() or int(arg) < 1:
+                raise DataError(f"{spec}: N_TRAIN must be a positive integer, got {arg!r}")
+            n_train = int(arg)
+        tr_x, tr_y, te_x, te_y = make_synthetic(n_train=n_train)
+        return {"train_images": tr_x, "train_labels": tr_y, "test_images": te_x, "test_labels": te_y,
+                "classes": CLASSES, "source": f"synthetic ({n_train} train / {len(te_y)} test)"}
+    if kind == "cifar10" and not Path(spec).exists():
+        from .cifar import load_cifar10
+
+        return load_cifar10(Path(arg) if arg else cache_dir / "cifar10")
+    path = Path(spec).expanduser()
+    if not path.exists():
+        if re.fullmatch(r"[A-Za-z][\w.-]+", kind) and arg:
+            raise DataError(f"{spec}: unknown data source kind {kind!r} (use {SPEC_HELP})")
+        raise DataError(f"{spec}: no such file or directory (use {SPEC_HELP})")
+    from .imagefolder import load_image_folder
+
+    return load_image_folder(path, cache_dir=cache_dir, progress=progress)
