@@ -10,9 +10,26 @@ code and in Lemma 1); heads are concatenated and projected by ``out_proj``
 with A_h = positional scores (image independent) plus, for content attention,
 q·k/√D with ``query``/``key`` = ``Linear(D → N_h·D)``.
 
-Positional-only attention computes one (N_h, T, T) probability matrix per forward,
-shared by the whole batch; attention-probability dropout then draws one mask per
-step on that shared matrix, as the original implementation did.
+The same equations are evaluated by one of three exact paths (DESIGN §11); every
+one is checked against :func:`study.bench.naive.naive_relative_attention`:
+
+* **separable** (isotropic quadratic, learned without content; no dropout on the
+  probabilities): the score is s_row(δ1) + s_col(δ2), so the softmax over the
+  rectangular key grid factorises, softmax(s_row ⊕ s_col) = P_row ⊗ P_col, and the
+  weighted average is one (W×W) product along the columns and one (H×H) along the
+  rows: 2·16³ instead of 256² multiply-adds per head and channel.
+* **shared dense** (non-isotropic quadratic, and every positional variant while
+  attention dropout is active in training): one (N_h, T, T) probability matrix
+  per forward serves the whole batch; dropout draws one mask per step on that
+  matrix, as the original implementation did.  The factorisation would not be
+  exact here: the mask sits on the T×T matrix, not on the two axis factors.
+* **content** (``learned_content``): ``scaled_dot_product_attention`` with the
+  positional scores as an additive float bias (scale 1/√D, Eq. 7), so the
+  (B, N_h, T, T) probabilities are never materialised by fused kernels.
+
+``return_attention=True`` returns the full probabilities in every case (for the
+separable path the Kronecker product is built only then; content attention takes
+the explicit path).  No path synchronises with the host.
 """
 
 from __future__ import annotations
@@ -20,7 +37,23 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+
+
+def _softmax(scores: Tensor) -> Tensor:
+    """Softmax over the last axis in at least float32 (scores may be bf16 under autocast)."""
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        scores = scores.float()
+    return torch.softmax(scores, dim=-1)
+
+
+def kron_probs(p_row: Tensor, p_col: Tensor) -> Tensor:
+    """(N_h, H, H) ⊗ (N_h, W, W) → (N_h, T, T), T = H·W row-major:
+    P[h, (qr, qc), (kr, kc)] = P_row[h, qr, kr] · P_col[h, qc, kc]."""
+    n, hh, _ = p_row.shape
+    w = p_col.shape[-1]
+    return (p_row[:, :, None, :, None] * p_col[:, None, :, None, :]).reshape(n, hh * w, hh * w)
 
 
 class RelativeSelfAttention(nn.Module):
@@ -30,7 +63,9 @@ class RelativeSelfAttention(nn.Module):
         dim: input (and per-head value) dimension D.
         num_heads: N_h.
         positional: module mapping (height, width) → scores (N_h, T, T)
-            (:class:`~study.models.positional.GaussianScores` or ``LearnedScores``).
+            (:class:`~study.models.positional.GaussianScores` or ``LearnedScores``);
+            if it has ``separable`` true and ``axis_scores(h, w)`` the factorised
+            path is used whenever it is exact.
         content: add content scores q·k/√D (``learned_content`` encoding).
         out_dim: output dimension (default ``dim``).
         attention_dropout: dropout on the attention probabilities.
@@ -39,6 +74,10 @@ class RelativeSelfAttention(nn.Module):
     with ``return_attention=True`` also the probabilities, ``(1, N_h, T, T)`` for
     positional-only attention (shared by the batch) or ``(B, N_h, T, T)`` with content.
     """
+
+    #: Use the factorised P_row ⊗ P_col path when it is exact (tests and the
+    #: benchmark switch it off to time the dense shared path).
+    factorise: bool = True
 
     def __init__(
         self, *, dim: int, num_heads: int, positional: nn.Module, content: bool = False,
@@ -55,46 +94,110 @@ class RelativeSelfAttention(nn.Module):
         self.attention_dropout = nn.Dropout(attention_dropout)
         self.out_proj = nn.Linear(num_heads * dim, out_dim or dim)
 
+    # ------------------------------------------------------------------ scores
     def attention_scores(self, x: Tensor) -> Tensor:
         """Pre-softmax scores: (N_h, T, T) positional, or (B, N_h, T, T) with content."""
         b, h, w, d = x.shape
         scores = self.positional(h, w)
         if self.content:
-            t = h * w
-            q = self.query(x).view(b, t, self.num_heads, d).transpose(1, 2)
-            k = self.key(x).view(b, t, self.num_heads, d).transpose(1, 2)
+            q, k = self._queries_keys(x)
             scores = scores.to(q.dtype) + (q @ k.transpose(-1, -2)) / math.sqrt(d)
         return scores
 
     def attention_probs(self, x: Tensor) -> Tensor:
         """Softmax over all keys of the image, before dropout; see ``attention_scores``.
         Computed in at least float32 (scores may be bf16 under autocast)."""
-        scores = self.attention_scores(x)
-        if scores.dtype in (torch.float16, torch.bfloat16):
-            scores = scores.float()
-        return torch.softmax(scores, dim=-1)
+        return _softmax(self.attention_scores(x))
 
+    @property
+    def separable(self) -> bool:
+        """Scores are s_row(δ1) + s_col(δ2) (positional only), so softmax factorises."""
+        return not self.content and bool(getattr(self.positional, "separable", False))
+
+    def uses_factorised_path(self) -> bool:
+        """True when ``forward`` takes the separable path: exact only without a
+        dropout mask on the T×T matrix (eval, or p = 0)."""
+        dropping = self.training and self.attention_dropout.p > 0
+        return self.factorise and self.separable and not dropping
+
+    # ----------------------------------------------------------------- forward
     def forward(self, x: Tensor, *, return_attention: bool = False):
+        b, h, w, _ = x.shape
+        heads, probs = self.head_outputs(x, return_attention=return_attention)
+        out = self.out_proj(heads).view(b, h, w, -1)
+        return (out, probs) if return_attention else out
+
+    def head_outputs(self, x: Tensor, *, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
+        """The concatenated heads before ``out_proj``, (B, T, N_h·D), and the
+        probabilities if asked for (else ``None``).  Picks the exact path (module doc)."""
+        if self.content:
+            if return_attention:
+                return self._explicit_content_heads(x)
+            return self._fused_content_heads(x), None
+        if self.uses_factorised_path():
+            return self._separable_heads(x, return_attention=return_attention)
+        return self._shared_dense_heads(x)
+
+    def _queries_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        b, h, w, d = x.shape
+        t = h * w
+        q = self.query(x).view(b, t, self.num_heads, d).transpose(1, 2)
+        k = self.key(x).view(b, t, self.num_heads, d).transpose(1, 2)
+        return q, k  # (B, N_h, T, D)
+
+    def _separable_heads(self, x: Tensor, *, return_attention: bool) -> tuple[Tensor, Tensor | None]:
+        """DESIGN §11: softmax_k(s_row(δ1) + s_col(δ2)) = P_row ⊗ P_col over the
+        rectangular key grid, so head_n(X)[qr, qc] = Σ_kr P_row[n,qr,kr] Σ_kc P_col[n,qc,kc] X[kr, kc]:
+        a (W×W) product along the columns, then an (H×H) product along the rows."""
+        b, h, w, d = x.shape
+        n = self.num_heads
+        rows, cols = self.positional.axis_scores(h, w)  # (N_h, H, H), (N_h, W, W)
+        p_row, p_col = _softmax(rows), _softmax(cols)
+        # columns: y[n, qc, b, kr, :] = Σ_kc P_col[n, qc, kc] · X[b, kr, kc, :]
+        xc = x.permute(2, 0, 1, 3).reshape(w, b * h * d)
+        y = (p_col.to(x.dtype).reshape(n * w, w) @ xc).view(n, w, b, h, d)
+        # rows: z[n, qr, qc, b, :] = Σ_kr P_row[n, qr, kr] · y[n, qc, b, kr, :]
+        y = y.permute(0, 3, 1, 2, 4).reshape(n, h, w * b * d)
+        z = torch.bmm(p_row.to(x.dtype), y).view(n, h, w, b, d)
+        heads = z.permute(3, 1, 2, 0, 4).reshape(b, h * w, n * d)
+        probs = kron_probs(p_row, p_col)[None] if return_attention else None
+        return heads, probs
+
+    def _shared_dense_heads(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """One (N_h, T, T) matrix for the batch (DESIGN §4); dropout draws one mask
+        per step on it.  (N_h·T, T) @ (T, B·D) as a single matrix product."""
+        b, h, w, d = x.shape
+        t = h * w
+        probs = self.attention_probs(x)  # (N_h, T, T)
+        dropped = self.attention_dropout(probs).to(x.dtype)
+        flat = x.reshape(b, t, d).permute(1, 0, 2).reshape(t, b * d)
+        heads = (dropped.reshape(self.num_heads * t, t) @ flat).view(self.num_heads, t, b, d)
+        return heads.permute(2, 1, 0, 3).reshape(b, t, self.num_heads * d), probs[None]
+
+    def _fused_content_heads(self, x: Tensor) -> Tensor:
+        """Eq. 7 through ``scaled_dot_product_attention``: softmax(q·kᵀ/√D + A_pos) v with
+        the positional scores A_pos as additive float bias and v the raw input per head;
+        attention dropout (if training) inside the kernel, one mask per image and head."""
+        b, h, w, d = x.shape
+        t, n = h * w, self.num_heads
+        q, k = self._queries_keys(x)
+        bias = self.positional(h, w).to(q.dtype)[None].expand(b, n, t, t)
+        v = x.reshape(b, 1, t, d).to(q.dtype).expand(b, n, t, d)
+        p = self.attention_dropout.p if self.training else 0.0
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
+        return heads.transpose(1, 2).reshape(b, t, n * d)
+
+    def _explicit_content_heads(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The explicit form, (B, N_h, T, T) @ (B, 1, T, D), returning the probabilities."""
         b, h, w, d = x.shape
         t = h * w
         probs = self.attention_probs(x)
         dropped = self.attention_dropout(probs).to(x.dtype)
-        tokens = x.reshape(b, t, d)
-        if self.content:  # (B, N_h, T, T) @ (B, 1, T, D) -> (B, N_h, T, D)
-            heads = dropped @ tokens[:, None]
-            heads = heads.permute(0, 2, 1, 3)
-        else:  # one shared (N_h·T, T) matrix times every image: (N_h·T, T) @ (T, B·D)
-            flat = tokens.permute(1, 0, 2).reshape(t, b * d)
-            heads = (dropped.reshape(self.num_heads * t, t) @ flat).view(self.num_heads, t, b, d)
-            heads = heads.permute(2, 1, 0, 3)
-        out = self.out_proj(heads.reshape(b, t, self.num_heads * d)).view(b, h, w, -1)
-        if return_attention:
-            return out, (probs if self.content else probs[None])
-        return out
+        heads = dropped @ x.reshape(b, 1, t, d)
+        return heads.transpose(1, 2).reshape(b, t, self.num_heads * d), probs
 
     def no_weight_decay(self) -> set[str]:
         """Gaussian centres and spreads are excluded from weight decay (paper, App. B)."""
         if hasattr(self.positional, "centers"):
             return {"positional.centers", "positional.spreads"}
         return set()
-

@@ -64,24 +64,37 @@ class GaussianScores(nn.Module):
             return self.spreads.pow(2)[:, None, None] * eye
         return self.spreads @ self.spreads.transpose(-1, -2)
 
+    def axis_offsets(self, height: int, width: int) -> tuple[Tensor, Tensor]:
+        """e1[h, qr, kr] = δ1 − Δ_h,1 (N_h, H, H) and e2[h, qc, kc] = δ2 − Δ_h,2 (N_h, W, W):
+        the two coordinates of δ − Δ_h depend on one axis each."""
+        d_row = axis_offsets(height, device=self.centers.device).to(self.centers.dtype)
+        d_col = axis_offsets(width, device=self.centers.device).to(self.centers.dtype)
+        return d_row[None] - self.centers[:, 0, None, None], d_col[None] - self.centers[:, 1, None, None]
+
     def forward(self, height: int, width: int) -> Tensor:
-        delta = relative_offsets(height, width, device=self.centers.device)  # (T, T, 2)
-        diff = delta[None] - self.centers[:, None, None, :]  # (N_h, T, T, 2)
+        """Scores (N_h, T, T) assembled from per-axis terms (no (N_h, T, T, 2) tensor):
+        −½ (δ−Δ)ᵀ Σ⁻¹ (δ−Δ) = −½ Σ⁻¹₁₁ e1² − ½ Σ⁻¹₂₂ e2² − Σ⁻¹₁₂ e1 e2, with the first two
+        terms row- and column-only and the last an outer product of e1 and e2."""
+        h, t = self.num_heads, height * width
         if self.isotropic:
-            return -0.5 * self.spreads.pow(2)[:, None, None] * diff.pow(2).sum(-1)
+            row, col = self.axis_scores(height, width)
+            return (row[:, :, None, :, None] + col[:, None, :, None, :]).reshape(h, t, t)
         prec = self.inv_covariance()
-        return -0.5 * torch.einsum("hqki,hij,hqkj->hqk", diff, prec, diff)
+        e1, e2 = self.axis_offsets(height, width)
+        row = -0.5 * prec[:, 0, 0, None, None] * e1.pow(2)
+        col = -0.5 * prec[:, 1, 1, None, None] * e2.pow(2)
+        cross = -prec[:, 0, 1, None, None] * e1  # Σ⁻¹ is symmetric: 2·(−½)·Σ⁻¹₁₂
+        s = (row[:, :, None, :, None] + col[:, None, :, None, :]) + cross[:, :, None, :, None] * e2[:, None, :, None, :]
+        return s.reshape(h, t, t)
 
     def axis_scores(self, height: int, width: int) -> tuple[Tensor, Tensor]:
-        """Per-axis terms (N_h, H, H) and (N_h, W, W); isotropic heads only."""
+        """Per-axis terms (N_h, H, H) and (N_h, W, W) with score = row ⊕ col
+        (Σ⁻¹ = s² I: −½ s² e1² and −½ s² e2²); isotropic heads only."""
         if not self.isotropic:
             raise ValueError("non-isotropic Gaussian scores do not factorise over axes")
         a = -0.5 * self.spreads.pow(2)[:, None, None]
-        d_row = axis_offsets(height, device=self.centers.device)
-        d_col = axis_offsets(width, device=self.centers.device)
-        row = a * (d_row[None] - self.centers[:, 0, None, None]).pow(2)
-        col = a * (d_col[None] - self.centers[:, 1, None, None]).pow(2)
-        return row, col
+        e1, e2 = self.axis_offsets(height, width)
+        return a * e1.pow(2), a * e2.pow(2)
 
     def head_parameters(self) -> dict[str, Tensor]:
         """Centres and Σ⁻¹ entries per head, for the head-statistics table."""
