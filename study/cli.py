@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 
 from study.cliutil import Parser
-from study.commands import models, theorem
+from study.commands import models, studies, theorem, train
 
-COMMANDS = (models, theorem)
+COMMANDS = (models, theorem, train, studies)
 
 
 def build_parser() -> Parser:

@@ -1,0 +1,380 @@
+"""Study files: one YAML document describes a study (``search_spaces/*.yaml``).
+
+Schema (every key optional except ``data``)::
+
+    name: smoke                      # default: the file's stem
+    description: free text
+    data: synthetic                  # synthetic | cifar10[:ROOT] | image-folder tree / .tar(.gz)
+    subset: 2000                     # training images (null: all)
+    epochs: 300
+    batch_size: 100
+    optimizer: {lr: 0.1, momentum: 0.9, weight_decay: 1.0e-4}
+    schedule: {type: cosine, warmup: 0.05}         # or {type: step} (ResNet18 recipe)
+    training: {amp: true, compile: false, head_stats: true, head_images: 100, map_radius: 7}
+    seeds: [0]                                     # grid axis
+    model: {hidden: 400, layers: 6}                # base model fields for every trial
+    models: [{arch: resnet18}, {encoding: quadratic}]   # explicit model list (grid axis)
+    grid: {num_heads: [4, 9], isotropic: [true, false]} # cartesian product
+    sample:                                        # Optuna TPE, num_samples per grid cell
+      lr: {loguniform: [0.01, 0.3]}
+      warmup: {uniform: [0.0, 0.1]}
+    num_samples: 1
+    scheduler: {type: asha, grace_period: 10, reduction_factor: 3}   # or fifo / null
+    resources: {gpus_per_trial: 1, cpus_per_trial: 4, workers_per_trial: 1}
+    max_failures: 2
+    max_concurrent: null
+
+Grid and sample keys name a model field (``num_heads``, ``pos_dim``, ``encoding``,
+``isotropic``, ...) or a training field (``lr``, ``momentum``, ``weight_decay``,
+``warmup``, ``batch_size``).  Trials = seeds × models × grid cells × num_samples.
+
+Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from study.models.config import ConfigError, ModelConfig
+from study.trial.config import TrainConfig
+
+MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
+TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size")
+DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
+TOP_KEYS = {
+    "name": str, "description": str, "data": str, "subset": (int, type(None)), "epochs": int,
+    "batch_size": int, "optimizer": dict, "schedule": dict, "training": dict, "seeds": list,
+    "model": dict, "models": list, "grid": dict, "sample": dict, "num_samples": int,
+    "scheduler": (dict, type(None)), "resources": dict, "max_failures": int,
+    "max_concurrent": (int, type(None)),
+}
+SECTION_KEYS = {
+    "optimizer": {"lr": (int, float), "momentum": (int, float), "weight_decay": (int, float)},
+    "schedule": {"type": str, "warmup": (int, float)},
+    "training": {"amp": bool, "compile": bool, "head_stats": bool, "head_images": int, "map_radius": int,
+                 "eval_batch_size": int},
+    "scheduler": {"type": str, "grace_period": int, "reduction_factor": (int, float), "metric": str,
+                  "mode": str},
+    "resources": {"gpus_per_trial": (int, float), "cpus_per_trial": (int, float), "workers_per_trial": int},
+}
+
+
+class SpecError(ValueError):
+    """A study-file error: ``FILE: path.to.field: message`` on one line."""
+
+    def __init__(self, file: str, path: str, message: str):
+        self.file, self.path, self.message = file, path, message
+        super().__init__(f"{file}: {path}: {message}" if path else f"{file}: {message}")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate mapping keys (YAML would keep the last)."""
+
+
+def _construct_mapping(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid cell: a fixed model, fixed training overrides and a seed."""
+
+    index: int
+    model: dict[str, Any]
+    train: dict[str, Any]
+    seed: int
+
+    @property
+    def label(self) -> str:
+        parts = [f"{k}={v}" for k, v in {**self.model, **self.train}.items()]
+        return ",".join(parts + [f"seed={self.seed}"])
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    file: str
+    name: str
+    raw: dict[str, Any]
+    base_train: dict[str, Any]
+    cells: list[Cell]
+    sample: dict[str, dict[str, list]]
+    num_samples: int
+    scheduler: dict[str, Any] | None
+    gpus_per_trial: float
+    cpus_per_trial: float
+    workers_per_trial: int
+    max_failures: int
+    max_concurrent: int | None
+    models: list[ModelConfig] = field(default_factory=list)
+
+    @property
+    def num_trials(self) -> int:
+        return len(self.cells) * self.num_samples
+
+    def train_config(self, cell: Cell, sampled: dict[str, Any] | None = None) -> TrainConfig:
+        """The full training configuration of one trial."""
+        sampled = dict(sampled or {})
+        model = {**self.raw.get("model", {}), **cell.model,
+                 **{k: v for k, v in sampled.items() if k in MODEL_FIELDS}}
+        train = {**self.base_train, **cell.train, **{k: v for k, v in sampled.items() if k in TRAIN_AXES}}
+        return TrainConfig(model=ModelConfig.from_dict(model), seed=cell.seed, **train)
+
+
+def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_available: int | None = None) -> StudySpec:
+    """Read and validate a study file (``data`` overrides the file's ``data``).
+
+    ``gpus_available``: GPUs of the target cluster, if known; a GPU request on a
+    cluster without GPUs is an error."""
+    file = str(path)
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(file, "", "no such study file")
+    try:
+        raw = yaml.load(p.read_text(), Loader=_UniqueKeyLoader)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise SpecError(file, "", "invalid YAML: " + " ".join(str(e).split())) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise SpecError(file, "", f"must be a mapping of study fields, got {type(raw).__name__}")
+    if data is not None:
+        raw = {**raw, "data": data}
+    return validate(raw, file=file, default_name=p.stem, gpus_available=gpus_available)
+
+
+def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None) -> StudySpec:
+    def err(path: str, message: str) -> SpecError:
+        return SpecError(file, path, message)
+
+    for key, value in raw.items():
+        if key not in TOP_KEYS:
+            raise err(str(key), f"unknown key (allowed: {', '.join(TOP_KEYS)})")
+        _check_type(err, key, value, TOP_KEYS[key])
+    for section, keys in SECTION_KEYS.items():
+        for key, value in (raw.get(section) or {}).items():
+            if key not in keys:
+                raise err(f"{section}.{key}", f"unknown key (allowed: {', '.join(keys)})")
+            _check_type(err, f"{section}.{key}", value, keys[key])
+    if "data" not in raw:
+        raise err("data", "required (synthetic, cifar10[:ROOT] or a path)")
+    _check_data(err, raw["data"])
+    for key in ("epochs", "batch_size", "num_samples"):
+        if key in raw and raw[key] < 1:
+            raise err(key, f"must be >= 1, got {raw[key]}")
+
+    opt, sched, training = raw.get("optimizer", {}), raw.get("schedule", {}), raw.get("training", {})
+    base_train = {
+        "data": raw["data"], "subset": raw.get("subset"), "epochs": raw.get("epochs", 300),
+        "batch_size": raw.get("batch_size", 100), **opt,
+        **({"schedule": sched["type"]} if "type" in sched else {}),
+        **({"warmup": sched["warmup"]} if "warmup" in sched else {}), **training,
+    }
+
+    seeds = raw.get("seeds", [0])
+    if not seeds:
+        raise err("seeds", "must list at least one seed")
+    for i, s in enumerate(seeds):
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise err(f"seeds.{i}", f"must be a non-negative integer, got {s!r}")
+    if len(set(seeds)) != len(seeds):
+        raise err("seeds", "repeats a seed")
+
+    models = raw.get("models", [{}])
+    if not models:
+        raise err("models", "must list at least one model")
+    for i, m in enumerate(models):
+        if not isinstance(m, dict):
+            raise err(f"models.{i}", f"must be a mapping of model fields, got {type(m).__name__}")
+        for k in m:
+            if k not in MODEL_FIELDS:
+                raise err(f"models.{i}.{k}", "unknown model field")
+    for k in raw.get("model", {}):
+        if k not in MODEL_FIELDS:
+            raise err(f"model.{k}", "unknown model field")
+
+    grid = raw.get("grid", {})
+    axes_ok = MODEL_FIELDS + TRAIN_AXES
+    for k, values in grid.items():
+        if k not in axes_ok:
+            raise err(f"grid.{k}", f"unknown axis (model fields or {', '.join(TRAIN_AXES)})")
+        if not isinstance(values, list):
+            raise err(f"grid.{k}", f"must be a list of values, got {type(values).__name__}")
+        if not values:
+            raise err(f"grid.{k}", "empty axis: a grid axis needs at least one value")
+        if len({repr(v) for v in values}) != len(values):
+            raise err(f"grid.{k}", "repeats a value")
+    sample = raw.get("sample", {})
+    for k, dist in sample.items():
+        if k not in axes_ok:
+            raise err(f"sample.{k}", f"unknown axis (model fields or {', '.join(TRAIN_AXES)})")
+        if k in grid:
+            raise err(f"sample.{k}", "duplicate axis: also a grid axis")
+        _check_distribution(err, f"sample.{k}", dist)
+    for k in list(grid) + list(sample):
+        if any(k in m for m in models):
+            raise err(f"grid.{k}" if k in grid else f"sample.{k}", "duplicate axis: also set in models")
+    num_samples = raw.get("num_samples", 1)
+
+    scheduler = raw.get("scheduler")
+    if scheduler is not None:
+        kind = scheduler.get("type", "asha")
+        if kind not in ("asha", "fifo"):
+            raise err("scheduler.type", f"must be asha or fifo, got {kind!r}")
+        if scheduler.get("mode", "max") not in ("max", "min"):
+            raise err("scheduler.mode", "must be max or min")
+        if scheduler.get("grace_period", 1) < 1:
+            raise err("scheduler.grace_period", "must be >= 1")
+        if scheduler.get("reduction_factor", 3) <= 1:
+            raise err("scheduler.reduction_factor", "must be > 1")
+        scheduler = {"type": kind, **scheduler}
+
+    res = raw.get("resources", {})
+    gpus = res.get("gpus_per_trial", 0)
+    cpus = res.get("cpus_per_trial", 1)
+    if gpus < 0:
+        raise err("resources.gpus_per_trial", f"must be >= 0, got {gpus}")
+    if gpus > 1 and gpus != int(gpus):
+        raise err("resources.gpus_per_trial",
+                  f"fractional GPUs must be <= 1 (to pack trials on one GPU), got {gpus}")
+    if cpus <= 0:
+        raise err("resources.cpus_per_trial", f"must be > 0, got {cpus}")
+    workers = res.get("workers_per_trial", int(gpus) if gpus > 1 else 1)
+    if workers < 1:
+        raise err("resources.workers_per_trial", f"must be >= 1, got {workers}")
+    if gpus > 1 and workers != int(gpus):
+        raise err("resources.workers_per_trial", f"a DDP trial uses one worker per GPU: {int(gpus)}, got {workers}")
+    if gpus > 0 and gpus_available == 0:
+        raise err("resources.gpus_per_trial", f"requests {gpus} GPU(s) per trial but the cluster has no GPU")
+    max_failures = raw.get("max_failures", 2)
+    if max_failures < 0:
+        raise err("max_failures", "must be >= 0")
+    max_concurrent = raw.get("max_concurrent")
+    if max_concurrent is not None and max_concurrent < 1:
+        raise err("max_concurrent", "must be >= 1")
+
+    # expand the grid and check every cell builds a valid model and training config
+    keys = list(grid)
+    cells: list[Cell] = []
+    for seed in seeds:
+        for mi, m in enumerate(models):
+            for values in itertools.product(*(grid[k] for k in keys)):
+                assigned = dict(zip(keys, values))
+                cell = Cell(index=len(cells), seed=seed,
+                            model={**m, **{k: v for k, v in assigned.items() if k in MODEL_FIELDS}},
+                            train={k: v for k, v in assigned.items() if k in TRAIN_AXES})
+                cells.append(cell)
+    spec = StudySpec(
+        file=file, name=raw.get("name", default_name), raw=raw, base_train=base_train, cells=cells,
+        sample=sample, num_samples=num_samples, scheduler=scheduler, gpus_per_trial=float(gpus),
+        cpus_per_trial=float(cpus), workers_per_trial=workers, max_failures=max_failures,
+        max_concurrent=max_concurrent,
+    )
+    if not _valid_name(spec.name):
+        raise err("name", f"must be letters, digits, '-', '_' or '.', got {spec.name!r}")
+    seen_models = []
+    for cell in cells:
+        probe = {k: _probe_value(d) for k, d in sample.items()}
+        try:
+            cfg = spec.train_config(cell, probe)
+        except ConfigError as e:
+            raise err(_locate(e.field, cell, raw, models), e.message) from None
+        if cfg.model not in seen_models:
+            seen_models.append(cfg.model)
+    object.__setattr__(spec, "models", seen_models)
+    return spec
+
+
+def _valid_name(name: str) -> bool:
+    return bool(name) and all(c.isalnum() or c in "-_." for c in name) and not name.startswith(".")
+
+
+def _locate(fld: str, cell: Cell, raw: dict, models: list[dict]) -> str:
+    """The study-file path that set ``fld`` for ``cell``."""
+    train_map = {"lr": "optimizer.lr", "momentum": "optimizer.momentum", "weight_decay": "optimizer.weight_decay",
+                 "warmup": "schedule.warmup", "schedule": "schedule.type"}
+    if fld in raw.get("grid", {}):
+        return f"grid.{fld}"
+    if fld in raw.get("sample", {}):
+        return f"sample.{fld}"
+    for i, m in enumerate(models):
+        if fld in m and m.items() <= cell.model.items():
+            return f"models.{i}.{fld}"
+    if fld in raw.get("model", {}):
+        return f"model.{fld}"
+    if fld in raw.get("training", {}):
+        return f"training.{fld}"
+    if fld in train_map:
+        return train_map[fld]
+    if fld in MODEL_FIELDS:
+        for i, m in enumerate(models):
+            if m.items() <= cell.model.items() and m:
+                return f"models.{i}"
+        return "model"
+    return fld
+
+
+def _check_type(err, path: str, value: Any, types) -> None:
+    types = types if isinstance(types, tuple) else (types,)
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+    if not ok:
+        names = "/".join("null" if t is type(None) else t.__name__ for t in types)
+        raise err(path, f"must be {names}, got {type(value).__name__} {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise err(path, f"must be finite, got {value}")
+
+
+def _check_data(err, data: str) -> None:
+    if data == "synthetic" or data.startswith("synthetic:") or data == "cifar10" or data.startswith("cifar10:"):
+        return
+    p = Path(data).expanduser()
+    if not p.exists():
+        raise err("data", f"no such file or directory: {data}")
+    if not os.access(p, os.R_OK):
+        raise err("data", f"not readable: {data}")
+
+
+def _check_distribution(err, path: str, dist: Any) -> None:
+    if not isinstance(dist, dict) or len(dist) != 1:
+        raise err(path, f"must be one of {{{', '.join(f'{d}: ...' for d in DISTRIBUTIONS)}}}")
+    (kind, args), = dist.items()
+    if kind not in DISTRIBUTIONS:
+        raise err(path, f"unknown distribution {kind!r} (one of {', '.join(DISTRIBUTIONS)})")
+    if kind == "choice":
+        if not isinstance(args, list) or not args:
+            raise err(f"{path}.choice", "must be a non-empty list")
+        return
+    if not (isinstance(args, list) and len(args) == 2 and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)):
+        raise err(f"{path}.{kind}", "must be [low, high]")
+    low, high = args
+    if not low < high:
+        raise err(f"{path}.{kind}", f"low must be < high, got [{low}, {high}]")
+    if kind == "loguniform" and low <= 0:
+        raise err(f"{path}.{kind}", f"low must be > 0 for loguniform, got {low}")
+    if kind == "int" and not (isinstance(low, int) and isinstance(high, int)):
+        raise err(f"{path}.{kind}", "bounds must be integers")
+
+
+def _probe_value(dist: dict) -> Any:
+    (kind, args), = dist.items()
+    if kind == "choice":
+        return args[0]
+    if kind == "int":
+        return args[0]
+    return args[0] if kind == "uniform" else math.sqrt(args[0] * args[1])

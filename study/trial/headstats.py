@@ -1,0 +1,147 @@
+"""Per-head attention statistics and compact attention maps (DESIGN §6).
+
+For positional attention the distribution is that of a query at the centre of a
+canvas large enough that no reachable shift is clipped: every shift δ a head can
+score (Gaussian heads: a (2S−1)² window for an S×S grid; learned heads: the whole
+(2S−1)² table) gets its score, and one softmax runs over all of them.  For content
+attention the query is the centre token of real images and the distribution over
+key shifts is averaged over a fixed set of test images.
+
+Statistics per head, with x = column shift and y = row shift: mean shift
+(``center_x``, ``center_y``), covariance (``cov_xx``, ``cov_xy``, ``cov_yy``),
+``entropy`` (nats), ``mean_distance`` E‖δ‖, ``max_prob``; Gaussian heads also
+record their parameters (centre Δ_h and Σ_h⁻¹).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from study.models.positional import GaussianScores, LearnedScores
+
+NAN = float("nan")
+
+
+def shift_grid(radius: int, *, device=None) -> Tensor:
+    """δ = (row, col) for a (2r+1)² window, shape (2r+1, 2r+1, 2), float."""
+    r = torch.arange(-radius, radius + 1, device=device, dtype=torch.float32)
+    return torch.stack(torch.meshgrid(r, r, indexing="ij"), dim=-1)
+
+
+def positional_shift_scores(positional, radius: int) -> Tensor:
+    """Scores of every shift in the (2r+1)² window, shape (N_h, 2r+1, 2r+1)."""
+    if isinstance(positional, GaussianScores):
+        delta = shift_grid(radius, device=positional.centers.device)
+        diff = delta[None] - positional.centers[:, None, None, :]  # (N_h, R, R, 2)
+        prec = positional.inv_covariance()
+        return -0.5 * torch.einsum("hxyi,hij,hxyj->hxy", diff, prec, diff)
+    if isinstance(positional, LearnedScores):
+        s = positional.max_size
+        if radius > s - 1:
+            raise ValueError(f"learned tables reach shifts up to {s - 1}, asked for {radius}")
+        keep = slice(s - 1 - radius, s + radius)
+        row = positional.head_keys_row(positional.row_embeddings.weight[keep])  # (R, N_h)
+        col = positional.head_keys_col(positional.col_embeddings.weight[keep])
+        return (row.T[:, :, None] + col.T[:, None, :])
+    raise TypeError(f"no shift scores for {type(positional).__name__}")
+
+
+def distribution_stats(probs: Tensor, delta: Tensor) -> dict[str, Tensor]:
+    """Moments of distributions over shifts: probs (N_h, ...), delta (..., 2) as (row, col)."""
+    p = probs.flatten(1).double()
+    p = p / p.sum(-1, keepdim=True)
+    d = delta.reshape(-1, 2).double()
+    mean = p @ d  # (N_h, 2)
+    centred = d[None] - mean[:, None]  # (N_h, K, 2)
+    cov = torch.einsum("hk,hki,hkj->hij", p, centred, centred)
+    entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+    return {
+        "center_x": mean[:, 1], "center_y": mean[:, 0],
+        "cov_xx": cov[:, 1, 1], "cov_xy": cov[:, 0, 1], "cov_yy": cov[:, 0, 0],
+        "entropy": entropy, "mean_distance": p @ d.norm(dim=-1), "max_prob": p.max(-1).values,
+    }
+
+
+def gaussian_parameters(positional) -> dict[str, Tensor] | None:
+    if not isinstance(positional, GaussianScores):
+        return None
+    prec = positional.inv_covariance().detach().double()
+    c = positional.centers.detach().double()
+    return {
+        "param_center_x": c[:, 1], "param_center_y": c[:, 0],
+        "param_inv_cov_xx": prec[:, 1, 1], "param_inv_cov_xy": prec[:, 0, 1],
+        "param_inv_cov_yy": prec[:, 0, 0],
+    }
+
+
+@torch.no_grad()
+def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict], list[dict]]:
+    """Rows of the ``heads`` and ``maps`` tables for every layer and head.
+
+    ``images``: normalised test images (N, 3, H, W) on the model's device, used only
+    by content attention.  Maps are the (2·radius+1)² window around the query.
+    """
+    layers = model.attention_layers
+    heads_rows: list[dict] = []
+    map_rows: list[dict] = []
+    content_maps = None
+    if any(layer.content for layer in layers):
+        content_maps = _content_maps(model, images)
+    for li, layer in enumerate(layers):
+        if layer.content:
+            centre = content_maps[li]  # (N_h, H, W) over key positions
+            h, w = centre.shape[-2:]
+            rows = torch.arange(h, device=centre.device) - h // 2
+            cols = torch.arange(w, device=centre.device) - w // 2
+            delta = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), -1).float()
+            probs = centre
+            window = _crop(centre, h // 2, w // 2, radius)
+        else:
+            full = max(radius, _reach(layer.positional, model.config.grid))
+            scores = positional_shift_scores(layer.positional, full).float()
+            probs = torch.softmax(scores.flatten(1), -1).view_as(scores)
+            delta = shift_grid(full, device=probs.device)
+            window = _crop(probs, full, full, radius)
+        stats = distribution_stats(probs, delta)
+        params = gaussian_parameters(layer.positional)
+        for hd in range(layer.num_heads):
+            row = {"layer": li, "head": hd, **{k: float(v[hd]) for k, v in stats.items()}}
+            for k in ("param_center_x", "param_center_y", "param_inv_cov_xx", "param_inv_cov_xy",
+                      "param_inv_cov_yy"):
+                row[k] = float(params[k][hd]) if params else NAN
+            heads_rows.append(row)
+            map_rows.append({"layer": li, "head": hd, "window": 2 * radius + 1,
+                             "probs": window[hd].flatten().cpu().tolist()})
+    return heads_rows, map_rows
+
+
+def _reach(positional, grid: int) -> int:
+    """Largest shift a head can reach on the trained grid (S − 1 per axis)."""
+    if isinstance(positional, LearnedScores):
+        return positional.max_size - 1
+    return grid - 1
+
+
+def _crop(maps: Tensor, cy: int, cx: int, radius: int) -> Tensor:
+    """(N_h, H, W) → (N_h, 2r+1, 2r+1) window centred at (cy, cx), zero outside."""
+    n, h, w = maps.shape
+    out = maps.new_zeros(n, 2 * radius + 1, 2 * radius + 1)
+    y0, y1 = max(0, cy - radius), min(h, cy + radius + 1)
+    x0, x1 = max(0, cx - radius), min(w, cx + radius + 1)
+    out[:, y0 - cy + radius : y1 - cy + radius, x0 - cx + radius : x1 - cx + radius] = maps[:, y0:y1, x0:x1]
+    return out
+
+
+def _content_maps(model, images: Tensor, chunk: int = 10) -> list[Tensor]:
+    """Centre-query attention per layer averaged over ``images`` (chunked forward)."""
+    sums = None
+    for i in range(0, len(images), chunk):
+        _, maps = model(images[i : i + chunk], return_attention=True)
+        t = maps[0].shape[-1]
+        side = int(round(t**0.5))
+        q = (side // 2) * side + side // 2
+        part = [m[:, :, q].float().sum(0).view(-1, side, side) for m in maps]
+        sums = part if sums is None else [a + b for a, b in zip(sums, part)]
+    n = len(images)
+    return [s / n for s in sums]

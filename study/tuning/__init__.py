@@ -1,0 +1,1 @@
+"""Ray Tune integration: the grid × Optuna searcher, the trial adapters, the runner."""

@@ -1,0 +1,113 @@
+"""Grid axes covered exhaustively, sampled axes by Optuna TPE: one Optuna study per
+grid cell behind one Ray Tune ``Searcher`` (``OptunaSearch`` cannot take
+``tune.grid_search``, DESIGN §8).
+
+Trial k goes to cell k mod n_cells, so every cell receives exactly ``num_samples``
+trials and all cells progress together.  The searcher's state is plain data (cell
+assignments and finished (params, value) pairs); the Optuna studies are rebuilt from
+it on restore, so a resumed study keeps its TPE history.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from ray.tune.search import Searcher
+
+
+def optuna_distribution(spec: dict[str, Any]):
+    (kind, args), = spec.items()
+    if kind == "uniform":
+        return FloatDistribution(float(args[0]), float(args[1]))
+    if kind == "loguniform":
+        return FloatDistribution(float(args[0]), float(args[1]), log=True)
+    if kind == "int":
+        return IntDistribution(int(args[0]), int(args[1]))
+    return CategoricalDistribution(list(args))
+
+
+class GridOptunaSearcher(Searcher):
+    """Suggests ``{"cell": index, "sampled": {...}}`` for ``n_cells × num_samples`` trials."""
+
+    def __init__(self, *, n_cells: int, sample: dict[str, dict], num_samples: int, seed: int = 0,
+                 metric: str = "test_acc", mode: str = "max"):
+        super().__init__(metric=metric, mode=mode)
+        self.n_cells = n_cells
+        self.sample = sample
+        self.num_samples = num_samples
+        self.seed = seed
+        self.suggested = 0
+        self.assigned: dict[str, tuple[int, int | None]] = {}  # trial id -> (cell, optuna number)
+        self.finished: dict[int, list[tuple[dict, float | None]]] = {}
+        self._studies: dict[int, optuna.Study] = {}
+
+    @property
+    def total(self) -> int:
+        return self.n_cells * self.num_samples
+
+    def _study(self, cell: int) -> optuna.Study:
+        if cell not in self._studies:
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            study = optuna.create_study(
+                direction="maximize" if self._mode != "min" else "minimize",
+                sampler=optuna.samplers.TPESampler(seed=self.seed + cell),
+            )
+            dists = {k: optuna_distribution(v) for k, v in self.sample.items()}
+            for params, value in self.finished.get(cell, []):
+                state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
+                study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value,
+                                                          state=state))
+            self._studies[cell] = study
+        return self._studies[cell]
+
+    def suggest(self, trial_id: str) -> dict | None:
+        if self.suggested >= self.total:
+            return Searcher.FINISHED
+        cell = self.suggested % self.n_cells
+        self.suggested += 1
+        sampled, number = {}, None
+        if self.sample:
+            trial = self._study(cell).ask({k: optuna_distribution(v) for k, v in self.sample.items()})
+            sampled, number = dict(trial.params), trial.number
+        self.assigned[trial_id] = (cell, number)
+        return {"cell": cell, "sampled": sampled}
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id not in self.assigned:
+            return
+        cell, number = self.assigned.pop(trial_id)
+        if number is None:
+            return
+        value = None
+        if not error and result and self._metric in result:
+            value = float(result.get("best_" + self._metric, result[self._metric]))
+        study = self._study(cell)
+        params = study.trials[number].params
+        study.tell(number, value if value is not None else None,
+                   state=None if value is not None else optuna.trial.TrialState.FAIL)
+        self.finished.setdefault(cell, []).append((params, value))
+
+    # --- persistence (Tuner.restore) -------------------------------------------------
+    def get_state(self) -> dict:
+        return {k: getattr(self, k) for k in ("n_cells", "sample", "num_samples", "seed", "suggested",
+                                              "assigned", "finished", "_metric", "_mode")}
+
+    def set_state(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._studies = {}
+        # trials that were suggested but never finished are asked again by Optuna on
+        # restore only if Ray re-suggests them; their cells keep their Ray trials
+        for trial_id, (cell, number) in list(self.assigned.items()):
+            if number is not None:
+                self.assigned[trial_id] = (cell, None)
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.get_state(), f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            self.set_state(pickle.load(f))

@@ -1,0 +1,140 @@
+"""Ray Tune adapters around :func:`study.trial.train_trial`.
+
+``study_trial`` runs one trial in the Tune actor (one process, fractional or whole
+GPU).  ``ddp_study_trial`` runs the same loop under Ray Train (``TorchTrainer`` with
+N workers inside the Tune function, Train V2, DESIGN §8): gloo on CPU, NCCL on GPU.
+
+Checkpoints: each epoch's checkpoint is reported to Tune (single process) or to
+Ray Train (DDP), so a retried or restored trial continues from its last epoch.
+The trial's Ray id names its table parts, so retries overwrite, never duplicate.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from study.spec import validate
+from study.trial import train_trial
+
+SCALAR_TYPES = (int, float, str, bool)
+
+
+def trial_config(meta: dict[str, Any], config: dict[str, Any]):
+    spec = validate(meta["raw"], file=meta["file"], default_name=meta["name"])
+    return spec.train_config(spec.cells[config["cell"]], config.get("sampled"))
+
+
+def _copy_checkpoint(src: str | None, dst: Path) -> None:
+    if src:
+        for f in Path(src).iterdir():
+            if f.is_file():
+                shutil.copy2(f, dst / f.name)
+
+
+def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metrics.items() if isinstance(v, SCALAR_TYPES)}
+
+
+def study_trial(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
+    """Tune function trainable: one trial, in this process."""
+    from ray import tune
+
+    cfg = trial_config(meta, config)
+    trial_id = tune.get_context().get_trial_id()
+    torch.set_num_threads(max(1, int(meta.get("cpus_per_trial", 1))))
+    with tempfile.TemporaryDirectory(prefix="study-ckpt-") as local:
+        local = Path(local)
+        previous = tune.get_checkpoint()
+        if previous is not None:
+            with previous.as_directory() as d:
+                _copy_checkpoint(d, local)
+
+        def report(metrics: dict[str, Any], ckpt: Path | None) -> None:
+            checkpoint = tune.Checkpoint.from_directory(str(ckpt)) if ckpt is not None else None
+            tune.report(_scalars(metrics), checkpoint=checkpoint)
+
+        result = train_trial(cfg, trial_id=trial_id, tables=meta["tables"], checkpoint_dir=local,
+                             study=meta["name"], report=report,
+                             extra_run_fields={"cell": config["cell"], **_prefixed(config.get("sampled"))})
+        tune.report({"status": result.status, "epochs_done": result.epochs_done,
+                     "best_test_acc": result.best_test_acc, "test_acc": result.final_test_acc,
+                     "done_epochs": result.epochs_done})
+
+
+def _prefixed(sampled: dict | None) -> dict[str, Any]:
+    return {f"sampled_{k}": v for k, v in (sampled or {}).items()}
+
+
+def _ddp_worker(loop_config: dict[str, Any]) -> None:
+    """Ray Train worker loop: one rank of a DDP trial (process group set up by Ray)."""
+    import ray.train
+
+    meta, config, trial_id = loop_config["meta"], loop_config["config"], loop_config["trial_id"]
+    cfg = trial_config(meta, config)
+    ctx = ray.train.get_context()
+    rank = ctx.get_world_rank()
+    device = ray.train.torch.get_device() if torch.cuda.is_available() else torch.device("cpu")
+    with tempfile.TemporaryDirectory(prefix="study-ddp-") as local:
+        local = Path(local)
+        previous = ray.train.get_checkpoint()
+        if previous is not None:
+            with previous.as_directory() as d:
+                _copy_checkpoint(d, local)
+
+        def report(metrics: dict[str, Any], ckpt: Path | None) -> None:
+            checkpoint = ray.train.Checkpoint.from_directory(str(ckpt)) if ckpt is not None else None
+            ray.train.report(_scalars(metrics), checkpoint=checkpoint)
+
+        train_trial(cfg, trial_id=trial_id, tables=meta["tables"], checkpoint_dir=local if rank == 0 else None,
+                    study=meta["name"], report=report, device=device,
+                    extra_run_fields={"cell": config["cell"], **_prefixed(config.get("sampled"))})
+
+
+def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
+    """Tune function trainable for a multi-worker trial: a TorchTrainer inside Tune."""
+    import ray.train
+    from ray import tune
+    from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    trial_id = tune.get_context().get_trial_id()
+    workers = int(meta["workers_per_trial"])
+    gpus = meta["gpus_per_trial"]
+    per_worker = {"CPU": max(meta["cpus_per_trial"] / workers, 0.01)}
+    if gpus:
+        per_worker["GPU"] = gpus / workers
+    trainer = TorchTrainer(
+        _ddp_worker,
+        train_loop_config={"meta": meta, "config": config, "trial_id": trial_id},
+        scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
+                                               resources_per_worker=per_worker),
+        run_config=ray.train.RunConfig(
+            name=f"ddp-{trial_id}", storage_path=meta["ddp_storage"], callbacks=[TuneReportCallback()],
+            failure_config=ray.train.FailureConfig(max_failures=meta.get("max_failures", 0)),
+        ),
+    )
+    trainer.fit()
+
+
+def make_trainable(meta: dict[str, Any]):
+    """The Tune trainable for a study: resources attached, metadata bound."""
+    from ray import tune
+
+    if meta["workers_per_trial"] > 1:
+        fn = tune.with_parameters(ddp_study_trial, meta=meta)
+        # the Tune function only coordinates; the Ray Train workers hold the resources
+        return tune.with_resources(fn, {"cpu": 0.01})
+    fn = tune.with_parameters(study_trial, meta=meta)
+    res = {"cpu": meta["cpus_per_trial"]}
+    if meta["gpus_per_trial"]:
+        res["gpu"] = meta["gpus_per_trial"]
+    return tune.with_resources(fn, res)
+
+
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")

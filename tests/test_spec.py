@@ -1,0 +1,116 @@
+"""``study validate``: one test per rule; each error is one line naming the field, exit 2."""
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from study.spec import SpecError, load_spec
+
+BASE = {"data": "synthetic", "epochs": 2, "model": {"hidden": 16, "layers": 1}}
+
+
+def write(tmp_path, doc, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc))
+    return p
+
+
+def error_of(tmp_path, doc, **kw):
+    p = write(tmp_path, doc)
+    with pytest.raises(SpecError) as e:
+        load_spec(p, **kw)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: ") and "\n" not in msg
+    return e.value
+
+
+CASES = [
+    ("unknown top-level key", {**BASE, "epoks": 3}, "epoks"),
+    ("unknown model field", {**BASE, "model": {"heads": 3}}, "model.heads"),
+    ("unknown model field in list", {**BASE, "models": [{"arch": "sa"}, {"encodin": "learned"}]}, "models.1.encodin"),
+    ("wrong type", {**BASE, "epochs": "ten"}, "epochs"),
+    ("bool is not an int", {**BASE, "batch_size": True}, "batch_size"),
+    ("non-positive epochs", {**BASE, "epochs": -1}, "epochs"),
+    ("zero heads", {**BASE, "grid": {"num_heads": [0, 4]}}, "grid.num_heads"),
+    ("pos_dim < 3 for learned", {**BASE, "models": [{"encoding": "learned", "pos_dim": 2}]}, "models.0.pos_dim"),
+    ("quadratic pos_dim", {**BASE, "model": {"encoding": "quadratic", "pos_dim": 7}}, "model.pos_dim"),
+    ("bad encoding", {**BASE, "grid": {"encoding": ["quadratic", "nonsense"]}}, "grid.encoding"),
+    ("empty grid axis", {**BASE, "grid": {"num_heads": []}}, "grid.num_heads"),
+    ("grid axis not a list", {**BASE, "grid": {"num_heads": 4}}, "grid.num_heads"),
+    ("unknown grid axis", {**BASE, "grid": {"colour": [1, 2]}}, "grid.colour"),
+    ("repeated grid value", {**BASE, "grid": {"num_heads": [4, 4]}}, "grid.num_heads"),
+    ("axis both grid and sampled", {**BASE, "grid": {"lr": [0.1]}, "sample": {"lr": {"uniform": [0.01, 0.1]}}}, "sample.lr"),
+    ("axis both grid and models", {**BASE, "models": [{"num_heads": 4}], "grid": {"num_heads": [4, 9]}}, "grid.num_heads"),
+    ("unknown distribution", {**BASE, "sample": {"lr": {"gaussian": [0, 1]}}}, "sample.lr"),
+    ("loguniform low <= 0", {**BASE, "sample": {"lr": {"loguniform": [0, 1]}}}, "sample.lr.loguniform"),
+    ("low >= high", {**BASE, "sample": {"lr": {"uniform": [0.5, 0.1]}}}, "sample.lr.uniform"),
+    ("fractional GPUs > 1", {**BASE, "resources": {"gpus_per_trial": 1.5}}, "resources.gpus_per_trial"),
+    ("negative GPUs", {**BASE, "resources": {"gpus_per_trial": -1}}, "resources.gpus_per_trial"),
+    ("zero CPUs", {**BASE, "resources": {"cpus_per_trial": 0}}, "resources.cpus_per_trial"),
+    ("workers differ from GPUs", {**BASE, "resources": {"gpus_per_trial": 4, "workers_per_trial": 2}}, "resources.workers_per_trial"),
+    ("unknown resource key", {**BASE, "resources": {"tpus": 1}}, "resources.tpus"),
+    ("scheduler type", {**BASE, "scheduler": {"type": "hyperband"}}, "scheduler.type"),
+    ("reduction factor", {**BASE, "scheduler": {"type": "asha", "reduction_factor": 1}}, "scheduler.reduction_factor"),
+    ("negative lr", {**BASE, "optimizer": {"lr": -0.1}}, "optimizer.lr"),
+    ("warm-up >= 1", {**BASE, "schedule": {"warmup": 1.5}}, "schedule.warmup"),
+    ("schedule type", {**BASE, "schedule": {"type": "linear"}}, "schedule.type"),
+    ("missing data", {"epochs": 2}, "data"),
+    ("missing data path", {**BASE, "data": "/no/such/cifar.tar.gz"}, "data"),
+    ("empty seeds", {**BASE, "seeds": []}, "seeds"),
+    ("negative seed", {**BASE, "seeds": [-1]}, "seeds.0"),
+    ("empty models", {**BASE, "models": []}, "models"),
+    ("bad name", {**BASE, "name": "a b/c"}, "name"),
+    ("zero samples", {**BASE, "num_samples": 0}, "num_samples"),
+]
+
+
+@pytest.mark.parametrize("doc,path", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_rule(tmp_path, doc, path):
+    e = error_of(tmp_path, doc)
+    assert e.path == path, str(e)
+
+
+def test_gpu_request_on_cluster_without_gpus(tmp_path):
+    e = error_of(tmp_path, {**BASE, "resources": {"gpus_per_trial": 1}}, gpus_available=0)
+    assert e.path == "resources.gpus_per_trial" and "no GPU" in e.message
+
+
+def test_duplicate_yaml_key(tmp_path):
+    e = error_of(tmp_path, "data: synthetic\ngrid:\n  num_heads: [4]\n  num_heads: [9]\n")
+    assert "duplicate key 'num_heads'" in str(e)
+
+
+def test_invalid_yaml_and_not_a_mapping(tmp_path):
+    assert "invalid YAML" in str(error_of(tmp_path, "data: [synthetic\n"))
+    assert "mapping" in str(error_of(tmp_path, "- 1\n- 2\n"))
+
+
+def test_counts_cells_and_samples(tmp_path):
+    doc = {**BASE, "seeds": [0, 1], "models": [{"encoding": "learned"}, {"encoding": "quadratic"}],
+           "grid": {"num_heads": [1, 2, 3]}, "sample": {"lr": {"loguniform": [0.01, 0.1]}}, "num_samples": 2}
+    spec = load_spec(write(tmp_path, doc))
+    assert len(spec.cells) == 2 * 2 * 3 and spec.num_trials == 24
+    assert len(spec.models) == 6
+    cfg = spec.train_config(spec.cells[-1], {"lr": 0.05})
+    assert cfg.lr == 0.05 and cfg.seed == 1 and cfg.model.num_heads == 3 and cfg.model.encoding == "quadratic"
+
+
+def test_validate_cli(tmp_path):
+    ok = write(tmp_path, {**BASE, "grid": {"num_heads": [2, 3]}}, "ok.yaml")
+    r = subprocess.run([sys.executable, "-m", "study", "validate", str(ok)], capture_output=True, text=True)
+    assert r.returncode == 0 and "2 trials" in r.stdout and "2 distinct models" in r.stdout
+    bad = write(tmp_path, {**BASE, "grid": {"num_heads": [0]}}, "bad.yaml")
+    r = subprocess.run([sys.executable, "-m", "study", "validate", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"study validate: error: {bad}: grid.num_heads: must be >= 1, got 0"
+
+
+@pytest.mark.parametrize("name", ["smoke", "paper_fig2", "heads", "pos_dim", "tune_lr"])
+def test_shipped_study_files_are_valid(name):
+    from pathlib import Path
+
+    spec = load_spec(Path(__file__).parents[1] / "search_spaces" / f"{name}.yaml")
+    assert spec.num_trials >= 4
+    assert Path(spec.file).read_text().startswith("#"), "each study file opens with what it reproduces"

@@ -1,0 +1,117 @@
+"""One trial (training loop, tables, checkpoints, divergence), on synthetic data, CPU."""
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from study.models import ModelConfig
+from study.trial import TrainConfig, train_trial
+from study.trial.checkpoint import load_checkpoint
+from study.trial.schedule import learning_rate
+from tests.conftest import VARIANTS, VARIANT_IDS
+
+
+def tiny(encoding="quadratic", isotropic=True, **kw):
+    pos_dim = None if encoding == "quadratic" else 8
+    base = dict(hidden=32, layers=2, intermediate=48, num_heads=4, encoding=encoding, isotropic=isotropic,
+                pos_dim=pos_dim)
+    return ModelConfig(**{**base, **kw})
+
+
+def read(root, table):
+    return pd.read_parquet(root / table) if table == "runs" else pd.concat(
+        pd.read_parquet(p) for p in sorted((root / table).glob("*/*.parquet")))
+
+
+@pytest.mark.parametrize("encoding,isotropic", VARIANTS, ids=VARIANT_IDS)
+def test_tiny_model_learns_synthetic_data(encoding, isotropic, tmp_path):
+    cfg = TrainConfig(model=tiny(encoding, isotropic), data="synthetic", epochs=3, batch_size=50, lr=0.05,
+                      warmup=0.1, head_images=20)
+    result = train_trial(cfg, trial_id="t", tables=tmp_path)
+    assert result.status == "finished"
+    assert result.final_test_acc > 0.4, result  # chance is 0.1
+    epochs = read(tmp_path, "epochs")
+    assert list(epochs.epoch) == [0, 1, 2]
+    heads = read(tmp_path, "heads")
+    assert len(heads) == 3 * 2 * 4  # epochs x layers x heads
+    assert heads[["center_x", "center_y", "entropy", "max_prob"]].notna().all().all()
+    gaussian = encoding == "quadratic"
+    assert heads.param_center_x.notna().all() == gaussian
+    maps = read(tmp_path, "maps")
+    assert len(maps) == 3 * 2 * 4 and (maps.window == 15).all()
+    # a window of a distribution: non-negative, at most all of its mass
+    assert all(len(p) == 15 * 15 and min(p) >= 0 and 0 < sum(p) <= 1 + 1e-5 for p in maps.probs)
+    runs = read(tmp_path, "runs")
+    assert len(runs) == 1 and runs.status.iloc[0] == "finished" and runs.epochs_done.iloc[0] == 3
+    assert runs.n_params.iloc[0] > 0 and runs.flops.iloc[0] > 0
+
+
+def _config(**kw):
+    return TrainConfig(model=tiny(), data="synthetic:200", epochs=4, batch_size=20, head_images=10, **kw)
+
+
+def test_resume_continues_exactly(tmp_path):
+    straight, resumed = tmp_path / "a", tmp_path / "b"
+    train_trial(_config(), trial_id="t", tables=straight / "tables", checkpoint_dir=straight / "ckpt")
+    # 2 epochs, then the process "dies" (after the epoch-2 checkpoint), then resume
+
+    class Killed(Exception):
+        pass
+
+    def die_after_two(metrics, ckpt):
+        if metrics["epoch"] == 1:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train_trial(_config(), trial_id="t", tables=resumed / "tables", checkpoint_dir=resumed / "ckpt",
+                    report=die_after_two)
+    assert load_checkpoint(resumed / "ckpt")["epoch"] == 2
+    train_trial(_config(), trial_id="t", tables=resumed / "tables", checkpoint_dir=resumed / "ckpt")
+    a, b = load_checkpoint(straight / "ckpt"), load_checkpoint(resumed / "ckpt")
+    assert a["epoch"] == b["epoch"] == 4
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    cols = ["trial_id", "epoch", "train_loss", "train_acc", "test_loss", "test_acc", "lr"]
+    ea, eb = read(straight / "tables", "epochs")[cols], read(resumed / "tables", "epochs")[cols]
+    pd.testing.assert_frame_equal(ea.reset_index(drop=True), eb.reset_index(drop=True))
+    assert len(eb) == 4  # (trial, epoch) unique despite the second call
+
+
+def test_diverging_trial_is_recorded(tmp_path):
+    cfg = _config(lr=1e6, warmup=0.0)
+    result = train_trial(cfg, trial_id="bad", tables=tmp_path)
+    assert result.status == "diverged"
+    runs = read(tmp_path, "runs")
+    assert runs.status.iloc[0] == "diverged"
+    assert runs.epochs_done.iloc[0] == result.epochs_done < 4
+    if (tmp_path / "epochs").exists():
+        assert read(tmp_path, "epochs").train_loss.map(math.isfinite).all()
+
+
+def test_checkpoint_refuses_code(tmp_path):
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    (tmp_path / "checkpoint.pt").write_bytes(pickle.dumps({"model": Evil()}))
+    with pytest.raises(pickle.UnpicklingError):
+        load_checkpoint(tmp_path)
+
+
+def test_cosine_schedule_with_warmup():
+    kw = dict(steps_per_epoch=10, epochs=10, base_lr=0.1, warmup=0.05)
+    lrs = [learning_rate(step=s, **kw) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1 / 5) and lrs[4] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
+    assert lrs[-1] < 1e-3
+
+
+def test_step_schedule_is_the_resnet_recipe():
+    kw = dict(steps_per_epoch=2, epochs=300, base_lr=0.1, schedule="step")
+    assert learning_rate(step=2 * 149, **kw) == pytest.approx(0.1)
+    assert learning_rate(step=2 * 150, **kw) == pytest.approx(0.01)
+    assert learning_rate(step=2 * 250, **kw) == pytest.approx(0.001)
