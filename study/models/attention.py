@@ -41,6 +41,28 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def _register_cpu_flash_flops() -> None:
+    """``torch.utils.flop_counter`` counts the CUDA fused-attention kernels but not
+    the CPU one that ``scaled_dot_product_attention`` picks without gradients; give
+    it the same formula so FLOPs per image do not depend on the kernel chosen."""
+    from torch.utils import flop_counter as fc
+
+    aten = torch.ops.aten
+    fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    if fwd is not None and fwd not in fc.flop_registry:
+        fc.register_flop_formula(fwd)(
+            lambda q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_flop_count(q, k, v)
+        )
+    if bwd is not None and bwd not in fc.flop_registry:
+        fc.register_flop_formula(bwd)(
+            lambda g, q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_backward_flop_count(g, q, k, v)
+        )
+
+
+_register_cpu_flash_flops()
+
+
 def _softmax(scores: Tensor) -> Tensor:
     """Softmax over the last axis in at least float32 (scores may be bf16 under autocast)."""
     if scores.dtype in (torch.float16, torch.bfloat16):
