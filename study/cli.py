@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 
 from study.cliutil import Parser
-from study.commands import models, studies, theorem, train
+from study.commands import bench, models, studies, theorem, train
 
-COMMANDS = (models, theorem, train, studies)
+COMMANDS = (models, theorem, train, studies, bench)
 
 
 def build_parser() -> Parser:

@@ -1,0 +1,81 @@
+"""Peak throughput the benchmark divides by (MFU = achieved / peak).
+
+GPU peaks are the vendor's dense (no 2:4 sparsity) tensor-core figures from the
+data sheets, in TFLOP/s; they are *stated*, not measured.  For a CPU there is no
+meaningful data-sheet number for PyTorch's kernels, so the peak is *measured*: the
+best of a few large square matmuls in the run's precision (a sustained-GEMM
+ceiling, labelled as such).  ``--peak-tflops`` overrides either.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+#: (substring of torch.cuda.get_device_name(), must not contain) -> precision -> dense TFLOP/s
+GPU_PEAKS: tuple[tuple[str, tuple[str, ...], str, dict[str, float]], ...] = (
+    ("H200", (), "NVIDIA H200 (SXM)", {"bf16": 989.0, "fp16": 989.0, "tf32": 495.0, "fp32": 67.0}),
+    ("H100", ("PCIe", "NVL"), "NVIDIA H100 SXM", {"bf16": 989.0, "fp16": 989.0, "tf32": 495.0, "fp32": 67.0}),
+    ("H100 PCIe", (), "NVIDIA H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0}),
+    ("A100", (), "NVIDIA A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+)
+
+
+@dataclass(frozen=True)
+class Peak:
+    tflops: float | None  # None: unknown ("n/a")
+    source: str  # where the number comes from, printed next to MFU
+
+
+def precision_key(device: torch.device, amp_dtype: torch.dtype | None) -> str:
+    """The precision the matmuls run in: bf16/fp16 under autocast, else tf32 or fp32."""
+    if amp_dtype == torch.bfloat16:
+        return "bf16"
+    if amp_dtype == torch.float16:
+        return "fp16"
+    if device.type == "cuda" and torch.get_float32_matmul_precision() != "highest":
+        return "tf32"
+    return "fp32"
+
+
+def stated_gpu_peak(device_name: str, precision: str) -> Peak:
+    for needle, excluded, label, table in GPU_PEAKS:
+        if needle in device_name and not any(e in device_name for e in excluded):
+            return Peak(table[precision], f"stated: {label} {precision} dense")
+    return Peak(None, f"n/a: no stated peak for {device_name!r} (use --peak-tflops)")
+
+
+def measured_matmul_peak(device: torch.device, dtype: torch.dtype, *, size: int = 2048, repeats: int = 3) -> Peak:
+    """Best TFLOP/s of ``repeats`` (size×size)·(size×size) matmuls on ``device``."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    a @ b  # warm-up (allocations, kernel selection)
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        t = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - t)
+    name = str(dtype).removeprefix("torch.")
+    return Peak(2 * size**3 / best / 1e12, f"measured: best {size}x{size} {name} matmul on this machine")
+
+
+def resolve_peak(device: torch.device, amp_dtype: torch.dtype | None, override: float | None) -> Peak:
+    """``override`` (from ``--peak-tflops``) if given, else the stated GPU table, else
+    a measured matmul ceiling on CPU."""
+    precision = precision_key(device, amp_dtype)
+    if override is not None:
+        return Peak(float(override), f"given: --peak-tflops ({precision})")
+    if device.type == "cuda":
+        return stated_gpu_peak(torch.cuda.get_device_name(device), precision)
+    if device.type == "cpu":
+        return measured_matmul_peak(device, amp_dtype or torch.float32)
+    return Peak(None, f"n/a: no peak known for device type {device.type!r}")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

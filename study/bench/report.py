@@ -1,0 +1,80 @@
+"""Readable tables for a ``study bench`` report (the dict of :func:`run_bench`)."""
+
+from __future__ import annotations
+
+MODEL_COLUMNS = (
+    "model", "run", "path", "img/s", "ms/step", "fwd GFLOP/img", "TFLOP/s", "MFU", "peak MB", "step MB", "vs naive",
+)
+
+
+def _num(v, fmt: str) -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def _mfu(v) -> str:
+    return "n/a" if v is None else f"{100 * v:.2f}%"
+
+
+def _row(label: str, run: str, rec: dict | None, ratio: float | None) -> list[str]:
+    if rec is None:
+        return [label, run, "-", *["-"] * 7, "-"]
+    return [
+        label, run, rec["path"],
+        _num(rec["images_per_s"], ".1f"),
+        _num(rec["step_ms"], ".1f"),
+        _num(rec["forward_flops"] / 1e9, ".3f"),
+        _num(rec["tflops"], ".3f"),
+        _mfu(rec["mfu"]),
+        _num(rec["peak_memory_mb"], ".0f"),
+        _num(rec["step_memory_mb"], ".0f"),
+        "n/a" if ratio is None else f"{ratio:.2f}x",
+    ]
+
+
+def _table(rows: list[list[str]], columns=MODEL_COLUMNS) -> str:
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
+    numeric = set(range(3, len(columns)))
+    fmt = lambda cells: "  ".join(  # noqa: E731
+        c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+    ).rstrip()
+    return "\n".join([fmt(list(columns)), fmt(["-" * w for w in widths]), *map(fmt, rows)])
+
+
+def format_report(report: dict) -> str:
+    peak = report["peak_tflops"]
+    lines = [
+        f"study bench: {report['device']} ({report['device_name']}), torch {report['torch']}, "
+        f"{report['precision']}{', torch.compile' if report['compile'] else ''}, "
+        f"batch {report['batch']}, {report['steps']} timed steps x {report['repeats']} window(s) "
+        f"after {report['warmup']} warm-up",
+        f"peak for MFU: {'n/a' if peak is None else f'{peak:.3f} TFLOP/s'} ({report['peak_source']})",
+        "step = forward + backward + SGD on a device-resident batch; TFLOP/s = 3 x forward FLOPs of the "
+        "timed path x img/s (median window); naive = study.bench.naive in float32, eager",
+        "peak MB = torch.cuda.max_memory_allocated (n/a on CPU); step MB = rise over the memory held "
+        "before the warm-up steps (CPU: peak RSS rise, approximate)",
+    ]
+    if report["models"]:
+        rows = []
+        for m in report["models"]:
+            rows.append(_row(m["name"], "fast", m["fast"], m["speedup_vs_naive"]))
+            if m["naive"] is not None:
+                rows.append(_row("", "naive", m["naive"], 1.0))
+        lines += ["", "Whole model, training mode (paper dropout 0.1 everywhere)", _table(rows)]
+        lines.append("forward FLOPs per image, eval path (study.flops.forward_flops): " + "; ".join(
+            f"{m['name']} {m['forward_flops'] / 1e9:.3f} G" for m in report["models"]))
+    if report["attention"]:
+        rows = []
+        for a in report["attention"]:
+            rows.append(_row(a["name"], "fast p=0", a["fast"], a["speedup_vs_naive"]))
+            rows.append(_row("", "train p=0.1", a["train"], a["train_speedup_vs_naive"]))
+            rows.append(_row("", "naive", a["naive"], 1.0 if a["naive"] else None))
+            rows.append(_row("", "core fast", a["core_fast"], a["core_speedup_vs_naive"]))
+            rows.append(_row("", "core naive", a["core_naive"], 1.0 if a["core_naive"] else None))
+        lines += [
+            "",
+            "Attention layer alone (D=400, N_h=9, 16x16 grid; input requires grad as inside the network).",
+            "fast p=0: eval / no probability dropout (every exact fast path); train p=0.1: the paper's "
+            "dropout, dense exact path; core = heads before the (N_h*D -> D) output projection",
+            _table(rows),
+        ]
+    return "\n".join(lines)

@@ -1,0 +1,483 @@
+"""``study bench``: steady-state training throughput of the paper's models and of
+one attention layer, next to a naive reference of the same equations.
+
+What is timed (DESIGN §11): one training step = forward + backward + SGD step on a
+batch resident on the device (no data loading).  Each variant first runs
+``warmup`` untimed steps (compilation, allocator, kernel selection; peak memory is
+read here), then ``repeats`` windows of ``steps`` steps, each window between two
+``torch.cuda.synchronize`` on GPU, with no host synchronisation inside it.
+``images_per_s`` is from the median window.  The attention-layer variants share a
+layer, so their windows are interleaved (fast, train, ..., naive, fast, ...) and a
+change of machine load hits all of them alike; whole models run one after another
+so that each one's memory is its own.
+
+Fast paths run under autocast (bf16 on CUDA by default) and optionally
+``torch.compile``; the naive reference (:mod:`study.bench.naive`: dense per-image
+(B, N_h, T, T) scores, generic einsum) always runs eager in float32, so
+``speedup_vs_naive`` includes the precision.
+
+FLOPs are counted by ``torch.utils.flop_counter`` (matmuls, einsums, convolutions,
+fused attention; element-wise ops and softmax are not counted):
+``forward_flops`` of a model is :func:`study.flops.forward_flops` (eval path, the
+number ``study models`` prints); each timed record has the forward FLOPs per image
+of *its* path and ``train_flops`` = 3 × that (backward ≈ 2 × forward), so achieved
+TFLOP/s and MFU describe the work each path really does.  The factorised path does
+fewer FLOPs than the dense one for the same result: compare paths by images/s.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import gc
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from study.bench.naive import naive_attention_heads, naive_relative_attention
+from study.bench.peaks import Peak, resolve_peak
+from study.models import PAPER_MODELS, ModelConfig, build_model, model_name
+from study.models.attention import RelativeSelfAttention
+
+ATTENTION = "attention"  # pseudo-model: the attention layer alone, every encoding
+ATTENTION_VARIANTS = ("sa_quadratic", "sa_quadratic_noniso", "sa_learned", "sa_learned_content")
+ALL_TARGETS = (*PAPER_MODELS, ATTENTION)
+NAIVE_PATH = "naive: per-image (B,N_h,T,T), einsum, float32"
+
+
+def is_target(name: str) -> bool:
+    """A key of PAPER_MODELS, ``attention`` (the layer, every encoding) or
+    ``attention:KEY`` (the layer of one SA model)."""
+    if name in ALL_TARGETS:
+        return True
+    head, _, key = name.partition(":")
+    return head == ATTENTION and key in ATTENTION_VARIANTS
+
+
+@dataclass
+class BenchOptions:
+    device: torch.device
+    batch: int
+    steps: int
+    warmup: int = 1  # >= 1: memory is read on the warm-up steps
+    repeats: int = 1
+    amp_dtype: torch.dtype | None = None  # autocast dtype of the fast paths; None: float32
+    compile: bool = False
+    naive: bool = True
+    targets: tuple[str, ...] = ALL_TARGETS
+    peak_tflops: float | None = None  # override of the peak table
+    seed: int = 0
+    progress: Callable[[str], None] | None = None
+    peak: Peak | None = field(default=None, init=False)
+
+
+def default_options(device: str | torch.device | None = None, **overrides) -> BenchOptions:
+    """Defaults per device: CUDA batch 128, 50 steps after 10 warm-up, bf16 autocast;
+    CPU batch 8, 3 steps after 1 warm-up, float32.  ``None`` overrides are ignored."""
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type == "cuda":
+        base = dict(batch=128, steps=50, warmup=10, amp_dtype=torch.bfloat16)
+    else:
+        base = dict(batch=8, steps=3, warmup=1, amp_dtype=None)
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    return BenchOptions(device=dev, **base)
+
+
+# --------------------------------------------------------------------- utilities
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class MemoryProbe:
+    """Memory of the steps run inside.
+
+    ``peak_mb``: ``torch.cuda.max_memory_allocated`` (absolute: parameters,
+    gradients, optimizer state, activations; ``None`` on CPU).  ``step_mb``: the
+    peak minus what was allocated at entry; on CPU the rise of the process's peak
+    RSS over its RSS at entry (Linux ``/proc/self``, after returning freed heap to
+    the OS; approximate), ``None`` where that cannot be read."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.peak_mb: float | None = None
+        self.step_mb: float | None = None
+
+    def __enter__(self):
+        gc.collect()
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+        else:
+            _malloc_trim()
+            self._rss0 = _proc_status_kb("VmRSS")
+            self._reset_ok = _reset_peak_rss()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device)
+            self.peak_mb, self.step_mb = peak / 2**20, (peak - self._base) / 2**20
+        else:
+            hwm = _proc_status_kb("VmHWM")
+            if self._reset_ok and hwm is not None and self._rss0 is not None:
+                self.step_mb = max(hwm - self._rss0, 0) / 1024
+        return False
+
+
+def _proc_status_kb(key: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)."""
+    try:
+        with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _malloc_trim() -> None:
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def count_forward_flops(fn: Callable[[], object], batch: int) -> int:
+    """FLOPs of ``fn()`` (one forward, no grad) divided by ``batch``."""
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        fn()
+    return counter.get_total_flops() // batch
+
+
+@dataclass
+class Variant:
+    """One timed setting: ``step()`` runs a training step and returns a tensor to
+    check for finiteness after timing."""
+
+    name: str
+    path: str
+    step: Callable[[], Tensor]
+    forward_flops: int
+    precision: str
+
+
+def measure(variants: list[Variant], opts: BenchOptions) -> dict[str, dict]:
+    """Warm up each variant (reading its memory), then time ``repeats`` windows of
+    ``steps`` steps per variant, interleaved across variants."""
+    dev = opts.device
+    warm, memory, last = {}, {}, {}
+    for v in variants:
+        _progress(opts, f"warm-up {v.name} ({v.path})")
+        with MemoryProbe(dev) as mem:
+            t = time.perf_counter()
+            for _ in range(max(opts.warmup, 1)):
+                last[v.name] = v.step()
+            synchronize(dev)
+        warm[v.name], memory[v.name] = time.perf_counter() - t, mem
+    windows: dict[str, list[float]] = {v.name: [] for v in variants}
+    for r in range(opts.repeats):
+        for v in variants:
+            synchronize(dev)
+            t = time.perf_counter()
+            for _ in range(opts.steps):
+                last[v.name] = v.step()
+            synchronize(dev)
+            windows[v.name].append(time.perf_counter() - t)
+    records = {}
+    for v in variants:
+        if not bool(torch.isfinite(last[v.name]).all()):
+            raise RuntimeError(f"non-finite values while timing {v.name} ({v.path})")
+        records[v.name] = _record(v, windows[v.name], warm[v.name], memory[v.name], opts)
+    return records
+
+
+def _record(v: Variant, windows: list[float], warmup_s: float, mem: MemoryProbe, opts: BenchOptions) -> dict:
+    seconds = statistics.median(windows)
+    images_per_s = opts.batch * opts.steps / seconds
+    train_flops = 3 * v.forward_flops
+    tflops = train_flops * images_per_s / 1e12
+    peak = opts.peak.tflops if opts.peak else None
+    return {
+        "path": v.path,
+        "precision": v.precision,
+        "images_per_s": images_per_s,
+        "images_per_s_best": opts.batch * opts.steps / min(windows),
+        "step_ms": 1e3 * seconds / opts.steps,
+        "windows_s": windows,
+        "warmup_s": warmup_s,
+        "forward_flops": v.forward_flops,
+        "train_flops": train_flops,
+        "tflops": tflops,
+        "mfu": tflops / peak if peak else None,
+        "peak_memory_mb": mem.peak_mb,
+        "step_memory_mb": mem.step_mb,
+    }
+
+
+def _ratio(a: dict | None, b: dict | None) -> float | None:
+    if not a or not b:
+        return None
+    return a["images_per_s"] / b["images_per_s"]
+
+
+def _precision_name(dtype: torch.dtype | None) -> str:
+    return "float32" if dtype is None else str(dtype).removeprefix("torch.") + " autocast"
+
+
+def _autocast(device: torch.device, amp_dtype: torch.dtype | None):
+    return torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
+
+
+def attention_path(layer: RelativeSelfAttention) -> str:
+    """Which exact path ``layer.forward`` takes in its current mode."""
+    p = layer.attention_dropout.p if layer.training else 0.0
+    if layer.content:
+        return "SDPA + positional bias" + (f", dropout {p:g}" if p else "")
+    if layer.uses_factorised_path():
+        return "factorised P_row⊗P_col"
+    return "shared dense (N_h,T,T)" + (f" + one dropout mask {p:g}" if p else "")
+
+
+# ------------------------------------------------------------------------ models
+class NaiveAttention(nn.Module):
+    """Wraps a layer so a model runs :func:`naive_relative_attention` in its place."""
+
+    def __init__(self, layer: RelativeSelfAttention):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: Tensor, *, return_attention: bool = False):
+        return naive_relative_attention(self.layer, x)
+
+
+def naive_model(model: nn.Module) -> nn.Module | None:
+    """A copy of ``model`` whose attention layers are the naive reference; ``None``
+    for a model without attention (ResNet18)."""
+    if not hasattr(model, "blocks"):
+        return None
+    ref = copy.deepcopy(model)
+    for block in ref.blocks:
+        block.attention = NaiveAttention(block.attention)
+    return ref
+
+
+def _model_variant(name: str, model: nn.Module, opts: BenchOptions, *, amp_dtype, compile: bool,
+                   path: str, channels_last: bool = False) -> Variant:
+    dev = opts.device
+    gen = torch.Generator(device="cpu").manual_seed(opts.seed)
+    images = torch.randn(opts.batch, 3, 32, 32, generator=gen).to(dev)
+    labels = torch.randint(0, 10, (opts.batch,), generator=gen).to(dev)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        images = images.contiguous(memory_format=torch.channels_last)
+    model.train()  # the paper's training mode: dropout 0.1 (attention probabilities too)
+    fwd_flops = count_forward_flops(lambda: model(images), opts.batch)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    run = torch.compile(model) if compile else model
+
+    def step() -> Tensor:
+        with _autocast(dev, amp_dtype):
+            loss = F.cross_entropy(run(images), labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return Variant(name, path, step, fwd_flops, _precision_name(amp_dtype))
+
+
+def bench_model(key: str, opts: BenchOptions) -> dict:
+    """Training throughput of ``PAPER_MODELS[key]`` (fast paths) and of its naive
+    reference (attention layers replaced by :func:`naive_relative_attention`)."""
+    from study.flops import count_parameters, forward_flops
+
+    config: ModelConfig = PAPER_MODELS[key]
+    torch.manual_seed(opts.seed)
+    model = build_model(config).to(opts.device)
+    out = {
+        "key": key,
+        "name": model_name(config),
+        "n_params": count_parameters(model),
+        "forward_flops": forward_flops(model),
+        "batch": opts.batch,
+        "steps": opts.steps,
+    }
+    attention = hasattr(model, "blocks")
+    if attention:
+        model.train()
+        path = attention_path(model.blocks[0].attention)
+    else:
+        path = "convolutions" + (", channels_last" if opts.device.type == "cuda" else "")
+    _progress(opts, f"{key}")
+    fast = _model_variant(f"{key} fast", model, opts, amp_dtype=opts.amp_dtype, compile=opts.compile,
+                          path=path, channels_last=opts.device.type == "cuda" and not attention)
+    out["fast"] = measure([fast], opts)[fast.name]
+    del fast
+    # built after the fast run, so that neither run's memory holds the other model
+    ref = naive_model(model) if opts.naive else None
+    del model
+    if ref is not None:
+        naive = _model_variant(f"{key} naive", ref, opts, amp_dtype=None, compile=False, path=NAIVE_PATH)
+        out["naive"] = measure([naive], opts)[naive.name]
+    else:
+        out["naive"] = None  # no attention (ResNet18) or --no-naive: nothing to compare
+    out["speedup_vs_naive"] = _ratio(out["fast"], out["naive"])
+    return out
+
+
+# ----------------------------------------------------------------- attention layer
+def paper_attention_layer(key: str) -> RelativeSelfAttention:
+    """One attention layer of ``PAPER_MODELS[key]`` at paper dims (D 400, N_h 9, 16×16)."""
+    from study.models.sa_net import positional_scores
+
+    cfg = PAPER_MODELS[key]
+    return RelativeSelfAttention(
+        dim=cfg.hidden, num_heads=cfg.num_heads, positional=positional_scores(cfg),
+        content=cfg.encoding == "learned_content", attention_dropout=cfg.attention_dropout,
+    )
+
+
+def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor], Tensor],
+                   opts: BenchOptions, *, training: bool, fast: bool, path: str) -> Variant:
+    dev = opts.device
+    amp_dtype = opts.amp_dtype if fast else None
+    grid = PAPER_MODELS["sa_quadratic"].grid
+    gen = torch.Generator(device="cpu").manual_seed(opts.seed)
+    x = torch.randn(opts.batch, grid, grid, layer.dim, generator=gen).to(dev).requires_grad_()
+    layer.train(training)
+    with torch.no_grad():
+        grad_out = torch.randn_like(fn(x).float())
+    fwd_flops = count_forward_flops(lambda: fn(x), opts.batch)
+    opt = torch.optim.SGD(layer.parameters(), lr=1e-3, momentum=0.9)
+    run = torch.compile(fn) if (opts.compile and fast) else fn
+
+    def step() -> Tensor:
+        layer.train(training)
+        with _autocast(dev, amp_dtype):
+            y = run(x)
+        y.backward(grad_out.to(y.dtype))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        x.grad = None
+        return y.detach()
+
+    return Variant(name, path, step, fwd_flops, _precision_name(amp_dtype))
+
+
+def bench_attention(key: str, opts: BenchOptions) -> dict:
+    """One layer of ``key`` at paper dims; a step is forward + backward (the input
+    requires grad, as inside the network) + SGD on the layer.  Settings:
+
+    * ``fast``: eval mode, no probability dropout: the factorised path for separable
+      encodings, SDPA for content, the shared dense matrix otherwise;
+    * ``train``: the paper's training setting, dropout 0.1 on the probabilities
+      (dense shared path, one mask per step; SDPA with dropout for content);
+    * ``naive``: :func:`naive_relative_attention`, float32, eager;
+    * ``core_fast`` / ``core_naive``: the heads before ``out_proj`` only, which
+      shows how much of the layer the (N_h·D → D) projection takes."""
+    torch.manual_seed(opts.seed)
+    layer = paper_attention_layer(key).to(opts.device)
+    out = {"key": key, "name": model_name(PAPER_MODELS[key]), "batch": opts.batch, "steps": opts.steps}
+    _progress(opts, f"attention layer {key}")
+    layer.eval()
+    fast_path = attention_path(layer)
+    layer.train()
+    train_path = attention_path(layer)
+    variants = [
+        _layer_variant("fast", layer, layer, opts, training=False, fast=True, path=fast_path),
+        _layer_variant("train", layer, layer, opts, training=True, fast=True, path=train_path),
+        _layer_variant("core_fast", layer, lambda x: layer.head_outputs(x)[0], opts, training=False,
+                       fast=True, path="core: " + fast_path),
+    ]
+    if opts.naive:
+        variants += [
+            _layer_variant("naive", layer, lambda x: naive_relative_attention(layer, x), opts,
+                           training=False, fast=False, path=NAIVE_PATH),
+            _layer_variant("core_naive", layer, lambda x: naive_attention_heads(layer, x), opts,
+                           training=False, fast=False, path="core: naive"),
+        ]
+    records = measure(variants, opts)
+    for name in ("fast", "train", "core_fast", "naive", "core_naive"):
+        out[name] = records.get(name)
+    out["speedup_vs_naive"] = _ratio(out["fast"], out["naive"])
+    out["train_speedup_vs_naive"] = _ratio(out["train"], out["naive"])
+    out["core_speedup_vs_naive"] = _ratio(out["core_fast"], out["core_naive"])
+    return out
+
+
+# -------------------------------------------------------------------------- driver
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return f"{cpu}, {torch.get_num_threads()} threads"
+
+
+def run_bench(opts: BenchOptions) -> dict:
+    """Benchmark ``opts.targets`` (keys of PAPER_MODELS and/or ``"attention"``) and
+    return a JSON-serialisable report (see ``study bench --help``)."""
+    unknown = [t for t in opts.targets if not is_target(t)]
+    if unknown:
+        raise ValueError(f"unknown bench target {unknown[0]!r}; choose from {', '.join(ALL_TARGETS)} "
+                         f"or attention:KEY with KEY in {', '.join(ATTENTION_VARIANTS)}")
+    for name in ("batch", "steps", "warmup", "repeats"):
+        if getattr(opts, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(opts, name)}")
+    opts.peak = resolve_peak(opts.device, opts.amp_dtype, opts.peak_tflops)
+    report = {
+        "device": str(opts.device),
+        "device_name": device_name(opts.device),
+        "torch": torch.__version__,
+        "precision": _precision_name(opts.amp_dtype),
+        "compile": opts.compile,
+        "batch": opts.batch,
+        "steps": opts.steps,
+        "warmup": opts.warmup,
+        "repeats": opts.repeats,
+        "peak_tflops": opts.peak.tflops,
+        "peak_source": opts.peak.source,
+        "models": [],
+        "attention": [],
+    }
+    for target in opts.targets:
+        if target == ATTENTION or target.startswith(ATTENTION + ":"):
+            keys = ATTENTION_VARIANTS if target == ATTENTION else (target.split(":", 1)[1],)
+            for key in keys:
+                report["attention"].append(bench_attention(key, opts))
+        else:
+            report["models"].append(bench_model(target, opts))
+    return report
+
+
+def _progress(opts: BenchOptions, message: str) -> None:
+    if opts.progress:
+        opts.progress(message)

@@ -1,0 +1,113 @@
+"""``study bench``: training throughput, FLOPs, MFU and memory of the paper's models
+and of one attention layer, against a naive reference of the same equations."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from study.cliutil import fail
+
+PROG = "study bench"
+DTYPES = {"float32": None, "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def register(sub) -> None:
+    from study.models import PAPER_MODELS
+
+    targets = ", ".join([*PAPER_MODELS, "attention"])
+    p = sub.add_parser(
+        "bench", help="measure training images/s, TFLOP/s, MFU and memory vs a naive reference",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "For each paper model (configs of study.models.PAPER_MODELS) on the current device:\n"
+            "steady-state training images/s (forward + backward + SGD step on a device-resident\n"
+            "batch, after warm-up, timed with torch.cuda.synchronize on GPU), forward FLOPs per\n"
+            "image (study.flops.forward_flops), achieved TFLOP/s (3 x forward FLOPs of the timed\n"
+            "path), MFU against the stated peak and peak memory; then the naive reference\n"
+            "(study.bench.naive: per-image (B,N_h,T,T) scores, generic einsum, float32, eager)\n"
+            "and the ratio fast/naive.  'attention' times one RelativeSelfAttention at paper dims\n"
+            "(D 400, N_h 9, 16x16) for every encoding: without probability dropout (factorised\n"
+            "P_row x P_col for separable encodings, SDPA for content), with the paper's dropout\n"
+            "0.1 (dense exact path), naive, and the attention core without the output projection.\n\n"
+            "Peaks (dense, TFLOP/s): H100 SXM / H200 bf16 989, tf32 495, fp32 67; H100 PCIe bf16\n"
+            "756; A100 bf16 312, tf32 156, fp32 19.5.  On CPU the peak is measured (best 2048^3\n"
+            "matmul in the run's precision).  Other devices: n/a unless --peak-tflops.\n\n"
+            f"targets: {targets}; attention:KEY times the layer of one SA model only"
+        ),
+    )
+    p.add_argument("--models", default="all", metavar="LIST",
+                   help="comma-separated targets, or 'all' (default)")
+    p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
+    p.add_argument("--batch", type=int, default=None, help="images per step (default: 128 on CUDA, 8 on CPU)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default: 50 on CUDA, 3 on CPU)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps first (compilation; memory is read here), >= 1 "
+                   "(default: 10 on CUDA, 1 on CPU)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed windows of --steps steps per variant; img/s from the median window "
+                   "(default 1); attention-layer variants interleave their windows")
+    p.add_argument("--dtype", choices=list(DTYPES), default=None,
+                   help="autocast dtype of the fast paths; float32 = no autocast "
+                   "(default: bfloat16 on CUDA, float32 on CPU); the naive reference is always float32")
+    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
+                   help="shorthand: --amp = --dtype bfloat16, --no-amp = --dtype float32")
+    p.add_argument("--compile", action="store_true", help="torch.compile the fast model / layer")
+    p.add_argument("--naive", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time the naive reference (default: on)")
+    p.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOPS",
+                   help="peak for MFU, overriding the table / CPU measurement")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=run)
+
+
+def options_from_args(args: argparse.Namespace):
+    import torch
+
+    from study.bench.runner import ALL_TARGETS, default_options, is_target
+
+    for name in ("batch", "steps", "warmup", "repeats"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            fail(PROG, f"--{name}: must be >= 1, got {v}")
+    if args.peak_tflops is not None and not args.peak_tflops > 0:
+        fail(PROG, f"--peak-tflops: must be > 0, got {args.peak_tflops}")
+    if args.models.strip() == "all":
+        targets = ALL_TARGETS
+    else:
+        targets = tuple(t.strip() for t in args.models.split(",") if t.strip())
+        bad = [t for t in targets if not is_target(t)]
+        if bad or not targets:
+            fail(PROG, f"--models: unknown target {bad[0] if bad else args.models!r}; "
+                 f"choose from {', '.join(ALL_TARGETS)}, attention:KEY or all")
+    try:
+        device = torch.device(args.device) if args.device else None
+    except RuntimeError as e:
+        fail(PROG, f"--device: {e}")
+    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
+        fail(PROG, "--device: CUDA is not available on this machine")
+    if device is not None and device.type not in ("cuda", "cpu"):
+        fail(PROG, f"--device: only cuda and cpu are supported, got {device.type}")
+    if args.dtype is not None and args.amp is not None:
+        fail(PROG, "--amp/--no-amp: give either --dtype or --amp, not both")
+    overrides = dict(batch=args.batch, steps=args.steps, warmup=args.warmup, repeats=args.repeats, compile=args.compile,
+                     naive=args.naive, targets=targets, peak_tflops=args.peak_tflops, seed=args.seed)
+    opts = default_options(device, **overrides)
+    dtype = args.dtype or ({True: "bfloat16", False: "float32"}.get(args.amp))
+    if dtype is not None:
+        opts.amp_dtype = getattr(torch, DTYPES[dtype]) if DTYPES[dtype] else None
+    if not args.quiet:
+        opts.progress = lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True)
+    return opts
+
+
+def run(args: argparse.Namespace) -> int:
+    from study.bench.report import format_report
+    from study.bench.runner import run_bench
+
+    report = run_bench(options_from_args(args))
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
