@@ -34,7 +34,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "trial_id", "study", "name", "arch", "encoding", "isotropic", "num_heads", "pos_dim",
         "hidden", "layers", "lr", "weight_decay", "batch_size", "epochs", "warmup", "seed",
         "data", "status", "epochs_done", "n_params", "flops", "best_test_acc", "final_test_acc",
-        "device_seconds", "device", "world_size", "updated_at",
+        "device_seconds", "device", "world_size", "attempts", "cell", "schedule", "subset", "updated_at",
     ),
     "epochs": (
         "trial_id", "epoch", "train_loss", "train_acc", "test_loss", "test_acc", "lr",
@@ -101,6 +101,11 @@ def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
             return pd.DataFrame(columns=list(SCHEMA[table]))
     try:
         data = ds.dataset(p, filesystem=fs, format="parquet", ignore_prefixes=[".", "_"])
+        # parts may disagree on a column's type (e.g. all-null in one trial): unify
+        schemas = [f.physical_schema for f in data.get_fragments()]
+        if schemas:
+            schema = pa.unify_schemas(schemas, promote_options="permissive")
+            data = ds.dataset(p, filesystem=fs, format="parquet", ignore_prefixes=[".", "_"], schema=schema)
         frame = data.to_table().to_pandas()
     except FileNotFoundError:
         return pd.DataFrame(columns=list(SCHEMA[table]))

@@ -101,9 +101,10 @@ def train_trial(
     flops = forward_flops(model, image_size=mc.image_size, in_channels=mc.in_channels)
     optimizer = build_optimizer(model, cfg)
 
-    start_epoch, best_acc, device_seconds = 0, 0.0, 0.0
+    start_epoch, best_acc, device_seconds, attempts = 0, 0.0, 0.0, 1
     state = load_checkpoint(checkpoint_dir)
     if state is not None:
+        attempts = state.get("attempts", 1) + 1
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_epoch, best_acc = state["epoch"], state["best_test_acc"]
@@ -136,7 +137,7 @@ def train_trial(
         "lr": cfg.lr, "weight_decay": cfg.weight_decay, "batch_size": cfg.batch_size, "epochs": cfg.epochs,
         "warmup": cfg.warmup, "schedule": cfg.schedule, "seed": cfg.seed, "data": cfg.data,
         "subset": cfg.subset, "n_params": n_params, "flops": flops, "device": _device_name(device),
-        "world_size": world, **(extra_run_fields or {}),
+        "world_size": world, "attempts": attempts, **(extra_run_fields or {}),
     }
 
     def write_run(status: str, epochs_done: int, final_acc: float) -> None:
@@ -210,7 +211,7 @@ def train_trial(
                 save_checkpoint(checkpoint_dir, {
                     "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
                     "epoch": epoch + 1, "best_test_acc": best_acc, "final_test_acc": final_acc,
-                    "device_seconds": device_seconds, "rng_cpu": torch.get_rng_state(),
+                    "device_seconds": device_seconds, "attempts": attempts, "rng_cpu": torch.get_rng_state(),
                     **({"rng_cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}),
                 })
                 ckpt = Path(checkpoint_dir)

@@ -62,9 +62,9 @@ def study_trial(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
         result = train_trial(cfg, trial_id=trial_id, tables=meta["tables"], checkpoint_dir=local,
                              study=meta["name"], report=report,
                              extra_run_fields={"cell": config["cell"], **_prefixed(config.get("sampled"))})
-        tune.report({"status": result.status, "epochs_done": result.epochs_done,
-                     "best_test_acc": result.best_test_acc, "test_acc": result.final_test_acc,
-                     "done_epochs": result.epochs_done})
+        tune.report({"status": result.status, "epoch": result.epochs_done - 1,
+                     "epochs_done": result.epochs_done, "best_test_acc": result.best_test_acc,
+                     "test_acc": result.final_test_acc})
 
 
 def _prefixed(sampled: dict | None) -> dict[str, Any]:
