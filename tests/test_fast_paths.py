@@ -177,3 +177,29 @@ def test_float32_fast_path_close_to_naive(variant):
     layer = make_layer(*variant, size=16).float().eval()
     x = torch.randn(2, 16, 16, 8)
     torch.testing.assert_close(layer(x), naive_relative_attention(layer, x), rtol=1e-4, atol=1e-5)
+
+
+class HostSyncs(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records ops that copy a device value to the host (``.item()``, ``bool(t)``,
+    data-dependent shapes): on a GPU each would stall the stream every step."""
+
+    SYNCING = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::unique_dim",
+               "aten::_unique2"}
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.name in self.SYNCING:
+            self.seen.append(func._schema.name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_no_host_synchronisation_in_forward_and_backward(variant, training):
+    layer = make_layer(*variant, dropout=0.1).train(training)
+    x = inputs(grad=True)
+    with HostSyncs() as mode:
+        layer(x).sum().backward()
+    assert mode.seen == []
