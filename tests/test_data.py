@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
 import tarfile
+import threading
 import urllib.error
 
 import numpy as np
@@ -344,6 +347,28 @@ def test_corrupt_cache_file_is_rebuilt(tmp_path, cache, monkeypatch):
     again = load(tmp_path / "d", cache)
     assert calls == [12, 6] and torch.equal(first.train_images, again.train_images)
     assert path.stat().st_size > 1000
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fcntl locks")
+def test_concurrent_load_waits_for_the_builder_then_uses_its_cache(tmp_path, cache, monkeypatch):
+    import fcntl
+
+    make_tree(tmp_path / "d")
+    load(tmp_path / "d", tmp_path / "elsewhere")
+    (built,) = (tmp_path / "elsewhere").glob("*.pt")
+    cache.mkdir()
+    lock = open(cache / f"{built.name}.lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # "another trial" is decoding the same source
+    forbid_decoding(monkeypatch)
+    result = {}
+    waiter = threading.Thread(target=lambda: result.update(splits=load(tmp_path / "d", cache)))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive()  # blocked on the lock, not decoding
+    shutil.copy(built, cache / built.name)  # the other trial finishes its cache file
+    lock.close()
+    waiter.join(30)
+    assert result["splits"].train_images.shape == (12, 3, 32, 32)
 
 
 def test_default_cache_dir_from_environment(tmp_path, monkeypatch):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +68,24 @@ def save_atomic(obj: dict[str, Any], path: Path) -> bool:
         except OSError:
             pass
         return False
+
+
+@contextmanager
+def build_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``<path>.lock`` while building ``path``, so
+    trials starting together on one machine decode a source once: the others wait,
+    then find the cache.  Without ``fcntl`` or a writable folder it does not lock."""
+    try:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path.with_name(path.name + ".lock"), "a")
+    except (ImportError, OSError):
+        yield
+        return
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except OSError:  # e.g. a file system without locks
+            pass
+        yield  # closing the file releases the lock

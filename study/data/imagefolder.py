@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from . import decode
-from .cache import cache_path, load_cached, save_atomic
+from .cache import build_lock, cache_path, load_cached, save_atomic
 from .layout import resolve_layout
 from .sources import ImageFolderSource
 
@@ -36,24 +36,13 @@ def load_image_folder(
     name = str(path)
     label = KNOWN_ARCHIVES.get(src.digest, "image folder" if src.is_dir else "image archive")
     target = cache_path(cache_dir, kind="imagefolder", digest=src.digest)
-    data = load_cached(target)
-    if data is not None and not all(k in data for k in _KEYS):
-        data = None
+    data = _cached(target)
     if data is None:
-        t0 = time.perf_counter()
-        listing = src.listing()
-        layout = resolve_layout(source=name, files=listing.files, dirs=listing.dirs)
-        data = {"classes": list(layout.classes)}
-        for split, pairs in (("train", layout.train), ("test", layout.test)):
-            items = [(n, *listing.files[n]) for n, _ in pairs]
-            if progress:
-                progress(f"decoding {len(items)} {split} images of {name}")
-            data[f"{split}_images"] = decode.decode_images(listing.buffer, items, source=name, workers=workers)
-            data[f"{split}_labels"] = torch.tensor([lab for _, lab in pairs], dtype=torch.int64)
-        saved = save_atomic(data, target)
-        if progress:
-            where = f"cached in {target}" if saved else f"not cached ({cache_dir} not writable)"
-            progress(f"decoded {name} in {time.perf_counter() - t0:.1f} s; {where}")
+        with build_lock(target):
+            data = _cached(target)  # another process may have built it meanwhile
+            if data is None:
+                data = _decode(src, name=name, target=target, cache_dir=cache_dir, progress=progress,
+                               workers=workers)
     return {
         "train_images": data["train_images"],
         "train_labels": data["train_labels"],
@@ -62,3 +51,29 @@ def load_image_folder(
         "classes": tuple(data["classes"]),
         "source": f"{label} {path}",
     }
+
+
+def _cached(target: Path) -> dict[str, Any] | None:
+    data = load_cached(target)
+    return data if data is not None and all(k in data for k in _KEYS) else None
+
+
+def _decode(
+    src: ImageFolderSource, *, name: str, target: Path, cache_dir: Path,
+    progress: Callable[[str], None] | None, workers: int | None,
+) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    listing = src.listing()
+    layout = resolve_layout(source=name, files=listing.files, dirs=listing.dirs)
+    data: dict[str, Any] = {"classes": list(layout.classes)}
+    for split, pairs in (("train", layout.train), ("test", layout.test)):
+        items = [(n, *listing.files[n]) for n, _ in pairs]
+        if progress:
+            progress(f"decoding {len(items)} {split} images of {name}")
+        data[f"{split}_images"] = decode.decode_images(listing.buffer, items, source=name, workers=workers)
+        data[f"{split}_labels"] = torch.tensor([lab for _, lab in pairs], dtype=torch.int64)
+    saved = save_atomic(data, target)
+    if progress:
+        where = f"cached in {target}" if saved else f"not cached ({cache_dir} not writable)"
+        progress(f"decoded {name} in {time.perf_counter() - t0:.1f} s; {where}")
+    return data

@@ -116,7 +116,7 @@ def _load(spec: str, *, cache_dir: Path, progress: Callable[[str], None] | None)
         tr_x, tr_y, te_x, te_y = make_synthetic(n_train=n_train)
         return {"train_images": tr_x, "train_labels": tr_y, "test_images": te_x, "test_labels": te_y,
                 "classes": CLASSES, "source": f"synthetic ({n_train} train / {len(te_y)} test)"}
-    if kind == "cifar10" and not Path(spec).exists():
+    if kind == "cifar10":  # a folder named cifar10 is "./cifar10"
         from .cifar import load_cifar10
 
         return load_cifar10(Path(arg) if arg else cache_dir / "cifar10")
