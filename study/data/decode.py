@@ -48,6 +48,7 @@ def decode_images(
     out = torch.empty((n, *IMAGE_SHAPE), dtype=torch.uint8)
     if n == 0:
         return out
+    import torchvision.io  # noqa: F401  (once, before the threads need it)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # frombuffer on read-only bytes
         flat = torch.frombuffer(buffer, dtype=torch.uint8) if len(buffer) else torch.empty(0, dtype=torch.uint8)
@@ -60,18 +61,23 @@ def decode_images(
     workers = workers or default_workers()
     starts = range(0, n, _CHUNK)
     done = 0
+
+    def advance(k: int) -> None:
+        nonlocal done
+        done += k
+        if progress:
+            progress(done, n)
+
     if workers == 1:
-        results = map(run, starts)
-        for k in results:
-            done += k
-            if progress:
-                progress(done, n)
+        for lo in starts:
+            advance(run(lo))
         return out
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode") as pool:
-        for k in pool.map(run, starts):
-            done += k
-            if progress:
-                progress(done, n)
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode")
+    try:
+        for future in [pool.submit(run, lo) for lo in starts]:
+            advance(future.result())  # in order: the first bad file is reported
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # after an error, skip the rest
     return out
 
 
