@@ -56,6 +56,7 @@ def test_model_rows(report):
     assert m["fast"]["path"].startswith("shared dense") and "dropout mask 0.1" in m["fast"]["path"]
     assert m["fast"]["forward_flops"] == m["naive"]["forward_flops"]
     assert m["speedup_vs_naive"] == pytest.approx(m["fast"]["images_per_s"] / m["naive"]["images_per_s"])
+    assert m["speedup_vs_naive_best"] > 0
 
 
 def test_attention_rows(report):
@@ -67,7 +68,7 @@ def test_attention_rows(report):
     assert a["train"]["path"].startswith("shared dense") and "dropout" in a["train"]["path"]
     # the factorised core does 8x fewer multiply-adds (2*16^3 vs 256^2 per head, channel)
     assert a["core_naive"]["forward_flops"] == 8 * a["core_fast"]["forward_flops"]
-    for k in ("speedup_vs_naive", "train_speedup_vs_naive", "core_speedup_vs_naive"):
+    for k in ("speedup_vs_naive", "train_speedup_vs_naive", "core_speedup_vs_naive", "speedup_vs_naive_best"):
         assert math.isfinite(a[k]) and a[k] > 0
 
 
@@ -86,6 +87,7 @@ def test_cli_json_resnet_without_naive_counterpart(capsys):
     (m,) = out["models"]
     check_record(m["fast"])
     assert m["naive"] is None and "speedup_vs_naive" in m and m["speedup_vs_naive"] is None
+    assert m["fast"]["mfu"] == pytest.approx(m["fast"]["tflops"] / out["peak_tflops"])
     assert m["n_params"] == 11_173_962
 
 
