@@ -97,8 +97,8 @@ class RelativeSelfAttention(nn.Module):
     positional-only attention (shared by the batch) or ``(B, N_h, T, T)`` with content.
     """
 
-    #: Use the factorised P_row ⊗ P_col path when it is exact (tests and the
-    #: benchmark switch it off to time the dense shared path).
+    #: Use the factorised P_row ⊗ P_col path when it is exact (tests switch it
+    #: off to compare with the dense shared path).
     factorise: bool = True
 
     def __init__(
