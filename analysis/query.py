@@ -1,0 +1,79 @@
+"""``analysis query``: SQL over a study's tables, printed as a table, CSV or JSON."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any
+
+from analysis.io import Study
+
+FORMATS = ("table", "csv", "json")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe value: NaN/inf become null, lists recurse, other objects become text."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(value)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ("" if value != value else str(value))
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(_plain(value))
+    return str(value)
+
+
+def _short(value: Any) -> str:
+    """A cell for the human-readable table (long lists elided)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        head = ", ".join(_short(v) for v in value[:4])
+        return f"[{head}{', …' if len(value) > 4 else ''}] ({len(value)})" if len(value) > 4 else f"[{head}]"
+    return str(value)
+
+
+def render(columns: list[str], rows: list[tuple], fmt: str) -> str:
+    """The query result as text in ``fmt`` (``table``, ``csv`` or ``json``)."""
+    if fmt == "json":
+        return json.dumps([{c: _plain(v) for c, v in zip(columns, r)} for r in rows], ensure_ascii=False) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        for r in rows:
+            w.writerow([_cell(v) for v in r])
+        return buf.getvalue()
+    if not columns:
+        return ""
+    cells = [[_short(v) for v in r] for r in rows]
+    numeric = [all(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in rows if r[i] is not None)
+               for i in range(len(columns))]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    out = [line(columns)] + [line(row) for row in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out) + "\n"
+
+
+def run_query(study: Study, sql: str, fmt: str = "table") -> str:
+    columns, rows = study.sql_records(sql)
+    return render(columns, rows, fmt)
