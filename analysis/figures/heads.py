@@ -1,0 +1,107 @@
+"""Figs. 4/12/14: each head's centre and its 50 % (solid) / 90 % (dotted) contour, one
+panel per layer, at one epoch (default: the trial's last).
+
+Gaussian heads: analytic ellipses of Σ = (Σ⁻¹ as trained)⁻¹ around the head's mean
+shift.  Learned and content heads: the smallest set of pixels of the stored
+attention window holding 50 % / 90 % of the head's attention (not drawn when the
+window holds less)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from analysis.contours import LEVELS, gaussian_ellipse, window_contours
+from analysis.figures.panels import after, label_grid, layer_grid, limit, shift_axes, wrap_note
+from analysis.style import head_colors, save
+
+KIND = "heads"
+STYLE = {0.5: "-", 0.9: ":"}
+PARAMS = ("param_inv_cov_xx", "param_inv_cov_xy", "param_inv_cov_yy")
+MAX_CURVES = 3  # a mass region bounded by more curves (pieces, holes) is diffuse: not drawn
+
+
+def curves(heads: pd.DataFrame, maps: pd.DataFrame | None) -> tuple[pd.DataFrame, dict]:
+    """Plotted coordinates of one trial at one epoch: rows (layer, head, kind, level,
+    path, x, y) with kind 'center' or 'contour'; and the number of contours not drawn,
+    per (level, reason): the window holds less mass, or the region is scattered."""
+    rows: list[dict] = []
+    missing: dict[tuple[float, str], int] = {}
+    windows = {}
+    if maps is not None and not maps.empty:
+        windows = {(int(r.layer), int(r.head)): (int(r.window), r.probs) for r in maps.itertuples()}
+    for r in heads.sort_values(["layer", "head"]).itertuples():
+        key = (int(r.layer), int(r.head))
+        base = {"layer": key[0], "head": key[1]}
+        rows.append({**base, "kind": "center", "level": np.nan, "path": 0, "x": r.center_x, "y": r.center_y})
+        inv = tuple(getattr(r, k, np.nan) for k in PARAMS)
+        gaussian = all(v == v for v in inv)
+        for p in LEVELS:
+            paths, why = [], ""
+            if gaussian:
+                ell = gaussian_ellipse((r.center_x, r.center_y), inv, p)
+                paths, why = ([ell], "") if ell is not None else ([], "Σ not positive definite")
+            elif key in windows:
+                side, probs = windows[key]
+                paths = window_contours(probs, side, p)
+                if not paths:
+                    why = "the window holds less mass"
+                elif len(paths) > MAX_CURVES:
+                    paths, why = [], f"scattered, > {MAX_CURVES} curves"
+            else:
+                why = "no attention map"
+            if why:
+                missing[(p, why)] = missing.get((p, why), 0) + 1
+            for j, (xs, ys) in enumerate(paths):
+                rows += [{**base, "kind": "contour", "level": p, "path": j, "x": x, "y": y} for x, y in zip(xs, ys)]
+    return pd.DataFrame(rows, columns=["layer", "head", "kind", "level", "path", "x", "y"]), missing
+
+
+def draw(ctx) -> list:
+    written = []
+    maps = ctx.study.maps
+    maps_by = dict(tuple(maps.groupby(["trial_id", "epoch"]))) if not maps.empty else {}
+    for t, rows in ctx.head_trials(KIND):
+        epoch = ctx.pick_epoch(rows)
+        if epoch is None:
+            ctx.skip(KIND, f"no head statistics at epoch {ctx.epoch}", t["label"])
+            continue
+        h = rows[rows["epoch"] == epoch]
+        d, missing = curves(h, maps_by.get((t["trial_id"], epoch)))
+        written += _figure(ctx, t, epoch, d, missing, gaussian=h[list(PARAMS)].notna().all(axis=None),
+                           n_heads=int(h["head"].nunique()))
+    return written
+
+
+def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: bool, n_heads: int) -> list:
+    layers = sorted(d["layer"].unique())
+    fig, axes, grid = layer_grid(len(layers))
+    colours = head_colors(max(n_heads, int(d["head"].max()) + 1))
+    centres = d[d["kind"] == "center"]
+    inner = d[(d["kind"] == "contour") & ((d["level"] == 0.5) | (not gaussian))]  # numeric: within the window
+    lim = limit(list(centres["x"]) + list(centres["y"]) + list(inner["x"]) + list(inner["y"]))
+    for ax, layer in zip(axes, layers):
+        dl = d[d["layer"] == layer]
+        for (head, level, path), c in dl[dl["kind"] == "contour"].groupby(["head", "level", "path"]):
+            ax.plot(c["x"], c["y"], STYLE[level], color=colours[head], linewidth=0.8 if level == 0.5 else 0.7)
+        cl = dl[dl["kind"] == "center"]
+        ax.scatter(cl["x"], cl["y"], c=[colours[h] for h in cl["head"]], s=9, zorder=6,
+                   edgecolors="white", linewidths=0.3)
+        shift_axes(ax, lim)
+        ax.set_title(f"layer {layer + 1}", pad=2)
+    label_grid(grid)
+    fig.suptitle(f"{t['label']}, {after(epoch)}", y=1.0)
+    kind = "ellipses of Σ (Gaussian heads)" if gaussian else "mass contours of the attention map"
+    notes = [f"dots: head centres; 50 % solid, 90 % dotted: {kind}; ■ query"]
+    gone = []
+    for why in dict.fromkeys(w for _, w in missing):
+        levels = [f"{int(p * 100)} % of {n} head{'s' if n != 1 else ''}" for (p, w), n in missing.items() if w == why]
+        gone.append(f"{', '.join(levels)} ({why})")
+    if gone:
+        notes.append("not drawn: " + "; ".join(gone))
+    width = fig.get_size_inches()[0]
+    fig.text(0.5, -0.01, "\n".join(wrap_note(n, width) for n in notes), ha="center", va="top", fontsize=7)
+    d = d.assign(trial_id=t["trial_id"], model=t["label"], epoch=epoch)
+    d = d[["trial_id", "model", "epoch", "layer", "head", "kind", "level", "path", "x", "y"]]
+    return save(fig, d, ctx.out, f"heads_{t['slug']}")

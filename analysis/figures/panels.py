@@ -1,0 +1,72 @@
+"""Shared layout of per-layer panels in shift coordinates (x = column shift to the
+right, y = row shift pointing *down*, as in an image; the query pixel at (0, 0))."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from analysis.style import COLUMN_WIDTH, DOUBLE_WIDTH
+
+
+def layer_grid(n_layers: int, *, panel: float = 1.05, cols: int = 3):
+    """Figure and one square axes per layer (at most ``cols`` per row)."""
+    ncols = min(n_layers, cols)
+    nrows = math.ceil(n_layers / ncols)
+    width = min(DOUBLE_WIDTH, max(COLUMN_WIDTH, panel * ncols + 0.35))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, (width - 0.35) / ncols * nrows + 0.45),
+                             squeeze=False, sharex=True, sharey=True)
+    flat = list(axes.ravel())
+    for ax in flat[n_layers:]:
+        ax.set_visible(False)
+    return fig, flat[:n_layers], axes
+
+
+def shift_axes(ax, lim: float) -> None:
+    """Square axes over [−lim, lim]², y pointing down, the query as a black square."""
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(lim, -lim)  # image orientation: rows grow downwards
+    ax.set_aspect("equal")
+    ax.axhline(0, color="0.85", linewidth=0.4, zorder=0)
+    ax.axvline(0, color="0.85", linewidth=0.4, zorder=0)
+    ax.plot([0], [0], marker="s", color="black", markersize=4, linestyle="none", zorder=5)
+    step = 1 if lim <= 3 else 2 if lim <= 6 else 4
+    ticks = np.arange(-math.floor(lim / step) * step, lim + 1e-9, step)
+    ax.set_xticks(ticks)
+    ax.set_yticks(ticks)
+
+
+def label_grid(axes_2d, *, xlabel: str = "x: column shift", ylabel: str = "y: row shift (down)") -> None:
+    for ax in axes_2d[-1, :]:
+        if ax.get_visible():
+            ax.set_xlabel(xlabel)
+    for row in axes_2d:
+        row[0].set_ylabel(ylabel)
+    # a hidden panel in the last row leaves the column above it unlabelled: label that one
+    nrows, ncols = axes_2d.shape
+    for c in range(ncols):
+        if not axes_2d[-1, c].get_visible() and nrows > 1:
+            axes_2d[-2, c].set_xlabel(xlabel)
+            axes_2d[-2, c].tick_params(labelbottom=True)
+
+
+def limit(values, *, low: float = 3.5, high: float = 15.5) -> float:
+    """Half-width of the panels: covers ``values`` (|coordinates|) with a margin."""
+    v = np.asarray([abs(x) for x in values if x == x], dtype=float)
+    m = float(v.max()) if v.size else 0.0
+    return float(min(high, max(low, math.ceil(m + 0.5) + 0.5)))
+
+
+def after(epoch: int) -> str:
+    """Title text of a stored (0-based) epoch: 'after 3 epochs' for epoch 2."""
+    n = int(epoch) + 1
+    return f"after {n} epoch{'s' if n != 1 else ''}"
+
+
+def wrap_note(text: str, width_in: float) -> str:
+    """``text`` wrapped to lines that fit ``width_in`` inches at 7 pt."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, max(20, int(width_in * 17))))

@@ -1,0 +1,51 @@
+"""Head-centre trajectories: for each layer (panel), a line per head through its mean
+shift (center_x, center_y) epoch after epoch; a hollow circle at the first epoch, a
+filled one at the last (up to --epoch when given)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.figures.panels import after, label_grid, layer_grid, limit, shift_axes
+from analysis.style import head_colors, save
+
+KIND = "trajectories"
+
+
+def data(rows: pd.DataFrame, last: int | None) -> pd.DataFrame:
+    d = rows if last is None else rows[rows["epoch"] <= last]
+    return (d[["layer", "head", "epoch", "center_x", "center_y"]]
+            .sort_values(["layer", "head", "epoch"]).reset_index(drop=True))
+
+
+def draw(ctx) -> list:
+    written = []
+    for t, rows in ctx.head_trials(KIND):
+        d = data(rows, ctx.epoch)
+        if d["epoch"].nunique() < 2:
+            ctx.skip(KIND, "needs head statistics of at least 2 epochs", t["label"])
+            continue
+        written += _figure(ctx, t, d)
+    return written
+
+
+def _figure(ctx, t, d: pd.DataFrame) -> list:
+    layers = sorted(d["layer"].unique())
+    fig, axes, grid = layer_grid(len(layers))
+    colours = head_colors(int(d["head"].max()) + 1)
+    lim = limit(list(d["center_x"]) + list(d["center_y"]))
+    first, last = int(d["epoch"].min()), int(d["epoch"].max())
+    for ax, layer in zip(axes, layers):
+        for head, s in d[d["layer"] == layer].groupby("head"):
+            c = colours[head]
+            ax.plot(s["center_x"], s["center_y"], "-", color=c, linewidth=0.8)
+            ax.plot(s["center_x"].iloc[:1], s["center_y"].iloc[:1], "o", markerfacecolor="white",
+                    markeredgecolor=c, markersize=3, markeredgewidth=0.6)
+            ax.plot(s["center_x"].iloc[-1:], s["center_y"].iloc[-1:], "o", color=c, markersize=3)
+        shift_axes(ax, lim)
+        ax.set_title(f"layer {layer + 1}", pad=2)
+    label_grid(grid)
+    fig.suptitle(f"{t['label']}\nhead centres {after(first)} (○) to {last + 1} (●)", y=1.04)
+    d = d.assign(trial_id=t["trial_id"], model=t["label"])
+    d = d[["trial_id", "model", "layer", "head", "epoch", "center_x", "center_y"]]
+    return save(fig, d, ctx.out, f"trajectories_{t['slug']}")

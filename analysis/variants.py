@@ -1,0 +1,120 @@
+"""Model variants and sweep axes of a study, from the ``runs`` table alone.
+
+A *variant* is a model configuration: trials that differ only in ``seed`` are
+repetitions of one variant.  Its label is ``runs.name`` (which already says the
+architecture, encoding, isotropy, N_h and D_p) plus any other configuration column
+that varies across the study (``lr=0.05``, ``hidden=64``, …).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+#: Columns of ``runs`` that are results or bookkeeping, not configuration.
+RESULT_COLUMNS = frozenset({
+    "trial_id", "study", "name", "status", "epochs_done", "n_params", "flops", "best_test_acc",
+    "final_test_acc", "device_seconds", "device", "world_size", "attempts", "cell", "updated_at",
+})
+#: Configuration columns that ``runs.name`` already spells out.
+NAME_COLUMNS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim")
+#: Preferred order of sweep axes (others follow alphabetically).
+AXIS_ORDER = NAME_COLUMNS + ("hidden", "layers", "lr", "weight_decay", "warmup", "batch_size", "epochs")
+ENCODING_ORDER = ("quadratic", "learned", "learned_content")
+
+
+def config_columns(runs: pd.DataFrame) -> list[str]:
+    """Configuration columns of ``runs`` (``sampled_*`` copies of searched values excluded)."""
+    cols = [c for c in runs.columns if c not in RESULT_COLUMNS and not str(c).startswith("sampled_")]
+    return sorted(cols, key=lambda c: (AXIS_ORDER.index(c) if c in AXIS_ORDER else len(AXIS_ORDER), c))
+
+
+def value_text(v) -> str:
+    """A configuration value as text (missing → '-', 0.05 → '0.05', True → 'True')."""
+    if v is None or (isinstance(v, float) and v != v) or v is pd.NA:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def _texts(runs: pd.DataFrame, col: str) -> pd.Series:
+    return runs[col].astype(object).map(value_text)
+
+
+def varying_columns(runs: pd.DataFrame, *, exclude=("seed",)) -> list[str]:
+    """Configuration columns with more than one value across ``runs``."""
+    return [c for c in config_columns(runs) if c not in exclude and _texts(runs, c).nunique() > 1]
+
+
+def sweep_axes(runs: pd.DataFrame) -> list[str]:
+    """The independent varying columns: a column in one-to-one correspondence with an
+    earlier one (e.g. ``pos_dim`` 3/5 with ``isotropic``) is not an extra axis."""
+    axes: list[str] = []
+    for c in varying_columns(runs):
+        tc = _texts(runs, c)
+        if not any(_bijective(_texts(runs, a), tc) for a in axes):
+            axes.append(c)
+    return axes
+
+
+def _bijective(a: pd.Series, b: pd.Series) -> bool:
+    pairs = pd.DataFrame({"a": a.values, "b": b.values}).drop_duplicates()
+    return pairs["a"].is_unique and pairs["b"].is_unique
+
+
+def variant_labels(runs: pd.DataFrame) -> pd.Series:
+    """One label per trial (index aligned with ``runs``)."""
+    if runs.empty:
+        return pd.Series([], dtype=object, index=runs.index)
+    base = runs["name"].astype(object).map(value_text) if "name" in runs else runs["trial_id"].astype(str)
+    extra = [c for c in varying_columns(runs) if c not in NAME_COLUMNS]
+    labels = base.copy()
+    for i in runs.index:
+        parts = [f"{c}={value_text(runs.at[i, c])}" for c in extra]
+        if parts:
+            labels[i] = f"{base[i]}, {', '.join(parts)}"
+    return labels
+
+
+def order_key(row: pd.Series) -> tuple:
+    """Sort key of a variant: ResNet first, then encodings in the paper's order."""
+    enc = row.get("encoding")
+    enc_i = ENCODING_ORDER.index(enc) if enc in ENCODING_ORDER else len(ENCODING_ORDER)
+    iso = row.get("isotropic")
+    nh = row.get("num_heads")
+    dp = row.get("pos_dim")
+    num = lambda v: float(v) if v is not None and v == v else -1.0  # noqa: E731
+    return (row.get("arch") != "resnet18", enc_i, iso is not True, num(nh), num(dp), str(row.get("label", "")))
+
+
+def slug(text: str) -> str:
+    """File-name form of a label: 'SA learned+content (N_h=9, D_p=16)' → 'sa-learned-content-nh9-dp16'."""
+    s = text.replace("N_h=", "nh").replace("D_p=", "dp").lower()
+    s = re.sub(r"[^a-z0-9.]+", "-", s).replace(".", "p")
+    return s.strip("-") or "model"
+
+
+def trial_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with ``label`` (variant) and ``slug`` (unique per trial) columns, sorted
+    by variant then seed."""
+    if runs.empty:
+        return runs.assign(label=pd.Series(dtype=object), slug=pd.Series(dtype=object))
+    t = runs.copy()
+    t["label"] = variant_labels(t)
+    t["_key"] = [order_key(r) for _, r in t.iterrows()]
+    sort_cols = ["_key"] + (["seed"] if "seed" in t else []) + ["trial_id"]
+    t = t.sort_values(sort_cols, kind="stable").drop(columns="_key").reset_index(drop=True)
+    slugs = t["label"].map(slug)
+    repeated = slugs.duplicated(keep=False)
+    if "seed" in t:
+        slugs = slugs.where(~repeated, slugs + "-seed" + t["seed"].astype(object).map(value_text))
+    repeated = slugs.duplicated(keep=False)
+    t["slug"] = slugs.where(~repeated, slugs + "-" + t["trial_id"].astype(str))
+    return t
+
+
+def variant_order(trials: pd.DataFrame) -> list[str]:
+    """Labels in display order (``trials`` from :func:`trial_table`)."""
+    return list(dict.fromkeys(trials["label"]))
