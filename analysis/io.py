@@ -212,7 +212,7 @@ class Study:
             result = self.connection().sql(query)
             if result is None:
                 return [], []
-            table = result.fetch_arrow_table()
+            table = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.fetch_arrow_table()
         except duckdb.Error as exc:
             raise AnalysisError(_sql_error(exc)) from None
         return table.column_names, list(zip(*(col.to_pylist() for col in table.columns)))

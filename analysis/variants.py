@@ -49,19 +49,26 @@ def varying_columns(runs: pd.DataFrame, *, exclude=("seed",)) -> list[str]:
 
 
 def sweep_axes(runs: pd.DataFrame) -> list[str]:
-    """The independent varying columns: a column in one-to-one correspondence with an
-    earlier one (e.g. ``pos_dim`` 3/5 with ``isotropic``) is not an extra axis."""
+    """The independent axes of a grid sweep, in :data:`AXIS_ORDER`.
+
+    A varying column is not an axis when it does not apply to every trial (a '-'
+    value, e.g. ``isotropic`` of learned encodings: nested, not crossed) or when it
+    and an axis already chosen determine one another in either direction (``pos_dim``
+    3/5 with ``isotropic``; ``num_heads`` when every encoding has its own)."""
     axes: list[str] = []
     for c in varying_columns(runs):
         tc = _texts(runs, c)
-        if not any(_bijective(_texts(runs, a), tc) for a in axes):
+        if (tc == "-").any():
+            continue
+        if not any(_determines(_texts(runs, a), tc) or _determines(tc, _texts(runs, a)) for a in axes):
             axes.append(c)
     return axes
 
 
-def _bijective(a: pd.Series, b: pd.Series) -> bool:
+def _determines(a: pd.Series, b: pd.Series) -> bool:
+    """Each value of ``a`` comes with a single value of ``b``."""
     pairs = pd.DataFrame({"a": a.values, "b": b.values}).drop_duplicates()
-    return pairs["a"].is_unique and pairs["b"].is_unique
+    return pairs["a"].is_unique
 
 
 def variant_labels(runs: pd.DataFrame) -> pd.Series:
