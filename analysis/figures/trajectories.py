@@ -39,9 +39,10 @@ def _figure(ctx, t, d: pd.DataFrame) -> list:
         for head, s in d[d["layer"] == layer].groupby("head"):
             c = colours[head]
             ax.plot(s["center_x"], s["center_y"], "-", color=c, linewidth=0.8)
-            ax.plot(s["center_x"].iloc[:1], s["center_y"].iloc[:1], "o", markerfacecolor="white",
-                    markeredgecolor=c, markersize=3, markeredgewidth=0.6)
-            ax.plot(s["center_x"].iloc[-1:], s["center_y"].iloc[-1:], "o", color=c, markersize=3)
+            # a ring at the start, larger than the dot at the end: both show when a head barely moves
+            ax.plot(s["center_x"].iloc[:1], s["center_y"].iloc[:1], "o", markerfacecolor="none",
+                    markeredgecolor=c, markersize=5, markeredgewidth=0.7)
+            ax.plot(s["center_x"].iloc[-1:], s["center_y"].iloc[-1:], "o", color=c, markersize=2.5)
         shift_axes(ax, lim)
         ax.set_title(f"layer {layer + 1}", pad=2)
     label_grid(grid)
