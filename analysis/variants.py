@@ -3,7 +3,7 @@
 A *variant* is a model configuration: trials that differ only in ``seed`` are
 repetitions of one variant.  Its label is ``runs.name`` (which already says the
 architecture, encoding, isotropy, N_h and D_p) plus any other configuration column
-that varies across the study (``lr=0.05``, ``hidden=64``, …).
+that differs between trials of that name (``lr=0.05``, ``hidden=64``, …).
 """
 
 from __future__ import annotations
@@ -72,16 +72,20 @@ def _determines(a: pd.Series, b: pd.Series) -> bool:
 
 
 def variant_labels(runs: pd.DataFrame) -> pd.Series:
-    """One label per trial (index aligned with ``runs``)."""
+    """One label per trial (index aligned with ``runs``): ``runs.name``, plus the
+    configuration columns (other than ``seed``) that differ between trials of that
+    name, e.g. ``SA quadratic isotropic (N_h=9), lr=0.05`` in a learning-rate search."""
     if runs.empty:
         return pd.Series([], dtype=object, index=runs.index)
-    base = runs["name"].astype(object).map(value_text) if "name" in runs else runs["trial_id"].astype(str)
-    extra = [c for c in varying_columns(runs) if c not in NAME_COLUMNS]
+    if "name" not in runs:
+        return runs["trial_id"].astype(str)
+    base = runs["name"].astype(object).map(value_text)
     labels = base.copy()
-    for i in runs.index:
-        parts = [f"{c}={value_text(runs.at[i, c])}" for c in extra]
-        if parts:
-            labels[i] = f"{base[i]}, {', '.join(parts)}"
+    for _, group in runs.groupby(base, sort=False):
+        extra = [c for c in varying_columns(group) if c not in NAME_COLUMNS]
+        for i in group.index:
+            if extra:
+                labels[i] = f"{base[i]}, " + ", ".join(f"{c}={value_text(runs.at[i, c])}" for c in extra)
     return labels
 
 

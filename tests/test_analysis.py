@@ -524,3 +524,19 @@ def test_lattice_distance_zero_on_lattice_and_grows():
     assert [kernel_size(n) for n in (1, 4, 9, 16, 25)] == [1, None, 3, None, 5]
     with pytest.raises(ValueError):
         lattice_distance(np.zeros((4, 2)))
+
+
+def test_variant_labels_and_sweep_axes():
+    """Labels add only what tells trials of one name apart; sweep axes must cross."""
+    from analysis.variants import sweep_axes, variant_labels
+
+    runs = pd.DataFrame({
+        "trial_id": list("abcde"), "name": ["Q", "Q", "Q", "L", "R"], "arch": ["sa"] * 4 + ["resnet18"],
+        "hidden": [400] * 5, "lr": [0.1, 0.2, 0.1, 0.1, 0.1], "seed": [0, 0, 1, 0, 0]})
+    assert list(variant_labels(runs)) == ["Q, lr=0.1", "Q, lr=0.2", "Q, lr=0.1", "L", "R"]
+    heads = pd.DataFrame({"num_heads": [4, 4, 9, 9], "isotropic": [True, False, True, False],
+                          "pos_dim": [3, 5, 3, 5], "encoding": ["quadratic"] * 4})
+    assert sweep_axes(heads) == ["isotropic", "num_heads"]  # pos_dim follows isotropic
+    nested = pd.DataFrame({"encoding": ["quadratic", "quadratic", "learned"], "isotropic": [True, False, None],
+                           "num_heads": [9, 9, 9]})
+    assert sweep_axes(nested) == ["encoding"]  # isotropic does not apply to learned heads
