@@ -123,7 +123,8 @@ class Study:
     """The tables of one study.
 
     ``runs``, ``epochs``, ``heads``, ``maps``: pandas DataFrames (read once, on first
-    use); ``sql(query)``: a DuckDB query over the same tables, as a DataFrame."""
+    use); ``sql(query)``: a DuckDB query over the same tables, as a DataFrame.  On a
+    running study, ``refresh()`` makes both see the parts written since."""
 
     root: str
     folder: str = ""
@@ -161,6 +162,15 @@ class Study:
     @cached_property
     def maps(self) -> pd.DataFrame:
         return read_table(self.root, "maps")
+
+    def refresh(self) -> "Study":
+        """Forget what was read: the next access reads the tables again."""
+        for name in TABLES:
+            self.__dict__.pop(name, None)
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+        return self
 
     # -- SQL ---------------------------------------------------------------------------
     def connection(self):

@@ -540,3 +540,13 @@ def test_variant_labels_and_sweep_axes():
     nested = pd.DataFrame({"encoding": ["quadratic", "quadratic", "learned"], "isotropic": [True, False, None],
                            "num_heads": [9, 9, 9]})
     assert sweep_axes(nested) == ["encoding"]  # isotropic does not apply to learned heads
+
+
+def test_refresh_sees_parts_written_since(paper, tmp_path):
+    tables = tmp_path / "tables"
+    (tables / "runs").mkdir(parents=True)
+    s = analysis.load(tables)
+    assert len(s.runs) == 0 and len(s.sql("SELECT * FROM runs")) == 0
+    shutil.copy(paper / "tables" / "runs" / "learned.parquet", tables / "runs")
+    s.refresh()
+    assert list(s.runs.trial_id) == ["learned"] and list(s.sql("SELECT trial_id FROM runs").trial_id) == ["learned"]
