@@ -106,6 +106,7 @@ def run_run(args: argparse.Namespace) -> int:
     if "://" not in root and Path(root).exists() and any(Path(root).iterdir()):
         fail(prog, f"--name: study {spec.name!r} already exists in {args.storage} "
                    f"(continue it with `study resume {spec.name}` or pick another --name)")
+    _check_data(prog, spec)
     init_ray(args.address, num_cpus=args.num_cpus)
     if spec.gpus_per_trial:
         import ray
@@ -120,6 +121,19 @@ def run_run(args: argparse.Namespace) -> int:
 
         print(summary(runs))
     return 0
+
+
+def _check_data(prog: str, spec) -> None:
+    """Load (and cache) every data source the trials will read before anything
+    starts, so a broken archive is one error line, not a study of failed trials."""
+    from study.data import DataError, load_splits
+
+    for source, subset in sorted({(c.data, c.subset) for c in (spec.train_config(cell) for cell in spec.cells)},
+                                 key=str):
+        try:
+            load_splits(source, subset=subset)
+        except DataError as e:
+            fail(prog, f"{spec.file}: data: {e}")
 
 
 def run_status(args: argparse.Namespace) -> int:

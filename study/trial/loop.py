@@ -103,6 +103,11 @@ def train_trial(
 
     start_epoch, best_acc, device_seconds, attempts = 0, 0.0, 0.0, 1
     state = load_checkpoint(checkpoint_dir)
+    if state is not None and state["epoch"] >= cfg.epochs:
+        # restarted after it had finished (e.g. a driver died before recording
+        # that): nothing to train, nothing to rewrite
+        return TrialResult(status="finished", epochs_done=state["epoch"], best_test_acc=state["best_test_acc"],
+                           final_test_acc=state["final_test_acc"], device_seconds=state["device_seconds"])
     if state is not None:
         attempts = state.get("attempts", 1) + 1
         model.load_state_dict(state["model"])

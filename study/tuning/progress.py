@@ -32,7 +32,8 @@ class ProgressReporter(Callback):
             self._header = True
         r = result or {}
         cell = (trial.config or {}).get("cell", "")
-        cells = [str(trial.trial_id), str(cell), state, str(r.get("epoch", -1) + 1 if "epoch" in r else "-"),
+        key = (trial.config or {}).get("key", trial.trial_id)
+        cells = [str(key), str(cell), state, str(r.get("epoch", -1) + 1 if "epoch" in r else "-"),
                  _f(r.get("test_acc")), _f(r.get("best_test_acc")), _f(r.get("images_per_s"), 0)]
         print("  ".join(f"{c:>10}" if i else f"{c:<24}" for i, c in enumerate(cells)), file=sys.stderr, flush=True)
 

@@ -18,6 +18,10 @@ os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+# save the experiment state (trial list, searcher) at most every second, so a killed
+# driver loses at most that much bookkeeping: a resumed study never re-runs a trial
+# that had finished (Tune's default period adapts up to minutes)
+os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
 
 import pandas as pd
 import yaml
@@ -45,7 +49,9 @@ def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
     if address:
         ray.init(address=address, **kwargs)
     else:
-        ray.init(dashboard_host="127.0.0.1", include_dashboard=False, num_cpus=num_cpus, **kwargs)
+        # a local Ray never listens beyond this machine: dashboard (when its extra
+        # dependencies are installed) on the loopback interface only
+        ray.init(dashboard_host="127.0.0.1", num_cpus=num_cpus, **kwargs)
 
 
 def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
@@ -100,7 +106,8 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool
     else:
         scheduler = FIFOScheduler()
     searcher = GridOptunaSearcher(n_cells=len(spec.cells), sample=spec.sample, num_samples=spec.num_samples,
-                                  seed=min(c.seed for c in spec.cells), metric=metric, mode=mode)
+                                  seed=min(c.seed for c in spec.cells), metric=metric, mode=mode,
+                                  tables=meta["tables"])
     return tune.Tuner(
         make_trainable(meta),
         tune_config=tune.TuneConfig(
@@ -156,7 +163,7 @@ def finish(root: str, results, *, verbose: bool) -> pd.DataFrame:
     if not runs.empty:
         by_id = {r.trial_id: r for r in runs.itertuples(index=False)}
         for result in results:
-            tid = result.metrics.get("trial_id") if result.metrics else None
+            tid = (result.config or {}).get("key")
             if tid is None or tid not in by_id:
                 continue
             row = by_id[tid]._asdict()

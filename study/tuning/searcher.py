@@ -29,12 +29,23 @@ def optuna_distribution(spec: dict[str, Any]):
     return CategoricalDistribution(list(args))
 
 
+def trial_key(cell: int, sample: int) -> str:
+    """The table identity of a trial: its grid cell and sample index (stable across
+    retries, restores and lost drivers, unlike Ray's trial ids)."""
+    return f"c{cell:03d}-s{sample:03d}"
+
+
+def _plain(v: Any) -> Any:
+    return v.item() if hasattr(v, "item") else v
+
+
 class GridOptunaSearcher(Searcher):
     """Suggests ``{"cell": index, "sampled": {...}}`` for ``n_cells × num_samples`` trials."""
 
     def __init__(self, *, n_cells: int, sample: dict[str, dict], num_samples: int, seed: int = 0,
-                 metric: str = "test_acc", mode: str = "max"):
+                 metric: str = "test_acc", mode: str = "max", tables: str | None = None):
         super().__init__(metric=metric, mode=mode)
+        self.tables = tables
         self.n_cells = n_cells
         self.sample = sample
         self.num_samples = num_samples
@@ -66,14 +77,34 @@ class GridOptunaSearcher(Searcher):
     def suggest(self, trial_id: str) -> dict | None:
         if self.suggested >= self.total:
             return Searcher.FINISHED
-        cell = self.suggested % self.n_cells
+        cell, sample = self.suggested % self.n_cells, self.suggested // self.n_cells
         self.suggested += 1
+        key = trial_key(cell, sample)
+        done = self._finished_in_tables(key)
+        if done is not None:
+            # the key already finished in an earlier driver's life (its Ray trial was
+            # lost with that driver): replay it, its trainable will not train again
+            self.assigned[trial_id] = (cell, None)
+            return {"cell": cell, "sample": sample, "key": key, "sampled": done}
         sampled, number = {}, None
         if self.sample:
             trial = self._study(cell).ask({k: optuna_distribution(v) for k, v in self.sample.items()})
             sampled, number = dict(trial.params), trial.number
         self.assigned[trial_id] = (cell, number)
-        return {"cell": cell, "sampled": sampled}
+        return {"cell": cell, "sample": sample, "key": key, "sampled": sampled}
+
+    def _finished_in_tables(self, key: str) -> dict | None:
+        """Sampled values of ``key`` if its runs row says it finished, else None."""
+        if not self.tables:
+            return None
+        from study.tables import read_table
+
+        runs = read_table(self.tables, "runs")
+        row = runs[(runs.trial_id == key) & runs.status.isin(["finished", "diverged"])]
+        if row.empty:
+            return None
+        row = row.iloc[0]
+        return {k: _plain(row[f"sampled_{k}"]) for k in self.sample if f"sampled_{k}" in row}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self.assigned:
@@ -92,7 +123,7 @@ class GridOptunaSearcher(Searcher):
 
     # --- persistence (Tuner.restore) -------------------------------------------------
     def get_state(self) -> dict:
-        return {k: getattr(self, k) for k in ("n_cells", "sample", "num_samples", "seed", "suggested",
+        return {k: getattr(self, k) for k in ("n_cells", "sample", "num_samples", "seed", "suggested", "tables",
                                               "assigned", "finished", "_metric", "_mode")}
 
     def set_state(self, state: dict) -> None:

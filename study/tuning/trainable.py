@@ -41,12 +41,31 @@ def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if isinstance(v, SCALAR_TYPES)}
 
 
+def _finished_row(meta: dict[str, Any], key: str) -> dict[str, Any] | None:
+    from study.tables import read_table
+
+    runs = read_table(meta["tables"], "runs")
+    row = runs[(runs.trial_id == key) & runs.status.isin(["finished", "diverged"])]
+    return None if row.empty else row.iloc[0].to_dict()
+
+
+def _replay(row: dict[str, Any]) -> dict[str, Any]:
+    """Final metrics of a trial that already ended (reported, not re-trained)."""
+    return {"status": row["status"], "epoch": int(row["epochs_done"]) - 1, "epochs_done": int(row["epochs_done"]),
+            "best_test_acc": float(row["best_test_acc"]), "test_acc": float(row["final_test_acc"])}
+
+
 def study_trial(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
-    """Tune function trainable: one trial, in this process."""
+    """Tune function trainable: one trial, in this process.  Its table identity is the
+    searcher's key (grid cell, sample index); a key that already ended is replayed."""
     from ray import tune
 
+    trial_id = config["key"]
+    done = _finished_row(meta, trial_id)
+    if done is not None:
+        tune.report(_replay(done))
+        return
     cfg = trial_config(meta, config)
-    trial_id = tune.get_context().get_trial_id()
     torch.set_num_threads(max(1, int(meta.get("cpus_per_trial", 1))))
     with tempfile.TemporaryDirectory(prefix="study-ckpt-") as local:
         local = Path(local)
@@ -61,14 +80,18 @@ def study_trial(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
 
         result = train_trial(cfg, trial_id=trial_id, tables=meta["tables"], checkpoint_dir=local,
                              study=meta["name"], report=report,
-                             extra_run_fields={"cell": config["cell"], **_prefixed(config.get("sampled"))})
+                             extra_run_fields=_run_fields(config))
         tune.report({"status": result.status, "epoch": result.epochs_done - 1,
                      "epochs_done": result.epochs_done, "best_test_acc": result.best_test_acc,
                      "test_acc": result.final_test_acc})
 
 
-def _prefixed(sampled: dict | None) -> dict[str, Any]:
-    return {f"sampled_{k}": v for k, v in (sampled or {}).items()}
+def _run_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """Extra ``runs`` columns: grid cell, sample index, Ray's trial id, sampled values."""
+    from ray import tune
+
+    fields = {"cell": config["cell"], "sample": config["sample"], "ray_trial_id": tune.get_context().get_trial_id()}
+    return {**fields, **{f"sampled_{k}": v for k, v in (config.get("sampled") or {}).items()}}
 
 
 def _ddp_worker(loop_config: dict[str, Any]) -> None:
@@ -92,8 +115,7 @@ def _ddp_worker(loop_config: dict[str, Any]) -> None:
             ray.train.report(_scalars(metrics), checkpoint=checkpoint)
 
         train_trial(cfg, trial_id=trial_id, tables=meta["tables"], checkpoint_dir=local if rank == 0 else None,
-                    study=meta["name"], report=report, device=device,
-                    extra_run_fields={"cell": config["cell"], **_prefixed(config.get("sampled"))})
+                    study=meta["name"], report=report, device=device, extra_run_fields=loop_config["fields"])
 
 
 def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
@@ -103,7 +125,11 @@ def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
     from ray.train.torch import TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    trial_id = tune.get_context().get_trial_id()
+    trial_id = config["key"]
+    done = _finished_row(meta, trial_id)
+    if done is not None:
+        tune.report(_replay(done))
+        return
     workers = int(meta["workers_per_trial"])
     gpus = meta["gpus_per_trial"]
     per_worker = {"CPU": max(meta["cpus_per_trial"] / workers, 0.01)}
@@ -111,11 +137,11 @@ def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
         per_worker["GPU"] = gpus / workers
     trainer = TorchTrainer(
         _ddp_worker,
-        train_loop_config={"meta": meta, "config": config, "trial_id": trial_id},
+        train_loop_config={"meta": meta, "config": config, "trial_id": trial_id, "fields": _run_fields(config)},
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
                                                resources_per_worker=per_worker),
         run_config=ray.train.RunConfig(
-            name=f"ddp-{trial_id}", storage_path=meta["ddp_storage"], callbacks=[TuneReportCallback()],
+            name=f"ddp-{trial_id}-{tune.get_context().get_trial_id()}", storage_path=meta["ddp_storage"], callbacks=[TuneReportCallback()],
             failure_config=ray.train.FailureConfig(max_failures=meta.get("max_failures", 0)),
         ),
     )

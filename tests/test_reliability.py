@@ -1,0 +1,273 @@
+"""Fault injection and bad input: nothing is lost, nothing runs twice, nothing half-written.
+
+Each test asserts figures (row counts, attempt counts, file times), not just "no crash".
+"""
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from PIL import Image
+
+from study.tables import read_table
+
+TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
+BAD = Path(__file__).parent / "bad_inputs"
+
+
+def study_cmd(cwd, *args, **kw):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=cwd, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def write_spec(tmp_path, name, **doc):
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump({"name": name, "data": "synthetic:400", "batch_size": 25, "model": TINY,
+                                 "training": {"head_images": 4}, "resources": {"cpus_per_trial": 1}, **doc}))
+    return p
+
+
+def wait_for(predicate, proc, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.2)
+    return False
+
+
+def processes(title: str, *, session: int) -> list[int]:
+    """PIDs whose process title is ``title``, in the session started by our driver."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                name = (d / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+                sid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[3])
+            except (OSError, ValueError, IndexError):
+                continue
+            if name == title and sid == session:
+                pids.append(int(d.name))
+    return pids
+
+
+def cleanup(proc):
+    """Kill everything the driver started (its local Ray lives in its session)."""
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                sid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[3])
+                if sid == proc.pid:
+                    os.kill(int(d.name), signal.SIGKILL)
+            except (OSError, ValueError, IndexError):
+                pass
+
+
+def test_killed_trial_resumes_from_its_checkpoint(tmp_path):
+    f = write_spec(tmp_path, "kill", epochs=6, grid={"num_heads": [1, 2]}, max_failures=2)
+    tables = tmp_path / "results" / "kill" / "tables"
+    driver = study_cmd(tmp_path, "run", str(f), "--num-cpus", "2")
+    try:
+        def mid_training():
+            runs = read_table(tables, "runs")
+            return bool(len(runs)) and ((runs.epochs_done >= 2) & (runs.status == "running")).any()
+
+        assert wait_for(mid_training, driver), driver.stdout.read() if driver.poll() is not None else "timeout"
+        runs = read_table(tables, "runs")
+        victim_pids = processes("ray::ImplicitFunc.train", session=driver.pid)
+        assert victim_pids, "no running trial process found"
+        before = {p: p.stat().st_mtime_ns for p in (tables / "epochs").glob("*/*.parquet")}
+        os.kill(victim_pids[0], signal.SIGKILL)
+        out, _ = driver.communicate(timeout=300)
+        assert driver.returncode == 0, out
+    finally:
+        cleanup(driver)
+    runs = read_table(tables, "runs")
+    epochs = read_table(tables, "epochs")
+    assert len(runs) == 2 and (runs.status == "finished").all(), runs
+    assert (runs.epochs_done == 6).all()
+    assert runs.attempts.max() == 2, "the killed trial was retried once"
+    assert not epochs.duplicated(["trial_id", "epoch"]).any()
+    assert epochs.groupby("trial_id").size().tolist() == [6, 6]
+    # resumed from the checkpoint: earlier epochs were not trained (rewritten) again
+    killed = runs.trial_id[runs.attempts == 2].iloc[0]
+    earlier = sorted(p for p in before if p.parent.name == killed)[:-1]
+    assert earlier and all(p.stat().st_mtime_ns == before[p] for p in earlier)
+
+
+def test_killed_driver_then_resume_runs_nothing_twice(tmp_path):
+    f = write_spec(tmp_path, "drv", epochs=3, grid={"num_heads": [1, 2, 3]}, max_concurrent=1)
+    tables = tmp_path / "results" / "drv" / "tables"
+    driver = study_cmd(tmp_path, "run", str(f), "--num-cpus", "2")
+    try:
+        def one_done_one_running():
+            runs = read_table(tables, "runs")
+            return (runs.status == "finished").sum() >= 1 and len(runs) >= 2
+
+        assert wait_for(one_done_one_running, driver), "study ended before the kill"
+        cleanup(driver)  # SIGKILL the driver and the local Ray it started (the whole machine "dies")
+        driver.wait(timeout=30)
+    finally:
+        cleanup(driver)
+    finished = set(read_table(tables, "runs").query("status == 'finished'").trial_id)
+    resumed = study_cmd(tmp_path, "resume", "drv")
+    try:
+        out, _ = resumed.communicate(timeout=300)
+    finally:
+        cleanup(resumed)
+    assert resumed.returncode == 0, out
+    runs = read_table(tables, "runs").set_index("trial_id")
+    assert len(runs) == 3 and (runs.status == "finished").all()
+    assert (runs.loc[sorted(finished), "attempts"] == 1).all(), "a finished trial started again"
+    epochs = read_table(tables, "epochs")
+    assert not epochs.duplicated(["trial_id", "epoch"]).any() and len(epochs) == 9
+
+
+def test_diverging_trial_is_recorded_and_others_finish(tmp_path):
+    from study.spec import load_spec
+    from study.tuning.runner import init_ray, run_study
+
+    import ray
+
+    f = write_spec(tmp_path, "div", epochs=2, grid={"lr": [0.05, 1.0e6]}, schedule={"warmup": 0.0})
+    init_ray(None, num_cpus=2)
+    try:
+        runs = run_study(load_spec(f), storage=str(tmp_path / "st"), verbose=False)
+    finally:
+        ray.shutdown()
+    bad, good = runs[runs.lr > 1], runs[runs.lr < 1]
+    assert bad.status.tolist() == ["diverged"] and good.status.tolist() == ["finished"]
+    assert good.epochs_done.tolist() == [2] and bad.epochs_done.iloc[0] < 2
+    epochs = read_table(tmp_path / "st" / "div" / "tables", "epochs")
+    assert len(epochs[epochs.trial_id == bad.trial_id.iloc[0]]) == bad.epochs_done.iloc[0]
+
+
+# ---------------------------------------------------------------- bad input corpus
+CORPUS = sorted(BAD.glob("*.yaml"))
+
+
+def expected(path: Path) -> str:
+    return path.read_text().splitlines()[0].split("# expect:", 1)[1].strip()
+
+
+def test_corpus_is_large_enough():
+    assert len(CORPUS) >= 20
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
+def test_bad_study_file(tmp_path, path):
+    storage = tmp_path / "st"
+    r = subprocess.run([sys.executable, "-m", "study", "run", str(path), "--storage", str(storage)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert str(path) in lines[0] and expected(path) in lines[0], lines[0]
+    assert not storage.exists(), "a rejected study created something in storage"
+
+
+def _jpeg(size=(32, 32), colour=(200, 10, 10)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, colour).save(buf, format="JPEG")
+    return buf.getvalue()
+
+
+def _archive(path: Path, members: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _good(split, cls, i):
+    return {f"{split}/{cls}/{i}.jpg": _jpeg(colour=(40 * i % 255, 30, 200))}
+
+
+DATA_CASES = {
+    "corrupt_jpeg": ({**_good("train", "cat", 1), **_good("test", "cat", 1), "train/cat/2.jpg": b"\xff\xd8not a jpeg"},
+                     "2.jpg"),
+    "wrong_image_size": ({**_good("train", "cat", 1), **_good("test", "cat", 1), "train/cat/big.jpg": _jpeg((40, 40))},
+                         "big.jpg"),
+    "no_test_split": ({**_good("train", "cat", 1), **_good("train", "dog", 2)}, "test"),
+    "classes_differ": ({**_good("train", "cat", 1), **_good("test", "dog", 1)}, "class"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DATA_CASES))
+def test_bad_data(tmp_path, case, monkeypatch):
+    members, needle = DATA_CASES[case]
+    archive = _archive(tmp_path / f"{case}.tar.gz", members)
+    f = write_spec(tmp_path, case, epochs=1)
+    storage = tmp_path / "st"
+    env = {**os.environ, "STUDY_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-m", "study", "run", str(f), "--data", str(archive), "--storage",
+                        str(storage)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "data" in lines[0], r.stderr
+    assert not storage.exists()
+
+
+def test_unwritable_storage(tmp_path):
+    f = write_spec(tmp_path, "ok", epochs=1)
+    if os.geteuid() == 0:  # root ignores permission bits: a path under a regular file
+        (tmp_path / "file").write_text("x")
+        storage = tmp_path / "file" / "st"
+    else:
+        (tmp_path / "ro").mkdir(mode=0o500)
+        storage = tmp_path / "ro" / "st"
+    r = subprocess.run([sys.executable, "-m", "study", "run", str(f), "--storage", str(storage)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "--storage" in r.stderr and str(storage) in r.stderr
+    assert not storage.exists()
+
+
+# ---------------------------------------------------------------- security defaults
+def test_cache_and_checkpoint_refuse_pickled_code(tmp_path):
+    import pickle
+
+    from study.trial.checkpoint import load_checkpoint
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "pwned"),))
+
+    (tmp_path / "checkpoint.pt").write_bytes(pickle.dumps({"model": Evil()}))
+    with pytest.raises(pickle.UnpicklingError):
+        load_checkpoint(tmp_path)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_local_ray_dashboard_binds_loopback(monkeypatch):
+    import ray
+
+    from study.tuning import runner
+
+    seen = {}
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.update(kw))
+    runner.init_ray(None, num_cpus=1)
+    assert seen["dashboard_host"] == "127.0.0.1" and "address" not in seen
+
+
+def test_cluster_yaml_holds_no_secrets():
+    import re
+
+    text = (Path(__file__).parents[1] / "cluster.yaml").read_text()
+    patterns = [r"AKIA[0-9A-Z]{16}", r"(?i)aws_secret_access_key", r"(?i)aws_access_key_id", r"(?i)password\s*:",
+                r"(?i)secret\s*:", r"(?i)token\s*:", r"-----BEGIN [A-Z ]*PRIVATE KEY-----", r"ssh_private_key"]
+    for p in patterns:
+        assert not re.search(p, text), p
