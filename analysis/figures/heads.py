@@ -8,7 +8,6 @@ window holds less)."""
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
