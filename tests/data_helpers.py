@@ -71,7 +71,8 @@ def make_cifar_python(root: Path, *, per_batch: int = 3, classes: tuple[str, ...
     for name in names:
         data = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
         labels = [int(x) for x in rng.integers(0, len(classes), per_batch)]
-        entry = {"batch_label": name, "labels": labels, "data": data, "filenames": [f"{name}_{i}.png" for i in range(per_batch)]}
+        files = [f"{name}_{i}.png" for i in range(per_batch)]
+        entry = {"batch_label": name, "labels": labels, "data": data, "filenames": files}
         (folder / name).write_bytes(pickle.dumps(entry, protocol=2))
         parts["test" if name == "test_batch" else "train"].append((data, labels))
     (folder / "batches.meta").write_bytes(

@@ -67,7 +67,8 @@ def _batch(path: Path, *, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
         raise DataError(f"{path}: 'data' is not a uint8 array (N, 3072)")
     labels = np.asarray(labels, dtype=np.int64) if labels is not None else None
-    if labels is None or labels.shape != (len(data),) or (len(labels) and not 0 <= labels.min() <= labels.max() < num_classes):
+    in_range = labels is not None and (not len(labels) or 0 <= labels.min() <= labels.max() < num_classes)
+    if labels is None or labels.shape != (len(data),) or not in_range:
         raise DataError(f"{path}: 'labels' is not {len(data)} class indices below {num_classes}")
     return np.ascontiguousarray(data.reshape(-1, 3, 32, 32)), labels
 
