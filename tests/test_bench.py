@@ -16,9 +16,10 @@ from study.cli import main
 
 RECORD_KEYS = {
     "path", "precision", "images_per_s", "images_per_s_best", "step_ms", "windows_s", "warmup_s",
-    "forward_flops", "train_flops", "tflops", "mfu", "peak_memory_mb", "step_memory_mb",
+    "forward_flops", "train_flops", "tflops", "mfu", "peak_memory_mb", "step_memory_mb", "cpu_s_per_step",
 }
-POSITIVE = ("images_per_s", "images_per_s_best", "step_ms", "forward_flops", "train_flops", "tflops", "mfu")
+POSITIVE = ("images_per_s", "images_per_s_best", "step_ms", "forward_flops", "train_flops", "tflops", "mfu",
+            "cpu_s_per_step")
 
 
 def check_record(rec):
@@ -68,7 +69,8 @@ def test_attention_rows(report):
     assert a["train"]["path"].startswith("shared dense") and "dropout" in a["train"]["path"]
     # the factorised core does 8x fewer multiply-adds (2*16^3 vs 256^2 per head, channel)
     assert a["core_naive"]["forward_flops"] == 8 * a["core_fast"]["forward_flops"]
-    for k in ("speedup_vs_naive", "train_speedup_vs_naive", "core_speedup_vs_naive", "speedup_vs_naive_best"):
+    for k in ("speedup_vs_naive", "train_speedup_vs_naive", "core_speedup_vs_naive", "speedup_vs_naive_best",
+              "speedup_vs_naive_cpu_time", "train_speedup_vs_naive_cpu_time", "core_speedup_vs_naive_cpu_time"):
         assert math.isfinite(a[k]) and a[k] > 0
 
 
@@ -98,6 +100,7 @@ def test_cli_json_resnet_without_naive_counterpart(capsys):
     (["--warmup", "0"], "--warmup: must be >= 1"),
     (["--dtype", "float32", "--amp"], "--amp/--no-amp"),
     (["--peak-tflops", "-1"], "--peak-tflops: must be > 0"),
+    (["--threads", "0"], "--threads: must be >= 1"),
     (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "--device:"),
 ])
 def test_cli_errors_are_one_line(args, message, capsys):

@@ -47,7 +47,7 @@ def stated_gpu_peak(device_name: str, precision: str) -> Peak:
     return Peak(None, f"n/a: no stated peak for {device_name!r} (use --peak-tflops)")
 
 
-def measured_matmul_peak(device: torch.device, dtype: torch.dtype, *, size: int = 2048, repeats: int = 5) -> Peak:
+def measured_matmul_peak(device: torch.device, dtype: torch.dtype, *, size: int = 1024, repeats: int = 10) -> Peak:
     """Best TFLOP/s of ``repeats`` (size×size)·(size×size) matmuls on ``device``."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
-MODEL_COLUMNS = (
+COLUMNS = (
     "model", "run", "path", "img/s", "ms/step", "fwd GFLOP/img", "TFLOP/s", "MFU", "peak MB", "step MB", "vs naive",
 )
+CPU_COLUMNS = ("cpu ms/step", "vs naive (cpu time)")
 
 
 def _num(v, fmt: str) -> str:
     return "n/a" if v is None else format(v, fmt)
 
 
+def _ratio(v) -> str:
+    return "n/a" if v is None else f"{v:.2f}x"
+
+
 def _mfu(v) -> str:
     return "n/a" if v is None else f"{100 * v:.2f}%"
 
 
-def _row(label: str, run: str, rec: dict | None, ratio: float | None) -> list[str]:
+def _row(label: str, run: str, rec: dict | None, ratio, cpu_ratio, *, cpu: bool) -> list[str]:
+    n = len(COLUMNS) + (len(CPU_COLUMNS) if cpu else 0)
     if rec is None:
-        return [label, run, "-", *["-"] * 7, "-"]
-    return [
+        return [label, run, *["-"] * (n - 2)]
+    cells = [
         label, run, rec["path"],
         _num(rec["images_per_s"], ".1f"),
         _num(rec["step_ms"], ".1f"),
@@ -27,11 +33,14 @@ def _row(label: str, run: str, rec: dict | None, ratio: float | None) -> list[st
         _mfu(rec["mfu"]),
         _num(rec["peak_memory_mb"], ".0f"),
         _num(rec["step_memory_mb"], ".0f"),
-        "n/a" if ratio is None else f"{ratio:.2f}x",
+        _ratio(ratio),
     ]
+    if cpu:
+        cells += [_num(1e3 * rec["cpu_s_per_step"], ".1f"), _ratio(cpu_ratio)]
+    return cells
 
 
-def _table(rows: list[list[str]], columns=MODEL_COLUMNS) -> str:
+def _table(rows: list[list[str]], columns: tuple[str, ...]) -> str:
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
     numeric = set(range(3, len(columns)))
     fmt = lambda cells: "  ".join(  # noqa: E731
@@ -41,6 +50,8 @@ def _table(rows: list[list[str]], columns=MODEL_COLUMNS) -> str:
 
 
 def format_report(report: dict) -> str:
+    cpu = report["device"] == "cpu"
+    columns = COLUMNS + (CPU_COLUMNS if cpu else ())
     peak = report["peak_tflops"]
     lines = [
         f"study bench: {report['device']} ({report['device_name']}), torch {report['torch']}, "
@@ -53,28 +64,43 @@ def format_report(report: dict) -> str:
         "peak MB = torch.cuda.max_memory_allocated (n/a on CPU); step MB = rise over the memory held "
         "before the warm-up steps (CPU: peak RSS rise, approximate)",
     ]
+    if cpu:
+        lines.append("cpu ms/step = process CPU time per step, all threads (insensitive to other jobs' load)")
+    one = lambda rec: 1.0 if rec else None  # noqa: E731
     if report["models"]:
         rows = []
         for m in report["models"]:
-            rows.append(_row(m["name"], "fast", m["fast"], m["speedup_vs_naive"]))
+            cpu_ratio = _cpu_ratio(m["fast"], m["naive"])
+            rows.append(_row(m["name"], "fast", m["fast"], m["speedup_vs_naive"], cpu_ratio, cpu=cpu))
             if m["naive"] is not None:
-                rows.append(_row("", "naive", m["naive"], 1.0))
-        lines += ["", "Whole model, training mode (paper dropout 0.1 everywhere)", _table(rows)]
+                rows.append(_row("", "naive", m["naive"], 1.0, 1.0, cpu=cpu))
+        lines += ["", "Whole model, training mode (paper dropout 0.1 everywhere)", _table(rows, columns)]
         lines.append("forward FLOPs per image, eval path (study.flops.forward_flops): " + "; ".join(
             f"{m['name']} {m['forward_flops'] / 1e9:.3f} G" for m in report["models"]))
     if report["attention"]:
         rows = []
         for a in report["attention"]:
-            rows.append(_row(a["name"], "fast p=0", a["fast"], a["speedup_vs_naive"]))
-            rows.append(_row("", "train p=0.1", a["train"], a["train_speedup_vs_naive"]))
-            rows.append(_row("", "naive", a["naive"], 1.0 if a["naive"] else None))
-            rows.append(_row("", "core fast", a["core_fast"], a["core_speedup_vs_naive"]))
-            rows.append(_row("", "core naive", a["core_naive"], 1.0 if a["core_naive"] else None))
+            rows += [
+                _row(a["name"], "fast p=0", a["fast"], a["speedup_vs_naive"],
+                     a.get("speedup_vs_naive_cpu_time"), cpu=cpu),
+                _row("", "train p=0.1", a["train"], a["train_speedup_vs_naive"],
+                     a.get("train_speedup_vs_naive_cpu_time"), cpu=cpu),
+                _row("", "naive", a["naive"], one(a["naive"]), one(a["naive"]), cpu=cpu),
+                _row("", "core fast", a["core_fast"], a["core_speedup_vs_naive"],
+                     a.get("core_speedup_vs_naive_cpu_time"), cpu=cpu),
+                _row("", "core naive", a["core_naive"], one(a["core_naive"]), one(a["core_naive"]), cpu=cpu),
+            ]
         lines += [
             "",
             "Attention layer alone (D=400, N_h=9, 16x16 grid; input requires grad as inside the network).",
             "fast p=0: eval / no probability dropout (every exact fast path); train p=0.1: the paper's "
             "dropout, dense exact path; core = heads before the (N_h*D -> D) output projection",
-            _table(rows),
+            _table(rows, columns),
         ]
     return "\n".join(lines)
+
+
+def _cpu_ratio(fast: dict | None, naive: dict | None) -> float | None:
+    if not fast or not naive:
+        return None
+    return naive["cpu_s_per_step"] / fast["cpu_s_per_step"]

@@ -75,6 +75,7 @@ class BenchOptions:
     targets: tuple[str, ...] = ALL_TARGETS
     peak_tflops: float | None = None  # override of the peak table
     seed: int = 0
+    threads: int | None = None  # torch.set_num_threads on CPU (None: torch's default)
     progress: Callable[[str], None] | None = None
     peak: Peak | None = field(default=None, init=False)
 
@@ -197,23 +198,26 @@ def measure(variants: list[Variant], opts: BenchOptions) -> dict[str, dict]:
             synchronize(dev)
         warm[v.name], memory[v.name] = time.perf_counter() - t, mem
     windows: dict[str, list[float]] = {v.name: [] for v in variants}
+    cpu: dict[str, list[float]] = {v.name: [] for v in variants}
     for r in range(opts.repeats):
         for v in variants:
             synchronize(dev)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             for _ in range(opts.steps):
                 last[v.name] = v.step()
             synchronize(dev)
             windows[v.name].append(time.perf_counter() - t)
+            cpu[v.name].append(time.process_time() - c)
     records = {}
     for v in variants:
         if not bool(torch.isfinite(last[v.name]).all()):
             raise RuntimeError(f"non-finite values while timing {v.name} ({v.path})")
-        records[v.name] = _record(v, windows[v.name], warm[v.name], memory[v.name], opts)
+        records[v.name] = _record(v, windows[v.name], cpu[v.name], warm[v.name], memory[v.name], opts)
     return records
 
 
-def _record(v: Variant, windows: list[float], warmup_s: float, mem: MemoryProbe, opts: BenchOptions) -> dict:
+def _record(v: Variant, windows: list[float], cpu: list[float], warmup_s: float, mem: MemoryProbe,
+            opts: BenchOptions) -> dict:
     seconds = statistics.median(windows)
     images_per_s = opts.batch * opts.steps / seconds
     train_flops = 3 * v.forward_flops
@@ -226,6 +230,10 @@ def _record(v: Variant, windows: list[float], warmup_s: float, mem: MemoryProbe,
         "images_per_s_best": opts.batch * opts.steps / min(windows),
         "step_ms": 1e3 * seconds / opts.steps,
         "windows_s": windows,
+        # process CPU seconds per step (all threads): on a CPU shared with other jobs
+        # this, unlike wall time, does not grow with their load; it is what a quiet
+        # machine's step would take times the threads kept busy
+        "cpu_s_per_step": statistics.median(cpu) / opts.steps,
         "warmup_s": warmup_s,
         "forward_flops": v.forward_flops,
         "train_flops": train_flops,
@@ -240,6 +248,13 @@ def _ratio(a: dict | None, b: dict | None, key: str = "images_per_s") -> float |
     if not a or not b:
         return None
     return a[key] / b[key]
+
+
+def _cpu_ratio(a: dict | None, b: dict | None) -> float | None:
+    """Naive CPU seconds per step over fast ones (> 1: fast uses less CPU time)."""
+    if not a or not b or not a["cpu_s_per_step"] or not b["cpu_s_per_step"]:
+        return None
+    return b["cpu_s_per_step"] / a["cpu_s_per_step"]
 
 
 def _precision_name(dtype: torch.dtype | None) -> str:
@@ -345,6 +360,7 @@ def bench_model(key: str, opts: BenchOptions) -> dict:
         out["naive"] = None  # no attention (ResNet18) or --no-naive: nothing to compare
     out["speedup_vs_naive"] = _ratio(out["fast"], out["naive"])
     out["speedup_vs_naive_best"] = _ratio(out["fast"], out["naive"], "images_per_s_best")
+    out["speedup_vs_naive_cpu_time"] = _cpu_ratio(out["fast"], out["naive"])
     return out
 
 
@@ -425,7 +441,10 @@ def bench_attention(key: str, opts: BenchOptions) -> dict:
     out["speedup_vs_naive"] = _ratio(out["fast"], out["naive"])
     out["train_speedup_vs_naive"] = _ratio(out["train"], out["naive"])
     out["core_speedup_vs_naive"] = _ratio(out["core_fast"], out["core_naive"])
+    out["train_speedup_vs_naive_cpu_time"] = _cpu_ratio(out["train"], out["naive"])
+    out["core_speedup_vs_naive_cpu_time"] = _cpu_ratio(out["core_fast"], out["core_naive"])
     out["speedup_vs_naive_best"] = _ratio(out["fast"], out["naive"], "images_per_s_best")
+    out["speedup_vs_naive_cpu_time"] = _cpu_ratio(out["fast"], out["naive"])
     return out
 
 
@@ -454,6 +473,8 @@ def run_bench(opts: BenchOptions) -> dict:
     for name in ("batch", "steps", "warmup", "repeats"):
         if getattr(opts, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(opts, name)}")
+    if opts.threads is not None:
+        torch.set_num_threads(opts.threads)
     opts.peak = resolve_peak(opts.device, opts.amp_dtype, opts.peak_tflops)
     report = {
         "device": str(opts.device),

@@ -32,7 +32,7 @@ def register(sub) -> None:
             "P_row x P_col for separable encodings, SDPA for content), with the paper's dropout\n"
             "0.1 (dense exact path), naive, and the attention core without the output projection.\n\n"
             "Peaks (dense, TFLOP/s): H100 SXM / H200 bf16 989, tf32 495, fp32 67; H100 PCIe bf16\n"
-            "756; A100 bf16 312, tf32 156, fp32 19.5.  On CPU the peak is measured (best 2048^3\n"
+            "756; A100 bf16 312, tf32 156, fp32 19.5.  On CPU the peak is measured (best 1024^3\n"
             "matmul in the run's precision).  Other devices: n/a unless --peak-tflops.\n\n"
             f"targets: {targets}; attention:KEY times the layer of one SA model only"
         ),
@@ -58,6 +58,8 @@ def register(sub) -> None:
                    help="also time the naive reference (default: on)")
     p.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOPS",
                    help="peak for MFU, overriding the table / CPU measurement")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: torch's); 1 is steadier on a shared machine")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -69,7 +71,7 @@ def options_from_args(args: argparse.Namespace):
 
     from study.bench.runner import ALL_TARGETS, default_options, is_target
 
-    for name in ("batch", "steps", "warmup", "repeats"):
+    for name in ("batch", "steps", "warmup", "repeats", "threads"):
         v = getattr(args, name)
         if v is not None and v < 1:
             fail(PROG, f"--{name}: must be >= 1, got {v}")
@@ -94,7 +96,8 @@ def options_from_args(args: argparse.Namespace):
     if args.dtype is not None and args.amp is not None:
         fail(PROG, "--amp/--no-amp: give either --dtype or --amp, not both")
     overrides = dict(batch=args.batch, steps=args.steps, warmup=args.warmup, repeats=args.repeats, compile=args.compile,
-                     naive=args.naive, targets=targets, peak_tflops=args.peak_tflops, seed=args.seed)
+                     naive=args.naive, targets=targets, peak_tflops=args.peak_tflops, seed=args.seed,
+                     threads=args.threads)
     opts = default_options(device, **overrides)
     dtype = args.dtype or ({True: "bfloat16", False: "float32"}.get(args.amp))
     if dtype is not None:
