@@ -271,3 +271,38 @@ def test_cluster_yaml_holds_no_secrets():
                 r"(?i)secret\s*:", r"(?i)token\s*:", r"-----BEGIN [A-Z ]*PRIVATE KEY-----", r"ssh_private_key"]
     for p in patterns:
         assert not re.search(p, text), p
+
+
+# ---------------------------------------------------------------- readers during writes
+def test_queries_while_a_study_writes_never_see_half_written_parts(tmp_path):
+    import analysis
+
+    f = write_spec(tmp_path, "live", epochs=4, grid={"num_heads": [1, 2]})
+    root = tmp_path / "results" / "live"
+    driver = study_cmd(tmp_path, "run", str(f), "--num-cpus", "2")
+    queries, seen_rows, cli_runs = 0, 0, 0
+    try:
+        while driver.poll() is None:
+            if (root / "study.json").exists():
+                study = analysis.load(str(root))
+                epochs = study.sql("SELECT trial_id, epoch, test_acc, train_loss FROM epochs")
+                assert epochs.test_acc.notna().all() and epochs.train_loss.notna().all()
+                assert not epochs.duplicated(["trial_id", "epoch"]).any()
+                heads = study.sql("SELECT count(*) AS n, count(entropy) AS e FROM heads")
+                assert heads.n.iloc[0] == heads.e.iloc[0]
+                study.sql("SELECT trial_id, status, epochs_done FROM runs")
+                queries += 1
+                seen_rows = max(seen_rows, len(epochs))
+                if queries % 10 == 0:  # the command line too, as a user runs it
+                    r = subprocess.run([sys.executable, "-m", "analysis", "query", str(root),
+                                        "SELECT count(*) FROM epochs", "--format", "csv"],
+                                       capture_output=True, text=True, timeout=60)
+                    assert r.returncode == 0, r.stderr
+                    cli_runs += 1
+            time.sleep(0.05)
+        assert driver.returncode == 0, driver.stdout.read()
+    finally:
+        cleanup(driver)
+    assert queries >= 20 and cli_runs >= 1 and 0 < seen_rows
+    final = analysis.load(str(root))
+    assert len(final.epochs) == 8 and not final.epochs.duplicated(["trial_id", "epoch"]).any()

@@ -27,20 +27,20 @@ def read(root, table):
 
 @pytest.mark.parametrize("encoding,isotropic", VARIANTS, ids=VARIANT_IDS)
 def test_tiny_model_learns_synthetic_data(encoding, isotropic, tmp_path):
-    cfg = TrainConfig(model=tiny(encoding, isotropic), data="synthetic", epochs=3, batch_size=50, lr=0.05,
-                      warmup=0.1, head_images=20)
+    cfg = TrainConfig(model=tiny(encoding, isotropic, hidden=16, layers=1, intermediate=32, num_heads=2),
+                      data="synthetic:500", epochs=3, batch_size=25, lr=0.1, warmup=0.1, head_images=10)
     result = train_trial(cfg, trial_id="t", tables=tmp_path)
     assert result.status == "finished"
     assert result.final_test_acc > 0.4, result  # chance is 0.1
     epochs = read(tmp_path, "epochs")
     assert list(epochs.epoch) == [0, 1, 2]
     heads = read(tmp_path, "heads")
-    assert len(heads) == 3 * 2 * 4  # epochs x layers x heads
+    assert len(heads) == 3 * 1 * 2  # epochs x layers x heads
     assert heads[["center_x", "center_y", "entropy", "max_prob"]].notna().all().all()
     gaussian = encoding == "quadratic"
     assert heads.param_center_x.notna().all() == gaussian
     maps = read(tmp_path, "maps")
-    assert len(maps) == 3 * 2 * 4 and (maps.window == 15).all()
+    assert len(maps) == 3 * 1 * 2 and (maps.window == 15).all()
     # a window of a distribution: non-negative, at most all of its mass
     assert all(len(p) == 15 * 15 and min(p) >= 0 and 0 < sum(p) <= 1 + 1e-5 for p in maps.probs)
     runs = read(tmp_path, "runs")
