@@ -44,6 +44,9 @@ def test_report_header(report):
     assert report["precision"] == "float32"
     assert (report["batch"], report["steps"], report["warmup"], report["repeats"]) == (1, 1, 1, 2)
     assert report["peak_tflops"] == 1.0 and "--peak-tflops" in report["peak_source"]
+    assert report["peak_cpu_tflops"] is None
+    rec = report["models"][0]["fast"]
+    assert rec["mfu"] == pytest.approx(rec["tflops"] / 1.0)  # a given peak: wall-clock MFU
 
 
 def test_model_rows(report):
@@ -89,7 +92,10 @@ def test_cli_json_resnet_without_naive_counterpart(capsys):
     (m,) = out["models"]
     check_record(m["fast"])
     assert m["naive"] is None and "speedup_vs_naive" in m and m["speedup_vs_naive"] is None
-    assert m["fast"]["mfu"] == pytest.approx(m["fast"]["tflops"] / out["peak_tflops"])
+    # measured CPU peak: MFU per second of process CPU time on both sides
+    fast = m["fast"]
+    per_cpu_s = fast["train_flops"] * out["batch"] / fast["cpu_s_per_step"] / 1e12
+    assert fast["mfu"] == pytest.approx(per_cpu_s / out["peak_cpu_tflops"])
     assert m["n_params"] == 11_173_962
 
 

@@ -27,6 +27,10 @@ GPU_PEAKS: tuple[tuple[str, tuple[str, ...], str, dict[str, float]], ...] = (
 class Peak:
     tflops: float | None  # None: unknown ("n/a")
     source: str  # where the number comes from, printed next to MFU
+    #: measured CPU peak only: matmul FLOPs per second of process CPU time (all
+    #: threads).  MFU on CPU is taken in CPU time against this, which other jobs'
+    #: load on a shared machine does not distort (wall-clock numbers swing 3-5x).
+    cpu_tflops: float | None = None
 
 
 def precision_key(device: torch.device, amp_dtype: torch.dtype | None) -> str:
@@ -52,15 +56,18 @@ def measured_matmul_peak(device: torch.device, dtype: torch.dtype, *, size: int 
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     a @ b  # warm-up (allocations, kernel selection)
-    best = float("inf")
+    best = best_cpu = float("inf")
     for _ in range(repeats):
         _sync(device)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         a @ b
         _sync(device)
         best = min(best, time.perf_counter() - t)
+        best_cpu = min(best_cpu, time.process_time() - c)
     name = str(dtype).removeprefix("torch.")
-    return Peak(2 * size**3 / best / 1e12, f"measured: best {size}x{size} {name} matmul on this machine")
+    flops = 2 * size**3
+    return Peak(flops / best / 1e12, f"measured: best {size}x{size} {name} matmul on this machine",
+                cpu_tflops=flops / best_cpu / 1e12 if best_cpu > 0 else None)
 
 
 def resolve_peak(device: torch.device, amp_dtype: torch.dtype | None, override: float | None) -> Peak:

@@ -58,7 +58,9 @@ def format_report(report: dict) -> str:
         f"{report['precision']}{', torch.compile' if report['compile'] else ''}, "
         f"batch {report['batch']}, {report['steps']} timed steps x {report['repeats']} window(s) "
         f"after {report['warmup']} warm-up",
-        f"peak for MFU: {'n/a' if peak is None else f'{peak:.3f} TFLOP/s'} ({report['peak_source']})",
+        f"peak for MFU: {'n/a' if peak is None else f'{peak:.3f} TFLOP/s'}"
+        + (f" ({report['peak_cpu_tflops']:.3f} TFLOP per CPU-second)" if report.get("peak_cpu_tflops") else "")
+        + f" ({report['peak_source']})",
         "step = forward + backward + SGD on a device-resident batch; TFLOP/s = 3 x forward FLOPs of the "
         "timed path x img/s (median window); naive = study.bench.naive in float32, eager",
         "peak MB = torch.cuda.max_memory_allocated (n/a on CPU); step MB = rise over the memory held "

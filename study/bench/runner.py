@@ -222,7 +222,7 @@ def _record(v: Variant, windows: list[float], cpu: list[float], warmup_s: float,
     images_per_s = opts.batch * opts.steps / seconds
     train_flops = 3 * v.forward_flops
     tflops = train_flops * images_per_s / 1e12
-    peak = opts.peak.tflops if opts.peak else None
+    cpu_s = statistics.median(cpu) / opts.steps
     return {
         "path": v.path,
         "precision": v.precision,
@@ -233,12 +233,12 @@ def _record(v: Variant, windows: list[float], cpu: list[float], warmup_s: float,
         # process CPU seconds per step (all threads): on a CPU shared with other jobs
         # this, unlike wall time, does not grow with their load; it is what a quiet
         # machine's step would take times the threads kept busy
-        "cpu_s_per_step": statistics.median(cpu) / opts.steps,
+        "cpu_s_per_step": cpu_s,
         "warmup_s": warmup_s,
         "forward_flops": v.forward_flops,
         "train_flops": train_flops,
         "tflops": tflops,
-        "mfu": tflops / peak if peak else None,
+        "mfu": _mfu(opts.peak, tflops, train_flops * opts.batch, cpu_s),
         "peak_memory_mb": mem.peak_mb,
         "step_memory_mb": mem.step_mb,
     }
@@ -248,6 +248,16 @@ def _ratio(a: dict | None, b: dict | None, key: str = "images_per_s") -> float |
     if not a or not b:
         return None
     return a[key] / b[key]
+
+
+def _mfu(peak: Peak | None, tflops: float, flops_per_step: float, cpu_s_per_step: float) -> float | None:
+    """Achieved / peak; against a measured CPU peak both sides are taken per second
+    of process CPU time, so that a busy machine does not distort the ratio."""
+    if peak is None or not peak.tflops:
+        return None
+    if peak.cpu_tflops and cpu_s_per_step > 0:
+        return flops_per_step / cpu_s_per_step / 1e12 / peak.cpu_tflops
+    return tflops / peak.tflops
 
 
 def _cpu_ratio(a: dict | None, b: dict | None) -> float | None:
@@ -488,6 +498,7 @@ def run_bench(opts: BenchOptions) -> dict:
         "repeats": opts.repeats,
         "peak_tflops": opts.peak.tflops,
         "peak_source": opts.peak.source,
+        "peak_cpu_tflops": opts.peak.cpu_tflops,
         "models": [],
         "attention": [],
     }
@@ -502,12 +513,16 @@ def run_bench(opts: BenchOptions) -> dict:
         # a measured ceiling is only as good as the quietest moment it saw: measure
         # again at the end and keep the larger, so MFU is not inflated by a busy start
         again = resolve_peak(opts.device, opts.amp_dtype, None)
-        if again.tflops > opts.peak.tflops:
-            opts.peak = again
+        opts.peak = Peak(
+            max(opts.peak.tflops, again.tflops),
+            opts.peak.source + " (best of start and end of the run; MFU per CPU-second)",
+            cpu_tflops=max(opts.peak.cpu_tflops or 0.0, again.cpu_tflops or 0.0) or None,
+        )
         report["peak_tflops"] = opts.peak.tflops
-        report["peak_source"] = opts.peak.source + " (best of start and end of the run)"
+        report["peak_cpu_tflops"] = opts.peak.cpu_tflops
+        report["peak_source"] = opts.peak.source
         for rec in _records(report):
-            rec["mfu"] = rec["tflops"] / opts.peak.tflops
+            rec["mfu"] = _mfu(opts.peak, rec["tflops"], rec["train_flops"] * opts.batch, rec["cpu_s_per_step"])
     return report
 
 
