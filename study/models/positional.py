@@ -6,8 +6,12 @@ the score head ``h`` gives key ``k`` from query ``q`` and the relative shift is
 ``δ = pos(k) − pos(q) = (δ1, δ2)`` (row, column), in grid pixels.
 
 Both encodings here are sums of per-axis terms when the Gaussian is isotropic,
-``s(δ) = s_row(δ1) + s_col(δ2)``; :meth:`axis_scores` exposes the two terms so the
-softmax can be factorised (``P = P_row ⊗ P_col``) by the attention layer.
+``s(δ) = s_row(δ1) + s_col(δ2)``; ``separable`` says so and :meth:`axis_scores`
+exposes the two terms, so the attention layer can factorise the softmax
+(``P = P_row ⊗ P_col``, DESIGN §11).  A non-isotropic Gaussian adds the cross term
+−Σ⁻¹₁₂ (δ1−Δ1)(δ2−Δ2), an outer product of a row and a column factor, which a
+softmax does not split; its (N_h, T, T) scores are still assembled from per-axis
+pieces rather than from a (N_h, T, T, 2) tensor of offsets.
 """
 
 from __future__ import annotations
