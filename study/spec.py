@@ -73,6 +73,9 @@ class SpecError(ValueError):
         self.file, self.path, self.message = file, path, message
         super().__init__(f"{file}: {path}: {message}" if path else f"{file}: {message}")
 
+    def __reduce__(self):  # picklable/copyable (Ray copies exceptions of failed trials)
+        return (SpecError, (self.file, self.path, self.message))
+
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that rejects duplicate mapping keys (YAML would keep the last)."""
@@ -175,6 +178,9 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     if "data" not in raw:
         raise err("data", "required (synthetic, cifar10[:ROOT] or a path)")
     _check_data(err, raw["data"])
+    if _is_path(raw["data"]):
+        # trials run in other working directories (and on other nodes): absolute path
+        raw = {**raw, "data": str(Path(raw["data"]).expanduser().resolve())}
     for key in ("epochs", "batch_size", "num_samples"):
         if key in raw and raw[key] < 1:
             raise err(key, f"must be >= 1, got {raw[key]}")
@@ -340,8 +346,13 @@ def _check_type(err, path: str, value: Any, types) -> None:
         raise err(path, f"must be finite, got {value}")
 
 
+def _is_path(data: str) -> bool:
+    return not (data == "synthetic" or data.startswith("synthetic:") or data == "cifar10"
+                or data.startswith("cifar10:"))
+
+
 def _check_data(err, data: str) -> None:
-    if data == "synthetic" or data.startswith("synthetic:") or data == "cifar10" or data.startswith("cifar10:"):
+    if not _is_path(data):
         return
     p = Path(data).expanduser()
     if not p.exists():

@@ -114,3 +114,20 @@ def test_shipped_study_files_are_valid(name):
     spec = load_spec(Path(__file__).parents[1] / "search_spaces" / f"{name}.yaml")
     assert spec.num_trials >= 4
     assert Path(spec.file).read_text().startswith("#"), "each study file opens with what it reproduces"
+
+
+def test_relative_data_path_becomes_absolute(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec(write(tmp_path, {**BASE, "data": "data"}))
+    assert spec.raw["data"] == str(tmp_path / "data")  # trials run in other working directories
+    assert spec.train_config(spec.cells[0]).data == str(tmp_path / "data")
+
+
+def test_spec_error_survives_copy_and_pickle():
+    import copy
+    import pickle
+
+    e = SpecError("f.yaml", "grid.num_heads", "bad")
+    for clone in (copy.copy(e), pickle.loads(pickle.dumps(e))):
+        assert str(clone) == "f.yaml: grid.num_heads: bad" and clone.path == "grid.num_heads"
