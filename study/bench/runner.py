@@ -395,7 +395,10 @@ def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor
     x = torch.randn(opts.batch, grid, grid, layer.dim, generator=gen).to(dev).requires_grad_()
     layer.train(training)
     with torch.no_grad():
-        grad_out = torch.randn_like(fn(x).float())
+        # the gradient of a mean-like loss: small enough that the variants' SGD steps
+        # on the shared layer never push its scores out of range
+        y0 = fn(x).float()
+        grad_out = torch.randn_like(y0) / y0.numel() ** 0.5
     fwd_flops = count_forward_flops(lambda: fn(x), opts.batch)
     opt = torch.optim.SGD(layer.parameters(), lr=1e-3, momentum=0.9)
     run = torch.compile(fn) if (opts.compile and fast) else fn
