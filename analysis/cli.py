@@ -12,22 +12,11 @@ import argparse
 import sys
 import warnings
 from pathlib import Path
-from typing import NoReturn
 
 from analysis.io import DEFAULT_STORAGE, AnalysisError, load
 from analysis.query import FORMATS, run_query
 
-EXIT_USAGE = 2
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
-def _fail(prog: str, message: str) -> NoReturn:
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_USAGE)
+from study.cliutil import Parser as _Parser, fail as _fail  # torch-free
 
 
 def _target(p: argparse.ArgumentParser) -> None:

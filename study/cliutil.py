@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from study.models.config import ConfigError, ModelConfig
+from study.models.config import ConfigError, ModelConfig  # torch-free
 
 EXIT_USAGE = 2
 

@@ -115,14 +115,19 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(unknown[0], "unknown model field")
-        return cls(**d)
+        return strict_from_dict(cls, d, "model")
 
     def replace(self, **changes: Any) -> "ModelConfig":
         return ModelConfig.from_dict({**self.to_dict(), **changes})
+
+
+def strict_from_dict(cls, d: dict[str, Any], kind: str):
+    """``cls(**d)``, but an unknown key is a ConfigError naming it."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ConfigError(unknown[0], f"unknown {kind} field")
+    return cls(**d)
 
 
 def _positive_int(cfg: ModelConfig, key: str) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-from torch import nn
+from typing import TYPE_CHECKING, Any, Callable
 
 from .config import ModelConfig
 
-_BUILDERS: dict[str, Callable[..., nn.Module]] = {}
+if TYPE_CHECKING:  # torch is imported by the builders, not by reading configs
+    from torch import nn
+
+_BUILDERS: dict[str, Callable[..., "nn.Module"]] = {}
 
 
 def register_model(arch: str):
@@ -21,7 +22,7 @@ def register_model(arch: str):
     return wrap
 
 
-def build_model(config: ModelConfig | dict[str, Any] | None = None, **overrides: Any) -> nn.Module:
+def build_model(config: ModelConfig | dict[str, Any] | None = None, **overrides: Any) -> "nn.Module":
     """Build the model described by ``config`` (a :class:`ModelConfig` or plain dict),
     with keyword ``overrides`` applied.  Raises ``ConfigError`` for invalid values."""
     if config is None:

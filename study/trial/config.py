@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from study.models.config import ConfigError, ModelConfig
+from study.models.config import ConfigError, ModelConfig, strict_from_dict
 
 SCHEDULES = ("cosine", "step")
 
@@ -69,11 +69,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(unknown[0], "unknown training field")
-        return cls(**d)
+        return strict_from_dict(cls, d, "training")
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
