@@ -26,6 +26,7 @@ def make_layer(encoding, isotropic, *, dim=8, heads=3, size=6, dropout=0.1, out_
         dim=dim, num_heads=heads, positional=pos, content=encoding == "learned_content",
         attention_dropout=dropout, out_dim=out_dim,
     )
+    layer.fused_content = True  # exercise the CUDA default (SDPA) here; explicit has its own tests
     return layer.double()
 
 
@@ -203,3 +204,19 @@ def test_no_host_synchronisation_in_forward_and_backward(variant, training):
     with HostSyncs() as mode:
         layer(x).sum().backward()
     assert mode.seen == []
+
+
+@pytest.mark.parametrize("fused", [True, False, None])
+@pytest.mark.parametrize("mode", ["eval", "train_p0"])
+def test_content_sdpa_and_explicit_paths_equal_naive(fused, mode):
+    layer = make_layer("learned_content", None, dropout=0.1 if mode == "eval" else 0.0)
+    layer.fused_content = fused
+    layer.train(mode != "eval")
+    assert layer.uses_fused_content(torch.device("cpu")) == bool(fused)  # None: CUDA only
+    assert layer.uses_fused_content(torch.device("cuda")) == (fused is not False)
+    x = inputs(grad=True)
+    fast = _grads(layer, x, layer)
+    naive = _grads(layer, x, lambda v: naive_relative_attention(layer, v))
+    for name in fast:
+        torch.testing.assert_close(fast[name], naive[name], **TOL, msg=name)
+    torch.testing.assert_close(layer(x), naive_relative_attention(layer, x), **TOL)

@@ -279,7 +279,9 @@ def attention_path(layer: RelativeSelfAttention) -> str:
     """Which exact path ``layer.forward`` takes in its current mode."""
     p = layer.attention_dropout.p if layer.training else 0.0
     if layer.content:
-        return "SDPA + positional bias" + (f", dropout {p:g}" if p else "")
+        device = next(layer.parameters()).device
+        kind = "SDPA + positional bias" if layer.uses_fused_content(device) else "explicit (B,N_h,T,T) content"
+        return kind + (f", dropout {p:g}" if p else "")
     if layer.uses_factorised_path():
         return "factorised P_row⊗P_col"
     return "shared dense (N_h,T,T)" + (f" + one dropout mask {p:g}" if p else "")

@@ -25,7 +25,10 @@ one is checked against :func:`study.bench.naive.naive_relative_attention`:
   exact here: the mask sits on the T×T matrix, not on the two axis factors.
 * **content** (``learned_content``): ``scaled_dot_product_attention`` with the
   positional scores as an additive float bias (scale 1/√D, Eq. 7), so the
-  (B, N_h, T, T) probabilities are never materialised by fused kernels.
+  (B, N_h, T, T) probabilities are never materialised by fused kernels.  By
+  default only on CUDA (``fused_content``): on CPU the bias needs a gradient,
+  which sends SDPA to its math fallback, measured 4-8 % slower than the explicit
+  form with about 20 % more memory (``study bench``).
 
 ``return_attention=True`` returns the full probabilities in every case (for the
 separable path the Kronecker product is built only then; content attention takes
@@ -100,6 +103,9 @@ class RelativeSelfAttention(nn.Module):
     #: Use the factorised P_row ⊗ P_col path when it is exact (tests switch it
     #: off to compare with the dense shared path).
     factorise: bool = True
+    #: Content attention through ``scaled_dot_product_attention``: ``None`` (default)
+    #: where fused kernels take a trainable bias (CUDA), ``True``/``False`` to force.
+    fused_content: bool | None = None
 
     def __init__(
         self, *, dim: int, num_heads: int, positional: nn.Module, content: bool = False,
@@ -142,6 +148,12 @@ class RelativeSelfAttention(nn.Module):
         dropping = self.training and self.attention_dropout.p > 0
         return self.factorise and self.separable and not dropping
 
+    def uses_fused_content(self, device: torch.device) -> bool:
+        """True when content attention goes through ``scaled_dot_product_attention``."""
+        if not self.content:
+            return False
+        return self.fused_content if self.fused_content is not None else device.type == "cuda"
+
     # ----------------------------------------------------------------- forward
     def forward(self, x: Tensor, *, return_attention: bool = False):
         b, h, w, _ = x.shape
@@ -153,7 +165,7 @@ class RelativeSelfAttention(nn.Module):
         """The concatenated heads before ``out_proj``, (B, T, N_h·D), and the
         probabilities if asked for (else ``None``).  Picks the exact path (module doc)."""
         if self.content:
-            if return_attention:
+            if return_attention or not self.uses_fused_content(x.device):
                 return self._explicit_content_heads(x)
             return self._fused_content_heads(x), None
         if self.uses_factorised_path():
@@ -210,7 +222,8 @@ class RelativeSelfAttention(nn.Module):
         return heads.transpose(1, 2).reshape(b, t, n * d)
 
     def _explicit_content_heads(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """The explicit form, (B, N_h, T, T) @ (B, 1, T, D), returning the probabilities."""
+        """The explicit form, (B, N_h, T, T) @ (B, 1, T, D), with the probabilities;
+        dropout (if training) on the (B, N_h, T, T) matrix, one mask per image and head."""
         b, h, w, d = x.shape
         t = h * w
         probs = self.attention_probs(x)
