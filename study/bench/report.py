@@ -62,7 +62,7 @@ def format_report(report: dict) -> str:
         + (f" ({report['peak_cpu_tflops']:.3f} TFLOP per CPU-second)" if report.get("peak_cpu_tflops") else "")
         + f" ({report['peak_source']})",
         "step = forward + backward + SGD on a device-resident batch; TFLOP/s = 3 x forward FLOPs of the "
-        "timed path x img/s (median window); naive = study.bench.naive in float32, eager",
+        "timed path x img/s (median window); naive = study.bench.naive: float32, eager, no attention dropout",
         "peak MB = torch.cuda.max_memory_allocated (n/a on CPU); step MB = rise over the memory held "
         "before the warm-up steps (CPU: peak RSS rise, approximate)",
     ]
