@@ -30,7 +30,6 @@ from __future__ import annotations
 import copy
 import ctypes
 import gc
-import math
 import os
 import statistics
 import time
