@@ -76,6 +76,6 @@ def test_theorem_rejects_even_kernel():
 
 
 def test_every_command_has_help():
-    for cmd in ([], ["models"], ["theorem"]):
+    for cmd in ([], ["models"], ["theorem"], ["train"], ["validate"], ["run"], ["status"], ["resume"], ["bench"]):
         r = study(*cmd, "--help")
         assert r.returncode == 0 and "usage:" in r.stdout
