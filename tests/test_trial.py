@@ -115,3 +115,21 @@ def test_step_schedule_is_the_resnet_recipe():
     assert learning_rate(step=2 * 149, **kw) == pytest.approx(0.1)
     assert learning_rate(step=2 * 150, **kw) == pytest.approx(0.01)
     assert learning_rate(step=2 * 250, **kw) == pytest.approx(0.001)
+
+
+def test_study_train_command(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "study", "train", "--data", "synthetic:100", "--epochs", "2", "--hidden", "16",
+            "--layers", "1", "--num-heads", "2", "--intermediate", "16", "--batch-size", "25", "--out", str(out)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert [ln.split()[1] for ln in r.stderr.splitlines() if ln.startswith("epoch ")] == ["1/2", "2/2"]
+    assert len(read(out / "tables", "epochs")) == 2 and read(out / "tables", "runs").status.iloc[0] == "finished"
+    bad = subprocess.run(args[:4] + [str(tmp_path / "missing.tar.gz")] + args[5:-1] + [str(tmp_path / "b")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--data" in bad.stderr and "missing.tar.gz" in bad.stderr
+    assert not (tmp_path / "b").exists()

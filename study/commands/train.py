@@ -60,12 +60,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         from study.data import load_splits
 
-        load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)  # validate (and cache) before writing
+        splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)  # errors before anything is written
     except DataError as e:
         fail(prog, f"--data: {e}")
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
-                         progress=progress)
+                         progress=progress, splits=splits)
     print(f"{result.status}: {result.epochs_done} epochs, best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")
     return 0 if result.status == "finished" else 1

@@ -80,18 +80,21 @@ def train_trial(
     report: Report | None = None,
     progress: Callable[[str], None] | None = None,
     extra_run_fields: dict[str, Any] | None = None,
+    splits=None,
 ) -> TrialResult:
     """Train ``cfg`` for ``cfg.epochs`` epochs, resuming from ``checkpoint_dir`` if it
     holds a checkpoint.  After every epoch (rank 0): the ``epochs``/``heads``/``maps``
     parts and the ``runs`` row under ``tables``, a checkpoint in ``checkpoint_dir``,
     then ``report(metrics, checkpoint_dir)`` (every rank; the directory on rank 0 only).
+    ``splits``: the already loaded ``load_splits(cfg.data, ...)``, if the caller has it.
     """
     rank, world = _rank_world()
     device = device or default_device()
     if device.type == "cuda":
         torch.cuda.set_device(device)
 
-    splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)
+    if splits is None:
+        splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)
     train_data = DeviceData(splits.train_images, splits.train_labels, device=device)
     test_data = DeviceData(splits.test_images[rank::world], splits.test_labels[rank::world], device=device)
     mc = cfg.model.replace(num_classes=len(splits.classes))
