@@ -128,7 +128,7 @@ def test_study_train_command(tmp_path):
     assert r.returncode == 0, r.stderr
     assert [ln.split()[1] for ln in r.stderr.splitlines() if ln.startswith("epoch ")] == ["1/2", "2/2"]
     assert len(read(out / "tables", "epochs")) == 2 and read(out / "tables", "runs").status.iloc[0] == "finished"
-    bad = subprocess.run(args[:4] + [str(tmp_path / "missing.tar.gz")] + args[5:-1] + [str(tmp_path / "b")],
+    bad = subprocess.run(args[:5] + [str(tmp_path / "missing.tar.gz")] + args[6:-1] + [str(tmp_path / "b")],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "--data" in bad.stderr and "missing.tar.gz" in bad.stderr
