@@ -136,8 +136,10 @@ def train_trial(
             f"batch_size {cfg.batch_size} x {world} rank(s) exceeds the {len(train_data)} training images"
         )
     writer = TableWriter(tables, trial_id=trial_id) if (tables is not None and rank == 0) else None
-    head_images = splits.test_images[: cfg.head_images]
-    head_batch = DeviceData(head_images, splits.test_labels[: cfg.head_images], device=device)
+    # the fixed test images of the content-attention head statistics, normalised once
+    head_data = DeviceData(splits.test_images[: cfg.head_images], splits.test_labels[: cfg.head_images],
+                           device=device)
+    x_heads = head_data.normalise(head_data.images)
 
     run_row = {
         "study": study, "name": model_name(mc), **{k: v for k, v in mc.to_dict().items()
@@ -202,7 +204,6 @@ def train_trial(
                 h0 = time.perf_counter()
                 raw_model.eval()
                 with autocast():
-                    x_heads = next(head_batch.batches(batch_size=len(head_batch), epoch=0, seed=0, train=False))[0]
                     head_rows, map_rows = collect_head_stats(raw_model, x_heads, radius=cfg.map_radius)
                 writer.rows("heads", epoch, head_rows)
                 writer.rows("maps", epoch, map_rows)

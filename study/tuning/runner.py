@@ -26,7 +26,7 @@ os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
 import pandas as pd
 import yaml
 
-from study.spec import StudySpec, validate
+from study.spec import StudySpec
 from study.tables import STATUSES, part_path, read_table, write_part
 
 META_FILE = "study.json"
@@ -199,4 +199,4 @@ def _say(verbose: bool, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-__all__ = ["run_study", "resume_study", "study_root", "summary", "validate"]
+__all__ = ["finish", "init_ray", "read_meta", "resume_study", "run_study", "study_root", "summary"]

@@ -11,7 +11,6 @@ The trial's Ray id names its table parts, so retries overwrite, never duplicate.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -162,5 +161,3 @@ def make_trainable(meta: dict[str, Any]):
         res["gpu"] = meta["gpus_per_trial"]
     return tune.with_resources(fn, res)
 
-
-os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
