@@ -129,8 +129,8 @@ class GridOptunaSearcher(Searcher):
     def set_state(self, state: dict) -> None:
         self.__dict__.update(state)
         self._studies = {}
-        # trials that were suggested but never finished are asked again by Optuna on
-        # restore only if Ray re-suggests them; their cells keep their Ray trials
+        # the rebuilt Optuna studies hold only finished trials: a trial still running
+        # at the save cannot be told by number, so its result is not fed back to TPE
         for trial_id, (cell, number) in list(self.assigned.items()):
             if number is not None:
                 self.assigned[trial_id] = (cell, None)
