@@ -15,11 +15,39 @@ class UsageError(Exception):
     """Bad input from the user; printed as one line, exit status 2."""
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """``--help`` shows each option's default, ``(default: X)``, unless the help text
+    already says it or there is none to show (None, False, a store_true flag)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is False or default is argparse.SUPPRESS or "default" in text.lower()
+                or not action.option_strings or isinstance(action, argparse._VersionAction)):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are a single line (no usage dump), exit 2."""
+    """ArgumentParser whose errors are a single line (no usage dump), exit 2, and
+    whose ``--help`` shows the defaults."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def package_version() -> str:
+    """The installed version of this project (``unknown`` from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attention-cnn-study")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def fail(prog: str, message: str) -> NoReturn:

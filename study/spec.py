@@ -23,6 +23,7 @@ Schema (every key optional except ``data``)::
     resources: {gpus_per_trial: 1, cpus_per_trial: 4, workers_per_trial: 1}
     max_failures: 2
     max_concurrent: null
+    loggers: [tensorboard]           # any of tensorboard, mlflow, wandb (Ray Tune's logger callbacks)
 
 Grid and sample keys name a model field (``num_heads``, ``pos_dim``, ``encoding``,
 ``isotropic``, ...) or a training field (``lr``, ``momentum``, ``weight_decay``,
@@ -44,6 +45,7 @@ import yaml
 
 from study.models.config import ConfigError, ModelConfig
 from study.trial.config import TrainConfig
+from study.tuning.loggers import DEFAULT_LOGGERS, LOGGERS
 
 MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
 TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size")
@@ -53,7 +55,7 @@ TOP_KEYS = {
     "batch_size": int, "optimizer": dict, "schedule": dict, "training": dict, "seeds": list,
     "model": dict, "models": list, "grid": dict, "sample": dict, "num_samples": int,
     "scheduler": (dict, type(None)), "resources": dict, "max_failures": int,
-    "max_concurrent": (int, type(None)),
+    "max_concurrent": (int, type(None)), "loggers": list,
 }
 SECTION_KEYS = {
     "optimizer": {"lr": (int, float), "momentum": (int, float), "weight_decay": (int, float)},
@@ -126,6 +128,7 @@ class StudySpec:
     max_failures: int
     max_concurrent: int | None
     models: list[ModelConfig] = field(default_factory=list)
+    loggers: tuple[str, ...] = DEFAULT_LOGGERS
 
     @property
     def num_trials(self) -> int:
@@ -275,6 +278,13 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     if max_concurrent is not None and max_concurrent < 1:
         raise err("max_concurrent", "must be >= 1")
 
+    loggers = raw.get("loggers", list(DEFAULT_LOGGERS))
+    for i, name in enumerate(loggers):
+        if not isinstance(name, str) or name not in LOGGERS:
+            raise err(f"loggers.{i}", f"unknown logger {name!r} (one of {', '.join(LOGGERS)})")
+    if len(set(loggers)) != len(loggers):
+        raise err("loggers", "repeats a logger")
+
     # expand the grid and check every cell builds a valid model and training config
     keys = list(grid)
     cells: list[Cell] = []
@@ -290,7 +300,7 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         file=file, name=raw.get("name", default_name), raw=raw, base_train=base_train, cells=cells,
         sample=sample, num_samples=num_samples, scheduler=scheduler, gpus_per_trial=float(gpus),
         cpus_per_trial=float(cpus), workers_per_trial=workers, max_failures=max_failures,
-        max_concurrent=max_concurrent,
+        max_concurrent=max_concurrent, loggers=tuple(loggers),
     )
     if not _valid_name(spec.name):
         raise err("name", f"must be letters, digits, '-', '_' or '.', got {spec.name!r}")

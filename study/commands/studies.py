@@ -54,9 +54,20 @@ def _spec(prog: str, file: str, data: str | None, gpus: int | None):
     from study.spec import SpecError, load_spec
 
     try:
-        return load_spec(file, data=data, gpus_available=gpus)
+        spec = load_spec(file, data=data, gpus_available=gpus)
     except SpecError as e:
         fail(prog, str(e))
+    _check_loggers(prog, spec.file, spec.loggers)
+    return spec
+
+
+def _check_loggers(prog: str, file: str, loggers) -> None:
+    """A logger whose package is missing is one line naming the extra, exit 2."""
+    from study.tuning.loggers import check_loggers
+
+    missing = check_loggers(loggers)
+    if missing:
+        fail(prog, f"{file}: loggers.{missing[0]}: {missing[1]}")
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -105,7 +116,7 @@ def run_run(args: argparse.Namespace) -> int:
     if "://" not in root and Path(root).exists() and any(Path(root).iterdir()):
         fail(prog, f"--name: study {spec.name!r} already exists in {args.storage} "
                    f"(continue it with `study resume {spec.name}` or pick another --name)")
-    _check_data(prog, spec)
+    _check_data(prog, spec, quiet=args.quiet)
     init_ray(args.address, num_cpus=args.num_cpus)
     if spec.gpus_per_trial:
         import ray
@@ -122,15 +133,19 @@ def run_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_data(prog: str, spec) -> None:
+def _check_data(prog: str, spec, *, quiet: bool = False) -> None:
     """Load (and cache) every data source the trials will read before anything
-    starts, so a broken archive is one error line, not a study of failed trials."""
+    starts, so a broken archive is one error line, not a study of failed trials.
+    The first decode of an archive can take minutes: its progress goes to stderr."""
+    import sys
+
     from study.data import DataError, load_splits
 
+    progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     for source, subset in sorted({(c.data, c.subset) for c in (spec.train_config(cell) for cell in spec.cells)},
                                  key=str):
         try:
-            load_splits(source, subset=subset)
+            load_splits(source, subset=subset, progress=progress)
         except DataError as e:
             fail(prog, f"{spec.file}: data: {e}")
 
@@ -171,7 +186,11 @@ def run_resume(args: argparse.Namespace) -> int:
     root = _root(args.storage, args.name)
     if "://" not in root and not (Path(root) / "study.json").exists():
         fail("study resume", f"no study {args.name!r} in {args.storage}")
-    from study.tuning.runner import resume_study, summary
+    from study.tuning.loggers import DEFAULT_LOGGERS
+    from study.tuning.runner import read_meta, resume_study, summary
+
+    meta = read_meta(root)
+    _check_loggers("study resume", meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
 
     runs = resume_study(root, address=args.address, verbose=not args.quiet, num_cpus=args.num_cpus)
     if args.quiet:

@@ -221,6 +221,8 @@ def train_trial(
                     "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
                     "epoch": epoch + 1, "best_test_acc": best_acc, "final_test_acc": final_acc,
                     "device_seconds": device_seconds, "attempts": attempts, "rng_cpu": torch.get_rng_state(),
+                    # what the model is: `study export` / `load_trained` rebuild it from these
+                    "model_config": mc.to_dict(), "train_config": cfg.to_dict(),
                     **({"rng_cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}),
                 })
                 ckpt = Path(checkpoint_dir)

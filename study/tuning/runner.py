@@ -92,6 +92,7 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
+    from study.tuning.loggers import logger_callbacks
     from study.tuning.progress import ProgressReporter
     from study.tuning.searcher import GridOptunaSearcher
     from study.tuning.trainable import make_trainable
@@ -107,21 +108,30 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool
         scheduler = FIFOScheduler()
     searcher = GridOptunaSearcher(n_cells=len(spec.cells), sample=spec.sample, num_samples=spec.num_samples,
                                   seed=min(c.seed for c in spec.cells), metric=metric, mode=mode,
-                                  tables=meta["tables"])
+                                  tables=meta["tables"],
+                                  hparams_source={k: meta[k] for k in ("raw", "file", "name")})
     return tune.Tuner(
         make_trainable(meta),
         tune_config=tune.TuneConfig(
             metric=metric, mode=mode, search_alg=searcher, scheduler=scheduler,
             num_samples=spec.num_trials, reuse_actors=meta["workers_per_trial"] == 1,
-            max_concurrent_trials=spec.max_concurrent,
+            max_concurrent_trials=spec.max_concurrent, trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(
             name=spec.name, storage_path=storage, verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-            callbacks=[ProgressReporter(meta=meta, enabled=verbose)],
+            callbacks=[ProgressReporter(meta=meta, enabled=verbose),
+                       *logger_callbacks(spec.loggers, root=study_root(storage, spec.name), study=spec.name,
+                                         tables=meta["tables"])],
         ),
     )
+
+
+def trial_dirname(trial) -> str:
+    """A trial's folder (and its TensorBoard run name): its table key, then Ray's id
+    (unique across re-created trials), instead of Ray's tag of every config value."""
+    return f"{(trial.config or {}).get('key', 'trial')}_{trial.trial_id}"
 
 
 def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verbose: bool = True,
@@ -136,6 +146,7 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
     _say(verbose, f"study {spec.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
                   f"{spec.num_samples} samples), storage {root}")
     results = tuner.fit()
+    del tuner  # logger callbacks (W&B's) clean up while Ray is still importable
     return finish(root, results, verbose=verbose)
 
 
@@ -149,6 +160,9 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
 
     meta = read_meta(root)
     init_ray(address, num_cpus=num_cpus)
+    # the study's logger callbacks come back with the pickled run config; Ray must not
+    # add its automatic ones again (study/tuning/loggers.py)
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     tuner = tune.Tuner.restore(root, trainable=make_trainable(meta), resume_errored=True,
                                resume_unfinished=True)
     _say(verbose, f"resuming study {meta['name']} from {root}")

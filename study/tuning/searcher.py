@@ -43,9 +43,13 @@ class GridOptunaSearcher(Searcher):
     """Suggests ``{"cell": index, "sampled": {...}}`` for ``n_cells × num_samples`` trials."""
 
     def __init__(self, *, n_cells: int, sample: dict[str, dict], num_samples: int, seed: int = 0,
-                 metric: str = "test_acc", mode: str = "max", tables: str | None = None):
+                 metric: str = "test_acc", mode: str = "max", tables: str | None = None,
+                 hparams_source: dict | None = None):
         super().__init__(metric=metric, mode=mode)
         self.tables = tables
+        # the study file ({"raw", "file", "name"}): each suggestion carries the trial's
+        # flat hyper-parameters under "hparams" (logged by Tune's loggers)
+        self.hparams_source = hparams_source
         self.n_cells = n_cells
         self.sample = sample
         self.num_samples = num_samples
@@ -85,13 +89,21 @@ class GridOptunaSearcher(Searcher):
             # the key already finished in an earlier driver's life (its Ray trial was
             # lost with that driver): replay it, its trainable will not train again
             self.assigned[trial_id] = (cell, None)
-            return {"cell": cell, "sample": sample, "key": key, "sampled": done}
+            return self._config(cell, sample, key, done)
         sampled, number = {}, None
         if self.sample:
             trial = self._study(cell).ask({k: optuna_distribution(v) for k, v in self.sample.items()})
             sampled, number = dict(trial.params), trial.number
         self.assigned[trial_id] = (cell, number)
-        return {"cell": cell, "sample": sample, "key": key, "sampled": sampled}
+        return self._config(cell, sample, key, sampled)
+
+    def _config(self, cell: int, sample: int, key: str, sampled: dict) -> dict:
+        config = {"cell": cell, "sample": sample, "key": key, "sampled": sampled}
+        if getattr(self, "hparams_source", None):
+            from study.tuning.hparams import trial_hparams
+
+            config["hparams"] = trial_hparams(self.hparams_source, cell, sampled)
+        return config
 
     def _finished_in_tables(self, key: str) -> dict | None:
         """Sampled values of ``key`` if its runs row says it finished, else None."""
@@ -123,8 +135,9 @@ class GridOptunaSearcher(Searcher):
 
     # --- persistence (Tuner.restore) -------------------------------------------------
     def get_state(self) -> dict:
-        return {k: getattr(self, k) for k in ("n_cells", "sample", "num_samples", "seed", "suggested", "tables",
-                                              "assigned", "finished", "_metric", "_mode")}
+        return {k: getattr(self, k, None) for k in ("n_cells", "sample", "num_samples", "seed", "suggested",
+                                                    "tables", "assigned", "finished", "_metric", "_mode",
+                                                    "hparams_source")}
 
     def set_state(self, state: dict) -> None:
         self.__dict__.update(state)
