@@ -99,7 +99,9 @@ def test_served_report_follows_a_running_study_in_chromium(tmp_path):
 
         # an epoch lands in the tables -> the server rebuilds -> the page shows it
         _wait(lambda: len(read_table(root / "tables", "epochs")) > n_before, 240, "an epoch to land", study)
-        _wait(lambda: version() != v_before, 120, "the server to rebuild the page")
+        page = lambda: urllib.request.urlopen(url, timeout=30).read().decode()  # noqa: E731
+        _wait(lambda: epochs_shown(page()) > n_before, 120, "the server to rebuild the page")
+        assert version() != v_before
         after = browse(url, tmp_path / "profile", screenshot=tmp_path / "after.png")
         assert epochs_shown(after) > n_before
         assert after != before and (tmp_path / "after.png").read_bytes() != (tmp_path / "before.png").read_bytes()
