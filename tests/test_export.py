@@ -47,3 +47,30 @@ def test_load_trained_refuses_a_pickle_with_code(tmp_path, capsys):
     with pytest.raises(ExportError, match="not a model export"):
         load_trained(path)
     assert "executed" not in capsys.readouterr().out
+
+
+def test_checkpoints_found_by_trial_key_across_folders_and_ddp(tmp_path):
+    """Ray's folder names are not the trial's identity: params.json's key is; a
+    re-created trial's folder with fewer epochs loses; DDP (Train) checkpoints count."""
+    import json
+
+    from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
+
+    def ckpt(folder, epoch):
+        folder.mkdir(parents=True)
+        torch.save({"epoch": epoch, "model": {}}, folder / "checkpoint.pt")
+
+    for name, epochs in (("c000-s000_aaa_00001", (1, 2)), ("c000-s000_bbb_00003", (1,))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "params.json").write_text(json.dumps({"key": "c000-s000", "cell": 0}))
+        for i, e in enumerate(epochs):
+            ckpt(tmp_path / name / f"checkpoint_{i:06d}", e)
+    ckpt(tmp_path / "ddp" / "ddp-c001-s000-5ca8d3ee" / "checkpoint_2026-11-22_05-10-55.000001", 3)
+    ckpt(tmp_path / "ddp" / "ddp-c001-s000-5ca8d3ee" / "checkpoint_2026-11-22_05-11-55.000001", 4)
+    ckpt(tmp_path / "tables" / "x" / "checkpoint_000000", 9)  # not a trial folder
+    ckpt(tmp_path / "orphan" / "checkpoint_000000", 9)  # no params.json: no key
+    found = find_checkpoints(str(tmp_path))
+    assert sorted(found) == ["c000-s000", "c001-s000"]
+    assert latest_checkpoint(str(tmp_path), "c000-s000")["epoch"] == 2
+    assert latest_checkpoint(str(tmp_path), "c001-s000")["epoch"] == 4
+    assert latest_checkpoint(str(tmp_path), "c002-s000") is None

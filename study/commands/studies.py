@@ -78,6 +78,7 @@ def run_validate(args: argparse.Namespace) -> int:
           f"samples), {len(spec.models)} distinct models:")
     for m in spec.models:
         print(f"  {model_name(m)}")
+    print(f"loggers: {', '.join(spec.loggers) or 'none'}")
     return 0
 
 

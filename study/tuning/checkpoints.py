@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 CHECKPOINT_FILE = "checkpoint.pt"
-_DDP = re.compile(r"^ddp-(?P<key>.+)-[0-9a-f]+$")
+_DDP = re.compile(r"^ddp-(?P<key>.+)-[^-]+$")  # ddp-<key>-<Ray trial id>
 
 
 @dataclass(frozen=True)
 class CheckpointRef:
     key: str
     path: str  # path of checkpoint.pt on ``fs``
-    index: int  # Ray's checkpoint_<index>
+    order: str  # Ray's folder name: checkpoint_<index> (Tune) or checkpoint_<timestamp> (Train); sorts by age
     mtime: float
 
 
@@ -47,7 +47,7 @@ def find_checkpoints(root: str) -> dict[str, list[CheckpointRef]]:
     except OSError:
         return {}
     keys: dict[str, str] = {}  # trial folder -> key
-    found: list[tuple[str, str, int, float]] = []  # trial folder, path, index, mtime
+    found: list[tuple[str, str, str, float]] = []  # trial folder, path, order, mtime
     for info in infos:
         rel = info.path[len(base):].lstrip("/")
         parts = rel.split("/")
@@ -62,10 +62,7 @@ def find_checkpoints(root: str) -> dict[str, list[CheckpointRef]]:
             if isinstance(key, str):
                 keys[parts[0]] = key
         elif parts[-1] == CHECKPOINT_FILE and len(parts) >= 3 and parts[-2].startswith("checkpoint_"):
-            try:
-                index = int(parts[-2].split("_", 1)[1])
-            except ValueError:
-                continue
+            index = parts[-2]
             mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
             if parts[0] == "ddp" and len(parts) == 4:
                 m = _DDP.match(parts[1])
@@ -77,7 +74,7 @@ def find_checkpoints(root: str) -> dict[str, list[CheckpointRef]]:
     for folder, path, index, mtime in found:
         key = folder[4:] if folder.startswith("ddp:") else keys.get(folder)
         if key is not None:
-            out.setdefault(key, []).append(CheckpointRef(key=key, path=path, index=index, mtime=mtime))
+            out.setdefault(key, []).append(CheckpointRef(key=key, path=path, order=index, mtime=mtime))
     return out
 
 
@@ -93,7 +90,7 @@ def read_checkpoint(root: str, ref: CheckpointRef) -> dict[str, Any]:
 
 def latest_checkpoint(root: str, key: str) -> dict[str, Any] | None:
     """The checkpoint of trial ``key`` with the most epochs, or None if it has none.
-    Within one Ray folder the highest ``checkpoint_<index>`` is its latest; across
+    Within one Ray folder the last ``checkpoint_*`` by name is its latest; across
     folders (a re-created trial) the epochs stored in the files decide."""
     refs = find_checkpoints(root).get(key, [])
     if not refs:
@@ -101,7 +98,7 @@ def latest_checkpoint(root: str, key: str) -> dict[str, Any] | None:
     latest: dict[str, CheckpointRef] = {}
     for ref in refs:
         folder = ref.path.rsplit("/", 2)[0]
-        if folder not in latest or ref.index > latest[folder].index:
+        if folder not in latest or ref.order > latest[folder].order:
             latest[folder] = ref
     best, best_rank = None, None
     for ref in latest.values():
