@@ -52,7 +52,7 @@ def images_are_png(dom: str) -> int:
 
 
 def epochs_shown(dom: str) -> int:
-    m = re.search(r"(\d+) epochs recorded", dom)
+    m = re.search(r"(\d+) epochs? recorded", dom)
     assert m, dom[:2000]
     return int(m[1])
 
@@ -143,7 +143,7 @@ def test_report_lists_failures_with_their_cause_and_embeds_only_pngs(tmp_path):
     assert "RuntimeError: CUDA out of memory &lt;tried 2 GiB&gt;" in failures  # the cause, escaped
     assert "c001-s000" in failures and "non-finite training loss" in failures
     assert "c002-s000" not in failures
-    assert "1 epochs recorded" in page and "name: f" in page
+    assert "3 trials: " in page and "1 epoch recorded" in page and "name: f" in page
     assert images_are_png(page) >= 1
     assert "src=\"http" not in page and "<link" not in page  # self-contained
 
