@@ -14,7 +14,7 @@ from tests.conftest import VARIANTS, VARIANT_IDS
 
 
 def tiny(encoding="quadratic", isotropic=True, **kw):
-    pos_dim = None if encoding == "quadratic" else 8
+    pos_dim = 8 if encoding == "learned" else None  # learned_content (query form): pos_dim = hidden
     base = dict(hidden=32, layers=2, intermediate=48, num_heads=4, encoding=encoding, isotropic=isotropic,
                 pos_dim=pos_dim)
     return ModelConfig(**{**base, **kw})

@@ -143,7 +143,7 @@ def train_trial(
 
     run_row = {
         "study": study, "name": model_name(mc), **{k: v for k, v in mc.to_dict().items()
-                                                     if k in ("arch", "encoding", "isotropic", "num_heads", "pos_dim", "hidden", "layers")},
+                                                     if k in ("arch", "encoding", "isotropic", "num_heads", "pos_dim", "positional_score", "hidden", "layers")},
         "lr": cfg.lr, "weight_decay": cfg.weight_decay, "batch_size": cfg.batch_size, "epochs": cfg.epochs,
         "warmup": cfg.warmup, "schedule": cfg.schedule, "seed": cfg.seed, "data": cfg.data,
         "subset": cfg.subset, "n_params": n_params, "flops": flops, "device": _device_name(device),
