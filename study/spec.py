@@ -14,6 +14,8 @@ Schema (every key optional except ``data``)::
     seeds: [0]                                     # grid axis
     model: {hidden: 400, layers: 6}                # base model fields for every trial
     models: [{arch: resnet18}, {encoding: quadratic}]   # explicit model list (grid axis)
+    # a model's own recipe: `training:` in its entry (keys below) overrides the top level
+    #   models: [{arch: resnet18, training: {schedule: {type: step}}}, {encoding: quadratic}]
     grid: {num_heads: [4, 9], isotropic: [true, false]} # cartesian product
     sample:                                        # Optuna TPE, num_samples per grid cell
       lr: {loguniform: [0.01, 0.3]}
@@ -27,6 +29,12 @@ Schema (every key optional except ``data``)::
 Grid and sample keys name a model field (``num_heads``, ``pos_dim``, ``encoding``,
 ``isotropic``, ...) or a training field (``lr``, ``momentum``, ``weight_decay``,
 ``warmup``, ``batch_size``).  Trials = seeds × models × grid cells × num_samples.
+
+A ``training:`` mapping inside a ``models`` entry gives that model its own recipe:
+keys ``epochs``, ``batch_size``, ``optimizer``, ``schedule`` and the top-level
+``training`` keys, validated like the top level (``models.0.training.schedule.type``);
+they override the top-level values for that model's trials only.  A grid or sample
+axis may not also be set there.
 
 Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`).
 """
@@ -64,6 +72,15 @@ SECTION_KEYS = {
                   "mode": str},
     "resources": {"gpus_per_trial": (int, float), "cpus_per_trial": (int, float), "workers_per_trial": int},
 }
+
+#: Keys of a per-model ``training:`` override inside a ``models`` entry.
+MODEL_TRAINING_KEYS = {
+    "epochs": int, "batch_size": int, "optimizer": dict, "schedule": dict, **SECTION_KEYS["training"],
+}
+#: Where each TrainConfig field sits in a recipe mapping (for error paths).
+_RECIPE_PATHS = {"lr": "optimizer.lr", "momentum": "optimizer.momentum",
+                 "weight_decay": "optimizer.weight_decay", "warmup": "schedule.warmup",
+                 "schedule": "schedule.type"}
 
 
 class SpecError(ValueError):
@@ -185,12 +202,10 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         if key in raw and raw[key] < 1:
             raise err(key, f"must be >= 1, got {raw[key]}")
 
-    opt, sched, training = raw.get("optimizer", {}), raw.get("schedule", {}), raw.get("training", {})
     base_train = {
         "data": raw["data"], "subset": raw.get("subset"), "epochs": raw.get("epochs", 300),
-        "batch_size": raw.get("batch_size", 100), **opt,
-        **({"schedule": sched["type"]} if "type" in sched else {}),
-        **({"warmup": sched["warmup"]} if "warmup" in sched else {}), **training,
+        "batch_size": raw.get("batch_size", 100),
+        **_recipe(raw.get("optimizer", {}), raw.get("schedule", {}), raw.get("training", {})),
     }
 
     seeds = raw.get("seeds", [0])
@@ -209,8 +224,10 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         if not isinstance(m, dict):
             raise err(f"models.{i}", f"must be a mapping of model fields, got {type(m).__name__}")
         for k in m:
-            if k not in MODEL_FIELDS:
+            if k not in MODEL_FIELDS and k != "training":
                 raise err(f"models.{i}.{k}", "unknown model field")
+    model_recipes = [_model_recipe(err, f"models.{i}.training", m.get("training", {})) for i, m in enumerate(models)]
+    models = [{k: v for k, v in m.items() if k != "training"} for m in models]
     for k in raw.get("model", {}):
         if k not in MODEL_FIELDS:
             raise err(f"model.{k}", "unknown model field")
@@ -236,6 +253,10 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     for k in list(grid) + list(sample):
         if any(k in m for m in models):
             raise err(f"grid.{k}" if k in grid else f"sample.{k}", "duplicate axis: also set in models")
+        for i, recipe in enumerate(model_recipes):
+            if k in recipe:
+                raise err(f"grid.{k}" if k in grid else f"sample.{k}",
+                          f"duplicate axis: also set in models.{i}.training")
     num_samples = raw.get("num_samples", 1)
 
     scheduler = raw.get("scheduler")
@@ -284,7 +305,7 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
                 assigned = dict(zip(keys, values))
                 cell = Cell(index=len(cells), seed=seed,
                             model={**m, **{k: v for k, v in assigned.items() if k in MODEL_FIELDS}},
-                            train={k: v for k, v in assigned.items() if k in TRAIN_AXES})
+                            train={**model_recipes[mi], **{k: v for k, v in assigned.items() if k in TRAIN_AXES}})
                 cells.append(cell)
     spec = StudySpec(
         file=file, name=raw.get("name", default_name), raw=raw, base_train=base_train, cells=cells,
@@ -300,7 +321,7 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         try:
             cfg = spec.train_config(cell, probe)
         except ConfigError as e:
-            raise err(_locate(e.field, cell, raw, models), e.message) from None
+            raise err(_locate(e.field, cell, raw, models, model_recipes), e.message) from None
         if cfg.model not in seen_models:
             seen_models.append(cfg.model)
     object.__setattr__(spec, "models", seen_models)
@@ -311,14 +332,39 @@ def _valid_name(name: str) -> bool:
     return bool(name) and all(c.isalnum() or c in "-_." for c in name) and not name.startswith(".")
 
 
-def _locate(fld: str, cell: Cell, raw: dict, models: list[dict]) -> str:
+def _recipe(opt: dict, sched: dict, training: dict) -> dict[str, Any]:
+    """``optimizer`` / ``schedule`` / ``training`` sections → TrainConfig fields."""
+    return {**opt, **({"schedule": sched["type"]} if "type" in sched else {}),
+            **({"warmup": sched["warmup"]} if "warmup" in sched else {}), **training}
+
+
+def _model_recipe(err, path: str, d: Any) -> dict[str, Any]:
+    """Validate a ``models.N.training`` override and flatten it to TrainConfig fields."""
+    _check_type(err, path, d, dict)
+    for key, value in d.items():
+        if key not in MODEL_TRAINING_KEYS:
+            raise err(f"{path}.{key}", f"unknown key (allowed: {', '.join(MODEL_TRAINING_KEYS)})")
+        _check_type(err, f"{path}.{key}", value, MODEL_TRAINING_KEYS[key])
+        if key in ("optimizer", "schedule"):
+            for k, v in value.items():
+                if k not in SECTION_KEYS[key]:
+                    raise err(f"{path}.{key}.{k}", f"unknown key (allowed: {', '.join(SECTION_KEYS[key])})")
+                _check_type(err, f"{path}.{key}.{k}", v, SECTION_KEYS[key][k])
+    flat = {k: v for k, v in d.items() if k not in ("optimizer", "schedule")}
+    return {**flat, **_recipe(d.get("optimizer", {}), d.get("schedule", {}), {})}
+
+
+def _locate(fld: str, cell: Cell, raw: dict, models: list[dict], recipes: list[dict] | None = None) -> str:
     """The study-file path that set ``fld`` for ``cell``."""
-    train_map = {"lr": "optimizer.lr", "momentum": "optimizer.momentum", "weight_decay": "optimizer.weight_decay",
-                 "warmup": "schedule.warmup", "schedule": "schedule.type"}
+    train_map = _RECIPE_PATHS
     if fld in raw.get("grid", {}):
         return f"grid.{fld}"
     if fld in raw.get("sample", {}):
         return f"sample.{fld}"
+    for i, (m, recipe) in enumerate(zip(models, recipes or [])):
+        if fld in recipe and m.items() <= cell.model.items() and recipe.items() <= cell.train.items():
+            key = train_map.get(fld, fld)
+            return f"models.{i}.training.{key}"
     for i, m in enumerate(models):
         if fld in m and m.items() <= cell.model.items():
             return f"models.{i}.{fld}"

@@ -17,8 +17,10 @@ class TrainConfig:
     batch 100, 300 epochs, cosine schedule with ``warmup`` (fraction of all steps)
     linear warm-up, stepped per iteration.
 
-    ``schedule="step"`` is the original code's ResNet18 recipe: lr divided by 10 at
-    50 % and 83 % of training (epochs 150 and 250 of 300), stepped per epoch.
+    ``schedule="step"`` is the original code's ResNet18 recipe: MultiStepLR, lr
+    divided by 10 at epochs 80, 150 and 250 of 300 (scaled proportionally for other
+    epoch counts: :func:`study.trial.schedule.step_milestones`), stepped per epoch,
+    no warm-up.
 
     Deviation from the original: it stepped the warm-up/cosine schedule per *epoch*
     and so trained epoch 0 at lr 0; here the schedule is stepped per iteration.
