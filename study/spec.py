@@ -6,6 +6,7 @@ Schema (every key optional except ``data``)::
     description: free text
     data: synthetic                  # synthetic | cifar10[:ROOT] | image-folder tree / .tar(.gz)
     subset: 2000                     # training images (null: all)
+    validation: 200                  # training images held out for model selection (0: none)
     epochs: 300
     batch_size: 100
     optimizer: {lr: 0.1, momentum: 0.9, weight_decay: 1.0e-4}
@@ -21,7 +22,7 @@ Schema (every key optional except ``data``)::
       lr: {loguniform: [0.01, 0.3]}
       warmup: {uniform: [0.0, 0.1]}
     num_samples: 1
-    scheduler: {type: asha, grace_period: 10, reduction_factor: 3}   # or fifo / null
+    scheduler: {type: asha, grace_period: 10, reduction_factor: 3}   # or fifo / null; metric: val_acc
     resources: {gpus_per_trial: 1, cpus_per_trial: 4, workers_per_trial: 1}
     max_failures: 2
     max_concurrent: null
@@ -35,6 +36,13 @@ keys ``epochs``, ``batch_size``, ``optimizer``, ``schedule`` and the top-level
 ``training`` keys, validated like the top level (``models.0.training.schedule.type``);
 they override the top-level values for that model's trials only.  A grid or sample
 axis may not also be set there.
+
+``validation``: training images held out (class-stratified, drawn from the trial's
+seed) whose accuracy is what selection sees: Optuna's objective (``best_val_acc``)
+and ASHA's metric (``val_acc``).  An integer N, or a fraction in (0, 1) of the
+training images (after ``subset``).  Default: 0.1 (10 %) for studies that select
+(sampled axes or ASHA), 0 for pure grids.  A study may select on the test set only
+by asking for it: ``validation: 0`` with ``scheduler: {metric: test_acc}``.
 
 Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`).
 """
@@ -57,7 +65,8 @@ MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
 TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size")
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
 TOP_KEYS = {
-    "name": str, "description": str, "data": str, "subset": (int, type(None)), "epochs": int,
+    "name": str, "description": str, "data": str, "subset": (int, type(None)), "validation": (int, float),
+    "epochs": int,
     "batch_size": int, "optimizer": dict, "schedule": dict, "training": dict, "seeds": list,
     "model": dict, "models": list, "grid": dict, "sample": dict, "num_samples": int,
     "scheduler": (dict, type(None)), "resources": dict, "max_failures": int,
@@ -202,8 +211,10 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         if key in raw and raw[key] < 1:
             raise err(key, f"must be >= 1, got {raw[key]}")
 
+    validation, selection_metric = _check_validation(err, raw)
     base_train = {
-        "data": raw["data"], "subset": raw.get("subset"), "epochs": raw.get("epochs", 300),
+        "data": raw["data"], "subset": raw.get("subset"), "validation": validation,
+        "epochs": raw.get("epochs", 300),
         "batch_size": raw.get("batch_size", 100),
         **_recipe(raw.get("optimizer", {}), raw.get("schedule", {}), raw.get("training", {})),
     }
@@ -271,6 +282,9 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         if scheduler.get("reduction_factor", 3) <= 1:
             raise err("scheduler.reduction_factor", "must be > 1")
         scheduler = {"type": kind, **scheduler}
+    if selection_metric is not None:
+        scheduler = {"type": "fifo", **(scheduler or {}), "metric": selection_metric}
+        scheduler.setdefault("mode", "min" if selection_metric.endswith("loss") else "max")
 
     res = raw.get("resources", {})
     gpus = res.get("gpus_per_trial", 0)
@@ -326,6 +340,44 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
             seen_models.append(cfg.model)
     object.__setattr__(spec, "models", seen_models)
     return spec
+
+
+METRICS = ("val_acc", "val_loss", "test_acc", "test_loss")
+
+
+def selects(raw: dict[str, Any]) -> bool:
+    """Does the study choose among trials (Optuna over sampled axes, or ASHA)?"""
+    sched = raw.get("scheduler") or {}
+    return bool(raw.get("sample")) or (bool(raw.get("scheduler")) and sched.get("type", "asha") == "asha")
+
+
+def _check_validation(err, raw: dict[str, Any]) -> tuple[int | float, str | None]:
+    """(validation size, metric that selection sees or None when nothing selects)."""
+    sched = raw.get("scheduler") or {}
+    choosing = selects(raw)
+    validation = raw.get("validation", 0.1 if choosing else 0)
+    if validation < 0 or (isinstance(validation, float) and not 0 < validation < 1):
+        raise err("validation", f"must be a number of training images >= 0 or a fraction in (0, 1), got {validation}")
+    n_train = raw.get("subset")
+    kind, _, arg = raw["data"].partition(":")
+    if n_train is None and kind == "synthetic":
+        n_train = int(arg) if arg.isdigit() else 2000
+    if isinstance(validation, int) and n_train is not None and validation >= n_train:
+        raise err("validation", f"{validation} held-out images leave none of the {n_train} training images "
+                                f"(use fewer, or validation: 0)")
+    metric = sched.get("metric")
+    if metric is not None and metric not in METRICS:
+        raise err("scheduler.metric", f"must be one of {', '.join(METRICS)}, got {metric!r}")
+    if metric is not None and metric.startswith("val_") and not validation:
+        raise err("scheduler.metric", f"{metric} needs a validation split (validation: N > 0)")
+    if not choosing:
+        return validation, metric
+    if metric is None:
+        if not validation:
+            raise err("validation", "is 0 but the study selects trials (sample/ASHA): keep a validation "
+                                    "split, or select on the test set explicitly with scheduler.metric: test_acc")
+        metric = "val_acc"
+    return validation, metric
 
 
 def _valid_name(name: str) -> bool:

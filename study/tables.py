@@ -35,9 +35,11 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "hidden", "layers", "lr", "weight_decay", "batch_size", "epochs", "warmup", "seed",
         "data", "status", "epochs_done", "n_params", "flops", "best_test_acc", "final_test_acc",
         "device_seconds", "device", "world_size", "attempts", "cell", "schedule", "subset", "updated_at",
+        "momentum", "intermediate", "dropout", "attention_dropout", "validation", "data_source",
+        "n_train", "n_val", "n_test", "best_val_acc", "final_val_acc",
     ),
     "epochs": (
-        "trial_id", "epoch", "train_loss", "train_acc", "test_loss", "test_acc", "lr",
+        "trial_id", "epoch", "train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "lr",
         "seconds", "images_per_s", "head_stats_seconds",
     ),
     "heads": (

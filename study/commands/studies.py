@@ -125,14 +125,18 @@ def run_run(args: argparse.Namespace) -> int:
 def _check_data(prog: str, spec) -> None:
     """Load (and cache) every data source the trials will read before anything
     starts, so a broken archive is one error line, not a study of failed trials."""
-    from study.data import DataError, load_splits
+    from study.data import DataError, hold_out_validation, load_splits
 
-    for source, subset in sorted({(c.data, c.subset) for c in (spec.train_config(cell) for cell in spec.cells)},
-                                 key=str):
+    for source, subset, validation in sorted({(c.data, c.subset, c.validation)
+                                              for c in (spec.train_config(cell) for cell in spec.cells)}, key=str):
         try:
-            load_splits(source, subset=subset)
+            splits = load_splits(source, subset=subset)
         except DataError as e:
             fail(prog, f"{spec.file}: data: {e}")
+        try:
+            hold_out_validation(splits, validation=validation, seed=0)
+        except DataError as e:
+            fail(prog, f"{spec.file}: {e}")
 
 
 def run_status(args: argparse.Namespace) -> int:

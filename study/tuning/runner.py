@@ -26,7 +26,7 @@ os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
 import pandas as pd
 import yaml
 
-from study.spec import StudySpec
+from study.spec import StudySpec, selects
 from study.tables import STATUSES, part_path, read_table, write_part
 
 META_FILE = "study.json"
@@ -60,7 +60,18 @@ def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
         "ddp_storage": f"{root}/ddp", "cpus_per_trial": spec.cpus_per_trial,
         "gpus_per_trial": spec.gpus_per_trial, "workers_per_trial": spec.workers_per_trial,
         "max_failures": spec.max_failures, "num_trials": spec.num_trials,
+        # the metric Optuna and ASHA select on, None when nothing selects (a pure grid)
+        "selection_metric": tuned_metric(spec)[0] if selects(spec.raw) else None,
     }
+
+
+def tuned_metric(spec: StudySpec) -> tuple[str, str]:
+    """(metric, mode) reported to Tune: the scheduler's ``metric`` if the study file
+    sets it, else ``val_acc`` when a validation split exists, else ``test_acc``."""
+    sched = spec.scheduler or {}
+    default = "val_acc" if spec.base_train.get("validation") else "test_acc"
+    metric = sched.get("metric", default)
+    return metric, sched.get("mode", "min" if metric.endswith("loss") else "max")
 
 
 def _write_meta(root: str, meta: dict[str, Any]) -> None:
@@ -97,7 +108,7 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool
     from study.tuning.trainable import make_trainable
 
     sched_cfg = spec.scheduler or {"type": "fifo"}
-    metric, mode = sched_cfg.get("metric", "test_acc"), sched_cfg.get("mode", "max")
+    metric, mode = tuned_metric(spec)
     if sched_cfg["type"] == "asha":
         epochs = max(spec.train_config(c).epochs for c in spec.cells)
         scheduler = ASHAScheduler(time_attr="training_iteration", max_t=epochs,
@@ -107,7 +118,8 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool
         scheduler = FIFOScheduler()
     searcher = GridOptunaSearcher(n_cells=len(spec.cells), sample=spec.sample, num_samples=spec.num_samples,
                                   seed=min(c.seed for c in spec.cells), metric=metric, mode=mode,
-                                  tables=meta["tables"])
+                                  tables=meta["tables"], spec={"raw": spec.raw, "file": spec.file,
+                                                               "name": spec.name})
     return tune.Tuner(
         make_trainable(meta),
         tune_config=tune.TuneConfig(
@@ -185,13 +197,43 @@ def summary(runs: pd.DataFrame) -> str:
         return "no trial recorded"
     counts = runs.status.value_counts()
     lines = ["trials: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES if counts.get(s, 0))]
-    best = runs.sort_values("best_test_acc", ascending=False).groupby("name", sort=False).head(1)
-    lines.append("best trial per model:")
+    # the trial "best" by the metric the study selected on (validation when there is a
+    # split); test accuracy is reported, never used to choose, unless the study asked
+    metric = _selection(runs)
+    by = "best_val_acc" if metric.startswith("val") and "best_val_acc" in runs else "best_test_acc"
+    best = runs.sort_values(by, ascending=False).groupby(_variant_columns(runs), sort=False, dropna=False).head(1)
+    lines.append(f"best trial per model configuration (chosen by {by}"
+                 + ("; selected on the TEST set, as the study file asks: scheduler.metric: test_acc"
+                    if metric.startswith("test") and _selected(runs) else "") + "):")
     width = max(len(n) for n in best.name)
     for r in best.itertuples(index=False):
-        lines.append(f"  {r.name:<{width}}  {r.trial_id}  best test acc {r.best_test_acc:.4f}  "
+        val = getattr(r, "best_val_acc", None)
+        val_txt = f"best val acc {val:.4f}  " if val is not None and val == val else ""
+        lines.append(f"  {r.name:<{width}}  {r.trial_id}  {val_txt}best test acc {r.best_test_acc:.4f}  "
                      f"({r.epochs_done}/{r.epochs} epochs, {r.status})")
     return "\n".join(lines)
+
+
+def _selected(runs: pd.DataFrame) -> bool:
+    return "selection_metric" in runs and runs.selection_metric.notna().any()
+
+
+def _selection(runs: pd.DataFrame) -> str:
+    if _selected(runs):
+        return str(runs.selection_metric.dropna().iloc[0])
+    has_val = "best_val_acc" in runs and runs.best_val_acc.notna().any()
+    return "val_acc" if has_val else "test_acc"
+
+
+def _variant_columns(runs: pd.DataFrame) -> list[str]:
+    """``name`` plus the configuration columns that differ between trials (e.g. a swept
+    ``momentum``), except seeds and the values Optuna sampled: the best per variant."""
+    from study.trial.config import TrainConfig
+
+    config = [c for c in TrainConfig().flat() if c in runs and c not in ("seed", "data")]
+    sampled = {c[len("sampled_"):] for c in runs if c.startswith("sampled_")}
+    varying = [c for c in config if c not in sampled and runs[c].astype(str).nunique() > 1]
+    return ["name", *varying]
 
 
 def _say(verbose: bool, line: str) -> None:

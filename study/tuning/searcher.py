@@ -39,13 +39,39 @@ def _plain(v: Any) -> Any:
     return v.item() if hasattr(v, "item") else v
 
 
+def hparams(spec: dict[str, Any] | None, cell: int, sampled: dict[str, Any]) -> dict[str, Any]:
+    """The trial's whole resolved configuration as flat scalars (every model and
+    training field, the seed, data and subset, grid and sampled values), for Ray's
+    trial config: Ray's results DataFrame (``config/hparams/<field>``), ``params.json``
+    and TensorBoard's HParams show them.  ``spec``: ``{"raw", "file", "name"}`` of the
+    study file (plain data, so the searcher's state stays plain)."""
+    if not spec:
+        return {}
+    from study.spec import validate
+
+    study = _SPECS.get(id(spec))
+    if study is None or study[0] is not spec:
+        study = (spec, validate(spec["raw"], file=spec["file"], default_name=spec["name"]))
+        _SPECS[id(spec)] = study
+    cfg = study[1].train_config(study[1].cells[cell], sampled)
+    return {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool)) or v is None}
+
+
+_SPECS: dict[int, tuple[dict, Any]] = {}
+
+
 class GridOptunaSearcher(Searcher):
-    """Suggests ``{"cell": index, "sampled": {...}}`` for ``n_cells × num_samples`` trials."""
+    """Suggests ``{"cell": index, "sample": i, "key": trial key, "sampled": {...},
+    "hparams": {...}}`` for ``n_cells × num_samples`` trials (``hparams``: see
+    :func:`hparams`).  Optuna is told ``best_<metric>`` of each finished trial (the
+    metric is ``val_acc`` when the study holds out a validation split)."""
 
     def __init__(self, *, n_cells: int, sample: dict[str, dict], num_samples: int, seed: int = 0,
-                 metric: str = "test_acc", mode: str = "max", tables: str | None = None):
+                 metric: str = "test_acc", mode: str = "max", tables: str | None = None,
+                 spec: dict[str, Any] | None = None):
         super().__init__(metric=metric, mode=mode)
         self.tables = tables
+        self.spec = spec
         self.n_cells = n_cells
         self.sample = sample
         self.num_samples = num_samples
@@ -85,13 +111,15 @@ class GridOptunaSearcher(Searcher):
             # the key already finished in an earlier driver's life (its Ray trial was
             # lost with that driver): replay it, its trainable will not train again
             self.assigned[trial_id] = (cell, None)
-            return {"cell": cell, "sample": sample, "key": key, "sampled": done}
+            return {"cell": cell, "sample": sample, "key": key, "sampled": done,
+                    "hparams": hparams(self.spec, cell, done)}
         sampled, number = {}, None
         if self.sample:
             trial = self._study(cell).ask({k: optuna_distribution(v) for k, v in self.sample.items()})
             sampled, number = dict(trial.params), trial.number
         self.assigned[trial_id] = (cell, number)
-        return {"cell": cell, "sample": sample, "key": key, "sampled": sampled}
+        return {"cell": cell, "sample": sample, "key": key, "sampled": sampled,
+                "hparams": hparams(self.spec, cell, sampled)}
 
     def _finished_in_tables(self, key: str) -> dict | None:
         """Sampled values of ``key`` if its runs row says it finished, else None."""
@@ -123,11 +151,11 @@ class GridOptunaSearcher(Searcher):
 
     # --- persistence (Tuner.restore) -------------------------------------------------
     def get_state(self) -> dict:
-        return {k: getattr(self, k) for k in ("n_cells", "sample", "num_samples", "seed", "suggested", "tables",
+        return {k: getattr(self, k) for k in ("n_cells", "sample", "num_samples", "seed", "suggested", "tables", "spec",
                                               "assigned", "finished", "_metric", "_mode")}
 
     def set_state(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"spec": None, **state})
         self._studies = {}
         # the rebuilt Optuna studies hold only finished trials: a trial still running
         # at the save cannot be told by number, so its result is not fed back to TPE
