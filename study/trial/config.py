@@ -40,6 +40,9 @@ class TrainConfig:
     head_stats: bool = True
     head_images: int = 100
     map_radius: int = 7
+    #: epochs at which attention maps are stored (:func:`study.tables.map_epochs`):
+    #: "auto" (first ten, log-spaced, last), "all", "last", "none" or a list of epochs
+    map_epochs: str | tuple[int, ...] = "auto"
     eval_batch_size: int = 500
 
     def __post_init__(self) -> None:
@@ -61,6 +64,7 @@ class TrainConfig:
             raise ConfigError("warmup", f"must be a fraction in [0, 1), got {self.warmup!r}")
         if self.schedule not in SCHEDULES:
             raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        _check_map_epochs(self)
         if not isinstance(self.data, str) or not self.data:
             raise ConfigError("data", f"must be a data source string, got {self.data!r}")
 
@@ -73,6 +77,20 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
+
+
+def _check_map_epochs(cfg: TrainConfig) -> None:
+    v = cfg.map_epochs
+    if isinstance(v, str):
+        if v not in ("auto", "all", "last", "none"):
+            raise ConfigError("map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}")
+        return
+    if not isinstance(v, (list, tuple)) or not all(isinstance(e, int) and not isinstance(e, bool) for e in v):
+        raise ConfigError("map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}")
+    bad = [e for e in v if not 0 <= e < cfg.epochs]
+    if bad:
+        raise ConfigError("map_epochs", f"epochs are 0-based and must be < epochs ({cfg.epochs}), got {bad[0]}")
+    object.__setattr__(cfg, "map_epochs", tuple(sorted(set(v))))
 
 
 def _int_at_least(cfg: TrainConfig, key: str, low: int) -> None:
