@@ -343,10 +343,17 @@ def _merge(compacted: list[pa.Table], parts: list[pa.Table], table: str) -> pa.T
     old, new = _concat(compacted), _concat(parts)
     if old is None or new is None or table == "runs":
         return _concat([t for t in (old, new) if t is not None])
-    keys = pa.Table.from_pydict({"trial_id": new.column("trial_id"), "epoch": new.column("epoch")})
-    keys = keys.group_by(["trial_id", "epoch"]).aggregate([])
-    old = old.join(keys, keys=["trial_id", "epoch"], join_type="left anti")
-    return _concat([old, new])
+    return _concat([_without(old, new), new])
+
+
+def _epoch_keys(t: pa.Table) -> pa.Array:
+    return pc.binary_join_element_wise(pc.cast(t.column("trial_id"), pa.string()),
+                                       pc.cast(t.column("epoch"), pa.string()), "\x00")
+
+
+def _without(old: pa.Table, new: pa.Table) -> pa.Table:
+    """Rows of ``old`` whose (trial, epoch) ``new`` does not hold."""
+    return old.filter(pc.invert(pc.is_in(_epoch_keys(old), value_set=pc.unique(_epoch_keys(new)))))
 
 
 def _keys(table: str) -> list[str]:
@@ -378,9 +385,7 @@ def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
         return None
     old, new = _concat(compacted), _concat(parts)
     if old is not None and new is not None:
-        keys = pa.Table.from_pydict({"trial_id": new.column("trial_id"), "epoch": new.column("epoch")})
-        old = old.join(keys.group_by(["trial_id", "epoch"]).aggregate([]), keys=["trial_id", "epoch"],
-                       join_type="left anti")
+        old = _without(old, new)
     merged = _concat([t for t in (old, new) if t is not None])
     if merged is None:
         return None
