@@ -392,12 +392,16 @@ def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
     merged = merged.sort_by([(k, "ascending") for k in _keys(table)])
     out = write_part(compacted_path(root, table, trial_id), merged)
     for path in listing.parts:
-        fs, p = _fs(path)
-        try:
-            fs.delete_file(p)
-        except FileNotFoundError:
-            pass
+        _delete(path)
     return out
+
+
+def _delete(path: str) -> None:
+    fs, p = _fs(path)
+    try:
+        fs.delete_file(p)
+    except FileNotFoundError:
+        pass
 
 
 def trials_with_parts(root: str | os.PathLike, table: str) -> list[str]:
