@@ -17,6 +17,7 @@ from analysis.io import DEFAULT_STORAGE, AnalysisError, load
 from analysis.query import FORMATS, run_query
 
 from study.cliutil import Parser as _Parser, fail as _fail  # torch-free
+from study.tables import TableWarning, warnings_as_lines
 
 
 def _target(p: argparse.ArgumentParser) -> None:
@@ -78,6 +79,7 @@ def _figures(args: argparse.Namespace) -> int:
         out = Path("figures") / study.name if study.remote else Path(study.folder) / "figures"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        warnings.simplefilter("always", TableWarning)  # skipped files are named, always
         written, skipped = draw_all(study, out, epoch=args.epoch)
     for line in skipped:
         print(line)
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     prog = f"analysis {args.command}"
+    warnings_as_lines(prog)
     try:
         return args.func(args)
     except AnalysisError as exc:

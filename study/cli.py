@@ -22,7 +22,10 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from study.tables import warnings_as_lines
+
     args = build_parser().parse_args(argv)
+    warnings_as_lines(f"study {args.command}")
     return args.func(args) or 0
 
 

@@ -12,6 +12,7 @@ Schema (every key optional except ``data``)::
     optimizer: {lr: 0.1, momentum: 0.9, weight_decay: 1.0e-4}
     schedule: {type: cosine, warmup: 0.05}         # or {type: step} (ResNet18 recipe)
     training: {amp: true, compile: false, head_stats: true, head_images: 100, map_radius: 7}
+    maps: {epochs: auto}             # epochs that store attention maps: auto | all | last | none | [0, 9, 299]
     seeds: [0]                                     # grid axis
     model: {hidden: 400, layers: 6}                # base model fields for every trial
     models: [{arch: resnet18}, {encoding: quadratic}]   # explicit model list (grid axis)
@@ -70,7 +71,7 @@ TOP_KEYS = {
     "batch_size": int, "optimizer": dict, "schedule": dict, "training": dict, "seeds": list,
     "model": dict, "models": list, "grid": dict, "sample": dict, "num_samples": int,
     "scheduler": (dict, type(None)), "resources": dict, "max_failures": int,
-    "max_concurrent": (int, type(None)),
+    "max_concurrent": (int, type(None)), "maps": dict,
 }
 SECTION_KEYS = {
     "optimizer": {"lr": (int, float), "momentum": (int, float), "weight_decay": (int, float)},
@@ -80,6 +81,7 @@ SECTION_KEYS = {
     "scheduler": {"type": str, "grace_period": int, "reduction_factor": (int, float), "metric": str,
                   "mode": str},
     "resources": {"gpus_per_trial": (int, float), "cpus_per_trial": (int, float), "workers_per_trial": int},
+    "maps": {"epochs": (str, list)},
 }
 
 #: Keys of a per-model ``training:`` override inside a ``models`` entry.
@@ -217,6 +219,7 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         "epochs": raw.get("epochs", 300),
         "batch_size": raw.get("batch_size", 100),
         **_recipe(raw.get("optimizer", {}), raw.get("schedule", {}), raw.get("training", {})),
+        **({"map_epochs": raw["maps"]["epochs"]} if "epochs" in raw.get("maps", {}) else {}),
     }
 
     seeds = raw.get("seeds", [0])
@@ -408,7 +411,7 @@ def _model_recipe(err, path: str, d: Any) -> dict[str, Any]:
 
 def _locate(fld: str, cell: Cell, raw: dict, models: list[dict], recipes: list[dict] | None = None) -> str:
     """The study-file path that set ``fld`` for ``cell``."""
-    train_map = _RECIPE_PATHS
+    train_map = {**_RECIPE_PATHS, "map_epochs": "maps.epochs"}
     if fld in raw.get("grid", {}):
         return f"grid.{fld}"
     if fld in raw.get("sample", {}):

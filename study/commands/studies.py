@@ -102,7 +102,7 @@ def run_run(args: argparse.Namespace) -> int:
     from study.tuning.runner import init_ray, run_study, study_root
 
     root = study_root(args.storage, spec.name)
-    if "://" not in root and Path(root).exists() and any(Path(root).iterdir()):
+    if _exists(prog, root):
         fail(prog, f"--name: study {spec.name!r} already exists in {args.storage} "
                    f"(continue it with `study resume {spec.name}` or pick another --name)")
     _check_data(prog, spec)
@@ -120,6 +120,16 @@ def run_run(args: argparse.Namespace) -> int:
 
         print(summary(runs))
     return 0
+
+
+def _exists(prog: str, root: str) -> bool:
+    """Whether a study is stored at ``root``; an unreachable object store is one line."""
+    from study.tuning.runner import study_exists
+
+    try:
+        return study_exists(root)
+    except OSError as e:
+        fail(prog, f"--storage: cannot reach {root}: {' '.join(str(e).split())}")
 
 
 def _check_data(prog: str, spec) -> None:
@@ -143,7 +153,7 @@ def run_status(args: argparse.Namespace) -> int:
     from study.tables import read_table
 
     root = _root(args.storage, args.name)
-    if "://" not in root and not Path(root).is_dir():
+    if not _exists("study status", root):
         fail("study status", f"no study {args.name!r} in {args.storage}")
     runs = read_table(f"{root}/tables", "runs")
     from study.tuning.runner import read_meta
@@ -173,7 +183,7 @@ def status_table(runs, planned: int | None) -> str:
 
 def run_resume(args: argparse.Namespace) -> int:
     root = _root(args.storage, args.name)
-    if "://" not in root and not (Path(root) / "study.json").exists():
+    if not _exists("study resume", root) or ("://" not in root and not (Path(root) / "study.json").exists()):
         fail("study resume", f"no study {args.name!r} in {args.storage}")
     from study.tuning.runner import resume_study, summary
 

@@ -35,10 +35,22 @@ def register(sub) -> None:
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
     g.add_argument("--no-amp", dest="amp", action="store_false", help="disable bf16 autocast on CUDA")
     g.add_argument("--no-head-stats", dest="head_stats", action="store_false")
+    g.add_argument("--map-epochs", default="auto", metavar="WHEN",
+                   help="epochs that store attention maps (0-based): auto (first ten, log-spaced, last), "
+                   "all, last, none, or a comma-separated list like 0,9,299 (default: auto)")
     g.add_argument("--out", type=Path, default=Path("results/train"), help="output folder")
     g.add_argument("--trial-id", help="trial id (default: derived from --out)")
     g.add_argument("--quiet", action="store_true", help="no per-epoch progress line")
     p.set_defaults(func=run)
+
+
+def _map_epochs(prog: str, value: str):
+    if value in ("auto", "all", "last", "none"):
+        return value
+    try:
+        return tuple(int(v) for v in value.split(","))
+    except ValueError:
+        fail(prog, f"--map-epochs: must be auto, all, last, none or a comma-separated list of epochs, got {value!r}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
             lr=args.lr, weight_decay=args.weight_decay, warmup=args.warmup, schedule=args.schedule,
             seed=args.seed, compile=args.compile, amp=args.amp, head_stats=args.head_stats,
             validation=args.validation,
+            map_epochs=_map_epochs(prog, args.map_epochs),
         )
     except ConfigError as e:
         fail(prog, f"{flag(e.field)}: {e.message}")

@@ -25,7 +25,7 @@ from torch import nn
 from study.data import DeviceData, hold_out_validation, load_splits
 from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
-from study.tables import TableWriter
+from study.tables import TableWriter, map_epochs
 from study.trial.checkpoint import load_checkpoint, save_checkpoint
 from study.trial.config import TrainConfig
 from study.trial.headstats import collect_head_stats
@@ -151,6 +151,7 @@ def train_trial(
     head_data = DeviceData(splits.test_images[: cfg.head_images], splits.test_labels[: cfg.head_images],
                            device=device)
     x_heads = head_data.normalise(head_data.images)
+    maps_at = set(map_epochs(cfg.map_epochs, cfg.epochs))
 
     # the whole resolved configuration (every model field of the model built, every
     # training field), then what the data actually gave (sizes after capping)
@@ -225,7 +226,8 @@ def train_trial(
                 with autocast():
                     head_rows, map_rows = collect_head_stats(raw_model, x_heads, radius=cfg.map_radius)
                 writer.rows("heads", epoch, head_rows)
-                writer.rows("maps", epoch, map_rows)
+                if epoch in maps_at:
+                    writer.rows("maps", epoch, map_rows)
                 hs_seconds = time.perf_counter() - h0
             metrics = {
                 "epoch": epoch, "train_loss": train_loss, "train_acc": train_totals[1] / train_totals[2],
@@ -260,6 +262,8 @@ def train_trial(
                     "status": "running"}, ckpt)
 
     write_run(status, epochs_done, final_acc)
+    if writer is not None:
+        writer.close()  # one compacted file per table for the finished trial
     return TrialResult(status=status, epochs_done=epochs_done, best_test_acc=best_acc,
                        final_test_acc=final_acc, device_seconds=device_seconds, best_val_acc=best_val,
                        final_val_acc=final_val)

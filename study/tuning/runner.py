@@ -15,21 +15,24 @@ from typing import Any
 
 # quiet Ray before it is imported (DESIGN §8)
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
-# save the experiment state (trial list, searcher) at most every second, so a killed
-# driver loses at most that much bookkeeping: a resumed study never re-runs a trial
-# that had finished (Tune's default period adapts up to minutes)
-os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
+# Tune saves and uploads its experiment state at its own adaptive period (≥ 10 s) and
+# keeps its warning about excessive syncing.  A killed driver may lose the last
+# seconds of Tune's bookkeeping; it never re-runs a finished trial all the same,
+# because the project's own tables decide: the searcher and the trainable replay a
+# key whose ``runs`` row says it ended (``searcher.py``, ``trainable.py``).
 
 import pandas as pd
 import yaml
 
 from study.spec import StudySpec, selects
-from study.tables import STATUSES, part_path, read_table, write_part
+from study.tables import STATUSES, compact_all, part_path, read_table, write_part
 
 META_FILE = "study.json"
+#: Environment variables naming an S3-compatible endpoint (read by pyarrow, and so by
+#: Ray's storage and the tables); passed on to the workers of a cluster.
+ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
 
 
 def is_remote(storage: str) -> bool:
@@ -46,6 +49,9 @@ def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     kwargs: dict[str, Any] = dict(logging_config=ray.LoggingConfig(log_level="WARNING"), log_to_driver=False)
+    endpoint = {k: os.environ[k] for k in ENDPOINT_VARS if os.environ.get(k)}
+    if address and endpoint:  # workers of an existing cluster do not inherit this process's environment
+        kwargs["runtime_env"] = {"env_vars": endpoint}
     if address:
         ray.init(address=address, **kwargs)
     else:
@@ -87,6 +93,16 @@ def _write_meta(root: str, meta: dict[str, Any]) -> None:
     tmp.write_text(json.dumps(meta, indent=2, default=str))
     os.replace(tmp, Path(root) / META_FILE)
     (Path(root) / "study.yaml").write_text(yaml.safe_dump(meta["raw"], sort_keys=False))
+
+
+def study_exists(root: str) -> bool:
+    """Whether anything is stored under a study's folder (local or object storage)."""
+    if not is_remote(root):
+        return Path(root).exists() and any(Path(root).iterdir())
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(root)
+    return bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
 
 
 def read_meta(root: str) -> dict[str, Any]:
@@ -169,8 +185,10 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
 
 
 def finish(root: str, results, *, verbose: bool) -> pd.DataFrame:
-    """Mark trials the scheduler stopped early or that errored, print the summary."""
+    """Compact what trials left uncompacted (stopped early, killed), mark trials the
+    scheduler stopped early or that errored, print the summary."""
     tables = f"{root}/tables"
+    compact_all(tables)
     runs = read_table(tables, "runs")
     if not runs.empty:
         by_id = {r.trial_id: r for r in runs.itertuples(index=False)}
