@@ -18,6 +18,7 @@ def register(sub) -> None:
     p.add_argument("file")
     p.add_argument("--data", help="override the file's data source")
     p.add_argument("--gpus", type=int, help="GPUs of the target cluster (checks GPU requests)")
+    p.add_argument("--cpus", type=int, help="CPUs of the target machine or cluster (default: this machine's)")
     p.set_defaults(func=run_validate)
 
     p = sub.add_parser("run", help="run a study on Ray Tune",
@@ -50,21 +51,31 @@ def register(sub) -> None:
     p.set_defaults(func=run_resume)
 
 
-def _spec(prog: str, file: str, data: str | None, gpus: int | None):
+def _spec(prog: str, file: str, data: str | None, gpus: int | None, cpus: int | None = None):
     from study.spec import SpecError, load_spec
 
     try:
-        return load_spec(file, data=data, gpus_available=gpus)
+        return load_spec(file, data=data, gpus_available=gpus, cpus_available=cpus)
     except SpecError as e:
         fail(prog, str(e))
+
+
+def local_cpus() -> int:
+    """CPUs this process may use (what a local Ray gets by default)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def run_validate(args: argparse.Namespace) -> int:
     from study.models import model_name
 
-    spec = _spec("study validate", args.file, args.data, args.gpus)
+    spec = _spec("study validate", args.file, args.data, args.gpus,
+                 args.cpus if args.cpus is not None else local_cpus())
+    count = f"{len(spec.models)}" if spec.models_complete else f"at least {len(spec.models)}"
     print(f"{spec.file}: {spec.num_trials} trials ({len(spec.cells)} grid cells x {spec.num_samples} "
-          f"samples), {len(spec.models)} distinct models:")
+          f"samples), {count} distinct models:")
     for m in spec.models:
         print(f"  {model_name(m)}")
     return 0
@@ -91,7 +102,9 @@ def _root(storage: str, name: str) -> str:
 
 def run_run(args: argparse.Namespace) -> int:
     prog = "study run"
-    spec = _spec(prog, args.file, args.data, None)
+    # a local Ray gets --num-cpus or this machine's CPUs: a trial asking for more would wait forever
+    spec = _spec(prog, args.file, args.data, None,
+                 None if args.address else (args.num_cpus if args.num_cpus is not None else local_cpus()))
     if args.name:
         from study.spec import _valid_name
 
