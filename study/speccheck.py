@@ -9,7 +9,7 @@ message)`` (a one-line :class:`study.spec.SpecError`).
 - :func:`check_data_source`: ``synthetic:N`` bounds, ``cifar10:ROOT`` is a folder, a
   path is a folder or a regular file (never a FIFO or device);
 - :func:`check_choice`: a ``choice`` lists distinct scalars of one type;
-- :func:`check_values`: every grid cell × every value a sampled axis can take
+- :func:`check_values`: every grid cell x every value a sampled axis can take
   (each ``choice`` entry, both ends of each range, every integer of a short ``int``
   range) builds a valid model and training configuration within the limits, its
   batch fits the training images it will see, and the distinct models are counted;
@@ -47,7 +47,7 @@ Err = Callable[[str, str], Exception]
 def short(value: Any, limit: int = 60) -> str:
     """``repr(value)`` cut to ``limit`` characters (error lines stay short)."""
     r = repr(value)
-    return r if len(r) <= limit else r[: limit - 1] + "…"
+    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 def check_sizes(err: Err, raw: dict[str, Any]) -> None:
@@ -89,12 +89,12 @@ def check_sizes(err: Err, raw: dict[str, Any]) -> None:
     n_models = len(models) if isinstance(models, list) else 1
     cells = n_seeds * n_models * math.prod(lengths)  # counted, never materialised
     if cells > limits.MAX_GRID_CELLS:
-        axes = " × ".join([f"{n_seeds} seeds", f"{n_models} models"] + [f"{n} {k}" for k, n in
+        axes = " x ".join([f"{n_seeds} seeds", f"{n_models} models"] + [f"{n} {k}" for k, n in
                           zip([k for k, v in grid.items() if isinstance(v, list)], lengths)])
         raise err("grid", f"expands to {cells} cells ({axes}), more than {limits.MAX_GRID_CELLS} (MAX_GRID_CELLS)")
     num_samples = raw.get("num_samples", 1)
     if isinstance(num_samples, int) and cells * num_samples > limits.MAX_TRIALS:
-        raise err("num_samples", f"{cells} cells × {num_samples} samples = {cells * num_samples} trials, more than "
+        raise err("num_samples", f"{cells} cells x {num_samples} samples = {cells * num_samples} trials, more than "
                                  f"{limits.MAX_TRIALS} (MAX_TRIALS)")
 
 
@@ -230,7 +230,7 @@ def _check_batch(err: Err, cfg, *, workers: int, where, context) -> None:
     n = cfg.subset if cfg.subset is not None else known
     if n is not None and cfg.batch_size * workers > n:
         what = f"subset {n}" if cfg.subset is not None else f"the {n} training images of {cfg.data}"
-        per_step = f"{cfg.batch_size} × {workers} workers" if workers > 1 else f"{cfg.batch_size}"
+        per_step = f"{cfg.batch_size} x {workers} workers" if workers > 1 else f"{cfg.batch_size}"
         raise err(where("batch_size"), f"{per_step} images per step is more than {what}: no training step "
                                        f"would run{context('batch_size')}")
 

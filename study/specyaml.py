@@ -27,7 +27,10 @@ from yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, Sc
 
 from study import limits
 
-_Parser = getattr(yaml, "CParser", None)
+try:  # libyaml's parser (the constructor and resolver stay Python: ours)
+    from yaml.cyaml import CParser as _Parser
+except ImportError:  # PyYAML built without libyaml
+    _Parser = None
 
 
 class YamlError(ValueError):
@@ -142,7 +145,8 @@ def load_yaml(text: str) -> Any:
         finally:
             loader.dispose()
     except yaml.YAMLError as e:
-        raise YamlError("invalid YAML: " + " ".join(str(e).split())) from None
+        text = " ".join(str(e).replace('in "<unicode string>", ', "").split())
+        raise YamlError("invalid YAML: " + text) from None
     except RecursionError:
         raise YamlError("invalid YAML: nested too deeply") from None
 

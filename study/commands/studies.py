@@ -76,8 +76,11 @@ def run_validate(args: argparse.Namespace) -> int:
     count = f"{len(spec.models)}" if spec.models_complete else f"at least {len(spec.models)}"
     print(f"{spec.file}: {spec.num_trials} trials ({len(spec.cells)} grid cells x {spec.num_samples} "
           f"samples), {count} distinct models:")
-    for m in spec.models:
+    shown = 50
+    for m in spec.models[:shown]:
         print(f"  {model_name(m)}")
+    if len(spec.models) > shown:
+        print(f"  ... and {len(spec.models) - shown} more")
     return 0
 
 
@@ -106,10 +109,13 @@ def run_run(args: argparse.Namespace) -> int:
     spec = _spec(prog, args.file, args.data, None,
                  None if args.address else (args.num_cpus if args.num_cpus is not None else local_cpus()))
     if args.name:
+        from study.limits import MAX_NAME_LENGTH
         from study.spec import _valid_name
+        from study.speccheck import short
 
         if not _valid_name(args.name):
-            fail(prog, f"--name: must be letters, digits, '-', '_' or '.', got {args.name!r}")
+            fail(prog, f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
+                       f"got {short(args.name)}")
         object.__setattr__(spec, "name", args.name)
     _check_storage(prog, args.storage)
     from study.tuning.runner import init_ray, run_study, study_root
@@ -140,12 +146,20 @@ def _check_data(prog: str, spec) -> None:
     starts, so a broken archive is one error line, not a study of failed trials."""
     from study.data import DataError, load_splits
 
-    for source, subset in sorted({(c.data, c.subset) for c in (spec.train_config(cell) for cell in spec.cells)},
-                                 key=str):
+    configs = [spec.train_config(cell) for cell in spec.cells]
+    for source, subset in sorted({(c.data, c.subset) for c in configs}, key=str):
         try:
-            load_splits(source, subset=subset)
+            n = len(load_splits(source, subset=subset).train_labels)
         except DataError as e:
             fail(prog, f"{spec.file}: data: {e}")
+        # the size of a folder or archive is known only now: one step's batch must fit it
+        dist = spec.sample.get("batch_size", {})
+        sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
+        batch = max([c.batch_size for c in configs if (c.data, c.subset) == (source, subset)] + [sampled])
+        if batch * spec.workers_per_trial > n:
+            workers = f" x {spec.workers_per_trial} workers" if spec.workers_per_trial > 1 else ""
+            fail(prog, f"{spec.file}: batch_size: {batch}{workers} images per step is more than the {n} "
+                       f"training images of {source}: no training step would run")
 
 
 def run_status(args: argparse.Namespace) -> int:
