@@ -46,6 +46,9 @@ training images (after ``subset``).  Default: 0.1 (10 %) for studies that select
 by asking for it: ``validation: 0`` with ``scheduler: {metric: test_acc}``.
 
 Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`).
+The YAML is read within limits (:mod:`study.specyaml`); every value the study can
+produce is checked against the models, the training recipe, the data and the limits
+of :mod:`study.limits` (:mod:`study.speccheck`).
 """
 
 from __future__ import annotations
@@ -57,9 +60,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from study import limits, speccheck
 from study.models.config import ConfigError, ModelConfig
+from study.specyaml import YamlError, load_yaml, read_study_text
 from study.trial.config import TrainConfig
 
 MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
@@ -105,24 +108,6 @@ class SpecError(ValueError):
         return (SpecError, (self.file, self.path, self.message))
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate mapping keys (YAML would keep the last)."""
-
-
-def _construct_mapping(loader, node, deep=False):
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 @dataclass(frozen=True)
 class Cell:
     """One grid cell: a fixed model, fixed training overrides and a seed."""
@@ -154,6 +139,9 @@ class StudySpec:
     max_failures: int
     max_concurrent: int | None
     models: list[ModelConfig] = field(default_factory=list)
+    #: False when ``models`` is a lower bound (a model field sampled from a
+    #: continuous or long range, or too many combinations to enumerate)
+    models_complete: bool = True
 
     @property
     def num_trials(self) -> int:
@@ -168,29 +156,30 @@ class StudySpec:
         return TrainConfig(model=ModelConfig.from_dict(model), seed=cell.seed, **train)
 
 
-def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_available: int | None = None) -> StudySpec:
+def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_available: int | None = None,
+              cpus_available: int | None = None) -> StudySpec:
     """Read and validate a study file (``data`` overrides the file's ``data``).
 
-    ``gpus_available``: GPUs of the target cluster, if known; a GPU request on a
-    cluster without GPUs is an error."""
+    ``gpus_available`` / ``cpus_available``: GPUs / CPUs of the target machine or
+    cluster, if known; a request per trial beyond them is an error."""
     file = str(path)
     p = Path(path)
-    if not p.is_file():
-        raise SpecError(file, "", "no such study file")
     try:
-        raw = yaml.load(p.read_text(), Loader=_UniqueKeyLoader)
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise SpecError(file, "", "invalid YAML: " + " ".join(str(e).split())) from None
+        raw = load_yaml(read_study_text(p))
+    except YamlError as e:
+        raise SpecError(file, "", str(e)) from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise SpecError(file, "", f"must be a mapping of study fields, got {type(raw).__name__}")
     if data is not None:
         raw = {**raw, "data": data}
-    return validate(raw, file=file, default_name=p.stem, gpus_available=gpus_available)
+    return validate(raw, file=file, default_name=p.stem, gpus_available=gpus_available,
+                    cpus_available=cpus_available)
 
 
-def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None) -> StudySpec:
+def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None,
+             cpus_available: int | None = None) -> StudySpec:
     def err(path: str, message: str) -> SpecError:
         return SpecError(file, path, message)
 
@@ -203,9 +192,11 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
             if key not in keys:
                 raise err(f"{section}.{key}", f"unknown key (allowed: {', '.join(keys)})")
             _check_type(err, f"{section}.{key}", value, keys[key])
+    speccheck.check_sizes(err, raw)
     if "data" not in raw:
         raise err("data", "required (synthetic, cifar10[:ROOT] or a path)")
     _check_data(err, raw["data"])
+    speccheck.check_data_source(err, raw["data"])
     if _is_path(raw["data"]):
         # trials run in other working directories (and on other nodes): absolute path
         raw = {**raw, "data": str(Path(raw["data"]).expanduser().resolve())}
@@ -288,6 +279,8 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     if selection_metric is not None:
         scheduler = {"type": "fifo", **(scheduler or {}), "metric": selection_metric}
         scheduler.setdefault("mode", "min" if selection_metric.endswith("loss") else "max")
+    speccheck.check_scheduler(err, raw, scheduler, max_epochs=base_train["epochs"],
+                             validation=validation)
 
     res = raw.get("resources", {})
     gpus = res.get("gpus_per_trial", 0)
@@ -306,6 +299,8 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         raise err("resources.workers_per_trial", f"a DDP trial uses one worker per GPU: {int(gpus)}, got {workers}")
     if gpus > 0 and gpus_available == 0:
         raise err("resources.gpus_per_trial", f"requests {gpus} GPU(s) per trial but the cluster has no GPU")
+    speccheck.check_resources(err, cpus=cpus, gpus=gpus, workers=workers, cpus_available=cpus_available,
+                              gpus_available=gpus_available)
     max_failures = raw.get("max_failures", 2)
     if max_failures < 0:
         raise err("max_failures", "must be >= 0")
@@ -331,21 +326,16 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         max_concurrent=max_concurrent,
     )
     if not _valid_name(spec.name):
-        raise err("name", f"must be letters, digits, '-', '_' or '.', got {spec.name!r}")
-    seen_models = []
-    for cell in cells:
-        probe = {k: _probe_value(d) for k, d in sample.items()}
-        try:
-            cfg = spec.train_config(cell, probe)
-        except ConfigError as e:
-            raise err(_locate(e.field, cell, raw, models, model_recipes), e.message) from None
-        if cfg.model not in seen_models:
-            seen_models.append(cfg.model)
+        raise err("name", f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
+                          f"got {speccheck.short(spec.name)}")
+    # every cell with every value the sampled axes can take (choice entries, range ends)
+    seen_models, complete = speccheck.check_values(err, spec, raw=raw, models=models, locate=lambda f, c, r, m: _locate(f, c, r, m, model_recipes),
+                                                   model_fields=MODEL_FIELDS)
     object.__setattr__(spec, "models", seen_models)
+    object.__setattr__(spec, "models_complete", complete)
     return spec
 
 
-METRICS = ("val_acc", "val_loss", "test_acc", "test_loss")
 
 
 def selects(raw: dict[str, Any]) -> bool:
@@ -369,8 +359,6 @@ def _check_validation(err, raw: dict[str, Any]) -> tuple[int | float, str | None
         raise err("validation", f"{validation} held-out images leave none of the {n_train} training images "
                                 f"(use fewer, or validation: 0)")
     metric = sched.get("metric")
-    if metric is not None and metric not in METRICS:
-        raise err("scheduler.metric", f"must be one of {', '.join(METRICS)}, got {metric!r}")
     if metric is not None and metric.startswith("val_") and not validation:
         raise err("scheduler.metric", f"{metric} needs a validation split (validation: N > 0)")
     if not choosing:
@@ -384,7 +372,8 @@ def _check_validation(err, raw: dict[str, Any]) -> tuple[int | float, str | None
 
 
 def _valid_name(name: str) -> bool:
-    return bool(name) and all(c.isalnum() or c in "-_." for c in name) and not name.startswith(".")
+    return (0 < len(name) <= limits.MAX_NAME_LENGTH and all(c.isascii() and (c.isalnum() or c in "-_.")
+                                                             for c in name) and not name.startswith("."))
 
 
 def _recipe(opt: dict, sched: dict, training: dict) -> dict[str, Any]:
@@ -442,7 +431,7 @@ def _check_type(err, path: str, value: Any, types) -> None:
     ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
     if not ok:
         names = "/".join("null" if t is type(None) else t.__name__ for t in types)
-        raise err(path, f"must be {names}, got {type(value).__name__} {value!r}")
+        raise err(path, f"must be {names}, got {type(value).__name__} {speccheck.short(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise err(path, f"must be finite, got {value}")
 
@@ -471,22 +460,16 @@ def _check_distribution(err, path: str, dist: Any) -> None:
     if kind == "choice":
         if not isinstance(args, list) or not args:
             raise err(f"{path}.choice", "must be a non-empty list")
+        speccheck.check_choice(err, f"{path}.choice", args)
         return
     if not (isinstance(args, list) and len(args) == 2 and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)):
         raise err(f"{path}.{kind}", "must be [low, high]")
     low, high = args
+    if not all(math.isfinite(a) for a in args):
+        raise err(f"{path}.{kind}", f"bounds must be finite, got [{low}, {high}]")
     if not low < high:
         raise err(f"{path}.{kind}", f"low must be < high, got [{low}, {high}]")
     if kind == "loguniform" and low <= 0:
         raise err(f"{path}.{kind}", f"low must be > 0 for loguniform, got {low}")
     if kind == "int" and not (isinstance(low, int) and isinstance(high, int)):
         raise err(f"{path}.{kind}", "bounds must be integers")
-
-
-def _probe_value(dist: dict) -> Any:
-    (kind, args), = dist.items()
-    if kind == "choice":
-        return args[0]
-    if kind == "int":
-        return args[0]
-    return args[0] if kind == "uniform" else math.sqrt(args[0] * args[1])

@@ -18,6 +18,7 @@ def register(sub) -> None:
     p.add_argument("file")
     p.add_argument("--data", help="override the file's data source")
     p.add_argument("--gpus", type=int, help="GPUs of the target cluster (checks GPU requests)")
+    p.add_argument("--cpus", type=int, help="CPUs of the target machine or cluster (default: this machine's)")
     p.set_defaults(func=run_validate)
 
     p = sub.add_parser("run", help="run a study on Ray Tune",
@@ -50,23 +51,36 @@ def register(sub) -> None:
     p.set_defaults(func=run_resume)
 
 
-def _spec(prog: str, file: str, data: str | None, gpus: int | None):
+def _spec(prog: str, file: str, data: str | None, gpus: int | None, cpus: int | None = None):
     from study.spec import SpecError, load_spec
 
     try:
-        return load_spec(file, data=data, gpus_available=gpus)
+        return load_spec(file, data=data, gpus_available=gpus, cpus_available=cpus)
     except SpecError as e:
         fail(prog, str(e))
+
+
+def local_cpus() -> int:
+    """CPUs this process may use (what a local Ray gets by default)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def run_validate(args: argparse.Namespace) -> int:
     from study.models import model_name
 
-    spec = _spec("study validate", args.file, args.data, args.gpus)
+    spec = _spec("study validate", args.file, args.data, args.gpus,
+                 args.cpus if args.cpus is not None else local_cpus())
+    count = f"{len(spec.models)}" if spec.models_complete else f"at least {len(spec.models)}"
     print(f"{spec.file}: {spec.num_trials} trials ({len(spec.cells)} grid cells x {spec.num_samples} "
-          f"samples), {len(spec.models)} distinct models:")
-    for m in spec.models:
+          f"samples), {count} distinct models:")
+    shown = 50
+    for m in spec.models[:shown]:
         print(f"  {model_name(m)}")
+    if len(spec.models) > shown:
+        print(f"  ... and {len(spec.models) - shown} more")
     return 0
 
 
@@ -91,12 +105,17 @@ def _root(storage: str, name: str) -> str:
 
 def run_run(args: argparse.Namespace) -> int:
     prog = "study run"
-    spec = _spec(prog, args.file, args.data, None)
+    # a local Ray gets --num-cpus or this machine's CPUs: a trial asking for more would wait forever
+    spec = _spec(prog, args.file, args.data, None,
+                 None if args.address else (args.num_cpus if args.num_cpus is not None else local_cpus()))
     if args.name:
+        from study.limits import MAX_NAME_LENGTH
         from study.spec import _valid_name
+        from study.speccheck import short
 
         if not _valid_name(args.name):
-            fail(prog, f"--name: must be letters, digits, '-', '_' or '.', got {args.name!r}")
+            fail(prog, f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
+                       f"got {short(args.name)}")
         object.__setattr__(spec, "name", args.name)
     _check_storage(prog, args.storage)
     from study.tuning.runner import init_ray, run_study, study_root
@@ -137,8 +156,8 @@ def _check_data(prog: str, spec) -> None:
     starts, so a broken archive is one error line, not a study of failed trials."""
     from study.data import DataError, hold_out_validation, load_splits
 
-    for source, subset, validation in sorted({(c.data, c.subset, c.validation)
-                                              for c in (spec.train_config(cell) for cell in spec.cells)}, key=str):
+    configs = [spec.train_config(cell) for cell in spec.cells]
+    for source, subset, validation in sorted({(c.data, c.subset, c.validation) for c in configs}, key=str):
         try:
             splits = load_splits(source, subset=subset)
         except DataError as e:
@@ -147,6 +166,15 @@ def _check_data(prog: str, spec) -> None:
             hold_out_validation(splits, validation=validation, seed=0)
         except DataError as e:
             fail(prog, f"{spec.file}: {e}")
+        n = len(splits.train_labels)
+        # the size of a folder or archive is known only now: one step's batch must fit it
+        dist = spec.sample.get("batch_size", {})
+        sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
+        batch = max([c.batch_size for c in configs if (c.data, c.subset) == (source, subset)] + [sampled])
+        if batch * spec.workers_per_trial > n:
+            workers = f" x {spec.workers_per_trial} workers" if spec.workers_per_trial > 1 else ""
+            fail(prog, f"{spec.file}: batch_size: {batch}{workers} images per step is more than the {n} "
+                       f"training images of {source}: no training step would run")
 
 
 def run_status(args: argparse.Namespace) -> int:
