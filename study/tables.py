@@ -35,6 +35,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "hidden", "layers", "lr", "weight_decay", "batch_size", "epochs", "warmup", "seed",
         "data", "status", "epochs_done", "n_params", "flops", "best_test_acc", "final_test_acc",
         "device_seconds", "device", "world_size", "attempts", "cell", "schedule", "subset", "updated_at",
+        "error",
     ),
     "epochs": (
         "trial_id", "epoch", "train_loss", "train_acc", "test_loss", "test_acc", "lr",
@@ -48,8 +49,10 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "maps": ("trial_id", "epoch", "layer", "head", "window", "probs"),
 }
 
-#: Trial states recorded in ``runs.status``.
-STATUSES = ("running", "finished", "diverged", "stopped", "error")
+#: Trial states recorded in ``runs.status``: ``stopped`` is ASHA's early stop,
+#: ``interrupted`` a study stopped by a signal or a storage failure (``study resume``
+#: continues it), ``error`` a trial that failed (``runs.error`` holds the cause).
+STATUSES = ("running", "finished", "diverged", "stopped", "interrupted", "error")
 
 
 def _remote(root: str | os.PathLike) -> bool:

@@ -63,9 +63,17 @@ def run(args: argparse.Namespace) -> int:
         splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)  # errors before anything is written
     except DataError as e:
         fail(prog, f"--data: {e}")
+    from study.errors import CheckpointError
+    from study.trial.ledger import TrialLedger
+
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
-                         progress=progress, splits=splits)
+    book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
+    try:
+        result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
+                             progress=progress, splits=splits, ledger=book,
+                             warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
+    except CheckpointError as e:
+        fail(prog, f"--out: {e}")
     print(f"{result.status}: {result.epochs_done} epochs, best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")
     return 0 if result.status == "finished" else 1
