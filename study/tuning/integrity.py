@@ -16,9 +16,10 @@ Limits: files are signed as the running driver finds them after each Tune save
 and a driver killed between a save and its signature leaves a state that resume
 refuses (``--trust-storage`` then skips the check, for storage you trust).
 
-The experiment state (``experiment_state-*.json``) is also kept as a last good copy
-under ``.last-good/``: a state file left empty or cut short (a full disk) is
-replaced by its last good copy on resume, or refused with one line.
+Tune's top-level state files are also kept as last good copies under
+``.last-good/``: a state file left empty or cut short by a full disk (an empty
+file, or ``experiment_state-*.json`` that does not parse) is replaced by its signed
+last good copy on resume, or refused with one line.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ LAST_GOOD = ".last-good"
 KEY_ENV = "STUDY_HMAC_KEY"
 #: written by the project itself (JSON / Parquet, never unpickled): not signed
 OURS = {"study.json", "study.yaml", MANIFEST, ".study.lock", "tables", "trials", LAST_GOOD}
-STATE_PREFIXES = ("experiment_state", "basic-variant-state", "search_gen_state")
+JSON_STATE = "experiment_state"  # the one state file that is JSON (the others are pickles)
 
 
 def key_file() -> Path:
@@ -89,7 +90,7 @@ class _Storage:
                 continue
             rel = info.path[len(self.base):].lstrip("/")
             parts = rel.split("/")
-            if parts[0] in OURS or any(p.startswith(".tmp") for p in parts):
+            if parts[0] in OURS or parts[0].startswith(".damaged-") or any(p.startswith(".tmp") for p in parts):
                 continue
             if rel.endswith(".pkl") or (len(parts) == 1 and rel.endswith(".json")):
                 out[rel] = (info.size, info.mtime_ns or 0)
@@ -113,6 +114,9 @@ class _Storage:
             os.fsync(f.fileno())
         os.replace(tmp, path)
 
+    def delete(self, rel: str) -> None:
+        self.fs.delete_file(f"{self.base}/{rel}")
+
     def exists(self, rel: str) -> bool:
         import pyarrow.fs as pafs
 
@@ -124,7 +128,13 @@ def _mac(key: bytes, rel: str, data: bytes) -> str:
 
 
 def _is_state(rel: str) -> bool:
-    return "/" not in rel and rel.startswith(STATE_PREFIXES) and rel.endswith(".json")
+    """Tune's top-level state files (kept as last good copies)."""
+    return "/" not in rel
+
+
+def _intact(rel: str, data: bytes) -> bool:
+    """Not obviously cut short: non-empty, and parseable where it is JSON."""
+    return bool(data) and (not rel.startswith(JSON_STATE) or _valid_json(data))
 
 
 def _valid_json(data: bytes) -> bool:
@@ -163,7 +173,7 @@ class Signer:
                 data = self.store.read(rel)
             except FileNotFoundError:
                 continue
-            if _is_state(rel) and not _valid_json(data):
+            if _is_state(rel) and not _intact(rel, data):
                 continue  # a half-written or empty state is never signed
             self.manifest[rel] = _mac(self.key, rel, data)
             if _is_state(rel):
@@ -194,15 +204,29 @@ def verify(root: str) -> list[str]:
     notes = []
     for rel in sorted(store.files()):
         data = store.read(rel)
-        if _is_state(rel) and not _valid_json(data):
-            good = f"{LAST_GOOD}/{rel}"
-            if good in manifest and store.exists(good):
-                saved = store.read(good)
-                if hmac.compare_digest(_mac(key, rel, saved), manifest.get(good, "")):
-                    store.write(rel, saved)
-                    notes.append(f"{root}/{rel} was damaged ({len(data)} bytes); restored its last good copy")
+        if _is_state(rel) and not _intact(rel, data):
+            # its own last good copy, else (a state of a later session that never got
+            # one) the newest good experiment state, the damaged file set aside
+            candidates = [rel] + sorted((g.split("/", 1)[1] for g in manifest
+                                         if g.startswith(f"{LAST_GOOD}/{JSON_STATE}")), reverse=True)
+            restored = False
+            for name in candidates if rel.startswith(JSON_STATE) else [rel]:
+                good = f"{LAST_GOOD}/{name}"
+                if good not in manifest or not store.exists(good):
                     continue
-            raise IntegrityError(f"{root}/{rel}: Ray's experiment state is damaged ({len(data)} bytes) and no "
+                saved = store.read(good)
+                if hmac.compare_digest(_mac(key, name, saved), manifest[good]):
+                    if name != rel:
+                        store.write(f".damaged-{rel}", data)
+                        store.delete(rel)
+                    store.write(name, saved)
+                    notes.append(f"{root}/{rel} was damaged ({len(data)} bytes); restored the last good copy "
+                                 f"of {name}")
+                    restored = True
+                    break
+            if restored:
+                continue
+            raise IntegrityError(f"{root}/{rel}: Ray's state file is damaged ({len(data)} bytes) and no "
                                  "intact signed copy exists")
         expected = manifest.get(rel)
         if expected is None:
