@@ -309,3 +309,159 @@ def test_integrity_refuses_unsigned_and_changed_pickles_and_repairs_empty_state(
             verify(str(root))
     finally:
         del os.environ["STUDY_HMAC_KEY"]
+
+
+# ---------------------------------------------------------------- studies through the CLI (Ray)
+def _wait(predicate, proc, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def _read_until(proc, needle: str, timeout=300) -> list[str]:
+    lines, deadline = [], time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            break
+    return lines
+
+
+@pytest.mark.slow
+def test_failed_trial_then_tamper_move_and_resume(tmp_path):
+    """A trial failing at start (its data source vanished after the driver's check) is an
+    `error` row with its cause and attempts, exit 1, one line per failure; Ray's pickles
+    carrying code are refused on resume (nothing runs); a 0-byte experiment state is
+    repaired; the moved study resumes where it now is and writes nothing to the old place."""
+    from data_helpers import make_tree
+
+    tree = tmp_path / "data"
+    make_tree(tree, n_train=10, n_test=4)
+    f = write_spec(tmp_path, "fail", data=str(tree), batch_size=10, epochs=1, max_failures=1)
+    old = tmp_path / "st" / "fail"
+    env = {"STUDY_CACHE_DIR": str(tmp_path / "cache")}
+    os.environ.update(env)
+    proc = popen("run", str(f), "--storage", "st", "--num-cpus", "1", cwd=tmp_path)
+    try:
+        head = _read_until(proc, "study fail: 1 trials")
+        tree.rename(tmp_path / "data-away")  # the source vanishes before the trial reads it
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        kill_session(proc)
+    out = "".join(head) + out
+    assert proc.returncode == 1, out
+    assert "Traceback" not in out and "\x1b[" not in out, out
+    failures = [ln for ln in out.splitlines() if "trial c000-s000" in ln]
+    assert len(failures) == 2 and "attempt 1" in failures[0] and "error after 2 attempt(s)" in failures[1], out
+    # the cause: the project's own error (the trial re-checks its data source), one line
+    assert all("Error: " in ln and f"{tree}" in ln and "no such file or directory" in ln for ln in failures), out
+    assert "errors:" in out and "trials: 1 error" in out
+    runs = read_table(old / "tables", "runs")
+    assert runs.status.tolist() == ["error"] and runs.attempts.tolist() == [2], runs
+    assert runs.error.iloc[0].split(":")[0] in ("SpecError", "DataError") and str(tree) in runs.error.iloc[0]
+    assert runs.error.iloc[0] in failures[1]
+    assert runs.epochs_done.tolist() == [0] and runs.num_heads.tolist() == [2] and runs.batch_size.tolist() == [10]
+    meta = json.loads((old / "study.json").read_text())
+    assert meta["tables"] == "tables" and not any(str(tmp_path) in str(v) for k, v in meta.items()
+                                                  if k not in ("file", "raw"))
+
+    # a pickle payload in Ray's state: refused before anything is unpickled
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    original = (old / "tuner.pkl").read_bytes()
+    (old / "tuner.pkl").write_bytes(pickle.dumps(Payload()))
+    r = study("resume", "fail", "--storage", "st", cwd=tmp_path)
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.strip().splitlines() == [ln for ln in r.stderr.strip().splitlines() if "tuner.pkl" in ln]
+    assert len(r.stderr.strip().splitlines()) == 1 and "HMAC mismatch" in r.stderr
+    assert not marker.exists()
+    (old / "tuner.pkl").write_bytes(original)
+
+    # a full disk left the experiment state empty; then the study is moved
+    state = sorted(old.glob("experiment_state-*.json"))[-1]
+    state.write_bytes(b"")
+    (tmp_path / "moved").mkdir()
+    shutil.move(old, tmp_path / "moved" / "fail")
+    (tmp_path / "data-away").rename(tree)
+    r = study("resume", "fail", "--storage", "moved", "--num-cpus", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "restored the last good copy" in r.stderr and "Failed to fetch metrics" not in r.stderr
+    assert not old.exists(), "the resumed study wrote into its old place"
+    runs = read_table(tmp_path / "moved" / "fail" / "tables", "runs")
+    assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [3], runs
+    assert runs.error.isna().all()
+
+
+@pytest.mark.slow
+def test_sigkill_in_epoch0_sigterm_lock_and_resume(tmp_path):
+    """A worker SIGKILLed during epoch 0 counts its attempt; a second driver is refused by
+    the lock; SIGTERM stops the study cleanly (exit 143, trial `interrupted`, pointer to
+    `study resume`); the resume continues it with attempts and device-seconds accumulated."""
+    f = write_spec(tmp_path, "term", data="synthetic:1000", epochs=2, grid={"num_heads": [1, 2]},
+                   max_failures=2, max_concurrent=1)
+    root = tmp_path / "results" / "term"
+    tables = root / "tables"
+    proc = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
+    try:
+        def started():
+            runs = read_table(tables, "runs")
+            return len(runs) and (runs.status == "running").any()
+
+        assert _wait(started, proc), "no trial started"
+        runs = read_table(tables, "runs")
+        victim = runs.trial_id.iloc[0]
+        workers = [p for p in session_pids(proc.pid)
+                   if (Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] == b"ray::ImplicitFunc.train")]
+        assert workers
+        for p in workers:
+            os.kill(p, signal.SIGKILL)
+        in_epoch0 = not (tables / "epochs" / victim).exists()
+
+        # one study, one driver
+        r = study("resume", "term", cwd=tmp_path)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "already being run by another driver" in r.stderr and f"pid {proc.pid}" in r.stderr
+
+        def retried():
+            runs = read_table(tables, "runs")
+            row = runs[runs.trial_id == victim]
+            return len(row) and row.attempts.iloc[0] == 2 and row.status.iloc[0] == "running" and \
+                (tables / "epochs" / victim).exists()
+
+        assert _wait(retried, proc), "the killed trial was not retried"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        kill_session(proc)
+    assert in_epoch0, "the worker was not killed in epoch 0 (timing): the case was not exercised"
+    assert proc.returncode == 143, out
+    assert "study resume term" in out and "Tuner.restore" not in out and "Traceback" not in out, out
+    assert "Failed to fetch metrics" not in out
+    runs = read_table(tables, "runs").set_index("trial_id")
+    assert runs.loc[victim, "status"] == "interrupted" and runs.loc[victim, "attempts"] == 2, runs
+    assert not (runs.status == "running").any()
+    spent = runs.loc[victim, "device_seconds"]
+    assert spent > 0
+
+    r = study("resume", "term", "--num-cpus", "2", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Tuner.restore" not in r.stderr and "Failed to fetch metrics" not in r.stderr
+    runs = read_table(tables, "runs").set_index("trial_id")
+    assert len(runs) == 2 and (runs.status == "finished").all(), runs
+    assert runs.loc[victim, "attempts"] == 3
+    assert runs.loc[victim, "device_seconds"] >= spent
+    epochs = read_table(tables, "epochs")
+    assert not epochs.duplicated(["trial_id", "epoch"]).any() and len(epochs) == 4
+    assert not (root / ".study.lock").exists()

@@ -61,9 +61,9 @@ class _Quiet(logging.Filter):
 
 class RunContract(Callback):
     def __init__(self, *, root: str, meta: dict[str, Any], prog: str, verbose: bool = True,
-                 show_tracebacks: bool = False, lock=None):
+                 show_tracebacks: bool = False, lock=None, spec=None):
         global _ACTIVE
-        self.root, self.meta, self.prog = root, meta, prog
+        self.root, self.meta, self.prog, self.spec = root, meta, prog, spec
         self.verbose, self.show_tracebacks = verbose, show_tracebacks
         self.lock = lock
         self.tables = meta["tables"]
@@ -244,7 +244,10 @@ class RunContract(Callback):
             from study.models import model_name
             from study.tuning.trainable import trial_config
 
-            cfg = trial_config(self.meta, config)
+            if self.spec is not None:  # validated when the driver started
+                cfg = self.spec.train_config(self.spec.cells[config["cell"]], config.get("sampled"))
+            else:
+                cfg = trial_config(self.meta, config)
             mc = cfg.model
             row.update(name=model_name(mc), **{k: v for k, v in mc.to_dict().items() if k in (
                 "arch", "encoding", "isotropic", "num_heads", "pos_dim", "hidden", "layers")})

@@ -150,7 +150,7 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
         _write_meta(root, meta)
         meta = resolve(root, meta)
         init_ray(address, num_cpus=num_cpus)
-        contract = _contract(root, meta, prog, verbose, show_tracebacks, lock)
+        contract = _contract(root, meta, prog, verbose, show_tracebacks, lock, spec)
         tuner = _tuner(spec, meta, storage_abs, verbose=verbose, contract=contract)
         _say(verbose, f"study {spec.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
                       f"{spec.num_samples} samples), storage {root}")
@@ -186,13 +186,13 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
         lock.release()
 
 
-def _contract(root, meta, prog, verbose, show_tracebacks, lock):
+def _contract(root, meta, prog, verbose, show_tracebacks, lock, spec=None):
     from study.tuning.contract import RunContract
 
     # the searcher (in this driver) reads finished trials from the study where it is now
     os.environ["STUDY_ACTIVE_TABLES"] = meta["tables"]
     contract = RunContract(root=root, meta=meta, prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,
-                           lock=lock)
+                           lock=lock, spec=spec)
     contract.install()
     return contract
 
