@@ -31,7 +31,7 @@ from study.tables import SCHEMA, TABLES, list_table, read_table
 DEFAULT_STORAGE = "results"
 
 #: DuckDB types of the guaranteed columns, used for tables with no part yet.
-_TEXT = {"trial_id", "study", "name", "arch", "encoding", "data", "status", "device", "schedule"}
+_TEXT = {"trial_id", "study", "name", "arch", "encoding", "data", "status", "device", "schedule", "error"}
 _INT = {"num_heads", "pos_dim", "hidden", "layers", "batch_size", "epochs", "seed", "epochs_done",
         "n_params", "flops", "world_size", "attempts", "cell", "subset", "epoch", "layer", "head", "window"}
 _TYPES = {"isotropic": "BOOLEAN", "probs": "DOUBLE[]"}

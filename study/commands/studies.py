@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from study.cliutil import fail
+from study.errors import EXIT_STORAGE
 
 DEFAULT_STORAGE = "results"
+
+EXIT_CODES = ("exit status: 0 every trial ended (finished, diverged or stopped by ASHA); 1 a trial ended in "
+              "error (runs.error has the cause); 2 bad input, nothing started; 3 storage failed; "
+              "130 SIGINT, 143 SIGTERM (state saved: `study resume NAME` continues)")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
 
 
 def register(sub) -> None:
@@ -24,14 +40,15 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="run a study on Ray Tune",
                        description="Run every trial of a study file on a local Ray (default) or a "
                        "cluster (--address auto under `ray job submit`); tables stream into "
-                       "STORAGE/NAME/tables while it runs.")
+                       "STORAGE/NAME/tables while it runs.", epilog=EXIT_CODES)
     p.add_argument("file")
     p.add_argument("--name", help="study name (default: the file's `name` or stem)")
     p.add_argument("--storage", default=DEFAULT_STORAGE, help="folder or s3://bucket/prefix (default ./results)")
     p.add_argument("--data", help="override the file's data source")
     p.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
-    p.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
+    p.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray (default: all)")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
+    p.add_argument("--verbose", action="store_true", help="also print Ray's tracebacks of failed trials")
     p.set_defaults(func=run_run)
 
     p = sub.add_parser("status", help="trials of a study: state, epoch, best accuracy",
@@ -42,12 +59,17 @@ def register(sub) -> None:
 
     p = sub.add_parser("resume", help="continue an interrupted study",
                        description="Tuner.restore: finished trials are kept, errored and interrupted "
-                       "ones continue from their last checkpoint.")
+                       "ones continue from their last checkpoint (attempts counted, device-seconds "
+                       "accumulated). Ray's pickled state is first checked against the HMAC the driver "
+                       "wrote (README 'Trust boundary').", epilog=EXIT_CODES)
     p.add_argument("name", help="study name (under --storage) or path to a study folder")
     p.add_argument("--storage", default=DEFAULT_STORAGE)
     p.add_argument("--address")
-    p.add_argument("--num-cpus", type=int)
+    p.add_argument("--num-cpus", type=positive_int)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--verbose", action="store_true", help="also print Ray's tracebacks of failed trials")
+    p.add_argument("--trust-storage", action="store_true",
+                   help="skip the HMAC check of Ray's pickled state (only for storage nobody else can write)")
     p.set_defaults(func=run_resume)
 
 
@@ -118,27 +140,77 @@ def run_run(args: argparse.Namespace) -> int:
                        f"got {short(args.name)}")
         object.__setattr__(spec, "name", args.name)
     _check_storage(prog, args.storage)
-    from study.tuning.runner import init_ray, run_study, study_root
+    from study.tuning.runner import study_root
 
     root = study_root(args.storage, spec.name)
     if _exists(prog, root):
         fail(prog, f"--name: study {spec.name!r} already exists in {args.storage} "
                    f"(continue it with `study resume {spec.name}` or pick another --name)")
+    _preflight(prog, spec, args.address, args.num_cpus)
     _check_data(prog, spec)
-    init_ray(args.address, num_cpus=args.num_cpus)
-    if spec.gpus_per_trial:
+    return _drive(prog, args, lambda **kw: _run_study(spec, args, **kw))
+
+
+def _run_study(spec, args, **kw):
+    from study.tuning.runner import run_study
+
+    return run_study(spec, storage=args.storage, address=args.address, num_cpus=args.num_cpus, **kw)
+
+
+def _preflight(prog: str, spec, address: str | None, num_cpus: int | None) -> None:
+    """Refuse what Ray cannot do before starting or joining it (one line, fast)."""
+    from study.tuning import preflight
+
+    if address:
+        why = preflight.check_address(address)
+    else:
+        why = preflight.check_local_resources(cpus_per_trial=spec.cpus_per_trial,
+                                              workers_per_trial=spec.workers_per_trial,
+                                              gpus_per_trial=spec.gpus_per_trial, num_cpus=num_cpus)
+        why = why and f"{spec.file}: {why}"
+    if why:
+        fail(prog, why)
+    if address:
+        _init(prog, address, num_cpus)
         import ray
 
-        have = ray.cluster_resources().get("GPU", 0)
-        if have < min(spec.gpus_per_trial, 1):
-            fail(prog, f"{spec.file}: resources.gpus_per_trial: requests {spec.gpus_per_trial:g} GPU(s) "
-                       f"per trial but the cluster has {have:g}")
-    runs = run_study(spec, storage=args.storage, address=args.address, verbose=not args.quiet)
+        why = preflight.check_cluster_resources(ray.cluster_resources(), cpus_per_trial=spec.cpus_per_trial,
+                                                gpus_per_trial=spec.gpus_per_trial)
+        if why:
+            ray.shutdown()
+            fail(prog, f"{spec.file}: {why}")
+
+
+def _init(prog: str, address: str | None, num_cpus: int | None) -> None:
+    from study.tuning.runner import init_ray
+
+    try:
+        init_ray(address, num_cpus=num_cpus)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        fail(prog, f"--address: cannot start or join Ray ({' '.join(str(e).split())[:200]})")
+
+
+def _drive(prog: str, args, start) -> int:
+    """Run or resume under the contract: exit status from the runs, one line for a
+    lock held by another driver (2), a storage failure (3) or a refused state (3)."""
+    from study.errors import IntegrityError, LockError, StorageError
+
+    try:
+        runs = start(verbose=not args.quiet, show_tracebacks=args.verbose, prog=prog)
+    except LockError as e:
+        fail(prog, str(e))
+    except IntegrityError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_STORAGE
+    except (StorageError, OSError) as e:
+        where = getattr(e, "filename", None)
+        print(f"{prog}: error: storage: {e if not where else f'{where}: {e.strerror}'}", file=sys.stderr)
+        return EXIT_STORAGE
     if args.quiet:
         from study.tuning.runner import summary
 
         print(summary(runs))
-    return 0
+    return runs.attrs.get("exit_code", 0)
 
 
 def _exists(prog: str, root: str) -> bool:
@@ -210,14 +282,17 @@ def status_table(runs, planned: int | None) -> str:
 
 
 def run_resume(args: argparse.Namespace) -> int:
+    prog = "study resume"
     root = _root(args.storage, args.name)
-    if not _exists("study resume", root) or ("://" not in root and not (Path(root) / "study.json").exists()):
-        fail("study resume", f"no study {args.name!r} in {args.storage}")
-    from study.tuning.runner import resume_study, summary
+    if not _exists(prog, root) or ("://" not in root and not (Path(root) / "study.json").exists()):
+        fail(prog, f"no study {args.name!r} in {args.storage}")
+    if args.address:
+        from study.tuning import preflight
 
-    runs = resume_study(root, address=args.address, verbose=not args.quiet, num_cpus=args.num_cpus)
-    if args.quiet:
-        print(summary(runs))
-    return 0
+        why = preflight.check_address(args.address)
+        if why:
+            fail(prog, why)
+    from study.tuning.runner import resume_study
 
-
+    return _drive(prog, args, lambda **kw: resume_study(root, address=args.address, num_cpus=args.num_cpus,
+                                                        trust_storage=args.trust_storage, **kw))

@@ -84,9 +84,17 @@ def run(args: argparse.Namespace) -> int:
         splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
     except DataError as e:
         fail(prog, f"--{e}")
+    from study.errors import CheckpointError
+    from study.trial.ledger import TrialLedger
+
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
-                         progress=progress, splits=splits)
+    book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
+    try:
+        result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
+                             progress=progress, splits=splits, ledger=book,
+                             warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
+    except CheckpointError as e:
+        fail(prog, f"--out: {e}")
     val = "" if result.best_val_acc != result.best_val_acc else f"best val acc {result.best_val_acc:.4f}, "
     print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")

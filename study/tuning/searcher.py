@@ -10,6 +10,7 @@ it on restore, so a resumed study keeps its TPE history.
 
 from __future__ import annotations
 
+import os
 import pickle
 from typing import Any
 
@@ -123,12 +124,15 @@ class GridOptunaSearcher(Searcher):
 
     def _finished_in_tables(self, key: str) -> dict | None:
         """Sampled values of ``key`` if its runs row says it finished, else None."""
-        if not self.tables:
+        # the driver names the study's tables where the study is now (a moved study's
+        # restored searcher still holds the old path)
+        tables = os.environ.get("STUDY_ACTIVE_TABLES") or self.tables
+        if not tables:
             return None
         from study.tables import read_table
 
-        runs = read_table(self.tables, "runs")
-        row = runs[(runs.trial_id == key) & runs.status.isin(["finished", "diverged"])]
+        runs = read_table(tables, "runs")
+        row = runs[(runs.trial_id == key) & runs.status.isin(["finished", "diverged", "stopped"])]
         if row.empty:
             return None
         row = row.iloc[0]
