@@ -27,31 +27,19 @@ import pandas as pd
 import yaml
 
 from study.spec import StudySpec
+from study.storage import META_FILE, is_remote, read_meta, study_root
 from study.tables import STATUSES, part_path, read_table, write_part
-
-META_FILE = "study.json"
-
-
-def is_remote(storage: str) -> bool:
-    return "://" in storage
-
-
-def study_root(storage: str, name: str) -> str:
-    return f"{storage.rstrip('/')}/{name}" if is_remote(storage) else str(Path(storage).resolve() / name)
 
 
 def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
+    """Connect to ``address`` or start a local, loopback-only Ray (``study.tuning.cluster``)."""
     import ray
+
+    from study.tuning.cluster import ray_init_kwargs
 
     if ray.is_initialized():
         return
-    kwargs: dict[str, Any] = dict(logging_config=ray.LoggingConfig(log_level="WARNING"), log_to_driver=False)
-    if address:
-        ray.init(address=address, **kwargs)
-    else:
-        # a local Ray never listens beyond this machine: dashboard (when its extra
-        # dependencies are installed) on the loopback interface only
-        ray.init(dashboard_host="127.0.0.1", num_cpus=num_cpus, **kwargs)
+    ray.init(**ray_init_kwargs(address, num_cpus=num_cpus))
 
 
 def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
@@ -76,16 +64,6 @@ def _write_meta(root: str, meta: dict[str, Any]) -> None:
     tmp.write_text(json.dumps(meta, indent=2, default=str))
     os.replace(tmp, Path(root) / META_FILE)
     (Path(root) / "study.yaml").write_text(yaml.safe_dump(meta["raw"], sort_keys=False))
-
-
-def read_meta(root: str) -> dict[str, Any]:
-    if is_remote(root):
-        import pyarrow.fs as pafs
-
-        fs, path = pafs.FileSystem.from_uri(root)
-        with fs.open_input_stream(f"{path}/{META_FILE}") as f:
-            return json.loads(f.read())
-    return json.loads((Path(root) / META_FILE).read_text())
 
 
 def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool):
