@@ -1,8 +1,9 @@
 """Launch, resume and summarise a study on Ray Tune (DESIGN §7-8).
 
 Storage layout: ``<storage>/<name>/`` holds Ray's experiment state (trials,
-checkpoints, searcher), ``study.yaml`` (the validated study file) and ``tables/``
-(the Parquet tables every trial appends to while it runs).
+checkpoints, searcher), ``study.yaml`` (the validated study file), ``tables/``
+(the Parquet tables every trial appends to while it runs) and ``optuna.journal``
+(the Optuna studies of the sampled axes, Optuna's ``JournalStorage``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
         "ddp_storage": f"{root}/ddp", "cpus_per_trial": spec.cpus_per_trial,
         "gpus_per_trial": spec.gpus_per_trial, "workers_per_trial": spec.workers_per_trial,
         "max_failures": spec.max_failures, "num_trials": spec.num_trials,
+        "optuna_journal": f"{root}/optuna.journal",
     }
 
 
@@ -85,7 +87,7 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool
         scheduler = FIFOScheduler()
     searcher = GridOptunaSearcher(n_cells=len(spec.cells), sample=spec.sample, num_samples=spec.num_samples,
                                   seed=min(c.seed for c in spec.cells), metric=metric, mode=mode,
-                                  tables=meta["tables"])
+                                  tables=meta["tables"], journal=meta["optuna_journal"], name=spec.name)
     return tune.Tuner(
         make_trainable(meta),
         tune_config=tune.TuneConfig(
