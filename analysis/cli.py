@@ -13,7 +13,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from analysis.io import DEFAULT_STORAGE, AnalysisError, load
+from analysis.io import AnalysisError, load
 from analysis.query import FORMATS, run_query
 
 from study.cliutil import Parser as _Parser, fail as _fail  # torch-free
@@ -24,8 +24,8 @@ def _target(p: argparse.ArgumentParser) -> None:
     p.add_argument("study", metavar="NAME|PATH",
                    help="a study name under --storage, or a path: a study folder, its tables folder "
                         "or a `study train --out` folder (local or s3://…)")
-    p.add_argument("--storage", default=DEFAULT_STORAGE,
-                   help="where studies live, a folder or s3://bucket/prefix (default ./results)")
+    p.add_argument("--storage", default=None,
+                   help="where studies live, a folder or s3://bucket/prefix (default: $STUDY_STORAGE, else ./results)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,8 @@
-"""``study validate | run | status | resume``: studies on Ray Tune."""
+"""``study validate | run | status | resume | list``: studies on Ray Tune.
+
+``validate``, ``status``, ``list`` and every ``--help`` import neither torch nor Ray
+(they read YAML and Parquet only), so they answer in about a second.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,23 @@ from pathlib import Path
 
 from study.cliutil import fail
 from study.errors import EXIT_STORAGE
+from study.storage import STORAGE_ENV, default_storage
 
-DEFAULT_STORAGE = "results"
+STORAGE_HELP = f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./results)"
+
+
+def _storage(parser) -> None:
+    parser.add_argument("--storage", default=None, help=STORAGE_HELP)
+
+
+def _cluster_flags(parser) -> None:
+    parser.add_argument("--address", help="Ray cluster: HOST:PORT, ray://..., or auto = $RAY_ADDRESS "
+                        "(set by `ray job submit`); default: start a local Ray on loopback")
+    parser.add_argument("--shared-storage", action="store_true",
+                        help="--storage is a folder every node of the cluster mounts at the same path "
+                        "(required for a local folder with --address)")
+    parser.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray (default: all)")
+    parser.add_argument("--quiet", action="store_true", help="print only the final summary")
 
 EXIT_CODES = ("exit status: 0 every trial ended (finished, diverged or stopped by ASHA); 1 a trial ended in "
               "error (runs.error has the cause); 2 bad input, nothing started; 3 storage failed; "
@@ -43,19 +62,25 @@ def register(sub) -> None:
                        "STORAGE/NAME/tables while it runs.", epilog=EXIT_CODES)
     p.add_argument("file")
     p.add_argument("--name", help="study name (default: the file's `name` or stem)")
-    p.add_argument("--storage", default=DEFAULT_STORAGE, help="folder or s3://bucket/prefix (default ./results)")
+    _storage(p)
     p.add_argument("--data", help="override the file's data source")
-    p.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
-    p.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray (default: all)")
-    p.add_argument("--quiet", action="store_true", help="print only the final summary")
+    _cluster_flags(p)
     p.add_argument("--verbose", action="store_true", help="also print Ray's tracebacks of failed trials")
     p.set_defaults(func=run_run)
 
     p = sub.add_parser("status", help="trials of a study: state, epoch, best accuracy",
-                       description="Read a study's tables and print its trials.")
+                       description="Read a study's tables and print its trials. A trial still "
+                       "'running' with no update for over 3x its epoch time (at least 300 s) is "
+                       "shown as 'stale': its driver or node died (`study resume` continues it).")
     p.add_argument("name", help="study name (under --storage) or path to a study folder")
-    p.add_argument("--storage", default=DEFAULT_STORAGE)
+    _storage(p)
     p.set_defaults(func=run_status)
+
+    p = sub.add_parser("list", help="the studies under a storage",
+                       description="One line per study under --storage: name, trials recorded/planned, "
+                       "trial statuses (with 'stale' as in `study status`), last update.")
+    _storage(p)
+    p.set_defaults(func=run_list)
 
     p = sub.add_parser("resume", help="continue an interrupted study",
                        description="Tuner.restore: finished trials are kept, errored and interrupted "
@@ -63,10 +88,8 @@ def register(sub) -> None:
                        "accumulated). Ray's pickled state is first checked against the HMAC the driver "
                        "wrote (README 'Trust boundary').", epilog=EXIT_CODES)
     p.add_argument("name", help="study name (under --storage) or path to a study folder")
-    p.add_argument("--storage", default=DEFAULT_STORAGE)
-    p.add_argument("--address")
-    p.add_argument("--num-cpus", type=positive_int)
-    p.add_argument("--quiet", action="store_true")
+    _storage(p)
+    _cluster_flags(p)
     p.add_argument("--verbose", action="store_true", help="also print Ray's tracebacks of failed trials")
     p.add_argument("--trust-storage", action="store_true",
                    help="skip the HMAC check of Ray's pickled state (only for storage nobody else can write)")
@@ -118,15 +141,27 @@ def _check_storage(prog: str, storage: str) -> None:
 
 
 def _root(storage: str, name: str) -> str:
-    from study.tuning.runner import study_root
+    from study.storage import study_root
 
     if "://" not in name and Path(name).is_dir() and (Path(name) / "study.json").exists():
         return str(Path(name).resolve())
     return study_root(storage, name)
 
 
+def _cluster_checks(prog: str, args: argparse.Namespace) -> None:
+    """--address and --storage agree (study.tuning.cluster): one line, exit 2, before Ray starts."""
+    from study.tuning.cluster import ClusterError, check_storage, resolve_address
+
+    try:
+        resolve_address(args.address)
+        check_storage(args.storage, address=args.address, shared=args.shared_storage)
+    except ClusterError as e:
+        fail(prog, str(e))
+
+
 def run_run(args: argparse.Namespace) -> int:
     prog = "study run"
+    args.storage = args.storage or default_storage()
     # a local Ray gets --num-cpus or this machine's CPUs: a trial asking for more would wait forever
     spec = _spec(prog, args.file, args.data, None,
                  None if args.address else (args.num_cpus if args.num_cpus is not None else local_cpus()))
@@ -140,6 +175,7 @@ def run_run(args: argparse.Namespace) -> int:
                        f"got {short(args.name)}")
         object.__setattr__(spec, "name", args.name)
     _check_storage(prog, args.storage)
+    _cluster_checks(prog, args)
     from study.tuning.runner import study_root
 
     root = study_root(args.storage, spec.name)
@@ -215,7 +251,7 @@ def _drive(prog: str, args, start) -> int:
 
 def _exists(prog: str, root: str) -> bool:
     """Whether a study is stored at ``root``; an unreachable object store is one line."""
-    from study.tuning.runner import study_exists
+    from study.storage import study_exists
 
     try:
         return study_exists(root)
@@ -250,14 +286,15 @@ def _check_data(prog: str, spec) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from study.bookkeeping import status_table
+    from study.storage import read_meta
     from study.tables import read_table
 
+    args.storage = args.storage or default_storage()
     root = _root(args.storage, args.name)
     if not _exists("study status", root):
         fail("study status", f"no study {args.name!r} in {args.storage}")
     runs = read_table(f"{root}/tables", "runs")
-    from study.tuning.runner import read_meta
-
     try:
         planned = read_meta(root).get("num_trials")
     except (FileNotFoundError, OSError):
@@ -266,26 +303,38 @@ def run_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def status_table(runs, planned: int | None) -> str:
-    lines = []
-    head = f"{len(runs)} trials recorded" + (f" of {planned} planned" if planned else "")
-    if len(runs):
-        counts = runs.status.value_counts()
-        head += ": " + ", ".join(f"{n} {s}" for s, n in counts.items())
-    lines.append(head)
-    if len(runs):
-        cols = ["trial_id", "name", "status", "epochs_done", "epochs", "best_test_acc", "device_seconds"]
-        frame = runs[cols].rename(columns={"epochs_done": "epoch", "best_test_acc": "best_acc",
-                                           "device_seconds": "device_s"})
-        lines.append(frame.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    return "\n".join(lines)
+def run_list(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from study.bookkeeping import study_line
+    from study.storage import list_studies, read_meta, study_root
+    from study.tables import read_table
+
+    storage = args.storage or default_storage()
+    if "://" not in storage and not Path(storage).is_dir():
+        fail("study list", f"--storage: no folder {storage}")
+    rows = []
+    for name in list_studies(storage):
+        root = study_root(storage, name)
+        try:
+            planned = read_meta(root).get("num_trials")
+        except (OSError, ValueError):
+            planned = None
+        rows.append(study_line(name, read_table(f"{root}/tables", "runs"), planned))
+    if not rows:
+        print(f"no studies in {storage}")
+        return 0
+    print(pd.DataFrame(rows).to_string(index=False))
+    return 0
 
 
 def run_resume(args: argparse.Namespace) -> int:
     prog = "study resume"
+    args.storage = args.storage or default_storage()
     root = _root(args.storage, args.name)
     if not _exists(prog, root) or ("://" not in root and not (Path(root) / "study.json").exists()):
         fail(prog, f"no study {args.name!r} in {args.storage}")
+    _cluster_checks(prog, argparse.Namespace(**{**vars(args), "storage": root}))
     if args.address:
         from study.tuning import preflight
 

@@ -4,7 +4,8 @@ Storage layout: ``<storage>/<name>/`` holds Ray's experiment state (trials,
 checkpoints, searcher), ``study.json`` (the project's metadata, paths relative to
 the study folder, so a moved or copied study resumes where it now is),
 ``study.yaml`` (the validated study file), ``tables/`` (the Parquet tables every
-trial appends to while it runs), ``trials/<key>.json`` (attempt ledgers), the
+trial appends to while it runs), ``optuna.journal``
+(the Optuna studies of the sampled axes, Optuna's ``JournalStorage``), ``trials/<key>.json`` (attempt ledgers), the
 driver's lock and the signatures of Ray's pickles (:mod:`study.tuning.integrity`).
 
 The run contract (exit statuses, ``error``/``interrupted`` rows, signals, storage
@@ -33,37 +34,29 @@ import pandas as pd
 import yaml
 
 from study.spec import StudySpec, selects
+from study.storage import META_FILE, is_remote, read_meta, resolve, study_exists, study_root
 from study.tables import STATUSES, compact_all, part_path, read_table, write_part
 
-META_FILE = "study.json"
 #: Environment variables naming an S3-compatible endpoint (read by pyarrow, and so by
 #: Ray's storage and the tables); passed on to the workers of a cluster.
 ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
 
 
-def is_remote(storage: str) -> bool:
-    return "://" in storage
-
-
-def study_root(storage: str, name: str) -> str:
-    return f"{storage.rstrip('/')}/{name}" if is_remote(storage) else str(Path(storage).resolve() / name)
-
-
 def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
+    """Connect to ``address`` or start a local, loopback-only Ray (``study.tuning.cluster``)."""
     import ray
+
+    from study.tuning.cluster import ray_init_kwargs
 
     if ray.is_initialized():
         return
-    kwargs: dict[str, Any] = dict(logging_config=ray.LoggingConfig(log_level="WARNING"), log_to_driver=False)
+    kwargs = ray_init_kwargs(address, num_cpus=num_cpus)
     endpoint = {k: os.environ[k] for k in ENDPOINT_VARS if os.environ.get(k)}
     if address and endpoint:  # workers of an existing cluster do not inherit this process's environment
-        kwargs["runtime_env"] = {"env_vars": endpoint}
-    if address:
-        ray.init(address=address, **kwargs)
-    else:
-        # a local Ray never listens beyond this machine: dashboard (when its extra
-        # dependencies are installed) on the loopback interface only
-        ray.init(dashboard_host="127.0.0.1", num_cpus=num_cpus, **kwargs)
+        env = dict(kwargs.get("runtime_env") or {})
+        env["env_vars"] = {**env.get("env_vars", {}), **endpoint}
+        kwargs["runtime_env"] = env
+    ray.init(**kwargs)
 
 
 def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
@@ -75,6 +68,7 @@ def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
         "max_failures": spec.max_failures, "num_trials": spec.num_trials,
         # the metric Optuna and ASHA select on, None when nothing selects (a pure grid)
         "selection_metric": tuned_metric(spec)[0] if selects(spec.raw) else None,
+        "optuna_journal": "optuna.journal",
     }
 
 
@@ -85,11 +79,6 @@ def tuned_metric(spec: StudySpec) -> tuple[str, str]:
     default = "val_acc" if spec.base_train.get("validation") else "test_acc"
     metric = sched.get("metric", default)
     return metric, sched.get("mode", "min" if metric.endswith("loss") else "max")
-
-
-def resolve(root: str, meta: dict[str, Any]) -> dict[str, Any]:
-    """``meta`` with its paths under ``root`` (where the study is now)."""
-    return {**meta, "root": root, "tables": f"{root}/tables", "ddp_storage": f"{root}/ddp"}
 
 
 def _write_meta(root: str, meta: dict[str, Any]) -> None:
@@ -105,26 +94,6 @@ def _write_meta(root: str, meta: dict[str, Any]) -> None:
     tmp.write_text(json.dumps(meta, indent=2, default=str))
     os.replace(tmp, Path(root) / META_FILE)
     (Path(root) / "study.yaml").write_text(yaml.safe_dump(meta["raw"], sort_keys=False))
-
-
-def study_exists(root: str) -> bool:
-    """Whether anything is stored under a study's folder (local or object storage)."""
-    if not is_remote(root):
-        return Path(root).exists() and any(Path(root).iterdir())
-    import pyarrow.fs as pafs
-
-    fs, path = pafs.FileSystem.from_uri(root)
-    return bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
-
-
-def read_meta(root: str) -> dict[str, Any]:
-    if is_remote(root):
-        import pyarrow.fs as pafs
-
-        fs, path = pafs.FileSystem.from_uri(root)
-        with fs.open_input_stream(f"{path}/{META_FILE}") as f:
-            return resolve(root, json.loads(f.read()))
-    return resolve(root, json.loads((Path(root) / META_FILE).read_text()))
 
 
 def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool, contract):
@@ -146,8 +115,8 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool
         scheduler = FIFOScheduler()
     searcher = GridOptunaSearcher(n_cells=len(spec.cells), sample=spec.sample, num_samples=spec.num_samples,
                                   seed=min(c.seed for c in spec.cells), metric=metric, mode=mode,
-                                  tables=meta["tables"], spec={"raw": spec.raw, "file": spec.file,
-                                                               "name": spec.name})
+                                  tables=meta["tables"], journal=meta["optuna_journal"], name=spec.name,
+                                  spec={"raw": spec.raw, "file": spec.file, "name": spec.name})
     return tune.Tuner(
         make_trainable(meta),
         tune_config=tune.TuneConfig(
@@ -219,6 +188,7 @@ def _contract(root, meta, prog, verbose, show_tracebacks, lock, spec=None):
 
     # the searcher (in this driver) reads finished trials from the study where it is now
     os.environ["STUDY_ACTIVE_TABLES"] = meta["tables"]
+    os.environ["STUDY_ACTIVE_JOURNAL"] = meta["optuna_journal"]
     contract = RunContract(root=root, meta=meta, prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,
                            lock=lock, spec=spec)
     contract.install()
