@@ -27,6 +27,7 @@ Schema (every key optional except ``data``)::
     resources: {gpus_per_trial: 1, cpus_per_trial: 4, workers_per_trial: 1}
     max_failures: 2
     max_concurrent: null
+    loggers: [tensorboard]           # any of tensorboard, mlflow, wandb (Ray Tune's logger callbacks)
 
 Grid and sample keys name a model field (``num_heads``, ``pos_dim``, ``encoding``,
 ``isotropic``, ...) or a training field (``lr``, ``momentum``, ``weight_decay``,
@@ -64,6 +65,7 @@ from study import limits, speccheck
 from study.models.config import ConfigError, ModelConfig
 from study.specyaml import YamlError, load_yaml, read_study_text
 from study.trial.config import TrainConfig
+from study.tuning.loggers import DEFAULT_LOGGERS, LOGGERS
 
 MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
 TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size")
@@ -74,7 +76,7 @@ TOP_KEYS = {
     "batch_size": int, "optimizer": dict, "schedule": dict, "training": dict, "seeds": list,
     "model": dict, "models": list, "grid": dict, "sample": dict, "num_samples": int,
     "scheduler": (dict, type(None)), "resources": dict, "max_failures": int,
-    "max_concurrent": (int, type(None)), "maps": dict,
+    "max_concurrent": (int, type(None)), "maps": dict, "loggers": list,
 }
 SECTION_KEYS = {
     "optimizer": {"lr": (int, float), "momentum": (int, float), "weight_decay": (int, float)},
@@ -142,6 +144,7 @@ class StudySpec:
     #: False when ``models`` is a lower bound (a model field sampled from a
     #: continuous or long range, or too many combinations to enumerate)
     models_complete: bool = True
+    loggers: tuple[str, ...] = DEFAULT_LOGGERS
 
     @property
     def num_trials(self) -> int:
@@ -308,6 +311,13 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     if max_concurrent is not None and max_concurrent < 1:
         raise err("max_concurrent", "must be >= 1")
 
+    loggers = raw.get("loggers", list(DEFAULT_LOGGERS))
+    for i, name in enumerate(loggers):
+        if not isinstance(name, str) or name not in LOGGERS:
+            raise err(f"loggers.{i}", f"unknown logger {name!r} (one of {', '.join(LOGGERS)})")
+    if len(set(loggers)) != len(loggers):
+        raise err("loggers", "repeats a logger")
+
     # expand the grid and check every cell builds a valid model and training config
     keys = list(grid)
     cells: list[Cell] = []
@@ -323,7 +333,7 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         file=file, name=raw.get("name", default_name), raw=raw, base_train=base_train, cells=cells,
         sample=sample, num_samples=num_samples, scheduler=scheduler, gpus_per_trial=float(gpus),
         cpus_per_trial=float(cpus), workers_per_trial=workers, max_failures=max_failures,
-        max_concurrent=max_concurrent,
+        max_concurrent=max_concurrent, loggers=tuple(loggers),
     )
     if not _valid_name(spec.name):
         raise err("name", f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "

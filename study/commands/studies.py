@@ -100,9 +100,20 @@ def _spec(prog: str, file: str, data: str | None, gpus: int | None, cpus: int | 
     from study.spec import SpecError, load_spec
 
     try:
-        return load_spec(file, data=data, gpus_available=gpus, cpus_available=cpus)
+        spec = load_spec(file, data=data, gpus_available=gpus, cpus_available=cpus)
     except SpecError as e:
         fail(prog, str(e))
+    _check_loggers(prog, spec.file, spec.loggers)
+    return spec
+
+
+def _check_loggers(prog: str, file: str, loggers) -> None:
+    """A logger whose package is missing is one line naming the extra, exit 2."""
+    from study.tuning.loggers import check_loggers
+
+    missing = check_loggers(loggers)
+    if missing:
+        fail(prog, f"{file}: loggers.{missing[0]}: {missing[1]}")
 
 
 def local_cpus() -> int:
@@ -126,6 +137,7 @@ def run_validate(args: argparse.Namespace) -> int:
         print(f"  {model_name(m)}")
     if len(spec.models) > shown:
         print(f"  ... and {len(spec.models) - shown} more")
+    print(f"loggers: {', '.join(spec.loggers) or 'none'}")
     return 0
 
 
@@ -183,7 +195,7 @@ def run_run(args: argparse.Namespace) -> int:
         fail(prog, f"--name: study {spec.name!r} already exists in {args.storage} "
                    f"(continue it with `study resume {spec.name}` or pick another --name)")
     _preflight(prog, spec, args.address, args.num_cpus)
-    _check_data(prog, spec)
+    _check_data(prog, spec, quiet=args.quiet)
     return _drive(prog, args, lambda **kw: _run_study(spec, args, **kw))
 
 
@@ -259,15 +271,17 @@ def _exists(prog: str, root: str) -> bool:
         fail(prog, f"--storage: cannot reach {root}: {' '.join(str(e).split())}")
 
 
-def _check_data(prog: str, spec) -> None:
+def _check_data(prog: str, spec, *, quiet: bool = False) -> None:
     """Load (and cache) every data source the trials will read before anything
-    starts, so a broken archive is one error line, not a study of failed trials."""
+    starts, so a broken archive is one error line, not a study of failed trials.
+    The first decode of an archive can take minutes: its progress goes to stderr."""
     from study.data import DataError, hold_out_validation, load_splits
 
+    progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     configs = [spec.train_config(cell) for cell in spec.cells]
     for source, subset, validation in sorted({(c.data, c.subset, c.validation) for c in configs}, key=str):
         try:
-            splits = load_splits(source, subset=subset)
+            splits = load_splits(source, subset=subset, progress=progress)
         except DataError as e:
             fail(prog, f"{spec.file}: data: {e}")
         try:
@@ -335,6 +349,11 @@ def run_resume(args: argparse.Namespace) -> int:
     if not _exists(prog, root) or ("://" not in root and not (Path(root) / "study.json").exists()):
         fail(prog, f"no study {args.name!r} in {args.storage}")
     _cluster_checks(prog, argparse.Namespace(**{**vars(args), "storage": root}))
+    from study.storage import read_meta
+    from study.tuning.loggers import DEFAULT_LOGGERS
+
+    meta = read_meta(root)
+    _check_loggers(prog, meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
     if args.address:
         from study.tuning import preflight
 

@@ -74,10 +74,12 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         fail(prog, f"--out: {out} exists and is not a directory")
     trial_id = args.trial_id or out.resolve().name or uuid.uuid4().hex[:8]
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         from study.data import hold_out_validation, load_splits
 
-        splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)  # errors before anything is written
+        # errors before anything is written; the first decode of an archive prints its progress
+        splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed, progress=progress)
     except DataError as e:
         fail(prog, f"--data: {e}")
     try:
@@ -87,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
     from study.errors import CheckpointError
     from study.trial.ledger import TrialLedger
 
-    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
     try:
         result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",

@@ -258,6 +258,7 @@ def train_trial(
                     "epoch": epoch + 1, "best_test_acc": best_acc, "final_test_acc": final_acc,
                     "device_seconds": device_seconds, "attempts": attempts, "rng_cpu": torch.get_rng_state(),
                     "best_val_acc": best_val, "final_val_acc": final_val,
+                    # what the model is: `study export` / `load_trained` rebuild it from these
                     "model_config": mc.to_dict(), "train_config": cfg.to_dict(),
                     **({"rng_cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}),
                 })

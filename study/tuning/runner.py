@@ -100,6 +100,7 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
+    from study.tuning.loggers import logger_callbacks
     from study.tuning.progress import ProgressReporter
     from study.tuning.searcher import GridOptunaSearcher
     from study.tuning.trainable import make_trainable
@@ -122,15 +123,23 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool
         tune_config=tune.TuneConfig(
             metric=metric, mode=mode, search_alg=searcher, scheduler=scheduler,
             num_samples=spec.num_trials, reuse_actors=meta["workers_per_trial"] == 1,
-            max_concurrent_trials=spec.max_concurrent,
+            max_concurrent_trials=spec.max_concurrent, trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(
             name=spec.name, storage_path=storage, verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-            callbacks=[ProgressReporter(meta=meta, enabled=verbose), contract],
+            callbacks=[ProgressReporter(meta=meta, enabled=verbose), contract,
+                       *logger_callbacks(spec.loggers, root=study_root(storage, spec.name), study=spec.name,
+                                         tables=meta["tables"])],
         ),
     )
+
+
+def trial_dirname(trial) -> str:
+    """A trial's folder (and its TensorBoard run name): its table key, then Ray's id
+    (unique across re-created trials), instead of Ray's tag of every config value."""
+    return f"{(trial.config or {}).get('key', 'trial')}_{trial.trial_id}"
 
 
 def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verbose: bool = True,
@@ -174,6 +183,9 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
             for note in verify(root):
                 _say(True, f"{prog}: warning: {note}")
         init_ray(address, num_cpus=num_cpus)
+        # the study's logger callbacks come back with the pickled run config; Ray must not
+        # add its automatic ones again (study/tuning/loggers.py)
+        os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
         contract = _contract(root, meta, prog, verbose, show_tracebacks, lock)
         tuner = tune.Tuner.restore(root, trainable=make_trainable(meta), resume_errored=True,
                                    resume_unfinished=True)

@@ -71,7 +71,9 @@ def hparams(spec: dict[str, Any] | None, cell: int, sampled: dict[str, Any]) -> 
         study = (spec, validate(spec["raw"], file=spec["file"], default_name=spec["name"]))
         _SPECS[id(spec)] = study
     cfg = study[1].train_config(study[1].cells[cell], sampled)
-    return {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool)) or v is None}
+    # fields that do not apply (None, e.g. ``isotropic`` of a learned encoding) are left
+    # out: TensorBoard's HParams cannot hold a null
+    return {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool))}
 
 
 _SPECS: dict[int, tuple[dict, Any]] = {}
