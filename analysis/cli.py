@@ -14,18 +14,19 @@ import sys
 import warnings
 from pathlib import Path
 
-from analysis.io import DEFAULT_STORAGE, AnalysisError, load
+from analysis.io import AnalysisError, load
 from analysis.query import FORMATS, run_query
 
 from study.cliutil import Parser as _Parser, fail as _fail, package_version as _version  # torch-free
+from study.tables import TableWarning, warnings_as_lines
 
 
 def _target(p: argparse.ArgumentParser) -> None:
     p.add_argument("study", metavar="NAME|PATH",
                    help="a study name under --storage, or a path: a study folder, its tables folder "
                         "or a `study train --out` folder (local or s3://…)")
-    p.add_argument("--storage", default=DEFAULT_STORAGE,
-                   help="where studies live, a folder or s3://bucket/prefix (default ./results)")
+    p.add_argument("--storage", default=None,
+                   help="where studies live, a folder or s3://bucket/prefix (default: $STUDY_STORAGE, else ./results)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,6 +96,7 @@ def _figures(args: argparse.Namespace) -> int:
         out = Path("figures") / study.name if study.remote else Path(study.folder) / "figures"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        warnings.simplefilter("always", TableWarning)  # skipped files are named, always
         written, skipped = draw_all(study, out, epoch=args.epoch)
     for line in skipped:
         print(line)
@@ -135,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     prog = f"analysis {args.command}"
+    warnings_as_lines(prog)
     try:
         return args.func(args)
     except AnalysisError as exc:

@@ -24,11 +24,14 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from study.tables import warnings_as_lines
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:  # `study` alone: the list of commands, on stderr, usage status
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    warnings_as_lines(f"study {args.command}")
     return args.func(args) or 0
 
 

@@ -75,7 +75,8 @@ def flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-MODEL_FLAGS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim", "hidden", "layers", "intermediate")
+MODEL_FLAGS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim", "positional_score", "hidden", "layers",
+               "intermediate")
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +89,9 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
                    help="isotropic Gaussian heads (quadratic only)")
     g.add_argument("--num-heads", type=int, metavar="N_h", help="heads per layer")
     g.add_argument("--pos-dim", type=int, metavar="D_p", help="positional encoding dimension")
+    g.add_argument("--positional-score", choices=["query", "head"],
+                   help="learned encodings: score r_delta with the query (learned_content default, "
+                   "pos_dim = hidden) or with learned head keys (learned)")
     g.add_argument("--hidden", type=int, metavar="D", help="hidden size (400)")
     g.add_argument("--layers", type=int, help="encoder layers (6)")
     g.add_argument("--intermediate", type=int, help="feed-forward size (512)")

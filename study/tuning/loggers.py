@@ -16,7 +16,7 @@ wandb         ``WandbLoggerCallback``     wandb            project ``$WANDB_PROJ
 ============  ==========================  ===============  =====================================
 
 The trial's configuration Tune logs as hyper-parameters holds ``hparams``, the
-trial's whole resolved model and training configuration (:mod:`study.tuning.hparams`).
+trial's whole resolved model and training configuration (:func:`study.tuning.searcher.hparams`).
 Without ``tensorboard`` in the list no TensorBoard files are written (Ray's CSV and
 JSON loggers always run).  This module imports no Ray or torch at import
 time: ``study validate`` checks the packages without starting anything.
