@@ -19,7 +19,7 @@ import yaml
 from study.tables import read_table
 
 TINY = {"hidden": 16, "layers": 2, "intermediate": 16, "num_heads": 4}
-MODELS = [{"encoding": "quadratic", "isotropic": True}, {"encoding": "learned_content", "pos_dim": 4}]
+MODELS = [{"encoding": "quadratic", "isotropic": True}, {"encoding": "learned_content", "pos_dim": 16}]
 
 
 def _env(**extra):

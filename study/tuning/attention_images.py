@@ -1,7 +1,8 @@
 """Per-epoch attention maps of every layer as TensorBoard images.
 
 A Ray Tune ``LoggerCallback`` on the driver: when a trial reports an epoch, it reads
-that epoch's part of the ``maps`` table (the (2r+1)² window of attention
+that epoch's part of the ``maps`` table (present at the epochs of the study's map
+schedule, ``maps:``; the parts are compacted only when the study ends) (the (2r+1)² window of attention
 probabilities around the query pixel, per layer and head, written by the trial
 itself) and adds one image per layer — the heads side by side, each scaled to its
 own maximum (viridis) — with tensorboardX's ``SummaryWriter`` in the trial's folder,
@@ -45,16 +46,18 @@ def read_epoch_maps(tables: str, key: str, epoch: int):
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    from study.tables import part_path
+    from study.tables import decode_maps, part_path
 
     path = part_path(tables, "maps", key, epoch)
     try:
         if "://" in path:
             fs, p = pafs.FileSystem.from_uri(path)
-            return pq.read_table(p, filesystem=fs).to_pandas()
-        return pq.read_table(path).to_pandas()
+            table = pq.read_table(p, filesystem=fs)
+        else:
+            table = pq.read_table(path)
     except (FileNotFoundError, OSError):
-        return None
+        return None  # not a map epoch (the study's map schedule), or not written
+    return decode_maps(table).to_pandas()  # maps are stored quantised
 
 
 class AttentionImagesCallback(LoggerCallback):
