@@ -126,8 +126,6 @@ def _run_row(trial_id, status, **extra):
 
 
 def test_report_lists_failures_with_their_cause_and_embeds_only_pngs(tmp_path):
-    from analysis.cli import main
-
     tables = tmp_path / "f" / "tables"
     write_part(part_path(tables, "runs", "c000-s000"),
                [_run_row("c000-s000", "error", error="RuntimeError: CUDA out of memory <tried 2 GiB>")])
@@ -137,7 +135,13 @@ def test_report_lists_failures_with_their_cause_and_embeds_only_pngs(tmp_path):
                [{"trial_id": "c002-s000", "epoch": 0, "test_acc": 0.25, "train_loss": 2.0, "seconds": 1.0}])
     (tmp_path / "f" / "study.yaml").write_text("name: f\ndata: synthetic\n")
     out = tmp_path / "page.html"
-    assert main(["report", str(tmp_path / "f"), "--out", str(out)]) == 0
+    # a fresh interpreter: the report reads tables only (no torch, no training code)
+    code = ("import sys\nfrom analysis.cli import main\n"
+            f"rc = main(['report', {str(tmp_path / 'f')!r}, '--out', {str(out)!r}])\n"
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('study.trial', 'study.data'))]\n"
+            "sys.exit(f'imported {bad}' if bad else rc)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
     page = out.read_text()
     failures = page.split("<h2>Failures</h2>", 1)[1].split("<h2>", 1)[0]
     assert "RuntimeError: CUDA out of memory &lt;tried 2 GiB&gt;" in failures  # the cause, escaped
