@@ -29,7 +29,7 @@ def _env(**extra):
 
 def _cli(cwd, *args, **kw):
     return subprocess.run([sys.executable, "-m", "study", *args], cwd=cwd, env=_env(), capture_output=True,
-                          text=True, timeout=kw.pop("timeout", 300), **kw)
+                          text=True, timeout=kw.pop("timeout", 900), **kw)
 
 
 class _Result:
