@@ -56,7 +56,13 @@ def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
         env = dict(kwargs.get("runtime_env") or {})
         env["env_vars"] = {**env.get("env_vars", {}), **endpoint}
         kwargs["runtime_env"] = env
-    ray.init(**kwargs)
+    try:
+        ray.init(**kwargs)
+    except Exception as e:  # noqa: BLE001 - Ray raises bare Exceptions on start-up time-outs
+        from study.errors import RayStartError
+
+        what = f"cannot join the Ray cluster at {address}" if address else "the local Ray did not start"
+        raise RayStartError(f"{what}: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from None
 
 
 def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
