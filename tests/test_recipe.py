@@ -106,10 +106,12 @@ def test_cpu_reproduction_study_covers_the_paper_variants():
     """repro_cpu.yaml: N_h = 9 (3x3 lattice), both quadratic variants, learned and the
     paper's learned + content model, one torch thread per trial, no GPU."""
     spec = load_spec(SPACES / "repro_cpu.yaml", data="synthetic")
-    models = [spec.train_config(c).model for c in spec.cells]
+    configs = [spec.train_config(c) for c in spec.cells]
+    models = [c.model for c in configs if c.model.arch == "sa"]
     assert {m.num_heads for m in models} == {9}
     assert {(m.encoding, m.isotropic, m.positional_score) for m in models} == {
         ("quadratic", True, None), ("quadratic", False, None), ("learned", None, "head"),
         ("learned_content", None, "query")}
+    assert [c.schedule for c in configs if c.model.arch == "resnet18"] == ["step"]
     assert (spec.cpus_per_trial, spec.gpus_per_trial) == (1, 0)
     assert models[0].encoding == "learned_content"  # the longest trial starts first
