@@ -21,8 +21,9 @@ def tiny(encoding="quadratic", isotropic=True, **kw):
 
 
 def read(root, table):
-    return pd.read_parquet(root / table) if table == "runs" else pd.concat(
-        pd.read_parquet(p) for p in sorted((root / table).glob("*/*.parquet")))
+    from study.tables import read_table
+
+    return read_table(root, table)
 
 
 @pytest.mark.parametrize("encoding,isotropic", VARIANTS, ids=VARIANT_IDS)

@@ -29,6 +29,9 @@ class ConfigError(ValueError):
         self.field = field
         self.message = message
 
+    def __reduce__(self):  # survives pickle (Ray copies a failed trial's exception)
+        return (type(self), (self.field, self.message))
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
