@@ -2,6 +2,8 @@
 (ResNet18 with its step schedule beside cosine attention models) and the input
 normalisation constants."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import yaml
@@ -9,6 +11,7 @@ import yaml
 from study.data import CIFAR_MEAN, CIFAR_STD, DeviceData
 from study.spec import SpecError, load_spec
 
+SPACES = Path(__file__).parents[1] / "search_spaces"
 BASE = {"data": "synthetic", "epochs": 2, "model": {"hidden": 16, "layers": 1},
         "schedule": {"type": "cosine", "warmup": 0.1}, "optimizer": {"lr": 0.1}}
 
@@ -61,7 +64,7 @@ def test_grid_axes_combine_with_model_recipes(tmp_path):
 
 
 def test_paper_fig2_trains_resnet18_with_the_step_schedule():
-    spec = load_spec("search_spaces/paper_fig2.yaml")
+    spec = load_spec(SPACES / "paper_fig2.yaml")
     recipes = {spec.train_config(c).model.arch + "/" + str(spec.train_config(c).model.encoding):
                spec.train_config(c).schedule for c in spec.cells}
     assert recipes == {"resnet18/None": "step", "sa/quadratic": "cosine", "sa/learned": "cosine",
@@ -97,3 +100,18 @@ def test_normalisation_constants_are_the_originals():
     x = DeviceData(img, torch.zeros(1, dtype=torch.int64)).normalise(img)
     want = [(200 / 255 - m) / s for m, s in zip(CIFAR_MEAN, CIFAR_STD)]
     torch.testing.assert_close(x[0, :, 0, 0], torch.tensor(want), rtol=1e-6, atol=1e-6)
+
+
+def test_cpu_reproduction_study_covers_the_paper_variants():
+    """repro_cpu.yaml: N_h = 9 (3x3 lattice), both quadratic variants, learned and the
+    paper's learned + content model, one torch thread per trial, no GPU."""
+    spec = load_spec(SPACES / "repro_cpu.yaml", data="synthetic")
+    configs = [spec.train_config(c) for c in spec.cells]
+    models = [c.model for c in configs if c.model.arch == "sa"]
+    assert {m.num_heads for m in models} == {9}
+    assert {(m.encoding, m.isotropic, m.positional_score) for m in models} == {
+        ("quadratic", True, None), ("quadratic", False, None), ("learned", None, "head"),
+        ("learned_content", None, "query")}
+    assert [c.schedule for c in configs if c.model.arch == "resnet18"] == ["step"]
+    assert (spec.cpus_per_trial, spec.gpus_per_trial) == (1, 0)
+    assert models[0].encoding == "learned_content"  # the longest trial starts first
