@@ -64,7 +64,8 @@ def _wait(predicate, timeout: float, what: str, proc=None):
         if value:
             return value
         if proc is not None and proc.poll() is not None:
-            break
+            raise AssertionError(f"`study run` ended (status {proc.returncode}) while waiting for {what}: "
+                                 f"{proc.stdout.read()[-3000:]}")
         time.sleep(0.5)
     raise AssertionError(f"timed out waiting for {what}")
 
