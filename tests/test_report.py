@@ -83,7 +83,7 @@ def test_served_report_follows_a_running_study_in_chromium(tmp_path):
                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     server = None
     try:
-        _wait(lambda: (root / "study.json").exists(), 120, "the study to start", study)
+        _wait(lambda: (root / "study.json").exists(), 600, "the study to start (Ray starts first)", study)
         server = subprocess.Popen([sys.executable, "-m", "analysis", "report", "live", "--serve", "--port", "0",
                                    "--interval", "0.5"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
         line = server.stderr.readline()
