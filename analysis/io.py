@@ -26,12 +26,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from study.storage import default_storage
 from study.tables import SCHEMA, TABLES, list_table, read_table
 
-DEFAULT_STORAGE = "results"
+DEFAULT_STORAGE = "results"  # unless $STUDY_STORAGE is set (study.storage.default_storage)
 
 #: DuckDB types of the guaranteed columns, used for tables with no part yet.
-_TEXT = {"trial_id", "study", "name", "arch", "encoding", "data", "status", "device", "schedule"}
+_TEXT = {"trial_id", "study", "name", "arch", "encoding", "data", "status", "device", "schedule", "error"}
 _INT = {"num_heads", "pos_dim", "hidden", "layers", "batch_size", "epochs", "seed", "epochs_done",
         "n_params", "flops", "world_size", "attempts", "cell", "subset", "epoch", "layer", "head", "window"}
 _TYPES = {"isotropic": "BOOLEAN", "probs": "DOUBLE[]"}
@@ -88,11 +89,12 @@ def _remote_kind(uri: str) -> str | None:
     return None
 
 
-def resolve(target: str, storage: str = DEFAULT_STORAGE) -> tuple[str, str]:
+def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
     """``(tables_root, study_folder)`` for a study NAME under ``storage`` or a PATH.
 
     PATH may be a study folder (``<dir>/tables``), a ``study train --out`` folder
     (the same layout), or a tables folder (``runs/``, ``epochs/``, … inside)."""
+    storage = storage or default_storage()
     target = str(target)
     candidates: list[str] = []
     if _remote(target):
@@ -332,8 +334,8 @@ def pq_schema(fs, path: str):
     return pq.read_schema(path, filesystem=fs)
 
 
-def load(target: str | os.PathLike, storage: str = DEFAULT_STORAGE) -> Study:
-    """Open a study by NAME (under ``storage``, default ``./results``) or PATH (a study
+def load(target: str | os.PathLike, storage: str | None = None) -> Study:
+    """Open a study by NAME (under ``storage``, default ``$STUDY_STORAGE`` or ``./results``) or PATH (a study
     folder, its ``tables`` folder, or a ``study train --out`` folder; local or a URI).
 
     >>> s = load("results/smoke")            # doctest: +SKIP

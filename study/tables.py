@@ -75,9 +75,12 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "hidden", "layers", "lr", "weight_decay", "batch_size", "epochs", "warmup", "seed",
         "data", "status", "epochs_done", "n_params", "flops", "best_test_acc", "final_test_acc",
         "device_seconds", "device", "world_size", "attempts", "cell", "schedule", "subset", "updated_at",
+        "momentum", "intermediate", "dropout", "attention_dropout", "validation", "data_source",
+        "n_train", "n_val", "n_test", "best_val_acc", "final_val_acc",
+        "error",
     ),
     "epochs": (
-        "trial_id", "epoch", "train_loss", "train_acc", "test_loss", "test_acc", "lr",
+        "trial_id", "epoch", "train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "lr",
         "seconds", "images_per_s", "head_stats_seconds",
     ),
     "heads": (
@@ -88,8 +91,10 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "maps": ("trial_id", "epoch", "layer", "head", "window", "probs"),
 }
 
-#: Trial states recorded in ``runs.status``.
-STATUSES = ("running", "finished", "diverged", "stopped", "error")
+#: Trial states recorded in ``runs.status``: ``stopped`` is ASHA's early stop,
+#: ``interrupted`` a study stopped by a signal or a storage failure (``study resume``
+#: continues it), ``error`` a trial that failed (``runs.error`` holds the cause).
+STATUSES = ("running", "finished", "diverged", "stopped", "interrupted", "error")
 
 #: A trial's parts of a table are compacted whenever this many have accumulated.
 COMPACT_EVERY = 10

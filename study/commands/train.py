@@ -22,6 +22,9 @@ def register(sub) -> None:
     g.add_argument("--data", default="synthetic",
                    help="synthetic | cifar10[:ROOT] | image-folder tree or .tar/.tar.gz of one")
     g.add_argument("--subset", type=int, help="use this many training images")
+    g.add_argument("--validation", type=_validation, default=0, metavar="N",
+                   help="hold out N training images (or a fraction in (0, 1)), stratified, drawn from --seed; "
+                   "their loss/accuracy is recorded every epoch (default 0: none)")
     g.add_argument("--epochs", type=int, default=300)
     g.add_argument("--batch-size", type=int, default=100)
     g.add_argument("--lr", type=float, default=0.1)
@@ -62,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
             model=mc, data=args.data, subset=args.subset, epochs=args.epochs, batch_size=args.batch_size,
             lr=args.lr, weight_decay=args.weight_decay, warmup=args.warmup, schedule=args.schedule,
             seed=args.seed, compile=args.compile, amp=args.amp, head_stats=args.head_stats,
+            validation=args.validation,
             map_epochs=_map_epochs(prog, args.map_epochs),
         )
     except ConfigError as e:
@@ -70,15 +74,40 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         fail(prog, f"--out: {out} exists and is not a directory")
     trial_id = args.trial_id or out.resolve().name or uuid.uuid4().hex[:8]
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
-        from study.data import load_splits
+        from study.data import hold_out_validation, load_splits
 
-        splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)  # errors before anything is written
+        # errors before anything is written; the first decode of an archive prints its progress
+        splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed, progress=progress)
     except DataError as e:
         fail(prog, f"--data: {e}")
-    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
-                         progress=progress, splits=splits)
-    print(f"{result.status}: {result.epochs_done} epochs, best test acc {result.best_test_acc:.4f}, "
+    try:
+        splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
+    except DataError as e:
+        fail(prog, f"--{e}")
+    from study.errors import CheckpointError
+    from study.trial.ledger import TrialLedger
+
+    book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
+    try:
+        result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
+                             progress=progress, splits=splits, ledger=book,
+                             warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
+    except CheckpointError as e:
+        fail(prog, f"--out: {e}")
+    val = "" if result.best_val_acc != result.best_val_acc else f"best val acc {result.best_val_acc:.4f}, "
+    print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")
     return 0 if result.status == "finished" else 1
+
+
+def _validation(text: str) -> int | float:
+    """``N`` images or a fraction ``0.1``."""
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of images or a fraction, got {text!r}") from None
