@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 QUERIES = {
     "count epochs": "SELECT count(*) FROM epochs",
     "last-epoch heads": "SELECT layer, count(*) AS n, avg(max_prob) AS max_prob, avg(entropy) AS entropy "
@@ -105,6 +106,29 @@ def write_study(tables: Path, writers: dict, gen: Generator, *, epochs: int, sta
             print(f"  written {epoch + 1}/{epochs} epochs ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
 
 
+def _write_trials(job: tuple) -> None:
+    """One worker's share of the trials (``--jobs``), with this tree's writer."""
+    tables, ids, gen_args, epochs, start, stop, maps_at, close = job
+    from study.tables import TableWriter
+
+    gen = Generator(**gen_args, seed=hash(ids[0]) % 2**32)
+    writers = {t: TableWriter(tables, trial_id=t) for t in ids}
+    write_study(tables, writers, gen, epochs=epochs, start=start, stop=stop, maps_at=maps_at, progress=False)
+    if close:
+        for w in writers.values():
+            w.close()
+
+
+def write_parallel(tables: Path, ids: list[str], gen_args: dict, *, jobs: int, epochs: int, start: int, stop: int,
+                   maps_at, close: bool) -> None:
+    """Trials written side by side by ``jobs`` processes, as a study's trials are."""
+    from multiprocessing import get_context
+
+    shares = [ids[i::jobs] for i in range(jobs) if ids[i::jobs]]
+    with get_context("spawn").Pool(len(shares)) as pool:
+        pool.map(_write_trials, [(tables, share, gen_args, epochs, start, stop, maps_at, close) for share in shares])
+
+
 def disk(root: Path) -> tuple[int, int]:
     files = size = 0
     for dirpath, _, names in os.walk(root):
@@ -160,12 +184,12 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", type=int, default=9)
     ap.add_argument("--window", type=int, default=15)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=1, help="processes writing trials side by side (after only)")
     ap.add_argument("--before-ref", default="b8104ce", help="git commit of the layout before compaction")
     ap.add_argument("--keep", action="store_true", help="keep the study folder afterwards")
     args = ap.parse_args(argv)
 
-    sys.path.insert(0, str(ROOT))
-    from study.tables import TableWriter, map_epochs
+    from study.tables import map_epochs
 
     study = args.out / f"bench-{args.layout}"
     shutil.rmtree(study, ignore_errors=True)
@@ -188,16 +212,16 @@ def main(argv=None) -> int:
         results.append(measure("finished", study, args.repeats, code))
         shutil.rmtree(code, ignore_errors=True)
     else:
-        writers = {t: TableWriter(tables, trial_id=t) for t in ids}
         maps_at = set(map_epochs("auto", args.epochs))
         half = args.epochs // 2 + 5  # mid-way between two compactions: parts present
+        gen_args = {"layers": args.layers, "heads": args.heads, "window": args.window}
         t0 = time.time()
-        write_study(tables, writers, gen, epochs=args.epochs, start=0, stop=half, maps_at=maps_at, progress=True)
+        write_parallel(tables, ids, gen_args, jobs=args.jobs, epochs=args.epochs, start=0, stop=half,
+                       maps_at=maps_at, close=False)
+        print(f"  written {half}/{args.epochs} epochs ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
         results.append(measure("running", study, args.repeats, ROOT))
-        write_study(tables, writers, gen, epochs=args.epochs, start=half, stop=args.epochs, maps_at=maps_at,
-                    progress=True)
-        for w in writers.values():
-            w.close()
+        write_parallel(tables, ids, gen_args, jobs=args.jobs, epochs=args.epochs, start=half, stop=args.epochs,
+                       maps_at=maps_at, close=True)
         print(f"  written in {time.time() - t0:.0f} s", file=sys.stderr)
         results.append(measure("finished", study, args.repeats, ROOT))
     if not args.keep:

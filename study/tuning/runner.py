@@ -29,6 +29,11 @@ os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 # seconds of Tune's bookkeeping; it never re-runs a finished trial all the same,
 # because the project's own tables decide: the searcher and the trainable replay a
 # key whose ``runs`` row says it ended (``searcher.py``, ``trainable.py``).
+# Tune's default per-trial logs (result.json, progress.csv, params, event files) are
+# off: the tables are the record, and each of those files was re-uploaded on every
+# save of the experiment state (most of a study's requests to object storage).
+# Logger callbacks a study file asks for are added explicitly and still run.
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
 import pandas as pd
 import yaml
