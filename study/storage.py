@@ -49,12 +49,29 @@ def list_studies(storage: str) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / META_FILE).is_file())
 
 
+def resolve(root: str, meta: dict) -> dict:
+    """``meta`` with its paths under ``root`` (where the study is now): ``study.json``
+    stores them relative to the study folder, so a moved or copied study resumes there."""
+    return {**meta, "root": root, "tables": f"{root}/tables", "ddp_storage": f"{root}/ddp",
+            "optuna_journal": f"{root}/{meta.get('optuna_journal') or 'optuna.journal'}"}
+
+
+def study_exists(root: str) -> bool:
+    """Whether anything is stored under a study's folder (local or object storage)."""
+    if not is_remote(root):
+        return Path(root).exists() and any(Path(root).iterdir())
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(root)
+    return bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
+
+
 def read_meta(root: str) -> dict:
-    """The study's ``study.json`` (written by ``study run``)."""
+    """The study's ``study.json`` (written by ``study run``), paths resolved under ``root``."""
     if is_remote(root):
         import pyarrow.fs as pafs
 
         fs, path = pafs.FileSystem.from_uri(root)
         with fs.open_input_stream(f"{path}/{META_FILE}") as f:
-            return json.loads(f.read())
-    return json.loads((Path(root) / META_FILE).read_text())
+            return resolve(root, json.loads(f.read()))
+    return resolve(root, json.loads((Path(root) / META_FILE).read_text()))

@@ -56,6 +56,29 @@ def _plain(v: Any) -> Any:
     return v.item() if hasattr(v, "item") else v
 
 
+def hparams(spec: dict[str, Any] | None, cell: int, sampled: dict[str, Any]) -> dict[str, Any]:
+    """The trial's whole resolved configuration as flat scalars (every model and
+    training field, the seed, data and subset, grid and sampled values), for Ray's
+    trial config: Ray's results DataFrame (``config/hparams/<field>``), ``params.json``
+    and TensorBoard's HParams show them.  ``spec``: ``{"raw", "file", "name"}`` of the
+    study file (plain data, so the searcher's state stays plain)."""
+    if not spec:
+        return {}
+    from study.spec import validate
+
+    study = _SPECS.get(id(spec))
+    if study is None or study[0] is not spec:
+        study = (spec, validate(spec["raw"], file=spec["file"], default_name=spec["name"]))
+        _SPECS[id(spec)] = study
+    cfg = study[1].train_config(study[1].cells[cell], sampled)
+    # fields that do not apply (None, e.g. ``isotropic`` of a learned encoding) are left
+    # out: TensorBoard's HParams cannot hold a null
+    return {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool))}
+
+
+_SPECS: dict[int, tuple[dict, Any]] = {}
+
+
 def cell_study_name(name: str, cell: int) -> str:
     """The Optuna study of grid cell ``cell`` in study ``name``."""
     return f"{name}/cell-{cell:03d}"
@@ -71,14 +94,18 @@ def _local_journal(journal: str) -> str:
 
 
 class GridOptunaSearcher(Searcher):
-    """Suggests ``{"cell": index, "sample": i, "key": trial_id, "sampled": {...}}`` for
-    ``n_cells × num_samples`` trials."""
+    """Suggests ``{"cell": index, "sample": i, "key": trial key, "sampled": {...},
+    "hparams": {...}}`` for ``n_cells × num_samples`` trials (``hparams``: see
+    :func:`hparams`).  Optuna is told ``best_<metric>`` of each finished trial (the
+    metric is ``val_acc`` when the study holds out a validation split)."""
 
     def __init__(self, *, n_cells: int, sample: dict[str, dict], num_samples: int, seed: int = 0,
                  metric: str = "test_acc", mode: str = "max", tables: str | None = None,
-                 journal: str | None = None, name: str = "study"):
+                 journal: str | None = None, name: str = "study",
+                 spec: dict[str, Any] | None = None):
         super().__init__(metric=metric, mode=mode)
         self.tables = tables
+        self.spec = spec
         self.journal = journal  # None: in memory only (tests of the searcher alone)
         self.name = name
         self.n_cells = n_cells
@@ -201,7 +228,8 @@ class GridOptunaSearcher(Searcher):
             # lost with that driver): replay it, its trainable will not train again
             self.assigned[trial_id] = (cell, running)
             sampled = {k: _plain(row[f"sampled_{k}"]) for k in self.sample if f"sampled_{k}" in row}
-            return {"cell": cell, "sample": sample, "key": key, "sampled": sampled}
+            return {"cell": cell, "sample": sample, "key": key, "sampled": sampled,
+                    "hparams": hparams(self.spec, cell, sampled)}
         sampled, number = {}, None
         if study is not None:
             if running is not None:  # asked by an earlier driver that died: the same Optuna trial
@@ -214,15 +242,19 @@ class GridOptunaSearcher(Searcher):
                 sampled, number = dict(trial.params), trial.number
                 self._sync()
         self.assigned[trial_id] = (cell, number)
-        return {"cell": cell, "sample": sample, "key": key, "sampled": sampled}
+        return {"cell": cell, "sample": sample, "key": key, "sampled": sampled,
+                "hparams": hparams(self.spec, cell, sampled)}
 
     def _finished_row(self, key: str | None) -> dict | None:
-        if self.tables is None or key is None:
+        # the driver names the study's tables where the study is now (a moved study's
+        # restored searcher still holds the old path)
+        tables = os.environ.get("STUDY_ACTIVE_TABLES") or self.tables
+        if tables is None or key is None:
             return None
         from study.tables import read_table
 
-        runs = read_table(self.tables, "runs")
-        row = runs[(runs.trial_id == key) & runs.status.isin(["finished", "diverged"])]
+        runs = read_table(tables, "runs")
+        row = runs[(runs.trial_id == key) & runs.status.isin(["finished", "diverged", "stopped"])]
         return None if row.empty else row.iloc[0].to_dict()
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
@@ -241,7 +273,7 @@ class GridOptunaSearcher(Searcher):
     def get_state(self) -> dict:
         return {"version": STATE_VERSION, "n_cells": self.n_cells, "sample": self.sample,
                 "num_samples": self.num_samples, "seed": self.seed, "suggested": self.suggested,
-                "tables": self.tables, "journal": self.journal, "name": self.name,
+                "tables": self.tables, "spec": self.spec, "journal": self.journal, "name": self.name,
                 "assigned": {k: list(v) for k, v in self.assigned.items()},
                 "metric": self._metric, "mode": self._mode}
 
@@ -250,6 +282,11 @@ class GridOptunaSearcher(Searcher):
             raise ValueError(f"searcher state version {state.get('version')!r}, expected {STATE_VERSION}")
         for k in ("n_cells", "sample", "num_samples", "seed", "suggested", "tables", "journal", "name"):
             setattr(self, k, state[k])
+        self.spec = state.get("spec")
+        # a moved or copied study: the driver names where its tables and journal are now
+        self.tables = os.environ.get("STUDY_ACTIVE_TABLES") or self.tables
+        if self.journal is not None:
+            self.journal = os.environ.get("STUDY_ACTIVE_JOURNAL") or self.journal
         self._metric, self._mode = state["metric"], state["mode"]
         # in-flight trials keep their Optuna numbers: the journal holds those trials
         self.assigned = {k: (int(c), None if n is None else int(n)) for k, (c, n) in state["assigned"].items()}
