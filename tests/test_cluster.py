@@ -154,20 +154,30 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
         sessions.append(job.pid)
 
         def worker_trial_mid_training():
+            """The runs row of a trial whose process runs under the second node's raylet
+            (Tune runs a trial in its trial folder: the process's cwd names its Ray id)."""
+            cwds = []
+            for pid in session_pids(worker_session):
+                if process_name(pid) == "ray::ImplicitFunc.train":
+                    try:
+                        cwds.append(os.readlink(f"/proc/{pid}/cwd"))
+                    except OSError:
+                        pass
             runs = read_table(tables, "runs")
-            if runs.empty or "node_ip" not in runs:
+            if not cwds or runs.empty or "ray_trial_id" not in runs:
                 return None
-            on_worker = runs[(runs.node_ip == WORKER_IP) & (runs.status == "running") & (runs.epochs_done >= 2)]
-            return runs if len(on_worker) and set(runs.node_ip) == {HEAD_IP, WORKER_IP} else None
+            mine = runs[[any(str(t) in c for c in cwds) for t in runs.ray_trial_id]]
+            mine = mine[(mine.status == "running") & (mine.epochs_done >= 2)]
+            return mine.iloc[0] if len(mine) else None
 
-        deadline, runs = time.time() + 400, None
-        while time.time() < deadline and job.poll() is None and runs is None:
-            runs = worker_trial_mid_training()
+        deadline, row = time.time() + 400, None
+        while time.time() < deadline and job.poll() is None and row is None:
+            row = worker_trial_mid_training()
             time.sleep(0.1)
-        assert runs is not None, "no trial training on each node:\n" + (job.stdout.read() if job.poll() is not None
-                                                                          else str(read_table(tables, "runs")))
-        victim = runs.trial_id[runs.node_ip == WORKER_IP].iloc[0]
-        done_before = int(runs.set_index("trial_id").epochs_done[victim])
+        assert row is not None, "no trial trained on the second node:\n" + (
+            job.stdout.read() if job.poll() is not None else str(read_table(tables, "runs")))
+        victim, done_before = row.trial_id, int(row.epochs_done)
+        assert row.node_ip == WORKER_IP, row
         parts = {q: q.stat().st_mtime_ns for q in (tables / "epochs" / victim).glob("*.parquet")}
         raylets = [pid for pid in session_pids(worker_session) if process_name(pid).endswith("/raylet")]
         assert len(raylets) == 1, raylets

@@ -84,7 +84,9 @@ def test_optuna_journal_after_killed_driver_and_resume(tmp_path):
     assert sorted(keys) == sorted(runs.index), "every finished trial exactly once"
     for t in complete:
         row = runs.loc[t.user_attrs["key"]]
-        assert t.params["lr"] == pytest.approx(row.sampled_lr) and t.value == pytest.approx(row.best_test_acc)
+        # Optuna was told the best value of the metric the study selects on (validation by default)
+        assert row.selection_metric == "val_acc"
+        assert t.params["lr"] == pytest.approx(row.sampled_lr) and t.value == pytest.approx(row.best_val_acc)
 
     # the searcher's state that Tune saved (one file per driver session) is JSON
     states = sorted(root.glob("searcher-state-*.pkl"), key=lambda p: p.stat().st_mtime_ns)
