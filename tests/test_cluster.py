@@ -155,7 +155,8 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
 
         def worker_trial_mid_training():
             """The runs row of a trial whose process runs under the second node's raylet
-            (Tune runs a trial in its trial folder: the process's cwd names its Ray id)."""
+            (Tune runs a trial in its working folder, named after the trial: the
+            process's cwd holds the table key c<cell>-s<sample>)."""
             cwds = []
             for pid in session_pids(worker_session):
                 if process_name(pid) == "ray::ImplicitFunc.train":
@@ -164,9 +165,10 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
                     except OSError:
                         pass
             runs = read_table(tables, "runs")
-            if not cwds or runs.empty or "ray_trial_id" not in runs:
+            if not cwds or runs.empty:
                 return None
-            mine = runs[[any(str(t) in c for c in cwds) for t in runs.ray_trial_id]]
+            mine = runs[[any(f"/{t}_" in c or str(r) in c for c in cwds)
+                         for t, r in zip(runs.trial_id, runs.get("ray_trial_id", runs.trial_id))]]
             mine = mine[(mine.status == "running") & (mine.epochs_done >= 2)]
             return mine.iloc[0] if len(mine) else None
 
