@@ -260,7 +260,9 @@ def test_local_ray_dashboard_binds_loopback(monkeypatch):
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: seen.update(kw))
     runner.init_ray(None, num_cpus=1)
-    assert seen["dashboard_host"] == "127.0.0.1" and "address" not in seen
+    # a new local Ray (never an existing cluster or $RAY_ADDRESS) on loopback addresses
+    assert seen["dashboard_host"] == "127.0.0.1" and seen["address"] == "local"
+    assert seen["_node_ip_address"].startswith("127.")
 
 
 def test_cluster_yaml_holds_no_secrets():

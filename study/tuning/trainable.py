@@ -147,11 +147,13 @@ def study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: TrialLedg
 
 def _run_fields(config: dict[str, Any], meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Extra ``runs`` columns: grid cell, sample index, Ray's trial id, the metric the
-    study selects on (None: nothing selects), sampled values."""
+    study selects on (None: nothing selects), the Ray node the (latest attempt of the)
+    trial ran on, sampled values."""
+    import ray
     from ray import tune
 
     fields = {"cell": config["cell"], "sample": config["sample"], "ray_trial_id": tune.get_context().get_trial_id(),
-              "selection_metric": (meta or {}).get("selection_metric")}
+              "selection_metric": (meta or {}).get("selection_metric"), "node_ip": ray.util.get_node_ip_address()}
     return {**fields, **{f"sampled_{k}": v for k, v in (config.get("sampled") or {}).items()}}
 
 
