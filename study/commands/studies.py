@@ -32,8 +32,8 @@ def _cluster_flags(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="print only the final summary")
 
 EXIT_CODES = ("exit status: 0 every trial ended (finished, diverged or stopped by ASHA); 1 a trial ended in "
-              "error (runs.error has the cause); 2 bad input, nothing started; 3 storage failed; "
-              "130 SIGINT, 143 SIGTERM (state saved: `study resume NAME` continues)")
+              "error (runs.error has the cause); 2 bad input, nothing started; 3 storage failed; 4 Ray did not start "
+              "or could not be reached; 130 SIGINT, 143 SIGTERM (state saved: `study resume NAME` continues)")
 
 
 def positive_int(text: str) -> int:
@@ -232,21 +232,26 @@ def _preflight(prog: str, spec, address: str | None, num_cpus: int | None) -> No
 def _init(prog: str, address: str | None, num_cpus: int | None) -> None:
     from study.tuning.runner import init_ray
 
+    from study.errors import RayStartError
+
     try:
         init_ray(address, num_cpus=num_cpus)
-    except (ConnectionError, RuntimeError, ValueError) as e:
+    except (ConnectionError, RuntimeError, ValueError, RayStartError) as e:
         fail(prog, f"--address: cannot start or join Ray ({' '.join(str(e).split())[:200]})")
 
 
 def _drive(prog: str, args, start) -> int:
     """Run or resume under the contract: exit status from the runs, one line for a
     lock held by another driver (2), a storage failure (3) or a refused state (3)."""
-    from study.errors import IntegrityError, LockError, StorageError
+    from study.errors import EXIT_RAY, IntegrityError, LockError, RayStartError, StorageError
 
     try:
         runs = start(verbose=not args.quiet, show_tracebacks=args.verbose, prog=prog)
     except LockError as e:
         fail(prog, str(e))
+    except RayStartError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_RAY
     except IntegrityError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_STORAGE

@@ -3,8 +3,8 @@
 A Ray Tune ``LoggerCallback`` on the driver: when a trial reports an epoch, it reads
 that epoch's part of the ``maps`` table (the (2r+1)² window of attention
 probabilities around the query pixel, per layer and head, written by the trial
-itself) and adds one image per layer — the heads side by side, each scaled to its
-own maximum (viridis) — with tensorboardX's ``SummaryWriter`` in the trial's folder,
+itself) and adds one image per layer — the heads side by side on one colour scale,
+0 to the layer's largest probability (viridis) — with tensorboardX's ``SummaryWriter`` in the trial's folder,
 next to the event file of Ray's ``TBXLoggerCallback`` (tag ``attention/layer_L``,
 step = epoch + 1, like the scalars' training iteration).
 """
@@ -26,10 +26,10 @@ def layer_images(maps) -> dict[int, np.ndarray]:
     out: dict[int, np.ndarray] = {}
     for layer, rows in maps.sort_values(["layer", "head"]).groupby("layer"):
         tiles = []
-        for r in rows.itertuples(index=False):
-            w = int(r.window)
-            p = np.asarray(r.probs, dtype=np.float64).reshape(w, w)
-            top = p.max()
+        probs = [np.asarray(r.probs, dtype=np.float64).reshape(int(r.window), int(r.window))
+                 for r in rows.itertuples(index=False)]
+        top = max(float(p.max()) for p in probs)  # one scale per layer: heads stay comparable
+        for p in probs:
             rgb = cmap(p / top if top > 0 else p)[..., :3]
             tiles.append(np.kron(rgb, np.ones((SCALE, SCALE, 1))))
         h = tiles[0].shape[0]
@@ -45,14 +45,14 @@ def read_epoch_maps(tables: str, key: str, epoch: int):
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    from study.tables import part_path
+    from study.tables import decode_maps, part_path
 
     path = part_path(tables, "maps", key, epoch)
     try:
         if "://" in path:
             fs, p = pafs.FileSystem.from_uri(path)
-            return pq.read_table(p, filesystem=fs).to_pandas()
-        return pq.read_table(path).to_pandas()
+            return decode_maps(pq.read_table(p, filesystem=fs)).to_pandas()
+        return decode_maps(pq.read_table(path)).to_pandas()
     except (FileNotFoundError, OSError):
         return None
 
@@ -63,8 +63,22 @@ class AttentionImagesCallback(LoggerCallback):
     def __init__(self, *, tables: str):
         self.tables = tables
         self._writers: dict = {}
+        self._broken: set = set()
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        # images are a view of the tables: a failure here must never stop the study
+        if trial in self._broken:
+            return
+        try:
+            self._log(trial, result)
+        except Exception as e:  # noqa: BLE001
+            self._broken.add(trial)
+            import sys
+
+            print(f"study: warning: TensorBoard attention images of trial {(trial.config or {}).get('key')} "
+                  f"turned off: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+    def _log(self, trial, result: dict) -> None:
         key = (trial.config or {}).get("key")
         epoch = result.get("epoch")
         if key is None or not isinstance(epoch, int) or result.get("status", "running") != "running":
