@@ -129,3 +129,32 @@ def test_invalid_forms_name_the_field(kw, field):
 def test_head_form_takes_any_pos_dim():
     cfg = ModelConfig(encoding="learned_content", pos_dim=16, positional_score="head")
     assert (cfg.pos_dim, cfg.positional_score) == (16, "head")
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_einsum_reference_equals_naive_content(form):
+    from study.bench.einsum_ref import einsum_relative_attention
+
+    layer = make_layer(form).eval()
+    x = torch.randn(2, 5, 6, 8, dtype=torch.float64)
+    torch.testing.assert_close(einsum_relative_attention(layer, x), naive_relative_attention(layer, x), **TOL)
+
+
+def test_einsum_reference_equals_naive_positional(variant):
+    from study.bench.einsum_ref import einsum_relative_attention
+
+    enc, iso = variant
+    cfg = ModelConfig(encoding=enc, isotropic=iso, hidden=8, layers=1, num_heads=3,
+                      pos_dim=6 if enc == "learned" else None)
+    layer = build_model(cfg).double().eval().blocks[0].attention
+    x = torch.randn(2, 16, 16, 8, dtype=torch.float64)
+    torch.testing.assert_close(einsum_relative_attention(layer, x), naive_relative_attention(layer, x), **TOL)
+
+
+def test_bench_times_the_einsum_reference_beside_the_training_path():
+    from study.bench.runner import default_options, run_bench
+
+    opts = default_options("cpu", batch=1, steps=1, targets=("attention:sa_learned_content_head",))
+    a = run_bench(opts)["attention"][0]
+    assert a["einsum"]["path"].startswith("einsum reference")
+    assert a["train_speedup_vs_einsum"] == pytest.approx(a["train"]["images_per_s"] / a["einsum"]["images_per_s"])

@@ -105,7 +105,7 @@ def test_normalisation_constants_are_the_originals():
 def test_cpu_reproduction_study_covers_the_paper_variants():
     """repro_cpu.yaml: N_h = 9 (3x3 lattice), both quadratic variants, learned and the
     paper's learned + content model, one torch thread per trial, no GPU."""
-    spec = load_spec(SPACES / "repro_cpu.yaml", data="synthetic")
+    spec = load_spec(SPACES / "repro_cpu.yaml", data="synthetic:5000")
     configs = [spec.train_config(c) for c in spec.cells]
     models = [c.model for c in configs if c.model.arch == "sa"]
     assert {m.num_heads for m in models} == {9}

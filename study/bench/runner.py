@@ -27,7 +27,6 @@ fewer FLOPs than the dense one for the same result: compare paths by images/s.
 
 from __future__ import annotations
 
-import copy
 import ctypes
 import gc
 import os
@@ -41,21 +40,28 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from study.bench.naive import naive_attention_heads, naive_relative_attention
 from study.bench.peaks import Peak, resolve_peak
+from study.bench.references import NAIVE_PATH, REFERENCES, reference_model
 from study.models import PAPER_MODELS, ModelConfig, build_model, model_name
 from study.models.attention import RelativeSelfAttention
 
 ATTENTION = "attention"  # pseudo-model: the attention layer alone, every encoding
-ATTENTION_VARIANTS = ("sa_quadratic", "sa_quadratic_noniso", "sa_learned", "sa_learned_content")
+#: bench-only configurations beside the paper's: learned + content with head keys
+#: (``positional_score: head``, the original's first version)
+BENCH_MODELS: dict[str, ModelConfig] = {
+    **PAPER_MODELS,
+    "sa_learned_content_head": ModelConfig(encoding="learned_content", pos_dim=400, positional_score="head"),
+}
+ATTENTION_VARIANTS = ("sa_quadratic", "sa_quadratic_noniso", "sa_learned", "sa_learned_content",
+                      "sa_learned_content_head")
 ALL_TARGETS = (*PAPER_MODELS, ATTENTION)
-NAIVE_PATH = "naive: per-image (B,N_h,T,T), einsum, float32"
+REFERENCE_NAMES = tuple(REFERENCES)  # ("naive", "einsum")
 
 
 def is_target(name: str) -> bool:
-    """A key of PAPER_MODELS, ``attention`` (the layer, every encoding) or
-    ``attention:KEY`` (the layer of one SA model)."""
-    if name in ALL_TARGETS:
+    """A key of PAPER_MODELS (or ``sa_learned_content_head``), ``attention`` (the
+    layer, every encoding) or ``attention:KEY`` (the layer of one SA model)."""
+    if name in ALL_TARGETS or name in BENCH_MODELS:
         return True
     head, _, key = name.partition(":")
     return head == ATTENTION and key in ATTENTION_VARIANTS
@@ -287,28 +293,6 @@ def attention_path(layer: RelativeSelfAttention) -> str:
 
 
 # ------------------------------------------------------------------------ models
-class NaiveAttention(nn.Module):
-    """Wraps a layer so a model runs :func:`naive_relative_attention` in its place."""
-
-    def __init__(self, layer: RelativeSelfAttention):
-        super().__init__()
-        self.layer = layer
-
-    def forward(self, x: Tensor, *, return_attention: bool = False):
-        return naive_relative_attention(self.layer, x)
-
-
-def naive_model(model: nn.Module) -> nn.Module | None:
-    """A copy of ``model`` whose attention layers are the naive reference; ``None``
-    for a model without attention (ResNet18)."""
-    if not hasattr(model, "blocks"):
-        return None
-    ref = copy.deepcopy(model)
-    for block in ref.blocks:
-        block.attention = NaiveAttention(block.attention)
-    return ref
-
-
 def _model_variant(name: str, model: nn.Module, opts: BenchOptions, *, amp_dtype, compile: bool,
                    path: str, channels_last: bool = False) -> Variant:
     dev = opts.device
@@ -335,21 +319,27 @@ def _model_variant(name: str, model: nn.Module, opts: BenchOptions, *, amp_dtype
 
 
 def bench_model(key: str, opts: BenchOptions) -> dict:
-    """Training throughput of ``PAPER_MODELS[key]`` (fast paths) and of its naive
-    reference (attention layers replaced by :func:`naive_relative_attention`)."""
+    """Training throughput of ``BENCH_MODELS[key]`` (fast paths) and of its references
+    (attention layers replaced by the naive and the einsum formulation), each timed
+    alone so that its memory is its own."""
+    torch.manual_seed(opts.seed)
+    model = build_model(BENCH_MODELS[key]).to(opts.device)
+    out = _model_header(key, model, opts)
+    out["fast"] = _time_fast_model(key, model, opts)
+    for name in REFERENCE_NAMES:
+        out[name] = _time_reference_model(key, model, name, opts)
+    del model
+    return {**out, **_model_ratios(out)}
+
+
+def _model_header(key: str, model: nn.Module, opts: BenchOptions) -> dict:
     from study.flops import count_parameters, forward_flops
 
-    config: ModelConfig = PAPER_MODELS[key]
-    torch.manual_seed(opts.seed)
-    model = build_model(config).to(opts.device)
-    out = {
-        "key": key,
-        "name": model_name(config),
-        "n_params": count_parameters(model),
-        "forward_flops": forward_flops(model),
-        "batch": opts.batch,
-        "steps": opts.steps,
-    }
+    return {"key": key, "name": model_name(BENCH_MODELS[key]), "n_params": count_parameters(model),
+            "forward_flops": forward_flops(model), "batch": opts.batch, "steps": opts.steps}
+
+
+def _time_fast_model(key: str, model: nn.Module, opts: BenchOptions) -> dict:
     attention = hasattr(model, "blocks")
     if attention:
         model.train()
@@ -359,28 +349,36 @@ def bench_model(key: str, opts: BenchOptions) -> dict:
     _progress(opts, f"{key}")
     fast = _model_variant(f"{key} fast", model, opts, amp_dtype=opts.amp_dtype, compile=opts.compile,
                           path=path, channels_last=opts.device.type == "cuda" and not attention)
-    out["fast"] = measure([fast], opts)[fast.name]
-    del fast
-    # built after the fast run, so that neither run's memory holds the other model
-    ref = naive_model(model) if opts.naive else None
-    del model
-    if ref is not None:
-        naive = _model_variant(f"{key} naive", ref, opts, amp_dtype=None, compile=False, path=NAIVE_PATH)
-        out["naive"] = measure([naive], opts)[naive.name]
-    else:
-        out["naive"] = None  # no attention (ResNet18) or --no-naive: nothing to compare
-    out["speedup_vs_naive"] = _ratio(out["fast"], out["naive"])
-    out["speedup_vs_naive_best"] = _ratio(out["fast"], out["naive"], "images_per_s_best")
-    out["speedup_vs_naive_cpu_time"] = _cpu_ratio(out["fast"], out["naive"])
-    return out
+    return measure([fast], opts)[fast.name]
+
+
+def _time_reference_model(key: str, model: nn.Module, name: str, opts: BenchOptions) -> dict | None:
+    """The model with reference ``name`` in every attention layer (float32, eager);
+    ``None`` without attention (ResNet18) or with ``--no-naive``."""
+    ref = reference_model(model, name) if opts.naive else None
+    if ref is None:
+        return None
+    variant = _model_variant(f"{key} {name}", ref, opts, amp_dtype=None, compile=False, path=REFERENCES[name][2])
+    return measure([variant], opts)[variant.name]
+
+
+def _model_ratios(out: dict) -> dict:
+    ratios = {
+        "speedup_vs_naive": _ratio(out["fast"], out["naive"]),
+        "speedup_vs_naive_best": _ratio(out["fast"], out["naive"], "images_per_s_best"),
+        "speedup_vs_naive_cpu_time": _cpu_ratio(out["fast"], out["naive"]),
+    }
+    ratios["speedup_vs_einsum"] = _ratio(out["fast"], out["einsum"])
+    ratios["speedup_vs_einsum_cpu_time"] = _cpu_ratio(out["fast"], out["einsum"])
+    return ratios
 
 
 # ----------------------------------------------------------------- attention layer
 def paper_attention_layer(key: str) -> RelativeSelfAttention:
-    """One attention layer of ``PAPER_MODELS[key]`` at paper dims (D 400, N_h 9, 16×16)."""
+    """One attention layer of ``BENCH_MODELS[key]`` at paper dims (D 400, N_h 9, 16×16)."""
     from study.models.sa_net import positional_scores
 
-    cfg = PAPER_MODELS[key]
+    cfg = BENCH_MODELS[key]
     return RelativeSelfAttention(
         dim=cfg.hidden, num_heads=cfg.num_heads, positional=positional_scores(cfg),
         content=cfg.encoding == "learned_content", attention_dropout=cfg.attention_dropout,
@@ -391,7 +389,7 @@ def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor
                    opts: BenchOptions, *, training: bool, fast: bool, path: str) -> Variant:
     dev = opts.device
     amp_dtype = opts.amp_dtype if fast else None
-    grid = PAPER_MODELS["sa_quadratic"].grid
+    grid = BENCH_MODELS["sa_quadratic"].grid
     gen = torch.Generator(device="cpu").manual_seed(opts.seed)
     x = torch.randn(opts.batch, grid, grid, layer.dim, generator=gen).to(dev).requires_grad_()
     layer.train(training)
@@ -417,49 +415,72 @@ def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor
     return Variant(name, path, step, fwd_flops, _precision_name(amp_dtype))
 
 
+LAYER_RUNS = ("fast", "train", "core_fast", "naive", "core_naive", "einsum", "core_einsum")
+
+
 def bench_attention(key: str, opts: BenchOptions) -> dict:
     """One layer of ``key`` at paper dims; a step is forward + backward (the input
-    requires grad, as inside the network) + SGD on the layer.  Settings:
+    requires grad, as inside the network) + SGD on the layer.  Runs (interleaved):
 
     * ``fast``: eval mode, no probability dropout: the factorised path for separable
-      encodings, SDPA for content, the shared dense matrix otherwise;
-    * ``train``: the paper's training setting, dropout 0.1 on the probabilities
-      (dense shared path, one mask per step; SDPA with dropout for content);
-    * ``naive``: :func:`naive_relative_attention`, float32, eager;
-    * ``core_fast`` / ``core_naive``: the heads before ``out_proj`` only, which
-      shows how much of the layer the (N_h·D → D) projection takes."""
+      encodings, the explicit content path on CPU (SDPA on CUDA), the shared dense
+      matrix otherwise;
+    * ``train``: the paper's training setting, dropout 0.1 on the probabilities;
+    * ``naive``: :func:`~study.bench.naive.naive_relative_attention`, float32, eval;
+    * ``einsum``: :func:`~study.bench.einsum_ref.einsum_relative_attention` in
+      training mode (dropout 0.1, as ``train``), float32: compare with ``train``;
+    * ``core_*``: the heads before ``out_proj`` only, which shows how much of the
+      layer the (N_h·D → D) projection takes."""
     torch.manual_seed(opts.seed)
     layer = paper_attention_layer(key).to(opts.device)
-    out = {"key": key, "name": model_name(PAPER_MODELS[key]), "batch": opts.batch, "steps": opts.steps}
+    out = {"key": key, "name": model_name(BENCH_MODELS[key]), "batch": opts.batch, "steps": opts.steps}
     _progress(opts, f"attention layer {key}")
+    records = measure(_fast_layer_variants(layer, opts) + _reference_layer_variants(layer, opts), opts)
+    out.update({name: records.get(name) for name in LAYER_RUNS})
+    return {**out, **_layer_ratios(out)}
+
+
+def _fast_layer_variants(layer: RelativeSelfAttention, opts: BenchOptions) -> list[Variant]:
     layer.eval()
     fast_path = attention_path(layer)
     layer.train()
     train_path = attention_path(layer)
-    variants = [
+    return [
         _layer_variant("fast", layer, layer, opts, training=False, fast=True, path=fast_path),
         _layer_variant("train", layer, layer, opts, training=True, fast=True, path=train_path),
         _layer_variant("core_fast", layer, lambda x: layer.head_outputs(x)[0], opts, training=False,
                        fast=True, path="core: " + fast_path),
     ]
-    if opts.naive:
+
+
+def _reference_layer_variants(layer: RelativeSelfAttention, opts: BenchOptions) -> list[Variant]:
+    """naive (eval: it has no dropout) and einsum (training mode, with dropout)."""
+    if not opts.naive:
+        return []
+    variants = []
+    for name, (fn, heads_fn, path, dropout) in REFERENCES.items():
         variants += [
-            _layer_variant("naive", layer, lambda x: naive_relative_attention(layer, x), opts,
-                           training=False, fast=False, path=NAIVE_PATH),
-            _layer_variant("core_naive", layer, lambda x: naive_attention_heads(layer, x), opts,
-                           training=False, fast=False, path="core: naive"),
+            _layer_variant(name, layer, lambda x, fn=fn: fn(layer, x), opts, training=dropout, fast=False,
+                           path=path),
+            _layer_variant(f"core_{name}", layer, lambda x, fn=heads_fn: fn(layer, x), opts, training=dropout,
+                           fast=False, path=f"core: {name}"),
         ]
-    records = measure(variants, opts)
-    for name in ("fast", "train", "core_fast", "naive", "core_naive"):
-        out[name] = records.get(name)
-    out["speedup_vs_naive"] = _ratio(out["fast"], out["naive"])
-    out["train_speedup_vs_naive"] = _ratio(out["train"], out["naive"])
-    out["core_speedup_vs_naive"] = _ratio(out["core_fast"], out["core_naive"])
-    out["train_speedup_vs_naive_cpu_time"] = _cpu_ratio(out["train"], out["naive"])
-    out["core_speedup_vs_naive_cpu_time"] = _cpu_ratio(out["core_fast"], out["core_naive"])
-    out["speedup_vs_naive_best"] = _ratio(out["fast"], out["naive"], "images_per_s_best")
-    out["speedup_vs_naive_cpu_time"] = _cpu_ratio(out["fast"], out["naive"])
-    return out
+    return variants
+
+
+def _layer_ratios(out: dict) -> dict:
+    return {
+        "speedup_vs_naive": _ratio(out["fast"], out["naive"]),
+        "train_speedup_vs_naive": _ratio(out["train"], out["naive"]),
+        "core_speedup_vs_naive": _ratio(out["core_fast"], out["core_naive"]),
+        "train_speedup_vs_naive_cpu_time": _cpu_ratio(out["train"], out["naive"]),
+        "core_speedup_vs_naive_cpu_time": _cpu_ratio(out["core_fast"], out["core_naive"]),
+        "speedup_vs_naive_best": _ratio(out["fast"], out["naive"], "images_per_s_best"),
+        "speedup_vs_naive_cpu_time": _cpu_ratio(out["fast"], out["naive"]),
+        # the project's training path against the einsum formulation, both with dropout
+        "train_speedup_vs_einsum": _ratio(out["train"], out["einsum"]),
+        "train_speedup_vs_einsum_cpu_time": _cpu_ratio(out["train"], out["einsum"]),
+    }
 
 
 # -------------------------------------------------------------------------- driver
@@ -532,9 +553,9 @@ def run_bench(opts: BenchOptions) -> dict:
 
 def _records(report: dict):
     for m in report["models"]:
-        yield from (r for r in (m["fast"], m["naive"]) if r)
+        yield from (r for r in (m["fast"], *(m.get(n) for n in REFERENCE_NAMES)) if r)
     for a in report["attention"]:
-        yield from (a[k] for k in ("fast", "train", "core_fast", "naive", "core_naive") if a[k])
+        yield from (a[k] for k in LAYER_RUNS if a.get(k))
 
 
 def _progress(opts: BenchOptions, message: str) -> None:

@@ -135,8 +135,23 @@ class RelativeSelfAttention(nn.Module):
         b, h, w, d = x.shape
         if not self.content:
             return self.positional(h, w)
+        return self._content_scores(x)
+
+    def _content_scores(self, x: Tensor) -> Tensor:
+        """(B, N_h, T, T) content scores written in two passes over the T×T matrix: the
+        positional bias (scaled on its per-axis factors for the query form), then
+        ``baddbmm_`` adds q·kᵀ/√D into it in place (no separate q·k, scale or sum tensors)."""
+        b, h, w, d = x.shape
+        t, n = h * w, self.num_heads
         q, k = self._queries_keys(x)
-        return self._positional_bias(q, h, w) + (q @ k.transpose(-1, -2)) / math.sqrt(d)
+        scale = 1.0 / math.sqrt(d)
+        if self.query_positional:
+            bias = self.positional(q, h, w, scale=scale)
+        else:
+            bias = self.positional(h, w).to(q.dtype).expand(b, n, t, t).contiguous()
+        flat = bias.view(b * n, t, t)
+        flat.baddbmm_(q.reshape(b * n, t, d), k.reshape(b * n, t, d).transpose(1, 2), alpha=scale)
+        return flat.view(b, n, t, t)
 
     @property
     def query_positional(self) -> bool:
@@ -244,10 +259,12 @@ class RelativeSelfAttention(nn.Module):
         dropout (if training) on the (B, N_h, T, T) matrix, one mask per image and head."""
         b, h, w, d = x.shape
         t = h * w
+        n = self.num_heads
         probs = self.attention_probs(x)
         dropped = self.attention_dropout(probs).to(x.dtype)
-        heads = dropped @ x.reshape(b, 1, t, d)
-        return heads.transpose(1, 2).reshape(b, t, self.num_heads * d), probs
+        # (B, N_h·T, T) @ (B, T, D): every head of an image in one product, x not expanded
+        heads = torch.bmm(dropped.view(b, n * t, t), x.reshape(b, t, d)).view(b, n, t, d)
+        return heads.transpose(1, 2).reshape(b, t, n * d), probs
 
     def no_weight_decay(self) -> set[str]:
         """Gaussian centres and spreads are excluded from weight decay (paper, App. B)."""

@@ -173,10 +173,12 @@ class QueryScores(nn.Module):
     with one (2·S−1)×(D/2) table per axis (init N(0, 1)) and no head-key Linears; the
     layer adds q_h·k_h and divides the sum by √D.  ``pos_dim`` = D_p = len(r_δ) = D.
 
-    Computed without a (B, N_h, T, T, D) tensor: each query's halves are dotted with
-    the 2·H−1 (2·W−1) offsets that occur on the grid, (B, N_h, H, W, 2H−1), and the
-    entry of δ1 = kr − qr is gathered per key row (likewise per key column);
-    :meth:`forward` then expands s_row ⊕ s_col to (B, N_h, T, T).
+    Computed without a (B, N_h, T, T, D) tensor: the table rows of every (qr, kr) pair
+    are looked up once, (H, H, D/2) (likewise (W, W, D/2)), and each query half is
+    dotted with the H (W) of them its row (column) meets, (B, N_h, H, W, H); then
+    :meth:`forward` expands s_row ⊕ s_col to (B, N_h, T, T).  (Dotting with the 31
+    distinct offsets and gathering was measured slower on CPU: the scatter in the
+    gather's backward.)
     """
 
     needs_query = True
@@ -191,14 +193,14 @@ class QueryScores(nn.Module):
         self.row_embeddings = nn.Embedding(2 * max_size - 1, pos_dim // 2)
         self.col_embeddings = nn.Embedding(2 * max_size - 1, pos_dim // 2)
 
-    def _offsets(self, table: nn.Embedding, size: int) -> Tensor:
-        """Rows of ``table`` for δ = −(size−1) … size−1, (2·size−1, D/2)."""
+    def _pairs(self, table: nn.Embedding, size: int) -> Tensor:
+        """r(k − q) for every query/key index pair along one axis, (size, size, D/2):
+        a lookup in the (2·S−1)-row table (the gradient scatters back into it)."""
         if size > self.max_size:
             raise ValueError(f"grid side {size} exceeds the learned table's {self.max_size}")
-        s = self.max_size
-        return table.weight[s - size : s + size - 1]
+        return table.weight[relative_index(size, device=table.weight.device) + self.max_size - size]
 
-    def axis_scores(self, q: Tensor, height: int, width: int) -> tuple[Tensor, Tensor]:
+    def axis_scores(self, q: Tensor, height: int, width: int, *, scale: float = 1.0) -> tuple[Tensor, Tensor]:
         """s_row[b, n, qr, qc, kr] = q[:D/2]·r_row(kr − qr), (B, N_h, H, W, H), and
         s_col[b, n, qr, qc, kc] = q[D/2:]·r_col(kc − qc), (B, N_h, H, W, W);
         ``q`` is (B, N_h, T, D) with T = H·W row-major."""
@@ -206,18 +208,22 @@ class QueryScores(nn.Module):
         half = self.row_embeddings.embedding_dim
         if d != 2 * half:
             raise ValueError(f"query dimension {d} is not twice the table width {half}")
-        q = q.view(b, n, height, width, d)
-        rows = self._offsets(self.row_embeddings, height).to(q.dtype)
-        cols = self._offsets(self.col_embeddings, width).to(q.dtype)
-        a = q[..., :half] @ rows.T  # (B, N_h, H, W, 2H−1): q·r over every row offset
-        c = q[..., half:] @ cols.T  # (B, N_h, H, W, 2W−1)
-        ir = relative_index(height, device=q.device)[None, None, :, None, :].expand(b, n, height, width, height)
-        ic = relative_index(width, device=q.device)[None, None, None, :, :].expand(b, n, height, width, width)
-        return a.gather(-1, ir), c.gather(-1, ic)
+        # token-major (B, H, W, N_h, D): a view of the query Linear's output, so the
+        # products below read the halves in place, no copy of q
+        qt = q.transpose(1, 2).reshape(b, height, width, n, d)
+        rows = self._pairs(self.row_embeddings, height).to(q.dtype)  # (H, H, D/2): r_row(kr − qr)
+        cols = self._pairs(self.col_embeddings, width).to(q.dtype)  # (W, W, D/2): r_col(kc − qc)
+        if scale != 1.0:  # on the small tables, not on the (B, N_h, T, T) result
+            rows, cols = rows * scale, cols * scale
+        s_row = torch.einsum("bijhd,ikd->bhijk", qt[..., :half], rows)
+        s_col = torch.einsum("bijhd,jld->bhijl", qt[..., half:], cols)
+        # small tensors, made contiguous so the (B, N_h, T, T) sum in ``forward`` has
+        # the standard layout
+        return s_row.contiguous(), s_col.contiguous()
 
-    def forward(self, q: Tensor, height: int, width: int) -> Tensor:
-        """Positional scores (B, N_h, T, T), not yet divided by √D."""
-        s_row, s_col = self.axis_scores(q, height, width)
+    def forward(self, q: Tensor, height: int, width: int, *, scale: float = 1.0) -> Tensor:
+        """Positional scores (B, N_h, T, T) times ``scale`` (the layer passes 1/√D)."""
+        s_row, s_col = self.axis_scores(q, height, width, scale=scale)
         b, n = q.shape[:2]
         t = height * width
         return (s_row[..., :, None] + s_col[..., None, :]).reshape(b, n, t, t)

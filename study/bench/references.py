@@ -1,0 +1,54 @@
+"""Reference formulations that ``study bench`` times beside the project's paths.
+
+* ``naive`` (:mod:`study.bench.naive`): dense per-image (B, N_h, T, T) scores, no
+  dropout, float32 — a correctness reference, deliberately slow;
+* ``einsum`` (:mod:`study.bench.einsum_ref`): the same equations as plain einsums,
+  as the original implementation writes them, with the layer's dropout — the speed
+  baseline the project's paths must at least match.
+
+Each is a function ``(layer, x) -> output`` of a :class:`RelativeSelfAttention`;
+:func:`reference_model` puts one in place of every attention layer of a model.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+from torch import Tensor, nn
+
+from study.bench.einsum_ref import EINSUM_PATH, einsum_attention_heads, einsum_relative_attention
+from study.bench.naive import naive_attention_heads, naive_relative_attention
+from study.models.attention import RelativeSelfAttention
+
+NAIVE_PATH = "naive: per-image (B,N_h,T,T), einsum, float32"
+
+#: name -> (layer function, heads-only function, path description, applies dropout)
+REFERENCES: dict[str, tuple[Callable, Callable, str, bool]] = {
+    "naive": (naive_relative_attention, naive_attention_heads, NAIVE_PATH, False),
+    "einsum": (einsum_relative_attention, einsum_attention_heads, EINSUM_PATH, True),
+}
+
+
+class ReferenceAttention(nn.Module):
+    """Wraps a layer so a model runs a reference formulation in its place."""
+
+    def __init__(self, layer: RelativeSelfAttention, fn: Callable[[RelativeSelfAttention, Tensor], Tensor]):
+        super().__init__()
+        self.layer = layer
+        self.fn = fn
+
+    def forward(self, x: Tensor, *, return_attention: bool = False):
+        return self.fn(self.layer, x)
+
+
+def reference_model(model: nn.Module, name: str) -> nn.Module | None:
+    """A copy of ``model`` whose attention layers run reference ``name``; ``None``
+    for a model without attention (ResNet18)."""
+    if not hasattr(model, "blocks"):
+        return None
+    ref = copy.deepcopy(model)
+    fn = REFERENCES[name][0]
+    for block in ref.blocks:
+        block.attention = ReferenceAttention(block.attention, fn)
+    return ref
