@@ -260,6 +260,9 @@ def check_resources(err: Err, *, cpus: float, gpus: float, workers: int, cpus_av
     if cpus_available is not None and cpus > cpus_available:
         raise err("resources.cpus_per_trial", f"requests {cpus:g} CPUs per trial but only {cpus_available} "
                                               "are available: no trial could ever start")
+    if cpus_available is not None and gpus == 0 and workers > cpus_available:
+        raise err("resources.workers_per_trial", f"{workers} CPU workers per trial but only {cpus_available} CPUs "
+                                                 "are available")
     if gpus_available is not None and gpus > max(gpus_available, 0) and gpus_available > 0:
         raise err("resources.gpus_per_trial", f"requests {gpus:g} GPUs per trial but the cluster has "
                                               f"{gpus_available}")
