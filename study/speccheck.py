@@ -235,11 +235,14 @@ def _check_batch(err: Err, cfg, *, workers: int, where, context) -> None:
                                        f"would run{context('batch_size')}")
 
 
-def check_scheduler(err: Err, raw: dict[str, Any], scheduler: dict[str, Any] | None, *, max_epochs: int) -> None:
-    """The tuned ``metric`` is one the trials report; ASHA's grace period fits the epochs."""
+def check_scheduler(err: Err, raw: dict[str, Any], scheduler: dict[str, Any] | None, *, max_epochs: int,
+                    validation: int | float | None = None) -> None:
+    """The tuned ``metric`` is one the trials report; ASHA's grace period fits the epochs.
+    ``validation``: the resolved validation size (default: the file's ``validation``)."""
     if scheduler is None:
         return
-    metrics = TUNED_METRICS + (VALIDATION_METRICS if raw.get("validation") else ())
+    held_out = raw.get("validation") if validation is None else validation
+    metrics = TUNED_METRICS + (VALIDATION_METRICS if held_out else ())
     metric = scheduler.get("metric")
     if metric is not None and metric not in metrics:
         raise err("scheduler.metric", f"{metric!r} is not a reported metric (one of {', '.join(metrics)})")

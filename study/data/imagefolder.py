@@ -71,10 +71,26 @@ def _decode(
         items = [(n, *listing.files[n]) for n, _ in pairs]
         if progress:
             progress(f"decoding {len(items)} {split} images of {name}")
-        data[f"{split}_images"] = decode.decode_images(listing.buffer, items, source=name, workers=workers)
+        data[f"{split}_images"] = decode.decode_images(listing.buffer, items, source=name, workers=workers,
+                                                       progress=_percent(progress, f"{split} images"))
         data[f"{split}_labels"] = torch.tensor([lab for _, lab in pairs], dtype=torch.int64)
     saved = save_atomic(data, target)
     if progress:
         where = f"cached in {target}" if saved else f"not cached ({cache_dir} not writable)"
         progress(f"decoded {name} in {time.perf_counter() - t0:.1f} s; {where}")
     return data
+
+
+def _percent(progress: Callable[[str], None] | None, what: str, *, step: int = 10):
+    """A ``decode_images`` progress callback printing one line per ``step`` % done."""
+    if progress is None:
+        return None
+    last = [0]
+
+    def report(done: int, total: int) -> None:
+        pct = 100 * done // max(total, 1)
+        if pct // step > last[0] // step or (done == total and last[0] < 100):
+            last[0] = pct
+            progress(f"  {what}: {pct}% ({done}/{total})")
+
+    return report

@@ -25,7 +25,9 @@ class Splits:
     """A data source's train and test splits (CPU tensors).
 
     ``*_images`` are uint8 (N, 3, 32, 32), ``*_labels`` int64 (N,) indices into
-    ``classes``; ``source`` describes where they came from, for reports."""
+    ``classes``; ``source`` describes where they came from, for reports.  ``val_*``:
+    a validation split held out from the training images
+    (:func:`study.data.validation.hold_out_validation`), or None."""
 
     train_images: Tensor
     train_labels: Tensor
@@ -33,6 +35,8 @@ class Splits:
     test_labels: Tensor
     classes: tuple[str, ...]
     source: str
+    val_images: Tensor | None = None
+    val_labels: Tensor | None = None
 
     @property
     def num_classes(self) -> int:
