@@ -228,8 +228,16 @@ def _check_batch(err: Err, cfg, *, workers: int, where, context) -> None:
     if cfg.subset is not None and known is not None and cfg.subset > known:
         raise err("subset", f"{cfg.subset} is more than the {known} training images of {cfg.data}")
     n = cfg.subset if cfg.subset is not None else known
+    held = getattr(cfg, "validation", 0) or 0
+    if n is not None and held:  # the validation split is held out of the training images (study.data.validation)
+        held = max(1, int(held * n)) if isinstance(held, float) else held
+        if held >= n:
+            return  # refused by the validation check, naming `validation`
+        n -= held
     if n is not None and cfg.batch_size * workers > n:
-        what = f"subset {n}" if cfg.subset is not None else f"the {n} training images of {cfg.data}"
+        what = f"subset {n + held}" if cfg.subset is not None else f"the {n + held} training images of {cfg.data}"
+        if held:
+            what += f" less {held} held out for validation"
         per_step = f"{cfg.batch_size} x {workers} workers" if workers > 1 else f"{cfg.batch_size}"
         raise err(where("batch_size"), f"{per_step} images per step is more than {what}: no training step "
                                        f"would run{context('batch_size')}")
@@ -263,6 +271,9 @@ def check_resources(err: Err, *, cpus: float, gpus: float, workers: int, cpus_av
     if cpus_available is not None and cpus > cpus_available:
         raise err("resources.cpus_per_trial", f"requests {cpus:g} CPUs per trial but only {cpus_available} "
                                               "are available: no trial could ever start")
+    if cpus_available is not None and gpus == 0 and workers > cpus_available:
+        raise err("resources.workers_per_trial", f"{workers} CPU workers per trial but only {cpus_available} CPUs "
+                                                 "are available")
     if gpus_available is not None and gpus > max(gpus_available, 0) and gpus_available > 0:
         raise err("resources.gpus_per_trial", f"requests {gpus:g} GPUs per trial but the cluster has "
                                               f"{gpus_available}")

@@ -290,10 +290,10 @@ def _check_data(prog: str, spec, *, quiet: bool = False) -> None:
         except DataError as e:
             fail(prog, f"{spec.file}: data: {e}")
         try:
-            hold_out_validation(splits, validation=validation, seed=0)
+            splits = hold_out_validation(splits, validation=validation, seed=0)
         except DataError as e:
             fail(prog, f"{spec.file}: {e}")
-        n = len(splits.train_labels)
+        n = len(splits.train_labels)  # what trains, after the validation split is held out
         # the size of a folder or archive is known only now: one step's batch must fit it
         dist = spec.sample.get("batch_size", {})
         sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
