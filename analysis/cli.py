@@ -2,6 +2,7 @@
 
     analysis query NAME|PATH "SQL" [--format table|csv|json] [--storage DIR]
     analysis figures NAME|PATH [--out DIR] [--epoch N] [--storage DIR]
+    analysis schema [TABLE]
 
 Errors (missing study, bad SQL, unknown table) are one line on stderr, exit 2.
 """
@@ -58,7 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "first epoch); trajectories and convolution-likeness stop there "
                         "(default: each trial's last)")
     f.set_defaults(func=_figures)
+
+    sc = sub.add_parser("schema", help="what every column of the tables means (type, unit, convention)",
+                        description="Document every column of runs, epochs, heads and maps: type, unit and "
+                                    "convention (shifts in grid pixels with y down, entropy in nats, 0-based "
+                                    "epoch/layer/head, the maps window layout, …).")
+    sc.add_argument("table", nargs="?", choices=["runs", "epochs", "heads", "maps"], metavar="TABLE",
+                    help="one table (runs, epochs, heads, maps); default: all")
+    sc.set_defaults(func=_schema)
     return parser
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from analysis.schema import describe
+
+    sys.stdout.write(describe(args.table))
+    return 0
 
 
 def _query(args: argparse.Namespace) -> int:
