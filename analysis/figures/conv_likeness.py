@@ -92,8 +92,9 @@ def _figure(ctx, t, d: pd.DataFrame) -> list:
               ncol=2 if len(handles) <= 2 else 3, title="(concentrated heads / all at the last epoch)")
     note = ("distance over the concentrated heads only, each to its own lattice point; diffuse heads "
             "excluded; no point: no concentrated head. " + rule_text())
-    fig.text(0.5, -0.02 - 0.1 * (len(handles) // 3 + 1), wrap_note(note, COLUMN_WIDTH), ha="center", va="top",
-             fontsize=7)
+    fig.canvas.draw()  # place the note under the legend, wherever it ended
+    box = ax.get_legend().get_window_extent().transformed(fig.transFigure.inverted())
+    fig.text(0.5, box.y0 - 0.02, wrap_note(note, COLUMN_WIDTH), ha="center", va="top", fontsize=7)
     d = d.assign(trial_id=t["trial_id"], model=t["label"])
     d = d[["trial_id", "model", *COLUMNS]]
     return save(fig, d, ctx.out, f"conv_likeness_{t['slug']}")

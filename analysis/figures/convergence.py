@@ -79,10 +79,10 @@ def draw(ctx) -> list:
     if sizes:
         n = min(sizes)
         # a bar as tall as one test image's worth of accuracy, at the right edge
-        x = n_epochs + 0.5 if n_epochs > 1 else 1.4
-        ax.errorbar([x], [lo + 0.1 * (hi - lo)], yerr=[[0], [1.0 / n]], color="black", capsize=1.5,
-                    linewidth=0.6, capthick=0.6)
-        ax.text(x, lo + 0.1 * (hi - lo), f"1 image\n= {100 / n:.2g} pp ", ha="right", va="bottom", fontsize=7)
+        x = n_epochs + 0.6 if n_epochs > 1 else 1.4
+        y = lo + 0.04 * (hi - lo)
+        ax.errorbar([x], [y], yerr=[[0], [1.0 / n]], color="black", capsize=1.5, linewidth=0.6, capthick=0.6)
+        ax.text(x - 0.08, y, f"1 test image = {100 / n:.2g} pp", ha="right", va="bottom", fontsize=7)
     ax.set_xlabel("epochs trained")
     ax.set_ylabel("test accuracy" + (f" (n_test = {'/'.join(map(str, sizes))})" if sizes else ""))
     if n_epochs <= 12:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib import patheffects
 
 from analysis.concentration import classify, rule_text
 from analysis.contours import LEVELS, gaussian_ellipse, window_contours
@@ -103,7 +104,8 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: boo
                    edgecolors="white", linewidths=0.3)
         for _, c in cl.iterrows():  # head numbers (1-based, as in the maps figure)
             ax.annotate(str(int(c["head"]) + 1), (c["x"], c["y"]), xytext=(2.5, 1.5), textcoords="offset points",
-                        fontsize=7, color=colours[int(c["head"])], zorder=7)
+                        fontsize=7, color=colours[int(c["head"])], zorder=7,
+                        path_effects=[patheffects.withStroke(linewidth=1.5, foreground="white")])
         diffuse = sorted(int(h) + 1 for h in dl.loc[dl["kind"] == "diffuse", "head"])
         if diffuse:
             ax.text(0.02, 0.02, "diffuse: " + ",".join(map(str, diffuse)), transform=ax.transAxes, fontsize=7,

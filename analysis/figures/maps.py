@@ -67,7 +67,10 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
     heads = sorted(d["head"].unique())
     nl, nh = len(layers), len(heads)
     width = min(DOUBLE_WIDTH, max(COLUMN_WIDTH, 0.42 * nh + 0.75))
-    left, right, top, bottom, gap, vgap = 0.3, 0.5, 0.62, 0.62, 0.04, 0.16  # inches
+    caption = wrap_note(describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]]), width)
+    left, right, gap, vgap = 0.3, 0.5, 0.04, 0.16  # inches
+    top = 0.42 + 0.13 * (caption.count("\n") + 1)
+    bottom = 0.62
     cell = (width - left - right - gap * (nh - 1)) / nh
     height = top + bottom + nl * cell + vgap * (nl - 1)
     fig, axes = plt.subplots(nl, nh, figsize=(width, height), squeeze=False)
@@ -111,8 +114,7 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
     content = t.get("encoding") == "learned_content"
     what = "mean over test images" if content else "positional attention"
     fig.suptitle(f"{t['label']}, {after(epoch)}", y=1 - 0.04 / height, va="top")
-    caption = describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]])
-    fig.text(0.5, 1 - 0.3 / height, wrap_note(caption, width), ha="center", va="top", fontsize=7)
+    fig.text(0.5, 1 - 0.24 / height, caption, ha="center", va="top", fontsize=7)
     note = (f"{side}×{side} shifts around the query (outlined), y down; {what}. One colour scale for all "
             f"heads, from the smallest to the largest value shown ({vmin:.2g} to {vmax:.2g}). Under each map: "
             f"the head's attention mass inside the window; 'd', dashed frame: diffuse "

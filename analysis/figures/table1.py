@@ -82,8 +82,8 @@ def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
         cells += [f"{r['n_params']:,}", _g(r["macs"]), _g(r["flops_math"]), _g(r["flops_executed"])]
         lines.append("| " + " | ".join(cells) + " |")
     n_test = [int(v) for v in d["n_test"].dropna().unique()] if "n_test" in d else []
-    one = (" One test image is " + "/".join(f"{100 / n:.2g}" for n in n_test) + " percentage points of accuracy."
-           if n_test else "")
+    one = (" One test image is worth " + "/".join(f"{100 / n:.2g}" for n in n_test) + " pp (percentage points) of "
+           "accuracy." if n_test else "")
     lines += ["", "Accuracy: mean over the n seeds (± sample standard deviation when n > 1); best = highest test "
               "accuracy over the epochs, final = after the last epoch done." + one,
               "MACs: multiply-adds of one forward pass of one image counted from the model's equations "

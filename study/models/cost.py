@@ -68,7 +68,7 @@ def self_attention_macs(cfg: dict[str, Any]) -> int:
     shifts = 2 * side - 1
     if enc == "quadratic":
         positional = h * shifts * shifts * pos_dim
-    elif (cfg.get("positional_score") or ("query" if enc == "learned_content" else "head")) == "query":
+    elif _positional_score(cfg, enc) == "query":
         positional = h * t * t * pos_dim
     else:
         positional = h * 2 * shifts * pos_dim
@@ -94,3 +94,14 @@ def resnet18_macs(*, image_size: int = 32, in_channels: int = 3, num_classes: in
                 macs += side * side * c_in * c_out  # 1×1 shortcut
         c_in = c_out
     return macs + 512 * num_classes
+
+
+def _positional_score(cfg: dict[str, Any], encoding: str) -> str:
+    """``query`` (q·r_δ, the paper's Table 1 content model) or ``head`` (w·r_δ).  A
+    configuration without the field predates it: its content model was the head form."""
+    if "positional_score" not in cfg:
+        return "head"
+    v = cfg["positional_score"]
+    if v is None or (isinstance(v, float) and v != v):
+        return "query" if encoding == "learned_content" else "head"
+    return str(v)
