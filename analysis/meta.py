@@ -72,7 +72,7 @@ def describe(runs: pd.DataFrame, *, seeds_per_variant: bool = True) -> str:
     parts.append(head + (": " + " / ".join(sizes) if sizes else ""))
     epochs = _values(runs, "epochs")
     if epochs:
-        parts.append(f"{_ints(epochs)} epochs")
+        parts.append(f"{_ints(epochs)} epoch{'' if epochs == [1] else 's'}")
     parts.append(seeds_text(_values(runs, "seed")))
     return "; ".join(parts)
 

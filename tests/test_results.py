@@ -41,11 +41,11 @@ def _train(tables: Path, trials, *, epochs=1) -> None:
 
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory) -> Path:
-    """3 seeds of a quadratic N_h=9 model (2 epochs) and one learned model."""
+    """3 seeds of a quadratic N_h=9 model and one learned model (1 epoch)."""
     root = tmp_path_factory.mktemp("seeds")
     iso = dict(encoding="quadratic", isotropic=True, num_heads=9)
     _train(root / "tables", [(f"c{s:03d}-s000", iso, s, {}) for s in range(3)]
-           + [("c003-s000", dict(encoding="learned", num_heads=4, pos_dim=8), 0, {})], epochs=2)
+           + [("c003-s000", dict(encoding="learned", num_heads=4, pos_dim=8), 0, {})])
     return root
 
 
@@ -76,30 +76,32 @@ def test_three_seeds_are_one_variant_everywhere(seeds, tmp_path):
     assert len(t1) == 2, t1.model.tolist()
     iso = t1[t1.model.str.contains("quadratic")].iloc[0]
     three = runs[runs.encoding == "quadratic"]
-    assert iso.n == 3 and iso.seeds == "0,1,2"
+    assert iso.seeds == 3 and iso.seed_values == "0,1,2"
     assert iso.best_test_acc == pytest.approx(three.best_test_acc.mean())
     assert iso.best_test_acc_std == pytest.approx(three.best_test_acc.std())
     assert iso.final_test_acc_std == pytest.approx(three.final_test_acc.std())
     assert iso.n_test == 100 and iso.macs == model_macs(three.iloc[0].to_dict())
     md = table1.markdown(t1, ctx.trials)
-    assert "synthetic data; subset 100: train 100 / test 100; 2 epochs; seeds 0–2" in md.splitlines()[0]
+    assert "synthetic data; subset 100: train 100 / test 100; 1 epoch; seeds 0–2" in md.splitlines()[0]
     assert "One test image is worth 1 pp" in md
     fig2 = convergence.data(ctx)
     assert set(fig2.model) == set(t1.model) and fig2[fig2.model == iso.model].seeds.max() == 3
-    written, skipped = analysis.figures.draw_all(ctx.study, tmp_path / "figs")
-    names = [p.name for p in written]
-    assert not any(r in n for r in runs.ray_trial_id for n in names), names
-    assert not any("ray" in s for s in skipped), skipped
-    assert "heads_sa-quadratic-isotropic-nh9-seed2.png" in names
+    # file names come from the variant, never from Ray ids (figures: <kind>_<slug>)
+    slugs = list(ctx.trials["slug"])
+    assert not any(r in sl for r in runs.ray_trial_id for sl in slugs), slugs
+    assert "sa-quadratic-isotropic-nh9-seed2" in slugs and "sa-learned-nh4-dp8" in slugs
+    with pytest.raises(analysis.figures.Skip, match=r"found 1: encoding\)"):
+        sweeps.data(ctx.study.runs)  # the only configuration axis: no Ray id, no cell, no sample
 
 
 def _capture(monkeypatch, module):
+    """Keep the figures a module draws instead of writing them (test_analysis opens
+    the written files)."""
     figures = []
-    real = module.save
 
     def keep(fig, data, out, stem):
         figures.append((fig, data))
-        return real(fig, data, out, stem)
+        return [out / f"{stem}.png"]
 
     monkeypatch.setattr(module, "save", keep)
     return figures
@@ -123,8 +125,9 @@ def test_maps_one_colour_scale_equal_to_the_data_and_diffuse_heads_marked(seeds,
         assert images[0].norm.vmin == pytest.approx(d.prob.min()) and images[0].norm.vmax == pytest.approx(d.prob.max())
         trial, epoch = d.trial_id.iloc[0], d.epoch.iloc[0]
         for (layer, head), g in d.groupby(["layer", "head"]):
-            m = maps[(maps.trial_id == trial) & (maps.epoch == epoch) & (maps.layer == layer) & (maps.head == head)]
-            h = heads[(heads.trial_id == trial) & (heads.epoch == epoch) & (heads.layer == layer) & (heads.head == head)]
+            key = ["trial_id", "epoch", "layer", "head"]
+            m = maps[(maps[key] == [trial, epoch, layer, head]).all(axis=1)]
+            h = heads[(heads[key] == [trial, epoch, layer, head]).all(axis=1)]
             mass = float(np.sum(m.probs.iloc[0]))
             want = mass >= MIN_WINDOW_MASS and float(h.entropy.iloc[0]) <= MAX_ENTROPY
             assert g.window_mass.iloc[0] == pytest.approx(mass) and bool(g.concentrated.iloc[0]) == want

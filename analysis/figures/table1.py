@@ -37,8 +37,8 @@ def data(ctx) -> pd.DataFrame:
         val = s["best_val_acc"].astype(float) if "best_val_acc" in s else pd.Series(dtype=float)
         rows.append({
             "model": label,
-            "n": len(s),
-            "seeds": ",".join(str(int(v)) for v in sorted(s["seed"])) if "seed" in s else "",
+            "seeds": len(s),  # n, the number of seeds averaged
+            "seed_values": ",".join(str(int(v)) for v in sorted(s["seed"])) if "seed" in s else "",
             "epochs_done": int(s["epochs_done"].min()),
             "epochs": int(s["epochs"].max()) if "epochs" in s else pd.NA,
             "status": ",".join(sorted(set(s["status"].astype(str)))),
@@ -52,7 +52,7 @@ def data(ctx) -> pd.DataFrame:
             "n_params": int(s["n_params"].iloc[0]),
             "macs": int(macs),
             "flops_math": int(2 * macs),
-            "flops_executed": int(s["flops"].iloc[0]),
+            "flops": int(s["flops"].iloc[0]),  # executed path (runs.flops)
         })
     return pd.DataFrame(rows)
 
@@ -76,10 +76,10 @@ def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
              "|---|" + "---:|" * (len(head) - 1)]
     for _, r in d.iterrows():
         running = "" if r["epochs_done"] >= (r["epochs"] if r["epochs"] is not pd.NA else 0) else " (running)"
-        cells = [str(r["model"]), str(r["n"]), f"{r['epochs_done']}/{r['epochs']}{running}",
+        cells = [str(r["model"]), str(r["seeds"]), f"{r['epochs_done']}/{r['epochs']}{running}",
                  _acc(r["best_test_acc"], r["best_test_acc_std"]), _acc(r["final_test_acc"], r["final_test_acc_std"])]
         cells += [_acc(r["best_val_acc"], r["best_val_acc_std"])] if has_val else []
-        cells += [f"{r['n_params']:,}", _g(r["macs"]), _g(r["flops_math"]), _g(r["flops_executed"])]
+        cells += [f"{r['n_params']:,}", _g(r["macs"]), _g(r["flops_math"]), _g(r["flops"])]
         lines.append("| " + " | ".join(cells) + " |")
     n_test = [int(v) for v in d["n_test"].dropna().unique()] if "n_test" in d else []
     one = (" One test image is worth " + "/".join(f"{100 / n:.2g}" for n in n_test) + " pp (percentage points) of "

@@ -1,26 +1,44 @@
-"""Per-epoch checkpoints: written atomically, loaded with ``weights_only=True``."""
+"""Per-epoch checkpoints: written atomically, loaded with ``weights_only=True``.
+
+Each save keeps the one before it (``checkpoint.pt`` → ``checkpoint.prev.pt``), so a
+damaged latest checkpoint (truncated by a full disk, a killed copy) falls back to the
+previous epoch with a warning naming the damaged file.  A checkpoint records the
+``model_config`` and ``train_config`` it was written for; continuing it under another
+configuration is refused (:func:`check_config`) instead of silently reusing it or
+failing inside ``load_state_dict``.
+"""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
+from study.errors import CheckpointError, cause
+
 FILENAME = "checkpoint.pt"
+PREVIOUS = "checkpoint.prev.pt"
+
+#: TrainConfig fields that do not change what a checkpoint continues (how the
+#: trial is executed or observed, not what it trains).
+OPERATIONAL_FIELDS = frozenset({"amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"})
 
 
 def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> Path:
     """Write ``state`` (tensors, numbers, strings, dicts/lists of them) to
-    ``directory/checkpoint.pt`` via a temporary file and an atomic rename."""
+    ``directory/checkpoint.pt`` via a temporary file and an atomic rename; the
+    checkpoint it replaces becomes ``checkpoint.prev.pt``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
     os.close(fd)
     try:
         torch.save(state, tmp)
+        if (directory / FILENAME).exists():
+            os.replace(directory / FILENAME, directory / PREVIOUS)
         os.replace(tmp, directory / FILENAME)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -28,13 +46,55 @@ def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> Path
     return directory / FILENAME
 
 
-def load_checkpoint(directory: str | os.PathLike | None, *, map_location="cpu") -> dict[str, Any] | None:
-    """The checkpoint in ``directory``, or None if there is none.  Only tensors and
-    plain containers are accepted (``weights_only=True``): a pickle carrying code is
-    refused with an error rather than executed."""
+def _load(path: Path, map_location) -> dict[str, Any]:
+    state = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(state, dict) or "epoch" not in state or "model" not in state:
+        raise CheckpointError(f"{path}: not a checkpoint of this project")
+    return state
+
+
+def load_checkpoint(directory: str | os.PathLike | None, *, map_location="cpu",
+                    warn: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+    """The latest intact checkpoint in ``directory``, or None if there is none.
+
+    Only tensors and plain containers are accepted (``weights_only=True``): a pickle
+    carrying code is refused rather than executed.  A damaged latest checkpoint
+    falls back to the previous one (``warn`` is told which file was skipped); if
+    none is intact, :class:`CheckpointError` names the file."""
     if directory is None:
         return None
-    path = Path(directory) / FILENAME
-    if not path.exists():
-        return None
-    return torch.load(path, map_location=map_location, weights_only=True)
+    damaged: list[str] = []
+    for name in (FILENAME, PREVIOUS):
+        path = Path(directory) / name
+        if not path.exists():
+            continue
+        try:
+            state = _load(path, map_location)
+        except Exception as e:  # truncated, not a zip, refused pickle, wrong content
+            damaged.append(f"{path} ({cause(e)})")
+            continue
+        if damaged and warn is not None:
+            warn(f"checkpoint {damaged[0]} is damaged; continuing from the previous one, {path} "
+                 f"(epoch {state['epoch']})")
+        return state
+    if damaged:
+        raise CheckpointError(f"checkpoint {damaged[0]} is damaged and no earlier checkpoint is intact")
+    return None
+
+
+def check_config(state: dict[str, Any], *, model_config: dict[str, Any], train_config: dict[str, Any],
+                 where: str) -> None:
+    """Refuse to continue ``state`` under another configuration: one line naming
+    every differing field (``field: checkpoint value -> this run's value``).
+    Checkpoints older than these keys are not checked."""
+    diffs = []
+    saved_model = state.get("model_config")
+    if isinstance(saved_model, dict):
+        diffs += [f"{k}: {saved_model.get(k)!r} -> {v!r}" for k, v in model_config.items() if saved_model.get(k) != v]
+    saved_train = state.get("train_config")
+    if isinstance(saved_train, dict):
+        diffs += [f"{k}: {saved_train.get(k)!r} -> {v!r}" for k, v in train_config.items()
+                  if k != "model" and k not in OPERATIONAL_FIELDS and saved_train.get(k) != v]
+    if diffs:
+        raise CheckpointError(f"{where} holds a checkpoint of another configuration ({'; '.join(diffs)}); "
+                              "use another output folder or the same settings")

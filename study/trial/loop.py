@@ -25,8 +25,8 @@ from torch import nn
 from study.data import DeviceData, hold_out_validation, load_splits
 from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
-from study.tables import TableWriter
-from study.trial.checkpoint import load_checkpoint, save_checkpoint
+from study.tables import TableWriter, map_epochs
+from study.trial.checkpoint import check_config, load_checkpoint, save_checkpoint
 from study.trial.config import TrainConfig
 from study.trial.headstats import collect_head_stats
 from study.trial.schedule import learning_rate
@@ -83,6 +83,8 @@ def train_trial(
     progress: Callable[[str], None] | None = None,
     extra_run_fields: dict[str, Any] | None = None,
     splits=None,
+    ledger=None,
+    warn: Callable[[str], None] | None = None,
 ) -> TrialResult:
     """Train ``cfg`` for ``cfg.epochs`` epochs, resuming from ``checkpoint_dir`` if it
     holds a checkpoint.  After every epoch (rank 0): the ``epochs``/``heads``/``maps``
@@ -91,6 +93,9 @@ def train_trial(
     ``splits``: the already loaded ``load_splits(cfg.data, ...)``, if the caller has it.
     ``cfg.validation`` training images are held out (stratified, from ``cfg.seed``);
     their loss and accuracy are recorded every epoch (``val_*``) and reported.
+    ``ledger``: a :class:`~study.trial.ledger.TrialLedger` (rank 0) counting attempts and
+    device-seconds across attempts; ``warn`` receives one-line warnings (a damaged
+    checkpoint skipped).  A checkpoint of another configuration raises ``CheckpointError``.
     """
     rank, world = _rank_world()
     device = device or default_device()
@@ -113,7 +118,9 @@ def train_trial(
 
     start_epoch, best_acc, device_seconds, attempts = 0, 0.0, 0.0, 1
     best_val = math.nan if val_data is None else 0.0
-    state = load_checkpoint(checkpoint_dir)
+    state = load_checkpoint(checkpoint_dir, warn=warn)
+    if state is not None:
+        check_config(state, model_config=mc.to_dict(), train_config=cfg.to_dict(), where=str(checkpoint_dir))
     if state is not None and state["epoch"] >= cfg.epochs:
         # restarted after it had finished (e.g. a driver died before recording
         # that): nothing to train, nothing to rewrite
@@ -131,6 +138,11 @@ def train_trial(
         torch.set_rng_state(state["rng_cpu"])
         if device.type == "cuda" and "rng_cuda" in state:
             torch.cuda.set_rng_state(state["rng_cuda"], device)
+    if ledger is not None:  # attempts counted at start (ledger.start()), time of every attempt's epochs
+        if ledger.attempts == 0:  # not started by the caller (study train): count this attempt now
+            ledger.start()
+        attempts = ledger.attempts
+        device_seconds = max(device_seconds, ledger.device_seconds)
 
     raw_model = model
     net: nn.Module = model
@@ -151,6 +163,7 @@ def train_trial(
     head_data = DeviceData(splits.test_images[: cfg.head_images], splits.test_labels[: cfg.head_images],
                            device=device)
     x_heads = head_data.normalise(head_data.images)
+    maps_at = set(map_epochs(cfg.map_epochs, cfg.epochs))
 
     # the whole resolved configuration (every model field of the model built, every
     # training field), then what the data actually gave (sizes after capping)
@@ -159,7 +172,7 @@ def train_trial(
         "data_source": splits.source, "n_train": len(splits.train_labels),
         "n_val": 0 if splits.val_labels is None else len(splits.val_labels), "n_test": len(splits.test_labels),
         "n_params": n_params, "flops": flops, "device": _device_name(device),
-        "world_size": world, "attempts": attempts, **(extra_run_fields or {}),
+        "world_size": world, "attempts": attempts, "error": None, **(extra_run_fields or {}),
     }
 
     def write_run(status: str, epochs_done: int, final_acc: float) -> None:
@@ -215,6 +228,8 @@ def train_trial(
         best_acc = max(best_acc, test_acc)
         final_acc = test_acc
         epochs_done = epoch + 1
+        if ledger is not None:
+            ledger.update(device_seconds)
 
         ckpt = None
         if rank == 0:
@@ -225,7 +240,8 @@ def train_trial(
                 with autocast():
                     head_rows, map_rows = collect_head_stats(raw_model, x_heads, radius=cfg.map_radius)
                 writer.rows("heads", epoch, head_rows)
-                writer.rows("maps", epoch, map_rows)
+                if epoch in maps_at:
+                    writer.rows("maps", epoch, map_rows)
                 hs_seconds = time.perf_counter() - h0
             metrics = {
                 "epoch": epoch, "train_loss": train_loss, "train_acc": train_totals[1] / train_totals[2],
@@ -242,6 +258,8 @@ def train_trial(
                     "epoch": epoch + 1, "best_test_acc": best_acc, "final_test_acc": final_acc,
                     "device_seconds": device_seconds, "attempts": attempts, "rng_cpu": torch.get_rng_state(),
                     "best_val_acc": best_val, "final_val_acc": final_val,
+                    # what the model is: `study export` / `load_trained` rebuild it from these
+                    "model_config": mc.to_dict(), "train_config": cfg.to_dict(),
                     **({"rng_cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}),
                 })
                 ckpt = Path(checkpoint_dir)
@@ -257,9 +275,11 @@ def train_trial(
             metrics = {"epoch": epoch, "test_acc": test_acc, "val_acc": val_acc, "train_loss": train_loss}
         if report is not None:
             report({**metrics, "best_test_acc": best_acc, "best_val_acc": _nan_to_none(best_val),
-                    "status": "running"}, ckpt)
+                    "status": "running", "device_seconds": device_seconds}, ckpt)
 
     write_run(status, epochs_done, final_acc)
+    if writer is not None:
+        writer.close()  # one compacted file per table for the finished trial
     return TrialResult(status=status, epochs_done=epochs_done, best_test_acc=best_acc,
                        final_test_acc=final_acc, device_seconds=device_seconds, best_val_acc=best_val,
                        final_val_acc=final_val)

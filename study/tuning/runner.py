@@ -1,8 +1,15 @@
 """Launch, resume and summarise a study on Ray Tune (DESIGN §7-8).
 
 Storage layout: ``<storage>/<name>/`` holds Ray's experiment state (trials,
-checkpoints, searcher), ``study.yaml`` (the validated study file) and ``tables/``
-(the Parquet tables every trial appends to while it runs).
+checkpoints, searcher), ``study.json`` (the project's metadata, paths relative to
+the study folder, so a moved or copied study resumes where it now is),
+``study.yaml`` (the validated study file), ``tables/`` (the Parquet tables every
+trial appends to while it runs), ``optuna.journal``
+(the Optuna studies of the sampled axes, Optuna's ``JournalStorage``), ``trials/<key>.json`` (attempt ledgers), the
+driver's lock and the signatures of Ray's pickles (:mod:`study.tuning.integrity`).
+
+The run contract (exit statuses, ``error``/``interrupted`` rows, signals, storage
+failures) is :mod:`study.tuning.contract` and :mod:`study.errors`.
 """
 
 from __future__ import annotations
@@ -15,53 +22,59 @@ from typing import Any
 
 # quiet Ray before it is imported (DESIGN §8)
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
-# save the experiment state (trial list, searcher) at most every second, so a killed
-# driver loses at most that much bookkeeping: a resumed study never re-runs a trial
-# that had finished (Tune's default period adapts up to minutes)
-os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
+# Tune saves and uploads its experiment state at its own adaptive period (≥ 10 s) and
+# keeps its warning about excessive syncing.  A killed driver may lose the last
+# seconds of Tune's bookkeeping; it never re-runs a finished trial all the same,
+# because the project's own tables decide: the searcher and the trainable replay a
+# key whose ``runs`` row says it ended (``searcher.py``, ``trainable.py``).
 
 import pandas as pd
 import yaml
 
 from study.spec import StudySpec, selects
-from study.tables import STATUSES, part_path, read_table, write_part
+from study.storage import META_FILE, is_remote, read_meta, resolve, study_exists, study_root
+from study.tables import STATUSES, compact_all, part_path, read_table, write_part
 
-META_FILE = "study.json"
-
-
-def is_remote(storage: str) -> bool:
-    return "://" in storage
-
-
-def study_root(storage: str, name: str) -> str:
-    return f"{storage.rstrip('/')}/{name}" if is_remote(storage) else str(Path(storage).resolve() / name)
+#: Environment variables naming an S3-compatible endpoint (read by pyarrow, and so by
+#: Ray's storage and the tables); passed on to the workers of a cluster.
+ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
 
 
 def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
+    """Connect to ``address`` or start a local, loopback-only Ray (``study.tuning.cluster``)."""
     import ray
+
+    from study.tuning.cluster import ray_init_kwargs
 
     if ray.is_initialized():
         return
-    kwargs: dict[str, Any] = dict(logging_config=ray.LoggingConfig(log_level="WARNING"), log_to_driver=False)
-    if address:
-        ray.init(address=address, **kwargs)
-    else:
-        # a local Ray never listens beyond this machine: dashboard (when its extra
-        # dependencies are installed) on the loopback interface only
-        ray.init(dashboard_host="127.0.0.1", num_cpus=num_cpus, **kwargs)
+    kwargs = ray_init_kwargs(address, num_cpus=num_cpus)
+    endpoint = {k: os.environ[k] for k in ENDPOINT_VARS if os.environ.get(k)}
+    if address and endpoint:  # workers of an existing cluster do not inherit this process's environment
+        env = dict(kwargs.get("runtime_env") or {})
+        env["env_vars"] = {**env.get("env_vars", {}), **endpoint}
+        kwargs["runtime_env"] = env
+    try:
+        ray.init(**kwargs)
+    except Exception as e:  # noqa: BLE001 - Ray raises bare Exceptions on start-up time-outs
+        from study.errors import RayStartError
+
+        what = f"cannot join the Ray cluster at {address}" if address else "the local Ray did not start"
+        raise RayStartError(f"{what}: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from None
 
 
 def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
+    """``study.json``: every path in it is relative to the study folder."""
     return {
-        "name": spec.name, "file": spec.file, "raw": spec.raw, "tables": f"{root}/tables",
-        "ddp_storage": f"{root}/ddp", "cpus_per_trial": spec.cpus_per_trial,
+        "name": spec.name, "file": spec.file, "raw": spec.raw, "tables": "tables",
+        "ddp_storage": "ddp", "cpus_per_trial": spec.cpus_per_trial,
         "gpus_per_trial": spec.gpus_per_trial, "workers_per_trial": spec.workers_per_trial,
         "max_failures": spec.max_failures, "num_trials": spec.num_trials,
         # the metric Optuna and ASHA select on, None when nothing selects (a pure grid)
         "selection_metric": tuned_metric(spec)[0] if selects(spec.raw) else None,
+        "optuna_journal": "optuna.journal",
     }
 
 
@@ -89,20 +102,11 @@ def _write_meta(root: str, meta: dict[str, Any]) -> None:
     (Path(root) / "study.yaml").write_text(yaml.safe_dump(meta["raw"], sort_keys=False))
 
 
-def read_meta(root: str) -> dict[str, Any]:
-    if is_remote(root):
-        import pyarrow.fs as pafs
-
-        fs, path = pafs.FileSystem.from_uri(root)
-        with fs.open_input_stream(f"{path}/{META_FILE}") as f:
-            return json.loads(f.read())
-    return json.loads((Path(root) / META_FILE).read_text())
-
-
-def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool):
+def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool, contract):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
+    from study.tuning.loggers import logger_callbacks
     from study.tuning.progress import ProgressReporter
     from study.tuning.searcher import GridOptunaSearcher
     from study.tuning.trainable import make_trainable
@@ -118,77 +122,118 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool
         scheduler = FIFOScheduler()
     searcher = GridOptunaSearcher(n_cells=len(spec.cells), sample=spec.sample, num_samples=spec.num_samples,
                                   seed=min(c.seed for c in spec.cells), metric=metric, mode=mode,
-                                  tables=meta["tables"], spec={"raw": spec.raw, "file": spec.file,
-                                                               "name": spec.name})
+                                  tables=meta["tables"], journal=meta["optuna_journal"], name=spec.name,
+                                  spec={"raw": spec.raw, "file": spec.file, "name": spec.name})
     return tune.Tuner(
         make_trainable(meta),
         tune_config=tune.TuneConfig(
             metric=metric, mode=mode, search_alg=searcher, scheduler=scheduler,
             num_samples=spec.num_trials, reuse_actors=meta["workers_per_trial"] == 1,
-            max_concurrent_trials=spec.max_concurrent,
+            max_concurrent_trials=spec.max_concurrent, trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(
             name=spec.name, storage_path=storage, verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-            callbacks=[ProgressReporter(meta=meta, enabled=verbose)],
+            callbacks=[ProgressReporter(meta=meta, enabled=verbose), contract,
+                       *logger_callbacks(spec.loggers, root=study_root(storage, spec.name), study=spec.name,
+                                         tables=meta["tables"])],
         ),
     )
 
 
+def trial_dirname(trial) -> str:
+    """A trial's folder (and its TensorBoard run name): its table key, then Ray's id
+    (unique across re-created trials), instead of Ray's tag of every config value."""
+    return f"{(trial.config or {}).get('key', 'trial')}_{trial.trial_id}"
+
+
 def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verbose: bool = True,
-              num_cpus: int | None = None) -> pd.DataFrame:
-    """Run every trial of ``spec``; returns the ``runs`` table at the end."""
+              num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study run"):
+    """Run every trial of ``spec``; returns the ``runs`` table at the end (with the
+    exit status of the run contract as ``runs.attrs["exit_code"]``)."""
+    from study.tuning.lock import StudyLock
+
     root = study_root(storage, spec.name)
     storage_abs = storage if is_remote(storage) else str(Path(storage).resolve())
-    meta = _meta(spec, root)
-    _write_meta(root, meta)
-    init_ray(address, num_cpus=num_cpus)
-    tuner = _tuner(spec, meta, storage_abs, verbose=verbose)
-    _say(verbose, f"study {spec.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
-                  f"{spec.num_samples} samples), storage {root}")
-    results = tuner.fit()
-    return finish(root, results, verbose=verbose)
+    init_ray(address, num_cpus=num_cpus)  # first: a Ray that does not start leaves no study behind
+    lock = StudyLock(root=root, name=spec.name).acquire()
+    try:
+        meta = _meta(spec, root)
+        _write_meta(root, meta)
+        meta = resolve(root, meta)
+        contract = _contract(root, meta, prog, verbose, show_tracebacks, lock, spec)
+        tuner = _tuner(spec, meta, storage_abs, verbose=verbose, contract=contract)
+        _say(verbose, f"study {spec.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
+                      f"{spec.num_samples} samples), storage {root}")
+        return _fit(tuner, contract, verbose=verbose)
+    finally:
+        lock.release()
 
 
-def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
-                 num_cpus: int | None = None) -> pd.DataFrame:
+def resume_study(root: str, *, address: str | None = None, verbose: bool = True, num_cpus: int | None = None,
+                 show_tracebacks: bool = False, trust_storage: bool = False, prog: str = "study resume"):
     """Continue an interrupted study: finished trials are kept, errored and unfinished
-    ones continue from their last checkpoint (``Tuner.restore``)."""
+    ones continue from their last checkpoint (``Tuner.restore``), after Ray's pickled
+    state passed its HMAC check (:mod:`study.tuning.integrity`)."""
     from ray import tune
 
+    from study.tuning.integrity import verify
+    from study.tuning.lock import StudyLock
     from study.tuning.trainable import make_trainable
 
     meta = read_meta(root)
-    init_ray(address, num_cpus=num_cpus)
-    tuner = tune.Tuner.restore(root, trainable=make_trainable(meta), resume_errored=True,
-                               resume_unfinished=True)
-    _say(verbose, f"resuming study {meta['name']} from {root}")
-    results = tuner.fit()
-    return finish(root, results, verbose=verbose)
+    lock = StudyLock(root=root, name=meta["name"]).acquire()
+    try:
+        if not trust_storage:
+            for note in verify(root):
+                _say(True, f"{prog}: warning: {note}")
+        init_ray(address, num_cpus=num_cpus)
+        # the study's logger callbacks come back with the pickled run config; Ray must not
+        # add its automatic ones again (study/tuning/loggers.py)
+        os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+        contract = _contract(root, meta, prog, verbose, show_tracebacks, lock)
+        tuner = tune.Tuner.restore(root, trainable=make_trainable(meta), resume_errored=True,
+                                   resume_unfinished=True)
+        _say(verbose, f"resuming study {meta['name']} from {root}")
+        return _fit(tuner, contract, verbose=verbose)
+    finally:
+        lock.release()
 
 
-def finish(root: str, results, *, verbose: bool) -> pd.DataFrame:
-    """Mark trials the scheduler stopped early or that errored, print the summary."""
-    tables = f"{root}/tables"
-    runs = read_table(tables, "runs")
-    if not runs.empty:
-        by_id = {r.trial_id: r for r in runs.itertuples(index=False)}
-        for result in results:
-            tid = (result.config or {}).get("key")
-            if tid is None or tid not in by_id:
-                continue
-            row = by_id[tid]._asdict()
-            if result.error is not None and row["status"] == "running":
-                row["status"] = "error"
-            elif row["status"] == "running" and row["epochs_done"] < row["epochs"]:
-                row["status"] = "stopped"
-            else:
-                continue
-            write_part(part_path(tables, "runs", tid), [row])
-        runs = read_table(tables, "runs")
+def _contract(root, meta, prog, verbose, show_tracebacks, lock, spec=None):
+    from study.tuning.contract import RunContract
+
+    # the searcher (in this driver) reads finished trials from the study where it is now
+    os.environ["STUDY_ACTIVE_TABLES"] = meta["tables"]
+    os.environ["STUDY_ACTIVE_JOURNAL"] = meta["optuna_journal"]
+    contract = RunContract(root=root, meta=meta, prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,
+                           lock=lock, spec=spec)
+    contract.install()
+    return contract
+
+
+def _fit(tuner, contract, *, verbose: bool) -> pd.DataFrame:
+    try:
+        try:
+            tuner.fit()
+        except OSError as e:
+            contract.storage_failed(f"{e.filename or contract.root}: {e.strerror or e}")
+        contract.sign()
+        try:
+            compact_all(contract.tables)  # what trials left uncompacted (stopped early, killed)
+            contract.finish()
+        except OSError as e:
+            contract.storage_failed(f"{e.filename or contract.tables}: {e.strerror or e} "
+                                    "(trials could not be marked; `study status` shows them as last written)")
+        runs = read_table(contract.tables, "runs")
+    finally:
+        contract.uninstall()
     if verbose:
         print(summary(runs), flush=True)
+    if contract.signal is not None and contract.storage_error is None:
+        contract.say(f"interrupted; continue with `study resume {contract.meta['name']}`")
+    runs.attrs["exit_code"] = contract.exit_code(runs)
     return runs
 
 
@@ -197,20 +242,28 @@ def summary(runs: pd.DataFrame) -> str:
         return "no trial recorded"
     counts = runs.status.value_counts()
     lines = ["trials: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES if counts.get(s, 0))]
-    # the trial "best" by the metric the study selected on (validation when there is a
-    # split); test accuracy is reported, never used to choose, unless the study asked
-    metric = _selection(runs)
-    by = "best_val_acc" if metric.startswith("val") and "best_val_acc" in runs else "best_test_acc"
-    best = runs.sort_values(by, ascending=False).groupby(_variant_columns(runs), sort=False, dropna=False).head(1)
-    lines.append(f"best trial per model configuration (chosen by {by}"
-                 + ("; selected on the TEST set, as the study file asks: scheduler.metric: test_acc"
-                    if metric.startswith("test") and _selected(runs) else "") + "):")
-    width = max(len(n) for n in best.name)
-    for r in best.itertuples(index=False):
-        val = getattr(r, "best_val_acc", None)
-        val_txt = f"best val acc {val:.4f}  " if val is not None and val == val else ""
-        lines.append(f"  {r.name:<{width}}  {r.trial_id}  {val_txt}best test acc {r.best_test_acc:.4f}  "
-                     f"({r.epochs_done}/{r.epochs} epochs, {r.status})")
+    ok = runs[runs.status != "error"]
+    if len(ok):
+        # the trial "best" by the metric the study selected on (validation when there is a
+        # split); test accuracy is reported, never used to choose, unless the study asked
+        metric = _selection(ok)
+        by = "best_val_acc" if metric.startswith("val") and "best_val_acc" in ok else "best_test_acc"
+        best = ok.sort_values(by, ascending=False).groupby(_variant_columns(ok), sort=False, dropna=False).head(1)
+        lines.append(f"best trial per model configuration (chosen by {by}"
+                     + ("; selected on the TEST set, as the study file asks: scheduler.metric: test_acc"
+                        if metric.startswith("test") and _selected(ok) else "") + "):")
+        width = max(len(str(n)) for n in best.name)
+        for r in best.itertuples(index=False):
+            val = getattr(r, "best_val_acc", None)
+            val_txt = f"best val acc {val:.4f}  " if val is not None and val == val else ""
+            lines.append(f"  {str(r.name):<{width}}  {r.trial_id}  {val_txt}best test acc {r.best_test_acc:.4f}  "
+                         f"({r.epochs_done}/{r.epochs} epochs, {r.status})")
+    errors = runs[runs.status == "error"]
+    if len(errors):
+        lines.append("errors:")
+        for r in errors.itertuples(index=False):
+            lines.append(f"  {r.trial_id}  {getattr(r, 'error', None) or 'unknown error'}  "
+                         f"({int(r.attempts) if r.attempts == r.attempts else '?'} attempts)")
     return "\n".join(lines)
 
 
@@ -241,4 +294,4 @@ def _say(verbose: bool, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-__all__ = ["finish", "init_ray", "read_meta", "resume_study", "run_study", "study_root", "summary"]
+__all__ = ["init_ray", "read_meta", "resolve", "resume_study", "run_study", "study_root", "summary"]

@@ -7,6 +7,10 @@ N workers inside the Tune function, Train V2, DESIGN §8): gloo on CPU, NCCL on 
 Checkpoints: each epoch's checkpoint is reported to Tune (single process) or to
 Ray Train (DDP), so a retried or restored trial continues from its last epoch.
 The trial's Ray id names its table parts, so retries overwrite, never duplicate.
+
+Every attempt is counted in the trial's ledger (``<study>/trials/<key>.json``) when
+it starts.  A storage failure (disk full, unwritable, vanished) is raised as
+:class:`study.errors.StorageError` naming the path; the driver then stops the study.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from typing import Any
 
 import torch
 
+from study.errors import StorageError
 from study.spec import validate
 from study.trial import train_trial
+from study.trial.ledger import TrialLedger
 
 SCALAR_TYPES = (int, float, str, bool)
 
@@ -42,11 +48,27 @@ def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if isinstance(v, SCALAR_TYPES) and v == v}
 
 
+def ledger(meta: dict[str, Any], key: str) -> TrialLedger:
+    return TrialLedger(uri=f"{meta['root']}/trials/{key}.json")
+
+
+def storage_errors(fn, *args, **kwargs):
+    """Call ``fn``; an ``OSError`` (what a full, read-only or vanished storage raises,
+    locally or from pyarrow's S3) becomes a :class:`StorageError` naming the path."""
+    try:
+        return fn(*args, **kwargs)
+    except StorageError:
+        raise
+    except OSError as e:
+        path = e.filename or "storage"
+        raise StorageError(str(path), e.strerror or str(e)) from e
+
+
 def _finished_row(meta: dict[str, Any], key: str) -> dict[str, Any] | None:
     from study.tables import read_table
 
     runs = read_table(meta["tables"], "runs")
-    row = runs[(runs.trial_id == key) & runs.status.isin(["finished", "diverged"])]
+    row = runs[(runs.trial_id == key) & runs.status.isin(["finished", "diverged", "stopped"])]
     return None if row.empty else row.iloc[0].to_dict()
 
 
@@ -62,16 +84,41 @@ def _float(v: Any) -> float:
     return float("nan") if v is None else float(v)
 
 
-def study_trial(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
+def counted(trainable):
+    """Count the attempt in the trial's ledger before anything can fail, and record
+    the one-line cause of a failure there (the driver puts it in ``runs.error``)."""
+    from study.errors import cause
+
+    def run(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
+        from ray import tune
+
+        done = _finished_row(meta, config["key"])
+        if done is not None:
+            tune.report(_replay(done))
+            return
+        book = ledger(meta, config["key"])
+        storage_errors(book.start)
+        try:
+            trainable(config, meta=meta, book=book)
+        except Exception as e:
+            try:
+                book.fail(cause(e))
+            except Exception:  # noqa: BLE001 - the storage may be what failed
+                pass
+            raise
+
+    run.__name__ = run.__qualname__ = trainable.__name__
+    run.__doc__ = trainable.__doc__
+    return run
+
+
+@counted
+def study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: TrialLedger) -> None:
     """Tune function trainable: one trial, in this process.  Its table identity is the
     searcher's key (grid cell, sample index); a key that already ended is replayed."""
     from ray import tune
 
     trial_id = config["key"]
-    done = _finished_row(meta, trial_id)
-    if done is not None:
-        tune.report(_replay(done))
-        return
     cfg = trial_config(meta, config)
     torch.set_num_threads(max(1, int(meta.get("cpus_per_trial", 1))))
     with tempfile.TemporaryDirectory(prefix="study-ckpt-") as local:
@@ -81,13 +128,17 @@ def study_trial(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
             with previous.as_directory() as d:
                 _copy_checkpoint(d, local)
 
+        warnings: list[str] = []
+
         def report(metrics: dict[str, Any], ckpt: Path | None) -> None:
             checkpoint = tune.Checkpoint.from_directory(str(ckpt)) if ckpt is not None else None
+            if warnings:  # shown once by the driver (study.tuning.contract)
+                metrics = {**metrics, "warning": warnings.pop(0)}
             tune.report(_scalars(metrics), checkpoint=checkpoint)
 
-        result = train_trial(cfg, trial_id=trial_id, tables=meta["tables"], checkpoint_dir=local,
-                             study=meta["name"], report=report,
-                             extra_run_fields=_run_fields(config, meta))
+        result = storage_errors(train_trial, cfg, trial_id=trial_id, tables=meta["tables"], checkpoint_dir=local,
+                                study=meta["name"], report=report, extra_run_fields=_run_fields(config, meta),
+                                ledger=book, warn=warnings.append)
         tune.report(_scalars({"status": result.status, "epoch": result.epochs_done - 1,
                               "epochs_done": result.epochs_done, "best_test_acc": result.best_test_acc,
                               "test_acc": result.final_test_acc, "best_val_acc": result.best_val_acc,
@@ -109,6 +160,11 @@ def _ddp_worker(loop_config: dict[str, Any]) -> None:
     import ray.train
 
     meta, config, trial_id = loop_config["meta"], loop_config["config"], loop_config["trial_id"]
+    book = None
+    if ray.train.get_context().get_world_rank() == 0:
+        book = ledger(meta, trial_id)
+        data = book.read()  # the Tune function counted this attempt
+        book.attempts, book.device_seconds = int(data.get("attempts", 1)), float(data.get("device_seconds", 0.0))
     cfg = trial_config(meta, config)
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
@@ -124,11 +180,14 @@ def _ddp_worker(loop_config: dict[str, Any]) -> None:
             checkpoint = ray.train.Checkpoint.from_directory(str(ckpt)) if ckpt is not None else None
             ray.train.report(_scalars(metrics), checkpoint=checkpoint)
 
-        train_trial(cfg, trial_id=trial_id, tables=meta["tables"], checkpoint_dir=local if rank == 0 else None,
-                    study=meta["name"], report=report, device=device, extra_run_fields=loop_config["fields"])
+        storage_errors(train_trial, cfg, trial_id=trial_id, tables=meta["tables"],
+                       checkpoint_dir=local if rank == 0 else None, study=meta["name"], report=report,
+                       device=device, extra_run_fields=loop_config["fields"],
+                       ledger=book)
 
 
-def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
+@counted
+def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: TrialLedger) -> None:
     """Tune function trainable for a multi-worker trial: a TorchTrainer inside Tune."""
     import ray.train
     from ray import tune
@@ -136,10 +195,6 @@ def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
     from ray.tune.integration.ray_train import TuneReportCallback
 
     trial_id = config["key"]
-    done = _finished_row(meta, trial_id)
-    if done is not None:
-        tune.report(_replay(done))
-        return
     workers = int(meta["workers_per_trial"])
     gpus = meta["gpus_per_trial"]
     per_worker = {"CPU": max(meta["cpus_per_trial"] / workers, 0.01)}

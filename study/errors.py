@@ -1,0 +1,117 @@
+"""Exit statuses of ``study`` commands and the one-line cause of a failure.
+
+Exit statuses (``study run``, ``study resume``, ``study train``):
+
+====  =========================================================
+0     every trial finished (or diverged / was stopped by ASHA)
+1     at least one trial ended in ``error`` (see ``runs.error``)
+2     bad input (study file, flags, data source): nothing started
+3     storage failed (full, unwritable, vanished, or failed a check)
+4     Ray could not be started or reached (nothing ran)
+130   interrupted by SIGINT (Ctrl-C): state saved, ``study resume NAME``
+143   interrupted by SIGTERM: state saved, ``study resume NAME``
+====  =========================================================
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_TRIAL_ERROR = 1
+EXIT_USAGE = 2
+EXIT_STORAGE = 3
+EXIT_RAY = 4
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+PROJECT_MODULES = ("study", "analysis")
+
+
+class StudyError(Exception):
+    """Base of the project's run-time errors.  ``str(error)`` is one line.
+
+    Every project exception survives ``pickle`` (Ray copies the exception of a
+    failed trial from the worker to the driver): ``__reduce__`` rebuilds it from
+    its constructor arguments, kept in ``self._init``."""
+
+    def __init__(self, message: str):
+        super().__init__(_one_line(message))
+        self._init = (message,)
+
+    def __reduce__(self):
+        return (type(self), self._init)
+
+
+class StorageError(StudyError):
+    """The study's storage failed (disk full, unwritable, vanished): names the path."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self._init = (path, reason)
+        self.path, self.reason = path, reason
+
+
+class CheckpointError(StudyError):
+    """A checkpoint that cannot be used (damaged, or written for another configuration)."""
+
+
+class IntegrityError(StudyError):
+    """A file of Ray's that is about to be unpickled fails its HMAC check."""
+
+
+class RayStartError(StudyError):
+    """A local Ray did not start, or a cluster could not be joined."""
+
+
+class LockError(StudyError):
+    """Another driver holds the study's lock."""
+
+
+def _one_line(text: object, limit: int = 500) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _chain(exc: BaseException):
+    """``exc`` and every exception it wraps (Ray's ``cause``, ``__cause__``, ``__context__``)."""
+    seen, todo = set(), [exc]
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
+
+
+def _is_project(e: BaseException) -> bool:
+    return type(e).__module__.split(".")[0] in PROJECT_MODULES
+
+
+def _is_ray(e: BaseException) -> bool:
+    return type(e).__module__.split(".")[0] == "ray" or type(e).__name__.startswith("RayTaskError")
+
+
+def cause(exc: BaseException) -> str:
+    """``ExceptionType: message`` of the innermost project error wrapped in ``exc``,
+    else of the innermost non-Ray error, else of ``exc`` itself; one line."""
+    chain = [e for e in _chain(exc) if isinstance(e, BaseException)]
+    pick = next((e for e in reversed(chain) if _is_project(e)), None)
+    if pick is None:
+        pick = next((e for e in reversed(chain) if not _is_ray(e)), exc)
+    message = str(pick)
+    if _is_ray(pick) and "\n" in message:  # Ray's text trace: keep its last line (the error)
+        message = [ln for ln in message.splitlines() if ln.strip()][-1]
+    return _one_line(f"{type(pick).__name__}: {message}")
+
+
+def cause_from_text(trace: str) -> str:
+    """The last ``Type: message`` line of a text traceback (Ray's ``error.txt``)."""
+    lines = [ln.strip() for ln in trace.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        head = ln.split(":", 1)[0]
+        if ":" in ln and head.replace(".", "").replace("_", "").isalnum() and not ln.startswith("File "):
+            name = head.rsplit(".", 1)[-1]
+            if name.startswith("RayTaskError"):
+                continue
+            return _one_line(f"{name}:{ln.split(':', 1)[1]}")
+    return _one_line(lines[-1] if lines else "unknown error")

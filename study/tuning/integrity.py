@@ -1,0 +1,237 @@
+"""Trust boundary of ``study resume``: Ray's pickles are verified before Ray reads them.
+
+Ray Tune restores a study from files it pickled itself (``tuner.pkl``, the trial
+states inside ``experiment_state-*.json``, searcher/callback state, ``error.pkl``).
+Unpickling runs whatever code a file names, so anyone who can write the storage
+could run code on the machine that resumes.  The driver therefore signs every
+such file it leaves behind with HMAC-SHA256 (manifest ``.study-hmac.json`` in the
+study folder) under a key that is NOT in the storage: ``$STUDY_HMAC_KEY`` (set it
+on every node of a cluster) or the user's key file
+``~/.config/attention-cnn-study/hmac.key`` (created on first use, mode 0600).
+``study resume`` checks every such file against the manifest first and refuses
+with one line on a missing, changed or unsigned file.
+
+Limits: files are signed as the running driver finds them after each Tune save
+(about every second), so a writer acting *while* the driver runs is not detected,
+and a driver killed between a save and its signature leaves a state that resume
+refuses (``--trust-storage`` then skips the check, for storage you trust).
+
+Tune's top-level state files are also kept as last good copies under
+``.last-good/``: a state file left empty or cut short by a full disk (an empty
+file, or ``experiment_state-*.json`` that does not parse) is replaced by its signed
+last good copy on resume, or refused with one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from pathlib import Path
+
+from study.errors import IntegrityError
+
+MANIFEST = ".study-hmac.json"
+LAST_GOOD = ".last-good"
+KEY_ENV = "STUDY_HMAC_KEY"
+#: written by the project itself (JSON / Parquet, never unpickled): not signed
+OURS = {"study.json", "study.yaml", MANIFEST, ".study.lock", "tables", "trials", LAST_GOOD}
+JSON_STATE = "experiment_state"  # the one state file that is JSON (the others are pickles)
+
+
+def key_file() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "attention-cnn-study" / "hmac.key"
+
+
+def load_key() -> bytes:
+    """The signing key: ``$STUDY_HMAC_KEY``, else the user's key file (created once, 0600)."""
+    env = os.environ.get(KEY_ENV)
+    if env:
+        return env.encode()
+    path = key_file()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+    return path.read_text().strip().encode()
+
+
+class _Storage:
+    """Listing / reading / writing under a study root, locally or via pyarrow (S3)."""
+
+    def __init__(self, root: str):
+        import pyarrow.fs as pafs
+
+        self.root = root
+        if "://" in root:
+            self.fs, self.base = pafs.FileSystem.from_uri(root)
+        else:
+            self.fs, self.base = pafs.LocalFileSystem(), str(Path(root))
+
+    def files(self) -> dict[str, tuple[int, int]]:
+        """Ray's files to sign: relative path -> (size, mtime ns)."""
+        import pyarrow.fs as pafs
+
+        out = {}
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.base, recursive=True))
+        except FileNotFoundError:
+            return out
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            rel = info.path[len(self.base):].lstrip("/")
+            parts = rel.split("/")
+            if parts[0] in OURS or parts[0].startswith(".damaged-") or any(p.startswith(".tmp") for p in parts):
+                continue
+            if rel.endswith(".pkl") or (len(parts) == 1 and rel.endswith(".json")):
+                out[rel] = (info.size, info.mtime_ns or 0)
+        return out
+
+    def read(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(f"{self.base}/{rel}") as f:
+            return f.read()
+
+    def write(self, rel: str, data: bytes) -> None:
+        if "://" in self.root:  # one PUT: objects appear whole
+            with self.fs.open_output_stream(f"{self.base}/{rel}") as f:
+                f.write(data)
+            return
+        path = Path(self.base) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".tmp-{path.name}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def delete(self, rel: str) -> None:
+        self.fs.delete_file(f"{self.base}/{rel}")
+
+    def exists(self, rel: str) -> bool:
+        import pyarrow.fs as pafs
+
+        return self.fs.get_file_info(f"{self.base}/{rel}").type == pafs.FileType.File
+
+
+def _mac(key: bytes, rel: str, data: bytes) -> str:
+    return hmac.new(key, rel.encode() + b"\0" + data, hashlib.sha256).hexdigest()
+
+
+def _is_state(rel: str) -> bool:
+    """Tune's top-level state files (kept as last good copies)."""
+    return "/" not in rel
+
+
+def _intact(rel: str, data: bytes) -> bool:
+    """Not obviously cut short: non-empty, and parseable where it is JSON."""
+    return bool(data) and (not rel.startswith(JSON_STATE) or _valid_json(data))
+
+
+def _valid_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True
+
+
+class Signer:
+    """Signs Ray's files under ``root`` whenever they change (called by the driver
+    after Tune's saves); keeps last good copies of the experiment state."""
+
+    def __init__(self, *, root: str):
+        self.store = _Storage(root)
+        self.key = load_key()
+        self.seen: dict[str, tuple[int, int]] = {}
+        self.manifest: dict[str, str] = self._read_manifest()
+
+    def _read_manifest(self) -> dict[str, str]:
+        try:
+            data = json.loads(self.store.read(MANIFEST))
+        except (FileNotFoundError, OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def sign(self) -> None:
+        files = self.store.files()
+        changed = {rel: st for rel, st in files.items() if self.seen.get(rel) != st}
+        gone = set(self.manifest) - set(files) - {f"{LAST_GOOD}/{r}" for r in files}
+        if not changed and not any(not r.startswith(LAST_GOOD) for r in gone):
+            return
+        for rel, st in changed.items():
+            try:
+                data = self.store.read(rel)
+            except FileNotFoundError:
+                continue
+            if _is_state(rel) and not _intact(rel, data):
+                continue  # a half-written or empty state is never signed
+            self.manifest[rel] = _mac(self.key, rel, data)
+            if _is_state(rel):
+                self.store.write(f"{LAST_GOOD}/{rel}", data)
+                self.manifest[f"{LAST_GOOD}/{rel}"] = self.manifest[rel]
+            self.seen[rel] = st
+        for rel in gone:
+            if not rel.startswith(LAST_GOOD):
+                self.manifest.pop(rel, None)
+        self.store.write(MANIFEST, json.dumps(self.manifest, indent=1, sort_keys=True).encode())
+
+
+def verify(root: str) -> list[str]:
+    """Check Ray's files under ``root`` before Tune unpickles them.  Repairs an empty
+    or cut-short experiment state from its signed last good copy (returns one note
+    per repair); raises :class:`IntegrityError` (one line) otherwise."""
+    store = _Storage(root)
+    key = load_key()
+    try:
+        manifest = json.loads(store.read(MANIFEST))
+    except (FileNotFoundError, OSError):
+        manifest = None
+    except ValueError:
+        raise IntegrityError(f"{root}/{MANIFEST}: signature manifest is damaged; refusing to load Ray's state")
+    if not isinstance(manifest, dict):
+        raise IntegrityError(f"{root}: Ray's state files are not signed ({MANIFEST} missing); refusing to "
+                             "unpickle them (see README 'Trust boundary'; --trust-storage skips this check)")
+    notes = []
+    for rel in sorted(store.files()):
+        data = store.read(rel)
+        if _is_state(rel) and not _intact(rel, data):
+            # its own last good copy, else (a state of a later session that never got
+            # one) the newest good experiment state, the damaged file set aside
+            candidates = [rel] + sorted((g.split("/", 1)[1] for g in manifest
+                                         if g.startswith(f"{LAST_GOOD}/{JSON_STATE}")), reverse=True)
+            restored = False
+            for name in candidates if rel.startswith(JSON_STATE) else [rel]:
+                good = f"{LAST_GOOD}/{name}"
+                if good not in manifest or not store.exists(good):
+                    continue
+                saved = store.read(good)
+                if hmac.compare_digest(_mac(key, name, saved), manifest[good]):
+                    if name != rel:
+                        store.write(f".damaged-{rel}", data)
+                        store.delete(rel)
+                    store.write(name, saved)
+                    notes.append(f"{root}/{rel} was damaged ({len(data)} bytes); restored the last good copy "
+                                 f"of {name}")
+                    restored = True
+                    break
+            if restored:
+                continue
+            raise IntegrityError(f"{root}/{rel}: Ray's state file is damaged ({len(data)} bytes) and no "
+                                 "intact signed copy exists")
+        expected = manifest.get(rel)
+        if expected is None:
+            raise IntegrityError(f"{root}/{rel}: not signed by this study's driver; refusing to unpickle it")
+        if not hmac.compare_digest(_mac(key, rel, data), expected):
+            raise IntegrityError(f"{root}/{rel}: HMAC mismatch (changed since the driver wrote it, or signed "
+                                 "with another key); refusing to unpickle it")
+    return notes

@@ -1,0 +1,173 @@
+"""One study name, one driver: ``<study>/.study.lock``.
+
+Local disks: the lock file is held with ``fcntl.flock`` for the driver's lifetime
+and records ``{pid, host, started}``; the kernel drops the lock when the driver
+dies, so a lock left by a killed driver is stale by construction (and the file is
+re-used).  NFS gives ``flock`` only where the server supports it.
+
+Object storage (``s3://``): the lock is an object created with a conditional PUT
+(``If-None-Match: *``, boto3; S3 has honoured it since 2024, as do MinIO and moto),
+so of two drivers starting together exactly one creates it.  The holder rewrites
+it every minute (``heartbeat``); a lock whose heartbeat is older than
+:data:`STALE_S` seconds, or whose holder is a dead process on this same host, is
+taken over.  Limits: a driver paused (not dead) for longer than ``STALE_S`` can
+lose its lock; taking over a stale lock is a delete followed by a conditional
+create, so of two drivers taking over at once one may delete the other's fresh
+lock.  Stores without conditional PUT (or without boto3) are refused rather than
+locked unsafely, unless ``STUDY_LOCK=none``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from study.errors import LockError
+
+LOCK = ".study.lock"
+STALE_S = 300.0
+HEARTBEAT_S = 60.0
+
+
+def _me() -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "heartbeat": time.time()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _holder(info: dict) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("started", 0)))
+    return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, since {when}"
+
+
+class StudyLock:
+    """Acquire with :meth:`acquire` (raises :class:`LockError`, one line), free with :meth:`release`."""
+
+    def __init__(self, *, root: str, name: str):
+        self.root, self.name = root, name
+        self._fd: int | None = None
+        self._s3: tuple | None = None
+        self._beat = 0.0
+
+    # ---------------------------------------------------------------- local
+    def _acquire_local(self) -> None:
+        import fcntl
+
+        path = Path(self.root) / LOCK
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(5):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                try:
+                    info = json.loads(os.read(fd, 4096) or b"{}")
+                except ValueError:
+                    info = {}
+                os.close(fd)
+                raise LockError(f"study {self.name!r} is already being run by another driver ({_holder(info)}); "
+                                f"lock {path}")
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # released and removed between our open and our lock: retry
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(_me()).encode(), 0)
+            self._fd = fd
+            return
+        raise LockError(f"could not take the lock {path}")
+
+    # ---------------------------------------------------------------- S3
+    def _client(self):
+        try:
+            import boto3
+        except ImportError:
+            raise LockError(f"{self.root}: locking a study on object storage needs boto3 "
+                            "(pip install boto3; or STUDY_LOCK=none to run without a lock)") from None
+        from urllib.parse import urlparse
+
+        u = urlparse(self.root)
+        if u.scheme != "s3":
+            raise LockError(f"{self.root}: no lock for {u.scheme}:// storage (STUDY_LOCK=none runs without one)")
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        client = boto3.client("s3", endpoint_url=endpoint)
+        return client, u.netloc, f"{u.path.strip('/')}/{LOCK}".lstrip("/")
+
+    def _acquire_s3(self) -> None:
+        from botocore.exceptions import ClientError
+
+        client, bucket, key = self._client()
+        for _ in range(2):
+            try:
+                client.put_object(Bucket=bucket, Key=key, Body=json.dumps(_me()).encode(), IfNoneMatch="*")
+                self._s3 = (client, bucket, key)
+                self._beat = time.time()
+                return
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    raise LockError(f"s3://{bucket}/{key}: cannot create the study lock "
+                                    f"({e.response.get('Error', {}).get('Code')})") from None
+            try:
+                info = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read() or b"{}")
+            except (ClientError, ValueError):
+                info = {}
+            stale = time.time() - float(info.get("heartbeat", 0)) > STALE_S or (
+                info.get("host") == socket.gethostname() and not _alive(int(info.get("pid", -1))))
+            if not stale:
+                raise LockError(f"study {self.name!r} is already being run by another driver ({_holder(info)}); "
+                                f"lock s3://{bucket}/{key}")
+            client.delete_object(Bucket=bucket, Key=key)
+        raise LockError(f"could not take the lock s3://{bucket}/{key}")
+
+    # ---------------------------------------------------------------- API
+    def acquire(self) -> "StudyLock":
+        if os.environ.get("STUDY_LOCK") == "none":
+            return self
+        if "://" in self.root:
+            self._acquire_s3()
+        else:
+            self._acquire_local()
+        return self
+
+    def heartbeat(self) -> None:
+        """Refresh an object-storage lock (every :data:`HEARTBEAT_S`); no-op locally."""
+        if self._s3 is not None and time.time() - self._beat > HEARTBEAT_S:
+            client, bucket, key = self._s3
+            client.put_object(Bucket=bucket, Key=key, Body=json.dumps({**_me(), "started": self._beat}).encode())
+            self._beat = time.time()
+
+    def release(self) -> None:
+        if self._fd is not None:
+            try:
+                os.unlink(Path(self.root) / LOCK)
+            except OSError:
+                pass
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+        if self._s3 is not None:
+            client, bucket, key = self._s3
+            try:
+                client.delete_object(Bucket=bucket, Key=key)
+            except Exception:  # noqa: BLE001 - a lock left behind goes stale by its heartbeat
+                pass
+            self._s3 = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()

@@ -1,0 +1,75 @@
+"""Checks before a Ray is started or joined: one line in well under a second
+instead of a hang (an unreachable ``--address``, a request no node can satisfy)
+or orphan Ray processes.  No torch, no ray import."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+
+def local_gpus() -> int:
+    """GPUs a local Ray would see: ``CUDA_VISIBLE_DEVICES`` if set, else the NVIDIA
+    driver's device list (what ``nvidia-smi -L`` lists), without importing torch."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return len(list(gpus.iterdir())) if gpus.is_dir() else 0
+
+
+def check_local_resources(*, cpus_per_trial: float, workers_per_trial: int, gpus_per_trial: float,
+                          num_cpus: int | None) -> str | None:
+    """What a local Ray cannot satisfy (None if it can)."""
+    cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
+    need = cpus_per_trial + (0.01 if workers_per_trial > 1 else 0)  # + the DDP trial's coordinator
+    if need > cpus:
+        return (f"resources.cpus_per_trial: a trial needs {need:g} CPUs but the local Ray has {cpus} "
+                f"({'--num-cpus' if num_cpus is not None else 'this machine'})")
+    if gpus_per_trial:
+        have = local_gpus()
+        if have < min(gpus_per_trial, 1) or (gpus_per_trial > 1 and have < gpus_per_trial):
+            return f"resources.gpus_per_trial: requests {gpus_per_trial:g} GPU(s) per trial but this machine has {have}"
+    return None
+
+
+def check_cluster_resources(resources: dict, *, cpus_per_trial: float, gpus_per_trial: float) -> str | None:
+    """What the joined cluster cannot satisfy now (a cluster with an autoscaler may
+    grow: set ``STUDY_SKIP_RESOURCE_CHECK=1`` to start anyway)."""
+    if os.environ.get("STUDY_SKIP_RESOURCE_CHECK") == "1":
+        return None
+    if cpus_per_trial > resources.get("CPU", 0):
+        return (f"resources.cpus_per_trial: a trial needs {cpus_per_trial:g} CPUs but the cluster has "
+                f"{resources.get('CPU', 0):g}")
+    if gpus_per_trial and resources.get("GPU", 0) < min(gpus_per_trial, 1):
+        return (f"resources.gpus_per_trial: requests {gpus_per_trial:g} GPU(s) per trial but the cluster has "
+                f"{resources.get('GPU', 0):g}")
+    return None
+
+
+def check_address(address: str, *, timeout: float = 3.0) -> str | None:
+    """Whether a Ray address answers: ``auto`` needs a running local cluster (or
+    ``RAY_ADDRESS``); ``host:port`` / ``ray://host:port`` must accept a TCP connection."""
+    if address in ("auto", "local"):
+        if address == "auto" and not os.environ.get("RAY_ADDRESS") and not _ray_current_cluster():
+            return "--address auto: no running Ray cluster found on this machine (start one with `ray start --head`)"
+        return None
+    target = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return f"--address: expected HOST:PORT, ray://HOST:PORT or auto, got {address!r}"
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        return f"--address: cannot reach the Ray cluster at {address} ({e.strerror or e})"
+    return None
+
+
+def _ray_current_cluster() -> bool:
+    import tempfile
+
+    for base in {"/tmp", tempfile.gettempdir()}:
+        if (Path(base) / "ray" / "ray_current_cluster").exists():
+            return True
+    return False

@@ -1,0 +1,467 @@
+"""The run contract (issue #17): each case through the real CLI on tiny studies, asserting
+the one line, the exit status and what is on disk.
+
+Findings -> tests:
+  trial failing at start invisible, exit 0            test_failed_trial_then_tamper_move_and_resume
+  cause masked by Ray's copy of the exception          test_every_project_exception_pickles, test_cause_survives_rays_copy
+  Ctrl-C / SIGTERM: stopped vs interrupted, attempts,  test_sigkill_in_epoch0_sigterm_lock_and_resume
+    device_seconds, Tuner.restore advice, SIGABRT      (+ tests/test_studies.py::test_interrupt_then_resume for SIGINT)
+  study train --out reuses another configuration       test_train_refuses_checkpoint_of_another_configuration
+  GPU request fails after 72 s; hangs on cpus/address  test_preflight_refusals_are_fast
+  pickle payload in Ray's state runs on resume         test_failed_trial_then_tamper_move_and_resume, test_integrity_*
+  two drivers of one study                             test_sigkill_in_epoch0_sigterm_lock_and_resume, test_lock_*
+  moved study writes into its old place                test_failed_trial_then_tamper_move_and_resume
+  0-byte experiment state after a full disk            test_failed_trial_then_tamper_move_and_resume, test_integrity_*
+  truncated last checkpoint not falling back           test_train_falls_back_to_previous_checkpoint
+  worker SIGKILLed in epoch 0 keeps attempts 1         test_sigkill_in_epoch0_sigterm_lock_and_resume
+  storage failing mid-study leaves trials running      test_storage_failure_stops_the_study
+"""
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from study.tables import read_table
+
+TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
+TRAIN = ["--hidden", "16", "--layers", "1", "--intermediate", "16", "--data", "synthetic:100",
+         "--batch-size", "50", "--quiet", "--no-head-stats", "--epochs", "2"]
+
+
+@pytest.fixture(autouse=True)
+def _env(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the HMAC key file lives here
+    monkeypatch.delenv("STUDY_HMAC_KEY", raising=False)
+
+
+def study(*args, cwd, timeout=300, env=None):
+    return subprocess.run([sys.executable, "-m", "study", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def popen(*args, cwd):
+    return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=cwd, start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def write_spec(tmp_path, name, **doc):
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump({"name": name, "data": "synthetic:100", "batch_size": 25, "model": TINY,
+                                 "training": {"head_images": 4}, "resources": {"cpus_per_trial": 1}, **doc}))
+    return p
+
+
+def session_pids(sid: int) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[3]) == sid:
+                    pids.append(int(d.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return pids
+
+
+def kill_session(proc) -> None:
+    for pid in session_pids(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ": error: " in ln]
+
+
+# ---------------------------------------------------------------- exceptions
+def _project_exceptions():
+    import importlib
+    import pkgutil
+
+    import analysis
+    import study
+
+    found = set()
+    for pkg in (study, analysis):
+        for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+            if ".commands." in info.name or info.name.endswith("__main__"):
+                continue
+            try:
+                mod = importlib.import_module(info.name)
+            except ImportError:
+                continue
+            for obj in vars(mod).values():
+                if isinstance(obj, type) and issubclass(obj, BaseException) and \
+                        obj.__module__.split(".")[0] in ("study", "analysis"):
+                    found.add(obj)
+    return sorted(found, key=lambda c: f"{c.__module__}.{c.__name__}")
+
+
+def _instance(cls):
+    import inspect
+
+    params = [p for p in inspect.signature(cls.__init__).parameters.values()
+              if p.name != "self" and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+              and p.default is p.empty]
+    return cls(*[f"{p.name} value" for p in params]) if params else cls("a message: got 'learnd'")
+
+
+def test_every_project_exception_pickles():
+    classes = _project_exceptions()
+    names = {c.__name__ for c in classes}
+    assert {"ConfigError", "SpecError", "DataError", "StorageError", "CheckpointError"} <= names, names
+    for cls in classes:
+        e = _instance(cls)
+        copy = pickle.loads(pickle.dumps(e))
+        assert type(copy) is cls and str(copy) == str(e), cls
+
+
+def test_cause_survives_rays_copy():
+    """A trial's exception crosses processes as Ray's RayTaskError(cause) (cloudpickle):
+    the copy keeps the real message, and the contract's one-line cause names it."""
+    import ray.cloudpickle as cloudpickle
+    from ray.exceptions import RayTaskError
+
+    from study.errors import cause
+    from study.models import ModelConfig
+    from study.models.config import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        ModelConfig(encoding="learnd")
+    wrapped = RayTaskError("ImplicitFunc.train", "Traceback ...", info.value)
+    copy = cloudpickle.loads(cloudpickle.dumps(wrapped.as_instanceof_cause()))
+    line = cause(copy)
+    assert line.startswith("ConfigError: encoding: must be one of") and "got 'learnd'" in line, line
+    assert "missing" not in line
+
+
+# ---------------------------------------------------------------- study train checkpoints
+def test_train_refuses_checkpoint_of_another_configuration(tmp_path):
+    out = tmp_path / "t"
+    r = study("train", *TRAIN, "--num-heads", "4", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    ckpt = (out / "checkpoint" / "checkpoint.pt").read_bytes()
+    runs = read_table(out / "tables", "runs")
+    for flags, field in ((["--num-heads", "9"], "num_heads: 4 -> 9"), (["--lr", "0.05"], "lr: 0.1 -> 0.05")):
+        r = study("train", *TRAIN, "--num-heads", "4", *flags, "--out", str(out), cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert error_lines(r.stderr) == r.stderr.strip().splitlines() and len(error_lines(r.stderr)) == 1, r.stderr
+        assert field in r.stderr and "size mismatch" not in r.stderr
+        # nothing rewritten: the checkpoint and the tables are those of the N_h=4 run
+        assert (out / "checkpoint" / "checkpoint.pt").read_bytes() == ckpt
+        assert read_table(out / "tables", "runs").equals(runs)
+    # an unfinished folder too (no silent reuse, no size mismatch)
+    r = study("train", *TRAIN[:-1], "4", "--num-heads", "9", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 2 and "num_heads: 4 -> 9" in r.stderr, r.stderr
+
+
+def test_train_falls_back_to_previous_checkpoint(tmp_path):
+    from study.trial.checkpoint import load_checkpoint
+
+    out = tmp_path / "t"
+    assert study("train", *TRAIN, "--out", str(out), cwd=tmp_path).returncode == 0
+    ckpt = out / "checkpoint" / "checkpoint.pt"
+    assert load_checkpoint(out / "checkpoint")["model_config"]["num_classes"] == 10
+    assert set(load_checkpoint(out / "checkpoint")["train_config"]) >= {"lr", "epochs", "batch_size"}
+    ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])  # cut short, as by a full disk
+    r = study("train", *TRAIN, "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    warning = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert len(warning) == 1 and str(ckpt) in warning[0] and "checkpoint.prev.pt" in warning[0], r.stderr
+    runs = read_table(out / "tables", "runs")
+    assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [2]
+    assert len(read_table(out / "tables", "epochs")) == 2
+    # both damaged: one line naming the file, exit 2
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):
+        (out / "checkpoint" / name).write_bytes(b"PK\x03\x04 cut")
+    r = study("train", *TRAIN, "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and str(ckpt) in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- preflight: fast one-liners, no orphans
+@pytest.mark.parametrize("flags", [["--num-cpus", "0"], ["--num-cpus", "-1"]])
+def test_num_cpus_must_be_positive(flags, capsys):
+    from study.cli import build_parser
+
+    for command in (["run", "f.yaml"], ["resume", "x"]):
+        with pytest.raises(SystemExit) as info:
+            build_parser().parse_args([*command, *flags])
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--num-cpus: must be a positive integer" in err, err
+
+
+@pytest.mark.parametrize("case", ["gpu", "cpus", "address"])
+def test_preflight_refusals_are_fast(tmp_path, case):
+    doc, flags, needle = {}, [], ""
+    if case == "gpu":
+        doc, needle = {"resources": {"gpus_per_trial": 1}}, "gpus_per_trial"
+    elif case == "cpus":
+        doc, needle = {"resources": {"cpus_per_trial": 4096}}, "cpus_per_trial"
+    else:
+        flags, needle = ["--address", "127.0.0.1:1"], "--address"
+    import resource
+
+    f = write_spec(tmp_path, "pre", epochs=1, **doc)
+    t0 = time.monotonic()
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.Popen([sys.executable, "-m", "study", "run", str(f), "--storage", str(tmp_path / "st"), *flags],
+                            cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        leftover = session_pids(proc.pid)
+        kill_session(proc)
+    elapsed = time.monotonic() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = cpu1.ru_utime - cpu0.ru_utime + cpu1.ru_stime - cpu0.ru_stime
+    assert proc.returncode == 2, err
+    assert len(err.strip().splitlines()) == 1 and needle in err and err.startswith("study run: error: "), err
+    # no Ray was started or waited for: the CLI's own start-up (importing torch) is most of it;
+    # wall time is generous for a loaded shared machine, CPU time is what the command costs
+    assert elapsed < 60 and cpu < 15, f"took {elapsed:.1f} s, {cpu:.1f} s CPU"
+    assert not leftover, "processes left behind"
+    assert not (tmp_path / "st").exists()
+
+
+# ---------------------------------------------------------------- lock and integrity units
+def test_lock_refuses_a_second_driver_and_takes_over_a_dead_ones(tmp_path):
+    from study.errors import LockError
+    from study.tuning.lock import LOCK, StudyLock
+
+    root = str(tmp_path / "s")
+    first = StudyLock(root=root, name="s").acquire()
+    with pytest.raises(LockError, match="already being run by another driver .pid %d" % os.getpid()):
+        StudyLock(root=root, name="s").acquire()
+    first.release()
+    assert not (Path(root) / LOCK).exists()
+    # a driver SIGKILLed while holding it: its lock dies with it
+    code = f"from study.tuning.lock import StudyLock; StudyLock(root={root!r}, name='s').acquire(); import os; " \
+           "os.kill(os.getpid(), 9)"
+    subprocess.run([sys.executable, "-c", code], env=os.environ)
+    assert (Path(root) / LOCK).exists()
+    StudyLock(root=root, name="s").acquire().release()
+
+
+def test_lock_on_object_storage_is_a_conditional_create(tmp_path, monkeypatch):
+    moto = pytest.importorskip("moto")
+    import boto3
+
+    from study.errors import LockError
+    from study.tuning import lock as lockmod
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with moto.mock_aws():
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="study-bucket")
+        first = lockmod.StudyLock(root="s3://study-bucket/studies/x", name="x").acquire()
+        with pytest.raises(LockError, match="already being run"):
+            lockmod.StudyLock(root="s3://study-bucket/studies/x", name="x").acquire()
+        # a holder whose heartbeat stopped long ago is taken over
+        body = json.loads(s3.get_object(Bucket="study-bucket", Key="studies/x/.study.lock")["Body"].read())
+        s3.put_object(Bucket="study-bucket", Key="studies/x/.study.lock",
+                      Body=json.dumps({**body, "host": "elsewhere", "heartbeat": time.time() - 10 * lockmod.STALE_S}))
+        second = lockmod.StudyLock(root="s3://study-bucket/studies/x", name="x").acquire()
+        second.release()
+        first._s3 = None
+        assert "Contents" not in s3.list_objects_v2(Bucket="study-bucket", Prefix="studies/x/")
+
+
+def test_integrity_refuses_unsigned_and_changed_pickles_and_repairs_empty_state(tmp_path):
+    from study.errors import IntegrityError
+    from study.tuning.integrity import Signer, key_file, verify
+
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "tuner.pkl").write_bytes(pickle.dumps({"ok": 1}))
+    (root / "experiment_state-1.json").write_text('{"trial_data": []}')
+    (root / "study.json").write_text("{}")  # the project's own JSON: not signed
+    with pytest.raises(IntegrityError, match="not signed"):
+        verify(str(root))
+    Signer(root=str(root)).sign()
+    assert key_file().stat().st_mode & 0o777 == 0o600 and not str(key_file()).startswith(str(root))
+    assert verify(str(root)) == []
+    # a full disk: the state left empty -> restored from its signed last good copy
+    (root / "experiment_state-1.json").write_bytes(b"")
+    notes = verify(str(root))
+    assert len(notes) == 1 and "experiment_state-1.json" in notes[0]
+    assert json.loads((root / "experiment_state-1.json").read_text()) == {"trial_data": []}
+    # another key (another user, or STUDY_HMAC_KEY of another cluster) -> refused
+    os.environ["STUDY_HMAC_KEY"] = "other"
+    try:
+        with pytest.raises(IntegrityError, match="HMAC mismatch"):
+            verify(str(root))
+    finally:
+        del os.environ["STUDY_HMAC_KEY"]
+
+
+# ---------------------------------------------------------------- studies through the CLI (Ray)
+def _wait(predicate, proc, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def _read_until(proc, needle: str, timeout=300) -> list[str]:
+    lines, deadline = [], time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            break
+    return lines
+
+
+@pytest.mark.slow
+def test_failed_trial_then_tamper_move_and_resume(tmp_path):
+    """A trial failing at start (its data source vanished after the driver's check) is an
+    `error` row with its cause and attempts, exit 1, one line per failure; Ray's pickles
+    carrying code are refused on resume (nothing runs); a 0-byte experiment state is
+    repaired; the moved study resumes where it now is and writes nothing to the old place."""
+    from data_helpers import make_tree
+
+    tree = tmp_path / "data"
+    make_tree(tree, n_train=10, n_test=4)
+    f = write_spec(tmp_path, "fail", data=str(tree), batch_size=10, epochs=1, max_failures=1)
+    old = tmp_path / "st" / "fail"
+    env = {"STUDY_CACHE_DIR": str(tmp_path / "cache")}
+    os.environ.update(env)
+    proc = popen("run", str(f), "--storage", "st", "--num-cpus", "1", cwd=tmp_path)
+    try:
+        head = _read_until(proc, "study fail: 1 trials")
+        tree.rename(tmp_path / "data-away")  # the source vanishes before the trial reads it
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        kill_session(proc)
+    out = "".join(head) + out
+    assert proc.returncode == 1, out
+    assert "Traceback" not in out and "\x1b[" not in out, out
+    failures = [ln for ln in out.splitlines() if "trial c000-s000" in ln]
+    assert len(failures) == 2 and "attempt 1" in failures[0] and "error after 2 attempt(s)" in failures[1], out
+    # the cause: the project's own error (the trial re-checks its data source), one line
+    assert all("Error: " in ln and f"{tree}" in ln and "no such file or directory" in ln for ln in failures), out
+    assert "errors:" in out and "trials: 1 error" in out
+    runs = read_table(old / "tables", "runs")
+    assert runs.status.tolist() == ["error"] and runs.attempts.tolist() == [2], runs
+    assert runs.error.iloc[0].split(":")[0] in ("SpecError", "DataError") and str(tree) in runs.error.iloc[0]
+    assert runs.error.iloc[0] in failures[1]
+    assert runs.epochs_done.tolist() == [0] and runs.num_heads.tolist() == [2] and runs.batch_size.tolist() == [10]
+    meta = json.loads((old / "study.json").read_text())
+    assert meta["tables"] == "tables" and not any(str(tmp_path) in str(v) for k, v in meta.items()
+                                                  if k not in ("file", "raw"))
+
+    # a pickle payload in Ray's state: refused before anything is unpickled
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    original = (old / "tuner.pkl").read_bytes()
+    (old / "tuner.pkl").write_bytes(pickle.dumps(Payload()))
+    r = study("resume", "fail", "--storage", "st", cwd=tmp_path)
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.strip().splitlines() == [ln for ln in r.stderr.strip().splitlines() if "tuner.pkl" in ln]
+    assert len(r.stderr.strip().splitlines()) == 1 and "HMAC mismatch" in r.stderr
+    assert not marker.exists()
+    (old / "tuner.pkl").write_bytes(original)
+
+    # a full disk left the experiment state empty; then the study is moved
+    state = sorted(old.glob("experiment_state-*.json"))[-1]
+    state.write_bytes(b"")
+    (tmp_path / "moved").mkdir()
+    shutil.move(old, tmp_path / "moved" / "fail")
+    (tmp_path / "data-away").rename(tree)
+    r = study("resume", "fail", "--storage", "moved", "--num-cpus", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "restored the last good copy" in r.stderr and "Failed to fetch metrics" not in r.stderr
+    assert not old.exists(), "the resumed study wrote into its old place"
+    runs = read_table(tmp_path / "moved" / "fail" / "tables", "runs")
+    assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [3], runs
+    assert runs.error.isna().all()
+
+
+@pytest.mark.slow
+def test_sigkill_in_epoch0_sigterm_lock_and_resume(tmp_path):
+    """A worker SIGKILLed during epoch 0 counts its attempt; a second driver is refused by
+    the lock; SIGTERM stops the study cleanly (exit 143, trial `interrupted`, pointer to
+    `study resume`); the resume continues it with attempts and device-seconds accumulated."""
+    f = write_spec(tmp_path, "term", data="synthetic:1000", epochs=2, grid={"num_heads": [1, 2]},
+                   max_failures=2, max_concurrent=1)
+    root = tmp_path / "results" / "term"
+    tables = root / "tables"
+    proc = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
+    try:
+        def started():
+            runs = read_table(tables, "runs")
+            return len(runs) and (runs.status == "running").any()
+
+        assert _wait(started, proc), "no trial started"
+        runs = read_table(tables, "runs")
+        victim = runs.trial_id.iloc[0]
+        workers = [p for p in session_pids(proc.pid)
+                   if (Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] == b"ray::ImplicitFunc.train")]
+        assert workers
+        for p in workers:
+            os.kill(p, signal.SIGKILL)
+        in_epoch0 = not (tables / "epochs" / victim).exists()
+
+        # one study, one driver
+        r = study("resume", "term", cwd=tmp_path)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "already being run by another driver" in r.stderr and f"pid {proc.pid}" in r.stderr
+
+        def retried():
+            runs = read_table(tables, "runs")
+            row = runs[runs.trial_id == victim]
+            return len(row) and row.attempts.iloc[0] == 2 and row.status.iloc[0] == "running" and \
+                (tables / "epochs" / victim).exists()
+
+        assert _wait(retried, proc), "the killed trial was not retried"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        kill_session(proc)
+    assert in_epoch0, "the worker was not killed in epoch 0 (timing): the case was not exercised"
+    assert proc.returncode == 143, out
+    assert "study resume term" in out and "Tuner.restore" not in out and "Traceback" not in out, out
+    assert "Failed to fetch metrics" not in out
+    runs = read_table(tables, "runs").set_index("trial_id")
+    assert runs.loc[victim, "status"] == "interrupted" and runs.loc[victim, "attempts"] == 2, runs
+    assert not (runs.status == "running").any()
+    spent = runs.loc[victim, "device_seconds"]
+    assert spent > 0
+
+    r = study("resume", "term", "--num-cpus", "2", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Tuner.restore" not in r.stderr and "Failed to fetch metrics" not in r.stderr
+    runs = read_table(tables, "runs").set_index("trial_id")
+    assert len(runs) == 2 and (runs.status == "finished").all(), runs
+    assert runs.loc[victim, "attempts"] == 3
+    assert runs.loc[victim, "device_seconds"] >= spent
+    epochs = read_table(tables, "epochs")
+    assert not epochs.duplicated(["trial_id", "epoch"]).any() and len(epochs) == 4
+    assert not (root / ".study.lock").exists()
