@@ -25,6 +25,8 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("arch", "text", "sa (attention-only) | resnet18"),
         ("encoding", "text", "quadratic | learned | learned_content; null for resnet18"),
         ("isotropic", "bool", "quadratic heads: Σ⁻¹ = s²I (true) or A Aᵀ (false); null otherwise"),
+        ("positional_score", "text", "learned encodings: query (q_h·r_δ, the paper's content model) | head "
+                                     "(w_h·r_δ); null otherwise"),
         ("num_heads", "int", "N_h, heads per layer"),
         ("pos_dim", "int", "D_p, dimension of the relative positional encoding (3 / 5 for quadratic)"),
         ("hidden", "int", "D, token dimension (400 in the paper)"),
@@ -59,6 +61,8 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("head_stats", "bool", "heads/maps tables written"),
         ("head_images", "int", "test images whose content attention the heads/maps of content heads average"),
         ("map_radius", "int", "r of the stored (2r+1)×(2r+1) attention window in maps"),
+        ("map_epochs", "text|list<int>", "epochs (0-based) whose attention maps are stored: auto (first ten, "
+                                         "log-spaced, last), all, last, none, or a list"),
         ("eval_batch_size", "int", "batch size of evaluation"),
         ("sampled_<field>", "as the field", "the value Optuna sampled for <field> (also in <field>)"),
         ("cell", "int", "grid cell index (0-based) of a study"),

@@ -22,8 +22,8 @@ RESULT_COLUMNS = frozenset({
 })
 #: Fields that run the same model and recipe differently (precision, compilation,
 #: statistics, evaluation batching) or only say where data came from: not a variant.
-EXECUTION_COLUMNS = frozenset({"amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size",
-                               "data"})
+EXECUTION_COLUMNS = frozenset({"amp", "compile", "head_stats", "head_images", "map_radius", "map_epochs",
+                               "eval_batch_size", "data"})
 
 
 def _config_fields() -> tuple[str, ...]:

@@ -63,7 +63,7 @@ def _acc(mean: float, std: float) -> str:
     return f"{100 * mean:.2f}" + ("" if std != std else f" ± {100 * std:.2f}")
 
 
-def _g(f: int) -> str:
+def _flops(f: int) -> str:
     return f"{f / 1e9:.2f} G" if f >= 1e9 else f"{f / 1e6:.1f} M"
 
 
@@ -79,7 +79,7 @@ def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
         cells = [str(r["model"]), str(r["seeds"]), f"{r['epochs_done']}/{r['epochs']}{running}",
                  _acc(r["best_test_acc"], r["best_test_acc_std"]), _acc(r["final_test_acc"], r["final_test_acc_std"])]
         cells += [_acc(r["best_val_acc"], r["best_val_acc_std"])] if has_val else []
-        cells += [f"{r['n_params']:,}", _g(r["macs"]), _g(r["flops_math"]), _g(r["flops"])]
+        cells += [f"{r['n_params']:,}", _flops(r["macs"]), _flops(r["flops_math"]), _flops(r["flops"])]
         lines.append("| " + " | ".join(cells) + " |")
     n_test = [int(v) for v in d["n_test"].dropna().unique()] if "n_test" in d else []
     one = (" One test image is worth " + "/".join(f"{100 / n:.2g}" for n in n_test) + " pp (percentage points) of "
