@@ -2,6 +2,7 @@
 
     analysis query NAME|PATH "SQL" [--format table|csv|json] [--storage DIR]
     analysis figures NAME|PATH [--out DIR] [--epoch N] [--storage DIR]
+    analysis schema [TABLE]
     analysis report NAME|PATH [--out FILE] [--serve [--port N] [--interval S]] [--storage DIR]
 
 Errors (missing study, bad SQL, unknown table) are one line on stderr, exit 2.
@@ -63,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: each trial's last)")
     f.set_defaults(func=_figures)
 
+    sc = sub.add_parser("schema", help="what every column of the tables means (type, unit, convention)",
+                        description="Document every column of runs, epochs, heads and maps: type, unit and "
+                                    "convention (shifts in grid pixels with y down, entropy in nats, 0-based "
+                                    "epoch/layer/head, the maps window layout, …).")
+    sc.add_argument("table", nargs="?", choices=["runs", "epochs", "heads", "maps"], metavar="TABLE",
+                    help="one table (runs, epochs, heads, maps); default: all")
+    sc.set_defaults(func=_schema)
+
     r = sub.add_parser("report", help="one self-contained HTML page of a study (--serve: live)",
                        description="Write one HTML page with every figure (embedded), Table 1, per-trial "
                                    "progress, the failures with their cause and the study file. With "
@@ -77,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--interval", type=float, default=3.0, help="seconds between checks of the tables (--serve)")
     r.set_defaults(func=_report)
     return parser
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from analysis.schema import describe
+
+    sys.stdout.write(describe(args.table))
+    return 0
 
 
 def _query(args: argparse.Namespace) -> int:

@@ -59,14 +59,25 @@ def _one_line(message: str) -> str:
     return " ".join(keep) or "unknown error"
 
 
-def _sql_error(exc: Exception) -> str:
-    """One line for a DuckDB error; an unknown table names the tables there are."""
+#: Columns whose names are reserved SQL keywords in DuckDB: they must be quoted.
+KEYWORD_COLUMNS = ("window",)
+
+
+def _sql_error(exc: Exception, query: str = "") -> str:
+    """One line for a DuckDB error; an unknown table names the tables there are; a
+    syntax error near an unquoted keyword column says how to quote it."""
     import re
 
     text = _one_line(exc)
     m = re.search(r"Table with name (\S+) does not exist", text)
     if m:
         return f"unknown table {m.group(1)} (tables: {', '.join(TABLES)})"
+    if "syntax error" in text.lower():
+        unquoted = [c for c in KEYWORD_COLUMNS if re.search(rf'(?<!["\w]){c}(?!["\w])', query, re.IGNORECASE)]
+        if unquoted:
+            c = unquoted[0]
+            return (f'{text} (hint: {c} is an SQL keyword; write the column in double quotes, "{c}", '
+                    f'e.g. SELECT "{c}" FROM maps)')
     return text
 
 
@@ -288,7 +299,7 @@ class Study:
             for table in TABLES:
                 self._view(self._con, table)
 
-    def _run(self, fn):
+    def _run(self, fn, query: str = ""):
         import duckdb
 
         for _ in range(50):
@@ -296,7 +307,7 @@ class Study:
                 return fn(self.connection())
             except duckdb.Error as exc:
                 if not self._recover(exc):
-                    raise AnalysisError(_sql_error(exc)) from None
+                    raise AnalysisError(_sql_error(exc, query)) from None
         raise AnalysisError("tables kept changing while being queried; try again")
 
     def sql(self, query: str) -> pd.DataFrame:
@@ -307,7 +318,7 @@ class Study:
                 return pd.DataFrame()
             return result.df()
 
-        return self._run(go)
+        return self._run(go, query)
 
     def sql_records(self, query: str) -> tuple[list[str], list[tuple]]:
         """Column names and rows (tuples of plain Python values; lists for list columns)."""
@@ -318,7 +329,7 @@ class Study:
             table = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.fetch_arrow_table()
             return table.column_names, list(zip(*(col.to_pylist() for col in table.columns)))
 
-        return self._run(go)
+        return self._run(go, query)
 
 
 def _filesystem(uri: str):

@@ -36,3 +36,20 @@ def lattice_distance(centers) -> float:
     cost = np.linalg.norm(c[:, None, :] - pts[None, :, :], axis=-1)
     rows, cols = linear_sum_assignment(cost)
     return float(cost[rows, cols].mean())
+
+
+def lattice_distance_of(centers, k: int) -> float:
+    """Mean distance of any number n ≤ K² of head centres to K×K lattice points, one
+    point per head, after the optimal assignment (the subset of heads that is
+    concentrated enough to have a centre); NaN for no head."""
+    from scipy.optimize import linear_sum_assignment
+
+    c = np.asarray(centers, dtype=float).reshape(-1, 2)
+    if len(c) == 0:
+        return float("nan")
+    pts = lattice(k)
+    if len(c) > len(pts):
+        raise ValueError(f"{len(c)} centres for a {k}x{k} lattice")
+    cost = np.linalg.norm(c[:, None, :] - pts[None, :, :], axis=-1)
+    rows, cols = linear_sum_assignment(cost)
+    return float(cost[rows, cols].mean())

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+from decimal import Decimal
 from typing import Any
 
 from analysis.io import Study
@@ -14,9 +15,15 @@ FORMATS = ("table", "csv", "json")
 
 
 def _plain(value: Any) -> Any:
-    """JSON-safe value: NaN/inf become null, lists recurse, other objects become text."""
+    """JSON-safe value: numbers stay numbers (DuckDB's exact DECIMAL results, e.g. of
+    ``sum`` over integers, become int when integral, else float), NaN/inf become null,
+    lists recurse, other objects (dates, …) become text."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            return None
+        return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, (list, tuple)):
@@ -29,6 +36,8 @@ def _plain(value: Any) -> Any:
 def _cell(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, Decimal):
+        return str(_plain(value))
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else ("" if value != value else str(value))
     if isinstance(value, (list, tuple, dict)):
@@ -40,6 +49,8 @@ def _short(value: Any) -> str:
     """A cell for the human-readable table (long lists elided)."""
     if value is None:
         return "NULL"
+    if isinstance(value, Decimal):
+        value = _plain(value)
     if isinstance(value, float):
         return f"{value:.6g}"
     if isinstance(value, (list, tuple)):
@@ -62,7 +73,8 @@ def render(columns: list[str], rows: list[tuple], fmt: str) -> str:
     if not columns:
         return ""
     cells = [[_short(v) for v in r] for r in rows]
-    numeric = [all(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in rows if r[i] is not None)
+    numeric = [all(isinstance(r[i], (int, float, Decimal)) and not isinstance(r[i], bool) for r in rows
+                   if r[i] is not None)
                for i in range(len(columns))]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
 

@@ -126,10 +126,15 @@ def _table1(study: Study) -> str:
                     f"<td class=num>{r['epochs_done']}/{r['epochs']}</td>"
                     f"<td class=num>{_e(t1._acc(r['best_test_acc'], r['best_test_acc_std']))}</td>"
                     f"<td class=num>{_e(t1._acc(r['final_test_acc'], r['final_test_acc_std']))}</td>"
-                    f"<td class=num>{r['n_params']:,}</td><td class=num>{_e(t1._flops(r['flops']))}</td></tr>")
-    return ("<table><tr><th>Model</th><th class=num>Seeds</th><th class=num>Epochs</th>"
+                    f"<td class=num>{r['n_params']:,}</td><td class=num>{_e(t1._flops(r['macs']))}</td>"
+                    f"<td class=num>{_e(t1._flops(r['flops']))}</td></tr>")
+    from analysis.meta import describe
+
+    return (f"<p>{_e(describe(Context(study=study, out=Path('.')).trials))}</p>"
+            "<table><tr><th>Model</th><th class=num>Seeds (n)</th><th class=num>Epochs</th>"
             "<th class=num>Best test acc. (%)</th><th class=num>Final test acc. (%)</th>"
-            "<th class=num>Params</th><th class=num>FLOPs/image</th></tr>" + "".join(rows) + "</table>")
+            "<th class=num>Params</th><th class=num>MACs/image (model's equations)</th>"
+            "<th class=num>FLOPs executed/image</th></tr>" + "".join(rows) + "</table>")
 
 
 def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:

@@ -12,23 +12,41 @@ import re
 
 import pandas as pd
 
-#: Columns of ``runs`` that are results or bookkeeping, not configuration.
+#: Columns of ``runs`` that are results or bookkeeping, never configuration (also
+#: when a table has an unknown column: only configuration fields define variants).
 RESULT_COLUMNS = frozenset({
     "trial_id", "study", "name", "status", "epochs_done", "n_params", "flops", "best_test_acc",
     "final_test_acc", "device_seconds", "device", "world_size", "attempts", "cell", "updated_at",
     "sample", "key", "ray_trial_id", "best_val_acc", "final_val_acc", "n_train", "n_val", "n_test",
     "data_source", "selection_metric", "error",
 })
+#: Fields that run the same model and recipe differently (precision, compilation,
+#: statistics, evaluation batching) or only say where data came from: not a variant.
+EXECUTION_COLUMNS = frozenset({"amp", "compile", "head_stats", "head_images", "map_radius", "map_epochs",
+                               "eval_batch_size", "data"})
+
+
+def _config_fields() -> tuple[str, ...]:
+    """Every model and training field (``TrainConfig.flat()``), whatever branch added it."""
+    from study.trial.config import TrainConfig  # configuration only: no torch
+
+    return tuple(TrainConfig().flat())
+
+
 #: Configuration columns that ``runs.name`` already spells out.
 NAME_COLUMNS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim")
 #: Preferred order of sweep axes (others follow alphabetically).
-AXIS_ORDER = NAME_COLUMNS + ("hidden", "layers", "lr", "weight_decay", "warmup", "batch_size", "epochs")
+AXIS_ORDER = NAME_COLUMNS + ("hidden", "layers", "intermediate", "lr", "momentum", "weight_decay", "warmup",
+                              "batch_size", "epochs")
 ENCODING_ORDER = ("quadratic", "learned", "learned_content")
 
 
 def config_columns(runs: pd.DataFrame) -> list[str]:
-    """Configuration columns of ``runs`` (``sampled_*`` copies of searched values excluded)."""
-    cols = [c for c in runs.columns if c not in RESULT_COLUMNS and not str(c).startswith("sampled_")]
+    """Configuration columns of ``runs``: model and training fields only (bookkeeping —
+    Ray ids, cell, sample, attempts, timing, sizes — and the ``sampled_*`` copies of
+    searched values never are)."""
+    fields = set(_config_fields()) - EXECUTION_COLUMNS
+    cols = [c for c in runs.columns if c in fields and c not in RESULT_COLUMNS]
     return sorted(cols, key=lambda c: (AXIS_ORDER.index(c) if c in AXIS_ORDER else len(AXIS_ORDER), c))
 
 

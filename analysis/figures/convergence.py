@@ -1,16 +1,28 @@
-"""Fig. 2: test accuracy over training, one line per model variant, a band over seeds."""
+"""Fig. 2: test accuracy over training, one line per model variant (mean over its
+seeds) with a min–max band over the seeds.
+
+Axes that do not exaggerate: the y-axis spans at least chance level (1/classes) to
+the next 0.1 above the data, and a bar shows what one test image is worth
+(1/n_test); lines differ by colour, marker and line style; the caption names the
+data, subset, sizes, epochs and seeds."""
 
 from __future__ import annotations
+
+import math
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from analysis.figures import Skip
+from analysis.figures.panels import wrap_note
+from analysis.meta import describe, test_sizes
 from analysis.style import COLUMN_WIDTH, save
 from analysis.variants import variant_order
 
 KIND = "accuracy"
 STEM = "fig2_accuracy"
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+LINESTYLES = ("-", "--", "-.", ":")
 
 
 def data(ctx) -> pd.DataFrame:
@@ -30,27 +42,54 @@ def data(ctx) -> pd.DataFrame:
     return agg.reset_index(drop=True)
 
 
+def y_range(low: float, high: float, *, chance: float) -> tuple[float, float]:
+    """At least [chance, next 0.1 above the data]: differences of a few test images
+    are not blown up to the figure's height."""
+    lo = min(chance, math.floor(low * 10) / 10)
+    hi = min(1.0, max(lo + 0.2, math.ceil(high * 10 + 1e-9) / 10))
+    return max(0.0, lo), hi
+
+
 def draw(ctx) -> list:
     d = data(ctx)
+    runs = ctx.trials
     models = list(dict.fromkeys(d["model"]))
-    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.1))
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.3))
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    single_point = d.groupby("model")["epoch"].nunique().max() == 1
+    n_epochs = d["epochs_trained"].max()
+    every = max(1, int(n_epochs) // 12)
     for i, m in enumerate(models):
         s = d[d["model"] == m]
         colour = palette[i % len(palette)]
         seeds = int(s["seeds"].max())
-        label = m if seeds == 1 else f"{m} ({seeds} seeds)"
+        label = f"{m} (n={seeds})"
         ax.plot(s["epochs_trained"], s["test_acc_mean"], color=colour, label=label,
-                marker="o" if single_point or len(s) <= 12 else None, markersize=2.5)
+                linestyle=LINESTYLES[i % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)],
+                markevery=every, markersize=3, markerfacecolor="none" if i % 2 else colour)
         if seeds > 1:
             ax.fill_between(s["epochs_trained"], s["test_acc_min"], s["test_acc_max"], color=colour,
-                            alpha=0.2, linewidth=0)
+                            alpha=0.18, linewidth=0)
+    classes = runs["num_classes"].dropna() if "num_classes" in runs else pd.Series(dtype=float)
+    chance = 1.0 / float(classes.max()) if len(classes) else 0.1
+    lo, hi = y_range(float(d["test_acc_min"].min()), float(d["test_acc_max"].max()), chance=chance)
+    ax.set_ylim(lo, hi)
+    ax.axhline(chance, color="0.6", linewidth=0.5, linestyle=":", zorder=0)
+    ax.text(1.0, chance, " chance", transform=ax.get_yaxis_transform(), fontsize=7, color="0.4", va="center")
+    sizes = test_sizes(runs)
+    if sizes:
+        n = min(sizes)
+        # a bar as tall as one test image's worth of accuracy, at the right edge
+        x = n_epochs + 0.6 if n_epochs > 1 else 1.4
+        y = lo + 0.04 * (hi - lo)
+        ax.errorbar([x], [y], yerr=[[0], [1.0 / n]], color="black", capsize=1.5, linewidth=0.6, capthick=0.6)
+        ax.text(x - 0.08, y, f"1 test image = {100 / n:.2g} pp", ha="right", va="bottom", fontsize=7)
     ax.set_xlabel("epochs trained")
-    ax.set_ylabel("test accuracy")
-    if d["epochs_trained"].max() <= 12:
+    ax.set_ylabel("test accuracy" + (f" (n_test = {'/'.join(map(str, sizes))})" if sizes else ""))
+    if n_epochs <= 12:
         ax.set_xticks(sorted(d["epochs_trained"].unique()))
+    ax.set_xlim(0.5 if n_epochs > 1 else 0.5, n_epochs + (1.0 if n_epochs > 1 else 1.5))
     ax.grid(True, linewidth=0.4, alpha=0.5)
-    note = "line: mean over seeds; band: min–max" if (d["seeds"] > 1).any() else None
+    note = "line: mean over n seeds; band: min–max" if (d["seeds"] > 1).any() else "line: one seed per model"
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1, title=note)
-    return save(fig, d, ctx.out, STEM)
+    ax.set_title(wrap_note(describe(runs), COLUMN_WIDTH), fontsize=7, pad=3)
+    return save(fig, d.assign(n_test=min(sizes) if sizes else pd.NA), ctx.out, STEM)

@@ -4,14 +4,21 @@ panel per layer, at one epoch (default: the trial's last).
 Gaussian heads: analytic ellipses of Σ = (Σ⁻¹ as trained)⁻¹ around the head's mean
 shift.  Learned and content heads: the smallest set of pixels of the stored
 attention window holding 50 % / 90 % of the head's attention (not drawn when the
-window holds less)."""
+window holds less).
+
+Only concentrated heads (:mod:`analysis.concentration`, the rule printed under the
+figure) get a centre and contours; each dot carries its head number (as in the
+maps figure), and diffuse heads are listed per layer instead of drawn."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib import patheffects
 
+from analysis.concentration import classify, rule_text
 from analysis.contours import LEVELS, gaussian_ellipse, window_contours
+from analysis.meta import describe
 from analysis.figures.panels import after, label_grid, layer_grid, limit, shift_axes, wrap_note
 from analysis.style import head_colors, save
 
@@ -23,8 +30,10 @@ MAX_CURVES = 3  # a mass region bounded by more curves (pieces, holes) is diffus
 
 def curves(heads: pd.DataFrame, maps: pd.DataFrame | None) -> tuple[pd.DataFrame, dict]:
     """Plotted coordinates of one trial at one epoch: rows (layer, head, kind, level,
-    path, x, y) with kind 'center' or 'contour'; and the number of contours not drawn,
-    per (level, reason): the window holds less mass, or the region is scattered."""
+    path, x, y) with kind 'center' or 'contour' (or 'diffuse': the head is not drawn,
+    x and y are NaN); and the number of contours not drawn, per (level, reason): the
+    window holds less mass, or the region is scattered.  ``heads`` may carry a
+    ``concentrated`` column (:func:`analysis.concentration.classify`)."""
     rows: list[dict] = []
     missing: dict[tuple[float, str], int] = {}
     windows = {}
@@ -33,6 +42,9 @@ def curves(heads: pd.DataFrame, maps: pd.DataFrame | None) -> tuple[pd.DataFrame
     for r in heads.sort_values(["layer", "head"]).itertuples():
         key = (int(r.layer), int(r.head))
         base = {"layer": key[0], "head": key[1]}
+        if not getattr(r, "concentrated", True):
+            rows.append({**base, "kind": "diffuse", "level": np.nan, "path": 0, "x": np.nan, "y": np.nan})
+            continue
         rows.append({**base, "kind": "center", "level": np.nan, "path": 0, "x": r.center_x, "y": r.center_y})
         inv = tuple(getattr(r, k, np.nan) for k in PARAMS)
         gaussian = all(v == v for v in inv)
@@ -66,14 +78,17 @@ def draw(ctx) -> list:
         if epoch is None:
             ctx.skip(KIND, f"no head statistics at epoch {ctx.epoch}", t["label"])
             continue
-        h = rows[rows["epoch"] == epoch]
-        d, missing = curves(h, maps_by.get((t["trial_id"], epoch)))
+        m = maps_by.get((t["trial_id"], epoch))
+        h = classify(rows[rows["epoch"] == epoch], m)
+        d, missing = curves(h, m)
         written += _figure(ctx, t, epoch, d, missing, gaussian=h[list(PARAMS)].notna().all(axis=None),
-                           n_heads=int(h["head"].nunique()))
+                           n_heads=int(h["head"].nunique()),
+                           window=int(m["window"].iloc[0]) if m is not None and len(m) else None)
     return written
 
 
-def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: bool, n_heads: int) -> list:
+def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: bool, n_heads: int,
+            window: int | None = None) -> list:
     layers = sorted(d["layer"].unique())
     fig, axes, grid = layer_grid(len(layers))
     colours = head_colors(max(n_heads, int(d["head"].max()) + 1))
@@ -87,12 +102,22 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: boo
         cl = dl[dl["kind"] == "center"]
         ax.scatter(cl["x"], cl["y"], c=[colours[h] for h in cl["head"]], s=9, zorder=6,
                    edgecolors="white", linewidths=0.3)
+        for _, c in cl.iterrows():  # head numbers (1-based, as in the maps figure)
+            ax.annotate(str(int(c["head"]) + 1), (c["x"], c["y"]), xytext=(2.5, 1.5), textcoords="offset points",
+                        fontsize=7, color=colours[int(c["head"])], zorder=7,
+                        path_effects=[patheffects.withStroke(linewidth=1.5, foreground="white")])
+        diffuse = sorted(int(h) + 1 for h in dl.loc[dl["kind"] == "diffuse", "head"])
+        if diffuse:
+            ax.text(0.02, 0.02, "diffuse: " + ",".join(map(str, diffuse)), transform=ax.transAxes, fontsize=7,
+                    color="0.35", va="bottom", ha="left", wrap=True)
         shift_axes(ax, lim)
         ax.set_title(f"layer {layer + 1}", pad=2)
     label_grid(grid)
     fig.suptitle(f"{t['label']}, {after(epoch)}", y=1.0)
     kind = "ellipses of Σ (Gaussian heads)" if gaussian else "mass contours of the attention map"
-    notes = [f"dots: head centres; 50 % solid, 90 % dotted: {kind}; ■ query"]
+    notes = [describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]]),
+             f"dots: centres of concentrated heads (numbered); 50 % solid, 90 % dotted: {kind}; ■ query",
+             rule_text(window) + " (listed as 'diffuse', not drawn)"]
     gone = []
     for why in dict.fromkeys(w for _, w in missing):
         levels = [f"{int(p * 100)} % of {n} head{'s' if n != 1 else ''}" for (p, w), n in missing.items() if w == why]

@@ -1,8 +1,10 @@
 """Figs. 5/6: attention probabilities of every head (columns) of every layer (rows):
 the stored (2r+1)×(2r+1) window of shifts around the query pixel (black outline),
 at one epoch (default: the trial's last).  Content attention: the stored average
-over the test images of the trial's head statistics.  Each panel has its own colour
-scale (0 to the head's largest probability)."""
+over the test images of the trial's head statistics.  One colour scale for the whole
+figure (the range of the values shown), with a colour bar; under each map the head's
+attention mass inside the window, and diffuse heads (:mod:`analysis.concentration`)
+in a dashed frame."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Rectangle
 
+from analysis.concentration import MIN_WINDOW_MASS, classify, rule_text
 from analysis.figures.panels import after, wrap_note
+from analysis.meta import describe
 from analysis.style import COLUMN_WIDTH, DOUBLE_WIDTH, save
 
 KIND = "maps"
@@ -32,53 +36,90 @@ def long_form(maps: pd.DataFrame) -> pd.DataFrame:
 
 def draw(ctx) -> list:
     written = []
+    heads = ctx.study.heads
+    heads_by = dict(tuple(heads.groupby(["trial_id", "epoch"]))) if not heads.empty else {}
     for t, rows in ctx.head_trials(KIND, table="maps"):
         epoch = ctx.pick_epoch(rows)
         if epoch is None:
             ctx.skip(KIND, f"no attention maps at epoch {ctx.epoch}", t["label"])
             continue
-        d = long_form(rows[rows["epoch"] == epoch])
-        written += _figure(ctx, t, epoch, d)
+        m = rows[rows["epoch"] == epoch]
+        d = long_form(m)
+        h = heads_by.get((t["trial_id"], epoch))
+        per_head = _per_head(m, h)
+        d = d.merge(per_head, on=["layer", "head"], how="left")
+        written += _figure(ctx, t, epoch, d, window=int(m["window"].iloc[0]))
     return written
 
 
-def _figure(ctx, t, epoch: int, d: pd.DataFrame) -> list:
+def _per_head(maps: pd.DataFrame, heads: pd.DataFrame | None) -> pd.DataFrame:
+    """(layer, head) → window_mass, concentrated (entropy from ``heads`` when present)."""
+    if heads is None or heads.empty:
+        mass = maps["probs"].map(lambda p: float(np.sum(np.asarray(p, dtype=float))))
+        return pd.DataFrame({"layer": maps["layer"].astype(int), "head": maps["head"].astype(int),
+                             "window_mass": mass.to_numpy(), "concentrated": (mass >= MIN_WINDOW_MASS).to_numpy()})
+    c = classify(heads, maps)
+    return c[["layer", "head", "window_mass", "concentrated"]].astype({"layer": int, "head": int})
+
+
+def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
     layers = sorted(d["layer"].unique())
     heads = sorted(d["head"].unique())
     nl, nh = len(layers), len(heads)
-    width = min(DOUBLE_WIDTH, max(COLUMN_WIDTH, 0.36 * nh + 0.3))
-    left, right, top, bottom, gap = 0.28, 0.04, 0.42, 0.36, 0.03  # inches
+    width = min(DOUBLE_WIDTH, max(COLUMN_WIDTH, 0.42 * nh + 0.75))
+    caption = wrap_note(describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]]), width)
+    left, right, gap, vgap = 0.3, 0.5, 0.04, 0.16  # inches
+    top = 0.42 + 0.13 * (caption.count("\n") + 1)
+    bottom = 0.62
     cell = (width - left - right - gap * (nh - 1)) / nh
-    height = top + bottom + nl * cell + gap * (nl - 1)
+    height = top + bottom + nl * cell + vgap * (nl - 1)
     fig, axes = plt.subplots(nl, nh, figsize=(width, height), squeeze=False)
     fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height,
-                        top=1 - top / height, wspace=gap / cell, hspace=gap / cell)
+                        top=1 - top / height, wspace=gap / cell, hspace=vgap / cell)
     rad = int(d["x"].max())
+    side = 2 * rad + 1
+    # one colour scale for the whole figure: exactly the range of the plotted values
+    vmin, vmax = float(d["prob"].min()), float(d["prob"].max())
+    if vmax <= vmin:
+        vmax = vmin + 1e-12
+    image = None
     for i, layer in enumerate(layers):
         for j, head in enumerate(heads):
             ax = axes[i, j]
             s = d[(d["layer"] == layer) & (d["head"] == head)]
-            side = 2 * rad + 1
-            img = np.zeros((side, side))
+            img = np.full((side, side), np.nan)
             img[s["y"].to_numpy() + rad, s["x"].to_numpy() + rad] = s["prob"].to_numpy()
-            vmax = img.max() if img.max() > 0 else 1.0
-            ax.imshow(img, cmap="Blues", vmin=0, vmax=vmax, interpolation="nearest",
-                      extent=(-rad - 0.5, rad + 0.5, rad + 0.5, -rad - 0.5))  # row 0 = y −r at the top
+            image = ax.imshow(img, cmap="Blues", vmin=vmin, vmax=vmax, interpolation="nearest",
+                              extent=(-rad - 0.5, rad + 0.5, rad + 0.5, -rad - 0.5))  # row 0 = y −r at the top
             ax.add_patch(Rectangle((-0.5, -0.5), 1, 1, fill=False, edgecolor="black", linewidth=0.6))
             ax.set_xticks([])
             ax.set_yticks([])
+            concentrated = bool(s["concentrated"].iloc[0]) if len(s) else True
+            mass = float(s["window_mass"].iloc[0]) if len(s) else float("nan")
             for spine in ax.spines.values():
-                spine.set_linewidth(0.3)
+                spine.set_linewidth(0.3 if concentrated else 0.8)
+                spine.set_linestyle("-" if concentrated else (0, (2, 1.5)))
+                spine.set_edgecolor("black" if concentrated else "0.45")
+            ax.set_xlabel(f"{100 * mass:.0f}%" + ("" if concentrated else " d"), fontsize=7, labelpad=1,
+                          color="black" if concentrated else "0.4")
             if i == 0:
                 ax.set_title(f"head {head + 1}" if nh <= 6 else f"h{head + 1}", pad=2, fontsize=7)
             if j == 0:
                 ax.set_ylabel(f"layer {layer + 1}" if nh <= 6 else f"L{layer + 1}", fontsize=7, labelpad=2)
+    cax = fig.add_axes([1 - (right - 0.08) / width, bottom / height, 0.09 / width,
+                        (height - top - bottom) / height])
+    bar = fig.colorbar(image, cax=cax)
+    bar.set_label("attention probability", fontsize=7, labelpad=2)
+    bar.ax.tick_params(labelsize=7)
     content = t.get("encoding") == "learned_content"
     what = "mean over test images" if content else "positional attention"
     fig.suptitle(f"{t['label']}, {after(epoch)}", y=1 - 0.04 / height, va="top")
-    note = (f"{side}×{side} shifts around the query (outlined), y down; {what}; "
-            "colour scale per head (0 to its maximum)")
-    fig.text(0.5, (bottom - 0.06) / height, wrap_note(note, width), ha="center", va="top", fontsize=7)
+    fig.text(0.5, 1 - 0.24 / height, caption, ha="center", va="top", fontsize=7)
+    note = (f"{side}×{side} shifts around the query (outlined), y down; {what}. One colour scale for all "
+            f"heads, from the smallest to the largest value shown ({vmin:.2g} to {vmax:.2g}). Under each map: "
+            f"the head's attention mass inside the window; 'd', dashed frame: diffuse "
+            f"({rule_text(window)}).")
+    fig.text(0.5, (bottom - 0.2) / height, wrap_note(note, width), ha="center", va="top", fontsize=7)
     d = d.assign(trial_id=t["trial_id"], model=t["label"], epoch=epoch)
-    d = d[["trial_id", "model", "epoch", "layer", "head", "x", "y", "prob"]]
+    d = d[["trial_id", "model", "epoch", "layer", "head", "x", "y", "prob", "window_mass", "concentrated"]]
     return save(fig, d, ctx.out, f"maps_{t['slug']}")

@@ -9,6 +9,8 @@ import pandas as pd
 import seaborn as sns
 
 from analysis.figures import Skip
+from analysis.figures.panels import wrap_note
+from analysis.meta import describe
 from analysis.style import COLUMN_WIDTH, save
 from analysis.variants import sweep_axes, value_text
 
@@ -41,7 +43,9 @@ def data(runs: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
     if len(cells) < 0.5 * len(va) * len(vb):
         raise Skip(f"{a} × {b} is not a grid ({len(cells)} of {len(va) * len(vb)} cells have trials)")
     done = t[t["epochs_done"].fillna(0).astype(int) > 0]
-    agg = (done.groupby([a, b])["best_test_acc"].agg(seeds="count", best_test_acc_mean="mean").reset_index())
+    agg = (done.groupby([a, b])["best_test_acc"]
+           .agg(seeds="count", best_test_acc_mean="mean", best_test_acc_min="min", best_test_acc_max="max")
+           .reset_index())
     grid = pd.MultiIndex.from_product([va, vb], names=[a, b]).to_frame(index=False)
     d = grid.merge(agg, on=[a, b], how="left")
     d["seeds"] = d["seeds"].fillna(0).astype(int)
@@ -55,10 +59,13 @@ def draw(ctx) -> list:
     va, vb = list(dict.fromkeys(d[a])), list(dict.fromkeys(d[b]))
     m = d.pivot(index=a, columns=b, values="best_test_acc_mean").reindex(index=va, columns=vb)
     w = min(COLUMN_WIDTH, 1.0 + 0.55 * len(vb))
-    fig, ax = plt.subplots(figsize=(max(w, 2.2), 0.7 + 0.32 * len(va)))
-    sns.heatmap(m.astype(float), ax=ax, annot=True, fmt=".3f", cmap="viridis", mask=m.isna(),
+    fig, ax = plt.subplots(figsize=(max(w, 2.2), 0.9 + 0.42 * len(va)))
+    n = d.pivot(index=a, columns=b, values="seeds").reindex(index=va, columns=vb).fillna(0).astype(int)
+    text = np.array([[f"{v:.3f}\nn={k}" if v == v else "" for v, k in zip(rv, rk)]
+                     for rv, rk in zip(m.to_numpy(dtype=float), n.to_numpy())], dtype=object)
+    sns.heatmap(m.astype(float), ax=ax, annot=text, fmt="", cmap="viridis", mask=m.isna(),
                 annot_kws={"fontsize": 7}, linewidths=0.5, linecolor="white",
-                cbar_kws={"label": "best test acc.", "shrink": 0.9})
+                cbar_kws={"label": "best test acc. (mean over n seeds)", "shrink": 0.9})
     ax.set_facecolor("0.9")
     for (i, j), v in np.ndenumerate(m.to_numpy(dtype=float)):
         if v != v:
@@ -66,6 +73,5 @@ def draw(ctx) -> list:
     ax.set_xlabel(b)
     ax.set_ylabel(a)
     ax.tick_params(axis="y", rotation=0)
-    seeds = d.loc[d["seeds"] > 0, "seeds"]
-    ax.set_title("mean over seeds" if seeds.max() > 1 else "", pad=3)
+    ax.set_title(wrap_note(describe(ctx.trials), max(w, 2.2)), pad=3, fontsize=7)
     return save(fig, d, ctx.out, f"heatmap_{a}_x_{b}")

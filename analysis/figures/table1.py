@@ -1,15 +1,25 @@
-"""Table 1: per model, best and final test accuracy (mean over seeds, ± std when
-there are several), parameters and forward FLOPs per image — Markdown and CSV."""
+"""Table 1: per model variant, best and final test accuracy (mean ± sample std over
+the n seeds), validation accuracy when a split was held out, parameters, and the
+model's MACs and FLOPs per image counted from its equations
+(:mod:`study.models.cost`, independent of the code path), beside the FLOPs the
+executed path ran (``runs.flops``) — Markdown and CSV.  The Markdown says what data,
+subset, test size, epochs and seeds the numbers come from."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from analysis.figures import Skip
+from analysis.meta import describe, selection_note
 from analysis.variants import variant_order
+from study.models.cost import model_macs  # pure Python: no torch
 
 KIND = "table1"
 STEM = "table1"
+
+
+def _std(s: pd.Series) -> float:
+    return float(s.std()) if len(s) > 1 else float("nan")
 
 
 def data(ctx) -> pd.DataFrame:
@@ -22,24 +32,34 @@ def data(ctx) -> pd.DataFrame:
     rows = []
     for label in variant_order(t):
         s = t[t["label"] == label]
-        many = len(s) > 1
+        first = s.iloc[0].to_dict()
+        macs = model_macs(first)
+        val = s["best_val_acc"].astype(float) if "best_val_acc" in s else pd.Series(dtype=float)
         rows.append({
             "model": label,
-            "seeds": len(s),
+            "seeds": len(s),  # n, the number of seeds averaged
+            "seed_values": ",".join(str(int(v)) for v in sorted(s["seed"])) if "seed" in s else "",
             "epochs_done": int(s["epochs_done"].min()),
             "epochs": int(s["epochs"].max()) if "epochs" in s else pd.NA,
             "status": ",".join(sorted(set(s["status"].astype(str)))),
             "best_test_acc": float(s["best_test_acc"].mean()),
-            "best_test_acc_std": float(s["best_test_acc"].std()) if many else float("nan"),
+            "best_test_acc_std": _std(s["best_test_acc"]),
             "final_test_acc": float(s["final_test_acc"].mean()),
-            "final_test_acc_std": float(s["final_test_acc"].std()) if many else float("nan"),
+            "final_test_acc_std": _std(s["final_test_acc"]),
+            "best_val_acc": float(val.mean()) if val.notna().any() else float("nan"),
+            "best_val_acc_std": _std(val.dropna()),
+            "n_test": int(s["n_test"].iloc[0]) if "n_test" in s and s["n_test"].notna().any() else pd.NA,
             "n_params": int(s["n_params"].iloc[0]),
-            "flops": int(s["flops"].iloc[0]),
+            "macs": int(macs),
+            "flops_math": int(2 * macs),
+            "flops": int(s["flops"].iloc[0]),  # executed path (runs.flops)
         })
     return pd.DataFrame(rows)
 
 
 def _acc(mean: float, std: float) -> str:
+    if mean != mean:
+        return "–"
     return f"{100 * mean:.2f}" + ("" if std != std else f" ± {100 * std:.2f}")
 
 
@@ -47,18 +67,34 @@ def _flops(f: int) -> str:
     return f"{f / 1e9:.2f} G" if f >= 1e9 else f"{f / 1e6:.1f} M"
 
 
-def markdown(d: pd.DataFrame) -> str:
-    lines = ["| Model | Seeds | Epochs | Best test acc. (%) | Final test acc. (%) | Params | FLOPs/image |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
+    has_val = d["best_val_acc"].notna().any()
+    head = ["Model", "n", "Epochs", "Best test acc. (%)", "Final test acc. (%)"]
+    head += ["Best val. acc. (%)"] if has_val else []
+    head += ["Params", "MACs/image", "FLOPs/image (= 2 MACs)", "FLOPs executed"]
+    lines = [f"Data: {describe(runs)}.", "", "| " + " | ".join(head) + " |",
+             "|---|" + "---:|" * (len(head) - 1)]
     for _, r in d.iterrows():
         running = "" if r["epochs_done"] >= (r["epochs"] if r["epochs"] is not pd.NA else 0) else " (running)"
-        lines.append(f"| {r['model']} | {r['seeds']} | {r['epochs_done']}/{r['epochs']}{running} | "
-                     f"{_acc(r['best_test_acc'], r['best_test_acc_std'])} | "
-                     f"{_acc(r['final_test_acc'], r['final_test_acc_std'])} | {r['n_params']:,} | {_flops(r['flops'])} |")
-    lines.append("")
-    lines.append("Accuracy: mean over seeds (± sample std when there are several); best = highest "
-                 "test accuracy over epochs, final = after the last epoch done. FLOPs: one forward pass "
-                 "of one image (torch.utils.flop_counter).")
+        cells = [str(r["model"]), str(r["seeds"]), f"{r['epochs_done']}/{r['epochs']}{running}",
+                 _acc(r["best_test_acc"], r["best_test_acc_std"]), _acc(r["final_test_acc"], r["final_test_acc_std"])]
+        cells += [_acc(r["best_val_acc"], r["best_val_acc_std"])] if has_val else []
+        cells += [f"{r['n_params']:,}", _flops(r["macs"]), _flops(r["flops_math"]), _flops(r["flops"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    n_test = [int(v) for v in d["n_test"].dropna().unique()] if "n_test" in d else []
+    one = (" One test image is worth " + "/".join(f"{100 / n:.2g}" for n in n_test) + " pp (percentage points) of "
+           "accuracy." if n_test else "")
+    lines += ["", "Accuracy: mean over the n seeds (± sample standard deviation when n > 1); best = highest test "
+              "accuracy over the epochs, final = after the last epoch done." + one,
+              "MACs: multiply-adds of one forward pass of one image counted from the model's equations "
+              "(dense attention over all keys, scores that depend on the image per query-key pair, positional "
+              "scores once per shift; no biases, element-wise ops, softmax or normalisation), the paper's "
+              "convention (its Table 1 counts multiply-adds); FLOPs = 2 × MACs. 'FLOPs executed': "
+              "torch.utils.flop_counter on the path a forward in evaluation mode runs (factorised attention "
+              "where exact), so it depends on the code path, not only on the model."]
+    note = selection_note(runs)
+    if note:
+        lines.append(note)
     return "\n".join(lines) + "\n"
 
 
@@ -66,6 +102,9 @@ def draw(ctx) -> list:
     d = data(ctx)
     ctx.out.mkdir(parents=True, exist_ok=True)
     md, csv = ctx.out / f"{STEM}.md", ctx.out / f"{STEM}.csv"
-    md.write_text(markdown(d))
-    d.to_csv(csv, index=False)
+    md.write_text(markdown(d, ctx.trials))
+    d.assign(data=describe(ctx.trials)).to_csv(csv, index=False)
     return [md, csv]
+
+
+__all__ = ["data", "draw", "markdown"]

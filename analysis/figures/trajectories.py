@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.figures.panels import after, label_grid, layer_grid, limit, shift_axes
+from analysis.figures.panels import after, label_grid, layer_grid, limit, shift_axes, wrap_note
+from analysis.meta import describe
 from analysis.style import head_colors, save
 
 KIND = "trajectories"
@@ -43,10 +44,14 @@ def _figure(ctx, t, d: pd.DataFrame) -> list:
             ax.plot(s["center_x"].iloc[:1], s["center_y"].iloc[:1], "o", markerfacecolor="none",
                     markeredgecolor=c, markersize=5, markeredgewidth=0.7)
             ax.plot(s["center_x"].iloc[-1:], s["center_y"].iloc[-1:], "o", color=c, markersize=2.5)
+            ax.annotate(str(int(head) + 1), (s["center_x"].iloc[-1], s["center_y"].iloc[-1]), xytext=(2.5, 1.5),
+                        textcoords="offset points", fontsize=7, color=c)
         shift_axes(ax, lim)
         ax.set_title(f"layer {layer + 1}", pad=2)
     label_grid(grid)
-    fig.suptitle(f"{t['label']}\nhead centres {after(first)} (○) to {last + 1} (●)", y=1.04)
+    caption = describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]])
+    fig.suptitle(f"{t['label']}\nhead centres {after(first)} (○) to {last + 1} (●), numbered by head\n"
+                 f"{wrap_note(caption, fig.get_size_inches()[0])}", y=1.1, fontsize=7)
     d = d.assign(trial_id=t["trial_id"], model=t["label"])
     d = d[["trial_id", "model", "layer", "head", "epoch", "center_x", "center_y"]]
     return save(fig, d, ctx.out, f"trajectories_{t['slug']}")

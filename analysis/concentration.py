@@ -1,0 +1,48 @@
+"""Which heads are concentrated enough to have a centre, contours and a lattice
+distance, and which are diffuse.
+
+A head's mean shift (``center_x``, ``center_y``) exists for any distribution, but
+for a near-uniform one it sits near the query and says nothing about where the
+head looks.  The rule, stated on every figure that applies it:
+
+    concentrated  ⇔  mass inside the stored window ≥ MIN_WINDOW_MASS (50 %)
+                     and entropy ≤ MAX_ENTROPY (ln 49 ≈ 3.89 nats, a uniform
+                     distribution over a 7×7 patch)
+
+(without a stored map, the entropy condition alone).  A discretised Gaussian of
+standard deviation σ has entropy ≈ ln(2πe σ²): σ = 1.5 px passes, σ = 2 px does not.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+MIN_WINDOW_MASS = 0.5
+MAX_ENTROPY = math.log(49)
+
+
+def rule_text(window: int | None = None) -> str:
+    w = f"{window}×{window} " if window else ""
+    return (f"concentrated: ≥ {MIN_WINDOW_MASS:.0%} of the mass in the {w}window and entropy ≤ ln 49 = "
+            f"{MAX_ENTROPY:.2f} nats (uniform over 7×7); otherwise diffuse")
+
+
+def window_masses(maps: pd.DataFrame | None) -> dict[tuple[int, int, int], float]:
+    """(epoch, layer, head) → mass inside the stored window."""
+    if maps is None or maps.empty:
+        return {}
+    return {(int(r.epoch), int(r.layer), int(r.head)): float(np.sum(np.asarray(r.probs, dtype=float)))
+            for r in maps.itertuples()}
+
+
+def classify(heads: pd.DataFrame, maps: pd.DataFrame | None) -> pd.DataFrame:
+    """``heads`` with ``window_mass`` (NaN without a map) and ``concentrated`` (bool)."""
+    mass = window_masses(maps)
+    keys = zip(heads["epoch"].astype(int), heads["layer"].astype(int), heads["head"].astype(int))
+    m = np.array([mass.get(k, np.nan) for k in keys], dtype=float)
+    entropy = heads["entropy"].astype(float).to_numpy()
+    ok = (entropy <= MAX_ENTROPY) & (np.isnan(m) | (m >= MIN_WINDOW_MASS))
+    return heads.assign(window_mass=m, concentrated=ok)
