@@ -302,6 +302,22 @@ def test_integrity_refuses_unsigned_and_changed_pickles_and_repairs_empty_state(
     notes = verify(str(root))
     assert len(notes) == 1 and "experiment_state-1.json" in notes[0]
     assert json.loads((root / "experiment_state-1.json").read_text()) == {"trial_data": []}
+    # Tune's searcher state replaced (or saved after the last signature): its signed last
+    # good copy is restored, the unsigned bytes are never unpickled; tuner.pkl: refused
+    (root / "searcher-state-1.pkl").write_bytes(pickle.dumps({"n": 1}))
+    Signer(root=str(root)).sign()
+    (root / "searcher-state-1.pkl").write_bytes(b"cos\nsystem\n(S'touch x'\ntR.")
+    notes = verify(str(root))
+    assert len(notes) == 1 and pickle.loads((root / "searcher-state-1.pkl").read_bytes()) == {"n": 1}
+    (root / "tuner.pkl").write_bytes(pickle.dumps({"ok": 2}))
+    with pytest.raises(IntegrityError, match="tuner.pkl: HMAC mismatch"):
+        verify(str(root))
+    (root / "tuner.pkl").write_bytes(pickle.dumps({"ok": 1}))
+    (root / "trial_1").mkdir()
+    (root / "trial_1" / "error.pkl").write_bytes(pickle.dumps(ValueError("x")))
+    with pytest.raises(IntegrityError, match="error.pkl: not signed"):
+        verify(str(root))
+    (root / "trial_1" / "error.pkl").unlink()
     # another key (another user, or STUDY_HMAC_KEY of another cluster) -> refused
     os.environ["STUDY_HMAC_KEY"] = "other"
     try:

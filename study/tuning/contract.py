@@ -160,7 +160,11 @@ class RunContract(Callback):
             return "WorkerDied: the trial's process died unexpectedly (killed, out of memory or its node was lost)"
         return cause_from_text(text) if text else "unknown error (see Ray's error.txt of the trial)"
 
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.sign()  # the trial's params.pkl
+
     def on_trial_recover(self, iteration, trials, trial, **info):
+        self.sign()  # the trial's error.pkl
         key = self._key(trial)
         if key is None:
             return
@@ -171,6 +175,7 @@ class RunContract(Callback):
             self.storage_failed(why.split(":", 1)[1].strip())
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        self.sign()
         key = self._key(trial)
         if key is None:
             return
@@ -199,8 +204,10 @@ class RunContract(Callback):
     def on_step_end(self, iteration, trials, **info):
         if self.signal is not None or self.storage_error is not None:
             self._stop()
+        # sign right after Tune's saves (it saves at most every second): locally every
+        # step (unchanged files are not re-read), on object storage every 10 s
         now = time.monotonic()
-        if now - self._last_sign >= (1.0 if "://" not in self.root else 10.0):
+        if "://" not in self.root or now - self._last_sign >= 10.0:
             self._last_sign = now
             self.sign()
         if self.lock is not None:
