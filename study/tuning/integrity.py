@@ -40,7 +40,7 @@ MANIFEST = ".study-hmac.json"
 LAST_GOOD = ".last-good"
 KEY_ENV = "STUDY_HMAC_KEY"
 #: written by the project itself (JSON / Parquet, never unpickled): not signed
-OURS = {"study.json", "study.yaml", MANIFEST, ".study.lock", "tables", "trials", LAST_GOOD}
+OURS = {"study.json", "study.yaml", MANIFEST, ".study.lock", ".study-reserve", "tables", "trials", LAST_GOOD}
 #: written when the study starts, never in Tune's save loop: a mismatch is refused, not repaired
 WRITTEN_ONCE = {"tuner.pkl", "trainable.pkl"}
 JSON_STATE = "experiment_state"  # the one state file that is JSON (the others are pickles)
