@@ -2,6 +2,7 @@
 
     analysis query NAME|PATH "SQL" [--format table|csv|json] [--storage DIR]
     analysis figures NAME|PATH [--out DIR] [--epoch N] [--storage DIR]
+    analysis report NAME|PATH [--out FILE] [--serve [--port N] [--interval S]] [--storage DIR]
 
 Errors (missing study, bad SQL, unknown table) are one line on stderr, exit 2.
 """
@@ -13,25 +14,28 @@ import sys
 import warnings
 from pathlib import Path
 
-from analysis.io import DEFAULT_STORAGE, AnalysisError, load
+from analysis.io import AnalysisError, load
 from analysis.query import FORMATS, run_query
 
-from study.cliutil import Parser as _Parser, fail as _fail  # torch-free
+from study.cliutil import Parser as _Parser, fail as _fail, package_version as _version  # torch-free
+from study.tables import TableWarning, warnings_as_lines
 
 
 def _target(p: argparse.ArgumentParser) -> None:
     p.add_argument("study", metavar="NAME|PATH",
                    help="a study name under --storage, or a path: a study folder, its tables folder "
                         "or a `study train --out` folder (local or s3://…)")
-    p.add_argument("--storage", default=DEFAULT_STORAGE,
-                   help="where studies live, a folder or s3://bucket/prefix (default ./results)")
+    p.add_argument("--storage", default=None,
+                   help="where studies live, a folder or s3://bucket/prefix (default: $STUDY_STORAGE, else ./results)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="analysis", description="Query a study's result tables and draw the paper's "
-                                                  "figures (Cordonnier et al., ICLR 2020) from them.")
+                                                  "figures (Cordonnier et al., ICLR 2020) from them.",
+                     epilog="`analysis COMMAND --help` describes a command. `analysis` alone prints this "
+                            "list and exits 2.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
 
     q = sub.add_parser("query", help="run SQL over the tables runs, epochs, heads, maps",
                        description="Run one DuckDB SQL query over the study's tables: runs (one row per "
@@ -58,6 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "first epoch); trajectories and convolution-likeness stop there "
                         "(default: each trial's last)")
     f.set_defaults(func=_figures)
+
+    r = sub.add_parser("report", help="one self-contained HTML page of a study (--serve: live)",
+                       description="Write one HTML page with every figure (embedded), Table 1, per-trial "
+                                   "progress, the failures with their cause and the study file. With "
+                                   "--serve, serve it on 127.0.0.1 and rebuild it whenever the tables "
+                                   "change while the study runs (the page reloads itself).")
+    _target(r)
+    r.add_argument("--out", type=Path, default=None,
+                   help="the HTML file (default: <study folder>/report.html; ./<name>-report.html for a "
+                        "URI); with --serve, written only when given")
+    r.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and keep it current")
+    r.add_argument("--port", type=int, default=8765, help="port of --serve (0: any free port)")
+    r.add_argument("--interval", type=float, default=3.0, help="seconds between checks of the tables (--serve)")
+    r.set_defaults(func=_report)
     return parser
 
 
@@ -78,6 +96,7 @@ def _figures(args: argparse.Namespace) -> int:
         out = Path("figures") / study.name if study.remote else Path(study.folder) / "figures"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        warnings.simplefilter("always", TableWarning)  # skipped files are named, always
         written, skipped = draw_all(study, out, epoch=args.epoch)
     for line in skipped:
         print(line)
@@ -86,10 +105,39 @@ def _figures(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        raise AnalysisError(f"--port: must be in 0..65535, got {args.port}")
+    if not args.interval > 0:
+        raise AnalysisError(f"--interval: must be > 0, got {args.interval}")
+    if args.serve:
+        from analysis.serve import serve
+
+        try:
+            serve(args.study, args.storage, port=args.port, interval=args.interval, out=args.out)
+        except OSError as exc:  # port in use, no permission
+            raise AnalysisError(f"--port: cannot serve on 127.0.0.1:{args.port}: {exc.strerror or exc}") from None
+        return 0
+    from analysis.report import render
+    from analysis.serve import _write
+
+    study = load(args.study, args.storage)
+    out = args.out
+    if out is None:
+        out = Path(f"{study.name}-report.html") if study.remote else Path(study.folder) / "report.html"
+    _write(out, render(study))
+    print(out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # `analysis` alone: the list of commands, on stderr, usage status
+        parser.print_help(sys.stderr)
+        return 2
     prog = f"analysis {args.command}"
+    warnings_as_lines(prog)
     try:
         return args.func(args)
     except AnalysisError as exc:

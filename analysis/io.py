@@ -5,24 +5,31 @@ path: a study folder (``<dir>/tables``), a tables folder itself, or a
 ``study train --out`` folder.  Storage URIs (``s3://…``, ``file://…``) work too.
 
 Only ``study.tables`` (pyarrow/pandas) is used from the study package: no torch,
-no training code.  Temporary parts (``.tmp-*``) are never read, and tables no trial
-has written yet are empty (0 rows, the columns of :data:`study.tables.SCHEMA`), so a
+no training code.  The layout and its invariants are ``study.tables``'s: each SQL view
+reads the listed files of its table (locally DuckDB's ``read_parquet`` with
+``union_by_name``; on object storage a pyarrow dataset), parts preferred over
+compacted rows of the same (trial, epoch).  Temporary files (``.tmp-*``) are never
+read; a foreign or damaged file is named in a :class:`study.tables.TableWarning` and
+skipped (also when DuckDB only finds it damaged while querying); a part deleted by a
+compaction after the listing makes the views be listed again; tables no trial has
+written yet are empty (0 rows, the columns of :data:`study.tables.SCHEMA`), so a
 study that is still running can be queried at any time.
 """
 
 from __future__ import annotations
 
-import glob
 import os
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
 
-from study.tables import SCHEMA, TABLES, read_table
+from study.storage import default_storage
+from study.tables import SCHEMA, TABLES, list_table, read_table
 
-DEFAULT_STORAGE = "results"
+DEFAULT_STORAGE = "results"  # unless $STUDY_STORAGE is set (study.storage.default_storage)
 
 #: DuckDB types of the guaranteed columns, used for tables with no part yet.
 _TEXT = {"trial_id", "study", "name", "arch", "encoding", "data", "status", "device", "schedule", "error"}
@@ -82,11 +89,12 @@ def _remote_kind(uri: str) -> str | None:
     return None
 
 
-def resolve(target: str, storage: str = DEFAULT_STORAGE) -> tuple[str, str]:
+def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
     """``(tables_root, study_folder)`` for a study NAME under ``storage`` or a PATH.
 
     PATH may be a study folder (``<dir>/tables``), a ``study train --out`` folder
     (the same layout), or a tables folder (``runs/``, ``epochs/``, … inside)."""
+    storage = storage or default_storage()
     target = str(target)
     candidates: list[str] = []
     if _remote(target):
@@ -129,6 +137,7 @@ class Study:
     root: str
     folder: str = ""
     _con: object = field(default=None, init=False, repr=False)
+    _bad: set = field(default_factory=set, init=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -185,70 +194,148 @@ class Study:
         return self._con
 
     def _view(self, con, table: str) -> None:
-        if self.remote:
-            dataset = _arrow_dataset(self.root, table)
-            if dataset is not None:
-                con.register(f"_{table}_parts", dataset)
-                con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_parts")
-                return
+        """``table`` as a view over its listed files: the parts, and the compacted rows
+        of every (trial, epoch) no part holds (``study.tables`` invariants)."""
+        listing = list_table(self.root, table, exclude=self._bad)
+        sources = {}
+        for kind, files in (("compacted", listing.compacted), ("parts", listing.parts)):
+            if files:
+                sources[kind] = f"_{table}_{kind}"
+                self._source(con, sources[kind], files)
+        if not sources:
+            cols = ", ".join(f'CAST(NULL AS {_sql_type(c)}) AS "{c}"' for c in SCHEMA[table])
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")
+            return
+        if len(sources) == 1:
+            body = f"SELECT * FROM {next(iter(sources.values()))}"
         else:
-            pattern = f"{table}/[!.]*.parquet" if table == "runs" else f"{table}/*/[!.]*.parquet"
-            # Python's glob, like the pattern, never matches ``.tmp-*`` parts
-            if glob.glob(os.path.join(glob.escape(self.root), pattern)):
-                path = os.path.join(self.root, pattern).replace("'", "''")
-                con.execute(f"CREATE VIEW {table} AS SELECT * FROM "
-                            f"read_parquet('{path}', union_by_name=true)")
+            c, p = sources["compacted"], sources["parts"]
+            body = (f"SELECT * FROM {p} UNION ALL BY NAME SELECT c.* FROM {c} c ANTI JOIN "
+                    f"(SELECT DISTINCT trial_id, epoch FROM {p}) k ON c.trial_id = k.trial_id AND c.epoch = k.epoch")
+        if table == "maps":  # quantised windows back to probabilities
+            cols = {r[0] for r in con.execute(f"DESCRIBE {body}").fetchall()}
+            if "probs_q" in cols:
+                decoded = 'list_transform(probs_q, lambda x: CAST(x AS DOUBLE) * probs_scale)'
+                if "probs" in cols:
+                    decoded = f"coalesce({decoded}, probs)"
+                keep = "probs_q, probs_scale" + (", probs" if "probs" in cols else "")
+                body = f"SELECT * EXCLUDE ({keep}), {decoded} AS probs FROM ({body})"
+        con.execute(f"CREATE OR REPLACE VIEW {table} AS {body}")
+
+    def _source(self, con, name: str, files: list[str]) -> None:
+        """A view ``name`` over ``files``: DuckDB's Parquet reader locally, a pyarrow
+        dataset on object storage (DuckDB's httpfs is an extension download)."""
+        if self.remote:
+            import pyarrow as pa
+            import pyarrow.dataset as ds
+
+            fs, paths, schemas = None, [], []
+            for f in files:
+                fs, path = _filesystem(f)
+                try:
+                    schemas.append(pq_schema(fs, path))
+                except FileNotFoundError:
+                    continue
+                except Exception as exc:  # not Parquet: skip it, named
+                    self._mark_bad(f, exc)
+                    continue
+                paths.append(path)
+            if not paths:
+                con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT NULL AS trial_id, NULL AS epoch WHERE false")
                 return
-        cols = ", ".join(f'CAST(NULL AS {_sql_type(c)}) AS "{c}"' for c in SCHEMA[table])
-        con.execute(f"CREATE VIEW {table} AS SELECT {cols} WHERE false")
+            schema = pa.unify_schemas(schemas, promote_options="permissive")
+            con.register(f"{name}_arrow", ds.dataset(paths, filesystem=fs, format="parquet", schema=schema))
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}_arrow")
+            return
+        quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet([{quoted}], union_by_name=true)")
+
+    def _mark_bad(self, path: str, exc: Exception) -> None:
+        from study.tables import _skip
+
+        self._bad.add(path)
+        _skip(path, f"not readable Parquet ({_one_line(exc)})")
+
+    def _recover(self, exc: Exception) -> bool:
+        """After a DuckDB error naming one of the study's files: a file deleted by a
+        compaction since the listing (list again) or a damaged one (skip it, named).
+        True when the query is worth running again."""
+        known = {}
+        for table in TABLES:
+            for f in list_table(self.root, table, exclude=self._bad).files:
+                known[f.split("://", 1)[-1]] = f
+                if not self.remote:
+                    known[os.path.realpath(f)] = f
+        text = str(exc)
+        for groups in re.findall(r"'([^']+\.parquet)'|\"([^\"]+\.parquet)\"|(\S+\.parquet)", text):
+            named = next(g for g in groups if g)
+            path = known.get(named.split("://", 1)[-1]) or known.get(os.path.realpath(named) if not self.remote else "")
+            if path is None:
+                root = self.root.rstrip("/").split("://", 1)[-1]
+                if named.split("://", 1)[-1].startswith(root if self.remote else os.path.realpath(root)):
+                    self._rebuild()  # listed before, gone now: a compaction deleted it
+                    return True
+                continue
+            if path in self._bad:
+                return False
+            self._mark_bad(path, exc)
+            self._rebuild()
+            return True
+        return False
+
+    def _rebuild(self) -> None:
+        if self._con is not None:
+            for table in TABLES:
+                self._view(self._con, table)
+
+    def _run(self, fn):
+        import duckdb
+
+        for _ in range(50):
+            try:
+                return fn(self.connection())
+            except duckdb.Error as exc:
+                if not self._recover(exc):
+                    raise AnalysisError(_sql_error(exc)) from None
+        raise AnalysisError("tables kept changing while being queried; try again")
 
     def sql(self, query: str) -> pd.DataFrame:
         """Run ``query`` (DuckDB SQL over ``runs``, ``epochs``, ``heads``, ``maps``)."""
-        import duckdb
-
-        try:
-            result = self.connection().sql(query)
+        def go(con):
+            result = con.sql(query)
             if result is None:  # a statement without a result (e.g. SET)
                 return pd.DataFrame()
             return result.df()
-        except duckdb.Error as exc:
-            raise AnalysisError(_sql_error(exc)) from None
+
+        return self._run(go)
 
     def sql_records(self, query: str) -> tuple[list[str], list[tuple]]:
         """Column names and rows (tuples of plain Python values; lists for list columns)."""
-        import duckdb
-
-        try:
-            result = self.connection().sql(query)
+        def go(con):
+            result = con.sql(query)
             if result is None:
                 return [], []
             table = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.fetch_arrow_table()
-        except duckdb.Error as exc:
-            raise AnalysisError(_sql_error(exc)) from None
-        return table.column_names, list(zip(*(col.to_pylist() for col in table.columns)))
+            return table.column_names, list(zip(*(col.to_pylist() for col in table.columns)))
+
+        return self._run(go)
 
 
-def _arrow_dataset(root: str, table: str):
-    """A pyarrow dataset of ``table``'s parts on object storage (schemas unified),
-    or None when no part exists yet."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
+def _filesystem(uri: str):
     import pyarrow.fs as pafs
 
-    fs, p = pafs.FileSystem.from_uri(f"{root.rstrip('/')}/{table}")
-    try:
-        data = ds.dataset(p, filesystem=fs, format="parquet", ignore_prefixes=[".", "_"])
-        schemas = [f.physical_schema for f in data.get_fragments()]
-    except FileNotFoundError:
-        return None
-    if not schemas:
-        return None
-    schema = pa.unify_schemas(schemas, promote_options="permissive")
-    return ds.dataset(p, filesystem=fs, format="parquet", ignore_prefixes=[".", "_"], schema=schema)
+    return pafs.FileSystem.from_uri(uri)
 
 
-def load(target: str | os.PathLike, storage: str = DEFAULT_STORAGE) -> Study:
-    """Open a study by NAME (under ``storage``, default ``./results``) or PATH (a study
+def pq_schema(fs, path: str):
+    """The Arrow schema of one Parquet file (reads its footer)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(path, filesystem=fs)
+
+
+def load(target: str | os.PathLike, storage: str | None = None) -> Study:
+    """Open a study by NAME (under ``storage``, default ``$STUDY_STORAGE`` or ``./results``) or PATH (a study
     folder, its ``tables`` folder, or a ``study train --out`` folder; local or a URI).
 
     >>> s = load("results/smoke")            # doctest: +SKIP

@@ -16,6 +16,8 @@ import pandas as pd
 RESULT_COLUMNS = frozenset({
     "trial_id", "study", "name", "status", "epochs_done", "n_params", "flops", "best_test_acc",
     "final_test_acc", "device_seconds", "device", "world_size", "attempts", "cell", "updated_at",
+    "sample", "key", "ray_trial_id", "best_val_acc", "final_val_acc", "n_train", "n_val", "n_test",
+    "data_source", "selection_metric", "error",
 })
 #: Configuration columns that ``runs.name`` already spells out.
 NAME_COLUMNS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim")

@@ -4,25 +4,34 @@ from __future__ import annotations
 
 import sys
 
-from study.cliutil import Parser
-from study.commands import bench, models, studies, theorem, train
+from study.cliutil import EXIT_USAGE, Parser, package_version
+from study.commands import bench, export, models, studies, theorem, train
 
-COMMANDS = (models, theorem, train, studies, bench)
+COMMANDS = (models, theorem, train, studies, export, bench)
 
 
 def build_parser() -> Parser:
     parser = Parser(
         prog="study",
         description="Self-attention vs convolution studies (Cordonnier et al., ICLR 2020) on Ray Tune.",
+        epilog="`study COMMAND --help` describes a command. `study` alone prints this list and exits 2.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in COMMANDS:
         module.register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from study.tables import warnings_as_lines
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # `study` alone: the list of commands, on stderr, usage status
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    warnings_as_lines(f"study {args.command}")
     return args.func(args) or 0
 
 

@@ -15,11 +15,55 @@ class UsageError(Exception):
     """Bad input from the user; printed as one line, exit status 2."""
 
 
+class DefaultsMixin:
+    """``--help`` shows each option's default, ``(default: X)``, unless the help text
+    already says it or there is none to show (None, False, a store_true flag)."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not action.help and self._shows_default(action):
+            action.help = "(default: %(default)s)"  # argparse prints nothing for a flag without help
+        return super()._format_action(action)
+
+    @staticmethod
+    def _shows_default(action: argparse.Action) -> bool:
+        default = action.default
+        return not (default is None or default is False or default is argparse.SUPPRESS
+                    or not action.option_strings or isinstance(action, argparse._VersionAction))
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = (action.help or "").strip()
+        if not self._shows_default(action) or "default" in text.lower():
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+class DefaultsFormatter(DefaultsMixin, argparse.HelpFormatter):
+    pass
+
+
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are a single line (no usage dump), exit 2."""
+    """ArgumentParser whose errors are a single line (no usage dump), exit 2, and
+    whose ``--help`` shows the defaults."""
+
+    def __init__(self, *args, **kwargs):
+        fc = kwargs.get("formatter_class", argparse.HelpFormatter)
+        if not issubclass(fc, DefaultsMixin):  # e.g. RawDescriptionHelpFormatter: keep it, add defaults
+            fc = type(f"Defaults{fc.__name__}", (DefaultsMixin, fc), {})
+        kwargs["formatter_class"] = fc
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def package_version() -> str:
+    """The installed version of this project (``unknown`` from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attention-cnn-study")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def fail(prog: str, message: str) -> NoReturn:
@@ -31,7 +75,8 @@ def flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-MODEL_FLAGS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim", "hidden", "layers", "intermediate")
+MODEL_FLAGS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim", "positional_score", "hidden", "layers",
+               "intermediate")
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +89,9 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
                    help="isotropic Gaussian heads (quadratic only)")
     g.add_argument("--num-heads", type=int, metavar="N_h", help="heads per layer")
     g.add_argument("--pos-dim", type=int, metavar="D_p", help="positional encoding dimension")
+    g.add_argument("--positional-score", choices=["query", "head"],
+                   help="learned encodings: score r_delta with the query (learned_content default, "
+                   "pos_dim = hidden) or with learned head keys (learned)")
     g.add_argument("--hidden", type=int, metavar="D", help="hidden size (400)")
     g.add_argument("--layers", type=int, help="encoder layers (6)")
     g.add_argument("--intermediate", type=int, help="feed-forward size (512)")

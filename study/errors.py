@@ -7,6 +7,7 @@ Exit statuses (``study run``, ``study resume``, ``study train``):
 1     at least one trial ended in ``error`` (see ``runs.error``)
 2     bad input (study file, flags, data source): nothing started
 3     storage failed (full, unwritable, vanished, or failed a check)
+4     Ray could not be started or reached (nothing ran)
 130   interrupted by SIGINT (Ctrl-C): state saved, ``study resume NAME``
 143   interrupted by SIGTERM: state saved, ``study resume NAME``
 ====  =========================================================
@@ -18,6 +19,7 @@ EXIT_OK = 0
 EXIT_TRIAL_ERROR = 1
 EXIT_USAGE = 2
 EXIT_STORAGE = 3
+EXIT_RAY = 4
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
@@ -54,6 +56,10 @@ class CheckpointError(StudyError):
 
 class IntegrityError(StudyError):
     """A file of Ray's that is about to be unpickled fails its HMAC check."""
+
+
+class RayStartError(StudyError):
+    """A local Ray did not start, or a cluster could not be joined."""
 
 
 class LockError(StudyError):

@@ -6,29 +6,50 @@ Schema (every key optional except ``data``)::
     description: free text
     data: synthetic                  # synthetic | cifar10[:ROOT] | image-folder tree / .tar(.gz)
     subset: 2000                     # training images (null: all)
+    validation: 200                  # training images held out for model selection (0: none)
     epochs: 300
     batch_size: 100
     optimizer: {lr: 0.1, momentum: 0.9, weight_decay: 1.0e-4}
     schedule: {type: cosine, warmup: 0.05}         # or {type: step} (ResNet18 recipe)
     training: {amp: true, compile: false, head_stats: true, head_images: 100, map_radius: 7}
+    maps: {epochs: auto}             # epochs that store attention maps: auto | all | last | none | [0, 9, 299]
     seeds: [0]                                     # grid axis
     model: {hidden: 400, layers: 6}                # base model fields for every trial
     models: [{arch: resnet18}, {encoding: quadratic}]   # explicit model list (grid axis)
+    # a model's own recipe: `training:` in its entry (keys below) overrides the top level
+    #   models: [{arch: resnet18, training: {schedule: {type: step}}}, {encoding: quadratic}]
     grid: {num_heads: [4, 9], isotropic: [true, false]} # cartesian product
     sample:                                        # Optuna TPE, num_samples per grid cell
       lr: {loguniform: [0.01, 0.3]}
       warmup: {uniform: [0.0, 0.1]}
     num_samples: 1
-    scheduler: {type: asha, grace_period: 10, reduction_factor: 3}   # or fifo / null
+    scheduler: {type: asha, grace_period: 10, reduction_factor: 3}   # or fifo / null; metric: val_acc
     resources: {gpus_per_trial: 1, cpus_per_trial: 4, workers_per_trial: 1}
     max_failures: 2
     max_concurrent: null
+    loggers: [tensorboard]           # any of tensorboard, mlflow, wandb (Ray Tune's logger callbacks)
 
 Grid and sample keys name a model field (``num_heads``, ``pos_dim``, ``encoding``,
 ``isotropic``, ...) or a training field (``lr``, ``momentum``, ``weight_decay``,
 ``warmup``, ``batch_size``).  Trials = seeds × models × grid cells × num_samples.
 
+A ``training:`` mapping inside a ``models`` entry gives that model its own recipe:
+keys ``epochs``, ``batch_size``, ``optimizer``, ``schedule`` and the top-level
+``training`` keys, validated like the top level (``models.0.training.schedule.type``);
+they override the top-level values for that model's trials only.  A grid or sample
+axis may not also be set there.
+
+``validation``: training images held out (class-stratified, drawn from the trial's
+seed) whose accuracy is what selection sees: Optuna's objective (``best_val_acc``)
+and ASHA's metric (``val_acc``).  An integer N, or a fraction in (0, 1) of the
+training images (after ``subset``).  Default: 0.1 (10 %) for studies that select
+(sampled axes or ASHA), 0 for pure grids.  A study may select on the test set only
+by asking for it: ``validation: 0`` with ``scheduler: {metric: test_acc}``.
+
 Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`).
+The YAML is read within limits (:mod:`study.specyaml`); every value the study can
+produce is checked against the models, the training recipe, the data and the limits
+of :mod:`study.limits` (:mod:`study.speccheck`).
 """
 
 from __future__ import annotations
@@ -40,20 +61,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from study import limits, speccheck
 from study.models.config import ConfigError, ModelConfig
+from study.specyaml import YamlError, load_yaml, read_study_text
 from study.trial.config import TrainConfig
+from study.tuning.loggers import DEFAULT_LOGGERS, LOGGERS
 
 MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
 TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size")
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
 TOP_KEYS = {
-    "name": str, "description": str, "data": str, "subset": (int, type(None)), "epochs": int,
+    "name": str, "description": str, "data": str, "subset": (int, type(None)), "validation": (int, float),
+    "epochs": int,
     "batch_size": int, "optimizer": dict, "schedule": dict, "training": dict, "seeds": list,
     "model": dict, "models": list, "grid": dict, "sample": dict, "num_samples": int,
     "scheduler": (dict, type(None)), "resources": dict, "max_failures": int,
-    "max_concurrent": (int, type(None)),
+    "max_concurrent": (int, type(None)), "maps": dict, "loggers": list,
 }
 SECTION_KEYS = {
     "optimizer": {"lr": (int, float), "momentum": (int, float), "weight_decay": (int, float)},
@@ -63,7 +86,17 @@ SECTION_KEYS = {
     "scheduler": {"type": str, "grace_period": int, "reduction_factor": (int, float), "metric": str,
                   "mode": str},
     "resources": {"gpus_per_trial": (int, float), "cpus_per_trial": (int, float), "workers_per_trial": int},
+    "maps": {"epochs": (str, list)},
 }
+
+#: Keys of a per-model ``training:`` override inside a ``models`` entry.
+MODEL_TRAINING_KEYS = {
+    "epochs": int, "batch_size": int, "optimizer": dict, "schedule": dict, **SECTION_KEYS["training"],
+}
+#: Where each TrainConfig field sits in a recipe mapping (for error paths).
+_RECIPE_PATHS = {"lr": "optimizer.lr", "momentum": "optimizer.momentum",
+                 "weight_decay": "optimizer.weight_decay", "warmup": "schedule.warmup",
+                 "schedule": "schedule.type"}
 
 
 class SpecError(ValueError):
@@ -75,24 +108,6 @@ class SpecError(ValueError):
 
     def __reduce__(self):  # picklable/copyable (Ray copies exceptions of failed trials)
         return (SpecError, (self.file, self.path, self.message))
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate mapping keys (YAML would keep the last)."""
-
-
-def _construct_mapping(loader, node, deep=False):
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 @dataclass(frozen=True)
@@ -126,6 +141,10 @@ class StudySpec:
     max_failures: int
     max_concurrent: int | None
     models: list[ModelConfig] = field(default_factory=list)
+    #: False when ``models`` is a lower bound (a model field sampled from a
+    #: continuous or long range, or too many combinations to enumerate)
+    models_complete: bool = True
+    loggers: tuple[str, ...] = DEFAULT_LOGGERS
 
     @property
     def num_trials(self) -> int:
@@ -140,29 +159,30 @@ class StudySpec:
         return TrainConfig(model=ModelConfig.from_dict(model), seed=cell.seed, **train)
 
 
-def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_available: int | None = None) -> StudySpec:
+def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_available: int | None = None,
+              cpus_available: int | None = None) -> StudySpec:
     """Read and validate a study file (``data`` overrides the file's ``data``).
 
-    ``gpus_available``: GPUs of the target cluster, if known; a GPU request on a
-    cluster without GPUs is an error."""
+    ``gpus_available`` / ``cpus_available``: GPUs / CPUs of the target machine or
+    cluster, if known; a request per trial beyond them is an error."""
     file = str(path)
     p = Path(path)
-    if not p.is_file():
-        raise SpecError(file, "", "no such study file")
     try:
-        raw = yaml.load(p.read_text(), Loader=_UniqueKeyLoader)
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise SpecError(file, "", "invalid YAML: " + " ".join(str(e).split())) from None
+        raw = load_yaml(read_study_text(p))
+    except YamlError as e:
+        raise SpecError(file, "", str(e)) from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise SpecError(file, "", f"must be a mapping of study fields, got {type(raw).__name__}")
     if data is not None:
         raw = {**raw, "data": data}
-    return validate(raw, file=file, default_name=p.stem, gpus_available=gpus_available)
+    return validate(raw, file=file, default_name=p.stem, gpus_available=gpus_available,
+                    cpus_available=cpus_available)
 
 
-def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None) -> StudySpec:
+def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None,
+             cpus_available: int | None = None) -> StudySpec:
     def err(path: str, message: str) -> SpecError:
         return SpecError(file, path, message)
 
@@ -175,9 +195,11 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
             if key not in keys:
                 raise err(f"{section}.{key}", f"unknown key (allowed: {', '.join(keys)})")
             _check_type(err, f"{section}.{key}", value, keys[key])
+    speccheck.check_sizes(err, raw)
     if "data" not in raw:
         raise err("data", "required (synthetic, cifar10[:ROOT] or a path)")
     _check_data(err, raw["data"])
+    speccheck.check_data_source(err, raw["data"])
     if _is_path(raw["data"]):
         # trials run in other working directories (and on other nodes): absolute path
         raw = {**raw, "data": str(Path(raw["data"]).expanduser().resolve())}
@@ -185,12 +207,13 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         if key in raw and raw[key] < 1:
             raise err(key, f"must be >= 1, got {raw[key]}")
 
-    opt, sched, training = raw.get("optimizer", {}), raw.get("schedule", {}), raw.get("training", {})
+    validation, selection_metric = _check_validation(err, raw)
     base_train = {
-        "data": raw["data"], "subset": raw.get("subset"), "epochs": raw.get("epochs", 300),
-        "batch_size": raw.get("batch_size", 100), **opt,
-        **({"schedule": sched["type"]} if "type" in sched else {}),
-        **({"warmup": sched["warmup"]} if "warmup" in sched else {}), **training,
+        "data": raw["data"], "subset": raw.get("subset"), "validation": validation,
+        "epochs": raw.get("epochs", 300),
+        "batch_size": raw.get("batch_size", 100),
+        **_recipe(raw.get("optimizer", {}), raw.get("schedule", {}), raw.get("training", {})),
+        **({"map_epochs": raw["maps"]["epochs"]} if "epochs" in raw.get("maps", {}) else {}),
     }
 
     seeds = raw.get("seeds", [0])
@@ -209,8 +232,10 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         if not isinstance(m, dict):
             raise err(f"models.{i}", f"must be a mapping of model fields, got {type(m).__name__}")
         for k in m:
-            if k not in MODEL_FIELDS:
+            if k not in MODEL_FIELDS and k != "training":
                 raise err(f"models.{i}.{k}", "unknown model field")
+    model_recipes = [_model_recipe(err, f"models.{i}.training", m.get("training", {})) for i, m in enumerate(models)]
+    models = [{k: v for k, v in m.items() if k != "training"} for m in models]
     for k in raw.get("model", {}):
         if k not in MODEL_FIELDS:
             raise err(f"model.{k}", "unknown model field")
@@ -236,6 +261,10 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     for k in list(grid) + list(sample):
         if any(k in m for m in models):
             raise err(f"grid.{k}" if k in grid else f"sample.{k}", "duplicate axis: also set in models")
+        for i, recipe in enumerate(model_recipes):
+            if k in recipe:
+                raise err(f"grid.{k}" if k in grid else f"sample.{k}",
+                          f"duplicate axis: also set in models.{i}.training")
     num_samples = raw.get("num_samples", 1)
 
     scheduler = raw.get("scheduler")
@@ -250,6 +279,11 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         if scheduler.get("reduction_factor", 3) <= 1:
             raise err("scheduler.reduction_factor", "must be > 1")
         scheduler = {"type": kind, **scheduler}
+    if selection_metric is not None:
+        scheduler = {"type": "fifo", **(scheduler or {}), "metric": selection_metric}
+        scheduler.setdefault("mode", "min" if selection_metric.endswith("loss") else "max")
+    speccheck.check_scheduler(err, raw, scheduler, max_epochs=base_train["epochs"],
+                             validation=validation)
 
     res = raw.get("resources", {})
     gpus = res.get("gpus_per_trial", 0)
@@ -268,12 +302,21 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         raise err("resources.workers_per_trial", f"a DDP trial uses one worker per GPU: {int(gpus)}, got {workers}")
     if gpus > 0 and gpus_available == 0:
         raise err("resources.gpus_per_trial", f"requests {gpus} GPU(s) per trial but the cluster has no GPU")
+    speccheck.check_resources(err, cpus=cpus, gpus=gpus, workers=workers, cpus_available=cpus_available,
+                              gpus_available=gpus_available)
     max_failures = raw.get("max_failures", 2)
     if max_failures < 0:
         raise err("max_failures", "must be >= 0")
     max_concurrent = raw.get("max_concurrent")
     if max_concurrent is not None and max_concurrent < 1:
         raise err("max_concurrent", "must be >= 1")
+
+    loggers = raw.get("loggers", list(DEFAULT_LOGGERS))
+    for i, name in enumerate(loggers):
+        if not isinstance(name, str) or name not in LOGGERS:
+            raise err(f"loggers.{i}", f"unknown logger {name!r} (one of {', '.join(LOGGERS)})")
+    if len(set(loggers)) != len(loggers):
+        raise err("loggers", "repeats a logger")
 
     # expand the grid and check every cell builds a valid model and training config
     keys = list(grid)
@@ -284,41 +327,98 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
                 assigned = dict(zip(keys, values))
                 cell = Cell(index=len(cells), seed=seed,
                             model={**m, **{k: v for k, v in assigned.items() if k in MODEL_FIELDS}},
-                            train={k: v for k, v in assigned.items() if k in TRAIN_AXES})
+                            train={**model_recipes[mi], **{k: v for k, v in assigned.items() if k in TRAIN_AXES}})
                 cells.append(cell)
     spec = StudySpec(
         file=file, name=raw.get("name", default_name), raw=raw, base_train=base_train, cells=cells,
         sample=sample, num_samples=num_samples, scheduler=scheduler, gpus_per_trial=float(gpus),
         cpus_per_trial=float(cpus), workers_per_trial=workers, max_failures=max_failures,
-        max_concurrent=max_concurrent,
+        max_concurrent=max_concurrent, loggers=tuple(loggers),
     )
     if not _valid_name(spec.name):
-        raise err("name", f"must be letters, digits, '-', '_' or '.', got {spec.name!r}")
-    seen_models = []
-    for cell in cells:
-        probe = {k: _probe_value(d) for k, d in sample.items()}
-        try:
-            cfg = spec.train_config(cell, probe)
-        except ConfigError as e:
-            raise err(_locate(e.field, cell, raw, models), e.message) from None
-        if cfg.model not in seen_models:
-            seen_models.append(cfg.model)
+        raise err("name", f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
+                          f"got {speccheck.short(spec.name)}")
+    # every cell with every value the sampled axes can take (choice entries, range ends)
+    seen_models, complete = speccheck.check_values(err, spec, raw=raw, models=models, locate=lambda f, c, r, m: _locate(f, c, r, m, model_recipes),
+                                                   model_fields=MODEL_FIELDS)
     object.__setattr__(spec, "models", seen_models)
+    object.__setattr__(spec, "models_complete", complete)
     return spec
 
 
+
+
+def selects(raw: dict[str, Any]) -> bool:
+    """Does the study choose among trials (Optuna over sampled axes, or ASHA)?"""
+    sched = raw.get("scheduler") or {}
+    return bool(raw.get("sample")) or (bool(raw.get("scheduler")) and sched.get("type", "asha") == "asha")
+
+
+def _check_validation(err, raw: dict[str, Any]) -> tuple[int | float, str | None]:
+    """(validation size, metric that selection sees or None when nothing selects)."""
+    sched = raw.get("scheduler") or {}
+    choosing = selects(raw)
+    validation = raw.get("validation", 0.1 if choosing else 0)
+    if validation < 0 or (isinstance(validation, float) and not 0 < validation < 1):
+        raise err("validation", f"must be a number of training images >= 0 or a fraction in (0, 1), got {validation}")
+    n_train = raw.get("subset")
+    kind, _, arg = raw["data"].partition(":")
+    if n_train is None and kind == "synthetic":
+        n_train = int(arg) if arg.isdigit() else 2000
+    if isinstance(validation, int) and n_train is not None and validation >= n_train:
+        raise err("validation", f"{validation} held-out images leave none of the {n_train} training images "
+                                f"(use fewer, or validation: 0)")
+    metric = sched.get("metric")
+    if metric is not None and metric.startswith("val_") and not validation:
+        raise err("scheduler.metric", f"{metric} needs a validation split (validation: N > 0)")
+    if not choosing:
+        return validation, metric
+    if metric is None:
+        if not validation:
+            raise err("validation", "is 0 but the study selects trials (sample/ASHA): keep a validation "
+                                    "split, or select on the test set explicitly with scheduler.metric: test_acc")
+        metric = "val_acc"
+    return validation, metric
+
+
 def _valid_name(name: str) -> bool:
-    return bool(name) and all(c.isalnum() or c in "-_." for c in name) and not name.startswith(".")
+    return (0 < len(name) <= limits.MAX_NAME_LENGTH and all(c.isascii() and (c.isalnum() or c in "-_.")
+                                                             for c in name) and not name.startswith("."))
 
 
-def _locate(fld: str, cell: Cell, raw: dict, models: list[dict]) -> str:
+def _recipe(opt: dict, sched: dict, training: dict) -> dict[str, Any]:
+    """``optimizer`` / ``schedule`` / ``training`` sections → TrainConfig fields."""
+    return {**opt, **({"schedule": sched["type"]} if "type" in sched else {}),
+            **({"warmup": sched["warmup"]} if "warmup" in sched else {}), **training}
+
+
+def _model_recipe(err, path: str, d: Any) -> dict[str, Any]:
+    """Validate a ``models.N.training`` override and flatten it to TrainConfig fields."""
+    _check_type(err, path, d, dict)
+    for key, value in d.items():
+        if key not in MODEL_TRAINING_KEYS:
+            raise err(f"{path}.{key}", f"unknown key (allowed: {', '.join(MODEL_TRAINING_KEYS)})")
+        _check_type(err, f"{path}.{key}", value, MODEL_TRAINING_KEYS[key])
+        if key in ("optimizer", "schedule"):
+            for k, v in value.items():
+                if k not in SECTION_KEYS[key]:
+                    raise err(f"{path}.{key}.{k}", f"unknown key (allowed: {', '.join(SECTION_KEYS[key])})")
+                _check_type(err, f"{path}.{key}.{k}", v, SECTION_KEYS[key][k])
+    flat = {k: v for k, v in d.items() if k not in ("optimizer", "schedule")}
+    return {**flat, **_recipe(d.get("optimizer", {}), d.get("schedule", {}), {})}
+
+
+def _locate(fld: str, cell: Cell, raw: dict, models: list[dict], recipes: list[dict] | None = None) -> str:
     """The study-file path that set ``fld`` for ``cell``."""
-    train_map = {"lr": "optimizer.lr", "momentum": "optimizer.momentum", "weight_decay": "optimizer.weight_decay",
-                 "warmup": "schedule.warmup", "schedule": "schedule.type"}
+    train_map = {**_RECIPE_PATHS, "map_epochs": "maps.epochs"}
     if fld in raw.get("grid", {}):
         return f"grid.{fld}"
     if fld in raw.get("sample", {}):
         return f"sample.{fld}"
+    for i, (m, recipe) in enumerate(zip(models, recipes or [])):
+        if fld in recipe and m.items() <= cell.model.items() and recipe.items() <= cell.train.items():
+            key = train_map.get(fld, fld)
+            return f"models.{i}.training.{key}"
     for i, m in enumerate(models):
         if fld in m and m.items() <= cell.model.items():
             return f"models.{i}.{fld}"
@@ -341,7 +441,7 @@ def _check_type(err, path: str, value: Any, types) -> None:
     ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
     if not ok:
         names = "/".join("null" if t is type(None) else t.__name__ for t in types)
-        raise err(path, f"must be {names}, got {type(value).__name__} {value!r}")
+        raise err(path, f"must be {names}, got {type(value).__name__} {speccheck.short(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise err(path, f"must be finite, got {value}")
 
@@ -370,22 +470,16 @@ def _check_distribution(err, path: str, dist: Any) -> None:
     if kind == "choice":
         if not isinstance(args, list) or not args:
             raise err(f"{path}.choice", "must be a non-empty list")
+        speccheck.check_choice(err, f"{path}.choice", args)
         return
     if not (isinstance(args, list) and len(args) == 2 and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)):
         raise err(f"{path}.{kind}", "must be [low, high]")
     low, high = args
+    if not all(math.isfinite(a) for a in args):
+        raise err(f"{path}.{kind}", f"bounds must be finite, got [{low}, {high}]")
     if not low < high:
         raise err(f"{path}.{kind}", f"low must be < high, got [{low}, {high}]")
     if kind == "loguniform" and low <= 0:
         raise err(f"{path}.{kind}", f"low must be > 0 for loguniform, got {low}")
     if kind == "int" and not (isinstance(low, int) and isinstance(high, int)):
         raise err(f"{path}.{kind}", "bounds must be integers")
-
-
-def _probe_value(dist: dict) -> Any:
-    (kind, args), = dist.items()
-    if kind == "choice":
-        return args[0]
-    if kind == "int":
-        return args[0]
-    return args[0] if kind == "uniform" else math.sqrt(args[0] * args[1])

@@ -53,7 +53,7 @@ def paper(tmp_path_factory) -> Path:
         ("iso-s0", iso, 0, 2),
         ("iso-s1", iso, 1, 2),
         ("learned", dict(encoding="learned", num_heads=4, pos_dim=8), 0, 2),
-        ("content", dict(encoding="learned_content", num_heads=4, pos_dim=8), 0, 2),
+        ("content", dict(encoding="learned_content", num_heads=4), 0, 2),
     ])
     return root
 

@@ -19,7 +19,8 @@ def test_models_json_lists_paper_configs():
     rows = json.loads(r.stdout)
     assert len(rows) == len(PAPER_MODELS)
     for row in rows:
-        assert set(row) == {"name", "arch", "encoding", "isotropic", "num_heads", "pos_dim", "n_params", "flops"}
+        assert set(row) == {"name", "arch", "encoding", "isotropic", "num_heads", "pos_dim", "positional_score", "n_params",
+                            "flops"}
         assert row["flops"] > 1e8
     by_name = {r["name"]: r for r in rows}
     assert by_name["ResNet18"]["n_params"] == 11_173_962

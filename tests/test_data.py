@@ -93,8 +93,9 @@ def test_tar_parser_matches_tarfile_on_long_names(tmp_path):
 def test_jpeg_decoding_matches_pil(tmp_path, cache):
     arr = image_array(7)
     for split in ("train", "test"):
-        (tmp_path / "d" / split / "a").mkdir(parents=True)
-        (tmp_path / "d" / split / "a" / "0.jpg").write_bytes(jpeg_bytes(arr))
+        for cls in ("a", "b"):  # two classes: a one-class source is refused
+            (tmp_path / "d" / split / cls).mkdir(parents=True)
+            (tmp_path / "d" / split / cls / "0.jpg").write_bytes(jpeg_bytes(arr))
     from PIL import Image
 
     ref = np.asarray(Image.open(tmp_path / "d" / "train" / "a" / "0.jpg").convert("RGB"))
@@ -135,7 +136,8 @@ def test_error_unknown_spec(cache):
 
 
 def test_error_bad_synthetic_size(cache):
-    assert error_of("synthetic:lots", cache) == "synthetic:lots: N_TRAIN must be a positive integer, got 'lots'"
+    assert error_of("synthetic:lots", cache) == (
+        "synthetic:lots: N_TRAIN must be an integer from 1 to 200000 (MAX_SYNTHETIC_TRAIN), got 'lots'")
 
 
 def test_error_empty_spec(cache):
@@ -259,6 +261,11 @@ def test_cifar10_download_failure_is_one_line(tmp_path, cache, monkeypatch):
         raise urllib.error.URLError("[Errno -3] Temporary failure\nin name resolution")
 
     monkeypatch.setattr(torchvision.datasets, "CIFAR10", offline)
+    # a mistyped ROOT is refused before anything is created (the folder tree was the bug)
+    assert error_of(f"cifar10:{tmp_path / 'c'}", cache) == (
+        f"cifar10:{tmp_path / 'c'}: {tmp_path / 'c'} is not a folder (create it to download CIFAR-10 into it)")
+    assert not (tmp_path / "c").exists() and not calls
+    (tmp_path / "c").mkdir()
     msg = error_of(f"cifar10:{tmp_path / 'c'}", cache)
     assert calls == [(str(tmp_path / "c"), True, True)]
     assert msg.startswith(f"cifar10: {tmp_path / 'c' / 'cifar-10-batches-py'} is missing and downloading "
@@ -266,6 +273,7 @@ def test_cifar10_download_failure_is_one_line(tmp_path, cache, monkeypatch):
     # default root lives under the cache dir
     msg = error_of("cifar10", cache)
     assert f"into {cache / 'cifar10'} failed" in msg
+    assert not (cache / "cifar10").exists(), "a failed download leaves no empty folder behind"
 
 
 def test_cifar10_refuses_foreign_pickles(tmp_path, cache):
@@ -438,8 +446,11 @@ def test_subset_is_deterministic_and_stratified(cache):
 
 def test_subset_test_size_rule(cache):
     assert len(load("synthetic", cache, subset=1000).test_labels) == 200  # k // 5
-    assert len(load("synthetic", cache, subset=3000).test_labels) == 500  # all of the test split
-    assert len(load("synthetic", cache, subset=5000).train_labels) == 2000  # k >= N keeps all
+    assert len(load("synthetic:3000", cache, subset=3000).test_labels) == 500  # all of the test split
+    assert len(load("synthetic", cache, subset=2000).train_labels) == 2000  # k == N keeps all
+    # k > N is refused: training on fewer images than the recorded subset was the bug
+    assert error_of("synthetic", cache, subset=2001) == (
+        "synthetic: subset 2001 is more than the 2000 training images of this source")
 
 
 def test_stratified_subset_with_uneven_classes():

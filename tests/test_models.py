@@ -12,7 +12,7 @@ TINY = dict(hidden=16, layers=2, intermediate=24, num_heads=3)
 
 
 def tiny_model(encoding, isotropic, **kw):
-    pos_dim = None if encoding == "quadratic" else 8
+    pos_dim = 8 if encoding == "learned" else None  # learned_content (query form): pos_dim = hidden
     return build_model(ModelConfig(encoding=encoding, isotropic=isotropic, pos_dim=pos_dim, **{**TINY, **kw}))
 
 
@@ -97,8 +97,10 @@ def test_gradients_reach_positional_parameters(variant):
     model = tiny_model(*variant)
     model(torch.randn(2, 3, 32, 32)).logsumexp(-1).sum().backward()
     pos = model.blocks[0].attention.positional
-    params = ["centers", "spreads"] if variant[0] == "quadratic" else ["row_embeddings.weight",
-              "col_embeddings.weight", "head_keys_row.weight", "head_keys_col.weight"]
+    params = {"quadratic": ["centers", "spreads"],
+              "learned": ["row_embeddings.weight", "col_embeddings.weight", "head_keys_row.weight",
+                          "head_keys_col.weight"],
+              "learned_content": ["row_embeddings.weight", "col_embeddings.weight"]}[variant[0]]
     for name in params:
         grad = pos.get_parameter(name).grad
         assert grad is not None and grad.abs().sum() > 0, name
@@ -154,8 +156,11 @@ PAPER_COUNTS = {
     ("quadratic", True): 6 * (_LAYER + 9 * 2 + 9) + _EDGES,
     ("quadratic", False): 6 * (_LAYER + 9 * 2 + 9 * 4) + _EDGES,
     ("learned", None): 6 * (_LAYER + 2 * 31 * 400 + 2 * 400 * 9) + _EDGES,
-    ("learned_content", None): 6 * (_LAYER + 2 * 31 * 400 + 2 * 400 * 9 + 2 * (400 * 3600 + 3600)) + _EDGES,
+    # the paper's Table 1 model: query positional score, two 31 x 200 tables, no head keys
+    ("learned_content", None): 6 * (_LAYER + 2 * 31 * 200 + 2 * (400 * 3600 + 3600)) + _EDGES,
 }
+# learned_content with positional_score head (the original's first version)
+HEAD_FORM_COUNT = 6 * (_LAYER + 2 * 31 * 400 + 2 * 400 * 9 + 2 * (400 * 3600 + 3600)) + _EDGES
 
 
 def test_paper_parameter_counts(variant):
@@ -164,6 +169,12 @@ def test_paper_parameter_counts(variant):
     model = build_model(cfg)
     assert sum(p.numel() for p in model.parameters()) == PAPER_COUNTS[variant]
     assert PAPER_COUNTS[("quadratic", True)] == 12_086_844
+    assert PAPER_COUNTS[("learned_content", None)] == 29_484_282
+
+
+def test_head_form_content_parameter_count():
+    model = build_model(ModelConfig(encoding="learned_content", pos_dim=400, positional_score="head"))
+    assert sum(p.numel() for p in model.parameters()) == HEAD_FORM_COUNT == 29_601_882
 
 
 def test_space_to_depth_matches_original_channel_order():

@@ -14,15 +14,16 @@ from tests.conftest import VARIANTS, VARIANT_IDS
 
 
 def tiny(encoding="quadratic", isotropic=True, **kw):
-    pos_dim = None if encoding == "quadratic" else 8
+    pos_dim = 8 if encoding == "learned" else None  # learned_content (query form): pos_dim = hidden
     base = dict(hidden=32, layers=2, intermediate=48, num_heads=4, encoding=encoding, isotropic=isotropic,
                 pos_dim=pos_dim)
     return ModelConfig(**{**base, **kw})
 
 
 def read(root, table):
-    return pd.read_parquet(root / table) if table == "runs" else pd.concat(
-        pd.read_parquet(p) for p in sorted((root / table).glob("*/*.parquet")))
+    from study.tables import read_table
+
+    return read_table(root, table)
 
 
 @pytest.mark.parametrize("encoding,isotropic", VARIANTS, ids=VARIANT_IDS)
@@ -110,11 +111,36 @@ def test_cosine_schedule_with_warmup():
     assert lrs[-1] < 1e-3
 
 
-def test_step_schedule_is_the_resnet_recipe():
-    kw = dict(steps_per_epoch=2, epochs=300, base_lr=0.1, schedule="step")
-    assert learning_rate(step=2 * 149, **kw) == pytest.approx(0.1)
-    assert learning_rate(step=2 * 150, **kw) == pytest.approx(0.01)
-    assert learning_rate(step=2 * 250, **kw) == pytest.approx(0.001)
+@pytest.mark.parametrize("epoch,lr", [(0, 0.1), (79, 0.1), (80, 0.01), (149, 0.01), (150, 1e-3),
+                                      (249, 1e-3), (250, 1e-4), (299, 1e-4)])
+def test_step_schedule_is_the_resnet_recipe(epoch, lr):
+    """MultiStepLR([80, 150, 250], gamma 0.1) per epoch: lr 1e-4 at the end."""
+    kw = dict(steps_per_epoch=3, epochs=300, base_lr=0.1, schedule="step")
+    for s in (3 * epoch, 3 * epoch + 2):  # constant within the epoch
+        assert learning_rate(step=s, **kw) == pytest.approx(lr, rel=1e-12)
+
+
+def test_step_schedule_matches_torch_multisteplr():
+    """The same lr per epoch as torch's MultiStepLR stepped once per epoch."""
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[80, 150, 250], gamma=0.1)
+    for epoch in range(300):
+        assert learning_rate(step=epoch, steps_per_epoch=1, epochs=300, base_lr=0.1, schedule="step") \
+            == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12), epoch
+        opt.step()
+        sched.step()
+
+
+@pytest.mark.parametrize("epochs,milestones", [(300, (80, 150, 250)), (100, (27, 50, 83)), (30, (8, 15, 25)),
+                                               (600, (160, 300, 500))])
+def test_step_milestones_scale_with_epochs(epochs, milestones):
+    from study.trial.schedule import step_milestones
+
+    assert step_milestones(epochs) == milestones
+    kw = dict(steps_per_epoch=1, epochs=epochs, base_lr=0.1, schedule="step")
+    assert learning_rate(step=milestones[0] - 1, **kw) == pytest.approx(0.1)
+    assert learning_rate(step=milestones[0], **kw) == pytest.approx(0.01)
+    assert learning_rate(step=epochs - 1, **kw) == pytest.approx(1e-4)
 
 
 def test_study_train_command(tmp_path):

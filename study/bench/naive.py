@@ -15,20 +15,34 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from study.models.attention import RelativeSelfAttention
+from study.models.positional import relative_offsets
 
 
 def naive_attention_heads(layer: RelativeSelfAttention, x: Tensor) -> Tensor:
     """The concatenated heads before ``out_proj``, (B, T, N_h·D): dense per-image
     scores (B, N_h, T, T), softmax, generic einsum; no sharing, no dropout."""
     b, h, w, d = x.shape
-    scores = layer.positional(h, w).expand(b, -1, -1, -1)
     if layer.content:
         q = layer.query(x).view(b, h * w, layer.num_heads, d)
         k = layer.key(x).view(b, h * w, layer.num_heads, d)
-        scores = scores + torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d)
+        qk = torch.einsum("bqhd,bkhd->bhqk", q, k)
+        if layer.query_positional:  # [q·r_δ + q·k] / √D
+            scores = (torch.einsum("bqhd,qkd->bhqk", q, naive_relative_embeddings(layer, h, w)) + qk) / math.sqrt(d)
+        else:  # w·r_δ + q·k / √D
+            scores = layer.positional(h, w).expand(b, -1, -1, -1) + qk / math.sqrt(d)
+    else:
+        scores = layer.positional(h, w).expand(b, -1, -1, -1)
     probs = F.softmax(scores, dim=-1)
     heads = torch.einsum("bhqk,bkd->bqhd", probs, x.reshape(b, h * w, d))
     return heads.reshape(b, h * w, -1)
+
+
+def naive_relative_embeddings(layer: RelativeSelfAttention, h: int, w: int) -> Tensor:
+    """r_δ = [r_row(δ1); r_col(δ2)] for every (query, key) pair, (T, T, D): the
+    query form's tables looked up per pair (a dense tensor on purpose)."""
+    pos = layer.positional
+    delta = relative_offsets(h, w, device=pos.row_embeddings.weight.device).long() + pos.max_size - 1
+    return torch.cat([pos.row_embeddings.weight[delta[..., 0]], pos.col_embeddings.weight[delta[..., 1]]], -1)
 
 
 def naive_relative_attention(layer: RelativeSelfAttention, x: Tensor) -> Tensor:

@@ -8,13 +8,13 @@ import json
 from study.cliutil import add_model_flags, model_config, model_overrides
 from study.models import PAPER_MODELS, ModelConfig, build_model, model_name
 
-COLUMNS = ("name", "arch", "encoding", "isotropic", "num_heads", "pos_dim", "n_params", "flops")
+COLUMNS = ("name", "arch", "encoding", "isotropic", "num_heads", "pos_dim", "positional_score", "n_params", "flops")
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "models", help="list the paper's models with parameters and FLOPs",
-        description="Print name, arch, encoding, isotropic, num_heads, pos_dim, n_params and "
+        description="Print name, arch, encoding, isotropic, num_heads, pos_dim, positional_score, n_params and "
         "forward FLOPs per 32x32 image (torch.utils.flop_counter) for the paper's models, or "
         "for one model sized by the flags.",
     )
@@ -34,6 +34,7 @@ def describe(config: ModelConfig) -> dict:
         "isotropic": config.isotropic,
         "num_heads": config.num_heads,
         "pos_dim": config.pos_dim,
+        "positional_score": config.positional_score,
         "n_params": count_parameters(model),
         "flops": forward_flops(model, image_size=config.image_size, in_channels=config.in_channels),
     }

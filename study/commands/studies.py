@@ -1,4 +1,8 @@
-"""``study validate | run | status | resume``: studies on Ray Tune."""
+"""``study validate | run | status | resume | list``: studies on Ray Tune.
+
+``validate``, ``status``, ``list`` and every ``--help`` import neither torch nor Ray
+(they read YAML and Parquet only), so they answer in about a second.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,27 @@ from pathlib import Path
 
 from study.cliutil import fail
 from study.errors import EXIT_STORAGE
+from study.storage import STORAGE_ENV, default_storage
 
-DEFAULT_STORAGE = "results"
+STORAGE_HELP = f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./results)"
+
+
+def _storage(parser) -> None:
+    parser.add_argument("--storage", default=None, help=STORAGE_HELP)
+
+
+def _cluster_flags(parser) -> None:
+    parser.add_argument("--address", help="Ray cluster: HOST:PORT, ray://..., or auto = $RAY_ADDRESS "
+                        "(set by `ray job submit`); default: start a local Ray on loopback")
+    parser.add_argument("--shared-storage", action="store_true",
+                        help="--storage is a folder every node of the cluster mounts at the same path "
+                        "(required for a local folder with --address)")
+    parser.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray (default: all)")
+    parser.add_argument("--quiet", action="store_true", help="print only the final summary")
 
 EXIT_CODES = ("exit status: 0 every trial ended (finished, diverged or stopped by ASHA); 1 a trial ended in "
-              "error (runs.error has the cause); 2 bad input, nothing started; 3 storage failed; "
-              "130 SIGINT, 143 SIGTERM (state saved: `study resume NAME` continues)")
+              "error (runs.error has the cause); 2 bad input, nothing started; 3 storage failed; 4 Ray did not start "
+              "or could not be reached; 130 SIGINT, 143 SIGTERM (state saved: `study resume NAME` continues)")
 
 
 def positive_int(text: str) -> int:
@@ -34,6 +53,7 @@ def register(sub) -> None:
     p.add_argument("file")
     p.add_argument("--data", help="override the file's data source")
     p.add_argument("--gpus", type=int, help="GPUs of the target cluster (checks GPU requests)")
+    p.add_argument("--cpus", type=int, help="CPUs of the target machine or cluster (default: this machine's)")
     p.set_defaults(func=run_validate)
 
     p = sub.add_parser("run", help="run a study on Ray Tune",
@@ -42,19 +62,25 @@ def register(sub) -> None:
                        "STORAGE/NAME/tables while it runs.", epilog=EXIT_CODES)
     p.add_argument("file")
     p.add_argument("--name", help="study name (default: the file's `name` or stem)")
-    p.add_argument("--storage", default=DEFAULT_STORAGE, help="folder or s3://bucket/prefix (default ./results)")
+    _storage(p)
     p.add_argument("--data", help="override the file's data source")
-    p.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
-    p.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray (default: all)")
-    p.add_argument("--quiet", action="store_true", help="print only the final summary")
+    _cluster_flags(p)
     p.add_argument("--verbose", action="store_true", help="also print Ray's tracebacks of failed trials")
     p.set_defaults(func=run_run)
 
     p = sub.add_parser("status", help="trials of a study: state, epoch, best accuracy",
-                       description="Read a study's tables and print its trials.")
+                       description="Read a study's tables and print its trials. A trial still "
+                       "'running' with no update for over 3x its epoch time (at least 300 s) is "
+                       "shown as 'stale': its driver or node died (`study resume` continues it).")
     p.add_argument("name", help="study name (under --storage) or path to a study folder")
-    p.add_argument("--storage", default=DEFAULT_STORAGE)
+    _storage(p)
     p.set_defaults(func=run_status)
+
+    p = sub.add_parser("list", help="the studies under a storage",
+                       description="One line per study under --storage: name, trials recorded/planned, "
+                       "trial statuses (with 'stale' as in `study status`), last update.")
+    _storage(p)
+    p.set_defaults(func=run_list)
 
     p = sub.add_parser("resume", help="continue an interrupted study",
                        description="Tuner.restore: finished trials are kept, errored and interrupted "
@@ -62,33 +88,56 @@ def register(sub) -> None:
                        "accumulated). Ray's pickled state is first checked against the HMAC the driver "
                        "wrote (README 'Trust boundary').", epilog=EXIT_CODES)
     p.add_argument("name", help="study name (under --storage) or path to a study folder")
-    p.add_argument("--storage", default=DEFAULT_STORAGE)
-    p.add_argument("--address")
-    p.add_argument("--num-cpus", type=positive_int)
-    p.add_argument("--quiet", action="store_true")
+    _storage(p)
+    _cluster_flags(p)
     p.add_argument("--verbose", action="store_true", help="also print Ray's tracebacks of failed trials")
     p.add_argument("--trust-storage", action="store_true",
                    help="skip the HMAC check of Ray's pickled state (only for storage nobody else can write)")
     p.set_defaults(func=run_resume)
 
 
-def _spec(prog: str, file: str, data: str | None, gpus: int | None):
+def _spec(prog: str, file: str, data: str | None, gpus: int | None, cpus: int | None = None):
     from study.spec import SpecError, load_spec
 
     try:
-        return load_spec(file, data=data, gpus_available=gpus)
+        spec = load_spec(file, data=data, gpus_available=gpus, cpus_available=cpus)
     except SpecError as e:
         fail(prog, str(e))
+    _check_loggers(prog, spec.file, spec.loggers)
+    return spec
+
+
+def _check_loggers(prog: str, file: str, loggers) -> None:
+    """A logger whose package is missing is one line naming the extra, exit 2."""
+    from study.tuning.loggers import check_loggers
+
+    missing = check_loggers(loggers)
+    if missing:
+        fail(prog, f"{file}: loggers.{missing[0]}: {missing[1]}")
+
+
+def local_cpus() -> int:
+    """CPUs this process may use (what a local Ray gets by default)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def run_validate(args: argparse.Namespace) -> int:
     from study.models import model_name
 
-    spec = _spec("study validate", args.file, args.data, args.gpus)
+    spec = _spec("study validate", args.file, args.data, args.gpus,
+                 args.cpus if args.cpus is not None else local_cpus())
+    count = f"{len(spec.models)}" if spec.models_complete else f"at least {len(spec.models)}"
     print(f"{spec.file}: {spec.num_trials} trials ({len(spec.cells)} grid cells x {spec.num_samples} "
-          f"samples), {len(spec.models)} distinct models:")
-    for m in spec.models:
+          f"samples), {count} distinct models:")
+    shown = 50
+    for m in spec.models[:shown]:
         print(f"  {model_name(m)}")
+    if len(spec.models) > shown:
+        print(f"  ... and {len(spec.models) - shown} more")
+    print(f"loggers: {', '.join(spec.loggers) or 'none'}")
     return 0
 
 
@@ -104,31 +153,49 @@ def _check_storage(prog: str, storage: str) -> None:
 
 
 def _root(storage: str, name: str) -> str:
-    from study.tuning.runner import study_root
+    from study.storage import study_root
 
     if "://" not in name and Path(name).is_dir() and (Path(name) / "study.json").exists():
         return str(Path(name).resolve())
     return study_root(storage, name)
 
 
+def _cluster_checks(prog: str, args: argparse.Namespace) -> None:
+    """--address and --storage agree (study.tuning.cluster): one line, exit 2, before Ray starts."""
+    from study.tuning.cluster import ClusterError, check_storage, resolve_address
+
+    try:
+        resolve_address(args.address)
+        check_storage(args.storage, address=args.address, shared=args.shared_storage)
+    except ClusterError as e:
+        fail(prog, str(e))
+
+
 def run_run(args: argparse.Namespace) -> int:
     prog = "study run"
-    spec = _spec(prog, args.file, args.data, None)
+    args.storage = args.storage or default_storage()
+    # a local Ray gets --num-cpus or this machine's CPUs: a trial asking for more would wait forever
+    spec = _spec(prog, args.file, args.data, None,
+                 None if args.address else (args.num_cpus if args.num_cpus is not None else local_cpus()))
     if args.name:
+        from study.limits import MAX_NAME_LENGTH
         from study.spec import _valid_name
+        from study.speccheck import short
 
         if not _valid_name(args.name):
-            fail(prog, f"--name: must be letters, digits, '-', '_' or '.', got {args.name!r}")
+            fail(prog, f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
+                       f"got {short(args.name)}")
         object.__setattr__(spec, "name", args.name)
     _check_storage(prog, args.storage)
+    _cluster_checks(prog, args)
     from study.tuning.runner import study_root
 
     root = study_root(args.storage, spec.name)
-    if "://" not in root and Path(root).exists() and any(Path(root).iterdir()):
+    if _exists(prog, root):
         fail(prog, f"--name: study {spec.name!r} already exists in {args.storage} "
                    f"(continue it with `study resume {spec.name}` or pick another --name)")
     _preflight(prog, spec, args.address, args.num_cpus)
-    _check_data(prog, spec)
+    _check_data(prog, spec, quiet=args.quiet)
     return _drive(prog, args, lambda **kw: _run_study(spec, args, **kw))
 
 
@@ -165,21 +232,26 @@ def _preflight(prog: str, spec, address: str | None, num_cpus: int | None) -> No
 def _init(prog: str, address: str | None, num_cpus: int | None) -> None:
     from study.tuning.runner import init_ray
 
+    from study.errors import RayStartError
+
     try:
         init_ray(address, num_cpus=num_cpus)
-    except (ConnectionError, RuntimeError, ValueError) as e:
+    except (ConnectionError, RuntimeError, ValueError, RayStartError) as e:
         fail(prog, f"--address: cannot start or join Ray ({' '.join(str(e).split())[:200]})")
 
 
 def _drive(prog: str, args, start) -> int:
     """Run or resume under the contract: exit status from the runs, one line for a
     lock held by another driver (2), a storage failure (3) or a refused state (3)."""
-    from study.errors import IntegrityError, LockError, StorageError
+    from study.errors import EXIT_RAY, IntegrityError, LockError, RayStartError, StorageError
 
     try:
         runs = start(verbose=not args.quiet, show_tracebacks=args.verbose, prog=prog)
     except LockError as e:
         fail(prog, str(e))
+    except RayStartError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_RAY
     except IntegrityError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_STORAGE
@@ -194,28 +266,54 @@ def _drive(prog: str, args, start) -> int:
     return runs.attrs.get("exit_code", 0)
 
 
-def _check_data(prog: str, spec) -> None:
-    """Load (and cache) every data source the trials will read before anything
-    starts, so a broken archive is one error line, not a study of failed trials."""
-    from study.data import DataError, load_splits
+def _exists(prog: str, root: str) -> bool:
+    """Whether a study is stored at ``root``; an unreachable object store is one line."""
+    from study.storage import study_exists
 
-    for source, subset in sorted({(c.data, c.subset) for c in (spec.train_config(cell) for cell in spec.cells)},
-                                 key=str):
+    try:
+        return study_exists(root)
+    except OSError as e:
+        fail(prog, f"--storage: cannot reach {root}: {' '.join(str(e).split())}")
+
+
+def _check_data(prog: str, spec, *, quiet: bool = False) -> None:
+    """Load (and cache) every data source the trials will read before anything
+    starts, so a broken archive is one error line, not a study of failed trials.
+    The first decode of an archive can take minutes: its progress goes to stderr."""
+    from study.data import DataError, hold_out_validation, load_splits
+
+    progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    configs = [spec.train_config(cell) for cell in spec.cells]
+    for source, subset, validation in sorted({(c.data, c.subset, c.validation) for c in configs}, key=str):
         try:
-            load_splits(source, subset=subset)
+            splits = load_splits(source, subset=subset, progress=progress)
         except DataError as e:
             fail(prog, f"{spec.file}: data: {e}")
+        try:
+            hold_out_validation(splits, validation=validation, seed=0)
+        except DataError as e:
+            fail(prog, f"{spec.file}: {e}")
+        n = len(splits.train_labels)
+        # the size of a folder or archive is known only now: one step's batch must fit it
+        dist = spec.sample.get("batch_size", {})
+        sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
+        batch = max([c.batch_size for c in configs if (c.data, c.subset) == (source, subset)] + [sampled])
+        if batch * spec.workers_per_trial > n:
+            workers = f" x {spec.workers_per_trial} workers" if spec.workers_per_trial > 1 else ""
+            fail(prog, f"{spec.file}: batch_size: {batch}{workers} images per step is more than the {n} "
+                       f"training images of {source}: no training step would run")
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from study.bookkeeping import status_table
+    from study.storage import read_meta
     from study.tables import read_table
 
+    args.storage = args.storage or default_storage()
     root = _root(args.storage, args.name)
-    if "://" not in root and not Path(root).is_dir():
+    if not _exists("study status", root):
         fail("study status", f"no study {args.name!r} in {args.storage}")
     runs = read_table(f"{root}/tables", "runs")
-    from study.tuning.runner import read_meta
-
     try:
         planned = read_meta(root).get("num_trials")
     except (FileNotFoundError, OSError):
@@ -224,26 +322,43 @@ def run_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def status_table(runs, planned: int | None) -> str:
-    lines = []
-    head = f"{len(runs)} trials recorded" + (f" of {planned} planned" if planned else "")
-    if len(runs):
-        counts = runs.status.value_counts()
-        head += ": " + ", ".join(f"{n} {s}" for s, n in counts.items())
-    lines.append(head)
-    if len(runs):
-        cols = ["trial_id", "name", "status", "epochs_done", "epochs", "best_test_acc", "device_seconds"]
-        frame = runs[cols].rename(columns={"epochs_done": "epoch", "best_test_acc": "best_acc",
-                                           "device_seconds": "device_s"})
-        lines.append(frame.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    return "\n".join(lines)
+def run_list(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from study.bookkeeping import study_line
+    from study.storage import list_studies, read_meta, study_root
+    from study.tables import read_table
+
+    storage = args.storage or default_storage()
+    if "://" not in storage and not Path(storage).is_dir():
+        fail("study list", f"--storage: no folder {storage}")
+    rows = []
+    for name in list_studies(storage):
+        root = study_root(storage, name)
+        try:
+            planned = read_meta(root).get("num_trials")
+        except (OSError, ValueError):
+            planned = None
+        rows.append(study_line(name, read_table(f"{root}/tables", "runs"), planned))
+    if not rows:
+        print(f"no studies in {storage}")
+        return 0
+    print(pd.DataFrame(rows).to_string(index=False))
+    return 0
 
 
 def run_resume(args: argparse.Namespace) -> int:
     prog = "study resume"
+    args.storage = args.storage or default_storage()
     root = _root(args.storage, args.name)
-    if "://" not in root and not (Path(root) / "study.json").exists():
+    if not _exists(prog, root) or ("://" not in root and not (Path(root) / "study.json").exists()):
         fail(prog, f"no study {args.name!r} in {args.storage}")
+    _cluster_checks(prog, argparse.Namespace(**{**vars(args), "storage": root}))
+    from study.storage import read_meta
+    from study.tuning.loggers import DEFAULT_LOGGERS
+
+    meta = read_meta(root)
+    _check_loggers(prog, meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
     if args.address:
         from study.tuning import preflight
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from study.cliutil import fail
 
 
@@ -25,6 +23,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch  # here, not at import: `study --help` and bookkeeping commands stay torch-free
+
     from study.theory import theorem_error
 
     prog = "study theorem"

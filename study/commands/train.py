@@ -22,6 +22,9 @@ def register(sub) -> None:
     g.add_argument("--data", default="synthetic",
                    help="synthetic | cifar10[:ROOT] | image-folder tree or .tar/.tar.gz of one")
     g.add_argument("--subset", type=int, help="use this many training images")
+    g.add_argument("--validation", type=_validation, default=0, metavar="N",
+                   help="hold out N training images (or a fraction in (0, 1)), stratified, drawn from --seed; "
+                   "their loss/accuracy is recorded every epoch (default 0: none)")
     g.add_argument("--epochs", type=int, default=300)
     g.add_argument("--batch-size", type=int, default=100)
     g.add_argument("--lr", type=float, default=0.1)
@@ -32,10 +35,22 @@ def register(sub) -> None:
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
     g.add_argument("--no-amp", dest="amp", action="store_false", help="disable bf16 autocast on CUDA")
     g.add_argument("--no-head-stats", dest="head_stats", action="store_false")
+    g.add_argument("--map-epochs", default="auto", metavar="WHEN",
+                   help="epochs that store attention maps (0-based): auto (first ten, log-spaced, last), "
+                   "all, last, none, or a comma-separated list like 0,9,299 (default: auto)")
     g.add_argument("--out", type=Path, default=Path("results/train"), help="output folder")
     g.add_argument("--trial-id", help="trial id (default: derived from --out)")
     g.add_argument("--quiet", action="store_true", help="no per-epoch progress line")
     p.set_defaults(func=run)
+
+
+def _map_epochs(prog: str, value: str):
+    if value in ("auto", "all", "last", "none"):
+        return value
+    try:
+        return tuple(int(v) for v in value.split(","))
+    except ValueError:
+        fail(prog, f"--map-epochs: must be auto, all, last, none or a comma-separated list of epochs, got {value!r}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
             model=mc, data=args.data, subset=args.subset, epochs=args.epochs, batch_size=args.batch_size,
             lr=args.lr, weight_decay=args.weight_decay, warmup=args.warmup, schedule=args.schedule,
             seed=args.seed, compile=args.compile, amp=args.amp, head_stats=args.head_stats,
+            validation=args.validation,
+            map_epochs=_map_epochs(prog, args.map_epochs),
         )
     except ConfigError as e:
         fail(prog, f"{flag(e.field)}: {e.message}")
@@ -57,16 +74,21 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         fail(prog, f"--out: {out} exists and is not a directory")
     trial_id = args.trial_id or out.resolve().name or uuid.uuid4().hex[:8]
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
-        from study.data import load_splits
+        from study.data import hold_out_validation, load_splits
 
-        splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)  # errors before anything is written
+        # errors before anything is written; the first decode of an archive prints its progress
+        splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed, progress=progress)
     except DataError as e:
         fail(prog, f"--data: {e}")
+    try:
+        splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
+    except DataError as e:
+        fail(prog, f"--{e}")
     from study.errors import CheckpointError
     from study.trial.ledger import TrialLedger
 
-    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
     try:
         result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
@@ -74,6 +96,18 @@ def run(args: argparse.Namespace) -> int:
                              warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
     except CheckpointError as e:
         fail(prog, f"--out: {e}")
-    print(f"{result.status}: {result.epochs_done} epochs, best test acc {result.best_test_acc:.4f}, "
+    val = "" if result.best_val_acc != result.best_val_acc else f"best val acc {result.best_val_acc:.4f}, "
+    print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")
     return 0 if result.status == "finished" else 1
+
+
+def _validation(text: str) -> int | float:
+    """``N`` images or a fraction ``0.1``."""
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of images or a fraction, got {text!r}") from None

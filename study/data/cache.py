@@ -74,12 +74,19 @@ def save_atomic(obj: dict[str, Any], path: Path) -> bool:
 def build_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive advisory lock on ``<path>.lock`` while building ``path``, so
     trials starting together on one machine decode a source once: the others wait,
-    then find the cache.  Without ``fcntl`` or a writable folder it does not lock."""
+    then find the cache.  Without ``fcntl`` or a writable folder it does not lock.
+
+    The lock file is removed (while still held) when the build ends, whether it
+    succeeded or failed, so a refused source leaves no stale ``.lock`` behind (nor
+    the cache folder, when this call created it and it stayed empty).  A process
+    that waited on the removed file re-checks the cache after taking it."""
+    created = not path.parent.exists()
+    lock = path.with_name(path.name + ".lock")
     try:
         import fcntl
 
         path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path.with_name(path.name + ".lock"), "a")
+        f = open(lock, "a")
     except (ImportError, OSError):
         yield
         return
@@ -88,4 +95,16 @@ def build_lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_EX)
         except OSError:  # e.g. a file system without locks
             pass
-        yield  # closing the file releases the lock
+        try:
+            yield  # closing the file releases the lock
+        finally:
+            try:
+                if os.path.samestat(os.fstat(f.fileno()), os.stat(lock)):
+                    os.unlink(lock)
+            except OSError:
+                pass
+            if created:
+                try:
+                    path.parent.rmdir()  # only if still empty
+                except OSError:
+                    pass

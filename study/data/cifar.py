@@ -49,11 +49,17 @@ def load_cifar10(root: str | Path) -> dict[str, Any]:
 
 
 def _download(root: Path) -> None:
+    missing = [p for p in (root, *root.parents) if not p.exists()]  # folders the download would create
     try:
         from torchvision.datasets import CIFAR10
 
         CIFAR10(str(root), train=True, download=True)
     except Exception as e:  # URLError, OSError, RuntimeError: report in one line
+        for p in missing:  # deepest first: leave no empty folder tree behind
+            try:
+                p.rmdir()
+            except OSError:
+                break
         raise DataError(
             f"cifar10: {root / FOLDER} is missing and downloading CIFAR-10 into {root} failed "
             f"(no network?): {one_line(e, limit=150)}"

@@ -2,7 +2,9 @@
 
 JPEG files are decoded in batches by ``torchvision.io.decode_jpeg``; other formats
 (PNG, …) by ``decode_image`` and, failing that, PIL.  Chunks run on a small
-thread pool (the decoders release the GIL for part of their work).
+thread pool (the decoders release the GIL for part of their work).  An image whose
+header declares more than :data:`study.limits.MAX_IMAGE_PIXELS` pixels is refused
+before it is decoded (:mod:`.imageheader`), so a pixel bomb never allocates.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from study import limits
+
 from .errors import DataError, one_line
+from .imageheader import declared_shape
 
 IMAGE_SHAPE = (3, 32, 32)
 _CHUNK = 2048
@@ -84,6 +89,12 @@ def decode_images(
 def _decode_chunk(flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, int]], *, source: str) -> list[Tensor]:
     from torchvision.io import ImageReadMode, decode_jpeg
 
+    mv = memoryview(buffer)
+    for name, off, size in items:
+        shape = declared_shape(mv[off : off + size])
+        if shape is not None and shape[0] * shape[1] > limits.MAX_IMAGE_PIXELS:
+            w, h, c = shape
+            raise DataError(f"{source}: {name}: image is {w}x{h} with {c} channel(s), expected 32x32 with 3 (RGB)")
     views = [flat[off : off + size] for _, off, size in items]
     images: list[Tensor] | None = None
     if all(buffer[off : off + 3] == b"\xff\xd8\xff" for _, off, _ in items):

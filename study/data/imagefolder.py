@@ -11,8 +11,8 @@ import torch
 
 from . import decode
 from .cache import build_lock, cache_path, load_cached, save_atomic
-from .layout import resolve_layout
-from .sources import ImageFolderSource
+from .layout import Layout, resolve_layout
+from .sources import ImageFolderSource, Listing
 
 # sha256 of well-known archives → how to report them (see ../shared/data/README.md)
 KNOWN_ARCHIVES = {
@@ -38,11 +38,14 @@ def load_image_folder(
     target = cache_path(cache_dir, kind="imagefolder", digest=src.digest)
     data = _cached(target)
     if data is None:
+        # a malformed archive or layout is refused before anything is written to the cache
+        listing = src.listing()
+        layout = resolve_layout(source=name, files=listing.files, dirs=listing.dirs)
         with build_lock(target):
             data = _cached(target)  # another process may have built it meanwhile
             if data is None:
-                data = _decode(src, name=name, target=target, cache_dir=cache_dir, progress=progress,
-                               workers=workers)
+                data = _decode(listing, layout, name=name, target=target, cache_dir=cache_dir,
+                               progress=progress, workers=workers)
     return {
         "train_images": data["train_images"],
         "train_labels": data["train_labels"],
@@ -59,21 +62,35 @@ def _cached(target: Path) -> dict[str, Any] | None:
 
 
 def _decode(
-    src: ImageFolderSource, *, name: str, target: Path, cache_dir: Path,
+    listing: Listing, layout: Layout, *, name: str, target: Path, cache_dir: Path,
     progress: Callable[[str], None] | None, workers: int | None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
-    listing = src.listing()
-    layout = resolve_layout(source=name, files=listing.files, dirs=listing.dirs)
     data: dict[str, Any] = {"classes": list(layout.classes)}
     for split, pairs in (("train", layout.train), ("test", layout.test)):
         items = [(n, *listing.files[n]) for n, _ in pairs]
         if progress:
             progress(f"decoding {len(items)} {split} images of {name}")
-        data[f"{split}_images"] = decode.decode_images(listing.buffer, items, source=name, workers=workers)
+        data[f"{split}_images"] = decode.decode_images(listing.buffer, items, source=name, workers=workers,
+                                                       progress=_percent(progress, f"{split} images"))
         data[f"{split}_labels"] = torch.tensor([lab for _, lab in pairs], dtype=torch.int64)
     saved = save_atomic(data, target)
     if progress:
         where = f"cached in {target}" if saved else f"not cached ({cache_dir} not writable)"
         progress(f"decoded {name} in {time.perf_counter() - t0:.1f} s; {where}")
     return data
+
+
+def _percent(progress: Callable[[str], None] | None, what: str, *, step: int = 10):
+    """A ``decode_images`` progress callback printing one line per ``step`` % done."""
+    if progress is None:
+        return None
+    last = [0]
+
+    def report(done: int, total: int) -> None:
+        pct = 100 * done // max(total, 1)
+        if pct // step > last[0] // step or (done == total and last[0] < 100):
+            last[0] = pct
+            progress(f"  {what}: {pct}% ({done}/{total})")
+
+    return report

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from study import limits
+
 from .errors import DataError
 
 SPLITS = ("train", "test")
@@ -33,7 +35,8 @@ def resolve_layout(*, source: str, files: Iterable[str], dirs: Iterable[str] = (
     :class:`Layout`.  Accepts one wrapping top-level folder.  Non-image and hidden
     files are ignored.  Raises :class:`DataError` naming ``source`` (and the file)
     for a missing split, an image outside a class folder, an empty class folder,
-    or class folders that differ between the splits."""
+    class folders that differ between the splits, or fewer than two classes (a
+    one-class source trains nothing: every prediction is right)."""
     entries = [(f, _parts(f)) for f in files if is_image_name(f)]
     dir_parts = [p for p in (_parts(d) for d in dirs) if p and not any(_hidden(x) for x in p)]
     tops = {p[0] for _, p in entries if len(p) > 1} | {p[0] for p in dir_parts}
@@ -73,6 +76,11 @@ def resolve_layout(*, source: str, files: Iterable[str], dirs: Iterable[str] = (
             f"(only in train: {only_train}; only in test: {only_test})"
         )
     classes = tuple(sorted(train_cls))
+    if len(classes) < limits.MIN_CLASSES:
+        found = f"only {prefix}train/{classes[0]}/" if classes else "no class folder"
+        raise DataError(f"{source}: needs at least {limits.MIN_CLASSES} class folders, found {found}")
+    if len(classes) > limits.MAX_CLASSES:
+        raise DataError(f"{source}: {len(classes)} class folders, more than {limits.MAX_CLASSES} (MAX_CLASSES)")
     for s in SPLITS:
         for c in classes:
             if not per_split[s][c]:

@@ -21,8 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+#: Input normalisation of the original code (epfml/attention-cnn, train.py), used for
+#: every data source: the CIFAR-10 channel means and its std constants
+#: (0.2023, 0.1994, 0.2010), not the training set's per-pixel std (0.2470, 0.2435, 0.2616).
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR_STD = (0.2470, 0.2435, 0.2616)
+CIFAR_STD = (0.2023, 0.1994, 0.2010)
 PAD = 4
 
 

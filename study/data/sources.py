@@ -3,14 +3,22 @@
 A source is fingerprinted by its content (the cache key) before anything is
 decoded: sha256 of the archive file's bytes, or for a directory sha256 over the
 sorted relative paths and bytes of its image files.
+
+Only regular files are ever opened: a FIFO, a device (e.g. a ``/dev/zero`` symlink)
+or a socket among the image files is refused with one line before it is read (each
+file is opened non-blocking and checked with ``fstat``), and the bytes read are
+bounded (:data:`study.limits.MAX_SOURCE_BYTES`, ``MAX_IMAGE_FILE_BYTES``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from study import limits
 
 from .archive import decompress, tar_members
 from .errors import DataError, one_line
@@ -33,16 +41,23 @@ class ImageFolderSource:
 
     def __init__(self, path: str | Path):
         self.path = Path(path).expanduser()
-        if not self.path.exists():
-            raise DataError(f"{path}: no such file or directory")
-        self.is_dir = self.path.is_dir()
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise DataError(f"{path}: no such file or directory") from None
+        except OSError as e:
+            raise DataError(f"{path}: cannot read ({one_line(e.strerror or e)})") from None
+        self.is_dir = stat.S_ISDIR(st.st_mode)
+        if not self.is_dir and not stat.S_ISREG(st.st_mode):
+            raise DataError(f"{path}: not a folder or a regular file ({_kind(st.st_mode)})")
         try:
             if self.is_dir:
-                self._listing: Listing | None = _read_tree(self.path)
+                self._listing: Listing | None = _read_tree(self.path, source=str(path))
                 self.digest = _tree_digest(self._listing)
                 self._archive = b""
             else:
-                self._archive = self.path.read_bytes()
+                self._archive = _read_regular(self.path, source=str(path), name=None,
+                                              limit=limits.MAX_SOURCE_BYTES)
                 self.digest = hashlib.sha256(self._archive).hexdigest()
                 self._listing = None
         except OSError as e:
@@ -60,7 +75,7 @@ class ImageFolderSource:
         return self._listing
 
 
-def _read_tree(root: Path) -> Listing:
+def _read_tree(root: Path, *, source: str) -> Listing:
     names: list[str] = []
     dirs: list[str] = []
     for cur, subdirs, filenames in os.walk(root):
@@ -69,15 +84,49 @@ def _read_tree(root: Path) -> Listing:
         subdirs[:] = sorted(d for d in subdirs if not d.startswith(".") and d != "__MACOSX")
         dirs.extend(rel + d for d in subdirs)
         names.extend(rel + f for f in sorted(filenames) if is_image_name(rel + f))
+        if len(names) > limits.MAX_SOURCE_FILES:
+            raise DataError(f"{source}: more than {limits.MAX_SOURCE_FILES} image files (MAX_SOURCE_FILES)")
     chunks: list[bytes] = []
     files: dict[str, tuple[int, int]] = {}
     off = 0
     for name in sorted(names):
-        b = (root / name).read_bytes()
+        b = _read_regular(root / name, source=source, name=name,
+                          limit=min(limits.MAX_IMAGE_FILE_BYTES, limits.MAX_SOURCE_BYTES - off))
         files[name] = (off, len(b))
         chunks.append(b)
         off += len(b)
     return Listing(buffer=b"".join(chunks), files=files, dirs=tuple(dirs))
+
+
+def _read_regular(path: Path, *, source: str, name: str | None, limit: int) -> bytes:
+    """The bytes of ``path`` if it is (or links to) a regular file of at most ``limit``
+    bytes.  Opened non-blocking and checked with ``fstat`` before reading, so a FIFO
+    or a device never blocks or streams forever."""
+    where = f"{source}: {name}" if name else source
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise DataError(f"{where}: cannot read ({one_line(e.strerror or e)})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise DataError(f"{where}: not a regular file ({_kind(st.st_mode)}): refusing to read it")
+        if st.st_size > limit:
+            raise DataError(f"{where}: {st.st_size} bytes, more than the limit of {limit} "
+                            f"({'MAX_IMAGE_FILE_BYTES' if name else 'MAX_SOURCE_BYTES'})")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise DataError(f"{where}: more than the limit of {limit} bytes")
+    return data
+
+
+def _kind(mode: int) -> str:
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return word
+    return "not a regular file"
 
 
 def _tree_digest(listing: Listing) -> str:

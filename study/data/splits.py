@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from study import limits
+
 from .cache import resolve_cache_dir
 from .errors import DataError
 
@@ -23,7 +25,9 @@ class Splits:
     """A data source's train and test splits (CPU tensors).
 
     ``*_images`` are uint8 (N, 3, 32, 32), ``*_labels`` int64 (N,) indices into
-    ``classes``; ``source`` describes where they came from, for reports."""
+    ``classes``; ``source`` describes where they came from, for reports.  ``val_*``:
+    a validation split held out from the training images
+    (:func:`study.data.validation.hold_out_validation`), or None."""
 
     train_images: Tensor
     train_labels: Tensor
@@ -31,6 +35,8 @@ class Splits:
     test_labels: Tensor
     classes: tuple[str, ...]
     source: str
+    val_images: Tensor | None = None
+    val_labels: Tensor | None = None
 
     @property
     def num_classes(self) -> int:
@@ -59,12 +65,17 @@ def load_splits(
 
     ``subset=k`` keeps a class-stratified random subset (drawn with ``seed``) of k
     training images and of ``min(len(test), max(k // 5, 100))`` test images, each in
-    the original order.  ``progress`` receives a line before and after a long decode.
+    the original order; a ``subset`` larger than the training split is refused (it
+    would silently train on fewer images than recorded).  ``progress`` receives a
+    line before and after a long decode.
     Raises :class:`DataError` with a one-line message naming the problem."""
     if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):
         raise DataError(f"subset must be a positive number of training images, got {subset!r}")
     data = _load(spec, cache_dir=resolve_cache_dir(cache_dir), progress=progress)
     source = data["source"]
+    if subset is not None and subset > len(data["train_labels"]):
+        raise DataError(f"{spec}: subset {subset} is more than the {len(data['train_labels'])} training images "
+                        "of this source")
     if subset is not None:
         gen = torch.Generator().manual_seed(seed)
         n_test = min(len(data["test_labels"]), max(subset // 5, MIN_SUBSET_TEST))
@@ -109,9 +120,10 @@ def _load(spec: str, *, cache_dir: Path, progress: Callable[[str], None] | None)
         from .synthetic import CLASSES, DEFAULT_TRAIN, make_synthetic
 
         n_train = DEFAULT_TRAIN
-        if arg:
-            if not arg.isdigit() or int(arg) < 1:
-                raise DataError(f"{spec}: N_TRAIN must be a positive integer, got {arg!r}")
+        if arg or spec.endswith(":"):
+            if not (arg.isascii() and arg.isdigit()) or not 1 <= int(arg) <= limits.MAX_SYNTHETIC_TRAIN:
+                raise DataError(f"{spec}: N_TRAIN must be an integer from 1 to {limits.MAX_SYNTHETIC_TRAIN} "
+                                f"(MAX_SYNTHETIC_TRAIN), got {arg!r}")
             n_train = int(arg)
         tr_x, tr_y, te_x, te_y = make_synthetic(n_train=n_train)
         return {"train_images": tr_x, "train_labels": tr_y, "test_images": te_x, "test_labels": te_y,
@@ -119,6 +131,8 @@ def _load(spec: str, *, cache_dir: Path, progress: Callable[[str], None] | None)
     if kind == "cifar10":  # a folder named cifar10 is "./cifar10"
         from .cifar import load_cifar10
 
+        if arg and not Path(arg).expanduser().is_dir():  # never create a folder tree the user mistyped
+            raise DataError(f"{spec}: {arg} is not a folder (create it to download CIFAR-10 into it)")
         return load_cifar10(Path(arg) if arg else cache_dir / "cifar10")
     path = Path(spec).expanduser()
     if not path.exists():

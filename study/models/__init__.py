@@ -3,14 +3,18 @@ positional encoding, and the CIFAR ResNet18 baseline, behind one factory."""
 
 from .config import ENCODINGS, PAPER_MODELS, ConfigError, ModelConfig, model_name
 from .registry import available_models, build_model, register_model
+from .trained import ExportError, load_trained, read_export
 
 __all__ = [
     "ENCODINGS",
     "PAPER_MODELS",
     "ConfigError",
+    "ExportError",
     "ModelConfig",
     "available_models",
     "build_model",
+    "load_trained",
     "model_name",
+    "read_export",
     "register_model",
 ]

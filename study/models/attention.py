@@ -8,7 +8,11 @@ code and in Lemma 1); heads are concatenated and projected by ``out_proj``
     MHSA(X)_q = Σ_h  (Σ_k softmax_k(A_h[q, :])_k · X_k) W_out,hᵀ + b_out
 
 with A_h = positional scores (image independent) plus, for content attention,
-q·k/√D with ``query``/``key`` = ``Linear(D → N_h·D)``.
+q·k/√D with ``query``/``key`` = ``Linear(D → N_h·D)``.  Content attention has two
+positional forms (``ModelConfig.positional_score``): ``head``, A_h = w_h·r_δ + q·k/√D
+(image-independent positional part), and ``query`` (the paper's Table 1 model),
+A_h = (q_h·r_δ + q_h·k_h)/√D with r_δ = [r_row(δ1); r_col(δ2)] split over the query's
+halves (:class:`~study.models.positional.QueryScores`).
 
 The same equations are evaluated by one of three exact paths (DESIGN §11); every
 one is checked against :func:`study.bench.naive.naive_relative_attention`:
@@ -91,7 +95,9 @@ class RelativeSelfAttention(nn.Module):
         positional: module mapping (height, width) → scores (N_h, T, T)
             (:class:`~study.models.positional.GaussianScores` or ``LearnedScores``);
             if it has ``separable`` true and ``axis_scores(h, w)`` the factorised
-            path is used whenever it is exact.
+            path is used whenever it is exact.  With ``needs_query`` true
+            (``QueryScores``, content only) it maps (queries, height, width) →
+            (B, N_h, T, T) instead.
         content: add content scores q·k/√D (``learned_content`` encoding).
         out_dim: output dimension (default ``dim``).
         attention_dropout: dropout on the attention probabilities.
@@ -127,11 +133,22 @@ class RelativeSelfAttention(nn.Module):
     def attention_scores(self, x: Tensor) -> Tensor:
         """Pre-softmax scores: (N_h, T, T) positional, or (B, N_h, T, T) with content."""
         b, h, w, d = x.shape
-        scores = self.positional(h, w)
-        if self.content:
-            q, k = self._queries_keys(x)
-            scores = scores.to(q.dtype) + (q @ k.transpose(-1, -2)) / math.sqrt(d)
-        return scores
+        if not self.content:
+            return self.positional(h, w)
+        q, k = self._queries_keys(x)
+        return self._positional_bias(q, h, w) + (q @ k.transpose(-1, -2)) / math.sqrt(d)
+
+    @property
+    def query_positional(self) -> bool:
+        """Positional scores from the queries (q·r_δ, ``positional_score: query``)."""
+        return bool(getattr(self.positional, "needs_query", False))
+
+    def _positional_bias(self, q: Tensor, h: int, w: int) -> Tensor:
+        """The positional part of content scores, on the scale of the softmax input:
+        q·r_δ/√D, (B, N_h, T, T), for the query form; w·r_δ, (1, N_h, T, T), for the head form."""
+        if self.query_positional:
+            return self.positional(q, h, w) / math.sqrt(q.shape[-1])
+        return self.positional(h, w).to(q.dtype)[None]
 
     def attention_probs(self, x: Tensor) -> Tensor:
         """Softmax over all keys of the image, before dropout; see ``attention_scores``.
@@ -216,7 +233,7 @@ class RelativeSelfAttention(nn.Module):
         b, h, w, d = x.shape
         t, n = h * w, self.num_heads
         q, k = self._queries_keys(x)
-        bias = self.positional(h, w).to(q.dtype)[None].expand(b, n, t, t)
+        bias = self._positional_bias(q, h, w).expand(b, n, t, t)
         v = x.reshape(b, 1, t, d).to(q.dtype).expand(b, n, t, d)
         p = self.attention_dropout.p if self.training else 0.0
         heads = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)

@@ -13,6 +13,11 @@ from typing import Any
 
 ARCHS = ("sa", "resnet18")
 ENCODINGS = ("quadratic", "learned", "learned_content")
+#: How learned relative embeddings r_δ become a head's positional score:
+#: ``query`` = q_h · r_δ (the query's halves against the row and column tables;
+#: the paper's Table 1 learned + content model), ``head`` = w_h · r_δ with learned
+#: per-head key vectors w_h (Section 4.2's positional-only form).
+POSITIONAL_SCORES = ("query", "head")
 MIN_LEARNED_POS_DIM = 3
 
 
@@ -36,6 +41,19 @@ class ModelConfig:
     ``quadratic`` (Eq. 9, Gaussian heads; ``isotropic`` picks Σ⁻¹ = s²I or A Aᵀ),
     ``learned`` (Section 4.2, learned row/column embeddings, D_p = ``pos_dim``) or
     ``learned_content`` (learned positional plus content scores, Eq. 7).
+
+    ``positional_score`` (learned encodings only) says how a head scores the learned
+    relative embedding r_δ = [r_row(δ1); r_col(δ2)]:
+
+    * ``query`` (default of ``learned_content``; Ramachandran et al. 2019, the
+      original code's final form and the paper's 29.5M Table 1 model):
+      score_h = [q_h[:D/2]·r_row(δ1) + q_h[D/2:]·r_col(δ2) + q_h·k_h] / √D.  r_δ is
+      dotted with the D-dimensional query, so ``pos_dim`` (D_p, the length of r_δ)
+      must equal ``hidden`` (D, even); each axis table is (2·S−1)×(D_p/2).
+    * ``head`` (the only form of ``learned``; optional for ``learned_content``, where
+      it is the original's first version, 29.6M): score_h = w_h,rowᵀ r_row(δ1) +
+      w_h,colᵀ r_col(δ2) (+ q_h·k_h/√D), with ``Linear(D_p → N_h)`` head keys per axis
+      and any ``pos_dim`` ≥ 3: each axis table is (2·S−1)×D_p (r_row, r_col ∈ R^D_p).
     """
 
     arch: str = "sa"
@@ -43,6 +61,7 @@ class ModelConfig:
     isotropic: bool | None = True
     num_heads: int | None = 9
     pos_dim: int | None = None
+    positional_score: str | None = None
     hidden: int = 400
     layers: int = 6
     intermediate: int = 512
@@ -64,7 +83,7 @@ class ModelConfig:
         _positive_int(self, "in_channels")
         if self.arch == "resnet18":
             # attention-only fields do not apply to the baseline
-            for k in ("encoding", "isotropic", "num_heads", "pos_dim"):
+            for k in ("encoding", "isotropic", "num_heads", "pos_dim", "positional_score"):
                 set_(k, None)
             return
         if self.encoding not in ENCODINGS:
@@ -82,6 +101,8 @@ class ModelConfig:
                 "downsample", f"must divide image_size {self.image_size}, got {self.downsample}"
             )
         if self.encoding == "quadratic":
+            if self.positional_score is not None:
+                raise ConfigError("positional_score", "applies only to learned encodings")
             if self.isotropic is None:
                 set_("isotropic", True)
             if not isinstance(self.isotropic, bool):
@@ -99,6 +120,7 @@ class ModelConfig:
             if self.isotropic not in (None, True):
                 raise ConfigError("isotropic", "applies only to encoding quadratic")
             set_("isotropic", None)
+            self._check_positional_score()
             if self.pos_dim is None:
                 set_("pos_dim", self.hidden)
             _positive_int(self, "pos_dim")
@@ -107,6 +129,33 @@ class ModelConfig:
                     "pos_dim",
                     f"learned encodings need pos_dim >= {MIN_LEARNED_POS_DIM}, got {self.pos_dim}",
                 )
+            if self.positional_score == "query":
+                if self.pos_dim != self.hidden:
+                    raise ConfigError(
+                        "pos_dim",
+                        f"positional_score query dots r_delta with the query, so pos_dim must equal "
+                        f"hidden ({self.hidden}), got {self.pos_dim} (positional_score head takes any pos_dim)",
+                    )
+                if self.hidden % 2:
+                    raise ConfigError(
+                        "hidden",
+                        f"positional_score query splits the query in halves: hidden must be even, got {self.hidden}",
+                    )
+
+    def _check_positional_score(self) -> None:
+        """Default and validate ``positional_score`` of a learned encoding."""
+        v = self.positional_score
+        if v is None:
+            v = "query" if self.encoding == "learned_content" else "head"
+        if v not in POSITIONAL_SCORES:
+            raise ConfigError(
+                "positional_score", f"must be one of {', '.join(POSITIONAL_SCORES)}, got {v!r}"
+            )
+        if self.encoding == "learned" and v != "head":
+            raise ConfigError(
+                "positional_score", "query needs content attention (encoding learned_content)"
+            )
+        object.__setattr__(self, "positional_score", v)
 
     @property
     def grid(self) -> int:
@@ -149,6 +198,8 @@ def model_name(cfg: ModelConfig) -> str:
         kind = "isotropic" if cfg.isotropic else "non-isotropic"
         return f"SA quadratic {kind} (N_h={cfg.num_heads})"
     label = "learned" if cfg.encoding == "learned" else "learned+content"
+    if cfg.encoding == "learned_content" and cfg.positional_score == "head":
+        label += " head-keys"
     return f"SA {label} (N_h={cfg.num_heads}, D_p={cfg.pos_dim})"
 
 
@@ -164,6 +215,7 @@ PAPER_MODELS: dict[str, ModelConfig] = {
 __all__ = [
     "ARCHS",
     "ENCODINGS",
+    "POSITIONAL_SCORES",
     "ConfigError",
     "ModelConfig",
     "PAPER_MODELS",

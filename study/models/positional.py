@@ -5,7 +5,10 @@ shape ``(num_heads, T, T)`` with ``T = height·width``, where entry ``[h, q, k]`
 the score head ``h`` gives key ``k`` from query ``q`` and the relative shift is
 ``δ = pos(k) − pos(q) = (δ1, δ2)`` (row, column), in grid pixels.
 
-Both encodings here are sums of per-axis terms when the Gaussian is isotropic,
+:class:`QueryScores` (the paper's learned + content model) scores the learned
+embeddings with each image's queries instead, so its output has a batch axis.
+
+Both positional-only encodings here are sums of per-axis terms when the Gaussian is isotropic,
 ``s(δ) = s_row(δ1) + s_col(δ2)``; ``separable`` says so and :meth:`axis_scores`
 exposes the two terms, so the attention layer can factorise the softmax
 (``P = P_row ⊗ P_col``, DESIGN §11).  A non-isotropic Gaussian adds the cross term
@@ -149,6 +152,75 @@ class LearnedScores(nn.Module):
         h = self.num_heads
         s = row[:, :, None, :, None] + col[:, None, :, None, :]  # (N_h, qr, qc, kr, kc)
         return s.reshape(h, height * width, height * width)
+
+    def head_parameters(self) -> dict[str, Tensor]:
+        return {}
+
+
+def relative_index(size: int, *, device=None) -> Tensor:
+    """idx[q, k] = k − q + size − 1 ∈ [0, 2·size−2]: the column of δ = k − q in a
+    table of the 2·size−1 offsets −(size−1) … size−1."""
+    r = torch.arange(size, device=device)
+    return r[None, :] - r[:, None] + size - 1
+
+
+class QueryScores(nn.Module):
+    """Query positional score (Ramachandran et al. 2019; the original code's learned +
+    content form, the paper's Table 1 "SA learned emb. + content-based att."):
+
+        pos_h(q, δ) = q_h[:D/2] · r_row(δ1) + q_h[D/2:] · r_col(δ2)
+
+    with one (2·S−1)×(D/2) table per axis (init N(0, 1)) and no head-key Linears; the
+    layer adds q_h·k_h and divides the sum by √D.  ``pos_dim`` = D_p = len(r_δ) = D.
+
+    Computed without a (B, N_h, T, T, D) tensor: each query's halves are dotted with
+    the 2·H−1 (2·W−1) offsets that occur on the grid, (B, N_h, H, W, 2H−1), and the
+    entry of δ1 = kr − qr is gathered per key row (likewise per key column);
+    :meth:`forward` then expands s_row ⊕ s_col to (B, N_h, T, T).
+    """
+
+    needs_query = True
+    separable = False
+
+    def __init__(self, *, num_heads: int, pos_dim: int, max_size: int):
+        super().__init__()
+        if pos_dim % 2:
+            raise ValueError(f"pos_dim must be even (two halves), got {pos_dim}")
+        self.num_heads = num_heads
+        self.max_size = max_size
+        self.row_embeddings = nn.Embedding(2 * max_size - 1, pos_dim // 2)
+        self.col_embeddings = nn.Embedding(2 * max_size - 1, pos_dim // 2)
+
+    def _offsets(self, table: nn.Embedding, size: int) -> Tensor:
+        """Rows of ``table`` for δ = −(size−1) … size−1, (2·size−1, D/2)."""
+        if size > self.max_size:
+            raise ValueError(f"grid side {size} exceeds the learned table's {self.max_size}")
+        s = self.max_size
+        return table.weight[s - size : s + size - 1]
+
+    def axis_scores(self, q: Tensor, height: int, width: int) -> tuple[Tensor, Tensor]:
+        """s_row[b, n, qr, qc, kr] = q[:D/2]·r_row(kr − qr), (B, N_h, H, W, H), and
+        s_col[b, n, qr, qc, kc] = q[D/2:]·r_col(kc − qc), (B, N_h, H, W, W);
+        ``q`` is (B, N_h, T, D) with T = H·W row-major."""
+        b, n, t, d = q.shape
+        half = self.row_embeddings.embedding_dim
+        if d != 2 * half:
+            raise ValueError(f"query dimension {d} is not twice the table width {half}")
+        q = q.view(b, n, height, width, d)
+        rows = self._offsets(self.row_embeddings, height).to(q.dtype)
+        cols = self._offsets(self.col_embeddings, width).to(q.dtype)
+        a = q[..., :half] @ rows.T  # (B, N_h, H, W, 2H−1): q·r over every row offset
+        c = q[..., half:] @ cols.T  # (B, N_h, H, W, 2W−1)
+        ir = relative_index(height, device=q.device)[None, None, :, None, :].expand(b, n, height, width, height)
+        ic = relative_index(width, device=q.device)[None, None, None, :, :].expand(b, n, height, width, width)
+        return a.gather(-1, ir), c.gather(-1, ic)
+
+    def forward(self, q: Tensor, height: int, width: int) -> Tensor:
+        """Positional scores (B, N_h, T, T), not yet divided by √D."""
+        s_row, s_col = self.axis_scores(q, height, width)
+        b, n = q.shape[:2]
+        t = height * width
+        return (s_row[..., :, None] + s_col[..., None, :]).reshape(b, n, t, t)
 
     def head_parameters(self) -> dict[str, Tensor]:
         return {}

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from .attention import RelativeSelfAttention
 from .blocks import EncoderBlock, SpaceToDepth
 from .config import ModelConfig
-from .positional import GaussianScores, LearnedScores
+from .positional import GaussianScores, LearnedScores, QueryScores
 from .registry import register_model
 
 
@@ -23,6 +23,8 @@ def positional_scores(config: ModelConfig) -> nn.Module:
             num_heads=config.num_heads, isotropic=config.isotropic,
             center_init_std=config.center_init_std, spread_init_std=config.spread_init_std,
         )
+    if config.positional_score == "query":
+        return QueryScores(num_heads=config.num_heads, pos_dim=config.pos_dim, max_size=config.grid)
     return LearnedScores(num_heads=config.num_heads, pos_dim=config.pos_dim, max_size=config.grid)
 
 

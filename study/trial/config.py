@@ -17,8 +17,13 @@ class TrainConfig:
     batch 100, 300 epochs, cosine schedule with ``warmup`` (fraction of all steps)
     linear warm-up, stepped per iteration.
 
-    ``schedule="step"`` is the original code's ResNet18 recipe: lr divided by 10 at
-    50 % and 83 % of training (epochs 150 and 250 of 300), stepped per epoch.
+    ``schedule="step"`` is the original code's ResNet18 recipe: MultiStepLR, lr
+    divided by 10 at epochs 80, 150 and 250 of 300 (scaled proportionally for other
+    epoch counts: :func:`study.trial.schedule.step_milestones`), stepped per epoch,
+    no warm-up.
+
+    ``validation``: training images held out (stratified, drawn with ``seed``) for
+    model selection; their loss/accuracy is recorded every epoch as ``val_*``.
 
     Deviation from the original: it stepped the warm-up/cosine schedule per *epoch*
     and so trained epoch 0 at lr 0; here the schedule is stepped per iteration.
@@ -40,7 +45,12 @@ class TrainConfig:
     head_stats: bool = True
     head_images: int = 100
     map_radius: int = 7
+    #: epochs at which attention maps are stored (:func:`study.tables.map_epochs`):
+    #: "auto" (first ten, log-spaced, last), "all", "last", "none" or a list of epochs
+    map_epochs: str | tuple[int, ...] = "auto"
     eval_batch_size: int = 500
+    #: training images held out for validation: a count (0: none) or a fraction in (0, 1)
+    validation: int | float = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):
@@ -61,11 +71,23 @@ class TrainConfig:
             raise ConfigError("warmup", f"must be a fraction in [0, 1), got {self.warmup!r}")
         if self.schedule not in SCHEDULES:
             raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        v = self.validation
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or (
+                isinstance(v, float) and v >= 1):
+            raise ConfigError("validation", f"must be a number of images >= 0 or a fraction in (0, 1), got {v!r}")
+        _check_map_epochs(self)
         if not isinstance(self.data, str) or not self.data:
             raise ConfigError("data", f"must be a data source string, got {self.data!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def flat(self) -> dict[str, Any]:
+        """Every model and training field in one flat mapping (model fields by their own
+        names; no name is shared): the configuration columns of ``runs`` and the
+        hyper-parameters in Ray's trial config."""
+        train = {k: v for k, v in self.to_dict().items() if k != "model"}
+        return {**self.model.to_dict(), **train}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -73,6 +95,20 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
+
+
+def _check_map_epochs(cfg: TrainConfig) -> None:
+    v = cfg.map_epochs
+    if isinstance(v, str):
+        if v not in ("auto", "all", "last", "none"):
+            raise ConfigError("map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}")
+        return
+    if not isinstance(v, (list, tuple)) or not all(isinstance(e, int) and not isinstance(e, bool) for e in v):
+        raise ConfigError("map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}")
+    bad = [e for e in v if not 0 <= e < cfg.epochs]
+    if bad:
+        raise ConfigError("map_epochs", f"epochs are 0-based and must be < epochs ({cfg.epochs}), got {bad[0]}")
+    object.__setattr__(cfg, "map_epochs", tuple(sorted(set(v))))
 
 
 def _int_at_least(cfg: TrainConfig, key: str, low: int) -> None:

@@ -22,10 +22,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from study.data import DeviceData, load_splits
+from study.data import DeviceData, hold_out_validation, load_splits
 from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
-from study.tables import TableWriter
+from study.tables import TableWriter, map_epochs
 from study.trial.checkpoint import check_config, load_checkpoint, save_checkpoint
 from study.trial.config import TrainConfig
 from study.trial.headstats import collect_head_stats
@@ -41,6 +41,8 @@ class TrialResult:
     best_test_acc: float
     final_test_acc: float
     device_seconds: float
+    best_val_acc: float = math.nan  # NaN: no validation split
+    final_val_acc: float = math.nan
 
 
 def _rank_world() -> tuple[int, int]:
@@ -89,6 +91,8 @@ def train_trial(
     parts and the ``runs`` row under ``tables``, a checkpoint in ``checkpoint_dir``,
     then ``report(metrics, checkpoint_dir)`` (every rank; the directory on rank 0 only).
     ``splits``: the already loaded ``load_splits(cfg.data, ...)``, if the caller has it.
+    ``cfg.validation`` training images are held out (stratified, from ``cfg.seed``);
+    their loss and accuracy are recorded every epoch (``val_*``) and reported.
     ``ledger``: a :class:`~study.trial.ledger.TrialLedger` (rank 0) counting attempts and
     device-seconds across attempts; ``warn`` receives one-line warnings (a damaged
     checkpoint skipped).  A checkpoint of another configuration raises ``CheckpointError``.
@@ -100,6 +104,9 @@ def train_trial(
 
     if splits is None:
         splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)
+    splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
+    val_data = None if splits.val_labels is None else DeviceData(
+        splits.val_images[rank::world], splits.val_labels[rank::world], device=device)
     train_data = DeviceData(splits.train_images, splits.train_labels, device=device)
     test_data = DeviceData(splits.test_images[rank::world], splits.test_labels[rank::world], device=device)
     mc = cfg.model.replace(num_classes=len(splits.classes))
@@ -110,6 +117,7 @@ def train_trial(
     optimizer = build_optimizer(model, cfg)
 
     start_epoch, best_acc, device_seconds, attempts = 0, 0.0, 0.0, 1
+    best_val = math.nan if val_data is None else 0.0
     state = load_checkpoint(checkpoint_dir, warn=warn)
     if state is not None:
         check_config(state, model_config=mc.to_dict(), train_config=cfg.to_dict(), where=str(checkpoint_dir))
@@ -117,13 +125,16 @@ def train_trial(
         # restarted after it had finished (e.g. a driver died before recording
         # that): nothing to train, nothing to rewrite
         return TrialResult(status="finished", epochs_done=state["epoch"], best_test_acc=state["best_test_acc"],
-                           final_test_acc=state["final_test_acc"], device_seconds=state["device_seconds"])
+                           final_test_acc=state["final_test_acc"], device_seconds=state["device_seconds"],
+                           best_val_acc=state.get("best_val_acc", math.nan),
+                           final_val_acc=state.get("final_val_acc", math.nan))
     if state is not None:
         attempts = state.get("attempts", 1) + 1
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_epoch, best_acc = state["epoch"], state["best_test_acc"]
         device_seconds = state["device_seconds"]
+        best_val = state.get("best_val_acc", best_val)
         torch.set_rng_state(state["rng_cpu"])
         if device.type == "cuda" and "rng_cuda" in state:
             torch.cuda.set_rng_state(state["rng_cuda"], device)
@@ -152,13 +163,15 @@ def train_trial(
     head_data = DeviceData(splits.test_images[: cfg.head_images], splits.test_labels[: cfg.head_images],
                            device=device)
     x_heads = head_data.normalise(head_data.images)
+    maps_at = set(map_epochs(cfg.map_epochs, cfg.epochs))
 
+    # the whole resolved configuration (every model field of the model built, every
+    # training field), then what the data actually gave (sizes after capping)
     run_row = {
-        "study": study, "name": model_name(mc), **{k: v for k, v in mc.to_dict().items()
-                                                     if k in ("arch", "encoding", "isotropic", "num_heads", "pos_dim", "hidden", "layers")},
-        "lr": cfg.lr, "weight_decay": cfg.weight_decay, "batch_size": cfg.batch_size, "epochs": cfg.epochs,
-        "warmup": cfg.warmup, "schedule": cfg.schedule, "seed": cfg.seed, "data": cfg.data,
-        "subset": cfg.subset, "n_params": n_params, "flops": flops, "device": _device_name(device),
+        "study": study, "name": model_name(mc), **cfg.replace(model=mc).flat(),
+        "data_source": splits.source, "n_train": len(splits.train_labels),
+        "n_val": 0 if splits.val_labels is None else len(splits.val_labels), "n_test": len(splits.test_labels),
+        "n_params": n_params, "flops": flops, "device": _device_name(device),
         "world_size": world, "attempts": attempts, "error": None, **(extra_run_fields or {}),
     }
 
@@ -166,9 +179,11 @@ def train_trial(
         if writer is not None:
             writer.run({**run_row, "status": status, "epochs_done": epochs_done,
                         "best_test_acc": best_acc, "final_test_acc": final_acc,
+                        "best_val_acc": _nan_to_none(best_val), "final_val_acc": _nan_to_none(final_val),
                         "device_seconds": device_seconds, "updated_at": time.time()})
 
     final_acc = float(state["final_test_acc"]) if state is not None else float("nan")
+    final_val = float(state.get("final_val_acc", math.nan)) if state is not None else math.nan
     write_run("running", start_epoch, final_acc)
     status = "finished"
     epochs_done = start_epoch
@@ -203,6 +218,11 @@ def train_trial(
             break
 
         test_loss, test_acc = evaluate(net, test_data, batch_size=cfg.eval_batch_size, world=world, autocast=autocast)
+        val_loss = val_acc = None
+        if val_data is not None:
+            val_loss, val_acc = evaluate(net, val_data, batch_size=cfg.eval_batch_size, world=world,
+                                         autocast=autocast)
+            best_val, final_val = max(best_val, val_acc), val_acc
         epoch_seconds = time.perf_counter() - t0
         device_seconds += epoch_seconds * world
         best_acc = max(best_acc, test_acc)
@@ -220,10 +240,12 @@ def train_trial(
                 with autocast():
                     head_rows, map_rows = collect_head_stats(raw_model, x_heads, radius=cfg.map_radius)
                 writer.rows("heads", epoch, head_rows)
-                writer.rows("maps", epoch, map_rows)
+                if epoch in maps_at:
+                    writer.rows("maps", epoch, map_rows)
                 hs_seconds = time.perf_counter() - h0
             metrics = {
                 "epoch": epoch, "train_loss": train_loss, "train_acc": train_totals[1] / train_totals[2],
+                "val_loss": val_loss, "val_acc": val_acc,
                 "test_loss": test_loss, "test_acc": test_acc, "lr": lr, "seconds": epoch_seconds,
                 "images_per_s": train_totals[2] / train_seconds, "head_stats_seconds": hs_seconds,
             }
@@ -235,6 +257,8 @@ def train_trial(
                     "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
                     "epoch": epoch + 1, "best_test_acc": best_acc, "final_test_acc": final_acc,
                     "device_seconds": device_seconds, "attempts": attempts, "rng_cpu": torch.get_rng_state(),
+                    "best_val_acc": best_val, "final_val_acc": final_val,
+                    # what the model is: `study export` / `load_trained` rebuild it from these
                     "model_config": mc.to_dict(), "train_config": cfg.to_dict(),
                     **({"rng_cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}),
                 })
@@ -242,17 +266,23 @@ def train_trial(
             if progress is not None:
                 progress(
                     f"epoch {epoch + 1}/{cfg.epochs}  train_loss {train_loss:.4f}  "
-                    f"train_acc {metrics['train_acc']:.4f}  test_loss {test_loss:.4f}  "
+                    f"train_acc {metrics['train_acc']:.4f}  "
+                    + (f"val_acc {val_acc:.4f}  " if val_acc is not None else "")
+                    + f"test_loss {test_loss:.4f}  "
                     f"test_acc {test_acc:.4f}  {epoch_seconds:.1f} s  {metrics['images_per_s']:.0f} img/s"
                 )
         else:
-            metrics = {"epoch": epoch, "test_acc": test_acc, "train_loss": train_loss}
+            metrics = {"epoch": epoch, "test_acc": test_acc, "val_acc": val_acc, "train_loss": train_loss}
         if report is not None:
-            report({**metrics, "best_test_acc": best_acc, "status": "running", "device_seconds": device_seconds}, ckpt)
+            report({**metrics, "best_test_acc": best_acc, "best_val_acc": _nan_to_none(best_val),
+                    "status": "running", "device_seconds": device_seconds}, ckpt)
 
     write_run(status, epochs_done, final_acc)
+    if writer is not None:
+        writer.close()  # one compacted file per table for the finished trial
     return TrialResult(status=status, epochs_done=epochs_done, best_test_acc=best_acc,
-                       final_test_acc=final_acc, device_seconds=device_seconds)
+                       final_test_acc=final_acc, device_seconds=device_seconds, best_val_acc=best_val,
+                       final_val_acc=final_val)
 
 
 @torch.no_grad()
@@ -277,6 +307,10 @@ def _reduce(values: torch.Tensor, world: int) -> list[float]:
     if world > 1:
         dist.all_reduce(values)
     return values.tolist()
+
+
+def _nan_to_none(v: float) -> float | None:
+    return None if v is None or math.isnan(v) else v
 
 
 def _device_name(device: torch.device) -> str:

@@ -5,6 +5,19 @@ from __future__ import annotations
 
 import math
 
+#: The original ResNet18 recipe (train.py): MultiStepLR milestones of a 300-epoch run.
+STEP_MILESTONES = (80, 150, 250)
+STEP_EPOCHS = 300
+STEP_GAMMA = 0.1
+
+
+def step_milestones(epochs: int) -> tuple[int, ...]:
+    """Epochs (0-based) from which the lr is multiplied by another ``STEP_GAMMA``:
+    [80, 150, 250] at 300 epochs, scaled as ⌊m·epochs/300 + ½⌋ otherwise (e.g.
+    [27, 50, 83] at 100 epochs).  Milestones that coincide divide there once per
+    milestone; milestones at ``epochs`` or later never apply."""
+    return tuple(math.floor(m * epochs / STEP_EPOCHS + 0.5) for m in STEP_MILESTONES)
+
 
 def learning_rate(*, step: int, steps_per_epoch: int, epochs: int, base_lr: float,
                   schedule: str = "cosine", warmup: float = 0.05) -> float:
@@ -12,14 +25,14 @@ def learning_rate(*, step: int, steps_per_epoch: int, epochs: int, base_lr: floa
 
     ``cosine``: linear warm-up over the first ``warmup`` fraction of all steps (from
     base_lr/warmup_steps up to base_lr), then cosine decay to 0 at the last step.
-    ``step``: base_lr, divided by 10 after 50 % and again after 83 % of the epochs
-    (the original ResNet18 recipe: epochs 150 and 250 of 300), per epoch.
+    ``step``: the original ResNet18 recipe, ``MultiStepLR(milestones=[80, 150, 250],
+    gamma=0.1)`` stepped per epoch over 300 epochs (lr 1e-4 at the end from 0.1); for
+    other epoch counts each milestone scales proportionally, see :func:`step_milestones`.
     """
     total = steps_per_epoch * epochs
     if schedule == "step":
         epoch = step // steps_per_epoch
-        milestones = (round(0.5 * epochs), round(250 / 300 * epochs))
-        return base_lr * 0.1 ** sum(epoch >= m for m in milestones)
+        return base_lr * STEP_GAMMA ** sum(epoch >= m for m in step_milestones(epochs))
     warm = int(round(warmup * total))
     if step < warm:
         return base_lr * (step + 1) / warm

@@ -4,7 +4,8 @@ Storage layout: ``<storage>/<name>/`` holds Ray's experiment state (trials,
 checkpoints, searcher), ``study.json`` (the project's metadata, paths relative to
 the study folder, so a moved or copied study resumes where it now is),
 ``study.yaml`` (the validated study file), ``tables/`` (the Parquet tables every
-trial appends to while it runs), ``trials/<key>.json`` (attempt ledgers), the
+trial appends to while it runs), ``optuna.journal``
+(the Optuna studies of the sampled axes, Optuna's ``JournalStorage``), ``trials/<key>.json`` (attempt ledgers), the
 driver's lock and the signatures of Ray's pickles (:mod:`study.tuning.integrity`).
 
 The run contract (exit statuses, ``error``/``interrupted`` rows, signals, storage
@@ -21,43 +22,47 @@ from typing import Any
 
 # quiet Ray before it is imported (DESIGN §8)
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
-# save the experiment state (trial list, searcher) at most every second, so a killed
-# driver loses at most that much bookkeeping: a resumed study never re-runs a trial
-# that had finished (Tune's default period adapts up to minutes)
-os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
+# Tune saves and uploads its experiment state at its own adaptive period (≥ 10 s) and
+# keeps its warning about excessive syncing.  A killed driver may lose the last
+# seconds of Tune's bookkeeping; it never re-runs a finished trial all the same,
+# because the project's own tables decide: the searcher and the trainable replay a
+# key whose ``runs`` row says it ended (``searcher.py``, ``trainable.py``).
 
 import pandas as pd
 import yaml
 
-from study.spec import StudySpec
-from study.tables import STATUSES, part_path, read_table, write_part
+from study.spec import StudySpec, selects
+from study.storage import META_FILE, is_remote, read_meta, resolve, study_exists, study_root
+from study.tables import STATUSES, compact_all, part_path, read_table, write_part
 
-META_FILE = "study.json"
-
-
-def is_remote(storage: str) -> bool:
-    return "://" in storage
-
-
-def study_root(storage: str, name: str) -> str:
-    return f"{storage.rstrip('/')}/{name}" if is_remote(storage) else str(Path(storage).resolve() / name)
+#: Environment variables naming an S3-compatible endpoint (read by pyarrow, and so by
+#: Ray's storage and the tables); passed on to the workers of a cluster.
+ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
 
 
 def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
+    """Connect to ``address`` or start a local, loopback-only Ray (``study.tuning.cluster``)."""
     import ray
+
+    from study.tuning.cluster import ray_init_kwargs
 
     if ray.is_initialized():
         return
-    kwargs: dict[str, Any] = dict(logging_config=ray.LoggingConfig(log_level="WARNING"), log_to_driver=False)
-    if address:
-        ray.init(address=address, **kwargs)
-    else:
-        # a local Ray never listens beyond this machine: dashboard (when its extra
-        # dependencies are installed) on the loopback interface only
-        ray.init(dashboard_host="127.0.0.1", num_cpus=num_cpus, **kwargs)
+    kwargs = ray_init_kwargs(address, num_cpus=num_cpus)
+    endpoint = {k: os.environ[k] for k in ENDPOINT_VARS if os.environ.get(k)}
+    if address and endpoint:  # workers of an existing cluster do not inherit this process's environment
+        env = dict(kwargs.get("runtime_env") or {})
+        env["env_vars"] = {**env.get("env_vars", {}), **endpoint}
+        kwargs["runtime_env"] = env
+    try:
+        ray.init(**kwargs)
+    except Exception as e:  # noqa: BLE001 - Ray raises bare Exceptions on start-up time-outs
+        from study.errors import RayStartError
+
+        what = f"cannot join the Ray cluster at {address}" if address else "the local Ray did not start"
+        raise RayStartError(f"{what}: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from None
 
 
 def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
@@ -67,12 +72,19 @@ def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
         "ddp_storage": "ddp", "cpus_per_trial": spec.cpus_per_trial,
         "gpus_per_trial": spec.gpus_per_trial, "workers_per_trial": spec.workers_per_trial,
         "max_failures": spec.max_failures, "num_trials": spec.num_trials,
+        # the metric Optuna and ASHA select on, None when nothing selects (a pure grid)
+        "selection_metric": tuned_metric(spec)[0] if selects(spec.raw) else None,
+        "optuna_journal": "optuna.journal",
     }
 
 
-def resolve(root: str, meta: dict[str, Any]) -> dict[str, Any]:
-    """``meta`` with its paths under ``root`` (where the study is now)."""
-    return {**meta, "root": root, "tables": f"{root}/tables", "ddp_storage": f"{root}/ddp"}
+def tuned_metric(spec: StudySpec) -> tuple[str, str]:
+    """(metric, mode) reported to Tune: the scheduler's ``metric`` if the study file
+    sets it, else ``val_acc`` when a validation split exists, else ``test_acc``."""
+    sched = spec.scheduler or {}
+    default = "val_acc" if spec.base_train.get("validation") else "test_acc"
+    metric = sched.get("metric", default)
+    return metric, sched.get("mode", "min" if metric.endswith("loss") else "max")
 
 
 def _write_meta(root: str, meta: dict[str, Any]) -> None:
@@ -90,26 +102,17 @@ def _write_meta(root: str, meta: dict[str, Any]) -> None:
     (Path(root) / "study.yaml").write_text(yaml.safe_dump(meta["raw"], sort_keys=False))
 
 
-def read_meta(root: str) -> dict[str, Any]:
-    if is_remote(root):
-        import pyarrow.fs as pafs
-
-        fs, path = pafs.FileSystem.from_uri(root)
-        with fs.open_input_stream(f"{path}/{META_FILE}") as f:
-            return resolve(root, json.loads(f.read()))
-    return resolve(root, json.loads((Path(root) / META_FILE).read_text()))
-
-
 def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool, contract):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
+    from study.tuning.loggers import logger_callbacks
     from study.tuning.progress import ProgressReporter
     from study.tuning.searcher import GridOptunaSearcher
     from study.tuning.trainable import make_trainable
 
     sched_cfg = spec.scheduler or {"type": "fifo"}
-    metric, mode = sched_cfg.get("metric", "test_acc"), sched_cfg.get("mode", "max")
+    metric, mode = tuned_metric(spec)
     if sched_cfg["type"] == "asha":
         epochs = max(spec.train_config(c).epochs for c in spec.cells)
         scheduler = ASHAScheduler(time_attr="training_iteration", max_t=epochs,
@@ -119,21 +122,30 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool
         scheduler = FIFOScheduler()
     searcher = GridOptunaSearcher(n_cells=len(spec.cells), sample=spec.sample, num_samples=spec.num_samples,
                                   seed=min(c.seed for c in spec.cells), metric=metric, mode=mode,
-                                  tables=meta["tables"])
+                                  tables=meta["tables"], journal=meta["optuna_journal"], name=spec.name,
+                                  spec={"raw": spec.raw, "file": spec.file, "name": spec.name})
     return tune.Tuner(
         make_trainable(meta),
         tune_config=tune.TuneConfig(
             metric=metric, mode=mode, search_alg=searcher, scheduler=scheduler,
             num_samples=spec.num_trials, reuse_actors=meta["workers_per_trial"] == 1,
-            max_concurrent_trials=spec.max_concurrent,
+            max_concurrent_trials=spec.max_concurrent, trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(
             name=spec.name, storage_path=storage, verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-            callbacks=[ProgressReporter(meta=meta, enabled=verbose), contract],
+            callbacks=[ProgressReporter(meta=meta, enabled=verbose), contract,
+                       *logger_callbacks(spec.loggers, root=study_root(storage, spec.name), study=spec.name,
+                                         tables=meta["tables"])],
         ),
     )
+
+
+def trial_dirname(trial) -> str:
+    """A trial's folder (and its TensorBoard run name): its table key, then Ray's id
+    (unique across re-created trials), instead of Ray's tag of every config value."""
+    return f"{(trial.config or {}).get('key', 'trial')}_{trial.trial_id}"
 
 
 def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verbose: bool = True,
@@ -177,6 +189,9 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
             for note in verify(root):
                 _say(True, f"{prog}: warning: {note}")
         init_ray(address, num_cpus=num_cpus)
+        # the study's logger callbacks come back with the pickled run config; Ray must not
+        # add its automatic ones again (study/tuning/loggers.py)
+        os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
         contract = _contract(root, meta, prog, verbose, show_tracebacks, lock)
         tuner = tune.Tuner.restore(root, trainable=make_trainable(meta), resume_errored=True,
                                    resume_unfinished=True)
@@ -191,6 +206,7 @@ def _contract(root, meta, prog, verbose, show_tracebacks, lock, spec=None):
 
     # the searcher (in this driver) reads finished trials from the study where it is now
     os.environ["STUDY_ACTIVE_TABLES"] = meta["tables"]
+    os.environ["STUDY_ACTIVE_JOURNAL"] = meta["optuna_journal"]
     contract = RunContract(root=root, meta=meta, prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,
                            lock=lock, spec=spec)
     contract.install()
@@ -205,6 +221,7 @@ def _fit(tuner, contract, *, verbose: bool) -> pd.DataFrame:
             contract.storage_failed(f"{e.filename or contract.root}: {e.strerror or e}")
         contract.sign()
         try:
+            compact_all(contract.tables)  # what trials left uncompacted (stopped early, killed)
             contract.finish()
         except OSError as e:
             contract.storage_failed(f"{e.filename or contract.tables}: {e.strerror or e} "
@@ -227,11 +244,19 @@ def summary(runs: pd.DataFrame) -> str:
     lines = ["trials: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES if counts.get(s, 0))]
     ok = runs[runs.status != "error"]
     if len(ok):
-        best = ok.sort_values("best_test_acc", ascending=False).groupby("name", sort=False).head(1)
-        lines.append("best trial per model:")
+        # the trial "best" by the metric the study selected on (validation when there is a
+        # split); test accuracy is reported, never used to choose, unless the study asked
+        metric = _selection(ok)
+        by = "best_val_acc" if metric.startswith("val") and "best_val_acc" in ok else "best_test_acc"
+        best = ok.sort_values(by, ascending=False).groupby(_variant_columns(ok), sort=False, dropna=False).head(1)
+        lines.append(f"best trial per model configuration (chosen by {by}"
+                     + ("; selected on the TEST set, as the study file asks: scheduler.metric: test_acc"
+                        if metric.startswith("test") and _selected(ok) else "") + "):")
         width = max(len(str(n)) for n in best.name)
         for r in best.itertuples(index=False):
-            lines.append(f"  {str(r.name):<{width}}  {r.trial_id}  best test acc {r.best_test_acc:.4f}  "
+            val = getattr(r, "best_val_acc", None)
+            val_txt = f"best val acc {val:.4f}  " if val is not None and val == val else ""
+            lines.append(f"  {str(r.name):<{width}}  {r.trial_id}  {val_txt}best test acc {r.best_test_acc:.4f}  "
                          f"({r.epochs_done}/{r.epochs} epochs, {r.status})")
     errors = runs[runs.status == "error"]
     if len(errors):
@@ -240,6 +265,28 @@ def summary(runs: pd.DataFrame) -> str:
             lines.append(f"  {r.trial_id}  {getattr(r, 'error', None) or 'unknown error'}  "
                          f"({int(r.attempts) if r.attempts == r.attempts else '?'} attempts)")
     return "\n".join(lines)
+
+
+def _selected(runs: pd.DataFrame) -> bool:
+    return "selection_metric" in runs and runs.selection_metric.notna().any()
+
+
+def _selection(runs: pd.DataFrame) -> str:
+    if _selected(runs):
+        return str(runs.selection_metric.dropna().iloc[0])
+    has_val = "best_val_acc" in runs and runs.best_val_acc.notna().any()
+    return "val_acc" if has_val else "test_acc"
+
+
+def _variant_columns(runs: pd.DataFrame) -> list[str]:
+    """``name`` plus the configuration columns that differ between trials (e.g. a swept
+    ``momentum``), except seeds and the values Optuna sampled: the best per variant."""
+    from study.trial.config import TrainConfig
+
+    config = [c for c in TrainConfig().flat() if c in runs and c not in ("seed", "data")]
+    sampled = {c[len("sampled_"):] for c in runs if c.startswith("sampled_")}
+    varying = [c for c in config if c not in sampled and runs[c].astype(str).nunique() > 1]
+    return ["name", *varying]
 
 
 def _say(verbose: bool, line: str) -> None:

@@ -43,7 +43,9 @@ def _copy_checkpoint(src: str | None, dst: Path) -> None:
 
 
 def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in metrics.items() if isinstance(v, SCALAR_TYPES)}
+    """Reportable metrics: scalars, without NaN (a trial without a validation split
+    reports no ``val_*``)."""
+    return {k: v for k, v in metrics.items() if isinstance(v, SCALAR_TYPES) and v == v}
 
 
 def ledger(meta: dict[str, Any], key: str) -> TrialLedger:
@@ -72,8 +74,14 @@ def _finished_row(meta: dict[str, Any], key: str) -> dict[str, Any] | None:
 
 def _replay(row: dict[str, Any]) -> dict[str, Any]:
     """Final metrics of a trial that already ended (reported, not re-trained)."""
-    return {"status": row["status"], "epoch": int(row["epochs_done"]) - 1, "epochs_done": int(row["epochs_done"]),
-            "best_test_acc": float(row["best_test_acc"]), "test_acc": float(row["final_test_acc"])}
+    return _scalars({"status": row["status"], "epoch": int(row["epochs_done"]) - 1,
+                     "epochs_done": int(row["epochs_done"]), "best_test_acc": float(row["best_test_acc"]),
+                     "test_acc": float(row["final_test_acc"]), "best_val_acc": _float(row.get("best_val_acc")),
+                     "val_acc": _float(row.get("final_val_acc"))})
+
+
+def _float(v: Any) -> float:
+    return float("nan") if v is None else float(v)
 
 
 def counted(trainable):
@@ -129,18 +137,21 @@ def study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: TrialLedg
             tune.report(_scalars(metrics), checkpoint=checkpoint)
 
         result = storage_errors(train_trial, cfg, trial_id=trial_id, tables=meta["tables"], checkpoint_dir=local,
-                                study=meta["name"], report=report, extra_run_fields=_run_fields(config),
+                                study=meta["name"], report=report, extra_run_fields=_run_fields(config, meta),
                                 ledger=book, warn=warnings.append)
-        tune.report({"status": result.status, "epoch": result.epochs_done - 1,
-                     "epochs_done": result.epochs_done, "best_test_acc": result.best_test_acc,
-                     "test_acc": result.final_test_acc})
+        tune.report(_scalars({"status": result.status, "epoch": result.epochs_done - 1,
+                              "epochs_done": result.epochs_done, "best_test_acc": result.best_test_acc,
+                              "test_acc": result.final_test_acc, "best_val_acc": result.best_val_acc,
+                              "val_acc": result.final_val_acc}))
 
 
-def _run_fields(config: dict[str, Any]) -> dict[str, Any]:
-    """Extra ``runs`` columns: grid cell, sample index, Ray's trial id, sampled values."""
+def _run_fields(config: dict[str, Any], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Extra ``runs`` columns: grid cell, sample index, Ray's trial id, the metric the
+    study selects on (None: nothing selects), sampled values."""
     from ray import tune
 
-    fields = {"cell": config["cell"], "sample": config["sample"], "ray_trial_id": tune.get_context().get_trial_id()}
+    fields = {"cell": config["cell"], "sample": config["sample"], "ray_trial_id": tune.get_context().get_trial_id(),
+              "selection_metric": (meta or {}).get("selection_metric")}
     return {**fields, **{f"sampled_{k}": v for k, v in (config.get("sampled") or {}).items()}}
 
 
@@ -191,7 +202,7 @@ def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: Trial
         per_worker["GPU"] = gpus / workers
     trainer = TorchTrainer(
         _ddp_worker,
-        train_loop_config={"meta": meta, "config": config, "trial_id": trial_id, "fields": _run_fields(config)},
+        train_loop_config={"meta": meta, "config": config, "trial_id": trial_id, "fields": _run_fields(config, meta)},
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
                                                resources_per_worker=per_worker),
         run_config=ray.train.RunConfig(

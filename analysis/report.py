@@ -1,0 +1,202 @@
+"""One self-contained HTML page of a study: ``analysis report NAME``.
+
+The page holds (from the tables only, like every ``analysis`` command): where the
+study stands (trials per status, epochs recorded), per-trial progress, the failures
+with their cause (``runs.status`` = ``error`` with the ``error`` column when the
+tables have it, ``diverged``, ``interrupted``), Table 1, every figure ``analysis
+figures`` draws (PNG embedded as ``data:`` URIs) and the study file (``study.yaml``).
+
+A page served by ``analysis report --serve`` (:mod:`analysis.serve`) polls the
+server's ``/version`` (a fingerprint of the table files) every few seconds and
+reloads itself when the tables changed; a page opened as a file does not poll.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.io import Study
+
+FAILED = ("error", "diverged", "interrupted")
+_CAUSE = {"diverged": "non-finite training loss (the trial stopped)",
+          "interrupted": "the run was interrupted (continue it with `study resume`)"}
+
+CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, 'DejaVu Sans', sans-serif; margin: 1.5em auto;
+       max-width: 1100px; padding: 0 1em; color: #1b1b1b; }
+h1 { font-size: 1.5em; margin-bottom: .2em; } h2 { font-size: 1.15em; margin-top: 1.6em;
+  border-bottom: 1px solid #ddd; padding-bottom: .2em; }
+.meta { color: #555; } .summary span { margin-right: 1.2em; }
+table { border-collapse: collapse; font-size: 13px; } th, td { padding: 3px 8px; border-bottom: 1px solid #eee;
+  text-align: left; } td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+.bar { background: #eee; width: 110px; height: 10px; display: inline-block; vertical-align: middle; }
+.bar > div { background: #3b7dd8; height: 10px; }
+.status-error, .status-diverged, .status-interrupted { color: #b00020; font-weight: 600; }
+.status-finished { color: #1d7a2e; } .status-running { color: #3b7dd8; }
+figure { display: inline-block; margin: .5em 1em .8em 0; vertical-align: top; }
+figure img { max-width: 520px; width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 12px; color: #555; } pre { background: #f6f8fa; padding: .8em; overflow-x: auto; }
+.skipped { color: #777; font-size: 12px; }
+"""
+
+POLL = """
+<script>
+(function () {
+  if (!location.protocol.startsWith("http")) return;
+  var shown = document.documentElement.dataset.version;
+  setInterval(function () {
+    fetch("version", {cache: "no-store"}).then(function (r) { return r.text(); })
+      .then(function (v) { if (v && v !== shown) location.reload(); }).catch(function () {});
+  }, %d);
+})();
+</script>
+"""
+
+
+def _e(v) -> str:
+    return html.escape("" if v is None else str(v))
+
+
+def _num(v, digits: int = 4) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if f != f else f"{f:.{digits}f}"
+
+
+def study_file(study: Study) -> str | None:
+    """The study file saved next to the tables (``study.yaml``), or None."""
+    if not study.folder:
+        return None
+    path = f"{study.folder.rstrip('/')}/study.yaml"
+    try:
+        if "://" in path:
+            import pyarrow.fs as pafs
+
+            fs, p = pafs.FileSystem.from_uri(path)
+            with fs.open_input_stream(p) as f:
+                return f.read().decode()
+        return Path(path).read_text()
+    except (OSError, FileNotFoundError, UnicodeDecodeError):
+        return None
+
+
+def figures(study: Study) -> tuple[list[tuple[str, str]], list[str]]:
+    """(caption, base64 PNG) of every figure the data supports, and the skip lines."""
+    from analysis import style
+    from analysis.figures import draw_all
+
+    with tempfile.TemporaryDirectory(prefix="report-") as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        style.PDF = False  # the page embeds PNGs only
+        try:
+            written, skipped = draw_all(study, Path(tmp))
+        finally:
+            style.PDF = True
+        pngs = [(p.stem, base64.b64encode(p.read_bytes()).decode()) for p in written if p.suffix == ".png"]
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    return pngs, skipped
+
+
+def _table1(study: Study) -> str:
+    from analysis.figures import Context, Skip
+    from analysis.figures import table1 as t1
+
+    try:
+        d = t1.data(Context(study=study, out=Path(".")))
+    except Skip as why:
+        return f"<p class='skipped'>{_e(why)}</p>"
+    rows = []
+    for _, r in d.iterrows():
+        rows.append(f"<tr><td>{_e(r['model'])}</td><td class=num>{r['seeds']}</td>"
+                    f"<td class=num>{r['epochs_done']}/{r['epochs']}</td>"
+                    f"<td class=num>{_e(t1._acc(r['best_test_acc'], r['best_test_acc_std']))}</td>"
+                    f"<td class=num>{_e(t1._acc(r['final_test_acc'], r['final_test_acc_std']))}</td>"
+                    f"<td class=num>{r['n_params']:,}</td><td class=num>{_e(t1._flops(r['flops']))}</td></tr>")
+    return ("<table><tr><th>Model</th><th class=num>Seeds</th><th class=num>Epochs</th>"
+            "<th class=num>Best test acc. (%)</th><th class=num>Final test acc. (%)</th>"
+            "<th class=num>Params</th><th class=num>FLOPs/image</th></tr>" + "".join(rows) + "</table>")
+
+
+def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:
+    if runs.empty:
+        return "<p class='skipped'>no trial recorded yet</p>"
+    last = (epochs.sort_values("epoch").groupby("trial_id").tail(1).set_index("trial_id")
+            if not epochs.empty else pd.DataFrame())
+    rows = []
+    now = time.time()
+    for r in runs.sort_values("trial_id").itertuples(index=False):
+        done, total = int(getattr(r, "epochs_done", 0) or 0), int(getattr(r, "epochs", 0) or 0)
+        pct = 100 * done / total if total else 0
+        tid = r.trial_id
+        secs = last.loc[tid, "seconds"] if tid in last.index and "seconds" in last else None
+        updated = getattr(r, "updated_at", None)
+        age = f"{now - float(updated):.0f} s ago" if updated is not None and updated == updated else "–"
+        rows.append(
+            f"<tr><td>{_e(tid)}</td><td>{_e(r.name)}</td><td class='status-{_e(r.status)}'>{_e(r.status)}</td>"
+            f"<td><span class=bar><div style='width:{pct:.0f}%'></div></span> {done}/{total}</td>"
+            f"<td class=num>{_num(r.best_test_acc)}</td><td class=num>{_num(r.final_test_acc)}</td>"
+            f"<td class=num>{_num(secs, 1)}</td><td class=num>{_num(getattr(r, 'device_seconds', None), 0)}</td>"
+            f"<td>{_e(age)}</td></tr>")
+    return ("<table><tr><th>Trial</th><th>Model</th><th>Status</th><th>Epochs</th><th class=num>Best acc.</th>"
+            "<th class=num>Last acc.</th><th class=num>Last epoch (s)</th><th class=num>Device-s</th>"
+            "<th>Updated</th></tr>" + "".join(rows) + "</table>")
+
+
+def _failures(runs: pd.DataFrame) -> str:
+    failed = runs[runs["status"].isin(FAILED)] if not runs.empty else runs
+    if failed.empty:
+        return "<p class='skipped'>no failed trial</p>"
+    rows = []
+    for _, r in failed.sort_values("trial_id").iterrows():
+        cause = r.get("error") if "error" in failed else None
+        if cause is None or cause != cause or not str(cause):
+            cause = _CAUSE.get(r["status"], "(no cause recorded in the tables)")
+        rows.append(f"<tr><td>{_e(r['trial_id'])}</td><td>{_e(r['name'])}</td>"
+                    f"<td class='status-{_e(r['status'])}'>{_e(r['status'])}</td>"
+                    f"<td class=num>{int(r.get('epochs_done', 0) or 0)}</td><td>{_e(cause)}</td></tr>")
+    return ("<table><tr><th>Trial</th><th>Model</th><th>Status</th><th class=num>Epochs done</th><th>Cause</th>"
+            "</tr>" + "".join(rows) + "</table>")
+
+
+def render(study: Study, *, version: str = "", poll_ms: int = 0) -> str:
+    """The whole page as one string (``poll_ms`` > 0: the page polls ``version``)."""
+    runs, epochs = study.runs, study.epochs
+    name = study.name
+    counts = runs["status"].value_counts().to_dict() if not runs.empty else {}
+    status = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no trial yet"
+    pngs, skipped = figures(study)
+    figs = "".join(f'<figure><img alt="{_e(stem)}" src="data:image/png;base64,{b64}">'
+                   f"<figcaption>{_e(stem)}</figcaption></figure>" for stem, b64 in pngs)
+    if not pngs:
+        figs = "<p class='skipped'>no figure yet</p>"
+    skips = "".join(f"<li>{_e(s)}</li>" for s in skipped)
+    spec = study_file(study)
+    generated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+    return f"""<!DOCTYPE html>
+<html lang="en" data-version="{_e(version)}"><head><meta charset="utf-8">
+<title>{_e(name)}: study report</title><style>{CSS}</style></head><body>
+<h1>Study {_e(name)}</h1>
+<p class="meta">Tables: {_e(study.root)} · generated {generated}{' · refreshes while the study runs' if poll_ms else ''}</p>
+<p class="summary"><span id="trials">{len(runs)} trials: {_e(status)}</span>
+<span id="epochs">{len(epochs)} epochs recorded</span></p>
+<h2>Trials</h2>{_progress(runs, epochs)}
+<h2>Failures</h2>{_failures(runs)}
+<h2>Table 1</h2>{_table1(study)}
+<h2>Figures</h2>{figs}{f'<ul class="skipped">{skips}</ul>' if skips else ''}
+<h2>Study file</h2>{f'<pre>{_e(spec)}</pre>' if spec else "<p class='skipped'>no study.yaml next to the tables</p>"}
+{POLL % poll_ms if poll_ms else ''}</body></html>
+"""
+
+
+__all__ = ["render", "study_file"]

@@ -1,0 +1,128 @@
+"""``analysis report NAME --serve``: the report page on 127.0.0.1, rebuilt as the tables grow.
+
+A ``ThreadingHTTPServer`` bound to the loopback interface only serves ``/`` (the
+last page built) and ``/version`` (the fingerprint of the table files it was built
+from).  The main thread checks the fingerprint every ``interval`` seconds and
+rebuilds the page when it changed; the page polls ``/version`` and reloads itself.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from analysis.io import load
+
+HOST = "127.0.0.1"
+
+
+def fingerprint(root: str) -> str:
+    """Count, total size and newest modification time of the table files (the
+    ``.tmp-*`` files of writes in progress excluded)."""
+    import pyarrow.fs as pafs
+
+    if "://" in root:
+        fs, base = pafs.FileSystem.from_uri(root)
+    else:
+        fs, base = pafs.LocalFileSystem(), str(Path(root).resolve())
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    except OSError:
+        return "unreadable"
+    files = [i for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith((".", "_"))]
+    newest = max((i.mtime_ns or 0 for i in files), default=0)
+    return f"{len(files)}-{sum(i.size or 0 for i in files)}-{newest}"
+
+
+class _Page:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.body = b""
+        self.version = ""
+
+    def set(self, body: str, version: str) -> None:
+        with self.lock:
+            self.body, self.version = body.encode(), version
+
+    def get(self) -> tuple[bytes, str]:
+        with self.lock:
+            return self.body, self.version
+
+
+def _handler(page: _Page):
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server API)
+            body, version = page.get()
+            path = self.path.split("?", 1)[0]
+            if path == "/version":
+                self._send(version.encode(), "text/plain; charset=utf-8")
+            elif path in ("/", "/index.html"):
+                self._send(body, "text/html; charset=utf-8")
+            else:
+                self.send_error(404)
+
+        def _send(self, body: bytes, kind: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format, *args):  # quiet: no line per request
+            pass
+
+    return Handler
+
+
+def serve(target: str, storage: str, *, port: int, interval: float, out: Path | None = None,
+          stop: threading.Event | None = None) -> None:
+    """Serve the report of ``target`` until interrupted (or ``stop`` is set)."""
+    from analysis.report import render
+
+    study = load(target, storage)
+    page = _Page()
+    poll_ms = max(int(interval * 1000), 500)
+
+    def build() -> None:
+        version = fingerprint(study.root)
+        html = render(study.refresh(), version=version, poll_ms=poll_ms)
+        page.set(html, version)
+        if out is not None:
+            _write(out, render(study, version=version))
+
+    build()
+    server = ThreadingHTTPServer((HOST, port), _handler(page))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    print(f"serving the report of {study.name} at http://{HOST}:{server.server_address[1]}/ "
+          f"(rebuilt when the tables change, checked every {interval:g} s; Ctrl-C stops)",
+          file=sys.stderr, flush=True)
+    stop = stop or threading.Event()
+    try:
+        while not stop.wait(interval):
+            if fingerprint(study.root) != page.get()[1]:
+                build()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _write(path: Path, html: str) -> None:
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".html", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(html)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the page from a web server / other users
+    os.replace(tmp, path)
+
+
+__all__ = ["HOST", "fingerprint", "serve"]

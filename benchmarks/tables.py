@@ -1,0 +1,209 @@
+"""Benchmark of the results store: a synthetic study written with the project's own
+``TableWriter``, then its files, bytes and ``analysis query`` wall times.
+
+    python benchmarks/tables.py --out /tmp/tables-bench            # after (this tree), 64 x 300
+    python benchmarks/tables.py --out /tmp/tables-bench --layout before   # the layout before compaction
+
+The study: TRIALS trials x EPOCHS epochs, LAYERS x HEADS heads, WINDOW x WINDOW maps,
+written epoch by epoch for all trials (as trials running side by side write them):
+per (trial, epoch) an ``epochs`` row, a ``heads`` row per head, the ``maps`` rows at
+the epochs of the map schedule (``after``; ``before``: every epoch, as the old
+loop did), and the ``runs`` row rewritten.  ``after`` is measured twice: while the
+study is still running (half the epochs written, uncompacted parts present) and once
+every trial has ended.  ``before`` runs the old writer, ``study/tables.py`` at
+``--before-ref`` (the commit before compaction), from git.
+
+Prints numbers; asserts nothing.  Query times are wall times of the ``analysis query``
+command (a new process, as a user runs it: Python start-up and imports included), the
+best and the median of ``--repeats``, with its CPU seconds (user + system), which a
+loaded machine does not inflate; ``before`` runs the command of the old tree too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+QUERIES = {
+    "count epochs": "SELECT count(*) FROM epochs",
+    "last-epoch heads": "SELECT layer, count(*) AS n, avg(max_prob) AS max_prob, avg(entropy) AS entropy "
+                        "FROM heads WHERE epoch = (SELECT max(epoch) FROM heads) GROUP BY layer ORDER BY layer",
+}
+
+
+def export(ref: str) -> Path:
+    """The project's files at git commit ``ref``, exported to a temporary folder."""
+    dest = Path(tempfile.mkdtemp(prefix="tables-bench-"))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def old_tables_module(code: Path):
+    """``study/tables.py`` of an exported tree (the layout before compaction)."""
+    spec = importlib.util.spec_from_file_location("old_tables", code / "study" / "tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Generator:
+    """Synthetic rows shaped like the trial loop's."""
+
+    def __init__(self, *, layers: int, heads: int, window: int, seed: int = 0):
+        self.layers, self.heads, self.window = layers, heads, window
+        self.rng = np.random.default_rng(seed)
+
+    def epoch_row(self, epoch: int) -> dict:
+        r = self.rng.random(6)
+        return {"train_loss": 2.3 * r[0], "train_acc": r[1], "test_loss": 2.3 * r[2], "test_acc": r[3],
+                "lr": 0.1 * r[4], "seconds": 30 + r[5], "images_per_s": 2000.0, "head_stats_seconds": 0.1}
+
+    def head_rows(self) -> list[dict]:
+        n = self.layers * self.heads
+        v = self.rng.normal(size=(n, 8))
+        nan = float("nan")
+        return [{"layer": i // self.heads, "head": i % self.heads, "center_x": v[i, 0], "center_y": v[i, 1],
+                 "cov_xx": abs(v[i, 2]), "cov_xy": v[i, 3], "cov_yy": abs(v[i, 4]), "entropy": abs(v[i, 5]),
+                 "mean_distance": abs(v[i, 6]), "max_prob": abs(v[i, 7]) % 1, "param_center_x": nan,
+                 "param_center_y": nan, "param_inv_cov_xx": nan, "param_inv_cov_xy": nan, "param_inv_cov_yy": nan}
+                for i in range(n)]
+
+    def map_rows(self) -> list[dict]:
+        n, k = self.layers * self.heads, self.window * self.window
+        logits = self.rng.normal(scale=3.0, size=(n, k))
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        return [{"layer": i // self.heads, "head": i % self.heads, "window": self.window, "probs": p[i].tolist()}
+                for i in range(n)]
+
+
+def write_study(tables: Path, writers: dict, gen: Generator, *, epochs: int, start: int, stop: int,
+                maps_at, progress: bool) -> None:
+    t0 = time.time()
+    for epoch in range(start, stop):
+        for tid, w in writers.items():
+            w.rows("epochs", epoch, [gen.epoch_row(epoch)])
+            w.rows("heads", epoch, gen.head_rows())
+            if epoch in maps_at:
+                w.rows("maps", epoch, gen.map_rows())
+            w.run({"study": "bench", "name": "SA bench", "status": "running" if epoch + 1 < epochs else "finished",
+                   "epochs_done": epoch + 1, "epochs": epochs, "best_test_acc": 0.5, "final_test_acc": 0.5})
+        if progress and (epoch + 1) % 10 == 0:
+            print(f"  written {epoch + 1}/{epochs} epochs ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+
+
+def disk(root: Path) -> tuple[int, int]:
+    files = size = 0
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            files += 1
+            size += os.path.getsize(os.path.join(dirpath, n))
+    return files, size
+
+
+def time_queries(study: Path, repeats: int, code: Path) -> dict:
+    """Wall and CPU (user + system) seconds of ``analysis query`` run from ``code``."""
+    import resource
+
+    out = {}
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    for label, sql in QUERIES.items():
+        walls, cpus, answer = [], [], ""
+        for _ in range(repeats):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t = time.perf_counter()
+            r = subprocess.run([sys.executable, "-m", "analysis", "query", str(study), sql, "--format", "csv"],
+                               capture_output=True, text=True, env=env)
+            walls.append(time.perf_counter() - t)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            if r.returncode != 0:
+                raise SystemExit(f"analysis query failed: {r.stderr.strip()}")
+            answer = r.stdout.strip().splitlines()[1] if label == "count epochs" else f"{len(r.stdout.splitlines()) - 1} rows"
+        out[label] = {"wall_best_s": round(min(walls), 2), "wall_median_s": round(statistics.median(walls), 2),
+                      "cpu_best_s": round(min(cpus), 2), "answer": answer}
+    return out
+
+
+def measure(label: str, study: Path, repeats: int, code: Path) -> dict:
+    files, size = disk(study / "tables")
+    load = os.getloadavg()[0]
+    queries = time_queries(study, repeats, code)
+    result = {"state": label, "files": files, "bytes": size, "MB": round(size / 1e6, 1),
+              "load_1min_before": round(load, 2), "load_1min_after": round(os.getloadavg()[0], 2),
+              "queries": queries}
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True, help="folder for the synthetic study (replaced)")
+    ap.add_argument("--layout", choices=["after", "before"], default="after")
+    ap.add_argument("--trials", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=300)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--heads", type=int, default=9)
+    ap.add_argument("--window", type=int, default=15)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--before-ref", default="b8104ce", help="git commit of the layout before compaction")
+    ap.add_argument("--keep", action="store_true", help="keep the study folder afterwards")
+    args = ap.parse_args(argv)
+
+    sys.path.insert(0, str(ROOT))
+    from study.tables import TableWriter, map_epochs
+
+    study = args.out / f"bench-{args.layout}"
+    shutil.rmtree(study, ignore_errors=True)
+    tables = study / "tables"
+    tables.mkdir(parents=True)
+    (study / "study.json").write_text(json.dumps({"name": study.name}))
+    gen = Generator(layers=args.layers, heads=args.heads, window=args.window)
+    ids = [f"c{i:03d}-s000" for i in range(args.trials)]
+    print(f"{args.layout}: {args.trials} trials x {args.epochs} epochs, {args.layers} x {args.heads} heads, "
+          f"{args.window}x{args.window} maps -> {study}", file=sys.stderr, flush=True)
+    results = []
+    if args.layout == "before":
+        code = export(args.before_ref)
+        old = old_tables_module(code)
+        writers = {t: old.TableWriter(tables, trial_id=t) for t in ids}
+        t0 = time.time()
+        write_study(tables, writers, gen, epochs=args.epochs, start=0, stop=args.epochs,
+                    maps_at=set(range(args.epochs)), progress=True)
+        print(f"  written in {time.time() - t0:.0f} s", file=sys.stderr)
+        results.append(measure("finished", study, args.repeats, code))
+        shutil.rmtree(code, ignore_errors=True)
+    else:
+        writers = {t: TableWriter(tables, trial_id=t) for t in ids}
+        maps_at = set(map_epochs("auto", args.epochs))
+        half = args.epochs // 2 + 5  # mid-way between two compactions: parts present
+        t0 = time.time()
+        write_study(tables, writers, gen, epochs=args.epochs, start=0, stop=half, maps_at=maps_at, progress=True)
+        results.append(measure("running", study, args.repeats, ROOT))
+        write_study(tables, writers, gen, epochs=args.epochs, start=half, stop=args.epochs, maps_at=maps_at,
+                    progress=True)
+        for w in writers.values():
+            w.close()
+        print(f"  written in {time.time() - t0:.0f} s", file=sys.stderr)
+        results.append(measure("finished", study, args.repeats, ROOT))
+    if not args.keep:
+        shutil.rmtree(study, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

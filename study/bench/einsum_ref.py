@@ -1,0 +1,60 @@
+"""A second reference for ``study bench``: the same equations written as plain
+einsums, the way the original implementation (epfml/attention-cnn) computes them.
+
+Unlike :mod:`study.bench.naive` it is a fair speed baseline for training: it
+applies the attention-probability dropout of the layer's mode, shares the
+positional probabilities over the batch as the original did (one (N_h, T, T)
+matrix, one mask), and builds the query positional scores from per-axis tables
+(H, H, D/2) and (W, W, D/2) instead of a (T, T, D) tensor:
+
+* positional only:  P = softmax(pos) (N_h, T, T);  head = einsum('hqk,bkd->bqhd', P, X)
+* content, head form:   A = einsum('bqhd,bkhd->bhqk', q, k)/√D + w·r_δ
+* content, query form:  A = [einsum('bijhd,ikd->bhijk', q[:D/2], r_row[kr−qr])
+  ⊕ einsum('bijhd,jld->bhijl', q[D/2:], r_col[kc−qc]) + einsum(q, k)] / √D
+
+then softmax, dropout, head = einsum('bhqk,bkd->bqhd', P, X).  Never used by training.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from study.models.attention import RelativeSelfAttention
+from study.models.positional import relative_index
+
+EINSUM_PATH = "einsum reference (the original's formulation), dropout as the layer"
+
+
+def einsum_attention_heads(layer: RelativeSelfAttention, x: Tensor) -> Tensor:
+    """The concatenated heads before ``out_proj``, (B, T, N_h·D)."""
+    b, h, w, d = x.shape
+    t, n = h * w, layer.num_heads
+    xf = x.reshape(b, t, d)
+    if not layer.content:
+        probs = layer.attention_dropout(torch.softmax(layer.positional(h, w), -1))
+        return torch.einsum("hqk,bkd->bqhd", probs, xf).reshape(b, t, n * d)
+    q = layer.query(x).view(b, h, w, n, d)
+    k = layer.key(x).view(b, h, w, n, d)
+    scores = torch.einsum("bijhd,bklhd->bhijkl", q, k)
+    if layer.query_positional:
+        pos = layer.positional
+        s = pos.max_size
+        r_row = pos.row_embeddings.weight[relative_index(h, device=x.device) + s - h]  # (H, H, D/2)
+        r_col = pos.col_embeddings.weight[relative_index(w, device=x.device) + s - w]  # (W, W, D/2)
+        half = d // 2
+        rows = torch.einsum("bijhd,ikd->bhijk", q[..., :half], r_row)
+        cols = torch.einsum("bijhd,jld->bhijl", q[..., half:], r_col)
+        scores = (scores + rows[..., :, None] + cols[..., None, :]) / math.sqrt(d)
+    else:
+        scores = scores / math.sqrt(d) + layer.positional(h, w).view(n, h, w, h, w)
+    probs = layer.attention_dropout(torch.softmax(scores.reshape(b, n, t, t), -1))
+    return torch.einsum("bhqk,bkd->bqhd", probs, xf).reshape(b, t, n * d)
+
+
+def einsum_relative_attention(layer: RelativeSelfAttention, x: Tensor) -> Tensor:
+    """``layer(x)`` through :func:`einsum_attention_heads` and ``out_proj``."""
+    b, h, w, _ = x.shape
+    return layer.out_proj(einsum_attention_heads(layer, x)).view(b, h, w, -1)

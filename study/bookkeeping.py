@@ -1,0 +1,85 @@
+"""What ``study status`` and ``study list`` print, from the ``runs`` table alone.
+
+A trial whose driver or node died keeps ``status = running`` in its last ``runs``
+row forever.  ``study status`` shows such a trial as **stale**: ``running`` and no
+update (``updated_at``) for longer than
+
+    max(STALE_MIN_S, STALE_FACTOR × its epoch time)
+
+where its epoch time is ``device_seconds / (epochs_done × world_size)`` (the mean
+wall time of its epochs).  A trial with no epoch done yet uses the longest epoch
+time of the study's other trials, or ``STALE_UNKNOWN_S`` when no trial has done an
+epoch.  The table is not changed: ``study resume`` continues stale trials from
+their checkpoints.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+
+STALE_FACTOR = 3.0
+STALE_MIN_S = 300.0
+STALE_UNKNOWN_S = 3600.0
+
+
+def epoch_seconds(runs: pd.DataFrame) -> pd.Series:
+    """Mean wall seconds per epoch of each trial (NaN before its first epoch)."""
+    done = pd.to_numeric(runs["epochs_done"], errors="coerce")
+    world = pd.to_numeric(runs.get("world_size", pd.Series(1, index=runs.index)), errors="coerce").fillna(1)
+    secs = pd.to_numeric(runs["device_seconds"], errors="coerce")
+    return (secs / (done * world.clip(lower=1))).where(done > 0)
+
+
+def stale_after(runs: pd.DataFrame) -> pd.Series:
+    """Seconds without an update after which each trial counts as stale."""
+    per_epoch = epoch_seconds(runs)
+    fallback = per_epoch.max()
+    fallback_s = STALE_UNKNOWN_S if pd.isna(fallback) else max(STALE_MIN_S, STALE_FACTOR * fallback)
+    limit = (STALE_FACTOR * per_epoch).clip(lower=STALE_MIN_S)
+    return limit.fillna(fallback_s)
+
+
+def shown_status(runs: pd.DataFrame, *, now: float | None = None) -> pd.Series:
+    """``runs.status`` with ``running`` trials that stopped updating shown as ``stale``."""
+    status = runs["status"].astype(str).copy()
+    if runs.empty or "updated_at" not in runs:
+        return status
+    now = time.time() if now is None else now
+    age = now - pd.to_numeric(runs["updated_at"], errors="coerce")
+    stale = (status == "running") & (age > stale_after(runs))
+    status[stale] = "stale"
+    return status
+
+
+def status_table(runs: pd.DataFrame, planned: int | None, *, now: float | None = None) -> str:
+    lines = []
+    head = f"{len(runs)} trials recorded" + (f" of {planned} planned" if planned else "")
+    if len(runs):
+        runs = runs.assign(status=shown_status(runs, now=now))
+        counts = runs.status.value_counts()
+        head += ": " + ", ".join(f"{n} {s}" for s, n in counts.items())
+    lines.append(head)
+    if len(runs):
+        cols = ["trial_id", "name", "status", "epochs_done", "epochs", "best_test_acc", "device_seconds"]
+        frame = runs[[c for c in cols if c in runs]].rename(
+            columns={"epochs_done": "epoch", "best_test_acc": "best_acc", "device_seconds": "device_s"})
+        lines.append(frame.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+        if (runs.status == "stale").any():
+            lines.append(f"stale: 'running' but not updated for over {STALE_FACTOR:g}x its epoch time (at least "
+                         f"{STALE_MIN_S:g} s): its driver or node died; `study resume` continues it")
+    return "\n".join(lines)
+
+
+def study_line(name: str, runs: pd.DataFrame, planned: int | None, *, now: float | None = None) -> dict:
+    """One row of ``study list``: name, trials recorded/planned, status counts, last update."""
+    counts = shown_status(runs, now=now).value_counts() if len(runs) else pd.Series(dtype=int)
+    last = pd.to_numeric(runs.get("updated_at", pd.Series(dtype=float)), errors="coerce").max() if len(runs) else None
+    return {
+        "name": name,
+        "trials": f"{len(runs)}/{planned}" if planned else str(len(runs)),
+        "statuses": ", ".join(f"{n} {s}" for s, n in counts.items()) or "-",
+        "last_update": (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last))
+                        if last is not None and not pd.isna(last) else "-"),
+    }

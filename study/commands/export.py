@@ -1,0 +1,153 @@
+"""``study export | evaluate``: take a trained model out of a study and test it.
+
+``study export NAME [--trial ID | --best]`` finds the trial's latest checkpoint in the
+study's storage (Ray's trial folders, matched by the trial key in ``params.json``) and
+writes a ``.pt`` with the weights and the model/training configuration
+(:mod:`study.models.trained`).  ``study evaluate FILE --data SRC`` rebuilds the model
+(:func:`study.models.load_trained`) and prints its accuracy on SRC's test split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from study.cliutil import fail
+
+DEFAULT_STORAGE = "results"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="write a trial's trained model to one .pt file",
+                       description="Write the weights and model/training configuration of one trial "
+                       "(its latest checkpoint: the last epoch trained) to a .pt file loadable with "
+                       "torch.load(weights_only=True) and study.models.load_trained.")
+    p.add_argument("name", help="study name (under --storage) or path to a study folder")
+    p.add_argument("--storage", default=DEFAULT_STORAGE, help="folder or s3://bucket/prefix")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--trial", metavar="ID", help="trial id as in the tables (e.g. c000-s000)")
+    which.add_argument("--best", action="store_true",
+                       help="the trial with the highest final accuracy (val_acc when recorded, else "
+                            "test_acc) among those with a checkpoint (the default)")
+    p.add_argument("--out", type=Path, help="output file (default: NAME-TRIAL.pt)")
+    p.set_defaults(func=run_export)
+
+    p = sub.add_parser("evaluate", help="accuracy of an exported model on a data source",
+                       description="Rebuild an exported model and print its loss and accuracy on the "
+                       "test split of a data source (the subset drawn with the training seed).")
+    p.add_argument("file", type=Path, help="a .pt written by `study export` (or a checkpoint.pt)")
+    p.add_argument("--data", help="synthetic[:N] | cifar10[:ROOT] | image-folder tree or archive "
+                                  "(default: the data the model was trained on)")
+    p.add_argument("--subset", type=int, help="the stratified subset of --subset training images "
+                                              "and its max(N/5, 100) test images (default: the whole test split)")
+    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--device", help="cpu, cuda, cuda:1, … (default: cuda when available)")
+    p.set_defaults(func=run_evaluate)
+
+
+def _choose(prog: str, runs, refs: dict, args) -> str:
+    if args.trial:
+        if args.trial not in refs:
+            known = ", ".join(sorted(refs)) or "none"
+            fail(prog, f"--trial: no checkpoint of trial {args.trial!r} (trials with checkpoints: {known})")
+        return args.trial
+    if not refs:
+        fail(prog, f"study {args.name!r} has no trial checkpoint")
+    cand = runs[runs.trial_id.isin(list(refs))] if not runs.empty else runs
+    if cand.empty:
+        return sorted(refs)[0]
+    col = "final_val_acc" if "final_val_acc" in cand and cand["final_val_acc"].notna().any() else "final_test_acc"
+    return str(cand.sort_values(col, ascending=False, na_position="last").iloc[0]["trial_id"])
+
+
+def run_export(args: argparse.Namespace) -> int:
+    prog = "study export"
+    from study.commands.studies import _root
+    from study.tables import read_table
+    from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
+
+    root = _root(args.storage, args.name)
+    if "://" not in root and not Path(root).is_dir():
+        fail(prog, f"no study {args.name!r} in {args.storage}")
+    if args.out is not None and args.out.is_dir():
+        fail(prog, f"--out: {args.out} is a directory")
+    refs = find_checkpoints(root)
+    runs = read_table(f"{root}/tables", "runs")
+    key = _choose(prog, runs, refs, args)
+    state = latest_checkpoint(root, key)
+    from study.models.trained import ExportError, export_dict
+
+    try:
+        export = export_dict(state, study=Path(root).name, trial_id=key)
+    except ExportError as e:
+        fail(prog, f"trial {key}: {e}")
+    out = args.out or Path(f"{Path(root).name}-{key}.pt")
+    _save_atomic(export, out)
+    print(f"{out}: trial {key}, {export['epoch']} epochs, final test acc {export['final_test_acc']:.4f}")
+    return 0
+
+
+def _save_atomic(obj, out: Path) -> None:
+    import torch
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=out.parent)
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    prog = "study evaluate"
+    import torch
+
+    from study.data import DataError, DeviceData, load_splits
+    from study.models import build_model
+    from study.models.trained import ExportError, read_export
+    from study.trial.loop import evaluate
+
+    if not args.file.is_file():
+        fail(prog, f"{args.file}: no such file")
+    if args.batch_size < 1:
+        fail(prog, f"--batch-size: must be >= 1, got {args.batch_size}")
+    try:
+        device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("CUDA is not available")
+    except RuntimeError as e:
+        fail(prog, f"--device: {' '.join(str(e).split())}")
+    try:
+        export = read_export(args.file)
+    except ExportError as e:
+        fail(prog, str(e))
+    train = export.get("train_config") or {}
+    source = args.data or train.get("data")
+    if not source:
+        fail(prog, "--data: required (the export does not name its training data)")
+    try:
+        splits = load_splits(source, subset=args.subset, seed=int(train.get("seed", 0)))
+    except DataError as e:
+        fail(prog, f"--data: {e}")
+    n_classes = export["model_config"].get("num_classes")
+    if n_classes != len(splits.classes):
+        fail(prog, f"--data: {source} has {len(splits.classes)} classes, the model {n_classes}")
+    model = build_model(export["model_config"])
+    model.load_state_dict(export["state_dict"])
+    model.to(device).eval()
+    data = DeviceData(splits.test_images, splits.test_labels, device=device)
+    import contextlib
+
+    amp = bool(train.get("amp", True)) and device.type == "cuda"
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if amp else contextlib.nullcontext
+    loss, acc = evaluate(model, data, batch_size=args.batch_size, world=1, autocast=autocast)
+    correct = round(acc * len(data))
+    print(f"accuracy {acc:.4f} ({correct}/{len(data)} test images), loss {loss:.4f}" +
+          ("" if math.isfinite(loss) else " (non-finite)") + f"  [{splits.source}]")
+    return 0

@@ -1,0 +1,60 @@
+"""A validation split held out from the training images (stratified, deterministic).
+
+Model selection (Optuna's objective, ASHA's stopping decisions, "best trial") must
+not look at the test set: the study holds out ``validation`` training images, the
+model never trains on them, and the tuned metric is the accuracy on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import torch
+
+from .errors import DataError
+from .splits import Splits, stratified_subset
+
+#: Fraction of the training images held out when a study that selects (sampled axes
+#: or ASHA) does not say ``validation:`` (10 %, e.g. 5,000 of CIFAR-10's 50,000).
+DEFAULT_VALIDATION_FRACTION = 0.1
+
+
+def validation_size(validation: int | float, n_train: int) -> int:
+    """Images to hold out: ``validation`` itself if an integer (0: none), or that
+    fraction of ``n_train`` (a float in (0, 1), rounded down, at least 1)."""
+    if isinstance(validation, bool) or not isinstance(validation, (int, float)):
+        raise DataError(f"validation must be a number of images or a fraction, got {validation!r}")
+    if isinstance(validation, float):
+        if not 0 < validation < 1:
+            raise DataError(f"validation fraction must be in (0, 1), got {validation!r}")
+        return max(1, int(validation * n_train))
+    if validation < 0:
+        raise DataError(f"validation must be >= 0 images, got {validation}")
+    return validation
+
+
+def hold_out_validation(splits: Splits, *, validation: int | float, seed: int) -> Splits:
+    """``splits`` with a class-stratified validation split of ``validation`` images
+    (see :func:`validation_size`) moved out of the training split.  The choice depends
+    only on the training labels and ``seed`` (same on every rank and every retry).
+    Already held out, or ``validation == 0``: returned unchanged."""
+    if splits.val_labels is not None:
+        return splits
+    n_train = len(splits.train_labels)
+    n_val = validation_size(validation, n_train)
+    if n_val == 0:
+        return splits
+    if n_val >= n_train:
+        raise DataError(f"validation: {n_val} held-out images leave none of the {n_train} training images "
+                        f"to train on (use fewer, or validation: 0)")
+    digest = hashlib.sha256(f"study.data.validation:{seed}".encode()).digest()
+    gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+    val = stratified_subset(splits.train_labels, k=n_val, generator=gen)
+    keep = torch.ones(n_train, dtype=torch.bool)
+    keep[val] = False
+    return dataclasses.replace(
+        splits, train_images=splits.train_images[keep], train_labels=splits.train_labels[keep],
+        val_images=splits.train_images[val], val_labels=splits.train_labels[val],
+        source=f"{splits.source}, {n_val} of the training images held out for validation",
+    )

@@ -1,0 +1,66 @@
+"""Explicit limits on what a study file and a data source may ask for.
+
+A study file or data source beyond one of these is refused before anything runs,
+with one line naming the field (``FILE: path.field: ...`` / a :class:`DataError`),
+instead of letting the machine find the limit (a hang, an out-of-memory kill, a
+file-system error an hour later).  README "Limits" lists them; they are plain
+constants so that a deployment that needs more changes one number here.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------- study files
+#: bytes of a study file (the shipped ones are < 2 kB)
+MAX_STUDY_FILE_BYTES = 1_000_000
+#: YAML nodes after alias expansion (a "billion laughs" alias bomb is refused while
+#: the document is composed, before any Python object is built)
+MAX_YAML_NODES = 20_000
+#: trials of one study (grid cells × num_samples) and grid cells (seeds × models × grid)
+MAX_TRIALS = 100_000
+MAX_GRID_CELLS = 10_000
+#: entries of a list in a study file: seeds, models, one grid axis, one choice
+MAX_SEEDS = 1_000
+MAX_LIST_ENTRIES = 1_000
+#: value combinations checked one by one (every cell × every sampled corner value);
+#: above this, sampled axes are checked one at a time against every cell
+MAX_CHECKED_COMBINATIONS = 5_000
+#: a seed is given to torch, numpy and Optuna: at most 2**32 - 1 (numpy's limit)
+MAX_SEED = 2**32 - 1
+MAX_EPOCHS = 100_000
+MAX_NUM_SAMPLES = 100_000
+MAX_BATCH_SIZE = 1_000_000
+MAX_FAILURES = 1_000
+#: a study name is a folder name on local disks and in object storage
+MAX_NAME_LENGTH = 100
+#: description text
+MAX_DESCRIPTION_CHARS = 10_000
+#: model sizes (the paper: N_h ≤ 25, D = D_p = 400, 6 layers, 512 intermediate);
+#: generous, but a typo of a few zeros is refused instead of allocating terabytes
+MAX_MODEL_FIELD = {"num_heads": 1_024, "pos_dim": 16_384, "hidden": 16_384, "layers": 256,
+                   "intermediate": 65_536, "num_classes": 100_000, "image_size": 1_024, "in_channels": 64,
+                   "downsample": 64}
+#: training fields that size buffers
+MAX_TRAIN_FIELD = {"head_images": 100_000, "eval_batch_size": 1_000_000, "map_radius": 1_024}
+#: resources per trial
+MAX_CPUS_PER_TRIAL = 1_024
+MAX_GPUS_PER_TRIAL = 1_024
+
+# ---------------------------------------------------------------- data sources
+#: ``synthetic:N`` training images (generation holds ~60 kB per image at its peak)
+MAX_SYNTHETIC_TRAIN = 200_000
+#: bytes of an archive file or of all image files of a tree, as read
+MAX_SOURCE_BYTES = 8 * 2**30
+#: bytes of an archive after decompression (a decompression bomb stops here)
+MAX_DECOMPRESSED_BYTES = 8 * 2**30
+#: bytes of one image file (a 32×32 image is a few kB in any format)
+MAX_IMAGE_FILE_BYTES = 16 * 2**20
+#: pixels an image header may declare; larger ones are refused before decoding
+MAX_IMAGE_PIXELS = 32 * 32
+#: members of an archive, image files of a tree
+MAX_SOURCE_FILES = 10_000_000
+#: classes of an image-folder source: at least two (a one-class tree trains nothing)
+MIN_CLASSES = 2
+MAX_CLASSES = 100_000
+
+#: name → value (the README table lists them)
+ALL = {k: v for k, v in dict(globals()).items() if k.isupper() and not k.startswith("_")}

@@ -1,0 +1,201 @@
+"""Reading a study file's YAML safely: bounded size, bounded alias expansion, no
+YAML-1.1 surprises.
+
+- the file must be a regular file of at most :data:`study.limits.MAX_STUDY_FILE_BYTES`
+  (a FIFO or ``/dev/zero`` is refused before it is opened for reading);
+- the document may expand to at most :data:`study.limits.MAX_YAML_NODES` nodes
+  counting every alias use in full: the event stream is scanned (libyaml when
+  available) and a "billion laughs" alias bomb stops there, before any node graph
+  or Python object is built; a recursive alias is refused;
+- scalars resolve as in YAML 1.2's core schema: ``true``/``false`` only (``yes``,
+  ``on``, ``n`` stay strings), decimal integers only (YAML 1.1's sexagesimal
+  ``1:30`` → 90 and octal ``010`` → 8 stay strings and fail their type check),
+  ``1e-4`` is a float (YAML 1.1 reads it as a string), no timestamps;
+- a mapping that repeats a key is refused (YAML would keep the last).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
+
+from study import limits
+
+try:  # libyaml's parser (the constructor and resolver stay Python: ours)
+    from yaml.cyaml import CParser as _Parser
+except ImportError:  # PyYAML built without libyaml
+    _Parser = None
+
+
+class YamlError(ValueError):
+    """A study file that cannot be read as a bounded YAML mapping (one line)."""
+
+
+class _Resolver(yaml.resolver.BaseResolver):
+    """YAML 1.2 core-schema implicit types (plus ``<<`` merge keys)."""
+
+
+_Resolver.yaml_implicit_resolvers = {}
+_Resolver.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_Resolver.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789"))
+_Resolver.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                  |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+                  |[-+]?\.(?:inf|Inf|INF)
+                  |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+_Resolver.add_implicit_resolver(
+    "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
+_Resolver.add_implicit_resolver("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), ["<"])
+
+
+class _Constructor(yaml.constructor.SafeConstructor):
+    """SafeConstructor that refuses duplicate mapping keys."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    dup = key in seen
+                except TypeError:  # unhashable: SafeConstructor reports it
+                    break
+                if dup:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})",
+                        key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_Constructor.add_constructor("tag:yaml.org,2002:map", _Constructor.construct_yaml_map)
+
+if _Parser is not None:
+    class _Loader(_Parser, _Constructor, _Resolver):
+        def __init__(self, stream):
+            _Parser.__init__(self, stream)
+            _Constructor.__init__(self)
+            _Resolver.__init__(self)
+else:  # pure-Python PyYAML
+    class _Loader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, yaml.composer.Composer,
+                  _Constructor, _Resolver):
+        def __init__(self, stream):
+            yaml.reader.Reader.__init__(self, stream)
+            yaml.scanner.Scanner.__init__(self)
+            yaml.parser.Parser.__init__(self)
+            yaml.composer.Composer.__init__(self)
+            _Constructor.__init__(self)
+            _Resolver.__init__(self)
+
+
+def read_study_text(path: str | os.PathLike) -> str:
+    """The text of the study file at ``path``; :class:`YamlError` for a missing,
+    non-regular, oversized or non-UTF-8 file.  Never opens a FIFO or device."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise YamlError("no such study file") from None
+    except OSError as e:
+        raise YamlError(f"cannot read ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise YamlError("is a folder, not a study file")
+    if not stat.S_ISREG(st.st_mode):
+        raise YamlError("not a regular file")
+    if st.st_size > limits.MAX_STUDY_FILE_BYTES:
+        raise YamlError(f"study file is {st.st_size} bytes, more than the limit of "
+                        f"{limits.MAX_STUDY_FILE_BYTES} (MAX_STUDY_FILE_BYTES)")
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since the stat
+                raise YamlError("not a regular file")
+            data = f.read(limits.MAX_STUDY_FILE_BYTES + 1)
+    except OSError as e:
+        raise YamlError(f"cannot read ({e.strerror})") from None
+    if len(data) > limits.MAX_STUDY_FILE_BYTES:
+        raise YamlError(f"study file is more than the limit of {limits.MAX_STUDY_FILE_BYTES} bytes "
+                        "(MAX_STUDY_FILE_BYTES)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise YamlError(f"not UTF-8 text (byte {e.start})") from None
+
+
+def load_yaml(text: str) -> Any:
+    """The Python value of the single YAML document ``text`` (limits and resolution
+    as in the module docstring).  :class:`YamlError` on invalid or oversized YAML."""
+    try:
+        check_expansion(text)
+        loader = _Loader(text)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as e:
+        text = " ".join(str(e).replace('in "<unicode string>", ', "").split())
+        raise YamlError("invalid YAML: " + text) from None
+    except RecursionError:
+        raise YamlError("invalid YAML: nested too deeply") from None
+
+
+def check_expansion(text: str, *, max_nodes: int | None = None) -> int:
+    """Count the nodes of ``text`` with every alias expanded, from the event stream
+    (nothing is composed); :class:`YamlError` once the count passes ``max_nodes``
+    (default :data:`study.limits.MAX_YAML_NODES`) or an alias refers to a node that
+    contains it.  Returns the count."""
+    cap = limits.MAX_YAML_NODES if max_nodes is None else max_nodes
+    sizes: dict[str, int] = {}
+    stack: list[list] = []  # [expanded size so far, anchor] of each open collection
+    total = 0
+    loader = _Loader(text)
+    try:
+        while loader.check_event():
+            ev = loader.get_event()
+            if isinstance(ev, CollectionEndEvent):
+                size, anchor = stack.pop()
+                if anchor is not None:
+                    sizes[anchor] = size
+                if stack:
+                    stack[-1][0] += size
+                continue
+            if isinstance(ev, CollectionStartEvent):
+                stack.append([1, ev.anchor])
+                n = 1
+            elif isinstance(ev, ScalarEvent):
+                n = 1
+                if ev.anchor is not None:
+                    sizes[ev.anchor] = 1
+                if stack:
+                    stack[-1][0] += 1
+            elif isinstance(ev, AliasEvent):
+                if ev.anchor not in sizes:
+                    if any(a == ev.anchor for _, a in stack):
+                        raise YamlError(f"line {ev.start_mark.line + 1}: alias *{ev.anchor} refers to a "
+                                        "node that contains it (recursive)")
+                    continue  # undefined: the loader reports it
+                n = sizes[ev.anchor]
+                if stack:
+                    stack[-1][0] += n
+            else:
+                continue
+            total += n
+            if total > cap:
+                line = ev.start_mark.line + 1 if ev.start_mark else "?"
+                raise YamlError(f"line {line}: the document expands to more than {cap} YAML nodes "
+                                "(aliases counted in full; limit MAX_YAML_NODES)")
+    finally:
+        loader.dispose()
+    return total

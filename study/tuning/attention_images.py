@@ -1,0 +1,105 @@
+"""Per-epoch attention maps of every layer as TensorBoard images.
+
+A Ray Tune ``LoggerCallback`` on the driver: when a trial reports an epoch, it reads
+that epoch's part of the ``maps`` table (the (2r+1)² window of attention
+probabilities around the query pixel, per layer and head, written by the trial
+itself) and adds one image per layer — the heads side by side on one colour scale,
+0 to the layer's largest probability (viridis) — with tensorboardX's ``SummaryWriter`` in the trial's folder,
+next to the event file of Ray's ``TBXLoggerCallback`` (tag ``attention/layer_L``,
+step = epoch + 1, like the scalars' training iteration).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from ray.tune.logger import LoggerCallback
+
+SCALE = 6  # screen pixels per attention-map cell
+GAP = 2
+
+
+def layer_images(maps) -> dict[int, np.ndarray]:
+    """``maps`` rows (layer, head, window, probs) of one epoch → {layer: HWC uint8}."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    out: dict[int, np.ndarray] = {}
+    for layer, rows in maps.sort_values(["layer", "head"]).groupby("layer"):
+        tiles = []
+        probs = [np.asarray(r.probs, dtype=np.float64).reshape(int(r.window), int(r.window))
+                 for r in rows.itertuples(index=False)]
+        top = max(float(p.max()) for p in probs)  # one scale per layer: heads stay comparable
+        for p in probs:
+            rgb = cmap(p / top if top > 0 else p)[..., :3]
+            tiles.append(np.kron(rgb, np.ones((SCALE, SCALE, 1))))
+        h = tiles[0].shape[0]
+        canvas = np.ones((h, len(tiles) * (h + GAP) - GAP, 3))
+        for i, t in enumerate(tiles):
+            canvas[:, i * (h + GAP):i * (h + GAP) + h] = t
+        out[int(layer)] = (canvas * 255).round().astype(np.uint8)
+    return out
+
+
+def read_epoch_maps(tables: str, key: str, epoch: int):
+    """The ``maps`` rows of (trial ``key``, ``epoch``), or None when there are none."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    from study.tables import decode_maps, part_path
+
+    path = part_path(tables, "maps", key, epoch)
+    try:
+        if "://" in path:
+            fs, p = pafs.FileSystem.from_uri(path)
+            return decode_maps(pq.read_table(p, filesystem=fs)).to_pandas()
+        return decode_maps(pq.read_table(path)).to_pandas()
+    except (FileNotFoundError, OSError):
+        return None
+
+
+class AttentionImagesCallback(LoggerCallback):
+    """Writes the attention maps of each reported epoch as images (see module doc)."""
+
+    def __init__(self, *, tables: str):
+        self.tables = tables
+        self._writers: dict = {}
+        self._broken: set = set()
+
+    def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        # images are a view of the tables: a failure here must never stop the study
+        if trial in self._broken:
+            return
+        try:
+            self._log(trial, result)
+        except Exception as e:  # noqa: BLE001
+            self._broken.add(trial)
+            import sys
+
+            print(f"study: warning: TensorBoard attention images of trial {(trial.config or {}).get('key')} "
+                  f"turned off: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+    def _log(self, trial, result: dict) -> None:
+        key = (trial.config or {}).get("key")
+        epoch = result.get("epoch")
+        if key is None or not isinstance(epoch, int) or result.get("status", "running") != "running":
+            return
+        maps = read_epoch_maps(self.tables, key, epoch)
+        if maps is None or maps.empty:
+            return
+        if trial not in self._writers:
+            from tensorboardX import SummaryWriter
+
+            self._writers[trial] = SummaryWriter(logdir=trial.local_path, filename_suffix=".attention")
+        writer = self._writers[trial]
+        for layer, image in layer_images(maps).items():
+            writer.add_image(f"attention/layer_{layer}", image, global_step=epoch + 1, dataformats="HWC")
+        writer.flush()
+
+    def log_trial_end(self, trial, failed: bool = False) -> None:
+        writer = self._writers.pop(trial, None)
+        if writer is not None:
+            writer.close()
+
+    def on_experiment_end(self, trials, **info) -> None:
+        for trial in list(self._writers):
+            self.log_trial_end(trial)

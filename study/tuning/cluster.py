@@ -1,0 +1,70 @@
+"""Which Ray a study runs on, and what a cluster asks of the storage (README "Running
+on a Ray cluster").
+
+- No ``--address``: a new local Ray for this driver only (``address="local"``: an
+  existing cluster on the host, and ``$RAY_ADDRESS``, are ignored), on a loopback
+  node address with the dashboard on 127.0.0.1.  Ray 2.60's C++ gRPC servers (GCS,
+  raylet, object manager, core workers) bind ``0.0.0.0`` whatever the node address
+  (``src/ray/rpc/grpc_server.cc``, not configurable); they require the cluster's
+  auth token when ``RAY_AUTH_MODE=token``.  Everything Ray lets us choose is loopback.
+- ``--address auto``: ``$RAY_ADDRESS`` (which ``ray job submit`` sets for its
+  driver) and nothing else; Ray's own ``auto`` would also pick whichever cluster
+  was started last on a shared host (``/tmp/ray/ray_current_cluster``).
+- ``--address HOST:PORT`` / ``ray://…``: that cluster.
+
+On a cluster every node writes tables and checkpoints, so a local ``--storage``
+path must be a folder every node mounts at the same path (NFS, …): it is refused
+unless ``--shared-storage`` says so.  ``s3://`` needs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+#: node address of a local Ray: loopback.  Ray rewrites 127.0.0.1 to the host's
+#: network address (``services.resolve_ip_for_localhost``), 127.0.0.2 it keeps
+#: (Linux routes all of 127/8 to the loopback interface).
+LOCAL_NODE_IP = "127.0.0.2" if sys.platform.startswith("linux") else "127.0.0.1"
+LOOPBACK_HOST = "127.0.0.1"
+
+
+class ClusterError(Exception):
+    """A cluster set-up the study cannot run on; one line for the user."""
+
+
+def resolve_address(address: str | None) -> str | None:
+    """The cluster to connect to, or None for a new local Ray."""
+    if address is None:
+        return None
+    if address == "auto":
+        env = os.environ.get("RAY_ADDRESS")
+        if not env:
+            raise ClusterError("--address auto: RAY_ADDRESS is not set (it is under `ray job submit`); "
+                               "give the cluster's address, e.g. --address HEAD_IP:6379")
+        return env
+    if address == "local":
+        return None
+    return address
+
+
+def ray_init_kwargs(address: str | None, *, num_cpus: int | None = None) -> dict[str, Any]:
+    """Keyword arguments of ``ray.init`` for ``study run/resume --address ADDRESS``."""
+    import ray
+
+    kwargs: dict[str, Any] = dict(logging_config=ray.LoggingConfig(log_level="WARNING"), log_to_driver=False)
+    resolved = resolve_address(address)
+    if resolved is not None:
+        return {**kwargs, "address": resolved}
+    return {**kwargs, "address": "local", "num_cpus": num_cpus, "_node_ip_address": LOCAL_NODE_IP,
+            "dashboard_host": LOOPBACK_HOST}
+
+
+def check_storage(storage: str, *, address: str | None, shared: bool) -> None:
+    """Refuse a node-local storage folder for a study on a cluster."""
+    if address is None or "://" in storage or shared:
+        return
+    raise ClusterError(f"--storage: {storage} is a local folder but --address runs trials on other nodes, "
+                       "which would write to their own disks: use s3://… or a folder every node mounts "
+                       "and say so with --shared-storage")

@@ -1,0 +1,106 @@
+"""Experiment trackers from the study file: ``loggers: [tensorboard, mlflow, wandb]``.
+
+Each name maps to Ray Tune's own logger callback (used as is):
+
+============  ==========================  ===============  =====================================
+name          Ray callback                package (extra)  where it writes
+============  ==========================  ===============  =====================================
+tensorboard   ``TBXLoggerCallback``       tensorboardX     each trial's folder in the storage
+                                          (``tensorboard``)  (scalars per epoch, HParams at the
+                                                           end) + attention maps as images
+mlflow        ``MLflowLoggerCallback``    mlflow           ``$MLFLOW_TRACKING_URI``, else the
+                                          (``mlflow``)     file store ``<study>/mlruns``
+                                                           (``MLFLOW_ALLOW_FILE_STORE`` is set)
+wandb         ``WandbLoggerCallback``     wandb            project ``$WANDB_PROJECT`` or the study
+                                          (``wandb``)      name; ``WANDB_MODE=offline`` works
+============  ==========================  ===============  =====================================
+
+The trial's configuration Tune logs as hyper-parameters holds ``hparams``, the
+trial's whole resolved model and training configuration (:func:`study.tuning.searcher.hparams`).
+Without ``tensorboard`` in the list no TensorBoard files are written (Ray's CSV and
+JSON loggers always run).  This module imports no Ray or torch at import
+time: ``study validate`` checks the packages without starting anything.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+#: logger name -> (module it needs, the extra that installs it)
+LOGGERS: dict[str, tuple[str, str]] = {
+    "tensorboard": ("tensorboardX", "tensorboard"),
+    "mlflow": ("mlflow", "mlflow"),
+    "wandb": ("wandb", "wandb"),
+}
+DEFAULT_LOGGERS = ("tensorboard",)
+
+
+def missing_package(name: str) -> str | None:
+    """One line naming the extra to install when logger ``name``'s package is
+    missing, else None."""
+    module, extra = LOGGERS[name]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        return None
+    return (f"logger {name} needs the {module} package: pip install 'attention-cnn-study[{extra}]' "
+            f"(from a checkout: pip install -e '.[{extra}]')")
+
+
+def check_loggers(names) -> tuple[int, str] | None:
+    """(index, message) of the first logger whose package is missing, else None."""
+    for i, name in enumerate(names):
+        message = missing_package(name)
+        if message:
+            return i, message
+    return None
+
+
+def mlflow_tracking_uri(root: str) -> str | None:
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    if "://" in root:
+        return None  # mlflow's own default; a remote study names its server by the variable
+    from pathlib import Path
+
+    # MLflow 3 keeps its file store in maintenance mode and refuses it unless told;
+    # a file store next to the tables needs no server (point the variable at one)
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return (Path(root) / "mlruns").resolve().as_uri()
+
+
+def logger_callbacks(names, *, root: str, study: str, tables: str) -> list[Any]:
+    """The Ray Tune callbacks for ``names`` (validated, packages present)."""
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    # Ray adds its TensorBoard logger unless told not to: the study file decides,
+    # Ray's CSV and JSON loggers (its experiment analysis reads them) always run
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    callbacks: list[Any] = [CSVLoggerCallback(), JsonLoggerCallback()]
+    if "tensorboard" in names:
+        from ray.tune.logger import TBXLoggerCallback
+
+        from study.tuning.attention_images import AttentionImagesCallback
+
+        callbacks += [TBXLoggerCallback(), AttentionImagesCallback(tables=tables)]
+    if "mlflow" in names:
+        from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+        callbacks.append(MLflowLoggerCallback(tracking_uri=mlflow_tracking_uri(root), experiment_name=study,
+                                              tags={"study": study}))
+    if "wandb" in names:
+        from ray.air.integrations.wandb import WandbLoggerCallback
+
+        kwargs: dict[str, Any] = {"project": os.environ.get("WANDB_PROJECT") or study, "log_config": False}
+        if "://" not in root:
+            kwargs["dir"] = root  # wandb writes <root>/wandb/(offline-)run-*
+        callbacks.append(WandbLoggerCallback(**kwargs))
+    return callbacks
+
+
+__all__ = ["DEFAULT_LOGGERS", "LOGGERS", "check_loggers", "logger_callbacks", "missing_package",
+           "mlflow_tracking_uri"]

@@ -1,0 +1,138 @@
+"""Command-line conventions and progress (issue 14): `study` alone, `--version`,
+defaults in `--help`, loggers in the study file, progress with ETA, decode progress."""
+
+import argparse
+import sys
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from study.cli import build_parser, main
+
+
+def _subparsers(parser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices
+    return {}
+
+
+@pytest.mark.parametrize("prog", ["study", "analysis"])
+def test_alone_lists_the_commands_and_exits_2(prog, capsys):
+    if prog == "study":
+        code = main([])
+    else:
+        from analysis.cli import main as amain
+
+        code = amain([])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "COMMAND" in err and ("export" in err if prog == "study" else "report" in err)
+
+
+@pytest.mark.parametrize("prog", ["study", "analysis"])
+def test_version(prog, capsys):
+    from analysis.cli import main as amain
+
+    with pytest.raises(SystemExit) as e:
+        (main if prog == "study" else amain)(["--version"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out.split()
+    assert out[0] == prog and out[1][0].isdigit() or out[1] == "unknown"
+
+
+def _all_parsers():
+    from analysis.cli import build_parser as abuild
+
+    for top in (build_parser(), abuild()):
+        yield top.prog, top
+        for name, sub in _subparsers(top).items():
+            yield f"{top.prog} {name}", sub
+
+
+def test_every_flag_default_is_in_help():
+    """A flag whose default is a value (not None / a switch) shows it in --help."""
+    checked = 0
+    for prog, parser in _all_parsers():
+        text = " ".join(parser.format_help().split())
+        for action in parser._actions:
+            if not action.option_strings or any(action.default is v for v in (None, False, argparse.SUPPRESS)):
+                continue
+            if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+                continue
+            default = action.default
+            shown = str(default) if not isinstance(default, argparse.Namespace) else None
+            own = " ".join((action.help or "").split())
+            assert ("default" in own.lower() and own in text) or f"(default: {shown})" in text, \
+                (prog, action.option_strings, default)
+            checked += 1
+    assert checked > 20
+
+
+def _spec_file(tmp_path, **extra):
+    doc = {"name": "l", "data": "synthetic:100", "epochs": 1, **extra}
+    p = tmp_path / "l.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def test_loggers_key_validated(tmp_path):
+    from study.spec import SpecError, load_spec
+
+    assert load_spec(_spec_file(tmp_path)).loggers == ("tensorboard",)
+    assert load_spec(_spec_file(tmp_path, loggers=["mlflow"])).loggers == ("mlflow",)
+    assert load_spec(_spec_file(tmp_path, loggers=[])).loggers == ()
+    with pytest.raises(SpecError, match=r"loggers\.1: unknown logger 'comet'"):
+        load_spec(_spec_file(tmp_path, loggers=["tensorboard", "comet"]))
+    with pytest.raises(SpecError, match="loggers: repeats"):
+        load_spec(_spec_file(tmp_path, loggers=["wandb", "wandb"]))
+    with pytest.raises(SpecError, match="loggers: must be list"):
+        load_spec(_spec_file(tmp_path, loggers="tensorboard"))
+
+
+@pytest.mark.parametrize("logger,module", [("mlflow", "mlflow"), ("wandb", "wandb"), ("tensorboard", "tensorboardX")])
+def test_missing_logger_package_names_the_extra(tmp_path, capsys, monkeypatch, logger, module):
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    f = _spec_file(tmp_path, loggers=[logger])
+    for command in (["validate", str(f)], ["run", str(f), "--storage", str(tmp_path / "st")]):
+        with pytest.raises(SystemExit) as e:
+            main(command)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1, err
+        assert f"loggers.0: logger {logger} needs the {module} package" in err
+        assert f".[{logger}]" in err
+    assert not (tmp_path / "st").exists(), "nothing written"
+
+
+def test_progress_counts_trials_and_estimates_from_epoch_times():
+    from study.tuning.progress import ProgressReporter, eta_seconds
+
+    assert eta_seconds(remaining_epochs=10, mean_epoch_seconds=3.0, parallel=2) == 15.0
+    raw = {"data": "synthetic", "epochs": 4, "grid": {"num_heads": [1, 2]}}
+    rep = ProgressReporter(meta={"raw": raw, "file": "f.yaml", "name": "p", "num_trials": 4}, enabled=False)
+    assert rep.planned_epochs() == 16
+    t = [SimpleNamespace(trial_id=f"r{i}", config={"cell": i % 2, "key": f"k{i}"}, last_result={}) for i in range(4)]
+    assert rep.status_line().startswith("0 of 4 trials done") and "ETA after the first epoch" in rep.status_line()
+    rep.on_trial_result(0, t, t[0], {"epoch": 0, "seconds": 2.0, "status": "running"})
+    rep.on_trial_result(0, t, t[1], {"epoch": 0, "seconds": 4.0, "status": "running"})
+    # 14 epochs left, 3 s each on average, 2 trials at a time -> 21 s
+    assert rep.status_line().endswith("ETA 0:00:21")
+    rep.on_trial_complete(0, t, t[0])  # ended (e.g. ASHA): all its epochs count as done
+    line = rep.status_line()
+    assert line.startswith("1 of 4 trials done, elapsed 0:00:") and line.endswith("ETA 0:00:33")  # 11 left x 3 s
+
+
+def test_first_decode_prints_progress(tmp_path):
+    from data_helpers import make_tar, make_tree
+
+    from study.data import load_splits
+
+    make_tree(tmp_path / "tree", n_train=10, n_test=4, ext="jpg")
+    archive = make_tar(tmp_path / "tree", tmp_path / "d.tar.gz")
+    lines = []
+    load_splits(str(archive), cache_dir=tmp_path / "cache", progress=lines.append)
+    assert any("train images: 100%" in ln for ln in lines), lines
+    lines.clear()
+    load_splits(str(archive), cache_dir=tmp_path / "cache", progress=lines.append)
+    assert not any("%" in ln for ln in lines), "cached: nothing decoded"

@@ -1,0 +1,76 @@
+"""Checkpoints carry their model configuration; an export rebuilds the model for every
+encoding, and `study evaluate` reproduces the trial's final test accuracy."""
+
+import re
+
+import pytest
+import torch
+
+from conftest import VARIANTS, VARIANT_IDS
+from study.cli import main
+from study.models import ModelConfig, load_trained
+from study.models.trained import export_dict
+from study.trial import TrainConfig, train_trial
+from study.trial.checkpoint import load_checkpoint
+
+
+@pytest.mark.parametrize("encoding,isotropic", VARIANTS, ids=VARIANT_IDS)
+def test_export_round_trip_every_encoding(tmp_path, capsys, encoding, isotropic):
+    mc = ModelConfig(encoding=encoding, isotropic=isotropic, hidden=16, layers=1, intermediate=16, num_heads=2,
+                     **({"pos_dim": 4} if encoding != "quadratic" else {}))
+    cfg = TrainConfig(model=mc, data="synthetic:100", subset=50, epochs=1, batch_size=25, head_images=4, seed=3)
+    result = train_trial(cfg, trial_id="t", checkpoint_dir=tmp_path / "ckpt")
+    state = load_checkpoint(tmp_path / "ckpt")
+    assert state["model_config"] == mc.to_dict() and state["train_config"] == cfg.to_dict()
+    path = tmp_path / "m.pt"
+    torch.save(export_dict(state, study="s", trial_id="t"), path)
+    model = load_trained(path)
+    assert not model.training and model.config == mc
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, state["model"][name]), name
+    assert main(["evaluate", str(path), "--data", "synthetic:100", "--subset", "50"]) == 0
+    m = re.search(r"accuracy [\d.]+ \((\d+)/(\d+) test images\)", capsys.readouterr().out)
+    assert int(m[1]) / int(m[2]) == pytest.approx(result.final_test_acc, abs=1e-12)
+
+
+def test_load_trained_refuses_a_pickle_with_code(tmp_path, capsys):
+    import pickle
+
+    from study.models import ExportError
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("executed",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"format": "attention-cnn-study/model", "x": Evil()}, path)
+    with pytest.raises(ExportError, match="not a model export"):
+        load_trained(path)
+    assert "executed" not in capsys.readouterr().out
+
+
+def test_checkpoints_found_by_trial_key_across_folders_and_ddp(tmp_path):
+    """Ray's folder names are not the trial's identity: params.json's key is; a
+    re-created trial's folder with fewer epochs loses; DDP (Train) checkpoints count."""
+    import json
+
+    from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
+
+    def ckpt(folder, epoch):
+        folder.mkdir(parents=True)
+        torch.save({"epoch": epoch, "model": {}}, folder / "checkpoint.pt")
+
+    for name, epochs in (("c000-s000_aaa_00001", (1, 2)), ("c000-s000_bbb_00003", (1,))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "params.json").write_text(json.dumps({"key": "c000-s000", "cell": 0}))
+        for i, e in enumerate(epochs):
+            ckpt(tmp_path / name / f"checkpoint_{i:06d}", e)
+    ckpt(tmp_path / "ddp" / "ddp-c001-s000-5ca8d3ee" / "checkpoint_2026-11-22_05-10-55.000001", 3)
+    ckpt(tmp_path / "ddp" / "ddp-c001-s000-5ca8d3ee" / "checkpoint_2026-11-22_05-11-55.000001", 4)
+    ckpt(tmp_path / "tables" / "x" / "checkpoint_000000", 9)  # not a trial folder
+    ckpt(tmp_path / "orphan" / "checkpoint_000000", 9)  # no params.json: no key
+    found = find_checkpoints(str(tmp_path))
+    assert sorted(found) == ["c000-s000", "c001-s000"]
+    assert latest_checkpoint(str(tmp_path), "c000-s000")["epoch"] == 2
+    assert latest_checkpoint(str(tmp_path), "c001-s000")["epoch"] == 4
+    assert latest_checkpoint(str(tmp_path), "c002-s000") is None

@@ -1,0 +1,159 @@
+"""`analysis report`: one self-contained page; `--serve` keeps it current while a study
+runs.  Checked in a real headless Chromium (Debian's `chromium`, installed by .ci/run)."""
+
+import base64
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from study.tables import part_path, read_table, write_part
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars"]
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe, "headless Chromium is required (Debian: apt-get install -y chromium; .ci/run installs it)"
+    return exe
+
+
+def browse(url: str, profile: Path, *, screenshot: Path | None = None) -> str:
+    """The DOM Chromium built from ``url`` (and a screenshot of it)."""
+    exe = chromium()
+    base = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
+    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0 and "<html" in dom.stdout, dom.stderr[-2000:]
+    if screenshot is not None:
+        shot = subprocess.run([*base, f"--screenshot={screenshot}", "--window-size=1200,1800", url],
+                              capture_output=True, text=True, timeout=120)
+        assert shot.returncode == 0 and screenshot.exists(), shot.stderr[-2000:]
+    return dom.stdout
+
+
+def images_are_png(dom: str) -> int:
+    """Every <img> is a data: URI holding a PNG that decodes; returns how many."""
+    from PIL import Image
+
+    srcs = re.findall(r"<img\b[^>]*\bsrc=\"([^\"]*)\"", dom)
+    for src in srcs:
+        assert src.startswith("data:image/png;base64,"), src[:80]
+        Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).verify()
+    return len(srcs)
+
+
+def epochs_shown(dom: str) -> int:
+    m = re.search(r"(\d+) epochs recorded", dom)
+    assert m, dom[:2000]
+    return int(m[1])
+
+
+def _wait(predicate, timeout: float, what: str, proc=None):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_served_report_follows_a_running_study_in_chromium(tmp_path):
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+    doc = {"name": "live", "data": "synthetic:300", "epochs": 4, "batch_size": 25,
+           "training": {"head_images": 4},
+           "model": {"hidden": 16, "layers": 2, "intermediate": 16, "num_heads": 4},
+           "resources": {"cpus_per_trial": 1}}
+    (tmp_path / "live.yaml").write_text(yaml.safe_dump(doc))
+    root = tmp_path / "results" / "live"
+    study = subprocess.Popen([sys.executable, "-m", "study", "run", "live.yaml", "--num-cpus", "1", "--quiet"],
+                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = None
+    try:
+        _wait(lambda: (root / "study.json").exists(), 120, "the study to start", study)
+        server = subprocess.Popen([sys.executable, "-m", "analysis", "report", "live", "--serve", "--port", "0",
+                                   "--interval", "0.5"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+        line = server.stderr.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert m, line  # loopback only
+        url = m[0]
+        version = lambda: urllib.request.urlopen(url + "version", timeout=10).read().decode()  # noqa: E731
+
+        before = browse(url, tmp_path / "profile", screenshot=tmp_path / "before.png")
+        n_before, v_before = epochs_shown(before), version()
+        assert n_before < 4, "the study ended before the first page load: nothing to compare"
+        assert "setInterval" in before and "data-version" in before  # the page polls /version
+        images_are_png(before)
+
+        # an epoch lands in the tables -> the server rebuilds -> the page shows it
+        _wait(lambda: len(read_table(root / "tables", "epochs")) > n_before, 240, "an epoch to land", study)
+        page = lambda: urllib.request.urlopen(url, timeout=30).read().decode()  # noqa: E731
+        _wait(lambda: epochs_shown(page()) > n_before, 120, "the server to rebuild the page")
+        assert version() != v_before
+        after = browse(url, tmp_path / "profile", screenshot=tmp_path / "after.png")
+        assert epochs_shown(after) > n_before
+        assert after != before and (tmp_path / "after.png").read_bytes() != (tmp_path / "before.png").read_bytes()
+        assert images_are_png(after) >= 1, "the accuracy figure once an epoch is recorded"
+        assert "synthetic:300" in after and "Study file" in after and "Table 1" in after
+        if os.environ.get("REPORT_SCREENSHOTS"):
+            for name in ("before.png", "after.png"):
+                shutil.copy(tmp_path / name, Path(os.environ["REPORT_SCREENSHOTS"]) / name)
+        assert study.wait(timeout=300) == 0, study.stdout.read()[-3000:]
+    finally:
+        for proc in (server, study):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=60)
+
+
+def _run_row(trial_id, status, **extra):
+    return {"trial_id": trial_id, "study": "f", "name": "SA quadratic isotropic (N_h=4)", "arch": "sa",
+            "encoding": "quadratic", "isotropic": True, "num_heads": 4, "status": status, "epochs_done": 1,
+            "epochs": 3, "best_test_acc": 0.25, "final_test_acc": 0.25, "n_params": 100, "flops": 1000,
+            "device_seconds": 1.0, "updated_at": time.time(), **extra}
+
+
+def test_report_lists_failures_with_their_cause_and_embeds_only_pngs(tmp_path):
+    from analysis.cli import main
+
+    tables = tmp_path / "f" / "tables"
+    write_part(part_path(tables, "runs", "c000-s000"),
+               [_run_row("c000-s000", "error", error="RuntimeError: CUDA out of memory <tried 2 GiB>")])
+    write_part(part_path(tables, "runs", "c001-s000"), [_run_row("c001-s000", "diverged", error=None)])
+    write_part(part_path(tables, "runs", "c002-s000"), [_run_row("c002-s000", "finished", error=None)])
+    write_part(part_path(tables, "epochs", "c002-s000", 0),
+               [{"trial_id": "c002-s000", "epoch": 0, "test_acc": 0.25, "train_loss": 2.0, "seconds": 1.0}])
+    (tmp_path / "f" / "study.yaml").write_text("name: f\ndata: synthetic\n")
+    out = tmp_path / "page.html"
+    assert main(["report", str(tmp_path / "f"), "--out", str(out)]) == 0
+    page = out.read_text()
+    failures = page.split("<h2>Failures</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "RuntimeError: CUDA out of memory &lt;tried 2 GiB&gt;" in failures  # the cause, escaped
+    assert "c001-s000" in failures and "non-finite training loss" in failures
+    assert "c002-s000" not in failures
+    assert "1 epochs recorded" in page and "name: f" in page
+    assert images_are_png(page) >= 1
+    assert "src=\"http" not in page and "<link" not in page  # self-contained
+
+
+def test_report_bad_inputs_are_one_line_exit_2(tmp_path, capsys):
+    from analysis.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["report", str(tmp_path / "nothing")])
+    assert e.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+    with pytest.raises(SystemExit) as e:
+        main(["report", str(tmp_path), "--serve", "--port", "70000"])
+    assert e.value.code == 2 and "--port" in capsys.readouterr().err
