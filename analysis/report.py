@@ -72,6 +72,10 @@ def _num(v, digits: int = 4) -> str:
     return "–" if f != f else f"{f:.{digits}f}"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def study_file(study: Study) -> str | None:
     """The study file saved next to the tables (``study.yaml``), or None."""
     if not study.folder:
@@ -188,8 +192,8 @@ def render(study: Study, *, version: str = "", poll_ms: int = 0) -> str:
 <title>{_e(name)}: study report</title><style>{CSS}</style></head><body>
 <h1>Study {_e(name)}</h1>
 <p class="meta">Tables: {_e(study.root)} · generated {generated}{' · refreshes while the study runs' if poll_ms else ''}</p>
-<p class="summary"><span id="trials">{len(runs)} trials: {_e(status)}</span>
-<span id="epochs">{len(epochs)} epochs recorded</span></p>
+<p class="summary"><span id="trials">{_count(len(runs), "trial")}: {_e(status)}</span>
+<span id="epochs">{_count(len(epochs), "epoch")} recorded</span></p>
 <h2>Trials</h2>{_progress(runs, epochs)}
 <h2>Failures</h2>{_failures(runs)}
 <h2>Table 1</h2>{_table1(study)}

@@ -17,7 +17,7 @@ from study.trial.checkpoint import load_checkpoint
 @pytest.mark.parametrize("encoding,isotropic", VARIANTS, ids=VARIANT_IDS)
 def test_export_round_trip_every_encoding(tmp_path, capsys, encoding, isotropic):
     mc = ModelConfig(encoding=encoding, isotropic=isotropic, hidden=16, layers=1, intermediate=16, num_heads=2,
-                     **({"pos_dim": 4} if encoding != "quadratic" else {}))
+                     **({"pos_dim": 4} if encoding == "learned" else {}))  # learned_content: pos_dim = hidden
     cfg = TrainConfig(model=mc, data="synthetic:100", subset=50, epochs=1, batch_size=25, head_images=4, seed=3)
     result = train_trial(cfg, trial_id="t", checkpoint_dir=tmp_path / "ckpt")
     state = load_checkpoint(tmp_path / "ckpt")

@@ -19,7 +19,7 @@ import yaml
 from study.tables import read_table
 
 TINY = {"hidden": 16, "layers": 2, "intermediate": 16, "num_heads": 4}
-MODELS = [{"encoding": "quadratic", "isotropic": True}, {"encoding": "learned_content", "pos_dim": 4}]
+MODELS = [{"encoding": "quadratic", "isotropic": True}, {"encoding": "learned_content", "pos_dim": 16}]
 
 
 def _env(**extra):
@@ -29,7 +29,7 @@ def _env(**extra):
 
 def _cli(cwd, *args, **kw):
     return subprocess.run([sys.executable, "-m", "study", *args], cwd=cwd, env=_env(), capture_output=True,
-                          text=True, timeout=kw.pop("timeout", 300), **kw)
+                          text=True, timeout=kw.pop("timeout", 900), **kw)
 
 
 class _Result:

@@ -156,12 +156,12 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
 
     root = study_root(storage, spec.name)
     storage_abs = storage if is_remote(storage) else str(Path(storage).resolve())
+    init_ray(address, num_cpus=num_cpus)  # first: a Ray that does not start leaves no study behind
     lock = StudyLock(root=root, name=spec.name).acquire()
     try:
         meta = _meta(spec, root)
         _write_meta(root, meta)
         meta = resolve(root, meta)
-        init_ray(address, num_cpus=num_cpus)
         contract = _contract(root, meta, prog, verbose, show_tracebacks, lock, spec)
         tuner = _tuner(spec, meta, storage_abs, verbose=verbose, contract=contract)
         _say(verbose, f"study {spec.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
