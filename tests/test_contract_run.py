@@ -302,6 +302,22 @@ def test_integrity_refuses_unsigned_and_changed_pickles_and_repairs_empty_state(
     notes = verify(str(root))
     assert len(notes) == 1 and "experiment_state-1.json" in notes[0]
     assert json.loads((root / "experiment_state-1.json").read_text()) == {"trial_data": []}
+    # Tune's searcher state replaced (or saved after the last signature): its signed last
+    # good copy is restored, the unsigned bytes are never unpickled; tuner.pkl: refused
+    (root / "searcher-state-1.pkl").write_bytes(pickle.dumps({"n": 1}))
+    Signer(root=str(root)).sign()
+    (root / "searcher-state-1.pkl").write_bytes(b"cos\nsystem\n(S'touch x'\ntR.")
+    notes = verify(str(root))
+    assert len(notes) == 1 and pickle.loads((root / "searcher-state-1.pkl").read_bytes()) == {"n": 1}
+    (root / "tuner.pkl").write_bytes(pickle.dumps({"ok": 2}))
+    with pytest.raises(IntegrityError, match="tuner.pkl: HMAC mismatch"):
+        verify(str(root))
+    (root / "tuner.pkl").write_bytes(pickle.dumps({"ok": 1}))
+    (root / "trial_1").mkdir()
+    (root / "trial_1" / "error.pkl").write_bytes(pickle.dumps(ValueError("x")))
+    with pytest.raises(IntegrityError, match="error.pkl: not signed"):
+        verify(str(root))
+    (root / "trial_1" / "error.pkl").unlink()
     # another key (another user, or STUDY_HMAC_KEY of another cluster) -> refused
     os.environ["STUDY_HMAC_KEY"] = "other"
     try:
@@ -465,3 +481,59 @@ def test_sigkill_in_epoch0_sigterm_lock_and_resume(tmp_path):
     epochs = read_table(tables, "epochs")
     assert not epochs.duplicated(["trial_id", "epoch"]).any() and len(epochs) == 4
     assert not (root / ".study.lock").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MiB tmpfs (needs root and mount permission: skipped elsewhere)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: " + r.stderr.decode().strip())
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def _fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+@pytest.mark.slow
+def test_storage_failure_stops_the_study(tmp_path, small_disk):
+    """The storage fills up mid-study: one line naming the path, exit 3, no trial left
+    `running`; space freed, `study resume` finishes it (attempts 2, nothing duplicated)."""
+    f = write_spec(tmp_path, "full", data="synthetic:400", epochs=3, max_failures=2)
+    tables = small_disk / "full" / "tables"
+    proc = popen("run", str(f), "--storage", str(small_disk), "--num-cpus", "1", cwd=tmp_path)
+    try:
+        assert _wait(lambda: (tables / "epochs" / "c000-s000").exists(), proc), "no epoch written"
+        filler = _fill(small_disk)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        kill_session(proc)
+    assert proc.returncode == 3, out
+    errors = error_lines(out) + [ln for ln in out.splitlines() if "storage failed" in ln]
+    assert errors and "No space left on device" in errors[0] and str(small_disk) in errors[0], out
+    assert "Traceback" not in out and "EOFError" not in out, out
+    runs = read_table(tables, "runs")
+    assert len(runs) == 1 and runs.status.iloc[0] in ("interrupted", "error"), runs
+    assert "No space left on device" in runs.error.iloc[0]
+    status = study("status", "full", "--storage", str(small_disk), cwd=tmp_path)
+    assert "running" not in status.stdout
+
+    filler.unlink()
+    r = study("resume", "full", "--storage", str(small_disk), "--num-cpus", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = read_table(tables, "runs")
+    assert runs.status.tolist() == ["finished"] and runs.attempts.iloc[0] >= 2 and runs.error.isna().all(), runs
+    epochs = read_table(tables, "epochs")
+    assert len(epochs) == 3 and not epochs.duplicated(["trial_id", "epoch"]).any()

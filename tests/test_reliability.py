@@ -257,8 +257,10 @@ def test_cache_and_checkpoint_refuse_pickled_code(tmp_path):
         def __reduce__(self):
             return (os.system, ("touch " + str(tmp_path / "pwned"),))
 
+    from study.errors import CheckpointError
+
     (tmp_path / "checkpoint.pt").write_bytes(pickle.dumps({"model": Evil()}))
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(CheckpointError, match="checkpoint.pt.*UnpicklingError"):
         load_checkpoint(tmp_path)
     assert not (tmp_path / "pwned").exists()
 

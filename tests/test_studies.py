@@ -85,9 +85,13 @@ def test_interrupt_then_resume(tmp_path):
         time.sleep(0.2)
     assert driver.poll() is None, "study ended before it could be interrupted:\n" + driver.stdout.read()
     driver.send_signal(signal.SIGINT)
-    driver.wait(timeout=120)
+    out, _ = driver.communicate(timeout=120)
+    assert driver.returncode == 130, out  # interrupted by SIGINT (study.errors)
+    assert "study resume intr" in out and "Tuner.restore" not in out
     before = read_table(tables, "runs")
     assert 1 <= (before.status == "finished").sum() < 4
+    # the trial that was running is `interrupted` (not ASHA's `stopped`), none left `running`
+    assert set(before.status) <= {"finished", "interrupted"} and (before.status == "interrupted").sum() >= 1
     mtimes = {p: p.stat().st_mtime_ns for t in finished for p in (tables / "epochs" / t).glob("*.parquet")}
 
     resumed = _study(tmp_path, "resume", "intr")

@@ -8,7 +8,10 @@
   saved, running trials keep their checkpoints) and the trials are recorded
   ``interrupted``; the console points at ``study resume NAME``.
 * A storage failure (a trial's :class:`~study.errors.StorageError`, or Tune failing
-  to save its state) stops the study the same way, naming the path.
+  to save its state) stops the study the same way, naming the path.  On a local
+  disk the driver keeps :data:`RESERVE_BYTES` reserved (``.study-reserve``) and frees
+  them then, so a full disk still takes Tune's last state and the marks of the
+  trials (``interrupted``, ``error``).
 * Ray's state files are signed after each save (:mod:`study.tuning.integrity`).
 
 :class:`RunContract` is a Tune callback; pickled into Tune's state (``tuner.pkl``)
@@ -31,6 +34,8 @@ from study.errors import EXIT_OK, EXIT_STORAGE, EXIT_TRIAL_ERROR, cause_from_tex
 from study.tables import part_path, read_table, write_part
 
 _ACTIVE: "RunContract | None" = None
+RESERVE = ".study-reserve"
+RESERVE_BYTES = 1 << 20
 
 #: Ray messages replaced by the contract's own one-liners (shown with --verbose)
 _RAY_NOISE = ("Tuner.restore", "Trials did not complete", "Failed to fetch metrics", "Stop signal received",
@@ -93,9 +98,23 @@ class RunContract(Callback):
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
+        if "://" not in self.root:
+            try:
+                with open(os.path.join(self.root, RESERVE), "wb") as f:
+                    os.posix_fallocate(f.fileno(), 0, RESERVE_BYTES)
+            except OSError:
+                self._free_reserve()
+
+    def _free_reserve(self) -> None:
+        if "://" not in self.root:
+            try:
+                os.unlink(os.path.join(self.root, RESERVE))
+            except OSError:
+                pass
 
     def uninstall(self) -> None:
         global _ACTIVE
+        self._free_reserve()
         for name in _RAY_LOGGERS:
             logging.getLogger(name).removeFilter(self._filter)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -121,6 +140,7 @@ class RunContract(Callback):
             os.kill(os.getpid(), signal.SIGUSR1)
 
     def storage_failed(self, why: str) -> None:
+        self._free_reserve()  # room for Tune's last state and the trials' marks
         if self.storage_error is None:
             self.storage_error = why
             self.say(f"storage failed: {why}; stopping the study")
@@ -160,7 +180,11 @@ class RunContract(Callback):
             return "WorkerDied: the trial's process died unexpectedly (killed, out of memory or its node was lost)"
         return cause_from_text(text) if text else "unknown error (see Ray's error.txt of the trial)"
 
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.sign()  # the trial's params.pkl
+
     def on_trial_recover(self, iteration, trials, trial, **info):
+        self.sign()  # the trial's error.pkl
         key = self._key(trial)
         if key is None:
             return
@@ -171,6 +195,7 @@ class RunContract(Callback):
             self.storage_failed(why.split(":", 1)[1].strip())
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        self.sign()
         key = self._key(trial)
         if key is None:
             return
@@ -199,8 +224,10 @@ class RunContract(Callback):
     def on_step_end(self, iteration, trials, **info):
         if self.signal is not None or self.storage_error is not None:
             self._stop()
+        # sign right after Tune's saves (it saves at most every second): locally every
+        # step (unchanged files are not re-read), on object storage every 10 s
         now = time.monotonic()
-        if now - self._last_sign >= (1.0 if "://" not in self.root else 10.0):
+        if "://" not in self.root or now - self._last_sign >= 10.0:
             self._last_sign = now
             self.sign()
         if self.lock is not None:

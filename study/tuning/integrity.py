@@ -18,8 +18,11 @@ refuses (``--trust-storage`` then skips the check, for storage you trust).
 
 Tune's top-level state files are also kept as last good copies under
 ``.last-good/``: a state file left empty or cut short by a full disk (an empty
-file, or ``experiment_state-*.json`` that does not parse) is replaced by its signed
-last good copy on resume, or refused with one line.
+file, or ``experiment_state-*.json`` that does not parse), or one Tune saved after
+the driver's last signature (a killed driver), is replaced by its signed last good
+copy on resume (a warning names it; the unsigned content is never unpickled);
+without one it is refused with one line.  ``tuner.pkl`` is written once, when the
+study starts: a mismatch there is always refused.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ MANIFEST = ".study-hmac.json"
 LAST_GOOD = ".last-good"
 KEY_ENV = "STUDY_HMAC_KEY"
 #: written by the project itself (JSON / Parquet, never unpickled): not signed
-OURS = {"study.json", "study.yaml", MANIFEST, ".study.lock", "tables", "trials", LAST_GOOD}
+OURS = {"study.json", "study.yaml", MANIFEST, ".study.lock", ".study-reserve", "tables", "trials", LAST_GOOD}
+#: written when the study starts, never in Tune's save loop: a mismatch is refused, not repaired
+WRITTEN_ONCE = {"tuner.pkl", "trainable.pkl"}
 JSON_STATE = "experiment_state"  # the one state file that is JSON (the others are pickles)
 
 
@@ -204,9 +209,13 @@ def verify(root: str) -> list[str]:
     notes = []
     for rel in sorted(store.files()):
         data = store.read(rel)
-        if _is_state(rel) and not _intact(rel, data):
-            # its own last good copy, else (a state of a later session that never got
-            # one) the newest good experiment state, the damaged file set aside
+        expected = manifest.get(rel)
+        if _is_state(rel) and rel not in WRITTEN_ONCE and (not _intact(rel, data) or expected is None
+                               or not hmac.compare_digest(_mac(key, rel, data), expected)):
+            # a top-level state left empty or cut short by a full disk, or written by
+            # Tune after the driver's last signature (driver killed): restored from its
+            # own signed last good copy, else (an experiment state of a later session
+            # that never got one) the newest good one, the damaged file set aside
             candidates = [rel] + sorted((g.split("/", 1)[1] for g in manifest
                                          if g.startswith(f"{LAST_GOOD}/{JSON_STATE}")), reverse=True)
             restored = False
@@ -220,15 +229,15 @@ def verify(root: str) -> list[str]:
                         store.write(f".damaged-{rel}", data)
                         store.delete(rel)
                     store.write(name, saved)
-                    notes.append(f"{root}/{rel} was damaged ({len(data)} bytes); restored the last good copy "
-                                 f"of {name}")
+                    notes.append(f"{root}/{rel} was damaged or unsigned ({len(data)} bytes); restored the "
+                                 f"last good copy of {name}")
                     restored = True
                     break
             if restored:
                 continue
-            raise IntegrityError(f"{root}/{rel}: Ray's state file is damaged ({len(data)} bytes) and no "
-                                 "intact signed copy exists")
-        expected = manifest.get(rel)
+            if not _intact(rel, data):
+                raise IntegrityError(f"{root}/{rel}: Ray's state file is damaged ({len(data)} bytes) and no "
+                                     "intact signed copy exists")
         if expected is None:
             raise IntegrityError(f"{root}/{rel}: not signed by this study's driver; refusing to unpickle it")
         if not hmac.compare_digest(_mac(key, rel, data), expected):

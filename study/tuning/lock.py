@@ -58,7 +58,7 @@ class StudyLock:
         self.root, self.name = root, name
         self._fd: int | None = None
         self._s3: tuple | None = None
-        self._beat = 0.0
+        self._beat = self._started = 0.0
 
     # ---------------------------------------------------------------- local
     def _acquire_local(self) -> None:
@@ -115,7 +115,7 @@ class StudyLock:
             try:
                 client.put_object(Bucket=bucket, Key=key, Body=json.dumps(_me()).encode(), IfNoneMatch="*")
                 self._s3 = (client, bucket, key)
-                self._beat = time.time()
+                self._beat = self._started = time.time()
                 return
             except ClientError as e:
                 if e.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "ConditionalRequestConflict"):
@@ -147,7 +147,7 @@ class StudyLock:
         """Refresh an object-storage lock (every :data:`HEARTBEAT_S`); no-op locally."""
         if self._s3 is not None and time.time() - self._beat > HEARTBEAT_S:
             client, bucket, key = self._s3
-            client.put_object(Bucket=bucket, Key=key, Body=json.dumps({**_me(), "started": self._beat}).encode())
+            client.put_object(Bucket=bucket, Key=key, Body=json.dumps({**_me(), "started": self._started}).encode())
             self._beat = time.time()
 
     def release(self) -> None:

@@ -52,15 +52,16 @@ def ledger(meta: dict[str, Any], key: str) -> TrialLedger:
     return TrialLedger(uri=f"{meta['root']}/trials/{key}.json")
 
 
-def storage_errors(fn, *args, **kwargs):
+def storage_errors(fn, *args, where: str = "storage", **kwargs):
     """Call ``fn``; an ``OSError`` (what a full, read-only or vanished storage raises,
-    locally or from pyarrow's S3) becomes a :class:`StorageError` naming the path."""
+    locally or from pyarrow's S3) becomes a :class:`StorageError` naming the path (the
+    file where the error says, else ``where``: pyarrow's messages name no file)."""
     try:
         return fn(*args, **kwargs)
     except StorageError:
         raise
     except OSError as e:
-        path = e.filename or "storage"
+        path = e.filename or where
         raise StorageError(str(path), e.strerror or str(e)) from e
 
 
@@ -97,7 +98,7 @@ def counted(trainable):
             tune.report(_replay(done))
             return
         book = ledger(meta, config["key"])
-        storage_errors(book.start)
+        storage_errors(book.start, where=book.uri)
         try:
             trainable(config, meta=meta, book=book)
         except Exception as e:
@@ -136,7 +137,8 @@ def study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: TrialLedg
                 metrics = {**metrics, "warning": warnings.pop(0)}
             tune.report(_scalars(metrics), checkpoint=checkpoint)
 
-        result = storage_errors(train_trial, cfg, trial_id=trial_id, tables=meta["tables"], checkpoint_dir=local,
+        result = storage_errors(train_trial, cfg, where=meta["root"], trial_id=trial_id, tables=meta["tables"],
+                                checkpoint_dir=local,
                                 study=meta["name"], report=report, extra_run_fields=_run_fields(config, meta),
                                 ledger=book, warn=warnings.append)
         tune.report(_scalars({"status": result.status, "epoch": result.epochs_done - 1,
@@ -182,7 +184,7 @@ def _ddp_worker(loop_config: dict[str, Any]) -> None:
             checkpoint = ray.train.Checkpoint.from_directory(str(ckpt)) if ckpt is not None else None
             ray.train.report(_scalars(metrics), checkpoint=checkpoint)
 
-        storage_errors(train_trial, cfg, trial_id=trial_id, tables=meta["tables"],
+        storage_errors(train_trial, cfg, where=meta["root"], trial_id=trial_id, tables=meta["tables"],
                        checkpoint_dir=local if rank == 0 else None, study=meta["name"], report=report,
                        device=device, extra_run_fields=loop_config["fields"],
                        ledger=book)
