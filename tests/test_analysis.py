@@ -289,7 +289,7 @@ def test_figures_cli_lists_files_and_skips(paper_figures):
     assert len(skipped) == 3  # heat-map; conv-likeness of the two N_h=4 models
     names = {f.name for f in files}
     for stem in ["fig2_accuracy", "heads_sa-quadratic-isotropic-nh9-seed0", "heads_sa-learned-nh4-dp8",
-                 "maps_sa-learned-content-nh4-dp8", "trajectories_sa-quadratic-isotropic-nh9-seed1",
+                 "maps_sa-learned-content-nh4-dp16", "trajectories_sa-quadratic-isotropic-nh9-seed1",
                  "conv_likeness_sa-quadratic-isotropic-nh9-seed0"]:
         assert {f"{stem}.png", f"{stem}.pdf", f"{stem}.csv"} <= names
     assert {"table1.md", "table1.csv"} <= names
@@ -337,6 +337,7 @@ def test_table1_csv_and_markdown(paper, paper_figures):
     np.testing.assert_allclose(got.loc[got.model.str.contains("isotropic"), "best_test_acc_std"],
                                iso.best_test_acc.std(), rtol=1e-12)
     md = (paper_figures / "table1.md").read_text().splitlines()
+    md = md[next(i for i, ln in enumerate(md) if ln.startswith("| Model |")):]  # after the data line
     assert md[0].startswith("| Model |") and len([ln for ln in md if ln.startswith("| SA")]) == 3
     assert f"{runs.n_params.iloc[0]:,}" in "\n".join(md)
 
@@ -348,12 +349,21 @@ def test_heads_csv_centres_and_contours(paper, paper_figures):
     last = heads[heads.epoch == 1]
     r = mahalanobis_radius
     for slug, tid in [("sa-quadratic-isotropic-nh9-seed0", "iso-s0"), ("sa-learned-nh4-dp8", "learned"),
-                      ("sa-learned-content-nh4-dp8", "content")]:
+                      ("sa-learned-content-nh4-dp16", "content")]:
         got = pd.read_csv(paper_figures / f"heads_{slug}.csv")
         assert set(got.trial_id) == {tid} and set(got.epoch) == {1}
         centres = got[got.kind == "center"].sort_values(["layer", "head"])
-        want = last[last.trial_id == tid].sort_values(["layer", "head"])
-        np.testing.assert_allclose(centres[["x", "y"]].to_numpy(), want[["center_x", "center_y"]].to_numpy())
+        diffuse = got[got.kind == "diffuse"]
+        everyone = last[last.trial_id == tid].sort_values(["layer", "head"])
+        # every head is either drawn (its centre) or listed as diffuse, never both
+        drawn = set(zip(centres.layer, centres["head"]))
+        assert drawn | set(zip(diffuse.layer, diffuse["head"])) == set(zip(everyone.layer, everyone["head"]))
+        assert not drawn & set(zip(diffuse.layer, diffuse["head"]))
+        if tid.startswith("iso"):
+            assert len(drawn) == len(everyone), "Gaussian heads of this study are concentrated"
+        want = everyone[[(lh in drawn) for lh in zip(everyone.layer, everyone["head"])]]
+        np.testing.assert_allclose(centres[["x", "y"]].to_numpy().reshape(-1, 2),
+                                   want[["center_x", "center_y"]].to_numpy().reshape(-1, 2))
         contours = got[got.kind == "contour"]
         for (layer, head), c in contours.groupby(["layer", "head"]):
             h = want[(want.layer == layer) & (want["head"] == head)].iloc[0]
@@ -394,7 +404,7 @@ def test_epoch_option_picks_the_stored_epoch(paper, tmp_path):
 def test_maps_csv_is_the_stored_window(paper, paper_figures):
     paper_figures = paper_figures[0]
     maps = read_table(paper / "tables", "maps")
-    for slug, tid in [("sa-learned-content-nh4-dp8", "content"), ("sa-quadratic-isotropic-nh9-seed1", "iso-s1")]:
+    for slug, tid in [("sa-learned-content-nh4-dp16", "content"), ("sa-quadratic-isotropic-nh9-seed1", "iso-s1")]:
         got = pd.read_csv(paper_figures / f"maps_{slug}.csv")
         want = maps[(maps.trial_id == tid) & (maps.epoch == 1)]
         assert len(got) == sum(w * w for w in want.window)

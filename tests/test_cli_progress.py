@@ -123,14 +123,18 @@ def test_progress_counts_trials_and_estimates_from_epoch_times():
     assert line.startswith("1 of 4 trials done, elapsed 0:00:") and line.endswith("ETA 0:00:33")  # 11 left x 3 s
 
 
-def test_first_decode_prints_progress(tmp_path):
+def test_first_decode_prints_progress(tmp_path, monkeypatch):
     from data_helpers import make_tar, make_tree
 
+    import study.data.imagefolder as imagefolder
     from study.data import load_splits
 
     make_tree(tmp_path / "tree", n_train=10, n_test=4, ext="jpg")
     archive = make_tar(tmp_path / "tree", tmp_path / "d.tar.gz")
     lines = []
+    load_splits(str(archive), cache_dir=tmp_path / "small", progress=lines.append)
+    assert lines == [], "a source this small decodes silently"
+    monkeypatch.setattr(imagefolder, "PROGRESS_MIN_IMAGES", 10)  # as if it were a large one
     load_splits(str(archive), cache_dir=tmp_path / "cache", progress=lines.append)
     assert any("train images: 100%" in ln for ln in lines), lines
     lines.clear()

@@ -230,7 +230,7 @@ def test_a_trial_stores_maps_on_its_schedule_and_ends_compacted(tmp_path, encodi
     from study.trial import TrainConfig, train_trial
 
     model = ModelConfig(hidden=16, layers=1, intermediate=16, num_heads=2, encoding=encoding,
-                        pos_dim=None if encoding == "quadratic" else 4)
+                        pos_dim={"quadratic": None, "learned": 4, "learned_content": 16}[encoding])
     cfg = TrainConfig(model=model, data="synthetic:100", epochs=3, batch_size=25, head_images=4, map_epochs=(1,))
     train_trial(cfg, trial_id="t", tables=tmp_path)
     assert read_table(tmp_path, "heads").epoch.tolist() == [0, 0, 1, 1, 2, 2]  # every epoch

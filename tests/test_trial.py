@@ -98,9 +98,12 @@ def test_checkpoint_refuses_code(tmp_path):
         def __reduce__(self):
             return (print, ("pwned",))
 
+    from study.errors import CheckpointError
+
     (tmp_path / "checkpoint.pt").write_bytes(pickle.dumps({"model": Evil()}))
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(CheckpointError) as e:  # refused (weights_only), never executed
         load_checkpoint(tmp_path)
+    assert "UnpicklingError" in str(e.value) and "checkpoint.pt" in str(e.value)
 
 
 def test_cosine_schedule_with_warmup():

@@ -61,12 +61,19 @@ def _cached(target: Path) -> dict[str, Any] | None:
     return data if data is not None and all(k in data for k in _KEYS) else None
 
 
+#: sources with fewer images decode silently (no progress lines before a one-line error)
+PROGRESS_MIN_IMAGES = 5000
+
+
 def _decode(
     listing: Listing, layout: Layout, *, name: str, target: Path, cache_dir: Path,
     progress: Callable[[str], None] | None, workers: int | None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     data: dict[str, Any] = {"classes": list(layout.classes)}
+    # a small source decodes in well under a second: progress only where it takes a while
+    if len(layout.train) + len(layout.test) < PROGRESS_MIN_IMAGES:
+        progress = None
     for split, pairs in (("train", layout.train), ("test", layout.test)):
         items = [(n, *listing.files[n]) for n, _ in pairs]
         if progress:

@@ -50,7 +50,9 @@ def self_attention_macs(cfg: dict[str, Any]) -> int:
     - positional scores, per head: quadratic r_δ·v_h (D_p) per shift δ of the
       (2S−1)² shifts of an S×S grid; learned head form w_rowᵀ r_row(δ1) and
       w_colᵀ r_col(δ2) (D_p each) per row and column shift (2·(2S−1)); query form
-      q_h·r_δ (D_p = D) per (query, key) pair;
+      q_h[:D/2]·r_row(δ1) and q_h[D/2:]·r_col(δ2) once per query and row / column
+      shift (T·(2S−1)·D: the score of a pair adds the two, the rule "positional scores
+      once per shift" applied to a score that also depends on the query);
     - content adds q_h·k_h (D) per pair and the query/key projections (2·T·D·N_h·D);
     - weighted average of the raw input per head: N_h·T²·D;
     - Linear(N_h·D → D), Linear(D → D), feed-forward 2·T·D·I."""
@@ -69,7 +71,7 @@ def self_attention_macs(cfg: dict[str, Any]) -> int:
     if enc == "quadratic":
         positional = h * shifts * shifts * pos_dim
     elif _positional_score(cfg, enc) == "query":
-        positional = h * t * t * pos_dim
+        positional = h * t * shifts * pos_dim
     else:
         positional = h * 2 * shifts * pos_dim
     content = 2 * t * d * h * d + h * t * t * d if enc == "learned_content" else 0

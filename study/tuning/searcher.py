@@ -68,7 +68,10 @@ def hparams(spec: dict[str, Any] | None, cell: int, sampled: dict[str, Any]) -> 
 
     study = _SPECS.get(id(spec))
     if study is None or study[0] is not spec:
-        study = (spec, validate(spec["raw"], file=spec["file"], default_name=spec["name"]))
+        try:
+            study = (spec, validate(spec["raw"], file=spec["file"], default_name=spec["name"]))
+        except Exception:  # noqa: BLE001 - e.g. the data vanished since `study run` checked it:
+            return {}      # the trial itself fails with that cause (runs.error); no hparams
         _SPECS[id(spec)] = study
     cfg = study[1].train_config(study[1].cells[cell], sampled)
     # fields that do not apply (None, e.g. ``isotropic`` of a learned encoding) are left
