@@ -394,8 +394,11 @@ def test_unwritable_cache_still_loads(tmp_path, monkeypatch):
     assert s.train_images.shape == (12, 3, 32, 32)
 
 
-def test_progress_lines(tmp_path, cache):
+def test_progress_lines(tmp_path, cache, monkeypatch):
+    import study.data.imagefolder as imagefolder
+
     make_tree(tmp_path / "d")
+    monkeypatch.setattr(imagefolder, "PROGRESS_MIN_IMAGES", 1)  # as if it were a large source
     lines: list[str] = []
     load_splits(str(tmp_path / "d"), cache_dir=cache, progress=lines.append)
     assert lines[0] == f"decoding 12 train images of {tmp_path / 'd'}" and "cached in" in lines[-1]
