@@ -51,7 +51,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +62,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from study.atomicio import write_atomic
 
 TABLES = ("runs", "epochs", "heads", "maps")
 EPOCH_TABLES = ("epochs", "heads", "maps")
@@ -164,21 +165,7 @@ def write_part(path: str | os.PathLike, rows: list[dict[str, Any]] | pa.Table) -
     a temporary file and a rename; on object storage one upload (PUT or multipart),
     which becomes visible only once complete."""
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows)
-    if _remote(path):
-        fs, p = pafs.FileSystem.from_uri(str(path))
-        pq.write_table(table, p, filesystem=fs)
-        return str(path)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet", dir=path.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return str(path)
+    return write_atomic(path, lambda f: pq.write_table(table, f), suffix=".parquet")
 
 
 # --------------------------------------------------------------------------- maps

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import tempfile
 from pathlib import Path
 
 from study.cliutil import fail
@@ -85,23 +83,13 @@ def run_export(args: argparse.Namespace) -> int:
     except ExportError as e:
         fail(prog, f"trial {key}: {e}")
     out = args.out or Path(f"{Path(root).name}-{key}.pt")
-    _save_atomic(export, out)
-    print(f"{out}: trial {key}, {export['epoch']} epochs, final test acc {export['final_test_acc']:.4f}")
-    return 0
-
-
-def _save_atomic(obj, out: Path) -> None:
     import torch
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=out.parent)
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from study.atomicio import write_atomic
+
+    write_atomic(out, lambda f: torch.save(export, f), suffix=".pt")
+    print(f"{out}: trial {key}, {export['epoch']} epochs, final test acc {export['final_test_acc']:.4f}")
+    return 0
 
 
 def run_evaluate(args: argparse.Namespace) -> int:

@@ -8,13 +8,14 @@ Files are written atomically (temporary file in the same folder, then
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from study.atomicio import write_atomic
 
 ENV_VAR = "STUDY_CACHE_DIR"
 FORMAT = 1  # bump when the cached content changes meaning
@@ -51,22 +52,11 @@ def save_atomic(obj: dict[str, Any], path: Path) -> bool:
     """Write ``obj`` to ``path`` via a temporary file and ``os.replace``.  Returns
     False (and leaves no file behind) when the cache folder is not writable: the
     data are still usable, only the next run decodes again."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    except OSError:
-        return False
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({**obj, "format": FORMAT}, f)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared cache from other users
-        os.replace(tmp, path)
+    try:  # mode 0644: mkstemp's 0600 would hide a shared cache from other users
+        write_atomic(path, lambda f: torch.save({**obj, "format": FORMAT}, f), prefix=path.name + ".",
+                     suffix=".tmp", mode=0o644)
         return True
     except (OSError, RuntimeError):  # disk full, read-only, …
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         return False
 
 

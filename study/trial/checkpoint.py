@@ -11,12 +11,12 @@ failing inside ``load_state_dict``.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
+from study.atomicio import write_atomic
 from study.errors import CheckpointError, cause
 
 FILENAME = "checkpoint.pt"
@@ -32,17 +32,12 @@ def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> Path
     ``directory/checkpoint.pt`` via a temporary file and an atomic rename; the
     checkpoint it replaces becomes ``checkpoint.prev.pt``."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
+
+    def keep_previous() -> None:
         if (directory / FILENAME).exists():
             os.replace(directory / FILENAME, directory / PREVIOUS)
-        os.replace(tmp, directory / FILENAME)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    write_atomic(directory / FILENAME, lambda f: torch.save(state, f), suffix=".pt", before_replace=keep_previous)
     return directory / FILENAME
 
 

@@ -34,6 +34,7 @@ import os
 import secrets
 from pathlib import Path
 
+from study.atomicio import write_atomic
 from study.errors import IntegrityError
 
 MANIFEST = ".study-hmac.json"
@@ -106,18 +107,7 @@ class _Storage:
             return f.read()
 
     def write(self, rel: str, data: bytes) -> None:
-        if "://" in self.root:  # one PUT: objects appear whole
-            with self.fs.open_output_stream(f"{self.base}/{rel}") as f:
-                f.write(data)
-            return
-        path = Path(self.base) / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".tmp-{path.name}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(f"{self.base}/{rel}", data, filesystem=self.fs if "://" in self.root else None)
 
     def delete(self, rel: str) -> None:
         self.fs.delete_file(f"{self.base}/{rel}")

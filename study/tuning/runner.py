@@ -96,18 +96,11 @@ def tuned_metric(spec: StudySpec) -> tuple[str, str]:
 
 
 def _write_meta(root: str, meta: dict[str, Any]) -> None:
-    if is_remote(root):
-        import pyarrow.fs as pafs
+    from study.atomicio import write_atomic
 
-        fs, path = pafs.FileSystem.from_uri(root)
-        with fs.open_output_stream(f"{path}/{META_FILE}") as f:
-            f.write(json.dumps(meta, indent=2, default=str).encode())
-        return
-    Path(root).mkdir(parents=True, exist_ok=True)
-    tmp = Path(root) / f".{META_FILE}.tmp"
-    tmp.write_text(json.dumps(meta, indent=2, default=str))
-    os.replace(tmp, Path(root) / META_FILE)
-    (Path(root) / "study.yaml").write_text(yaml.safe_dump(meta["raw"], sort_keys=False))
+    write_atomic(f"{root}/{META_FILE}", json.dumps(meta, indent=2, default=str).encode())
+    if not is_remote(root):
+        write_atomic(f"{root}/study.yaml", yaml.safe_dump(meta["raw"], sort_keys=False).encode())
 
 
 def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool, contract):
