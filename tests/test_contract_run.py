@@ -540,3 +540,56 @@ def test_storage_failure_stops_the_study(tmp_path, small_disk):
     assert runs.status.tolist() == ["finished"] and runs.attempts.iloc[0] >= 2 and runs.error.isna().all(), runs
     epochs = read_table(tables, "epochs")
     assert len(epochs) == 3 and not epochs.duplicated(["trial_id", "epoch"]).any()
+
+
+def _trial_workers(proc) -> list[int]:
+    return [p for p in session_pids(proc.pid)
+            if Path(f"/proc/{p}/cmdline").exists()
+            and Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] == b"ray::ImplicitFunc.train"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds(tmp_path):
+    """Ctrl-C during an epoch; the trial's process is stopped before the epoch ends (Tune
+    kills it after a few seconds' grace; here the test kills it 0.5 s after Ctrl-C, so
+    the epoch is cut short whatever the machine's speed).  The time that attempt trained
+    is in `device_seconds` (of the `interrupted` row, and after `study resume` beside the
+    resumed attempt's epoch); `attempts` counts both."""
+    f = write_spec(tmp_path, "midep", data="synthetic:4000", epochs=1, max_failures=1)
+    tables = tmp_path / "results" / "midep" / "tables"
+    proc = popen("run", str(f), "--num-cpus", "1", cwd=tmp_path)
+    try:
+        def running():
+            runs = read_table(tables, "runs")
+            return bool(len(runs)) and runs.status.iloc[0] == "running"
+
+        assert _wait(running, proc), "the trial did not start"
+        started = time.monotonic()  # the trial is in its epoch loop from (at the latest) here
+        time.sleep(3.0)
+        workers = _trial_workers(proc)
+        assert workers, "no trial process"
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        for w in workers:
+            os.kill(w, signal.SIGKILL)
+        trained = time.monotonic() - started
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        kill_session(proc)
+    assert proc.returncode == 130, out
+    runs = read_table(tables, "runs")
+    assert len(read_table(tables, "epochs")) == 0, "the epoch ended before the trial was stopped: not exercised"
+    assert runs.status.tolist() == ["interrupted"] and runs.attempts.tolist() == [1], runs
+    # the running epoch's clock is saved every second (ledger.CLOCK_S): all but the last second
+    first = float(runs.device_seconds.iloc[0])
+    assert trained - 2.0 <= first <= trained + 1, f"device_seconds {first}, the attempt trained {trained:.1f} s"
+
+    r = study("resume", "midep", "--num-cpus", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = read_table(tables, "runs")
+    epochs = read_table(tables, "epochs")
+    assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [2], runs
+    assert len(epochs) == 1  # trained by the second attempt, from the start (no checkpoint)
+    second = float(epochs.seconds.iloc[0])
+    total = float(runs.device_seconds.iloc[0])
+    assert first + second - 0.01 <= total <= first + second + 5, (total, first, second)

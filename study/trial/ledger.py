@@ -1,20 +1,31 @@
 """A trial's attempt ledger: ``<study>/trials/<trial_id>.json`` (or ``trial.json``
 beside ``study train --out``'s checkpoint).
 
-Written at the START of every attempt (``attempts`` + 1) and after every epoch
-(``device_seconds`` so far), so attempts are counted even when a worker dies before
-its first checkpoint, and the time of every completed epoch of every attempt adds
-up (an epoch killed half-way is not measured).  Plain JSON, replaced atomically
-(one PUT on object storage).
+Written at the START of every attempt (``attempts`` + 1), after every epoch
+(``device_seconds`` so far) and, while an epoch runs, by :meth:`TrialLedger.clock`
+every :data:`CLOCK_S` seconds (:data:`CLOCK_REMOTE_S` on object storage) with the
+time the epoch has taken so far.  So attempts are counted even when a worker dies
+before its first checkpoint, and ``device_seconds`` keeps the time of every attempt,
+also of an epoch that never ended (Ctrl-C, SIGTERM, a killed worker or node): all
+but at most the last clock period.  Plain JSON, replaced atomically (one PUT on
+object storage).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
+
+from study.atomicio import write_atomic
+
+
+#: seconds between two saves of a running epoch's clock (local files / object storage)
+CLOCK_S = 1.0
+CLOCK_REMOTE_S = 10.0
 
 
 def _remote(uri: str) -> bool:
@@ -45,23 +56,7 @@ class TrialLedger:
     def _write(self) -> None:
         text = json.dumps({"attempts": self.attempts, "device_seconds": self.device_seconds,
                            "last_error": self.last_error})
-        if _remote(self.uri):
-            import pyarrow.fs as pafs
-
-            fs, path = pafs.FileSystem.from_uri(self.uri)
-            with fs.open_output_stream(path) as f:
-                f.write(text.encode())
-            return
-        path = Path(self.uri)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.uri, text.encode(), suffix=".json")
 
     def start(self) -> tuple[int, float]:
         """Count a new attempt; returns (this attempt's number, device-seconds before it)."""
@@ -83,3 +78,36 @@ class TrialLedger:
     def update(self, device_seconds: float) -> None:
         self.device_seconds = float(device_seconds)
         self._write()
+
+    @contextlib.contextmanager
+    def clock(self, *, before: float, scale: float = 1.0, period: float | None = None):
+        """While the block runs (one epoch), save ``device_seconds = before + elapsed x
+        scale`` every ``period`` seconds from a background thread, and once more if the
+        block is left by an exception (Ctrl-C in ``study train``).  ``scale``: the
+        number of ranks.  The caller records the epoch's own measure after the block."""
+        period = period if period is not None else (CLOCK_REMOTE_S if _remote(self.uri) else CLOCK_S)
+        start = time.perf_counter()
+        stop = threading.Event()
+
+        def save() -> None:
+            self.update(before + (time.perf_counter() - start) * scale)
+
+        def tick() -> None:
+            while not stop.wait(period):
+                try:
+                    save()
+                except Exception:  # noqa: BLE001 - a storage failure surfaces in the epoch's own writes
+                    pass
+
+        thread = threading.Thread(target=tick, name="trial-ledger-clock", daemon=True)
+        thread.start()
+        try:
+            yield
+        except BaseException:
+            stop.set()
+            thread.join()
+            with contextlib.suppress(Exception):
+                save()
+            raise
+        stop.set()
+        thread.join()

@@ -13,7 +13,7 @@ import contextlib
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -94,14 +94,96 @@ def train_trial(
     ``cfg.validation`` training images are held out (stratified, from ``cfg.seed``);
     their loss and accuracy are recorded every epoch (``val_*``) and reported.
     ``ledger``: a :class:`~study.trial.ledger.TrialLedger` (rank 0) counting attempts and
-    device-seconds across attempts; ``warn`` receives one-line warnings (a damaged
-    checkpoint skipped).  A checkpoint of another configuration raises ``CheckpointError``.
-    """
+    device-seconds across attempts (also of an epoch cut short: its clock runs while
+    the epoch does); ``warn`` receives one-line warnings (a damaged checkpoint
+    skipped).  A checkpoint of another configuration raises ``CheckpointError``.
+
+    The steps: :func:`_set_up` (data, model, optimiser), :func:`_resume` (checkpoint,
+    attempts), :func:`_prepare` (DDP / compile, table writer, ``runs`` row), then per
+    epoch :func:`_train_epoch`, :func:`_evaluate_epoch`, :func:`_record`,
+    :func:`_checkpoint` and the report, and :func:`_finish`."""
+    t = _set_up(cfg, splits=splits, device=device)
+    done = _resume(t, checkpoint_dir=checkpoint_dir, ledger=ledger, warn=warn)
+    if done is not None:
+        return done
+    _prepare(t, tables=tables, trial_id=trial_id, study=study, extra_run_fields=extra_run_fields)
+    _write_run(t, "running")
+    for epoch in range(t.start_epoch, cfg.epochs):
+        t0 = time.perf_counter()
+        clock = ledger.clock(before=t.device_seconds, scale=t.world) if ledger is not None else contextlib.nullcontext()
+        with clock:
+            trained = _train_epoch(t, epoch, t0)
+            if not math.isfinite(trained.loss):
+                t.status = "diverged"
+                break
+            metrics = _evaluate_epoch(t, epoch, trained, t0)
+        if ledger is not None:
+            ledger.update(t.device_seconds)
+        ckpt = None
+        if t.rank == 0:
+            _record(t, epoch, metrics, progress)
+            ckpt = _checkpoint(t, checkpoint_dir)
+        else:
+            metrics = {k: metrics[k] for k in ("epoch", "test_acc", "val_acc", "train_loss")}
+        if report is not None:
+            report({**metrics, "best_test_acc": t.best_acc, "best_val_acc": _nan_to_none(t.best_val),
+                    "status": "running", "device_seconds": t.device_seconds}, ckpt)
+    return _finish(t)
+
+
+@dataclass
+class _Trial:
+    """One trial's state while it trains (what the steps of :func:`train_trial` share)."""
+
+    cfg: TrainConfig
+    mc: Any  # the ModelConfig actually built (num_classes from the data)
+    rank: int
+    world: int
+    device: torch.device
+    splits: Any
+    train_data: DeviceData
+    val_data: DeviceData | None
+    test_data: DeviceData
+    model: nn.Module  # the raw model (what checkpoints hold)
+    optimizer: torch.optim.Optimizer
+    n_params: int
+    flops: float
+    net: nn.Module | None = None  # the model as trained (DDP / compiled)
+    autocast: Callable[[], Any] = contextlib.nullcontext
+    steps_per_epoch: int = 0
+    writer: TableWriter | None = None
+    x_heads: torch.Tensor | None = None
+    maps_at: frozenset = frozenset()
+    run_row: dict[str, Any] = field(default_factory=dict)
+    start_epoch: int = 0
+    epochs_done: int = 0
+    best_acc: float = 0.0
+    final_acc: float = math.nan
+    best_val: float = math.nan
+    final_val: float = math.nan
+    device_seconds: float = 0.0
+    attempts: int = 1
+    status: str = "finished"
+
+
+@dataclass(frozen=True)
+class _Trained:
+    """One epoch's training pass: mean loss and accuracy, images, last lr, seconds."""
+
+    loss: float
+    acc: float
+    images: float
+    lr: float
+    seconds: float
+
+
+def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None) -> _Trial:
+    """Data (validation held out, this rank's shard of the evaluation sets), the model
+    (seeded), its size and FLOPs, the optimiser."""
     rank, world = _rank_world()
     device = device or default_device()
     if device.type == "cuda":
         torch.cuda.set_device(device)
-
     if splits is None:
         splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)
     splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
@@ -112,16 +194,21 @@ def train_trial(
     mc = cfg.model.replace(num_classes=len(splits.classes))
     torch.manual_seed(cfg.seed)
     model = build_model(mc).to(device)
-    n_params = count_parameters(model)
-    flops = forward_flops(model, image_size=mc.image_size, in_channels=mc.in_channels)
-    optimizer = build_optimizer(model, cfg)
+    return _Trial(cfg=cfg, mc=mc, rank=rank, world=world, device=device, splits=splits, train_data=train_data,
+                  val_data=val_data, test_data=test_data, model=model, optimizer=build_optimizer(model, cfg),
+                  n_params=count_parameters(model),
+                  flops=forward_flops(model, image_size=mc.image_size, in_channels=mc.in_channels),
+                  best_val=math.nan if val_data is None else 0.0)
 
-    start_epoch, best_acc, device_seconds, attempts = 0, 0.0, 0.0, 1
-    best_val = math.nan if val_data is None else 0.0
+
+def _resume(t: _Trial, *, checkpoint_dir, ledger, warn) -> TrialResult | None:
+    """Continue from the latest intact checkpoint of this configuration (model,
+    optimiser, RNG, best/final accuracies, device-seconds); count this attempt in the
+    ledger.  A checkpoint of a finished trial: its result, nothing to train."""
     state = load_checkpoint(checkpoint_dir, warn=warn)
     if state is not None:
-        check_config(state, model_config=mc.to_dict(), train_config=cfg.to_dict(), where=str(checkpoint_dir))
-    if state is not None and state["epoch"] >= cfg.epochs:
+        check_config(state, model_config=t.mc.to_dict(), train_config=t.cfg.to_dict(), where=str(checkpoint_dir))
+    if state is not None and state["epoch"] >= t.cfg.epochs:
         # restarted after it had finished (e.g. a driver died before recording
         # that): nothing to train, nothing to rewrite
         return TrialResult(status="finished", epochs_done=state["epoch"], best_test_acc=state["best_test_acc"],
@@ -129,160 +216,177 @@ def train_trial(
                            best_val_acc=state.get("best_val_acc", math.nan),
                            final_val_acc=state.get("final_val_acc", math.nan))
     if state is not None:
-        attempts = state.get("attempts", 1) + 1
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch, best_acc = state["epoch"], state["best_test_acc"]
-        device_seconds = state["device_seconds"]
-        best_val = state.get("best_val_acc", best_val)
+        t.attempts = state.get("attempts", 1) + 1
+        t.model.load_state_dict(state["model"])
+        t.optimizer.load_state_dict(state["optimizer"])
+        t.start_epoch, t.best_acc = state["epoch"], state["best_test_acc"]
+        t.device_seconds = state["device_seconds"]
+        t.best_val = state.get("best_val_acc", t.best_val)
+        t.final_acc = float(state["final_test_acc"])
+        t.final_val = float(state.get("final_val_acc", math.nan))
         torch.set_rng_state(state["rng_cpu"])
-        if device.type == "cuda" and "rng_cuda" in state:
-            torch.cuda.set_rng_state(state["rng_cuda"], device)
-    if ledger is not None:  # attempts counted at start (ledger.start()), time of every attempt's epochs
+        if t.device.type == "cuda" and "rng_cuda" in state:
+            torch.cuda.set_rng_state(state["rng_cuda"], t.device)
+    if ledger is not None:  # attempts counted at start (ledger.start()), time of every attempt
         if ledger.attempts == 0:  # not started by the caller (study train): count this attempt now
             ledger.start()
-        attempts = ledger.attempts
-        device_seconds = max(device_seconds, ledger.device_seconds)
+        t.attempts = ledger.attempts
+        t.device_seconds = max(t.device_seconds, ledger.device_seconds)
+    t.epochs_done = t.start_epoch
+    return None
 
-    raw_model = model
-    net: nn.Module = model
-    if world > 1:
-        net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) -> None:
+    """The model as trained (DDP, ``torch.compile``, bf16 autocast on CUDA), the steps
+    per epoch (a batch larger than the data is an error), the table writer (rank 0),
+    the head-statistics images, the map epochs and the ``runs`` row's constant part."""
+    cfg, device = t.cfg, t.device
+    t.net = t.model
+    if t.world > 1:
+        t.net = nn.parallel.DistributedDataParallel(t.model, device_ids=[device.index] if device.type == "cuda" else None)
     if cfg.compile:
-        net = torch.compile(net)
-    amp = cfg.amp and device.type == "cuda"
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if amp else contextlib.nullcontext
-
-    steps_per_epoch = train_data.num_batches(batch_size=cfg.batch_size, world_size=world, train=True)
-    if steps_per_epoch == 0:
+        t.net = torch.compile(t.net)
+    if cfg.amp and device.type == "cuda":
+        t.autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    t.steps_per_epoch = t.train_data.num_batches(batch_size=cfg.batch_size, world_size=t.world, train=True)
+    if t.steps_per_epoch == 0:
         raise ValueError(
-            f"batch_size {cfg.batch_size} x {world} rank(s) exceeds the {len(train_data)} training images"
+            f"batch_size {cfg.batch_size} x {t.world} rank(s) exceeds the {len(t.train_data)} training images"
         )
-    writer = TableWriter(tables, trial_id=trial_id) if (tables is not None and rank == 0) else None
+    t.writer = TableWriter(tables, trial_id=trial_id) if (tables is not None and t.rank == 0) else None
     # the fixed test images of the content-attention head statistics, normalised once
+    splits = t.splits
     head_data = DeviceData(splits.test_images[: cfg.head_images], splits.test_labels[: cfg.head_images],
                            device=device)
-    x_heads = head_data.normalise(head_data.images)
-    maps_at = set(map_epochs(cfg.map_epochs, cfg.epochs))
-
+    t.x_heads = head_data.normalise(head_data.images)
+    t.maps_at = frozenset(map_epochs(cfg.map_epochs, cfg.epochs))
     # the whole resolved configuration (every model field of the model built, every
     # training field), then what the data actually gave (sizes after capping)
-    run_row = {
-        "study": study, "name": model_name(mc), **cfg.replace(model=mc).flat(),
+    t.run_row = {
+        "study": study, "name": model_name(t.mc), **cfg.replace(model=t.mc).flat(),
         "data_source": splits.source, "n_train": len(splits.train_labels),
         "n_val": 0 if splits.val_labels is None else len(splits.val_labels), "n_test": len(splits.test_labels),
-        "n_params": n_params, "flops": flops, "device": _device_name(device),
-        "world_size": world, "attempts": attempts, "error": None, **(extra_run_fields or {}),
+        "n_params": t.n_params, "flops": t.flops, "device": _device_name(device),
+        "world_size": t.world, "attempts": t.attempts, "error": None, **(extra_run_fields or {}),
     }
 
-    def write_run(status: str, epochs_done: int, final_acc: float) -> None:
-        if writer is not None:
-            writer.run({**run_row, "status": status, "epochs_done": epochs_done,
-                        "best_test_acc": best_acc, "final_test_acc": final_acc,
-                        "best_val_acc": _nan_to_none(best_val), "final_val_acc": _nan_to_none(final_val),
-                        "device_seconds": device_seconds, "updated_at": time.time()})
 
-    final_acc = float(state["final_test_acc"]) if state is not None else float("nan")
-    final_val = float(state.get("final_val_acc", math.nan)) if state is not None else math.nan
-    write_run("running", start_epoch, final_acc)
-    status = "finished"
-    epochs_done = start_epoch
-    for epoch in range(start_epoch, cfg.epochs):
-        t0 = time.perf_counter()
-        net.train()
-        loss_sum = torch.zeros((), device=device, dtype=torch.float64)
-        correct = torch.zeros((), device=device, dtype=torch.int64)
-        seen = 0
-        for i, (x, y) in enumerate(train_data.batches(batch_size=cfg.batch_size, epoch=epoch, seed=cfg.seed,
-                                                      train=True, rank=rank, world_size=world)):
-            lr = learning_rate(step=epoch * steps_per_epoch + i, steps_per_epoch=steps_per_epoch,
-                               epochs=cfg.epochs, base_lr=cfg.lr, schedule=cfg.schedule, warmup=cfg.warmup)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            with autocast():
-                logits = net(x)
-                loss = F.cross_entropy(logits.float(), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += loss.detach() * len(y)
-            correct += (logits.detach().argmax(-1) == y).sum()
-            seen += len(y)
-        train_totals = _reduce(torch.stack([loss_sum, correct.double(), torch.tensor(float(seen), device=device, dtype=torch.float64)]), world)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        train_seconds = time.perf_counter() - t0
-        train_loss = train_totals[0] / train_totals[2]
-        if not math.isfinite(train_loss):
-            status = "diverged"
-            break
+def _write_run(t: _Trial, status: str) -> None:
+    """The trial's ``runs`` row as it stands (rank 0)."""
+    if t.writer is not None:
+        t.writer.run({**t.run_row, "status": status, "epochs_done": t.epochs_done,
+                      "best_test_acc": t.best_acc, "final_test_acc": t.final_acc,
+                      "best_val_acc": _nan_to_none(t.best_val), "final_val_acc": _nan_to_none(t.final_val),
+                      "device_seconds": t.device_seconds, "updated_at": time.time()})
 
-        test_loss, test_acc = evaluate(net, test_data, batch_size=cfg.eval_batch_size, world=world, autocast=autocast)
-        val_loss = val_acc = None
-        if val_data is not None:
-            val_loss, val_acc = evaluate(net, val_data, batch_size=cfg.eval_batch_size, world=world,
-                                         autocast=autocast)
-            best_val, final_val = max(best_val, val_acc), val_acc
-        epoch_seconds = time.perf_counter() - t0
-        device_seconds += epoch_seconds * world
-        best_acc = max(best_acc, test_acc)
-        final_acc = test_acc
-        epochs_done = epoch + 1
-        if ledger is not None:
-            ledger.update(device_seconds)
 
-        ckpt = None
-        if rank == 0:
-            hs_seconds = 0.0
-            if writer is not None and cfg.head_stats and hasattr(raw_model, "attention_layers"):
-                h0 = time.perf_counter()
-                raw_model.eval()
-                with autocast():
-                    head_rows, map_rows = collect_head_stats(raw_model, x_heads, radius=cfg.map_radius)
-                writer.rows("heads", epoch, head_rows)
-                if epoch in maps_at:
-                    writer.rows("maps", epoch, map_rows)
-                hs_seconds = time.perf_counter() - h0
-            metrics = {
-                "epoch": epoch, "train_loss": train_loss, "train_acc": train_totals[1] / train_totals[2],
-                "val_loss": val_loss, "val_acc": val_acc,
-                "test_loss": test_loss, "test_acc": test_acc, "lr": lr, "seconds": epoch_seconds,
-                "images_per_s": train_totals[2] / train_seconds, "head_stats_seconds": hs_seconds,
-            }
-            if writer is not None:
-                writer.rows("epochs", epoch, [{k: v for k, v in metrics.items() if k != "epoch"}])
-                write_run("running" if epoch + 1 < cfg.epochs else "finished", epochs_done, final_acc)
-            if checkpoint_dir is not None:
-                save_checkpoint(checkpoint_dir, {
-                    "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "epoch": epoch + 1, "best_test_acc": best_acc, "final_test_acc": final_acc,
-                    "device_seconds": device_seconds, "attempts": attempts, "rng_cpu": torch.get_rng_state(),
-                    "best_val_acc": best_val, "final_val_acc": final_val,
-                    # what the model is: `study export` / `load_trained` rebuild it from these
-                    "model_config": mc.to_dict(), "train_config": cfg.to_dict(),
-                    **({"rng_cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}),
-                })
-                ckpt = Path(checkpoint_dir)
-            if progress is not None:
-                progress(
-                    f"epoch {epoch + 1}/{cfg.epochs}  train_loss {train_loss:.4f}  "
-                    f"train_acc {metrics['train_acc']:.4f}  "
-                    + (f"val_acc {val_acc:.4f}  " if val_acc is not None else "")
-                    + f"test_loss {test_loss:.4f}  "
-                    f"test_acc {test_acc:.4f}  {epoch_seconds:.1f} s  {metrics['images_per_s']:.0f} img/s"
-                )
-        else:
-            metrics = {"epoch": epoch, "test_acc": test_acc, "val_acc": val_acc, "train_loss": train_loss}
-        if report is not None:
-            report({**metrics, "best_test_acc": best_acc, "best_val_acc": _nan_to_none(best_val),
-                    "status": "running", "device_seconds": device_seconds}, ckpt)
+def _train_epoch(t: _Trial, epoch: int, t0: float) -> _Trained:
+    """One pass over this rank's shard of the training images (learning rate set per
+    step); losses and correct counts stay on the device until the epoch's one read."""
+    cfg, device, net, optimizer = t.cfg, t.device, t.net, t.optimizer
+    net.train()
+    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+    correct = torch.zeros((), device=device, dtype=torch.int64)
+    seen = 0
+    lr = cfg.lr
+    for i, (x, y) in enumerate(t.train_data.batches(batch_size=cfg.batch_size, epoch=epoch, seed=cfg.seed,
+                                                    train=True, rank=t.rank, world_size=t.world)):
+        lr = learning_rate(step=epoch * t.steps_per_epoch + i, steps_per_epoch=t.steps_per_epoch,
+                           epochs=cfg.epochs, base_lr=cfg.lr, schedule=cfg.schedule, warmup=cfg.warmup)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        with t.autocast():
+            logits = net(x)
+            loss = F.cross_entropy(logits.float(), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.detach() * len(y)
+        correct += (logits.detach().argmax(-1) == y).sum()
+        seen += len(y)
+    totals = _reduce(torch.stack([loss_sum, correct.double(),
+                                  torch.tensor(float(seen), device=device, dtype=torch.float64)]), t.world)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return _Trained(loss=totals[0] / totals[2], acc=totals[1] / totals[2], images=totals[2], lr=lr,
+                    seconds=time.perf_counter() - t0)
 
-    write_run(status, epochs_done, final_acc)
+
+def _evaluate_epoch(t: _Trial, epoch: int, trained: _Trained, t0: float) -> dict[str, Any]:
+    """Test (and validation) loss and accuracy; the trial's best/final accuracies and
+    device-seconds move on.  Returns the epoch's metrics."""
+    cfg = t.cfg
+    test_loss, test_acc = evaluate(t.net, t.test_data, batch_size=cfg.eval_batch_size, world=t.world,
+                                   autocast=t.autocast)
+    val_loss = val_acc = None
+    if t.val_data is not None:
+        val_loss, val_acc = evaluate(t.net, t.val_data, batch_size=cfg.eval_batch_size, world=t.world,
+                                     autocast=t.autocast)
+        t.best_val, t.final_val = max(t.best_val, val_acc), val_acc
+    epoch_seconds = time.perf_counter() - t0
+    t.device_seconds += epoch_seconds * t.world
+    t.best_acc = max(t.best_acc, test_acc)
+    t.final_acc = test_acc
+    t.epochs_done = epoch + 1
+    return {"epoch": epoch, "train_loss": trained.loss, "train_acc": trained.acc, "val_loss": val_loss,
+            "val_acc": val_acc, "test_loss": test_loss, "test_acc": test_acc, "lr": trained.lr,
+            "seconds": epoch_seconds, "images_per_s": trained.images / trained.seconds}
+
+
+def _record(t: _Trial, epoch: int, metrics: dict[str, Any], progress) -> None:
+    """Rank 0: head statistics (and maps on the map epochs), the ``epochs`` row, the
+    ``runs`` row, the progress line.  Adds ``head_stats_seconds`` to ``metrics``."""
+    cfg, writer = t.cfg, t.writer
+    hs_seconds = 0.0
+    if writer is not None and cfg.head_stats and hasattr(t.model, "attention_layers"):
+        h0 = time.perf_counter()
+        t.model.eval()
+        with t.autocast():
+            head_rows, map_rows = collect_head_stats(t.model, t.x_heads, radius=cfg.map_radius)
+        writer.rows("heads", epoch, head_rows)
+        if epoch in t.maps_at:
+            writer.rows("maps", epoch, map_rows)
+        hs_seconds = time.perf_counter() - h0
+    metrics["head_stats_seconds"] = hs_seconds
     if writer is not None:
-        writer.close()  # one compacted file per table for the finished trial
-    return TrialResult(status=status, epochs_done=epochs_done, best_test_acc=best_acc,
-                       final_test_acc=final_acc, device_seconds=device_seconds, best_val_acc=best_val,
-                       final_val_acc=final_val)
+        writer.rows("epochs", epoch, [{k: v for k, v in metrics.items() if k != "epoch"}])
+        _write_run(t, "running" if epoch + 1 < cfg.epochs else "finished")
+    if progress is not None:
+        val_acc = metrics["val_acc"]
+        progress(
+            f"epoch {epoch + 1}/{cfg.epochs}  train_loss {metrics['train_loss']:.4f}  "
+            f"train_acc {metrics['train_acc']:.4f}  "
+            + (f"val_acc {val_acc:.4f}  " if val_acc is not None else "")
+            + f"test_loss {metrics['test_loss']:.4f}  "
+            f"test_acc {metrics['test_acc']:.4f}  {metrics['seconds']:.1f} s  {metrics['images_per_s']:.0f} img/s"
+        )
+
+
+def _checkpoint(t: _Trial, checkpoint_dir) -> Path | None:
+    """Rank 0: the epoch's checkpoint (model, optimiser, RNG, accuracies, device-seconds,
+    attempts, and the model and training configuration it belongs to)."""
+    if checkpoint_dir is None:
+        return None
+    save_checkpoint(checkpoint_dir, {
+        "model": t.model.state_dict(), "optimizer": t.optimizer.state_dict(),
+        "epoch": t.epochs_done, "best_test_acc": t.best_acc, "final_test_acc": t.final_acc,
+        "device_seconds": t.device_seconds, "attempts": t.attempts, "rng_cpu": torch.get_rng_state(),
+        "best_val_acc": t.best_val, "final_val_acc": t.final_val,
+        # what the model is: `study export` / `load_trained` rebuild it from these
+        "model_config": t.mc.to_dict(), "train_config": t.cfg.to_dict(),
+        **({"rng_cuda": torch.cuda.get_rng_state(t.device)} if t.device.type == "cuda" else {}),
+    })
+    return Path(checkpoint_dir)
+
+
+def _finish(t: _Trial) -> TrialResult:
+    """The final ``runs`` row (finished / diverged), the trial's tables compacted."""
+    _write_run(t, t.status)
+    if t.writer is not None:
+        t.writer.close()  # one compacted file per table for the finished trial
+    return TrialResult(status=t.status, epochs_done=t.epochs_done, best_test_acc=t.best_acc,
+                       final_test_acc=t.final_acc, device_seconds=t.device_seconds, best_val_acc=t.best_val,
+                       final_val_acc=t.final_val)
 
 
 @torch.no_grad()

@@ -286,13 +286,17 @@ class RunContract(Callback):
 
     def finish(self) -> None:
         """After Tune returns: no row stays ``running``.  Interrupted (signal, storage
-        failure, or never seen to end) -> ``interrupted``; ended early by the
-        scheduler -> ``stopped``."""
+        failure, or never seen to end) -> ``interrupted``, with the device-seconds of its
+        ledger (which count an epoch cut short); ended early by the scheduler -> ``stopped``."""
         runs = read_table(self.tables, "runs")
         for r in runs[runs.status == "running"].to_dict("records"):
             stopped_early = (r["trial_id"] in self.completed and self.signal is None
                              and self.storage_error is None and r["epochs_done"] < r["epochs"])
             r["status"] = "stopped" if stopped_early else "interrupted"
+            # the time of an epoch cut short is only in the ledger (its clock ran while it did)
+            spent = self._ledger(r["trial_id"]).get("device_seconds")
+            if spent is not None:
+                r["device_seconds"] = max(float(spent), float(r.get("device_seconds") or 0.0))
             if self.storage_error is not None and not r.get("error"):
                 r["error"] = f"StorageError: {self.storage_error}"
             r["updated_at"] = time.time()
