@@ -327,6 +327,47 @@ def test_integrity_refuses_unsigned_and_changed_pickles_and_repairs_empty_state(
         del os.environ["STUDY_HMAC_KEY"]
 
 
+@pytest.mark.parametrize("trust", [False, True], ids=["signed", "trust-storage"])
+@pytest.mark.parametrize("cut", ["empty", "truncated"])
+def test_damaged_tune_state_is_restored_or_refused_never_restarted(tmp_path, trust, cut):
+    """A full disk left Tune's state empty or cut short: `study resume` puts back the
+    last good copy (a warning naming the file), with or without --trust-storage; with
+    no copy it refuses in one line naming the file (exit 3), before Ray starts, instead
+    of letting Tune log a JSONDecodeError and start the study over."""
+    from study.tuning.integrity import LAST_GOOD, Signer, verify
+
+    root = tmp_path / "st" / "dmg"
+    root.mkdir(parents=True)
+    (root / "study.json").write_text(json.dumps({"name": "dmg", "raw": {}, "tables": "tables",
+                                                 "optuna_journal": "optuna.journal"}))
+    state = root / "experiment_state-2026-01-01_00-00-00.json"
+    good = json.dumps({"trial_data": [["t1", "finished"]] * 50}).encode()
+    state.write_bytes(good)
+    (root / "searcher-state-2026-01-01_00-00-00.pkl").write_bytes(pickle.dumps({"n": 2}))
+    (root / "tuner.pkl").write_bytes(pickle.dumps({"ok": 1}))
+    Signer(root=str(root)).sign()
+
+    def damage(path: Path, data: bytes) -> None:
+        path.write_bytes(b"" if cut == "empty" else data[: len(data) // 2])
+
+    damage(state, good)
+    damage(root / "searcher-state-2026-01-01_00-00-00.pkl", pickle.dumps({"n": 2}))
+    notes = verify(str(root), trust=trust)  # what `study resume` does first
+    assert state.read_bytes() == good
+    assert pickle.loads((root / "searcher-state-2026-01-01_00-00-00.pkl").read_bytes()) == {"n": 2}
+    assert len(notes) == 2 and any(str(state) in n and "restored the last good copy" in n for n in notes), notes
+    # no copy: one line naming the file, exit 3, nothing started
+    damage(state, good)
+    for copy in (root / LAST_GOOD).iterdir():
+        copy.unlink()
+    r = study("resume", "dmg", "--storage", "st", *(["--trust-storage"] if trust else []), cwd=tmp_path)
+    assert r.returncode == 3, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("study resume: error: ") and str(state) in lines[0], r.stderr
+    assert "damaged" in lines[0] and "Traceback" not in r.stderr
+    assert not (root / ".study.lock").exists() and not list(root.glob("*_*/"))
+
+
 # ---------------------------------------------------------------- studies through the CLI (Ray)
 def _wait(predicate, proc, timeout=300):
     deadline = time.time() + timeout

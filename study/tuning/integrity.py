@@ -18,11 +18,15 @@ refuses (``--trust-storage`` then skips the check, for storage you trust).
 
 Tune's top-level state files are also kept as last good copies under
 ``.last-good/``: a state file left empty or cut short by a full disk (an empty
-file, or ``experiment_state-*.json`` that does not parse), or one Tune saved after
-the driver's last signature (a killed driver), is replaced by its signed last good
-copy on resume (a warning names it; the unsigned content is never unpickled);
-without one it is refused with one line.  ``tuner.pkl`` is written once, when the
-study starts: a mismatch there is always refused.
+file, a JSON file that does not parse, a pickle whose opcodes stop before their
+end, read with ``pickletools`` without executing anything), or one Tune saved
+after the driver's last signature (a killed driver), is replaced by its signed last
+good copy on resume (a warning names it; the unsigned content is never unpickled);
+without one the resume is refused with one line naming the file — Tune itself
+would log the error and start the study over, retraining interrupted trials from
+scratch.  ``--trust-storage`` skips the HMAC checks but not this one.
+``tuner.pkl`` is written once, when the study starts: a changed one is always
+refused (a cut-short one is restored like the others).
 """
 
 from __future__ import annotations
@@ -109,6 +113,16 @@ class _Storage:
     def write(self, rel: str, data: bytes) -> None:
         write_atomic(f"{self.base}/{rel}", data, filesystem=self.fs if "://" in self.root else None)
 
+    def last_good(self) -> list[str]:
+        """Relative paths of the last good copies (``.last-good/…``)."""
+        import pyarrow.fs as pafs
+
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{LAST_GOOD}", allow_not_found=True))
+        except FileNotFoundError:
+            return []
+        return [f"{LAST_GOOD}/{i.base_name}" for i in infos if i.type == pafs.FileType.File]
+
     def delete(self, rel: str) -> None:
         self.fs.delete_file(f"{self.base}/{rel}")
 
@@ -128,8 +142,26 @@ def _is_state(rel: str) -> bool:
 
 
 def _intact(rel: str, data: bytes) -> bool:
-    """Not obviously cut short: non-empty, and parseable where it is JSON."""
-    return bool(data) and (not rel.startswith(JSON_STATE) or _valid_json(data))
+    """Not cut short: non-empty; a JSON file parses; a pickle's opcodes run to its STOP
+    (read by ``pickletools``, which executes nothing)."""
+    if not data:
+        return False
+    if rel.endswith(".json"):
+        return _valid_json(data)
+    if rel.endswith(".pkl"):
+        return _complete_pickle(data)
+    return True
+
+
+def _complete_pickle(data: bytes) -> bool:
+    import pickletools
+
+    try:
+        for _ in pickletools.genops(data):
+            pass
+    except Exception:  # noqa: BLE001 - truncated or not a pickle
+        return False
+    return True
 
 
 def _valid_json(data: bytes) -> bool:
@@ -181,56 +213,79 @@ class Signer:
         self.store.write(MANIFEST, json.dumps(self.manifest, indent=1, sort_keys=True).encode())
 
 
-def verify(root: str) -> list[str]:
-    """Check Ray's files under ``root`` before Tune unpickles them.  Repairs an empty
-    or cut-short experiment state from its signed last good copy (returns one note
-    per repair); raises :class:`IntegrityError` (one line) otherwise."""
+def verify(root: str, *, trust: bool = False) -> list[str]:
+    """Check Ray's files under ``root`` before Tune unpickles them.  A top-level state
+    file left empty or cut short (full disk, killed driver), or not matching its
+    signature, is replaced by its signed last good copy (one note per repair, naming
+    the file); without one :class:`IntegrityError` (one line) refuses the resume, so
+    Tune never starts the study over from an unreadable state.  ``trust``
+    (``--trust-storage``): the HMAC checks are skipped, the damaged-state check is not
+    (an intact last good copy is then used without its signature)."""
     store = _Storage(root)
-    key = load_key()
+    key = None if trust else load_key()
     try:
         manifest = json.loads(store.read(MANIFEST))
     except (FileNotFoundError, OSError):
         manifest = None
     except ValueError:
-        raise IntegrityError(f"{root}/{MANIFEST}: signature manifest is damaged; refusing to load Ray's state")
+        if not trust:
+            raise IntegrityError(f"{root}/{MANIFEST}: signature manifest is damaged; refusing to load Ray's state")
+        manifest = None
     if not isinstance(manifest, dict):
-        raise IntegrityError(f"{root}: Ray's state files are not signed ({MANIFEST} missing); refusing to "
-                             "unpickle them (see README 'Trust boundary'; --trust-storage skips this check)")
+        if not trust:
+            raise IntegrityError(f"{root}: Ray's state files are not signed ({MANIFEST} missing); refusing to "
+                                 "unpickle them (see README 'Trust boundary'; --trust-storage skips this check)")
+        manifest = {}
+
+    def signed(rel: str, data: bytes, mac_of: str) -> bool:
+        expected = manifest.get(mac_of)
+        return trust or (expected is not None and hmac.compare_digest(_mac(key, rel, data), expected))
+
     notes = []
     for rel in sorted(store.files()):
         data = store.read(rel)
-        expected = manifest.get(rel)
-        if _is_state(rel) and rel not in WRITTEN_ONCE and (not _intact(rel, data) or expected is None
-                               or not hmac.compare_digest(_mac(key, rel, data), expected)):
+        if _is_state(rel) and (not _intact(rel, data) or (rel not in WRITTEN_ONCE and not signed(rel, data, rel))):
             # a top-level state left empty or cut short by a full disk, or written by
             # Tune after the driver's last signature (driver killed): restored from its
             # own signed last good copy, else (an experiment state of a later session
             # that never got one) the newest good one, the damaged file set aside
-            candidates = [rel] + sorted((g.split("/", 1)[1] for g in manifest
-                                         if g.startswith(f"{LAST_GOOD}/{JSON_STATE}")), reverse=True)
-            restored = False
-            for name in candidates if rel.startswith(JSON_STATE) else [rel]:
-                good = f"{LAST_GOOD}/{name}"
-                if good not in manifest or not store.exists(good):
-                    continue
-                saved = store.read(good)
-                if hmac.compare_digest(_mac(key, name, saved), manifest[good]):
-                    if name != rel:
-                        store.write(f".damaged-{rel}", data)
-                        store.delete(rel)
-                    store.write(name, saved)
-                    notes.append(f"{root}/{rel} was damaged or unsigned ({len(data)} bytes); restored the "
-                                 f"last good copy of {name}")
-                    restored = True
-                    break
-            if restored:
+            note = _restore(store, rel, data, manifest, signed, trust=trust)
+            if note is not None:
+                notes.append(f"{root}/{note}")
                 continue
             if not _intact(rel, data):
                 raise IntegrityError(f"{root}/{rel}: Ray's state file is damaged ({len(data)} bytes) and no "
-                                     "intact signed copy exists")
-        if expected is None:
+                                     f"intact {'' if trust else 'signed '}copy exists; refusing to resume "
+                                     "(Tune would start the study over)")
+        if trust:
+            continue
+        if manifest.get(rel) is None:
             raise IntegrityError(f"{root}/{rel}: not signed by this study's driver; refusing to unpickle it")
-        if not hmac.compare_digest(_mac(key, rel, data), expected):
+        if not signed(rel, data, rel):
             raise IntegrityError(f"{root}/{rel}: HMAC mismatch (changed since the driver wrote it, or signed "
                                  "with another key); refusing to unpickle it")
     return notes
+
+
+def _restore(store: _Storage, rel: str, data: bytes, manifest: dict, signed, *, trust: bool) -> str | None:
+    """Put back the last good copy of the state file ``rel`` (for an experiment state,
+    of the newest session that has one); returns the note, or None without a copy."""
+    copies = {g.split("/", 1)[1] for g in manifest if g.startswith(f"{LAST_GOOD}/")}
+    if trust:  # without signatures: the copies on disk
+        copies |= {r.split("/", 1)[1] for r in store.last_good()}
+    candidates = [rel]
+    if rel.startswith(JSON_STATE):
+        candidates += sorted((c for c in copies if c.startswith(JSON_STATE) and c != rel), reverse=True)
+    for name in candidates:
+        good = f"{LAST_GOOD}/{name}"
+        if name not in copies or not store.exists(good):
+            continue
+        saved = store.read(good)
+        if not _intact(name, saved) or not signed(name, saved, good):
+            continue
+        if name != rel:
+            store.write(f".damaged-{rel}", data)
+            store.delete(rel)
+        store.write(name, saved)
+        return f"{rel} was damaged or unsigned ({len(data)} bytes); restored the last good copy of {name}"
+    return None

@@ -186,9 +186,8 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
     meta = read_meta(root)
     lock = StudyLock(root=root, name=meta["name"]).acquire()
     try:
-        if not trust_storage:
-            for note in verify(root):
-                _say(True, f"{prog}: warning: {note}")
+        for note in verify(root, trust=trust_storage):  # --trust-storage: no HMAC, still no damaged state
+            _say(True, f"{prog}: warning: {note}")
         init_ray(address, num_cpus=num_cpus)
         # the study's logger callbacks come back with the pickled run config; Ray must not
         # add its automatic ones again (study/tuning/loggers.py)
