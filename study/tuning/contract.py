@@ -37,12 +37,19 @@ _ACTIVE: "RunContract | None" = None
 RESERVE = ".study-reserve"
 RESERVE_BYTES = 1 << 20
 
-#: Ray messages replaced by the contract's own one-liners (shown with --verbose)
+#: Ray messages replaced by the contract's own one-liners (shown with --verbose; else
+#: written to the driver's log file, :attr:`RunContract.log_path`)
 _RAY_NOISE = ("Tuner.restore", "Trials did not complete", "Failed to fetch metrics", "Stop signal received",
-              "Trial task failed", "has been interrupted", "snapshotting failed", "checkpointing failed")
+              "Trial task failed", "has been interrupted", "snapshotting failed", "checkpointing failed",
+              # Tune's background upload of its state (a thread: it may log after the study's one line)
+              "sync operation failed", "Last sync command failed", "Saving experiment state to storage",
+              "skipping sync")
+#: messages that mean the storage failed (the study stops, naming the path)
+_STORAGE_FAILED = ("snapshotting failed", "checkpointing failed", "Saving experiment state to storage")
 _RAY_LOGGERS = ("ray.tune.tune", "ray.tune.execution.tune_controller", "ray.tune.analysis.experiment_analysis",
                 "ray.tune.impl.tuner_internal", "ray.tune.execution.experiment_state", "ray.tune.tuner",
-                "ray.tune.result_grid", "ray.train._internal.storage")
+                "ray.tune.result_grid", "ray.train._internal.storage", "ray.train._internal.syncer")
+LOG_FILE = "study-driver.log"
 
 
 def active() -> "RunContract | None":
@@ -56,12 +63,15 @@ class _Quiet(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        if "snapshotting failed" in text or "checkpointing failed" in text:
+        if any(n in text for n in _STORAGE_FAILED):
             exc = record.exc_info[1] if record.exc_info else None
             self.contract.storage_failed(str(exc) if exc else text.split(":", 1)[-1].strip())
         if self.contract.show_tracebacks:
             return True
-        return not any(n in text for n in _RAY_NOISE)
+        if any(n in text for n in _RAY_NOISE):
+            self.contract.log(record)
+            return False
+        return True
 
 
 class RunContract(Callback):
@@ -80,6 +90,8 @@ class RunContract(Callback):
         self._signer = None
         self._last_sign = 0.0
         self._filter = _Quiet(self)
+        self._log: logging.Handler | None = None
+        self.log_path: str | None = None
         _ACTIVE = self
 
     def __reduce__(self):  # in Tune's pickled state: a reference to the live driver's contract
@@ -88,6 +100,19 @@ class RunContract(Callback):
     # ------------------------------------------------------------------ console
     def say(self, line: str) -> None:
         print(f"{self.prog}: {line}", file=sys.stderr, flush=True)
+
+    def log(self, record: logging.LogRecord) -> None:
+        """Keep a Ray message the console does not show (with its traceback) in the
+        driver's log file: ``study-driver.log`` in the Ray session's log folder (on the
+        machine of the driver; the system temporary folder if Ray has none)."""
+        try:
+            if self._log is None:
+                self.log_path = os.path.join(_log_dir(), LOG_FILE)
+                self._log = logging.FileHandler(self.log_path, delay=True)
+                self._log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s -- %(message)s"))
+            self._log.handle(record)
+        except Exception:  # noqa: BLE001 - never let the log file break the study
+            pass
 
     def install(self) -> None:
         """Quiet Ray's own failure output, take over SIGINT/SIGTERM."""
@@ -117,6 +142,8 @@ class RunContract(Callback):
         self._free_reserve()
         for name in _RAY_LOGGERS:
             logging.getLogger(name).removeFilter(self._filter)
+        if self._log is not None:
+            self._log.close()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if _ACTIVE is self:
@@ -301,6 +328,20 @@ class RunContract(Callback):
                 r["error"] = f"StorageError: {self.storage_error}"
             r["updated_at"] = time.time()
             write_part(part_path(self.tables, "runs", r["trial_id"]), [_plain(r)])
+
+
+def _log_dir() -> str:
+    try:
+        import ray
+
+        path = ray._private.worker._global_node.get_logs_dir_path()
+        if path and os.path.isdir(path):
+            return path
+    except Exception:  # noqa: BLE001 - no local Ray node (a client connection)
+        pass
+    import tempfile
+
+    return tempfile.gettempdir()
 
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:

@@ -18,8 +18,10 @@ refuses (``--trust-storage`` then skips the check, for storage you trust).
 
 Tune's top-level state files are also kept as last good copies under
 ``.last-good/``: a state file left empty or cut short by a full disk (an empty
-file, a JSON file that does not parse, a pickle whose opcodes stop before their
-end, read with ``pickletools`` without executing anything), or one Tune saved
+file, JSON that does not parse, a pickle whose opcodes stop before their end,
+read with ``pickletools`` without executing anything; the format is told by the
+content: Tune's ``search_gen_state-*.json`` is a pickle, the project's
+``searcher-state-*.pkl`` JSON), or one Tune saved
 after the driver's last signature (a killed driver), is replaced by its signed last
 good copy on resume (a warning names it; the unsigned content is never unpickled);
 without one the resume is refused with one line naming the file — Tune itself
@@ -142,11 +144,15 @@ def _is_state(rel: str) -> bool:
 
 
 def _intact(rel: str, data: bytes) -> bool:
-    """Not cut short: non-empty; a JSON file parses; a pickle's opcodes run to its STOP
-    (read by ``pickletools``, which executes nothing)."""
+    """Not cut short: non-empty; JSON parses; a pickle's opcodes run to its STOP (read
+    by ``pickletools``, which executes nothing)."""
     if not data:
         return False
-    if rel.endswith(".json"):
+    # by content, not name: Tune's search_gen_state-*.json is a pickle, the project's
+    # searcher-state-*.pkl is JSON
+    if data[:1] == b"\x80":  # pickle protocol 2+
+        return _complete_pickle(data)
+    if rel.startswith(JSON_STATE) or data.lstrip()[:1] in (b"{", b"["):
         return _valid_json(data)
     if rel.endswith(".pkl"):
         return _complete_pickle(data)
