@@ -18,3 +18,27 @@ def variant(request):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A local S3-compatible server (moto, 127.0.0.1, free port) with a bucket
+    ``studies``; its ``AWS_ENDPOINT_URL`` and dummy credentials are in this process's
+    environment (and so in the CLI processes tests start) while the module runs."""
+    import os
+
+    pytest.importorskip("moto")
+    from tests.s3_server import LocalS3
+
+    with LocalS3() as server:
+        server.make_bucket("studies")
+        saved = {k: os.environ.get(k) for k in server.env}
+        os.environ.update(server.env)  # this process reads the bucket too
+        try:
+            yield server
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v

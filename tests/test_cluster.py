@@ -25,10 +25,10 @@ import pytest
 import yaml
 
 from study.tables import read_table
+from tests.helpers import TINY, kill_session, process_name, session_pids
 
 PROJECT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
-TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
 HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"
 
 pytestmark = pytest.mark.slow
@@ -44,33 +44,6 @@ def free_ports(n: int) -> list[int]:
     for s in socks:
         s.close()
     return ports
-
-
-def session_pids(sid: int) -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[3]) == sid:
-                    pids.append(int(d.name))
-            except (OSError, ValueError, IndexError):
-                pass
-    return pids
-
-
-def kill_session(sid: int) -> None:
-    for pid in session_pids(sid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def process_name(pid: int) -> str:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def cluster_env(token: str) -> dict[str, str]:

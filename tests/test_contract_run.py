@@ -28,11 +28,10 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from study.tables import read_table
+from tests.helpers import kill_session, popen, processes, run_cli, session_pids, wait_for, write_spec
 
-TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
 TRAIN = ["--hidden", "16", "--layers", "1", "--intermediate", "16", "--data", "synthetic:100",
          "--batch-size", "50", "--quiet", "--no-head-stats", "--epochs", "2"]
 
@@ -45,41 +44,7 @@ def _env(tmp_path, monkeypatch):
 
 
 def study(*args, cwd, timeout=300, env=None):
-    return subprocess.run([sys.executable, "-m", "study", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
-
-
-def popen(*args, cwd):
-    return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=cwd, start_new_session=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
-def write_spec(tmp_path, name, **doc):
-    p = tmp_path / f"{name}.yaml"
-    p.write_text(yaml.safe_dump({"name": name, "data": "synthetic:100", "batch_size": 25, "model": TINY,
-                                 "training": {"head_images": 4}, "resources": {"cpus_per_trial": 1}, **doc}))
-    return p
-
-
-def session_pids(sid: int) -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[3]) == sid:
-                    pids.append(int(d.name))
-            except (OSError, ValueError, IndexError):
-                pass
-    return pids
-
-
-def kill_session(proc) -> None:
-    for pid in session_pids(proc.pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    return run_cli(cwd, *args, timeout=timeout, env=env)
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -374,17 +339,6 @@ def test_damaged_tune_state_is_restored_or_refused_never_restarted(tmp_path, tru
 
 
 # ---------------------------------------------------------------- studies through the CLI (Ray)
-def _wait(predicate, proc, timeout=300):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.05)
-    return False
-
-
 def _read_until(proc, needle: str, timeout=300) -> list[str]:
     lines, deadline = [], time.time() + timeout
     while time.time() < deadline:
@@ -481,11 +435,10 @@ def test_sigkill_in_epoch0_sigterm_lock_and_resume(tmp_path):
             runs = read_table(tables, "runs")
             return len(runs) and (runs.status == "running").any()
 
-        assert _wait(started, proc), "no trial started"
+        assert wait_for(started, proc), "no trial started"
         runs = read_table(tables, "runs")
         victim = runs.trial_id.iloc[0]
-        workers = [p for p in session_pids(proc.pid)
-                   if (Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] == b"ray::ImplicitFunc.train")]
+        workers = processes("ray::ImplicitFunc.train", session=proc.pid)
         assert workers
         for p in workers:
             os.kill(p, signal.SIGKILL)
@@ -502,7 +455,7 @@ def test_sigkill_in_epoch0_sigterm_lock_and_resume(tmp_path):
             return len(row) and row.attempts.iloc[0] == 2 and row.status.iloc[0] == "running" and \
                 (tables / "epochs" / victim).exists()
 
-        assert _wait(retried, proc), "the killed trial was not retried"
+        assert wait_for(retried, proc), "the killed trial was not retried"
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=300)
     finally:
@@ -561,7 +514,7 @@ def test_storage_failure_stops_the_study(tmp_path, small_disk):
     tables = small_disk / "full" / "tables"
     proc = popen("run", str(f), "--storage", str(small_disk), "--num-cpus", "1", cwd=tmp_path)
     try:
-        assert _wait(lambda: (tables / "epochs" / "c000-s000").exists(), proc), "no epoch written"
+        assert wait_for(lambda: (tables / "epochs" / "c000-s000").exists(), proc), "no epoch written"
         filler = _fill(small_disk)
         out, _ = proc.communicate(timeout=300)
     finally:
@@ -585,12 +538,6 @@ def test_storage_failure_stops_the_study(tmp_path, small_disk):
     assert len(epochs) == 3 and not epochs.duplicated(["trial_id", "epoch"]).any()
 
 
-def _trial_workers(proc) -> list[int]:
-    return [p for p in session_pids(proc.pid)
-            if Path(f"/proc/{p}/cmdline").exists()
-            and Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] == b"ray::ImplicitFunc.train"]
-
-
 @pytest.mark.slow
 def test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds(tmp_path):
     """Ctrl-C during an epoch; the trial's process is stopped before the epoch ends (Tune
@@ -606,10 +553,10 @@ def test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds(tmp_path):
             runs = read_table(tables, "runs")
             return bool(len(runs)) and runs.status.iloc[0] == "running"
 
-        assert _wait(running, proc), "the trial did not start"
+        assert wait_for(running, proc), "the trial did not start"
         started = time.monotonic()  # the trial is in its epoch loop from (at the latest) here
         time.sleep(3.0)
-        workers = _trial_workers(proc)
+        workers = processes("ray::ImplicitFunc.train", session=proc.pid)
         assert workers, "no trial process"
         proc.send_signal(signal.SIGINT)
         time.sleep(0.5)

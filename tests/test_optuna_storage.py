@@ -4,16 +4,15 @@ trial exactly once; the searcher state Tune saves is JSON."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
 from study.tables import read_table
+from tests.helpers import kill_session as _kill_session
 
 TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
 
@@ -23,17 +22,6 @@ def _study(cwd, *args):
     env.pop("STUDY_STORAGE", None)
     return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=cwd, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def _kill_session(proc) -> None:
-    """SIGKILL every process in the session the driver leads (its local Ray included)."""
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[3]) == proc.pid:
-                    os.kill(int(d.name), signal.SIGKILL)
-            except (OSError, ValueError, IndexError):
-                pass
 
 
 @pytest.mark.slow

@@ -14,70 +14,20 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 from PIL import Image
 
 from study.tables import read_table
-
-TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
+from tests.helpers import kill_session, popen, processes, wait_for, write_spec
 BAD = Path(__file__).parent / "bad_inputs"
 
 
-def study_cmd(cwd, *args, **kw):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=cwd, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-
-
-def write_spec(tmp_path, name, **doc):
-    p = tmp_path / f"{name}.yaml"
-    p.write_text(yaml.safe_dump({"name": name, "data": "synthetic:400", "batch_size": 25, "model": TINY,
-                                 "training": {"head_images": 4}, "resources": {"cpus_per_trial": 1}, **doc}))
-    return p
-
-
-def wait_for(predicate, proc, timeout=240):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.2)
-    return False
-
-
-def processes(title: str, *, session: int) -> list[int]:
-    """PIDs whose process title is ``title``, in the session started by our driver."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                name = (d / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-                sid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[3])
-            except (OSError, ValueError, IndexError):
-                continue
-            if name == title and sid == session:
-                pids.append(int(d.name))
-    return pids
-
-
-def cleanup(proc):
-    """Kill everything the driver started (its local Ray lives in its session)."""
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                sid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[3])
-                if sid == proc.pid:
-                    os.kill(int(d.name), signal.SIGKILL)
-            except (OSError, ValueError, IndexError):
-                pass
+DATA = "synthetic:400"  # the studies here train a few epochs: enough images to kill a trial mid-way
 
 
 def test_killed_trial_resumes_from_its_checkpoint(tmp_path):
-    f = write_spec(tmp_path, "kill", epochs=6, grid={"num_heads": [1, 2]}, max_failures=2)
+    f = write_spec(tmp_path, "kill", data=DATA, epochs=6, grid={"num_heads": [1, 2]}, max_failures=2)
     tables = tmp_path / "results" / "kill" / "tables"
-    driver = study_cmd(tmp_path, "run", str(f), "--num-cpus", "2")
+    driver = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
     try:
         def mid_training():
             runs = read_table(tables, "runs")
@@ -92,7 +42,7 @@ def test_killed_trial_resumes_from_its_checkpoint(tmp_path):
         out, _ = driver.communicate(timeout=300)
         assert driver.returncode == 0, out
     finally:
-        cleanup(driver)
+        kill_session(driver)
     runs = read_table(tables, "runs")
     epochs = read_table(tables, "epochs")
     assert len(runs) == 2 and (runs.status == "finished").all(), runs
@@ -113,25 +63,25 @@ def test_killed_trial_resumes_from_its_checkpoint(tmp_path):
 
 
 def test_killed_driver_then_resume_runs_nothing_twice(tmp_path):
-    f = write_spec(tmp_path, "drv", epochs=3, grid={"num_heads": [1, 2, 3]}, max_concurrent=1)
+    f = write_spec(tmp_path, "drv", data=DATA, epochs=3, grid={"num_heads": [1, 2, 3]}, max_concurrent=1)
     tables = tmp_path / "results" / "drv" / "tables"
-    driver = study_cmd(tmp_path, "run", str(f), "--num-cpus", "2")
+    driver = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
     try:
         def one_done_one_running():
             runs = read_table(tables, "runs")
             return (runs.status == "finished").sum() >= 1 and len(runs) >= 2
 
         assert wait_for(one_done_one_running, driver), "study ended before the kill"
-        cleanup(driver)  # SIGKILL the driver and the local Ray it started (the whole machine "dies")
+        kill_session(driver)  # SIGKILL the driver and the local Ray it started (the whole machine "dies")
         driver.wait(timeout=30)
     finally:
-        cleanup(driver)
+        kill_session(driver)
     finished = set(read_table(tables, "runs").query("status == 'finished'").trial_id)
-    resumed = study_cmd(tmp_path, "resume", "drv")
+    resumed = popen("resume", "drv", cwd=tmp_path)
     try:
         out, _ = resumed.communicate(timeout=300)
     finally:
-        cleanup(resumed)
+        kill_session(resumed)
     assert resumed.returncode == 0, out
     runs = read_table(tables, "runs").set_index("trial_id")
     assert len(runs) == 3 and (runs.status == "finished").all()
@@ -146,7 +96,7 @@ def test_diverging_trial_is_recorded_and_others_finish(tmp_path):
 
     import ray
 
-    f = write_spec(tmp_path, "div", epochs=2, grid={"lr": [0.05, 1.0e6]}, schedule={"warmup": 0.0})
+    f = write_spec(tmp_path, "div", data=DATA, epochs=2, grid={"lr": [0.05, 1.0e6]}, schedule={"warmup": 0.0})
     init_ray(None, num_cpus=2)
     try:
         runs = run_study(load_spec(f), storage=str(tmp_path / "st"), verbose=False)
@@ -221,7 +171,7 @@ DATA_CASES = {
 def test_bad_data(tmp_path, case, monkeypatch):
     members, needle = DATA_CASES[case]
     archive = _archive(tmp_path / f"{case}.tar.gz", members)
-    f = write_spec(tmp_path, case, epochs=1)
+    f = write_spec(tmp_path, case, data=DATA, epochs=1)
     storage = tmp_path / "st"
     env = {**os.environ, "STUDY_CACHE_DIR": str(tmp_path / "cache")}
     r = subprocess.run([sys.executable, "-m", "study", "run", str(f), "--data", str(archive), "--storage",
@@ -233,7 +183,7 @@ def test_bad_data(tmp_path, case, monkeypatch):
 
 
 def test_unwritable_storage(tmp_path):
-    f = write_spec(tmp_path, "ok", epochs=1)
+    f = write_spec(tmp_path, "ok", data=DATA, epochs=1)
     if os.geteuid() == 0:  # root ignores permission bits: a path under a regular file
         (tmp_path / "file").write_text("x")
         storage = tmp_path / "file" / "st"
@@ -293,9 +243,9 @@ def test_cluster_yaml_holds_no_secrets():
 def test_queries_while_a_study_writes_never_see_half_written_parts(tmp_path):
     import analysis
 
-    f = write_spec(tmp_path, "live", epochs=4, grid={"num_heads": [1, 2]})
+    f = write_spec(tmp_path, "live", data=DATA, epochs=4, grid={"num_heads": [1, 2]})
     root = tmp_path / "results" / "live"
-    driver = study_cmd(tmp_path, "run", str(f), "--num-cpus", "2")
+    driver = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
     queries, seen_rows, cli_runs = 0, 0, 0
     try:
         while driver.poll() is None:
@@ -318,7 +268,7 @@ def test_queries_while_a_study_writes_never_see_half_written_parts(tmp_path):
             time.sleep(0.05)
         assert driver.returncode == 0, driver.stdout.read()
     finally:
-        cleanup(driver)
+        kill_session(driver)
     assert queries >= 20 and cli_runs >= 1 and 0 < seen_rows
     final = analysis.load(str(root))
     assert len(final.epochs) == 8 and not final.epochs.duplicated(["trial_id", "epoch"]).any()

@@ -3,55 +3,19 @@ credentials, ``AWS_ENDPOINT_URL``) under ``study run | status | resume`` and
 ``analysis query | figures``, a killed driver resumed, and the requests a small study
 makes counted."""
 
-import os
-import signal
-import subprocess
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
+
+from tests.helpers import kill_session, popen, run_cli, write_spec
 
 pytest.importorskip("moto")
 
-from tests.s3_server import LocalS3  # noqa: E402
-
-TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
 #: requests a 4-trial, 2-epoch study may make (the landed code made 1,983 here, and
 #: 19,951 where the issue measured it, with Tune saving its state every second)
 REQUEST_BUDGET = 1500
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with LocalS3() as server:
-        server.make_bucket("studies")
-        saved = {k: os.environ.get(k) for k in server.env}
-        os.environ.update(server.env)  # this process reads the bucket too
-        try:
-            yield server
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-
-
-def run(cwd, *args, timeout=600, module="study"):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def spec(tmp_path, name, **doc):
-    p = tmp_path / f"{name}.yaml"
-    p.write_text(yaml.safe_dump({"name": name, "data": "synthetic:100", "batch_size": 25, "model": TINY,
-                                 "training": {"head_images": 4}, "resources": {"cpus_per_trial": 1}, **doc}))
-    return p
 
 
 def objects(prefix: str) -> list[str]:
@@ -100,9 +64,9 @@ def test_tables_on_s3_compact_and_skip_a_damaged_object(s3):
 @pytest.mark.slow
 def test_study_on_s3_run_status_query_figures_and_request_count(tmp_path, s3):
     storage = "s3://studies/st"
-    f = spec(tmp_path, "hyg", epochs=2, grid={"num_heads": [1, 2, 3, 4]})
+    f = write_spec(tmp_path, "hyg", epochs=2, grid={"num_heads": [1, 2, 3, 4]})
     s3.reset()
-    r = run(tmp_path, "run", str(f), "--storage", storage, "--num-cpus", "2", "--quiet")
+    r = run_cli(tmp_path, "run", str(f), "--storage", storage, "--num-cpus", "2", "--quiet")
     requests = s3.count()
     print(f"requests of the 4-trial, 2-epoch study: {requests} {s3.by_method()}")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -114,38 +78,26 @@ def test_study_on_s3_run_status_query_figures_and_request_count(tmp_path, s3):
     assert tables == sorted([f"runs/{t}.parquet" for t in trials]
                             + [f"{tb}/{t}/compacted.parquet" for tb in ("epochs", "heads", "maps") for t in trials])
 
-    r = run(tmp_path, "status", "hyg", "--storage", storage)
+    r = run_cli(tmp_path, "status", "hyg", "--storage", storage)
     assert r.returncode == 0 and r.stdout.startswith("4 trials recorded of 4 planned: 4 finished"), r.stdout + r.stderr
-    r = run(tmp_path, "query", "hyg", "--storage", storage, "SELECT count(*) AS n, count(DISTINCT trial_id) AS t "
+    r = run_cli(tmp_path, "query", "hyg", "--storage", storage, "SELECT count(*) AS n, count(DISTINCT trial_id) AS t "
             "FROM epochs", "--format", "csv", module="analysis")
     assert r.returncode == 0 and r.stdout.split() == ["n,t", "8,4"], r.stdout + r.stderr
-    r = run(tmp_path, "figures", f"{storage}/hyg", "--out", str(tmp_path / "figs"), module="analysis")
+    r = run_cli(tmp_path, "figures", f"{storage}/hyg", "--out", str(tmp_path / "figs"), module="analysis")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "figs" / "fig2_accuracy.png").stat().st_size > 1000
     assert len(list((tmp_path / "figs").glob("maps_*.png"))) == 4
 
     # an existing name is refused, as on a local disk: one line, exit 2, nothing written
     before = objects(f"{storage}/hyg")
-    r = run(tmp_path, "run", str(f), "--storage", storage, "--num-cpus", "2")
+    r = run_cli(tmp_path, "run", str(f), "--storage", storage, "--num-cpus", "2")
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.strip().splitlines() == [
         f"study run: error: --name: study 'hyg' already exists in {storage} "
         "(continue it with `study resume hyg` or pick another --name)"]
     assert objects(f"{storage}/hyg") == before
-    r = run(tmp_path, "status", "nothere", "--storage", storage)
+    r = run_cli(tmp_path, "status", "nothere", "--storage", storage)
     assert r.returncode == 2 and "no study 'nothere'" in r.stderr
-
-
-def _kill_session(proc) -> None:
-    """SIGKILL the driver and every process of its session (its local Ray)."""
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                sid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[3])
-                if sid == proc.pid:
-                    os.kill(int(d.name), signal.SIGKILL)
-            except (OSError, ValueError, IndexError):
-                pass
 
 
 @pytest.mark.slow
@@ -154,11 +106,8 @@ def test_killed_driver_on_s3_resumes_without_rerunning_finished_trials(tmp_path,
 
     storage = "s3://studies/kill"
     tables = f"{storage}/drv/tables"
-    f = spec(tmp_path, "drv", epochs=3, data="synthetic:200", grid={"num_heads": [1, 2, 3]}, max_concurrent=1)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    driver = subprocess.Popen([sys.executable, "-m", "study", "run", str(f), "--storage", storage, "--num-cpus", "2"],
-                              cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+    f = write_spec(tmp_path, "drv", epochs=3, data="synthetic:200", grid={"num_heads": [1, 2, 3]}, max_concurrent=1)
+    driver = popen("run", str(f), "--storage", storage, "--num-cpus", "2", cwd=tmp_path)
     try:
         deadline = time.time() + 300
         while time.time() < deadline and driver.poll() is None:
@@ -167,13 +116,13 @@ def test_killed_driver_on_s3_resumes_without_rerunning_finished_trials(tmp_path,
                 break
             time.sleep(0.5)
         assert driver.poll() is None, "the study ended before the kill: " + driver.stdout.read()
-        _kill_session(driver)
+        kill_session(driver)  # the driver and its local Ray
         driver.wait(timeout=30)
     finally:
-        _kill_session(driver)
+        kill_session(driver)
     finished = set(read_table(tables, "runs").query("status == 'finished'").trial_id)
     assert finished
-    r = run(tmp_path, "resume", "drv", "--storage", storage, "--num-cpus", "2")
+    r = run_cli(tmp_path, "resume", "drv", "--storage", storage, "--num-cpus", "2")
     assert r.returncode == 0, r.stdout + r.stderr
     runs = read_table(tables, "runs").set_index("trial_id")
     assert len(runs) == 3 and (runs.status == "finished").all(), runs

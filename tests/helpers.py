@@ -1,0 +1,91 @@
+"""Helpers shared by the tests that drive the real CLI (``python -m study ...``) and the
+processes it starts: tiny study files, subprocesses in their own session, waiting on
+tables, and killing only what a test started (by session id, never ``ray stop``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+#: a tiny self-attention model: a study of it trains in seconds on one CPU
+TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
+
+
+def write_spec(tmp_path: Path, name: str, **doc) -> Path:
+    """``<tmp_path>/<name>.yaml``: a tiny study (``synthetic:100``, batch 25, one CPU per
+    trial) with ``doc``'s keys added or replaced."""
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump({"name": name, "data": "synthetic:100", "batch_size": 25, "model": TINY,
+                                 "training": {"head_images": 4}, "resources": {"cpus_per_trial": 1}, **doc}))
+    return p
+
+
+def cli_env(env: dict | None = None) -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+
+
+def run_cli(cwd, *args, timeout: float = 600, module: str = "study", env: dict | None = None):
+    """``python -m <module> ARGS`` to its end: the CompletedProcess (text stdout/stderr)."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=cli_env(env))
+
+
+def popen(*args, cwd, env: dict | None = None) -> subprocess.Popen:
+    """``python -m study ARGS`` in a new session (so that it and the local Ray it starts
+    can be killed together), stdout and stderr merged, text."""
+    return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=cwd, start_new_session=True,
+                            env=cli_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every process of session ``sid``."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[3]) == sid:
+                    pids.append(int(d.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return pids
+
+
+def kill_session(session) -> None:
+    """SIGKILL every process of a session: a session id, or the Popen that leads it."""
+    sid = session if isinstance(session, int) else session.pid
+    for pid in session_pids(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def process_name(pid: int) -> str:
+    """A process's title (``ray::ImplicitFunc.train`` for a trial), '' if it is gone."""
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def processes(title: str, *, session: int) -> list[int]:
+    """PIDs of session ``session`` whose process title is ``title``."""
+    return [p for p in session_pids(session) if process_name(p) == title]
+
+
+def wait_for(predicate, proc, timeout: float = 300, every: float = 0.1) -> bool:
+    """Poll ``predicate`` until it holds (True), ``proc`` ends or ``timeout`` passes (False)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(every)
+    return False
