@@ -132,3 +132,65 @@ def test_killed_driver_on_s3_resumes_without_rerunning_finished_trials(tmp_path,
     heads = read_table(tables, "heads")
     assert not heads.duplicated(["trial_id", "epoch", "layer", "head"]).any()
     assert [p for p in objects(tables) if not p.endswith(("compacted.parquet",)) and not p.startswith("runs/")] == []
+
+
+@pytest.mark.slow
+def test_resume_on_s3_refuses_tampered_pickles(tmp_path, s3, monkeypatch):
+    """Ray's pickles on S3 are checked before Ray reads them: a `tuner.pkl` carrying code
+    is refused in one line (exit 3: Ray's state refused), nothing unpickled, no lock
+    left; a tampered Tune state pickle and a cut-short experiment state are replaced by
+    their signed last good copies, and the resume then finishes with nothing retrained."""
+    import pickle
+
+    import pyarrow.fs as pafs
+
+    from study.tables import read_table
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the HMAC key file lives here
+    monkeypatch.delenv("STUDY_HMAC_KEY", raising=False)
+    storage = "s3://studies/hmac"
+    f = write_spec(tmp_path, "sig", epochs=1)
+    r = run_cli(tmp_path, "run", str(f), "--storage", storage, "--num-cpus", "1", "--quiet")
+    assert r.returncode == 0, r.stdout + r.stderr
+    root = f"{storage}/sig"
+    names = objects(root)
+    assert "tuner.pkl" in names and ".study-hmac.json" in names, names
+    fs, base = pafs.FileSystem.from_uri(root)
+
+    def get(rel):
+        with fs.open_input_stream(f"{base}/{rel}") as fh:
+            return fh.read()
+
+    def put(rel, data):
+        with fs.open_output_stream(f"{base}/{rel}") as fh:
+            fh.write(data)
+
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            import os
+
+            return (os.system, (f"touch {marker}",))
+
+    original = get("tuner.pkl")
+    put("tuner.pkl", pickle.dumps(Payload()))
+    r = run_cli(tmp_path, "resume", "sig", "--storage", storage, "--num-cpus", "1")
+    assert r.returncode == 3, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("study resume: error: ") and f"{root}/tuner.pkl" in lines[0], lines
+    assert "HMAC mismatch" in lines[0] and not marker.exists()
+    assert ".study.lock" not in objects(root)
+    put("tuner.pkl", original)
+
+    gen = next(n for n in names if n.startswith("search_gen_state-"))  # a pickle, despite its name
+    state = next(n for n in names if n.startswith("experiment_state-"))
+    put(gen, pickle.dumps(Payload()))
+    put(state, get(state)[:100])  # cut short, as by a full disk
+    r = run_cli(tmp_path, "resume", "sig", "--storage", storage, "--num-cpus", "1", "--quiet")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not marker.exists(), "a pickle payload ran"
+    warnings = [ln for ln in r.stderr.splitlines() if "warning" in ln and "restored the last good copy" in ln]
+    assert {w.split(" was damaged")[0].rsplit("/", 1)[1] for w in warnings} == {gen, state}, r.stderr
+    runs = read_table(f"{root}/tables", "runs")
+    assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [1], runs
