@@ -203,6 +203,28 @@ def test_preflight_refusals_are_fast(tmp_path, case):
     assert not (tmp_path / "st").exists()
 
 
+def test_cluster_resources_are_checked_per_node(monkeypatch):
+    """--address: a trial runs on one node, so the cluster's total is not enough (two
+    2-CPU nodes cannot run a 4-CPU trial: Tune would wait forever); DDP workers each
+    need their share on one node.  One line naming the field; None when it fits."""
+    from study.tuning.preflight import check_cluster_resources
+
+    monkeypatch.delenv("STUDY_SKIP_RESOURCE_CHECK", raising=False)
+    two = [{"CPU": 2.0}, {"CPU": 2.0}]
+    why = check_cluster_resources(two, cpus_per_trial=4, gpus_per_trial=0)
+    assert why.startswith("resources.cpus_per_trial: a trial needs 4 CPUs on one node") and "4 CPUs in all" in why
+    assert check_cluster_resources(two, cpus_per_trial=2, gpus_per_trial=0) is None
+    assert check_cluster_resources(two, cpus_per_trial=4, gpus_per_trial=0, workers_per_trial=2) is None
+    why = check_cluster_resources(two, cpus_per_trial=6, gpus_per_trial=0, workers_per_trial=3)
+    assert why.startswith("resources.workers_per_trial: the cluster's nodes hold 2 of a trial's 3 workers"), why
+    gpus = [{"CPU": 8.0}, {"CPU": 1.0, "GPU": 1.0}]
+    assert check_cluster_resources(gpus, cpus_per_trial=1, gpus_per_trial=0.5) is None
+    why = check_cluster_resources(gpus, cpus_per_trial=2, gpus_per_trial=1)
+    assert why.startswith("resources.gpus_per_trial: a trial needs 1 GPU(s) and 2 CPUs on one node"), why
+    monkeypatch.setenv("STUDY_SKIP_RESOURCE_CHECK", "1")  # a cluster with an autoscaler
+    assert check_cluster_resources(two, cpus_per_trial=64, gpus_per_trial=0) is None
+
+
 # ---------------------------------------------------------------- lock and integrity units
 def test_lock_refuses_a_second_driver_and_takes_over_a_dead_ones(tmp_path):
     from study.errors import LockError

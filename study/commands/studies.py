@@ -219,14 +219,24 @@ def _preflight(prog: str, spec, address: str | None, num_cpus: int | None) -> No
     if why:
         fail(prog, why)
     if address:
-        _init(prog, address, num_cpus)
-        import ray
+        _check_cluster(prog, spec.file, address, num_cpus, cpus=spec.cpus_per_trial, gpus=spec.gpus_per_trial,
+                       workers=spec.workers_per_trial)
 
-        why = preflight.check_cluster_resources(ray.cluster_resources(), cpus_per_trial=spec.cpus_per_trial,
-                                                gpus_per_trial=spec.gpus_per_trial)
-        if why:
-            ray.shutdown()
-            fail(prog, f"{spec.file}: {why}")
+
+def _check_cluster(prog: str, file: str, address: str, num_cpus: int | None, *, cpus: float, gpus: float,
+                   workers: int) -> None:
+    """Join the cluster and refuse a trial no node can hold (one line, exit 2)."""
+    from study.tuning import preflight
+
+    _init(prog, address, num_cpus)
+    import ray
+
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    why = preflight.check_cluster_resources(nodes, cpus_per_trial=cpus, gpus_per_trial=gpus,
+                                            workers_per_trial=workers)
+    if why:
+        ray.shutdown()
+        fail(prog, f"{file}: {why}")
 
 
 def _init(prog: str, address: str | None, num_cpus: int | None) -> None:
@@ -365,6 +375,8 @@ def run_resume(args: argparse.Namespace) -> int:
         why = preflight.check_address(args.address)
         if why:
             fail(prog, why)
+        _check_cluster(prog, meta.get("file", root), args.address, args.num_cpus, cpus=meta["cpus_per_trial"],
+                       gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])
     from study.tuning.runner import resume_study
 
     return _drive(prog, args, lambda **kw: resume_study(root, address=args.address, num_cpus=args.num_cpus,

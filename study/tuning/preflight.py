@@ -4,6 +4,7 @@ or orphan Ray processes.  No torch, no ray import."""
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from pathlib import Path
@@ -34,18 +35,37 @@ def check_local_resources(*, cpus_per_trial: float, workers_per_trial: int, gpus
     return None
 
 
-def check_cluster_resources(resources: dict, *, cpus_per_trial: float, gpus_per_trial: float) -> str | None:
-    """What the joined cluster cannot satisfy now (a cluster with an autoscaler may
-    grow: set ``STUDY_SKIP_RESOURCE_CHECK=1`` to start anyway)."""
+def check_cluster_resources(nodes: list[dict], *, cpus_per_trial: float, gpus_per_trial: float,
+                            workers_per_trial: int = 1) -> str | None:
+    """What no node of the joined cluster can hold now (``nodes``: the ``Resources`` of
+    every alive node, ``ray.nodes()``).  A trial's process runs on one node, so the
+    cluster's total is not enough: a 4-CPU trial on two 2-CPU nodes would wait
+    forever.  A DDP trial's ``workers_per_trial`` workers each take an even share of
+    its CPUs and GPUs, on one node each.  A cluster with an autoscaler may grow: set
+    ``STUDY_SKIP_RESOURCE_CHECK=1`` to start anyway."""
     if os.environ.get("STUDY_SKIP_RESOURCE_CHECK") == "1":
         return None
-    if cpus_per_trial > resources.get("CPU", 0):
-        return (f"resources.cpus_per_trial: a trial needs {cpus_per_trial:g} CPUs but the cluster has "
-                f"{resources.get('CPU', 0):g}")
-    if gpus_per_trial and resources.get("GPU", 0) < min(gpus_per_trial, 1):
-        return (f"resources.gpus_per_trial: requests {gpus_per_trial:g} GPU(s) per trial but the cluster has "
-                f"{resources.get('GPU', 0):g}")
+    workers = max(1, int(workers_per_trial))
+    cpu, gpu = cpus_per_trial / workers, gpus_per_trial / workers
+    what = "a trial" if workers == 1 else f"each of a trial's {workers} workers"
+    summary = (f"{len(nodes)} node(s), largest {_largest(nodes, 'CPU')} CPUs / {_largest(nodes, 'GPU')} GPUs, "
+               f"{sum(n.get('CPU', 0) for n in nodes):g} CPUs in all")
+    if not any(n.get("CPU", 0) >= cpu for n in nodes):
+        return f"resources.cpus_per_trial: {what} needs {cpu:g} CPUs on one node; the cluster has {summary}"
+    if gpu and not any(n.get("CPU", 0) >= cpu and n.get("GPU", 0) >= gpu for n in nodes):
+        return (f"resources.gpus_per_trial: {what} needs {gpu:g} GPU(s) and {cpu:g} CPUs on one node; the "
+                f"cluster has {summary}")
+    if workers > 1:
+        fit = sum(min(math.floor(n.get("CPU", 0) / cpu) if cpu else workers,
+                      math.floor(n.get("GPU", 0) / gpu) if gpu else workers) for n in nodes)
+        if fit < workers:
+            return (f"resources.workers_per_trial: the cluster's nodes hold {fit} of a trial's {workers} workers "
+                    f"({cpu:g} CPUs{f', {gpu:g} GPU(s)' if gpu else ''} each); the cluster has {summary}")
     return None
+
+
+def _largest(nodes: list[dict], key: str) -> str:
+    return f"{max((n.get(key, 0) for n in nodes), default=0):g}"
 
 
 def check_address(address: str, *, timeout: float = 3.0) -> str | None:
