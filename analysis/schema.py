@@ -15,6 +15,19 @@ from __future__ import annotations
 
 from study.tables import TABLES
 
+#: the key columns of the per-epoch tables, described once
+KEYS: dict[str, tuple[str, str, str]] = {
+    "trial_id": ("trial_id", "text", "the trial (runs.trial_id)"),
+    "epoch": ("epoch", "int", "0-based epoch after which the row was taken (figures: 'after 1 epoch' is epoch 0)"),
+    "layer": ("layer", "int", "0-based layer (figures: 'layer 1' is layer 0)"),
+    "head": ("head", "int", "0-based head (figures: 'head 1', 'h1' is head 0)"),
+}
+
+
+def _keys(*names: str) -> list[tuple[str, str, str]]:
+    return [KEYS[n] for n in names]
+
+
 #: table → [(column, type, meaning)]
 COLUMNS: dict[str, list[tuple[str, str, str]]] = {
     "runs": [
@@ -88,8 +101,7 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("updated_at", "float", "when the row was last written: Unix time in seconds (UTC), fractional"),
     ],
     "epochs": [
-        ("trial_id", "text", "the trial (runs.trial_id)"),
-        ("epoch", "int", "0-based: epoch 0 is the first (figures: 'after 1 epoch')"),
+        *_keys("trial_id", "epoch"),
         ("train_loss", "float", "mean cross-entropy over the epoch's training batches (nats), as trained: "
                                 "augmented images, dropout on, weights changing during the epoch"),
         ("train_acc", "float", "accuracy over the same batches"),
@@ -104,10 +116,7 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("head_stats_seconds", "float", "wall seconds spent writing heads and maps after the epoch"),
     ],
     "heads": [
-        ("trial_id", "text", "the trial"),
-        ("epoch", "int", "0-based epoch after which the statistics were taken"),
-        ("layer", "int", "0-based layer (figures: 'layer 1' is layer 0)"),
-        ("head", "int", "0-based head (figures: 'head 1', 'h1' is head 0)"),
+        *_keys("trial_id", "epoch", "layer", "head"),
         ("center_x", "float", "mean column shift E[δx] of the head's attention, grid pixels, right positive"),
         ("center_y", "float", "mean row shift E[δy], grid pixels, DOWN positive"),
         ("cov_xx", "float", "variance of δx, pixels²"),
@@ -125,10 +134,7 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("param_inv_cov_yy", "float", "Gaussian heads: Σ_h⁻¹ entry yy, pixels⁻²"),
     ],
     "maps": [
-        ("trial_id", "text", "the trial"),
-        ("epoch", "int", "0-based epoch"),
-        ("layer", "int", "0-based layer"),
-        ("head", "int", "0-based head"),
+        *_keys("trial_id", "epoch", "layer", "head"),
         ("window", "int", "side 2r+1 of the stored window of shifts −r..r around the query (an SQL keyword: "
                           "quote it, \"window\")"),
         ("probs", "list<float>", "the head's attention probabilities on the window as a flat (2r+1)²-vector, "
