@@ -11,10 +11,15 @@ Findings -> tests:
   pickle payload in Ray's state runs on resume         test_failed_trial_then_tamper_move_and_resume, test_integrity_*
   two drivers of one study                             test_sigkill_in_epoch0_sigterm_lock_and_resume, test_lock_*
   moved study writes into its old place                test_failed_trial_then_tamper_move_and_resume
-  0-byte experiment state after a full disk            test_failed_trial_then_tamper_move_and_resume, test_integrity_*
+  0-byte experiment state after a full disk            test_failed_trial_then_tamper_move_and_resume, test_integrity_*,
+    (also cut short, also with --trust-storage)        test_damaged_tune_state_is_restored_or_refused_never_restarted
   truncated last checkpoint not falling back           test_train_falls_back_to_previous_checkpoint
   worker SIGKILLed in epoch 0 keeps attempts 1         test_sigkill_in_epoch0_sigterm_lock_and_resume
+  Ctrl-C mid-epoch: its time missing from              test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds
+    device_seconds
   storage failing mid-study leaves trials running      test_storage_failure_stops_the_study
+  cpus_per_trial beyond every node of a cluster        test_cluster_resources_are_checked_per_node
+  HMAC of Ray's pickles on S3                          tests/test_s3.py::test_resume_on_s3_refuses_tampered_pickles
 """
 
 import json
