@@ -194,3 +194,13 @@ def test_resume_on_s3_refuses_tampered_pickles(tmp_path, s3, monkeypatch):
     assert {w.split(" was damaged")[0].rsplit("/", 1)[1] for w in warnings} == {gen, state}, r.stderr
     runs = read_table(f"{root}/tables", "runs")
     assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [1], runs
+
+    # a state that parses but Tune cannot restore (here under --trust-storage, which skips
+    # the signatures): refused, not a study started over
+    put(state, b'{"trial_data": 1}')
+    r = run_cli(tmp_path, "resume", "sig", "--storage", storage, "--num-cpus", "1", "--trust-storage")
+    assert r.returncode == 3, r.stdout + r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
+    assert len(errors) == 1 and "Tune could not restore its experiment state" in errors[0], r.stderr
+    assert "Traceback" not in r.stderr and not marker.exists()
+    assert read_table(f"{root}/tables", "runs").attempts.tolist() == [1]

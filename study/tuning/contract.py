@@ -44,6 +44,8 @@ _RAY_NOISE = ("Tuner.restore", "Trials did not complete", "Failed to fetch metri
               # Tune's background upload of its state (a thread: it may log after the study's one line)
               "sync operation failed", "Last sync command failed", "Saving experiment state to storage",
               "skipping sync")
+#: Tune's message when ``Tuner.restore`` cannot read its state (it then starts over)
+_RESTORE_FAILED = "Failed to restore the run state"
 #: messages that mean the storage failed (the study stops, naming the path)
 _STORAGE_FAILED = ("snapshotting failed", "checkpointing failed", "Saving experiment state to storage")
 _RAY_LOGGERS = ("ray.tune.tune", "ray.tune.execution.tune_controller", "ray.tune.analysis.experiment_analysis",
@@ -63,6 +65,16 @@ class _Quiet(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
+        if text.startswith(_RESTORE_FAILED):
+            # Tune would go on with an empty state: every unfinished trial started over
+            # from scratch, its checkpoints left behind.  Refuse instead (one line, exit 3).
+            exc = record.exc_info[1] if record.exc_info else None
+            from study.errors import IntegrityError
+
+            self.contract.log(record)
+            raise IntegrityError(f"{self.contract.root}: Tune could not restore its experiment state"
+                                 + (f" ({type(exc).__name__}: {exc})" if exc else "")
+                                 + "; refusing to start the study over")
         if any(n in text for n in _STORAGE_FAILED):
             exc = record.exc_info[1] if record.exc_info else None
             self.contract.storage_failed(str(exc) if exc else text.split(":", 1)[-1].strip())
