@@ -161,6 +161,38 @@ def test_train_falls_back_to_previous_checkpoint(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and str(ckpt) in r.stderr, r.stderr
 
 
+@pytest.mark.slow
+def test_train_ctrl_c_mid_epoch_keeps_its_time(tmp_path):
+    """Ctrl-C during `study train`'s epoch: one line, exit 130, the row `interrupted`; the
+    same command continues (attempts 2) and `device_seconds` holds both attempts' time."""
+    out = tmp_path / "t"
+    args = [sys.executable, "-m", "study", "train", *TRAIN[:-1], "1", "--data", "synthetic:4000", "--out", str(out)]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: (out / "tables" / "runs").exists(), proc), "the trial did not start"
+        started = time.monotonic()
+        time.sleep(3.0)
+        proc.send_signal(signal.SIGINT)
+        trained = time.monotonic() - started
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert not (out / "tables" / "epochs").exists(), "the epoch ended before Ctrl-C: not exercised"
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == [f"study train: interrupted; the same command continues from the last "
+                                        f"checkpoint in {out}"], err
+    runs = read_table(out / "tables", "runs")
+    assert runs.status.tolist() == ["interrupted"] and runs.attempts.tolist() == [1]
+    first = float(runs.device_seconds.iloc[0])
+    assert trained - 1.5 <= first <= trained + 1, (first, trained)
+    r = study("train", *TRAIN[:-1], "1", "--data", "synthetic:4000", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    runs = read_table(out / "tables", "runs")
+    epoch = float(read_table(out / "tables", "epochs").seconds.iloc[0])
+    assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [2]
+    assert first + epoch - 0.01 <= float(runs.device_seconds.iloc[0]) <= first + epoch + 1
+
+
 # ---------------------------------------------------------------- preflight: fast one-liners, no orphans
 @pytest.mark.parametrize("flags", [["--num-cpus", "0"], ["--num-cpus", "-1"]])
 def test_num_cpus_must_be_positive(flags, capsys):

@@ -96,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
                              warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
     except CheckpointError as e:
         fail(prog, f"--out: {e}")
+    except KeyboardInterrupt:
+        from study.errors import EXIT_SIGINT
+
+        print(f"{prog}: interrupted; the same command continues from the last checkpoint in {out}",
+              file=sys.stderr, flush=True)
+        return EXIT_SIGINT
     val = "" if result.best_val_acc != result.best_val_acc else f"best val acc {result.best_val_acc:.4f}, "
     print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")

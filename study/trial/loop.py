@@ -99,15 +99,31 @@ def train_trial(
     skipped).  A checkpoint of another configuration raises ``CheckpointError``.
 
     The steps: :func:`_set_up` (data, model, optimiser), :func:`_resume` (checkpoint,
-    attempts), :func:`_prepare` (DDP / compile, table writer, ``runs`` row), then per
-    epoch :func:`_train_epoch`, :func:`_evaluate_epoch`, :func:`_record`,
-    :func:`_checkpoint` and the report, and :func:`_finish`."""
+    attempts), :func:`_prepare` (DDP / compile, table writer, ``runs`` row), then
+    :func:`_epochs` (per epoch :func:`_train_epoch`, :func:`_evaluate_epoch`,
+    :func:`_record`, :func:`_checkpoint`, the report), and :func:`_finish`.  A
+    ``KeyboardInterrupt`` (Ctrl-C in ``study train``) leaves the row ``interrupted``."""
     t = _set_up(cfg, splits=splits, device=device)
     done = _resume(t, checkpoint_dir=checkpoint_dir, ledger=ledger, warn=warn)
     if done is not None:
         return done
     _prepare(t, tables=tables, trial_id=trial_id, study=study, extra_run_fields=extra_run_fields)
     _write_run(t, "running")
+    try:
+        _epochs(t, checkpoint_dir=checkpoint_dir, report=report, progress=progress, ledger=ledger)
+    except KeyboardInterrupt:  # Ctrl-C in `study train`: the row says so, the ledger kept the time
+        if ledger is not None:
+            t.device_seconds = max(t.device_seconds, ledger.device_seconds)
+        with contextlib.suppress(Exception):  # a failing storage must not hide the interruption
+            _write_run(t, "interrupted")
+        raise
+    return _finish(t)
+
+
+def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger) -> None:
+    """Every remaining epoch: train, evaluate (the ledger's clock running), record,
+    checkpoint, report; stops at a non-finite training loss (``diverged``)."""
+    cfg = t.cfg
     for epoch in range(t.start_epoch, cfg.epochs):
         t0 = time.perf_counter()
         clock = ledger.clock(before=t.device_seconds, scale=t.world) if ledger is not None else contextlib.nullcontext()
@@ -115,7 +131,7 @@ def train_trial(
             trained = _train_epoch(t, epoch, t0)
             if not math.isfinite(trained.loss):
                 t.status = "diverged"
-                break
+                return
             metrics = _evaluate_epoch(t, epoch, trained, t0)
         if ledger is not None:
             ledger.update(t.device_seconds)
@@ -128,7 +144,6 @@ def train_trial(
         if report is not None:
             report({**metrics, "best_test_acc": t.best_acc, "best_val_acc": _nan_to_none(t.best_val),
                     "status": "running", "device_seconds": t.device_seconds}, ckpt)
-    return _finish(t)
 
 
 @dataclass

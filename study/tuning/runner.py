@@ -177,15 +177,17 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
     """Continue an interrupted study: finished trials are kept, errored and unfinished
     ones continue from their last checkpoint (``Tuner.restore``), after Ray's pickled
     state passed its HMAC check (:mod:`study.tuning.integrity`)."""
-    from ray import tune
-
-    from study.tuning.integrity import verify
     from study.tuning.lock import StudyLock
-    from study.tuning.trainable import make_trainable
 
     meta = read_meta(root)
+    # the lock first: a second driver is refused before Ray and torch are even imported
     lock = StudyLock(root=root, name=meta["name"]).acquire()
     try:
+        from ray import tune
+
+        from study.tuning.integrity import verify
+        from study.tuning.trainable import make_trainable
+
         for note in verify(root, trust=trust_storage):  # --trust-storage: no HMAC, still no damaged state
             _say(True, f"{prog}: warning: {note}")
         init_ray(address, num_cpus=num_cpus)
