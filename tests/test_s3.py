@@ -197,6 +197,7 @@ def test_resume_on_s3_refuses_tampered_pickles(tmp_path, s3, monkeypatch):
 
     # a state that parses but Tune cannot restore (here under --trust-storage, which skips
     # the signatures): refused, not a study started over
+    state = sorted(n for n in objects(root) if n.startswith("experiment_state-"))[-1]  # the resume's own
     put(state, b'{"trial_data": 1}')
     r = run_cli(tmp_path, "resume", "sig", "--storage", storage, "--num-cpus", "1", "--trust-storage")
     assert r.returncode == 3, r.stdout + r.stderr
