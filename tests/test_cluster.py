@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -263,19 +264,26 @@ def _host(address: str) -> str:
     return address.rsplit(":", 1)[0].strip("[]")
 
 
+WILDCARD = ("*", "0.0.0.0", "::")
+
+
 @pytest.fixture(scope="module")
 def local_ray_sockets():
+    """A local Ray as ``study run`` starts it, in the default token mode (``RAY_AUTH_MODE``
+    unset) with a token of its own: (node address, listening sockets, token)."""
     if shutil.which("ss") is None:
         pytest.fail("`ss` (iproute2) is needed by this test; .ci/run installs it")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
+    token = secrets.token_hex(32)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_TOKEN": token}
+    for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(k, None)
     proc = subprocess.Popen([sys.executable, "-c", LOCAL_RAY], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         node_ip = proc.stdout.readline().strip()
         assert node_ip, "the local Ray did not start"
         time.sleep(2)  # let the agents finish binding
-        yield node_ip, _listening(proc.pid)
+        yield node_ip, _listening(proc.pid), token
     finally:
         kill_session(proc.pid)
         proc.wait(timeout=30)
@@ -285,18 +293,88 @@ def test_local_ray_binds_only_loopback_addresses(local_ray_sockets):
     """Every address the local Ray binds *to an address* is loopback (dashboard, its agent,
     the runtime-env agent), and its node address is loopback: nothing listens on, or
     advertises, the host's network address."""
-    node_ip, sockets = local_ray_sockets
+    node_ip, sockets, _ = local_ray_sockets
     assert node_ip.startswith("127."), node_ip
     assert len(sockets) >= 4, sockets  # GCS, raylet, dashboard, agents at least
-    specific = [(a, p) for a, p in sockets if _host(a) not in ("*", "0.0.0.0", "::")]
+    specific = [(a, p) for a, p in sockets if _host(a) not in WILDCARD]
     assert specific, sockets
     assert all(_host(a).startswith("127.") or _host(a) == "::1" for a, _ in specific), specific
 
 
 @pytest.mark.xfail(strict=True, reason="Ray 2.60 binds its C++ gRPC servers (GCS, raylet, object manager, core "
-                   "workers) to 0.0.0.0 whatever the node address (src/ray/rpc/grpc_server.cc), not configurable; "
-                   "they require the cluster's token (RAY_AUTH_MODE=token, on by default for a local ray.init)")
+                   "workers) and the agent's Prometheus endpoint to every interface whatever the node address; "
+                   "no ray.init/ray start option or RAY_* setting chooses their address. They require the token "
+                   "(test_local_ray_wildcard_sockets_require_the_token)")
 def test_local_ray_listens_on_loopback_only(local_ray_sockets):
-    _, sockets = local_ray_sockets
-    wildcard = [(a, p) for a, p in sockets if _host(a) in ("*", "0.0.0.0", "::")]
+    _, sockets, _ = local_ray_sockets
+    wildcard = [(a, p) for a, p in sockets if _host(a) in WILDCARD]
     assert not wildcard, wildcard
+
+
+#: one method of each gRPC service a local Ray serves on a wildcard socket
+GRPC_PROBES = ("/ray.rpc.NodeInfoGcsService/GetAllNodeInfo", "/ray.rpc.NodeManagerService/GetSystemConfig",
+               "/ray.rpc.ObjectManagerService/Pull", "/ray.rpc.CoreWorkerService/NumPendingTasks",
+               "/ray.rpc.ReporterService/GetTraceback", "/ray.rpc.LogService/ListLogs")
+
+
+def _host_address() -> str:
+    """This host's address on its network (what another host would connect to), else 127.0.0.1."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # a route lookup: nothing is sent
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def _still_listening(port: int) -> bool:
+    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+    return bool(out.strip())
+
+
+def _grpc_codes(address: str, metadata=None) -> dict[str, str]:
+    import grpc
+
+    with grpc.insecure_channel(address) as channel:
+        codes = {}
+        for method in GRPC_PROBES:
+            try:
+                channel.unary_unary(method)(b"", metadata=metadata, timeout=15)
+                codes[method] = "OK"
+            except grpc.RpcError as e:
+                codes[method] = e.code().name
+        return codes
+
+
+def test_local_ray_wildcard_sockets_require_the_token(local_ray_sockets):
+    """The mitigation the README states, checked from the host's network address: every
+    gRPC server the local Ray lets listen on all interfaces (GCS, raylet, object manager,
+    driver and worker processes, the dashboard agent) refuses a call without the token
+    or with a wrong one; with the token the GCS answers.  The one other wildcard socket
+    is the agent's Prometheus endpoint (read-only metrics, no token: README)."""
+    import grpc
+
+    _, sockets, token = local_ray_sockets
+    host = _host_address()
+    wildcard = [(int(a.rsplit(":", 1)[1]), p) for a, p in sockets if _host(a) in WILDCARD]
+    assert wildcard, sockets
+    gcs = [port for port, p in wildcard if p == "gcs_server"]
+    assert len(gcs) == 1, wildcard
+    with grpc.insecure_channel(f"{host}:{gcs[0]}") as channel:  # the token opens it: the probe is sound
+        channel.unary_unary(GRPC_PROBES[0])(b"", metadata=[("authorization", f"Bearer {token}")], timeout=15)
+    refused, other = [], []
+    for port, proc in wildcard:
+        for metadata in (None, [("authorization", f"Bearer {secrets.token_hex(32)}")]):
+            codes = set(_grpc_codes(f"{host}:{port}", metadata).values())
+            if codes == {"UNAVAILABLE"}:  # not a gRPC server, or a worker process gone since
+                if _still_listening(port):
+                    other.append((port, proc))
+                break
+            assert "UNAUTHENTICATED" in codes and "OK" not in codes, (port, proc, codes)
+        else:
+            refused.append(proc)
+    assert {"gcs_server", "raylet"} <= set(refused), refused
+    assert len(other) <= 1, other
+    for port, proc in other:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=15) as r:
+            assert proc == "ray::DashboardAgent" and b"# TYPE ray_" in r.read(), (port, proc)
