@@ -183,3 +183,18 @@ def test_token_auth_check_is_for_the_local_ray_only(monkeypatch):
     for local in (None, "local"):
         with pytest.raises(ClusterError, match="RAY_AUTH_MODE=disabled"):
             check_local_auth(local)
+
+
+@pytest.mark.parametrize("args", [["status", "done", "--storage", "st"], ["list", "--storage", "st"]])
+def test_output_into_a_closed_pipe_is_quiet(storage, args):
+    """`study status … | head -1`: the reader closes the pipe; no traceback, SIGPIPE's status."""
+    env = {**os.environ}
+    env.pop("STUDY_STORAGE", None)
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        r = subprocess.run([sys.executable, "-m", "study", *args], cwd=storage.parent, env=env, stdout=write,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert r.returncode == 141 and r.stderr == "", r.stderr
