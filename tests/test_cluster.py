@@ -129,7 +129,7 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
     p = free_ports(21)
     shared = tmp_path / "shared"  # the "shared file system" every node sees
     spec = tmp_path / "two.yaml"
-    n_epochs = 10
+    n_epochs = 8
     spec.write_text(yaml.safe_dump({
         "name": "two", "data": "synthetic:200", "epochs": n_epochs, "batch_size": 25, "model": TINY,
         "training": {"head_images": 4}, "resources": {"cpus_per_trial": 1}, "max_failures": 2,
