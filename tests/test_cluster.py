@@ -237,6 +237,22 @@ def _node_ports(p: list[int]) -> list[str]:
             "--metrics-export-port", str(p[4]), "--runtime-env-agent-port", str(p[5])]
 
 
+def test_cluster_yaml_is_a_launcher_file_with_the_documented_set_up():
+    """``ray up cluster.yaml`` accepts it (Ray's own schema and checks), and it does what
+    the README says: the ``cluster`` extra on every node, the token file on every node,
+    token authentication in every ``ray start``, the head without CPUs for trials."""
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    raw = yaml.safe_load((PROJECT / "cluster.yaml").read_text())
+    validate_config(prepare_config(dict(raw)))
+    assert any("[cluster]" in c for c in raw["setup_commands"]), raw["setup_commands"]
+    assert raw["file_mounts"].get("~/.ray/auth_token") == "~/.ray/auth_token"
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        start = [c for c in raw[key] if "ray start" in c]
+        assert start and all("RAY_AUTH_MODE=token ray start" in c for c in start), raw[key]
+    assert raw["available_node_types"][raw["head_node_type"]]["resources"] == {"CPU": 0}
+
+
 # ---------------------------------------------------------------- the local Ray's sockets
 LOCAL_RAY = """
 import sys
