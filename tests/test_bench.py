@@ -99,6 +99,28 @@ def test_cli_json_resnet_without_naive_counterpart(capsys):
     assert m["n_params"] == 11_173_962
 
 
+@pytest.mark.parametrize("encoding", ["quadratic", "learned", "learned_content"])
+def test_references_option_times_only_the_chosen_references_interleaved(encoding, capsys):
+    """``--references einsum``: the model and the layer are timed against the einsum
+    formulation only, every record on the same windows count (interleaved in one
+    ``measure``), and the ratio is the one of their images/s."""
+    key = {"quadratic": "sa_quadratic", "learned": "sa_learned", "learned_content": "sa_learned_content"}[encoding]
+    assert main(["bench", "--models", f"{key},attention:{key}", "--batch", "1", "--steps", "1", "--repeats", "2",
+                 "--references", "einsum", "--json", "--quiet", "--device", "cpu", "--peak-tflops", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (m,), (a,) = out["models"], out["attention"]
+    assert m["naive"] is None and a["naive"] is None and a["core_naive"] is None
+    check_record(m["einsum"])
+    check_record(a["einsum"])
+    assert len(m["fast"]["windows_s"]) == len(m["einsum"]["windows_s"]) == 2
+    assert m["speedup_vs_einsum"] == pytest.approx(m["fast"]["images_per_s"] / m["einsum"]["images_per_s"])
+    assert a["train_speedup_vs_einsum"] == pytest.approx(a["train"]["images_per_s"] / a["einsum"]["images_per_s"])
+    assert main(["bench", "--models", f"attention:{key}", "--batch", "1", "--steps", "1", "--no-naive",
+                 "--references", "naive,einsum", "--json", "--quiet", "--device", "cpu", "--peak-tflops", "1"]) == 0
+    (a,) = json.loads(capsys.readouterr().out)["attention"]
+    assert a["naive"] is None and a["einsum"] is not None
+
+
 @pytest.mark.parametrize("args,message", [
     (["--models", "nope"], "--models: unknown target 'nope'"),
     (["--models", "attention:resnet18"], "--models: unknown target 'attention:resnet18'"),
@@ -107,6 +129,8 @@ def test_cli_json_resnet_without_naive_counterpart(capsys):
     (["--dtype", "float32", "--amp"], "--amp/--no-amp"),
     (["--peak-tflops", "-1"], "--peak-tflops: must be > 0"),
     (["--threads", "0"], "--threads: must be >= 1"),
+    (["--references", "einsum,fast"], "--references: unknown reference 'fast'"),
+    (["--references", ","], "--references: unknown reference"),
     (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "--device:"),
 ])
 def test_cli_errors_are_one_line(args, message, capsys):

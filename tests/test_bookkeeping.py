@@ -152,3 +152,49 @@ def test_cluster_flags_refused_in_one_line(storage, args, needle, command):
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"study {command}: error: "), r.stderr
     assert needle in lines[0]
     assert not (storage / "fresh").exists() and not Path(storage.parent / "results").exists()
+
+
+@pytest.mark.parametrize("mode", ["disabled", "k8s"])
+@pytest.mark.parametrize("command", ["run", "resume"])
+def test_local_ray_without_token_auth_refused_in_one_line(storage, mode, command):
+    """The local Ray's gRPC servers listen on every interface (Ray 2.60): without the
+    token anyone on the network could run code in it, so `RAY_AUTH_MODE` other than
+    `token` is refused for it, before Ray starts."""
+    target = ["s.yaml", "--name", "fresh"] if command == "run" else ["done", "--storage", "st"]
+    r = _run(["-m", "study", command, *target], storage.parent, env={"RAY_AUTH_MODE": mode})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"study {command}: error: "), r.stderr
+    assert f"RAY_AUTH_MODE={mode}" in lines[0] and "token" in lines[0]
+    assert not (storage / "fresh").exists() and not Path(storage.parent / "results").exists()
+
+
+def test_token_auth_check_is_for_the_local_ray_only(monkeypatch):
+    from study.tuning.cluster import ClusterError, check_local_auth
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for mode in (None, "token", "TOKEN"):
+        if mode is None:
+            monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+        else:
+            monkeypatch.setenv("RAY_AUTH_MODE", mode)
+        check_local_auth(None)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    check_local_auth("10.0.0.1:6379")  # a cluster's owner decides for the cluster
+    for local in (None, "local"):
+        with pytest.raises(ClusterError, match="RAY_AUTH_MODE=disabled"):
+            check_local_auth(local)
+
+
+@pytest.mark.parametrize("args", [["status", "done", "--storage", "st"], ["list", "--storage", "st"]])
+def test_output_into_a_closed_pipe_is_quiet(storage, args):
+    """`study status … | head -1`: the reader closes the pipe; no traceback, SIGPIPE's status."""
+    env = {**os.environ}
+    env.pop("STUDY_STORAGE", None)
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        r = subprocess.run([sys.executable, "-m", "study", *args], cwd=storage.parent, env=env, stdout=write,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert r.returncode == 141 and r.stderr == "", r.stderr

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from study.bench.naive import naive_attention_heads, naive_relative_attention
 from study.models.attention import RelativeSelfAttention, kron_probs
+from study.models.dropout import probability_dropout
 from study.models.positional import GaussianScores, LearnedScores
 
 TOL = dict(rtol=1e-9, atol=1e-9)
@@ -150,7 +151,7 @@ def test_positional_dropout_is_one_exact_shared_mask(variant):
     assert calls.n == 1  # dense scores once per forward, for the whole batch
     assert torch.equal(out[0], out[1]) and torch.equal(out[1], out[2])
     torch.manual_seed(7)
-    probs = F.dropout(torch.softmax(layer.positional(5, 6), -1), p=0.5, training=True)
+    probs = probability_dropout(torch.softmax(layer.positional(5, 6), -1), 0.5, training=True)
     tokens = x.reshape(3, 30, 8)
     heads = torch.einsum("hqk,bkd->bqhd", probs, tokens).reshape(3, 30, -1)
     torch.testing.assert_close(out, layer.out_proj(heads).view(3, 5, 6, -1), **TOL)

@@ -221,9 +221,7 @@ def test_schema_documents_every_column_of_real_tables(seeds, sweep, capsys):
 
 @pytest.mark.parametrize("model", [
     dict(encoding="quadratic", isotropic=True), dict(encoding="quadratic", isotropic=False),
-    dict(encoding="learned", pos_dim=6), pytest.param(dict(encoding="learned_content", pos_dim=16), marks=pytest.mark.xfail(
-        reason="torch's count of the CPU query-form content path is ~N_h*T^2*D MACs per layer below the "
-               "equations' count; not yet explained, so torch is no reference for this encoding here")),
+    dict(encoding="learned", pos_dim=6), dict(encoding="learned_content", pos_dim=16),
 ], ids=["quadratic-iso", "quadratic-noniso", "learned", "learned_content"])
 def test_macs_follow_the_equations_not_the_code_path(model):
     """Dense training-mode forward (attention dropout on: no factorisation) of one

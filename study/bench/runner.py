@@ -76,7 +76,7 @@ class BenchOptions:
     repeats: int = 1
     amp_dtype: torch.dtype | None = None  # autocast dtype of the fast paths; None: float32
     compile: bool = False
-    naive: bool = True
+    references: tuple[str, ...] = REFERENCE_NAMES  # of study.bench.references.REFERENCES
     targets: tuple[str, ...] = ALL_TARGETS
     peak_tflops: float | None = None  # override of the peak table
     seed: int = 0
@@ -320,14 +320,19 @@ def _model_variant(name: str, model: nn.Module, opts: BenchOptions, *, amp_dtype
 
 def bench_model(key: str, opts: BenchOptions) -> dict:
     """Training throughput of ``BENCH_MODELS[key]`` (fast paths) and of its references
-    (attention layers replaced by the naive and the einsum formulation), each timed
-    alone so that its memory is its own."""
+    (attention layers replaced by the naive and/or the einsum formulation, per
+    ``opts.references``): each warmed up alone (so that its memory is its own), then
+    their timed windows interleaved, so a change of machine load hits all alike."""
     torch.manual_seed(opts.seed)
     model = build_model(BENCH_MODELS[key]).to(opts.device)
     out = _model_header(key, model, opts)
-    out["fast"] = _time_fast_model(key, model, opts)
-    for name in REFERENCE_NAMES:
-        out[name] = _time_reference_model(key, model, name, opts)
+    fast = _fast_model_variant(key, model, opts)
+    refs = {name: _reference_model_variant(key, model, name, opts) for name in REFERENCE_NAMES}
+    _progress(opts, f"{key}")
+    records = measure([fast, *(v for v in refs.values() if v is not None)], opts)
+    out["fast"] = records[fast.name]
+    for name, variant in refs.items():
+        out[name] = records[variant.name] if variant is not None else None
     del model
     return {**out, **_model_ratios(out)}
 
@@ -339,27 +344,24 @@ def _model_header(key: str, model: nn.Module, opts: BenchOptions) -> dict:
             "forward_flops": forward_flops(model), "batch": opts.batch, "steps": opts.steps}
 
 
-def _time_fast_model(key: str, model: nn.Module, opts: BenchOptions) -> dict:
+def _fast_model_variant(key: str, model: nn.Module, opts: BenchOptions) -> Variant:
     attention = hasattr(model, "blocks")
     if attention:
         model.train()
         path = attention_path(model.blocks[0].attention)
     else:
         path = "convolutions" + (", channels_last" if opts.device.type == "cuda" else "")
-    _progress(opts, f"{key}")
-    fast = _model_variant(f"{key} fast", model, opts, amp_dtype=opts.amp_dtype, compile=opts.compile,
+    return _model_variant(f"{key} fast", model, opts, amp_dtype=opts.amp_dtype, compile=opts.compile,
                           path=path, channels_last=opts.device.type == "cuda" and not attention)
-    return measure([fast], opts)[fast.name]
 
 
-def _time_reference_model(key: str, model: nn.Module, name: str, opts: BenchOptions) -> dict | None:
+def _reference_model_variant(key: str, model: nn.Module, name: str, opts: BenchOptions) -> Variant | None:
     """The model with reference ``name`` in every attention layer (float32, eager);
-    ``None`` without attention (ResNet18) or with ``--no-naive``."""
-    ref = reference_model(model, name) if opts.naive else None
+    ``None`` without attention (ResNet18) or when ``name`` is not in ``opts.references``."""
+    ref = reference_model(model, name) if name in opts.references else None
     if ref is None:
         return None
-    variant = _model_variant(f"{key} {name}", ref, opts, amp_dtype=None, compile=False, path=REFERENCES[name][2])
-    return measure([variant], opts)[variant.name]
+    return _model_variant(f"{key} {name}", ref, opts, amp_dtype=None, compile=False, path=REFERENCES[name][2])
 
 
 def _model_ratios(out: dict) -> dict:
@@ -455,10 +457,10 @@ def _fast_layer_variants(layer: RelativeSelfAttention, opts: BenchOptions) -> li
 
 def _reference_layer_variants(layer: RelativeSelfAttention, opts: BenchOptions) -> list[Variant]:
     """naive (eval: it has no dropout) and einsum (training mode, with dropout)."""
-    if not opts.naive:
-        return []
     variants = []
     for name, (fn, heads_fn, path, dropout) in REFERENCES.items():
+        if name not in opts.references:
+            continue
         variants += [
             _layer_variant(name, layer, lambda x, fn=fn: fn(layer, x), opts, training=dropout, fast=False,
                            path=path),

@@ -1,5 +1,6 @@
 """``study bench``: training throughput, FLOPs, MFU and memory of the paper's models
-and of one attention layer, against a naive reference of the same equations."""
+and of one attention layer, against two references of the same equations: a naive one
+(correctness) and the original implementation's einsum formulation (speed)."""
 
 from __future__ import annotations
 
@@ -18,19 +19,24 @@ def register(sub) -> None:
 
     targets = ", ".join([*PAPER_MODELS, "attention"])
     p = sub.add_parser(
-        "bench", help="measure training images/s, TFLOP/s, MFU and memory vs a naive reference",
+        "bench", help="measure training images/s, TFLOP/s, MFU and memory vs reference formulations",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "For each paper model (configs of study.models.PAPER_MODELS) on the current device:\n"
             "steady-state training images/s (forward + backward + SGD step on a device-resident\n"
             "batch, after warm-up, timed with torch.cuda.synchronize on GPU), forward FLOPs per\n"
             "image (study.flops.forward_flops), achieved TFLOP/s (3 x forward FLOPs of the timed\n"
-            "path), MFU against the stated peak and peak memory; then the naive reference\n"
-            "(study.bench.naive: per-image (B,N_h,T,T) scores, generic einsum, float32, eager)\n"
-            "and the ratio fast/naive.  'attention' times one RelativeSelfAttention at paper dims\n"
-            "(D 400, N_h 9, 16x16) for every encoding: without probability dropout (factorised\n"
-            "P_row x P_col for separable encodings, SDPA for content), with the paper's dropout\n"
-            "0.1 (dense exact path), naive, and the attention core without the output projection.\n\n"
+            "path), MFU against the stated peak and peak memory; then the references (--references)\n"
+            "and the ratios fast/reference:\n"
+            "  naive  = study.bench.naive: per-image (B,N_h,T,T) scores, generic einsum, float32,\n"
+            "           eager, no dropout (a correctness reference);\n"
+            "  einsum = study.bench.einsum_ref: the original implementation's plain einsums, float32,\n"
+            "           eager, with the layer's dropout (the speed baseline of the training path).\n"
+            "'attention' times one RelativeSelfAttention at paper dims (D 400, N_h 9, 16x16) for\n"
+            "every encoding: without probability dropout (factorised P_row x P_col for separable\n"
+            "encodings, SDPA on CUDA / explicit on CPU for content), with the paper's dropout 0.1\n"
+            "(the training path), the references, and the attention core without the output\n"
+            "projection; its variants interleave their timed windows.\n\n"
             "Peaks (dense, TFLOP/s): H100 SXM / H200 bf16 989, tf32 495, fp32 67; H100 PCIe bf16\n"
             "756; A100 bf16 312, tf32 156, fp32 19.5.  On CPU the peak is measured (best 1024^3\n"
             "matmul in the run's precision).  Other devices: n/a unless --peak-tflops.\n\n"
@@ -54,8 +60,10 @@ def register(sub) -> None:
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
                    help="shorthand: --amp = --dtype bfloat16, --no-amp = --dtype float32")
     p.add_argument("--compile", action="store_true", help="torch.compile the fast model / layer")
-    p.add_argument("--naive", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time the naive reference (default: on)")
+    p.add_argument("--references", default=None, metavar="LIST",
+                   help="comma-separated references to time: naive, einsum, or none (default: naive,einsum)")
+    p.add_argument("--naive", action=argparse.BooleanOptionalAction, default=None,
+                   help="shorthand: --no-naive drops the naive reference, --naive adds it")
     p.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOPS",
                    help="peak for MFU, overriding the table / CPU measurement")
     p.add_argument("--threads", type=int, default=None,
@@ -96,7 +104,7 @@ def options_from_args(args: argparse.Namespace):
     if args.dtype is not None and args.amp is not None:
         fail(PROG, "--amp/--no-amp: give either --dtype or --amp, not both")
     overrides = dict(batch=args.batch, steps=args.steps, warmup=args.warmup, repeats=args.repeats, compile=args.compile,
-                     naive=args.naive, targets=targets, peak_tflops=args.peak_tflops, seed=args.seed,
+                     references=references_from_args(args), targets=targets, peak_tflops=args.peak_tflops, seed=args.seed,
                      threads=args.threads)
     opts = default_options(device, **overrides)
     dtype = args.dtype or ({True: "bfloat16", False: "float32"}.get(args.amp))
@@ -105,6 +113,27 @@ def options_from_args(args: argparse.Namespace):
     if not args.quiet:
         opts.progress = lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True)
     return opts
+
+
+def references_from_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--references`` (default every reference), then ``--naive``/``--no-naive``."""
+    from study.bench.references import REFERENCES
+
+    if args.references is None:
+        refs = list(REFERENCES)
+    elif args.references.strip() == "none":
+        refs = []
+    else:
+        refs = [r.strip() for r in args.references.split(",") if r.strip()]
+        bad = [r for r in refs if r not in REFERENCES]
+        if bad or not refs:
+            fail(PROG, f"--references: unknown reference {bad[0] if bad else args.references!r}; "
+                 f"choose from {', '.join(REFERENCES)} or none")
+    if args.naive is False:
+        refs = [r for r in refs if r != "naive"]
+    elif args.naive and "naive" not in refs:
+        refs.insert(0, "naive")
+    return tuple(dict.fromkeys(refs))
 
 
 def run(args: argparse.Namespace) -> int:

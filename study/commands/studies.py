@@ -161,11 +161,13 @@ def _root(storage: str, name: str) -> str:
 
 
 def _cluster_checks(prog: str, args: argparse.Namespace) -> None:
-    """--address and --storage agree (study.tuning.cluster): one line, exit 2, before Ray starts."""
-    from study.tuning.cluster import ClusterError, check_storage, resolve_address
+    """--address and --storage agree, a local Ray keeps token authentication (study.tuning.cluster):
+    one line, exit 2, before Ray starts."""
+    from study.tuning.cluster import ClusterError, check_local_auth, check_storage, resolve_address
 
     try:
         resolve_address(args.address)
+        check_local_auth(args.address)
         check_storage(args.storage, address=args.address, shared=args.shared_storage)
     except ClusterError as e:
         fail(prog, str(e))

@@ -48,14 +48,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from study.models.dropout import probability_dropout
 
-def _register_cpu_flash_flops() -> None:
-    """``torch.utils.flop_counter`` counts the CUDA fused-attention kernels but not
-    the CPU one that ``scaled_dot_product_attention`` picks without gradients; give
-    it the same formula so FLOPs per image do not depend on the kernel chosen."""
+
+def _register_flop_formulas() -> None:
+    """Give ``torch.utils.flop_counter`` the kernels it does not count but this module
+    runs, so ``runs.flops`` is the executed path's true count:
+
+    * the in-place ``baddbmm_`` of the explicit content path (q·kᵀ added into the
+      positional bias): the counter knows ``baddbmm`` only, and without this the
+      content models' FLOPs missed N_h·T²·D MACs per layer;
+    * the CPU flash kernels that ``scaled_dot_product_attention`` picks without
+      gradients (the counter has the CUDA fused kernels only)."""
     from torch.utils import flop_counter as fc
 
     aten = torch.ops.aten
+    if aten.baddbmm_ not in fc.flop_registry:
+        fc.register_flop_formula(aten.baddbmm_)(
+            lambda bias, a, b, *args, out_shape=None, **kwargs: fc.bmm_flop(a, b)
+        )
     fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
     if fwd is not None and fwd not in fc.flop_registry:
@@ -68,7 +79,7 @@ def _register_cpu_flash_flops() -> None:
         )
 
 
-_register_cpu_flash_flops()
+_register_flop_formulas()
 
 
 def _softmax(scores: Tensor) -> Tensor:
@@ -139,18 +150,19 @@ class RelativeSelfAttention(nn.Module):
 
     def _content_scores(self, x: Tensor) -> Tensor:
         """(B, N_h, T, T) content scores written in two passes over the T×T matrix: the
-        positional bias (scaled on its per-axis factors for the query form), then
-        ``baddbmm_`` adds q·kᵀ/√D into it in place (no separate q·k, scale or sum tensors)."""
+        positional bias, then ``baddbmm_`` adds q·kᵀ into it in place (no separate q·k,
+        scale or sum tensors).  Eq. 7's 1/√D is applied to the query projection's
+        weight and bias (:meth:`_queries_keys`), so q·r_δ and q·k come out scaled and
+        no (B, N_h, T, ·) tensor is ever multiplied by it, forward or backward."""
         b, h, w, d = x.shape
         t, n = h * w, self.num_heads
-        q, k = self._queries_keys(x)
-        scale = 1.0 / math.sqrt(d)
+        q, k = self._queries_keys(x, scaled=True)
         if self.query_positional:
-            bias = self.positional(q, h, w, scale=scale)
+            bias = self.positional(q, h, w)
         else:
             bias = self.positional(h, w).to(q.dtype).expand(b, n, t, t).contiguous()
         flat = bias.view(b * n, t, t)
-        flat.baddbmm_(q.reshape(b * n, t, d), k.reshape(b * n, t, d).transpose(1, 2), alpha=scale)
+        flat.baddbmm_(q.reshape(b * n, t, d), k.reshape(b * n, t, d).transpose(1, 2))
         return flat.view(b, n, t, t)
 
     @property
@@ -205,10 +217,18 @@ class RelativeSelfAttention(nn.Module):
             return self._separable_heads(x, return_attention=return_attention)
         return self._shared_dense_heads(x)
 
-    def _queries_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def _queries_keys(self, x: Tensor, *, scaled: bool = False) -> tuple[Tensor, Tensor]:
+        """q, k as (B, N_h, T, D) views of the projections' (B, T, N_h·D) outputs; with
+        ``scaled`` the queries are those of ``query`` times 1/√D (Eq. 7's scale), computed
+        from the scaled (N_h·D, D) weight and bias: the same values, one small multiply."""
         b, h, w, d = x.shape
         t = h * w
-        q = self.query(x).view(b, t, self.num_heads, d).transpose(1, 2)
+        if scaled:
+            s = 1.0 / math.sqrt(d)
+            q = F.linear(x, self.query.weight * s, self.query.bias * s)
+        else:
+            q = self.query(x)
+        q = q.view(b, t, self.num_heads, d).transpose(1, 2)
         k = self.key(x).view(b, t, self.num_heads, d).transpose(1, 2)
         return q, k  # (B, N_h, T, D)
 
@@ -236,7 +256,7 @@ class RelativeSelfAttention(nn.Module):
         b, h, w, d = x.shape
         t = h * w
         probs = self.attention_probs(x)  # (N_h, T, T)
-        dropped = self.attention_dropout(probs).to(x.dtype)
+        dropped = self._dropout(probs).to(x.dtype)
         flat = x.reshape(b, t, d).permute(1, 0, 2).reshape(t, b * d)
         heads = (dropped.reshape(self.num_heads * t, t) @ flat).view(self.num_heads, t, b, d)
         return heads.permute(2, 1, 0, 3).reshape(b, t, self.num_heads * d), probs[None]
@@ -261,10 +281,16 @@ class RelativeSelfAttention(nn.Module):
         t = h * w
         n = self.num_heads
         probs = self.attention_probs(x)
-        dropped = self.attention_dropout(probs).to(x.dtype)
+        dropped = self._dropout(probs).to(x.dtype)
         # (B, N_h·T, T) @ (B, T, D): every head of an image in one product, x not expanded
         heads = torch.bmm(dropped.view(b, n * t, t), x.reshape(b, t, d)).view(b, n, t, d)
         return heads.transpose(1, 2).reshape(b, t, n * d), probs
+
+    def _dropout(self, probs: Tensor) -> Tensor:
+        """Dropout on the probabilities with ``attention_dropout``'s p and this layer's mode
+        (:func:`~study.models.dropout.probability_dropout`: ``nn.Dropout``'s
+        distribution, a cheaper mask on CPU)."""
+        return probability_dropout(probs, self.attention_dropout.p, training=self.training)
 
     def no_weight_decay(self) -> set[str]:
         """Gaussian centres and spreads are excluded from weight decay (paper, App. B)."""

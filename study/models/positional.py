@@ -20,6 +20,7 @@ pieces rather than from a (N_h, T, T, 2) tensor of offsets.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -173,12 +174,13 @@ class QueryScores(nn.Module):
     with one (2·S−1)×(D/2) table per axis (init N(0, 1)) and no head-key Linears; the
     layer adds q_h·k_h and divides the sum by √D.  ``pos_dim`` = D_p = len(r_δ) = D.
 
-    Computed without a (B, N_h, T, T, D) tensor: the table rows of every (qr, kr) pair
-    are looked up once, (H, H, D/2) (likewise (W, W, D/2)), and each query half is
-    dotted with the H (W) of them its row (column) meets, (B, N_h, H, W, H); then
-    :meth:`forward` expands s_row ⊕ s_col to (B, N_h, T, T).  (Dotting with the 31
-    distinct offsets and gathering was measured slower on CPU: the scatter in the
-    gather's backward.)
+    Computed without a (B, N_h, T, T, D) tensor (DESIGN §4): each query half is dotted
+    once with the 2H−1 row (2W−1 column) offsets it can meet, one batched product that
+    reads both halves of the query in place (no halves copied, no zero-filled half
+    gradients in backward; T·(2S−1)·D MACs per head, the count of ``study.models.cost``);
+    s_row(kr − qr) and s_col(kc − qc) are then strided views of that result
+    (:meth:`axis_scores`), and :meth:`forward` writes s_row ⊕ s_col as (B, N_h, T, T).
+    (A gather over the offsets was measured slower on CPU: the scatter in its backward.)
     """
 
     needs_query = True
@@ -193,36 +195,54 @@ class QueryScores(nn.Module):
         self.row_embeddings = nn.Embedding(2 * max_size - 1, pos_dim // 2)
         self.col_embeddings = nn.Embedding(2 * max_size - 1, pos_dim // 2)
 
-    def _pairs(self, table: nn.Embedding, size: int) -> Tensor:
-        """r(k − q) for every query/key index pair along one axis, (size, size, D/2):
-        a lookup in the (2·S−1)-row table (the gradient scatters back into it)."""
+    def _offsets(self, table: nn.Embedding, size: int) -> Tensor:
+        """r(δ) for δ = −(size−1) … size−1, (2·size−1, D/2): rows of the (2·S−1)-row table."""
         if size > self.max_size:
             raise ValueError(f"grid side {size} exceeds the learned table's {self.max_size}")
-        return table.weight[relative_index(size, device=table.weight.device) + self.max_size - size]
+        return table.weight[self.max_size - size: self.max_size + size - 1]
 
-    def axis_scores(self, q: Tensor, height: int, width: int, *, scale: float = 1.0) -> tuple[Tensor, Tensor]:
-        """s_row[b, n, qr, qc, kr] = q[:D/2]·r_row(kr − qr), (B, N_h, H, W, H), and
-        s_col[b, n, qr, qc, kc] = q[D/2:]·r_col(kc − qc), (B, N_h, H, W, W);
-        ``q`` is (B, N_h, T, D) with T = H·W row-major."""
+    def offset_scores(self, q: Tensor, height: int, width: int, *, scale: float = 1.0) -> Tensor:
+        """a[0, b, n, qr, qc, m] = scale · q_h[:D/2]·r_row(m − H + 1) over the 2H−1 row
+        offsets and a[1, b, n, qr, qc, m] = scale · q_h[D/2:]·r_col(m − W + 1) over the
+        2W−1 column offsets, (2, B, N_h, H, W, M) with M = max(2H−1, 2W−1) (the shorter
+        table zero-padded).  One batched product of the query's two halves, read in
+        place from ``q`` — (B, N_h, T, D), T = H·W row-major, a transposed view of the
+        query Linear's (B, T, N_h·D) output — against the two tables."""
         b, n, t, d = q.shape
         half = self.row_embeddings.embedding_dim
         if d != 2 * half:
             raise ValueError(f"query dimension {d} is not twice the table width {half}")
-        # token-major (B, H, W, N_h, D): a view of the query Linear's output, so the
-        # products below read the halves in place, no copy of q
-        qt = q.transpose(1, 2).reshape(b, height, width, n, d)
-        rows = self._pairs(self.row_embeddings, height).to(q.dtype)  # (H, H, D/2): r_row(kr − qr)
-        cols = self._pairs(self.col_embeddings, width).to(q.dtype)  # (W, W, D/2): r_col(kc − qc)
-        if scale != 1.0:  # on the small tables, not on the (B, N_h, T, T) result
-            rows, cols = rows * scale, cols * scale
-        s_row = torch.einsum("bijhd,ikd->bhijk", qt[..., :half], rows)
-        s_col = torch.einsum("bijhd,jld->bhijl", qt[..., half:], cols)
-        # small tensors, made contiguous so the (B, N_h, T, T) sum in ``forward`` has
-        # the standard layout
-        return s_row.contiguous(), s_col.contiguous()
+        rows = self._offsets(self.row_embeddings, height)  # (2H−1, D/2): r_row(−(H−1) … H−1)
+        cols = self._offsets(self.col_embeddings, width)
+        m = max(len(rows), len(cols))
+        tables = torch.stack([F.pad(rows, (0, 0, 0, m - len(rows))), F.pad(cols, (0, 0, 0, m - len(cols)))])
+        tables = tables.transpose(1, 2).to(q.dtype)  # (2, D/2, M)
+        if scale != 1.0:  # on the small tables, not on the (B, N_h, T, ·) result
+            tables = tables * scale
+        halves = q.transpose(1, 2).reshape(b * t * n, 2, half).transpose(0, 1)  # (2, B·T·N_h, D/2), a view
+        a = torch.bmm(halves, tables).view(2, b, height, width, n, m)
+        return a.permute(0, 1, 4, 2, 3, 5).contiguous()  # small: (2, B, N_h, H, W, M)
+
+    def axis_scores(self, q: Tensor, height: int, width: int, *, scale: float = 1.0) -> tuple[Tensor, Tensor]:
+        """s_row[b, n, qr, qc, kr] = q[:D/2]·r_row(kr − qr), (B, N_h, H, W, H), and
+        s_col[b, n, qr, qc, kc] = q[D/2:]·r_col(kc − qc), (B, N_h, H, W, W), both times
+        ``scale``; ``q`` is (B, N_h, T, D) with T = H·W row-major.
+
+        Strided views of :meth:`offset_scores`: s_row[..., qr, qc, kr] sits at offset
+        index kr − qr + H − 1, which moves by −1 per step of qr, so the view's qr stride
+        is one less than the table's (likewise qc for s_col); no gather, and the
+        backward is a strided copy into a zero tensor of the small offset scores."""
+        a = self.offset_scores(q, height, width, scale=scale)
+        b, n = q.shape[:2]
+        s0, sb, sn, sr, sc, _ = a.stride()
+        base = a.storage_offset()
+        s_row = a.as_strided((b, n, height, width, height), (sb, sn, sr - 1, sc, 1), base + height - 1)
+        s_col = a.as_strided((b, n, height, width, width), (sb, sn, sr, sc - 1, 1), base + s0 + width - 1)
+        return s_row, s_col
 
     def forward(self, q: Tensor, height: int, width: int, *, scale: float = 1.0) -> Tensor:
-        """Positional scores (B, N_h, T, T) times ``scale`` (the layer passes 1/√D)."""
+        """Positional scores (B, N_h, T, T) times ``scale`` (the fused path passes 1/√D;
+        the explicit path passes queries already scaled by 1/√D)."""
         s_row, s_col = self.axis_scores(q, height, width, scale=scale)
         b, n = q.shape[:2]
         t = height * width

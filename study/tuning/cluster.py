@@ -4,9 +4,12 @@ on a Ray cluster").
 - No ``--address``: a new local Ray for this driver only (``address="local"``: an
   existing cluster on the host, and ``$RAY_ADDRESS``, are ignored), on a loopback
   node address with the dashboard on 127.0.0.1.  Ray 2.60's C++ gRPC servers (GCS,
-  raylet, object manager, core workers) bind ``0.0.0.0`` whatever the node address
-  (``src/ray/rpc/grpc_server.cc``, not configurable); they require the cluster's
-  auth token when ``RAY_AUTH_MODE=token``.  Everything Ray lets us choose is loopback.
+  raylet, object manager, core workers) listen on every interface whatever the node
+  address: neither ``ray.init``/``ray start`` nor any ``RAY_*`` setting chooses their
+  bind address.  What protects them is Ray's token authentication, which a new local
+  ``ray.init`` turns on unless ``RAY_AUTH_MODE`` says otherwise: a local Ray with
+  ``RAY_AUTH_MODE`` set to anything but ``token`` is refused (:func:`check_local_auth`).
+  Everything Ray lets us choose is loopback.
 - ``--address auto``: ``$RAY_ADDRESS`` (which ``ray job submit`` sets for its
   driver) and nothing else; Ray's own ``auto`` would also pick whichever cluster
   was started last on a shared host (``/tmp/ray/ray_current_cluster``).
@@ -49,6 +52,18 @@ def resolve_address(address: str | None) -> str | None:
     return address
 
 
+def check_local_auth(address: str | None) -> None:
+    """Refuse a local Ray without token authentication: its gRPC servers listen on every
+    network interface (Ray 2.60 has no setting for their address), so the token is
+    all that keeps other hosts from running code in it.  A cluster's owner decides for
+    the cluster (``--address``)."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if resolve_address(address) is None and mode is not None and mode.lower() != "token":
+        raise ClusterError(f"RAY_AUTH_MODE={mode}: the local Ray's gRPC servers listen on every network "
+                           "interface (Ray 2.60 cannot bind them to loopback), so token authentication must "
+                           "stay on: unset RAY_AUTH_MODE or set it to token")
+
+
 def ray_init_kwargs(address: str | None, *, num_cpus: int | None = None) -> dict[str, Any]:
     """Keyword arguments of ``ray.init`` for ``study run/resume --address ADDRESS``."""
     import ray
@@ -57,6 +72,7 @@ def ray_init_kwargs(address: str | None, *, num_cpus: int | None = None) -> dict
     resolved = resolve_address(address)
     if resolved is not None:
         return {**kwargs, "address": resolved}
+    check_local_auth(address)
     return {**kwargs, "address": "local", "num_cpus": num_cpus, "_node_ip_address": LOCAL_NODE_IP,
             "dashboard_host": LOOPBACK_HOST}
 
