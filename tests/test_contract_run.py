@@ -191,6 +191,8 @@ def test_train_ctrl_c_mid_epoch_keeps_its_time(tmp_path):
     epoch = float(read_table(out / "tables", "epochs").seconds.iloc[0])
     assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [2]
     assert first + epoch - 0.01 <= float(runs.device_seconds.iloc[0]) <= first + epoch + 1
+    print(f"study train: Ctrl-C after {trained:.1f} s, recorded {first:.1f} s; then the epoch {epoch:.1f} s; "
+          f"device_seconds {float(runs.device_seconds.iloc[0]):.1f} s")
 
 
 # ---------------------------------------------------------------- preflight: fast one-liners, no orphans
@@ -642,3 +644,5 @@ def test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds(tmp_path):
     second = float(epochs.seconds.iloc[0])
     total = float(runs.device_seconds.iloc[0])
     assert first + second - 0.01 <= total <= first + second + 5, (total, first, second)
+    print(f"attempt 1 trained {trained:.1f} s, recorded {first:.1f} s; attempt 2 epoch {second:.1f} s; "
+          f"device_seconds {total:.1f} s")
