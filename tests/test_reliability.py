@@ -29,16 +29,27 @@ def test_killed_trial_resumes_from_its_checkpoint(tmp_path):
     tables = tmp_path / "results" / "kill" / "tables"
     driver = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
     try:
-        def mid_training():
-            runs = read_table(tables, "runs")
-            return bool(len(runs)) and ((runs.epochs_done >= 2) & (runs.status == "running")).any()
+        victims: list[int] = []
 
-        assert wait_for(mid_training, driver), driver.stdout.read() if driver.poll() is not None else "timeout"
-        runs = read_table(tables, "runs")
-        victim_pids = processes("ray::ImplicitFunc.train", session=driver.pid)
-        assert victim_pids, "no running trial process found"
+        def trial_with_two_epochs_training():
+            """The process (titled so while it trains, not between reports) of a trial with
+            2 epochs done: Tune runs a trial in its folder, named after its key."""
+            runs = read_table(tables, "runs")
+            keys = set(runs.trial_id[(runs.epochs_done >= 2) & (runs.status == "running")]) if len(runs) else set()
+            for pid in processes("ray::ImplicitFunc.train", session=driver.pid):
+                try:
+                    cwd = os.readlink(f"/proc/{pid}/cwd")
+                except OSError:
+                    continue
+                if any(f"/{k}_" in cwd for k in keys):
+                    victims.append(pid)
+                    return True
+            return False
+
+        assert wait_for(trial_with_two_epochs_training, driver, every=0.05), \
+            driver.stdout.read() if driver.poll() is not None else "timeout"
         before = read_table(tables, "epochs")  # rows of the epochs done before the kill
-        os.kill(victim_pids[0], signal.SIGKILL)
+        os.kill(victims[0], signal.SIGKILL)
         out, _ = driver.communicate(timeout=300)
         assert driver.returncode == 0, out
     finally:
