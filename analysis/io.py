@@ -23,11 +23,13 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from study.storage import default_storage
 from study.tables import SCHEMA, TABLES, list_table, read_table
+
+if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never needs pandas
+    import pandas as pd
 
 DEFAULT_STORAGE = "results"  # unless $STUDY_STORAGE is set (study.storage.default_storage)
 
@@ -312,6 +314,8 @@ class Study:
 
     def sql(self, query: str) -> pd.DataFrame:
         """Run ``query`` (DuckDB SQL over ``runs``, ``epochs``, ``heads``, ``maps``)."""
+        import pandas as pd
+
         def go(con):
             result = con.sql(query)
             if result is None:  # a statement without a result (e.g. SET)

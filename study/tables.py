@@ -54,16 +54,17 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from study.atomicio import write_atomic
+
+if TYPE_CHECKING:  # pandas is imported where a DataFrame is built: `analysis query` never needs it
+    import pandas as pd
 
 TABLES = ("runs", "epochs", "heads", "maps")
 EPOCH_TABLES = ("epochs", "heads", "maps")
@@ -189,6 +190,7 @@ def encode_maps(rows: list[dict[str, Any]]) -> pa.Table:
 def decode_maps(table: pa.Table) -> pa.Table:
     """Inverse of :func:`encode_maps`: ``probs`` as float64 lists (tables written before
     maps were quantised already hold ``probs`` and pass through)."""
+    import pyarrow.compute as pc  # lazily: 0.2-0.4 s of every command's start-up
     if "probs_q" not in table.column_names:
         return table
     q = table.column("probs_q").combine_chunks()
@@ -339,12 +341,14 @@ def _merge(compacted: list[pa.Table], parts: list[pa.Table], table: str) -> pa.T
 
 
 def _epoch_keys(t: pa.Table) -> pa.Array:
+    import pyarrow.compute as pc  # lazily: 0.2-0.4 s of every command's start-up
     return pc.binary_join_element_wise(pc.cast(t.column("trial_id"), pa.string()),
                                        pc.cast(t.column("epoch"), pa.string()), "\x00")
 
 
 def _without(old: pa.Table, new: pa.Table) -> pa.Table:
     """Rows of ``old`` whose (trial, epoch) ``new`` does not hold."""
+    import pyarrow.compute as pc  # lazily: 0.2-0.4 s of every command's start-up
     return old.filter(pc.invert(pc.is_in(_epoch_keys(old), value_set=pc.unique(_epoch_keys(new)))))
 
 
@@ -356,6 +360,8 @@ def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
     """All rows of ``table`` under ``root`` as one DataFrame (empty if none yet): each
     key once, temporary files never read, foreign or damaged files skipped with a
     :class:`TableWarning`; ``maps.probs`` decoded to float64 arrays."""
+    import pandas as pd
+
     compacted, parts, _ = _read_all(root, table)
     merged = _merge(compacted, parts, table)
     if merged is None or merged.num_rows == 0:

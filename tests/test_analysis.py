@@ -561,3 +561,20 @@ def test_refresh_sees_parts_written_since(paper, tmp_path):
     shutil.copy(paper / "tables" / "runs" / "learned.parquet", tables / "runs")
     s.refresh()
     assert list(s.runs.trial_id) == ["learned"] and list(s.sql("SELECT trial_id FROM runs").trial_id) == ["learned"]
+
+
+def test_query_command_imports_neither_pandas_nor_torch(paper):
+    """`analysis query` goes DuckDB → rows → text: pandas and pyarrow.compute (a second of
+    start-up on a 2-core machine, half of a query's CPU time on a 64 × 300 study) and torch
+    are never imported on that path."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from analysis.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        f"    rc = main(['query', {str(paper)!r}, 'SELECT count(*) AS n FROM heads', '--format', 'csv'])\n"
+        "bad = [m for m in ('pandas', 'pyarrow.compute', 'torch') if m in sys.modules]\n"
+        "sys.exit(f'imported {bad}' if bad else (rc or (0 if out.getvalue().split()[0] == 'n' else 'no answer')))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
