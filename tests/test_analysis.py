@@ -261,9 +261,14 @@ def paper_figures(paper, tmp_path_factory):
         "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('study.trial.loop', 'study.data'))]\n"
         "sys.exit(f'imported {bad}' if bad else rc)\n"
     )
+    return out, run_fresh(code)
+
+
+def run_fresh(code: str) -> str:
+    """``code`` in a fresh interpreter (nothing imported yet): exit 0, no stderr; its stdout."""
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0 and r.stderr == "", r.stderr
-    return out, r.stdout
+    return r.stdout
 
 
 def _check_image(png: Path) -> None:
@@ -576,5 +581,4 @@ def test_query_command_imports_neither_pandas_nor_torch(paper):
         "bad = [m for m in ('pandas', 'pyarrow.compute', 'torch') if m in sys.modules]\n"
         "sys.exit(f'imported {bad}' if bad else (rc or (0 if out.getvalue().split()[0] == 'n' else 'no answer')))\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
-    assert r.returncode == 0 and r.stderr == "", r.stderr
+    run_fresh(code)
