@@ -36,11 +36,20 @@ def run_cli(cwd, *args, timeout: float = 600, module: str = "study", env: dict |
                           timeout=timeout, env=cli_env(env))
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` for a child that a test will Ctrl-C: SIGINT's default disposition.
+    A pytest started in the background by a non-interactive shell (``pytest &``)
+    ignores SIGINT, its children inherit that, and Python then installs no
+    KeyboardInterrupt handler: the signal the test sends would be lost."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def popen(*args, cwd, env: dict | None = None) -> subprocess.Popen:
     """``python -m study ARGS`` in a new session (so that it and the local Ray it starts
-    can be killed together), stdout and stderr merged, text."""
+    can be killed together), stdout and stderr merged, text; SIGINT as at a terminal."""
     return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=cwd, start_new_session=True,
-                            env=cli_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=cli_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=default_sigint)
 
 
 def session_pids(sid: int) -> list[int]:

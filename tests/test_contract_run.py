@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from study.tables import read_table
-from tests.helpers import kill_session, popen, processes, run_cli, session_pids, wait_for, write_spec
+from tests.helpers import default_sigint, kill_session, popen, processes, run_cli, session_pids, wait_for, write_spec
 
 TRAIN = ["--hidden", "16", "--layers", "1", "--intermediate", "16", "--data", "synthetic:100",
          "--batch-size", "50", "--quiet", "--no-head-stats", "--epochs", "2"]
@@ -167,7 +167,8 @@ def test_train_ctrl_c_mid_epoch_keeps_its_time(tmp_path):
     same command continues (attempts 2) and `device_seconds` holds both attempts' time."""
     out = tmp_path / "t"
     args = [sys.executable, "-m", "study", "train", *TRAIN[:-1], "1", "--data", "synthetic:4000", "--out", str(out)]
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     try:
         assert wait_for(lambda: (out / "tables" / "runs").exists(), proc), "the trial did not start"
         started = time.monotonic()
