@@ -172,9 +172,10 @@ class RelativeSelfAttention(nn.Module):
 
     def _positional_bias(self, q: Tensor, h: int, w: int) -> Tensor:
         """The positional part of content scores, on the scale of the softmax input:
-        q·r_δ/√D, (B, N_h, T, T), for the query form; w·r_δ, (1, N_h, T, T), for the head form."""
+        q·r_δ/√D, (B, N_h, T, T), for the query form (1/√D applied to the small offset
+        tables, not to the result); w·r_δ, (1, N_h, T, T), for the head form."""
         if self.query_positional:
-            return self.positional(q, h, w) / math.sqrt(q.shape[-1])
+            return self.positional(q, h, w, scale=1.0 / math.sqrt(q.shape[-1]))
         return self.positional(h, w).to(q.dtype)[None]
 
     def attention_probs(self, x: Tensor) -> Tensor:

@@ -20,16 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from study.atomicio import write_atomic
+from study.atomicio import is_remote, write_atomic
 
 
 #: seconds between two saves of a running epoch's clock (local files / object storage)
 CLOCK_S = 1.0
 CLOCK_REMOTE_S = 10.0
-
-
-def _remote(uri: str) -> bool:
-    return "://" in uri
 
 
 class TrialLedger:
@@ -41,7 +37,7 @@ class TrialLedger:
 
     def read(self) -> dict[str, Any]:
         try:
-            if _remote(self.uri):
+            if is_remote(self.uri):
                 import pyarrow.fs as pafs
 
                 fs, path = pafs.FileSystem.from_uri(self.uri)
@@ -85,7 +81,7 @@ class TrialLedger:
         scale`` every ``period`` seconds from a background thread, and once more if the
         block is left by an exception (Ctrl-C in ``study train``).  ``scale``: the
         number of ranks.  The caller records the epoch's own measure after the block."""
-        period = period if period is not None else (CLOCK_REMOTE_S if _remote(self.uri) else CLOCK_S)
+        period = period if period is not None else (CLOCK_REMOTE_S if is_remote(self.uri) else CLOCK_S)
         start = time.perf_counter()
         stop = threading.Event()
 
