@@ -25,7 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from study.storage import default_storage
+from study.storage import default_storage, is_remote
 from study.tables import SCHEMA, TABLES, list_table, read_table
 
 if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never needs pandas
@@ -48,10 +48,6 @@ def _sql_type(column: str) -> str:
 
 class AnalysisError(Exception):
     """A user-facing error (missing study, bad SQL, …): one line, exit status 2."""
-
-
-def _remote(path: str) -> bool:
-    return "://" in path
 
 
 def _one_line(message: str) -> str:
@@ -110,17 +106,17 @@ def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
     storage = storage or default_storage()
     target = str(target)
     candidates: list[str] = []
-    if _remote(target):
+    if is_remote(target):
         candidates.append(target.rstrip("/"))
     else:
         if Path(target).is_dir():
             candidates.append(str(Path(target).resolve()))
         if target and "/" not in target and target not in (".", ".."):
-            under = f"{storage.rstrip('/')}/{target}" if _remote(storage) else str(Path(storage).resolve() / target)
+            under = f"{storage.rstrip('/')}/{target}" if is_remote(storage) else str(Path(storage).resolve() / target)
             if under not in candidates:
                 candidates.append(under)
     for c in candidates:
-        if _remote(c):
+        if is_remote(c):
             kind = _remote_kind(c)
             if kind == "study":
                 return f"{c}/tables", c
@@ -132,7 +128,7 @@ def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
             return str(p / "tables"), str(p)
         if any((p / t).is_dir() for t in TABLES):
             return str(p), str(p.parent)
-    if _remote(target):
+    if is_remote(target):
         raise AnalysisError(f"no study tables at {target}")
     if Path(target).is_dir():
         raise AnalysisError(f"{target} is not a study folder (no tables/, runs/ or epochs/ inside)")
@@ -162,7 +158,7 @@ class Study:
 
     @property
     def remote(self) -> bool:
-        return _remote(self.root)
+        return is_remote(self.root)
 
     def table(self, name: str) -> pd.DataFrame:
         if name not in TABLES:

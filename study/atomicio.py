@@ -19,11 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import IO, Callable
 
+from study.storage import is_remote
+
 Writer = Callable[[IO[bytes]], object]
-
-
-def is_remote(path: str | os.PathLike) -> bool:
-    return "://" in str(path)
 
 
 def write_atomic(path: str | os.PathLike, write: Writer | bytes, *, prefix: str = ".tmp-", suffix: str = "",

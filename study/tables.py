@@ -62,6 +62,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from study.atomicio import write_atomic
+from study.storage import is_remote
 
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is built: `analysis query` never needs it
     import pandas as pd
@@ -135,12 +136,8 @@ def warnings_as_lines(prog: str) -> None:
     warnings.simplefilter("always", TableWarning)
 
 
-def _remote(root: str | os.PathLike) -> bool:
-    return "://" in str(root)
-
-
 def _join(root: str | os.PathLike, rel: str) -> str:
-    if _remote(root):
+    if is_remote(root):
         return f"{str(root).rstrip('/')}/{rel}"
     return str(Path(root) / rel)
 
@@ -156,7 +153,7 @@ def compacted_path(root: str | os.PathLike, table: str, trial_id: str) -> str:
 
 
 def _fs(path: str) -> tuple[pafs.FileSystem, str]:
-    if _remote(path):
+    if is_remote(path):
         return pafs.FileSystem.from_uri(str(path))
     return pafs.LocalFileSystem(), str(path)
 

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from study.atomicio import is_remote, write_atomic
+from study.atomicio import write_atomic
+from study.storage import is_remote
 
 
 #: seconds between two saves of a running epoch's clock (local files / object storage)
