@@ -62,6 +62,17 @@ class RayStartError(StudyError):
     """A local Ray did not start, or a cluster could not be joined."""
 
 
+class SupersededError(StudyError):
+    """A newer attempt of the trial has started (Tune retried it on another node while
+    this one, cut off from Ray, kept training): this attempt must write nothing more."""
+
+    def __init__(self, uri: str, mine: int, current: int):
+        super().__init__(f"{uri}: attempt {mine} of this trial superseded by attempt {current}; it stops "
+                         "without writing")
+        self._init = (uri, mine, current)
+        self.uri, self.mine, self.current = uri, mine, current
+
+
 class LockError(StudyError):
     """Another driver holds the study's lock."""
 

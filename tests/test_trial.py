@@ -162,3 +162,33 @@ def test_study_train_command(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "--data" in bad.stderr and "missing.tar.gz" in bad.stderr
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("encoding,isotropic", VARIANTS, ids=VARIANT_IDS)
+def test_superseded_attempt_stops_and_writes_nothing_more(encoding, isotropic, tmp_path):
+    """A node cut off from Ray (its raylet dead but not reaped, a network partition)
+    keeps training while Tune retries the trial elsewhere: once a newer attempt has
+    started (the ledger's count), the old one writes no further table part, ``runs``
+    row or ledger entry, and stops with ``SupersededError``."""
+    from study.errors import SupersededError
+    from study.trial.ledger import TrialLedger
+
+    uri = tmp_path / "trials" / "t.json"
+    cfg = TrainConfig(model=tiny(encoding, isotropic, hidden=16, layers=1, intermediate=32, num_heads=2),
+                      data="synthetic:200", epochs=4, batch_size=20, head_images=10)
+    old = TrialLedger(uri=uri)
+    old.start()
+
+    def newer_attempt_after_epoch_1(metrics, ckpt):
+        if metrics["epoch"] == 1:
+            TrialLedger(uri=uri).start()  # Tune's retry on another node
+
+    with pytest.raises(SupersededError, match="attempt 1 .* attempt 2"):
+        train_trial(cfg, trial_id="t", tables=tmp_path / "tables", report=newer_attempt_after_epoch_1, ledger=old)
+    assert sorted(read(tmp_path / "tables", "epochs").epoch) == [0, 1]
+    assert len(read(tmp_path / "tables", "heads").query("epoch > 1")) == 0
+    runs = read(tmp_path / "tables", "runs")
+    assert runs.status.tolist() == ["running"] and runs.epochs_done.tolist() == [2]
+    assert TrialLedger(uri=uri).read()["attempts"] == 2  # the old attempt's clock never wrote over it
+    old.fail("anything")  # its failure is not the trial's: nothing recorded
+    assert TrialLedger(uri=uri).read()["last_error"] is None

@@ -9,6 +9,13 @@ before its first checkpoint, and ``device_seconds`` keeps the time of every atte
 also of an epoch that never ended (Ctrl-C, SIGTERM, a killed worker or node): all
 but at most the last clock period.  Plain JSON, replaced atomically (one PUT on
 object storage).
+
+The count is also a fencing token.  An attempt that a newer one has superseded (its
+node cut off from Ray while its process lives on: a raylet dead but not reaped, a
+network partition; Tune has retried the trial elsewhere) finds a larger ``attempts``
+in the ledger at its next write and raises :class:`~study.errors.SupersededError`:
+the trial loop checks before every epoch's table parts and before the final row, so
+the old attempt writes nothing more than the epoch it was in, and never the ledger.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from study.atomicio import write_atomic
+from study.errors import SupersededError
 from study.storage import is_remote
 
 
@@ -50,6 +58,13 @@ class TrialLedger:
             return {}
         return data if isinstance(data, dict) else {}
 
+    def ensure_current(self) -> None:
+        """Raise :class:`SupersededError` if a newer attempt has started since this one
+        (one read of the ledger)."""
+        current = int(self.read().get("attempts", 0))
+        if current > self.attempts:
+            raise SupersededError(self.uri, self.attempts, current)
+
     def _write(self) -> None:
         text = json.dumps({"attempts": self.attempts, "device_seconds": self.device_seconds,
                            "last_error": self.last_error})
@@ -65,14 +80,20 @@ class TrialLedger:
         return self.attempts, self.device_seconds
 
     def fail(self, cause: str) -> None:
-        """Record why this attempt failed (one line, read by the driver)."""
+        """Record why this attempt failed (one line, read by the driver); nothing if a
+        newer attempt has started (this attempt's failure is not the trial's)."""
         data = self.read()
+        if int(data.get("attempts", 0)) > self.attempts > 0:
+            return
         self.attempts = int(data.get("attempts", self.attempts))
         self.device_seconds = float(data.get("device_seconds", self.device_seconds))
         self.last_error = cause
         self._write()
 
     def update(self, device_seconds: float) -> None:
+        """Save the device-seconds so far, unless a newer attempt has started
+        (:class:`SupersededError`)."""
+        self.ensure_current()
         self.device_seconds = float(device_seconds)
         self._write()
 

@@ -117,7 +117,7 @@ def train_trial(
         with contextlib.suppress(Exception):  # a failing storage must not hide the interruption
             _write_run(t, "interrupted")
         raise
-    return _finish(t)
+    return _finish(t, ledger)
 
 
 def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger) -> None:
@@ -394,8 +394,11 @@ def _checkpoint(t: _Trial, checkpoint_dir) -> Path | None:
     return Path(checkpoint_dir)
 
 
-def _finish(t: _Trial) -> TrialResult:
-    """The final ``runs`` row (finished / diverged), the trial's tables compacted."""
+def _finish(t: _Trial, ledger) -> TrialResult:
+    """The final ``runs`` row (finished / diverged), the trial's tables compacted, unless
+    a newer attempt has started (the ledger's fence)."""
+    if ledger is not None:
+        ledger.ensure_current()
     _write_run(t, t.status)
     if t.writer is not None:
         t.writer.close()  # one compacted file per table for the finished trial
