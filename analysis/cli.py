@@ -146,6 +146,15 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_storage(args: argparse.Namespace) -> None:
+    """A malformed ``--storage`` or ``$STUDY_STORAGE`` is one line, not pyarrow's traceback."""
+    from study.storage import STORAGE_ENV, default_storage, storage_problem
+
+    problem = storage_problem(args.storage or default_storage())
+    if problem:
+        raise AnalysisError(f"--storage: {problem}" if args.storage else f"${STORAGE_ENV}: {problem}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -155,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     prog = f"analysis {args.command}"
     warnings_as_lines(prog)
     try:
+        if hasattr(args, "storage"):
+            _check_storage(args)
         return args.func(args)
     except AnalysisError as exc:
         _fail(prog, str(exc))

@@ -22,6 +22,26 @@ def default_storage() -> str:
     return os.environ.get(STORAGE_ENV) or "results"
 
 
+#: object stores a storage URI may name (pyarrow's file systems); anything else is refused
+REMOTE_SCHEMES = ("s3", "gs", "gcs")
+
+
+def storage_problem(storage: str) -> str | None:
+    """Why ``storage`` cannot be a storage (one line), or None: an empty value, a URI
+    of a scheme other than :data:`REMOTE_SCHEMES`, or one without a bucket."""
+    text = str(storage)
+    if not text.strip():
+        return "must be a folder or s3://bucket/prefix, got ''"
+    if "://" not in text:
+        return None
+    scheme, rest = text.split("://", 1)
+    if scheme.lower() not in REMOTE_SCHEMES:
+        return f"unsupported URI scheme {scheme!r} in {text!r} (use a folder or s3://bucket/prefix)"
+    if not rest.split("/", 1)[0].split("?", 1)[0]:
+        return f"{text!r} names no bucket (use s3://bucket/prefix)"
+    return None
+
+
 def is_remote(storage: str) -> bool:
     return "://" in str(storage)
 

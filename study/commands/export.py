@@ -24,7 +24,8 @@ def register(sub) -> None:
                        "(its latest checkpoint: the last epoch trained) to a .pt file loadable with "
                        "torch.load(weights_only=True) and study.models.load_trained.")
     p.add_argument("name", help="study name (under --storage) or path to a study folder")
-    p.add_argument("--storage", default=DEFAULT_STORAGE, help="folder or s3://bucket/prefix")
+    p.add_argument("--storage", default=None,
+                   help="folder or s3://bucket/prefix (default: $STUDY_STORAGE, else ./results)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--trial", metavar="ID", help="trial id as in the tables (e.g. c000-s000)")
     which.add_argument("--best", action="store_true",
@@ -63,10 +64,11 @@ def _choose(prog: str, runs, refs: dict, args) -> str:
 
 def run_export(args: argparse.Namespace) -> int:
     prog = "study export"
-    from study.commands.studies import _root
+    from study.commands.studies import _resolved_storage, _root
     from study.tables import read_table
     from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
 
+    args.storage = _resolved_storage(prog, args.storage)
     root = _root(args.storage, args.name)
     if "://" not in root and not Path(root).is_dir():
         fail(prog, f"no study {args.name!r} in {args.storage}")

@@ -18,6 +18,17 @@ from study.storage import STORAGE_ENV, default_storage
 STORAGE_HELP = f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./results)"
 
 
+def _resolved_storage(prog: str, storage: str | None) -> str:
+    """``--storage`` or ``$STUDY_STORAGE`` (or ./results), refused in one line if malformed."""
+    from study.storage import storage_problem
+
+    value = storage or default_storage()
+    problem = storage_problem(value)
+    if problem:
+        fail(prog, f"--storage: {problem}" if storage else f"${STORAGE_ENV}: {problem}")
+    return value
+
+
 def _storage(parser) -> None:
     parser.add_argument("--storage", default=None, help=STORAGE_HELP)
 
@@ -175,7 +186,7 @@ def _cluster_checks(prog: str, args: argparse.Namespace) -> None:
 
 def run_run(args: argparse.Namespace) -> int:
     prog = "study run"
-    args.storage = args.storage or default_storage()
+    args.storage = _resolved_storage("study run", args.storage)
     # a local Ray gets --num-cpus or this machine's CPUs: a trial asking for more would wait forever
     spec = _spec(prog, args.file, args.data, None,
                  None if args.address else (args.num_cpus if args.num_cpus is not None else local_cpus()))
@@ -321,7 +332,7 @@ def run_status(args: argparse.Namespace) -> int:
     from study.storage import read_meta
     from study.tables import read_table
 
-    args.storage = args.storage or default_storage()
+    args.storage = _resolved_storage("study status", args.storage)
     root = _root(args.storage, args.name)
     if not _exists("study status", root):
         fail("study status", f"no study {args.name!r} in {args.storage}")
@@ -341,7 +352,7 @@ def run_list(args: argparse.Namespace) -> int:
     from study.storage import list_studies, read_meta, study_root
     from study.tables import read_table
 
-    storage = args.storage or default_storage()
+    storage = _resolved_storage("study list", args.storage)
     if "://" not in storage and not Path(storage).is_dir():
         fail("study list", f"--storage: no folder {storage}")
     rows = []
@@ -361,7 +372,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_resume(args: argparse.Namespace) -> int:
     prog = "study resume"
-    args.storage = args.storage or default_storage()
+    args.storage = _resolved_storage("study resume", args.storage)
     root = _root(args.storage, args.name)
     if not _exists(prog, root) or ("://" not in root and not (Path(root) / "study.json").exists()):
         fail(prog, f"no study {args.name!r} in {args.storage}")

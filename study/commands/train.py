@@ -70,9 +70,11 @@ def run(args: argparse.Namespace) -> int:
         )
     except ConfigError as e:
         fail(prog, f"{flag(e.field)}: {e.message}")
+    _check_limits(prog, cfg)
     out: Path = args.out
     if out.exists() and not out.is_dir():
         fail(prog, f"--out: {out} exists and is not a directory")
+    _check_out_parent(prog, out)
     trial_id = args.trial_id or out.resolve().name or uuid.uuid4().hex[:8]
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
@@ -86,6 +88,13 @@ def run(args: argparse.Namespace) -> int:
         splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
     except DataError as e:
         fail(prog, f"--{e}")
+    if cfg.batch_size > len(splits.train_labels):  # training drops the last incomplete batch
+        fail(prog, f"--batch-size: {cfg.batch_size} is more than the {len(splits.train_labels)} training images "
+                   f"of {cfg.data}")
+    try:  # the first write: after every input was accepted, so a refused one creates no folder
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        fail(prog, f"--out: cannot create {out} ({e.strerror or e})")
     from study.errors import CheckpointError
     from study.trial.ledger import TrialLedger
 
@@ -106,6 +115,33 @@ def run(args: argparse.Namespace) -> int:
     print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")
     return 0 if result.status == "finished" else 1
+
+
+def _check_limits(prog: str, cfg) -> None:
+    """The same documented limits (:mod:`study.limits`) a study file is held to."""
+    from study import limits
+
+    caps = {**{f: (c, "MAX_MODEL_FIELD") for f, c in limits.MAX_MODEL_FIELD.items()}}
+    for fld, (cap, const) in caps.items():
+        v = getattr(cfg.model, fld, None)
+        if isinstance(v, int) and v > cap:
+            fail(prog, f"{flag(fld)}: must be <= {cap} ({const}), got {v}")
+    for fld, cap, const in (("epochs", limits.MAX_EPOCHS, "MAX_EPOCHS"),
+                            ("batch_size", limits.MAX_BATCH_SIZE, "MAX_BATCH_SIZE"),
+                            ("seed", limits.MAX_SEED, "MAX_SEED"),
+                            *((f, c, "MAX_TRAIN_FIELD") for f, c in limits.MAX_TRAIN_FIELD.items())):
+        v = getattr(cfg, fld, None)
+        if isinstance(v, int) and v > cap:
+            fail(prog, f"{flag(fld)}: must be <= {cap} ({const}), got {v}")
+
+
+def _check_out_parent(prog: str, out: Path) -> None:
+    """``--out``'s nearest existing ancestor is a folder (else the run would fail at its first write)."""
+    for parent in out.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                fail(prog, f"--out: {parent} is not a directory")
+            return
 
 
 def _validation(text: str) -> int | float:

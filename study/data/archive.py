@@ -117,6 +117,7 @@ def tar_members(raw: bytes, *, path: str) -> list[Member]:
     next_name: str | None = None
     next_size: int | None = None
     ended = False
+    seen: set[str] = set()
     while off + _BLOCK <= n:
         h = raw[off : off + _BLOCK]
         if h[0] == 0 and h == bytes(_BLOCK):
@@ -155,6 +156,8 @@ def tar_members(raw: bytes, *, path: str) -> list[Member]:
             name, next_name = next_name, None
         if next_size is not None:
             size, next_size = next_size, None
+        if typ in _REGULAR or typ == b"5":
+            _check_name(name, seen, path=path)
         if typ in _REGULAR:
             if data_off + size > n:
                 raise DataError(f"{path}: truncated tar archive ({name} is cut short)")
@@ -166,6 +169,20 @@ def tar_members(raw: bytes, *, path: str) -> list[Member]:
         raise DataError(f"{path}: truncated tar archive: no end-of-archive marker after {len(out)} members "
                         f"at byte {off} (the file was cut short?)")
     return out
+
+
+def _check_name(name: str, seen: set[str], *, path: str) -> None:
+    """Refuse a member that names a place outside the archive (absolute, ``..``) or
+    that repeats an earlier member's name (which of the two would be meant?).
+    Nothing is ever extracted, but such an archive is hostile or broken."""
+    parts = name.split("/")
+    if name.startswith("/") or ".." in parts or "\0" in name:
+        raise DataError(f"{path}: member {name[:200]!r} points outside the archive (absolute path or '..'): "
+                        "refusing the archive")
+    key = "/".join(p for p in parts if p not in ("", "."))
+    if key in seen:
+        raise DataError(f"{path}: member {name[:200]!r} appears twice in the archive")
+    seen.add(key)
 
 
 def _round_up(size: int) -> int:

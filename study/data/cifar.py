@@ -34,12 +34,18 @@ def load_cifar10(root: str | Path) -> dict[str, Any]:
     "source"}`` from ``root/cifar-10-batches-py``, downloading it there if absent."""
     root = Path(root).expanduser()
     folder = root / FOLDER
-    if not all((folder / f).is_file() for f in (*TRAIN_FILES, *TEST_FILES, META_FILE)):
+    names = (*TRAIN_FILES, *TEST_FILES, META_FILE)
+    odd = [f for f in names if (folder / f).exists() and not (folder / f).is_file()]
+    if odd:
+        raise DataError(f"{folder / odd[0]}: not a regular file (expected a CIFAR-10 python batch file)")
+    if not all((folder / f).is_file() for f in names):
         _download(root)
     meta = _unpickle(folder / META_FILE)
     classes = meta.get("label_names") if isinstance(meta, dict) else None
     if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
         raise DataError(f"{folder / META_FILE}: no label_names list")
+    if len(classes) < 2 or len(set(classes)) != len(classes):
+        raise DataError(f"{folder / META_FILE}: label_names must list at least 2 distinct classes, got {classes[:5]!r}")
     out: dict[str, Any] = {"classes": tuple(classes), "source": f"CIFAR-10 {folder}"}
     for split, files in (("train", TRAIN_FILES), ("test", TEST_FILES)):
         images, labels = zip(*(_batch(folder / f, num_classes=len(classes)) for f in files))

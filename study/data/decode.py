@@ -105,6 +105,9 @@ def _decode_chunk(flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, i
     if images is None:
         images = [_decode_one(name, v, source=source) for (name, _, _), v in zip(items, views)]
     for (name, _, _), img in zip(items, images):
+        if img.ndim != 3:  # an animated GIF/WebP decodes to (frames, C, H, W)
+            raise DataError(f"{source}: {name}: image has shape {tuple(img.shape)} (an animation?), "
+                            "expected one 32x32 frame with 3 channels (RGB)")
         if tuple(img.shape) != IMAGE_SHAPE:
             c, h, w = img.shape
             raise DataError(

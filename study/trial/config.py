@@ -63,8 +63,8 @@ class TrainConfig:
             _int_at_least(self, "subset", 10)
         for k in ("lr", "momentum", "weight_decay"):
             v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
-                raise ConfigError(k, f"must be a non-negative number, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+                raise ConfigError(k, f"must be a finite non-negative number, got {v!r}")
         if self.lr == 0:
             raise ConfigError("lr", "must be > 0")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, (int, float)) or not 0 <= self.warmup < 1:
