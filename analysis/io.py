@@ -197,6 +197,7 @@ class Study:
             import duckdb
 
             con = duckdb.connect()
+            _confine(con, None if self.remote else self.root)
             for table in TABLES:
                 self._view(con, table)
             self._con = con
@@ -313,6 +314,7 @@ class Study:
         import pandas as pd
 
         def go(con):
+            _only_reads(con, query)
             result = con.sql(query)
             if result is None:  # a statement without a result (e.g. SET)
                 return pd.DataFrame()
@@ -323,6 +325,7 @@ class Study:
     def sql_records(self, query: str) -> tuple[list[str], list[tuple]]:
         """Column names and rows (tuples of plain Python values; lists for list columns)."""
         def go(con):
+            _only_reads(con, query)
             result = con.sql(query)
             if result is None:
                 return [], []
@@ -330,6 +333,40 @@ class Study:
             return table.column_names, list(zip(*(col.to_pylist() for col in table.columns)))
 
         return self._run(go, query)
+
+
+#: statements a query may run: it reads the tables, never writes a file or changes settings
+READ_STATEMENTS = ("SELECT", "EXPLAIN")
+
+
+def _confine(con, root: str | None) -> None:
+    """Let SQL read only the study's tables: no other file (``read_csv('/etc/passwd')``),
+    no network (``INSTALL``/``LOAD`` of extensions, ``http://`` URLs); settings are then
+    locked, so a query cannot undo this.  ``root``: the local tables folder (None for a
+    study on object storage, whose tables DuckDB scans through registered Arrow datasets)."""
+    if root is not None:
+        folder = str(root).rstrip("/") + "/"
+        con.execute("SET allowed_directories = [" + "'" + folder.replace("'", "''") + "']")
+    for setting in ("enable_external_access = false", "autoinstall_known_extensions = false",
+                    "autoload_known_extensions = false", "lock_configuration = true"):
+        con.execute(f"SET {setting}")
+
+
+def _only_reads(con, query: str) -> None:
+    """Refuse (one line) any statement but SELECT/EXPLAIN: COPY ... TO, ATTACH, EXPORT
+    DATABASE, CREATE, SET, INSTALL ... would write files, change the session or reach
+    the network; ``analysis`` reads tables only."""
+    import duckdb
+
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.Error:
+        return  # a syntax error: the query itself reports it, with its hint
+    for st in statements:
+        kind = getattr(st.type, "name", str(st.type))
+        if kind not in READ_STATEMENTS:
+            raise AnalysisError(f"only SELECT queries are run (the tables are read, never written): "
+                                f"refusing {kind} statement")
 
 
 def _filesystem(uri: str):

@@ -192,3 +192,51 @@ def test_malformed_storage(capsys, monkeypatch, tmp_path, argv, storage, via_env
     assert len(lines) == 1 and lines[0].startswith(f"{prog} {argv[1]}: error: "), lines
     assert needle in lines[0], lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- analysis query: reads only
+@pytest.mark.parametrize("sql, needle", [
+    ("COPY (SELECT 1) TO '{tmp}/written.csv'", "refusing COPY statement"),
+    ("SELECT 1; COPY (SELECT 1) TO '{tmp}/written.csv'", "refusing COPY statement"),
+    ("ATTACH '{tmp}/written.db' AS x", "refusing ATTACH statement"),
+    ("EXPORT DATABASE '{tmp}/written'", "refusing EXPORT statement"),
+    ("CREATE TABLE t AS SELECT 1", "refusing CREATE statement"),
+    ("SET enable_external_access = true", "refusing SET statement"),
+    ("INSTALL httpfs", "statement"),
+    ("SELECT * FROM read_csv('{tmp}/secret.txt')", "Permission Error"),
+    ("SELECT * FROM read_text('{tmp}/secret.txt')", "Permission Error"),
+    ("SELECT * FROM read_parquet('http://127.0.0.1:9/x.parquet')", "Permission Error"),
+], ids=["copy", "copy_after_select", "attach", "export", "create", "set", "install", "read_csv", "read_text",
+        "http"])
+def test_query_reads_only_the_tables(capsys, tmp_path, sql, needle):
+    from analysis.cli import main as analysis_main
+
+    study = tmp_path / "s"
+    (study / "tables").mkdir(parents=True)
+    (study / "study.json").write_text("{}")
+    (tmp_path / "secret.txt").write_text("top-secret\n")
+    before = sorted(tmp_path.rglob("*"))
+    try:
+        code = analysis_main(["query", str(study), sql.format(tmp=tmp_path)])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "", (out, lines)
+    assert len(lines) == 1 and lines[0].startswith("analysis query: error: "), lines
+    assert needle in lines[0], lines[0]
+    assert sorted(tmp_path.rglob("*")) == before, "a query wrote a file"
+    assert "top-secret" not in err
+
+
+def test_query_still_reads_its_tables(capsys, tmp_path):
+    from analysis.cli import main as analysis_main
+
+    study = tmp_path / "s"
+    study.mkdir()
+    (study / "study.json").write_text("{}")
+    code = analysis_main(["query", str(study), "WITH r AS (SELECT * FROM runs) SELECT count(*) AS n FROM r",
+                          "--format", "csv"])
+    assert code == 0 and capsys.readouterr().out.splitlines() == ["n", "0"]
+    code = analysis_main(["query", str(study), "EXPLAIN SELECT * FROM epochs"])
+    assert code == 0
