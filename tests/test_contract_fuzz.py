@@ -240,3 +240,43 @@ def test_query_still_reads_its_tables(capsys, tmp_path):
     assert code == 0 and capsys.readouterr().out.splitlines() == ["n", "0"]
     code = analysis_main(["query", str(study), "EXPLAIN SELECT * FROM epochs"])
     assert code == 0
+
+
+# --------------------------------------------------------------------------- study evaluate: foreign files
+class _Payload:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("kind, needle", [
+    ("pickle_payload", "not a model export (refused by the weights-only unpickler: "),
+    ("random_bytes", "not a model export (refused by the weights-only unpickler: "),
+    ("empty", "not a model export (empty or truncated file)"),
+    ("folder", "not a file"),
+])
+def test_evaluate_foreign_file(capsys, tmp_path, kind, needle):
+    import os
+
+    f = tmp_path / "model.pt"
+    marker = tmp_path / "PWNED"
+    if kind == "pickle_payload":
+        f.write_bytes(pickle.dumps(_Payload(marker), protocol=4))
+    elif kind == "random_bytes":
+        f.write_bytes(b"P" + bytes(range(256)) * 4)
+    elif kind == "empty":
+        f.write_bytes(b"")
+    else:
+        f.mkdir()
+    try:
+        code = main(["evaluate", str(f), "--data", "synthetic:60"])
+    except SystemExit as e:
+        code = e.code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"study evaluate: error: {f}: ") and needle in lines[0], lines[0]
+    assert len(lines[0]) < 200 and not marker.exists()

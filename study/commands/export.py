@@ -104,7 +104,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from study.trial.loop import evaluate
 
     if not args.file.is_file():
-        fail(prog, f"{args.file}: no such file")
+        fail(prog, f"{args.file}: {'not a file' if args.file.exists() else 'no such file'}")
     if args.batch_size < 1:
         fail(prog, f"--batch-size: must be >= 1, got {args.batch_size}")
     try:

@@ -49,10 +49,14 @@ def read_export(path: str | os.PathLike, *, map_location: Any = "cpu") -> dict[s
 
     import torch
 
+    import warnings
+
     try:
-        data = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of a foreign file
+            warnings.simplefilter("ignore")
+            data = torch.load(path, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
-        raise ExportError(f"{path}: not a model export ({' '.join(str(e).split())[:200]})") from None
+        raise ExportError(f"{path}: not a model export ({_load_reason(e)})") from None
     if not isinstance(data, dict):
         raise ExportError(f"{path}: not a model export")
     if data.get("format") != FORMAT:
@@ -74,3 +78,12 @@ def load_trained(path: str | os.PathLike, *, map_location: Any = "cpu"):
 
 
 __all__ = ["FORMAT", "ExportError", "export_dict", "load_trained", "read_export"]
+
+
+def _load_reason(e: BaseException) -> str:
+    """torch.load's failure in a few words (its weights-only message is a paragraph of advice)."""
+    text = " ".join(str(e).split())
+    if "WeightsUnpickler error:" in text:
+        text = "refused by the weights-only unpickler: " + text.split("WeightsUnpickler error:", 1)[1].split(
+            " Check the documentation", 1)[0].split(". ", 1)[0].strip()
+    return text[:200] or ("empty or truncated file" if isinstance(e, EOFError) else type(e).__name__)
