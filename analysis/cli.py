@@ -110,10 +110,14 @@ def _figures(args: argparse.Namespace) -> int:
     out = args.out
     if out is None:
         out = Path("figures") / study.name if study.remote else Path(study.folder) / "figures"
+    _check_out(Path(out), folder=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         warnings.simplefilter("always", TableWarning)  # skipped files are named, always
-        written, skipped = draw_all(study, out, epoch=args.epoch)
+        try:
+            written, skipped = draw_all(study, out, epoch=args.epoch)
+        except OSError as exc:
+            raise AnalysisError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
     for line in skipped:
         print(line)
     for path in written:
@@ -141,9 +145,25 @@ def _report(args: argparse.Namespace) -> int:
     out = args.out
     if out is None:
         out = Path(f"{study.name}-report.html") if study.remote else Path(study.folder) / "report.html"
-    _write(out, render(study))
+    _check_out(Path(out), folder=False)
+    try:
+        _write(out, render(study))
+    except OSError as exc:
+        raise AnalysisError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
     print(out)
     return 0
+
+
+def _check_out(out: Path, *, folder: bool) -> None:
+    """``--out`` can be what is written there (a folder of figures, or one report file):
+    one line before anything is drawn, instead of a traceback after."""
+    if out.exists() and out.is_dir() != folder:
+        raise AnalysisError(f"--out: {out} is {'a file, not a folder' if folder else 'a folder, not a file'}")
+    for parent in out.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise AnalysisError(f"--out: {parent} is not a folder")
+            return
 
 
 def _check_storage(args: argparse.Namespace) -> None:

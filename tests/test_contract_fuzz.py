@@ -280,3 +280,29 @@ def test_evaluate_foreign_file(capsys, tmp_path, kind, needle):
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith(f"study evaluate: error: {f}: ") and needle in lines[0], lines[0]
     assert len(lines[0]) < 200 and not marker.exists()
+
+
+# --------------------------------------------------------------------------- analysis figures/report --out
+@pytest.mark.parametrize("command, out, needle", [
+    ("figures", "afile", "--out: afile is a file, not a folder"),
+    ("figures", "afile/sub", "afile is not a folder"),
+    ("report", "s", "--out: s is a folder, not a file"),
+    ("report", "afile/r.html", "afile is not a folder"),
+    ("report", "/proc/no-such-report.html", "--out: cannot write /proc/no-such-report.html"),
+], ids=["figures_file", "figures_under_file", "report_folder", "report_under_file", "report_proc"])
+def test_analysis_out(capsys, monkeypatch, tmp_path, command, out, needle):
+    from analysis.cli import main as analysis_main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "study.json").write_text("{}")
+    (tmp_path / "afile").write_text("x")
+    before = sorted(tmp_path.rglob("*"))
+    try:
+        code = analysis_main([command, "s", "--storage", str(tmp_path), "--out", out])
+    except SystemExit as e:
+        code = e.code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"analysis {command}: error: "), lines
+    assert needle in lines[0], lines[0]
+    assert sorted(tmp_path.rglob("*")) == before and (tmp_path / "afile").read_text() == "x"
