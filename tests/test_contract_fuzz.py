@@ -151,6 +151,13 @@ def test_numeric_flag(train, tmp_path, flag, value, needle):
     assert_refused(code, lines, tmp_path, needle)
 
 
+@pytest.mark.parametrize("trial_id", ["../../escape", "a/b", "..", ".hidden", "x" * 129, "tab\tid"])
+def test_trial_id_cannot_name_a_path(train, tmp_path, trial_id):
+    code, lines = train("--data", "synthetic:60", "--trial-id", trial_id)
+    assert_refused(code, lines, tmp_path, "--trial-id: must be 1 to 128 letters, digits")
+    assert list(tmp_path.iterdir()) == [], "a --trial-id wrote outside --out/tables"
+
+
 def test_out_under_a_file(train, tmp_path):
     (tmp_path / "afile").write_text("x")
     code, lines = train("--data", "synthetic:60", out=tmp_path / "afile" / "sub")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import uuid
 from pathlib import Path
 
 from study.cliutil import add_model_flags, fail, flag, model_config, model_overrides
+
+_TRIAL_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 
 
 def register(sub) -> None:
@@ -75,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         fail(prog, f"--out: {out} exists and is not a directory")
     _check_out_parent(prog, out)
+    if args.trial_id is not None and not _TRIAL_ID.fullmatch(args.trial_id):
+        # it names the table parts (tables/runs/<id>.parquet): a '/' or '..' would write outside tables/
+        fail(prog, f"--trial-id: must be 1 to 128 letters, digits, '.', '_' or '-' (not starting with '.'), "
+                   f"got {args.trial_id[:60]!r}")
     trial_id = args.trial_id or out.resolve().name or uuid.uuid4().hex[:8]
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:

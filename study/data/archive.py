@@ -9,7 +9,9 @@ traceback: decompression stops at :data:`study.limits.MAX_DECOMPRESSED_BYTES` (a
 decompression bomb), sizes are checked (negative, malformed, past the end), pax
 records are parsed strictly, and an archive must end with tar's end-of-archive
 marker — a plain tar cut on a 512-byte boundary is refused as truncated instead of
-silently giving fewer images.
+silently giving fewer images.  A file or folder member named by an absolute path,
+with a ``..`` component, or twice is refused (nothing is extracted, but such an
+archive is hostile or ambiguous); links, devices and FIFOs are skipped, never followed.
 """
 
 from __future__ import annotations
