@@ -313,3 +313,33 @@ def test_analysis_out(capsys, monkeypatch, tmp_path, command, out, needle):
     assert code == 2 and len(lines) == 1 and lines[0].startswith(f"analysis {command}: error: "), lines
     assert needle in lines[0], lines[0]
     assert sorted(tmp_path.rglob("*")) == before and (tmp_path / "afile").read_text() == "x"
+
+
+# --------------------------------------------------------------------------- study run / validate flags
+@pytest.mark.parametrize("args, needle", [
+    (["run", "{spec}", "--name", "", "--storage", "st"], "--name: must be 1 to 100 letters"),
+    (["validate", "{spec}", "--gpus", "-1"], "argument --gpus: must be an integer >= 0, got -1"),
+    (["validate", "{spec}", "--cpus", "-2"], "argument --cpus: must be an integer >= 0, got -2"),
+    (["run", "{spec}", "--name", "h", "--data", "{archive}", "--storage", "st"], "points outside the archive"),
+], ids=["run_empty_name", "validate_negative_gpus", "validate_negative_cpus", "run_hostile_archive"])
+def test_study_flags(capsys, monkeypatch, tmp_path, args, needle):
+    from helpers import write_spec
+    from study.tuning import runner
+
+    def no_ray(*a, **k):
+        raise AssertionError("a refused study started Ray")
+
+    monkeypatch.setattr(runner, "init_ray", no_ray)
+    monkeypatch.setenv("STUDY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path, "sp")
+    archive = _hostile_tar(tmp_path, "/escape.png")
+    before = sorted(tmp_path.rglob("*"))
+    try:
+        code = main([a.format(spec=spec, archive=archive) for a in args])
+    except SystemExit as e:
+        code = e.code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"study {args[0]}: error: "), lines
+    assert needle in lines[0], lines[0]
+    assert sorted(tmp_path.rglob("*")) == before, "a refused command wrote something"

@@ -57,14 +57,25 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
+    return value
+
+
 def register(sub) -> None:
     p = sub.add_parser("validate", help="check a study file and count its trials",
                        description="Validate a study file without running it: print the number of "
                        "trials and the distinct models. Errors: 'FILE: path.to.field: message', exit 2.")
     p.add_argument("file")
     p.add_argument("--data", help="override the file's data source")
-    p.add_argument("--gpus", type=int, help="GPUs of the target cluster (checks GPU requests)")
-    p.add_argument("--cpus", type=int, help="CPUs of the target machine or cluster (default: this machine's)")
+    p.add_argument("--gpus", type=non_negative_int, help="GPUs of the target cluster (checks GPU requests)")
+    p.add_argument("--cpus", type=non_negative_int,
+                   help="CPUs of the target machine or cluster (default: this machine's)")
     p.set_defaults(func=run_validate)
 
     p = sub.add_parser("run", help="run a study on Ray Tune",
@@ -190,7 +201,7 @@ def run_run(args: argparse.Namespace) -> int:
     # a local Ray gets --num-cpus or this machine's CPUs: a trial asking for more would wait forever
     spec = _spec(prog, args.file, args.data, None,
                  None if args.address else (args.num_cpus if args.num_cpus is not None else local_cpus()))
-    if args.name:
+    if args.name is not None:  # an explicit --name '' is refused, not replaced by the file's name
         from study.limits import MAX_NAME_LENGTH
         from study.spec import _valid_name
         from study.speccheck import short
