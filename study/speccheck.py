@@ -41,6 +41,9 @@ CIFAR10_TRAIN = 50_000
 #: (every model it can build is checked and counted); a longer one is checked at its ends
 ENUMERATE_INT_RANGE = 64
 
+#: model fields that are standard deviations of an initialisation (ModelConfig does not check them)
+INIT_STD_FIELDS = ("center_init_std", "spread_init_std")
+
 Err = Callable[[str, str], Exception]
 
 
@@ -120,7 +123,11 @@ def check_data_source(err: Err, data: str) -> None:
                               f"got {int(arg)}")
         return
     if kind == "cifar10":
-        if sep and arg and not Path(arg).expanduser().is_dir():
+        try:
+            root = Path(arg).expanduser()
+        except RuntimeError:  # ~user of an unknown user
+            raise err("data", f"cannot expand the ~ of {short(arg)}") from None
+        if sep and arg and not root.is_dir():
             raise err("data", f"cifar10:ROOT: {arg} is not a folder (create it to download CIFAR-10 into it)")
         return
     try:
@@ -207,6 +214,10 @@ def check_values(err: Err, spec, *, raw: dict[str, Any], models: list[dict],
             cfg = spec.train_config(cell, sampled)
         except ConfigError as e:
             raise err(where(e.field), f"{e.message}{context(e.field)}") from None
+        for fld in INIT_STD_FIELDS:
+            v = getattr(cfg.model, fld, None)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
+                raise err(where(fld), f"must be a finite number >= 0, got {short(v)}{context(fld)}")
         for fld, cap in limits.MAX_MODEL_FIELD.items():
             v = getattr(cfg.model, fld, None)
             if isinstance(v, int) and v > cap:
