@@ -41,6 +41,9 @@ CIFAR10_TRAIN = 50_000
 #: (every model it can build is checked and counted); a longer one is checked at its ends
 ENUMERATE_INT_RANGE = 64
 
+#: channels of the images of every data source (``study.data.decode.IMAGE_SHAPE``,
+#: ``study.data.synthetic``, CIFAR-10): a model built for another count fails its first step
+IMAGE_CHANNELS = 3
 #: model fields that are standard deviations of an initialisation (ModelConfig does not check them)
 INIT_STD_FIELDS = ("center_init_std", "spread_init_std")
 
@@ -214,6 +217,9 @@ def check_values(err: Err, spec, *, raw: dict[str, Any], models: list[dict],
             cfg = spec.train_config(cell, sampled)
         except ConfigError as e:
             raise err(where(e.field), f"{e.message}{context(e.field)}") from None
+        if cfg.model.in_channels != IMAGE_CHANNELS:
+            raise err(where("in_channels"), f"every data source gives RGB images ({IMAGE_CHANNELS} channels), got "
+                                            f"{short(cfg.model.in_channels)}{context('in_channels')}")
         for fld in INIT_STD_FIELDS:
             v = getattr(cfg.model, fld, None)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
