@@ -44,6 +44,9 @@ ENUMERATE_INT_RANGE = 64
 #: channels of the images of every data source (``study.data.decode.IMAGE_SHAPE``,
 #: ``study.data.synthetic``, CIFAR-10): a model built for another count fails its first step
 IMAGE_CHANNELS = 3
+#: side of the images of every data source (the same three): a model built for another
+#: size has position tables and a token grid that do not match the images it is fed
+IMAGE_SIDE = 32
 #: model fields that are standard deviations of an initialisation (ModelConfig does not check them)
 INIT_STD_FIELDS = ("center_init_std", "spread_init_std")
 
@@ -220,6 +223,9 @@ def check_values(err: Err, spec, *, raw: dict[str, Any], models: list[dict],
         if cfg.model.in_channels != IMAGE_CHANNELS:
             raise err(where("in_channels"), f"every data source gives RGB images ({IMAGE_CHANNELS} channels), got "
                                             f"{short(cfg.model.in_channels)}{context('in_channels')}")
+        if cfg.model.image_size != IMAGE_SIDE:
+            raise err(where("image_size"), f"every data source gives {IMAGE_SIDE}x{IMAGE_SIDE} images, got "
+                                           f"{short(cfg.model.image_size)}{context('image_size')}")
         for fld in INIT_STD_FIELDS:
             v = getattr(cfg.model, fld, None)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
