@@ -15,6 +15,11 @@ MAX_STUDY_FILE_BYTES = 1_000_000
 #: YAML nodes after alias expansion (a "billion laughs" alias bomb is refused while
 #: the document is composed, before any Python object is built)
 MAX_YAML_NODES = 20_000
+#: nesting depth of YAML collections (``[[[...]]]`` 10,000 deep would exhaust Python's
+#: recursion limit while the document is built; the shipped files nest 4 deep)
+MAX_YAML_DEPTH = 64
+#: digits of an integer literal (Python refuses to convert more than 4,300)
+MAX_INT_DIGITS = 100
 #: trials of one study (grid cells × num_samples) and grid cells (seeds × models × grid)
 MAX_TRIALS = 100_000
 MAX_GRID_CELLS = 10_000

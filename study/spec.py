@@ -203,10 +203,13 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     if _is_path(raw["data"]):
         # trials run in other working directories (and on other nodes): absolute path
         raw = {**raw, "data": str(Path(raw["data"]).expanduser().resolve())}
-    for key in ("epochs", "batch_size", "num_samples"):
-        if key in raw and raw[key] < 1:
+    for key in ("epochs", "batch_size", "num_samples", "subset"):
+        if raw.get(key) is not None and raw[key] < 1:
             raise err(key, f"must be >= 1, got {raw[key]}")
 
+    map_epochs = raw.get("maps", {}).get("epochs")
+    if isinstance(map_epochs, list) and len({_same_key(v) for v in map_epochs}) != len(map_epochs):
+        raise err("maps.epochs", f"repeats an epoch: {speccheck.short(map_epochs)}")
     validation, selection_metric = _check_validation(err, raw)
     base_train = {
         "data": raw["data"], "subset": raw.get("subset"), "validation": validation,
@@ -249,7 +252,10 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
             raise err(f"grid.{k}", f"must be a list of values, got {type(values).__name__}")
         if not values:
             raise err(f"grid.{k}", "empty axis: a grid axis needs at least one value")
-        if len({repr(v) for v in values}) != len(values):
+        for i, v in enumerate(values):
+            if isinstance(v, float) and not math.isfinite(v):
+                raise err(f"grid.{k}", f"entry {i} must be finite, got {v}")
+        if len({_same_key(v) for v in values}) != len(values):
             raise err(f"grid.{k}", "repeats a value")
     sample = raw.get("sample", {})
     for k, dist in sample.items():
@@ -266,6 +272,9 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
                 raise err(f"grid.{k}" if k in grid else f"sample.{k}",
                           f"duplicate axis: also set in models.{i}.training")
     num_samples = raw.get("num_samples", 1)
+    if num_samples > 1 and not sample:
+        raise err("num_samples", f"{num_samples} samples per cell but nothing is sampled (no sample axes): every "
+                                 "sample would repeat the same trial (repeat with seeds instead)")
 
     scheduler = raw.get("scheduler")
     if scheduler is not None:
@@ -278,6 +287,13 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
             raise err("scheduler.grace_period", "must be >= 1")
         if scheduler.get("reduction_factor", 3) <= 1:
             raise err("scheduler.reduction_factor", "must be > 1")
+        for key in ("grace_period", "reduction_factor"):
+            if kind != "asha" and key in scheduler:
+                raise err(f"scheduler.{key}", f"applies only to type asha (the fifo scheduler stops no trial)")
+        metric, mode = scheduler.get("metric"), scheduler.get("mode")
+        if isinstance(metric, str) and mode is not None and mode != ("min" if metric.endswith("loss") else "max"):
+            raise err("scheduler.mode", f"{mode} with metric {metric} would select the worst trials "
+                                        f"(use mode: {'min' if metric.endswith('loss') else 'max'})")
         scheduler = {"type": kind, **scheduler}
     if selection_metric is not None:
         scheduler = {"type": "fifo", **(scheduler or {}), "metric": selection_metric}
@@ -295,6 +311,9 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
                   f"fractional GPUs must be <= 1 (to pack trials on one GPU), got {gpus}")
     if cpus <= 0:
         raise err("resources.cpus_per_trial", f"must be > 0, got {cpus}")
+    for key, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)):
+        if 0 < v < 1e-4:  # Ray counts resources in units of 1/10000: this would be 0
+            raise err(f"resources.{key}", f"must be 0 or at least 0.0001 (Ray's resource unit), got {v:g}")
     workers = res.get("workers_per_trial", int(gpus) if gpus > 1 else 1)
     if workers < 1:
         raise err("resources.workers_per_trial", f"must be >= 1, got {workers}")
@@ -341,11 +360,42 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     # every cell with every value the sampled axes can take (choice entries, range ends)
     seen_models, complete = speccheck.check_values(err, spec, raw=raw, models=models, locate=lambda f, c, r, m: _locate(f, c, r, m, model_recipes),
                                                    model_fields=MODEL_FIELDS)
+    _check_distinct_models(err, spec, n_models=len(models))
     object.__setattr__(spec, "models", seen_models)
     object.__setattr__(spec, "models_complete", complete)
     return spec
 
 
+
+
+def _same_key(v: Any) -> Any:
+    """Key under which two list entries are the same value (0 and 0.0 are; true and 1 are not)."""
+    try:
+        hash(v)
+        return (type(v) is bool, v)
+    except TypeError:
+        return repr(v)
+
+
+def _check_distinct_models(err, spec: StudySpec, *, n_models: int) -> None:
+    """No two ``models`` entries give the same trials (same model and recipe, after
+    defaults): compared on the first seed and the first grid cell, since grid axes
+    may not be set in ``models``."""
+    if n_models < 2:
+        return
+    n_grid = len(spec.cells) // (n_models * max(1, len({c.seed for c in spec.cells})))
+    seen: dict[Any, int] = {}
+    for i in range(n_models):
+        cell = spec.cells[i * n_grid]
+        try:
+            key = spec.train_config(cell).to_dict()
+        except (ConfigError, TypeError, ValueError):  # only valid with sampled values: not compared
+            return
+        key = repr(key)
+        if key in seen:
+            raise err(f"models.{i}", f"builds the same model and recipe as models.{seen[key]}: "
+                                     "every trial would run twice")
+        seen[key] = i
 
 
 def selects(raw: dict[str, Any]) -> bool:
@@ -452,9 +502,14 @@ def _is_path(data: str) -> bool:
 
 
 def _check_data(err, data: str) -> None:
+    if not data.strip():
+        raise err("data", "must not be empty (synthetic, cifar10[:ROOT] or a path)")
     if not _is_path(data):
         return
-    p = Path(data).expanduser()
+    try:
+        p = Path(data).expanduser()
+    except RuntimeError:  # ~user of an unknown user, or no home directory
+        raise err("data", f"cannot expand the ~ of {speccheck.short(data)}") from None
     if not p.exists():
         raise err("data", f"no such file or directory: {data}")
     if not os.access(p, os.R_OK):

@@ -41,6 +41,15 @@ CIFAR10_TRAIN = 50_000
 #: (every model it can build is checked and counted); a longer one is checked at its ends
 ENUMERATE_INT_RANGE = 64
 
+#: channels of the images of every data source (``study.data.decode.IMAGE_SHAPE``,
+#: ``study.data.synthetic``, CIFAR-10): a model built for another count fails its first step
+IMAGE_CHANNELS = 3
+#: side of the images of every data source (the same three): a model built for another
+#: size has position tables and a token grid that do not match the images it is fed
+IMAGE_SIDE = 32
+#: model fields that are standard deviations of an initialisation (ModelConfig does not check them)
+INIT_STD_FIELDS = ("center_init_std", "spread_init_std")
+
 Err = Callable[[str, str], Exception]
 
 
@@ -120,7 +129,11 @@ def check_data_source(err: Err, data: str) -> None:
                               f"got {int(arg)}")
         return
     if kind == "cifar10":
-        if sep and arg and not Path(arg).expanduser().is_dir():
+        try:
+            root = Path(arg).expanduser()
+        except RuntimeError:  # ~user of an unknown user
+            raise err("data", f"cannot expand the ~ of {short(arg)}") from None
+        if sep and arg and not root.is_dir():
             raise err("data", f"cifar10:ROOT: {arg} is not a folder (create it to download CIFAR-10 into it)")
         return
     try:
@@ -207,6 +220,16 @@ def check_values(err: Err, spec, *, raw: dict[str, Any], models: list[dict],
             cfg = spec.train_config(cell, sampled)
         except ConfigError as e:
             raise err(where(e.field), f"{e.message}{context(e.field)}") from None
+        if cfg.model.in_channels != IMAGE_CHANNELS:
+            raise err(where("in_channels"), f"every data source gives RGB images ({IMAGE_CHANNELS} channels), got "
+                                            f"{short(cfg.model.in_channels)}{context('in_channels')}")
+        if cfg.model.image_size != IMAGE_SIDE:
+            raise err(where("image_size"), f"every data source gives {IMAGE_SIDE}x{IMAGE_SIDE} images, got "
+                                           f"{short(cfg.model.image_size)}{context('image_size')}")
+        for fld in INIT_STD_FIELDS:
+            v = getattr(cfg.model, fld, None)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
+                raise err(where(fld), f"must be a finite number >= 0, got {short(v)}{context(fld)}")
         for fld, cap in limits.MAX_MODEL_FIELD.items():
             v = getattr(cfg.model, fld, None)
             if isinstance(v, int) and v > cap:

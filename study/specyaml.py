@@ -6,7 +6,9 @@ YAML-1.1 surprises.
 - the document may expand to at most :data:`study.limits.MAX_YAML_NODES` nodes
   counting every alias use in full: the event stream is scanned (libyaml when
   available) and a "billion laughs" alias bomb stops there, before any node graph
-  or Python object is built; a recursive alias is refused;
+  or Python object is built; a recursive alias is refused; collections may nest at
+  most :data:`study.limits.MAX_YAML_DEPTH` deep and an integer has at most
+  :data:`study.limits.MAX_INT_DIGITS` digits;
 - scalars resolve as in YAML 1.2's core schema: ``true``/``false`` only (``yes``,
   ``on``, ``n`` stay strings), decimal integers only (YAML 1.1's sexagesimal
   ``1:30`` → 90 and octal ``010`` → 8 stay strings and fail their type check),
@@ -79,8 +81,23 @@ class _Constructor(yaml.constructor.SafeConstructor):
                 seen.add(key)
         return super().construct_mapping(node, deep)
 
+    def construct_yaml_int(self, node):
+        """Decimal integers only, also under an explicit ``!!int`` tag (``!!int 0x10``
+        and ``!!int 1:30`` would otherwise bring back YAML 1.1's forms), of at most
+        MAX_INT_DIGITS digits."""
+        value = self.construct_scalar(node)
+        digits = value.lstrip("+-").replace("_", "")
+        line = node.start_mark.line + 1
+        if not re.fullmatch(r"[-+]?(?:0|[1-9][0-9_]*)", value):
+            raise YamlError(f"line {line}: !!int {value[:20]!r} is not a decimal integer")
+        if len(digits) > limits.MAX_INT_DIGITS:
+            raise YamlError(f"line {line}: an integer of {len(digits)} digits, more than "
+                            f"{limits.MAX_INT_DIGITS} (MAX_INT_DIGITS)")
+        return int(value.replace("_", ""))
+
 
 _Constructor.add_constructor("tag:yaml.org,2002:map", _Constructor.construct_yaml_map)
+_Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)
 
 if _Parser is not None:
     class _Loader(_Parser, _Constructor, _Resolver):
@@ -157,38 +174,45 @@ def check_expansion(text: str, *, max_nodes: int | None = None) -> int:
     (default :data:`study.limits.MAX_YAML_NODES`) or an alias refers to a node that
     contains it.  Returns the count."""
     cap = limits.MAX_YAML_NODES if max_nodes is None else max_nodes
-    sizes: dict[str, int] = {}
-    stack: list[list] = []  # [expanded size so far, anchor] of each open collection
+    sizes: dict[str, tuple[int, int]] = {}  # anchor -> (expanded size, nesting height)
+    stack: list[list] = []  # [expanded size so far, anchor, height of the deepest child] of each open collection
     total = 0
     loader = _Loader(text)
+    deep = f"collections nested more than {limits.MAX_YAML_DEPTH} deep (MAX_YAML_DEPTH)"
     try:
         while loader.check_event():
             ev = loader.get_event()
             if isinstance(ev, CollectionEndEvent):
-                size, anchor = stack.pop()
+                size, anchor, height = stack.pop()
                 if anchor is not None:
-                    sizes[anchor] = size
+                    sizes[anchor] = (size, height + 1)
                 if stack:
                     stack[-1][0] += size
+                    stack[-1][2] = max(stack[-1][2], height + 1)
                 continue
             if isinstance(ev, CollectionStartEvent):
-                stack.append([1, ev.anchor])
+                stack.append([1, ev.anchor, 0])
+                if len(stack) > limits.MAX_YAML_DEPTH:
+                    raise YamlError(f"line {ev.start_mark.line + 1}: {deep}")
                 n = 1
             elif isinstance(ev, ScalarEvent):
                 n = 1
                 if ev.anchor is not None:
-                    sizes[ev.anchor] = 1
+                    sizes[ev.anchor] = (1, 0)
                 if stack:
                     stack[-1][0] += 1
             elif isinstance(ev, AliasEvent):
                 if ev.anchor not in sizes:
-                    if any(a == ev.anchor for _, a in stack):
+                    if any(a == ev.anchor for _, a, _ in stack):
                         raise YamlError(f"line {ev.start_mark.line + 1}: alias *{ev.anchor} refers to a "
                                         "node that contains it (recursive)")
                     continue  # undefined: the loader reports it
-                n = sizes[ev.anchor]
+                n, height = sizes[ev.anchor]
+                if len(stack) + height > limits.MAX_YAML_DEPTH:  # aliases of aliases nest too
+                    raise YamlError(f"line {ev.start_mark.line + 1}: {deep} (aliases expanded)")
                 if stack:
                     stack[-1][0] += n
+                    stack[-1][2] = max(stack[-1][2], height)
             else:
                 continue
             total += n

@@ -221,6 +221,28 @@ def test_folder_and_binary_study_files(cli, tmp_path):
     assert cli("validate", p).line == f"study validate: error: {p}: not UTF-8 text (byte 16)"
 
 
+@pytest.mark.parametrize("which,message", [("missing", "no such study file"), ("/dev/null", "not a regular file")])
+def test_missing_and_device_study_files(cli, tmp_path, which, message):
+    p = tmp_path / "nope.yaml" if which == "missing" else Path(which)
+    if which != "missing" and not p.exists():
+        pytest.skip(f"no {which}")
+    for prog in ("validate", "run"):
+        r = cli(prog, p, *(("--storage", tmp_path / "st") if prog == "run" else ()))
+        assert r.code == 2 and r.line == f"study {prog}: error: {p}: {message}"
+    assert_nothing_written(tmp_path)
+
+
+def test_nesting_through_aliases_is_bounded(cli, tmp_path):
+    """Each anchor holds an alias of the previous one: few nodes, but nesting that grows
+    by one per line (the document is built recursively); refused from the event stream."""
+    chain = "".join(f"  a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 2 * limits.MAX_YAML_DEPTH))
+    p = write(tmp_path, "data: synthetic\nx:\n  a0: &a0 [1]\n" + chain)
+    r = cli("validate", p)
+    assert r.code == 2 and r.line.endswith(f"collections nested more than {limits.MAX_YAML_DEPTH} deep "
+                                           "(MAX_YAML_DEPTH) (aliases expanded)")
+    assert r.cpu < CPU_BUDGET_S
+
+
 def test_yaml_12_scalars_are_accepted(cli, tmp_path):
     """The other side of the YAML-1.1 refusals: 1e-4 is a float (YAML 1.1 read a string)."""
     p = write(tmp_path, "data: synthetic\nepochs: 1\nmodel: {hidden: 16, layers: 1}\n"

@@ -162,6 +162,31 @@ def test_train_falls_back_to_previous_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
+def test_train_refuses_a_second_train_into_the_same_folder(tmp_path):
+    """Two `study train --out DIR` at once would train one trial twice into one folder
+    (the second superseding the first): the second is refused in one line, exit 2,
+    and the first finishes as if alone."""
+    out = tmp_path / "t"
+    args = [sys.executable, "-m", "study", "train", *TRAIN[:-1], "3", "--data", "synthetic:2000", "--out", str(out)]
+    first = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: (out / "tables" / "runs").exists(), first), "the first train did not start"
+        second = study("train", *TRAIN[:-1], "3", "--data", "synthetic:2000", "--out", str(out), cwd=tmp_path)
+        _, err = first.communicate(timeout=300)
+    finally:
+        first.kill()
+    assert second.returncode == 2, second.stderr
+    assert second.stderr.strip().splitlines() == [
+        f"study train: error: --out: {out} is being trained into by another study train "
+        f"(pid {first.pid} on {os.uname().nodename}, since {second.stderr.split(', since ')[1].split(')')[0]}); "
+        f"lock {out / '.study.lock'}"], second.stderr
+    assert first.returncode == 0, err
+    runs = read_table(out / "tables", "runs")
+    assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [1]
+    assert sorted(read_table(out / "tables", "epochs").epoch) == [0, 1, 2]
+
+
+@pytest.mark.slow
 def test_train_ctrl_c_mid_epoch_keeps_its_time(tmp_path):
     """Ctrl-C during `study train`'s epoch: one line, exit 130, the row `interrupted`; the
     same command continues (attempts 2) and `device_seconds` holds both attempts' time."""

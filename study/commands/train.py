@@ -102,9 +102,16 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         fail(prog, f"--out: cannot create {out} ({e.strerror or e})")
-    from study.errors import CheckpointError
+    from study.errors import EXIT_STORAGE, CheckpointError, LockError, StorageError, SupersededError
     from study.trial.ledger import TrialLedger
+    from study.tuning.lock import StudyLock
 
+    # one `study train` per --out folder (a second would train the same trial into it)
+    lock = StudyLock(root=str(out), name=trial_id)
+    try:
+        lock.acquire()
+    except LockError as e:
+        fail(prog, f"--out: {out} is being trained into by another study train ({str(e).split('(', 1)[-1]}")
     book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
     try:
         result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
@@ -112,6 +119,13 @@ def run(args: argparse.Namespace) -> int:
                              warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
     except CheckpointError as e:
         fail(prog, f"--out: {e}")
+    except SupersededError as e:  # another machine trains into the same (shared) folder
+        print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
+        return 1
+    except (StorageError, OSError) as e:  # disk full, unwritable, vanished: the path and why
+        why = e if isinstance(e, StorageError) else StorageError(str(e.filename or out), e.strerror or str(e))
+        print(f"{prog}: error: {why}", file=sys.stderr, flush=True)
+        return EXIT_STORAGE
     except KeyboardInterrupt:
         from study.errors import EXIT_SIGINT
 
