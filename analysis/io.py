@@ -335,8 +335,12 @@ class Study:
         return self._run(go, query)
 
 
-#: statements a query may run: it reads the tables, never writes a file or changes settings
-READ_STATEMENTS = ("SELECT", "EXPLAIN")
+#: statements a query may run: it reads the tables, never writes a file or changes settings.
+#: SELECT covers WITH, FROM-first, DESCRIBE, SHOW, SUMMARIZE, VALUES, UNPIVOT; MULTI is
+#: DuckDB's PIVOT (an in-memory enum type, then a SELECT); PRAGMA reads the catalogue
+#: (``PRAGMA table_info('runs')``), and the pragmas that set options fail on the locked
+#: configuration (:func:`_confine`)
+READ_STATEMENTS = ("SELECT", "EXPLAIN", "MULTI", "PRAGMA")
 
 
 def _confine(con, root: str | None) -> None:
@@ -353,7 +357,7 @@ def _confine(con, root: str | None) -> None:
 
 
 def _only_reads(con, query: str) -> None:
-    """Refuse (one line) any statement but SELECT/EXPLAIN: COPY ... TO, ATTACH, EXPORT
+    """Refuse (one line) any statement but :data:`READ_STATEMENTS`: COPY ... TO, ATTACH, EXPORT
     DATABASE, CREATE, SET, INSTALL ... would write files, change the session or reach
     the network; ``analysis`` reads tables only."""
     import duckdb
@@ -365,8 +369,8 @@ def _only_reads(con, query: str) -> None:
     for st in statements:
         kind = getattr(st.type, "name", str(st.type))
         if kind not in READ_STATEMENTS:
-            raise AnalysisError(f"only SELECT queries are run (the tables are read, never written): "
-                                f"refusing {kind} statement")
+            raise AnalysisError("only reading queries are run (SELECT, EXPLAIN, PIVOT, PRAGMA; the tables are "
+                                f"never written): refusing {kind} statement")
 
 
 def _filesystem(uri: str):

@@ -247,6 +247,21 @@ def test_query_still_reads_its_tables(capsys, tmp_path):
     assert code == 0 and capsys.readouterr().out.splitlines() == ["n", "0"]
     code = analysis_main(["query", str(study), "EXPLAIN SELECT * FROM epochs"])
     assert code == 0
+    capsys.readouterr()
+    # the read-only statements DuckDB users reach for: all run
+    for sql, first_line in [("DESCRIBE runs", "column_name"), ("SUMMARIZE epochs", "column_name"),
+                            ("PRAGMA table_info('heads')", "cid"), ("FROM runs SELECT count(*) AS n", "n"),
+                            ("PIVOT (SELECT 'a' AS k, 1 AS v UNION ALL SELECT 'b', 2) ON k USING sum(v)", "a,b")]:
+        code = analysis_main(["query", str(study), sql, "--format", "csv"])
+        out, err = capsys.readouterr()
+        assert code == 0 and out.splitlines()[0].startswith(first_line), (sql, out, err)
+    # a pragma that would change a setting meets the locked configuration: one line, exit 2
+    try:
+        code = analysis_main(["query", str(study), "PRAGMA enable_profiling"])
+    except SystemExit as e:
+        code = e.code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "configuration" in lines[0], lines
 
 
 # --------------------------------------------------------------------------- study evaluate: foreign files
