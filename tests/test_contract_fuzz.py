@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_helpers import image_array, make_tree, write_image
+from data_helpers import image_array, make_tree
 from study import limits
 from study.cli import main
+from tests.helpers import code_payload
 
 TINY = ["--hidden", "16", "--layers", "1", "--intermediate", "16", "--num-heads", "2", "--epochs", "1",
         "--batch-size", "10", "--quiet"]
@@ -265,16 +266,6 @@ def test_query_still_reads_its_tables(capsys, tmp_path):
 
 
 # --------------------------------------------------------------------------- study evaluate: foreign files
-class _Payload:
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        import os
-
-        return (os.system, (f"touch {self.marker}",))
-
-
 @pytest.mark.parametrize("kind, needle", [
     ("pickle_payload", "not a model export (refused by the weights-only unpickler: "),
     ("random_bytes", "not a model export (refused by the weights-only unpickler: "),
@@ -282,12 +273,10 @@ class _Payload:
     ("folder", "not a file"),
 ])
 def test_evaluate_foreign_file(capsys, tmp_path, kind, needle):
-    import os
-
     f = tmp_path / "model.pt"
     marker = tmp_path / "PWNED"
     if kind == "pickle_payload":
-        f.write_bytes(pickle.dumps(_Payload(marker), protocol=4))
+        f.write_bytes(code_payload(marker))
     elif kind == "random_bytes":
         f.write_bytes(b"P" + bytes(range(256)) * 4)
     elif kind == "empty":

@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from study.tables import read_table
-from tests.helpers import default_sigint, kill_session, popen, processes, run_cli, session_pids, wait_for, write_spec
+from tests.helpers import code_payload, default_sigint, kill_session, popen, processes, run_cli, session_pids, wait_for, write_spec
 
 TRAIN = ["--hidden", "16", "--layers", "1", "--intermediate", "16", "--data", "synthetic:100",
          "--batch-size", "50", "--quiet", "--no-head-stats", "--epochs", "2"]
@@ -478,13 +478,8 @@ def test_failed_trial_then_tamper_move_and_resume(tmp_path):
 
     # a pickle payload in Ray's state: refused before anything is unpickled
     marker = tmp_path / "pwned"
-
-    class Payload:
-        def __reduce__(self):
-            return (os.system, (f"touch {marker}",))
-
     original = (old / "tuner.pkl").read_bytes()
-    (old / "tuner.pkl").write_bytes(pickle.dumps(Payload()))
+    (old / "tuner.pkl").write_bytes(code_payload(marker))
     r = study("resume", "fail", "--storage", "st", cwd=tmp_path)
     assert r.returncode == 3, r.stderr
     assert r.stderr.strip().splitlines() == [ln for ln in r.stderr.strip().splitlines() if "tuner.pkl" in ln]

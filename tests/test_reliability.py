@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from study.tables import read_table
-from tests.helpers import kill_session, popen, processes, wait_for, write_spec
+from tests.helpers import code_payload, kill_session, popen, processes, wait_for, write_spec
 BAD = Path(__file__).parent / "bad_inputs"
 
 
@@ -210,17 +210,10 @@ def test_unwritable_storage(tmp_path):
 
 # ---------------------------------------------------------------- security defaults
 def test_cache_and_checkpoint_refuse_pickled_code(tmp_path):
-    import pickle
-
+    from study.errors import CheckpointError
     from study.trial.checkpoint import load_checkpoint
 
-    class Evil:
-        def __reduce__(self):
-            return (os.system, ("touch " + str(tmp_path / "pwned"),))
-
-    from study.errors import CheckpointError
-
-    (tmp_path / "checkpoint.pt").write_bytes(pickle.dumps({"model": Evil()}))
+    (tmp_path / "checkpoint.pt").write_bytes(code_payload(tmp_path / "pwned", model=None))
     with pytest.raises(CheckpointError, match="checkpoint.pt.*UnpicklingError"):
         load_checkpoint(tmp_path)
     assert not (tmp_path / "pwned").exists()

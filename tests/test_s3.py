@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.helpers import kill_session, popen, run_cli, write_spec
+from tests.helpers import code_payload, kill_session, popen, run_cli, write_spec
 
 pytest.importorskip("moto")
 
@@ -140,8 +140,6 @@ def test_resume_on_s3_refuses_tampered_pickles(tmp_path, s3, monkeypatch):
     is refused in one line (exit 3: Ray's state refused), nothing unpickled, no lock
     left; a tampered Tune state pickle and a cut-short experiment state are replaced by
     their signed last good copies, and the resume then finishes with nothing retrained."""
-    import pickle
-
     import pyarrow.fs as pafs
 
     from study.tables import read_table
@@ -166,15 +164,8 @@ def test_resume_on_s3_refuses_tampered_pickles(tmp_path, s3, monkeypatch):
             fh.write(data)
 
     marker = tmp_path / "pwned"
-
-    class Payload:
-        def __reduce__(self):
-            import os
-
-            return (os.system, (f"touch {marker}",))
-
     original = get("tuner.pkl")
-    put("tuner.pkl", pickle.dumps(Payload()))
+    put("tuner.pkl", code_payload(marker))
     r = run_cli(tmp_path, "resume", "sig", "--storage", storage, "--num-cpus", "1")
     assert r.returncode == 3, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
@@ -185,7 +176,7 @@ def test_resume_on_s3_refuses_tampered_pickles(tmp_path, s3, monkeypatch):
 
     gen = next(n for n in names if n.startswith("search_gen_state-"))  # a pickle, despite its name
     state = next(n for n in names if n.startswith("experiment_state-"))
-    put(gen, pickle.dumps(Payload()))
+    put(gen, code_payload(marker))
     put(state, get(state)[:100])  # cut short, as by a full disk
     r = run_cli(tmp_path, "resume", "sig", "--storage", storage, "--num-cpus", "1", "--quiet")
     assert r.returncode == 0, r.stdout + r.stderr

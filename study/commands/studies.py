@@ -47,24 +47,21 @@ EXIT_CODES = ("exit status: 0 every trial ended (finished, diverged or stopped b
               "or could not be reached; 130 SIGINT, 143 SIGTERM (state saved: `study resume NAME` continues)")
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+def _int_at_least(low: int, wording: str):
+    """An argparse type: an integer >= ``low``, else '<wording>, got ...'."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{wording}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{wording}, got {value}")
+        return value
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
-    return value
+positive_int = _int_at_least(1, "must be a positive integer")
+non_negative_int = _int_at_least(0, "must be an integer >= 0")
 
 
 def register(sub) -> None:
