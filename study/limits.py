@@ -69,3 +69,18 @@ MAX_CLASSES = 100_000
 
 #: name → value (the README table lists them)
 ALL = {k: v for k, v in dict(globals()).items() if k.isupper() and not k.startswith("_")}
+
+
+def over_limit(cfg) -> tuple[str, int, str, int] | None:
+    """The first field of a ``TrainConfig`` (its model's sizes, then its training fields)
+    above its limit, as (field, limit, limit's name, value); None when all are within.
+    One check for a study file's every configuration and for ``study train``'s flags."""
+    checks = [(cfg.model, f, c, "MAX_MODEL_FIELD") for f, c in MAX_MODEL_FIELD.items()]
+    checks += [(cfg, f, c, "MAX_TRAIN_FIELD") for f, c in MAX_TRAIN_FIELD.items()]
+    checks += [(cfg, "epochs", MAX_EPOCHS, "MAX_EPOCHS"), (cfg, "batch_size", MAX_BATCH_SIZE, "MAX_BATCH_SIZE"),
+               (cfg, "seed", MAX_SEED, "MAX_SEED")]
+    for obj, fld, cap, name in checks:
+        v = getattr(obj, fld, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > cap:
+            return fld, cap, name, v
+    return None

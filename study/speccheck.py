@@ -230,15 +230,10 @@ def check_values(err: Err, spec, *, raw: dict[str, Any], models: list[dict],
             v = getattr(cfg.model, fld, None)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
                 raise err(where(fld), f"must be a finite number >= 0, got {short(v)}{context(fld)}")
-        for fld, cap in limits.MAX_MODEL_FIELD.items():
-            v = getattr(cfg.model, fld, None)
-            if isinstance(v, int) and v > cap:
-                raise err(where(fld), f"must be <= {cap} (MAX_MODEL_FIELD), got {v}{context(fld)}")
-        for fld, cap in {**limits.MAX_TRAIN_FIELD, "epochs": limits.MAX_EPOCHS,
-                         "batch_size": limits.MAX_BATCH_SIZE}.items():
-            v = getattr(cfg, fld, None)
-            if isinstance(v, int) and v > cap:
-                raise err(where(fld), f"must be <= {cap}, got {v}{context(fld)}")
+        over = limits.over_limit(cfg)
+        if over is not None:
+            fld, cap, name, v = over
+            raise err(where(fld), f"must be <= {cap} ({name}), got {v}{context(fld)}")
         _check_batch(err, cfg, workers=workers, where=where, context=context)
         seen.setdefault(cfg.model, None)
     return list(seen), complete

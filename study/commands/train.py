@@ -107,11 +107,11 @@ def run(args: argparse.Namespace) -> int:
     from study.tuning.lock import StudyLock
 
     # one `study train` per --out folder (a second would train the same trial into it)
-    lock = StudyLock(root=str(out), name=trial_id)
+    lock = StudyLock(root=str(out), name=trial_id, busy=f"--out: {out} is being trained into by another study train")
     try:
         lock.acquire()
     except LockError as e:
-        fail(prog, f"--out: {out} is being trained into by another study train ({str(e).split('(', 1)[-1]}")
+        fail(prog, str(e))
     book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
     try:
         result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
@@ -139,21 +139,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_limits(prog: str, cfg) -> None:
-    """The same documented limits (:mod:`study.limits`) a study file is held to."""
-    from study import limits
+    """The same documented limits (:func:`study.limits.over_limit`) a study file is held to."""
+    from study.limits import over_limit
 
-    caps = {**{f: (c, "MAX_MODEL_FIELD") for f, c in limits.MAX_MODEL_FIELD.items()}}
-    for fld, (cap, const) in caps.items():
-        v = getattr(cfg.model, fld, None)
-        if isinstance(v, int) and v > cap:
-            fail(prog, f"{flag(fld)}: must be <= {cap} ({const}), got {v}")
-    for fld, cap, const in (("epochs", limits.MAX_EPOCHS, "MAX_EPOCHS"),
-                            ("batch_size", limits.MAX_BATCH_SIZE, "MAX_BATCH_SIZE"),
-                            ("seed", limits.MAX_SEED, "MAX_SEED"),
-                            *((f, c, "MAX_TRAIN_FIELD") for f, c in limits.MAX_TRAIN_FIELD.items())):
-        v = getattr(cfg, fld, None)
-        if isinstance(v, int) and v > cap:
-            fail(prog, f"{flag(fld)}: must be <= {cap} ({const}), got {v}")
+    over = over_limit(cfg)
+    if over is not None:
+        fld, cap, name, v = over
+        fail(prog, f"{flag(fld)}: must be <= {cap} ({name}), got {v}")
 
 
 def _check_out_parent(prog: str, out: Path) -> None:

@@ -54,8 +54,11 @@ def _holder(info: dict) -> str:
 class StudyLock:
     """Acquire with :meth:`acquire` (raises :class:`LockError`, one line), free with :meth:`release`."""
 
-    def __init__(self, *, root: str, name: str):
+    def __init__(self, *, root: str, name: str, busy: str | None = None):
+        """``busy``: what the one-line refusal says before the holder (default: the study
+        is already being run by another driver)."""
         self.root, self.name = root, name
+        self.busy = busy or f"study {name!r} is already being run by another driver"
         self._fd: int | None = None
         self._s3: tuple | None = None
         self._beat = self._started = 0.0
@@ -76,8 +79,7 @@ class StudyLock:
                 except ValueError:
                     info = {}
                 os.close(fd)
-                raise LockError(f"study {self.name!r} is already being run by another driver ({_holder(info)}); "
-                                f"lock {path}")
+                raise LockError(f"{self.busy} ({_holder(info)}); lock {path}")
             try:
                 same = os.fstat(fd).st_ino == os.stat(path).st_ino
             except FileNotFoundError:
@@ -128,8 +130,7 @@ class StudyLock:
             stale = time.time() - float(info.get("heartbeat", 0)) > STALE_S or (
                 info.get("host") == socket.gethostname() and not _alive(int(info.get("pid", -1))))
             if not stale:
-                raise LockError(f"study {self.name!r} is already being run by another driver ({_holder(info)}); "
-                                f"lock s3://{bucket}/{key}")
+                raise LockError(f"{self.busy} ({_holder(info)}); lock s3://{bucket}/{key}")
             client.delete_object(Bucket=bucket, Key=key)
         raise LockError(f"could not take the lock s3://{bucket}/{key}")
 
