@@ -157,22 +157,23 @@ def _report(args: argparse.Namespace) -> int:
 def _check_out(out: Path, *, folder: bool) -> None:
     """``--out`` can be what is written there (a folder of figures, or one report file):
     one line before anything is drawn, instead of a traceback after."""
+    from study.storage import file_in_the_way
+
     if out.exists() and out.is_dir() != folder:
         raise AnalysisError(f"--out: {out} is {'a file, not a folder' if folder else 'a folder, not a file'}")
-    for parent in out.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise AnalysisError(f"--out: {parent} is not a folder")
-            return
+    blocker = file_in_the_way(out)
+    if blocker is not None:
+        raise AnalysisError(f"--out: {blocker} is not a folder")
 
 
 def _check_storage(args: argparse.Namespace) -> None:
     """A malformed ``--storage`` or ``$STUDY_STORAGE`` is one line, not pyarrow's traceback."""
-    from study.storage import STORAGE_ENV, default_storage, storage_problem
+    from study.storage import resolve_storage
 
-    problem = storage_problem(args.storage or default_storage())
-    if problem:
-        raise AnalysisError(f"--storage: {problem}" if args.storage else f"${STORAGE_ENV}: {problem}")
+    try:
+        resolve_storage(args.storage)
+    except ValueError as e:
+        raise AnalysisError(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

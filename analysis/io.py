@@ -31,7 +31,6 @@ from study.tables import SCHEMA, TABLES, list_table, read_table
 if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never needs pandas
     import pandas as pd
 
-DEFAULT_STORAGE = "results"  # unless $STUDY_STORAGE is set (study.storage.default_storage)
 
 #: DuckDB types of the guaranteed columns, used for tables with no part yet.
 _TEXT = {"trial_id", "study", "name", "arch", "encoding", "data", "status", "device", "schedule", "error"}

@@ -42,6 +42,25 @@ def storage_problem(storage: str) -> str | None:
     return None
 
 
+def resolve_storage(storage: str | None) -> str:
+    """``--storage`` (``storage``), else ``$STUDY_STORAGE``, else ``results``; a malformed
+    one raises ``ValueError`` with one line naming where it came from."""
+    value = storage or default_storage()
+    problem = storage_problem(value)
+    if problem:
+        raise ValueError(f"--storage: {problem}" if storage else f"${STORAGE_ENV}: {problem}")
+    return value
+
+
+def file_in_the_way(path: str | os.PathLike) -> Path | None:
+    """The nearest existing ancestor of ``path`` if it is not a folder (so ``path`` can
+    never be created), else None."""
+    for parent in Path(path).absolute().parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
 def is_remote(storage: str) -> bool:
     return "://" in str(storage)
 

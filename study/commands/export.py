@@ -15,8 +15,6 @@ from pathlib import Path
 
 from study.cliutil import fail
 
-DEFAULT_STORAGE = "results"
-
 
 def register(sub) -> None:
     p = sub.add_parser("export", help="write a trial's trained model to one .pt file",

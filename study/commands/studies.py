@@ -13,20 +13,19 @@ from pathlib import Path
 
 from study.cliutil import fail
 from study.errors import EXIT_STORAGE
-from study.storage import STORAGE_ENV, default_storage
+from study.storage import STORAGE_ENV
 
 STORAGE_HELP = f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./results)"
 
 
 def _resolved_storage(prog: str, storage: str | None) -> str:
     """``--storage`` or ``$STUDY_STORAGE`` (or ./results), refused in one line if malformed."""
-    from study.storage import storage_problem
+    from study.storage import resolve_storage
 
-    value = storage or default_storage()
-    problem = storage_problem(value)
-    if problem:
-        fail(prog, f"--storage: {problem}" if storage else f"${STORAGE_ENV}: {problem}")
-    return value
+    try:
+        return resolve_storage(storage)
+    except ValueError as e:
+        fail(prog, str(e))
 
 
 def _storage(parser) -> None:

@@ -77,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     if out.exists() and not out.is_dir():
         fail(prog, f"--out: {out} exists and is not a directory")
-    _check_out_parent(prog, out)
+    from study.storage import file_in_the_way
+
+    blocker = file_in_the_way(out)
+    if blocker is not None:
+        fail(prog, f"--out: {blocker} is not a directory")
     if args.trial_id is not None and not _TRIAL_ID.fullmatch(args.trial_id):
         # it names the table parts (tables/runs/<id>.parquet): a '/' or '..' would write outside tables/
         fail(prog, f"--trial-id: must be 1 to 128 letters, digits, '.', '_' or '-' (not starting with '.'), "
@@ -146,15 +150,6 @@ def _check_limits(prog: str, cfg) -> None:
     if over is not None:
         fld, cap, name, v = over
         fail(prog, f"{flag(fld)}: must be <= {cap} ({name}), got {v}")
-
-
-def _check_out_parent(prog: str, out: Path) -> None:
-    """``--out``'s nearest existing ancestor is a folder (else the run would fail at its first write)."""
-    for parent in out.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                fail(prog, f"--out: {parent} is not a directory")
-            return
 
 
 def _validation(text: str) -> int | float:
