@@ -46,14 +46,13 @@ def read_export(path: str | os.PathLike, *, map_location: Any = "cpu") -> dict[s
     """Load an export (``weights_only=True``; code in a pickle is refused).  A raw
     training checkpoint (``checkpoint.pt``) is accepted too and converted."""
     import pickle
+    import warnings
 
     import torch
 
-    import warnings
-
     try:
         with warnings.catch_warnings():  # torch warns about the pickle protocol of a foreign file
-            warnings.simplefilter("ignore")
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
             data = torch.load(path, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
         raise ExportError(f"{path}: not a model export ({_load_reason(e)})") from None
