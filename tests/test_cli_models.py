@@ -13,18 +13,27 @@ def study(*args):
     return subprocess.run([sys.executable, "-m", "study", *args], capture_output=True, text=True, timeout=300)
 
 
-def test_models_json_lists_paper_configs():
+def test_models_json_lists_paper_configs_and_todays_encodings():
+    from study.commands.models import COLUMNS
+    from study.models import ENCODING_MODELS
+
     r = study("models", "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
-    assert len(rows) == len(PAPER_MODELS)
+    assert len(rows) == len(PAPER_MODELS) + len(ENCODING_MODELS)
     for row in rows:
-        assert set(row) == {"name", "arch", "encoding", "isotropic", "num_heads", "pos_dim", "positional_score", "n_params",
-                            "flops"}
-        assert row["flops"] > 1e8
+        assert set(row) == set(COLUMNS) >= {"name", "encoding", "num_heads", "pos_dim", "rope_mode", "n_params", "macs"}
+        assert row["flops"] > 1e8 and row["macs"] > 1e8
     by_name = {r["name"]: r for r in rows}
     assert by_name["ResNet18"]["n_params"] == 11_173_962
     assert by_name["SA quadratic isotropic (N_h=9)"]["n_params"] == 12_086_844
+    # today's encodings at the paper's size (heads of width D = 400, as the study trains them)
+    assert by_name["SA GPSA (N_h=9)"]["n_params"] == 29_410_152
+    assert by_name["SA relative bias (N_h=9)"]["n_params"] == 29_461_776
+    assert by_name["SA RoPE axial (N_h=9)"]["n_params"] == 29_409_882
+    assert by_name["SA RoPE mixed (N_h=9)"]["n_params"] == 29_431_482
+    assert by_name["SA RoPE mixed (N_h=9)"]["rope_mode"] == "mixed"
+    assert by_name["SA GPSA (N_h=9)"]["locality_strength"] == 1.0
     # content attention adds query/key projections and their FLOPs
     content = next(r for r in rows if r["encoding"] == "learned_content")
     learned = next(r for r in rows if r["encoding"] == "learned")

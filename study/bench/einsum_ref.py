@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from study.models.attention import RelativeSelfAttention
+from study.models.encoded import EncodedAttention
 from study.models.positional import relative_index
 
 EINSUM_PATH = "einsum reference (the original's formulation), dropout as the layer"
@@ -30,6 +31,8 @@ EINSUM_PATH = "einsum reference (the original's formulation), dropout as the lay
 
 def einsum_attention_heads(layer: RelativeSelfAttention, x: Tensor) -> Tensor:
     """The concatenated heads before ``out_proj``, (B, T, N_h·D)."""
+    if isinstance(layer, EncodedAttention):
+        return encoded_reference_heads(layer, x, dropout=True)
     b, h, w, d = x.shape
     t, n = h * w, layer.num_heads
     xf = x.reshape(b, t, d)
@@ -52,6 +55,23 @@ def einsum_attention_heads(layer: RelativeSelfAttention, x: Tensor) -> Tensor:
         scores = scores / math.sqrt(d) + layer.positional(h, w).view(n, h, w, h, w)
     probs = layer.attention_dropout(torch.softmax(scores.reshape(b, n, t, t), -1))
     return torch.einsum("bhqk,bkd->bqhd", probs, xf).reshape(b, t, n * d)
+
+
+def encoded_reference_heads(layer: EncodedAttention, x: Tensor, *, dropout: bool) -> Tensor:
+    """Today's encodings written as their papers' code writes them: unscaled q, k per head by
+    ``Linear`` and ``view``, the encoding's ``reference_probs`` (plain einsums of its
+    equation), ``nn.Dropout`` (if ``dropout``), heads by einsum; (B, T, N_h·d_v)."""
+    b, h, w, d = x.shape
+    t, n, dh = h * w, layer.num_heads, layer.head_dim
+    q = layer.query(x).view(b, t, n, dh)
+    k = layer.key(x).view(b, t, n, dh)
+    probs = layer.encoding.reference_probs(layer, q, k, h, w)
+    if dropout:
+        probs = layer.attention_dropout(probs)
+    if layer.value is None:
+        return torch.einsum("bhqk,bkd->bqhd", probs, x.reshape(b, t, d)).reshape(b, t, n * d)
+    v = layer.value(x).view(b, t, n, dh)
+    return torch.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, n * dh)
 
 
 def einsum_relative_attention(layer: RelativeSelfAttention, x: Tensor) -> Tensor:

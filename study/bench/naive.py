@@ -21,6 +21,11 @@ from study.models.positional import relative_offsets
 def naive_attention_heads(layer: RelativeSelfAttention, x: Tensor) -> Tensor:
     """The concatenated heads before ``out_proj``, (B, T, N_h·D): dense per-image
     scores (B, N_h, T, T), softmax, generic einsum; no sharing, no dropout."""
+    from study.bench.einsum_ref import encoded_reference_heads
+    from study.models.encoded import EncodedAttention
+
+    if isinstance(layer, EncodedAttention):  # today's encodings: their papers' formulation, no dropout
+        return encoded_reference_heads(layer, x, dropout=False)
     b, h, w, d = x.shape
     if layer.content:
         q = layer.query(x).view(b, h * w, layer.num_heads, d)

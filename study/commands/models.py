@@ -6,17 +6,20 @@ import argparse
 import json
 
 from study.cliutil import add_model_flags, model_config, model_overrides
-from study.models import PAPER_MODELS, ModelConfig, build_model, model_name
+from study.models import ENCODING_MODELS, PAPER_MODELS, ModelConfig, build_model, model_name
+from study.models.config import ENCODING_FIELDS
 
-COLUMNS = ("name", "arch", "encoding", "isotropic", "num_heads", "pos_dim", "positional_score", "n_params", "flops")
+#: the common fields, every encoding's own (``study.models.encodings``), the counts
+COLUMNS = ("name", "arch", "encoding", "num_heads", *ENCODING_FIELDS, "n_params", "macs", "flops")
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "models", help="list the paper's models with parameters and FLOPs",
-        description="Print name, arch, encoding, isotropic, num_heads, pos_dim, positional_score, n_params and "
-        "forward FLOPs per 32x32 image (torch.utils.flop_counter) for the paper's models, or "
-        "for one model sized by the flags.",
+        "models", help="list the paper's models and today's encodings with parameters and FLOPs",
+        description="Print name, arch, encoding, num_heads, every encoding's fields, n_params, the MACs per "
+        "32x32 image of the model's equations (Table 1's convention, study.models.cost) and the forward "
+        "FLOPs of the executed path (torch.utils.flop_counter) for the paper's models and today's "
+        "encodings at the paper's size (N_h=9, D=400, 6 layers), or for one model sized by the flags.",
     )
     add_model_flags(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of objects")
@@ -25,17 +28,15 @@ def register(sub) -> None:
 
 def describe(config: ModelConfig) -> dict:
     from study.flops import count_parameters, forward_flops
+    from study.models.cost import model_macs
 
     model = build_model(config)
+    fields = config.to_dict()
     return {
         "name": model_name(config),
-        "arch": config.arch,
-        "encoding": config.encoding,
-        "isotropic": config.isotropic,
-        "num_heads": config.num_heads,
-        "pos_dim": config.pos_dim,
-        "positional_score": config.positional_score,
+        **{k: fields[k] for k in COLUMNS if k in fields},
         "n_params": count_parameters(model),
+        "macs": model_macs(fields),
         "flops": forward_flops(model, image_size=config.image_size, in_channels=config.in_channels),
     }
 
@@ -46,7 +47,7 @@ def format_table(rows: list[dict]) -> str:
             return "-"
         if k == "n_params":
             return f"{v:,}"
-        if k == "flops":
+        if k in ("flops", "macs"):
             return f"{v / 1e9:.3f} G"
         return str(v)
 
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if overrides:
         configs = [model_config("study models", **overrides)]
     else:
-        configs = list(PAPER_MODELS.values())
+        configs = [*PAPER_MODELS.values(), *ENCODING_MODELS.values()]
     rows = [describe(c) for c in configs]
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 0

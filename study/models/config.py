@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from study.models.encodings import REGISTRY, encoding_fields, owners
+from study.models.encodings import PAPER_ENCODINGS, REGISTRY, encoding_fields, owners, variants
 
 ARCHS = ("sa", "resnet18")
 #: every registered encoding (``study.models.encodings``), the paper's first
@@ -158,10 +158,18 @@ PAPER_MODELS: dict[str, ModelConfig] = {
     "sa_learned_content": ModelConfig(encoding="learned_content", pos_dim=400),
 }
 
+#: Today's encodings (every form of every registered encoding beyond the paper's) at
+#: the paper's size: N_h = 9, D = 400, 6 layers, heads of width D (``study.models.encoded``).
+ENCODING_MODELS: dict[str, ModelConfig] = {
+    "sa_" + vid.replace("-", "_"): ModelConfig(**over)
+    for vid, over in variants() if over["encoding"] not in PAPER_ENCODINGS
+}
+
 __all__ = [
     "ARCHS",
     "ENCODINGS",
     "ConfigError",
+    "ENCODING_MODELS",
     "ModelConfig",
     "PAPER_MODELS",
     "model_name",

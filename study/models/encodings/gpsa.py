@@ -4,7 +4,8 @@ Per head h, with r_δ = (δx, δy, δx² + δy²) for the shift δ = key − que
 
     A_h = renorm[(1 − σ(λ_h)) softmax(q_h·k_h/√d_h) + σ(λ_h) softmax(v_hᵀ r_δ + b_h)]
 
-renorm divides each row by its sum (as ConViT does; the sum is 1 up to rounding); v_h ∈ R³
+renorm divides each row by its sum (ConViT does; the sum is 1 up to rounding, so the
+layer's path skips it and its einsum reference keeps it); v_h ∈ R³
 and b_h (ConViT's ``pos_proj = Linear(3, N_h)``; b_h cancels in the softmax) and the gate
 λ_h (init 1, as ConViT's ``gating_param``) are learned per head.
 
@@ -103,8 +104,23 @@ class Gpsa(ContentEncoding):
         content = softmax_scores(q, k)  # (B, N_h, T, T)
         positional = self.positional_probs(layer, height, width)
         g = torch.sigmoid(layer.positional.gate.to(content.dtype))[:, None, None]
-        mixed = torch.lerp(content, positional.to(content.dtype).expand_as(content), g)  # (1 − g)·c + g·p
-        return mixed / mixed.sum(dim=-1, keepdim=True)
+        # (1 − g)·c + g·p, whose rows sum to 1 up to rounding: ConViT's renormalisation is
+        # skipped here (two passes over the (B, N_h, T, T) matrix), kept in reference_probs
+        return torch.lerp(content, positional.to(content.dtype).expand_as(content), g)
+
+    def reference_probs(self, layer, q, k, height, width):
+        """The same probabilities as ConViT writes them (``study bench``'s einsum reference):
+        r_δ for every pair, v_hᵀ r_δ + b_h by einsum, two softmaxes, the gated mix, renorm;
+        ``q`` and ``k`` unscaled (B, T, N_h, d_h)."""
+        import torch
+
+        pos = layer.positional
+        r = self.relative_features(height, width, device=q.device, dtype=q.dtype)  # (T, T, 3)
+        positional = torch.softmax(torch.einsum("qkc,hc->hqk", r, pos.weight) + pos.bias[:, None, None], -1)
+        content = torch.softmax(torch.einsum("bqhd,bkhd->bhqk", q, k) * layer.scale, -1)
+        g = torch.sigmoid(pos.gate)[:, None, None]
+        mixed = (1.0 - g) * content + g * positional
+        return mixed / mixed.sum(-1, keepdim=True)
 
     def head_columns(self, layer):
         return {"gate": self._gates(layer)}

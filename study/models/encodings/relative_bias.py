@@ -56,5 +56,18 @@ class RelativeBias(AdditiveEncoding):
     def sdpa_inputs(self, layer, q, k, height, width):
         return q, k, self.bias(layer, height, width)
 
+    def reference_probs(self, layer, q, k, height, width):
+        """Swin's formulation (``study bench``'s einsum reference): q·kᵀ/√d_h by einsum plus
+        the table gathered through a dense (T, T) index of shifts; ``q``, ``k`` unscaled
+        (B, T, N_h, d_h)."""
+        import torch
+
+        from study.models.positional import relative_offsets
+
+        s = layer.grid
+        delta = relative_offsets(height, width, device=q.device).long() + s - 1  # (T, T, 2): (δy, δx) + S − 1
+        bias = layer.positional.table[:, delta[..., 0], delta[..., 1]]  # (N_h, T, T)
+        return torch.softmax(torch.einsum("bqhd,bkhd->bhqk", q, k) * layer.scale + bias, -1)
+
 
 ENCODING = RelativeBias()

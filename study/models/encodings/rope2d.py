@@ -113,6 +113,21 @@ class Rope2d(AdditiveEncoding):
         x0, x1 = x[..., 0::2], x[..., 1::2]
         return torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], dim=-1).flatten(-2)
 
+    def reference_probs(self, layer, q, k, height, width):
+        """Heo et al.'s formulation (``study bench``'s einsum reference): channel pairs as
+        complex numbers times e^{iθ(p)}, scores Re(q̃·conj(k̃))/√d_h by einsum; ``q``, ``k``
+        unscaled (B, T, N_h, d_h)."""
+        import torch
+
+        a = self.angles(layer, height, width)  # (T, d/2) or (N_h, T, d/2)
+        rot = torch.polar(torch.ones_like(a), a)
+        rot = rot[:, None, :] if a.dim() == 2 else rot.transpose(0, 1)  # (T, 1|N_h, d/2)
+        b, t, n, d = q.shape
+        qc = torch.view_as_complex(q.reshape(b, t, n, d // 2, 2).contiguous()) * rot
+        kc = torch.view_as_complex(k.reshape(b, t, n, d // 2, 2).contiguous()) * rot
+        scores = torch.einsum("bqhc,bkhc->bhqk", qc, kc.conj()).real
+        return torch.softmax(scores * layer.scale, -1)
+
     def sdpa_inputs(self, layer, q, k, height, width):
         import torch
 
