@@ -235,3 +235,14 @@ def test_layer_equals_its_papers_formulation(encoding_variant, layout):
     ours.square().sum().backward()
     ref.square().sum().backward()
     torch.testing.assert_close(x1.grad, x2.grad, rtol=0, atol=tol * 10)
+
+
+def test_macs_of_runs_rows_read_by_pandas():
+    """A runs table mixing encodings reads integer columns with nulls as floats
+    (pos_dim 32.0) and booleans as numpy scalars: the cost model takes them as they come."""
+    import numpy as np
+
+    row = {"arch": "sa", "encoding": "learned", "pos_dim": 32.0, "num_heads": np.int64(9), "hidden": 32.0,
+           "layers": 4.0, "intermediate": 64.0, "isotropic": float("nan"), "rope_mode": None, "lr": 0.1}
+    cfg = ModelConfig(encoding="learned", pos_dim=32, num_heads=9, hidden=32, layers=4, intermediate=64)
+    assert model_macs(row) == model_macs(cfg.to_dict())

@@ -37,9 +37,12 @@ def config_from_row(cfg: dict[str, Any]):
     spec = REGISTRY.get(known.get("encoding", "quadratic"))
     if spec is not None and hasattr(spec, "legacy_defaults"):
         known = {**spec.legacy_defaults(cfg), **known}
-    for k, v in list(known.items()):  # a runs row read by pandas holds numpy scalars
-        if hasattr(v, "item"):
-            known[k] = v.item()
+    for k, v in list(known.items()):
+        if hasattr(v, "item"):  # a runs row read by pandas holds numpy scalars
+            v = v.item()
+        if isinstance(v, float) and v.is_integer() and "int" in str(fields[k].type):
+            v = int(v)  # an integer column with nulls (another encoding's rows) reads as float
+        known[k] = v
     return ModelConfig(**known)
 
 
