@@ -47,6 +47,16 @@ MIN_SUBSET_TEST = 100  # study.data.splits.MIN_SUBSET_TEST
 TRAIN_FORWARDS = 3
 #: At most this many combinations of sampled model fields are costed per cell.
 MAX_SAMPLED_COMBINATIONS = 256
+#: Encodings whose attention scores depend on the image: every image materialises
+#: its own N_h × T × T probabilities (softmax, dropout, their backward), memory-bound
+#: work the MAC count does not see.  (Positional-only attention shares one per batch.)
+IMAGE_DEPENDENT_ATTENTION = frozenset({"learned_content", "gpsa", "rope2d"})
+#: Cost of one per-image attention probability in MAC-equivalents, for the launch
+#: order and the ETA only (never in FLOPs).  Fitted on CPU, one thread, float32:
+#: training step time ≈ a·(MACs + 250·pairs) matches learned + content beside
+#: quadratic within 25 % at D = 32, 64, 128 and the paper's 400 (without it
+#: learned + content at D = 32 is 5× slower than its MACs predict).
+PAIR_MAC_EQUIVALENT = 250
 
 
 class PlanError(ValueError):
@@ -77,6 +87,7 @@ class TrialPlan:
     train_flops: float | None
     eval_flops: float | None
     head_flops: float | None
+    pairs: int = 0  # per-image attention probabilities (image-dependent attention), all layers
     upper_bound: bool = False  # a sampled model field: costed at its most expensive value
     seconds: float | None = None  # predicted device-seconds (training + evaluation)
     rate: str = ""  # where ``seconds`` comes from
@@ -90,10 +101,13 @@ class TrialPlan:
 
     @property
     def weight(self) -> float:
-        """Relative cost for ordering (known before launch even without image counts)."""
-        if self.train_flops is not None:
-            return self.train_flops + self.eval_flops
-        return float(self.macs) * self.epochs
+        """Relative cost, for the launch order and the ETA: forward passes of the
+        trial (3 per training image, 1 per evaluated image; a training image per epoch
+        where the image counts are unknown) × (MACs + ``PAIR_MAC_EQUIVALENT`` × pairs)
+        per image.  Known before launch."""
+        im = self.images
+        passes = self.epochs * (TRAIN_FORWARDS * im.train + im.test + im.val if im else TRAIN_FORWARDS)
+        return float(passes) * (self.macs + PAIR_MAC_EQUIVALENT * self.pairs)
 
 
 @dataclass
@@ -183,6 +197,16 @@ def costed_model(cfg, sample: dict[str, dict]) -> tuple[dict, bool]:
     return best, True
 
 
+def attention_pairs(model: dict) -> int:
+    """Per-image attention probabilities that depend on the image: layers × N_h × T²
+    for :data:`IMAGE_DEPENDENT_ATTENTION` encodings, 0 otherwise (ResNet18, positional
+    attention shared by the batch)."""
+    if model.get("arch", "sa") == "resnet18" or model.get("encoding") not in IMAGE_DEPENDENT_ATTENTION:
+        return 0
+    side = int(model.get("image_size") or 32) // int(model.get("downsample") or 2)
+    return int(model.get("layers") or 6) * int(model.get("num_heads") or 9) * side ** 4
+
+
 def plan_trials(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> list[TrialPlan]:
     """One :class:`TrialPlan` per trial of a validated study (``StudySpec``), in
     grid order (trial k: cell k mod n_cells, sample k // n_cells)."""
@@ -200,7 +224,7 @@ def plan_trials(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> lis
         train, ev, head = trial_flops(macs=macs, epochs=cfg.epochs, images=images, head_images=heads)
         per_cell.append(dict(model=model_name(ModelConfig.from_dict(model)), config=model, epochs=cfg.epochs,
                              images=images, macs=macs, train_flops=train, eval_flops=ev, head_flops=head,
-                             upper_bound=bound))
+                             pairs=attention_pairs(model), upper_bound=bound))
     n = len(spec.cells)
     out = []
     for k in range(spec.num_trials):
@@ -210,7 +234,8 @@ def plan_trials(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> lis
 
 
 def launch_order(trials: list[TrialPlan]) -> list[TrialPlan]:
-    """Longest-predicted first; equal costs keep the grid's round-robin order."""
+    """Longest-predicted first (:attr:`TrialPlan.weight`); equal costs keep the
+    grid's round-robin order (all cells' first samples, then their second, ...)."""
     return sorted(trials, key=lambda t: (-t.weight, t.sample, t.cell))
 
 
