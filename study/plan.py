@@ -116,6 +116,13 @@ class Plan:
     workers: int | None = None
     wall_seconds: float | None = None
     notes: list[str] = field(default_factory=list)
+    #: runs.device_seconds of a finished run of the study, by trial id (``--against``)
+    measured: dict[str, float] = field(default_factory=dict)
+
+    def ratio(self, t: TrialPlan) -> float | None:
+        """Predicted / measured device-seconds of a trial (None without both)."""
+        m = self.measured.get(t.key)
+        return t.seconds / m if t.seconds is not None and m else None
 
     def total(self, attr: str) -> float | None:
         values = [getattr(t, attr) for t in self.trials]
@@ -371,16 +378,21 @@ def table(plan: Plan) -> str:
             "eval FLOP", "heads FLOP"]
     has_s = all(t.seconds is not None for t in plan.trials)
     cols += ["device-s", "rate"] if has_s else []
+    against = bool(plan.measured)
+    cols += ["measured s", "pred/meas"] if against else []
     rows = []
     for t in launch_order(plan.trials):
         im = t.images
         row = [t.key, t.model + (" (upper bound)" if t.upper_bound else ""), str(t.epochs),
                *(f"{v:,}" if im else "?" for v in ((im.train, im.val, im.test) if im else (0, 0, 0))),
                f"{t.macs / 1e9:.4g}", _si(t.train_flops), _si(t.eval_flops), _si(t.head_flops)]
-        row += [f"{t.seconds:,.0f}", t.rate] if has_s else []
+        row += [f"{t.seconds:,.0f}" if t.seconds >= 100 else f"{t.seconds:.1f}", t.rate] if has_s else []
+        if against:
+            m, r = plan.measured.get(t.key), plan.ratio(t)
+            row += [f"{m:,.1f}" if m else "-", f"{r:.2f}" if r else "-"]
         rows.append(row)
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-    left = {0, 1, len(cols) - 1} if has_s else {0, 1}
+    left = {0, 1} | ({cols.index("rate")} if has_s else set())
     fmt = lambda cells: "  ".join(  # noqa: E731
         c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
     return "\n".join([fmt(cols), *map(fmt, rows)])
@@ -394,7 +406,8 @@ def to_json(plan: Plan) -> dict[str, Any]:
                     "test_images": t.images.test if t.images else None,
                     "forward_macs": t.macs, "train_flops": t.train_flops, "eval_flops": t.eval_flops,
                     "head_flops": t.head_flops, "upper_bound": t.upper_bound,
-                    "device_seconds": t.seconds, "rate": t.rate or None}
+                    "device_seconds": t.seconds, "rate": t.rate or None,
+                    "measured_device_seconds": plan.measured.get(t.key), "predicted_over_measured": plan.ratio(t)}
                    for t in launch_order(plan.trials)],
         "total_flops": plan.total("flops"), "train_flops": plan.total("train_flops"),
         "eval_flops": plan.total("eval_flops"), "head_flops": plan.total("head_flops"),

@@ -57,6 +57,9 @@ def register(sub) -> None:
                       "else at the FLOP rate of the bench models with its encoding")
     p.add_argument("--workers", type=_positive_int,
                    help="trials running at once (default: what the study's resources allow on this machine)")
+    p.add_argument("--against", metavar="STUDY",
+                   help="a finished run of this study (a study folder, or a name under $STUDY_STORAGE / ./results): "
+                   "beside each trial its measured runs.device_seconds and predicted / measured")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=run)
 
@@ -127,6 +130,34 @@ def count_images(prog: str, file: str, data: str) -> tuple[int, int]:
     return len(layout.train), len(layout.test)
 
 
+def plan_line(prog: str, spec) -> str:
+    """The one-line total ``study run`` prints before it starts: trials and FLOPs
+    (no throughput is known there; `study plan --tflops/--bench` predicts the time)."""
+    from study.plan import make_plan, total_line
+
+    plan = make_plan(spec, sizes=source_sizes(prog, spec))
+    return total_line(plan) + " (device-hours: `study plan FILE --bench REPORT`)"
+
+
+def measured_seconds(prog: str, study: str) -> dict[str, float]:
+    """runs.device_seconds of every finished trial of a study (folder or name)."""
+    from pathlib import Path
+
+    from study.storage import resolve_storage, study_root
+
+    root = study if Path(study, "tables").is_dir() else study_root(resolve_storage(None), study)
+    from study.tables import read_table
+
+    try:
+        runs = read_table(f"{root}/tables", "runs")
+    except (OSError, ValueError) as e:
+        fail(prog, f"--against: cannot read the runs table of {study} ({' '.join(str(e).split())[:160]})")
+    if runs.empty or "device_seconds" not in runs:
+        fail(prog, f"--against: {study}: no trials with device_seconds in its runs table")
+    done = runs[runs["status"] == "finished"]
+    return {str(k): float(v) for k, v in zip(done["trial_id"], done["device_seconds"]) if v == v and v > 0}
+
+
 def run(args: argparse.Namespace) -> int:
     from study.commands.studies import _spec
     from study.plan import PlanError, Throughput, make_plan, table, to_json, total_line
@@ -147,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
         fail(prog, f"{spec.file}: {e}")
     if note:
         plan.notes.append(note)
+    if args.against is not None:
+        plan.measured = measured_seconds(prog, args.against)
+        if not set(plan.measured) & {t.key for t in plan.trials}:
+            fail(prog, f"--against: {args.against} has no finished trial of {spec.file} (trial ids differ)")
     if throughput is None:
         plan.notes.append("device-hours and wall time need a throughput: --tflops, --images-per-s or --bench "
                           "(a `study bench --json` report)")

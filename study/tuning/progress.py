@@ -87,8 +87,10 @@ class RemainingWork:
         return secs / cost if cost > 0 else None
 
     def _setup(self) -> float:
+        """Start-up of a trial not started yet: the shortest measured (Tune reuses a
+        finished trial's worker, so only the first wave pays the process start)."""
         s = [t.setup for t in self.trials.values() if t.setup is not None]
-        return sum(s) / len(s) if s else 0.0
+        return max(min(s), 0.0) if s else 0.0
 
     def remaining(self, key: str, now: float, rate: float, setup: float) -> float:
         t = self.trials[key]
