@@ -145,7 +145,12 @@ def measured_seconds(prog: str, study: str) -> dict[str, float]:
 
     from study.storage import resolve_storage, study_root
 
-    root = study if Path(study, "tables").is_dir() else study_root(resolve_storage(None), study)
+    try:
+        root = study if Path(study, "tables").is_dir() else study_root(resolve_storage(None), study)
+    except ValueError as e:
+        fail(prog, f"--against: {e}")
+    if "://" not in root and not Path(root, "tables").is_dir():
+        fail(prog, f"--against: no study at {root} (a study folder, or a name under $STUDY_STORAGE / ./results)")
     from study.tables import read_table
 
     try:
