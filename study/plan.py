@@ -47,16 +47,15 @@ MIN_SUBSET_TEST = 100  # study.data.splits.MIN_SUBSET_TEST
 TRAIN_FORWARDS = 3
 #: At most this many combinations of sampled model fields are costed per cell.
 MAX_SAMPLED_COMBINATIONS = 256
-#: Encodings whose attention scores depend on the image: every image materialises
-#: its own N_h × T × T probabilities (softmax, dropout, their backward), memory-bound
-#: work the MAC count does not see.  (Positional-only attention shares one per batch.)
-IMAGE_DEPENDENT_ATTENTION = frozenset({"learned_content", "gpsa", "rope2d"})
-#: Cost of one per-image attention probability in MAC-equivalents, for the launch
-#: order and the ETA only (never in FLOPs).  Fitted on CPU, one thread, float32:
-#: training step time ≈ a·(MACs + 250·pairs) matches learned + content beside
-#: quadratic within 25 % at D = 32, 64, 128 and the paper's 400 (without it
-#: learned + content at D = 32 is 5× slower than its MACs predict).
-PAIR_MAC_EQUIVALENT = 250
+#: Cost of one per-image attention probability of content attention (scores that
+#: depend on the image, so every image materialises its own N_h × T × T
+#: probabilities: softmax, dropout, their backward; memory-bound work the MAC count
+#: does not see), in MAC-equivalents.  For the launch order and the ETA only, never
+#: in FLOPs.  Fitted on CPU (float32): learned + content over quadratic device time
+#: 6.1× on smoke.yaml (D = 32; issue 24: 141 s vs 23 s; MACs alone say 2.1×),
+#: training step time 2.4× at the paper's D = 400 (MACs: 2.3×), 3.2× at D = 128 and
+#: 5.0× at D = 64 (this weight: 6.1×, 2.5×, 2.9×, 3.9×).
+PAIR_MAC_EQUIVALENT = 150
 
 
 class PlanError(ValueError):
@@ -206,12 +205,14 @@ def costed_model(cfg, sample: dict[str, dict]) -> tuple[dict, bool]:
 
 def attention_pairs(model: dict) -> int:
     """Per-image attention probabilities that depend on the image: layers × N_h × T²
-    for :data:`IMAGE_DEPENDENT_ATTENTION` encodings, 0 otherwise (ResNet18, positional
-    attention shared by the batch)."""
-    if model.get("arch", "sa") == "resnet18" or model.get("encoding") not in IMAGE_DEPENDENT_ATTENTION:
+    for an encoding with content scores (``Encoding.content``), 0 otherwise (ResNet18,
+    positional attention, whose probabilities one batch shares)."""
+    from study.models.cost import config_from_row
+
+    cfg = config_from_row(model)
+    if cfg.arch == "resnet18" or not cfg.spec.content:
         return 0
-    side = int(model.get("image_size") or 32) // int(model.get("downsample") or 2)
-    return int(model.get("layers") or 6) * int(model.get("num_heads") or 9) * side ** 4
+    return cfg.layers * cfg.num_heads * cfg.grid ** 4
 
 
 def plan_trials(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> list[TrialPlan]:

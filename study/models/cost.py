@@ -40,6 +40,10 @@ def config_from_row(cfg: dict[str, Any]):
     for k, v in list(known.items()):  # a runs row read by pandas holds numpy scalars
         if hasattr(v, "item"):
             known[k] = v.item()
+        # an integer column with a null (ResNet18's num_heads) reads back as floats: 9.0
+        if isinstance(known[k], float) and known[k].is_integer() and "int" in str(fields[k].type) \
+                and "float" not in str(fields[k].type):
+            known[k] = int(known[k])
     return ModelConfig(**known)
 
 
