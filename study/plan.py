@@ -341,6 +341,8 @@ def wall_seconds(seconds: list[float], workers: int) -> float:
 def _si(flops: float | None) -> str:
     if flops is None:
         return "?"
+    if flops == 0:
+        return "0"
     for unit, scale in (("EFLOP", 1e18), ("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9)):
         if flops >= scale:
             return f"{flops / scale:.3g} {unit}"
