@@ -153,7 +153,7 @@ def test_predicted_over_measured_device_seconds_of_a_finished_cpu_study(tmp_path
     runs = read_table(tmp_path / "st" / "two" / "tables", "runs").set_index("trial_id")
     first = next(t for t in plan_trials(load_spec(f)) if t.key == "c001-s000")
     tflops = (first.train_flops + first.eval_flops) / runs.loc["c001-s000", "device_seconds"] / 1e12
-    out = run_cli(tmp_path, "plan", str(f), "--tflops", repr(tflops), "--against", str(tmp_path / "st" / "two"),
+    out = run_cli(tmp_path, "plan", str(f), "--tflops", repr(float(tflops)), "--against", str(tmp_path / "st" / "two"),
                   "--json")
     assert out.returncode == 0, out.stderr
     ratios = {t["trial_id"]: t["predicted_over_measured"] for t in json.loads(out.stdout)["trials"]}
