@@ -105,22 +105,30 @@ def test_missing_logger_package_names_the_extra(tmp_path, capsys, monkeypatch, l
     assert not (tmp_path / "st").exists(), "nothing written"
 
 
-def test_progress_counts_trials_and_estimates_from_epoch_times():
-    from study.tuning.progress import ProgressReporter, eta_seconds
+def test_progress_counts_trials_and_estimates_from_epoch_times(monkeypatch):
+    """The ETA simulates the rest of the schedule from predicted costs (equal here)
+    calibrated on the measured epochs (tests/test_launch_order.py: unequal costs)."""
+    import study.tuning.progress as progress
 
-    assert eta_seconds(remaining_epochs=10, mean_epoch_seconds=3.0, parallel=2) == 15.0
-    raw = {"data": "synthetic", "epochs": 4, "grid": {"num_heads": [1, 2]}}
-    rep = ProgressReporter(meta={"raw": raw, "file": "f.yaml", "name": "p", "num_trials": 4}, enabled=False)
-    assert rep.planned_epochs() == 16
-    t = [SimpleNamespace(trial_id=f"r{i}", config={"cell": i % 2, "key": f"k{i}"}, last_result={}) for i in range(4)]
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    raw = {"data": "synthetic", "epochs": 4, "model": {"hidden": 16, "layers": 1, "intermediate": 16}}
+    raw2 = {**raw, "seeds": [0, 1, 2, 3]}
+    rep = progress.ProgressReporter(meta={"raw": raw2, "file": "f.yaml", "name": "p", "num_trials": 4}, enabled=False)
+    t = [SimpleNamespace(trial_id=f"r{i}", config={"cell": i, "key": f"c{i:03d}-s000"}, last_result={})
+         for i in range(4)]
     assert rep.status_line().startswith("0 of 4 trials done") and "ETA after the first epoch" in rep.status_line()
-    rep.on_trial_result(0, t, t[0], {"epoch": 0, "seconds": 2.0, "status": "running"})
-    rep.on_trial_result(0, t, t[1], {"epoch": 0, "seconds": 4.0, "status": "running"})
-    # 14 epochs left, 3 s each on average, 2 trials at a time -> 21 s
+    rep.on_trial_start(0, t, t[0])
+    rep.on_trial_start(0, t, t[1])
+    now[0] = 3.0
+    rep.on_trial_result(0, t, t[0], {"epoch": 0, "seconds": 3.0, "status": "running"})
+    rep.on_trial_result(0, t, t[1], {"epoch": 0, "seconds": 3.0, "status": "running"})
+    # 3 epochs left of the two running (9 s each), then two pending trials of 12 s each on 2 workers
     assert rep.status_line().endswith("ETA 0:00:21")
-    rep.on_trial_complete(0, t, t[0])  # ended (e.g. ASHA): all its epochs count as done
+    now[0] = 12.0
+    rep.on_trial_complete(0, t, t[0])  # ended: a free worker takes a pending trial
     line = rep.status_line()
-    assert line.startswith("1 of 4 trials done, elapsed 0:00:") and line.endswith("ETA 0:00:33")  # 11 left x 3 s
+    assert line.startswith("1 of 4 trials done, elapsed 0:00:12") and line.endswith("ETA 0:00:12"), line
 
 
 def test_first_decode_prints_progress(tmp_path, monkeypatch):

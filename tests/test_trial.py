@@ -114,36 +114,61 @@ def test_cosine_schedule_with_warmup():
     assert lrs[-1] < 1e-3
 
 
-@pytest.mark.parametrize("epoch,lr", [(0, 0.1), (79, 0.1), (80, 0.01), (149, 0.01), (150, 1e-3),
-                                      (249, 1e-3), (250, 1e-4), (299, 1e-4)])
+@pytest.mark.parametrize("epoch,lr", [(0, 0.1), (78, 0.1), (79, 0.01), (148, 0.01), (149, 1e-3),
+                                      (248, 1e-3), (249, 1e-4), (299, 1e-4)])
 def test_step_schedule_is_the_resnet_recipe(epoch, lr):
-    """MultiStepLR([80, 150, 250], gamma 0.1) per epoch: lr 1e-4 at the end."""
+    """MultiStepLR([80, 150, 250], gamma 0.1) stepped at the start of every epoch (the
+    original's train.py): the lr drops at the start of 0-based epochs 79, 149, 249."""
     kw = dict(steps_per_epoch=3, epochs=300, base_lr=0.1, schedule="step")
     for s in (3 * epoch, 3 * epoch + 2):  # constant within the epoch
         assert learning_rate(step=s, **kw) == pytest.approx(lr, rel=1e-12)
 
 
-def test_step_schedule_matches_torch_multisteplr():
-    """The same lr per epoch as torch's MultiStepLR stepped once per epoch."""
+def _original_step_lrs(milestones, epochs: int) -> list[float]:
+    """Per-epoch lr of the original's loop: ``scheduler.step()`` first thing in every
+    epoch, the first included, then that epoch's optimisation steps."""
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-    sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[80, 150, 250], gamma=0.1)
-    for epoch in range(300):
-        assert learning_rate(step=epoch, steps_per_epoch=1, epochs=300, base_lr=0.1, schedule="step") \
-            == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12), epoch
-        opt.step()
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=list(milestones), gamma=0.1)
+    lrs = []
+    for _ in range(epochs):
         sched.step()
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+    return lrs
+
+
+def test_step_schedule_matches_the_originals_multisteplr_loop():
+    """The same lr in every one of 300 epochs as torch's MultiStepLR stepped the way
+    the original steps it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's "step() before optimizer.step()" notice: the original's order
+        expected = _original_step_lrs((80, 150, 250), 300)
+    got = [learning_rate(step=e, steps_per_epoch=1, epochs=300, base_lr=0.1, schedule="step") for e in range(300)]
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert [e for e in range(1, 300) if got[e] < got[e - 1]] == [79, 149, 249]
 
 
 @pytest.mark.parametrize("epochs,milestones", [(300, (80, 150, 250)), (100, (27, 50, 83)), (30, (8, 15, 25)),
-                                               (600, (160, 300, 500))])
+                                               (600, (160, 300, 500)), (7, (2, 4, 6)), (2, (1, 1, 2)),
+                                               (1, (0, 1, 1))])
 def test_step_milestones_scale_with_epochs(epochs, milestones):
-    from study.trial.schedule import step_milestones
+    """For E epochs each milestone is ⌊m·E/300 + ½⌋ (README "Step schedule"), applied
+    as the original applies its milestones: per epoch the same lr as its MultiStepLR
+    loop with those milestones, so the last epoch is at 1e-4 for every E."""
+    import warnings
+
+    from study.trial.schedule import step_drop_epochs, step_milestones
 
     assert step_milestones(epochs) == milestones
-    kw = dict(steps_per_epoch=1, epochs=epochs, base_lr=0.1, schedule="step")
-    assert learning_rate(step=milestones[0] - 1, **kw) == pytest.approx(0.1)
-    assert learning_rate(step=milestones[0], **kw) == pytest.approx(0.01)
-    assert learning_rate(step=epochs - 1, **kw) == pytest.approx(1e-4)
+    assert step_drop_epochs(epochs) == tuple(max(m - 1, 0) for m in milestones)
+    got = [learning_rate(step=e, steps_per_epoch=1, epochs=epochs, base_lr=0.1, schedule="step")
+           for e in range(epochs)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert got == pytest.approx(_original_step_lrs(milestones, epochs), rel=1e-12)
+    assert got[-1] == pytest.approx(1e-4)
 
 
 def test_study_train_command(tmp_path):

@@ -2,7 +2,10 @@
 the n seeds), validation accuracy when a split was held out, parameters, and the
 model's MACs and FLOPs per image counted from its equations
 (:mod:`study.models.cost`, independent of the code path), beside the FLOPs the
-executed path ran (``runs.flops``) — Markdown and CSV.  The Markdown says what data,
+executed path ran (``runs.flops``) and, where the row is a model of the paper's
+Table 1 trained with its data and budget, the paper's published accuracy,
+parameters and FLOPs (:mod:`analysis.paper`; other rows say why none is shown) —
+Markdown and CSV.  The Markdown says what data,
 subset, test size, epochs and seeds the numbers come from."""
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import pandas as pd
 
 from analysis.figures import Skip
 from analysis.meta import describe, selection_note
+from analysis.paper import paper_row
 from analysis.variants import variant_order
 from study.models.cost import model_macs  # pure Python: no torch
 
@@ -34,6 +38,7 @@ def data(ctx) -> pd.DataFrame:
         s = t[t["label"] == label]
         first = s.iloc[0].to_dict()
         macs = model_macs(first)
+        paper, paper_why = paper_row(first)
         val = s["best_val_acc"].astype(float) if "best_val_acc" in s else pd.Series(dtype=float)
         rows.append({
             "model": label,
@@ -53,6 +58,12 @@ def data(ctx) -> pd.DataFrame:
             "macs": int(macs),
             "flops_math": int(2 * macs),
             "flops": int(s["flops"].iloc[0]),  # executed path (runs.flops)
+            # the paper's Table 1, where this row has its model, data and budget
+            "paper_model": paper.model if paper else "",
+            "paper_acc": paper.accuracy if paper else float("nan"),
+            "paper_params": paper.params if paper else float("nan"),
+            "paper_flops": paper.flops if paper else float("nan"),
+            "paper_note": paper_why,
         })
     return pd.DataFrame(rows)
 
@@ -67,11 +78,20 @@ def _flops(f: int) -> str:
     return f"{f / 1e9:.2f} G" if f >= 1e9 else f"{f / 1e6:.1f} M"
 
 
+def _paper(r) -> str:
+    """The paper's published numbers beside a matching row, else why none is shown."""
+    if not r["paper_model"]:
+        return f"none shown: {r['paper_note']}"
+    return (f"{100 * r['paper_acc']:.1f} / {r['paper_params'] / 1e6:.1f}M / {r['paper_flops'] / 1e9:g}G "
+            f"({r['paper_model']})")
+
+
 def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
     has_val = d["best_val_acc"].notna().any()
     head = ["Model", "n", "Epochs", "Best test acc. (%)", "Final test acc. (%)"]
     head += ["Best val. acc. (%)"] if has_val else []
     head += ["Params", "MACs/image", "FLOPs/image (= 2 MACs)", "FLOPs executed"]
+    head += ["Paper (Table 1): acc. (%) / params / FLOPs"]
     lines = [f"Data: {describe(runs)}.", "", "| " + " | ".join(head) + " |",
              "|---|" + "---:|" * (len(head) - 1)]
     for _, r in d.iterrows():
@@ -80,6 +100,7 @@ def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
                  _acc(r["best_test_acc"], r["best_test_acc_std"]), _acc(r["final_test_acc"], r["final_test_acc_std"])]
         cells += [_acc(r["best_val_acc"], r["best_val_acc_std"])] if has_val else []
         cells += [f"{r['n_params']:,}", _flops(r["macs"]), _flops(r["flops_math"]), _flops(r["flops"])]
+        cells += [_paper(r)]
         lines.append("| " + " | ".join(cells) + " |")
     n_test = [int(v) for v in d["n_test"].dropna().unique()] if "n_test" in d else []
     one = (" One test image is worth " + "/".join(f"{100 / n:.2g}" for n in n_test) + " pp (percentage points) of "
@@ -91,7 +112,10 @@ def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
               "scores once per shift; no biases, element-wise ops, softmax or normalisation), the paper's "
               "convention (its Table 1 counts multiply-adds); FLOPs = 2 × MACs. 'FLOPs executed': "
               "torch.utils.flop_counter on the path a forward in evaluation mode runs (factorised attention "
-              "where exact), so it depends on the code path, not only on the model."]
+              "where exact), so it depends on the code path, not only on the model.",
+              "Paper: the accuracy, parameters and FLOPs its Table 1 publishes for the same model (full CIFAR-10, "
+              "300 epochs; its FLOPs count multiply-adds, so compare them with MACs/image), shown only where the "
+              "row has that model's sizes, data and budget (analysis/paper.py)."]
     note = selection_note(runs)
     if note:
         lines.append(note)

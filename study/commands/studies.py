@@ -216,6 +216,10 @@ def run_run(args: argparse.Namespace) -> int:
                    f"(continue it with `study resume {spec.name}` or pick another --name)")
     _preflight(prog, spec, args.address, args.num_cpus)
     _check_data(prog, spec, quiet=args.quiet)
+    if not args.quiet:  # the study's compute, one line (`study plan` gives the details)
+        from study.commands.plan import plan_line
+
+        print(plan_line(prog, spec), file=sys.stderr, flush=True)
     return _drive(prog, args, lambda **kw: _run_study(spec, args, **kw))
 
 

@@ -40,7 +40,8 @@ def config_from_row(cfg: dict[str, Any]):
     for k, v in list(known.items()):
         if hasattr(v, "item"):  # a runs row read by pandas holds numpy scalars
             v = v.item()
-        if isinstance(v, float) and v.is_integer() and "int" in str(fields[k].type):
+        if isinstance(v, float) and v.is_integer() and "int" in str(fields[k].type) \
+                and "float" not in str(fields[k].type):
             v = int(v)  # an integer column with nulls (another encoding's rows) reads as float
         known[k] = v
     return ModelConfig(**known)

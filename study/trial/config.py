@@ -17,10 +17,10 @@ class TrainConfig:
     batch 100, 300 epochs, cosine schedule with ``warmup`` (fraction of all steps)
     linear warm-up, stepped per iteration.
 
-    ``schedule="step"`` is the original code's ResNet18 recipe: MultiStepLR, lr
-    divided by 10 at epochs 80, 150 and 250 of 300 (scaled proportionally for other
-    epoch counts: :func:`study.trial.schedule.step_milestones`), stepped per epoch,
-    no warm-up.
+    ``schedule="step"`` is the original code's ResNet18 recipe: MultiStepLR
+    (milestones 80, 150, 250 of 300) stepped at the start of every epoch, so the lr
+    is divided by 10 from 0-based epochs 79, 149 and 249 (scaled proportionally for
+    other epoch counts: :func:`study.trial.schedule.step_drop_epochs`), no warm-up.
 
     ``validation``: training images held out (stratified, drawn with ``seed``) for
     model selection; their loss/accuracy is recorded every epoch as ``val_*``.

@@ -12,11 +12,22 @@ STEP_GAMMA = 0.1
 
 
 def step_milestones(epochs: int) -> tuple[int, ...]:
-    """Epochs (0-based) from which the lr is multiplied by another ``STEP_GAMMA``:
-    [80, 150, 250] at 300 epochs, scaled as ⌊m·epochs/300 + ½⌋ otherwise (e.g.
-    [27, 50, 83] at 100 epochs).  Milestones that coincide divide there once per
-    milestone; milestones at ``epochs`` or later never apply."""
+    """``MultiStepLR`` milestones of an ``epochs``-epoch run: [80, 150, 250] at 300
+    epochs, scaled as ⌊m·epochs/300 + ½⌋ otherwise (e.g. [27, 50, 83] at 100 epochs).
+    Milestones that coincide divide there once per milestone."""
     return tuple(math.floor(m * epochs / STEP_EPOCHS + 0.5) for m in STEP_MILESTONES)
+
+
+def step_drop_epochs(epochs: int) -> tuple[int, ...]:
+    """0-based epochs from which the lr is multiplied by another ``STEP_GAMMA``.
+
+    The original (epfml/attention-cnn ``train.py``) calls ``scheduler.step()`` at the
+    start of every epoch, the first included, so during 0-based epoch e the scheduler
+    has been stepped e + 1 times and milestone M applies from epoch M − 1: 79, 149, 249
+    at 300 epochs (26, 49, 82 at 100).  A milestone ⌊m·E/300 + ½⌋ ≤ E, so every drop
+    falls inside the run and its last epoch is at ``base_lr · STEP_GAMMA³``; a scaled
+    milestone 0 (E = 1) applies from the first epoch."""
+    return tuple(max(m - 1, 0) for m in step_milestones(epochs))
 
 
 def learning_rate(*, step: int, steps_per_epoch: int, epochs: int, base_lr: float,
@@ -26,13 +37,14 @@ def learning_rate(*, step: int, steps_per_epoch: int, epochs: int, base_lr: floa
     ``cosine``: linear warm-up over the first ``warmup`` fraction of all steps (from
     base_lr/warmup_steps up to base_lr), then cosine decay to 0 at the last step.
     ``step``: the original ResNet18 recipe, ``MultiStepLR(milestones=[80, 150, 250],
-    gamma=0.1)`` stepped per epoch over 300 epochs (lr 1e-4 at the end from 0.1); for
-    other epoch counts each milestone scales proportionally, see :func:`step_milestones`.
+    gamma=0.1)`` stepped at the start of every epoch over 300 epochs, so the lr drops
+    at the start of epochs 79, 149 and 249 (lr 1e-4 at the end from 0.1); for other
+    epoch counts each milestone scales proportionally, see :func:`step_drop_epochs`.
     """
     total = steps_per_epoch * epochs
     if schedule == "step":
         epoch = step // steps_per_epoch
-        return base_lr * STEP_GAMMA ** sum(epoch >= m for m in step_milestones(epochs))
+        return base_lr * STEP_GAMMA ** sum(epoch >= d for d in step_drop_epochs(epochs))
     warm = int(round(warmup * total))
     if step < warm:
         return base_lr * (step + 1) / warm

@@ -2,19 +2,128 @@
 each row followed by where the study stands: ``k of N trials done``, the elapsed
 time and an ETA.
 
-ETA = epochs still to train × mean measured epoch time ÷ trials running at once
-(:func:`eta_seconds`).  Every trial's epoch count comes from the study file; a trial
-that ended early (ASHA, divergence, error) counts as done, so under ASHA the ETA is
-an upper bound that shrinks as trials are stopped.
+The ETA is the rest of the study's schedule, simulated (:class:`RemainingWork`):
+every trial's predicted cost (:attr:`study.plan.TrialPlan.weight`, known before
+launch) times the seconds per cost unit measured on the epochs so far, plus the
+measured start-up of a trial; a running trial's own epoch times once it has them;
+the trials not started yet assigned longest first to the first free worker, as the
+searcher hands them to Tune.  A trial that ended early (ASHA, divergence, error)
+counts as done, so under ASHA the ETA is an upper bound that shrinks as trials stop.
 """
 
 from __future__ import annotations
 
+import heapq
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from ray.tune import Callback
+
+
+@dataclass
+class _Trial:
+    weight: float  # predicted cost (cost units)
+    epochs: int
+    started: float | None = None
+    reports: list[float] = field(default_factory=list)  # times of the epoch reports
+    walls: list[float] = field(default_factory=list)  # wall seconds of each reported epoch
+    setup: float | None = None  # start to first report, less that epoch
+    ended: bool = False
+
+
+class RemainingWork:
+    """Seconds until the last trial ends, from predicted costs calibrated on the
+    epochs measured so far.  ``costs``: trial key -> (predicted cost, epochs);
+    ``order``: the keys in the order Tune starts them; ``workers``: trials at once
+    (at least the most seen running together).  Times are ``time.monotonic()``
+    values, passed in (so the logic is testable with a fabricated clock)."""
+
+    def __init__(self, *, costs: dict[str, tuple[float, int]], order: list[str], workers: int | None = None):
+        self.trials = {k: _Trial(weight=float(w), epochs=int(e)) for k, (w, e) in costs.items()}
+        self.order = [k for k in order if k in self.trials]
+        self.workers = workers or 1
+        self._running: set[str] = set()
+
+    def start(self, key: str, now: float) -> None:
+        t = self.trials.get(key)
+        if t is None or t.ended:
+            return
+        if t.started is None or key not in self._running:
+            t.started, t.reports, t.walls, t.setup = now, [], [], None  # a retry starts over
+        self._running.add(key)
+        self.workers = max(self.workers, len(self._running))
+
+    def epoch(self, key: str, now: float, *, seconds: float | None = None) -> None:
+        """A trial reported an epoch; ``seconds``: that epoch's training + evaluation
+        (+ head statistics) time as the trial measured it."""
+        t = self.trials.get(key)
+        if t is None:
+            return
+        if key not in self._running:
+            self.start(key, now if seconds is None else now - seconds)
+        if t.reports:
+            t.walls.append(now - t.reports[-1])
+        else:
+            wall = seconds if seconds is not None and 0 <= seconds <= now - t.started else now - t.started
+            t.walls.append(wall)
+            t.setup = now - t.started - wall
+        t.reports.append(now)
+
+    def end(self, key: str) -> None:
+        t = self.trials.get(key)
+        if t is not None:
+            t.ended = True
+        self._running.discard(key)
+
+    def rate(self) -> float | None:
+        """Measured seconds per cost unit (over every epoch reported so far)."""
+        secs = cost = 0.0
+        for t in self.trials.values():
+            if t.walls:
+                secs += sum(t.walls)
+                cost += len(t.walls) * t.weight / t.epochs
+        return secs / cost if cost > 0 else None
+
+    def _setup(self) -> float:
+        """Start-up of a trial not started yet: the shortest measured (Tune reuses a
+        finished trial's worker, so only the first wave pays the process start)."""
+        s = [t.setup for t in self.trials.values() if t.setup is not None]
+        return max(min(s), 0.0) if s else 0.0
+
+    def remaining(self, key: str, now: float, rate: float, setup: float) -> float:
+        t = self.trials[key]
+        if t.ended:
+            return 0.0
+        if t.started is None:
+            return setup + rate * t.weight
+        if t.walls:  # its own epoch times
+            left = t.epochs - len(t.walls)
+            return max(left * sum(t.walls) / len(t.walls) - (now - t.reports[-1]), 0.0)
+        elapsed = now - t.started
+        epoch = rate * t.weight / t.epochs
+        if elapsed <= setup + epoch:
+            return setup + rate * t.weight - elapsed
+        # slower than predicted and still in its first epoch: assume it ends now
+        return (t.epochs - 1) * (elapsed - setup)
+
+    def eta(self, now: float) -> float | None:
+        """None until an epoch has been measured."""
+        rate = self.rate()
+        if rate is None:
+            return None
+        setup = self._setup()
+        running = [k for k in self.trials if k in self._running and not self.trials[k].ended]
+        free = [self.remaining(k, now, rate, setup) for k in running]
+        free += [0.0] * max(self.workers - len(free), 0)
+        heapq.heapify(free)
+        pending = [k for k in self.order if self.trials[k].started is None and not self.trials[k].ended]
+        pending += [k for k in self.trials if k not in self.order and self.trials[k].started is None
+                    and not self.trials[k].ended]
+        for k in pending:
+            heapq.heapreplace(free, free[0] + self.remaining(k, now, rate, setup))
+        return max(free) if free else 0.0
 
 
 class ProgressReporter(Callback):
@@ -24,50 +133,34 @@ class ProgressReporter(Callback):
 
     COLUMNS = ("trial", "cell", "state", "epoch", "test_acc", "best_acc", "img/s")
 
-    def __init__(self, *, meta: dict[str, Any], enabled: bool = True, interval: float = 30.0):
+    def __init__(self, *, meta: dict[str, Any], enabled: bool = True, interval: float = 30.0,
+                 clock=None):
         self.enabled = enabled
         self.interval = interval
         self.total = meta.get("num_trials")
         self.done = 0
         self._last: dict[str, float] = {}
         self._header = False
-        self._cell_epochs = _cell_epochs(meta)
-        self._trained: dict[str, int] = {}  # trial key -> epochs done (ended trials: all of them)
-        self._running: set[str] = set()
-        self._epoch_seconds: list[float] = []
-        self._start = time.monotonic()
+        self._clock = clock or (lambda: time.monotonic())
+        costs, order = _costs(meta)
+        self.work = RemainingWork(costs=costs, order=order)
+        self._start = self._clock()
 
     def setup(self, **info):
-        self._start = time.monotonic()
-
-    def planned_epochs(self) -> int | None:
-        """Epochs of all trials (trial k trains grid cell k mod the number of cells)."""
-        if not self._cell_epochs or not self.total:
-            return None
-        n = len(self._cell_epochs)
-        return sum(self._cell_epochs[k % n] for k in range(self.total))
+        self._start = self._clock()
 
     def status_line(self) -> str:
         """``k of N trials done, elapsed H:MM:SS, ETA H:MM:SS``."""
-        elapsed = time.monotonic() - self._start
-        planned = self.planned_epochs()
-        eta = None
-        if planned is not None and self._epoch_seconds:
-            eta = eta_seconds(remaining_epochs=max(planned - sum(self._trained.values()), 0),
-                              mean_epoch_seconds=sum(self._epoch_seconds) / len(self._epoch_seconds),
-                              parallel=len(self._running))
-        return (f"{self.done} of {self.total} trials done, elapsed {_hms(elapsed)}, "
+        now = self._clock()
+        eta = self.work.eta(now)
+        return (f"{self.done} of {self.total} trials done, elapsed {_hms(now - self._start)}, "
                 f"ETA {_hms(eta) if eta is not None else 'after the first epoch'}")
 
     def _key(self, trial) -> str:
         return str((trial.config or {}).get("key", trial.trial_id))
 
     def _ended(self, trial) -> None:
-        key = self._key(trial)
-        self._running.discard(key)
-        cell = (trial.config or {}).get("cell")
-        if isinstance(cell, int) and 0 <= cell < len(self._cell_epochs):
-            self._trained[key] = self._cell_epochs[cell]
+        self.work.end(self._key(trial))
 
     def _row(self, trial, state: str, result: dict | None) -> None:
         if not self.enabled:
@@ -84,14 +177,17 @@ class ProgressReporter(Callback):
         print("  ".join(f"{c:>10}" if i else f"{c:<24}" for i, c in enumerate(cells)), file=sys.stderr, flush=True)
         print(f"  {self.status_line()}", file=sys.stderr, flush=True)
 
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.work.start(self._key(trial), self._clock())
+
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        key = self._key(trial)
+        now = self._clock()
         if result.get("status", "running") == "running" and isinstance(result.get("epoch"), int):
-            self._running.add(key)
-            self._trained[key] = result["epoch"] + 1
-            if isinstance(result.get("seconds"), (int, float)):
-                self._epoch_seconds.append(float(result["seconds"]))
-        now = time.monotonic()
+            secs = result.get("seconds")
+            heads = result.get("head_stats_seconds")
+            secs = float(secs) + (float(heads) if isinstance(heads, (int, float)) else 0.0) \
+                if isinstance(secs, (int, float)) else None
+            self.work.epoch(self._key(trial), now, seconds=secs)
         if now - self._last.get(trial.trial_id, -1e9) >= self.interval:
             self._last[trial.trial_id] = now
             self._row(trial, "running", result)
@@ -108,12 +204,6 @@ class ProgressReporter(Callback):
         self._row(trial, "error", trial.last_result)
 
 
-def eta_seconds(*, remaining_epochs: int, mean_epoch_seconds: float, parallel: int) -> float:
-    """Seconds left: the epochs still to train, ``parallel`` trials at a time, each
-    epoch taking the mean measured epoch time."""
-    return remaining_epochs * mean_epoch_seconds / max(parallel, 1)
-
-
 def _hms(seconds: float) -> str:
     s = int(round(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
@@ -125,11 +215,17 @@ def _f(v, digits: int = 4) -> str:
     return f"{v:.{digits}f}"
 
 
-def _cell_epochs(meta: dict[str, Any]) -> list[int]:
-    """Epochs of each grid cell's trials, from the study file in ``meta``."""
+def _costs(meta: dict[str, Any]) -> tuple[dict[str, tuple[float, int]], list[str]]:
+    """Predicted cost and epochs of every trial (by table key) and the launch order,
+    from the study file in ``meta`` (:mod:`study.plan`; no torch)."""
     if "raw" not in meta:
-        return []
+        return {}, []
+    from study.plan import launch_order, plan_trials
     from study.spec import validate
 
-    spec = validate(meta["raw"], file=meta.get("file", ""), default_name=meta.get("name", "study"))
-    return [spec.train_config(c).epochs for c in spec.cells]
+    try:
+        spec = validate(meta["raw"], file=meta.get("file", ""), default_name=meta.get("name", "study"))
+        trials = plan_trials(spec)
+    except Exception:  # noqa: BLE001 - progress lines must never stop a study: no ETA then
+        return {}, []
+    return {t.key: (t.weight, t.epochs) for t in trials}, [t.key for t in launch_order(trials)]

@@ -2,8 +2,11 @@
 grid cell behind one Ray Tune ``Searcher`` (``OptunaSearch`` cannot take
 ``tune.grid_search``, DESIGN §8).
 
-Trial k goes to cell k mod n_cells, so every cell receives exactly ``num_samples``
-trials and all cells progress together.
+Every cell receives exactly ``num_samples`` trials.  They are handed to Tune
+longest-predicted first (:func:`study.plan.launch_order`: MACs × epochs × images,
+known before launch), so the most expensive trial never starts last; equal costs
+keep the grid's round-robin order (trial k: cell k mod n_cells).  The order is part
+of the searcher's state, so a resumed study keeps it.
 
 The Optuna studies live in Optuna's own storage, a ``JournalStorage`` file
 ``<study>/optuna.journal`` next to the tables (study names ``<name>/cell-000``, …;
@@ -62,24 +65,33 @@ def hparams(spec: dict[str, Any] | None, cell: int, sampled: dict[str, Any]) -> 
     trial config: Ray's results DataFrame (``config/hparams/<field>``), ``params.json``
     and TensorBoard's HParams show them.  ``spec``: ``{"raw", "file", "name"}`` of the
     study file (plain data, so the searcher's state stays plain)."""
-    if not spec:
-        return {}
-    from study.spec import validate
-
-    study = _SPECS.get(id(spec))
-    if study is None or study[0] is not spec:
-        try:
-            study = (spec, validate(spec["raw"], file=spec["file"], default_name=spec["name"]))
-        except Exception:  # noqa: BLE001 - e.g. the data vanished since `study run` checked it:
-            return {}      # the trial itself fails with that cause (runs.error); no hparams
-        _SPECS[id(spec)] = study
-    cfg = study[1].train_config(study[1].cells[cell], sampled)
+    study = _validated(spec)
+    if study is None:  # e.g. the data vanished since `study run` checked it: the trial
+        return {}      # itself fails with that cause (runs.error); no hparams
+    cfg = study.train_config(study.cells[cell], sampled)
     # fields that do not apply (None, e.g. ``isotropic`` of a learned encoding) are left
     # out: TensorBoard's HParams cannot hold a null
     return {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool))}
 
 
 _SPECS: dict[int, tuple[dict, Any]] = {}
+
+
+def _validated(spec: dict[str, Any] | None):
+    """The ``StudySpec`` of ``{"raw", "file", "name"}`` (cached), None if it no
+    longer validates or there is none."""
+    if not spec:
+        return None
+    from study.spec import validate
+
+    study = _SPECS.get(id(spec))
+    if study is None or study[0] is not spec:
+        try:
+            study = (spec, validate(spec["raw"], file=spec["file"], default_name=spec["name"]))
+        except Exception:  # noqa: BLE001
+            return None
+        _SPECS[id(spec)] = study
+    return study[1]
 
 
 def cell_study_name(name: str, cell: int) -> str:
@@ -116,6 +128,7 @@ class GridOptunaSearcher(Searcher):
         self.num_samples = num_samples
         self.seed = seed
         self.suggested = 0
+        self.order: list[list[int]] | None = None  # [cell, sample] per suggestion; None: not yet computed
         self.assigned: dict[str, tuple[int, int | None]] = {}  # Ray trial id -> (cell, Optuna number)
         self._studies: dict[int, optuna.Study] = {}
         self._storage = None
@@ -215,11 +228,30 @@ class GridOptunaSearcher(Searcher):
             study.tell(number, value)
         self._sync()
 
+    # --- launch order ----------------------------------------------------------------
+    def _grid_order(self) -> list[list[int]]:
+        return [[k % self.n_cells, k // self.n_cells] for k in range(self.total)]
+
+    def launch_order(self) -> list[list[int]]:
+        """[cell, sample] of each suggestion: longest-predicted first (grid order
+        without a study file, or where its cost cannot be computed)."""
+        if self.order is None:
+            self.order = self._grid_order()
+            study = _validated(self.spec)
+            if study is not None and len(study.cells) == self.n_cells and study.num_samples == self.num_samples:
+                from study.plan import launch_order, plan_trials
+
+                try:
+                    self.order = [[t.cell, t.sample] for t in launch_order(plan_trials(study))]
+                except Exception:  # noqa: BLE001 - a cost model failure must not stop the study: grid order
+                    pass
+        return self.order
+
     # --- Searcher API ----------------------------------------------------------------
     def suggest(self, trial_id: str) -> dict | None:
         if self.suggested >= self.total:
             return Searcher.FINISHED
-        cell, sample = self.suggested % self.n_cells, self.suggested // self.n_cells
+        cell, sample = self.launch_order()[self.suggested]
         self.suggested += 1
         key = trial_key(cell, sample)
         study = self._study(cell) if self.sample else None
@@ -276,6 +308,7 @@ class GridOptunaSearcher(Searcher):
     def get_state(self) -> dict:
         return {"version": STATE_VERSION, "n_cells": self.n_cells, "sample": self.sample,
                 "num_samples": self.num_samples, "seed": self.seed, "suggested": self.suggested,
+                "order": self.order,
                 "tables": self.tables, "spec": self.spec, "journal": self.journal, "name": self.name,
                 "assigned": {k: list(v) for k, v in self.assigned.items()},
                 "metric": self._metric, "mode": self._mode}
@@ -286,6 +319,11 @@ class GridOptunaSearcher(Searcher):
         for k in ("n_cells", "sample", "num_samples", "seed", "suggested", "tables", "journal", "name"):
             setattr(self, k, state[k])
         self.spec = state.get("spec")
+        # the order the suggestions so far followed; a state from before launch orders
+        # was in grid order, and ``suggested`` counts in it
+        order = state.get("order")
+        self.order = [[int(c), int(n)] for c, n in order] if order is not None else (
+            self._grid_order() if self.suggested else None)
         # a moved or copied study: the driver names where its tables and journal are now
         self.tables = os.environ.get("STUDY_ACTIVE_TABLES") or self.tables
         if self.journal is not None:

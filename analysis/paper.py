@@ -1,0 +1,156 @@
+"""The paper's published Table 1 (Cordonnier et al., ICLR 2020, "On the Relationship
+between Self-Attention and Convolutional Layers"), as data, and which ``runs`` rows
+it may be set beside.
+
+Table 1 reports, for models trained on the full CIFAR-10 training set (50,000
+images) for 300 epochs and tested on its 10,000 test images: test accuracy,
+parameters and FLOPs per image (multiply-adds, the convention of
+:mod:`study.models.cost`), as printed.  A measured row is comparable only when its
+model has the paper's sizes and it trained with the paper's budget; otherwise
+:func:`paper_row` says why not.
+
+Plain data: no training code is imported (``analysis`` reads tables only).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+#: The paper's data and budget: full CIFAR-10, 300 epochs.
+PAPER_EPOCHS = 300
+PAPER_TRAIN_IMAGES = 50_000
+PAPER_TEST_IMAGES = 10_000
+
+#: Sizes every attention model of Table 1 shares (DESIGN §3): D = 400, 6 layers,
+#: feed-forward 512, N_h = 9, 2×2 space-to-depth of 32×32×3 images.
+SA_SIZES = {"hidden": 400, "layers": 6, "intermediate": 512, "num_heads": 9, "downsample": 2,
+            "image_size": 32, "in_channels": 3, "num_classes": 10}
+
+
+@dataclass(frozen=True)
+class Published:
+    """One model of the paper's Table 1, as printed."""
+
+    model: str  # the paper's name
+    accuracy: float  # test accuracy, fraction
+    params: float  # parameters
+    flops: float  # FLOPs per image as printed (multiply-adds)
+    config: dict  # the configuration fields (``runs`` columns) that identify it
+
+
+#: Table 1, as published.
+TABLE1: tuple[Published, ...] = (
+    Published("ResNet18", 0.938, 11.2e6, 0.56e9,
+              {"arch": "resnet18", "image_size": 32, "in_channels": 3, "num_classes": 10}),
+    Published("SA quadratic emb.", 0.938, 12.1e6, 6.2e9,
+              {"arch": "sa", "encoding": "quadratic", "isotropic": True, "pos_dim": 3, **SA_SIZES}),
+    Published("SA learned emb.", 0.918, 12.3e6, 6.2e9,
+              {"arch": "sa", "encoding": "learned", "pos_dim": 400, **SA_SIZES}),
+    Published("SA learned emb. + content", 0.871, 29.5e6, 15.1e9,
+              {"arch": "sa", "encoding": "learned_content", "pos_dim": 400, "positional_score": "query",
+               **SA_SIZES}),
+)
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (not isinstance(v, (list, tuple, dict)) and bool(pd.isna(v)))
+
+
+def _value(row: dict, key: str) -> Any:
+    """A ``runs`` value with the defaults of a row that predates a column (the
+    model's defaults are the paper's)."""
+    v = row.get(key)
+    if not _missing(v):
+        return v
+    if key == "arch":
+        return "sa"
+    if key == "pos_dim" and row.get("encoding") == "quadratic":
+        iso = row.get("isotropic")
+        return 3 if _missing(iso) or bool(iso) else 5
+    if key == "positional_score" and row.get("encoding") == "learned_content":
+        return "query"
+    if key == "isotropic" and row.get("encoding") == "quadratic":
+        return True
+    return SA_SIZES.get(key, {"image_size": 32, "in_channels": 3, "num_classes": 10}.get(key))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(b, bool):
+        return bool(a) == b
+    if isinstance(b, (int, float)):
+        try:
+            return float(a) == float(b)
+        except (TypeError, ValueError):
+            return False
+    return str(a) == str(b)
+
+
+def _n(v: Any) -> str:
+    return f"{int(v):,}"
+
+
+def _is_cifar10(data: Any) -> bool:
+    if _missing(data):
+        return False
+    text = str(data)
+    if text == "cifar10" or text.startswith("cifar10:"):
+        return True
+    base = re.split(r"[\\/]", text.rstrip("/\\"))[-1].lower()
+    return "cifar-10" in base or "cifar10" in base
+
+
+def match_model(row: dict) -> tuple[Published | None, str]:
+    """The Table 1 model whose configuration ``row`` has (``None`` and the first
+    difference from the closest one when none)."""
+    arch = _value(row, "arch")
+    enc = row.get("encoding")
+    for pub in TABLE1:
+        if pub.config["arch"] != arch or (arch == "sa" and pub.config.get("encoding") != enc):
+            continue
+        for key, want in pub.config.items():
+            got = _value(row, key)
+            if not _same(got, want):
+                what = {"hidden": "D", "num_heads": "N_h", "pos_dim": "D_p"}.get(key, key)
+                return None, f"not a model of the paper: {what} {got} (paper {want})"
+        return pub, ""
+    kind = enc if arch == "sa" else arch
+    return None, f"no {kind} model in the paper's Table 1"
+
+
+def budget_reason(row: dict) -> str:
+    """Why ``row`` is not the paper's data and budget ('' when it is): full CIFAR-10
+    (50,000 training images, none held out; 10,000 test images), 300 epochs."""
+    data = row.get("data")
+    if not _is_cifar10(data):
+        return f"not CIFAR-10: {'data not recorded' if _missing(data) else data}"
+    epochs = row.get("epochs")
+    n_train, subset, n_test = row.get("n_train"), row.get("subset"), row.get("n_test")
+    images = n_train if not _missing(n_train) else (subset if not _missing(subset) else None)
+    short_epochs = not _missing(epochs) and int(epochs) != PAPER_EPOCHS
+    short_images = (not _missing(subset)) or (images is not None and int(images) != PAPER_TRAIN_IMAGES)
+    if short_epochs or short_images:
+        e = "epochs not recorded" if _missing(epochs) else f"{_n(epochs)} epoch{'' if int(epochs) == 1 else 's'}"
+        on = "an unrecorded number of images" if images is None else f"{_n(images)} images"
+        return f"not the paper's budget: {e} on {on} (paper {PAPER_EPOCHS} on {PAPER_TRAIN_IMAGES:,})"
+    if _missing(epochs):
+        return "not the paper's budget: epochs not recorded"
+    if not _missing(n_test) and int(n_test) != PAPER_TEST_IMAGES:
+        return f"not the paper's test set: {_n(n_test)} test images (paper {PAPER_TEST_IMAGES:,})"
+    return ""
+
+
+def paper_row(row: dict) -> tuple[Published | None, str]:
+    """(the Table 1 model to set beside ``row``, '') or (None, why none is shown)."""
+    pub, why = match_model(row)
+    if pub is None:
+        return None, why
+    why = budget_reason(row)
+    return (None, why) if why else (pub, "")
+
+
+__all__ = ["PAPER_EPOCHS", "PAPER_TEST_IMAGES", "PAPER_TRAIN_IMAGES", "TABLE1", "Published", "budget_reason",
+           "match_model", "paper_row"]

@@ -1,0 +1,201 @@
+"""``study plan FILE``: a study's compute before anything runs (:mod:`study.plan`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from study.cliutil import fail
+
+#: A `study bench --json` report is a few kilobytes; refuse anything far larger.
+MAX_BENCH_BYTES = 16 * 2**20
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return v
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "plan", help="a study's FLOPs, device-hours and wall time, before it runs",
+        description="Per trial and in total: training FLOPs (3 x forward x training images x epochs), "
+        "evaluation FLOPs (forward x (test + validation) images x epochs) and head-statistics FLOPs, "
+        "counted from the models' equations (2 x MACs per image). With a throughput (--tflops, "
+        "--images-per-s or --bench) also the predicted device-seconds per trial (what runs.device_seconds "
+        "will measure: training + evaluation), the device-hours, and the wall time on --workers workers "
+        "with the trials started longest-predicted first (as `study run` starts them). Trials are "
+        "listed in that order.",
+        epilog="Without a throughput only FLOPs are printed (no timing is guessed). A folder or archive "
+        "data source is listed (not decoded) to count its images.")
+    p.add_argument("file", help="study file (search_spaces/*.yaml)")
+    p.add_argument("--data", help="override the file's data source")
+    rate = p.add_mutually_exclusive_group()
+    rate.add_argument("--tflops", type=_positive_float,
+                      help="sustained throughput in TFLOP/s of the counted FLOPs (e.g. 150 on one H100 in bf16)")
+    rate.add_argument("--images-per-s", type=_positive_float,
+                      help="training images per second of every trial's model (one model's study)")
+    rate.add_argument("--bench", metavar="FILE",
+                      help="a `study bench --json` report: each trial at the bench's images/s of the same model, "
+                      "else at the FLOP rate of the bench models with its encoding")
+    p.add_argument("--workers", type=_positive_int,
+                   help="trials running at once (default: what the study's resources allow on this machine)")
+    p.add_argument("--against", metavar="STUDY",
+                   help="a finished run of this study (a study folder, or a name under $STUDY_STORAGE / ./results): "
+                   "beside each trial its measured runs.device_seconds and predicted / measured")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=run)
+
+
+def read_bench(prog: str, path: str) -> dict:
+    """A ``study bench --json`` report, or one line naming what is wrong (exit 2)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BENCH_BYTES + 1)
+    except OSError as e:
+        fail(prog, f"--bench: cannot read {path} ({e.strerror or e})")
+    if len(raw) > MAX_BENCH_BYTES:
+        fail(prog, f"--bench: {path} is larger than {MAX_BENCH_BYTES // 2**20} MiB; not a `study bench --json` report")
+    try:
+        report = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        fail(prog, f"--bench: {path} is not JSON ({' '.join(str(e).split())[:120]})")
+    from study.plan import PlanError, bench_models
+
+    try:
+        bench_models(report)
+    except PlanError as e:
+        fail(prog, f"--bench: {path}: {e}")
+    return report
+
+
+def default_workers(spec) -> tuple[int, str]:
+    """Trials this machine runs at once under the study's resources (at least 1),
+    and a note when it cannot run one."""
+    from study.commands.studies import local_cpus
+    from study.tuning.preflight import local_gpus
+
+    n = int(local_cpus() // max(spec.cpus_per_trial * spec.workers_per_trial, 1e-9))
+    note = ""
+    if spec.gpus_per_trial:
+        gpus = local_gpus()
+        n = min(n, int(gpus // (spec.gpus_per_trial * spec.workers_per_trial)))
+        if n < 1:
+            note = (f"this machine has {gpus} GPU(s) for gpus_per_trial {spec.gpus_per_trial:g}: "
+                    "wall time for 1 worker (give --workers)")
+    if spec.max_concurrent:
+        n = min(n, spec.max_concurrent)
+    return max(n, 1), note
+
+
+def source_sizes(prog: str, spec) -> dict[str, tuple[int, int]]:
+    """(train, test) images of every folder or archive source of the study, listed
+    (not decoded)."""
+    from study.plan import source_sizes as known
+
+    out = {}
+    for data in sorted({spec.train_config(c).data for c in spec.cells}):
+        if known(data) is None:
+            out[data] = count_images(prog, spec.file, data)
+    return out
+
+
+def count_images(prog: str, file: str, data: str) -> tuple[int, int]:
+    from study.data.errors import DataError
+    from study.data.layout import resolve_layout
+    from study.data.sources import ImageFolderSource
+
+    try:
+        listing = ImageFolderSource(data).listing()
+        layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
+    except DataError as e:
+        fail(prog, f"{file}: data: {e}")
+    return len(layout.train), len(layout.test)
+
+
+def plan_line(prog: str, spec) -> str:
+    """The one-line total ``study run`` prints before it starts: trials and FLOPs
+    (no throughput is known there; `study plan --tflops/--bench` predicts the time)."""
+    from study.plan import make_plan, total_line
+
+    plan = make_plan(spec, sizes=source_sizes(prog, spec))
+    return total_line(plan) + " (device-hours: `study plan FILE --bench REPORT`)"
+
+
+def measured_seconds(prog: str, study: str) -> dict[str, float]:
+    """runs.device_seconds of every finished trial of a study (folder or name)."""
+    from pathlib import Path
+
+    from study.storage import resolve_storage, study_root
+
+    try:
+        root = study if Path(study, "tables").is_dir() else study_root(resolve_storage(None), study)
+    except ValueError as e:
+        fail(prog, f"--against: {e}")
+    if "://" not in root and not Path(root, "tables").is_dir():
+        fail(prog, f"--against: no study at {root} (a study folder, or a name under $STUDY_STORAGE / ./results)")
+    from study.tables import read_table
+
+    try:
+        runs = read_table(f"{root}/tables", "runs")
+    except (OSError, ValueError) as e:
+        fail(prog, f"--against: cannot read the runs table of {study} ({' '.join(str(e).split())[:160]})")
+    if runs.empty or "device_seconds" not in runs:
+        fail(prog, f"--against: {study}: no trials with device_seconds in its runs table")
+    done = runs[runs["status"] == "finished"]
+    return {str(k): float(v) for k, v in zip(done["trial_id"], done["device_seconds"]) if v == v and v > 0}
+
+
+def run(args: argparse.Namespace) -> int:
+    from study.commands.studies import _spec
+    from study.plan import PlanError, Throughput, make_plan, table, to_json, total_line
+
+    prog = "study plan"
+    spec = _spec(prog, args.file, args.data, None)
+    throughput = None
+    if args.tflops is not None:
+        throughput = Throughput(tflops=args.tflops)
+    elif args.images_per_s is not None:
+        throughput = Throughput(images_per_s=args.images_per_s)
+    elif args.bench is not None:
+        throughput = Throughput(bench=read_bench(prog, args.bench), source=args.bench)
+    workers, note = (args.workers, "") if args.workers else default_workers(spec)
+    try:
+        plan = make_plan(spec, throughput=throughput, workers=workers, sizes=source_sizes(prog, spec))
+    except PlanError as e:
+        fail(prog, f"{spec.file}: {e}")
+    if note:
+        plan.notes.append(note)
+    if args.against is not None:
+        plan.measured = measured_seconds(prog, args.against)
+        if not set(plan.measured) & {t.key for t in plan.trials}:
+            fail(prog, f"--against: {args.against} has no finished trial of {spec.file} (trial ids differ)")
+    if throughput is None:
+        plan.notes.append("device-hours and wall time need a throughput: --tflops, --images-per-s or --bench "
+                          "(a `study bench --json` report)")
+    if args.json:
+        print(json.dumps(to_json(plan), indent=2))
+        return 0
+    print(f"{spec.file}: {spec.num_trials} trials, in launch order (longest-predicted first)")
+    print(table(plan))
+    print(total_line(plan))
+    for n in plan.notes:
+        print(f"note: {n}", file=sys.stderr)
+    return 0

@@ -1,0 +1,437 @@
+"""A study's compute before anything runs (``study plan``): per trial and in total,
+the training and evaluation FLOPs of its models, the predicted device-seconds at a
+given throughput, and the wall time on N workers with the trials started
+longest-predicted first (the order :class:`~study.tuning.searcher.GridOptunaSearcher`
+hands them to Tune).
+
+FLOPs are counted from the models' equations (:func:`study.models.cost.model_macs`,
+FLOPs = 2 × MACs of one forward pass of one image):
+
+- training, per epoch: 3 × forward (forward + backward ≈ 2 × forward) × training images;
+- evaluation, per epoch: forward × (test + validation images), what every epoch
+  evaluates;
+- head statistics (attention models with ``head_stats``), per epoch: forward ×
+  ``head_images``.  Not part of ``runs.device_seconds`` (the trial's clock runs
+  over training and evaluation only), so it is listed but not in the device-seconds.
+
+Device-seconds need a throughput: ``tflops`` (sustained TFLOP/s of the counted
+FLOPs), ``images_per_s`` (training images per second; an evaluation image costs a
+third of a training one) or a ``study bench --json`` report (per model: the bench's
+training images/s of the same model, else the counted-FLOP rate of the bench model
+with the same architecture and encoding).  Without one, only FLOPs are known.
+
+Image counts come from the study file: ``synthetic[:N]`` (N or 2,000 train / 500
+test), ``cifar10`` (50,000 / 10,000), ``subset`` k (k train, min(test, max(k // 5,
+100)) test), ``validation`` held out of the training images.  A folder or archive is
+counted by the caller (``sizes``; ``study plan`` and ``study run`` list it).
+
+No torch, no Ray: ``study plan`` answers in well under a second.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from study.models.cost import model_macs
+
+#: Image counts of the built-in sources: (train, test).
+CIFAR10_SIZES = (50_000, 10_000)
+SYNTHETIC_TRAIN, SYNTHETIC_TEST = 2000, 500  # study.data.synthetic.DEFAULT_TRAIN / DEFAULT_TEST
+MIN_SUBSET_TEST = 100  # study.data.splits.MIN_SUBSET_TEST
+#: A forward pass is a third of a training step (forward + backward ≈ 3 forwards).
+TRAIN_FORWARDS = 3
+#: At most this many combinations of sampled model fields are costed per cell.
+MAX_SAMPLED_COMBINATIONS = 256
+#: Cost of one per-image attention probability of content attention (scores that
+#: depend on the image, so every image materialises its own N_h × T × T
+#: probabilities: softmax, dropout, their backward; memory-bound work the MAC count
+#: does not see), in MAC-equivalents.  For the launch order and the ETA only, never
+#: in FLOPs.  Fitted on CPU (float32): learned + content over quadratic device time
+#: 6.1× on smoke.yaml (D = 32; issue 24: 141 s vs 23 s; MACs alone say 2.1×),
+#: training step time 2.4× at the paper's D = 400 (MACs: 2.3×), 3.2× at D = 128 and
+#: 5.0× at D = 64 (this weight: 6.1×, 2.5×, 2.9×, 3.9×).
+PAIR_MAC_EQUIVALENT = 150
+
+
+class PlanError(ValueError):
+    """A throughput or report that cannot give device-seconds (one line)."""
+
+
+@dataclass(frozen=True)
+class Images:
+    """Images one epoch of a trial trains on and evaluates."""
+
+    train: int
+    val: int
+    test: int
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """The predicted compute of one trial (``key`` as in ``runs.trial_id``)."""
+
+    key: str
+    cell: int
+    sample: int
+    model: str
+    config: dict  # the ModelConfig fields costed
+    epochs: int
+    images: Images | None  # None: a folder/archive source not counted
+    macs: int  # forward MACs per image
+    train_flops: float | None
+    eval_flops: float | None
+    head_flops: float | None
+    pairs: int = 0  # per-image attention probabilities (image-dependent attention), all layers
+    upper_bound: bool = False  # a sampled model field: costed at its most expensive value
+    seconds: float | None = None  # predicted device-seconds (training + evaluation)
+    rate: str = ""  # where ``seconds`` comes from
+
+    @property
+    def flops(self) -> float | None:
+        """Training + evaluation + head statistics."""
+        if self.train_flops is None:
+            return None
+        return self.train_flops + self.eval_flops + self.head_flops
+
+    @property
+    def weight(self) -> float:
+        """Relative cost, for the launch order and the ETA: forward passes of the
+        trial (3 per training image, 1 per evaluated image; a training image per epoch
+        where the image counts are unknown) × (MACs + ``PAIR_MAC_EQUIVALENT`` × pairs)
+        per image.  Known before launch."""
+        im = self.images
+        passes = self.epochs * (TRAIN_FORWARDS * im.train + im.test + im.val if im else TRAIN_FORWARDS)
+        return float(passes) * (self.macs + PAIR_MAC_EQUIVALENT * self.pairs)
+
+
+@dataclass
+class Plan:
+    trials: list[TrialPlan]
+    workers: int | None = None
+    wall_seconds: float | None = None
+    notes: list[str] = field(default_factory=list)
+    #: runs.device_seconds of a finished run of the study, by trial id (``--against``)
+    measured: dict[str, float] = field(default_factory=dict)
+
+    def ratio(self, t: TrialPlan) -> float | None:
+        """Predicted / measured device-seconds of a trial (None without both)."""
+        m = self.measured.get(t.key)
+        return t.seconds / m if t.seconds is not None and m else None
+
+    def total(self, attr: str) -> float | None:
+        values = [getattr(t, attr) for t in self.trials]
+        return None if any(v is None for v in values) else float(sum(values))
+
+
+# --------------------------------------------------------------------- images
+def source_sizes(data: str, sizes: dict[str, tuple[int, int]] | None = None) -> tuple[int, int] | None:
+    """(train, test) images of a data source before ``subset`` (None: a folder or
+    archive not in ``sizes``)."""
+    if sizes and data in sizes:
+        return sizes[data]
+    kind, _, arg = data.partition(":")
+    if kind == "synthetic":
+        return (int(arg) if arg.isdigit() else SYNTHETIC_TRAIN), SYNTHETIC_TEST
+    if kind == "cifar10":
+        return CIFAR10_SIZES
+    return None
+
+
+def validation_images(validation: int | float, n_train: int) -> int:
+    """As :func:`study.data.validation.validation_size`: a count, or a fraction of
+    ``n_train`` rounded down (at least 1)."""
+    if isinstance(validation, float):
+        return max(1, int(validation * n_train))
+    return int(validation)
+
+
+def trial_images(cfg, sizes: dict[str, tuple[int, int]] | None = None) -> Images | None:
+    """Images per epoch of a ``TrainConfig`` (as :func:`study.data.load_splits` and
+    :func:`study.data.hold_out_validation` cut them)."""
+    whole = source_sizes(cfg.data, sizes)
+    if whole is None:
+        return None
+    n_train, n_test = whole
+    if cfg.subset is not None:
+        n_train, n_test = min(cfg.subset, n_train), min(n_test, max(cfg.subset // 5, MIN_SUBSET_TEST))
+    n_val = validation_images(cfg.validation, n_train)
+    return Images(train=n_train - n_val, val=n_val, test=n_test)
+
+
+# ---------------------------------------------------------------------- FLOPs
+def trial_flops(*, macs: int, epochs: int, images: Images | None, head_images: int = 0
+                ) -> tuple[float | None, float | None, float | None]:
+    """(training, evaluation, head statistics) FLOPs of a whole trial."""
+    if images is None:
+        return None, None, None
+    fwd = 2.0 * macs * epochs
+    return TRAIN_FORWARDS * fwd * images.train, fwd * (images.test + images.val), fwd * head_images
+
+
+def _sampled_candidates(dist: dict) -> list:
+    (kind, args), = dist.items()
+    if kind in ("uniform", "loguniform", "int"):
+        return [args[1]]  # the cost grows with every model field: its upper end
+    return list(args)
+
+
+def costed_model(cfg, sample: dict[str, dict]) -> tuple[dict, bool]:
+    """The model fields to cost: the cell's, or with sampled model fields the most
+    expensive combination of their candidate values (an upper bound)."""
+    from study.models.config import ModelConfig
+
+    base = cfg.model.to_dict()
+    fields = [k for k in sample if k in ModelConfig.__dataclass_fields__]
+    if not fields:
+        return base, False
+    best, best_macs = base, None
+    combos = itertools.islice(itertools.product(*(_sampled_candidates(sample[k]) for k in fields)),
+                              MAX_SAMPLED_COMBINATIONS)
+    for values in combos:
+        try:
+            d = ModelConfig.from_dict({**base, **dict(zip(fields, values))}).to_dict()
+        except Exception:  # noqa: BLE001 - a combination the model refuses is never trained
+            continue
+        m = model_macs(d)
+        if best_macs is None or m > best_macs:
+            best, best_macs = d, m
+    return best, True
+
+
+def attention_pairs(model: dict) -> int:
+    """Per-image attention probabilities that depend on the image: layers × N_h × T²
+    for an encoding with content scores (``Encoding.content``), 0 otherwise (ResNet18,
+    positional attention, whose probabilities one batch shares)."""
+    from study.models.cost import config_from_row
+
+    cfg = config_from_row(model)
+    if cfg.arch == "resnet18" or not cfg.spec.content:
+        return 0
+    return cfg.layers * cfg.num_heads * cfg.grid ** 4
+
+
+def plan_trials(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> list[TrialPlan]:
+    """One :class:`TrialPlan` per trial of a validated study (``StudySpec``), in
+    grid order (trial k: cell k mod n_cells, sample k // n_cells)."""
+    from study.models.config import ModelConfig, model_name
+
+    per_cell = []
+    for cell in spec.cells:
+        cfg = spec.train_config(cell)
+        model, bound = costed_model(cfg, spec.sample)
+        macs = model_macs(model)
+        images = trial_images(cfg, sizes)
+        heads = cfg.head_images if cfg.head_stats and model.get("arch", "sa") != "resnet18" else 0
+        if images is not None:
+            heads = min(heads, images.test)
+        train, ev, head = trial_flops(macs=macs, epochs=cfg.epochs, images=images, head_images=heads)
+        per_cell.append(dict(model=model_name(ModelConfig.from_dict(model)), config=model, epochs=cfg.epochs,
+                             images=images, macs=macs, train_flops=train, eval_flops=ev, head_flops=head,
+                             pairs=attention_pairs(model), upper_bound=bound))
+    n = len(spec.cells)
+    out = []
+    for k in range(spec.num_trials):
+        cell, sample = k % n, k // n
+        out.append(TrialPlan(key=f"c{cell:03d}-s{sample:03d}", cell=cell, sample=sample, **per_cell[cell]))
+    return out
+
+
+def launch_order(trials: list[TrialPlan]) -> list[TrialPlan]:
+    """Longest-predicted first (:attr:`TrialPlan.weight`); equal costs keep the
+    grid's round-robin order (all cells' first samples, then their second, ...)."""
+    return sorted(trials, key=lambda t: (-t.weight, t.sample, t.cell))
+
+
+# ----------------------------------------------------------------- throughput
+@dataclass(frozen=True)
+class Throughput:
+    """How fast a device trains: exactly one of ``tflops`` (counted FLOPs per second,
+    1e12), ``images_per_s`` (training images per second) or ``bench`` (a ``study
+    bench --json`` report)."""
+
+    tflops: float | None = None
+    images_per_s: float | None = None
+    bench: dict | None = None
+    source: str = ""
+
+    def seconds(self, t: TrialPlan) -> tuple[float, str]:
+        """Predicted device-seconds of a trial (training + evaluation) and where the
+        rate comes from."""
+        if t.train_flops is None:
+            raise PlanError(f"{t.key}: image counts unknown")
+        if self.tflops is not None:
+            return (t.train_flops + t.eval_flops) / (self.tflops * 1e12), f"{self.tflops:g} TFLOP/s"
+        if self.images_per_s is not None:
+            return _image_seconds(t, self.images_per_s), f"{self.images_per_s:g} img/s"
+        return _bench_seconds(t, self.bench or {}, self.source)
+
+
+def _image_seconds(t: TrialPlan, images_per_s: float) -> float:
+    """An evaluation image is one forward, a third of a training image."""
+    im = t.images
+    return t.epochs * (im.train + (im.test + im.val) / TRAIN_FORWARDS) / images_per_s
+
+
+def bench_models(report: dict) -> list[tuple[str, dict, float]]:
+    """(bench key, model fields, training images/s) of every model a ``study bench
+    --json`` report timed (its fast path)."""
+    from study.models.config import PAPER_MODELS
+
+    if not isinstance(report, dict) or not isinstance(report.get("models"), list):
+        raise PlanError("not a `study bench --json` report (no 'models' list)")
+    out = []
+    for m in report["models"]:
+        fast = m.get("fast") if isinstance(m, dict) else None
+        key = m.get("key") if isinstance(m, dict) else None
+        ips = fast.get("images_per_s") if isinstance(fast, dict) else None
+        if key in PAPER_MODELS and isinstance(ips, (int, float)) and ips > 0 and math.isfinite(ips):
+            out.append((key, PAPER_MODELS[key].to_dict(), float(ips)))
+    if not out:
+        raise PlanError("the bench report holds no timed model of the paper (run `study bench --json` with "
+                        "--models of the paper)")
+    return out
+
+
+def _same_kind(a: dict, b: dict) -> bool:
+    return a.get("arch") == b.get("arch") and (a.get("arch") == "resnet18" or a.get("encoding") == b.get("encoding"))
+
+
+def _bench_seconds(t: TrialPlan, report: dict, source: str) -> tuple[float, str]:
+    """The bench's images/s of the same model; else the counted-FLOP rate of a bench
+    model of the same architecture and encoding (median over them), else of all."""
+    models = bench_models(report)
+    where = f" ({source})" if source else ""
+    for key, cfg, ips in models:
+        if cfg == t.config:
+            return _image_seconds(t, ips), f"bench {key}: {ips:.1f} img/s{where}"
+    rates = {key: TRAIN_FORWARDS * 2.0 * model_macs(cfg) * ips for key, cfg, ips in models}
+    kin = [key for key, cfg, _ in models if _same_kind(cfg, t.config)]
+    keys = kin or list(rates)
+    rate = statistics.median(rates[k] for k in keys)
+    what = "bench " + "/".join(keys) + (" (same encoding)" if kin else " (all models)")
+    return (t.train_flops + t.eval_flops) / rate, f"{what}: {rate / 1e12:.3g} TFLOP/s{where}"
+
+
+def predict(trials: list[TrialPlan], throughput: Throughput) -> list[TrialPlan]:
+    """The trials with predicted device-seconds."""
+    from dataclasses import replace
+
+    out = []
+    for t in trials:
+        s, rate = throughput.seconds(t)
+        out.append(replace(t, seconds=s, rate=rate))
+    return out
+
+
+def wall_seconds(seconds: list[float], workers: int) -> float:
+    """Makespan of trials started longest first, each on the first free worker of
+    ``workers`` (the longest-processing-time rule)."""
+    free = [0.0] * max(1, workers)
+    for s in sorted(seconds, reverse=True):
+        heapq.heapreplace(free, free[0] + s)
+    return max(free)
+
+
+# ------------------------------------------------------------------------ text
+def _si(flops: float | None) -> str:
+    if flops is None:
+        return "?"
+    if flops == 0:
+        return "0"
+    for unit, scale in (("EFLOP", 1e18), ("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9)):
+        if flops >= scale:
+            return f"{flops / scale:.3g} {unit}"
+    return f"{flops / 1e6:.3g} MFLOP"
+
+
+def hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def total_line(plan: Plan) -> str:
+    """One line: trials, FLOPs (training + evaluation + head statistics), and with a
+    throughput the device-hours and the wall time on the plan's workers."""
+    n = len(plan.trials)
+    flops = plan.total("flops")
+    bound = " (upper bound: sampled model fields)" if any(t.upper_bound for t in plan.trials) else ""
+    if flops is None:
+        macs = sum(t.macs * t.epochs for t in plan.trials)
+        return (f"plan: {n} trial{'s' * (n != 1)}, {2 * macs / 1e9:.3g} GFLOP per training image-pass summed "
+                f"over epochs (image counts of the data source unknown){bound}")
+    parts = (f"training {_si(plan.total('train_flops'))} + evaluation {_si(plan.total('eval_flops'))} + "
+             f"head statistics {_si(plan.total('head_flops'))}")
+    line = f"plan: {n} trial{'s' * (n != 1)}, {_si(flops)} ({parts}){bound}"
+    secs = plan.total("seconds")
+    if secs is not None:
+        line += f"; {secs / 3600:.3g} device-hours"
+        if plan.wall_seconds is not None:
+            line += f", wall {hms(plan.wall_seconds)} on {plan.workers} worker{'s' * (plan.workers != 1)}"
+    return line
+
+
+def table(plan: Plan) -> str:
+    """Per trial, in launch order (longest-predicted first)."""
+    cols = ["trial", "model", "epochs", "train img", "val img", "test img", "GMAC/img", "train FLOP",
+            "eval FLOP", "heads FLOP"]
+    has_s = all(t.seconds is not None for t in plan.trials)
+    cols += ["device-s", "rate"] if has_s else []
+    against = bool(plan.measured)
+    cols += ["measured s", "pred/meas"] if against else []
+    rows = []
+    for t in launch_order(plan.trials):
+        im = t.images
+        row = [t.key, t.model + (" (upper bound)" if t.upper_bound else ""), str(t.epochs),
+               *(f"{v:,}" if im else "?" for v in ((im.train, im.val, im.test) if im else (0, 0, 0))),
+               f"{t.macs / 1e9:.4g}", _si(t.train_flops), _si(t.eval_flops), _si(t.head_flops)]
+        row += [f"{t.seconds:,.0f}" if t.seconds >= 100 else f"{t.seconds:.1f}", t.rate] if has_s else []
+        if against:
+            m, r = plan.measured.get(t.key), plan.ratio(t)
+            row += [f"{m:,.1f}" if m else "-", f"{r:.2f}" if r else "-"]
+        rows.append(row)
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    left = {0, 1} | ({cols.index("rate")} if has_s else set())
+    fmt = lambda cells: "  ".join(  # noqa: E731
+        c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return "\n".join([fmt(cols), *map(fmt, rows)])
+
+
+def to_json(plan: Plan) -> dict[str, Any]:
+    return {
+        "trials": [{"trial_id": t.key, "cell": t.cell, "sample": t.sample, "model": t.model, "epochs": t.epochs,
+                    "train_images": t.images.train if t.images else None,
+                    "val_images": t.images.val if t.images else None,
+                    "test_images": t.images.test if t.images else None,
+                    "forward_macs": t.macs, "train_flops": t.train_flops, "eval_flops": t.eval_flops,
+                    "head_flops": t.head_flops, "upper_bound": t.upper_bound,
+                    "device_seconds": t.seconds, "rate": t.rate or None,
+                    "measured_device_seconds": plan.measured.get(t.key), "predicted_over_measured": plan.ratio(t)}
+                   for t in launch_order(plan.trials)],
+        "total_flops": plan.total("flops"), "train_flops": plan.total("train_flops"),
+        "eval_flops": plan.total("eval_flops"), "head_flops": plan.total("head_flops"),
+        "device_seconds": plan.total("seconds"), "workers": plan.workers, "wall_seconds": plan.wall_seconds,
+        "notes": plan.notes,
+    }
+
+
+def make_plan(spec, *, throughput: Throughput | None = None, workers: int | None = None,
+              sizes: dict[str, tuple[int, int]] | None = None) -> Plan:
+    """The plan of a validated study: FLOPs always; device-seconds and the wall time
+    on ``workers`` when a ``throughput`` is given."""
+    trials = plan_trials(spec, sizes=sizes)
+    plan = Plan(trials=trials, workers=workers)
+    if throughput is not None and all(t.images is not None for t in trials):
+        plan.trials = predict(trials, throughput)
+        if workers:
+            plan.wall_seconds = wall_seconds([t.seconds for t in plan.trials], workers)
+    return plan
+
+
+__all__ = ["Images", "Plan", "PlanError", "Throughput", "TrialPlan", "bench_models", "launch_order",
+           "make_plan", "plan_trials", "predict", "table", "to_json", "total_line", "trial_flops",
+           "trial_images", "wall_seconds"]

@@ -1,0 +1,161 @@
+"""``study plan`` (issue 22 §3): a study's FLOPs from its models' MAC counts, epochs
+and image counts; device-seconds at a given throughput; the wall time on N workers
+started longest first; predicted against measured device-seconds of a finished run."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from study.models.cost import model_macs
+from study.plan import Throughput, make_plan, plan_trials, predict, trial_images, wall_seconds
+from study.spec import load_spec, validate
+from tests.helpers import run_cli
+
+FIG2 = "search_spaces/paper_fig2.yaml"
+
+
+def test_paper_fig2_flops_are_3_forwards_per_training_image_and_1_per_evaluated_image():
+    spec = load_spec(FIG2)
+    trials = {t.model: t for t in plan_trials(spec)}
+    assert set(trials) == {"ResNet18", "SA quadratic isotropic (N_h=9)", "SA learned (N_h=9, D_p=400)",
+                           "SA learned+content (N_h=9, D_p=400)"}
+    for t in trials.values():
+        fwd = 2 * model_macs(t.config)
+        assert (t.images.train, t.images.val, t.images.test, t.epochs) == (50_000, 0, 10_000, 300)
+        assert t.train_flops == 3 * fwd * 50_000 * 300
+        assert t.eval_flops == fwd * 10_000 * 300
+        assert t.head_flops == (0 if t.model == "ResNet18" else fwd * 100 * 300)  # head_images: 100
+    assert trials["ResNet18"].macs == 555_422_720  # README "MACs in Table 1": 0.555 G
+
+
+@pytest.mark.parametrize("data,subset,validation", [("synthetic:300", None, 0), ("synthetic:300", 120, 0),
+                                                    ("synthetic:300", None, 30), ("synthetic", 500, 0.1),
+                                                    ("synthetic:120", 100, 7)])
+def test_image_counts_are_what_the_data_layer_cuts(data, subset, validation):
+    from study.data import hold_out_validation, load_splits
+    from study.trial.config import TrainConfig
+
+    cfg = TrainConfig(data=data, subset=subset, validation=validation)
+    splits = hold_out_validation(load_splits(data, subset=subset), validation=validation, seed=0)
+    n_val = 0 if splits.val_labels is None else len(splits.val_labels)
+    im = trial_images(cfg)
+    assert (im.train, im.val, im.test) == (len(splits.train_labels), n_val, len(splits.test_labels))
+
+
+def test_device_seconds_from_tflops_images_per_s_and_a_bench_report():
+    spec = load_spec(FIG2)
+    trials = plan_trials(spec)
+    by = {t.config.get("encoding") or "resnet": t for t in trials}
+    at = predict(trials, Throughput(tflops=100.0))
+    for t in at:
+        assert t.seconds == pytest.approx((t.train_flops + t.eval_flops) / 100e12)
+    # an evaluation image is one forward: a third of a training image
+    q = predict([by["quadratic"]], Throughput(images_per_s=500.0))[0]
+    assert q.seconds == pytest.approx(300 * (50_000 + 10_000 / 3) / 500.0)
+    bench = {"models": [{"key": "sa_quadratic", "fast": {"images_per_s": 20.0}},
+                        {"key": "resnet18", "fast": {"images_per_s": 400.0}}]}
+    got = {t.config.get("encoding") or "resnet": t for t in predict(trials, Throughput(bench=bench))}
+    assert got["quadratic"].seconds == pytest.approx(300 * (50_000 + 10_000 / 3) / 20.0)  # the same model
+    assert got["resnet"].seconds == pytest.approx(300 * (50_000 + 10_000 / 3) / 400.0)
+    assert "bench sa_quadratic: 20.0 img/s" in got["quadratic"].rate
+    # no learned model in the bench: the FLOP rate of the bench models (median of both)
+    rates = sorted([3 * 2 * model_macs(by["quadratic"].config) * 20.0, 3 * 2 * model_macs(by["resnet"].config) * 400.0])
+    lc = got["learned_content"]
+    assert lc.seconds == pytest.approx((lc.train_flops + lc.eval_flops) / (sum(rates) / 2))
+    assert "all models" in lc.rate
+
+
+def test_wall_time_on_n_workers_schedules_the_longest_first():
+    spec = load_spec(FIG2)
+    plan = make_plan(spec, throughput=Throughput(tflops=150.0), workers=2)
+    secs = sorted((t.seconds for t in plan.trials), reverse=True)
+    assert plan.wall_seconds == pytest.approx(max(secs[0], secs[1] + secs[2] + secs[3]))  # 15.1 | 6.2+6.2+0.6
+    assert make_plan(spec, throughput=Throughput(tflops=150.0), workers=4).wall_seconds == pytest.approx(secs[0])
+    assert wall_seconds([4, 3, 3, 2, 2], 2) == 8
+
+
+def test_sampled_model_fields_are_costed_at_their_most_expensive_value():
+    raw = {"data": "synthetic", "epochs": 1, "model": {"layers": 1, "intermediate": 16, "num_heads": 2},
+           "sample": {"hidden": {"int": [8, 64]}, "lr": {"loguniform": [0.01, 0.1]}}, "num_samples": 2}
+    spec = validate(raw, file="s.yaml", default_name="s")
+    t = plan_trials(spec)[0]
+    assert t.upper_bound and t.config["hidden"] == 64
+
+
+def test_study_plan_prints_flops_device_hours_and_wall_time():
+    r = run_cli(".", "plan", FIG2, "--tflops", "150", "--workers", "2")
+    assert r.returncode == 0, r.stderr
+    total = r.stdout.strip().splitlines()[-1]
+    spec = load_spec(FIG2)
+    plan = make_plan(spec, throughput=Throughput(tflops=150.0), workers=2)
+    hours = sum(t.seconds for t in plan.trials) / 3600
+    assert re.search(r"^plan: 4 trials, 1\.93 EFLOP \(training 1\.81 EFLOP \+ evaluation 120 PFLOP \+ head "
+                     r"statistics 1\.17 PFLOP\); ([\d.]+) device-hours, wall (\d+):(\d\d):(\d\d) on 2 workers$", total)
+    assert f"{hours:.3g} device-hours" in total
+    rows = [ln.split()[0] for ln in r.stdout.splitlines()[2:-1]]
+    assert rows == ["c003-s000", "c002-s000", "c001-s000", "c000-s000"], "launch order: longest first"
+    # without a throughput: FLOPs only, and how to get the time
+    r = run_cli(".", "plan", FIG2)
+    assert r.returncode == 0 and "device-hours" not in r.stdout.splitlines()[-1]
+    assert "need a throughput: --tflops, --images-per-s or --bench" in r.stderr
+    j = json.loads(run_cli(".", "plan", FIG2, "--images-per-s", "1000", "--json").stdout)
+    assert j["total_flops"] == pytest.approx(sum(t.flops for t in plan.trials))
+    assert j["trials"][0]["trial_id"] == "c003-s000" and j["device_seconds"] > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--tflops", "0"], "--tflops: must be a positive number, got '0'"),
+    (["--workers", "0"], "--workers: must be a positive integer"),
+    (["--tflops", "1", "--images-per-s", "2"], "not allowed with argument"),
+    (["--bench", "missing.json"], "missing.json (No such file or directory)"),
+    (["--bench", "BAD"], "holds no timed model of the paper"),
+    (["--against", "nowhere"], "--against: "),
+])
+def test_study_plan_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    (tmp_path / "BAD").write_text(json.dumps({"models": [{"key": "nope", "fast": {"images_per_s": 1}}]}))
+    args = [str(tmp_path / a) if a in ("BAD", "missing.json") else a for a in args]
+    r = run_cli(".", "plan", FIG2, *args, env={"STUDY_STORAGE": str(tmp_path / "st")})
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert r.stderr.count("\n") <= 3 and "Traceback" not in r.stderr
+
+
+def test_study_plan_imports_neither_torch_nor_ray():
+    code = ("import sys; from study.cli import main; main(['plan', %r, '--tflops', '10']); "
+            "print(sorted(m for m in ('torch', 'ray', 'pandas') if m in sys.modules), file=sys.stderr)" % FIG2)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stderr.strip().splitlines()[-1] == "[]", r.stderr
+
+
+@pytest.mark.slow
+def test_predicted_over_measured_device_seconds_of_a_finished_cpu_study(tmp_path):
+    """A real study of two trials of unequal cost (1 and 4 attention layers), one at a
+    time: the expensive one starts first; calibrated on that first trial (its
+    measured FLOP rate), `study plan --against` predicts the other trial's
+    runs.device_seconds within ±25 % (the rate, not the machine's speed, cancels)."""
+    f = tmp_path / "two.yaml"
+    f.write_text(yaml.safe_dump({
+        "name": "two", "data": "synthetic:600", "epochs": 2, "batch_size": 50,
+        "model": {"hidden": 32, "intermediate": 64, "num_heads": 4}, "training": {"head_images": 4},
+        "grid": {"layers": [1, 4]}, "resources": {"cpus_per_trial": 1}, "max_concurrent": 1}))
+    r = run_cli(tmp_path, "run", str(f), "--storage", str(tmp_path / "st"), "--num-cpus", "1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert re.search(r"^plan: 2 trials, [\d.]+ GFLOP \(training", r.stderr, re.M), "the one-line total first"
+    rows = [ln.split()[0] for ln in r.stderr.splitlines() if re.match(r"c00\d-s000 ", ln)]
+    assert rows[0] == "c001-s000", "the 4-layer trial started first"
+    from study.tables import read_table
+
+    runs = read_table(tmp_path / "st" / "two" / "tables", "runs").set_index("trial_id")
+    first = next(t for t in plan_trials(load_spec(f)) if t.key == "c001-s000")
+    tflops = (first.train_flops + first.eval_flops) / runs.loc["c001-s000", "device_seconds"] / 1e12
+    out = run_cli(tmp_path, "plan", str(f), "--tflops", repr(float(tflops)), "--against", str(tmp_path / "st" / "two"),
+                  "--json")
+    assert out.returncode == 0, out.stderr
+    ratios = {t["trial_id"]: t["predicted_over_measured"] for t in json.loads(out.stdout)["trials"]}
+    assert ratios["c001-s000"] == pytest.approx(1.0)  # the calibration
+    assert 0.75 <= ratios["c000-s000"] <= 1.25, ratios
