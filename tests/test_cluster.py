@@ -303,7 +303,7 @@ def local_ray_sockets():
     """A local Ray as ``study run`` starts it, in the default token mode (``RAY_AUTH_MODE``
     unset) with a token of its own: (node address, listening sockets, token)."""
     if shutil.which("ss") is None:
-        pytest.fail("`ss` (iproute2) is needed by this test; .ci/run installs it")
+        pytest.fail("`ss` (iproute2) is needed by this test: tests/install-system-deps.sh installs it")
     token = secrets.token_hex(32)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_TOKEN": token}
     for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"):

@@ -1,5 +1,5 @@
 """`analysis report`: one self-contained page; `--serve` keeps it current while a study
-runs.  Checked in a real headless Chromium (Debian's `chromium`, installed by .ci/run)."""
+runs.  Checked in a real headless Chromium (Debian's `chromium`, installed by tests/install-system-deps.sh)."""
 
 import base64
 import io
@@ -23,7 +23,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 
 def chromium() -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert exe, "headless Chromium is required (Debian: apt-get install -y chromium; .ci/run installs it)"
+    assert exe, "headless Chromium is required: tests/install-system-deps.sh installs it (Debian: apt-get install -y chromium)"
     return exe
 
 
