@@ -458,7 +458,7 @@ def _read_until(proc, needle: str, timeout=300) -> list[str]:
 
 
 @pytest.mark.slow
-def test_failed_trial_then_tamper_move_and_resume(tmp_path):
+def test_failed_trial_then_tamper_move_and_resume(tmp_path, monkeypatch):
     """A trial failing at start (its data source vanished after the driver's check) is an
     `error` row with its cause and attempts, exit 1, one line per failure; Ray's pickles
     carrying code are refused on resume (nothing runs); a 0-byte experiment state is
@@ -470,7 +470,7 @@ def test_failed_trial_then_tamper_move_and_resume(tmp_path):
     f = write_spec(tmp_path, "fail", data=str(tree), batch_size=10, epochs=1, max_failures=1)
     old = tmp_path / "st" / "fail"
     env = {"STUDY_CACHE_DIR": str(tmp_path / "cache")}
-    os.environ.update(env)
+    monkeypatch.setenv("STUDY_CACHE_DIR", env["STUDY_CACHE_DIR"])  # this process too; restored after the test
     proc = popen("run", str(f), "--storage", "st", "--num-cpus", "1", cwd=tmp_path)
     try:
         head = _read_until(proc, "study fail: 1 trials")
