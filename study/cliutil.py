@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from study.models.config import ConfigError, ModelConfig  # torch-free
+from study.models.config import ENCODING_FIELDS, ENCODINGS, ConfigError, ModelConfig  # torch-free
 
 EXIT_USAGE = 2
 
@@ -75,23 +75,21 @@ def flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-MODEL_FLAGS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim", "positional_score", "hidden", "layers",
-               "intermediate")
+MODEL_FLAGS = ("arch", "encoding", "num_heads", *ENCODING_FIELDS, "hidden", "layers", "intermediate")
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
-    """Flags that override fields of a :class:`ModelConfig` (names from the paper)."""
+    """Flags that override fields of a :class:`ModelConfig` (names from the paper); every
+    encoding's own fields (``study.models.encodings``) get a flag of their own."""
     g = parser.add_argument_group("model (defaults: the paper's SA quadratic, N_h=9)")
     g.add_argument("--arch", choices=["sa", "resnet18"], help="model family")
-    g.add_argument("--encoding", choices=["quadratic", "learned", "learned_content"],
-                   help="relative positional encoding")
-    g.add_argument("--isotropic", action=argparse.BooleanOptionalAction, default=None,
-                   help="isotropic Gaussian heads (quadratic only)")
+    g.add_argument("--encoding", choices=list(ENCODINGS), help="attention encoding")
     g.add_argument("--num-heads", type=int, metavar="N_h", help="heads per layer")
-    g.add_argument("--pos-dim", type=int, metavar="D_p", help="positional encoding dimension")
-    g.add_argument("--positional-score", choices=["query", "head"],
-                   help="learned encodings: score r_delta with the query (learned_content default, "
-                   "pos_dim = hidden) or with learned head keys (learned)")
+    for f in ENCODING_FIELDS.values():
+        if f.type is bool:
+            g.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=f.doc)
+        else:
+            g.add_argument(flag(f.name), type=f.type, choices=f.choices, metavar=f.metavar, help=f.doc)
     g.add_argument("--hidden", type=int, metavar="D", help="hidden size (400)")
     g.add_argument("--layers", type=int, help="encoder layers (6)")
     g.add_argument("--intermediate", type=int, help="feed-forward size (512)")

@@ -90,6 +90,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "trial_id", "epoch", "layer", "head", "center_x", "center_y", "cov_xx", "cov_xy",
         "cov_yy", "entropy", "mean_distance", "max_prob",
         "param_center_x", "param_center_y", "param_inv_cov_xx", "param_inv_cov_xy", "param_inv_cov_yy",
+        "gate",
     ),
     "maps": ("trial_id", "epoch", "layer", "head", "window", "probs"),
 }

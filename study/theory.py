@@ -33,6 +33,16 @@ from study.models.positional import GaussianScores
 DEFAULT_ALPHA = 46.0
 
 
+def lattice_offsets(kernel: int) -> Tensor:
+    """The K×K lattice of shifts (row, col), row-major, (K², 2) float64: −⌊K/2⌋ … ⌊K/2⌋
+    per axis for odd K (the taps of a K×K convolution, Lemma 1), i − (K−1)/2 for even K
+    (ConViT's lattice, centred between pixels)."""
+    if kernel < 1:
+        raise ValueError(f"kernel must be >= 1, got {kernel}")
+    r = torch.arange(kernel, dtype=torch.float64) - (kernel - 1) / 2
+    return torch.stack(torch.meshgrid(r, r, indexing="ij"), dim=-1).reshape(-1, 2)
+
+
 def _check_conv(conv: nn.Conv2d) -> int:
     if not isinstance(conv, nn.Conv2d):
         raise TypeError(f"expected torch.nn.Conv2d, got {type(conv).__name__}")
@@ -62,7 +72,7 @@ def mhsa_from_conv(conv: nn.Conv2d, *, alpha: float = DEFAULT_ALPHA) -> Relative
     layer = RelativeSelfAttention(dim=d_in, num_heads=k * k, positional=positional, out_dim=d_out)
     layer.to(device=w.device, dtype=w.dtype)
     taps = [(i, j) for i in range(k) for j in range(k)]
-    positional.centers.copy_(torch.tensor([(i - p, j - p) for i, j in taps], dtype=w.dtype))
+    positional.centers.copy_(lattice_offsets(k).to(w.dtype))
     positional.spreads.fill_(math.sqrt(2.0 * alpha))
     # out_proj.weight is (D_out, N_h·D_in): head h's block is the kernel tap at Δ_h
     blocks = [w[:, :, i, j] for i, j in taps]

@@ -5,13 +5,21 @@ import tempfile
 import pytest
 import torch
 
-from study.models import ENCODINGS
+from study.models.encodings import PAPER_ENCODINGS, REGISTRY, variants
 
-# (encoding, isotropic) pairs: every attention variant of the paper
+# (encoding, isotropic) pairs: every attention variant of the paper (the tests of its
+# layer, study.models.attention.RelativeSelfAttention, and its fast paths)
 VARIANTS = [("quadratic", True), ("quadratic", False), ("learned", None), ("learned_content", None)]
 VARIANT_IDS = ["quadratic-iso", "quadratic-noniso", "learned", "learned_content"]
 
-assert {e for e, _ in VARIANTS} == set(ENCODINGS)
+assert {e for e, _ in VARIANTS} == set(PAPER_ENCODINGS)
+
+#: (id, ModelConfig overrides) of every form of every registered encoding, the paper's and
+#: today's (study.models.encodings): tests of the model, training and tables use these
+ENCODING_VARIANTS = variants()
+ENCODING_VARIANT_IDS = [vid for vid, _ in ENCODING_VARIANTS]
+
+assert {v["encoding"] for _, v in ENCODING_VARIANTS} == set(REGISTRY)
 
 
 _USER_DIRS = {}
@@ -38,7 +46,14 @@ def pytest_unconfigure(config):
 
 @pytest.fixture(params=VARIANTS, ids=VARIANT_IDS)
 def variant(request):
+    """The paper's (encoding, isotropic) pairs."""
     return request.param
+
+
+@pytest.fixture(params=[v for _, v in ENCODING_VARIANTS], ids=ENCODING_VARIANT_IDS)
+def encoding_variant(request):
+    """ModelConfig overrides of one form of one registered encoding (every encoding)."""
+    return dict(request.param)
 
 
 @pytest.fixture(autouse=True)

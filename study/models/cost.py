@@ -14,69 +14,69 @@ path) never changes these numbers: isotropic and non-isotropic quadratic heads
 differ only by their D_p (3 vs 5 products per shift).
 
 Pure Python (no torch): ``analysis`` uses it on the configuration columns of ``runs``.
+Each encoding counts its own positional scores (``study.models.encodings``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-#: Defaults of the paper's model (``ModelConfig``), for tables that lack a column.
-DEFAULTS = {"arch": "sa", "encoding": "quadratic", "isotropic": True, "num_heads": 9, "pos_dim": None,
-            "hidden": 400, "layers": 6, "intermediate": 512, "image_size": 32, "in_channels": 3,
-            "num_classes": 10, "downsample": 2, "positional_score": None}
+def _present(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and v != v)
 
 
-def _get(cfg: dict[str, Any], key: str) -> Any:
-    v = cfg.get(key)
-    if v is None or (isinstance(v, float) and v != v):
-        return DEFAULTS[key]
-    return v
+def config_from_row(cfg: dict[str, Any]):
+    """The :class:`~study.models.config.ModelConfig` a configuration dict or ``runs`` row
+    describes: its model fields that are set (missing or null ones take the paper's
+    defaults, plus an encoding's ``legacy_defaults`` for rows older than a field)."""
+    from study.models.config import ModelConfig
+    from study.models.encodings import REGISTRY
+
+    fields = ModelConfig.__dataclass_fields__
+    known = {k: v for k, v in cfg.items() if k in fields and _present(v)}
+    spec = REGISTRY.get(known.get("encoding", "quadratic"))
+    if spec is not None and hasattr(spec, "legacy_defaults"):
+        known = {**spec.legacy_defaults(cfg), **known}
+    for k, v in list(known.items()):  # a runs row read by pandas holds numpy scalars
+        if hasattr(v, "item"):
+            known[k] = v.item()
+    return ModelConfig(**known)
 
 
 def model_macs(cfg: dict[str, Any]) -> int:
     """MACs per image of the model a configuration describes (a ``ModelConfig.to_dict()``
     or a ``runs`` row; missing fields take the paper's defaults)."""
-    if _get(cfg, "arch") == "resnet18":
-        return resnet18_macs(image_size=int(_get(cfg, "image_size")), in_channels=int(_get(cfg, "in_channels")),
-                             num_classes=int(_get(cfg, "num_classes")))
-    return self_attention_macs(cfg)
+    mc = config_from_row(cfg)
+    if mc.arch == "resnet18":
+        return resnet18_macs(image_size=mc.image_size, in_channels=mc.in_channels, num_classes=mc.num_classes)
+    return self_attention_macs(mc)
 
 
-def self_attention_macs(cfg: dict[str, Any]) -> int:
+def self_attention_macs(cfg) -> int:
     """The attention-only model (DESIGN §3): space-to-depth + Linear embedding, L post-LN
     blocks, mean pool, Linear classifier.  Per block, with T tokens, D = hidden,
-    N_h heads, D_p = pos_dim, I = intermediate:
+    N_h heads, I = intermediate:
 
-    - positional scores, per head: quadratic r_δ·v_h (D_p) per shift δ of the
-      (2S−1)² shifts of an S×S grid; learned head form w_rowᵀ r_row(δ1) and
-      w_colᵀ r_col(δ2) (D_p each) per row and column shift (2·(2S−1)); query form
-      q_h[:D/2]·r_row(δ1) and q_h[D/2:]·r_col(δ2) once per query and row / column
-      shift (T·(2S−1)·D: the score of a pair adds the two, the rule "positional scores
-      once per shift" applied to a score that also depends on the query);
-    - content adds q_h·k_h (D) per pair and the query/key projections (2·T·D·N_h·D);
+    - positional scores: the encoding's own count (``Encoding.positional_macs``, e.g.
+      quadratic r_δ·v_h per shift and head, the query form's q·r_δ per query and
+      row / column shift);
+    - content encodings add q_h·k_h (D) per pair and the query/key projections (2·T·D·N_h·D);
     - weighted average of the raw input per head: N_h·T²·D;
-    - Linear(N_h·D → D), Linear(D → D), feed-forward 2·T·D·I."""
-    enc = _get(cfg, "encoding")
-    down, size = int(_get(cfg, "downsample")), int(_get(cfg, "image_size"))
-    side = size // down
+    - Linear(N_h·D → D), Linear(D → D), feed-forward 2·T·D·I.
+
+    Every encoding is counted in the layout the study trains (heads of width D, the
+    paper's, ``study.models.encoded``)."""
+    if isinstance(cfg, dict):
+        cfg = config_from_row(cfg)
+    spec = cfg.spec
+    side = cfg.grid
     t = side * side
-    c_in = int(_get(cfg, "in_channels")) * down * down
-    d, h, layers = int(_get(cfg, "hidden")), int(_get(cfg, "num_heads")), int(_get(cfg, "layers"))
-    inter = int(_get(cfg, "intermediate"))
-    pos_dim = cfg.get("pos_dim")
-    if pos_dim is None or pos_dim != pos_dim:
-        pos_dim = (3 if _get(cfg, "isotropic") else 5) if enc == "quadratic" else d
-    pos_dim = int(pos_dim)
-    shifts = 2 * side - 1
-    if enc == "quadratic":
-        positional = h * shifts * shifts * pos_dim
-    elif _positional_score(cfg, enc) == "query":
-        positional = h * t * shifts * pos_dim
-    else:
-        positional = h * 2 * shifts * pos_dim
-    content = 2 * t * d * h * d + h * t * t * d if enc == "learned_content" else 0
+    c_in = cfg.in_channels * cfg.downsample ** 2
+    d, h, inter = cfg.hidden, cfg.num_heads, cfg.intermediate
+    positional = spec.positional_macs(cfg, tokens=t, side=side)
+    content = 2 * t * d * h * d + h * t * t * d if spec.content else 0
     block = positional + content + h * t * t * d + t * h * d * d + t * d * d + 2 * t * d * inter
-    return t * c_in * d + layers * block + d * int(_get(cfg, "num_classes"))
+    return t * c_in * d + cfg.layers * block + d * cfg.num_classes
 
 
 def resnet18_macs(*, image_size: int = 32, in_channels: int = 3, num_classes: int = 10) -> int:
@@ -98,12 +98,3 @@ def resnet18_macs(*, image_size: int = 32, in_channels: int = 3, num_classes: in
     return macs + 512 * num_classes
 
 
-def _positional_score(cfg: dict[str, Any], encoding: str) -> str:
-    """``query`` (q·r_δ, the paper's Table 1 content model) or ``head`` (w·r_δ).  A
-    configuration without the field predates it: its content model was the head form."""
-    if "positional_score" not in cfg:
-        return "head"
-    v = cfg["positional_score"]
-    if v is None or (isinstance(v, float) and v != v):
-        return "query" if encoding == "learned_content" else "head"
-    return str(v)

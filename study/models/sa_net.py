@@ -9,28 +9,17 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .attention import RelativeSelfAttention
 from .blocks import EncoderBlock, SpaceToDepth
 from .config import ModelConfig
-from .positional import GaussianScores, LearnedScores, QueryScores
 from .registry import register_model
-
-
-def positional_scores(config: ModelConfig) -> nn.Module:
-    """The positional score module for ``config.encoding`` (one per layer)."""
-    if config.encoding == "quadratic":
-        return GaussianScores(
-            num_heads=config.num_heads, isotropic=config.isotropic,
-            center_init_std=config.center_init_std, spread_init_std=config.spread_init_std,
-        )
-    if config.positional_score == "query":
-        return QueryScores(num_heads=config.num_heads, pos_dim=config.pos_dim, max_size=config.grid)
-    return LearnedScores(num_heads=config.num_heads, pos_dim=config.pos_dim, max_size=config.grid)
 
 
 @register_model("sa")
 class SelfAttentionNet(nn.Module):
-    """Attention-only classifier; every layer is a :class:`RelativeSelfAttention`."""
+    """Attention-only classifier; every layer is its encoding's attention layer
+    (``config.spec.attention``: :class:`~study.models.attention.RelativeSelfAttention`
+    for the paper's encodings, :class:`~study.models.encoded.EncodedAttention` for
+    today's)."""
 
     def __init__(self, *, config: ModelConfig):
         super().__init__()
@@ -41,11 +30,7 @@ class SelfAttentionNet(nn.Module):
         self.blocks = nn.ModuleList(
             EncoderBlock(
                 dim=d, intermediate=config.intermediate, dropout=config.dropout,
-                attention=RelativeSelfAttention(
-                    dim=d, num_heads=config.num_heads, positional=positional_scores(config),
-                    content=config.encoding == "learned_content",
-                    attention_dropout=config.attention_dropout,
-                ),
+                attention=config.spec.attention(config),
             )
             for _ in range(config.layers)
         )
@@ -65,11 +50,12 @@ class SelfAttentionNet(nn.Module):
         return (logits, maps) if return_attention else logits
 
     @property
-    def attention_layers(self) -> list[RelativeSelfAttention]:
+    def attention_layers(self) -> list[nn.Module]:
         return [b.attention for b in self.blocks]
 
     def no_weight_decay(self) -> set[str]:
-        """Names of parameters trained without weight decay (Gaussian centres/spreads)."""
+        """Names of parameters trained without weight decay (Gaussian centres/spreads,
+        an encoding's tables or frequencies where its paper says so)."""
         return {
             f"blocks.{i}.attention.{n}"
             for i, layer in enumerate(self.attention_layers)

@@ -10,7 +10,8 @@ key shifts is averaged over a fixed set of test images.
 Statistics per head, with x = column shift and y = row shift: mean shift
 (``center_x``, ``center_y``), covariance (``cov_xx``, ``cov_xy``, ``cov_yy``),
 ``entropy`` (nats), ``mean_distance`` E‖δ‖, ``max_prob``; Gaussian heads also
-record their parameters (centre Δ_h and Σ_h⁻¹).
+record their parameters (centre Δ_h and Σ_h⁻¹); a layer with ``head_columns()`` adds
+its per-head values (GPSA: ``gate`` = σ(λ_h), the weight of its positional softmax).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from torch import Tensor
 from study.models.positional import GaussianScores, LearnedScores
 
 NAN = float("nan")
+#: per-head columns a layer may report (``head_columns``), null for the others
+HEAD_COLUMNS = ("gate",)
 
 
 def shift_grid(radius: int, *, device=None) -> Tensor:
@@ -104,12 +107,15 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
             delta = shift_grid(full, device=probs.device)
             window = _crop(probs, full, full, radius)
         stats = distribution_stats(probs, delta)
-        params = gaussian_parameters(layer.positional)
+        params = gaussian_parameters(getattr(layer, "positional", None))
+        extra = layer.head_columns() if hasattr(layer, "head_columns") else {}
         for hd in range(layer.num_heads):
             row = {"layer": li, "head": hd, **{k: float(v[hd]) for k, v in stats.items()}}
             for k in ("param_center_x", "param_center_y", "param_inv_cov_xx", "param_inv_cov_xy",
                       "param_inv_cov_yy"):
                 row[k] = float(params[k][hd]) if params else NAN
+            for k in HEAD_COLUMNS:
+                row[k] = float(extra[k][hd]) if k in extra else NAN
             heads_rows.append(row)
             map_rows.append({"layer": li, "head": hd, "window": 2 * radius + 1,
                              "probs": window[hd].flatten().cpu().tolist()})

@@ -1,0 +1,165 @@
+"""Content attention whose scores an encoding shapes: the layer of today's encodings
+(DESIGN §4b: GPSA, Swin's relative position bias, 2-D RoPE).
+
+Per head h, with queries and keys of width d_h (``head_dim``):
+
+    q_h = x W_q,h + b_q,h,   k_h = x W_k,h + b_k,h,   A_h = encoding(q_h, k_h, δ)
+    MHSA(x)_q = Σ_h (Σ_k A_h[q, k] v_h[k]) W_out,h + b_out
+
+where the encoding (an :class:`~study.models.encodings.base.Encoding`) turns queries,
+keys and shifts δ = key − query into probabilities over the keys, and its parameters
+live in this layer's ``positional`` container.  Two head layouts:
+
+* **paper** (``head_dim = dim``, ``value=False``, the default): the layout of the
+  paper's models (DESIGN §3) — each head averages the **raw input** (W_val folded into
+  the output projection), queries and keys are ``Linear(D → N_h·D)`` with bias.  The
+  study trains this layout for every encoding, so that the seven attention encodings
+  differ in their scores only.
+* **timm** (``head_dim = dim // num_heads``, ``value=True``): the layout of ConViT's
+  ``GPSA``, Swin's ``WindowAttention`` and EVA's rotary attention in ``timm`` — a value
+  projection and heads of width D/N_h; the tests compare this layout with timm's
+  layers on ported weights.
+
+Two exact paths, as for the paper's content attention (``study.models.attention``):
+the explicit (B, N_h, T, T) probabilities (dropout on them, one mask per image and
+head; ``return_attention``), and ``scaled_dot_product_attention`` for encodings whose
+scores are q'·k'ᵀ/√d_h plus an optional additive bias (relative bias, RoPE), used by
+default on CUDA (``fused``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from study.models.dropout import probability_dropout
+
+if TYPE_CHECKING:
+    from study.models.encodings.base import Encoding
+
+
+class EncodedAttention(nn.Module):
+    """Multi-head attention with an encoding's scores (see the module docstring).
+
+    Args:
+        dim: input dimension D.
+        num_heads: N_h.
+        encoding: the :class:`Encoding` whose ``init_parameters`` fills ``positional``
+            and whose ``probs`` / ``sdpa_inputs`` compute the attention.
+        grid: side S of the token grid (tables and lattices are sized by it).
+        head_dim: query/key width per head (default ``dim``: the paper's layout).
+        value: a value projection ``Linear(D → N_h·d_h)`` (timm's layout); without it
+            every head averages the raw input.
+        qkv_bias: biases of the query, key (and value) projections.
+        out_dim: output dimension (default ``dim``).
+        attention_dropout: dropout on the probabilities.
+        options: the encoding's own settings (e.g. ``locality_strength``).
+
+    ``forward(x)`` takes channels-last ``(B, H, W, D)`` and returns ``(B, H, W, out_dim)``;
+    with ``return_attention=True`` also the probabilities ``(B, N_h, T, T)``.
+    """
+
+    content = True
+    #: ``scaled_dot_product_attention`` for encodings that have ``sdpa_inputs``:
+    #: ``None`` (default) on CUDA only, ``True``/``False`` to force.
+    fused: bool | None = None
+
+    def __init__(
+        self, *, dim: int, num_heads: int, encoding: "Encoding", grid: int, head_dim: int | None = None,
+        value: bool = False, qkv_bias: bool = True, out_dim: int | None = None, attention_dropout: float = 0.0,
+        **options,
+    ):
+        super().__init__()
+        self.dim = dim
+        self.num_heads = num_heads
+        self.head_dim = head_dim or dim
+        self.grid = grid
+        self.encoding = encoding
+        inner = num_heads * self.head_dim
+        self.query = nn.Linear(dim, inner, bias=qkv_bias)
+        self.key = nn.Linear(dim, inner, bias=qkv_bias)
+        self.value = nn.Linear(dim, inner, bias=qkv_bias) if value else None
+        self.positional = nn.Module()
+        encoding.init_parameters(self, **options)
+        self.attention_dropout = nn.Dropout(attention_dropout)
+        self.out_proj = nn.Linear(inner if value else num_heads * dim, out_dim or dim)
+
+    @property
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim)
+
+    # ---------------------------------------------------------------- projections
+    def queries_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """q·(1/√d_h) and k as (B, N_h, T, d_h) views of the projections' outputs; the
+        scale is applied to the query projection's weight and bias (one small multiply,
+        no (B, N_h, T, d_h) tensor scaled, forward or backward)."""
+        b, h, w, _ = x.shape
+        t, n = h * w, self.num_heads
+        s = self.scale
+        bias = self.query.bias * s if self.query.bias is not None else None
+        q = F.linear(x, self.query.weight * s, bias).view(b, t, n, self.head_dim).transpose(1, 2)
+        k = self.key(x).view(b, t, n, self.head_dim).transpose(1, 2)
+        return q, k
+
+    def values(self, x: Tensor) -> Tensor:
+        """(B, N_h, T, d_h) with a value projection, else the raw input (B, 1, T, D)."""
+        b, h, w, d = x.shape
+        t = h * w
+        if self.value is None:
+            return x.reshape(b, 1, t, d)
+        return self.value(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+
+    # --------------------------------------------------------------------- paths
+    def uses_fused(self, device: torch.device) -> bool:
+        """True when ``forward`` goes through ``scaled_dot_product_attention``."""
+        if not hasattr(self.encoding, "sdpa_inputs"):
+            return False
+        return self.fused if self.fused is not None else device.type == "cuda"
+
+    def attention_probs(self, x: Tensor) -> Tensor:
+        """The (B, N_h, T, T) probabilities before dropout."""
+        b, h, w, _ = x.shape
+        q, k = self.queries_keys(x)
+        return self.encoding.probs(self, q, k, h, w)
+
+    def forward(self, x: Tensor, *, return_attention: bool = False):
+        b, h, w, _ = x.shape
+        heads, probs = self.head_outputs(x, return_attention=return_attention)
+        out = self.out_proj(heads).view(b, h, w, -1)
+        return (out, probs) if return_attention else out
+
+    def head_outputs(self, x: Tensor, *, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
+        """The concatenated heads before ``out_proj``, (B, T, N_h·d_v), and the
+        probabilities if asked for (else ``None``)."""
+        b, h, w, _ = x.shape
+        t, n = h * w, self.num_heads
+        q, k = self.queries_keys(x)
+        v = self.values(x)
+        if not return_attention and self.uses_fused(x.device):
+            q, k, bias = self.encoding.sdpa_inputs(self, q, k, h, w)
+            if bias is not None:
+                bias = bias.to(q.dtype).expand(b, n, t, t)
+            p = self.attention_dropout.p if self.training else 0.0
+            # q is already scaled by 1/√d_h (queries_keys): scale=1 here
+            heads = F.scaled_dot_product_attention(q, k, v.to(q.dtype).expand(b, n, t, v.shape[-1]),
+                                                   attn_mask=bias, dropout_p=p, scale=1.0)
+            return heads.transpose(1, 2).reshape(b, t, -1), None
+        probs = self.encoding.probs(self, q, k, h, w)
+        dropped = probability_dropout(probs, self.attention_dropout.p, training=self.training).to(v.dtype)
+        if self.value is None:  # every head averages the same input: one (B, N_h·T, T) @ (B, T, D) product
+            heads = torch.bmm(dropped.reshape(b, n * t, t), v.reshape(b, t, -1)).view(b, n, t, -1)
+        else:
+            heads = dropped @ v
+        return heads.transpose(1, 2).reshape(b, t, -1), probs
+
+    # -------------------------------------------------------------- bookkeeping
+    def head_columns(self) -> dict[str, Tensor]:
+        """Per-head values for the ``heads`` table (e.g. GPSA's gate σ(λ_h))."""
+        return self.encoding.head_columns(self)
+
+    def no_weight_decay(self) -> set[str]:
+        return {f"positional.{name}" for name in self.encoding.no_weight_decay}

@@ -1,0 +1,158 @@
+"""What an encoding declares (one file per encoding, registered once in ``__init__``).
+
+An :class:`Encoding` is pure Python at import time — ``study validate``, ``study status``
+and ``analysis`` read configurations and count MACs without importing torch — and
+imports torch only where it builds or evaluates a layer.  It declares:
+
+* ``fields``: its own :class:`~study.models.config.ModelConfig` fields (a flat record:
+  they become columns of the ``runs`` table), with defaults and documentation;
+* :meth:`normalise`: defaults that depend on other fields, and validation, raising
+  :class:`~study.models.config.ConfigError` naming the field;
+* :meth:`label`: the model's name for people (tables, legends);
+* :meth:`positional_macs`: the multiply-adds its positional scores cost per layer and
+  image, from its equations (``study.models.cost`` adds the rest of the block);
+* ``content``: whether scores depend on the image (q·k);
+* :meth:`attention`: the attention layer it builds for one block;
+* ``variants``: the distinct forms a test or a study must cover (config overrides).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from study.models.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class Field:
+    """An encoding-specific model field: ``ModelConfig.<name>`` (a ``runs`` column)."""
+
+    name: str
+    type: Any
+    default: Any
+    doc: str
+    #: the allowed values of a string field (for ``--help`` and flag parsing)
+    choices: tuple[str, ...] | None = None
+    #: the flag's metavar (the paper's symbol)
+    metavar: str | None = None
+
+
+class Encoding:
+    """Base of every encoding (see the module docstring)."""
+
+    #: the value of ``ModelConfig.encoding``
+    name: str = ""
+    #: the fields this encoding reads (other encodings' fields must stay unset)
+    fields: tuple[Field, ...] = ()
+    #: scores depend on the image (content attention, q·k)
+    content: bool = True
+    #: (id, overrides): every distinct form, for tests and documentation
+    variants: tuple[tuple[str, dict[str, Any]], ...] = ()
+    #: one line for ``study models`` / the README: the score of head h for shift δ
+    equation: str = ""
+
+    def normalise(self, cfg: "ModelConfig", set_: Callable[[str, Any], None]) -> None:
+        """Fill defaults (``set_(field, value)``) and validate; raise ConfigError."""
+
+    def label(self, cfg: "ModelConfig") -> str:
+        raise NotImplementedError
+
+    def positional_macs(self, cfg: dict[str, Any], *, tokens: int, side: int) -> int:
+        """MACs of the positional scores of one layer for one image (``study.models.cost``'s
+        convention: per image-dependent pair, or once per shift when image-independent)."""
+        raise NotImplementedError
+
+    def attention(self, cfg: "ModelConfig") -> "nn.Module":
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<encoding {self.name}>"
+
+
+def bool_field(cfg: "ModelConfig", name: str) -> None:
+    from study.models.config import ConfigError
+
+    v = getattr(cfg, name)
+    if not isinstance(v, bool):
+        raise ConfigError(name, f"must be true or false, got {v!r}")
+
+
+def finite_positive(cfg: "ModelConfig", name: str) -> None:
+    from study.models.config import ConfigError
+
+    v = getattr(cfg, name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+        raise ConfigError(name, f"must be a finite number > 0, got {v!r}")
+
+
+def choice_field(cfg: "ModelConfig", name: str, choices: tuple[str, ...]) -> None:
+    from study.models.config import ConfigError
+
+    v = getattr(cfg, name)
+    if v not in choices:
+        raise ConfigError(name, f"must be one of {', '.join(choices)}, got {v!r}")
+
+
+class ContentEncoding(Encoding):
+    """An encoding evaluated by :class:`~study.models.encoded.EncodedAttention`: its
+    parameters live in the layer's ``positional`` container (:meth:`init_parameters`),
+    :meth:`probs` gives the (B, N_h, T, T) probabilities from the layer's scaled
+    queries q/√d_h and keys (B, N_h, T, d_h)."""
+
+    content = True
+    #: names under ``positional`` trained without weight decay
+    no_weight_decay: tuple[str, ...] = ()
+
+    def options(self, cfg: "ModelConfig") -> dict[str, Any]:
+        """Keyword arguments of :meth:`init_parameters` from a configuration."""
+        return {}
+
+    def init_parameters(self, layer, **options) -> None:
+        raise NotImplementedError
+
+    def probs(self, layer, q, k, height: int, width: int):
+        raise NotImplementedError
+
+    def head_columns(self, layer) -> dict[str, Any]:
+        """Per-head values for the ``heads`` table (tensors of length N_h)."""
+        return {}
+
+    def attention(self, cfg):
+        from study.models.encoded import EncodedAttention
+
+        return EncodedAttention(dim=cfg.hidden, num_heads=cfg.num_heads, encoding=self, grid=cfg.grid,
+                                attention_dropout=cfg.attention_dropout, **self.options(cfg))
+
+
+class AdditiveEncoding(ContentEncoding):
+    """Scores q'·k'ᵀ/√d_h + B (B: an additive (N_h, T, T) bias or none; q', k': the
+    queries and keys, possibly transformed): :meth:`sdpa_inputs` returns (q', k', B),
+    which ``scaled_dot_product_attention`` takes as they are (the fused path)."""
+
+    def sdpa_inputs(self, layer, q, k, height: int, width: int):
+        raise NotImplementedError
+
+    def probs(self, layer, q, k, height, width):
+        q, k, bias = self.sdpa_inputs(layer, q, k, height, width)
+        return softmax_scores(q, k, bias)
+
+
+def softmax_scores(q, k, bias=None):
+    """softmax(q·kᵀ + bias) over the keys in at least float32: (B, N_h, T, T).  The bias
+    (N_h, T, T) is written once per image and head and q·kᵀ added into it in place
+    (``baddbmm_``): two passes over the T×T matrix."""
+    import torch
+
+    b, n, t, d = q.shape
+    if bias is None:
+        scores = q @ k.transpose(-1, -2)
+    else:
+        scores = bias.to(q.dtype).expand(b, n, t, t).contiguous()
+        scores.view(b * n, t, t).baddbmm_(q.reshape(b * n, t, d), k.reshape(b * n, t, d).transpose(1, 2))
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        scores = scores.float()
+    return torch.softmax(scores, dim=-1)

@@ -1,0 +1,119 @@
+"""Gated positional self-attention, GPSA (ConViT, d'Ascoli et al., ICML 2021, Eq. 5-6).
+
+Per head h, with r_δ = (δx, δy, δx² + δy²) for the shift δ = key − query:
+
+    A_h = renorm[(1 − σ(λ_h)) softmax(q_h·k_h/√d_h) + σ(λ_h) softmax(v_hᵀ r_δ + b_h)]
+
+renorm divides each row by its sum (as ConViT does; the sum is 1 up to rounding); v_h ∈ R³
+and b_h (ConViT's ``pos_proj = Linear(3, N_h)``; b_h cancels in the softmax) and the gate
+λ_h (init 1, as ConViT's ``gating_param``) are learned per head.
+
+Convolutional ("local") initialisation (ConViT's ``local_init``): the N_h heads' centres
+Δ_h on the √N_h × √N_h lattice of :func:`study.theory.lattice_offsets` and
+v_h = α (2Δ_h,x, 2Δ_h,y, −1), with α the locality strength: v_hᵀ r_δ = −α‖δ − Δ_h‖² +
+α‖Δ_h‖², i.e. the paper's isotropic quadratic head centred at Δ_h with s_h² = 2α
+(Lemma 2); with the gate fully positional and α large the layer is the convolution of
+Lemma 1 (tested).  ConViT also sets W_v = I; the paper's layout has no W_v (heads average
+the raw input), the same map.  Parameters per layer beside the projections: 5·N_h.
+"""
+
+from __future__ import annotations
+
+from .base import ContentEncoding, Field, finite_positive
+
+
+class Gpsa(ContentEncoding):
+    name = "gpsa"
+    fields = (
+        Field("pos_dim", int, None, "D_p, dimension of the relative positional encoding r_δ", metavar="D_p"),
+        Field("locality_strength", float, None, "gpsa: α of the convolutional initialisation (ConViT: 1)",
+              metavar="ALPHA"),
+    )
+    variants = (("gpsa", {}),)
+    equation = "(1 − σ(λ_h)) softmax(q_h·k_h/√d) + σ(λ_h) softmax(v_hᵀ r_δ), r_δ = (δx, δy, ‖δ‖²)"
+
+    def normalise(self, cfg, set_):
+        from study.models.config import ConfigError
+
+        if cfg.pos_dim is None:
+            set_("pos_dim", 3)
+        elif cfg.pos_dim != 3:
+            raise ConfigError("pos_dim", f"gpsa scores r_delta = (dx, dy, dx^2 + dy^2): pos_dim is 3, got {cfg.pos_dim!r}")
+        if cfg.locality_strength is None:
+            set_("locality_strength", 1.0)
+        finite_positive(cfg, "locality_strength")
+        side = round(cfg.num_heads ** 0.5)
+        if side * side != cfg.num_heads:
+            raise ConfigError(
+                "num_heads", f"gpsa's convolutional initialisation puts the heads on a sqrt(N_h) x sqrt(N_h) "
+                             f"lattice: num_heads must be a square (1, 4, 9, 16, ...), got {cfg.num_heads}")
+
+    def label(self, cfg):
+        return f"SA GPSA (N_h={cfg.num_heads})"
+
+    def positional_macs(self, cfg, *, tokens, side):
+        """v_hᵀ r_δ (3 products) once per shift of the (2S−1)² shifts and head."""
+        return cfg.num_heads * (2 * side - 1) ** 2 * 3
+
+    def options(self, cfg):
+        return {"locality_strength": float(cfg.locality_strength)}
+
+    def init_parameters(self, layer, *, locality_strength: float = 1.0, gate: float = 1.0):
+        import torch
+        from torch import nn
+
+        from study.theory import lattice_offsets
+
+        n = layer.num_heads
+        pos = layer.positional
+        centres = lattice_offsets(round(n ** 0.5))  # (N_h, 2) as (row, col)
+        dy, dx = centres[:, 0], centres[:, 1]
+        weight = locality_strength * torch.stack([2 * dx, 2 * dy, -torch.ones(n, dtype=dx.dtype)], dim=1)
+        pos.weight = nn.Parameter(weight.float())  # (N_h, 3): v_h
+        pos.bias = nn.Parameter(torch.zeros(n))  # b_h (ConViT's pos_proj bias)
+        pos.gate = nn.Parameter(torch.full((n,), float(gate)))  # λ_h
+
+    @staticmethod
+    def relative_features(height: int, width: int, *, device=None, dtype=None):
+        """r_δ = (δx, δy, δx² + δy²) for every (query, key) pair: (T, T, 3), row-major tokens."""
+        import torch
+
+        rows = torch.arange(height, device=device).repeat_interleave(width)
+        cols = torch.arange(width, device=device).repeat(height)
+        dy = (rows[None, :] - rows[:, None]).to(dtype)
+        dx = (cols[None, :] - cols[:, None]).to(dtype)
+        return torch.stack([dx, dy, dx * dx + dy * dy], dim=-1)
+
+    def positional_probs(self, layer, height: int, width: int):
+        """softmax_k(v_hᵀ r_δ + b_h): (N_h, T, T), one matrix for the batch, in at least float32."""
+        import torch
+
+        pos = layer.positional
+        t = height * width
+        dtype = torch.promote_types(pos.weight.dtype, torch.float32)
+        r = self.relative_features(height, width, device=pos.weight.device, dtype=dtype).view(t * t, 3)
+        scores = torch.addmm(pos.bias.to(dtype), r, pos.weight.to(dtype).t())  # (T·T, N_h)
+        return torch.softmax(scores.t().reshape(-1, t, t), dim=-1)
+
+    def probs(self, layer, q, k, height, width):
+        import torch
+
+        from .base import softmax_scores
+
+        content = softmax_scores(q, k)  # (B, N_h, T, T)
+        positional = self.positional_probs(layer, height, width)
+        g = torch.sigmoid(layer.positional.gate.to(content.dtype))[:, None, None]
+        mixed = torch.lerp(content, positional.to(content.dtype).expand_as(content), g)  # (1 − g)·c + g·p
+        return mixed / mixed.sum(dim=-1, keepdim=True)
+
+    def head_columns(self, layer):
+        return {"gate": self._gates(layer)}
+
+    @staticmethod
+    def _gates(layer):
+        import torch
+
+        return torch.sigmoid(layer.positional.gate.detach())
+
+
+ENCODING = Gpsa()

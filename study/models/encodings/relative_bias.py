@@ -1,0 +1,60 @@
+"""Learned relative position bias (Swin Transformer, Liu et al., ICCV 2021, Eq. 4).
+
+    score_h(q, k) = q_h·k_h/√d_h + B_h[δy, δx]
+
+with B_h a learned (2S − 1) × (2S − 1) table per head (S = 16: 31 × 31 = 961 entries),
+indexed by the shift δ = key − query; here one window is the whole S × S token grid.
+Init: truncated normal, std 0.02 (Swin's).  Swin trains the table without weight decay,
+and so does this.  Parameters per layer beside the projections: (2S − 1)²·N_h.
+
+Swin's table is indexed by query − key (``relative_position_index``); this one by
+δ = key − query, the convention of every encoding here: B_h[δ] = Swin's entry at −δ
+(the tests port Swin's weights with that flip, and check that skipping it fails).
+"""
+
+from __future__ import annotations
+
+from .base import AdditiveEncoding
+
+
+class RelativeBias(AdditiveEncoding):
+    name = "relative_bias"
+    no_weight_decay = ("table",)
+    variants = (("relative_bias", {}),)
+    equation = "q_h·k_h/√d + B_h[δy, δx], B_h a learned (2S−1)×(2S−1) table"
+
+    def label(self, cfg):
+        return f"SA relative bias (N_h={cfg.num_heads})"
+
+    def positional_macs(self, cfg, *, tokens, side):
+        """A table look-up per shift: no multiply-add."""
+        return 0
+
+    def init_parameters(self, layer):
+        import torch
+        from torch import nn
+
+        s = layer.grid
+        table = torch.empty(layer.num_heads, 2 * s - 1, 2 * s - 1)
+        nn.init.trunc_normal_(table, std=0.02)
+        layer.positional.table = nn.Parameter(table)  # [h, δy + S − 1, δx + S − 1]
+
+    def bias(self, layer, height: int, width: int):
+        """B_h[δy, δx] for every (query, key) pair: (N_h, T, T), row-major tokens."""
+        from study.models.positional import relative_index
+
+        table = layer.positional.table
+        s = layer.grid
+        if height > s or width > s:
+            raise ValueError(f"grid {height}x{width} exceeds the bias table's {s}x{s}")
+        iy = relative_index(height, device=table.device) + s - height  # δy + S − 1
+        ix = relative_index(width, device=table.device) + s - width
+        b = table[:, iy[:, None, :, None], ix[None, :, None, :]]  # (N_h, qr, qc, kr, kc)
+        t = height * width
+        return b.reshape(layer.num_heads, t, t)
+
+    def sdpa_inputs(self, layer, q, k, height, width):
+        return q, k, self.bias(layer, height, width)
+
+
+ENCODING = RelativeBias()

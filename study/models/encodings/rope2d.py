@@ -1,0 +1,125 @@
+"""2-D rotary position embedding (RoPE for vision, Heo et al., ECCV 2024, Eq. 10-13).
+
+Queries and keys of each head are rotated, channel pair i = (2i, 2i+1) by an angle that
+depends on the token's position p = (x, y) (column, row of the grid):
+
+    q̃_h,i(p) = R(θ_h,i(p)) q_h,i,   k̃ likewise,   score_h = q̃_h·k̃_h/√d_h
+
+so that q̃·k̃ depends on the shift δ = p_k − p_q only: R(a)ᵀR(b) = R(b − a).
+
+* ``rope_mode: axial`` (RoPE-Axial, fixed frequencies): the first d_h/4 pairs rotate by
+  x·f_i, the last d_h/4 by y·f_i, f_i = θ^(−4i/d_h), i < d_h/4 (``rope_theta`` θ, default
+  100 as Heo et al.).  No parameters.
+* ``rope_mode: mixed`` (RoPE-Mixed, learned frequencies per layer and head):
+  θ_h,i(p) = f^x_h,i·x + f^y_h,i·y; init: magnitudes θ^(−4j/d_h) (θ default 10), a random
+  direction per head (Heo et al.'s ``init_random_2d_freqs``).  d_h parameters per head,
+  trained without weight decay (as theirs).
+
+Pairs are interleaved (channels 2i and 2i+1), as in their code and timm's
+``apply_rot_embed``.  Needs d_h divisible by 4.
+"""
+
+from __future__ import annotations
+
+from .base import AdditiveEncoding, Field, choice_field, finite_positive
+
+MODES = ("axial", "mixed")
+DEFAULT_THETA = {"axial": 100.0, "mixed": 10.0}
+
+
+class Rope2d(AdditiveEncoding):
+    name = "rope2d"
+    fields = (
+        Field("rope_mode", str, None, "rope2d: axial (fixed frequencies per axis) | mixed (learned per head)",
+              choices=("axial", "mixed")),
+        Field("rope_theta", float, None, "rope2d: frequency base θ (Heo et al.: 100 axial, 10 mixed)"),
+    )
+    no_weight_decay = ("freqs",)
+    variants = (("rope2d-axial", {"rope_mode": "axial"}), ("rope2d-mixed", {"rope_mode": "mixed"}))
+    equation = "R(θ(p_q)) q_h · R(θ(p_k)) k_h / √d, angles x·f, y·f (axial) or f_x·x + f_y·y (mixed, learned)"
+
+    def normalise(self, cfg, set_):
+        from study.models.config import ConfigError
+
+        if cfg.rope_mode is None:
+            set_("rope_mode", "axial")
+        choice_field(cfg, "rope_mode", MODES)
+        if cfg.rope_theta is None:
+            set_("rope_theta", DEFAULT_THETA[cfg.rope_mode])
+        finite_positive(cfg, "rope_theta")
+        if cfg.hidden % 4:
+            raise ConfigError("hidden", f"rope2d rotates channel pairs, half by x and half by y: "
+                                        f"the head width (hidden) must be a multiple of 4, got {cfg.hidden}")
+
+    def label(self, cfg):
+        return f"SA RoPE {cfg.rope_mode} (N_h={cfg.num_heads})"
+
+    def positional_macs(self, cfg, *, tokens, side):
+        """Rotating q and k: a 2×2 product per channel pair, token and head (4 MACs per
+        pair, twice); mixed angles f_x·x + f_y·y add 2 MACs per pair, token and head, axial
+        angles x·f_i, y·f_i one per pair and token."""
+        d, h = cfg.hidden, cfg.num_heads
+        rotate = 2 * h * tokens * (d // 2) * 4
+        angles = h * tokens * (d // 2) * 2 if cfg.rope_mode == "mixed" else tokens * (d // 2)
+        return rotate + angles
+
+    def options(self, cfg):
+        return {"mode": cfg.rope_mode, "theta": float(cfg.rope_theta)}
+
+    def init_parameters(self, layer, *, mode: str = "axial", theta: float | None = None):
+        import math
+
+        import torch
+        from torch import nn
+
+        d = layer.head_dim
+        if d % 4:
+            raise ValueError(f"rope2d needs a head width divisible by 4, got {d}")
+        theta = DEFAULT_THETA[mode] if theta is None else theta
+        pos = layer.positional
+        pos.mode = mode
+        mag = theta ** (-torch.arange(0, d, 4, dtype=torch.float64) / d)  # (d/4,) θ^(−4i/d)
+        if mode == "axial":
+            pos.register_buffer("freqs", mag.float(), persistent=False)
+        else:
+            phi = torch.rand(layer.num_heads, 1, dtype=torch.float64) * 2 * math.pi
+            fx = torch.cat([mag * torch.cos(phi), mag * torch.cos(phi + math.pi / 2)], dim=-1)
+            fy = torch.cat([mag * torch.sin(phi), mag * torch.sin(phi + math.pi / 2)], dim=-1)
+            pos.freqs = nn.Parameter(torch.stack([fx, fy]).float())  # (2, N_h, d/2)
+
+    def angles(self, layer, height: int, width: int):
+        """θ(p) for every token (row-major) and channel pair: (T, d/2) axial, (N_h, T, d/2) mixed.
+        Axial angles in the frequencies' dtype (at least float32); mixed angles always in
+        float32, as Heo et al.'s code and timm's ``get_mixed_freqs`` compute them (also under
+        autocast and in a float64 layer: the tests match timm to float64 round-off)."""
+        import torch
+
+        pos = layer.positional
+        if pos.mode == "mixed":
+            dtype = torch.float32
+        else:
+            dtype = torch.promote_types(pos.freqs.dtype, torch.float32)
+        f = pos.freqs.to(dtype)
+        y = torch.arange(height, device=f.device, dtype=dtype).repeat_interleave(width)
+        x = torch.arange(width, device=f.device, dtype=dtype).repeat(height)
+        if pos.mode == "axial":
+            return torch.cat([x[:, None] * f, y[:, None] * f], dim=-1)
+        return x[:, None] * f[0][:, None, :] + y[:, None] * f[1][:, None, :]
+
+    def rotate(self, x, cos, sin):
+        """Interleaved pairs: (x0, x1) → (x0 cos − x1 sin, x1 cos + x0 sin)."""
+        import torch
+
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], dim=-1).flatten(-2)
+
+    def sdpa_inputs(self, layer, q, k, height, width):
+        import torch
+
+        with torch.autocast(q.device.type, enabled=False):
+            a = self.angles(layer, height, width)
+        cos, sin = a.cos().to(q.dtype), a.sin().to(q.dtype)
+        return self.rotate(q, cos, sin), self.rotate(k, cos, sin), None
+
+
+ENCODING = Rope2d()
