@@ -4,9 +4,9 @@ tables, and killing only what a test started (by session id, never ``ray stop``)
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-import json
 import subprocess
 import sys
 import threading
