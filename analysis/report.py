@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.io import Study
+from analysis.variants import variant_labels
 
 FAILED = ("error", "diverged", "interrupted")
 _CAUSE = {"diverged": "non-finite training loss (the trial stopped)",
@@ -144,6 +145,7 @@ def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:
             if not epochs.empty else pd.DataFrame())
     rows = []
     now = time.time()
+    runs = runs.assign(variant=variant_labels(runs))  # named as Table 1 and `study status` name it
     for r in runs.sort_values("trial_id").itertuples(index=False):
         done, total = int(getattr(r, "epochs_done", 0) or 0), int(getattr(r, "epochs", 0) or 0)
         pct = 100 * done / total if total else 0
@@ -152,7 +154,7 @@ def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:
         updated = getattr(r, "updated_at", None)
         age = f"{now - float(updated):.0f} s ago" if updated is not None and updated == updated else "–"
         rows.append(
-            f"<tr><td>{_e(tid)}</td><td>{_e(r.name)}</td><td class='status-{_e(r.status)}'>{_e(r.status)}</td>"
+            f"<tr><td>{_e(tid)}</td><td>{_e(r.variant)}</td><td class='status-{_e(r.status)}'>{_e(r.status)}</td>"
             f"<td><span class=bar><div style='width:{pct:.0f}%'></div></span> {done}/{total}</td>"
             f"<td class=num>{_num(r.best_test_acc)}</td><td class=num>{_num(r.final_test_acc)}</td>"
             f"<td class=num>{_num(secs, 1)}</td><td class=num>{_num(getattr(r, 'device_seconds', None), 0)}</td>"
@@ -163,6 +165,7 @@ def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:
 
 
 def _failures(runs: pd.DataFrame) -> str:
+    runs = runs.assign(variant=variant_labels(runs))
     failed = runs[runs["status"].isin(FAILED)] if not runs.empty else runs
     if failed.empty:
         return "<p class='skipped'>no failed trial</p>"
@@ -171,7 +174,7 @@ def _failures(runs: pd.DataFrame) -> str:
         cause = r.get("error") if "error" in failed else None
         if cause is None or cause != cause or not str(cause):
             cause = _CAUSE.get(r["status"], "(no cause recorded in the tables)")
-        rows.append(f"<tr><td>{_e(r['trial_id'])}</td><td>{_e(r['name'])}</td>"
+        rows.append(f"<tr><td>{_e(r['trial_id'])}</td><td>{_e(r['variant'])}</td>"
                     f"<td class='status-{_e(r['status'])}'>{_e(r['status'])}</td>"
                     f"<td class=num>{int(r.get('epochs_done', 0) or 0)}</td><td>{_e(cause)}</td></tr>")
     return ("<table><tr><th>Trial</th><th>Model</th><th>Status</th><th class=num>Epochs done</th><th>Cause</th>"

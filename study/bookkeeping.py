@@ -19,6 +19,8 @@ import time
 
 import pandas as pd
 
+from study.variants import variant_labels
+
 STALE_FACTOR = 3.0
 STALE_MIN_S = 300.0
 STALE_UNKNOWN_S = 3600.0
@@ -62,10 +64,14 @@ def status_table(runs: pd.DataFrame, planned: int | None, *, now: float | None =
         head += ": " + ", ".join(f"{n} {s}" for s, n in counts.items())
     lines.append(head)
     if len(runs):
-        cols = ["trial_id", "name", "status", "epochs_done", "epochs", "best_test_acc", "device_seconds"]
+        # each trial's model variant, named as Table 1 and the end-of-study summary name it
+        runs = runs.assign(variant=variant_labels(runs))
+        cols = ["trial_id", "variant", "status", "epochs_done", "epochs", "best_test_acc", "device_seconds"]
         frame = runs[[c for c in cols if c in runs]].rename(
             columns={"epochs_done": "epoch", "best_test_acc": "best_acc", "device_seconds": "device_s"})
-        lines.append(frame.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+        width = int(frame["variant"].str.len().max())
+        lines.append(frame.to_string(index=False, float_format=lambda v: f"{v:.4f}",
+                                     formatters={"variant": lambda v: f"{v:<{width}}"}))
         if (runs.status == "stale").any():
             lines.append(f"stale: 'running' but not updated for over {STALE_FACTOR:g}x its epoch time (at least "
                          f"{STALE_MIN_S:g} s): its driver or node died; `study resume` continues it")

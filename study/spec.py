@@ -65,8 +65,15 @@ from study import limits, speccheck
 from study.models.config import ConfigError, ModelConfig
 from study.specyaml import YamlError, load_yaml, read_study_text
 from study.trial.config import TrainConfig
-from study.tuning.loggers import DEFAULT_LOGGERS, LOGGERS
 
+#: experiment trackers a study file may name in ``loggers:`` -> (the module each needs,
+#: the extra that installs it); Ray Tune's callbacks for them: :mod:`study.tuning.loggers`
+LOGGERS: dict[str, tuple[str, str]] = {
+    "tensorboard": ("tensorboardX", "tensorboard"),
+    "mlflow": ("mlflow", "mlflow"),
+    "wandb": ("wandb", "wandb"),
+}
+DEFAULT_LOGGERS = ("tensorboard",)
 MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
 TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size")
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")

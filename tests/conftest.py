@@ -1,3 +1,7 @@
+import os
+import shutil
+import tempfile
+
 import pytest
 import torch
 
@@ -16,6 +20,28 @@ ENCODING_VARIANTS = variants()
 ENCODING_VARIANT_IDS = [vid for vid, _ in ENCODING_VARIANTS]
 
 assert {v["encoding"] for _, v in ENCODING_VARIANTS} == set(REGISTRY)
+
+
+_USER_DIRS = {}
+
+
+def pytest_configure(config):
+    """Each pytest process (each ``pytest-xdist`` worker) keeps the per-user files the
+    code writes (the HMAC key under ``$XDG_CONFIG_HOME``; the data and Optuna caches
+    under ``$STUDY_CACHE_DIR``) in a folder of its own, inherited by the CLI processes
+    and Ray workers it starts: the suite never writes into the user's home, and two
+    workers never create one key file or cache entry at once.  Tests that need their
+    own set theirs with ``monkeypatch``."""
+    base = tempfile.mkdtemp(prefix="study-tests-")
+    _USER_DIRS["base"] = base
+    for var, sub in (("XDG_CONFIG_HOME", "config"), ("STUDY_CACHE_DIR", "cache")):
+        os.environ[var] = os.path.join(base, sub)
+
+
+def pytest_unconfigure(config):
+    base = _USER_DIRS.pop("base", None)
+    if base:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(params=VARIANTS, ids=VARIANT_IDS)
@@ -39,9 +65,8 @@ def _seed():
 def s3():
     """A local S3-compatible server (moto, 127.0.0.1, free port) with a bucket
     ``studies``; its ``AWS_ENDPOINT_URL`` and dummy credentials are in this process's
-    environment (and so in the CLI processes tests start) while the module runs."""
-    import os
-
+    environment (and so in the CLI processes tests start) while the module runs.  One
+    per module and per xdist worker (``--dist loadfile`` keeps a module on one worker)."""
     pytest.importorskip("moto")
     from tests.s3_server import LocalS3
 

@@ -4,10 +4,12 @@ tables, and killing only what a test started (by session id, never ``ray stop``)
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,6 +100,93 @@ def wait_for(predicate, proc, timeout: float = 300, every: float = 0.1) -> bool:
             return False
         time.sleep(every)
     return False
+
+
+def images_lasting(seconds: float, *, model: dict = TINY, batch_size: int = 25, least: int = 1000) -> int:
+    """A number of training images (a multiple of ``batch_size``, at least ``least``)
+    that one epoch of ``model`` takes about ``seconds`` or longer to train on one CPU
+    thread, measured here and now: SGD steps on random CIFAR-shaped batches for half a
+    second.  A trial does more per image (data, augmentation, bookkeeping), so its epoch
+    lasts at least that long, on a quiet machine or a loaded one."""
+    import torch
+
+    from study.models import build_model
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        net = build_model(**model)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        x, y = torch.randn(batch_size, 3, 32, 32), torch.randint(0, 10, (batch_size,))
+
+        def step() -> None:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+
+        step()  # warm-up
+        steps, start = 0, time.perf_counter()
+        while steps < 3 or time.perf_counter() - start < 0.5:
+            step()
+            steps += 1
+        per_second = steps * batch_size / (time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return max(least, int(per_second * seconds) // batch_size * batch_size)
+
+
+def ledger_seconds(*ledgers: Path) -> float:
+    """The largest ``device_seconds`` of these attempt ledgers (``trials/<key>.json``,
+    ``trial.json``) and of the ``*.json`` in those of them that are folders; 0 if none is
+    written yet.  Above 0 while the first epoch runs: its clock has been saved."""
+    seconds = 0.0
+    for p in ledgers:
+        for f in (sorted(p.glob("*.json")) if p.is_dir() else [p]):
+            try:
+                seconds = max(seconds, float(json.loads(f.read_text()).get("device_seconds", 0.0)))
+            except (OSError, ValueError, AttributeError):
+                pass
+    return seconds
+
+
+class Output:
+    """A child's text stdout read in a background thread, so that a test can wait for a
+    line while the child runs (``wait_for_line``) and read it all once it has ended."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc, self.lines, self._new = proc, [], threading.Condition()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            with self._new:
+                self.lines.append(line)
+                self._new.notify_all()
+        with self._new:
+            self.lines.append(None)  # end of output
+            self._new.notify_all()
+
+    def wait_for_line(self, text: str, timeout: float = 120) -> bool:
+        """Whether a line holding ``text`` appears before the output ends or ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._new:
+            while True:
+                if any(ln is not None and text in ln for ln in self.lines):
+                    return True
+                if self.lines and self.lines[-1] is None:
+                    return False
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._new.wait(left)
+
+    def text(self, timeout: float = 300) -> str:
+        """Everything the child wrote, once it has ended (waits for it)."""
+        self.proc.wait(timeout=timeout)
+        self._thread.join(timeout=timeout)
+        with self._new:
+            return "".join(ln for ln in self.lines if ln is not None)
 
 
 class _CodePayload:

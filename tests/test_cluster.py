@@ -294,6 +294,8 @@ def _host(address: str) -> str:
 
 
 WILDCARD = ("*", "0.0.0.0", "::")
+#: the processes of a local Ray node that listen: GCS, raylet and the node's two agents
+LISTENERS = {"gcs_server", "raylet", "ray::DashboardAgent", "ray::RuntimeEnvAgent"}
 
 
 @pytest.fixture(scope="module")
@@ -301,7 +303,7 @@ def local_ray_sockets():
     """A local Ray as ``study run`` starts it, in the default token mode (``RAY_AUTH_MODE``
     unset) with a token of its own: (node address, listening sockets, token)."""
     if shutil.which("ss") is None:
-        pytest.fail("`ss` (iproute2) is needed by this test; .ci/run installs it")
+        pytest.fail("`ss` (iproute2) is needed by this test: tests/install-system-deps.sh installs it")
     token = secrets.token_hex(32)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_TOKEN": token}
     for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"):
@@ -311,7 +313,10 @@ def local_ray_sockets():
     try:
         node_ip = proc.stdout.readline().strip()
         assert node_ip, "the local Ray did not start"
-        time.sleep(2)  # let the agents finish binding
+        # every server of the node listens (the agents bind after the node is up): an event, not a sleep
+        deadline = time.monotonic() + 120
+        while not LISTENERS <= {p for _, p in _listening(proc.pid)} and time.monotonic() < deadline:
+            time.sleep(0.2)
         yield node_ip, _listening(proc.pid), token
     finally:
         kill_session(proc.pid)
@@ -324,7 +329,7 @@ def test_local_ray_binds_only_loopback_addresses(local_ray_sockets):
     advertises, the host's network address."""
     node_ip, sockets, _ = local_ray_sockets
     assert node_ip.startswith("127."), node_ip
-    assert len(sockets) >= 4, sockets  # GCS, raylet, dashboard, agents at least
+    assert LISTENERS <= {p for _, p in sockets}, sockets  # GCS, raylet, the agents at least
     specific = [(a, p) for a, p in sockets if _host(a) not in WILDCARD]
     assert specific, sockets
     assert all(_host(a).startswith("127.") or _host(a) == "::1" for a, _ in specific), specific

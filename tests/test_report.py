@@ -1,11 +1,12 @@
 """`analysis report`: one self-contained page; `--serve` keeps it current while a study
-runs.  Checked in a real headless Chromium (Debian's `chromium`, installed by .ci/run)."""
+runs.  Checked in a real headless Chromium (Debian's `chromium`, installed by tests/install-system-deps.sh)."""
 
 import base64
 import io
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from study.tables import part_path, read_table, write_part
+from tests.helpers import kill_session, popen, processes
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars"]
@@ -23,7 +25,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 
 def chromium() -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert exe, "headless Chromium is required (Debian: apt-get install -y chromium; .ci/run installs it)"
+    assert exe, "headless Chromium is required: tests/install-system-deps.sh installs it (Debian: apt-get install -y chromium)"
     return exe
 
 
@@ -79,11 +81,15 @@ def test_served_report_follows_a_running_study_in_chromium(tmp_path):
            "resources": {"cpus_per_trial": 1}}
     (tmp_path / "live.yaml").write_text(yaml.safe_dump(doc))
     root = tmp_path / "results" / "live"
-    study = subprocess.Popen([sys.executable, "-m", "study", "run", "live.yaml", "--num-cpus", "1", "--quiet"],
-                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    server = None
+    study = popen("run", "live.yaml", "--num-cpus", "1", "--quiet", cwd=tmp_path, env=env)
+    server, trial = None, []
     try:
         _wait(lambda: (root / "study.json").exists(), 600, "the study to start (Ray starts first)", study)
+        # the trial is paused (SIGSTOP) until the first page load: the page sees the study
+        # unfinished however fast this machine trains and however slowly Chromium starts
+        trial = _wait(lambda: processes("ray::ImplicitFunc.train", session=study.pid), 600, "the trial", study)
+        for pid in trial:
+            os.kill(pid, signal.SIGSTOP)
         server = subprocess.Popen([sys.executable, "-m", "analysis", "report", "live", "--serve", "--port", "0",
                                    "--interval", "0.5"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
         line = server.stderr.readline()
@@ -95,6 +101,8 @@ def test_served_report_follows_a_running_study_in_chromium(tmp_path):
         before = browse(url, tmp_path / "profile", screenshot=tmp_path / "before.png")
         n_before, v_before = epochs_shown(before), version()
         assert n_before < 4, "the study ended before the first page load: nothing to compare"
+        for pid in trial:
+            os.kill(pid, signal.SIGCONT)
         assert "setInterval" in before and "data-version" in before  # the page polls /version
         images_are_png(before)
 
@@ -117,6 +125,7 @@ def test_served_report_follows_a_running_study_in_chromium(tmp_path):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=60)
+        kill_session(study)  # the study's local Ray with it
 
 
 def _run_row(trial_id, status, **extra):

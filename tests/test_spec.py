@@ -131,3 +131,15 @@ def test_spec_error_survives_copy_and_pickle():
     e = SpecError("f.yaml", "grid.num_heads", "bad")
     for clone in (copy.copy(e), pickle.loads(pickle.dumps(e))):
         assert str(clone) == "f.yaml: grid.num_heads: bad" and clone.path == "grid.num_heads"
+
+
+def test_study_file_reader_does_not_import_tune_adapters():
+    """Layering: the study-file reader (``study.spec``) and everything it imports stay
+    below the Tune adapters (``study.tuning``), Ray and torch; a fresh interpreter, so
+    no other test's imports count."""
+    code = ("import sys, study.spec; "
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'torch') "
+            "or m == 'study.tuning' or m.startswith('study.tuning.'))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [], f"importing study.spec imports {r.stdout.strip()}"

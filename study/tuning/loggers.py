@@ -28,13 +28,9 @@ import importlib.util
 import os
 from typing import Any
 
-#: logger name -> (module it needs, the extra that installs it)
-LOGGERS: dict[str, tuple[str, str]] = {
-    "tensorboard": ("tensorboardX", "tensorboard"),
-    "mlflow": ("mlflow", "mlflow"),
-    "wandb": ("wandb", "wandb"),
-}
-DEFAULT_LOGGERS = ("tensorboard",)
+# the names a study file may use are the spec layer's (the study-file reader does not
+# depend on this module); re-exported here beside the callbacks they select
+from study.spec import DEFAULT_LOGGERS, LOGGERS
 
 
 def missing_package(name: str) -> str | None:

@@ -44,6 +44,7 @@ import yaml
 from study.spec import StudySpec, selects
 from study.storage import META_FILE, is_remote, read_meta, resolve, study_exists, study_root
 from study.tables import STATUSES, compact_all, part_path, read_table, write_part
+from study.variants import value_text, variant_labels
 
 #: Environment variables naming an S3-compatible endpoint (read by pyarrow, and so by
 #: Ray's storage and the tables); passed on to the workers of a cluster.
@@ -250,16 +251,21 @@ def summary(runs: pd.DataFrame) -> str:
         # split); test accuracy is reported, never used to choose, unless the study asked
         metric = _selection(ok)
         by = "best_val_acc" if metric.startswith("val") and "best_val_acc" in ok else "best_test_acc"
-        best = ok.sort_values(by, ascending=False).groupby(_variant_columns(ok), sort=False, dropna=False).head(1)
+        # one line per variant, named as Table 1 and `study status` name it; the values
+        # Optuna sampled are a search inside a variant: its best trial shows them
+        sampled = [c for c in runs if f"sampled_{c}" in runs and runs[f"sampled_{c}"].notna().any()]
+        ok = ok.assign(variant=variant_labels(runs, within=tuple(sampled)).loc[ok.index])
+        best = ok.sort_values(by, ascending=False).groupby("variant", sort=False).head(1)
         lines.append(f"best trial per model configuration (chosen by {by}"
                      + ("; selected on the TEST set, as the study file asks: scheduler.metric: test_acc"
                         if metric.startswith("test") and _selected(ok) else "") + "):")
-        width = max(len(str(n)) for n in best.name)
-        for r in best.itertuples(index=False):
-            val = getattr(r, "best_val_acc", None)
+        width = max(len(v) for v in best.variant)
+        for _, r in best.iterrows():
+            val = r.get("best_val_acc")
             val_txt = f"best val acc {val:.4f}  " if val is not None and val == val else ""
-            lines.append(f"  {str(r.name):<{width}}  {r.trial_id}  {val_txt}best test acc {r.best_test_acc:.4f}  "
-                         f"({r.epochs_done}/{r.epochs} epochs, {r.status})")
+            searched = "".join(f"{c}={value_text(r[c])}  " for c in sampled)
+            lines.append(f"  {r.variant:<{width}}  {r.trial_id}  {searched}{val_txt}best test acc "
+                         f"{r.best_test_acc:.4f}  ({r.epochs_done}/{r.epochs} epochs, {r.status})")
     errors = runs[runs.status == "error"]
     if len(errors):
         lines.append("errors:")
@@ -278,17 +284,6 @@ def _selection(runs: pd.DataFrame) -> str:
         return str(runs.selection_metric.dropna().iloc[0])
     has_val = "best_val_acc" in runs and runs.best_val_acc.notna().any()
     return "val_acc" if has_val else "test_acc"
-
-
-def _variant_columns(runs: pd.DataFrame) -> list[str]:
-    """``name`` plus the configuration columns that differ between trials (e.g. a swept
-    ``momentum``), except seeds and the values Optuna sampled: the best per variant."""
-    from study.trial.config import TrainConfig
-
-    config = [c for c in TrainConfig().flat() if c in runs and c not in ("seed", "data")]
-    sampled = {c[len("sampled_"):] for c in runs if c.startswith("sampled_")}
-    varying = [c for c in config if c not in sampled and runs[c].astype(str).nunique() > 1]
-    return ["name", *varying]
 
 
 def _say(verbose: bool, line: str) -> None:

@@ -1,0 +1,92 @@
+"""A study's model variants, as every place a user reads one names them (the
+end-of-study summary, ``study status``, the analysis tables, figures and report).
+
+A *variant* is a model configuration: trials that differ only in ``seed`` are
+repetitions of one variant.  Its label is ``runs.name`` (which already says the
+architecture, encoding, isotropy, N_h and D_p) plus any other configuration column
+that differs between trials of that name (``lr=0.05``, ``hidden=64``, …).  From the
+``runs`` table alone; configuration only (no torch, no Ray).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+#: Columns of ``runs`` that are results or bookkeeping, never configuration (also
+#: when a table has an unknown column: only configuration fields define variants).
+RESULT_COLUMNS = frozenset({
+    "trial_id", "study", "name", "status", "epochs_done", "n_params", "flops", "best_test_acc",
+    "final_test_acc", "device_seconds", "device", "world_size", "attempts", "cell", "updated_at",
+    "sample", "key", "ray_trial_id", "best_val_acc", "final_val_acc", "n_train", "n_val", "n_test",
+    "data_source", "selection_metric", "error",
+})
+#: Fields that run the same model and recipe differently (precision, compilation,
+#: statistics, evaluation batching) or only say where data came from: not a variant.
+EXECUTION_COLUMNS = frozenset({"amp", "compile", "head_stats", "head_images", "map_radius", "map_epochs",
+                               "eval_batch_size", "data"})
+
+
+def _config_fields() -> tuple[str, ...]:
+    """Every model and training field (``TrainConfig.flat()``), whatever branch added it."""
+    from study.trial.config import TrainConfig  # configuration only: no torch
+
+    return tuple(TrainConfig().flat())
+
+
+#: Configuration columns that ``runs.name`` already spells out.
+NAME_COLUMNS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim")
+#: Preferred order of sweep axes (others follow alphabetically).
+AXIS_ORDER = NAME_COLUMNS + ("hidden", "layers", "intermediate", "lr", "momentum", "weight_decay", "warmup",
+                              "batch_size", "epochs")
+
+
+def config_columns(runs: pd.DataFrame) -> list[str]:
+    """Configuration columns of ``runs``: model and training fields only (bookkeeping —
+    Ray ids, cell, sample, attempts, timing, sizes — and the ``sampled_*`` copies of
+    searched values never are)."""
+    fields = set(_config_fields()) - EXECUTION_COLUMNS
+    cols = [c for c in runs.columns if c in fields and c not in RESULT_COLUMNS]
+    return sorted(cols, key=lambda c: (AXIS_ORDER.index(c) if c in AXIS_ORDER else len(AXIS_ORDER), c))
+
+
+def value_text(v) -> str:
+    """A configuration value as text (missing → '-', 0.05 → '0.05', True → 'True')."""
+    if v is None or (isinstance(v, float) and v != v) or v is pd.NA:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def column_texts(runs: pd.DataFrame, col: str) -> pd.Series:
+    """A configuration column as :func:`value_text`."""
+    return runs[col].astype(object).map(value_text)
+
+
+def varying_columns(runs: pd.DataFrame, *, exclude=("seed",)) -> list[str]:
+    """Configuration columns with more than one value across ``runs``."""
+    return [c for c in config_columns(runs) if c not in exclude and column_texts(runs, c).nunique() > 1]
+
+
+def variant_labels(runs: pd.DataFrame, *, within: tuple[str, ...] = ()) -> pd.Series:
+    """One label per trial (index aligned with ``runs``): ``runs.name``, plus the
+    configuration columns (other than ``seed``) that differ between trials of that
+    name, e.g. ``SA quadratic isotropic (N_h=9), lr=0.05`` in a grid over ``lr``.
+    ``within``: more columns whose values vary inside one variant, as ``seed`` does
+    (the end-of-study summary passes the axes Optuna sampled: a search in a variant)."""
+    if runs.empty:
+        return pd.Series([], dtype=object, index=runs.index)
+    if "name" not in runs:
+        return runs["trial_id"].astype(str)
+    base = runs["name"].astype(object).map(value_text)
+    labels = base.copy()
+    for _, group in runs.groupby(base, sort=False):
+        extra = [c for c in varying_columns(group, exclude=("seed", *within)) if c not in NAME_COLUMNS]
+        for i in group.index:
+            if extra:
+                labels[i] = f"{base[i]}, " + ", ".join(f"{c}={value_text(runs.at[i, c])}" for c in extra)
+    return labels
+
+
+__all__ = ["AXIS_ORDER", "EXECUTION_COLUMNS", "NAME_COLUMNS", "RESULT_COLUMNS", "column_texts", "config_columns",
+           "value_text", "variant_labels", "varying_columns"]
