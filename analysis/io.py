@@ -401,6 +401,11 @@ READ_PRAGMAS = ("table_info", "show", "show_tables", "show_tables_expanded", "sh
                 "database_list", "database_size", "storage_info", "version", "platform", "functions",
                 "collations", "user_agent", "metadata_info")
 
+#: How a MULTI statement (DuckDB's rewrite of a PIVOT whose columns come from the data)
+#: may begin: a PIVOT or a query holding one; ``COPY (PIVOT …) TO``, ``CREATE TABLE … AS
+#: PIVOT``, ``INSERT INTO … PIVOT`` are MULTI statements too, and refused.
+MULTI_READS = ("PIVOT", "PIVOT_WIDER", "PIVOT_LONGER", "UNPIVOT", "SELECT", "FROM", "WITH", "VALUES", "TABLE")
+
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?", re.IGNORECASE)
 _PRAGMA = re.compile(r"^\s*PRAGMA\s+(\w+)\s*(?:\(.*\))?\s*;?\s*$", re.IGNORECASE | re.DOTALL)
 
@@ -428,6 +433,10 @@ def _check(con, kind: str, text: str, label: str = "") -> None:
         m = _PRAGMA.match(text)
         if not m or m.group(1).lower() not in READ_PRAGMAS:
             _refuse(f"{label}PRAGMA", f" ({' '.join(text.split())[:60]})")
+    elif kind == "MULTI":  # a PIVOT somewhere inside; what runs is the statement around it
+        first = re.match(r"[\s(]*([A-Za-z_]+)", _EXPLAIN.sub("", text, count=1))
+        if not first or first.group(1).upper() not in MULTI_READS:
+            _refuse(f"{label}{first.group(1).upper() if first else kind}", " (around a PIVOT)")
     elif kind not in READ_STATEMENTS or kind == "EXPLAIN":
         _refuse(f"{label}{kind}")
 
