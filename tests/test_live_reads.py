@@ -18,10 +18,10 @@ import pytest
 
 import analysis
 from analysis.cli import main as analysis_main
-from study.tables import TableWriter
+from study.tables import SCHEMA, TableWriter
 
 TRIALS, LAYERS, HEADS = 3, 2, 3
-ROUNDS = 12  # reader rounds; each holds several reads of every table
+ROUNDS = 6  # reader rounds; each holds several reads of every table
 MAX_EPOCHS = 400  # the writer stops there (bounds the tables' size, so the test's cost)
 
 
@@ -40,17 +40,30 @@ class Writer(threading.Thread):
             epoch = 0
             while not self.stop.is_set() and epoch < MAX_EPOCHS:
                 for w in writers:
-                    w.rows("epochs", epoch, [{"test_acc": 0.1, "train_loss": 1.0}])
-                    w.rows("heads", epoch, [{"layer": ly, "head": h, "entropy": 1.0}
+                    w.rows("epochs", epoch, [{c: 0.5 for c in SCHEMA["epochs"][2:]}])
+                    w.rows("heads", epoch, [{**{c: 0.5 for c in SCHEMA["heads"][4:]}, "layer": ly, "head": h}
                                             for ly in range(LAYERS) for h in range(HEADS)])
                     w.rows("maps", epoch, [{"layer": ly, "head": h, "window": 3, "probs": [1 / 9] * 9}
                                            for ly in range(LAYERS) for h in range(HEADS)])
-                    w.run({"status": "running", "epochs_done": epoch + 1})
+                    w.run(self.run_row(w.trial_id, epoch))
                 self.compactions += 3 * TRIALS * (epoch % 2)
                 epoch += 1
                 self.epochs_written = epoch
         except BaseException as exc:  # noqa: BLE001 (reported by the test)
             self.error = exc
+
+
+    @staticmethod
+    def run_row(trial_id: str, epoch: int) -> dict:
+        """A whole ``runs`` row (every guaranteed column), as a trial rewrites it."""
+        row = {c: None for c in SCHEMA["runs"] if c != "trial_id"}
+        row.update(study="s", name=f"SA learned ({trial_id})", arch="sa", encoding="learned", isotropic=False,
+                   num_heads=HEADS, layers=LAYERS, hidden=8, pos_dim=8, lr=0.1, weight_decay=0.0, batch_size=8,
+                   epochs=MAX_EPOCHS, seed=0, data="synthetic:64", status="running", epochs_done=epoch + 1,
+                   best_test_acc=0.1, final_test_acc=0.1, attempts=1, cell=int(trial_id[1:4]), updated_at=1.0,
+                   n_params=1000, flops=2000, device_seconds=1.0, device="cpu", world_size=1, warmup=0,
+                   n_train=64, n_val=0, n_test=64, error="")
+        return row
 
 
 def _contiguous(pairs, per_epoch: int) -> None:
