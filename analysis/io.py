@@ -5,21 +5,23 @@ path: a study folder (``<dir>/tables``), a tables folder itself, or a
 ``study train --out`` folder.  Storage URIs (``s3://…``, ``file://…``) work too.
 
 Only ``study.tables`` (pyarrow/pandas) is used from the study package: no torch,
-no training code.  The layout and its invariants are ``study.tables``'s: each SQL view
-reads the listed files of its table (locally DuckDB's ``read_parquet`` with
-``union_by_name``; on object storage a pyarrow dataset), parts preferred over
-compacted rows of the same (trial, epoch).  Temporary files (``.tmp-*``) are never
-read; a foreign or damaged file is named in a :class:`study.tables.TableWarning` and
-skipped (also when DuckDB only finds it damaged while querying); a part deleted by a
-compaction after the listing makes the views be listed again; tables no trial has
-written yet are empty (0 rows, the columns of :data:`study.tables.SCHEMA`), so a
-study that is still running can be queried at any time.
+no training code.  The layout and its invariants are ``study.tables``'s.  SQL runs on
+a DuckDB connection without any file system (:func:`_confine`): each table is a view
+over a snapshot of its files that pyarrow reads (:meth:`Study._snapshot`), parts
+preferred over compacted rows of the same (trial, epoch), so no statement can write
+(or read) a file.  Temporary files (``.tmp-*``) are never read; a foreign or damaged
+file is named in a :class:`study.tables.TableWarning` and skipped (also when it is
+only found damaged while querying); a part a compaction deletes while it is read is
+never missed nor counted twice; tables no trial has written yet are empty (0 rows,
+the columns of :data:`study.tables.SCHEMA`), so a study that is still running can be
+queried at any time.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -146,6 +148,7 @@ class Study:
     folder: str = ""
     _con: object = field(default=None, init=False, repr=False)
     _bad: set = field(default_factory=set, init=False, repr=False)
+    _sources: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -184,33 +187,41 @@ class Study:
         """Forget what was read: the next access reads the tables again."""
         for name in TABLES:
             self.__dict__.pop(name, None)
-        if self._con is not None:
-            self._con.close()
-            self._con = None
+        self._forget()
         return self
 
     # -- SQL ---------------------------------------------------------------------------
     def connection(self):
-        """A DuckDB connection with one view per table (created on first use)."""
+        """A DuckDB connection with one view per table (created on first use).
+
+        The connection has no file system (:func:`_confine`): the tables reach it as
+        Arrow datasets that pyarrow reads, so no statement run on it can write, or read,
+        a file."""
         if self._con is None:
             import duckdb
 
             con = duckdb.connect()
-            _confine(con, None if self.remote else self.root)
-            for table in TABLES:
-                self._view(con, table)
+            _confine(con)
+            try:
+                self._sources = {}
+                for table in TABLES:
+                    self._view(con, table)
+            except BaseException:
+                con.close()
+                raise
             self._con = con
+            weakref.finalize(self, con.close)  # closed before the interpreter ends (else nanobind warns)
         return self._con
 
     def _view(self, con, table: str) -> None:
-        """``table`` as a view over its listed files: the parts, and the compacted rows
-        of every (trial, epoch) no part holds (``study.tables`` invariants)."""
-        listing = list_table(self.root, table, exclude=self._bad)
+        """``table`` as a view over a snapshot of its files: the parts, and the compacted
+        rows of every (trial, epoch) no part holds (``study.tables`` invariants)."""
+        parts, compacted = self._snapshot(table)
         sources = {}
-        for kind, files in (("compacted", listing.compacted), ("parts", listing.parts)):
-            if files:
+        for kind, frags in (("compacted", compacted), ("parts", parts)):
+            if frags:
                 sources[kind] = f"_{table}_{kind}"
-                self._source(con, sources[kind], files)
+                self._register(con, sources[kind], frags)
         if not sources:
             cols = ", ".join(f'CAST(NULL AS {_sql_type(c)}) AS "{c}"' for c in SCHEMA[table])
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")
@@ -231,33 +242,61 @@ class Study:
                 body = f"SELECT * EXCLUDE ({keep}), {decoded} AS probs FROM ({body})"
         con.execute(f"CREATE OR REPLACE VIEW {table} AS {body}")
 
-    def _source(self, con, name: str, files: list[str]) -> None:
-        """A view ``name`` over ``files``: DuckDB's Parquet reader locally, a pyarrow
-        dataset on object storage (DuckDB's httpfs is an extension download)."""
-        if self.remote:
-            import pyarrow as pa
-            import pyarrow.dataset as ds
+    def _snapshot(self, table: str) -> tuple[list, list]:
+        """``(parts, compacted)`` of ``table``: ``(path, source, schema)`` each, ``source``
+        the part's bytes or the compacted file's path.
 
-            fs, paths, schemas = None, [], []
-            for f in files:
-                fs, path = _filesystem(f)
-                try:
-                    schemas.append(pq_schema(fs, path))
-                except FileNotFoundError:
-                    continue
-                except Exception as exc:  # not Parquet: skip it, named
-                    self._mark_bad(f, exc)
-                    continue
-                paths.append(path)
-            if not paths:
-                con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT NULL AS trial_id, NULL AS epoch WHERE false")
-                return
-            schema = pa.unify_schemas(schemas, promote_options="permissive")
-            con.register(f"{name}_arrow", ds.dataset(paths, filesystem=fs, format="parquet", schema=schema))
-            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}_arrow")
-            return
-        quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet([{quoted}], union_by_name=true)")
+        Parts are read into memory now, before any compacted file is opened; compacted
+        files are read when a query scans them.  That order makes the snapshot whole
+        without retries: a compaction writes the trial's new compacted file before it
+        deletes the merged parts, so a listed part that is gone when read has its rows
+        in the compacted file read after it (the trial's compacted file is added when the
+        listing was taken before it existed); a compacted file is only ever replaced, by
+        one holding every row of the old.  Parts beyond :data:`PART_BYTES_IN_MEMORY` are
+        read by path (a part deleted under a query then makes the snapshot be taken again)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from study.tables import _fs, compacted_path
+
+        listing = list_table(self.root, table, exclude=self._bad)
+        compacted_paths = list(listing.compacted)
+        parts, budget = [], PART_BYTES_IN_MEMORY
+        for path in listing.parts:
+            fs, p = _fs(path)
+            try:
+                if budget > 0:
+                    with fs.open_input_stream(p) as f:
+                        source = f.read()
+                    budget -= len(source)
+                    schema = pq.ParquetFile(pa.BufferReader(source)).schema_arrow
+                else:
+                    source, schema = path, pq.read_schema(p, filesystem=fs)
+                parts.append((path, source, schema))
+            except (OSError, pa.ArrowException) as exc:
+                if not (isinstance(exc, FileNotFoundError) or _gone(fs, p)):
+                    self._mark_bad(path, exc)
+                elif table != "runs":  # compacted: its rows are in the trial's compacted file
+                    trial_id = path.rstrip("/").split("/")[-2]
+                    c = compacted_path(self.root, table, trial_id)
+                    if c not in compacted_paths and c not in self._bad:
+                        compacted_paths.append(c)
+        compacted = []
+        for path in compacted_paths:
+            fs, p = _fs(path)
+            try:
+                compacted.append((path, path, pq.read_schema(p, filesystem=fs)))
+            except (OSError, pa.ArrowException) as exc:
+                if not (isinstance(exc, FileNotFoundError) or _gone(fs, p)):
+                    self._mark_bad(path, exc)
+        return parts, compacted
+
+    def _register(self, con, name: str, files: list) -> None:
+        """A view ``name`` over the files, scanned with their unified schema."""
+        scan = _Scan(files)
+        self._sources[name] = scan
+        con.register(f"{name}_arrow", scan)
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}_arrow")
 
     def _mark_bad(self, path: str, exc: Exception) -> None:
         from study.tables import _skip
@@ -266,41 +305,30 @@ class Study:
         _skip(path, f"not readable Parquet ({_one_line(exc)})")
 
     def _recover(self, exc: Exception) -> bool:
-        """After a DuckDB error naming one of the study's files: a file deleted by a
-        compaction since the listing (list again) or a damaged one (skip it, named).
-        True when the query is worth running again."""
-        known = {}
-        for table in TABLES:
-            for f in list_table(self.root, table, exclude=self._bad).files:
-                known[f.split("://", 1)[-1]] = f
-                if not self.remote:
-                    known[os.path.realpath(f)] = f
-        text = str(exc)
-        for groups in re.findall(r"'([^']+\.parquet)'|\"([^\"]+\.parquet)\"|(\S+\.parquet)", text):
-            named = next(g for g in groups if g)
-            path = known.get(named.split("://", 1)[-1]) or known.get(os.path.realpath(named) if not self.remote else "")
-            if path is None:
-                root = self.root.rstrip("/").split("://", 1)[-1]
-                if named.split("://", 1)[-1].startswith(root if self.remote else os.path.realpath(root)):
-                    self._rebuild()  # listed before, gone now: a compaction deleted it
-                    return True
-                continue
-            if path in self._bad:
-                return False
-            self._mark_bad(path, exc)
-            self._rebuild()
-            return True
-        return False
+        """After a DuckDB error: when a scan failed on a file, a damaged file (skipped
+        from now on, named) or one read by path that was deleted since the snapshot.
+        True when the query is worth running again (on a new snapshot)."""
+        failed = [scan.failed for scan in self._sources.values() if scan.failed]
+        if not failed:
+            return False
+        for path, err in failed:
+            fs, p = _fs_of(path)
+            if not (isinstance(err, FileNotFoundError) or _gone(fs, p)):
+                self._mark_bad(path, err)
+        self._forget()
+        return True
 
-    def _rebuild(self) -> None:
+    def _forget(self) -> None:
+        """Drop the connection: the next query takes a new snapshot."""
         if self._con is not None:
-            for table in TABLES:
-                self._view(self._con, table)
+            self._con.close()
+            self._con = None
+        self._sources = {}
 
     def _run(self, fn, query: str = ""):
         import duckdb
 
-        for _ in range(50):
+        for _ in range(20):
             try:
                 return fn(self.connection())
             except duckdb.Error as exc:
@@ -315,7 +343,7 @@ class Study:
         def go(con):
             _only_reads(con, query)
             result = con.sql(query)
-            if result is None:  # a statement without a result (e.g. SET)
+            if result is None:  # a statement without a result
                 return pd.DataFrame()
             return result.df()
 
@@ -334,55 +362,180 @@ class Study:
         return self._run(go, query)
 
 
-#: statements a query may run: it reads the tables, never writes a file or changes settings.
-#: SELECT covers WITH, FROM-first, DESCRIBE, SHOW, SUMMARIZE, VALUES, UNPIVOT; MULTI is
-#: DuckDB's PIVOT (an in-memory enum type, then a SELECT); PRAGMA reads the catalogue
-#: (``PRAGMA table_info('runs')``), and the pragmas that set options fail on the locked
-#: configuration (:func:`_confine`)
+#: Bytes of parts a snapshot holds in memory (see :meth:`Study._snapshot`): a running
+#: study holds fewer than ``COMPACT_EVERY`` parts per trial and table, kilobytes each.
+PART_BYTES_IN_MEMORY = 256 << 20
+
+#: DuckDB settings of every ``analysis`` connection, in this order (each later one
+#: forbids changing the earlier ones): no spill files (an in-memory database spills to
+#: ``./.tmp``), no local file system (DuckDB's only one: no ``COPY … TO``, ``ATTACH``,
+#: ``EXPORT``, ``read_csv``, ``INSTALL``, log or profile file can reach a file), no
+#: external access (extensions, URLs), then the configuration locked so SQL cannot undo it.
+CONFINEMENT = (
+    ("temp_directory", "''"),
+    ("disabled_filesystems", "'LocalFileSystem'"),
+    ("enable_external_access", "false"),
+    ("autoinstall_known_extensions", "false"),
+    ("autoload_known_extensions", "false"),
+    ("lock_configuration", "true"),
+)
+
+
+def _confine(con) -> None:
+    """Take every file system from ``con``: the study's tables reach it as registered
+    Arrow datasets (pyarrow reads the files), so SQL on it can neither write nor read a
+    file, whatever the statement (``EXPLAIN ANALYZE COPY … TO``, a PIVOT, a prepared
+    statement, a pragma …), and cannot reach the network; the settings are then locked."""
+    for name, value in CONFINEMENT:
+        con.execute(f"SET {name} = {value}")
+
+
+#: Statement types a query may run (:func:`_only_reads`).  SELECT covers WITH, FROM-first,
+#: TABLE, VALUES, DESCRIBE, SHOW, SUMMARIZE, UNPIVOT; MULTI is DuckDB's PIVOT (an
+#: in-memory enum type, then a SELECT); EXPLAIN when what it explains is one of these;
+#: PRAGMA for the catalogue pragmas of :data:`READ_PRAGMAS`.
 READ_STATEMENTS = ("SELECT", "EXPLAIN", "MULTI", "PRAGMA")
 
+#: Pragmas that only read the catalogue (``PRAGMA table_info('runs')``, ``PRAGMA show_tables``).
+READ_PRAGMAS = ("table_info", "show", "show_tables", "show_tables_expanded", "show_databases",
+                "database_list", "database_size", "storage_info", "version", "platform", "functions",
+                "collations", "user_agent", "metadata_info")
 
-def _confine(con, root: str | None) -> None:
-    """Let SQL read only the study's tables: no other file (``read_csv('/etc/passwd')``),
-    no network (``INSTALL``/``LOAD`` of extensions, ``http://`` URLs); settings are then
-    locked, so a query cannot undo this.  ``root``: the local tables folder (None for a
-    study on object storage, whose tables DuckDB scans through registered Arrow datasets)."""
-    if root is not None:
-        folder = str(root).rstrip("/") + "/"
-        con.execute("SET allowed_directories = [" + "'" + folder.replace("'", "''") + "']")
-    for setting in ("enable_external_access = false", "autoinstall_known_extensions = false",
-                    "autoload_known_extensions = false", "lock_configuration = true"):
-        con.execute(f"SET {setting}")
+#: How a MULTI statement (DuckDB's rewrite of a PIVOT whose columns come from the data)
+#: may begin: a PIVOT or a query holding one; ``COPY (PIVOT …) TO``, ``CREATE TABLE … AS
+#: PIVOT``, ``INSERT INTO … PIVOT`` are MULTI statements too, and refused.
+MULTI_READS = ("PIVOT", "PIVOT_WIDER", "PIVOT_LONGER", "UNPIVOT", "SELECT", "FROM", "WITH", "VALUES", "TABLE")
+
+_EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?", re.IGNORECASE)
+_PRAGMA = re.compile(r"^\s*PRAGMA\s+(\w+)\s*(?:\(.*\))?\s*;?\s*$", re.IGNORECASE | re.DOTALL)
 
 
 def _only_reads(con, query: str) -> None:
-    """Refuse (one line) any statement but :data:`READ_STATEMENTS`: COPY ... TO, ATTACH, EXPORT
-    DATABASE, CREATE, SET, INSTALL ... would write files, change the session or reach
-    the network; ``analysis`` reads tables only."""
+    """Refuse, in one line, any statement but the reads of :data:`READ_STATEMENTS`.
+
+    A second guard beside the structural one (:func:`_confine`: the connection has no
+    file system, so nothing it runs can write a file): it names what was refused instead
+    of letting DuckDB's permission error speak, and keeps the session itself unchanged
+    (no ``CREATE``, ``SET``, ``PREPARE`` …)."""
+    for kind, text in _statements(con, query):
+        _check(con, kind, text)
+
+
+def _check(con, kind: str, text: str, label: str = "") -> None:
+    """Refuse one statement unless it reads; EXPLAIN [ANALYZE] is judged by what it explains."""
+    if kind == "EXPLAIN" and not label:
+        inner = _EXPLAIN.sub("", text, count=1)
+        if inner == text:
+            _refuse("EXPLAIN", " (cannot tell what it explains)")
+        for inner_kind, inner_text in _statements(con, inner):
+            _check(con, inner_kind, inner_text, label="EXPLAIN ")
+    elif kind == "PRAGMA":
+        m = _PRAGMA.match(text)
+        if not m or m.group(1).lower() not in READ_PRAGMAS:
+            _refuse(f"{label}PRAGMA", f" ({' '.join(text.split())[:60]})")
+    elif kind == "MULTI":  # a PIVOT somewhere inside; what runs is the statement around it
+        first = re.match(r"[\s(]*([A-Za-z_]+)", _EXPLAIN.sub("", text, count=1))
+        if not first or first.group(1).upper() not in MULTI_READS:
+            _refuse(f"{label}{first.group(1).upper() if first else kind}", " (around a PIVOT)")
+    elif kind not in READ_STATEMENTS or kind == "EXPLAIN":
+        _refuse(f"{label}{kind}")
+
+
+def _statements(con, query: str) -> list[tuple[str, str]]:
+    """``(type, text)`` of each statement of ``query``, as DuckDB's parser splits them."""
     import duckdb
 
     try:
         statements = con.extract_statements(query)
-    except duckdb.Error:
-        return  # a syntax error: the query itself reports it, with its hint
+    except duckdb.Error as exc:  # a syntax error: said as the query would say it
+        raise AnalysisError(_sql_error(exc, query)) from None
+    out = []
     for st in statements:
-        kind = getattr(st.type, "name", str(st.type))
-        if kind not in READ_STATEMENTS:
-            raise AnalysisError("only reading queries are run (SELECT, EXPLAIN, PIVOT, PRAGMA; the tables are "
-                                f"never written): refusing {kind} statement")
+        try:
+            kind = st.type.name
+        except ValueError as exc:  # a statement type this duckdb package cannot name (UPDATE EXTENSIONS)
+            raise AnalysisError(f"refusing a statement of a type DuckDB's Python API cannot name ({_one_line(exc)})"
+                                ) from None
+        out.append((kind, st.query))
+    return out
 
 
-def _filesystem(uri: str):
+def _refuse(kind: str, detail: str = "") -> None:
+    raise AnalysisError("only reading queries are run (SELECT, EXPLAIN, PIVOT, catalogue PRAGMAs; the tables "
+                        f"are never written): refusing {kind} statement{detail}")
+
+
+class _Scan:
+    """The rows of some Parquet files as an Arrow stream, read anew on every scan.
+
+    DuckDB scans objects with ``__arrow_c_stream__`` (the Arrow PyCapsule interface) by
+    calling it once per scan; this reads the files with pyarrow (bytes held in memory,
+    or a path) and aligns each batch to the unified schema (a column a file lacks is
+    null).  A file that fails is kept in ``failed`` for :meth:`Study._recover`."""
+
+    def __init__(self, files: list[tuple[str, object, object]]):
+        import pyarrow as pa
+
+        self.files = files
+        self.schema = pa.unify_schemas([s for _, _, s in files], promote_options="permissive")
+        self.failed: tuple[str, Exception] | None = None
+
+    def _batches(self):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from study.tables import _fs
+
+        for path, source, _ in self.files:
+            try:
+                if isinstance(source, bytes):
+                    reader = pq.ParquetFile(pa.BufferReader(source))
+                else:
+                    fs, p = _fs(source)
+                    reader = pq.ParquetFile(fs.open_input_file(p))
+                for batch in reader.iter_batches():
+                    yield self._aligned(batch)
+            except (OSError, pa.ArrowException) as exc:
+                self.failed = (path, exc)
+                raise
+
+    def _aligned(self, batch):
+        import pyarrow as pa
+
+        if batch.schema.equals(self.schema):
+            return batch
+        columns = []
+        for f in self.schema:
+            i = batch.schema.get_field_index(f.name)
+            if i < 0:
+                columns.append(pa.nulls(batch.num_rows, f.type))
+            else:
+                col = batch.column(i)
+                columns.append(col if col.type == f.type else col.cast(f.type))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        import pyarrow as pa
+
+        self.failed = None
+        reader = pa.RecordBatchReader.from_batches(self.schema, self._batches())
+        return reader.__arrow_c_stream__(requested_schema)
+
+
+def _gone(fs, path: str) -> bool:
+    """Whether ``path`` no longer exists (a part a compaction deleted)."""
     import pyarrow.fs as pafs
 
-    return pafs.FileSystem.from_uri(uri)
+    try:
+        return fs.get_file_info(path).type == pafs.FileType.NotFound
+    except OSError:
+        return False
 
 
-def pq_schema(fs, path: str):
-    """The Arrow schema of one Parquet file (reads its footer)."""
-    import pyarrow.parquet as pq
+def _fs_of(path: str):
+    from study.tables import _fs
 
-    return pq.read_schema(path, filesystem=fs)
+    return _fs(path)
 
 
 def load(target: str | os.PathLike, storage: str | None = None) -> Study:

@@ -2,7 +2,9 @@
 
 A ``ThreadingHTTPServer`` bound to the loopback interface only serves ``/`` (the
 last page built) and ``/version`` (the fingerprint of the table files it was built
-from).  The main thread checks the fingerprint every ``interval`` seconds and
+from), and only to requests whose ``Host:`` header names it (``127.0.0.1:PORT`` or
+``localhost:PORT``, :func:`allowed_hosts`): a web page that rebinds its own domain to
+127.0.0.1 gets ``421 Misdirected Request``, never the report.  The main thread checks the fingerprint every ``interval`` seconds and
 rebuilds the page when it changed; the page polls ``/version`` and reloads itself.
 """
 
@@ -52,9 +54,34 @@ class _Page:
             return self.body, self.version
 
 
-def _handler(page: _Page):
+def allowed_hosts(port: int) -> frozenset[str]:
+    """The ``Host:`` values the server answers: the loopback names it serves, with its
+    port (and bare, on port 80).  A page fetched under any other name (DNS rebinding:
+    ``attacker.example`` resolving to 127.0.0.1) gets no answer but an error."""
+    names = (HOST, "localhost")
+    hosts = {f"{n}:{port}" for n in names}
+    if port == 80:
+        hosts |= set(names)
+    return frozenset(hosts)
+
+
+def _handler(page: _Page, hosts: frozenset[str]):
     class Handler(BaseHTTPRequestHandler):
+        def _host_ok(self) -> bool:
+            """One ``Host:`` header naming this server, and a path (not an absolute URI)."""
+            values = self.headers.get_all("Host") or []
+            if len(values) != 1 or values[0].strip().lower() not in hosts:
+                self.send_error(421, "Misdirected Request",
+                                f"this server answers only for {', '.join(sorted(hosts))}")
+                return False
+            if not self.path.startswith("/"):
+                self.send_error(400, "Bad Request", "absolute request targets are not served")
+                return False
+            return True
+
         def do_GET(self):  # noqa: N802 (http.server API)
+            if not self._host_ok():
+                return
             body, version = page.get()
             path = self.path.split("?", 1)[0]
             if path == "/version":
@@ -95,9 +122,7 @@ def serve(target: str, storage: str, *, port: int, interval: float, out: Path | 
             _write(out, render(study, version=version))
 
     build()
-    server = ThreadingHTTPServer((HOST, port), _handler(page))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = start(page, port)
     print(f"serving the report of {study.name} at http://{HOST}:{server.server_address[1]}/ "
           f"(rebuilt when the tables change, checked every {interval:g} s; Ctrl-C stops)",
           file=sys.stderr, flush=True)
@@ -113,6 +138,14 @@ def serve(target: str, storage: str, *, port: int, interval: float, out: Path | 
         server.server_close()
 
 
+def start(page: _Page, port: int) -> ThreadingHTTPServer:
+    """Serve ``page`` on ``HOST:port`` (0: a free port) from a daemon thread."""
+    server = ThreadingHTTPServer((HOST, port), None)
+    server.RequestHandlerClass = _handler(page, allowed_hosts(server.server_address[1]))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def _write(path: Path, html: str) -> None:
     import os
     import tempfile
@@ -125,4 +158,4 @@ def _write(path: Path, html: str) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["HOST", "fingerprint", "serve"]
+__all__ = ["HOST", "allowed_hosts", "fingerprint", "serve", "start"]

@@ -281,8 +281,11 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
 
 
 def _read_file(path: str) -> pa.Table:
+    """One file, read through one open handle: a compacted file replaced meanwhile is
+    read whole, old or new (``pq.read_table(path)`` opens it twice, footer and pages)."""
     fs, p = _fs(path)
-    return pq.read_table(p, filesystem=fs)
+    with fs.open_input_file(p) as f:
+        return pq.ParquetFile(f).read()
 
 
 def _vanished(path: str) -> bool:
@@ -294,31 +297,35 @@ def _vanished(path: str) -> bool:
 
 
 def _read_all(root, table: str, *, trial_id: str | None = None) -> tuple[list[pa.Table], list[pa.Table], Listing]:
-    """(compacted tables, part tables, listing), retrying when a compaction deletes a
-    listed part between listing and reading; unreadable files are skipped (warned)."""
-    bad: set[str] = set()
-    for _ in range(20):
-        listing = list_table(root, table, trial_id=trial_id, exclude=bad)
-        compacted, parts, retry = [], [], False
-        for kind, paths in (("c", listing.compacted), ("p", listing.parts)):
-            for path in paths:
-                try:
-                    t = _read_file(path)
-                except (FileNotFoundError, OSError, pa.ArrowException) as exc:
-                    if isinstance(exc, FileNotFoundError) or _vanished(path):
-                        retry = True  # deleted by a compaction: list again
-                        break
-                    bad.add(path)
-                    _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
-                    continue
-                (compacted if kind == "c" else parts).append(t)
-            if retry:
-                break
-        if not retry:
-            listing.compacted = [p for p in listing.compacted if p not in bad]
-            listing.parts = [p for p in listing.parts if p not in bad]
-            return compacted, parts, listing
-    raise OSError(f"{_join(root, table)}: files kept vanishing while being read")
+    """(compacted tables, part tables, listing); unreadable files are skipped (warned).
+
+    Parts are read before compacted files, so a part a compaction deletes between the
+    listing and its read needs no retry: the compaction wrote the trial's compacted
+    file (holding the part's rows) before deleting it, and that file is read after."""
+    listing = list_table(root, table, trial_id=trial_id)
+    compacted_paths, parts, kept = list(listing.compacted), [], []
+    for path in listing.parts:
+        try:
+            parts.append(_read_file(path))
+            kept.append(path)
+        except (FileNotFoundError, OSError, pa.ArrowException) as exc:
+            if isinstance(exc, FileNotFoundError) or _vanished(path):
+                if table != "runs":  # compacted since the listing: its rows are in the compacted file
+                    c = _join(root, f"{table}/{path.rstrip('/').split('/')[-2]}/{COMPACTED}")
+                    if c not in compacted_paths:
+                        compacted_paths.append(c)
+                continue
+            _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
+    compacted, kept_compacted = [], []
+    for path in compacted_paths:
+        try:
+            compacted.append(_read_file(path))
+            kept_compacted.append(path)
+        except (FileNotFoundError, OSError, pa.ArrowException) as exc:
+            if isinstance(exc, FileNotFoundError) or _vanished(path):
+                continue
+            _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
+    return compacted, parts, Listing(compacted=kept_compacted, parts=kept)
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table | None:

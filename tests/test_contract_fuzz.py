@@ -256,13 +256,13 @@ def test_query_still_reads_its_tables(capsys, tmp_path):
         code = analysis_main(["query", str(study), sql, "--format", "csv"])
         out, err = capsys.readouterr()
         assert code == 0 and out.splitlines()[0].startswith(first_line), (sql, out, err)
-    # a pragma that would change a setting meets the locked configuration: one line, exit 2
+    # a pragma that would change a setting is refused (and meets the locked configuration): one line, exit 2
     try:
         code = analysis_main(["query", str(study), "PRAGMA enable_profiling"])
     except SystemExit as e:
         code = e.code
     lines = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and "configuration" in lines[0], lines
+    assert code == 2 and len(lines) == 1 and "refusing PRAGMA statement" in lines[0], lines
 
 
 # --------------------------------------------------------------------------- study evaluate: foreign files
