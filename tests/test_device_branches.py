@@ -175,7 +175,7 @@ def test_compiled_step_matches_eager(variant, tmp_path):
 def test_channels_last_resnet_step_matches_contiguous():
     """The channels-last branch (ResNet in ``study bench``): same loss and gradients
     as the contiguous model, weights and input really in NHWC."""
-    cfg = ModelConfig(arch="resnet", encoding=None, isotropic=None, num_heads=None, dropout=0.0)
+    cfg = ModelConfig(arch="resnet18")
     torch.manual_seed(0)
     base = build_model(cfg)
     x = torch.randn(2, 3, 32, 32)
