@@ -46,7 +46,7 @@ def bench_model(key: str, opts: BenchOptions) -> dict:
     ``opts.references``): each warmed up alone (so that its memory is its own), then
     their timed windows interleaved, so a change of machine load hits all alike."""
     torch.manual_seed(opts.seed)
-    model = build_model(BENCH_MODELS[key]).to(opts.device)
+    model = build_model(opts.model_config(key)).to(opts.device)
     out = _model_header(key, model, opts)
     fast = _fast_model_variant(key, model, opts)
     refs = {name: _reference_model_variant(key, model, name, opts) for name in REFERENCE_NAMES}
@@ -60,7 +60,7 @@ def bench_model(key: str, opts: BenchOptions) -> dict:
 
 
 def _model_header(key: str, model: nn.Module, opts: BenchOptions) -> dict:
-    return {"key": key, "name": model_name(BENCH_MODELS[key]), "n_params": count_parameters(model),
+    return {"key": key, "name": model_name(opts.model_config(key)), "n_params": count_parameters(model),
             "forward_flops": forward_flops(model), "batch": opts.batch, "steps": opts.steps}
 
 

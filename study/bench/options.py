@@ -64,7 +64,23 @@ class BenchOptions:
     seed: int = 0
     threads: int | None = None  # torch.set_num_threads on CPU (None: torch's default)
     progress: Callable[[str], None] | None = None
+    #: model fields replaced in every benchmarked model (a smoke run's small models,
+    #: e.g. benchmarks/gpu_check.py --device cpu); empty: the paper's sizes
+    model_overrides: dict = field(default_factory=dict)
     peak: Peak | None = field(default=None, init=False)
+
+    def model_config(self, key: str) -> ModelConfig:
+        """``BENCH_MODELS[key]`` with ``model_overrides`` (those a model lacks are skipped:
+        a ResNet has no ``num_heads``)."""
+        cfg = BENCH_MODELS[key]
+        if not self.model_overrides:
+            return cfg
+        if cfg.arch != "sa":
+            return cfg
+        changes = dict(self.model_overrides)
+        if cfg.encoding == "learned_content" and cfg.positional_score != "head":
+            changes["pos_dim"] = None  # the query form: pos_dim = hidden
+        return cfg.replace(**changes)
 
     def paths(self) -> DevicePaths:
         """The device branches of the fast paths (the references: float32, eager)."""

@@ -81,6 +81,7 @@ def run_bench(opts: BenchOptions) -> dict:
         "compile": opts.compile,
         "compile_backend": opts.compile_backend if opts.compile else None,
         "channels_last": opts.channels_last,
+        "model_overrides": dict(opts.model_overrides),
         "batch": opts.batch,
         "steps": opts.steps,
         "warmup": opts.warmup,
