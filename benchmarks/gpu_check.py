@@ -342,12 +342,12 @@ def _fmt(v, spec: str = ".1f") -> str:
 def markdown(report: dict) -> str:
     lines = [f"# GPU check: {report['device_name']} ({report['device']})", "",
              f"torch {report['torch']}, budget {report['budget_s'] / 60:.1f} min, took {report['seconds'] / 60:.1f} min; "
-             f"peak bf16 {_fmt(report['peak']['bf16_tflops'], '.1f')} TFLOP/s ({report['peak']['bf16_source']}), "
-             f"fp32 {_fmt(report['peak']['fp32_tflops'], '.1f')} TFLOP/s; sizes planned at MFU "
+             f"peak bf16 {_fmt(report['peak']['bf16_tflops'], '.3g')} TFLOP/s ({report['peak']['bf16_source']}), "
+             f"fp32 {_fmt(report['peak']['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
              f"{report['assumed_mfu']:.2f}{' (--small)' if report['small'] else ''}", "",
              "| part | status | planned s | seconds |", "|---|---|---|---|"]
     for name, part in report["parts"].items():
-        lines.append(f"| {name} | {part['status']} | {_fmt(part.get('planned_s'), '.0f')} | "
+        lines.append(f"| {name} | {part['status']} | {_fmt(part.get('planned_s'), '.3g')} | "
                      f"{_fmt(part.get('seconds'), '.0f')} |")
     for name, part in report["parts"].items():
         if part.get("error") or part.get("reason"):
