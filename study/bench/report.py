@@ -56,9 +56,10 @@ def format_report(report: dict) -> str:
     cpu = report["device"] == "cpu"
     columns = COLUMNS + (CPU_COLUMNS if cpu else ())
     peak = report["peak_tflops"]
+    compiled = f", torch.compile ({report.get('compile_backend') or 'inductor'})" if report["compile"] else ""
     lines = [
         f"study bench: {report['device']} ({report['device_name']}), torch {report['torch']}, "
-        f"{report['precision']}{', torch.compile' if report['compile'] else ''}, "
+        f"{report['precision']}{compiled}{', channels-last ResNet' if report.get('channels_last') else ''}, "
         f"batch {report['batch']}, {report['steps']} timed steps x {report['repeats']} window(s) "
         f"after {report['warmup']} warm-up",
         f"peak for MFU: {'n/a' if peak is None else f'{peak:.3f} TFLOP/s'}"

@@ -15,6 +15,7 @@ DTYPES = {"float32": None, "bfloat16": "bfloat16", "float16": "float16"}
 
 
 def register(sub) -> None:
+    from study.devicepaths import COMPILE_BACKENDS
     from study.models import PAPER_MODELS
 
     targets = ", ".join([*PAPER_MODELS, "attention"])
@@ -60,6 +61,11 @@ def register(sub) -> None:
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
                    help="shorthand: --amp = --dtype bfloat16, --no-amp = --dtype float32")
     p.add_argument("--compile", action="store_true", help="torch.compile the fast model / layer")
+    p.add_argument("--compile-backend", choices=COMPILE_BACKENDS, default=None,
+                   help="torch.compile backend with --compile (default inductor; aot_eager traces the same "
+                   "graphs without code generation)")
+    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="ResNet in channels-last (NHWC) memory format (default: on CUDA only)")
     p.add_argument("--references", default=None, metavar="LIST",
                    help="comma-separated references to time: naive, einsum, or none (default: naive,einsum)")
     p.add_argument("--naive", action=argparse.BooleanOptionalAction, default=None,
@@ -103,7 +109,10 @@ def options_from_args(args: argparse.Namespace):
         fail(PROG, f"--device: only cuda and cpu are supported, got {device.type}")
     if args.dtype is not None and args.amp is not None:
         fail(PROG, "--amp/--no-amp: give either --dtype or --amp, not both")
+    if args.compile_backend is not None and not args.compile:
+        fail(PROG, "--compile-backend: only with --compile")
     overrides = dict(batch=args.batch, steps=args.steps, warmup=args.warmup, repeats=args.repeats, compile=args.compile,
+                     compile_backend=args.compile_backend, channels_last=args.channels_last,
                      references=references_from_args(args), targets=targets, peak_tflops=args.peak_tflops, seed=args.seed,
                      threads=args.threads)
     opts = default_options(device, **overrides)

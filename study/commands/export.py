@@ -130,11 +130,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     model.load_state_dict(export["state_dict"])
     model.to(device).eval()
     data = DeviceData(splits.test_images, splits.test_labels, device=device)
-    import contextlib
+    from study.devicepaths import DevicePaths
 
-    amp = bool(train.get("amp", True)) and device.type == "cuda"
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if amp else contextlib.nullcontext
-    loss, acc = evaluate(model, data, batch_size=args.batch_size, world=1, autocast=autocast)
+    # the trial's own precision: bf16 autocast on CUDA when it trained with amp
+    paths = DevicePaths.for_device(device, amp=bool(train.get("amp", True)))
+    loss, acc = evaluate(model, data, batch_size=args.batch_size, world=1, autocast=paths.autocast_factory(device))
     correct = round(acc * len(data))
     print(f"accuracy {acc:.4f} ({correct}/{len(data)} test images), loss {loss:.4f}" +
           ("" if math.isfinite(loss) else " (non-finite)") + f"  [{splits.source}]")

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from study.devicepaths import to_device
+
 #: Input normalisation of the original code (epfml/attention-cnn, train.py), used for
 #: every data source: the CIFAR-10 channel means and its std constants
 #: (0.2023, 0.1994, 0.2010), not the training set's per-pixel std (0.2470, 0.2435, 0.2616).
@@ -71,7 +73,10 @@ def augment(images: Tensor, *, offsets: Tensor, flips: Tensor) -> Tensor:
 
 
 class DeviceData:
-    """``images`` (N, 3, H, W) uint8 and ``labels`` (N,) held on ``device``."""
+    """``images`` (N, 3, H, W) uint8 and ``labels`` (N,) held on ``device``.
+
+    ``pinned``: each epoch's plan goes to the device through page-locked memory,
+    without blocking the host (default: on CUDA; :func:`study.devicepaths.to_device`)."""
 
     def __init__(
         self,
@@ -81,12 +86,14 @@ class DeviceData:
         device: torch.device | str = "cpu",
         mean: tuple[float, ...] = CIFAR_MEAN,
         std: tuple[float, ...] = CIFAR_STD,
+        pinned: bool | None = None,
     ):
         if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != len(mean):
             raise ValueError(f"images must be uint8 (N, {len(mean)}, H, W), got {images.dtype} {tuple(images.shape)}")
         if labels.ndim != 1 or len(labels) != len(images):
             raise ValueError(f"labels must be ({len(images)},), got {tuple(labels.shape)}")
         self.device = torch.device(device)
+        self.pinned = self.device.type == "cuda" if pinned is None else bool(pinned)
         self.images = images.to(self.device).contiguous()
         self.labels = labels.to(self.device, torch.int64)
         m = torch.tensor(mean, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
@@ -136,18 +143,14 @@ class DeviceData:
         if epoch is None or seed is None:
             raise ValueError("batches(train=True) needs epoch= and seed=")
         plan = epoch_plan(n, seed=seed, epoch=epoch)
-        order, offsets, flips = (self._to_device(t) for t in (plan.order, plan.offsets, plan.flips))
+        order, offsets, flips = (to_device(t, self.device, pinned=self.pinned)
+                                 for t in (plan.order, plan.offsets, plan.flips))
         for step in range(n // g):
             lo = step * g + rank * batch_size
             idx = order[lo : lo + batch_size]
             x = augment(self.images.index_select(0, idx), offsets=offsets[lo : lo + batch_size],
                         flips=flips[lo : lo + batch_size])
             yield self.normalise(x), self.labels.index_select(0, idx)
-
-    def _to_device(self, t: Tensor) -> Tensor:
-        if self.device.type == "cuda":
-            return t.pin_memory().to(self.device, non_blocking=True)
-        return t.to(self.device)
 
 
 def _check(*, batch_size: int, rank: int, world_size: int) -> None:

@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from study.data import DeviceData, hold_out_validation, load_splits
+from study.devicepaths import (DevicePaths, capture_rng, ddp_device_ids, restore_rng, select_device,
+                               synchronize)
 from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
 from study.tables import TableWriter, map_epochs
@@ -85,6 +87,7 @@ def train_trial(
     splits=None,
     ledger=None,
     warn: Callable[[str], None] | None = None,
+    paths: DevicePaths | None = None,
 ) -> TrialResult:
     """Train ``cfg`` for ``cfg.epochs`` epochs, resuming from ``checkpoint_dir`` if it
     holds a checkpoint.  After every epoch (rank 0): the ``epochs``/``heads``/``maps``
@@ -97,13 +100,16 @@ def train_trial(
     device-seconds across attempts (also of an epoch cut short: its clock runs while
     the epoch does); ``warn`` receives one-line warnings (a damaged checkpoint
     skipped).  A checkpoint of another configuration raises ``CheckpointError``.
+    ``paths``: the device-dependent branches to take (:class:`~study.devicepaths.DevicePaths`;
+    default: the device's, with ``cfg.amp`` and ``cfg.compile``); any of them can be
+    selected on CPU.
 
     The steps: :func:`_set_up` (data, model, optimiser), :func:`_resume` (checkpoint,
     attempts), :func:`_prepare` (DDP / compile, table writer, ``runs`` row), then
     :func:`_epochs` (per epoch :func:`_train_epoch`, :func:`_evaluate_epoch`,
     :func:`_record`, :func:`_checkpoint`, the report), and :func:`_finish`.  A
     ``KeyboardInterrupt`` (Ctrl-C in ``study train``) leaves the row ``interrupted``."""
-    t = _set_up(cfg, splits=splits, device=device)
+    t = _set_up(cfg, splits=splits, device=device, paths=paths)
     done = _resume(t, checkpoint_dir=checkpoint_dir, ledger=ledger, warn=warn)
     if done is not None:
         return done
@@ -155,6 +161,7 @@ class _Trial:
     rank: int
     world: int
     device: torch.device
+    paths: DevicePaths
     splits: Any
     train_data: DeviceData
     val_data: DeviceData | None
@@ -192,24 +199,26 @@ class _Trained:
     seconds: float
 
 
-def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None) -> _Trial:
+def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: DevicePaths | None) -> _Trial:
     """Data (validation held out, this rank's shard of the evaluation sets), the model
     (seeded), its size and FLOPs, the optimiser."""
     rank, world = _rank_world()
     device = device or default_device()
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    paths = paths or DevicePaths.for_device(device, amp=cfg.amp, compile=cfg.compile)
+    select_device(device)
     if splits is None:
         splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)
     splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
+    pinned = paths.pinned_transfer
     val_data = None if splits.val_labels is None else DeviceData(
-        splits.val_images[rank::world], splits.val_labels[rank::world], device=device)
-    train_data = DeviceData(splits.train_images, splits.train_labels, device=device)
-    test_data = DeviceData(splits.test_images[rank::world], splits.test_labels[rank::world], device=device)
+        splits.val_images[rank::world], splits.val_labels[rank::world], device=device, pinned=pinned)
+    train_data = DeviceData(splits.train_images, splits.train_labels, device=device, pinned=pinned)
+    test_data = DeviceData(splits.test_images[rank::world], splits.test_labels[rank::world], device=device,
+                           pinned=pinned)
     mc = cfg.model.replace(num_classes=len(splits.classes))
     torch.manual_seed(cfg.seed)
     model = build_model(mc).to(device)
-    return _Trial(cfg=cfg, mc=mc, rank=rank, world=world, device=device, splits=splits, train_data=train_data,
+    return _Trial(cfg=cfg, mc=mc, rank=rank, world=world, device=device, paths=paths, splits=splits, train_data=train_data,
                   val_data=val_data, test_data=test_data, model=model, optimizer=build_optimizer(model, cfg),
                   n_params=count_parameters(model),
                   flops=forward_flops(model, image_size=mc.image_size, in_channels=mc.in_channels),
@@ -239,9 +248,7 @@ def _resume(t: _Trial, *, checkpoint_dir, ledger, warn) -> TrialResult | None:
         t.best_val = state.get("best_val_acc", t.best_val)
         t.final_acc = float(state["final_test_acc"])
         t.final_val = float(state.get("final_val_acc", math.nan))
-        torch.set_rng_state(state["rng_cpu"])
-        if t.device.type == "cuda" and "rng_cuda" in state:
-            torch.cuda.set_rng_state(state["rng_cuda"], t.device)
+        restore_rng(state, t.device, cuda=t.paths.cuda_rng)
     if ledger is not None:  # attempts counted at start (ledger.start()), time of every attempt
         if ledger.attempts == 0:  # not started by the caller (study train): count this attempt now
             ledger.start()
@@ -252,17 +259,15 @@ def _resume(t: _Trial, *, checkpoint_dir, ledger, warn) -> TrialResult | None:
 
 
 def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) -> None:
-    """The model as trained (DDP, ``torch.compile``, bf16 autocast on CUDA), the steps
+    """The model as trained (DDP, ``torch.compile``, autocast: as ``t.paths`` selects), the steps
     per epoch (a batch larger than the data is an error), the table writer (rank 0),
     the head-statistics images, the map epochs and the ``runs`` row's constant part."""
     cfg, device = t.cfg, t.device
     t.net = t.model
     if t.world > 1:
-        t.net = nn.parallel.DistributedDataParallel(t.model, device_ids=[device.index] if device.type == "cuda" else None)
-    if cfg.compile:
-        t.net = torch.compile(t.net)
-    if cfg.amp and device.type == "cuda":
-        t.autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+        t.net = nn.parallel.DistributedDataParallel(t.model, device_ids=ddp_device_ids(device))
+    t.net = t.paths.compiled(t.net)
+    t.autocast = t.paths.autocast_factory(device)
     t.steps_per_epoch = t.train_data.num_batches(batch_size=cfg.batch_size, world_size=t.world, train=True)
     if t.steps_per_epoch == 0:
         raise ValueError(
@@ -272,7 +277,7 @@ def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) 
     # the fixed test images of the content-attention head statistics, normalised once
     splits = t.splits
     head_data = DeviceData(splits.test_images[: cfg.head_images], splits.test_labels[: cfg.head_images],
-                           device=device)
+                           device=device, pinned=t.paths.pinned_transfer)
     t.x_heads = head_data.normalise(head_data.images)
     t.maps_at = frozenset(map_epochs(cfg.map_epochs, cfg.epochs))
     # the whole resolved configuration (every model field of the model built, every
@@ -321,8 +326,7 @@ def _train_epoch(t: _Trial, epoch: int, t0: float) -> _Trained:
         seen += len(y)
     totals = _reduce(torch.stack([loss_sum, correct.double(),
                                   torch.tensor(float(seen), device=device, dtype=torch.float64)]), t.world)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    synchronize(device)
     return _Trained(loss=totals[0] / totals[2], acc=totals[1] / totals[2], images=totals[2], lr=lr,
                     seconds=time.perf_counter() - t0)
 
@@ -385,11 +389,11 @@ def _checkpoint(t: _Trial, checkpoint_dir) -> Path | None:
     save_checkpoint(checkpoint_dir, {
         "model": t.model.state_dict(), "optimizer": t.optimizer.state_dict(),
         "epoch": t.epochs_done, "best_test_acc": t.best_acc, "final_test_acc": t.final_acc,
-        "device_seconds": t.device_seconds, "attempts": t.attempts, "rng_cpu": torch.get_rng_state(),
+        "device_seconds": t.device_seconds, "attempts": t.attempts,
+        **capture_rng(t.device, cuda=t.paths.cuda_rng),
         "best_val_acc": t.best_val, "final_val_acc": t.final_val,
         # what the model is: `study export` / `load_trained` rebuild it from these
         "model_config": t.mc.to_dict(), "train_config": t.cfg.to_dict(),
-        **({"rng_cuda": torch.cuda.get_rng_state(t.device)} if t.device.type == "cuda" else {}),
     })
     return Path(checkpoint_dir)
 

@@ -1,0 +1,436 @@
+#!/usr/bin/env python
+"""One command for a lent GPU: the CUDA tests, ``study bench`` of every paper model
+(with and without ``--compile``) and a 2-epoch full-CIFAR study through ``study run``;
+one JSON and one Markdown report.
+
+    python benchmarks/gpu_check.py                      # on the GPU machine (≤ 30 min on one H100)
+    python benchmarks/gpu_check.py --device cpu --small # the same parts, CI-sized (tests/test_gpu_check.py)
+
+Each part has a share of ``--budget-minutes`` and sizes its work by the FLOPs it runs
+(``study.flops.forward_flops`` of each model; a training image costs 3 × forward):
+the timed bench steps and the study's models are chosen so that, at an assumed
+achieved throughput (``--assumed-mfu`` of the device's peak, printed in the report),
+each part fits its share; every part records its planned and its measured seconds.
+Parts are independent: one that fails is recorded with its cause and the next runs.
+
+The GPU machine has no Ray by default (DESIGN §10: install the wheels into /tmp/site
+and ``export PYTHONPATH=/tmp/site``); without Ray the study part says so and is skipped.
+Exit status: 0 every part passed or was skipped for a stated reason, 1 a part failed,
+2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python benchmarks/gpu_check.py` puts only benchmarks/ on the path
+    sys.path.insert(0, str(ROOT))
+
+PARTS = ("tests", "bench", "study")
+#: share of the budget per part (the rest is margin: machine start, imports, reports)
+SHARES = {"tests": 0.15, "bench": 0.45, "study": 0.3}
+#: the tests that exercise the CUDA branches (skipped without CUDA)
+CUDA_TESTS = ("tests/test_device_branches.py", "tests/test_fast_paths.py")
+DEFAULT_DATA = "../shared/data/cifar10-jpeg.tar.gz"
+#: a smoke run's models (--small): the paper's architectures at toy sizes
+SMALL_MODEL = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
+CIFAR_TRAIN, CIFAR_TEST = 50_000, 10_000
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
+    p.add_argument("--data", default=DEFAULT_DATA,
+                   help=f"the study's data: the CIFAR-10 JPEG archive (default {DEFAULT_DATA}) or any source "
+                   "`study run --data` takes (synthetic:N for a smoke run)")
+    p.add_argument("--out", type=Path, default=Path("gpu-check"), help="report folder (default ./gpu-check)")
+    p.add_argument("--budget-minutes", type=float, default=25.0,
+                   help="device time for all parts (default 25: 30 minutes minus the machine's start)")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
+    p.add_argument("--small", action="store_true",
+                   help="CI size: toy model dims, batch 2, one timed step, a study of 1 epoch on 200 images")
+    p.add_argument("--tests", nargs="*", default=None, metavar="NODE",
+                   help=f"pytest node ids of the tests part (default: {' '.join(CUDA_TESTS)})")
+    p.add_argument("--models", default=None, metavar="LIST",
+                   help="comma-separated keys of study.models.PAPER_MODELS to bench and study (default all)")
+    p.add_argument("--batch", type=int, default=None, help="bench batch (default 128 on CUDA, 8 on CPU, 2 --small)")
+    p.add_argument("--compile-backend", default="inductor", help="backend of the --compile bench runs")
+    p.add_argument("--assumed-mfu", type=float, default=0.15,
+                   help="achieved / peak assumed when sizing each part by its FLOPs (default 0.15)")
+    p.add_argument("--epochs", type=int, default=None, help="study epochs (default 2; 1 with --small)")
+    args = p.parse_args(argv)
+    return _check_args(p, args)
+
+
+def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    import torch
+
+    from study.models import PAPER_MODELS
+
+    args.parts = tuple(x.strip() for x in args.parts.split(",") if x.strip())
+    bad = [x for x in args.parts if x not in PARTS]
+    if bad or not args.parts:
+        p.error(f"--parts: unknown part {bad[0] if bad else args.parts!r}; choose from {', '.join(PARTS)}")
+    args.models = tuple(PAPER_MODELS) if args.models is None else tuple(
+        m.strip() for m in args.models.split(",") if m.strip())
+    bad = [m for m in args.models if m not in PAPER_MODELS]
+    if bad or not args.models:
+        p.error(f"--models: unknown model {bad[0] if bad else args.models!r}; choose from {', '.join(PAPER_MODELS)}")
+    try:
+        args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError as e:
+        p.error(f"--device: {e}")
+    if args.device.type == "cuda" and not torch.cuda.is_available():
+        p.error("--device: CUDA is not available on this machine")
+    if args.device.type not in ("cuda", "cpu"):
+        p.error(f"--device: only cuda and cpu are supported, got {args.device.type}")
+    for name in ("budget_minutes", "assumed_mfu"):
+        if not getattr(args, name) > 0:
+            p.error(f"--{name.replace('_', '-')}: must be > 0, got {getattr(args, name)}")
+    for name in ("batch", "epochs"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name}: must be >= 1, got {getattr(args, name)}")
+    from study.devicepaths import COMPILE_BACKENDS
+
+    if args.compile_backend not in COMPILE_BACKENDS:
+        p.error(f"--compile-backend: choose from {', '.join(COMPILE_BACKENDS)}, got {args.compile_backend!r}")
+    if args.epochs is None:
+        args.epochs = 1 if args.small else 2
+    if args.batch is None:
+        args.batch = 2 if args.small else (128 if args.device.type == "cuda" else 8)
+    return args
+
+
+# ------------------------------------------------------------------ budget
+def device_peak(device) -> dict:
+    """The device's bf16 dense peak (stated for GPUs, measured on CPU) and its fp32 one."""
+    import torch
+
+    from study.bench.peaks import resolve_peak
+
+    bf16 = resolve_peak(device, torch.bfloat16 if device.type == "cuda" else None, None)
+    fp32 = resolve_peak(device, None, None)
+    return {"bf16_tflops": bf16.tflops, "bf16_source": bf16.source, "fp32_tflops": fp32.tflops,
+            "fp32_source": fp32.source}
+
+
+def planned_seconds(flops: float, tflops: float | None, mfu: float) -> float | None:
+    """Seconds ``flops`` take at ``mfu`` of a ``tflops`` peak (None: peak unknown)."""
+    return None if not tflops else flops / (mfu * tflops * 1e12)
+
+
+# ------------------------------------------------------------------- tests
+def run_tests(args, budget_s: float, out: Path) -> dict:
+    """The CUDA tests in a subprocess (pytest, JUnit XML read back)."""
+    nodes = list(args.tests) if args.tests is not None else list(CUDA_TESTS)
+    xml = out / "tests.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *nodes]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=budget_s)
+        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+    except subprocess.TimeoutExpired as e:
+        rc, tail = None, f"timed out after {budget_s:.0f} s: {(e.stdout or b'')[-2000:]!r}"
+    res = {"command": " ".join(["python", *cmd[1:]]), "nodes": nodes, "planned_s": budget_s,
+           "seconds": time.perf_counter() - t0, "exit_status": rc, "passed": 0, "failed": 0, "skipped": 0,
+           "failures": [], "skip_reasons": []}
+    if xml.is_file():
+        for case in ET.parse(xml).iter("testcase"):
+            name = f"{case.get('classname')}::{case.get('name')}"
+            if case.find("failure") is not None or case.find("error") is not None:
+                res["failed"] += 1
+                res["failures"].append(name)
+            elif case.find("skipped") is not None:
+                res["skipped"] += 1
+                reason = case.find("skipped").get("message", "")
+                if reason not in res["skip_reasons"]:
+                    res["skip_reasons"].append(reason)
+            else:
+                res["passed"] += 1
+    ok = rc == 0 and res["failed"] == 0
+    res["status"] = "passed" if ok else "failed"
+    if not ok:
+        res["error"] = tail
+    return res
+
+
+# ------------------------------------------------------------------- bench
+def run_benches(args, budget_s: float, peak: dict) -> dict:
+    """``study bench`` (in process) of every model: eager with the naive float32
+    reference, then ``--compile``; each model's timed steps sized by its FLOPs."""
+    import torch
+
+    from study.bench.options import default_options
+    from study.bench.runner import run_bench
+    from study.flops import forward_flops
+    from study.models import build_model
+
+    overrides = dict(SMALL_MODEL) if args.small else {}
+    probe = default_options(args.device, model_overrides=overrides)
+    plan = []
+    for key in args.models:
+        fwd = forward_flops(build_model(probe.model_config(key)))
+        plan.append((key, fwd))
+    share = budget_s / len(plan)  # per model: eager (fast + naive) and compiled (fast)
+    rows, t_part = [], time.perf_counter()
+    for key, fwd in plan:
+        step_flops = 3 * fwd * args.batch
+        # the naive reference runs float32: plan its steps at the fp32 peak
+        fast_s = planned_seconds(step_flops, peak["bf16_tflops"], args.assumed_mfu) or 0.0
+        naive_s = planned_seconds(step_flops, peak["fp32_tflops"], args.assumed_mfu) or 0.0
+        per_step = 2 * fast_s + naive_s  # eager fast, naive, compiled fast
+        timed = 0.5 * share  # half for timed steps, half for warm-up and compilation
+        steps = 1 if args.small else max(5, min(200, int(timed / per_step) if per_step else 50))
+        warmup = 1 if args.small else 3
+        row = {"key": key, "forward_flops": fwd, "batch": args.batch, "steps": steps, "warmup": warmup,
+               "planned_s": (steps + warmup) * per_step, "train_flops_per_step": step_flops}
+        for compiled in (False, True):
+            label = "compiled" if compiled else "eager"
+            opts = default_options(args.device, batch=args.batch, steps=steps, warmup=warmup, targets=(key,),
+                                   references=() if compiled else ("naive",), compile=compiled,
+                                   compile_backend=args.compile_backend, model_overrides=overrides, threads=None)
+            t0 = time.perf_counter()
+            try:
+                torch._dynamo.reset()
+                report = run_bench(opts)
+                m = report["models"][0]
+                row[label] = {"images_per_s": m["fast"]["images_per_s"], "mfu": m["fast"]["mfu"],
+                              "tflops": m["fast"]["tflops"], "peak_memory_mb": m["fast"]["peak_memory_mb"],
+                              "step_memory_mb": m["fast"]["step_memory_mb"], "precision": report["precision"],
+                              "path": m["fast"]["path"], "warmup_s": m["fast"]["warmup_s"],
+                              "peak_tflops": report["peak_tflops"], "peak_source": report["peak_source"],
+                              "seconds": time.perf_counter() - t0}
+                if not compiled:
+                    row["naive_images_per_s"] = m["naive"]["images_per_s"] if m["naive"] else None
+                    row["n_params"], row["name"] = m["n_params"], m["name"]
+            except Exception as e:  # one model's failure is recorded; the others still run
+                row[label] = {"error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - t0}
+        naive = row.get("naive_images_per_s")
+        for label in ("eager", "compiled"):
+            rec = row[label]
+            if "error" not in rec:
+                rec["speedup_vs_naive"] = rec["images_per_s"] / naive if naive else None
+        if "error" not in row["eager"] and "error" not in row["compiled"]:
+            row["compile_speedup"] = row["compiled"]["images_per_s"] / row["eager"]["images_per_s"]
+            row["compile_s"] = row["compiled"]["warmup_s"]  # warm-up = compilation + the warm-up steps
+        rows.append(row)
+    failed = [f"{r['key']} {lab}: {r[lab]['error']}" for r in rows for lab in ("eager", "compiled") if "error" in r[lab]]
+    return {"status": "failed" if failed else "passed", "planned_s": sum(r["planned_s"] for r in rows),
+            "budget_s": budget_s, "seconds": time.perf_counter() - t_part, "compile_backend": args.compile_backend,
+            "model_overrides": overrides, "models": rows, **({"error": "; ".join(failed)} if failed else {})}
+
+
+# ------------------------------------------------------------------- study
+def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
+    """The study file (paper models, ``args.epochs`` epochs, the paper's recipe) and
+    its plan: per model the FLOPs and the predicted seconds; models that would not fit
+    the budget (most expensive first) are left out, with the reason."""
+    from study.flops import forward_flops
+    from study.models import PAPER_MODELS, ModelConfig, build_model
+
+    n_train, n_test = (200, 100) if args.small else (CIFAR_TRAIN, CIFAR_TEST)
+    entries, plan = [], []
+    for key in args.models:
+        cfg = PAPER_MODELS[key]
+        base = ModelConfig(arch=cfg.arch).to_dict()
+        entry = {k: v for k, v in cfg.to_dict().items() if v != base[k] or k == "arch"}
+        if args.small and cfg.arch == "sa":
+            entry = {**{k: v for k, v in entry.items() if k != "pos_dim"}, **SMALL_MODEL,
+                     **({"pos_dim": 8} if cfg.encoding == "learned" else {})}
+        if cfg.arch == "resnet18":
+            entry["training"] = {"schedule": {"type": "step"}}
+        built = build_model({k: v for k, v in entry.items() if k != "training"})
+        fwd = forward_flops(built)
+        flops = args.epochs * (3 * fwd * n_train + fwd * n_test)
+        plan.append({"key": key, "forward_flops": fwd, "flops": flops,
+                     "planned_s": planned_seconds(flops, peak["bf16_tflops"], args.assumed_mfu)})
+        entries.append(entry)
+    total = 0.0
+    for item, entry in sorted(zip(plan, entries), key=lambda pe: pe[0]["flops"]):
+        item["included"] = args.small or item["planned_s"] is None or total + item["planned_s"] <= 0.8 * budget_s
+        if item["included"]:
+            total += item["planned_s"] or 0.0
+        else:
+            item["reason"] = f"{item['planned_s']:.0f} s planned would exceed the part's budget of {budget_s:.0f} s"
+    models = [e for e, p in zip(entries, plan) if p["included"]]
+    spec = {"name": "gpu-check", "data": args.data, "epochs": args.epochs, "batch_size": 20 if args.small else 100,
+            "optimizer": {"lr": 0.1, "momentum": 0.9, "weight_decay": 1.0e-4},
+            "schedule": {"type": "cosine", "warmup": 0.05}, "seeds": [0], "models": models,
+            "training": {"head_images": 4 if args.small else 100},
+            "resources": ({"gpus_per_trial": 1, "cpus_per_trial": 4} if args.device.type == "cuda"
+                          else {"gpus_per_trial": 0, "cpus_per_trial": 1}),
+            "max_failures": 0}
+    if args.small:
+        spec["subset"] = n_train + n_test
+    return spec, plan
+
+
+def run_study(args, budget_s: float, peak: dict, out: Path) -> dict:
+    """``study run`` of :func:`study_spec` (a subprocess: the command users run), then
+    the ``runs`` table read back."""
+    import yaml
+
+    spec, plan = study_spec(args, budget_s, peak)
+    res = {"data": args.data, "epochs": args.epochs, "plan": plan, "budget_s": budget_s,
+           "planned_s": sum(p["planned_s"] or 0.0 for p in plan if p["included"]), "trials": []}
+    if importlib.util.find_spec("ray") is None:
+        res.update(status="skipped", seconds=0.0,
+                   reason="needs Ray, which is not importable here (DESIGN §10: install the wheels into /tmp/site "
+                   "and export PYTHONPATH=/tmp/site)")
+        return res
+    spec_path = out / "gpu-check.yaml"
+    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    storage = out / "study"
+    cmd = [sys.executable, "-m", "study", "run", str(spec_path), "--storage", str(storage), "--quiet"]
+    if args.device.type == "cpu":
+        cmd += ["--num-cpus", "2"]
+    res["command"] = " ".join(["python", *cmd[1:]])
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True,
+                              timeout=max(budget_s * 2, 300))
+        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+    except subprocess.TimeoutExpired:
+        rc, tail = None, f"timed out after {max(budget_s * 2, 300):.0f} s"
+    res["seconds"], res["exit_status"] = time.perf_counter() - t0, rc
+    res["trials"] = _study_trials(storage / spec["name"] / "tables")
+    finished = [t for t in res["trials"] if t["status"] == "finished"]
+    ok = rc == 0 and len(finished) == len(spec["models"])
+    res["status"] = "passed" if ok else "failed"
+    if not ok:
+        res["error"] = tail
+    return res
+
+
+def _study_trials(tables: Path) -> list[dict]:
+    from study.tables import read_table
+
+    if not tables.exists():
+        return []
+    runs, epochs = read_table(tables, "runs"), read_table(tables, "epochs")
+    trials = []
+    for _, r in runs.iterrows():
+        ep = epochs[epochs.trial_id == r.trial_id] if len(epochs) else epochs
+        trials.append({"name": r["name"], "status": r["status"], "epochs_done": int(r["epochs_done"]),
+                       "final_test_acc": float(r["final_test_acc"]), "device_seconds": float(r["device_seconds"]),
+                       "images_per_s": float(ep["images_per_s"].median()) if len(ep) else None,
+                       "n_train": int(r["n_train"]), "device": r["device"]})
+    return trials
+
+
+# ----------------------------------------------------------------- reports
+def _env() -> dict:
+    """The subprocesses import this checkout (and what PYTHONPATH already adds, e.g. /tmp/site)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+
+
+def _fmt(v, spec: str = ".1f") -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# GPU check: {report['device_name']} ({report['device']})", "",
+             f"torch {report['torch']}, budget {report['budget_s'] / 60:.1f} min, took {report['seconds'] / 60:.1f} min; "
+             f"peak bf16 {_fmt(report['peak']['bf16_tflops'], '.3g')} TFLOP/s ({report['peak']['bf16_source']}), "
+             f"fp32 {_fmt(report['peak']['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
+             f"{report['assumed_mfu']:.2f}{' (--small)' if report['small'] else ''}", "",
+             "| part | status | planned s | seconds |", "|---|---|---|---|"]
+    for name, part in report["parts"].items():
+        lines.append(f"| {name} | {part['status']} | {_fmt(part.get('planned_s'), '.3g')} | "
+                     f"{_fmt(part.get('seconds'), '.0f')} |")
+    for name, part in report["parts"].items():
+        if part.get("error") or part.get("reason"):
+            lines += ["", f"**{name}**: " + (part.get("reason") or ""), "", "```", part.get("error", "")[-1500:], "```"]
+    t = report["parts"].get("tests")
+    if t:
+        lines += ["", "## CUDA tests", "", f"`{t['command']}`: {t['passed']} passed, {t['failed']} failed, "
+                  f"{t['skipped']} skipped" + (f" ({'; '.join(t['skip_reasons'])})" if t["skip_reasons"] else "")]
+        lines += [f"- failed: {f}" for f in t["failures"]]
+    b = report["parts"].get("bench")
+    if b:
+        lines += ["", "## study bench, training step (forward + backward + SGD)", "",
+                  "| model | batch | steps | run | img/s | MFU | peak MB | vs naive fp32 | compile s |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in b["models"]:
+            for label in ("eager", "compiled"):
+                rec = r[label]
+                if "error" in rec:
+                    lines.append(f"| {r['key']} | {r['batch']} | {r['steps']} | {label} | error: {rec['error'][:80]} |"
+                                 " | | | |")
+                    continue
+                lines.append(
+                    f"| {r['key']} | {r['batch']} | {r['steps']} | {label} ({rec['precision']}) | "
+                    f"{rec['images_per_s']:.1f} | {_fmt(None if rec['mfu'] is None else 100 * rec['mfu'], '.1f')}% | "
+                    f"{_fmt(rec['peak_memory_mb'], '.0f')} | {_fmt(rec['speedup_vs_naive'], '.2f')}x | "
+                    f"{_fmt(r.get('compile_s') if label == 'compiled' else None, '.1f')} |")
+    s = report["parts"].get("study")
+    if s:
+        lines += ["", f"## study run: {s['epochs']} epoch(s) on {s['data']}", ""]
+        if s.get("command"):
+            lines.append(f"`{s['command']}`")
+        lines += ["", "| model | planned s | included | trial status | final test acc | device s | img/s |",
+                  "|---|---|---|---|---|---|---|"]
+        trials = {t["name"]: t for t in s["trials"]}
+        from study.models import PAPER_MODELS, model_name
+
+        for p in s["plan"]:
+            tr = trials.get(model_name(PAPER_MODELS[p["key"]]), {})
+            lines.append(f"| {p['key']} | {_fmt(p['planned_s'], '.0f')} | {'yes' if p['included'] else p['reason']} | "
+                         f"{tr.get('status', '-')} | {_fmt(tr.get('final_test_acc'), '.4f')} | "
+                         f"{_fmt(tr.get('device_seconds'), '.0f')} | {_fmt(tr.get('images_per_s'), '.0f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(report: dict, out: Path) -> None:
+    """``gpu_check.json`` and ``gpu_check.md`` under ``out``, each replaced atomically."""
+    from study.atomicio import write_atomic
+
+    write_atomic(out / "gpu_check.json", json.dumps(report, indent=2, default=str).encode(), mode=0o644)
+    write_atomic(out / "gpu_check.md", markdown(report).encode(), mode=0o644)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from study.bench.runner import device_name
+
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    budget_s = 60 * args.budget_minutes
+    peak = device_peak(args.device)
+    report = {"device": str(args.device), "device_name": device_name(args.device), "torch": torch.__version__,
+              "cuda": torch.version.cuda, "ray": importlib.util.find_spec("ray") is not None, "small": args.small,
+              "budget_s": budget_s, "assumed_mfu": args.assumed_mfu, "peak": peak, "parts": {}}
+    runners = {"tests": lambda b: run_tests(args, b, out), "bench": lambda b: run_benches(args, b, peak),
+               "study": lambda b: run_study(args, b, peak, out)}
+    for name in PARTS:
+        if name not in args.parts:
+            continue
+        part_budget = SHARES[name] * budget_s
+        print(f"[gpu_check] {name} (budget {part_budget:.0f} s)", file=sys.stderr, flush=True)
+        try:
+            report["parts"][name] = runners[name](part_budget)
+        except Exception as e:  # a broken part is recorded; the others still run
+            report["parts"][name] = {"status": "failed", "error": f"{type(e).__name__}: {e}", "seconds": None}
+        report["seconds"] = time.perf_counter() - t0
+        write_reports(report, out)  # after every part: a run cut short still leaves its reports
+    status = {n: p["status"] for n, p in report["parts"].items()}
+    print(f"[gpu_check] {status}; reports: {out / 'gpu_check.json'}, {out / 'gpu_check.md'}", file=sys.stderr)
+    return 1 if "failed" in status.values() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""``study bench``'s attention layer alone: one layer of each self-attention
+model at paper dims, its fast paths against the references."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from study.bench.options import BENCH_MODELS, BenchOptions, progress
+from study.bench.references import REFERENCES
+from study.bench.timing import Variant, _cpu_ratio, _ratio, count_forward_flops, measure
+from study.devicepaths import DevicePaths
+from study.models import build_model, model_name
+from study.models.attention import RelativeSelfAttention
+
+
+def attention_path(layer: RelativeSelfAttention) -> str:
+    """Which exact path ``layer.forward`` takes in its current mode."""
+    p = layer.attention_dropout.p if layer.training else 0.0
+    if layer.content:
+        device = next(layer.parameters()).device
+        kind = "SDPA + positional bias" if layer.uses_fused_content(device) else "explicit (B,N_h,T,T) content"
+        return kind + (f", dropout {p:g}" if p else "")
+    if layer.uses_factorised_path():
+        return "factorised P_row⊗P_col"
+    return "shared dense (N_h,T,T)" + (f" + one dropout mask {p:g}" if p else "")
+
+
+
+
+def paper_attention_layer(key: str) -> RelativeSelfAttention:
+    """One attention layer of ``BENCH_MODELS[key]`` at paper dims (D 400, N_h 9, 16×16):
+    the first layer of the model as the model registry builds it (every encoding)."""
+    layer = build_model(BENCH_MODELS[key]).blocks[0].attention
+    if not isinstance(layer, RelativeSelfAttention):
+        raise TypeError(f"{key}: the attention layer is a {type(layer).__name__}, not a RelativeSelfAttention")
+    return layer
+
+
+def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor], Tensor],
+                   opts: BenchOptions, *, training: bool, fast: bool, path: str) -> Variant:
+    dev = opts.device
+    paths = opts.paths().replace(channels_last=False) if fast else DevicePaths()
+    grid = BENCH_MODELS["sa_quadratic"].grid
+    gen = torch.Generator(device="cpu").manual_seed(opts.seed)
+    x = torch.randn(opts.batch, grid, grid, layer.dim, generator=gen).to(dev).requires_grad_()
+    layer.train(training)
+    with torch.no_grad():
+        # the gradient of a mean-like loss: small enough that the variants' SGD steps
+        # on the shared layer never push its scores out of range
+        y0 = fn(x).float()
+        grad_out = torch.randn_like(y0) / y0.numel() ** 0.5
+    fwd_flops = count_forward_flops(lambda: fn(x), opts.batch)
+    opt = torch.optim.SGD(layer.parameters(), lr=1e-3, momentum=0.9)
+    run = paths.compiled(fn)
+
+    def step() -> Tensor:
+        layer.train(training)
+        with paths.autocast(dev):
+            y = run(x)
+        y.backward(grad_out.to(y.dtype))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        x.grad = None
+        return y.detach()
+
+    return Variant(name, path, step, fwd_flops, paths.precision_name())
+
+
+LAYER_RUNS = ("fast", "train", "core_fast", "naive", "core_naive", "einsum", "core_einsum")
+
+
+def bench_attention(key: str, opts: BenchOptions) -> dict:
+    """One layer of ``key`` at paper dims; a step is forward + backward (the input
+    requires grad, as inside the network) + SGD on the layer.  Runs (interleaved):
+
+    * ``fast``: eval mode, no probability dropout: the factorised path for separable
+      encodings, the explicit content path on CPU (SDPA on CUDA), the shared dense
+      matrix otherwise;
+    * ``train``: the paper's training setting, dropout 0.1 on the probabilities;
+    * ``naive``: :func:`~study.bench.naive.naive_relative_attention`, float32, eval;
+    * ``einsum``: :func:`~study.bench.einsum_ref.einsum_relative_attention` in
+      training mode (dropout 0.1, as ``train``), float32: compare with ``train``;
+    * ``core_*``: the heads before ``out_proj`` only, which shows how much of the
+      layer the (N_h·D → D) projection takes."""
+    torch.manual_seed(opts.seed)
+    layer = paper_attention_layer(key).to(opts.device)
+    out = {"key": key, "name": model_name(BENCH_MODELS[key]), "batch": opts.batch, "steps": opts.steps}
+    progress(opts, f"attention layer {key}")
+    records = measure(_fast_layer_variants(layer, opts) + _reference_layer_variants(layer, opts), opts)
+    out.update({name: records.get(name) for name in LAYER_RUNS})
+    return {**out, **_layer_ratios(out)}
+
+
+def _fast_layer_variants(layer: RelativeSelfAttention, opts: BenchOptions) -> list[Variant]:
+    layer.eval()
+    fast_path = attention_path(layer)
+    layer.train()
+    train_path = attention_path(layer)
+    return [
+        _layer_variant("fast", layer, layer, opts, training=False, fast=True, path=fast_path),
+        _layer_variant("train", layer, layer, opts, training=True, fast=True, path=train_path),
+        _layer_variant("core_fast", layer, lambda x: layer.head_outputs(x)[0], opts, training=False,
+                       fast=True, path="core: " + fast_path),
+    ]
+
+
+def _reference_layer_variants(layer: RelativeSelfAttention, opts: BenchOptions) -> list[Variant]:
+    """naive (eval: it has no dropout) and einsum (training mode, with dropout)."""
+    variants = []
+    for name, (fn, heads_fn, path, dropout) in REFERENCES.items():
+        if name not in opts.references:
+            continue
+        variants += [
+            _layer_variant(name, layer, lambda x, fn=fn: fn(layer, x), opts, training=dropout, fast=False,
+                           path=path),
+            _layer_variant(f"core_{name}", layer, lambda x, fn=heads_fn: fn(layer, x), opts, training=dropout,
+                           fast=False, path=f"core: {name}"),
+        ]
+    return variants
+
+
+def _layer_ratios(out: dict) -> dict:
+    return {
+        "speedup_vs_naive": _ratio(out["fast"], out["naive"]),
+        "train_speedup_vs_naive": _ratio(out["train"], out["naive"]),
+        "core_speedup_vs_naive": _ratio(out["core_fast"], out["core_naive"]),
+        "train_speedup_vs_naive_cpu_time": _cpu_ratio(out["train"], out["naive"]),
+        "core_speedup_vs_naive_cpu_time": _cpu_ratio(out["core_fast"], out["core_naive"]),
+        "speedup_vs_naive_best": _ratio(out["fast"], out["naive"], "images_per_s_best"),
+        "speedup_vs_naive_cpu_time": _cpu_ratio(out["fast"], out["naive"]),
+        # the project's training path against the einsum formulation, both with dropout
+        "train_speedup_vs_einsum": _ratio(out["train"], out["einsum"]),
+        "train_speedup_vs_einsum_cpu_time": _cpu_ratio(out["train"], out["einsum"]),
+    }
+

@@ -1,0 +1,79 @@
+"""Memory of the benchmarked steps: CUDA's allocator peak, or on CPU the rise of
+the process's peak RSS (Linux ``/proc/self``, approximate)."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+
+import torch
+
+from study.devicepaths import synchronize
+
+
+class MemoryProbe:
+    """Memory of the steps run inside.
+
+    ``peak_mb``: ``torch.cuda.max_memory_allocated`` (absolute: parameters,
+    gradients, optimizer state, activations; ``None`` on CPU).  ``step_mb``: the
+    peak minus what was allocated at entry; on CPU the rise of the process's peak
+    RSS over its RSS at entry (Linux ``/proc/self``, after returning freed heap to
+    the OS; approximate), ``None`` where that cannot be read."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.peak_mb: float | None = None
+        self.step_mb: float | None = None
+
+    def __enter__(self):
+        gc.collect()
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+        else:
+            _malloc_trim()
+            self._rss0 = _proc_status_kb("VmRSS")
+            self._reset_ok = _reset_peak_rss()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device)
+            self.peak_mb, self.step_mb = peak / 2**20, (peak - self._base) / 2**20
+        else:
+            hwm = _proc_status_kb("VmHWM")
+            if self._reset_ok and hwm is not None and self._rss0 is not None:
+                self.step_mb = max(hwm - self._rss0, 0) / 1024
+        return False
+
+
+def _proc_status_kb(key: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)."""
+    try:
+        with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _malloc_trim() -> None:
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+

@@ -1,0 +1,105 @@
+"""What ``study bench`` measures: its targets (models and attention layers, derived
+from :data:`study.models.PAPER_MODELS` and :data:`study.models.ENCODINGS`) and its
+options (:class:`BenchOptions`, defaults per device)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from study.bench.peaks import Peak
+from study.bench.references import REFERENCES
+from study.devicepaths import DevicePaths
+from study.models import ENCODINGS, PAPER_MODELS, ModelConfig
+
+ATTENTION = "attention"  # pseudo-model: the attention layer alone, every encoding
+
+
+def _bench_models() -> dict[str, ModelConfig]:
+    """The paper's models, the learned + content model with head keys
+    (``positional_score: head``, the original's first version), and one model at
+    paper dims for every encoding no paper model uses (``sa_<encoding>``)."""
+    models = {**PAPER_MODELS,
+              "sa_learned_content_head": ModelConfig(encoding="learned_content", pos_dim=400,
+                                                     positional_score="head")}
+    used = {cfg.encoding for cfg in models.values() if cfg.arch == "sa"}
+    for encoding in ENCODINGS:
+        if encoding not in used:
+            models[f"sa_{encoding}"] = ModelConfig(encoding=encoding)
+    return models
+
+
+BENCH_MODELS: dict[str, ModelConfig] = _bench_models()
+#: the attention layers timed alone: one per self-attention model of BENCH_MODELS
+ATTENTION_VARIANTS = tuple(key for key, cfg in BENCH_MODELS.items() if cfg.arch == "sa")
+ALL_TARGETS = (*PAPER_MODELS, ATTENTION)
+REFERENCE_NAMES = tuple(REFERENCES)  # ("naive", "einsum")
+
+
+def is_target(name: str) -> bool:
+    """A key of BENCH_MODELS (PAPER_MODELS, ``sa_learned_content_head``, ``sa_<encoding>``),
+    ``attention`` (the layer, every encoding) or ``attention:KEY`` (the layer of one SA model)."""
+    if name in ALL_TARGETS or name in BENCH_MODELS:
+        return True
+    head, _, key = name.partition(":")
+    return head == ATTENTION and key in ATTENTION_VARIANTS
+
+
+@dataclass
+class BenchOptions:
+    device: torch.device
+    batch: int
+    steps: int
+    warmup: int = 1  # >= 1: memory is read on the warm-up steps
+    repeats: int = 1
+    amp_dtype: torch.dtype | None = None  # autocast dtype of the fast paths; None: float32
+    compile: bool = False
+    compile_backend: str = "inductor"
+    channels_last: bool = False  # convolutional models (ResNet) in NHWC
+    references: tuple[str, ...] = REFERENCE_NAMES  # of study.bench.references.REFERENCES
+    targets: tuple[str, ...] = ALL_TARGETS
+    peak_tflops: float | None = None  # override of the peak table
+    seed: int = 0
+    threads: int | None = None  # torch.set_num_threads on CPU (None: torch's default)
+    progress: Callable[[str], None] | None = None
+    #: model fields replaced in every benchmarked model (a smoke run's small models,
+    #: e.g. benchmarks/gpu_check.py --device cpu); empty: the paper's sizes
+    model_overrides: dict = field(default_factory=dict)
+    peak: Peak | None = field(default=None, init=False)
+
+    def model_config(self, key: str) -> ModelConfig:
+        """``BENCH_MODELS[key]`` with ``model_overrides`` (those a model lacks are skipped:
+        a ResNet has no ``num_heads``)."""
+        cfg = BENCH_MODELS[key]
+        if not self.model_overrides:
+            return cfg
+        if cfg.arch != "sa":
+            return cfg
+        changes = dict(self.model_overrides)
+        if cfg.encoding == "learned_content" and cfg.positional_score != "head":
+            changes["pos_dim"] = None  # the query form: pos_dim = hidden
+        return cfg.replace(**changes)
+
+    def paths(self) -> DevicePaths:
+        """The device branches of the fast paths (the references: float32, eager)."""
+        return DevicePaths(autocast_dtype=self.amp_dtype, compile=self.compile, compile_backend=self.compile_backend,
+                           channels_last=self.channels_last)
+
+
+def default_options(device: str | torch.device | None = None, **overrides) -> BenchOptions:
+    """Defaults per device (:meth:`DevicePaths.for_device`): CUDA batch 128, 50 steps
+    after 10 warm-up, bf16 autocast, channels-last convolutions; CPU batch 8, 3 steps
+    after 1 warm-up, float32, contiguous.  ``None`` overrides are ignored."""
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    paths = DevicePaths.for_device(dev)
+    base = dict(amp_dtype=paths.autocast_dtype, channels_last=paths.channels_last)
+    base.update(dict(batch=128, steps=50, warmup=10) if dev.type == "cuda" else dict(batch=8, steps=3, warmup=1))
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    return BenchOptions(device=dev, **base)
+
+
+def progress(opts: BenchOptions, message: str) -> None:
+    if opts.progress:
+        opts.progress(message)

@@ -1,0 +1,93 @@
+"""benchmarks/gpu_check.py on CPU, CI-sized: every part runs and the report has every
+field the GPU run fills (values that only a GPU measures, e.g. CUDA peak memory, are
+present and null)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gpu_check  # noqa: E402
+
+BENCH_RUN_FIELDS = {"images_per_s", "mfu", "tflops", "peak_memory_mb", "step_memory_mb", "precision", "path",
+                    "speedup_vs_naive", "peak_tflops", "peak_source", "seconds"}
+TRIAL_FIELDS = {"name", "status", "epochs_done", "final_test_acc", "device_seconds", "images_per_s", "n_train"}
+
+
+def test_cpu_run_fills_every_field_of_the_gpu_report(tmp_path):
+    """The three parts, small: one test node, one model benched eager + compiled
+    (aot_eager), a 1-epoch study of it through ``study run`` (Ray, local)."""
+    out = tmp_path / "out"
+    rc = gpu_check.main(["--device", "cpu", "--small", "--data", "synthetic:300", "--out", str(out),
+                         "--models", "sa_quadratic", "--compile-backend", "aot_eager",
+                         "--tests", "tests/test_device_branches.py::test_ddp_device_ids"])
+    report = json.loads((out / "gpu_check.json").read_text())
+    md = (out / "gpu_check.md").read_text()
+    assert {"device", "device_name", "torch", "peak", "budget_s", "assumed_mfu", "parts", "seconds"} <= set(report)
+    assert report["peak"]["bf16_tflops"] > 0 and report["peak"]["fp32_tflops"] > 0
+    tests = report["parts"]["tests"]
+    assert tests["status"] == "passed" and tests["passed"] == 1 and tests["failed"] == 0, tests
+    bench = report["parts"]["bench"]
+    assert bench["status"] == "passed", bench.get("error")
+    (row,) = bench["models"]
+    assert row["key"] == "sa_quadratic" and row["forward_flops"] > 0 and row["planned_s"] > 0
+    for label in ("eager", "compiled"):
+        assert BENCH_RUN_FIELDS <= set(row[label]), (label, row[label])
+        assert row[label]["images_per_s"] > 0 and row[label]["speedup_vs_naive"] > 0 and row[label]["mfu"] > 0
+    assert row["naive_images_per_s"] > 0 and row["compile_s"] > 0 and row["compile_speedup"] > 0
+    study = report["parts"]["study"]
+    assert {"plan", "planned_s", "seconds", "status", "trials"} <= set(study)
+    if importlib.util.find_spec("ray") is None:
+        assert study["status"] == "skipped" and "Ray" in study["reason"]
+    else:
+        assert study["status"] == "passed", study.get("error")
+        (trial,) = study["trials"]
+        assert TRIAL_FIELDS <= set(trial) and trial["status"] == "finished" and trial["epochs_done"] == 1
+        assert trial["n_train"] > 0
+    assert rc == (0 if study["status"] != "failed" else 1)
+    for heading in ("## CUDA tests", "## study bench", "## study run", "| sa_quadratic |"):
+        assert heading in md
+
+
+def test_study_part_says_so_without_ray(tmp_path, monkeypatch):
+    """The GPU machine has no Ray by default (DESIGN §10): the study part is skipped
+    with the reason, its plan still made."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    args = gpu_check.parse_args(["--device", "cpu", "--small", "--data", "synthetic:300", "--out", str(tmp_path),
+                                 "--models", "sa_learned"])
+    res = gpu_check.run_study(args, 60.0, {"bf16_tflops": 1.0, "fp32_tflops": 1.0}, tmp_path)
+    assert res["status"] == "skipped" and "Ray" in res["reason"] and "/tmp/site" in res["reason"]
+    assert res["plan"][0]["key"] == "sa_learned" and res["plan"][0]["flops"] > 0
+
+
+def test_study_plan_leaves_out_what_the_budget_cannot_hold(tmp_path):
+    """Budgeted by FLOPs: with a peak that fits only the cheaper of two models, the
+    more expensive one is left out with the reason."""
+    args = gpu_check.parse_args(["--device", "cpu", "--out", str(tmp_path), "--models", "resnet18,sa_learned_content"])
+    peak = {"bf16_tflops": 1.0, "fp32_tflops": 1.0}
+    _, plan = gpu_check.study_spec(args, 1.0, peak)
+    by_key = {p["key"]: p for p in plan}
+    cheap, dear = by_key["resnet18"], by_key["sa_learned_content"]
+    assert dear["flops"] > 10 * cheap["flops"]
+    budget = cheap["planned_s"] / 0.8 * 1.01  # room for the cheaper one only
+    spec, plan = gpu_check.study_spec(args, budget, peak)
+    by_key = {p["key"]: p for p in plan}
+    assert by_key["resnet18"]["included"] and not by_key["sa_learned_content"]["included"]
+    assert "budget" in by_key["sa_learned_content"]["reason"]
+    assert [m["arch"] for m in spec["models"]] == ["resnet18"] and spec["epochs"] == 2
+
+
+@pytest.mark.parametrize("argv,message", [(["--parts", "nope"], "--parts"), (["--models", "vgg"], "--models"),
+                                          (["--budget-minutes", "0"], "--budget-minutes"),
+                                          (["--device", "cpu", "--batch", "0"], "--batch")])
+def test_bad_arguments_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        gpu_check.parse_args(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
