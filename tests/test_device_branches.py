@@ -46,10 +46,12 @@ BF16_TOTAL_UPDATE_RTOL = 0.3  # all parameters, normalisation layers included
 COMPILE_ATOL, COMPILE_RTOL = 1e-5, 1e-4
 
 
-def tiny_model(encoding, isotropic) -> ModelConfig:
-    # no dropout: the compared runs draw no random masks, so they differ only by the branch
-    return ModelConfig(hidden=16, layers=1, intermediate=16, num_heads=2, encoding=encoding, isotropic=isotropic,
-                       pos_dim=8 if encoding == "learned" else None, dropout=0.0, attention_dropout=0.0)
+def tiny_model(variant: dict) -> ModelConfig:
+    """One form of one registered encoding (the ``encoding_variant`` fixture), tiny; no
+    dropout: the compared runs draw no random masks, so they differ only by the branch."""
+    return ModelConfig(**{"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 4,
+                          "pos_dim": 8 if variant["encoding"] == "learned" else None,
+                          "dropout": 0.0, "attention_dropout": 0.0, **variant})
 
 
 def one_step_config(model: ModelConfig, **kw) -> TrainConfig:
@@ -110,10 +112,10 @@ def matmul_weights(model: ModelConfig) -> list[str]:
 
 
 # --------------------------------------------------------------- bf16 autocast
-def test_bf16_autocast_step_and_evaluation_match_float32(variant, tmp_path, monkeypatch):
+def test_bf16_autocast_step_and_evaluation_match_float32(encoding_variant, tmp_path, monkeypatch):
     """The autocast branch of the training loop and of evaluation (study train /
     study evaluate), on CPU: bf16 matmuls, results within bf16 tolerance."""
-    model = tiny_model(*variant)
+    model = tiny_model(encoding_variant)
     init, ref, m_ref = run_one_step(tmp_path, "fp32", model, DevicePaths())
     spy = DtypeSpy()
     _, amp, m_amp = run_one_step(tmp_path, "bf16", model, DevicePaths(autocast_dtype=torch.bfloat16),
@@ -126,7 +128,7 @@ def test_bf16_autocast_step_and_evaluation_match_float32(variant, tmp_path, monk
               "update (matmul weights, worst)": max(update_error(init, amp, ref, [k]) for k in weights),
               "update (all)": update_error(init, amp, ref)}
     if MEASURE:
-        print(f"\nbf16 {variant}: " + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()))
+        print(f"\nbf16 {encoding_variant}: " + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()))
     assert errors["train_loss"] < BF16_LOSS_RTOL, errors
     assert errors["test_loss"] < BF16_LOSS_RTOL, errors
     assert errors["update (matmul weights, worst)"] < BF16_UPDATE_RTOL, errors
@@ -147,21 +149,21 @@ def test_export_evaluation_selects_autocast_from_the_trial():
 
 
 # -------------------------------------------------------------------- compile
-def test_compiled_step_matches_eager(variant, tmp_path):
+def test_compiled_step_matches_eager(encoding_variant, tmp_path):
     """``--compile`` (torch.compile of the model as trained), one training step and
     the evaluation, on CPU, against eager."""
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
-    model = tiny_model(*variant)
+    model = tiny_model(encoding_variant)
     init, ref, m_ref = run_one_step(tmp_path, "eager", model, DevicePaths(), head_stats=False)
     _, comp, m_comp = run_one_step(tmp_path, "compiled", model,
                                    DevicePaths(compile=True, compile_backend=COMPILE_BACKEND), head_stats=False)
     assert counters["stats"]["unique_graphs"] >= 1, dict(counters["stats"])  # Dynamo really compiled
     worst = max(float((comp[k] - ref[k]).abs().max()) for k in ref)
     if MEASURE:
-        print(f"\ncompile[{COMPILE_BACKEND}] {variant}: max |Δθ| {worst:.2e}, "
+        print(f"\ncompile[{COMPILE_BACKEND}] {encoding_variant}: max |Δθ| {worst:.2e}, "
               f"train_loss {rel(m_comp['train_loss'], m_ref['train_loss']):.2e}, "
               f"test_loss {rel(m_comp['test_loss'], m_ref['test_loss']):.2e}")
     for k in ref:
@@ -320,10 +322,10 @@ cuda_only = pytest.mark.skipif(not CUDA, reason="needs CUDA (benchmarks/gpu_chec
 
 
 @cuda_only
-def test_cuda_bf16_step_matches_cpu_float32(variant, tmp_path):
+def test_cuda_bf16_step_matches_cpu_float32(encoding_variant, tmp_path):
     """The CUDA defaults (bf16 autocast, fused content, pinned transfers, CUDA RNG in
     the checkpoint) against the CPU float32 reference: one step, one evaluation."""
-    model = tiny_model(*variant)
+    model = tiny_model(encoding_variant)
     init, ref, m_ref = run_one_step(tmp_path, "cpu", model, DevicePaths())
     cfg = one_step_config(model)
     metrics = []
@@ -340,9 +342,9 @@ def test_cuda_bf16_step_matches_cpu_float32(variant, tmp_path):
 
 
 @cuda_only
-def test_cuda_compiled_step_matches_eager(variant, tmp_path):
+def test_cuda_compiled_step_matches_eager(encoding_variant, tmp_path):
     dev = torch.device("cuda", 0)
-    model = tiny_model(*variant)
+    model = tiny_model(encoding_variant)
     out = {}
     for name, paths in (("eager", DevicePaths.for_device(dev, amp=False)),
                         ("compiled", DevicePaths.for_device(dev, amp=False, compile=True))):

@@ -1,5 +1,5 @@
 """What ``study bench`` measures: its targets (models and attention layers, derived
-from :data:`study.models.PAPER_MODELS` and :data:`study.models.ENCODINGS`) and its
+from :data:`study.models.PAPER_MODELS` and :data:`study.models.ENCODING_MODELS`) and its
 options (:class:`BenchOptions`, defaults per device)."""
 
 from __future__ import annotations
@@ -12,23 +12,20 @@ import torch
 from study.bench.peaks import Peak
 from study.bench.references import REFERENCES
 from study.devicepaths import DevicePaths
-from study.models import ENCODINGS, PAPER_MODELS, ModelConfig
+from study.models import ENCODING_MODELS, PAPER_MODELS, ModelConfig
 
 ATTENTION = "attention"  # pseudo-model: the attention layer alone, every encoding
 
 
 def _bench_models() -> dict[str, ModelConfig]:
     """The paper's models, the learned + content model with head keys
-    (``positional_score: head``, the original's first version), and one model at
-    paper dims for every encoding no paper model uses (``sa_<encoding>``)."""
-    models = {**PAPER_MODELS,
-              "sa_learned_content_head": ModelConfig(encoding="learned_content", pos_dim=400,
-                                                     positional_score="head")}
-    used = {cfg.encoding for cfg in models.values() if cfg.arch == "sa"}
-    for encoding in ENCODINGS:
-        if encoding not in used:
-            models[f"sa_{encoding}"] = ModelConfig(encoding=encoding)
-    return models
+    (``positional_score: head``, the original's first version), and every form of
+    today's encodings at the paper's dims (``ENCODING_MODELS``: ``sa_gpsa``,
+    ``sa_relative_bias``, ``sa_rope2d_axial``, ``sa_rope2d_mixed``)."""
+    return {**PAPER_MODELS,
+            "sa_learned_content_head": ModelConfig(encoding="learned_content", pos_dim=400,
+                                                   positional_score="head"),
+            **ENCODING_MODELS}
 
 
 BENCH_MODELS: dict[str, ModelConfig] = _bench_models()
