@@ -53,20 +53,45 @@ class Slurm:
             raise AssertionError(f"{' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}{self.logs()}")
         return r.stdout
 
+    def show_job(self, job_id: str, timeout: float = 180) -> dict[str, str]:
+        """``scontrol show job``'s fields; a slurmctld slow to answer on a loaded machine is
+        asked again (until ``timeout``), never read as a state."""
+        deadline = time.time() + timeout
+        while True:
+            r = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=self.env, capture_output=True,
+                               text=True, timeout=timeout)
+            if r.returncode == 0 and "JobState=" in r.stdout:
+                return dict(w.split("=", 1) for w in r.stdout.split() if "=" in w)
+            if time.time() > deadline:
+                raise AssertionError(f"scontrol show job {job_id}: exit {r.returncode}: {r.stderr.strip()}"
+                                     f"{self.logs()}")
+            time.sleep(1)
+
     def job_state(self, job_id: str) -> str:
         """The job's state (``PENDING``, ``RUNNING``, ``COMPLETED``, ``CANCELLED``…), as slurmctld knows it."""
-        out = self.run("scontrol", "show", "job", "-o", job_id, check=False)
-        for word in out.split():
-            if word.startswith("JobState="):
-                return word.split("=", 1)[1]
-        return "UNKNOWN"
+        return self.show_job(job_id)["JobState"]
 
     def job_field(self, job_id: str, name: str) -> str | None:
-        out = self.run("scontrol", "show", "job", "-o", job_id, check=False)
-        for word in out.split():
-            if word.startswith(f"{name}="):
-                return word.split("=", 1)[1]
-        return None
+        return self.show_job(job_id).get(name)
+
+    def stop_jobs(self, timeout: float = 180) -> None:
+        """Cancel every job of this cluster and wait until none is left; then SIGKILL any
+        process still carrying this cluster's ``SLURM_CONF`` (a job's, if SLURM could not)."""
+        subprocess.run(["scancel", "--user", str(os.getuid())], env=self.env, capture_output=True, timeout=60)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            r = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%T"], env=self.env, capture_output=True,
+                               text=True, timeout=60)
+            if r.returncode == 0 and not {"RUNNING", "COMPLETING", "CONFIGURING", "PENDING"} & set(r.stdout.split()):
+                break
+            time.sleep(1)
+        mark = f"SLURM_CONF={self.env['SLURM_CONF']}".encode()
+        daemons = {p.pid for p in self.procs} | {os.getpid()}
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit() and int(d.name) not in daemons:
+                with contextlib.suppress(OSError):
+                    if mark in (d / "environ").read_bytes().split(b"\0"):
+                        os.kill(int(d.name), signal.SIGKILL)
 
     def logs(self) -> str:
         text = ""
@@ -131,6 +156,7 @@ ReturnToService=2
 JobRequeue=1
 KillWait=60
 MinJobAge=3600
+MessageTimeout=60
 MailProg=/bin/true
 SlurmctldTimeout=120
 SlurmdTimeout=300
@@ -161,6 +187,9 @@ PartitionName=studytest Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
         _wait(idle, timeout, "the SLURM node to be idle", slurm.procs)
         yield slurm
     finally:
+        if all(p.poll() is None for p in slurm.procs):
+            with contextlib.suppress(Exception):
+                slurm.stop_jobs()
         for p in reversed(slurm.procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)

@@ -223,7 +223,8 @@ say "Ray stopped on every node"
 
 if [ "$signalled" = USR1 ]; then
   say "time limit near: requeueing job $SLURM_JOB_ID (the next run resumes the study)"
-  scontrol requeue "$SLURM_JOB_ID"
+  trap '' TERM INT  # SLURM ends this run of the job now
+  scontrol requeue "$SLURM_JOB_ID" || say "scontrol requeue failed: continue with \`study slurm $NAME --resume\`"
 fi
 exit "$status"
 """
@@ -322,9 +323,10 @@ def script_for(args: argparse.Namespace) -> str:
         file = str(Path(args.file).resolve())
         run_args = [file] + (["--data", args.data] if args.data else [])
     q = shlex.quote
-    ray_logs = args.ray_logs if args.ray_logs is not None else "${SLURM_SUBMIT_DIR:-$PWD}"
-    ray_logs = "''" if ray_logs == "" else (
-        '"${SLURM_SUBMIT_DIR:-$PWD}"' if args.ray_logs is None else q(str(Path(ray_logs).resolve())))
+    if args.ray_logs is None:  # the folder sbatch ran from, known in the job
+        ray_logs = '"${SLURM_SUBMIT_DIR:-$PWD}"'
+    else:
+        ray_logs = q(str(Path(args.ray_logs).resolve()) if args.ray_logs else "")
     lines = "\n".join(f"#SBATCH {o}" for o in (*DEFAULT_SBATCH, *sbatch))
     return SCRIPT.format(job_name=f"study-{name}", sbatch_lines=lines, version=package_version(),
                          python=q(args.python), storage=q(storage), name=q(name),
