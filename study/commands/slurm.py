@@ -65,10 +65,14 @@ say() {{ echo "study slurm [$(date +%H:%M:%S) ${{SLURMD_NODENAME:-$(hostname)}}]
 free_ports() {{  # N free ephemeral ports of this node: outside Ray's worker range 10002-19999
   "$PYTHON" -c '
 import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
+held, ports = [], []
+while len(ports) < int(sys.argv[1]):
+    s = socket.socket()
     s.bind(("", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
+    held.append(s)
+    if not 10002 <= s.getsockname()[1] <= 19999:
+        ports.append(s.getsockname()[1])
+print(" ".join(map(str, ports)))' "$1"
 }}
 
 node_ip() {{  # the address SLURM reaches this node at (NodeAddr), resolved
