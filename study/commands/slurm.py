@@ -56,7 +56,6 @@ RAY_LOGS={ray_logs}
 
 export RAY_AUTH_MODE=token RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
 export RAY_AUTH_TOKEN="$("$PYTHON" -c 'import secrets; print(secrets.token_hex(32))')"  # this job's own
-export STUDY_SLURM_MARK="${{SLURM_JOB_ID}}.${{SLURM_RESTART_COUNT:-0}}"  # in the environment of every Ray process
 RAY="$(dirname "$PYTHON")/ray"
 [ -x "$RAY" ] || RAY=ray
 
@@ -86,16 +85,15 @@ node_gpus() {{  # the GPUs SLURM gave this step (CUDA_VISIBLE_DEVICES), 0 withou
   if [ -z "$v" ] || [ "$v" = "NoDevFileFound" ]; then echo 0; else echo "$v" | tr ',' '\n' | grep -c .; fi
 }}
 
-kill_marked() {{  # kill_marked SIGNAL SESSION: this node's Ray processes (the session `ray start` leads, or
-  # this job's mark in the environment, which a process title can overwrite), by PID; prints how many
+kill_marked() {{  # kill_marked SIGNAL SESSION: this node's Ray processes (the session `ray start` leads), by
+  # PID; prints how many. Builtins only: a loaded node must not fork once per process here
   local sig=$1 sid=$2 p stat rest killed=0
+  [ -n "$sid" ] || {{ echo 0; return; }}
   for p in /proc/[0-9]*; do
     p=${{p#/proc/}}
-    [ "$p" = "$BASHPID" ] && continue
-    stat="$(cat "/proc/$p/stat" 2>/dev/null)" || continue
+    read -r stat < "/proc/$p/stat" 2>/dev/null || continue
     rest=${{stat##*) }}; read -r -a rest <<< "$rest"  # state ppid pgrp session ...
-    [ "${{rest[0]}}" = Z ] && continue  # already dead
-    if [ "${{rest[3]}}" = "$sid" ] || grep -qsxzF "STUDY_SLURM_NODE=$STUDY_SLURM_MARK.${{SLURM_NODEID:-0}}" "/proc/$p/environ"; then
+    if [ "${{rest[3]}}" = "$sid" ] && [ "${{rest[0]}}" != Z ]; then
       kill "-$sig" "$p" 2>/dev/null && killed=$((killed + 1))
     fi
   done
@@ -130,7 +128,7 @@ ray_node() {{  # ray_node head|worker [HEAD_ADDRESS]: one Ray node in the foregr
   local stopping=""
   trap '' TERM INT
   trap 'stopping=1; kill_marked KILL "$ray_pid" >/dev/null' USR2
-  STUDY_SLURM_NODE="$STUDY_SLURM_MARK.${{SLURM_NODEID:-0}}" "$PYTHON" -c "$SHIELD" "$RAY" start "${{args[@]}}" \
+  "$PYTHON" -c "$SHIELD" "$RAY" start "${{args[@]}}" \
     > "$tmp/ray-start.log" 2>&1 &
   ray_pid=$!
   while kill -0 "$ray_pid" 2>/dev/null; do wait "$ray_pid" 2>/dev/null || status=$?; done
