@@ -11,8 +11,8 @@ It writes (or submits with ``--submit``) an sbatch script that, inside the job:
 2. waits until every node has joined, then runs ``study run FILE --address HEAD
    --storage STORAGE --shared-storage`` — or ``study resume NAME`` when the study
    already exists (a requeued job);
-3. stops the nodes when the driver ends and kills, by PID, any process left that
-   carries the job's mark in its environment; copies each node's Ray logs to
+3. stops the nodes when the driver ends and kills, by PID, any process left in the
+   session each node's ``ray start`` leads; copies each node's Ray logs to
    ``--ray-logs`` and removes its temp dir.
 
 Signals: SIGTERM (``scancel``, preemption, SLURM's time limit) and SIGINT stop the
