@@ -55,6 +55,8 @@ RUN=({run_args})
 RAY_LOGS={ray_logs}
 
 export RAY_AUTH_MODE=token RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
+# a node loaded by other jobs can take more than Ray's default 30 s to register its raylet
+export RAY_raylet_start_wait_time_s="${{RAY_raylet_start_wait_time_s:-120}}"
 export RAY_AUTH_TOKEN="$("$PYTHON" -c 'import secrets; print(secrets.token_hex(32))')"  # this job's own
 RAY="$(dirname "$PYTHON")/ray"
 [ -x "$RAY" ] || RAY=ray
