@@ -1,0 +1,419 @@
+"""``study slurm``: run a study on a SLURM allocation, one Ray node per allocated node.
+
+It writes (or submits with ``--submit``) an sbatch script that, inside the job:
+
+1. starts the Ray head on the job's first node and, with one ``srun`` step, a Ray node
+   on each other node — every node in the foreground (``ray start --block``) so that
+   SLURM's process tracking sees all of Ray's processes, with the allocation's CPUs
+   and GPUs as its resources, token authentication (a fresh token per job), a
+   node-local temp dir, and free ephemeral ports (never Ray's worker range
+   10002–19999, never a fixed port another job on the node could hold);
+2. waits until every node has joined, then runs ``study run FILE --address HEAD
+   --storage STORAGE --shared-storage`` — or ``study resume NAME`` when the study
+   already exists (a requeued job);
+3. stops the nodes when the driver ends and kills, by PID, any process left in the
+   session each node's ``ray start`` leads; copies each node's Ray logs to
+   ``--ray-logs`` and removes its temp dir.
+
+Signals: SIGTERM (``scancel``, preemption, SLURM's time limit) and SIGINT stop the
+study cleanly (running trials ``interrupted``, state saved).  The script asks SLURM
+for SIGUSR1 two minutes before the time limit (``--signal=B:USR1@120``): the study is
+stopped the same way and the job requeues itself, to go on with ``study resume``.
+
+torch and Ray are not imported here: the command answers in about a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from study.cliutil import fail
+
+PROG = "study slurm"
+
+#: the script's default sbatch options; the user's (after ``--``) come later and win
+DEFAULT_SBATCH = ("--ntasks-per-node=1", "--requeue", "--open-mode=append", "--signal=B:USR1@120")
+
+#: options of ours sbatch must not be given: they would break one Ray node per node
+REFUSED_SBATCH = ("--ntasks-per-node", "--array", "--wrap", "-a")
+
+SCRIPT = r"""#!/bin/bash
+#SBATCH --job-name={job_name}
+{sbatch_lines}
+# Written by `study slurm` ({version}); see README "Running on SLURM".
+# One Ray node per allocated node (head here, on the job's first node; the others by
+# srun), then the study's driver here; all of Ray stops with the driver.
+set -u
+PYTHON={python}
+STORAGE={storage}
+NAME={name}
+RUN=({run_args})
+RAY_LOGS={ray_logs}
+
+export RAY_AUTH_MODE=token RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
+# a node loaded by other jobs can take more than Ray's default 30 s to register its raylet
+export RAY_raylet_start_wait_time_s="${{RAY_raylet_start_wait_time_s:-120}}"
+export RAY_AUTH_TOKEN="$("$PYTHON" -c 'import secrets; print(secrets.token_hex(32))')"  # this job's own
+RAY="$(dirname "$PYTHON")/ray"
+[ -x "$RAY" ] || RAY=ray
+
+say() {{ echo "study slurm [$(date +%H:%M:%S) ${{SLURMD_NODENAME:-$(hostname)}}]: $*" >&2; }}
+
+free_ports() {{  # N free ephemeral ports of this node: outside Ray's worker range 10002-19999
+  "$PYTHON" -c '
+import socket, sys
+held, ports = [], []
+while len(ports) < int(sys.argv[1]):
+    s = socket.socket()
+    s.bind(("", 0))
+    held.append(s)
+    if not 10002 <= s.getsockname()[1] <= 19999:
+        ports.append(s.getsockname()[1])
+print(" ".join(map(str, ports)))' "$1"
+}}
+
+node_ip() {{  # the address SLURM reaches this node at (NodeAddr), resolved
+  local addr
+  addr="$(scontrol show node "${{SLURMD_NODENAME:-$(hostname)}}" -o 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p')"
+  "$PYTHON" -c 'import socket, sys; print(socket.gethostbyname(sys.argv[1]))' "${{addr:-$(hostname)}}"
+}}
+
+node_gpus() {{  # the GPUs SLURM gave this step (CUDA_VISIBLE_DEVICES), 0 without
+  local v="${{CUDA_VISIBLE_DEVICES:-}}"
+  if [ -z "$v" ] || [ "$v" = "NoDevFileFound" ]; then echo 0; else echo "$v" | tr ',' '\n' | grep -c .; fi
+}}
+
+kill_marked() {{  # kill_marked SIGNAL SESSION: this node's Ray processes (the session `ray start` leads), by
+  # PID; prints how many. Builtins only: a loaded node must not fork once per process here
+  local sig=$1 sid=$2 p stat rest killed=0
+  [ -n "$sid" ] || {{ echo 0; return; }}
+  for p in /proc/[0-9]*; do
+    p=${{p#/proc/}}
+    read -r stat < "/proc/$p/stat" 2>/dev/null || continue
+    rest=${{stat##*) }}; read -r -a rest <<< "$rest"  # state ppid pgrp session ...
+    if [ "${{rest[3]}}" = "$sid" ] && [ "${{rest[0]}}" != Z ]; then
+      kill "-$sig" "$p" 2>/dev/null && killed=$((killed + 1))
+    fi
+  done
+  echo "$killed"
+}}
+
+ray_node() {{  # ray_node head|worker [HEAD_ADDRESS]: one Ray node in the foreground, then its clean-up
+  local role=$1 ports tmp ip cpus gpus status=0 ray_pid=""
+  tmp="${{STUDY_RAY_TMP:-/tmp}}/ray-$SLURM_JOB_ID-${{SLURM_RESTART_COUNT:-0}}-${{SLURM_NODEID:-0}}"
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  ip="$(node_ip)"
+  cpus="${{SLURM_CPUS_PER_TASK:-${{SLURM_CPUS_ON_NODE:-1}}}}"
+  gpus="$(node_gpus)"
+  read -r -a ports <<< "$(free_ports 6)"
+  local args=(--block --disable-usage-stats --temp-dir "$tmp" --node-ip-address "$ip"
+              --num-cpus "$cpus" --num-gpus "$gpus"
+              --node-manager-port "${{ports[0]}}" --object-manager-port "${{ports[1]}}"
+              --dashboard-agent-listen-port "${{ports[2]}}" --dashboard-agent-grpc-port "${{ports[3]}}"
+              --metrics-export-port "${{ports[4]}}" --runtime-env-agent-port "${{ports[5]}}")
+  if [ "$role" = head ]; then
+    args+=(--head --port "$HEAD_PORT" --dashboard-port "$DASHBOARD_PORT" --ray-client-server-port "$CLIENT_PORT")
+  else
+    args+=(--address "$2")
+  fi
+  say "Ray $role node at $ip: $cpus CPUs, $gpus GPUs, temp dir $tmp"
+  # SLURM signals every process of the job at once (scancel, preemption, time limit): Ray
+  # must outlive that SIGTERM until the driver has stopped the study, so its processes
+  # start with SIGTERM, SIGINT and SIGUSR2 blocked (inherited by every process Ray starts), in a
+  # session of their own;
+  # SIGKILL, by PID, stops them: on SIGUSR2 (the script's own "stop"), at the end of this
+  # function, or SLURM's after KillWait.
+  local stopping=""
+  trap '' TERM INT
+  trap 'stopping=1; kill_marked KILL "$ray_pid" >/dev/null' USR2
+  "$PYTHON" -c "$SHIELD" "$RAY" start "${{args[@]}}" \
+    > "$tmp/ray-start.log" 2>&1 &
+  ray_pid=$!
+  while kill -0 "$ray_pid" 2>/dev/null; do wait "$ray_pid" 2>/dev/null || status=$?; done
+  if [ -z "$stopping" ]; then  # not stopped by this script: say why
+    say "ray start exited with status $status:"; tail -n 20 "$tmp/ray-start.log" >&2
+  fi
+  local left; left="$(kill_marked KILL "$ray_pid")"
+  [ "$left" = 0 ] || say "killed $left Ray processes left on this node"
+  if [ -n "$RAY_LOGS" ]; then
+    local dest="$RAY_LOGS/${{SLURMD_NODENAME:-node$SLURM_NODEID}}"
+    mkdir -p "$dest" && cp "$tmp/ray-start.log" "$dest/" 2>/dev/null
+    [ ! -d "$tmp/session_latest/logs" ] || cp -rL "$tmp/session_latest/logs/." "$dest/" 2>/dev/null
+  fi
+  rm -rf "$tmp"
+  return "$status"
+}}
+SHIELD='import os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM, signal.SIGINT, signal.SIGUSR2}})
+os.setsid()  # a session of its own: every Ray process of this node, orphans included, is found by it
+os.execvp(sys.argv[1], sys.argv[1:])'
+export -f say free_ports node_ip node_gpus kill_marked ray_node
+export PYTHON RAY RAY_LOGS SHIELD
+
+# ---- the head, here on the job's first node
+read -r HEAD_PORT DASHBOARD_PORT CLIENT_PORT <<< "$(free_ports 3)"
+export HEAD_PORT DASHBOARD_PORT CLIENT_PORT
+HEAD_IP="$(node_ip)"
+HEAD="$HEAD_IP:$HEAD_PORT"
+[ -z "$RAY_LOGS" ] || RAY_LOGS="$RAY_LOGS/ray-$SLURM_JOB_ID-${{SLURM_RESTART_COUNT:-0}}"
+say "job $SLURM_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}}) on ${{SLURM_JOB_NUM_NODES:-1}} node(s): $SLURM_JOB_NODELIST; Ray head $HEAD"
+
+signalled="" driver="" wait_pid=""
+on_signal() {{  # SIGTERM/SIGINT: SLURM sent it to every process of the job, the driver too, which stops the
+  # study cleanly (a second one from here would make it stop at once); SIGUSR1 (time limit near, sent to
+  # this shell only): SIGTERM to the driver, then requeue
+  signalled=$1
+  say "SIG$1 received: stopping the study"
+  [ "$1" != USR1 ] || [ -z "$driver" ] || kill -TERM "$driver" 2>/dev/null
+  [ -z "$wait_pid" ] || kill -TERM "$wait_pid" 2>/dev/null
+}}
+trap 'on_signal TERM' TERM
+trap 'on_signal INT' INT
+trap 'on_signal USR1' USR1
+
+ray_node head &
+head_pid=$!
+workers_pid=""
+nodes=${{SLURM_JOB_NUM_NODES:-1}}
+status=0
+"$PYTHON" -m study.commands.slurm wait "$HEAD" 1 "${{STUDY_SLURM_JOIN_TIMEOUT:-600}}" "$head_pid" &
+wait_pid=$!
+while kill -0 "$wait_pid" 2>/dev/null; do wait "$wait_pid"; done
+wait "$wait_pid" 2>/dev/null; joined=$?
+if [ "$joined" = 0 ] && [ -z "$signalled" ] && [ "$nodes" -gt 1 ]; then
+  srun --overlap --nodes=$((nodes - 1)) --ntasks=$((nodes - 1)) --ntasks-per-node=1 \
+       --exclude="$SLURMD_NODENAME" --kill-on-bad-exit=0 \
+       --cpus-per-task="${{SLURM_CPUS_PER_TASK:-${{SLURM_CPUS_ON_NODE:-1}}}}" \
+       bash -c "ray_node worker $HEAD" &
+  workers_pid=$!
+  "$PYTHON" -m study.commands.slurm wait "$HEAD" "$nodes" "${{STUDY_SLURM_JOIN_TIMEOUT:-600}}" "$head_pid" &
+  wait_pid=$!
+  while kill -0 "$wait_pid" 2>/dev/null; do wait "$wait_pid"; done
+  wait "$wait_pid" 2>/dev/null; joined=$?
+fi
+
+if [ -n "$signalled" ]; then
+  say "stopped before the study started"
+  status=143
+elif [ "$joined" != 0 ]; then
+  say "the Ray nodes did not come up (exit $joined); nothing was run"
+  status=4
+else
+  if "$PYTHON" -m study status "$NAME" --storage "$STORAGE" >/dev/null 2>&1; then
+    say "study $NAME exists in $STORAGE: study resume"
+    "$PYTHON" -m study resume "$NAME" --storage "$STORAGE" --shared-storage --address "$HEAD" &
+  else
+    say "study run ${{RUN[0]}} --name $NAME"
+    "$PYTHON" -m study run "${{RUN[@]}}" --name "$NAME" --storage "$STORAGE" --shared-storage --address "$HEAD" &
+  fi
+  driver=$!
+  [ -z "$signalled" ] || kill -TERM "$driver" 2>/dev/null
+  while kill -0 "$driver" 2>/dev/null; do wait "$driver"; done
+  wait "$driver" 2>/dev/null; status=$?
+  say "the study's driver exited with status $status"
+fi
+
+# ---- stop every Ray node (SIGUSR2: each node's clean-up; srun passes it to the other nodes)
+[ -z "$workers_pid" ] || kill -USR2 "$workers_pid" 2>/dev/null
+kill -USR2 "$head_pid" 2>/dev/null
+for pid in $workers_pid $head_pid; do
+  while kill -0 "$pid" 2>/dev/null; do wait "$pid"; done
+done
+say "Ray stopped on every node"
+
+if [ "$signalled" = USR1 ]; then
+  say "time limit near: requeueing job $SLURM_JOB_ID (the next run resumes the study)"
+  trap '' TERM INT  # SLURM ends this run of the job now
+  scontrol requeue "$SLURM_JOB_ID" || say "scontrol requeue failed: continue with \`study slurm $NAME --resume\`"
+fi
+exit "$status"
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "slurm", usage="study slurm [options] FILE [-- SBATCH_OPTION ...]", help="write or submit an sbatch script that runs a study on a SLURM allocation",
+        description="Print an sbatch script (or submit it with --submit) that starts one Ray node per "
+        "allocated node (the head on the first; `srun` for the others; the allocation's CPUs and GPUs; "
+        "token authentication; node-local temp dirs), runs `study run FILE --address HEAD --storage STORAGE "
+        "--shared-storage` against it (`study resume` once the study exists: a requeued job), and stops "
+        "every Ray process of the job when the study ends. sbatch options go after `--`, e.g. "
+        "`study slurm FILE --storage /nfs/studies --submit -- --nodes=2 --cpus-per-task=16 --gpus-per-task=1 "
+        "--time=24:00:00`.",
+        epilog="SIGTERM (scancel, preemption) stops the study cleanly (trials `interrupted`); SIGUSR1, which the "
+        "script asks for 2 minutes before the time limit, does the same and requeues the job. Exit status of "
+        "the job: the driver's (0, 1 a trial failed, 2 bad input, 3 storage, 4 Ray did not come up, 143 stopped).")
+    p.add_argument("file", help="study file (with --resume: the name of an existing study)")
+    p.add_argument("--storage", default=None,
+                   help="s3://bucket/prefix or a folder every node mounts at the same path (default: $STUDY_STORAGE)")
+    p.add_argument("--name", help="study name (default: the file's `name` or stem)")
+    p.add_argument("--data", help="override the file's data source (a path every node sees)")
+    p.add_argument("--resume", action="store_true", help="continue the existing study FILE names (study resume)")
+    p.add_argument("--python", default=sys.executable,
+                   help="the Python of this project's environment on the nodes (default: this one)")
+    p.add_argument("--ray-logs", default=None,
+                   help="folder (every node sees it) to copy each node's Ray logs to when the job ends, as "
+                   "DIR/ray-JOBID-RESTART/NODE (default: the folder sbatch was run from); '' keeps them nowhere")
+    p.add_argument("--submit", action="store_true", help="submit the script with sbatch and print the job id")
+    p.set_defaults(func=run_slurm, sbatch=[])
+    _options_after_separator(p)
+
+
+def _options_after_separator(parser) -> None:
+    """Everything after the first ``--`` is sbatch's (``args.sbatch``), never this parser's."""
+    parse = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        rest = args[args.index("--") + 1:] if "--" in args else []
+        ns, extra = parse(args[:len(args) - len(rest) - (1 if "--" in args else 0)], namespace)
+        ns.sbatch = rest
+        return ns, extra
+
+    parser.parse_known_args = parse_known_args
+
+
+def _sbatch_options(opts: list[str]) -> list[str]:
+    for o in opts:
+        if not o.startswith("-"):
+            fail(PROG, f"sbatch options: {o!r} is not an option (give them after `--`, as --key=value)")
+        if o.split("=", 1)[0] in REFUSED_SBATCH:
+            fail(PROG, f"sbatch options: {o.split('=', 1)[0]} is set by the script (one Ray node per "
+                       f"node, one study per job)")
+        if "\n" in o:
+            fail(PROG, f"sbatch options: {o!r} holds a line break")
+    return opts
+
+
+def _storage(value: str | None) -> str:
+    from study.storage import STORAGE_ENV, is_remote, resolve_storage
+
+    import os
+
+    if value is None and not os.environ.get(STORAGE_ENV):
+        fail(PROG, f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
+    try:
+        storage = resolve_storage(value)
+    except ValueError as e:
+        fail(PROG, str(e))
+    return storage if is_remote(storage) else str(Path(storage).resolve())
+
+
+def script_for(args: argparse.Namespace) -> str:
+    """The sbatch script for ``args`` (checked: a study file that validates, a study
+    that does not exist yet — or does, with ``--resume``)."""
+    from study.cliutil import package_version
+    from study.storage import study_exists, study_root
+
+    storage = _storage(args.storage)
+    sbatch = _sbatch_options(args.sbatch)
+    if args.resume:
+        if args.name or args.data:
+            fail(PROG, "--resume continues a stored study as it is: no --name or --data")
+        name = args.file
+        try:
+            exists = study_exists(study_root(storage, name))
+        except OSError as e:
+            fail(PROG, f"--storage: cannot reach {storage}: {' '.join(str(e).split())}")
+        if not exists:
+            fail(PROG, f"no study {name!r} in {storage}")
+        run_args = [name]  # not used: the study exists, so the job runs `study resume NAME`
+    else:
+        name = _checked_spec(args, storage)
+        file = str(Path(args.file).resolve())
+        run_args = [file] + (["--data", args.data] if args.data else [])
+    q = shlex.quote
+    if args.ray_logs is None:  # the folder sbatch ran from, known in the job
+        ray_logs = '"${SLURM_SUBMIT_DIR:-$PWD}"'
+    else:
+        ray_logs = q(str(Path(args.ray_logs).resolve()) if args.ray_logs else "")
+    lines = "\n".join(f"#SBATCH {o}" for o in (*DEFAULT_SBATCH, *sbatch))
+    return SCRIPT.format(job_name=f"study-{name}", sbatch_lines=lines, version=package_version(),
+                         python=q(args.python), storage=q(storage), name=q(name),
+                         run_args=" ".join(q(a) for a in run_args), ray_logs=ray_logs)
+
+
+def _checked_spec(args: argparse.Namespace, storage: str) -> str:
+    """The study's name; the file validated (resources against no particular machine);
+    a study of that name already stored is refused."""
+    from study.spec import SpecError, _valid_name, load_spec
+    from study.storage import study_exists, study_root
+
+    try:
+        spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)
+    except SpecError as e:
+        fail(PROG, str(e))
+    name = args.name if args.name is not None else spec.name
+    if not _valid_name(name):
+        from study.limits import MAX_NAME_LENGTH
+
+        fail(PROG, f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', got {name!r}")
+    try:
+        exists = study_exists(study_root(storage, name))
+    except OSError as e:
+        fail(PROG, f"--storage: cannot reach {storage}: {' '.join(str(e).split())}")
+    if exists:
+        fail(PROG, f"--name: study {name!r} already exists in {storage} (continue it with "
+                   f"`study slurm {name} --resume` or pick another --name)")
+    return name
+
+
+def run_slurm(args: argparse.Namespace) -> int:
+    script = script_for(args)
+    if not args.submit:
+        sys.stdout.write(script)
+        return 0
+    try:
+        r = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True)
+    except FileNotFoundError:
+        fail(PROG, "--submit: sbatch is not on PATH (run this on a SLURM login node, or print the script)")
+    if r.returncode != 0:
+        print(f"{PROG}: error: sbatch: {' '.join(r.stderr.split())}", file=sys.stderr)
+        return 1
+    print(r.stdout.strip().split(";")[0])
+    return 0
+
+
+def wait_for_nodes(head: str, nodes: int, timeout: float, head_pid: int) -> int:
+    """Inside the job: wait until the Ray cluster at ``head`` has ``nodes`` alive nodes
+    (0), the head's ``ray start`` (``head_pid``) died (1), or ``timeout`` passed (2).
+    Asks the GCS directly (with the job's token): no driver joins the cluster."""
+    import os
+    import socket
+    import time
+
+    from ray._raylet import GcsClient
+
+    deadline = time.time() + timeout
+    client, alive = None, []
+    while time.time() < deadline:
+        try:
+            os.kill(head_pid, 0)
+        except ProcessLookupError:
+            print(f"{PROG}: the Ray head exited before {nodes} node(s) joined", file=sys.stderr)
+            return 1
+        try:
+            if client is None:
+                host, port = head.rsplit(":", 1)
+                socket.create_connection((host, int(port)), timeout=5).close()  # the GCS listens
+                client = GcsClient(address=head)
+            infos = client.get_all_node_info(timeout=10)
+            alive = sorted(info.node_manager_address for info in infos.values() if info.state == 0)  # ALIVE
+            if len(alive) >= nodes:
+                print(f"{PROG}: {len(alive)} Ray node(s) up: {' '.join(alive)}", file=sys.stderr)
+                return 0
+        except Exception:  # noqa: BLE001 - not up yet: OSError, or Ray's own RpcError/RuntimeError
+            pass
+        time.sleep(1)
+    print(f"{PROG}: {len(alive)} of {nodes} Ray node(s) up after {timeout:.0f} s", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # the sbatch script: python -m study.commands.slurm wait HEAD NODES TIMEOUT HEAD_PID
+    if sys.argv[1:2] != ["wait"] or len(sys.argv) != 6:
+        sys.exit(f"usage: python -m {__spec__.name} wait HEAD NODES TIMEOUT HEAD_PID")
+    sys.exit(wait_for_nodes(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])))
