@@ -3,12 +3,49 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import NoReturn
 
+from study import limits
 from study.models.config import ConfigError, ModelConfig  # torch-free
 
 EXIT_USAGE = 2
+
+
+class BoundedInt:
+    """An argparse ``type``: an integer from ``low`` to ``high`` (the documented limit
+    ``limit`` of :mod:`study.limits`), else ``must be an integer from L to H (LIMIT),
+    got X`` (one line, exit 2, before anything is imported or allocated).
+
+    Every integer flag of every command uses one (tests/test_contract_files.py
+    enumerates the parsers): a size a typo made a million times too large is refused
+    by its flag, not found by the machine."""
+
+    def __init__(self, low: int, high: int, limit: str):
+        self.low, self.high, self.limit = low, high, limit
+        self.__name__ = "integer"  # argparse names the type in its messages
+
+    def __call__(self, text: str) -> int:
+        text = text.strip()
+        if not (text.lstrip("+-").isascii() and text.lstrip("+-").isdigit()) or len(text) > limits.MAX_INT_DIGITS:
+            raise argparse.ArgumentTypeError(f"must be an integer from {self.low} to {self.high}, got {text[:40]!r}")
+        value = int(text)
+        if not self.low <= value <= self.high:
+            raise argparse.ArgumentTypeError(f"must be an integer from {self.low} to {self.high} ({self.limit}), "
+                                             f"got {text[:40]}")
+        return value
+
+    def __repr__(self) -> str:
+        return f"BoundedInt({self.low}, {self.high}, {self.limit!r})"
+
+
+def model_int(field: str) -> BoundedInt:
+    """The bound of a model size flag: 1 to ``MAX_MODEL_FIELD[field]``, as in a study file."""
+    return BoundedInt(1, limits.MAX_MODEL_FIELD[field], f"MAX_MODEL_FIELD[{field!r}]")
+
+
+SEED = BoundedInt(0, limits.MAX_SEED, "MAX_SEED")
 
 
 class UsageError(Exception):
@@ -87,14 +124,60 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
                    help="relative positional encoding")
     g.add_argument("--isotropic", action=argparse.BooleanOptionalAction, default=None,
                    help="isotropic Gaussian heads (quadratic only)")
-    g.add_argument("--num-heads", type=int, metavar="N_h", help="heads per layer")
-    g.add_argument("--pos-dim", type=int, metavar="D_p", help="positional encoding dimension")
+    g.add_argument("--num-heads", type=model_int("num_heads"), metavar="N_h", help="heads per layer")
+    g.add_argument("--pos-dim", type=model_int("pos_dim"), metavar="D_p", help="positional encoding dimension")
     g.add_argument("--positional-score", choices=["query", "head"],
                    help="learned encodings: score r_delta with the query (learned_content default, "
                    "pos_dim = hidden) or with learned head keys (learned)")
-    g.add_argument("--hidden", type=int, metavar="D", help="hidden size (400)")
-    g.add_argument("--layers", type=int, help="encoder layers (6)")
-    g.add_argument("--intermediate", type=int, help="feed-forward size (512)")
+    g.add_argument("--hidden", type=model_int("hidden"), metavar="D", help="hidden size (400)")
+    g.add_argument("--layers", type=model_int("layers"), help="encoder layers (6)")
+    g.add_argument("--intermediate", type=model_int("intermediate"), help="feed-forward size (512)")
+
+
+def check_data(prog: str, option: str, data: str) -> None:
+    """What a data source promises that can be checked without reading it or importing
+    torch (``synthetic:N`` bounds, ``cifar10:ROOT`` is a folder, a path exists and is a
+    folder or a regular file, never opened): one line, exit 2, in well under a second."""
+    import re
+    from pathlib import Path
+
+    from study.speccheck import check_data_source
+
+    class _Refused(Exception):
+        pass
+
+    if not data.strip():
+        fail(prog, f"{option}: empty data source")
+    try:
+        check_data_source(lambda _field, message: _Refused(message), data)
+    except _Refused as e:
+        fail(prog, f"{option}: {e}")
+    kind, sep, arg = data.partition(":")
+    if kind in ("synthetic", "cifar10"):
+        return
+    try:
+        exists = Path(data).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):
+        exists = False
+    if not exists:
+        if re.fullmatch(r"[A-Za-z][\w.-]+", kind) and arg:
+            fail(prog, f"{option}: {data}: unknown data source kind {kind!r}")
+        fail(prog, f"{option}: {data}: no such file or directory")
+
+
+def check_model_params(prog: str, config: ModelConfig) -> None:
+    """Refuse a model of more than ``MAX_MODEL_PARAMS`` parameters, counted on PyTorch's
+    meta device (nothing allocated): each size within its limit can still multiply into
+    terabytes (``--hidden 16384 --layers 256``)."""
+    from study.models.trained import state_shapes
+
+    try:
+        n = sum(math.prod(s) for s in state_shapes(config).values())
+    except (ConfigError, RuntimeError, ValueError) as e:
+        fail(prog, f"model: {' '.join(str(e).split())[:160]}")
+    if n > limits.MAX_MODEL_PARAMS:
+        fail(prog, f"model: {n:,} parameters, more than {limits.MAX_MODEL_PARAMS:,} (MAX_MODEL_PARAMS); "
+                   "use a smaller --hidden/--layers/--intermediate/--num-heads")
 
 
 def model_overrides(args: argparse.Namespace) -> dict:
