@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from typing import NoReturn
 
@@ -13,14 +14,17 @@ from study.models.config import ConfigError, ModelConfig  # torch-free
 EXIT_USAGE = 2
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 class BoundedInt:
     """An argparse ``type``: an integer from ``low`` to ``high`` (the documented limit
-    ``limit`` of :mod:`study.limits`), else ``must be an integer from L to H (LIMIT),
-    got X`` (one line, exit 2, before anything is imported or allocated).
-
-    Every integer flag of every command uses one (tests/test_contract_files.py
-    enumerates the parsers): a size a typo made a million times too large is refused
-    by its flag, not found by the machine."""
+    ``limit`` of :mod:`study.limits`), else ``argument --flag: must be <= H (LIMIT), got X``
+    (or ``>= L``, or ``an integer``): one line, exit 2, before anything is imported or
+    allocated."""
+    # Every integer flag of every command uses one (tests/test_contract_files.py
+    # enumerates the parsers): a size a typo made a million times too large is refused
+    # by its flag, not found by the machine.
 
     def __init__(self, low: int, high: int, limit: str):
         self.low, self.high, self.limit = low, high, limit
@@ -28,12 +32,15 @@ class BoundedInt:
 
     def __call__(self, text: str) -> int:
         text = text.strip()
-        if not (text.lstrip("+-").isascii() and text.lstrip("+-").isdigit()) or len(text) > limits.MAX_INT_DIGITS:
-            raise argparse.ArgumentTypeError(f"must be an integer from {self.low} to {self.high}, got {text[:40]!r}")
-        value = int(text)
-        if not self.low <= value <= self.high:
-            raise argparse.ArgumentTypeError(f"must be an integer from {self.low} to {self.high} ({self.limit}), "
-                                             f"got {text[:40]}")
+        if not _INTEGER.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text[:40]!r}")
+        digits = text.lstrip("+-").lstrip("0")
+        # more digits than Python converts (4,300) or than any limit has: compared as text
+        value = int(text) if len(digits) <= limits.MAX_INT_DIGITS else (-1 if text.startswith("-") else 1) * 10**100
+        if value > self.high:
+            raise argparse.ArgumentTypeError(f"must be <= {self.high} ({self.limit}), got {text[:40]}")
+        if value < self.low:
+            raise argparse.ArgumentTypeError(f"must be >= {self.low}, got {text[:40]}")
         return value
 
     def __repr__(self) -> str:
@@ -42,7 +49,7 @@ class BoundedInt:
 
 def model_int(field: str) -> BoundedInt:
     """The bound of a model size flag: 1 to ``MAX_MODEL_FIELD[field]``, as in a study file."""
-    return BoundedInt(1, limits.MAX_MODEL_FIELD[field], f"MAX_MODEL_FIELD[{field!r}]")
+    return BoundedInt(1, limits.MAX_MODEL_FIELD[field], "MAX_MODEL_FIELD")
 
 
 SEED = BoundedInt(0, limits.MAX_SEED, "MAX_SEED")

@@ -198,11 +198,14 @@ def _check_limits(prog: str, cfg) -> None:
 
 
 def _validation(text: str) -> int | float:
-    """``N`` images or a fraction ``0.1``."""
+    """``N`` images (at most ``MAX_SUBSET``, as ``--subset``) or a fraction ``0.1``."""
     try:
-        return int(text)
+        value: int | float = int(text)
     except ValueError:
         try:
-            return float(text)
+            value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number of images or a fraction, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be a number of images or a fraction, got {text[:40]!r}") from None
+    if value > limits.MAX_SUBSET:
+        raise argparse.ArgumentTypeError(f"must be <= {limits.MAX_SUBSET} (MAX_SUBSET), got {text[:40]}")
+    return value
