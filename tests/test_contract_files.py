@@ -38,7 +38,7 @@ from study.cli import main
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _cli(*args, cwd=None, timeout: float = 120) -> subprocess.CompletedProcess:
+def _cli(*args, cwd=None, timeout: float = 900) -> subprocess.CompletedProcess:
     """``python -m study ARGS`` with a time-out: a command that blocks on a FIFO fails here."""
     return subprocess.run([sys.executable, "-m", "study", *map(str, args)], cwd=cwd, env=cli_env(),
                           capture_output=True, text=True, timeout=timeout)
@@ -167,7 +167,7 @@ def test_status_reads_no_torch_and_a_good_study_still_answers(tmp_path):
              "    try:\n        main([*argv, '--storage', sys.argv[1]])\n    except SystemExit:\n        pass\n"
              "print('torch' in sys.modules)\n")
     r = subprocess.run([sys.executable, "-c", probe, str(storage)], env=cli_env(), capture_output=True, text=True,
-                       timeout=120)
+                       timeout=900)
     assert r.stdout.strip().splitlines()[-1] == "False", r.stdout + r.stderr
     assert "0 trials recorded of 3 planned" in r.stdout
 
@@ -182,7 +182,7 @@ def test_damaged_table_parts_never_block_status(tmp_path, how):
     heads = storage / "s" / "tables" / "heads" / "c000-s000"
     heads.mkdir(parents=True)
     _damage(heads / "00000.parquet", how)
-    r = _cli("status", "s", "--storage", storage, timeout=120)
+    r = _cli("status", "s", "--storage", storage, timeout=900)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "0 trials recorded of 3 planned" in r.stdout
 
@@ -499,7 +499,7 @@ def test_size_flags_are_refused_before_anything_is_built(argv, needle, tmp_path)
     probe = ("import sys\nfrom study.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
              "except SystemExit as e:\n    code = e.code\nprint(code, 'torch' in sys.modules)\n")
     r = subprocess.run([sys.executable, "-c", probe, *argv], env=cli_env(), capture_output=True, text=True,
-                       cwd=tmp_path, timeout=120)
+                       cwd=tmp_path, timeout=900)
     lines = r.stderr.strip().splitlines()
     assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr[-2000:])
     assert len(lines) == 1 and lines[0].startswith(f"study {argv[0]}: error: ") and needle in lines[0], lines
@@ -553,7 +553,7 @@ def test_refusals_come_before_torch(argv, needle, tmp_path):
     probe = ("import sys\nfrom study.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
              "except SystemExit as e:\n    code = e.code\nprint(code, 'torch' in sys.modules)\n")
     r = subprocess.run([sys.executable, "-c", probe, *argv], env=cli_env(), capture_output=True, text=True,
-                       cwd=tmp_path, timeout=120)
+                       cwd=tmp_path, timeout=900)
     lines = r.stderr.strip().splitlines()
     assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr[-2000:])
     assert len(lines) == 1 and needle in lines[0], lines
@@ -569,8 +569,11 @@ def _jpeg_tree(root: Path, damage) -> Path:
 
 
 DAMAGED_JPEGS = {
-    "extraneous_before_eoi": (lambda b: b[:-2] + b"\x00\x11\x22\x33" + b[-2:], "extraneous bytes before marker 0xd9"),
-    "premature_end": (lambda b: b[: len(b) * 2 // 3], "Premature end of JPEG file"),
+    "extraneous_before_eoi": (lambda b: b[:-2] + b"\x00\x11\x22\x33" + b[-2:],
+                              ("damaged image, its decoder reports: Corrupt JPEG data: ",
+                               "extraneous bytes before marker 0xd9")),
+    # cut short: libjpeg's batch decoder fails, the file-by-file fallback (PIL) names it truncated
+    "premature_end": (lambda b: b[: len(b) * 2 // 3], ("truncated",)),
 }
 
 
@@ -590,7 +593,8 @@ def test_a_jpeg_its_decoder_complains_about_is_refused_by_name(tmp_path, capfd, 
     err = capfd.readouterr().err  # descriptor 2 itself: no raw decoder line may reach it
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, lines
-    assert f"{source}: train/dog/03.jpg: damaged image, its decoder reports: " in lines[0] and words in lines[0]
+    assert lines[0].startswith(f"study train: error: --data: {source}: train/dog/03.jpg: "), lines[0]
+    assert all(w in lines[0] for w in words), lines[0]
     assert not (tmp_path / "o").exists()
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
 
