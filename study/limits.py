@@ -61,6 +61,9 @@ MAX_MODEL_PARAMS = 1_000_000_000
 #: ``study theorem``: the largest tensor it builds, batch × K² heads × T² attention
 #: probabilities, T = (size + K - 1)² padded tokens (2 GiB in float64)
 MAX_THEOREM_ELEMENTS = 2**28
+#: ``study theorem``: multiply-adds of its per-head value maps, batch × T × K² × D_in × D_out
+#: (about a minute of one CPU core)
+MAX_THEOREM_MACS = 2**36
 #: ``study bench``: images per step, timed / warm-up steps, timed windows
 MAX_BENCH_BATCH = 4_096
 MAX_BENCH_STEPS = 100_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from study.cliutil import SEED, BoundedInt, fail, model_int
-from study.limits import MAX_MODEL_FIELD, MAX_THEOREM_ELEMENTS
+from study.limits import MAX_MODEL_FIELD, MAX_THEOREM_ELEMENTS, MAX_THEOREM_MACS
 
 MAX_KERNEL = int(MAX_MODEL_FIELD["num_heads"] ** 0.5)  # 32: K² heads
 BATCH = 2  # images of the check (study.theory.theorem_error's default)
@@ -41,6 +41,10 @@ def run(args: argparse.Namespace) -> int:
     if args.kernel % 2 == 0:
         fail(prog, f"--kernel: must be a positive odd integer, got {args.kernel}")
     n = largest_tensor(args.kernel, args.in_channels, args.out_channels, args.size)
+    work = BATCH * (args.size + args.kernel - 1) ** 2 * args.kernel**2 * args.in_channels * args.out_channels
+    if work > MAX_THEOREM_MACS:
+        fail(prog, f"--kernel {args.kernel} --in {args.in_channels} --out {args.out_channels} --size {args.size}: "
+                   f"the check would take {work:,} multiply-adds, more than {MAX_THEOREM_MACS:,} (MAX_THEOREM_MACS)")
     if n > MAX_THEOREM_ELEMENTS:
         fail(prog, f"--kernel {args.kernel} --in {args.in_channels} --out {args.out_channels} --size {args.size}: "
                    f"the check would build a tensor of {n:,} elements, more than {MAX_THEOREM_ELEMENTS:,} "
