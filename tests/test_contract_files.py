@@ -536,7 +536,7 @@ def test_analysis_size_flags(argv, needle, capsys):
     (["train", "--data", "ftp:x", "--out", "o"], "unknown data source kind 'ftp'"),
     (["train", "--data", "{fifo}", "--out", "o"], "is not a folder or a regular file"),
     (["train", "--data", "cifar10:{missing}", "--out", "o"], "is not a folder"),
-    (["train", "--num-heads", "3", "--hidden", "16", "--out", "o"], "--hidden"),
+    (["train", "--lr", "inf", "--out", "o"], "--lr: must be a finite"),
     (["evaluate", "missing.pt"], "missing.pt: no such file"),
     (["evaluate", "{fifo}"], "not a file"),
     (["evaluate", "{file}", "--data", "nope"], "--data: nope: no such file or directory"),
