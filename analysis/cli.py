@@ -18,7 +18,8 @@ from pathlib import Path
 from analysis.io import AnalysisError, load
 from analysis.query import FORMATS, run_query
 
-from study.cliutil import Parser as _Parser, fail as _fail, package_version as _version  # torch-free
+from study.cliutil import BoundedInt, Parser as _Parser, fail as _fail, package_version as _version  # torch-free
+from study.limits import MAX_EPOCHS, MAX_PORT
 from study.tables import TableWarning, warnings_as_lines
 
 
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     _target(f)
     f.add_argument("--out", type=Path, default=None,
                    help="output folder (default: <study folder>/figures; ./figures/<name> for a URI)")
-    f.add_argument("--epoch", type=int, default=None, metavar="N",
+    f.add_argument("--epoch", type=BoundedInt(0, MAX_EPOCHS - 1, "MAX_EPOCHS"), default=None, metavar="N",
                    help="epoch of head and map figures as stored in the tables (0-based: 0 is after the "
                         "first epoch); trajectories and convolution-likeness stop there "
                         "(default: each trial's last)")
@@ -82,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the HTML file (default: <study folder>/report.html; ./<name>-report.html for a "
                         "URI); with --serve, written only when given")
     r.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and keep it current")
-    r.add_argument("--port", type=int, default=8765, help="port of --serve (0: any free port)")
+    r.add_argument("--port", type=BoundedInt(0, MAX_PORT, "MAX_PORT"), default=8765,
+                   help="port of --serve (0: any free port)")
     r.add_argument("--interval", type=float, default=3.0, help="seconds between checks of the tables (--serve)")
     r.set_defaults(func=_report)
     return parser

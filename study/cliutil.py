@@ -3,12 +3,56 @@
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 from typing import NoReturn
 
+from study import limits
 from study.models.config import ENCODING_FIELDS, ENCODINGS, ConfigError, ModelConfig  # torch-free
 
 EXIT_USAGE = 2
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+class BoundedInt:
+    """An argparse ``type``: an integer from ``low`` to ``high`` (the documented limit
+    ``limit`` of :mod:`study.limits`), else ``argument --flag: must be <= H (LIMIT), got X``
+    (or ``>= L``, or ``an integer``): one line, exit 2, before anything is imported or
+    allocated."""
+    # Every integer flag of every command uses one (tests/test_contract_files.py
+    # enumerates the parsers): a size a typo made a million times too large is refused
+    # by its flag, not found by the machine.
+
+    def __init__(self, low: int, high: int, limit: str):
+        self.low, self.high, self.limit = low, high, limit
+        self.__name__ = "integer"  # argparse names the type in its messages
+
+    def __call__(self, text: str) -> int:
+        text = text.strip()
+        if not _INTEGER.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text[:40]!r}")
+        digits = text.lstrip("+-").lstrip("0")
+        # more digits than Python converts (4,300) or than any limit has: compared as text
+        value = int(text) if len(digits) <= limits.MAX_INT_DIGITS else (-1 if text.startswith("-") else 1) * 10**100
+        if value > self.high:
+            raise argparse.ArgumentTypeError(f"must be <= {self.high} ({self.limit}), got {text[:40]}")
+        if value < self.low:
+            raise argparse.ArgumentTypeError(f"must be >= {self.low}, got {text[:40]}")
+        return value
+
+    def __repr__(self) -> str:
+        return f"BoundedInt({self.low}, {self.high}, {self.limit!r})"
+
+
+def model_int(field: str) -> BoundedInt:
+    """The bound of a model size flag: 1 to ``MAX_MODEL_FIELD[field]``, as in a study file."""
+    return BoundedInt(1, limits.MAX_MODEL_FIELD[field], "MAX_MODEL_FIELD")
+
+
+SEED = BoundedInt(0, limits.MAX_SEED, "MAX_SEED")
 
 
 class UsageError(Exception):
@@ -84,15 +128,62 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model (defaults: the paper's SA quadratic, N_h=9)")
     g.add_argument("--arch", choices=["sa", "resnet18"], help="model family")
     g.add_argument("--encoding", choices=list(ENCODINGS), help="attention encoding")
-    g.add_argument("--num-heads", type=int, metavar="N_h", help="heads per layer")
+    g.add_argument("--num-heads", type=model_int("num_heads"), metavar="N_h", help="heads per layer")
     for f in ENCODING_FIELDS.values():
         if f.type is bool:
             g.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=f.doc)
         else:
-            g.add_argument(flag(f.name), type=f.type, choices=f.choices, metavar=f.metavar, help=f.doc)
-    g.add_argument("--hidden", type=int, metavar="D", help="hidden size (400)")
-    g.add_argument("--layers", type=int, help="encoder layers (6)")
-    g.add_argument("--intermediate", type=int, help="feed-forward size (512)")
+            kind = model_int(f.name) if f.type is int else f.type
+            g.add_argument(flag(f.name), type=kind, choices=f.choices, metavar=f.metavar, help=f.doc)
+    g.add_argument("--hidden", type=model_int("hidden"), metavar="D", help="hidden size (400)")
+    g.add_argument("--layers", type=model_int("layers"), help="encoder layers (6)")
+    g.add_argument("--intermediate", type=model_int("intermediate"), help="feed-forward size (512)")
+
+
+def check_data(prog: str, option: str, data: str) -> None:
+    """What a data source promises that can be checked without reading it or importing
+    torch (``synthetic:N`` bounds, ``cifar10:ROOT`` is a folder, a path exists and is a
+    folder or a regular file, never opened): one line, exit 2, in well under a second."""
+    import re
+    from pathlib import Path
+
+    from study.speccheck import check_data_source
+
+    class _Refused(Exception):
+        pass
+
+    if not data.strip():
+        fail(prog, f"{option}: empty data source")
+    try:
+        check_data_source(lambda _field, message: _Refused(message), data)
+    except _Refused as e:
+        fail(prog, f"{option}: {e}")
+    kind, sep, arg = data.partition(":")
+    if kind in ("synthetic", "cifar10"):
+        return
+    try:
+        exists = Path(data).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):
+        exists = False
+    if not exists:
+        if re.fullmatch(r"[A-Za-z][\w.-]+", kind) and arg:
+            fail(prog, f"{option}: {data}: unknown data source kind {kind!r}")
+        fail(prog, f"{option}: {data}: no such file or directory")
+
+
+def check_model_params(prog: str, config: ModelConfig) -> None:
+    """Refuse a model of more than ``MAX_MODEL_PARAMS`` parameters, counted on PyTorch's
+    meta device (nothing allocated): each size within its limit can still multiply into
+    terabytes (``--hidden 16384 --layers 256``)."""
+    from study.models.trained import state_shapes
+
+    try:
+        n = sum(math.prod(s) for s in state_shapes(config).values())
+    except (ConfigError, RuntimeError, ValueError) as e:
+        fail(prog, f"model: {' '.join(str(e).split())[:160]}")
+    if n > limits.MAX_MODEL_PARAMS:
+        fail(prog, f"model: {n:,} parameters, more than {limits.MAX_MODEL_PARAMS:,} (MAX_MODEL_PARAMS); "
+                   "use a smaller --hidden/--layers/--intermediate/--num-heads")
 
 
 def model_overrides(args: argparse.Namespace) -> dict:

@@ -50,6 +50,38 @@ MAX_TRAIN_FIELD = {"head_images": 100_000, "eval_batch_size": 1_000_000, "map_ra
 MAX_CPUS_PER_TRIAL = 1_024
 MAX_GPUS_PER_TRIAL = 1_024
 
+#: CPUs / GPUs of a target machine or cluster (``study validate --cpus/--gpus``, ``--num-cpus``)
+MAX_CLUSTER_CPUS = 1_000_000
+MAX_CLUSTER_GPUS = 100_000
+#: parameters of a model built from flags (``study models``, ``study train``; counted on
+#: PyTorch's meta device, nothing allocated): 4 GB of float32 weights; the paper's are ≤ 12 M
+MAX_MODEL_PARAMS = 1_000_000_000
+
+# ---------------------------------------------------------------- other commands
+#: ``study theorem``: the largest tensor it builds, batch × K² heads × T² attention
+#: probabilities, T = (size + K - 1)² padded tokens (2 GiB in float64)
+MAX_THEOREM_ELEMENTS = 2**28
+#: ``study theorem``: multiply-adds of its per-head value maps, batch × T × K² × D_in × D_out
+#: (about a minute of one CPU core)
+MAX_THEOREM_MACS = 2**36
+#: ``study bench``: images per step, timed / warm-up steps, timed windows
+MAX_BENCH_BATCH = 4_096
+MAX_BENCH_STEPS = 100_000
+MAX_BENCH_REPEATS = 1_000
+#: ``study evaluate --batch-size``: test images per forward pass
+MAX_EVAL_BATCH = 100_000
+#: training images of any source (``--subset`` of ``study train``/``evaluate``; CIFAR-10 has 50,000)
+MAX_SUBSET = 10_000_000
+#: ``analysis`` flags: an epoch index, a TCP port
+MAX_PORT = 65_535
+
+# ---------------------------------------------------------------- study metadata
+#: bytes of one metadata file a command reads (``study.json``, a ``trials/*.json``
+#: ledger, a checkpoint's ``params.json``; ours are < 100 kB)
+MAX_META_FILE_BYTES = 16 * 2**20
+#: nesting of JSON in a metadata file (study.json holds the study file: MAX_YAML_DEPTH and a few levels)
+MAX_META_DEPTH = 128
+
 # ---------------------------------------------------------------- data sources
 #: ``synthetic:N`` training images (generation holds ~60 kB per image at its peak)
 MAX_SYNTHETIC_TRAIN = 200_000

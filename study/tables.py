@@ -104,6 +104,9 @@ STATUSES = ("running", "finished", "diverged", "stopped", "interrupted", "error"
 COMPACT_EVERY = 10
 COMPACTED = "compacted.parquet"
 _PART = re.compile(r"^\d{5,}\.parquet$")
+#: a file or folder under ``tables/`` whose name starts with one of these is never read
+#: (a write in progress, ``.tmp-*``, or hidden bookkeeping): no trial id may start so
+SKIPPED_PREFIXES = (".", "_")
 _Q_MAX = 65535
 
 
@@ -260,7 +263,7 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
         rel = info.path[len(p.rstrip("/")) + 1:] if info.path.startswith(p.rstrip("/")) else info.base_name
         parts = rel.split("/")
         full = f"{prefix}/{rel}"
-        if any(x.startswith((".", "_")) for x in parts):
+        if any(x.startswith(SKIPPED_PREFIXES) for x in parts):
             continue  # a write in progress (``.tmp-*``) or hidden bookkeeping
         if full in exclude:
             continue

@@ -322,8 +322,8 @@ def test_analysis_out(capsys, monkeypatch, tmp_path, command, out, needle):
 # --------------------------------------------------------------------------- study run / validate flags
 @pytest.mark.parametrize("args, needle", [
     (["run", "{spec}", "--name", "", "--storage", "st"], "--name: must be 1 to 100 letters"),
-    (["validate", "{spec}", "--gpus", "-1"], "argument --gpus: must be an integer >= 0, got -1"),
-    (["validate", "{spec}", "--cpus", "-2"], "argument --cpus: must be an integer >= 0, got -2"),
+    (["validate", "{spec}", "--gpus", "-1"], "argument --gpus: must be >= 0, got -1"),
+    (["validate", "{spec}", "--cpus", "-2"], "argument --cpus: must be >= 0, got -2"),
     (["run", "{spec}", "--name", "h", "--data", "{archive}", "--storage", "st"], "points outside the archive"),
 ], ids=["run_empty_name", "validate_negative_gpus", "validate_negative_cpus", "run_hostile_archive"])
 def test_study_flags(capsys, monkeypatch, tmp_path, args, needle):

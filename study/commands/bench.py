@@ -8,7 +8,10 @@ import argparse
 import json
 import sys
 
-from study.cliutil import fail
+from study.cliutil import SEED, BoundedInt, fail
+from study.limits import MAX_BENCH_BATCH, MAX_BENCH_REPEATS, MAX_BENCH_STEPS, MAX_CPUS_PER_TRIAL
+
+_STEPS = BoundedInt(1, MAX_BENCH_STEPS, "MAX_BENCH_STEPS")
 
 PROG = "study bench"
 DTYPES = {"float32": None, "bfloat16": "bfloat16", "float16": "float16"}
@@ -47,12 +50,12 @@ def register(sub) -> None:
     p.add_argument("--models", default="all", metavar="LIST",
                    help="comma-separated targets, or 'all' (default)")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
-    p.add_argument("--batch", type=int, default=None, help="images per step (default: 128 on CUDA, 8 on CPU)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps (default: 50 on CUDA, 3 on CPU)")
-    p.add_argument("--warmup", type=int, default=None,
+    p.add_argument("--batch", type=BoundedInt(1, MAX_BENCH_BATCH, "MAX_BENCH_BATCH"), default=None, help="images per step (default: 128 on CUDA, 8 on CPU)")
+    p.add_argument("--steps", type=_STEPS, default=None, help="timed steps (default: 50 on CUDA, 3 on CPU)")
+    p.add_argument("--warmup", type=_STEPS, default=None,
                    help="untimed steps first (compilation; memory is read here), >= 1 "
                    "(default: 10 on CUDA, 1 on CPU)")
-    p.add_argument("--repeats", type=int, default=None,
+    p.add_argument("--repeats", type=BoundedInt(1, MAX_BENCH_REPEATS, "MAX_BENCH_REPEATS"), default=None,
                    help="timed windows of --steps steps per variant; img/s from the median window "
                    "(default 1); attention-layer variants interleave their windows")
     p.add_argument("--dtype", choices=list(DTYPES), default=None,
@@ -72,25 +75,30 @@ def register(sub) -> None:
                    help="shorthand: --no-naive drops the naive reference, --naive adds it")
     p.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOPS",
                    help="peak for MFU, overriding the table / CPU measurement")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=BoundedInt(1, MAX_CPUS_PER_TRIAL, "MAX_CPUS_PER_TRIAL"), default=None,
                    help="CPU threads for torch (default: torch's); 1 is steadier on a shared machine")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)
 
 
 def options_from_args(args: argparse.Namespace):
+    import re
+
+    # what needs no torch first (sizes are bounded by their argparse types): a refusal costs < 1 s CPU
+    if args.peak_tflops is not None and not 0 < args.peak_tflops < float("inf"):
+        fail(PROG, f"--peak-tflops: must be > 0 and finite, got {args.peak_tflops}")
+    if args.dtype is not None and args.amp is not None:
+        fail(PROG, "--amp/--no-amp: give either --dtype or --amp, not both")
+    if args.compile_backend is not None and not args.compile:
+        fail(PROG, "--compile-backend: only with --compile")
+    if args.device is not None and not re.fullmatch(r"(cpu|cuda)(:\d{1,4})?", args.device.strip()):
+        fail(PROG, f"--device: only cuda, cuda:N and cpu are supported, got {args.device[:40]!r}")
     import torch
 
     from study.bench.runner import ALL_TARGETS, default_options, is_target
 
-    for name in ("batch", "steps", "warmup", "repeats", "threads"):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            fail(PROG, f"--{name}: must be >= 1, got {v}")
-    if args.peak_tflops is not None and not args.peak_tflops > 0:
-        fail(PROG, f"--peak-tflops: must be > 0, got {args.peak_tflops}")
     if args.models.strip() == "all":
         targets = ALL_TARGETS
     else:
@@ -107,10 +115,6 @@ def options_from_args(args: argparse.Namespace):
         fail(PROG, "--device: CUDA is not available on this machine")
     if device is not None and device.type not in ("cuda", "cpu"):
         fail(PROG, f"--device: only cuda and cpu are supported, got {device.type}")
-    if args.dtype is not None and args.amp is not None:
-        fail(PROG, "--amp/--no-amp: give either --dtype or --amp, not both")
-    if args.compile_backend is not None and not args.compile:
-        fail(PROG, "--compile-backend: only with --compile")
     overrides = dict(batch=args.batch, steps=args.steps, warmup=args.warmup, repeats=args.repeats, compile=args.compile,
                      compile_backend=args.compile_backend, channels_last=args.channels_last,
                      references=references_from_args(args), targets=targets, peak_tflops=args.peak_tflops, seed=args.seed,
@@ -146,9 +150,10 @@ def references_from_args(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    opts = options_from_args(args)  # flags first: a refused one costs no import of the runner
     from study.bench.report import format_report
     from study.bench.runner import run_bench
 
-    report = run_bench(options_from_args(args))
+    report = run_bench(opts)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 
-from study.cliutil import fail
+from study.cliutil import BoundedInt, check_data, fail
+from study.limits import MAX_EVAL_BATCH, MAX_SUBSET
 
 
 def register(sub) -> None:
@@ -38,9 +40,9 @@ def register(sub) -> None:
     p.add_argument("file", type=Path, help="a .pt written by `study export` (or a checkpoint.pt)")
     p.add_argument("--data", help="synthetic[:N] | cifar10[:ROOT] | image-folder tree or archive "
                                   "(default: the data the model was trained on)")
-    p.add_argument("--subset", type=int, help="the stratified subset of --subset training images "
+    p.add_argument("--subset", type=BoundedInt(1, MAX_SUBSET, "MAX_SUBSET"), help="the stratified subset of --subset training images "
                                               "and its max(N/5, 100) test images (default: the whole test split)")
-    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--batch-size", type=BoundedInt(1, MAX_EVAL_BATCH, "MAX_EVAL_BATCH"), default=500)
     p.add_argument("--device", help="cpu, cuda, cuda:1, … (default: cuda when available)")
     p.set_defaults(func=run_evaluate)
 
@@ -75,10 +77,16 @@ def run_export(args: argparse.Namespace) -> int:
     refs = find_checkpoints(root)
     runs = read_table(f"{root}/tables", "runs")
     key = _choose(prog, runs, refs, args)
-    state = latest_checkpoint(root, key)
-    from study.models.trained import ExportError, export_dict
+    from study.models.trained import ExportError, check_export, export_dict
+
+    def exportable(state: dict, path: str) -> None:  # what is written must load: config, keys, shapes
+        check_export(export_dict(state), where=path)
+
+    def warn(line: str) -> None:
+        print(f"{prog}: warning: {line}", file=sys.stderr, flush=True)
 
     try:
+        state = latest_checkpoint(root, key, check=exportable, warn=warn)
         export = export_dict(state, study=Path(root).name, trial_id=key)
     except ExportError as e:
         fail(prog, f"trial {key}: {e}")
@@ -94,6 +102,15 @@ def run_export(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     prog = "study evaluate"
+    import re
+
+    # flags and cheap properties of the file and the source before torch is imported (< 1 s CPU)
+    if not args.file.is_file():  # a folder, a FIFO, a device (a /dev/zero symlink) is never opened
+        fail(prog, f"{args.file}: {'not a file' if args.file.exists() else 'no such file'}")
+    if args.device is not None and not re.fullmatch(r"(cpu|cuda)(:\d{1,4})?", args.device.strip()):
+        fail(prog, f"--device: only cpu, cuda and cuda:N are supported, got {args.device[:40]!r}")
+    if args.data is not None:
+        check_data(prog, "--data", args.data)
     import torch
 
     from study.data import DataError, DeviceData, load_splits
@@ -101,10 +118,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from study.models.trained import ExportError, read_export
     from study.trial.loop import evaluate
 
-    if not args.file.is_file():
-        fail(prog, f"{args.file}: {'not a file' if args.file.exists() else 'no such file'}")
-    if args.batch_size < 1:
-        fail(prog, f"--batch-size: must be >= 1, got {args.batch_size}")
     try:
         device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
         if device.type == "cuda" and not torch.cuda.is_available():
@@ -119,15 +132,20 @@ def run_evaluate(args: argparse.Namespace) -> int:
     source = args.data or train.get("data")
     if not source:
         fail(prog, "--data: required (the export does not name its training data)")
+    if not args.data:
+        check_data(prog, f"{args.file}: train_config.data", source)
     try:
-        splits = load_splits(source, subset=args.subset, seed=int(train.get("seed", 0)))
+        splits = load_splits(source, subset=args.subset, seed=int(train.get("seed") or 0))
     except DataError as e:
         fail(prog, f"--data: {e}")
     n_classes = export["model_config"].get("num_classes")
     if n_classes != len(splits.classes):
         fail(prog, f"--data: {source} has {len(splits.classes)} classes, the model {n_classes}")
-    model = build_model(export["model_config"])
-    model.load_state_dict(export["state_dict"])
+    try:  # read_export checked every key and shape against the model; this cannot disagree
+        model = build_model(export["model_config"])
+        model.load_state_dict(export["state_dict"])
+    except (RuntimeError, ValueError, MemoryError) as e:
+        fail(prog, f"{args.file}: cannot load its weights ({' '.join(str(e).split())[:160]})")
     model.to(device).eval()
     data = DeviceData(splits.test_images, splits.test_labels, device=device)
     from study.devicepaths import DevicePaths

@@ -11,8 +11,9 @@ import os
 import sys
 from pathlib import Path
 
-from study.cliutil import fail
+from study.cliutil import BoundedInt, fail
 from study.errors import EXIT_STORAGE
+from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS
 from study.storage import STORAGE_ENV
 
 STORAGE_HELP = f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./results)"
@@ -46,21 +47,9 @@ EXIT_CODES = ("exit status: 0 every trial ended (finished, diverged or stopped b
               "or could not be reached; 130 SIGINT, 143 SIGTERM (state saved: `study resume NAME` continues)")
 
 
-def _int_at_least(low: int, wording: str):
-    """An argparse type: an integer >= ``low``, else '<wording>, got ...'."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{wording}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{wording}, got {value}")
-        return value
-    return parse
-
-
-positive_int = _int_at_least(1, "must be a positive integer")
-non_negative_int = _int_at_least(0, "must be an integer >= 0")
+positive_int = BoundedInt(1, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS")  # --num-cpus
+non_negative_int = BoundedInt(0, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS")  # --cpus
+gpu_count = BoundedInt(0, MAX_CLUSTER_GPUS, "MAX_CLUSTER_GPUS")  # --gpus
 
 
 def register(sub) -> None:
@@ -69,7 +58,7 @@ def register(sub) -> None:
                        "trials and the distinct models. Errors: 'FILE: path.to.field: message', exit 2.")
     p.add_argument("file")
     p.add_argument("--data", help="override the file's data source")
-    p.add_argument("--gpus", type=non_negative_int, help="GPUs of the target cluster (checks GPU requests)")
+    p.add_argument("--gpus", type=gpu_count, help="GPUs of the target cluster (checks GPU requests)")
     p.add_argument("--cpus", type=non_negative_int,
                    help="CPUs of the target machine or cluster (default: this machine's)")
     p.set_defaults(func=run_validate)
@@ -173,8 +162,12 @@ def _check_storage(prog: str, storage: str) -> None:
 def _root(storage: str, name: str) -> str:
     from study.storage import study_root
 
-    if "://" not in name and Path(name).is_dir() and (Path(name) / "study.json").exists():
-        return str(Path(name).resolve())
+    if "://" not in name and Path(name).is_dir():
+        marked = os.path.lexists(Path(name) / "study.json") or (Path(name) / "trial.json").is_file()
+        # a study name never holds a '/' or starts with '.': such a NAME is a path, study or not
+        if marked or "/" in name or name.startswith(".") or (
+                "://" not in storage and not os.path.lexists(study_root(storage, name))):
+            return str(Path(name).resolve())
     return study_root(storage, name)
 
 
@@ -338,60 +331,143 @@ def _check_data(prog: str, spec, *, quiet: bool = False) -> None:
                        f"training images of {source}: no training step would run")
 
 
+#: fields of ``study.json`` (written by ``study.tuning.runner``) and their types
+META_FIELDS = {"name": str, "file": str, "raw": dict, "num_trials": int, "cpus_per_trial": (int, float),
+               "gpus_per_trial": (int, float), "workers_per_trial": int, "max_failures": int,
+               "selection_metric": str, "optuna_journal": str, "tables": str, "ddp_storage": str}
+
+
+def study_meta(root: str) -> dict | None:
+    """``root``'s ``study.json``, paths resolved under ``root``; None when it has none.
+    A damaged one (not JSON, wrong types, too big or deep, a FIFO, a device, a folder)
+    is a :class:`study.metafile.MetaFileError` naming the file."""
+    from study.metafile import read_object
+    from study.storage import META_FILE, resolve
+
+    try:
+        meta = read_object(f"{root.rstrip('/')}/{META_FILE}", fields=META_FIELDS)
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # unreadable (permissions, a loop of symlinks, an unreachable store)
+        from study.metafile import MetaFileError
+
+        raise MetaFileError(f"{root.rstrip('/')}/{META_FILE}", f"cannot be read ({e.strerror or e})") from None
+    return resolve(root, meta)
+
+
+def _has_meta(root: str) -> bool:
+    """Whether ``root`` has a ``study.json`` of any kind (a broken one still marks a study)."""
+    from study.storage import META_FILE
+
+    if "://" in root:
+        try:
+            return study_meta(root) is not None
+        except ValueError:
+            return True
+    return os.path.lexists(Path(root) / META_FILE)
+
+
+def _is_train_folder(root: str) -> bool:
+    """A ``study train --out`` folder: its ledger and its tables, no study.json."""
+    return "://" not in root and (Path(root) / "trial.json").is_file() and (Path(root) / "tables").is_dir()
+
+
 def run_status(args: argparse.Namespace) -> int:
     from study.bookkeeping import status_table
-    from study.storage import read_meta
+    from study.metafile import MetaFileError
     from study.tables import read_table
 
-    args.storage = _resolved_storage("study status", args.storage)
+    prog = "study status"
+    args.storage = _resolved_storage(prog, args.storage)
     root = _root(args.storage, args.name)
-    if not _exists("study status", root):
-        fail("study status", f"no study {args.name!r} in {args.storage}")
+    if not _exists(prog, root):
+        fail(prog, f"no study {args.name!r} in {args.storage}")
+    if "://" not in root and not Path(root).is_dir():
+        fail(prog, f"{root} is not a study (not a folder)")
+    planned = None
+    if not _is_train_folder(root):
+        if not _has_meta(root):
+            fail(prog, f"{root} is not a study (no study.json: neither `study run` nor `study train` wrote it)")
+        try:
+            planned = study_meta(root).get("num_trials")
+        except MetaFileError as e:
+            fail(prog, str(e))
     runs = read_table(f"{root}/tables", "runs")
-    try:
-        planned = read_meta(root).get("num_trials")
-    except (FileNotFoundError, OSError):
-        planned = None
     print(status_table(runs, planned))
     return 0
 
 
+def _study_names(storage: str) -> list[str]:
+    """Folders directly under ``storage`` holding a ``study.json`` of any kind (a damaged
+    one is listed as broken, not silently left out)."""
+    from study.storage import META_FILE, list_studies
+
+    if "://" in storage:
+        return list_studies(storage)
+    names = []
+    for p in Path(storage).iterdir():
+        try:
+            if p.is_dir() and os.path.lexists(p / META_FILE):
+                names.append(p.name)
+        except OSError:  # a folder we may not enter: not listed, as `ls` would say
+            continue
+    return sorted(names)
+
+
 def run_list(args: argparse.Namespace) -> int:
+    """Every study under --storage; a study whose study.json cannot be read is one line
+    on stderr naming the file (the others are still listed) and makes the exit status 2."""
     import pandas as pd
 
     from study.bookkeeping import study_line
-    from study.storage import list_studies, read_meta, study_root
+    from study.metafile import MetaFileError
+    from study.storage import study_root
     from study.tables import read_table
 
-    storage = _resolved_storage("study list", args.storage)
+    prog = "study list"
+    storage = _resolved_storage(prog, args.storage)
     if "://" not in storage and not Path(storage).is_dir():
-        fail("study list", f"--storage: no folder {storage}")
-    rows = []
-    for name in list_studies(storage):
+        fail(prog, f"--storage: no folder {storage}")
+    rows, broken = [], []
+    for name in _study_names(storage):
         root = study_root(storage, name)
         try:
-            planned = read_meta(root).get("num_trials")
-        except (OSError, ValueError):
-            planned = None
-        rows.append(study_line(name, read_table(f"{root}/tables", "runs"), planned))
+            meta = study_meta(root)
+        except MetaFileError as e:
+            broken.append(str(e))
+            rows.append({"name": name, "trials": "-", "statuses": f"broken: study.json {e.reason[:60]}",
+                         "last_update": "-"})
+            continue
+        rows.append(study_line(name, read_table(f"{root}/tables", "runs"), (meta or {}).get("num_trials")))
     if not rows:
         print(f"no studies in {storage}")
         return 0
     print(pd.DataFrame(rows).to_string(index=False))
-    return 0
+    for line in broken:
+        print(f"{prog}: error: {line}", file=sys.stderr)
+    return 2 if broken else 0
 
 
 def run_resume(args: argparse.Namespace) -> int:
     prog = "study resume"
     args.storage = _resolved_storage("study resume", args.storage)
     root = _root(args.storage, args.name)
-    if not _exists(prog, root) or ("://" not in root and not (Path(root) / "study.json").exists()):
+    if not _exists(prog, root):
         fail(prog, f"no study {args.name!r} in {args.storage}")
     _cluster_checks(prog, argparse.Namespace(**{**vars(args), "storage": root}))
-    from study.storage import read_meta
+    from study.metafile import MetaFileError
     from study.tuning.loggers import DEFAULT_LOGGERS
 
-    meta = read_meta(root)
+    try:
+        meta = study_meta(root)
+    except MetaFileError as e:
+        fail(prog, str(e))
+    if meta is None:
+        fail(prog, f"{root} is not a study (no study.json)")
+    missing = [k for k in ("name", "raw", "num_trials", "cpus_per_trial", "gpus_per_trial", "workers_per_trial")
+               if meta.get(k) is None]
+    if missing:
+        fail(prog, f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
     _check_loggers(prog, meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
     if args.address:
         from study.tuning import preflight

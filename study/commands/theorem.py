@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from study.cliutil import fail
+from study.cliutil import SEED, BoundedInt, fail, model_int
+from study.limits import MAX_MODEL_FIELD, MAX_THEOREM_ELEMENTS, MAX_THEOREM_MACS
+
+MAX_KERNEL = int(MAX_MODEL_FIELD["num_heads"] ** 0.5)  # 32: K² heads
+BATCH = 2  # images of the check (study.theory.theorem_error's default)
+
+
+def largest_tensor(kernel: int, in_channels: int, out_channels: int, size: int) -> int:
+    """Elements of the largest tensor the check builds: the attention probabilities
+    (batch, K² heads, T, T) over T = (size + K - 1)² zero-padded tokens, or the
+    per-head value maps (K², D_in, D_out)."""
+    tokens = (size + kernel - 1) ** 2
+    return max(BATCH * kernel**2 * tokens**2, kernel**2 * in_channels * out_channels, BATCH * in_channels * tokens)
 
 
 def register(sub) -> None:
@@ -13,29 +25,37 @@ def register(sub) -> None:
         description="Build a random KxK conv (zero padding K//2), convert it with "
         "study.theory.mhsa_from_conv (Lemma 1 + 2) and print max |conv(x) - MHSA(x)|.",
     )
-    p.add_argument("--kernel", type=int, default=3, help="odd kernel size K (default 3)")
-    p.add_argument("--in", dest="in_channels", type=int, default=8, help="input channels")
-    p.add_argument("--out", dest="out_channels", type=int, default=8, help="output channels")
-    p.add_argument("--size", type=int, default=12, help="image side (default 12)")
+    # K² heads: K is bounded as a study file bounds num_heads; channels as hidden; the side as image_size
+    p.add_argument("--kernel", type=BoundedInt(1, MAX_KERNEL, "MAX_MODEL_FIELD['num_heads'] = K^2"), default=3,
+                   help="odd kernel size K (default 3)")
+    p.add_argument("--in", dest="in_channels", type=model_int("hidden"), default=8, help="input channels")
+    p.add_argument("--out", dest="out_channels", type=model_int("hidden"), default=8, help="output channels")
+    p.add_argument("--size", type=model_int("image_size"), default=12, help="image side (default 12)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float64")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    prog = "study theorem"
+    if args.kernel % 2 == 0:
+        fail(prog, f"--kernel: must be a positive odd integer, got {args.kernel}")
+    n = largest_tensor(args.kernel, args.in_channels, args.out_channels, args.size)
+    work = BATCH * (args.size + args.kernel - 1) ** 2 * args.kernel**2 * args.in_channels * args.out_channels
+    if n > MAX_THEOREM_ELEMENTS:
+        fail(prog, f"--kernel {args.kernel} --in {args.in_channels} --out {args.out_channels} --size {args.size}: "
+                   f"the check would build a tensor of {n:,} elements, more than {MAX_THEOREM_ELEMENTS:,} "
+                   "(MAX_THEOREM_ELEMENTS); use a smaller --size or --kernel")
+    if work > MAX_THEOREM_MACS:
+        fail(prog, f"--kernel {args.kernel} --in {args.in_channels} --out {args.out_channels} --size {args.size}: "
+                   f"the check would take {work:,} multiply-adds, more than {MAX_THEOREM_MACS:,} (MAX_THEOREM_MACS)")
     import torch  # here, not at import: `study --help` and bookkeeping commands stay torch-free
 
     from study.theory import theorem_error
 
-    prog = "study theorem"
-    if args.kernel < 1 or args.kernel % 2 == 0:
-        fail(prog, f"--kernel: must be a positive odd integer, got {args.kernel}")
-    for name, v in (("--in", args.in_channels), ("--out", args.out_channels), ("--size", args.size)):
-        if v < 1:
-            fail(prog, f"{name}: must be >= 1, got {v}")
     err = theorem_error(
         kernel=args.kernel, in_channels=args.in_channels, out_channels=args.out_channels,
-        size=args.size, dtype=getattr(torch, args.dtype), seed=args.seed,
+        size=args.size, batch=BATCH, dtype=getattr(torch, args.dtype), seed=args.seed,
     )
     print(f"K={args.kernel} D_in={args.in_channels} D_out={args.out_channels} heads={args.kernel**2} "
           f"{args.dtype}: max |conv(x) - MHSA(x)| = {err:.3e}")

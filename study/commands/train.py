@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import uuid
 from pathlib import Path
 
-from study.cliutil import add_model_flags, fail, flag, model_config, model_overrides
+from study import limits
+from study.cliutil import SEED, BoundedInt, add_model_flags, check_data, fail, flag, model_config, model_overrides
 
-_TRIAL_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+#: a trial id names its table parts (tables/runs/<id>.parquet): no '/' or '..', and no
+#: first character the table readers skip (study.tables.SKIPPED_PREFIXES: '.', '_')
+_TRIAL_ID = re.compile(r"[A-Za-z0-9-][A-Za-z0-9._-]{0,127}")
 
 
 def register(sub) -> None:
@@ -24,17 +28,17 @@ def register(sub) -> None:
     g = p.add_argument_group("training")
     g.add_argument("--data", default="synthetic",
                    help="synthetic | cifar10[:ROOT] | image-folder tree or .tar/.tar.gz of one")
-    g.add_argument("--subset", type=int, help="use this many training images")
+    g.add_argument("--subset", type=BoundedInt(1, limits.MAX_SUBSET, "MAX_SUBSET"), help="use this many training images")
     g.add_argument("--validation", type=_validation, default=0, metavar="N",
                    help="hold out N training images (or a fraction in (0, 1)), stratified, drawn from --seed; "
                    "their loss/accuracy is recorded every epoch (default 0: none)")
-    g.add_argument("--epochs", type=int, default=300)
-    g.add_argument("--batch-size", type=int, default=100)
+    g.add_argument("--epochs", type=BoundedInt(1, limits.MAX_EPOCHS, "MAX_EPOCHS"), default=300)
+    g.add_argument("--batch-size", type=BoundedInt(1, limits.MAX_BATCH_SIZE, "MAX_BATCH_SIZE"), default=100)
     g.add_argument("--lr", type=float, default=0.1)
     g.add_argument("--weight-decay", type=float, default=1e-4)
     g.add_argument("--warmup", type=float, default=0.05, help="warm-up fraction of all steps")
     g.add_argument("--schedule", choices=["cosine", "step"], default="cosine")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=SEED, default=0)
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
     g.add_argument("--no-amp", dest="amp", action="store_false", help="disable bf16 autocast on CUDA")
     g.add_argument("--no-head-stats", dest="head_stats", action="store_false")
@@ -42,7 +46,8 @@ def register(sub) -> None:
                    help="epochs that store attention maps (0-based): auto (first ten, log-spaced, last), "
                    "all, last, none, or a comma-separated list like 0,9,299 (default: auto)")
     g.add_argument("--out", type=Path, default=Path("results/train"), help="output folder")
-    g.add_argument("--trial-id", help="trial id (default: derived from --out)")
+    g.add_argument("--trial-id", help="trial id: letters, digits, '.', '_', '-', not starting with '.' or '_' "
+                   "(default: --out's folder name, made into one)")
     g.add_argument("--quiet", action="store_true", help="no per-epoch progress line")
     p.set_defaults(func=run)
 
@@ -56,10 +61,19 @@ def _map_epochs(prog: str, value: str):
         fail(prog, f"--map-epochs: must be auto, all, last, none or a comma-separated list of epochs, got {value!r}")
 
 
+def derive_trial_id(out: Path) -> str:
+    """The trial id of an ``--out`` folder: its name with every character a trial id
+    cannot hold replaced by '-' and the leading ones the readers skip removed
+    (``.hidden_out`` → ``hidden_out``); a random one when nothing is left."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", out.resolve().name).lstrip("._")[:128]
+    return name if _TRIAL_ID.fullmatch(name) else uuid.uuid4().hex[:8]
+
+
 def run(args: argparse.Namespace) -> int:
-    from study.data import DataError
+    # every flag and what the data source promises are checked before torch is imported
+    # (study.trial.config and study.models.config are torch-free): a refusal costs < 1 s CPU
     from study.models.config import ConfigError
-    from study.trial import TrainConfig, train_trial
+    from study.trial import TrainConfig
 
     prog = "study train"
     mc = model_config(prog, **model_overrides(args))
@@ -83,11 +97,18 @@ def run(args: argparse.Namespace) -> int:
     if blocker is not None:
         fail(prog, f"--out: {blocker} is not a directory")
     if args.trial_id is not None and not _TRIAL_ID.fullmatch(args.trial_id):
-        # it names the table parts (tables/runs/<id>.parquet): a '/' or '..' would write outside tables/
-        fail(prog, f"--trial-id: must be 1 to 128 letters, digits, '.', '_' or '-' (not starting with '.'), "
+        # it names the table parts (tables/runs/<id>.parquet): a '/' or '..' would write outside tables/,
+        # a leading '.' or '_' would hide them from every reader
+        fail(prog, f"--trial-id: must be 1 to 128 letters, digits, '.', '_' or '-' (not starting with '.' or '_'), "
                    f"got {args.trial_id[:60]!r}")
-    trial_id = args.trial_id or out.resolve().name or uuid.uuid4().hex[:8]
+    trial_id = args.trial_id or derive_trial_id(out)
+    check_data(prog, "--data", cfg.data)
+    _check_ledger(prog, out / "trial.json")
+    _check_size(prog, cfg.model)
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    from study.data import DataError
+    from study.trial import train_trial
+
     try:
         from study.data import hold_out_validation, load_splits
 
@@ -142,6 +163,30 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.status == "finished" else 1
 
 
+def _check_ledger(prog: str, path: Path) -> None:
+    """The attempt ledger of an earlier run in --out is an input too: one line if damaged."""
+    from study.metafile import MetaFileError
+    from study.trial.ledger import LEDGER_FIELDS
+
+    if not os.path.lexists(path):
+        return
+    from study.metafile import read_object
+
+    try:
+        read_object(path, fields=LEDGER_FIELDS)
+    except MetaFileError as e:
+        fail(prog, f"--out: {e} (the attempt ledger of an earlier run; remove it to start over)")
+    except OSError as e:
+        fail(prog, f"--out: {path}: cannot be read ({e.strerror or e})")
+
+
+def _check_size(prog: str, model) -> None:
+    """A model within every field's limit can still be too big as a whole."""
+    from study.cliutil import check_model_params
+
+    check_model_params(prog, model)
+
+
 def _check_limits(prog: str, cfg) -> None:
     """The same documented limits (:func:`study.limits.over_limit`) a study file is held to."""
     from study.limits import over_limit
@@ -153,11 +198,14 @@ def _check_limits(prog: str, cfg) -> None:
 
 
 def _validation(text: str) -> int | float:
-    """``N`` images or a fraction ``0.1``."""
+    """``N`` images (at most ``MAX_SUBSET``, as ``--subset``) or a fraction ``0.1``."""
     try:
-        return int(text)
+        value: int | float = int(text)
     except ValueError:
         try:
-            return float(text)
+            value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number of images or a fraction, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be a number of images or a fraction, got {text[:40]!r}") from None
+    if value > limits.MAX_SUBSET:
+        raise argparse.ArgumentTypeError(f"must be <= {limits.MAX_SUBSET} (MAX_SUBSET), got {text[:40]}")
+    return value

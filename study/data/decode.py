@@ -5,14 +5,29 @@ JPEG files are decoded in batches by ``torchvision.io.decode_jpeg``; other forma
 thread pool (the decoders release the GIL for part of their work).  An image whose
 header declares more than :data:`study.limits.MAX_IMAGE_PIXELS` pixels is refused
 before it is decoded (:mod:`.imageheader`), so a pixel bomb never allocates.
+
+The C decoders report damage they recover from (libjpeg's ``Corrupt JPEG data: N
+extraneous bytes before marker 0xd9``, ``Premature end of JPEG file``, libpng's
+warnings) by writing a line straight to file descriptor 2, without naming the file,
+and return an image anyway.  Decoding runs with descriptor 2 redirected to a
+temporary file (:func:`_decoder_messages`); when a decoder wrote something, the
+images are decoded again one by one to find which file it was about, and that file
+is refused (:class:`DataError` naming it and quoting the decoder), for archives and
+folder trees alike.  Text that no image reproduces (another thread's) is passed on
+to stderr unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import re
+import sys
+import tempfile
+import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -64,6 +79,14 @@ def decode_images(
         return hi - lo
 
     workers = workers or default_workers()
+    with _decoder_messages() as said:
+        _decode_all(run, n, workers, progress)
+    if said():
+        _refuse_the_file_decoders_complain_about(flat, buffer, items, source=source, said=said())
+    return out
+
+
+def _decode_all(run: Callable[[int], int], n: int, workers: int, progress) -> None:
     starts = range(0, n, _CHUNK)
     done = 0
 
@@ -76,14 +99,70 @@ def decode_images(
     if workers == 1:
         for lo in starts:
             advance(run(lo))
-        return out
+        return
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode")
     try:
         for future in [pool.submit(run, lo) for lo in starts]:
             advance(future.result())  # in order: the first bad file is reported
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # after an error, skip the rest
-    return out
+
+
+_FD2_LOCK = threading.Lock()  # one redirection of descriptor 2 at a time in this process
+
+
+@contextlib.contextmanager
+def _decoder_messages() -> Iterator[Callable[[], str]]:
+    """Descriptor 2 → a temporary file for the block; yields a function returning what
+    was written there (decoded as text).  Python's own ``sys.stderr`` keeps going to
+    the terminal meanwhile (progress lines are not swallowed)."""
+    with _FD2_LOCK, tempfile.TemporaryFile() as tmp:
+        text = ""
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        saved = os.dup(2)
+        swapped = None
+        try:
+            os.dup2(tmp.fileno(), 2)
+            if _writes_to_fd2(sys.stderr):
+                swapped, sys.stderr = sys.stderr, open(os.dup(saved), "w", buffering=1, closefd=True,
+                                                       encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+                                                       errors="backslashreplace")
+            yield lambda: text
+        finally:
+            if swapped is not None:
+                sys.stderr.close()
+                sys.stderr = swapped
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read(64 * 1024).decode("utf-8", "replace")
+
+
+def _writes_to_fd2(stream) -> bool:
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # pytest's capture, a StringIO
+        return False
+
+
+def _refuse_the_file_decoders_complain_about(flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, int]], *,
+                                             source: str, said: str) -> None:
+    """Decode each image alone until one makes a decoder write: a :class:`DataError`
+    naming it.  None does: the text was not about these images, pass it on."""
+    for item in items:
+        with _decoder_messages() as told:
+            try:
+                _decode_chunk(flat, buffer, [item], source=source)
+            except DataError:
+                pass
+        if told().strip():
+            quoted = one_line("; ".join(ln.strip() for ln in told().splitlines() if ln.strip()), limit=160)
+            raise DataError(f"{source}: {item[0]}: damaged image, its decoder reports: {quoted} "
+                            "(re-encode or remove the file)")
+    sys.stderr.write(said)
 
 
 def _decode_chunk(flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, int]], *, source: str) -> list[Tensor]:
@@ -129,6 +208,7 @@ def _decode_one(name: str, data: Tensor, *, source: str) -> Tensor:
         with Image.open(io.BytesIO(data.numpy().tobytes())) as im:
             arr = np.asarray(im)
     except Exception as e:  # PIL raises many types for bad files
-        raise DataError(f"{source}: {name}: cannot decode image ({one_line(e, limit=120)})") from None
+        why = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", one_line(e, limit=160))  # not the file's name
+        raise DataError(f"{source}: {name}: cannot decode image ({why[:120]})") from None
     arr = arr[:, :, None] if arr.ndim == 2 else arr
     return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))

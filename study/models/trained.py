@@ -30,39 +30,129 @@ class ExportError(ValueError):
 def export_dict(checkpoint: dict[str, Any], *, study: str = "", trial_id: str = "") -> dict[str, Any]:
     """The export of a training checkpoint (``study/trial/checkpoint.py``): weights
     and configuration, without optimizer and RNG state."""
-    if "model_config" not in checkpoint:
+    if not isinstance(checkpoint.get("model_config"), dict):
         raise ExportError("the checkpoint carries no model_config (written before checkpoints recorded "
                           "their model configuration)")
     return {
         "format": FORMAT, "version": VERSION, "model_config": dict(checkpoint["model_config"]),
-        "train_config": dict(checkpoint.get("train_config") or {}), "state_dict": checkpoint["model"],
-        "study": study, "trial_id": trial_id, "epoch": int(checkpoint.get("epoch", 0)),
-        "final_test_acc": float(checkpoint.get("final_test_acc", float("nan"))),
-        "best_test_acc": float(checkpoint.get("best_test_acc", float("nan"))),
+        "train_config": checkpoint.get("train_config") or {}, "state_dict": checkpoint["model"],
+        "study": study, "trial_id": trial_id, "epoch": _number(checkpoint, "epoch", int, 0),
+        "final_test_acc": _number(checkpoint, "final_test_acc", float, float("nan")),
+        "best_test_acc": _number(checkpoint, "best_test_acc", float, float("nan")),
     }
 
 
 def read_export(path: str | os.PathLike, *, map_location: Any = "cpu") -> dict[str, Any]:
     """Load an export (``weights_only=True``; code in a pickle is refused).  A raw
-    training checkpoint (``checkpoint.pt``) is accepted too and converted."""
+    training checkpoint (``checkpoint.pt``) is accepted too and converted.  The
+    result is checked (:func:`check_export`): anything a crafted or damaged file gets
+    wrong is an :class:`ExportError` naming the file, never a failure later."""
+    data = load_payload(path, map_location=map_location)
+    if data.get("format") != FORMAT:
+        if "model" in data and "epoch" in data:  # a training checkpoint
+            data = export_dict(data)
+        else:
+            raise ExportError(f"{path}: not a model export (no format {FORMAT!r})")
+    check_export(data, where=str(path))
+    return data
+
+
+def load_payload(source, *, map_location: Any = "cpu", where: str | None = None) -> dict[str, Any]:
+    """``torch.load(source, weights_only=True)`` of a file (or file object) that must
+    hold a dict: a truncated file, a zip that is not torch's, a pickle carrying code
+    or anything but a dict is an :class:`ExportError` naming ``where``."""
     import pickle
     import warnings
+    import zipfile
 
     import torch
 
+    where = where or str(source)
     try:
         with warnings.catch_warnings():  # torch warns about the pickle protocol of a foreign file
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            data = torch.load(path, map_location=map_location, weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
-        raise ExportError(f"{path}: not a model export ({_load_reason(e)})") from None
+            data = torch.load(source, map_location=map_location, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError, AttributeError, TypeError,
+            IndexError, OSError, zipfile.BadZipFile, UnicodeDecodeError, MemoryError, OverflowError) as e:
+        raise ExportError(f"{where}: not a model export ({_load_reason(e)})") from None
     if not isinstance(data, dict):
-        raise ExportError(f"{path}: not a model export")
-    if data.get("format") != FORMAT:
-        if "model" in data and "epoch" in data:  # a training checkpoint
-            return export_dict(data)
-        raise ExportError(f"{path}: not a model export (no format {FORMAT!r})")
+        raise ExportError(f"{where}: not a model export (holds a {type(data).__name__}, not a dict)")
     return data
+
+
+def state_shapes(config) -> dict[str, tuple[int, ...]]:
+    """Name → shape of every entry of the state dict ``config`` builds, from a model
+    built on the ``meta`` device (no memory is allocated, whatever its size)."""
+    import torch
+
+    from .registry import build_model
+
+    with torch.device("meta"):
+        model = build_model(config)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def check_export(data: dict[str, Any], *, where: str) -> None:
+    """An export's configuration is one this code builds, within the documented limits
+    (:mod:`study.limits`), and its ``state_dict`` holds exactly that model's tensors
+    with their shapes.  Raises :class:`ExportError` naming the first problem."""
+    import torch
+
+    from study.limits import over_limit
+
+    from .config import ConfigError, ModelConfig
+
+    mc = data.get("model_config")
+    if not isinstance(mc, dict):
+        raise ExportError(f"{where}: model_config: must be a dict, got {type(mc).__name__}")
+    try:
+        cfg = ModelConfig.from_dict(mc)
+    except (ConfigError, TypeError) as e:
+        what = f"{e.field}: {e.message}" if isinstance(e, ConfigError) else " ".join(str(e).split())[:120]
+        raise ExportError(f"{where}: model_config.{what}") from None
+
+    class _Only:  # over_limit reads the model's sizes from .model
+        model = cfg
+
+    over = over_limit(_Only)
+    if over is not None:
+        fld, cap, name, v = over
+        raise ExportError(f"{where}: model_config.{fld}: must be <= {cap} ({name}), got {v}")
+    train = data.get("train_config")
+    if train is not None and not isinstance(train, dict):
+        raise ExportError(f"{where}: train_config: must be a dict, got {type(train).__name__}")
+    for fld, types in (("data", str), ("seed", int), ("amp", bool)):
+        v = (train or {}).get(fld)
+        if v is not None and (not isinstance(v, types) or (types is int and isinstance(v, bool))):
+            raise ExportError(f"{where}: train_config.{fld}: must be {types.__name__}, got {v!r}"[:200])
+    seed = (train or {}).get("seed")
+    if isinstance(seed, int) and not 0 <= seed < 2**32:
+        raise ExportError(f"{where}: train_config.seed: must be in [0, 2**32), got {seed}")
+    sd = data.get("state_dict")
+    if not isinstance(sd, dict):
+        raise ExportError(f"{where}: state_dict: must be a dict of tensors, got {type(sd).__name__}")
+    try:
+        expected = state_shapes(cfg)
+    except (ConfigError, RuntimeError, ValueError) as e:
+        raise ExportError(f"{where}: model_config: cannot build the model ({' '.join(str(e).split())[:120]})") from None
+    missing = [k for k in expected if k not in sd]
+    if missing:
+        raise ExportError(f"{where}: state_dict: missing {missing[0]!r}"
+                          + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+                          + f" of the {len(expected)} tensors of the model its model_config builds")
+    extra = [k for k in sd if k not in expected]
+    if extra:
+        raise ExportError(f"{where}: state_dict: unexpected {str(extra[0])[:80]!r}"
+                          + (f" and {len(extra) - 1} more" if len(extra) > 1 else "")
+                          + " (not a tensor of the model its model_config builds)")
+    for k, shape in expected.items():
+        t = sd[k]
+        if not isinstance(t, torch.Tensor):
+            raise ExportError(f"{where}: state_dict.{k}: must be a tensor, got {type(t).__name__}")
+        if tuple(t.shape) != shape:
+            raise ExportError(f"{where}: state_dict.{k}: shape {tuple(t.shape)}, the model needs {shape}")
+        if not (t.is_floating_point() or t.dtype in (torch.int64, torch.int32, torch.bool)):
+            raise ExportError(f"{where}: state_dict.{k}: dtype {t.dtype} is not a parameter dtype")
 
 
 def load_trained(path: str | os.PathLike, *, map_location: Any = "cpu"):
@@ -76,7 +166,19 @@ def load_trained(path: str | os.PathLike, *, map_location: Any = "cpu"):
     return model.eval()
 
 
-__all__ = ["FORMAT", "ExportError", "export_dict", "load_trained", "read_export"]
+__all__ = ["FORMAT", "ExportError", "check_export", "export_dict", "load_payload", "load_trained", "read_export",
+           "state_shapes"]
+
+
+def _number(checkpoint: dict[str, Any], key: str, kind: type, default):
+    """``checkpoint[key]`` as ``kind`` (a number or a 0-d tensor), else ExportError."""
+    v = checkpoint.get(key, default)
+    try:
+        if isinstance(v, bool) or not (isinstance(v, (int, float)) or getattr(v, "ndim", None) == 0):
+            raise TypeError
+        return kind(v)
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        raise ExportError(f"checkpoint's {key}: must be a number, got {type(v).__name__}") from None
 
 
 def _load_reason(e: BaseException) -> str:

@@ -24,7 +24,6 @@ import contextlib
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from study.atomicio import write_atomic
@@ -37,6 +36,10 @@ CLOCK_S = 1.0
 CLOCK_REMOTE_S = 10.0
 
 
+#: the ledger's fields and their types (a damaged ledger is refused, naming the file)
+LEDGER_FIELDS = {"attempts": int, "device_seconds": (int, float), "last_error": str}
+
+
 class TrialLedger:
     def __init__(self, *, uri: str):
         self.uri = str(uri)
@@ -45,18 +48,15 @@ class TrialLedger:
         self.last_error: str | None = None
 
     def read(self) -> dict[str, Any]:
-        try:
-            if is_remote(self.uri):
-                import pyarrow.fs as pafs
+        """The ledger's fields ({} before the first attempt).  A damaged one (not JSON,
+        wrong types, a FIFO, a device, too big) is a :class:`study.metafile.MetaFileError`
+        naming the file: never a hang, and never silently counted from zero."""
+        from study.metafile import read_object
 
-                fs, path = pafs.FileSystem.from_uri(self.uri)
-                with fs.open_input_stream(path) as f:
-                    data = json.loads(f.read())
-            else:
-                data = json.loads(Path(self.uri).read_text())
-        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        try:
+            return read_object(self.uri, fields=LEDGER_FIELDS)
+        except FileNotFoundError:
             return {}
-        return data if isinstance(data, dict) else {}
 
     def ensure_current(self) -> None:
         """Raise :class:`SupersededError` if a newer attempt has started since this one

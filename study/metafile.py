@@ -1,0 +1,155 @@
+"""Reading a study's small JSON files (``study.json``, ``trials/*.json`` ledgers, an
+export's ``params.json``) as the inputs they are.
+
+Anything may sit where such a file should be: a truncated write, text that is not
+JSON, ``[[[…]]]`` nested 100,000 deep, a FIFO (opening it for reading would block
+forever), a symlink to ``/dev/zero`` (endless), a folder, a 10 GB file.  Each is
+refused with :class:`MetaFileError` naming the file and what is wrong, in one line,
+without ever blocking or reading more than :data:`study.limits.MAX_META_FILE_BYTES`:
+the file type is checked with ``stat`` before it is opened, and it is opened with
+``O_NONBLOCK`` so that a file swapped for a FIFO in between still cannot block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any
+
+from study import limits
+from study.errors import StudyError
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+class MetaFileError(StudyError, ValueError):
+    """A metadata file that cannot be used: ``PATH: what is wrong`` (one line)."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self._init = (path, reason)
+        self.path, self.reason = str(path), reason
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def read_bytes(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE_BYTES) -> bytes:
+    """The bytes of a regular file (local or ``scheme://`` URI) of at most ``max_bytes``.
+    Raises FileNotFoundError when it does not exist, :class:`MetaFileError` otherwise."""
+    path = str(path)
+    if "://" in path:
+        return _read_remote(path, max_bytes)
+    st = os.stat(path)  # follows a symlink: its target is what would be read
+    if not stat.S_ISREG(st.st_mode):
+        raise MetaFileError(path, f"is {_kind(st.st_mode)}, not a regular file")
+    if st.st_size > max_bytes:
+        raise MetaFileError(path, f"is {st.st_size:,} bytes, more than the {max_bytes:,} a metadata file may have "
+                                  "(MAX_META_FILE_BYTES)")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise MetaFileError(path, "is a folder, not a regular file") from None
+    try:
+        st = os.fstat(fd)  # what was opened, not what was stat'ed a moment ago
+        if not stat.S_ISREG(st.st_mode):
+            raise MetaFileError(path, f"is {_kind(st.st_mode)}, not a regular file")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise MetaFileError(path, f"is more than the {max_bytes:,} bytes a metadata file may have (MAX_META_FILE_BYTES)")
+    return b"".join(chunks)
+
+
+def _read_remote(uri: str, max_bytes: int) -> bytes:
+    import pyarrow.fs as pafs
+
+    fs, p = pafs.FileSystem.from_uri(uri)
+    info = fs.get_file_info(p)
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(uri)
+    if info.type != pafs.FileType.File:
+        raise MetaFileError(uri, "is not a regular file")
+    if info.size is not None and info.size > max_bytes:
+        raise MetaFileError(uri, f"is {info.size:,} bytes, more than the {max_bytes:,} a metadata file may have "
+                                 "(MAX_META_FILE_BYTES)")
+    with fs.open_input_stream(p) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise MetaFileError(uri, f"is more than the {max_bytes:,} bytes a metadata file may have (MAX_META_FILE_BYTES)")
+    return data
+
+
+def _depth(text: str) -> int:
+    """Deepest nesting of JSON brackets outside strings (a bound checked before parsing,
+    so ``[[[…]]]`` 100,000 deep never reaches the recursive parser)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limits.MAX_META_DEPTH:
+                    return deepest
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def read_json(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE_BYTES) -> Any:
+    """The JSON value of a metadata file (see :func:`read_bytes`); text that is not
+    UTF-8 JSON, or nests deeper than :data:`study.limits.MAX_META_DEPTH`, is a
+    :class:`MetaFileError`."""
+    path = str(path)
+    data = read_bytes(path, max_bytes=max_bytes)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MetaFileError(path, f"not UTF-8 text (byte {e.start})") from None
+    if _depth(text) > limits.MAX_META_DEPTH:
+        raise MetaFileError(path, f"JSON nested deeper than {limits.MAX_META_DEPTH} levels (MAX_META_DEPTH)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise MetaFileError(path, f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except (RecursionError, ValueError) as e:  # e.g. an integer of more than 4,300 digits
+        raise MetaFileError(path, f"not valid JSON ({' '.join(str(e).split())[:120]})") from None
+
+
+def read_object(path: str | os.PathLike, *, fields: dict[str, type | tuple[type, ...]] | None = None,
+                max_bytes: int = limits.MAX_META_FILE_BYTES) -> dict[str, Any]:
+    """:func:`read_json` of a file that must hold a JSON object; each of ``fields``
+    present must have its type (``bool`` is not an ``int`` here)."""
+    value = read_json(path, max_bytes=max_bytes)
+    if not isinstance(value, dict):
+        raise MetaFileError(str(path), f"holds a JSON {type(value).__name__}, not an object")
+    for name, types in (fields or {}).items():
+        if name not in value or value[name] is None:
+            continue
+        v = value[name]
+        types = types if isinstance(types, tuple) else (types,)
+        if (isinstance(v, bool) and bool not in types) or not isinstance(v, types):
+            want = " or ".join({int: "an integer", float: "a number", str: "a string", dict: "an object",
+                                list: "a list", bool: "true/false"}.get(t, t.__name__) for t in types)
+            raise MetaFileError(str(path), f"{name}: must be {want}, got {json.dumps(v)[:60]}")
+    return value
