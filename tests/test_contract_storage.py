@@ -1,0 +1,163 @@
+"""The run contract for the storage itself: every storage URI is an input (one line,
+exit 2 when malformed), an object store that does not answer is one line naming its
+endpoint within a bounded wait (exit 3), archives are read within bounded memory, and
+a full disk or a moved study folder does not lose the study.
+
+Object stores here are only ever on 127.0.0.1 (moto's server, a closed port, a port
+that accepts and never answers) or in a network namespace without a network."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import cli_env, write_spec
+
+#: every command that takes --storage, with the arguments it needs besides it
+COMMANDS = [("study", ["run", "{spec}"]), ("study", ["status", "st"]), ("study", ["resume", "st"]),
+            ("study", ["list"]), ("study", ["export", "st"]), ("analysis", ["query", "st", "SELECT 1"]),
+            ("analysis", ["figures", "st"]), ("analysis", ["report", "st"])]
+COMMAND_IDS = [f"{m}-{a[0]}" for m, a in COMMANDS]
+
+#: malformed storage values: (value, words the one-line refusal must hold)
+MALFORMED = [
+    ("s3://studies/p?versionId=1", "query string"), ("s3://studies/p?", "query string"),
+    ("s3://studies/p#frag", "fragment"), ("s3://AKIAKEY:SECRETKEY@studies/p", "credentials"),
+    ("s3://studies:9000/p", "port"), ("s3:///p", "no bucket"), ("s3://", "no bucket"),
+    ("s3://Studies/p", "bucket name"), ("s3://ab/p", "bucket name"), ("s3://stu dies/p", "blank"),
+    ("s3://studies/a b", "blank"), ("s3://studies/a%20b", "'%'"), ("s3://studies//p", "empty"),
+    ("s3://studies/p/../q", "'..'"), ("gs://studies/p?generation=2", "query string"),
+    ("hdfs://namenode/p", "unsupported storage scheme 'hdfs'"), ("az://container/p", "unsupported"),
+    ("abfss://c@acct.dfs.core.windows.net/p", "unsupported"), ("http://127.0.0.1:9/p", "unsupported"),
+    ("file:///tmp/p", "file://"), ("s3:/studies/p", "not a URI"), ("", "got ''"), ("   ", "got '   '"),
+    (" results", "blank"), ("res\nults", "control character"),
+]
+
+
+def call(module: str, args: list[str], capsys) -> tuple[int, str]:
+    """``study``/``analysis`` ARGS in this process: (exit status, stderr)."""
+    main = __import__(f"{module}.cli", fromlist=["main"]).main
+    try:
+        code = main(args)
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+def argv(args: list[str], spec) -> list[str]:
+    return [a.format(spec=spec) for a in args]
+
+
+@pytest.mark.parametrize("value,words", MALFORMED, ids=[repr(v) for v, _ in MALFORMED])
+def test_malformed_storage_is_one_line_exit_2_on_every_command(tmp_path, monkeypatch, capsys, value, words):
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path, "st")
+    for module, args in COMMANDS:
+        code, err = call(module, [*argv(args, spec), "--storage", value], capsys)
+        assert code == 2, (module, args, err)
+        assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err, (module, args, err)
+        assert "SECRETKEY" not in err  # a credential in a URI is never echoed
+    assert not (tmp_path / "results").exists()  # nothing fell back to ./results
+
+
+def test_empty_study_storage_env_is_refused_not_replaced(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STUDY_STORAGE", "")
+    spec = write_spec(tmp_path, "st")
+    for module, args in COMMANDS:
+        code, err = call(module, argv(args, spec), capsys)
+        assert code == 2 and "$STUDY_STORAGE" in err and len(err.strip().splitlines()) == 1, (module, args, err)
+
+
+@pytest.mark.parametrize("target", ["s3://studies/st?versionId=1", "hdfs://nn/st", "s3://studies/st#x"])
+def test_a_study_named_by_a_malformed_uri_is_one_line_exit_2(tmp_path, monkeypatch, capsys, target):
+    monkeypatch.chdir(tmp_path)
+    for module, args in COMMANDS[1:]:
+        if args[0] == "list":
+            continue
+        code, err = call(module, [args[0], target, *args[2:]], capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (module, args, err)
+
+
+def closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now: connections are refused
+    return port
+
+
+def aws_env(endpoint: str) -> dict[str, str]:
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+@pytest.mark.parametrize("module,args", COMMANDS, ids=COMMAND_IDS)
+def test_unreachable_endpoint_is_one_line_naming_it_exit_3(tmp_path, monkeypatch, capsys, module, args):
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    for k, v in aws_env(endpoint).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(tmp_path)
+    code, err = call(module, [*argv(args, write_spec(tmp_path, "st")), "--storage", "s3://studies/x"], capsys)
+    assert code == 3, err
+    assert len(err.strip().splitlines()) == 1 and endpoint in err and "s3://studies/x" in err, err
+    assert "no studies" not in err
+
+
+def silent_server():
+    """A loopback port that accepts connections and never answers."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    return s
+
+
+def test_an_endpoint_that_never_answers_is_given_up_within_a_bounded_wait(tmp_path):
+    from study.storage import REACH_TIMEOUT_S
+
+    server = silent_server()
+    endpoint = f"http://127.0.0.1:{server.getsockname()[1]}"
+    try:
+        # the landed code waited 100 s here, then printed "no studies", exit 0
+        r = subprocess.run([sys.executable, "-m", "study", "list", "--storage", "s3://studies/x"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=REACH_TIMEOUT_S + 50,
+                           env=cli_env(aws_env(endpoint)))
+    finally:
+        server.close()
+    assert r.returncode == 3 and r.stdout == "", r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and endpoint in r.stderr and "cannot reach" in r.stderr
+
+
+def _in_netns_without_network() -> list[str]:
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
+        pytest.skip("needs `unshare -n` (a network namespace without a network)")
+    return ["unshare", "-n"]
+
+
+@pytest.mark.parametrize("storage", ["gs://studies/x", "s3://studies/x"])
+def test_no_network_at_all_is_one_line_exit_3_not_a_hang(tmp_path, storage):
+    """gs:// (and AWS without an endpoint) on a machine without a network: the landed
+    ``study run`` hung with no output (Google's client retries for 15 minutes)."""
+    from study.storage import REACH_TIMEOUT_S
+
+    wrap = _in_netns_without_network()
+    spec = write_spec(tmp_path, "st")
+    env = {k: v for k, v in cli_env().items() if not k.startswith("AWS_ENDPOINT")}
+    r = subprocess.run([*wrap, sys.executable, "-m", "study", "run", str(spec), "--storage", storage], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=REACH_TIMEOUT_S + 50, env=env)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and storage in r.stderr, r.stderr
+
+
+def test_reachable_store_lists_missing_bucket_is_bad_input(tmp_path, monkeypatch, capsys, s3):
+    monkeypatch.chdir(tmp_path)
+    code, out = call("study", ["list", "--storage", "s3://studies/empty-prefix"], capsys)
+    assert code == 0
+    code, err = call("study", ["list", "--storage", "s3://no-such-bucket/x"], capsys)
+    assert code == 2 and "no bucket 'no-such-bucket'" in err and len(err.strip().splitlines()) == 1, err
