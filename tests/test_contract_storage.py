@@ -161,3 +161,69 @@ def test_reachable_store_lists_missing_bucket_is_bad_input(tmp_path, monkeypatch
     assert code == 0
     code, err = call("study", ["list", "--storage", "s3://no-such-bucket/x"], capsys)
     assert code == 2 and "no bucket 'no-such-bucket'" in err and len(err.strip().splitlines()) == 1, err
+
+
+# ---------------------------------------------------------------------------- archives in bounded memory
+#: run in a child under a 4 GiB address-space limit; prints its one-line outcome
+_LOAD = r"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+from study.data import DataError, load_splits
+for source in sys.argv[1:]:
+    try:
+        print("loaded", len(load_splits(source).train_labels))
+    except DataError as e:
+        print("refused:", e)
+"""
+#: the child's parent: reports the child's peak RSS (KiB) from RUSAGE_CHILDREN
+_PEAK = ("import resource, subprocess, sys; r = subprocess.run([sys.executable, '-c', *sys.argv[1:]]); "
+         "print('rc', r.returncode, 'peak_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def gzip_bomb(path, *, member: str, size: int) -> None:
+    """A gzip'd tar whose one member claims ``size`` bytes of zeros, all of them there:
+    one 64 MiB block compressed once and repeated (gzip allows many streams), so a
+    2 GiB bomb is a 2 MB file built in a fraction of a second."""
+    import gzip
+    import tarfile
+
+    info = tarfile.TarInfo(member)
+    info.size = size
+    block = gzip.compress(bytes(64 << 20))
+    with open(path, "wb") as f:
+        f.write(gzip.compress(info.tobuf(format=tarfile.GNU_FORMAT)))
+        for _ in range(size // (64 << 20)):
+            f.write(block)
+
+
+def load_in_4gib(tmp_path, *sources) -> tuple[list[str], int]:
+    """Each source's outcome line, and the peak RSS (KiB) of the one child loading them."""
+    r = subprocess.run([sys.executable, "-c", _PEAK, _LOAD, *map(str, sources)], capture_output=True, text=True,
+                       timeout=600, env=cli_env({"STUDY_CACHE_DIR": str(tmp_path / "cache")}))
+    *lines, last = r.stdout.strip().splitlines()
+    assert last.startswith("rc 0 "), r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr, r.stderr
+    return lines, int(last.split()[-1])
+
+
+def test_archives_are_read_and_refused_in_bounded_memory_under_a_4gib_limit(tmp_path):
+    """The landed code read every archive with ``f.read(MAX_SOURCE_BYTES + 1)``: under a
+    4 GiB address-space limit every archive, good ones included, failed with a
+    MemoryError, and the 2 MB gzip holding 2 GiB peaked at 4.6 GiB RSS (measured)."""
+    import tarfile
+
+    from data_helpers import make_tree
+
+    make_tree(tmp_path / "tree", n_train=5, n_test=2)
+    good = tmp_path / "good.tar.gz"
+    with tarfile.open(good, "w:gz") as t:
+        t.add(tmp_path / "tree" / "train", arcname="train")
+        t.add(tmp_path / "tree" / "test", arcname="test")
+    image_bomb, blob_bomb = tmp_path / "image-bomb.tar.gz", tmp_path / "blob-bomb.tar.gz"
+    gzip_bomb(image_bomb, member="train/cat/0.png", size=2 << 30)  # the issue's: 2 MB holding 2 GiB
+    gzip_bomb(blob_bomb, member="blob.bin", size=256 << 20)  # streamed through, never held
+    (good_out, *bombs), peak = load_in_4gib(tmp_path, good, image_bomb, blob_bomb)
+    assert good_out == "loaded 15", good_out
+    for out, bomb, words in zip(bombs, (image_bomb, blob_bomb), ("MAX_IMAGE_FILE_BYTES", "truncated tar archive")):
+        assert out.startswith(f"refused: {bomb}: ") and words in out, out
+    assert peak <= 1 << 20, f"peak RSS {peak >> 10} MiB"  # KiB: at most 1 GiB (importing torch is ~0.6)
