@@ -227,3 +227,78 @@ def test_archives_are_read_and_refused_in_bounded_memory_under_a_4gib_limit(tmp_
     for out, bomb, words in zip(bombs, (image_bomb, blob_bomb), ("MAX_IMAGE_FILE_BYTES", "truncated tar archive")):
         assert out.startswith(f"refused: {bomb}: ") and words in out, out
     assert peak <= 1 << 20, f"peak RSS {peak >> 10} MiB"  # KiB: at most 1 GiB (importing torch is ~0.6)
+
+
+# ---------------------------------------------------------------------------- faults that must not lose the study
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MiB tmpfs (needs root and mount permission: skipped elsewhere)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: " + r.stderr.decode().strip())
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def fill(disk) -> "Path":
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def read_until(proc, needle: str, timeout: float = 300) -> list[str]:
+    lines, deadline = [], time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            break
+    return lines
+
+
+@pytest.mark.slow
+def test_a_trial_failing_on_a_full_disk_ends_in_one_line_and_resumes(tmp_path, small_disk):
+    """A trial fails while the disk is full, so Ray's record of it (``error.pkl``) is
+    written on a full disk: the landed code ended in Ray's ``EOFError: Ran out of
+    input`` traceback, exit 1, the trial left ``running``, and after space was freed
+    ``study resume`` refused (``error.pkl: not signed``) unless ``--trust-storage``."""
+    from data_helpers import make_tree
+
+    from study.tables import read_table
+    from tests.helpers import kill_session, popen, run_cli
+
+    tree = tmp_path / "data"
+    make_tree(tree, n_train=10, n_test=4)
+    f = write_spec(tmp_path, "full", data=str(tree), batch_size=10, epochs=1, max_failures=0)
+    env = {"STUDY_CACHE_DIR": str(tmp_path / "cache")}
+    proc = popen("run", str(f), "--storage", str(small_disk), "--num-cpus", "1", cwd=tmp_path, env=env)
+    try:
+        head = read_until(proc, "study full: 1 trials")
+        tree.rename(tmp_path / "away")  # the trial fails when it starts: its source is gone
+        filler = fill(small_disk)  # ... on a full disk
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        kill_session(proc)
+    out = "".join(head) + out
+    assert proc.returncode == 3, out
+    assert "Traceback" not in out and "EOFError" not in out, out
+    assert any("No space left on device" in ln for ln in out.splitlines() if ": error: " in ln
+               or "storage failed" in ln), out
+    tables = small_disk / "full" / "tables"
+    assert "running" not in read_table(tables, "runs").status.tolist()
+
+    filler.unlink()
+    (tmp_path / "away").rename(tree)
+    r = run_cli(tmp_path, "resume", "full", "--storage", str(small_disk), "--num-cpus", "1", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert read_table(tables, "runs").status.tolist() == ["finished"]

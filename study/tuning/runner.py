@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import sys
 from pathlib import Path
 from typing import Any
@@ -268,6 +269,15 @@ def _fit(tuner, contract, *, verbose: bool) -> pd.DataFrame:
             tuner.fit()
         except OSError as e:
             contract.storage_failed(f"{e.filename or contract.root}: {e.strerror or e}")
+        except (EOFError, pickle.UnpicklingError) as e:
+            # Tune reading back a file it wrote on a full disk (a trial's error.pkl, at the
+            # end of fit): the storage failed, the study's state is kept for `study resume`
+            contract.storage_failed(f"{contract.root}: Ray could not read back a file it wrote "
+                                    f"({type(e).__name__}: {' '.join(str(e).split())[:200]}): "
+                                    f"{_space_left(contract.root)}")
+        except Exception:  # noqa: BLE001 - a consequence of a storage failure already reported
+            if contract.storage_error is None:
+                raise
         contract.sign()
         try:
             compact_all(contract.tables)  # what trials left uncompacted (stopped early, killed)
@@ -284,6 +294,18 @@ def _fit(tuner, contract, *, verbose: bool) -> pd.DataFrame:
         contract.say(f"interrupted; continue with `study resume {contract.meta['name']}`")
     runs.attrs["exit_code"] = contract.exit_code(runs)
     return runs
+
+
+def _space_left(root: str) -> str:
+    """'No space left on device' when the study's local disk is full, else a guess."""
+    if not is_remote(root):
+        try:
+            st = os.statvfs(root)
+            if st.f_bavail * st.f_frsize < (1 << 20):
+                return "No space left on device"
+        except OSError:
+            pass
+    return "the storage is full or failing?"
 
 
 def summary(runs: pd.DataFrame) -> str:
