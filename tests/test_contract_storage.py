@@ -318,8 +318,13 @@ def test_a_study_moved_after_its_driver_was_killed_resumes_where_it_is(tmp_path)
     f = write_spec(tmp_path, "mv", data="synthetic:400", epochs=3, grid={"num_heads": [1, 2]}, max_concurrent=1)
     proc = popen("run", str(f), "--storage", "old", "--num-cpus", "1", cwd=tmp_path)
     try:
-        assert wait_for(lambda: len(read_table(tmp_path / "old" / "mv" / "tables", "epochs")) >= 1, proc), \
-            "no epoch written"
+        def an_epoch() -> bool:
+            try:
+                return len(read_table(tmp_path / "old" / "mv" / "tables", "epochs")) >= 1
+            except OSError:  # not created yet
+                return False
+
+        assert wait_for(an_epoch, proc), "no epoch written"
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         kill_session(proc)
