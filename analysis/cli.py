@@ -169,13 +169,18 @@ def _check_out(out: Path, *, folder: bool) -> None:
 
 
 def _check_storage(args: argparse.Namespace) -> None:
-    """A malformed ``--storage`` or ``$STUDY_STORAGE`` is one line, not pyarrow's traceback."""
-    from study.storage import resolve_storage
+    """A malformed ``--storage``, ``$STUDY_STORAGE`` or study URI is one line, not
+    pyarrow's traceback (exit 2); an object store that does not answer is one line
+    naming it within a bounded wait (exit 3, as ``study``), never a hang."""
+    from study.storage import NoBucket, StorageUnreachable, check_study_target
 
     try:
-        resolve_storage(args.storage)
-    except ValueError as e:
+        check_study_target(str(args.study), args.storage)
+    except (ValueError, NoBucket) as e:
         raise AnalysisError(str(e)) from None
+    except StorageUnreachable as e:
+        print(f"analysis {args.command}: error: storage: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(3) from None
 
 
 def main(argv: list[str] | None = None) -> int:

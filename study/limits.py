@@ -85,8 +85,11 @@ MAX_META_DEPTH = 128
 # ---------------------------------------------------------------- data sources
 #: ``synthetic:N`` training images (generation holds ~60 kB per image at its peak)
 MAX_SYNTHETIC_TRAIN = 200_000
-#: bytes of an archive file or of all image files of a tree, as read
+#: bytes of an archive file (streamed, never held in memory whole)
 MAX_SOURCE_BYTES = 8 * 2**30
+#: bytes of a source's image files held in memory (all image files of a tree, the image
+#: members of an archive): reading any source stays well under 1 GiB
+MAX_SOURCE_IMAGE_BYTES = 512 * 2**20
 #: bytes of an archive after decompression (a decompression bomb stops here)
 MAX_DECOMPRESSED_BYTES = 8 * 2**30
 #: bytes of one image file (a 32×32 image is a few kB in any format)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 STORAGE_ENV = "STUDY_STORAGE"
@@ -18,38 +19,230 @@ META_FILE = "study.json"
 
 
 def default_storage() -> str:
-    """``$STUDY_STORAGE`` if set and not empty, else ``results``."""
-    return os.environ.get(STORAGE_ENV) or "results"
+    """``$STUDY_STORAGE`` if set, else ``results`` (a set but empty ``$STUDY_STORAGE`` is
+    returned as it is, and refused by :func:`resolve_storage`)."""
+    value = os.environ.get(STORAGE_ENV)
+    return "results" if value is None else value
 
 
-#: object stores a storage URI may name (pyarrow's file systems); anything else is refused
+#: object stores a storage URI may name (pyarrow's file systems, which Ray Tune uses too)
 REMOTE_SCHEMES = ("s3", "gs", "gcs")
+#: schemes a user may mean but the study cannot store to (refused by name, with what to use)
+_OTHER_SCHEMES = ("file", "hdfs", "viewfs", "az", "abfs", "abfss", "adl", "wasb", "wasbs", "s3a", "s3n",
+                  "http", "https", "ftp", "sftp", "ssh", "memory", "mock", "hf")
+_USE = "use a folder, s3://bucket/prefix or gs://bucket/prefix"
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
+_KEY_CHARS = re.compile(r"[A-Za-z0-9._~=+,-]")
+_SCHEME_PREFIX = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+def _shown(text: str) -> str:
+    """``text`` for an error line: credentials of a ``scheme://user:secret@…`` hidden."""
+    return repr(re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1***@", text))
 
 
 def storage_problem(storage: str) -> str | None:
-    """Why ``storage`` cannot be a storage (one line), or None: an empty value, a URI
-    of a scheme other than :data:`REMOTE_SCHEMES`, or one without a bucket."""
+    """Why ``storage`` cannot be a storage (one line), or None.
+
+    A folder may hold any characters but control characters and surrounding blanks.
+    A URI must be ``s3://bucket/prefix`` or ``gs://bucket/prefix`` (``gcs://`` too):
+    a valid bucket name, a prefix of letters, digits and ``. _ ~ = + , -`` in
+    ``/``-separated non-empty parts, and nothing else: no credentials (``user:key@``),
+    port, query string (``?versionId=…``: the endpoint and region come from the
+    environment) or fragment.  Other schemes (``hdfs://``, ``az://``, ``http://``, …)
+    are refused by name."""
     text = str(storage)
     if not text.strip():
-        return "must be a folder or s3://bucket/prefix, got ''"
+        return f"must be a folder or a URI ({_USE}), got {text!r}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return f"{_shown(text)} contains a control character"
+    if text != text.strip():
+        return f"{_shown(text)} starts or ends with a blank"
+    m = _SCHEME_PREFIX.match(text)
     if "://" not in text:
+        if m and m.group(1).lower() in REMOTE_SCHEMES + _OTHER_SCHEMES:
+            return f"{_shown(text)} is not a URI of the form scheme://bucket/prefix ({_USE})"
         return None
     scheme, rest = text.split("://", 1)
-    if scheme.lower() not in REMOTE_SCHEMES:
-        return f"unsupported URI scheme {scheme!r} in {text!r} (use a folder or s3://bucket/prefix)"
-    if not rest.split("/", 1)[0].split("?", 1)[0]:
-        return f"{text!r} names no bucket (use s3://bucket/prefix)"
+    scheme = scheme.lower()
+    if scheme == "file":
+        return f"{_shown(text)}: give the folder itself, not a file:// URI ({_USE})"
+    if scheme not in REMOTE_SCHEMES:
+        return f"unsupported storage scheme {scheme!r} in {_shown(text)} ({_USE})"
+    where = _shown(text)
+    if "?" in rest:
+        return (f"{where} has a query string; a storage URI is {scheme}://bucket/prefix only (the endpoint and "
+                "region come from the environment: AWS_ENDPOINT_URL, AWS_REGION)")
+    if "#" in rest:
+        return f"{where} has a fragment ('#'); a storage URI is {scheme}://bucket/prefix only"
+    if any(c.isspace() for c in rest):
+        return f"{where} contains a blank (a storage URI is {scheme}://bucket/prefix, without blanks)"
+    bucket, _, prefix = rest.partition("/")
+    if "@" in bucket:
+        return (f"{where} holds credentials; they are never taken from a URI (use the environment: "
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or your cloud's credential files)")
+    if ":" in bucket:
+        return f"{where} names a port; a storage URI names a bucket (the endpoint comes from AWS_ENDPOINT_URL)"
+    if not bucket:
+        return f"{where} names no bucket ({scheme}://bucket/prefix)"
+    if not _BUCKET.fullmatch(bucket) or ".." in bucket or (scheme == "s3" and "_" in bucket):
+        return (f"{where}: {bucket[:80]!r} is not a valid bucket name (3 to 63 lower-case letters, digits, "
+                f"'.' or '-'{', or _' if scheme != 's3' else ''}, starting and ending with a letter or digit)")
+    parts = prefix.rstrip("/").split("/") if prefix.rstrip("/") else []
+    for part in parts:
+        if part in ("", ".", ".."):
+            return f"{where}: the prefix has an empty, '.' or '..' part"
+        bad = next((c for c in part if not _KEY_CHARS.fullmatch(c)), None)
+        if bad is not None:
+            return (f"{where}: character {bad!r} in the prefix (use letters, digits and . _ ~ = + , - "
+                    "between '/')")
     return None
 
 
 def resolve_storage(storage: str | None) -> str:
-    """``--storage`` (``storage``), else ``$STUDY_STORAGE``, else ``results``; a malformed
-    one raises ``ValueError`` with one line naming where it came from."""
-    value = storage or default_storage()
+    """``--storage`` (``storage``, when given: an empty one is refused, never replaced),
+    else ``$STUDY_STORAGE`` (set but empty: refused), else ``results``; a malformed one
+    raises ``ValueError`` with one line naming where it came from.  A URI comes back
+    without its trailing ``/``."""
+    value = default_storage() if storage is None else storage
     problem = storage_problem(value)
     if problem:
-        raise ValueError(f"--storage: {problem}" if storage else f"${STORAGE_ENV}: {problem}")
+        raise ValueError(f"--storage: {problem}" if storage is not None else f"${STORAGE_ENV}: {problem}")
+    if is_remote(value):
+        scheme, rest = value.split("://", 1)
+        return f"{scheme.lower()}://{rest.rstrip('/')}"
     return value
+
+
+# ---------------------------------------------------------------------------- reaching a store
+#: seconds one connection may take, one request may stall, and the whole reachability
+#: check (every command checks an object store once before it uses it)
+CONNECT_TIMEOUT_S = 2.0
+REQUEST_TIMEOUT_S = 3.0
+REACH_TIMEOUT_S = 8.0
+_ATTEMPTS = 2
+
+
+def endpoint(uri: str) -> str:
+    """The endpoint an object-storage URI is served from (what an error line names)."""
+    scheme = uri.split("://", 1)[0].lower()
+    if scheme == "s3":
+        custom = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        return custom or "https://s3.amazonaws.com (AWS)"
+    return "https://storage.googleapis.com"
+
+
+def _split(uri: str) -> tuple[str, str, str]:
+    scheme, rest = uri.split("://", 1)
+    bucket, _, prefix = rest.partition("/")
+    return scheme.lower(), bucket, prefix.strip("/")
+
+
+def filesystem(uri: str):
+    """``(fs, path)`` for an object-storage URI, like ``pyarrow.fs.FileSystem.from_uri``
+    but with bounded waits: connections time out after :data:`CONNECT_TIMEOUT_S`, a
+    stalled request after :data:`REQUEST_TIMEOUT_S`, and a failed request is tried
+    :data:`_ATTEMPTS` times (GCS: retries stop after :data:`REQUEST_TIMEOUT_S`)."""
+    import pyarrow.fs as pafs
+
+    scheme, bucket, prefix = _split(uri)
+    path = f"{bucket}/{prefix}" if prefix else bucket
+    if scheme == "s3":
+        custom = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        # from_uri asks AWS for the bucket's region unless an endpoint is set; so do we
+        region = None if custom else pafs.resolve_s3_region(bucket)
+        where = {}
+        if custom:
+            from urllib.parse import urlsplit
+
+            u = urlsplit(custom if "://" in custom else f"https://{custom}")
+            where = {"endpoint_override": u.netloc + u.path.rstrip("/"), "scheme": u.scheme or "https"}
+        fs = pafs.S3FileSystem(region=region, connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
+                               retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS), **where)
+        return fs, path
+    import datetime
+
+    return pafs.GcsFileSystem(retry_time_limit=datetime.timedelta(seconds=REQUEST_TIMEOUT_S)), path
+
+
+class StorageUnreachable(OSError):
+    """An object store that did not answer (or refused) within the bounded wait; its
+    one-line message names the URI and the endpoint."""
+
+
+class NoBucket(ValueError):
+    """The URI's bucket does not exist at its endpoint (bad input, not a failure)."""
+
+
+def _bounded(uri: str, work, *, timeout: float):
+    """``work()`` in a helper thread, given up after ``timeout`` seconds: an object
+    store's client may retry longer than its own time-outs say (credential look-ups,
+    name resolution), and a command must never hang on it."""
+    import threading
+
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = work()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="storage-reach", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise StorageUnreachable(f"cannot reach {uri} at {endpoint(uri)}: no answer within {timeout:.0f} s")
+    if "error" in box:
+        e = box["error"]
+        if isinstance(e, (NoBucket, StorageUnreachable, FileNotFoundError)):
+            raise e
+        if isinstance(e, (OSError, ValueError)):
+            raise StorageUnreachable(f"cannot reach {uri} at {endpoint(uri)}: {_reason(e)}") from None
+        raise e
+    return box.get("value")
+
+
+def _reason(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    for marker in ("Details: ", "last message of "):
+        if marker in text:
+            text = text.split(marker, 1)[1]
+    return text[:240]
+
+
+def check_reachable(uri: str, *, timeout: float = REACH_TIMEOUT_S) -> None:
+    """Refuse an object store that cannot be used, within ``timeout`` seconds:
+    :class:`NoBucket` (its bucket does not exist) or :class:`StorageUnreachable`
+    (no answer, refused, denied).  A folder is not checked here."""
+    if not is_remote(uri):
+        return
+
+    def work():
+        import pyarrow.fs as pafs
+
+        fs, path = filesystem(uri)
+        bucket = path.split("/", 1)[0]
+        if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+            raise NoBucket(f"no bucket {bucket!r} at {endpoint(uri)} ({uri})")
+        fs.get_file_info(path)
+
+    _bounded(uri, work, timeout=timeout)
+
+
+def check_study_target(target: str, storage: str | None) -> None:
+    """For a command given a study as NAME (under ``storage``) or PATH (a folder or a
+    URI): the storage is well formed (``ValueError``), and the object store the study
+    would be read from is reachable (:func:`check_reachable`)."""
+    value = resolve_storage(storage)
+    if is_remote(target):
+        try:
+            uri = resolve_storage(target)
+        except ValueError as e:
+            raise ValueError(str(e).replace("--storage: ", "", 1)) from None
+        check_reachable(uri)
+    elif is_remote(value) and not Path(target).exists():
+        check_reachable(value)
 
 
 def file_in_the_way(path: str | os.PathLike) -> Path | None:
@@ -70,18 +263,20 @@ def study_root(storage: str, name: str) -> str:
 
 
 def list_studies(storage: str) -> list[str]:
-    """Names of the study folders (those holding ``study.json``) directly under ``storage``."""
+    """Names of the study folders (those holding ``study.json``) directly under ``storage``;
+    an object store that cannot be listed raises :class:`StorageUnreachable` (never an
+    empty list: "no studies" must mean there are none)."""
     if is_remote(storage):
         import pyarrow.fs as pafs
 
-        fs, base = pafs.FileSystem.from_uri(storage.rstrip("/"))
-        try:
+        def work():
+            fs, base = filesystem(storage)
             infos = fs.get_file_info(pafs.FileSelector(base, recursive=False, allow_not_found=True))
-        except (FileNotFoundError, OSError):
-            return []
-        names = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
-        metas = fs.get_file_info([f"{base}/{n}/{META_FILE}" for n in names])
-        return sorted(n for n, m in zip(names, metas) if m.type == pafs.FileType.File)
+            names = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
+            metas = fs.get_file_info([f"{base}/{n}/{META_FILE}" for n in names])
+            return sorted(n for n, m in zip(names, metas) if m.type == pafs.FileType.File)
+
+        return _bounded(storage, work, timeout=REACH_TIMEOUT_S)
     root = Path(storage)
     if not root.is_dir():
         return []
@@ -96,21 +291,26 @@ def resolve(root: str, meta: dict) -> dict:
 
 
 def study_exists(root: str) -> bool:
-    """Whether anything is stored under a study's folder (local or object storage)."""
+    """Whether anything is stored under a study's folder (local or object storage; an
+    object store that does not answer raises :class:`StorageUnreachable`)."""
     if not is_remote(root):
         return Path(root).exists() and any(Path(root).iterdir())
     import pyarrow.fs as pafs
 
-    fs, path = pafs.FileSystem.from_uri(root)
-    return bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
+    def work():
+        fs, path = filesystem(root)
+        return bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
+
+    return _bounded(root, work, timeout=REACH_TIMEOUT_S)
 
 
 def read_meta(root: str) -> dict:
     """The study's ``study.json`` (written by ``study run``), paths resolved under ``root``."""
     if is_remote(root):
-        import pyarrow.fs as pafs
+        def work():
+            fs, path = filesystem(root)
+            with fs.open_input_stream(f"{path}/{META_FILE}") as f:
+                return f.read()
 
-        fs, path = pafs.FileSystem.from_uri(root)
-        with fs.open_input_stream(f"{path}/{META_FILE}") as f:
-            return resolve(root, json.loads(f.read()))
+        return resolve(root, json.loads(_bounded(root, work, timeout=REACH_TIMEOUT_S)))
     return resolve(root, json.loads((Path(root) / META_FILE).read_text()))

@@ -385,10 +385,14 @@ def test_integrity_refuses_unsigned_and_changed_pickles_and_repairs_empty_state(
         verify(str(root))
     (root / "tuner.pkl").write_bytes(pickle.dumps({"ok": 1}))
     (root / "trial_1").mkdir()
-    (root / "trial_1" / "error.pkl").write_bytes(pickle.dumps(ValueError("x")))
-    with pytest.raises(IntegrityError, match="error.pkl: not signed"):
-        verify(str(root))
-    (root / "trial_1" / "error.pkl").unlink()
+    # a trial's record (error.pkl) unsigned (its driver stopped before signing) or
+    # changed: set aside, never unpickled; the study stays resumable
+    (root / "trial_1" / "error.pkl").write_bytes(code_payload(tmp_path / "pwned"))
+    notes = verify(str(root))
+    assert len(notes) == 1 and "error.pkl: not signed" in notes[0] and "set aside" in notes[0]
+    assert not (root / "trial_1" / "error.pkl").exists() and (root / "trial_1" / "error.pkl.unsigned").exists()
+    assert not (tmp_path / "pwned").exists()
+    (root / "trial_1" / "error.pkl.unsigned").unlink()
     # another key (another user, or STUDY_HMAC_KEY of another cluster) -> refused
     os.environ["STUDY_HMAC_KEY"] = "other"
     try:

@@ -69,7 +69,7 @@ def run_export(args: argparse.Namespace) -> int:
     from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
 
     args.storage = _resolved_storage(prog, args.storage)
-    root = _root(args.storage, args.name)
+    root = _root(args.storage, args.name, prog)
     if "://" not in root and not Path(root).is_dir():
         fail(prog, f"no study {args.name!r} in {args.storage}")
     if args.out is not None and args.out.is_dir():

@@ -20,13 +20,35 @@ STORAGE_HELP = f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./r
 
 
 def _resolved_storage(prog: str, storage: str | None) -> str:
-    """``--storage`` or ``$STUDY_STORAGE`` (or ./results), refused in one line if malformed."""
+    """``--storage`` or ``$STUDY_STORAGE`` (or ./results): refused in one line if malformed
+    (exit 2); an object store is reached first, within a bounded wait (exit 3 if not)."""
     from study.storage import resolve_storage
 
     try:
-        return resolve_storage(storage)
+        value = resolve_storage(storage)
     except ValueError as e:
         fail(prog, str(e))
+    _reachable(prog, value)
+    return value
+
+
+def _reachable(prog: str, uri: str) -> None:
+    """An object store that does not answer: one line naming it and its endpoint, exit 3;
+    a bucket that does not exist: one line, exit 2."""
+    from study.storage import NoBucket, StorageUnreachable, check_reachable
+
+    try:
+        check_reachable(uri)
+    except NoBucket as e:
+        fail(prog, f"--storage: {e}")
+    except StorageUnreachable as e:
+        storage_fail(prog, str(e))
+
+
+def storage_fail(prog: str, message: str):
+    """One line on stderr and exit 3 (the storage failed)."""
+    print(f"{prog}: error: storage: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_STORAGE)
 
 
 def _storage(parser) -> None:
@@ -159,10 +181,19 @@ def _check_storage(prog: str, storage: str) -> None:
         fail(prog, f"--storage: cannot write to {storage} ({probe} is not a writable folder)")
 
 
-def _root(storage: str, name: str) -> str:
-    from study.storage import study_root
+def _root(storage: str, name: str, prog: str = "study") -> str:
+    """The study folder of NAME: a study under ``storage``, a local study folder, or a
+    study's URI (checked like ``--storage``)."""
+    from study.storage import resolve_storage, study_root
 
-    if "://" not in name and Path(name).is_dir():
+    if "://" in name:
+        try:
+            uri = resolve_storage(name)
+        except ValueError as e:
+            fail(prog, str(e).replace("--storage: ", "NAME: ", 1))
+        _reachable(prog, uri)
+        return uri
+    if Path(name).is_dir():
         marked = os.path.lexists(Path(name) / "study.json") or (Path(name) / "trial.json").is_file()
         # a study name never holds a '/' or starts with '.': such a NAME is a path, study or not
         if marked or "/" in name or name.startswith(".") or (
@@ -295,12 +326,14 @@ def _drive(prog: str, args, start) -> int:
 
 def _exists(prog: str, root: str) -> bool:
     """Whether a study is stored at ``root``; an unreachable object store is one line."""
-    from study.storage import study_exists
+    from study.storage import StorageUnreachable, study_exists
 
     try:
         return study_exists(root)
+    except StorageUnreachable as e:
+        storage_fail(prog, str(e))
     except OSError as e:
-        fail(prog, f"--storage: cannot reach {root}: {' '.join(str(e).split())}")
+        storage_fail(prog, f"cannot read {root}: {' '.join(str(e).split())[:300]}")
 
 
 def _check_data(prog: str, spec, *, quiet: bool = False) -> None:
@@ -379,7 +412,7 @@ def run_status(args: argparse.Namespace) -> int:
 
     prog = "study status"
     args.storage = _resolved_storage(prog, args.storage)
-    root = _root(args.storage, args.name)
+    root = _root(args.storage, args.name, prog)
     if not _exists(prog, root):
         fail(prog, f"no study {args.name!r} in {args.storage}")
     if "://" not in root and not Path(root).is_dir():
@@ -428,8 +461,14 @@ def run_list(args: argparse.Namespace) -> int:
     storage = _resolved_storage(prog, args.storage)
     if "://" not in storage and not Path(storage).is_dir():
         fail(prog, f"--storage: no folder {storage}")
+    from study.storage import StorageUnreachable
+
     rows, broken = [], []
-    for name in _study_names(storage):
+    try:
+        names = _study_names(storage)
+    except StorageUnreachable as e:
+        storage_fail(prog, str(e))
+    for name in names:
         root = study_root(storage, name)
         try:
             meta = study_meta(root)
@@ -451,7 +490,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_resume(args: argparse.Namespace) -> int:
     prog = "study resume"
     args.storage = _resolved_storage("study resume", args.storage)
-    root = _root(args.storage, args.name)
+    root = _root(args.storage, args.name, prog)
     if not _exists(prog, root):
         fail(prog, f"no study {args.name!r} in {args.storage}")
     _cluster_checks(prog, argparse.Namespace(**{**vars(args), "storage": root}))

@@ -1,8 +1,10 @@
-"""Reading a (compressed) tar archive into memory, without extracting it.
+"""Reading the images of a (compressed) tar archive into memory, without extracting it.
 
-:func:`tar_members` parses the 512-byte tar headers directly (ustar, GNU long
-names and pax path/size records), which is ~8x faster than :mod:`tarfile` on an
-archive of 60 000 small images; the member bytes stay views of one buffer.
+:func:`read_images` streams the archive: it decompresses in bounded steps and
+parses the 512-byte tar headers directly (ustar, GNU long names and pax path/size
+records; ~8x faster than :mod:`tarfile` on an archive of 60 000 small images),
+keeping only the image members' bytes, back to back in one buffer.  Memory is
+bounded by what is kept, never by the archive's size.
 
 Hostile or damaged archives end in one :class:`DataError` line, never a hang or a
 traceback: decompression stops at :data:`study.limits.MAX_DECOMPRESSED_BYTES` (a
@@ -41,48 +43,95 @@ class Member:
     is_dir: bool
 
 
-_CHUNK = 64 * 2**20
+#: uncompressed bytes produced per decompression step, compressed bytes read per step
+_CHUNK = 4 * 2**20
+_READ = 2**20
+#: bytes of one pax / GNU long-name header (a name of a few kB is already absurd)
+_MAX_HEADER_BODY = 2**20
+
+
+@dataclass
+class Images:
+    """What :func:`read_images` keeps of an archive: the bytes of the members ``keep``
+    accepted, back to back in ``buffer`` (``files[name] = (offset, size)`` into it),
+    and every folder member's name."""
+
+    buffer: bytearray
+    files: dict[str, tuple[int, int]]
+    dirs: list[str]
+
+
+def read_images(f, *, path: str, keep) -> Images:
+    """Stream the (compressed) tar archive of the binary file ``f``: decompression in
+    bounded steps (:data:`_CHUNK`), at most :data:`study.limits.MAX_DECOMPRESSED_BYTES`
+    in all, and only the members whose name ``keep(name)`` accepts are held in memory
+    (each at most ``MAX_IMAGE_FILE_BYTES``, all together ``MAX_SOURCE_IMAGE_BYTES``).
+    Memory is bounded by what is kept, never by the archive's (claimed) size, so a
+    decompression bomb is refused in one line at a few MB of memory."""
+    sink = Images(buffer=bytearray(), files={}, dirs=[])
+    members = _parse(_chunks(f, path=path), path=path, keep=keep, sink=sink)
+    sink.dirs = [m.name for m in members if m.is_dir]
+    return sink
 
 
 def decompress(data: bytes, *, path: str, limit: int | None = None) -> bytes:
     """The uncompressed tar bytes of ``data`` (gzip, bzip2, xz or plain tar, by magic),
     decompressed in bounded steps: more than ``limit`` bytes (default
     :data:`study.limits.MAX_DECOMPRESSED_BYTES`) is refused as a decompression bomb."""
+    import io
+
+    return b"".join(_chunks(io.BytesIO(data), path=path, limit=limit))
+
+
+def _chunks(f, *, path: str, limit: int | None = None):
+    """The uncompressed bytes of the archive file ``f``, as a generator of pieces of at
+    most :data:`_CHUNK` bytes (read :data:`_READ` compressed bytes at a time)."""
     cap = limits.MAX_DECOMPRESSED_BYTES if limit is None else limit
-    if data[:2] == b"\x1f\x8b":
+    head = f.read(_READ)
+    if head[:2] == b"\x1f\x8b":
         make = lambda: _Zlib(zlib.decompressobj(wbits=31))  # noqa: E731
-    elif data[:3] == b"BZh":
+    elif head[:3] == b"BZh":
         make = bz2.BZ2Decompressor
-    elif data[:6] == b"\xfd7zXZ\x00":
+    elif head[:6] == b"\xfd7zXZ\x00":
         make = lzma.LZMADecompressor
     else:
-        if len(data) > cap:
-            raise DataError(f"{path}: archive is {len(data)} bytes, more than {cap} (MAX_DECOMPRESSED_BYTES)")
-        return data
-    out: list[bytes] = []
+        total = 0
+        while head:
+            total += len(head)
+            if total > cap:
+                raise DataError(f"{path}: archive is more than {cap} bytes (MAX_DECOMPRESSED_BYTES)")
+            yield head
+            head = f.read(_READ)
+        return
     total = 0
-    rest = data
     try:
+        d, data = make(), head
         while True:  # one compressed stream after another (gzip/bzip2 allow several)
-            d = make()
-            piece = d.decompress(rest, max_length=_CHUNK)
-            while True:
+            piece = d.decompress(data, max_length=_CHUNK)
+            data = b""
+            if piece:
                 total += len(piece)
                 if total > cap:
                     raise DataError(f"{path}: decompresses to more than {cap} bytes (MAX_DECOMPRESSED_BYTES): "
                                     "refusing a possible decompression bomb")
-                out.append(piece)
-                if d.eof or (d.needs_input and not piece):
-                    break
-                piece = d.decompress(b"", max_length=_CHUNK)
-            if not d.eof:
-                raise DataError(f"{path}: cannot decompress archive (compressed data ends early: truncated)")
-            rest = d.unused_data
-            if not rest.strip(b"\0"):
-                break
-    except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as e:
+                yield piece
+            if d.eof:
+                rest = d.unused_data or f.read(_READ)
+                while rest and not rest.strip(b"\0"):  # zero padding after the last stream
+                    rest = f.read(_READ)
+                if not rest:
+                    return
+                d, data = make(), rest
+            elif d.needs_input and not piece:
+                data = f.read(_READ)
+                if not data:
+                    raise DataError(f"{path}: cannot decompress archive (compressed data ends early: truncated)")
+    except (OSError, EOFError, zlib.error, lzma.LZMAError) as e:
         raise DataError(f"{path}: cannot decompress archive ({one_line(e)})") from None
-    return b"".join(out)
+    except ValueError as e:
+        if isinstance(e, DataError):
+            raise
+        raise DataError(f"{path}: cannot decompress archive ({one_line(e)})") from None
 
 
 class _Zlib:
@@ -109,23 +158,79 @@ class _Zlib:
         return self._d.unused_data
 
 
+class _Stream:
+    """Sequential reads over an iterator of byte pieces; ``offset`` counts bytes read."""
+
+    def __init__(self, pieces):
+        self._it = iter(pieces)
+        self._buf = b""
+        self._pos = 0
+        self.offset = 0
+
+    def _next(self) -> bool:
+        for piece in self._it:
+            if piece:
+                self._buf, self._pos = piece, 0
+                return True
+        return False
+
+    def read(self, n: int, into: bytearray | None = None) -> int | bytes:
+        """Up to ``n`` bytes (fewer at the end): returned, or appended to ``into`` (then
+        their number is returned)."""
+        parts: list[bytes] = []
+        got = 0
+        while got < n:
+            if self._pos >= len(self._buf) and not self._next():
+                break
+            take = min(n - got, len(self._buf) - self._pos)
+            view = memoryview(self._buf)[self._pos : self._pos + take]
+            if into is not None:
+                into += view
+            else:
+                parts.append(bytes(view))
+            self._pos += take
+            got += take
+        self.offset += got
+        return got if into is not None else b"".join(parts)
+
+    def skip(self, n: int) -> int:
+        got = 0
+        while got < n:
+            if self._pos >= len(self._buf) and not self._next():
+                break
+            take = min(n - got, len(self._buf) - self._pos)
+            self._pos += take
+            got += take
+        self.offset += got
+        return got
+
+
 def tar_members(raw: bytes, *, path: str) -> list[Member]:
     """Every member of the uncompressed tar archive ``raw`` (GNU/pax extensions applied)."""
-    n = len(raw)
-    if n < _BLOCK:
-        raise DataError(f"{path}: not a tar archive (only {n} bytes)")
+    return _parse([raw], path=path, keep=lambda name: True, sink=None)
+
+
+def _parse(pieces, *, path: str, keep, sink: Images | None) -> list[Member]:
+    """The members of the tar stream ``pieces``: folders, and the files ``keep`` accepts
+    (with ``sink``: their bytes appended to ``sink.buffer``, the rest skipped unread)."""
+    src = _Stream(pieces)
     out: list[Member] = []
-    off = 0
+    count = 0
     next_name: str | None = None
     next_size: int | None = None
-    ended = False
     seen: set[str] = set()
-    while off + _BLOCK <= n:
-        h = raw[off : off + _BLOCK]
+    kept_cap = limits.MAX_SOURCE_IMAGE_BYTES
+    while True:
+        off = src.offset
+        h = src.read(_BLOCK)
+        if len(h) < _BLOCK:
+            if off + len(h) < _BLOCK:
+                raise DataError(f"{path}: not a tar archive (only {off + len(h)} bytes)")
+            raise DataError(f"{path}: truncated tar archive: no end-of-archive marker after {len(out)} members "
+                            f"at byte {off} (the file was cut short?)")
         if h[0] == 0 and h == bytes(_BLOCK):
-            ended = True
-            break  # end-of-archive marker
-        if len(out) >= limits.MAX_SOURCE_FILES:
+            return out  # end-of-archive marker
+        if count >= limits.MAX_SOURCE_FILES:
             raise DataError(f"{path}: more than {limits.MAX_SOURCE_FILES} archive members (MAX_SOURCE_FILES)")
         if h[257:262] != b"ustar" and not _checksum_ok(h):
             where = "" if off else " (no tar header at the start)"
@@ -137,10 +242,15 @@ def tar_members(raw: bytes, *, path: str) -> list[Member]:
         if prefix:
             name = f"{prefix}/{name}"
         data_off = off + _BLOCK
+        pad = _round_up(size) - size
         if typ in (b"x", b"g", b"L"):
-            if data_off + size > n:
+            if size > _MAX_HEADER_BODY:
+                raise DataError(f"{path}: extended header at byte {off} of {size} bytes, more than "
+                                f"{_MAX_HEADER_BODY}: refusing the archive")
+            body = src.read(size)
+            if len(body) < size:
                 raise DataError(f"{path}: truncated tar archive (header at byte {off})")
-            body = raw[data_off : data_off + size]
+            src.skip(pad)
             if typ == b"L":
                 next_name = _string(body)
             elif typ == b"x":
@@ -152,25 +262,39 @@ def tar_members(raw: bytes, *, path: str) -> list[Member]:
                     if not (value.isascii() and value.isdigit()):
                         raise DataError(f"{path}: corrupt pax header at byte {off} (size {value[:30]!r})")
                     next_size = int(value)
-            off = data_off + _round_up(size)
             continue
+        count += 1
         if next_name is not None:
             name, next_name = next_name, None
         if next_size is not None:
             size, next_size = next_size, None
+            pad = _round_up(size) - size
         if typ in _REGULAR or typ == b"5":
             _check_name(name, seen, path=path)
-        if typ in _REGULAR:
-            if data_off + size > n:
+        if typ in _REGULAR and keep(name):
+            if sink is None:
+                got = src.skip(size)
+            else:
+                if size > limits.MAX_IMAGE_FILE_BYTES:
+                    if src.skip(size) < size:  # a size past the archive's end is the first thing wrong
+                        raise DataError(f"{path}: truncated tar archive ({name} is cut short)")
+                    raise DataError(f"{path}: {name[:200]}: {size} bytes, more than the limit of "
+                                    f"{limits.MAX_IMAGE_FILE_BYTES} (MAX_IMAGE_FILE_BYTES)")
+                start = len(sink.buffer)
+                if start + size > kept_cap:
+                    raise DataError(f"{path}: its image files hold more than {kept_cap} bytes "
+                                    "(MAX_SOURCE_IMAGE_BYTES)")
+                got = src.read(size, into=sink.buffer)
+                sink.files[name] = (start, got)
+            if got < size:
                 raise DataError(f"{path}: truncated tar archive ({name} is cut short)")
             out.append(Member(name=name, offset=data_off, size=size, is_dir=False))
-        elif typ == b"5":
-            out.append(Member(name=name.rstrip("/"), offset=data_off, size=0, is_dir=True))
-        off = data_off + _round_up(size)  # links, devices, fifos: skipped
-    if not ended:
-        raise DataError(f"{path}: truncated tar archive: no end-of-archive marker after {len(out)} members "
-                        f"at byte {off} (the file was cut short?)")
-    return out
+        else:
+            if typ == b"5":
+                out.append(Member(name=name.rstrip("/"), offset=data_off, size=0, is_dir=True))
+            if src.skip(size) < size and typ in _REGULAR:  # links, devices, fifos: skipped
+                raise DataError(f"{path}: truncated tar archive ({name} is cut short)")
+        src.skip(pad)
 
 
 def _check_name(name: str, seen: set[str], *, path: str) -> None:

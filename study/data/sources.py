@@ -6,8 +6,10 @@ sorted relative paths and bytes of its image files.
 
 Only regular files are ever opened: a FIFO, a device (e.g. a ``/dev/zero`` symlink)
 or a socket among the image files is refused with one line before it is read (each
-file is opened non-blocking and checked with ``fstat``), and the bytes read are
-bounded (:data:`study.limits.MAX_SOURCE_BYTES`, ``MAX_IMAGE_FILE_BYTES``).
+file is opened non-blocking and checked with ``fstat``), and the bytes held are
+bounded (:data:`study.limits.MAX_SOURCE_IMAGE_BYTES`, ``MAX_IMAGE_FILE_BYTES``).  An
+archive is streamed (hashed, then decompressed and parsed in bounded steps keeping
+only its image members), never read whole into memory.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from study import limits
 
-from .archive import decompress, tar_members
+from .archive import read_images
 from .errors import DataError, one_line
 from .layout import is_image_name
 
@@ -54,24 +56,28 @@ class ImageFolderSource:
             if self.is_dir:
                 self._listing: Listing | None = _read_tree(self.path, source=str(path))
                 self.digest = _tree_digest(self._listing)
-                self._archive = b""
             else:
-                self._archive = _read_regular(self.path, source=str(path), name=None,
-                                              limit=limits.MAX_SOURCE_BYTES)
-                self.digest = hashlib.sha256(self._archive).hexdigest()
+                with _open_regular(self.path, source=str(path), name=None, limit=limits.MAX_SOURCE_BYTES) as f:
+                    self.digest = _file_digest(f)
                 self._listing = None
         except OSError as e:
             raise DataError(f"{path}: cannot read ({one_line(e.strerror or e)})") from None
 
     def listing(self) -> Listing:
-        """The image files (parsing the archive on first use)."""
+        """The image files (streaming the archive on first use: only its image members
+        are kept in memory; the archive must still be the one :attr:`digest` names)."""
         if self._listing is None:
-            raw = decompress(self._archive, path=str(self.path))
-            members = tar_members(raw, path=str(self.path))
-            files = {m.name: (m.offset, m.size) for m in members if not m.is_dir and is_image_name(m.name)}
-            dirs = tuple(m.name for m in members if m.is_dir)
-            self._listing = Listing(buffer=raw, files=files, dirs=dirs)
-            self._archive = b""
+            source = str(self.path)
+            try:
+                with _open_regular(self.path, source=source, name=None, limit=limits.MAX_SOURCE_BYTES) as f:
+                    hashed = _Hashing(f)
+                    images = read_images(hashed, path=source, keep=is_image_name)
+                    hashed.drain()
+            except OSError as e:
+                raise DataError(f"{source}: cannot read ({one_line(e.strerror or e)})") from None
+            if hashed.hexdigest() != self.digest:
+                raise DataError(f"{source}: the archive changed while it was read; read it again")
+            self._listing = Listing(buffer=images.buffer, files=images.files, dirs=tuple(images.dirs))
         return self._listing
 
 
@@ -90,34 +96,77 @@ def _read_tree(root: Path, *, source: str) -> Listing:
     files: dict[str, tuple[int, int]] = {}
     off = 0
     for name in sorted(names):
-        b = _read_regular(root / name, source=source, name=name,
-                          limit=min(limits.MAX_IMAGE_FILE_BYTES, limits.MAX_SOURCE_BYTES - off))
+        b = _read_regular(root / name, source=source, name=name, limit=limits.MAX_IMAGE_FILE_BYTES)
+        if off + len(b) > limits.MAX_SOURCE_IMAGE_BYTES:
+            raise DataError(f"{source}: its image files hold more than {limits.MAX_SOURCE_IMAGE_BYTES} bytes "
+                            "(MAX_SOURCE_IMAGE_BYTES)")
         files[name] = (off, len(b))
         chunks.append(b)
         off += len(b)
     return Listing(buffer=b"".join(chunks), files=files, dirs=tuple(dirs))
 
 
-def _read_regular(path: Path, *, source: str, name: str | None, limit: int) -> bytes:
-    """The bytes of ``path`` if it is (or links to) a regular file of at most ``limit``
-    bytes.  Opened non-blocking and checked with ``fstat`` before reading, so a FIFO
-    or a device never blocks or streams forever."""
+class _Hashing:
+    """A binary file whose bytes are hashed (sha256) as they are read."""
+
+    def __init__(self, f):
+        self._f, self._h = f, hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self._h.update(data)
+        return data
+
+    def drain(self) -> None:
+        """Hash what was not read (an archive's bytes after its end-of-archive marker)."""
+        while self.read(_HASH_CHUNK):
+            pass
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+_HASH_CHUNK = 2**20
+
+
+def _file_digest(f) -> str:
+    h = hashlib.sha256()
+    while chunk := f.read(_HASH_CHUNK):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _open_regular(path: Path, *, source: str, name: str | None, limit: int):
+    """``path`` opened for reading (binary) if it is (or links to) a regular file of at
+    most ``limit`` bytes (its size when opened).  Opened non-blocking and checked with
+    ``fstat`` first, so a FIFO or a device is never read."""
     where = f"{source}: {name}" if name else source
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(path, flags)
     except OSError as e:
         raise DataError(f"{where}: cannot read ({one_line(e.strerror or e)})") from None
-    with os.fdopen(fd, "rb") as f:
+    f = os.fdopen(fd, "rb")
+    try:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise DataError(f"{where}: not a regular file ({_kind(st.st_mode)}): refusing to read it")
         if st.st_size > limit:
             raise DataError(f"{where}: {st.st_size} bytes, more than the limit of {limit} "
                             f"({'MAX_IMAGE_FILE_BYTES' if name else 'MAX_SOURCE_BYTES'})")
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _read_regular(path: Path, *, source: str, name: str | None, limit: int) -> bytes:
+    """The bytes of ``path`` if it is (or links to) a regular file of at most ``limit``
+    bytes (:func:`_open_regular`; a file that grew since is refused, not read on)."""
+    with _open_regular(path, source=source, name=name, limit=limit) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise DataError(f"{where}: more than the limit of {limit} bytes")
+        raise DataError(f"{f'{source}: {name}' if name else source}: more than the limit of {limit} bytes")
     return data
 
 

@@ -16,6 +16,12 @@ Limits: files are signed as the running driver finds them after each Tune save
 and a driver killed between a save and its signature leaves a state that resume
 refuses (``--trust-storage`` then skips the check, for storage you trust).
 
+A trial's records (``error.pkl``, ``params.pkl``: Tune reads them back only to
+report; the project's own record is the ``runs`` row) that are empty, cut short,
+unsigned or changed are set aside as ``error.pkl.unsigned`` with a warning, never
+unpickled: a full disk, or a driver that stopped before signing, must not make a
+study unresumable.
+
 Tune's top-level state files are also kept as last good copies under
 ``.last-good/``: a state file left empty or cut short by a full disk (an empty
 file, JSON that does not parse, a pickle whose opcodes stop before their end,
@@ -51,6 +57,11 @@ OURS = {"study.json", "study.yaml", MANIFEST, ".study.lock", ".study-reserve", "
 #: written when the study starts, never in Tune's save loop: a mismatch is refused, not repaired
 WRITTEN_ONCE = {"tuner.pkl", "trainable.pkl"}
 JSON_STATE = "experiment_state"  # the one state file that is JSON (the others are pickles)
+#: a trial's records Tune only reads back to report (the project's own record is the
+#: ``runs`` row): one left empty or cut short by a full disk, or never signed because
+#: the driver stopped first, is set aside (never unpickled) instead of refusing the study
+RECORDS = ("error.pkl", "params.pkl")
+SET_ASIDE = ".unsigned"
 
 
 def key_file() -> Path:
@@ -143,6 +154,11 @@ def _is_state(rel: str) -> bool:
     return "/" not in rel
 
 
+def _is_record(rel: str) -> bool:
+    """A trial's record (:data:`RECORDS`), in its trial folder."""
+    return "/" in rel and rel.rsplit("/", 1)[1] in RECORDS
+
+
 def _intact(rel: str, data: bytes) -> bool:
     """Not cut short: non-empty; JSON parses; a pickle's opcodes run to its STOP (read
     by ``pickletools``, which executes nothing)."""
@@ -206,8 +222,8 @@ class Signer:
                 data = self.store.read(rel)
             except FileNotFoundError:
                 continue
-            if _is_state(rel) and not _intact(rel, data):
-                continue  # a half-written or empty state is never signed
+            if (_is_state(rel) or _is_record(rel)) and not _intact(rel, data):
+                continue  # a half-written or empty state or record is never signed
             self.manifest[rel] = _mac(self.key, rel, data)
             if _is_state(rel):
                 self.store.write(f"{LAST_GOOD}/{rel}", data)
@@ -250,6 +266,15 @@ def verify(root: str, *, trust: bool = False) -> list[str]:
     notes = []
     for rel in sorted(store.files()):
         data = store.read(rel)
+        if _is_record(rel) and (not _intact(rel, data) or not signed(rel, data, rel)):
+            # written on a full disk, or after the driver's last signature: set aside,
+            # never unpickled (Tune reads it back only to report the error)
+            store.write(rel + SET_ASIDE, data)
+            store.delete(rel)
+            why = "damaged" if not _intact(rel, data) else "not signed by this study's driver"
+            notes.append(f"{root}/{rel}: {why} (written while the storage was full, or after the driver "
+                         f"stopped?); set aside as {rel.rsplit('/', 1)[1]}{SET_ASIDE}, never unpickled")
+            continue
         if _is_state(rel) and (not _intact(rel, data) or (rel not in WRITTEN_ONCE and not signed(rel, data, rel))):
             # a top-level state left empty or cut short by a full disk, or written by
             # Tune after the driver's last signature (driver killed): restored from its

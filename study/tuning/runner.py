@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import sys
 from pathlib import Path
 from typing import Any
@@ -196,12 +197,59 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
         # add its automatic ones again (study/tuning/loggers.py)
         os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
         contract = _contract(root, meta, prog, verbose, show_tracebacks, lock)
+        _follow_moved_study()
         tuner = tune.Tuner.restore(root, trainable=make_trainable(meta), resume_errored=True,
                                    resume_unfinished=True)
         _say(verbose, f"resuming study {meta['name']} from {root}")
         return _fit(tuner, contract, verbose=verbose)
     finally:
         lock.release()
+
+
+def _follow_moved_study() -> None:
+    """A study moved (or copied) since Tune saved it resumes where it is now, also for
+    the trials Tune has yet to create.
+
+    ``Tuner.restore`` re-points the trials in its state at the new folder, but not its
+    search generator's pickled ``Experiment``, from which every trial created after the
+    restore takes its storage: such a trial would fail three times with "Unable to set
+    up cluster storage" naming the old folder.  This re-points that experiment too, as
+    Tune does its trials (``TuneController._restore_trials``), to the folder of the
+    driver's active study; a study that did not move is left as it is."""
+    from ray.tune.search.search_generator import SearchGenerator
+
+    if getattr(SearchGenerator.set_state, "_follows_moved_study", False):
+        return
+    original = SearchGenerator.set_state
+
+    def set_state(self, state):
+        original(self, state)
+        from study.tuning.contract import active
+
+        contract = active()
+        experiment = getattr(self, "_experiment", None)
+        if contract is not None and experiment is not None and getattr(experiment, "storage", None) is not None:
+            experiment.storage = _storage_at(experiment.storage, contract.root)
+            if isinstance(getattr(experiment, "spec", None), dict) and "storage" in experiment.spec:
+                experiment.spec["storage"] = experiment.storage
+
+    set_state._follows_moved_study = True
+    SearchGenerator.set_state = set_state
+
+
+def _storage_at(storage, root: str):
+    """A copy of Tune's ``StorageContext`` ``storage`` for the experiment folder ``root``."""
+    import copy
+
+    from ray.train._internal.storage import get_fs_and_path
+
+    parent, name = root.rstrip("/").rsplit("/", 1)
+    fs, fs_path = get_fs_and_path(parent)
+    if storage.storage_fs_path == fs_path and storage.experiment_dir_name == name:
+        return storage
+    moved = copy.copy(storage)
+    moved.storage_filesystem, moved.storage_fs_path, moved.experiment_dir_name = fs, fs_path, name
+    return moved
 
 
 def _contract(root, meta, prog, verbose, show_tracebacks, lock, spec=None):
@@ -222,6 +270,15 @@ def _fit(tuner, contract, *, verbose: bool) -> pd.DataFrame:
             tuner.fit()
         except OSError as e:
             contract.storage_failed(f"{e.filename or contract.root}: {e.strerror or e}")
+        except (EOFError, pickle.UnpicklingError) as e:
+            # Tune reading back a file it wrote on a full disk (a trial's error.pkl, at the
+            # end of fit): the storage failed, the study's state is kept for `study resume`
+            contract.storage_failed(f"{contract.root}: Ray could not read back a file it wrote "
+                                    f"({type(e).__name__}: {' '.join(str(e).split())[:200]}): "
+                                    f"{_space_left(contract.root)}")
+        except Exception:  # noqa: BLE001 - a consequence of a storage failure already reported
+            if contract.storage_error is None:
+                raise
         contract.sign()
         try:
             compact_all(contract.tables)  # what trials left uncompacted (stopped early, killed)
@@ -238,6 +295,18 @@ def _fit(tuner, contract, *, verbose: bool) -> pd.DataFrame:
         contract.say(f"interrupted; continue with `study resume {contract.meta['name']}`")
     runs.attrs["exit_code"] = contract.exit_code(runs)
     return runs
+
+
+def _space_left(root: str) -> str:
+    """'No space left on device' when the study's local disk is full, else a guess."""
+    if not is_remote(root):
+        try:
+            st = os.statvfs(root)
+            if st.f_bavail * st.f_frsize < (1 << 20):
+                return "No space left on device"
+        except OSError:
+            pass
+    return "the storage is full or failing?"
 
 
 def summary(runs: pd.DataFrame) -> str:
