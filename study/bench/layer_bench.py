@@ -14,10 +14,13 @@ from study.bench.timing import Variant, _cpu_ratio, _ratio, count_forward_flops,
 from study.devicepaths import DevicePaths
 from study.models import build_model, model_name
 from study.models.attention import RelativeSelfAttention
+from study.models.encoded import EncodedAttention
 
 
-def attention_path(layer: RelativeSelfAttention) -> str:
+def attention_path(layer) -> str:
     """Which exact path ``layer.forward`` takes in its current mode."""
+    if isinstance(layer, EncodedAttention):
+        return layer.path_name()
     p = layer.attention_dropout.p if layer.training else 0.0
     if layer.content:
         device = next(layer.parameters()).device
@@ -30,13 +33,11 @@ def attention_path(layer: RelativeSelfAttention) -> str:
 
 
 
-def paper_attention_layer(key: str) -> RelativeSelfAttention:
+def paper_attention_layer(key: str) -> RelativeSelfAttention | EncodedAttention:
     """One attention layer of ``BENCH_MODELS[key]`` at paper dims (D 400, N_h 9, 16×16):
-    the first layer of the model as the model registry builds it (every encoding)."""
-    layer = build_model(BENCH_MODELS[key]).blocks[0].attention
-    if not isinstance(layer, RelativeSelfAttention):
-        raise TypeError(f"{key}: the attention layer is a {type(layer).__name__}, not a RelativeSelfAttention")
-    return layer
+    the first layer of the model as the model registry builds it (every encoding: the
+    paper's RelativeSelfAttention, today's EncodedAttention)."""
+    return build_model(BENCH_MODELS[key]).blocks[0].attention
 
 
 def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor], Tensor],

@@ -120,6 +120,13 @@ class EncodedAttention(nn.Module):
             return False
         return self.fused if self.fused is not None else device.type == "cuda"
 
+    def path_name(self) -> str:
+        """Which exact path ``forward`` takes in the current mode (``study bench``)."""
+        p = self.attention_dropout.p if self.training else 0.0
+        device = next(self.parameters()).device
+        kind = f"{self.encoding.name}: " + ("SDPA" if self.uses_fused(device) else "explicit (B,N_h,T,T)")
+        return kind + (f", dropout {p:g}" if p else "")
+
     def attention_probs(self, x: Tensor) -> Tensor:
         """The (B, N_h, T, T) probabilities before dropout."""
         b, h, w, _ = x.shape
