@@ -190,7 +190,7 @@ def test_empty_study_is_queryable_and_skips_every_figure(tmp_path, capsys):
     assert out.splitlines() == ["n,a", "0,"]
     code, out, err = run_cli(capsys, "figures", study, "--out", tmp_path / "figs")
     assert code == 0 and err == ""
-    assert all(line.startswith("skipped ") for line in out.splitlines()) and len(out.splitlines()) == 7
+    assert all(line.startswith("skipped ") for line in out.splitlines()) and len(out.splitlines()) == 10
 
 
 class _Stop(Exception):
@@ -291,7 +291,8 @@ def test_figures_cli_lists_files_and_skips(paper_figures):
     assert "skipped heatmap: needs a sweep over two config axes (found 1: encoding)" in skipped
     assert ("skipped conv_likeness for SA learned (N_h=4, D_p=8): needs N_h = K² heads with K odd, has 4"
             in skipped)
-    assert len(skipped) == 3  # heat-map; conv-likeness of the two N_h=4 models
+    assert "skipped gates: the heads table has no gate column" in skipped
+    assert len(skipped) == 4  # heat-map; conv-likeness of the two N_h=4 models; gates (no gated heads)
     names = {f.name for f in files}
     for stem in ["fig2_accuracy", "heads_sa-quadratic-isotropic-nh9-seed0", "heads_sa-learned-nh4-dp8",
                  "maps_sa-learned-content-nh4-dp16", "trajectories_sa-quadratic-isotropic-nh9-seed1",
@@ -302,7 +303,8 @@ def test_figures_cli_lists_files_and_skips(paper_figures):
 
 def test_every_image_is_valid(paper_figures):
     pngs = sorted(paper_figures[0].glob("*.png"))
-    assert len(pngs) == 1 + 4 * 3 + 2  # accuracy; heads/maps/trajectories per trial; conv-likeness of N_h=9
+    # accuracy; heads/maps/trajectories per trial; conv-likeness of N_h=9; attention distance and locality
+    assert len(pngs) == 1 + 4 * 3 + 2 + 2
     for png in pngs:
         _check_image(png)
 

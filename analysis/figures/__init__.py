@@ -1,5 +1,7 @@
 """Figures of a study: the paper's (Fig. 2, Figs. 4/12/14, Figs. 5/6, Table 1) and
-the ones it lacked (sweep heat-map, head-centre trajectories, convolution-likeness).
+the ones it lacked (sweep heat-map, head-centre trajectories, convolution-likeness),
+and the locality figures across encodings (attention distance vs depth, locality
+over training, gates).
 
 Every figure module has ``KIND`` and ``draw(ctx) -> (paths written, skip lines)`` and
 raises :class:`Skip` when the study's data cannot support it.
@@ -61,9 +63,10 @@ class Context:
 
 
 def _modules():
-    from analysis.figures import conv_likeness, convergence, heads, maps, sweeps, table1, trajectories
+    from analysis.figures import (conv_likeness, convergence, distance, gates, heads, locality, maps, sweeps,
+                                  table1, trajectories)
 
-    return [convergence, table1, heads, maps, trajectories, conv_likeness, sweeps]
+    return [convergence, table1, heads, maps, trajectories, conv_likeness, distance, locality, gates, sweeps]
 
 
 def draw_all(study: Study, out: Path, *, epoch: int | None = None) -> tuple[list[Path], list[str]]:

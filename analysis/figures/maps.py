@@ -1,7 +1,8 @@
 """Figs. 5/6: attention probabilities of every head (columns) of every layer (rows):
 the stored (2r+1)×(2r+1) window of shifts around the query pixel (black outline),
-at one epoch (default: the trial's last).  Content attention: the stored average
-over the test images of the trial's head statistics.  One colour scale for the whole
+at one epoch (default: the trial's last).  Attention that depends on the image: the
+stored average over the test images of the trial's head statistics (whatever the
+encoding; the caption says so without naming one).  One colour scale for the whole
 figure (the range of the values shown), with a colour bar; under each map the head's
 attention mass inside the window, and diffuse heads (:mod:`analysis.concentration`)
 in a dashed frame."""
@@ -111,8 +112,10 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
     bar = fig.colorbar(image, cax=cax)
     bar.set_label("attention probability", fontsize=7, labelpad=2)
     bar.ax.tick_params(labelsize=7)
-    content = t.get("encoding") == "learned_content"
-    what = "mean over test images" if content else "positional attention"
+    images = t.get("head_images")
+    images = f"{int(images)} " if images is not None and images == images else ""
+    what = (f"heads whose attention depends on the image: the mean over {images}test images, a query at the "
+            "image centre; purely positional heads: the exact distribution")
     fig.suptitle(f"{t['label']}, {after(epoch)}", y=1 - 0.04 / height, va="top")
     fig.text(0.5, 1 - 0.24 / height, caption, ha="center", va="top", fontsize=7)
     note = (f"{side}×{side} shifts around the query (outlined), y down; {what}. One colour scale for all "
