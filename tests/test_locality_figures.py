@@ -220,16 +220,18 @@ def test_epoch_option_stops_the_locality_figures(study_dir, tmp_path):
     assert pd.read_csv(tmp_path / "gates_over_training.csv").epoch.max() == 1
 
 
-def test_head_centres_of_every_concentrated_head_whatever_its_encoding(study_dir, drawn):
+def test_head_centres_of_every_concentrated_head_whatever_its_encoding(study_dir, tmp_path):
     """Fig. 4 style: every concentrated head has its centre drawn, diffuse heads are
     listed; gated heads get the contours of their attention map, not the ellipse of
     the positional part's Σ."""
-    out, _ = drawn
+    out = tmp_path
+    style.setup()
+    heads_fig.draw(Context(study=analysis.load(study_dir), out=out, per_seed=True))
     _, heads = _tables(study_dir)
     last = heads[heads.epoch == EPOCHS - 1]
     for tid, stem in [("g-s0", None), ("b-s0", "heads_sa-relative-bias-nh4"), ("r-s0", "heads_sa-rope2d-nh4"),
                       ("l-s0", "heads_sa-learned-nh4-dp8")]:
-        files = sorted(out.glob(f"{stem}*.csv")) if stem else sorted(out.glob("heads_sa-gpsa-nh9*.csv"))
+        files = sorted(out.glob(f"{stem}*.csv")) if stem else sorted(out.glob("heads_sa-gpsa-nh9-seed*.csv"))
         frames = [pd.read_csv(f) for f in files]
         got = next(f for f in frames if set(f.trial_id) == {tid}) if stem is None else frames[0]
         t = last[last.trial_id == tid]
@@ -251,9 +253,9 @@ def test_head_centres_of_every_concentrated_head_whatever_its_encoding(study_dir
 
 def test_quadratic_heads_keep_their_ellipses(study_dir, drawn):
     out, _ = drawn
-    got = pd.concat([pd.read_csv(f) for f in out.glob("heads_sa-quadratic-isotropic-nh9*.csv")])
-    pts = got[(got.kind == "contour") & (got.level == 0.5) & (got.trial_id == "q-s0")]
-    c = got[(got.kind == "center") & (got.trial_id == "q-s0")].set_index(["layer", "head"])
+    got = pd.read_csv(out / "heads_sa-quadratic-isotropic-nh9.csv")
+    pts = got[(got.kind == "contour") & (got.level == 0.5)]
+    c = got[got.kind == "center"].set_index(["layer", "head"])
     d2 = [(r.x - c.loc[(r.layer, r.head), "x"]) ** 2 + (r.y - c.loc[(r.layer, r.head), "y"]) ** 2
           for r in pts.itertuples()]
     from analysis.contours import mahalanobis_radius

@@ -21,6 +21,7 @@ from analysis.meta import describe
 from analysis.style import save
 
 KIND = "attention_distance"
+READS = ("heads",)
 STEM = "attention_distance"
 DOT = "#3b6ea8"
 SPREAD = 0.6  # width of the band of head dots around a layer's x position
@@ -60,7 +61,7 @@ def data(d: pd.DataFrame, models: list[str]) -> pd.DataFrame:
 def draw(ctx) -> list:
     d = at_picked_epoch(ctx, KIND, pooled_heads(ctx, KIND, columns=("mean_distance",)))
     models = model_order(ctx, d["model"])
-    return _figure(ctx, data(d, models), models)
+    return ctx.render(_figure, data(d, models), models)
 
 
 def _figure(ctx, d: pd.DataFrame, models: list[str]) -> list:

@@ -23,6 +23,7 @@ from analysis.meta import describe
 from analysis.style import save
 
 KIND = "gates"
+READS = ("heads",)
 STEM = "gates_over_training"
 
 COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "gate", "head_min", "head_max",
@@ -46,13 +47,13 @@ def draw(ctx) -> list:
     if ctx.epoch is not None:
         d = d[d["epoch"] <= ctx.epoch]
     gated = d.groupby("model")["gate"].apply(lambda g: g.notna().any())
-    for model in model_order(ctx, gated.index[~gated]):
-        ctx.skip(KIND, "no gated heads (gate is null)", model)
     models = model_order(ctx, gated.index[gated])
     if not models:
-        raise Skip("no gated heads (gate is null in every row)")
+        raise Skip("no gated heads (heads.gate is null in every row)")
+    for model in model_order(ctx, gated.index[~gated]):
+        ctx.skip(KIND, "no gated heads (gate is null)", model)
     d = d[d["model"].isin(models) & d["gate"].notna()]
-    return _figure(ctx, data(d, models), models)
+    return ctx.render(_figure, data(d, models), models)
 
 
 def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:

@@ -24,6 +24,8 @@ from analysis.figures.panels import after, label_grid, layer_grid, limit, shift_
 from analysis.style import head_colors, save
 
 KIND = "heads"
+SCOPE = "variant"
+READS = ("heads", "maps")
 STYLE = {0.5: "-", 0.9: ":"}
 PARAMS = ("param_inv_cov_xx", "param_inv_cov_xy", "param_inv_cov_yy")
 MAX_CURVES = 3  # a mass region bounded by more curves (pieces, holes) is diffuse: not drawn
@@ -82,18 +84,19 @@ def curves(heads: pd.DataFrame, maps: pd.DataFrame | None) -> tuple[pd.DataFrame
 
 def draw(ctx) -> list:
     written = []
-    maps = ctx.study.maps
-    maps_by = dict(tuple(maps.groupby(["trial_id", "epoch"]))) if not maps.empty else {}
+    maps_by = ctx.by_trial("maps")
     for t, rows in ctx.head_trials(KIND):
         epoch = ctx.pick_epoch(rows)
         if epoch is None:
             ctx.skip(KIND, f"no head statistics at epoch {ctx.epoch}", t["label"])
             continue
-        m = maps_by.get((t["trial_id"], epoch))
+        m = maps_by.get(t["trial_id"])
+        m = m[m["epoch"] == epoch] if m is not None else None
+        m = m if m is not None and len(m) else None
         h = classify(rows[rows["epoch"] == epoch], m)
         d, missing = curves(h, m)
         ellipses = [ellipse_head(r) for r in h[h["concentrated"]].itertuples()]
-        written += _figure(ctx, t, epoch, d, missing, gaussian=_all_or_none(ellipses),
+        written += ctx.render(_figure, t, epoch, d, missing, gaussian=_all_or_none(ellipses),
                            n_heads=int(h["head"].nunique()),
                            window=int(m["window"].iloc[0]) if m is not None and len(m) else None)
     return written
@@ -130,7 +133,7 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: boo
         shift_axes(ax, lim)
         ax.set_title(f"layer {layer + 1}", pad=2)
     label_grid(grid)
-    fig.suptitle(f"{t['label']}, {after(epoch)}", y=1.0)
+    fig.suptitle(f"{t['title']}, {after(epoch)}", y=1.0)
     kind = {True: "ellipses of Σ (Gaussian heads)", False: "mass contours of the attention map",
             None: "ellipses of Σ for Gaussian heads, mass contours of the attention map for the others"}[gaussian]
     notes = [describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]]),

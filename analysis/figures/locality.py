@@ -19,6 +19,7 @@ from analysis.meta import describe
 from analysis.style import save
 
 KIND = "locality"
+READS = ("heads",)
 STEM = "locality_over_training"
 
 COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "mean_distance", "seed_min", "seed_max"]
@@ -48,7 +49,7 @@ def draw(ctx) -> list:
         d = d[d["epoch"] <= ctx.epoch]
     models = model_order(ctx, d["model"])
     s = layer_series(d, "mean_distance", models)[COLUMNS]
-    return _figure(ctx, s, models)
+    return ctx.render(_figure, s, models)
 
 
 def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
