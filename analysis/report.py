@@ -147,7 +147,7 @@ def _table1(study: Study) -> str:
                     f"<td class=num>{r['epochs_done']}/{r['epochs']}</td>"
                     f"<td class=num>{_e(t1._acc(r['best_test_acc'], r['best_test_acc_std']))}</td>"
                     f"<td class=num>{_e(t1._acc(r['final_test_acc'], r['final_test_acc_std']))}</td>"
-                    f"<td class=num>{r['n_params']:,}</td><td class=num>{_e(t1._flops(r['macs']))}</td>"
+                    f"<td class=num>{_e(t1._count(r['n_params']))}</td><td class=num>{_e(t1._flops(r['macs']))}</td>"
                     f"<td class=num>{_e(t1._flops(r['flops']))}</td></tr>")
     from analysis.meta import describe
 
