@@ -82,18 +82,18 @@ class Context:
         t = self.trials
         return t if self.only is None else t[t["trial_id"].isin(self.only)]
 
-    def head_trials(self, kind: str, *, table: str = "heads"):
+    def head_trials(self, kind: str, *, table: str = "heads", every_seed: bool = False):
         """(trial row, that trial's rows of ``table``) for every trial with attention
         heads — by default only each variant's representative seed, whose ``slug`` is
         the variant's and whose ``title`` says which seed it is; other trials are
-        reported as skipped."""
+        reported as skipped.  ``every_seed``: every trial (figures that pool the seeds)."""
         if self.trials.empty:
             raise Skip("no trials in the runs table yet")
         by_trial = self.by_trial(table)
         for _, t in self.selected().iterrows():
-            if not self.per_seed and not t["representative"]:
+            if not (self.per_seed or every_seed) and not t["representative"]:
                 continue
-            t = as_figure(t, per_seed=self.per_seed)
+            t = as_figure(t, per_seed=self.per_seed or every_seed)
             rows = by_trial.get(t["trial_id"])
             if t.get("arch") == "resnet18":
                 self.skip(kind, "no attention heads (ResNet18)", t["label"])

@@ -27,7 +27,7 @@ def pooled_heads(ctx, kind: str, *, columns: tuple[str, ...] = ()) -> pd.DataFra
     label), ``seed`` and ``epochs_trained``; ``columns`` must exist (else :class:`Skip`).
     Trials without heads are reported as skipped by :meth:`Context.head_trials`."""
     parts = []
-    for t, rows in ctx.head_trials(kind):
+    for t, rows in ctx.head_trials(kind, every_seed=True):
         missing = [c for c in columns if c not in rows]
         if missing:
             raise Skip(f"the heads table has no {', '.join(missing)} column")
