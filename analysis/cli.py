@@ -1,7 +1,7 @@
 """``analysis``: query a study's tables and draw its figures.
 
     analysis query NAME|PATH "SQL" [--format table|csv|json] [--storage DIR]
-    analysis figures NAME|PATH [--out DIR] [--epoch N] [--storage DIR]
+    analysis figures NAME|PATH [--out DIR] [--epoch N] [--per-seed] [--jobs N] [--storage DIR]
     analysis schema [TABLE]
     analysis report NAME|PATH [--out FILE] [--serve [--port N] [--interval S]] [--storage DIR]
 
@@ -53,9 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("figures", help="draw every figure and table the data supports",
                        description="Draw the paper's Fig. 2 (accuracy), Figs. 4/12/14 (head centres and "
                                    "contours), Figs. 5/6 (attention maps) and Table 1, plus a sweep "
-                                   "heat-map, head-centre trajectories and convolution-likeness, as PNG, "
-                                   "PDF and a CSV of the plotted data. Prints the files written and one "
-                                   "line per figure skipped, with the reason.")
+                                   "heat-map, head-centre trajectories, convolution-likeness and the "
+                                   "locality figures (attention distance, locality over training, gates), "
+                                   "as PNG, PDF and a CSV of the plotted data: one figure per model variant "
+                                   "(its seeds aggregated, or its median seed, said in the title). Figures "
+                                   "whose tables did not change since they were drawn into --out are kept, "
+                                   "not redrawn; the rest are drawn on --jobs processes. Prints the files "
+                                   "and one line per figure skipped, with the reason.")
     _target(f)
     f.add_argument("--out", type=Path, default=None,
                    help="output folder (default: <study folder>/figures; ./figures/<name> for a URI)")
@@ -63,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="epoch of head and map figures as stored in the tables (0-based: 0 is after the "
                         "first epoch); trajectories and convolution-likeness stop there "
                         "(default: each trial's last)")
+    f.add_argument("--per-seed", action="store_true",
+                   help="also one head, map, trajectory and convolution-likeness figure per trial (seed), "
+                        "instead of one per model variant")
+    f.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="processes drawing figures (default: the cores this process may use)")
     f.set_defaults(func=_figures)
 
     sc = sub.add_parser("schema", help="what every column of the tables means (type, unit, convention)",
@@ -106,18 +115,20 @@ def _query(args: argparse.Namespace) -> int:
 def _figures(args: argparse.Namespace) -> int:
     from analysis.figures import draw_all
 
+    from analysis.figures import default_out
+
     if args.epoch is not None and args.epoch < 0:
         raise AnalysisError(f"--epoch: must be >= 0, got {args.epoch}")
+    if args.jobs is not None and args.jobs < 1:
+        raise AnalysisError(f"--jobs: must be >= 1, got {args.jobs}")
     study = load(args.study, args.storage)
-    out = args.out
-    if out is None:
-        out = Path("figures") / study.name if study.remote else Path(study.folder) / "figures"
+    out = args.out if args.out is not None else default_out(study)
     _check_out(Path(out), folder=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         warnings.simplefilter("always", TableWarning)  # skipped files are named, always
         try:
-            written, skipped = draw_all(study, out, epoch=args.epoch)
+            written, skipped = draw_all(study, out, epoch=args.epoch, per_seed=args.per_seed, jobs=args.jobs)
         except OSError as exc:
             raise AnalysisError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
     for line in skipped:

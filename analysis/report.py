@@ -94,18 +94,39 @@ def study_file(study: Study) -> str | None:
         return None
 
 
-def figures(study: Study) -> tuple[list[tuple[str, str]], list[str]]:
-    """(caption, base64 PNG) of every figure the data supports, and the skip lines."""
-    from analysis import style
+_SCRATCH: dict[str, tempfile.TemporaryDirectory] = {}
+
+
+def figure_cache(study: Study) -> Path:
+    """Where the report's figures are drawn and kept between builds: the folder
+    ``analysis figures`` draws into by default (so each reuses the other's figures
+    whose tables did not change), or, where that cannot be written, a temporary
+    folder kept for this process (``--serve`` rebuilds reuse it)."""
+    from analysis.figures import default_out
+
+    out = default_out(study)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(prefix=".tmp-", dir=out)
+        probe.close()
+        return out
+    except OSError:
+        key = study.root
+        if key not in _SCRATCH:
+            _SCRATCH[key] = tempfile.TemporaryDirectory(prefix="report-figures-")
+        return Path(_SCRATCH[key].name)
+
+
+def figures(study: Study, cache: Path | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+    """(caption, base64 PNG) of every figure the data supports, and the skip lines;
+    figures whose tables did not change since the last build are reused from ``cache``
+    (default :func:`figure_cache`)."""
     from analysis.figures import draw_all
 
-    with tempfile.TemporaryDirectory(prefix="report-") as tmp, warnings.catch_warnings():
+    out = cache if cache is not None else figure_cache(study)
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        style.PDF = False  # the page embeds PNGs only
-        try:
-            written, skipped = draw_all(study, Path(tmp))
-        finally:
-            style.PDF = True
+        written, skipped = draw_all(study, out, pdf=False)  # the page embeds PNGs only
         pngs = [(p.stem, base64.b64encode(p.read_bytes()).decode()) for p in written if p.suffix == ".png"]
     import matplotlib.pyplot as plt
 
@@ -127,7 +148,7 @@ def _table1(study: Study) -> str:
                     f"<td class=num>{r['epochs_done']}/{r['epochs']}</td>"
                     f"<td class=num>{_e(t1._acc(r['best_test_acc'], r['best_test_acc_std']))}</td>"
                     f"<td class=num>{_e(t1._acc(r['final_test_acc'], r['final_test_acc_std']))}</td>"
-                    f"<td class=num>{r['n_params']:,}</td><td class=num>{_e(t1._flops(r['macs']))}</td>"
+                    f"<td class=num>{_e(t1._count(r['n_params']))}</td><td class=num>{_e(t1._flops(r['macs']))}</td>"
                     f"<td class=num>{_e(t1._flops(r['flops']))}</td></tr>")
     from analysis.meta import describe
 

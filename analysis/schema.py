@@ -36,7 +36,8 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("study", "text", "study name"),
         ("name", "text", "model name for people, e.g. 'SA quadratic isotropic (N_h=9)'"),
         ("arch", "text", "sa (attention-only) | resnet18"),
-        ("encoding", "text", "quadratic | learned | learned_content; null for resnet18"),
+        ("encoding", "text", "the positional encoding's registered name (quadratic, learned, learned_content, …; "
+                                  "`study models` lists every one); null for resnet18"),
         ("isotropic", "bool", "quadratic heads: Σ⁻¹ = s²I (true) or A Aᵀ (false); null otherwise"),
         ("positional_score", "text", "learned encodings: query (q_h·r_δ, the paper's content model) | head "
                                      "(w_h·r_δ); null otherwise"),
@@ -132,6 +133,9 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("param_inv_cov_xx", "float", "Gaussian heads: Σ_h⁻¹ entry xx, pixels⁻²"),
         ("param_inv_cov_xy", "float", "Gaussian heads: Σ_h⁻¹ entry xy, pixels⁻²"),
         ("param_inv_cov_yy", "float", "Gaussian heads: Σ_h⁻¹ entry yy, pixels⁻²"),
+        ("gate", "float", "gated heads (e.g. ConViT's GPSA): the gate σ(λ_h) in [0, 1], the weight of the head's "
+                          "positional softmax against its content softmax (1 = purely positional); null for "
+                          "heads without a gate; absent in studies written before the column existed"),
     ],
     "maps": [
         *_keys("trial_id", "epoch", "layer", "head"),

@@ -190,7 +190,7 @@ def test_empty_study_is_queryable_and_skips_every_figure(tmp_path, capsys):
     assert out.splitlines() == ["n,a", "0,"]
     code, out, err = run_cli(capsys, "figures", study, "--out", tmp_path / "figs")
     assert code == 0 and err == ""
-    assert all(line.startswith("skipped ") for line in out.splitlines()) and len(out.splitlines()) == 7
+    assert all(line.startswith("skipped ") for line in out.splitlines()) and len(out.splitlines()) == 10
 
 
 class _Stop(Exception):
@@ -287,22 +287,30 @@ def test_figures_cli_lists_files_and_skips(paper_figures):
     skipped = [ln for ln in lines if ln.startswith("skipped ")]
     files = [Path(ln) for ln in lines if not ln.startswith("skipped ")]
     assert all(f.exists() and f.parent == out for f in files)
-    assert sorted(files) == sorted(p for p in out.iterdir())
+    # the folder holds the files listed and the manifest of their inputs (analysis.figures.cache)
+    assert sorted(files) == sorted(p for p in out.iterdir() if p.name != ".figures-manifest.json")
     assert "skipped heatmap: needs a sweep over two config axes (found 1: encoding)" in skipped
     assert ("skipped conv_likeness for SA learned (N_h=4, D_p=8): needs N_h = K² heads with K odd, has 4"
             in skipped)
-    assert len(skipped) == 3  # heat-map; conv-likeness of the two N_h=4 models
+    # tables written before heads.gate existed, or with the column all null: one line
+    assert [ln for ln in skipped if ln.startswith("skipped gates")] in (
+        ["skipped gates: the heads table has no gate column"],
+        ["skipped gates: no gated heads (heads.gate is null in every row)"])
+    assert len(skipped) == 4  # heat-map; conv-likeness of the two N_h=4 models; gates (no gated heads)
     names = {f.name for f in files}
-    for stem in ["fig2_accuracy", "heads_sa-quadratic-isotropic-nh9-seed0", "heads_sa-learned-nh4-dp8",
-                 "maps_sa-learned-content-nh4-dp16", "trajectories_sa-quadratic-isotropic-nh9-seed1",
-                 "conv_likeness_sa-quadratic-isotropic-nh9-seed0"]:
+    # one figure per variant by default: no per-seed file
+    for stem in ["fig2_accuracy", "heads_sa-quadratic-isotropic-nh9", "heads_sa-learned-nh4-dp8",
+                 "maps_sa-learned-content-nh4-dp16", "trajectories_sa-quadratic-isotropic-nh9",
+                 "conv_likeness_sa-quadratic-isotropic-nh9", "attention_distance", "locality_over_training"]:
         assert {f"{stem}.png", f"{stem}.pdf", f"{stem}.csv"} <= names
+    assert not any("seed" in n for n in names)
     assert {"table1.md", "table1.csv"} <= names
 
 
 def test_every_image_is_valid(paper_figures):
     pngs = sorted(paper_figures[0].glob("*.png"))
-    assert len(pngs) == 1 + 4 * 3 + 2  # accuracy; heads/maps/trajectories per trial; conv-likeness of N_h=9
+    # accuracy; heads/maps/trajectories per variant; conv-likeness of N_h=9; attention distance and locality
+    assert len(pngs) == 1 + 3 * 3 + 1 + 2
     for png in pngs:
         _check_image(png)
 
@@ -347,13 +355,55 @@ def test_table1_csv_and_markdown(paper, paper_figures):
     assert f"{runs.n_params.iloc[0]:,}" in "\n".join(md)
 
 
+def _median_seed(paper) -> str:
+    """The quadratic variant's representative: the lower median of its seeds by best
+    test accuracy (ties by seed)."""
+    iso = _runs(paper)
+    iso = iso[iso.encoding == "quadratic"].sort_values(["best_test_acc", "seed"], kind="stable")
+    return iso.trial_id.iloc[(len(iso) - 1) // 2]
+
+
+def test_variant_figures_show_the_median_seed_and_say_so(paper, paper_figures):
+    from analysis.figures import Context, as_figure
+
+    rep = _median_seed(paper)
+    for kind in ("heads", "maps", "trajectories"):
+        got = pd.read_csv(paper_figures[0] / f"{kind}_sa-quadratic-isotropic-nh9.csv")
+        assert set(got.trial_id) == {rep}, kind
+    t = Context(study=analysis.load(paper), out=Path(".")).trials
+    row = as_figure(t[t.trial_id == rep].iloc[0], per_seed=False)
+    seed = int(_runs(paper).set_index("trial_id").seed[rep])
+    assert row.title == (f"SA quadratic isotropic (N_h=9), seed {seed} "
+                         "(the median of 2 seeds by best test accuracy)")
+    assert row.slug == "sa-quadratic-isotropic-nh9"
+
+
+def test_per_seed_flag_draws_one_figure_per_trial(paper, tmp_path, monkeypatch, capsys):
+    from analysis import style
+    from analysis.figures import Context
+
+    style.setup()
+    ctx = Context(study=analysis.load(paper), out=tmp_path, per_seed=True)
+    heads_fig.draw(ctx)
+    names = sorted(p.name for p in tmp_path.glob("heads_*.csv"))
+    assert names == ["heads_sa-learned-content-nh4-dp16.csv", "heads_sa-learned-nh4-dp8.csv",
+                     "heads_sa-quadratic-isotropic-nh9-seed0.csv", "heads_sa-quadratic-isotropic-nh9-seed1.csv"]
+    assert set(pd.read_csv(tmp_path / "heads_sa-quadratic-isotropic-nh9-seed1.csv").trial_id) == {"iso-s1"}
+    seen = {}
+    monkeypatch.setattr("analysis.figures.draw_all", lambda study, out, **kw: seen.update(kw) or ([], []))
+    assert run_cli(capsys, "figures", paper, "--out", tmp_path / "f", "--per-seed", "--jobs", "1")[0] == 0
+    assert seen["per_seed"] is True and seen["jobs"] == 1
+    code, _, err = run_cli(capsys, "figures", paper, "--out", tmp_path / "f", "--jobs", "0")
+    assert code == 2 and "--jobs: must be >= 1, got 0" in err
+
+
 def test_heads_csv_centres_and_contours(paper, paper_figures):
     paper_figures = paper_figures[0]
     heads = read_table(paper / "tables", "heads")
     maps = read_table(paper / "tables", "maps")
     last = heads[heads.epoch == 1]
     r = mahalanobis_radius
-    for slug, tid in [("sa-quadratic-isotropic-nh9-seed0", "iso-s0"), ("sa-learned-nh4-dp8", "learned"),
+    for slug, tid in [("sa-quadratic-isotropic-nh9", _median_seed(paper)), ("sa-learned-nh4-dp8", "learned"),
                       ("sa-learned-content-nh4-dp16", "content")]:
         got = pd.read_csv(paper_figures / f"heads_{slug}.csv")
         assert set(got.trial_id) == {tid} and set(got.epoch) == {1}
@@ -409,7 +459,7 @@ def test_epoch_option_picks_the_stored_epoch(paper, tmp_path):
 def test_maps_csv_is_the_stored_window(paper, paper_figures):
     paper_figures = paper_figures[0]
     maps = read_table(paper / "tables", "maps")
-    for slug, tid in [("sa-learned-content-nh4-dp16", "content"), ("sa-quadratic-isotropic-nh9-seed1", "iso-s1")]:
+    for slug, tid in [("sa-learned-content-nh4-dp16", "content"), ("sa-quadratic-isotropic-nh9", _median_seed(paper))]:
         got = pd.read_csv(paper_figures / f"maps_{slug}.csv")
         want = maps[(maps.trial_id == tid) & (maps.epoch == 1)]
         assert len(got) == sum(w * w for w in want.window)
@@ -440,14 +490,18 @@ def _brute_lattice_distance(centres: np.ndarray) -> float:
 def test_conv_likeness_csv(paper, paper_figures):
     paper_figures = paper_figures[0]
     heads = read_table(paper / "tables", "heads")
-    got = pd.read_csv(paper_figures / "conv_likeness_sa-quadratic-isotropic-nh9-seed0.csv")
-    h = heads[heads.trial_id == "iso-s0"]
-    assert len(got) == 2 * 2 and set(got.K) == {3}
+    # one figure for the variant: its two seeds aggregated (mean, min, max over seeds)
+    got = pd.read_csv(paper_figures / "conv_likeness_sa-quadratic-isotropic-nh9.csv")
+    assert len(got) == 2 * 2 and set(got.K) == {3} and set(got.seeds) == {2}
     for r in got.itertuples():
-        g = h[(h.epoch == r.epoch) & (h.layer == r.layer)]
-        assert r.lattice_distance == pytest.approx(_brute_lattice_distance(g[["center_x", "center_y"]].to_numpy()),
-                                                   rel=1e-9)
-        assert r.max_prob_mean == pytest.approx(g.max_prob.mean(), rel=1e-12)
+        per_seed = []
+        for tid in ("iso-s0", "iso-s1"):
+            g = heads[(heads.trial_id == tid) & (heads.epoch == r.epoch) & (heads.layer == r.layer)]
+            per_seed.append((_brute_lattice_distance(g[["center_x", "center_y"]].to_numpy()), g.max_prob.mean()))
+        dist = [d for d, _ in per_seed]
+        assert r.lattice_distance == pytest.approx(np.mean(dist), rel=1e-9)
+        assert (r.lattice_distance_min, r.lattice_distance_max) == pytest.approx((min(dist), max(dist)), rel=1e-9)
+        assert r.max_prob_mean == pytest.approx(np.mean([m for _, m in per_seed]), rel=1e-12)
 
 
 def test_sweep_heatmap_csv(sweep, tmp_path):

@@ -111,6 +111,7 @@ def _capture(monkeypatch, module):
 def test_maps_one_colour_scale_equal_to_the_data_and_diffuse_heads_marked(seeds, tmp_path, monkeypatch):
     figures = _capture(monkeypatch, maps_fig)
     ctx = _ctx(seeds, tmp_path)
+    ctx.per_seed = True  # one figure per trial
     maps_fig.draw(ctx)
     assert len(figures) == 4
     heads = read_table(seeds / "tables", "heads")

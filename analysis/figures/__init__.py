@@ -1,8 +1,17 @@
 """Figures of a study: the paper's (Fig. 2, Figs. 4/12/14, Figs. 5/6, Table 1) and
-the ones it lacked (sweep heat-map, head-centre trajectories, convolution-likeness).
+the ones it lacked (sweep heat-map, head-centre trajectories, convolution-likeness),
+and the locality figures across encodings (attention distance vs depth, locality
+over training, gates).
 
-Every figure module has ``KIND`` and ``draw(ctx) -> (paths written, skip lines)`` and
-raises :class:`Skip` when the study's data cannot support it.
+Every figure module has ``KIND`` and ``draw(ctx) -> (paths written)``, raises
+:class:`Skip` when the study's data cannot support it, and hands its drawing to
+``ctx.render(fn, ...)`` (``fn(canvas, ...)`` draws one figure from small plotted
+data; :mod:`analysis.figures.jobs` runs those on a process pool).  ``SCOPE``
+says what one figure covers: ``"study"`` (default: one figure of all trials) or
+``"variant"`` (one figure per model variant — one representative seed, or the
+seeds aggregated — or, with ``per_seed``, one per trial).  ``READS``: the tables
+besides ``runs`` it reads (default: all), whose files decide when it is redrawn
+(:mod:`analysis.figures.cache`).
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.io import Study
-from analysis.variants import trial_table
+from analysis.variants import slug as _slug, trial_table
 
 
 class Skip(Exception):
@@ -22,28 +31,69 @@ class Skip(Exception):
 
 
 @dataclass
+class Canvas:
+    """What drawing a figure needs besides its plotted data: the output folder and the
+    trials table (for captions).  Small, so it travels to pool workers."""
+
+    out: Path
+    trials: pd.DataFrame
+
+
+@dataclass
 class Context:
     study: Study
     out: Path
     epoch: int | None = None  # epoch (as stored) of head/map figures; None: each trial's last
+    per_seed: bool = False  # variant figures per trial instead of per variant
     skipped: list[str] = field(default_factory=list)
+    only: frozenset | None = None  # trial ids of the figure being drawn (None: every trial)
+    defer: bool = False  # queue drawings in ``renders`` instead of drawing them at once
+    job: str = ""  # the figure job being drawn (set by draw_all)
+    renders: list = field(default_factory=list)  # (job, fn, args, kwargs, canvas) queued when ``defer``
 
     @cached_property
     def trials(self) -> pd.DataFrame:
-        """``runs`` with ``label`` and ``slug`` per trial, in display order."""
-        return trial_table(self.study.runs)
+        """``runs`` with ``label``, ``slug`` (per trial), ``variant_slug``, ``representative``
+        (one trial per variant: the median of its seeds by best test accuracy) and ``title``
+        per trial, in display order."""
+        return with_representatives(trial_table(self.study.runs))
 
     def skip(self, kind: str, reason: str, what: str | None = None) -> None:
         self.skipped.append(f"skipped {kind}{f' for {what}' if what else ''}: {reason}")
 
-    def head_trials(self, kind: str, *, table: str = "heads"):
+    def render(self, fn, *args, **kwargs) -> list:
+        """Draw one figure: ``fn(canvas, *args, **kwargs)`` -> paths, now or (``defer``) on the pool."""
+        canvas = Canvas(out=self.out, trials=self.trials)
+        if self.defer:
+            self.renders.append((self.job, fn, args, kwargs, canvas))
+            return []
+        return fn(canvas, *args, **kwargs)
+
+    def by_trial(self, table: str) -> dict:
+        """trial_id -> that trial's rows of ``table`` (grouped once per context)."""
+        cache = self.__dict__.setdefault("_by_trial", {})
+        if table not in cache:
+            data = self.study.table(table)
+            cache[table] = dict(tuple(data.groupby("trial_id", sort=False))) if not data.empty else {}
+        return cache[table]
+
+    def selected(self) -> pd.DataFrame:
+        """The trials of the figure being drawn."""
+        t = self.trials
+        return t if self.only is None else t[t["trial_id"].isin(self.only)]
+
+    def head_trials(self, kind: str, *, table: str = "heads", every_seed: bool = False):
         """(trial row, that trial's rows of ``table``) for every trial with attention
-        heads; other trials are reported as skipped."""
-        data = self.study.table(table)
+        heads — by default only each variant's representative seed, whose ``slug`` is
+        the variant's and whose ``title`` says which seed it is; other trials are
+        reported as skipped.  ``every_seed``: every trial (figures that pool the seeds)."""
         if self.trials.empty:
             raise Skip("no trials in the runs table yet")
-        by_trial = dict(tuple(data.groupby("trial_id", sort=False))) if not data.empty else {}
-        for _, t in self.trials.iterrows():
+        by_trial = self.by_trial(table)
+        for _, t in self.selected().iterrows():
+            if not (self.per_seed or every_seed) and not t["representative"]:
+                continue
+            t = as_figure(t, per_seed=self.per_seed or every_seed)
             rows = by_trial.get(t["trial_id"])
             if t.get("arch") == "resnet18":
                 self.skip(kind, "no attention heads (ResNet18)", t["label"])
@@ -51,6 +101,29 @@ class Context:
                 self.skip(kind, f"no {table} rows yet", f"{t['label']} ({t['trial_id']})")
             else:
                 yield t, rows
+
+    def variant_heads(self, kind: str):
+        """(figure row, trials of the variant, their ``heads`` rows) per variant with
+        attention heads — per trial with ``per_seed`` — for figures that aggregate seeds."""
+        if self.trials.empty:
+            raise Skip("no trials in the runs table yet")
+        by_trial = self.by_trial("heads")
+        sel = self.selected()
+        groups = ([(r["trial_id"], sel[sel["trial_id"] == r["trial_id"]]) for _, r in sel.iterrows()]
+                  if self.per_seed else list(sel.groupby("label", sort=False)))
+        for _, trials in groups:
+            rep = trials[trials["representative"]] if not self.per_seed else trials
+            t = as_figure((rep if len(rep) else trials).iloc[0], per_seed=self.per_seed, aggregate=True,
+                          seeds=len(trials))
+            if t.get("arch") == "resnet18":
+                self.skip(kind, "no attention heads (ResNet18)", t["label"])
+                continue
+            rows = [by_trial[tid] for tid in trials["trial_id"] if tid in by_trial and not by_trial[tid].empty]
+            if not rows:
+                self.skip(kind, "no heads rows yet", t["label"] if not self.per_seed
+                          else f"{t['label']} ({t['trial_id']})")
+                continue
+            yield t, trials, pd.concat(rows, ignore_index=True)
 
     def pick_epoch(self, rows: pd.DataFrame) -> int | None:
         """The requested epoch if ``rows`` have it, else None; each trial's last by default."""
@@ -60,22 +133,90 @@ class Context:
         return self.epoch if (epochs == self.epoch).any() else None
 
 
+def _seed_word(t) -> str:
+    seed = t.get("seed")
+    return f"seed {int(seed)}" if seed is not None and seed == seed else f"trial {t['trial_id']}"
+
+
+def with_representatives(t: pd.DataFrame) -> pd.DataFrame:
+    """``trial_table`` rows plus ``variant_slug`` (unique per label), ``seeds`` (trials of
+    the variant) and ``representative``: per variant the trial whose best test
+    accuracy is the median of its seeds' (the lower middle one for an even count; ties
+    and missing accuracies by seed), a choice that does not favour the best seed."""
+    if t.empty:
+        return t.assign(variant_slug=pd.Series(dtype=object), seeds=pd.Series(dtype=int),
+                        representative=pd.Series(dtype=bool))
+    t = t.copy()
+    slugs: dict[str, str] = {}
+    for label in dict.fromkeys(t["label"]):
+        s = _slug(str(label))
+        while s in slugs.values():
+            s += "-v"
+        slugs[label] = s
+    t["variant_slug"] = t["label"].map(slugs)
+    t["seeds"] = t.groupby("label")["trial_id"].transform("count").astype(int)
+    acc = pd.to_numeric(t["best_test_acc"], errors="coerce") if "best_test_acc" in t else pd.Series(float("nan"),
+                                                                                                    index=t.index)
+    rep = pd.Series(False, index=t.index)
+    for _, g in t.groupby("label", sort=False):
+        a = acc[g.index]
+        known = a.dropna().sort_values(kind="stable")  # g is in seed order already
+        if len(known):
+            pick = known.index[(len(known) - 1) // 2]
+        else:
+            pick = g.index[0]
+        rep[pick] = True
+    t["representative"] = rep
+    return t
+
+
+def as_figure(t: pd.Series, *, per_seed: bool, aggregate: bool = False, seeds: int | None = None) -> pd.Series:
+    """The trial row as a figure sees it: ``slug`` (file name) and ``title``."""
+    t = t.copy()
+    n = int(seeds if seeds is not None else t.get("seeds", 1))
+    if per_seed or n <= 1:
+        t["title"] = t["label"]
+        return t
+    t["slug"] = t["variant_slug"]
+    if aggregate:
+        t["title"] = f"{t['label']}, {n} seeds"
+    else:
+        t["title"] = (f"{t['label']}, {_seed_word(t)} (the median of {n} seeds by best test accuracy)")
+    return t
+
+
 def _modules():
-    from analysis.figures import conv_likeness, convergence, heads, maps, sweeps, table1, trajectories
+    from analysis.figures import (conv_likeness, convergence, distance, gates, heads, locality, maps, sweeps,
+                                  table1, trajectories)
 
-    return [convergence, table1, heads, maps, trajectories, conv_likeness, sweeps]
+    return [convergence, table1, heads, maps, trajectories, conv_likeness, distance, locality, gates, sweeps]
 
 
-def draw_all(study: Study, out: Path, *, epoch: int | None = None) -> tuple[list[Path], list[str]]:
-    """Draw every figure ``study`` supports into ``out``: (files written, skip lines)."""
-    from analysis import style
+def default_out(study: Study) -> Path:
+    """Where ``analysis figures`` draws by default: ``<study folder>/figures``, or
+    ``./figures/<name>`` for a study on object storage."""
+    return Path("figures") / study.name if study.remote else Path(study.folder) / "figures"
 
-    style.setup()
-    ctx = Context(study=study, out=Path(out), epoch=epoch)
-    written: list[Path] = []
-    for module in _modules():
-        try:
-            written += module.draw(ctx)
-        except Skip as why:
-            ctx.skip(module.KIND, str(why))
-    return written, ctx.skipped
+
+def draw_all(study: Study, out: Path, *, epoch: int | None = None, per_seed: bool = False, pdf: bool = True,
+             jobs: int | None = None) -> tuple[list[Path], list[str]]:
+    """Draw every figure ``study`` supports into ``out``: (files, skip lines).  Figures
+    whose inputs did not change since they were drawn there are kept, not redrawn
+    (:mod:`analysis.figures.cache`); the others are drawn on ``jobs`` processes
+    (default: the cores this process may use)."""
+    from analysis.figures.jobs import run
+
+    return run(study, Path(out), modules=_modules(), epoch=epoch, per_seed=per_seed, pdf=pdf,
+               jobs=jobs if jobs is not None else _cores())
+
+
+def _cores() -> int:
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+__all__ = ["Canvas", "Context", "Skip", "default_out", "draw_all"]

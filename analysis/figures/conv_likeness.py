@@ -12,6 +12,7 @@ has no distance.  The rule is printed under the figure."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
@@ -22,58 +23,89 @@ from analysis.meta import describe
 from analysis.style import COLUMN_WIDTH, save
 
 KIND = "conv_likeness"
+SCOPE = "variant"
+READS = ("heads", "maps")
 
 
 COLUMNS = ["epoch", "epochs_trained", "layer", "K", "concentrated_heads", "lattice_distance", "max_prob_mean"]
+#: the plotted data: per (epoch, layer) over the seeds of a variant (one seed: min = max = the value)
+SEED_COLUMNS = ["epoch", "epochs_trained", "layer", "K", "seeds", "concentrated_heads", "lattice_distance",
+                "lattice_distance_min", "lattice_distance_max", "max_prob_mean"]
 
 
 def data(rows: pd.DataFrame, last: int | None = None, maps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per (epoch, layer): K, concentrated heads, their lattice distance, mean max_prob."""
+    """Per (epoch, layer) of one trial: K, concentrated heads, their lattice distance, mean max_prob."""
     d = rows if last is None else rows[rows["epoch"] <= last]
+    if d.empty:
+        return pd.DataFrame(columns=COLUMNS)
     if "concentrated" not in d:
         d = classify(d, maps)
+    d = d.sort_values(["epoch", "layer", "head"], kind="stable")
+    epoch, layer = d["epoch"].to_numpy(dtype=int), d["layer"].to_numpy(dtype=int)
+    starts = np.flatnonzero(np.r_[True, (epoch[1:] != epoch[:-1]) | (layer[1:] != layer[:-1])])
+    ends = np.r_[starts[1:], len(d)]
+    xy = d[["center_x", "center_y"]].to_numpy(dtype=float)
+    conc = d["concentrated"].to_numpy(dtype=bool)
+    max_prob = np.add.reduceat(d["max_prob"].to_numpy(dtype=float), starts) / (ends - starts)
     out = []
-    for (epoch, layer), g in d.groupby(["epoch", "layer"]):
-        k = kernel_size(len(g))
+    for i, (a, b) in enumerate(zip(starts, ends)):
+        k = kernel_size(b - a)
         if k is None:
             continue
-        c = g[g["concentrated"].astype(bool)]
-        out.append({"epoch": int(epoch), "epochs_trained": int(epoch) + 1, "layer": int(layer), "K": k,
-                    "concentrated_heads": len(c),
-                    "lattice_distance": lattice_distance_of(c[["center_x", "center_y"]].to_numpy(), k),
-                    "max_prob_mean": float(g["max_prob"].mean())})
+        c = xy[a:b][conc[a:b]]
+        out.append({"epoch": int(epoch[a]), "epochs_trained": int(epoch[a]) + 1, "layer": int(layer[a]), "K": k,
+                    "concentrated_heads": len(c), "lattice_distance": lattice_distance_of(c, k),
+                    "max_prob_mean": float(max_prob[i])})
     return pd.DataFrame(out, columns=COLUMNS)
+
+
+def over_seeds(per_trial: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per (epoch, layer): the seeds' mean lattice distance (over the seeds that have
+    one), its min and max, the mean number of concentrated heads and of max_prob."""
+    d = pd.concat(per_trial, ignore_index=True)
+    g = d.groupby(["epoch", "layer"], sort=True)
+    out = g.agg(epochs_trained=("epochs_trained", "first"), K=("K", "first"), seeds=("K", "size"),
+                concentrated_heads=("concentrated_heads", "mean"), lattice_distance=("lattice_distance", "mean"),
+                lattice_distance_min=("lattice_distance", "min"), lattice_distance_max=("lattice_distance", "max"),
+                max_prob_mean=("max_prob_mean", "mean")).reset_index()
+    return out[SEED_COLUMNS]
 
 
 def draw(ctx) -> list:
     written = []
-    maps = ctx.study.maps
-    maps_by = dict(tuple(maps.groupby("trial_id"))) if not maps.empty else {}
-    for t, rows in ctx.head_trials(KIND):
-        n = int(rows.groupby(["epoch", "layer"]).size().max())
+    maps_by = ctx.by_trial("maps")
+    by_trial = ctx.by_trial("heads")
+    for t, trials, rows in ctx.variant_heads(KIND):
+        n = int(rows.groupby(["trial_id", "epoch", "layer"]).size().max())
         if kernel_size(n) is None:
             ctx.skip(KIND, f"needs N_h = K² heads with K odd, has {n}", t["label"])
             continue
-        d = data(rows, ctx.epoch, maps_by.get(t["trial_id"]))
-        if d.empty:
+        per_trial = [data(by_trial[tid], ctx.epoch, maps_by.get(tid)) for tid in trials["trial_id"] if tid in by_trial]
+        per_trial = [p for p in per_trial if not p.empty]
+        if not per_trial:
             ctx.skip(KIND, f"no head statistics up to epoch {ctx.epoch}", t["label"])
             continue
-        written += _figure(ctx, t, d)
+        ids = [tid for tid in trials["trial_id"] if tid in by_trial]
+        written += ctx.render(_figure, t, over_seeds(per_trial), ids)
     return written
 
 
-def _figure(ctx, t, d: pd.DataFrame) -> list:
+def _figure(ctx, t, d: pd.DataFrame, trial_ids: list[str]) -> list:
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.2))
     ax2 = ax.twinx()
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     layers = sorted(d["layer"].unique())
     k = int(d["K"].iloc[0])
     few = d["epoch"].nunique() <= 12
+    seeds = int(d["seeds"].max())
     for layer in layers:
         s = d[d["layer"] == layer].sort_values("epoch")
         c = palette[layer % len(palette)]
         ax.plot(s["epochs_trained"], s["lattice_distance"], "-", color=c, marker="o" if few else None,
-                markersize=2.5, label=f"layer {layer + 1} ({int(s['concentrated_heads'].iloc[-1])}/{k * k})")
+                markersize=2.5, label=f"layer {layer + 1} ({s['concentrated_heads'].iloc[-1]:.3g}/{k * k})")
+        if seeds > 1:
+            ax.fill_between(s["epochs_trained"], s["lattice_distance_min"], s["lattice_distance_max"], color=c,
+                            alpha=0.18, linewidth=0)
         ax2.plot(s["epochs_trained"], s["max_prob_mean"], "--", color=c, marker="^" if few else None,
                  markersize=2.5, linewidth=0.8)
     ax.set_xlabel("epochs trained")
@@ -83,18 +115,25 @@ def _figure(ctx, t, d: pd.DataFrame) -> list:
     ax2.set_ylim(0, 1.02)
     if d["epochs_trained"].max() <= 12:
         ax.set_xticks(sorted(d["epochs_trained"].unique()))
-    ax.set_title(t["label"] + "\n" + wrap_note(describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]]),
+    ax.set_title(t["title"] + "\n" + wrap_note(describe(ctx.trials[ctx.trials["trial_id"].isin(trial_ids)]),
                                                COLUMN_WIDTH), pad=3)
     style = [Line2D([], [], color="0.3", linestyle="-", label="distance (left)"),
              Line2D([], [], color="0.3", linestyle="--", linewidth=0.8, label="max prob. (right)")]
     handles, _ = ax.get_legend_handles_labels()
+    per = "mean over the seeds" if seeds > 1 else ""
     ax.legend(handles=handles + style, loc="upper center", bbox_to_anchor=(0.5, -0.22),
-              ncol=2 if len(handles) <= 2 else 3, title="(concentrated heads / all at the last epoch)")
+              ncol=2 if len(handles) <= 2 else 3,
+              title=f"(concentrated heads / all at the last epoch{', ' + per if per else ''})")
     note = ("distance over the concentrated heads only, each to its own lattice point; diffuse heads "
-            "excluded; no point: no concentrated head. " + rule_text())
+            "excluded; no point: no concentrated head. ")
+    if seeds > 1:
+        width = (d["lattice_distance_max"] - d["lattice_distance_min"]).max()
+        note += (f"Lines: mean over {seeds} seeds (of those with a distance); band: min–max over seeds "
+                 f"(seed-to-seed noise, up to {width:.2f} px wide). ")
+    note += rule_text()
     fig.canvas.draw()  # place the note under the legend, wherever it ended
     box = ax.get_legend().get_window_extent().transformed(fig.transFigure.inverted())
     fig.text(0.5, box.y0 - 0.02, wrap_note(note, COLUMN_WIDTH), ha="center", va="top", fontsize=7)
-    d = d.assign(trial_id=t["trial_id"], model=t["label"])
-    d = d[["trial_id", "model", *COLUMNS]]
+    d = d.assign(trial_id=trial_ids[0] if len(trial_ids) == 1 else "", model=t["label"])
+    d = d[["trial_id", "model", *SEED_COLUMNS]]
     return save(fig, d, ctx.out, f"conv_likeness_{t['slug']}")

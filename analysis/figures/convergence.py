@@ -20,6 +20,7 @@ from analysis.style import COLUMN_WIDTH, save
 from analysis.variants import variant_order
 
 KIND = "accuracy"
+READS = ("epochs",)
 STEM = "fig2_accuracy"
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 LINESTYLES = ("-", "--", "-.", ":")
@@ -51,7 +52,10 @@ def y_range(low: float, high: float, *, chance: float) -> tuple[float, float]:
 
 
 def draw(ctx) -> list:
-    d = data(ctx)
+    return ctx.render(_figure, data(ctx))
+
+
+def _figure(ctx, d: pd.DataFrame) -> list:
     runs = ctx.trials
     models = list(dict.fromkeys(d["model"]))
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.3))

@@ -1,8 +1,9 @@
 """Figs. 4/12/14: each head's centre and its 50 % (solid) / 90 % (dotted) contour, one
 panel per layer, at one epoch (default: the trial's last).
 
-Gaussian heads: analytic ellipses of Σ = (Σ⁻¹ as trained)⁻¹ around the head's mean
-shift.  Learned and content heads: the smallest set of pixels of the stored
+Gaussian heads (every ``param_inv_cov_*`` set and no ``gate``): analytic ellipses of
+Σ = (Σ⁻¹ as trained)⁻¹ around the head's mean shift.  Every other head (learned,
+content, gated — whatever its encoding): the smallest set of pixels of the stored
 attention window holding 50 % / 90 % of the head's attention (not drawn when the
 window holds less).
 
@@ -23,9 +24,21 @@ from analysis.figures.panels import after, label_grid, layer_grid, limit, shift_
 from analysis.style import head_colors, save
 
 KIND = "heads"
+SCOPE = "variant"
+READS = ("heads", "maps")
 STYLE = {0.5: "-", 0.9: ":"}
 PARAMS = ("param_inv_cov_xx", "param_inv_cov_xy", "param_inv_cov_yy")
 MAX_CURVES = 3  # a mass region bounded by more curves (pieces, holes) is diffuse: not drawn
+
+
+def ellipse_head(r) -> bool:
+    """A head whose attention is the Gaussian of its stored Σ⁻¹ (all ``param_inv_cov_*``
+    set) and nothing else: not a gated head (a non-null ``gate`` mixes the positional
+    softmax with content attention, so Σ describes only one of the two parts)."""
+    inv = [getattr(r, k, np.nan) for k in PARAMS]
+    gate = getattr(r, "gate", None)
+    gated = gate is not None and gate is not pd.NA and gate == gate
+    return all(v is not None and v == v for v in inv) and not gated
 
 
 def curves(heads: pd.DataFrame, maps: pd.DataFrame | None) -> tuple[pd.DataFrame, dict]:
@@ -47,7 +60,7 @@ def curves(heads: pd.DataFrame, maps: pd.DataFrame | None) -> tuple[pd.DataFrame
             continue
         rows.append({**base, "kind": "center", "level": np.nan, "path": 0, "x": r.center_x, "y": r.center_y})
         inv = tuple(getattr(r, k, np.nan) for k in PARAMS)
-        gaussian = all(v == v for v in inv)
+        gaussian = ellipse_head(r)
         for p in LEVELS:
             paths, why = [], ""
             if gaussian:
@@ -71,29 +84,36 @@ def curves(heads: pd.DataFrame, maps: pd.DataFrame | None) -> tuple[pd.DataFrame
 
 def draw(ctx) -> list:
     written = []
-    maps = ctx.study.maps
-    maps_by = dict(tuple(maps.groupby(["trial_id", "epoch"]))) if not maps.empty else {}
+    maps_by = ctx.by_trial("maps")
     for t, rows in ctx.head_trials(KIND):
         epoch = ctx.pick_epoch(rows)
         if epoch is None:
             ctx.skip(KIND, f"no head statistics at epoch {ctx.epoch}", t["label"])
             continue
-        m = maps_by.get((t["trial_id"], epoch))
+        m = maps_by.get(t["trial_id"])
+        m = m[m["epoch"] == epoch] if m is not None else None
+        m = m if m is not None and len(m) else None
         h = classify(rows[rows["epoch"] == epoch], m)
         d, missing = curves(h, m)
-        written += _figure(ctx, t, epoch, d, missing, gaussian=h[list(PARAMS)].notna().all(axis=None),
+        ellipses = [ellipse_head(r) for r in h[h["concentrated"]].itertuples()]
+        written += ctx.render(_figure, t, epoch, d, missing, gaussian=_all_or_none(ellipses),
                            n_heads=int(h["head"].nunique()),
                            window=int(m["window"].iloc[0]) if m is not None and len(m) else None)
     return written
 
 
-def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: bool, n_heads: int,
+def _all_or_none(flags: list[bool]) -> bool | None:
+    """True when every flag is, False when none is, None when mixed."""
+    return True if flags and all(flags) else False if not any(flags) else None
+
+
+def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: bool | None, n_heads: int,
             window: int | None = None) -> list:
     layers = sorted(d["layer"].unique())
     fig, axes, grid = layer_grid(len(layers))
     colours = head_colors(max(n_heads, int(d["head"].max()) + 1))
     centres = d[d["kind"] == "center"]
-    inner = d[(d["kind"] == "contour") & ((d["level"] == 0.5) | (not gaussian))]  # numeric: within the window
+    inner = d[(d["kind"] == "contour") & ((d["level"] == 0.5) | (gaussian is not True))]  # within the window
     lim = limit(list(centres["x"]) + list(centres["y"]) + list(inner["x"]) + list(inner["y"]))
     for ax, layer in zip(axes, layers):
         dl = d[d["layer"] == layer]
@@ -113,8 +133,9 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: boo
         shift_axes(ax, lim)
         ax.set_title(f"layer {layer + 1}", pad=2)
     label_grid(grid)
-    fig.suptitle(f"{t['label']}, {after(epoch)}", y=1.0)
-    kind = "ellipses of Σ (Gaussian heads)" if gaussian else "mass contours of the attention map"
+    fig.suptitle(f"{t['title']}, {after(epoch)}", y=1.0)
+    kind = {True: "ellipses of Σ (Gaussian heads)", False: "mass contours of the attention map",
+            None: "ellipses of Σ for Gaussian heads, mass contours of the attention map for the others"}[gaussian]
     notes = [describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]]),
              f"dots: centres of concentrated heads (numbered); 50 % solid, 90 % dotted: {kind}; ■ query",
              rule_text(window) + " (listed as 'diffuse', not drawn)"]

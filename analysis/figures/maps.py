@@ -1,7 +1,8 @@
 """Figs. 5/6: attention probabilities of every head (columns) of every layer (rows):
 the stored (2r+1)×(2r+1) window of shifts around the query pixel (black outline),
-at one epoch (default: the trial's last).  Content attention: the stored average
-over the test images of the trial's head statistics.  One colour scale for the whole
+at one epoch (default: the trial's last).  Attention that depends on the image: the
+stored average over the test images of the trial's head statistics (whatever the
+encoding; the caption says so without naming one).  One colour scale for the whole
 figure (the range of the values shown), with a colour bar; under each map the head's
 attention mass inside the window, and diffuse heads (:mod:`analysis.concentration`)
 in a dashed frame."""
@@ -19,6 +20,8 @@ from analysis.meta import describe
 from analysis.style import COLUMN_WIDTH, DOUBLE_WIDTH, save
 
 KIND = "maps"
+SCOPE = "variant"
+READS = ("heads", "maps")
 
 
 def long_form(maps: pd.DataFrame) -> pd.DataFrame:
@@ -36,8 +39,7 @@ def long_form(maps: pd.DataFrame) -> pd.DataFrame:
 
 def draw(ctx) -> list:
     written = []
-    heads = ctx.study.heads
-    heads_by = dict(tuple(heads.groupby(["trial_id", "epoch"]))) if not heads.empty else {}
+    heads_by = ctx.by_trial("heads")
     for t, rows in ctx.head_trials(KIND, table="maps"):
         epoch = ctx.pick_epoch(rows)
         if epoch is None:
@@ -45,10 +47,11 @@ def draw(ctx) -> list:
             continue
         m = rows[rows["epoch"] == epoch]
         d = long_form(m)
-        h = heads_by.get((t["trial_id"], epoch))
+        h = heads_by.get(t["trial_id"])
+        h = h[h["epoch"] == epoch] if h is not None else None
         per_head = _per_head(m, h)
         d = d.merge(per_head, on=["layer", "head"], how="left")
-        written += _figure(ctx, t, epoch, d, window=int(m["window"].iloc[0]))
+        written += ctx.render(_figure, t, epoch, d, window=int(m["window"].iloc[0]))
     return written
 
 
@@ -111,9 +114,11 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
     bar = fig.colorbar(image, cax=cax)
     bar.set_label("attention probability", fontsize=7, labelpad=2)
     bar.ax.tick_params(labelsize=7)
-    content = t.get("encoding") == "learned_content"
-    what = "mean over test images" if content else "positional attention"
-    fig.suptitle(f"{t['label']}, {after(epoch)}", y=1 - 0.04 / height, va="top")
+    images = t.get("head_images")
+    images = f"{int(images)} " if images is not None and images == images else ""
+    what = (f"heads whose attention depends on the image: the mean over {images}test images, a query at the "
+            "image centre; purely positional heads: the exact distribution")
+    fig.suptitle(f"{t['title']}, {after(epoch)}", y=1 - 0.04 / height, va="top")
     fig.text(0.5, 1 - 0.24 / height, caption, ha="center", va="top", fontsize=7)
     note = (f"{side}×{side} shifts around the query (outlined), y down; {what}. One colour scale for all "
             f"heads, from the smallest to the largest value shown ({vmin:.2g} to {vmax:.2g}). Under each map: "

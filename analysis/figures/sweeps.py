@@ -15,6 +15,7 @@ from analysis.style import COLUMN_WIDTH, save
 from analysis.variants import sweep_axes, value_text
 
 KIND = "heatmap"
+READS = ()
 MAX_VALUES = 12  # per axis: more is a continuous search, not a grid
 
 
@@ -56,6 +57,10 @@ def draw(ctx) -> list:
     d, a, b = data(ctx.study.runs)
     if (d["seeds"] == 0).all():
         raise Skip("no trial of the sweep has finished an epoch yet")
+    return ctx.render(_figure, d, a, b)
+
+
+def _figure(ctx, d: pd.DataFrame, a: str, b: str) -> list:
     va, vb = list(dict.fromkeys(d[a])), list(dict.fromkeys(d[b]))
     m = d.pivot(index=a, columns=b, values="best_test_acc_mean").reindex(index=va, columns=vb)
     w = min(COLUMN_WIDTH, 1.0 + 0.55 * len(vb))

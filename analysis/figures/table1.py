@@ -54,10 +54,10 @@ def data(ctx) -> pd.DataFrame:
             "best_val_acc": float(val.mean()) if val.notna().any() else float("nan"),
             "best_val_acc_std": _std(val.dropna()),
             "n_test": int(s["n_test"].iloc[0]) if "n_test" in s and s["n_test"].notna().any() else pd.NA,
-            "n_params": int(s["n_params"].iloc[0]),
+            "n_params": _first_int(s, "n_params"),
             "macs": int(macs),
             "flops_math": int(2 * macs),
-            "flops": int(s["flops"].iloc[0]),  # executed path (runs.flops)
+            "flops": _first_int(s, "flops"),  # executed path (runs.flops)
             # the paper's Table 1, where this row has its model, data and budget
             "paper_model": paper.model if paper else "",
             "paper_acc": paper.accuracy if paper else float("nan"),
@@ -68,13 +68,25 @@ def data(ctx) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _first_int(s: pd.DataFrame, col: str):
+    """The variant's ``col`` (its trials share it), NA when the tables do not record it."""
+    v = s[col].dropna() if col in s else pd.Series(dtype=float)
+    return int(v.iloc[0]) if len(v) else pd.NA
+
+
 def _acc(mean: float, std: float) -> str:
     if mean != mean:
         return "–"
     return f"{100 * mean:.2f}" + ("" if std != std else f" ± {100 * std:.2f}")
 
 
+def _count(n) -> str:
+    return "–" if n is pd.NA else f"{n:,}"
+
+
 def _flops(f: int) -> str:
+    if f is pd.NA:
+        return "–"
     return f"{f / 1e9:.2f} G" if f >= 1e9 else f"{f / 1e6:.1f} M"
 
 
@@ -99,7 +111,8 @@ def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
         cells = [str(r["model"]), str(r["seeds"]), f"{r['epochs_done']}/{r['epochs']}{running}",
                  _acc(r["best_test_acc"], r["best_test_acc_std"]), _acc(r["final_test_acc"], r["final_test_acc_std"])]
         cells += [_acc(r["best_val_acc"], r["best_val_acc_std"])] if has_val else []
-        cells += [f"{r['n_params']:,}", _flops(r["macs"]), _flops(r["flops_math"]), _flops(r["flops"])]
+        cells += [f"{r['n_params']:,}" if r["n_params"] is not pd.NA else "–", _flops(r["macs"]),
+                  _flops(r["flops_math"]), _flops(r["flops"])]
         cells += [_paper(r)]
         lines.append("| " + " | ".join(cells) + " |")
     n_test = [int(v) for v in d["n_test"].dropna().unique()] if "n_test" in d else []

@@ -11,6 +11,8 @@ from analysis.meta import describe
 from analysis.style import head_colors, save
 
 KIND = "trajectories"
+SCOPE = "variant"
+READS = ("heads",)
 
 
 def data(rows: pd.DataFrame, last: int | None) -> pd.DataFrame:
@@ -26,7 +28,7 @@ def draw(ctx) -> list:
         if d["epoch"].nunique() < 2:
             ctx.skip(KIND, "needs head statistics of at least 2 epochs", t["label"])
             continue
-        written += _figure(ctx, t, d)
+        written += ctx.render(_figure, t, d)
     return written
 
 
@@ -50,7 +52,7 @@ def _figure(ctx, t, d: pd.DataFrame) -> list:
         ax.set_title(f"layer {layer + 1}", pad=2)
     label_grid(grid)
     caption = describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]])
-    fig.suptitle(f"{t['label']}\nhead centres {after(first)} (○) to {last + 1} (●), numbered by head\n"
+    fig.suptitle(f"{t['title']}\nhead centres {after(first)} (○) to {last + 1} (●), numbered by head\n"
                  f"{wrap_note(caption, fig.get_size_inches()[0])}", y=1.1, fontsize=7)
     d = d.assign(trial_id=t["trial_id"], model=t["label"])
     d = d[["trial_id", "model", "layer", "head", "epoch", "center_x", "center_y"]]

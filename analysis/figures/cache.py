@@ -1,0 +1,154 @@
+"""Figures are redrawn only when their inputs changed: a manifest of input
+fingerprints per figure job in the output folder (``.figures-manifest.json``).
+
+A job's fingerprint hashes what its figure is made of: the path, size and
+modification time of every table file of the trials it shows (``runs`` and the
+tables the figure module ``READS``), those trials' variant labels and representative
+seed (which depend on the other trials' ``runs`` rows), the options (``--epoch``,
+per-seed or per-variant) and the code that draws it (the ``analysis`` sources and
+the matplotlib version).  A job is reused when its fingerprint is unchanged, the
+formats asked for were written (the report asks for PNG only) and its files are
+still there.  Files of a job no longer drawn (a variant gone, a figure the data no
+longer supports) that the manifest lists are removed; files it does not list are
+never touched."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+MANIFEST = ".figures-manifest.json"
+VERSION = 1
+
+
+@lru_cache(maxsize=1)
+def code_version() -> str:
+    """Hash of the ``analysis`` package's sources and the matplotlib version."""
+    import matplotlib
+
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha1(matplotlib.__version__.encode())
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def table_files(root: str) -> dict[str, list[tuple[str, int, int]]]:
+    """trial_id -> [(path under the tables root, size, mtime in ns)] of its table files
+    (writes in progress, ``.tmp-*``, excluded); one listing of the whole root."""
+    import pyarrow.fs as pafs
+
+    if "://" in root:
+        fs, base = pafs.FileSystem.from_uri(root)
+    else:
+        fs, base = pafs.LocalFileSystem(), str(Path(root).resolve())
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    except OSError:
+        return {}
+    prefix = base.rstrip("/") + "/"
+    out: dict[str, list[tuple[str, int, int]]] = {}
+    for i in infos:
+        if i.type != pafs.FileType.File or not i.path.startswith(prefix):
+            continue
+        rel = i.path[len(prefix):]
+        parts = rel.split("/")
+        if any(p.startswith((".", "_")) for p in parts):
+            continue
+        if len(parts) == 2 and parts[0] == "runs":
+            trial = parts[1].rsplit(".", 1)[0]
+        elif len(parts) == 3:
+            trial = parts[1]
+        else:
+            trial = ""  # a foreign file: every study-wide figure depends on it (it is warned about)
+        out.setdefault(trial, []).append((rel, int(i.size or 0), int(i.mtime_ns or 0)))
+    return out
+
+
+def fingerprint(*, kind: str, key: str, options: dict, files: dict, trials, tables: tuple[str, ...],
+                every_trial: bool) -> str:
+    """The fingerprint of one figure job (see the module docstring).  ``trials``: the
+    rows of the trials table it shows; ``every_trial``: a study-wide figure, which
+    also depends on table files no runs row names yet."""
+    wanted = ("runs",) + tuple(tables)
+    ids = list(files) if every_trial else []
+    ids += [str(t) for t in trials["trial_id"]]
+    inputs = []
+    for tid in sorted(set(ids)):
+        inputs.append([tid, sorted(f for f in files.get(tid, []) if f[0].split("/", 1)[0] in wanted)])
+    rows = [[str(r.get("trial_id")), str(r.get("label")), str(r.get("variant_slug")), bool(r.get("representative")),
+             str(r.get("slug"))] for _, r in trials.iterrows()]
+    payload = json.dumps([VERSION, code_version(), kind, key, options, rows, inputs], sort_keys=True, default=str)
+    return hashlib.sha1(payload.encode()).hexdigest()
+
+
+@dataclass
+class Entry:
+    fingerprint: str
+    files: list[str]
+    skipped: list[str]
+    pdf: bool
+    per_seed: bool
+
+
+@dataclass
+class Manifest:
+    """The jobs drawn into one output folder (job key -> :class:`Entry`)."""
+
+    out: Path
+    entries: dict[str, Entry] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, out: Path) -> "Manifest":
+        m = cls(out=out)
+        try:
+            doc = json.loads((out / MANIFEST).read_text())
+            if doc.get("version") == VERSION:
+                m.entries = {k: Entry(**v) for k, v in doc.get("jobs", {}).items()}
+        except (OSError, ValueError, TypeError):
+            pass  # none yet, or unreadable: everything is drawn
+        return m
+
+    def fresh(self, key: str, fp: str, *, pdf: bool) -> Entry | None:
+        """The entry of ``key`` when it can be reused as it is."""
+        e = self.entries.get(key)
+        if e is None or e.fingerprint != fp or (pdf and not e.pdf):
+            return None
+        if not all((self.out / f).is_file() for f in e.files):
+            return None
+        return e
+
+    def record(self, key: str, entry: Entry) -> None:
+        old = self.entries.get(key)
+        if old is not None:
+            self._remove(set(old.files) - set(entry.files))
+        self.entries[key] = entry
+
+    def forget_others(self, keep: set[str], *, per_seed: bool) -> None:
+        """Remove the files of this mode's jobs not drawn this time (and their entries)."""
+        for key in [k for k, e in self.entries.items() if k not in keep and e.per_seed == per_seed]:
+            e = self.entries.pop(key)
+            still = {f for other in self.entries.values() for f in other.files}
+            self._remove(set(e.files) - still)
+
+    def _remove(self, names: set[str]) -> None:
+        for name in names:
+            try:
+                (self.out / name).unlink()
+            except FileNotFoundError:
+                pass
+
+    def save(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        doc = {"version": VERSION, "jobs": {k: vars(e) for k, e in sorted(self.entries.items())}}
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.out)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide it from the folder's other readers
+        os.replace(tmp, self.out / MANIFEST)

@@ -1,0 +1,102 @@
+"""Gates over training (ConViT, d'Ascoli et al. 2021, Fig. 5): per layer, the gate
+σ(λ_h) of its heads (``heads.gate``: the weight of the positional softmax of a gated
+head; 1 = purely positional, 0 = purely content) epoch after epoch, one panel per
+model variant that has gated heads (non-null ``gate``), y from 0 to 1 in every panel
+(up to --epoch when given).
+
+Line: the mean over the layer's heads and the variant's seeds; band: min–max over
+the layer's heads of all seeds (how far the heads of a layer differ).  The caption
+states the seed-to-seed noise of the layer mean.  Variants without gates are named
+as skipped; a study whose heads table has no ``gate`` column (older studies) has no
+gate figure."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from analysis.figures import Skip
+from analysis.figures.locality import layer_series
+from analysis.figures.panels import wrap_note
+from analysis.figures.pooled import model_order, pooled_heads, variant_grid
+from analysis.meta import describe
+from analysis.style import save
+
+KIND = "gates"
+READS = ("heads",)
+STEM = "gates_over_training"
+
+COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "gate", "head_min", "head_max",
+           "seed_min", "seed_max"]
+
+
+def data(d: pd.DataFrame, models: list[str]) -> pd.DataFrame:
+    """Per (model, epoch, layer) of gated heads rows ``d``: mean gate over heads and
+    seeds (n values), min / max over the heads of all seeds, min / max over seeds of
+    the per-seed layer mean."""
+    s = layer_series(d, "gate", models)
+    heads = d.groupby(["model", "epoch", "layer"])["gate"].agg(head_min="min", head_max="max").reset_index()
+    heads["epoch"] = heads["epoch"].astype(int)
+    heads["layer"] = heads["layer"].astype(int)
+    return s.merge(heads, on=["model", "epoch", "layer"], how="left")[COLUMNS]
+
+
+def draw(ctx) -> list:
+    d = pooled_heads(ctx, KIND, columns=("gate",))
+    d = d.assign(gate=pd.to_numeric(d["gate"], errors="coerce"))
+    if ctx.epoch is not None:
+        d = d[d["epoch"] <= ctx.epoch]
+    gated = d.groupby("model")["gate"].apply(lambda g: g.notna().any())
+    models = model_order(ctx, gated.index[gated])
+    if not models:
+        raise Skip("no gated heads (heads.gate is null in every row)")
+    for model in model_order(ctx, gated.index[~gated]):
+        ctx.skip(KIND, "no gated heads (gate is null)", model)
+    d = d[d["model"].isin(models) & d["gate"].notna()]
+    return ctx.render(_figure, data(d, models), models)
+
+
+def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
+    fig, axes, grid = variant_grid(len(models))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, model in zip(axes, models):
+        m = s[s["model"] == model]
+        seeds = int(m["seeds"].max())
+        for layer, g in m.groupby("layer"):
+            c = palette[int(layer) % len(palette)]
+            ax.plot(g["epochs_trained"], g["gate"], "-", color=c, marker="o" if len(g) <= 12 else None,
+                    markersize=2.5, label=f"layer {int(layer) + 1}")
+            ax.fill_between(g["epochs_trained"], g["head_min"], g["head_max"], color=c, alpha=0.15, linewidth=0)
+        heads = int((m["n"] / m["seeds"]).max())
+        ax.set_title(wrap_note(model, ax.get_position().width * fig.get_size_inches()[0] * 1.25)
+                     + f"\nn = {seeds} seed{'s' if seeds != 1 else ''} × {heads} heads per point", fontsize=7, pad=3)
+        if m["epochs_trained"].max() <= 12:
+            ax.set_xticks(sorted(m["epochs_trained"].unique()))
+        ax.grid(True, linewidth=0.4, alpha=0.5)
+    for ax in grid[-1, :]:
+        ax.set_xlabel("epochs trained")
+    for c in range(grid.shape[1]):
+        for r in range(grid.shape[0] - 1):
+            if not grid[r + 1, c].get_visible() and grid[r, c].get_visible():
+                grid[r, c].set_xlabel("epochs trained")
+    for row in grid:
+        row[0].set_ylabel("gate σ(λ_h)")
+    axes[0].set_ylim(-0.02, 1.02)
+    handles, labels = axes[max(range(len(axes)), key=lambda i: len(axes[i].get_lines()))].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(6, len(labels)),
+               frameon=False)
+    width = fig.get_size_inches()[0]
+    multi = s["seeds"] > 1
+    spread = (s["seed_max"] - s["seed_min"])[multi]
+    notes = [describe(ctx.trials[ctx.trials["label"].isin(models)]),
+             "gate σ(λ_h): weight of the positional softmax of a gated head (1 positional, 0 content); line: mean "
+             "over the layer's heads and the variant's seeds; band: min–max over the layer's heads of all seeds",
+             (f"seed-to-seed noise: the per-seed layer means differ by up to {spread.max():.2f}" if multi.any()
+              else "one seed per variant: seed-to-seed noise not measured")]
+    fig.suptitle("Gates over training", y=1.0)
+    fig.tight_layout(pad=0.3)
+    fig.canvas.draw()
+    legend = fig.legends[0].get_window_extent().transformed(fig.transFigure.inverted())
+    fig.text(0.5, legend.y0 - 0.01, "\n".join(wrap_note(n, width) for n in notes), ha="center", va="top",
+             fontsize=7)
+    return save(fig, s, ctx.out, STEM)

@@ -1,0 +1,137 @@
+"""Plan, reuse and draw a study's figure jobs.
+
+One job per figure of a study-wide module, one per model variant (or, per seed, per
+trial) of a ``SCOPE = "variant"`` module.  A job whose fingerprint is in the output
+folder's manifest is kept as it is (its files and skip lines); the others compute
+their plotted data here, in this process (the tables are read once), and queue
+their drawing, which then runs on a pool of processes (``spawn``: workers that are
+plain children, whose CPU time counts toward this command's).  The manifest is
+written last; files of jobs no longer drawn are removed (:mod:`analysis.figures.cache`)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+from analysis.figures import Context, Skip
+from analysis.figures.cache import Entry, Manifest, fingerprint, table_files
+
+#: tables a module reads besides runs when it does not say (``READS``)
+ALL_TABLES = ("epochs", "heads", "maps")
+#: fewer drawings than this are drawn here: starting workers would cost more than it saves
+MIN_POOL = 3
+
+
+def plan(ctx: Context, modules, files: dict) -> list[tuple]:
+    """(module, job key, trial ids or None for every trial, fingerprint) of every job."""
+    options = {"epoch": ctx.epoch, "per_seed": ctx.per_seed}
+    out = []
+    t = ctx.trials
+    for module in modules:
+        kind = module.KIND
+        reads = tuple(getattr(module, "READS", ALL_TABLES))
+        if getattr(module, "SCOPE", "study") == "variant" and not t.empty:
+            if ctx.per_seed:
+                groups = [(f"{kind}/{r['slug']}", [r["trial_id"]]) for _, r in t.iterrows()]
+            else:
+                groups = [(f"{kind}/{g['variant_slug'].iloc[0]}", list(g["trial_id"]))
+                          for _, g in t.groupby("label", sort=False)]
+        else:
+            groups = [(kind, None)]
+        for key, ids in groups:
+            trials = t if ids is None else t[t["trial_id"].isin(ids)]
+            fp = fingerprint(kind=kind, key=key, options=options, files=files, trials=trials, tables=reads,
+                             every_trial=ids is None)
+            out.append((module, key, ids, fp))
+    return out
+
+
+def run(study, out: Path, *, modules, epoch: int | None, per_seed: bool, pdf: bool,
+        jobs: int) -> tuple[list[Path], list[str]]:
+    from analysis import style
+
+    style.setup()
+    ctx = Context(study=study, out=out, epoch=epoch, per_seed=per_seed, defer=True)
+    manifest = Manifest.load(out)
+    jobs_plan = plan(ctx, modules, table_files(study.root))
+    drawn: dict[str, dict] = {}
+    for module, key, ids, fp in jobs_plan:
+        if manifest.fresh(key, fp, pdf=pdf) is not None:
+            continue
+        ctx.only = frozenset(ids) if ids is not None else None
+        ctx.job = key
+        first = len(ctx.skipped)
+        direct: list[Path] = []
+        try:
+            direct = list(module.draw(ctx) or [])
+        except Skip as why:
+            ctx.skip(module.KIND, str(why))
+        drawn[key] = {"fp": fp, "files": direct, "skipped": ctx.skipped[first:]}
+    for key, paths in execute(ctx.renders, jobs=jobs, pdf=pdf).items():
+        drawn[key]["files"] += paths
+    for key, d in drawn.items():
+        manifest.record(key, Entry(fingerprint=d["fp"], files=[Path(p).name for p in d["files"]],
+                                   skipped=d["skipped"], pdf=pdf, per_seed=per_seed))
+    manifest.forget_others({key for _, key, _, _ in jobs_plan}, per_seed=per_seed)
+    if drawn or (out / ".figures-manifest.json").exists():
+        manifest.save()
+    written: list[Path] = []
+    skipped: list[str] = []
+    for _, key, _, _ in jobs_plan:
+        e = manifest.entries.get(key)
+        if e is not None:
+            written += [out / f for f in e.files]
+            skipped += e.skipped
+    return written, skipped
+
+
+@contextmanager
+def _pdf(pdf: bool):
+    from analysis import style
+
+    before = style.PDF
+    style.PDF = pdf
+    try:
+        yield
+    finally:
+        style.PDF = before
+
+
+def execute(renders: list, *, jobs: int, pdf: bool) -> dict[str, list[Path]]:
+    """Draw the queued figures (``(job, fn, args, kwargs, canvas)``): job -> paths."""
+    out: dict[str, list[Path]] = {}
+    if not renders:
+        return out
+    if jobs <= 1 or len(renders) < MIN_POOL:
+        with _pdf(pdf):
+            for key, fn, args, kwargs, canvas in renders:
+                out.setdefault(key, []).extend(fn(canvas, *args, **kwargs))
+        return out
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(renders)), mp_context=mp.get_context("spawn"),
+                             initializer=_init, initargs=(pdf,)) as pool:
+        futures = [(key, pool.submit(_draw, fn, canvas, args, kwargs)) for key, fn, args, kwargs, canvas in renders]
+        for key, f in futures:
+            out.setdefault(key, []).extend(f.result())
+    return out
+
+
+def _init(pdf: bool) -> None:
+    import warnings
+
+    from analysis import style
+
+    warnings.simplefilter("ignore")  # as `analysis figures` does: font and layout chatter stays quiet
+    style.setup()
+    style.PDF = pdf
+
+
+def _draw(fn, canvas, args, kwargs) -> list[Path]:
+    import matplotlib.pyplot as plt
+
+    try:
+        return fn(canvas, *args, **kwargs)
+    finally:
+        plt.close("all")

@@ -1,0 +1,104 @@
+"""Locality over training: per layer, the mean attention distance E‖δ‖ of its heads
+(``heads.mean_distance``, pixels of the token grid) epoch after epoch, one panel per
+model variant, one y scale and one colour per layer across panels (up to --epoch
+when given).
+
+Line: the mean over the layer's heads and the variant's seeds; band: min–max over
+seeds of the per-seed layer mean (the seed-to-seed noise; none with one seed).
+Dashed line: the mean distance of a 3×3 convolution's taps (≈ 1.07 px)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.lines import Line2D
+
+from analysis.figures.panels import wrap_note
+from analysis.figures.pooled import CONV3_DISTANCE, model_order, pooled_heads, variant_grid
+from analysis.meta import describe
+from analysis.style import save
+
+KIND = "locality"
+READS = ("heads",)
+STEM = "locality_over_training"
+
+COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "mean_distance", "seed_min", "seed_max"]
+
+
+def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame:
+    """Per (model, epoch, layer) of heads rows ``d``: the mean of ``value`` over the
+    layer's heads and seeds (n values, ``seeds`` trials) and the min / max over seeds
+    of the per-seed layer mean."""
+    per_seed = (d.groupby(["model", "epoch", "layer", "trial_id"], sort=False)[value]
+                .agg(["mean", "count", "sum"]).reset_index())
+    g = per_seed.groupby(["model", "epoch", "layer"], sort=False)
+    out = g.agg(seeds=("trial_id", "count"), n=("count", "sum"), total=("sum", "sum"),
+                seed_min=("mean", "min"), seed_max=("mean", "max")).reset_index()
+    out[value] = out["total"] / out["n"]
+    out["epoch"] = out["epoch"].astype(int)
+    out["layer"] = out["layer"].astype(int)
+    out["epochs_trained"] = out["epoch"] + 1
+    rank = {m: i for i, m in enumerate(models)}
+    out = out.assign(_m=out["model"].map(rank)).sort_values(["_m", "layer", "epoch"]).drop(columns=["_m", "total"])
+    return out.reset_index(drop=True)
+
+
+def draw(ctx) -> list:
+    d = pooled_heads(ctx, KIND, columns=("mean_distance",))
+    if ctx.epoch is not None:
+        d = d[d["epoch"] <= ctx.epoch]
+    models = model_order(ctx, d["model"])
+    s = layer_series(d, "mean_distance", models)[COLUMNS]
+    return ctx.render(_figure, s, models)
+
+
+def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
+    fig, axes, grid = variant_grid(len(models))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    top = max(float(s[["mean_distance", "seed_max"]].max().max()), CONV3_DISTANCE) * 1.08
+    for ax, model in zip(axes, models):
+        m = s[s["model"] == model]
+        seeds = int(m["seeds"].max())
+        for layer, g in m.groupby("layer"):
+            c = palette[int(layer) % len(palette)]
+            ax.plot(g["epochs_trained"], g["mean_distance"], "-", color=c, marker="o" if len(g) <= 12 else None,
+                    markersize=2.5, label=f"layer {int(layer) + 1}")
+            if seeds > 1:
+                ax.fill_between(g["epochs_trained"], g["seed_min"], g["seed_max"], color=c, alpha=0.18, linewidth=0)
+        ax.axhline(CONV3_DISTANCE, color="0.3", linestyle="--", linewidth=0.7, zorder=1)
+        heads = int((m["n"] / m["seeds"]).max())
+        ax.set_title(wrap_note(model, ax.get_position().width * fig.get_size_inches()[0] * 1.25)
+                     + f"\nn = {seeds} seed{'s' if seeds != 1 else ''} × {heads} heads per point", fontsize=7, pad=3)
+        if m["epochs_trained"].max() <= 12:
+            ax.set_xticks(sorted(m["epochs_trained"].unique()))
+        ax.grid(True, linewidth=0.4, alpha=0.5)
+    for ax in grid[-1, :]:
+        ax.set_xlabel("epochs trained")
+    for c in range(grid.shape[1]):
+        for r in range(grid.shape[0] - 1):
+            if not grid[r + 1, c].get_visible() and grid[r, c].get_visible():
+                grid[r, c].set_xlabel("epochs trained")
+    for row in grid:
+        row[0].set_ylabel("mean attention distance (px)")
+    axes[0].set_ylim(0, top)
+    handles, labels = axes[max(range(len(axes)), key=lambda i: len(axes[i].get_lines()))].get_legend_handles_labels()
+    handles.append(Line2D([], [], color="0.3", linestyle="--", linewidth=0.7))
+    labels.append(f"3×3 convolution's taps ({CONV3_DISTANCE:.2f} px)")
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(labels)),
+               frameon=False)
+    width = fig.get_size_inches()[0]
+    multi = (s["seeds"] > 1).any()
+    spread = (s["seed_max"] - s["seed_min"])[s["seeds"] > 1]
+    notes = [describe(ctx.trials[ctx.trials["label"].isin(models)]),
+             "line: E‖δ‖ averaged over the layer's heads and the variant's seeds"
+             + ("; band: min–max over seeds of the per-seed layer mean" if multi else ""),
+             (f"seed-to-seed noise: the band is up to {spread.max():.2f} px wide" if multi
+              else "one seed per variant: seed-to-seed noise not measured")
+             + f"; dashed: mean distance of a 3×3 convolution's taps ({CONV3_DISTANCE:.2f} px)"]
+    fig.suptitle("Locality over training: mean attention distance per layer", y=1.0)
+    fig.tight_layout(pad=0.3)
+    fig.canvas.draw()
+    legend = fig.legends[0].get_window_extent().transformed(fig.transFigure.inverted())
+    fig.text(0.5, legend.y0 - 0.01, "\n".join(wrap_note(n, width) for n in notes), ha="center", va="top",
+             fontsize=7)
+    return save(fig, s, ctx.out, STEM)

@@ -1,0 +1,293 @@
+"""Issue 21 §2: locality figures across encodings (attention distance vs depth,
+locality over training, gates, head centres), on tables written with the project's
+own ``TableWriter`` from fabricated rows: no training, so the expected values are
+known exactly.  The encodings carry new names ("gpsa", "relative_bias", "rope2d")
+beside the paper's; ``analysis`` must draw them from table columns alone.  Every
+assertion is on the CSV of exactly the plotted data."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import analysis
+from analysis import cli, style
+from analysis.figures import Context, distance, gates, heads as heads_fig, locality
+from analysis.contours import window_contours
+from analysis.figures.pooled import CONV3_DISTANCE
+from analysis.variants import trial_table, variant_order
+from study.tables import TableWriter, read_table
+
+LAYERS, EPOCHS = 3, 3
+# (trial_id, name, encoding, num_heads, seed, gate rule)
+#   gate rule: "value" a float gate per head, "null" the column present but null, None no column at all
+TRIALS = [
+    ("q-s0", "SA quadratic isotropic (N_h=9)", "quadratic", 9, 0, None),
+    ("q-s1", "SA quadratic isotropic (N_h=9)", "quadratic", 9, 1, None),
+    ("l-s0", "SA learned (N_h=4, D_p=8)", "learned", 4, 0, None),
+    ("g-s0", "SA gpsa (N_h=9)", "gpsa", 9, 0, "value"),
+    ("g-s1", "SA gpsa (N_h=9)", "gpsa", 9, 1, "value"),
+    ("g-s2", "SA gpsa (N_h=9)", "gpsa", 9, 2, "value"),
+    ("b-s0", "SA relative_bias (N_h=4)", "relative_bias", 4, 0, "null"),
+    ("r-s0", "SA rope2d (N_h=4)", "rope2d", 4, 0, None),
+    ("res", "ResNet18", None, None, 0, None),
+]
+NAN = float("nan")
+
+
+def mean_distance(tid: str, epoch: int, layer: int, head: int) -> float:
+    """A distinct, known E‖δ‖ per row."""
+    k = sum(map(ord, tid))
+    return 0.5 + 0.3 * layer + 0.1 * head + 0.05 * epoch + 0.01 * (k % 7)
+
+
+def gate_value(tid: str, epoch: int, layer: int, head: int) -> float:
+    return 1.0 / (1.0 + math.exp(-(2.0 - 0.8 * epoch * (layer + 1) / 3 + 0.1 * head - 0.05 * int(tid[-1]))))
+
+
+def head_row(tid, enc, n_heads, gate_rule, epoch, layer, head) -> dict:
+    quadratic = enc in ("quadratic", "gpsa")  # the fabricated GPSA heads carry Σ⁻¹ of their positional part
+    cx, cy = float(head % 3 - 1), float(head // 3 - 1)
+    row = {"layer": layer, "head": head, "center_x": cx, "center_y": cy, "cov_xx": 0.3, "cov_xy": 0.0,
+           "cov_yy": 0.3, "entropy": 1.0 if head % 2 == 0 or enc != "rope2d" else 5.0,  # rope2d: odd heads diffuse
+           "mean_distance": mean_distance(tid, epoch, layer, head), "max_prob": 0.6,
+           "param_center_x": cx if quadratic else NAN, "param_center_y": cy if quadratic else NAN,
+           "param_inv_cov_xx": 4.0 if quadratic else NAN, "param_inv_cov_xy": 0.0 if quadratic else NAN,
+           "param_inv_cov_yy": 4.0 if quadratic else NAN}
+    if gate_rule == "value":
+        row["gate"] = gate_value(tid, epoch, layer, head)
+    elif gate_rule == "null":
+        row["gate"] = None
+    return row
+
+
+def map_row(layer, head, cx, cy) -> dict:
+    side = 15
+    probs = np.zeros((side, side))
+    probs[int(cy) + 7, int(cx) + 7] = 0.6
+    probs[7, 7] += 0.2
+    return {"layer": layer, "head": head, "window": side, "probs": probs.ravel().tolist()}
+
+
+def write_study(root: Path, trials=TRIALS, *, epochs=EPOCHS) -> Path:
+    tables = root / "tables"
+    for cell, (tid, name, enc, n_heads, seed, gate_rule) in enumerate(trials):
+        w = TableWriter(tables, trial_id=tid)
+        resnet = enc is None
+        run = {"study": "loc", "name": name, "arch": "resnet18" if resnet else "sa", "encoding": enc,
+               "num_heads": n_heads, "pos_dim": None, "seed": seed, "epochs": epochs, "epochs_done": epochs,
+               "status": "finished", "best_test_acc": 0.3, "final_test_acc": 0.3, "n_params": 1000, "flops": 2000,
+               "data": "synthetic:100", "subset": 100, "n_train": 100, "n_val": 0, "n_test": 100, "cell": cell,
+               "hidden": 16, "layers": LAYERS, "head_images": 8}
+        for epoch in range(epochs):
+            w.rows("epochs", epoch, [{"test_acc": 0.1 * (epoch + 1), "train_loss": 1.0}])
+            if not resnet:
+                rows = [head_row(tid, enc, n_heads, gate_rule, epoch, layer, head)
+                        for layer in range(LAYERS) for head in range(n_heads)]
+                w.rows("heads", epoch, rows)
+                w.rows("maps", epoch, [map_row(r["layer"], r["head"], r["center_x"], r["center_y"]) for r in rows])
+            w.run(run)
+        w.close()
+    return root
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory) -> Path:
+    return write_study(tmp_path_factory.mktemp("loc") / "loc")
+
+
+@pytest.fixture(scope="module")
+def drawn(study_dir, tmp_path_factory):
+    """`analysis figures` of the fabricated study: (output folder, stdout lines)."""
+    out = tmp_path_factory.mktemp("figs")
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main(["figures", str(study_dir), "--out", str(out)])
+    assert rc == 0
+    return out, buf.getvalue().splitlines()
+
+
+def _tables(study_dir):
+    runs = read_table(study_dir / "tables", "runs")
+    heads = read_table(study_dir / "tables", "heads").merge(runs[["trial_id", "name", "seed"]], on="trial_id")
+    return runs, heads
+
+
+def test_attention_distance_csv_is_every_head_and_the_layer_means(study_dir, drawn):
+    out, lines = drawn
+    got = pd.read_csv(out / "attention_distance.csv")
+    _, heads = _tables(study_dir)
+    last = heads[heads.epoch == EPOCHS - 1]
+    # one panel per variant with attention heads, in display order (no ResNet)
+    runs, _ = _tables(study_dir)
+    order = [m for m in variant_order(trial_table(runs)) if m != "ResNet18"]
+    assert list(dict.fromkeys(got.model)) == order and len(order) == 5
+    dots = got[got.kind == "head"]
+    assert len(dots) == len(last)  # every head of every seed, pooled, once
+    merged = dots.merge(last, on=["trial_id", "layer", "head"], suffixes=("", "_t"))
+    assert len(merged) == len(dots)
+    np.testing.assert_allclose(merged.mean_distance, merged.mean_distance_t, rtol=1e-12)
+    assert (merged.model == merged.name).all() and set(dots.epoch) == {EPOCHS - 1}
+    # x: the 1-based layer, heads spread within ±0.3 of it
+    assert ((dots.x - (dots.layer + 1)).abs() <= 0.3 + 1e-9).all()
+    means = got[got.kind == "layer"]
+    for (name, layer), g in last.groupby(["name", "layer"]):
+        m = means[(means.model == name) & (means.layer == layer)].iloc[0]
+        assert m.mean_distance == pytest.approx(g.mean_distance.mean(), rel=1e-12)
+        assert m.n == len(g) and m.seeds == g.trial_id.nunique() and m.x == layer + 1
+        per_seed = g.groupby("trial_id").mean_distance.mean()
+        if len(per_seed) > 1:
+            assert m.seed_std == pytest.approx(per_seed.std(), rel=1e-9)
+        else:
+            assert math.isnan(m.seed_std)
+    gpsa = means[means.model == "SA gpsa (N_h=9)"]
+    assert set(gpsa.n) == {27} and set(gpsa.seeds) == {3}
+
+
+def test_three_by_three_reference_distance():
+    taps = [(x, y) for x in (-1, 0, 1) for y in (-1, 0, 1)]
+    assert CONV3_DISTANCE == pytest.approx(sum(math.hypot(x, y) for x, y in taps) / 9, rel=1e-12)
+    assert CONV3_DISTANCE == pytest.approx((4 + 4 * math.sqrt(2)) / 9, rel=1e-12)
+
+
+def test_locality_over_training_csv(study_dir, drawn):
+    out, _ = drawn
+    got = pd.read_csv(out / "locality_over_training.csv")
+    _, heads = _tables(study_dir)
+    assert len(got) == 5 * EPOCHS * LAYERS  # every variant with heads, epoch and layer
+    for (name, epoch, layer), g in heads.groupby(["name", "epoch", "layer"]):
+        r = got[(got.model == name) & (got.epoch == epoch) & (got.layer == layer)].iloc[0]
+        per_seed = g.groupby("trial_id").mean_distance.mean()
+        assert r.mean_distance == pytest.approx(g.mean_distance.mean(), rel=1e-12)
+        assert r.seed_min == pytest.approx(per_seed.min(), rel=1e-12)
+        assert r.seed_max == pytest.approx(per_seed.max(), rel=1e-12)
+        assert r.n == len(g) and r.seeds == len(per_seed) and r.epochs_trained == epoch + 1
+
+
+def test_gates_drawn_only_for_variants_with_gates(study_dir, drawn):
+    out, lines = drawn
+    got = pd.read_csv(out / "gates_over_training.csv")
+    _, heads = _tables(study_dir)
+    assert set(got.model) == {"SA gpsa (N_h=9)"}  # the only variant with non-null gates
+    g = heads[heads.name == "SA gpsa (N_h=9)"]
+    assert len(got) == EPOCHS * LAYERS
+    for (epoch, layer), rows in g.groupby(["epoch", "layer"]):
+        r = got[(got.epoch == epoch) & (got.layer == layer)].iloc[0]
+        want = [gate_value(t, epoch, layer, h) for t, h in zip(rows.trial_id, rows["head"])]
+        assert r.gate == pytest.approx(np.mean(want), rel=1e-12)
+        assert r.head_min == pytest.approx(min(want)) and r.head_max == pytest.approx(max(want))
+        per_seed = rows.groupby("trial_id").gate.mean()
+        assert r.seed_min == pytest.approx(per_seed.min()) and r.seed_max == pytest.approx(per_seed.max())
+        assert r.n == 27 and r.seeds == 3
+    assert "skipped gates for SA relative_bias (N_h=4): no gated heads (gate is null)" in lines
+    assert "skipped gates for SA rope2d (N_h=4): no gated heads (gate is null)" in lines
+
+
+def test_gate_figure_skipped_for_an_older_study_without_the_column(tmp_path):
+    study = write_study(tmp_path / "old", [t[:5] + (None,) for t in TRIALS[:3]], epochs=2)
+    style.setup()
+    ctx = Context(study=analysis.load(study), out=tmp_path / "figs")
+    assert "gate" not in ctx.study.heads
+    with pytest.raises(analysis.figures.Skip, match="no gate column"):
+        gates.draw(ctx)
+    # the distance figures do not need it
+    assert distance.draw(ctx) and locality.draw(ctx)
+
+
+def test_gate_figure_skipped_when_every_gate_is_null(tmp_path):
+    study = write_study(tmp_path / "nulls", [TRIALS[6], TRIALS[0]], epochs=2)
+    style.setup()
+    ctx = Context(study=analysis.load(study), out=tmp_path / "figs")
+    with pytest.raises(analysis.figures.Skip, match="no gated heads"):
+        gates.draw(ctx)
+
+
+def test_epoch_option_stops_the_locality_figures(study_dir, tmp_path):
+    style.setup()
+    ctx = Context(study=analysis.load(study_dir), out=tmp_path, epoch=1)
+    distance.draw(ctx)
+    locality.draw(ctx)
+    gates.draw(ctx)
+    assert set(pd.read_csv(tmp_path / "attention_distance.csv").epoch) == {1}
+    assert pd.read_csv(tmp_path / "locality_over_training.csv").epoch.max() == 1
+    assert pd.read_csv(tmp_path / "gates_over_training.csv").epoch.max() == 1
+
+
+def test_head_centres_of_every_concentrated_head_whatever_its_encoding(study_dir, tmp_path):
+    """Fig. 4 style: every concentrated head has its centre drawn, diffuse heads are
+    listed; gated heads get the contours of their attention map, not the ellipse of
+    the positional part's Σ."""
+    out = tmp_path
+    style.setup()
+    heads_fig.draw(Context(study=analysis.load(study_dir), out=out, per_seed=True))
+    _, heads = _tables(study_dir)
+    last = heads[heads.epoch == EPOCHS - 1]
+    for tid, stem in [("g-s0", None), ("b-s0", "heads_sa-relative-bias-nh4"), ("r-s0", "heads_sa-rope2d-nh4"),
+                      ("l-s0", "heads_sa-learned-nh4-dp8")]:
+        files = sorted(out.glob(f"{stem}*.csv")) if stem else sorted(out.glob("heads_sa-gpsa-nh9-seed*.csv"))
+        frames = [pd.read_csv(f) for f in files]
+        got = next(f for f in frames if set(f.trial_id) == {tid}) if stem is None else frames[0]
+        t = last[last.trial_id == tid]
+        concentrated = t[t.entropy <= math.log(49)]
+        centres = got[got.kind == "center"]
+        assert set(zip(centres.layer, centres["head"])) == set(zip(concentrated.layer, concentrated["head"]))
+        assert set(zip(got[got.kind == "diffuse"].layer, got[got.kind == "diffuse"]["head"])) == \
+            set(zip(t.layer, t["head"])) - set(zip(concentrated.layer, concentrated["head"]))
+        if tid == "g-s0":
+            # the mass contours of its stored window, not the ellipse of its Σ⁻¹ = 4 I
+            maps = read_table(study_dir / "tables", "maps")
+            for (layer, head), pts in got[(got.kind == "contour") & (got.level == 0.5)].groupby(["layer", "head"]):
+                m = maps[(maps.trial_id == tid) & (maps.epoch == EPOCHS - 1) & (maps.layer == layer)
+                         & (maps["head"] == head)].iloc[0]
+                paths = window_contours(m.probs, int(m.window), 0.5)
+                np.testing.assert_allclose(pts.x, np.concatenate([p[0] for p in paths]))
+                np.testing.assert_allclose(pts.y, np.concatenate([p[1] for p in paths]))
+
+
+def test_quadratic_heads_keep_their_ellipses(study_dir, drawn):
+    out, _ = drawn
+    got = pd.read_csv(out / "heads_sa-quadratic-isotropic-nh9.csv")
+    pts = got[(got.kind == "contour") & (got.level == 0.5)]
+    c = got[got.kind == "center"].set_index(["layer", "head"])
+    d2 = [(r.x - c.loc[(r.layer, r.head), "x"]) ** 2 + (r.y - c.loc[(r.layer, r.head), "y"]) ** 2
+          for r in pts.itertuples()]
+    from analysis.contours import mahalanobis_radius
+    np.testing.assert_allclose(4.0 * np.asarray(d2), mahalanobis_radius(0.5) ** 2, rtol=1e-9)
+
+
+def test_locality_figures_are_valid_images(drawn):
+    from PIL import Image
+
+    out, lines = drawn
+    for stem in ("attention_distance", "locality_over_training", "gates_over_training"):
+        with Image.open(out / f"{stem}.png") as im:
+            im.verify()
+        assert (out / f"{stem}.pdf").read_bytes()[:4] == b"%PDF"
+        assert str(out / f"{stem}.png") in lines
+
+
+def test_analysis_never_names_an_encoding():
+    """The figures read table columns only: no encoding name in analysis/ code
+    (the paper's names only in the variant display order)."""
+    root = Path(analysis.__file__).parent
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        for name in ("gpsa", "relative_bias", "rope2d", '"learned_content"', '"quadratic"'):
+            if path.name == "variants.py" and name in ('"learned_content"', '"quadratic"'):
+                continue
+            assert name not in text, (path, name)
+
+
+def test_schema_documents_gate(capsys):
+    code = cli.main(["schema", "heads"])
+    out = capsys.readouterr().out
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("gate "))
+    assert "σ(λ_h)" in line and "null" in line
