@@ -19,7 +19,7 @@ from analysis.io import AnalysisError, load
 from analysis.query import FORMATS, run_query
 
 from study.cliutil import BoundedInt, Parser as _Parser, fail as _fail, package_version as _version  # torch-free
-from study.limits import MAX_EPOCHS, MAX_PORT
+from study.limits import MAX_CPUS_PER_TRIAL, MAX_EPOCHS, MAX_PORT
 from study.tables import TableWarning, warnings_as_lines
 
 
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--per-seed", action="store_true",
                    help="also one head, map, trajectory and convolution-likeness figure per trial (seed), "
                         "instead of one per model variant")
-    f.add_argument("--jobs", type=int, default=None, metavar="N",
+    f.add_argument("--jobs", type=BoundedInt(1, MAX_CPUS_PER_TRIAL, "MAX_CPUS_PER_TRIAL"), default=None, metavar="N",
                    help="processes drawing figures (default: the cores this process may use)")
     f.set_defaults(func=_figures)
 

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+from study.bench import COMPILE_BACKENDS  # torch-free, shared with the CLI
 
 
 @dataclass(frozen=True, kw_only=True)

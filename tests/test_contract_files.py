@@ -442,7 +442,9 @@ def _parsers():
 
 
 #: argparse types that parse no integer (a float, a path, a string)
-NOT_INTEGER = {float, str, Path}
+from study.commands.plan import _positive_float  # noqa: E402 (a rate: any finite positive float)
+
+NOT_INTEGER = {float, str, Path, _positive_float}
 
 
 def test_every_integer_flag_of_every_command_has_a_documented_bound():

@@ -246,3 +246,27 @@ def test_macs_of_runs_rows_read_by_pandas():
            "layers": 4.0, "intermediate": 64.0, "isotropic": float("nan"), "rope_mode": None, "lr": 0.1}
     cfg = ModelConfig(encoding="learned", pos_dim=32, num_heads=9, hidden=32, layers=4, intermediate=64)
     assert model_macs(row) == model_macs(cfg.to_dict())
+
+
+@pytest.mark.parametrize("variant", [{"encoding": "gpsa"}, {"encoding": "relative_bias"},
+                                     {"encoding": "rope2d", "rope_mode": "axial"},
+                                     {"encoding": "rope2d", "rope_mode": "mixed"}],
+                         ids=["gpsa", "relative_bias", "rope2d-axial", "rope2d-mixed"])
+def test_todays_macs_follow_the_equations_not_the_code_path(variant):
+    """torch's count of a forward equals the model's MACs but for the positional scores,
+    which the code evaluates per (query, key) pair (GPSA's v_hᵀ r_δ) or element-wise (RoPE's
+    rotations, the bias look-up) where the equations count them once per shift or as 2×2
+    products."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    mc = ModelConfig(hidden=16, layers=2, intermediate=24, num_heads=4, **variant)
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        build_model(mc).eval()(torch.zeros(1, 3, 32, 32))
+    counted = counter.get_total_flops() // 2
+    positional = mc.layers * mc.spec.positional_macs(mc, tokens=256, side=16)
+    t = 256
+    if variant["encoding"] == "gpsa":  # v_hᵀ r_δ + b_h for every pair instead of every shift
+        assert counted - (model_macs(mc.to_dict()) - positional) == mc.layers * mc.num_heads * t * t * 3
+    else:  # nothing of the positional part is a matrix product torch counts
+        assert counted == model_macs(mc.to_dict()) - positional

@@ -18,7 +18,7 @@ DTYPES = {"float32": None, "bfloat16": "bfloat16", "float16": "float16"}
 
 
 def register(sub) -> None:
-    from study.devicepaths import COMPILE_BACKENDS
+    from study.bench import COMPILE_BACKENDS
     from study.models import PAPER_MODELS
 
     targets = ", ".join([*PAPER_MODELS, "attention"])

@@ -7,7 +7,8 @@ import json
 import math
 import sys
 
-from study.cliutil import fail
+from study import limits
+from study.cliutil import BoundedInt, fail
 
 #: A `study bench --json` report is a few kilobytes; refuse anything far larger.
 MAX_BENCH_BYTES = 16 * 2**20
@@ -20,16 +21,6 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
     if not (v > 0 and math.isfinite(v)):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return v
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return v
 
 
@@ -55,7 +46,7 @@ def register(sub) -> None:
     rate.add_argument("--bench", metavar="FILE",
                       help="a `study bench --json` report: each trial at the bench's images/s of the same model, "
                       "else at the FLOP rate of the bench models with its encoding")
-    p.add_argument("--workers", type=_positive_int,
+    p.add_argument("--workers", type=BoundedInt(1, limits.MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS"),
                    help="trials running at once (default: what the study's resources allow on this machine)")
     p.add_argument("--against", metavar="STUDY",
                    help="a finished run of this study (a study folder, or a name under $STUDY_STORAGE / ./results): "
