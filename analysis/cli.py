@@ -177,6 +177,16 @@ def _check_out(out: Path, *, folder: bool) -> None:
     blocker = file_in_the_way(out)
     if blocker is not None:
         raise AnalysisError(f"--out: {blocker} is not a folder")
+    if not folder and out.parent.is_dir():
+        # a report file is written last, after figures were drawn into the study's cache:
+        # try its folder first (/proc, a read-only mount), so a refusal leaves nothing behind
+        import tempfile
+
+        try:
+            with tempfile.NamedTemporaryFile(dir=out.parent, prefix=".tmp-"):
+                pass
+        except OSError as exc:
+            raise AnalysisError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
 
 
 def _check_storage(args: argparse.Namespace) -> None:

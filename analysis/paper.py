@@ -20,6 +20,9 @@ from typing import Any
 
 import pandas as pd
 
+from study.models.config import PAPER_MODELS
+from study.models.cost import config_from_row
+
 #: The paper's data and budget: full CIFAR-10, 300 epochs.
 PAPER_EPOCHS = 300
 PAPER_TRAIN_IMAGES = 50_000
@@ -42,17 +45,24 @@ class Published:
     config: dict  # the configuration fields (``runs`` columns) that identify it
 
 
+#: the configuration fields (``runs`` columns) that identify a Table 1 model
+_IDENTITY = ("arch", "encoding", "isotropic", "pos_dim", "positional_score", *SA_SIZES)
+
+
+def _identity(key: str) -> dict:
+    """The identifying fields of ``study.models.PAPER_MODELS[key]`` (the project's own
+    record of the paper's configurations; fields that do not apply left out)."""
+    cfg = PAPER_MODELS[key].to_dict()
+    keys = _IDENTITY if cfg["arch"] == "sa" else ("arch", "image_size", "in_channels", "num_classes")
+    return {k: cfg[k] for k in keys if cfg.get(k) is not None}
+
+
 #: Table 1, as published.
 TABLE1: tuple[Published, ...] = (
-    Published("ResNet18", 0.938, 11.2e6, 0.56e9,
-              {"arch": "resnet18", "image_size": 32, "in_channels": 3, "num_classes": 10}),
-    Published("SA quadratic emb.", 0.938, 12.1e6, 6.2e9,
-              {"arch": "sa", "encoding": "quadratic", "isotropic": True, "pos_dim": 3, **SA_SIZES}),
-    Published("SA learned emb.", 0.918, 12.3e6, 6.2e9,
-              {"arch": "sa", "encoding": "learned", "pos_dim": 400, **SA_SIZES}),
-    Published("SA learned emb. + content", 0.871, 29.5e6, 15.1e9,
-              {"arch": "sa", "encoding": "learned_content", "pos_dim": 400, "positional_score": "query",
-               **SA_SIZES}),
+    Published("ResNet18", 0.938, 11.2e6, 0.56e9, _identity("resnet18")),
+    Published("SA quadratic emb.", 0.938, 12.1e6, 6.2e9, _identity("sa_quadratic")),
+    Published("SA learned emb.", 0.918, 12.3e6, 6.2e9, _identity("sa_learned")),
+    Published("SA learned emb. + content", 0.871, 29.5e6, 15.1e9, _identity("sa_learned_content")),
 )
 
 
@@ -61,21 +71,15 @@ def _missing(v: Any) -> bool:
 
 
 def _value(row: dict, key: str) -> Any:
-    """A ``runs`` value with the defaults of a row that predates a column (the
-    model's defaults are the paper's)."""
+    """A ``runs`` value, or for a row that predates a column the value its encoding fills
+    in (``study.models.cost.config_from_row``: the model's defaults are the paper's)."""
     v = row.get(key)
     if not _missing(v):
         return v
-    if key == "arch":
-        return "sa"
-    if key == "pos_dim" and row.get("encoding") == "quadratic":
-        iso = row.get("isotropic")
-        return 3 if _missing(iso) or bool(iso) else 5
-    if key == "positional_score" and row.get("encoding") == "learned_content":
-        return "query"
-    if key == "isotropic" and row.get("encoding") == "quadratic":
-        return True
-    return SA_SIZES.get(key, {"image_size": 32, "in_channels": 3, "num_classes": 10}.get(key))
+    try:
+        return config_from_row(row).to_dict().get(key)
+    except ValueError:  # a row too damaged to be a configuration: compare with the paper's sizes
+        return SA_SIZES.get(key, {"arch": "sa", "image_size": 32, "in_channels": 3, "num_classes": 10}.get(key))
 
 
 def _same(a: Any, b: Any) -> bool:

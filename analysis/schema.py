@@ -13,6 +13,7 @@ Conventions shared by all tables:
 
 from __future__ import annotations
 
+from study.models.config import ENCODING_FIELDS  # torch-free
 from study.tables import TABLES
 
 #: the key columns of the per-epoch tables, described once
@@ -157,6 +158,13 @@ NOTES = {
              "images, distributions averaged.",
     "maps": "One row per (trial_id, epoch, layer, head): the attention window around the query.",
 }
+
+
+#: every encoding's own fields (``study.models.encodings``: declared with their
+#: documentation by the encoding's file) are ``runs`` columns too
+_SQL_TYPE = {bool: "bool", int: "int", float: "float", str: "text"}
+COLUMNS["runs"] += [(f.name, _SQL_TYPE.get(f.type, "text"), f"{f.doc}; null for other encodings")
+                    for f in ENCODING_FIELDS.values() if f.name not in {c for c, _, _ in COLUMNS["runs"]}]
 
 
 def describe(table: str | None = None) -> str:

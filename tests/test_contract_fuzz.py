@@ -179,8 +179,8 @@ def test_out_that_cannot_be_created(train, tmp_path):
 @pytest.mark.parametrize("storage, via_env, needle", [
     ("s3://", False, "--storage: 's3://' names no bucket"),
     ("s3:///prefix", False, "--storage: 's3:///prefix' names no bucket"),
-    ("ftp://host/dir", False, "--storage: unsupported URI scheme 'ftp'"),
-    ("ftp://host/dir", True, "$STUDY_STORAGE: unsupported URI scheme 'ftp'"),
+    ("ftp://host/dir", False, "--storage: unsupported storage scheme 'ftp'"),
+    ("ftp://host/dir", True, "$STUDY_STORAGE: unsupported storage scheme 'ftp'"),
     ("s3://", True, "$STUDY_STORAGE: 's3://' names no bucket"),
 ], ids=["s3_no_bucket", "s3_empty_bucket", "ftp", "env_ftp", "env_s3_no_bucket"])
 def test_malformed_storage(capsys, monkeypatch, tmp_path, argv, storage, via_env, needle):

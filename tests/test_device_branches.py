@@ -271,7 +271,7 @@ def test_checkpoint_rng_round_trip(tmp_path, with_cuda):
 def test_resume_on_cpu_of_a_checkpoint_with_a_cuda_rng_state(tmp_path):
     """A GPU trial's checkpoint (with ``rng_cuda``) resumes on CPU: the entry is kept
     out of the CPU generator and training continues exactly as from a CPU checkpoint."""
-    model = tiny_model("quadratic", True)
+    model = tiny_model({"encoding": "quadratic", "isotropic": True})
     cfg = one_step_config(model, head_stats=False).replace(epochs=2)
     straight = tmp_path / "straight"
     train_trial(cfg, trial_id="s", checkpoint_dir=straight, device=CPU)
