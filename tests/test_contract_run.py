@@ -414,7 +414,8 @@ def test_damaged_tune_state_is_restored_or_refused_never_restarted(tmp_path, tru
     root = tmp_path / "st" / "dmg"
     root.mkdir(parents=True)
     (root / "study.json").write_text(json.dumps({"name": "dmg", "raw": {}, "tables": "tables",
-                                                 "optuna_journal": "optuna.journal"}))
+                                                 "optuna_journal": "optuna.journal", "num_trials": 1,
+                                                 "cpus_per_trial": 1, "gpus_per_trial": 0, "workers_per_trial": 1}))
     state = root / "experiment_state-2026-01-01_00-00-00.json"
     good = json.dumps({"trial_data": [["t1", "finished"]] * 50}).encode()
     state.write_bytes(good)

@@ -270,3 +270,11 @@ def test_todays_macs_follow_the_equations_not_the_code_path(variant):
         assert counted - (model_macs(mc.to_dict()) - positional) == mc.layers * mc.num_heads * t * t * 3
     else:  # nothing of the positional part is a matrix product torch counts
         assert counted == model_macs(mc.to_dict()) - positional
+
+
+def test_macs_of_a_row_holding_another_encodings_field():
+    """A table row may carry a value of a field its encoding does not have (an old table's
+    isotropic of a learned model): the cost model leaves it out instead of refusing the row."""
+    row = {"encoding": "learned", "isotropic": False, "pos_dim": 8, "hidden": 16, "layers": 1, "num_heads": 2}
+    assert model_macs(row) == model_macs(ModelConfig(encoding="learned", pos_dim=8, hidden=16, layers=1,
+                                                     num_heads=2).to_dict())

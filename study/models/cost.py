@@ -32,11 +32,18 @@ def config_from_row(cfg: dict[str, Any]):
     from study.models.config import ModelConfig
     from study.models.encodings import REGISTRY
 
+    from study.models.config import ENCODING_FIELDS
+
     fields = ModelConfig.__dataclass_fields__
     known = {k: v for k, v in cfg.items() if k in fields and _present(v)}
     spec = REGISTRY.get(known.get("encoding", "quadratic"))
-    if spec is not None and hasattr(spec, "legacy_defaults"):
-        known = {**spec.legacy_defaults(cfg), **known}
+    if spec is not None:
+        # a row's value of another encoding's field (an old table's isotropic of a learned
+        # model) says nothing about this model: left out, not refused
+        mine = {f.name for f in spec.fields}
+        known = {k: v for k, v in known.items() if k not in ENCODING_FIELDS or k in mine}
+        if hasattr(spec, "legacy_defaults"):
+            known = {**spec.legacy_defaults(cfg), **known}
     for k, v in list(known.items()):
         if hasattr(v, "item"):  # a runs row read by pandas holds numpy scalars
             v = v.item()
