@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from study.tables import read_table
 from tests.helpers import TINY, run_cli, write_spec
 
 pytestmark = pytest.mark.slow
@@ -24,7 +25,7 @@ def test_a_study_of_all_seven_encodings_runs_and_draws_the_locality_figures(tmp_
     r = run_cli(tmp_path, "figures", "st/seven", "--out", "figs", module="analysis", timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     figs = tmp_path / "figs"
-    runs = pd.read_parquet(tmp_path / "st/seven/tables/runs")
+    runs = read_table(tmp_path / "st/seven/tables", "runs")
     assert sorted(runs.status) == ["finished"] * 7
     names = set(runs.name)
     assert len(names) == 7
