@@ -111,7 +111,7 @@ def test_study_plan_prints_flops_device_hours_and_wall_time():
 
 @pytest.mark.parametrize("args,message", [
     (["--tflops", "0"], "--tflops: must be a positive number, got '0'"),
-    (["--workers", "0"], "--workers: must be a positive integer"),
+    (["--workers", "0"], "--workers: must be >= 1"),
     (["--tflops", "1", "--images-per-s", "2"], "not allowed with argument"),
     (["--bench", "missing.json"], "missing.json (No such file or directory)"),
     (["--bench", "BAD"], "holds no timed model of the paper"),
