@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from analysis.figures import Skip
-from analysis.figures.locality import layer_series
+from analysis.figures.locality import label_epoch_grid, layer_lines, layer_series
 from analysis.figures.panels import wrap_note
 from analysis.figures.pooled import model_order, pooled_heads, variant_grid
 from analysis.meta import describe
@@ -60,27 +60,8 @@ def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
     fig, axes, grid = variant_grid(len(models))
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, model in zip(axes, models):
-        m = s[s["model"] == model]
-        seeds = int(m["seeds"].max())
-        for layer, g in m.groupby("layer"):
-            c = palette[int(layer) % len(palette)]
-            ax.plot(g["epochs_trained"], g["gate"], "-", color=c, marker="o" if len(g) <= 12 else None,
-                    markersize=2.5, label=f"layer {int(layer) + 1}")
-            ax.fill_between(g["epochs_trained"], g["head_min"], g["head_max"], color=c, alpha=0.15, linewidth=0)
-        heads = int((m["n"] / m["seeds"]).max())
-        ax.set_title(wrap_note(model, ax.get_position().width * fig.get_size_inches()[0] * 1.25)
-                     + f"\nn = {seeds} seed{'s' if seeds != 1 else ''} × {heads} heads per point", fontsize=7, pad=3)
-        if m["epochs_trained"].max() <= 12:
-            ax.set_xticks(sorted(m["epochs_trained"].unique()))
-        ax.grid(True, linewidth=0.4, alpha=0.5)
-    for ax in grid[-1, :]:
-        ax.set_xlabel("epochs trained")
-    for c in range(grid.shape[1]):
-        for r in range(grid.shape[0] - 1):
-            if not grid[r + 1, c].get_visible() and grid[r, c].get_visible():
-                grid[r, c].set_xlabel("epochs trained")
-    for row in grid:
-        row[0].set_ylabel("gate σ(λ_h)")
+        layer_lines(fig, ax, s[s["model"] == model], model, "gate", palette, band=("head_min", "head_max", 0.15))
+    label_epoch_grid(grid, "gate σ(λ_h)")
     axes[0].set_ylim(-0.02, 1.02)
     handles, labels = axes[max(range(len(axes)), key=lambda i: len(axes[i].get_lines()))].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(6, len(labels)),

@@ -43,6 +43,39 @@ def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame
     return out.reset_index(drop=True)
 
 
+def layer_lines(fig, ax, m: pd.DataFrame, model: str, value: str, palette, *, band) -> None:
+    """One variant's panel over training: a line per layer of ``value`` (a ``layer_series``
+    column), an optional band ``(low column, high column, alpha)`` per layer, and a title
+    naming the variant and n (seeds × heads) per point."""
+    seeds = int(m["seeds"].max())
+    for layer, g in m.groupby("layer"):
+        c = palette[int(layer) % len(palette)]
+        ax.plot(g["epochs_trained"], g[value], "-", color=c, marker="o" if len(g) <= 12 else None,
+                markersize=2.5, label=f"layer {int(layer) + 1}")
+        if band is not None:
+            low, high, alpha = band
+            ax.fill_between(g["epochs_trained"], g[low], g[high], color=c, alpha=alpha, linewidth=0)
+    heads = int((m["n"] / m["seeds"]).max())
+    ax.set_title(wrap_note(model, ax.get_position().width * fig.get_size_inches()[0] * 1.25)
+                 + f"\nn = {seeds} seed{'s' if seeds != 1 else ''} × {heads} heads per point", fontsize=7, pad=3)
+    if m["epochs_trained"].max() <= 12:
+        ax.set_xticks(sorted(m["epochs_trained"].unique()))
+    ax.grid(True, linewidth=0.4, alpha=0.5)
+
+
+def label_epoch_grid(grid, ylabel: str) -> None:
+    """x labels "epochs trained" under the lowest visible panel of each column, ``ylabel``
+    on the first column."""
+    for ax in grid[-1, :]:
+        ax.set_xlabel("epochs trained")
+    for c in range(grid.shape[1]):
+        for r in range(grid.shape[0] - 1):
+            if not grid[r + 1, c].get_visible() and grid[r, c].get_visible():
+                grid[r, c].set_xlabel("epochs trained")
+    for row in grid:
+        row[0].set_ylabel(ylabel)
+
+
 def draw(ctx) -> list:
     d = pooled_heads(ctx, KIND, columns=("mean_distance",))
     if ctx.epoch is not None:
@@ -58,28 +91,10 @@ def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
     top = max(float(s[["mean_distance", "seed_max"]].max().max()), CONV3_DISTANCE) * 1.08
     for ax, model in zip(axes, models):
         m = s[s["model"] == model]
-        seeds = int(m["seeds"].max())
-        for layer, g in m.groupby("layer"):
-            c = palette[int(layer) % len(palette)]
-            ax.plot(g["epochs_trained"], g["mean_distance"], "-", color=c, marker="o" if len(g) <= 12 else None,
-                    markersize=2.5, label=f"layer {int(layer) + 1}")
-            if seeds > 1:
-                ax.fill_between(g["epochs_trained"], g["seed_min"], g["seed_max"], color=c, alpha=0.18, linewidth=0)
+        band = ("seed_min", "seed_max", 0.18) if int(m["seeds"].max()) > 1 else None
+        layer_lines(fig, ax, m, model, "mean_distance", palette, band=band)
         ax.axhline(CONV3_DISTANCE, color="0.3", linestyle="--", linewidth=0.7, zorder=1)
-        heads = int((m["n"] / m["seeds"]).max())
-        ax.set_title(wrap_note(model, ax.get_position().width * fig.get_size_inches()[0] * 1.25)
-                     + f"\nn = {seeds} seed{'s' if seeds != 1 else ''} × {heads} heads per point", fontsize=7, pad=3)
-        if m["epochs_trained"].max() <= 12:
-            ax.set_xticks(sorted(m["epochs_trained"].unique()))
-        ax.grid(True, linewidth=0.4, alpha=0.5)
-    for ax in grid[-1, :]:
-        ax.set_xlabel("epochs trained")
-    for c in range(grid.shape[1]):
-        for r in range(grid.shape[0] - 1):
-            if not grid[r + 1, c].get_visible() and grid[r, c].get_visible():
-                grid[r, c].set_xlabel("epochs trained")
-    for row in grid:
-        row[0].set_ylabel("mean attention distance (px)")
+    label_epoch_grid(grid, "mean attention distance (px)")
     axes[0].set_ylim(0, top)
     handles, labels = axes[max(range(len(axes)), key=lambda i: len(axes[i].get_lines()))].get_legend_handles_labels()
     handles.append(Line2D([], [], color="0.3", linestyle="--", linewidth=0.7))
