@@ -22,21 +22,13 @@ HOST = "127.0.0.1"
 
 
 def fingerprint(root: str) -> str:
-    """Count, total size and newest modification time of the table files (the
-    ``.tmp-*`` files of writes in progress excluded)."""
-    import pyarrow.fs as pafs
+    """Count, total size and newest modification time of the table files, from the same
+    listing the figure cache fingerprints (``analysis.figures.cache.table_files``: writes in
+    progress, ``.tmp-*``, excluded)."""
+    from analysis.figures.cache import table_files
 
-    if "://" in root:
-        fs, base = pafs.FileSystem.from_uri(root)
-    else:
-        fs, base = pafs.LocalFileSystem(), str(Path(root).resolve())
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-    except OSError:
-        return "unreadable"
-    files = [i for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith((".", "_"))]
-    newest = max((i.mtime_ns or 0 for i in files), default=0)
-    return f"{len(files)}-{sum(i.size or 0 for i in files)}-{newest}"
+    files = [f for trial in table_files(root).values() for f in trial]
+    return f"{len(files)}-{sum(size for _, size, _ in files)}-{max((m for _, _, m in files), default=0)}"
 
 
 class _Page:
