@@ -1,8 +1,11 @@
 """DDP: 2 gloo ranks with per-rank batch b equal 1 rank with batch 2b (DESIGN §8)."""
 
+import gc
+
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch import nn
 
 from study.models import ModelConfig
 from study.trial import TrainConfig, train_trial
@@ -20,9 +23,16 @@ def config(batch_size):
 def _rank(rank, world, init_file, ckpt):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    gc.disable()  # what the trial leaves alive must not depend on when the collector runs
     try:
         train_trial(config(10), trial_id="ddp", checkpoint_dir=ckpt, device=torch.device("cpu"))
+        # The DDP wrapper holds the gloo group; left to the cycle collector (a reference
+        # cycle through the trial's frames) the group outlives destroy_process_group and
+        # the rank aborts at exit (SIGABRT) about one run in six.
+        alive = [o for o in gc.get_objects() if isinstance(o, nn.parallel.DistributedDataParallel)]
+        assert not alive, f"rank {rank}: {len(alive)} DistributedDataParallel wrapper(s) alive after the trial"
     finally:
+        gc.enable()
         dist.destroy_process_group()
 
 

@@ -123,6 +123,12 @@ def train_trial(
         with contextlib.suppress(Exception):  # a failing storage must not hide the interruption
             _write_run(t, "interrupted")
         raise
+    finally:
+        # The DDP wrapper's reducer holds the process group.  Release it now, not when
+        # the cycle collector finds ``t`` (a frame kept by any reference cycle keeps it):
+        # a gloo group still alive at interpreter exit aborts the rank (SIGABRT,
+        # "terminate called without an active exception") after the trial finished.
+        t.net = None
     return _finish(t, ledger)
 
 
