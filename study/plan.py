@@ -99,14 +99,26 @@ class TrialPlan:
         return self.train_flops + self.eval_flops + self.head_flops
 
     @property
-    def weight(self) -> float:
-        """Relative cost, for the launch order and the ETA: forward passes of the
-        trial (3 per training image, 1 per evaluated image; a training image per epoch
-        where the image counts are unknown) × (MACs + ``PAIR_MAC_EQUIVALENT`` × pairs)
-        per image.  Known before launch."""
+    def passes(self) -> int:
+        """Forward passes of the trial: 3 per training image, 1 per evaluated image (a
+        training image per epoch where the image counts are unknown)."""
         im = self.images
-        passes = self.epochs * (TRAIN_FORWARDS * im.train + im.test + im.val if im else TRAIN_FORWARDS)
-        return float(passes) * (self.macs + PAIR_MAC_EQUIVALENT * self.pairs)
+        return self.epochs * (TRAIN_FORWARDS * im.train + im.test + im.val if im else TRAIN_FORWARDS)
+
+    @property
+    def cost_terms(self) -> tuple[float, float]:
+        """(passes × MACs, passes × per-image attention probabilities): the two kinds
+        of work whose seconds :class:`study.tuning.progress.RemainingWork` fits on the
+        epochs it measures."""
+        return float(self.passes) * self.macs, float(self.passes) * self.pairs
+
+    @property
+    def weight(self) -> float:
+        """Relative cost, for the launch order and the ETA before anything is measured:
+        passes × (MACs + ``PAIR_MAC_EQUIVALENT`` × pairs) per image.  Known before
+        launch."""
+        macs, pairs = self.cost_terms
+        return macs + PAIR_MAC_EQUIVALENT * pairs
 
 
 @dataclass

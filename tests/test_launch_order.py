@@ -35,14 +35,17 @@ def _simulate(durations: dict[str, tuple[float, int]], order: list[str], *, work
     return sorted(events, key=lambda ev: (ev[0], {"start": 1, "epoch": 0, "end": 0}[ev[1]]))
 
 
-def _etas(monkeypatch, meta, events, *, interval=0.0):
+def _etas(monkeypatch, meta, events, *, interval=0.0, probe=None):
     """Feed ``events`` to a ProgressReporter on a fabricated clock; (time, ETA s,
-    trials done) at every progress line it would print."""
+    trials done) at every progress line it would print.  ``probe(key, now)``: what the
+    trial's ledger says of its running epoch."""
     import study.tuning.progress as progress
 
     now = [0.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     rep = progress.ProgressReporter(meta=meta, enabled=False, interval=interval)
+    if probe is not None:
+        rep.work.probe = lambda key: probe(key, now[0])
     rep.setup()
     trial = {k: SimpleNamespace(trial_id=f"r-{k}", config={"key": k, "cell": int(k[1:4])}, last_result={})
              for k in {ev[2] for ev in events}}
@@ -85,6 +88,90 @@ def test_eta_is_within_30_percent_of_the_remaining_time_after_the_first_trial_en
     assert checked, "progress lines after the first trial ended"
     for t, eta in checked:
         assert eta == pytest.approx(end - t, rel=0.30, abs=1.0), (t, eta, end - t)
+
+
+def _ledger_of(events, *, setup: float, period: float = 1.0):
+    """What the trials' ledgers say at time ``now`` in the schedule of ``events``
+    (``_simulate``'s, with its ``setup``): the running epoch, its share done and the
+    seconds into it, as the clock last saved them (every ``period`` s)."""
+    spans = {}
+    for t, kind, key, _, secs in events:
+        if kind == "start":
+            spans[key] = [t + setup, None, []]
+        elif kind == "epoch":
+            spans[key][2].append(secs)
+        else:
+            spans[key][1] = t
+
+    def probe(key, now):
+        begin, end, epochs = spans[key]
+        if now < begin or now >= end:
+            return None
+        into = now - begin
+        for e, wall in enumerate(epochs):
+            if into < wall:
+                saved = period * int(into / period)  # the last save
+                return (e, saved / wall, saved) if saved > 0 else None
+            into -= wall
+        return None
+
+    return probe
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("cost", [3.0, 0.35])
+def test_eta_times_a_trial_far_from_its_prediction_from_its_ledger(monkeypatch, workers, cost):
+    """Trials of known unequal cost where the prediction is wrong for one of them:
+    smoke.yaml's learned + content trial takes ``cost`` × its predicted time (on a quiet
+    2-core machine it ran 1.9× what the MAC-based weight says), the others exactly theirs.
+    Its first epoch is still running when the first cheap trials end, so only its own
+    progress (the ledger's ``epoch_fraction``, saved every second) can time it: every
+    ETA after the first trial ends is within ±30 % of the time left.  Without the
+    ledger the same schedule misses (the check can fail)."""
+    spec = load_spec(SMOKE)
+    trials = plan_trials(spec)
+    unit = 7.0 / min(t.weight for t in trials)  # the cheap trials take 7 s, as on a quiet machine
+    durations = {t.key: (t.weight * unit * (cost if t.key == "c003-s000" else 1.0), t.epochs) for t in trials}
+    order = [t.key for t in launch_order(trials)]
+    events = _simulate(durations, order, workers=workers, setup=2.0)
+    end = max(ev[0] for ev in events)
+    first_epoch = min(ev[0] for ev in events if ev[1] == "epoch" and ev[2] == "c003-s000")
+    meta = {"raw": spec.raw, "file": SMOKE, "name": "smoke", "num_trials": spec.num_trials}
+    lines = _etas(monkeypatch, meta, events, probe=_ledger_of(events, setup=2.0))
+    checked = [(t, eta) for t, eta, done in lines if done >= 1 and end - t > 1.0]
+    assert any(t < first_epoch for t, _ in checked), "lines while the content trial is in its first epoch"
+    for t, eta in checked:
+        assert eta == pytest.approx(end - t, rel=0.30, abs=1.0), (t, eta, end - t)
+    blind = [(t, eta) for t, eta, done in _etas(monkeypatch, meta, events) if done >= 1 and end - t > 1.0]
+    assert any(eta != pytest.approx(end - t, rel=0.30, abs=1.0) for t, eta in blind), \
+        "without the ledger's progress the ETA must miss here, or this test shows nothing"
+
+
+def test_a_measured_trial_times_the_pending_trials_of_its_model():
+    """Seeds of one model run at one rate: once one seed's epoch is measured (or timed
+    inside, from its ledger), the pending seeds of that model are predicted at its rate,
+    not at the study's average."""
+    import study.tuning.progress as progress
+
+    costs = {"a0": (10.0, 1, "A"), "a1": (10.0, 1, "A"), "b0": (10.0, 1, "B")}
+    work = progress.RemainingWork(costs=costs, order=["b0", "a0", "a1"], workers=1)
+    work.start("b0", 0.0)
+    work.epoch("b0", 10.0, seconds=10.0)  # B: 1 s per unit
+    work.end("b0")
+    work.start("a0", 10.0)
+    work.epoch("a0", 40.0, seconds=30.0)  # A: 3 s per unit
+    work.end("a0")
+    assert work.eta(40.0) == pytest.approx(30.0)  # a1 at A's rate (the average would say 20)
+    inside = progress.RemainingWork(costs=costs, order=["b0", "a0", "a1"], workers=1,
+                                    probe=lambda k: (0, 0.25, 10.0) if k == "a0" else None)
+    inside.start("b0", 0.0)
+    inside.epoch("b0", 10.0, seconds=10.0)
+    inside.end("b0")
+    inside.start("a0", 10.0)
+    # a0 is a quarter through a 40 s epoch after 10 s: 30 s left, then a1 at 4 s per unit
+    assert inside.eta(20.0) == pytest.approx(30.0 + 40.0)
+    assert progress.RemainingWork(costs=costs, order=["a0"], workers=1,
+                                  probe=lambda k: (0, 0.01, 1.0)).eta(1.0) is None  # too early to tell
 
 
 def test_eta_corrects_a_trial_slower_than_predicted(monkeypatch):
@@ -159,3 +246,59 @@ def test_wall_time_is_longest_first_on_the_first_free_worker():
     assert wall_seconds([141, 23, 23, 23], 2) == 141
     assert wall_seconds([10, 7, 6, 5, 4], 2) == 17  # 10+6 | 7+5+4 -> 16 | 16? LPT: 10,7 | 6->7 | 5->10 | 4->12
     assert wall_seconds([3, 3, 3], 1) == 9 and wall_seconds([5], 4) == 5
+
+
+def test_the_ledger_says_where_a_running_epoch_stands_and_the_eta_reads_it(tmp_path):
+    """The trial's clock saves (epoch, share done, seconds into it) while an epoch runs
+    and clears them after; the progress reporter's probe reads exactly that."""
+    import time
+
+    import study.tuning.progress as progress
+    from study.trial.ledger import TrialLedger
+
+    (tmp_path / "trials").mkdir()
+    book = TrialLedger(uri=str(tmp_path / "trials" / "c000-s000.json"))
+    book.start()
+    probe = progress._ledger_probe({"root": str(tmp_path)})
+    assert probe("c000-s000") is None  # not in an epoch
+    share = [0.25]
+    with book.clock(before=0.0, period=0.02, epoch=1, fraction=lambda: share[0]):
+        deadline = time.monotonic() + 10
+        while probe("c000-s000") is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        epoch, fraction, seconds = probe("c000-s000")
+        assert (epoch, fraction) == (1, 0.25) and seconds > 0
+    book.update(1.0)  # the epoch's own measure
+    assert probe("c000-s000") is None
+    assert probe("c009-s000") is None  # no ledger yet
+    assert progress._ledger_probe({}) is None  # no storage root: no probe
+
+
+def test_a_trial_tells_its_clock_the_share_of_its_epoch_done(tmp_path):
+    """What the trial loop hands the ledger's clock: 0 at the epoch's start, rising
+    through training, all of it once the epoch's evaluation is done."""
+    import contextlib
+
+    import torch
+
+    from study.models import ModelConfig
+    from study.trial import TrainConfig, train_trial
+    from study.trial.ledger import TrialLedger
+
+    seen = []
+
+    class Spy(TrialLedger):
+        @contextlib.contextmanager
+        def clock(self, *, epoch=None, fraction=None, **kw):
+            seen.append((epoch, "start", fraction()))
+            with super().clock(epoch=epoch, fraction=fraction, **kw):
+                yield
+            seen.append((epoch, "end", fraction()))
+
+    cfg = TrainConfig(model=ModelConfig(hidden=16, layers=1, intermediate=16, num_heads=2), data="synthetic:200",
+                      epochs=2, batch_size=50, head_stats=False)
+    book = Spy(uri=str(tmp_path / "trial.json"))
+    train_trial(cfg, trial_id="t", checkpoint_dir=tmp_path / "ckpt", device=torch.device("cpu"), ledger=book)
+    assert [(e, w) for e, w, _ in seen] == [(0, "start"), (0, "end"), (1, "start"), (1, "end")]
+    assert [f for _, w, f in seen if w == "start"] == [0.0, 0.0]
+    assert all(f == pytest.approx(1.0) for _, w, f in seen if w == "end"), seen

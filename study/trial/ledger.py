@@ -4,7 +4,9 @@ beside ``study train --out``'s checkpoint).
 Written at the START of every attempt (``attempts`` + 1), after every epoch
 (``device_seconds`` so far) and, while an epoch runs, by :meth:`TrialLedger.clock`
 every :data:`CLOCK_S` seconds (:data:`CLOCK_REMOTE_S` on object storage) with the
-time the epoch has taken so far.  So attempts are counted even when a worker dies
+time the epoch has taken so far and where it stands (``epoch``, ``epoch_fraction`` of
+its forward passes done, ``epoch_seconds`` into it; null between epochs), which the
+driver's ETA reads for a trial that has not finished an epoch yet.  So attempts are counted even when a worker dies
 before its first checkpoint, and ``device_seconds`` keeps the time of every attempt,
 also of an epoch that never ended (Ctrl-C, SIGTERM, a killed worker or node): all
 but at most the last clock period.  Plain JSON, replaced atomically (one PUT on
@@ -24,7 +26,7 @@ import contextlib
 import json
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from study.atomicio import write_atomic
 from study.errors import SupersededError
@@ -37,7 +39,8 @@ CLOCK_REMOTE_S = 10.0
 
 
 #: the ledger's fields and their types (a damaged ledger is refused, naming the file)
-LEDGER_FIELDS = {"attempts": int, "device_seconds": (int, float), "last_error": str}
+LEDGER_FIELDS = {"attempts": int, "device_seconds": (int, float), "last_error": str,
+                 "epoch": int, "epoch_fraction": (int, float), "epoch_seconds": (int, float)}
 
 
 class TrialLedger:
@@ -46,6 +49,8 @@ class TrialLedger:
         self.attempts = 0
         self.device_seconds = 0.0
         self.last_error: str | None = None
+        #: (epoch, fraction done, seconds into it) while the clock runs, else None
+        self.running: tuple[int, float, float] | None = None
 
     def read(self) -> dict[str, Any]:
         """The ledger's fields ({} before the first attempt).  A damaged one (not JSON,
@@ -66,8 +71,10 @@ class TrialLedger:
             raise SupersededError(self.uri, self.attempts, current)
 
     def _write(self) -> None:
+        epoch, fraction, seconds = self.running if self.running is not None else (None, None, None)
         text = json.dumps({"attempts": self.attempts, "device_seconds": self.device_seconds,
-                           "last_error": self.last_error})
+                           "last_error": self.last_error, "epoch": epoch, "epoch_fraction": fraction,
+                           "epoch_seconds": seconds})
         write_atomic(self.uri, text.encode(), suffix=".json")
 
     def start(self) -> tuple[int, float]:
@@ -98,17 +105,23 @@ class TrialLedger:
         self._write()
 
     @contextlib.contextmanager
-    def clock(self, *, before: float, scale: float = 1.0, period: float | None = None):
+    def clock(self, *, before: float, scale: float = 1.0, period: float | None = None,
+              epoch: int | None = None, fraction: Callable[[], float] | None = None):
         """While the block runs (one epoch), save ``device_seconds = before + elapsed x
         scale`` every ``period`` seconds from a background thread, and once more if the
         block is left by an exception (Ctrl-C in ``study train``).  ``scale``: the
-        number of ranks.  The caller records the epoch's own measure after the block."""
+        number of ranks.  With ``epoch`` and ``fraction`` (the share of the epoch's
+        work done, read at each save) each save also says where the epoch stands.  The
+        caller records the epoch's own measure after the block."""
         period = period if period is not None else (CLOCK_REMOTE_S if is_remote(self.uri) else CLOCK_S)
         start = time.perf_counter()
         stop = threading.Event()
 
         def save() -> None:
-            self.update(before + (time.perf_counter() - start) * scale)
+            elapsed = time.perf_counter() - start
+            if epoch is not None and fraction is not None:
+                self.running = (int(epoch), min(max(float(fraction()), 0.0), 1.0), elapsed)
+            self.update(before + elapsed * scale)
 
         def tick() -> None:
             while not stop.wait(period):
@@ -126,6 +139,8 @@ class TrialLedger:
             thread.join()
             with contextlib.suppress(Exception):
                 save()
+            self.running = None
             raise
         stop.set()
         thread.join()
+        self.running = None  # the epoch's own update follows

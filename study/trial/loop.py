@@ -27,6 +27,7 @@ from study.devicepaths import (DevicePaths, capture_rng, ddp_device_ids, restore
                                synchronize)
 from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
+from study.plan import TRAIN_FORWARDS
 from study.tables import TableWriter, map_epochs
 from study.trial.checkpoint import check_config, load_checkpoint, save_checkpoint
 from study.trial.config import TrainConfig
@@ -138,7 +139,9 @@ def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger) -> None:
     cfg = t.cfg
     for epoch in range(t.start_epoch, cfg.epochs):
         t0 = time.perf_counter()
-        clock = ledger.clock(before=t.device_seconds, scale=t.world) if ledger is not None else contextlib.nullcontext()
+        t.epoch_done = 0.0
+        clock = (ledger.clock(before=t.device_seconds, scale=t.world, epoch=epoch, fraction=t.epoch_fraction)
+                 if ledger is not None else contextlib.nullcontext())
         with clock:
             trained = _train_epoch(t, epoch, t0)
             if not math.isfinite(trained.loss):
@@ -192,6 +195,14 @@ class _Trial:
     device_seconds: float = 0.0
     attempts: int = 1
     status: str = "finished"
+    epoch_done: float = 0.0  # forward passes of the running epoch done (on this rank)
+
+    def epoch_fraction(self) -> float:
+        """The share of the running epoch's forward passes done (a training image
+        counts ``TRAIN_FORWARDS``, an evaluated one 1, as :attr:`study.plan.TrialPlan.weight`),
+        read by the ledger's clock for the driver's ETA."""
+        total = TRAIN_FORWARDS * len(self.train_data) / self.world + len(self.test_data) + len(self.val_data or ())
+        return self.epoch_done / total if total > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -330,6 +341,7 @@ def _train_epoch(t: _Trial, epoch: int, t0: float) -> _Trained:
         loss_sum += loss.detach() * len(y)
         correct += (logits.detach().argmax(-1) == y).sum()
         seen += len(y)
+        t.epoch_done = TRAIN_FORWARDS * seen
     totals = _reduce(torch.stack([loss_sum, correct.double(),
                                   torch.tensor(float(seen), device=device, dtype=torch.float64)]), t.world)
     synchronize(device)
@@ -343,10 +355,12 @@ def _evaluate_epoch(t: _Trial, epoch: int, trained: _Trained, t0: float) -> dict
     cfg = t.cfg
     test_loss, test_acc = evaluate(t.net, t.test_data, batch_size=cfg.eval_batch_size, world=t.world,
                                    autocast=t.autocast)
+    t.epoch_done += len(t.test_data)
     val_loss = val_acc = None
     if t.val_data is not None:
         val_loss, val_acc = evaluate(t.net, t.val_data, batch_size=cfg.eval_batch_size, world=t.world,
                                      autocast=t.autocast)
+        t.epoch_done += len(t.val_data)
         t.best_val, t.final_val = max(t.best_val, val_acc), val_acc
     epoch_seconds = time.perf_counter() - t0
     t.device_seconds += epoch_seconds * t.world

@@ -6,44 +6,118 @@ The ETA is the rest of the study's schedule, simulated (:class:`RemainingWork`):
 every trial's predicted cost (:attr:`study.plan.TrialPlan.weight`, known before
 launch) times the seconds per cost unit measured on the epochs so far, plus the
 measured start-up of a trial; a running trial's own epoch times once it has them;
-the trials not started yet assigned longest first to the first free worker, as the
-searcher hands them to Tune.  A trial that ended early (ASHA, divergence, error)
+a running trial that has not finished an epoch yet, from how far its epoch has gone
+(its ledger, written every second: :meth:`study.trial.ledger.TrialLedger.clock`), so
+that a trial far costlier than predicted is timed long before its first report; trials
+of one model configuration at the rate measured on any of them, the others at the
+seconds per MAC and per attention probability fitted on every measured epoch (the
+prediction's two terms, so a mispredicted kind of model does not skew the rest); the trials not
+started yet assigned longest first to the first free worker, as the searcher hands
+them to Tune.  A trial that ended early (ASHA, divergence, error)
 counts as done, so under ASHA the ETA is an upper bound that shrinks as trials stop.
 """
 
 from __future__ import annotations
 
 import heapq
+import json
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ray.tune import Callback
 
 
+#: A running trial's own progress (the ledger's ``epoch_fraction``) is trusted from
+#: this share of its epoch on (before it, one step's start-up dominates the estimate).
+MIN_FRACTION = 0.02
+
+
 @dataclass
 class _Trial:
-    weight: float  # predicted cost (cost units)
+    macs: float  # predicted work: passes x MACs
+    pairs: float  # passes x per-image attention probabilities
     epochs: int
+    group: str = ""  # trials of one model configuration run at one rate
     started: float | None = None
     reports: list[float] = field(default_factory=list)  # times of the epoch reports
     walls: list[float] = field(default_factory=list)  # wall seconds of each reported epoch
     setup: float | None = None  # start to first report, less that epoch
     ended: bool = False
 
+    @property
+    def weight(self) -> float:
+        """The launch order's cost (:attr:`study.plan.TrialPlan.weight`)."""
+        from study.plan import PAIR_MAC_EQUIVALENT
+
+        return self.macs + PAIR_MAC_EQUIVALENT * self.pairs
+
+
+class _Rates:
+    """Seconds of work from what was measured: ``per_group`` seconds per weight unit of
+    a group's own epochs; else ``a`` seconds per MAC-pass (from the models whose
+    attention is the same for every image) and ``b`` per probability-pass (what the
+    MACs leave of the others' time): the prediction's two terms, each measured, so
+    that a kind of model the weights mispredict does not skew the others."""
+
+    def __init__(self, samples: list[tuple[_Trial, float]]):
+        from study.plan import PAIR_MAC_EQUIVALENT
+
+        self.per_group: dict[str, tuple[float, float]] = {}
+        for t, wall in samples:  # (trial, one epoch's wall seconds)
+            s, w = self.per_group.get(t.group, (0.0, 0.0))
+            self.per_group[t.group] = (s + wall, w + t.weight / t.epochs)
+        self.a = self.b = None
+        plain = [(t, wall) for t, wall in samples if t.pairs == 0]
+        paired = [(t, wall) for t, wall in samples if t.pairs > 0]
+        macs = sum(t.macs / t.epochs for t, _ in plain)
+        if macs > 0:  # seconds per MAC-pass, from the models without per-image probabilities
+            self.a = sum(wall for _, wall in plain) / macs
+        if paired and self.a is not None:  # what the MACs leave of the others' time
+            extra = sum(wall - self.a * t.macs / t.epochs for t, wall in paired)
+            self.b = max(extra / sum(t.pairs / t.epochs for t, _ in paired), 0.0)
+        elif paired:  # only those measured: the prediction's ratio of the two, scaled
+            weight = sum(t.weight / t.epochs for t, _ in paired)
+            if weight > 0:
+                self.a = sum(wall for _, wall in paired) / weight
+                self.b = self.a * PAIR_MAC_EQUIVALENT
+        elif self.a is not None:
+            self.b = self.a * PAIR_MAC_EQUIVALENT
+
+    def epoch(self, t: _Trial) -> float | None:
+        """Predicted wall seconds of one epoch of ``t``."""
+        if t.group in self.per_group:
+            secs, weight = self.per_group[t.group]
+            return secs / weight * t.weight / t.epochs
+        if self.a is None:
+            return None
+        return (self.a * t.macs + self.b * t.pairs) / t.epochs
+
 
 class RemainingWork:
-    """Seconds until the last trial ends, from predicted costs calibrated on the
-    epochs measured so far.  ``costs``: trial key -> (predicted cost, epochs);
-    ``order``: the keys in the order Tune starts them; ``workers``: trials at once
-    (at least the most seen running together).  Times are ``time.monotonic()``
-    values, passed in (so the logic is testable with a fabricated clock)."""
+    """Seconds until the last trial ends, from predicted costs calibrated on what has
+    been measured.  ``costs``: trial key -> (cost, epochs[, group]), the cost either a
+    weight or ``(MAC-passes, probability-passes)`` (:attr:`study.plan.TrialPlan.cost_terms`);
+    trials of one ``group`` (one model configuration) run at the rate measured on any
+    of them, the others at the seconds per MAC and per attention probability fitted on
+    every measured epoch.  ``order``: the keys in the order Tune starts them;
+    ``workers``: trials at once (at least the most seen running together).
+    ``probe(key)``: where a running trial stands inside its epoch, ``(epoch, fraction
+    done, seconds into it)`` or None (the trial's ledger); it times a trial whose first
+    epoch has not ended yet, however far its cost is from the prediction.  Times are
+    ``time.monotonic()`` values, passed in (so the logic is testable with a fabricated
+    clock)."""
 
-    def __init__(self, *, costs: dict[str, tuple[float, int]], order: list[str], workers: int | None = None):
-        self.trials = {k: _Trial(weight=float(w), epochs=int(e)) for k, (w, e) in costs.items()}
+    def __init__(self, *, costs: dict[str, tuple], order: list[str], workers: int | None = None,
+                 probe: Callable[[str], tuple[int, float, float] | None] | None = None):
+        self.trials = {}
+        for k, c in costs.items():
+            macs, pairs = (float(c[0][0]), float(c[0][1])) if isinstance(c[0], (tuple, list)) else (float(c[0]), 0.0)
+            self.trials[k] = _Trial(macs=macs, pairs=pairs, epochs=int(c[1]), group=str(c[2]) if len(c) > 2 else "")
         self.order = [k for k in order if k in self.trials]
         self.workers = workers or 1
+        self.probe = probe
         self._running: set[str] = set()
 
     def start(self, key: str, now: float) -> None:
@@ -77,14 +151,34 @@ class RemainingWork:
             t.ended = True
         self._running.discard(key)
 
-    def rate(self) -> float | None:
-        """Measured seconds per cost unit (over every epoch reported so far)."""
-        secs = cost = 0.0
-        for t in self.trials.values():
-            if t.walls:
-                secs += sum(t.walls)
-                cost += len(t.walls) * t.weight / t.epochs
-        return secs / cost if cost > 0 else None
+    def _inside(self) -> dict[str, tuple[float, float, float]]:
+        """Running trials without a reported epoch whose ledger says how far their epoch
+        is: key -> (epochs left after the running one, its seconds so far, its predicted
+        wall seconds)."""
+        out = {}
+        if self.probe is None:
+            return out
+        for k in self._running:
+            t = self.trials[k]
+            if t.ended or t.walls:
+                continue
+            try:
+                p = self.probe(k)
+            except Exception:  # noqa: BLE001 - the ETA must never stop a study
+                p = None
+            if not p:
+                continue
+            epoch, fraction, seconds = p
+            if fraction >= MIN_FRACTION and seconds > 0 and 0 <= epoch < t.epochs:
+                out[k] = (float(t.epochs - epoch - 1), float(seconds), float(seconds) / float(fraction))
+        return out
+
+    def rates(self, inside: dict | None = None) -> _Rates:
+        """The rates measured so far: every reported epoch, and the epochs running in
+        the trials of ``inside`` (:meth:`_inside`)."""
+        samples = [(t, w) for t in self.trials.values() for w in t.walls]
+        samples += [(self.trials[k], wall) for k, (_, _, wall) in (inside or {}).items()]
+        return _Rates(samples)
 
     def _setup(self) -> float:
         """Start-up of a trial not started yet: the shortest measured (Tune reuses a
@@ -92,37 +186,42 @@ class RemainingWork:
         s = [t.setup for t in self.trials.values() if t.setup is not None]
         return max(min(s), 0.0) if s else 0.0
 
-    def remaining(self, key: str, now: float, rate: float, setup: float) -> float:
+    def remaining(self, key: str, now: float, rates: _Rates, setup: float,
+                  inside: tuple[float, float, float] | None = None) -> float:
         t = self.trials[key]
         if t.ended:
             return 0.0
-        if t.started is None:
-            return setup + rate * t.weight
         if t.walls:  # its own epoch times
             left = t.epochs - len(t.walls)
             return max(left * sum(t.walls) / len(t.walls) - (now - t.reports[-1]), 0.0)
+        if t.started is not None and inside is not None:  # its own first epoch, as far as it has gone
+            after, so_far, wall = inside
+            return max(wall - so_far, 0.0) + after * wall
+        epoch = rates.epoch(t) or 0.0
+        if t.started is None:
+            return setup + t.epochs * epoch
         elapsed = now - t.started
-        epoch = rate * t.weight / t.epochs
         if elapsed <= setup + epoch:
-            return setup + rate * t.weight - elapsed
+            return setup + t.epochs * epoch - elapsed
         # slower than predicted and still in its first epoch: assume it ends now
         return (t.epochs - 1) * (elapsed - setup)
 
     def eta(self, now: float) -> float | None:
-        """None until an epoch has been measured."""
-        rate = self.rate()
-        if rate is None:
+        """None until an epoch has been measured (or, with a ``probe``, timed inside)."""
+        inside = self._inside()
+        rates = self.rates(inside)
+        if rates.a is None:
             return None
         setup = self._setup()
         running = [k for k in self.trials if k in self._running and not self.trials[k].ended]
-        free = [self.remaining(k, now, rate, setup) for k in running]
+        free = [self.remaining(k, now, rates, setup, inside.get(k)) for k in running]
         free += [0.0] * max(self.workers - len(free), 0)
         heapq.heapify(free)
         pending = [k for k in self.order if self.trials[k].started is None and not self.trials[k].ended]
         pending += [k for k in self.trials if k not in self.order and self.trials[k].started is None
                     and not self.trials[k].ended]
         for k in pending:
-            heapq.heapreplace(free, free[0] + self.remaining(k, now, rate, setup))
+            heapq.heapreplace(free, free[0] + self.remaining(k, now, rates, setup))
         return max(free) if free else 0.0
 
 
@@ -143,7 +242,7 @@ class ProgressReporter(Callback):
         self._header = False
         self._clock = clock or (lambda: time.monotonic())
         costs, order = _costs(meta)
-        self.work = RemainingWork(costs=costs, order=order)
+        self.work = RemainingWork(costs=costs, order=order, probe=_ledger_probe(meta))
         self._start = self._clock()
 
     def setup(self, **info):
@@ -228,4 +327,23 @@ def _costs(meta: dict[str, Any]) -> tuple[dict[str, tuple[float, int]], list[str
         trials = plan_trials(spec)
     except Exception:  # noqa: BLE001 - progress lines must never stop a study: no ETA then
         return {}, []
-    return {t.key: (t.weight, t.epochs) for t in trials}, [t.key for t in launch_order(trials)]
+    return ({t.key: (t.cost_terms, t.epochs, json.dumps(t.config, sort_keys=True, default=str)) for t in trials},
+            [t.key for t in launch_order(trials)])
+
+
+def _ledger_probe(meta: dict[str, Any]) -> Callable[[str], tuple[int, float, float] | None] | None:
+    """Where a running trial stands inside its epoch, from its ledger (written every
+    second by the trial's clock; every 10 s on object storage): ``(epoch, fraction
+    done, seconds into it)``, or None between epochs or without a ledger."""
+    if "root" not in meta:
+        return None
+    from study.tuning.trainable import ledger
+
+    def probe(key: str) -> tuple[int, float, float] | None:
+        d = ledger(meta, key).read()
+        epoch, fraction, seconds = d.get("epoch"), d.get("epoch_fraction"), d.get("epoch_seconds")
+        if epoch is None or fraction is None or seconds is None:
+            return None
+        return int(epoch), float(fraction), float(seconds)
+
+    return probe
