@@ -83,8 +83,8 @@ def _output(folder: Path, job: str) -> str:
 
 
 def _job_processes(job: str) -> list[str]:
-    """Live processes of SLURM job ``job``: those whose environment says so (every process
-    of a job inherits ``SLURM_JOB_ID``) and those holding a file under the job's Ray temp
+    """Live processes of SLURM job ``job``: its slurmstepd, those whose environment says so
+    (every process of a job inherits ``SLURM_JOB_ID``) and those holding a file under the job's Ray temp
     dirs (``/tmp/ray-JOB-…``: every Ray process keeps its log files open there; a process
     title set with setproctitle can overwrite the environment)."""
     found = []
@@ -96,6 +96,9 @@ def _job_processes(job: str) -> list[str]:
                 continue
             env = (d / "environ").read_bytes().split(b"\0")
             mine = f"SLURM_JOB_ID={job}".encode() in env
+            # the job's slurmstepd ("slurmstepd: [JOB.batch]"): until it has exited, slurmd
+            # still holds the job, and a requeued start of it can fail to launch
+            mine = mine or (d / "cmdline").read_bytes().startswith(f"slurmstepd: [{job}.".encode())
             if not mine:
                 for fd in (d / "fd").iterdir():
                     with contextlib.suppress(OSError):
@@ -216,7 +219,7 @@ def test_slurm_scancel_mid_study_then_requeue_resumes(slurm, tmp_path):
     slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
     state = _wait_state(slurm, job, lambda s: s in ENDED, 600, tmp_path)
     out = _output(tmp_path, job)
-    assert state == "COMPLETED" and slurm.job_field(job, "ExitCode") == "0:0", out
+    assert state == "COMPLETED" and slurm.job_field(job, "ExitCode") == "0:0", out + slurm.logs()
 
     runs = read_table(tables, "runs").set_index("trial_id")
     epochs = read_table(tables, "epochs")

@@ -24,7 +24,8 @@ MODELS = [{"encoding": "quadratic", "isotropic": True}, {"encoding": "learned_co
 
 def _env(**extra):
     return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline",
-            "WANDB_SILENT": "true", **extra}
+            "WANDB_SILENT": "true",
+            "WANDB_INIT_TIMEOUT": "600", **extra}  # a loaded machine: 90 s (the default) once left a run empty
 
 
 def _cli(cwd, *args, **kw):

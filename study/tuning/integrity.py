@@ -70,21 +70,36 @@ def key_file() -> Path:
 
 
 def load_key() -> bytes:
-    """The signing key: ``$STUDY_HMAC_KEY``, else the user's key file (created once, 0600)."""
+    """The signing key: ``$STUDY_HMAC_KEY``, else the user's key file (created once, 0600).
+
+    The file appears whole or not at all: the key is written to a private temporary
+    file that is then hard-linked into place (``link`` fails if another process got
+    there first, whose key every process then reads), so a process racing the first
+    one never reads an empty or partial key.  An empty key file is refused."""
     env = os.environ.get(KEY_ENV)
     if env:
         return env.encode()
     path = key_file()
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass
-        else:
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_hex(32))
-    return path.read_text().strip().encode()
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # another process created it first: its key is the key
+        finally:
+            tmp.unlink(missing_ok=True)
+    key = path.read_text().strip().encode()
+    if not key:
+        raise IntegrityError(f"{path}: the signing key file is empty (delete it to make a new key; studies "
+                             f"signed with the old key then need --trust-storage once)")
+    return key
 
 
 class _Storage:
