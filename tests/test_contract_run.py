@@ -694,3 +694,28 @@ def test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds(tmp_path):
     assert first + second - 0.01 <= total <= first + second + 5, (total, first, second)
     print(f"attempt 1 trained {trained:.1f} s, recorded {first:.1f} s; attempt 2 epoch {second:.1f} s; "
           f"device_seconds {total:.1f} s")
+
+
+def test_a_signal_delivered_twice_is_one_request_a_later_one_stops_at_once(monkeypatch):
+    """SLURM's scancel signals every process of a job, and the batch script passes its
+    own signal on to the driver: the copy within ``DUPLICATE_SIGNAL_S`` is the same
+    request (the study still stops cleanly); a signal after that stops at once."""
+    import signal as signals
+
+    from study.tuning import contract
+
+    clock = [100.0]
+    monkeypatch.setattr(contract.time, "monotonic", lambda: clock[0])
+    exits = []
+    monkeypatch.setattr(contract.os, "_exit", lambda code: exits.append(code))
+    c = object.__new__(contract.RunContract)
+    c.signal, c._signal_at, c.meta, said, stops = None, 0.0, {"name": "s"}, [], []
+    c.say, c._stop = said.append, lambda: stops.append(1)
+    c._on_signal(signals.SIGTERM, None)
+    assert c.signal == signals.SIGTERM and stops == [1] and not exits
+    clock[0] += 0.5
+    c._on_signal(signals.SIGTERM, None)  # the batch script's copy
+    assert not exits and stops == [1] and len(said) == 1
+    clock[0] += contract.DUPLICATE_SIGNAL_S
+    c._on_signal(signals.SIGINT, None)  # a second request: now
+    assert exits == [128 + signals.SIGINT]

@@ -237,6 +237,30 @@ def test_slurm_scancel_mid_study_then_requeue_resumes(slurm, tmp_path):
           f"(SIGUSR1) at {warned_at:.0f} s, requeued itself, done at {time.time() - t0:.0f} s")
 
 
+@pytest.mark.slow
+def test_sigterm_to_the_batch_shell_alone_stops_the_study_cleanly(slurm, tmp_path):
+    """``scancel --batch --signal=TERM`` (or a ``--signal=B:TERM@N`` time-limit warning)
+    reaches the batch shell only: the script passes it on, the driver stops the study
+    (trials ``interrupted``, exit 143) and the job does not requeue itself."""
+    job = _submit(slurm, tmp_path, _spec(tmp_path, "termed", 12), "--cpus-per-task=1")
+    tables = tmp_path / "shared" / "termed" / "tables"
+    deadline = time.time() + 600
+    while len(read_table(tables, "epochs")) < 1:
+        assert time.time() < deadline and slurm.job_state(job) in ("PENDING", "CONFIGURING", "RUNNING"), \
+            _output(tmp_path, job)
+        time.sleep(0.5)
+    slurm.run("scancel", "--batch", "--signal=TERM", job)
+    state = _wait_state(slurm, job, lambda s: s in ENDED, 300, tmp_path)
+    out = _output(tmp_path, job)
+    assert "SIGTERM received: stopping the study" in out and "the study's driver exited with status 143" in out, out
+    assert "requeueing" not in out and slurm.job_field(job, "Restarts") == "0", out
+    assert state == "FAILED" and slurm.job_field(job, "ExitCode") == "143:0", (state, out)
+    runs = read_table(tables, "runs")
+    assert "interrupted" in set(runs.status) and "running" not in set(runs.status), (runs, out)
+    assert len(read_table(tables, "epochs")) < 2 * 12, out  # it stopped, it did not train to the end
+    assert not _wait_gone(job), _job_processes(job)
+
+
 # ---------------------------------------------------------------- the command itself, no SLURM needed
 def _slurm_cli(capsys, *args: str) -> tuple[int, str, str]:
     from study.cli import main

@@ -163,12 +163,13 @@ HEAD="$HEAD_IP:$HEAD_PORT"
 say "job $SLURM_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}}) on ${{SLURM_JOB_NUM_NODES:-1}} node(s): $SLURM_JOB_NODELIST; Ray head $HEAD"
 
 signalled="" driver="" wait_pid=""
-on_signal() {{  # SIGTERM/SIGINT: SLURM sent it to every process of the job, the driver too, which stops the
-  # study cleanly (a second one from here would make it stop at once); SIGUSR1 (time limit near, sent to
-  # this shell only): SIGTERM to the driver, then requeue
+on_signal() {{  # SIGTERM/SIGINT: passed on to the driver, which stops the study cleanly (when SLURM signalled
+  # every process of the job the driver has it already, and takes the copy from here, within 2 s, as the
+  # same request; `scancel --batch` and `--signal=B:TERM@N` reach this shell only); SIGUSR1 (time limit
+  # near, sent to this shell only): SIGTERM to the driver, then requeue
   signalled=$1
   say "SIG$1 received: stopping the study"
-  [ "$1" != USR1 ] || [ -z "$driver" ] || kill -TERM "$driver" 2>/dev/null
+  [ -z "$driver" ] || kill -TERM "$driver" 2>/dev/null
   [ -z "$wait_pid" ] || kill -TERM "$wait_pid" 2>/dev/null
 }}
 trap 'on_signal TERM' TERM

@@ -86,6 +86,12 @@ class _Quiet(logging.Filter):
         return True
 
 
+#: A second SIGINT/SIGTERM this soon after the first is the same request delivered
+#: twice (SLURM's ``scancel`` signals every process of the job: the driver, and the
+#: batch script that passes its own signal on to the driver); a later one stops at once.
+DUPLICATE_SIGNAL_S = 2.0
+
+
 class RunContract(Callback):
     def __init__(self, *, root: str, meta: dict[str, Any], prog: str, verbose: bool = True,
                  show_tracebacks: bool = False, lock=None, spec=None):
@@ -99,6 +105,7 @@ class RunContract(Callback):
         self.completed: set[str] = set()
         self.errors: dict[str, str] = {}
         self._stop_sent = False
+        self._signal_at = 0.0
         self._signer = None
         self._last_sign = 0.0
         self._filter = _Quiet(self)
@@ -162,9 +169,12 @@ class RunContract(Callback):
             _ACTIVE = None
 
     def _on_signal(self, signum, frame) -> None:
-        if self.signal is not None:  # a second signal: stop now, state as last saved
-            os._exit(128 + signum)
+        if self.signal is not None:
+            if time.monotonic() - self._signal_at < DUPLICATE_SIGNAL_S:
+                return  # the same request delivered twice (SLURM signals every process of a job, its script too)
+            os._exit(128 + signum)  # a second signal: stop now, state as last saved
         self.signal = signum
+        self._signal_at = time.monotonic()
         self.say(f"{signal.Signals(signum).name} received: saving the study's state and stopping "
                  f"(continue with `study resume {self.meta['name']}`)")
         self._stop()
