@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 from ray.tune import Callback
 
+from study.plan import PAIR_MAC_EQUIVALENT
+
 
 #: A running trial's own progress (the ledger's ``epoch_fraction``) is trusted from
 #: this share of its epoch on (before it, one step's start-up dominates the estimate).
@@ -49,8 +51,6 @@ class _Trial:
     @property
     def weight(self) -> float:
         """The launch order's cost (:attr:`study.plan.TrialPlan.weight`)."""
-        from study.plan import PAIR_MAC_EQUIVALENT
-
         return self.macs + PAIR_MAC_EQUIVALENT * self.pairs
 
 
@@ -62,8 +62,6 @@ class _Rates:
     that a kind of model the weights mispredict does not skew the others."""
 
     def __init__(self, samples: list[tuple[_Trial, float]]):
-        from study.plan import PAIR_MAC_EQUIVALENT
-
         self.per_group: dict[str, tuple[float, float]] = {}
         for t, wall in samples:  # (trial, one epoch's wall seconds)
             s, w = self.per_group.get(t.group, (0.0, 0.0))
