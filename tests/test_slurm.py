@@ -32,6 +32,8 @@ from study.tables import read_table
 from tests.helpers import TINY
 from tests.slurm_daemons import Slurm, missing_binaries, slurm_cluster
 
+#: when the test lets a requeued job start again (see its use)
+REQUEUED_START = "StartTime=now+2"
 ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
          "DEADLINE")
 
@@ -195,7 +197,10 @@ def test_slurm_scancel_mid_study_then_requeue_resumes(slurm, tmp_path):
     assert len(stopped) >= len(before) and not stopped.duplicated(["trial_id", "epoch"]).any(), stopped
 
     slurm.run("scontrol", "requeue", job)
-    slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")  # SLURM holds a requeued job back a while
+    # SLURM holds a requeued job back a while; start it sooner, but not within the second
+    # of the requeue: slurmd refuses a credential issued in the second its job's old one
+    # was revoked ("Killing non-startable batch JobId=N: Job credential revoked")
+    slurm.run("scontrol", "update", f"JobId={job}", REQUEUED_START)
 
     # the time limit's warning (the script asks for SIGUSR1 to the batch shell), sent by hand once the
     # resumed study has trained more: the study stops the same way and the job requeues itself
@@ -216,7 +221,7 @@ def test_slurm_scancel_mid_study_then_requeue_resumes(slurm, tmp_path):
     assert out.count("the study's driver exited with status 143") == 2, out
     assert "running" not in set(read_table(tables, "runs").status), read_table(tables, "runs")
     assert not _wait_gone(job), _job_processes(job)
-    slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+    slurm.run("scontrol", "update", f"JobId={job}", REQUEUED_START)
     state = _wait_state(slurm, job, lambda s: s in ENDED, 600, tmp_path)
     out = _output(tmp_path, job)
     assert state == "COMPLETED" and slurm.job_field(job, "ExitCode") == "0:0", out + slurm.logs()
