@@ -22,7 +22,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -130,8 +129,8 @@ def wait_for_nodes(address: str, n: int, *, env: dict, timeout: float = 120) -> 
 def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
     """Placement is deterministic: the head has no CPU (as in ``cluster.yaml``: it runs the
     driver), the worker one, so the first trial can only train on the worker and the
-    second waits.  Once the worker's trial has persisted a checkpoint, the worker's
-    raylet is SIGKILLed and a replacement node (127.0.0.4, two CPUs) joins; the killed
+    second waits.  Once the worker's trial has persisted a checkpoint, every process of
+    the worker node is SIGKILLed and a replacement node (127.0.0.4, two CPUs) joins; the killed
     trial must finish there from its checkpoint (its first epochs' rows untouched), the
     other trial there in one attempt."""
     token = secrets.token_hex(32)
@@ -196,10 +195,14 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
             before = read_table(tables, "epochs")
             before = before[before.trial_id == victim].set_index("epoch").sort_index()
             assert len(before) >= 3, before
-            raylets = [pid for pid in session_pids(worker_session) if process_name(pid).endswith("/raylet")]
+            # the node dies: every process of it at once (raylet, agents, the trial's worker),
+            # as when a spot instance goes.  Killing the raylet alone left the trial's process
+            # running: on a fast enough machine it finished the trial on the dead node before
+            # Tune's retry started (both outcomes correct, only one tested here)
+            node = session_pids(worker_session)
+            raylets = [pid for pid in node if process_name(pid).endswith("/raylet")]
             assert len(raylets) == 1, raylets
-            os.kill(raylets[0], signal.SIGKILL)
-            reap(raylets)
+            kill_and_reap(worker_session)
             assert not Path(f"/proc/{raylets[0]}").exists(), "the killed raylet was not reaped"
             killed_at = time.time() - t0
 
@@ -220,7 +223,7 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
                 shutil.copytree(Path(temp) / "session_latest" / "logs", tmp_path / f"ray-logs-{i}",
                                 ignore_dangling_symlinks=True, dirs_exist_ok=True) if (Path(temp) / "session_latest").exists() else None
                 shutil.rmtree(temp, ignore_errors=True)
-    print(f"two nodes up at {joined_at:.0f} s, the worker's raylet killed at {killed_at:.0f} s (trial {victim} "
+    print(f"two nodes up at {joined_at:.0f} s, the worker node killed at {killed_at:.0f} s (trial {victim} "
           f"after {len(before)} epochs), the spare node up at {spare_at:.0f} s, job done at {time.time() - t0:.0f} s")
 
     runs = read_table(tables, "runs").set_index("trial_id")

@@ -137,7 +137,8 @@ def test_predicted_over_measured_device_seconds_of_a_finished_cpu_study(tmp_path
     """A real study of two trials of unequal cost (1 and 4 attention layers), one at a
     time: the expensive one starts first; calibrated on that first trial (its
     measured FLOP rate), `study plan --against` predicts the other trial's
-    runs.device_seconds within ±25 % (the rate, not the machine's speed, cancels)."""
+    runs.device_seconds between 0.5× and 1.5× (the rate, not the machine's speed, cancels;
+    its load does not)."""
     f = tmp_path / "two.yaml"
     f.write_text(yaml.safe_dump({
         "name": "two", "data": "synthetic:600", "epochs": 2, "batch_size": 50,
@@ -158,4 +159,7 @@ def test_predicted_over_measured_device_seconds_of_a_finished_cpu_study(tmp_path
     assert out.returncode == 0, out.stderr
     ratios = {t["trial_id"]: t["predicted_over_measured"] for t in json.loads(out.stdout)["trials"]}
     assert ratios["c001-s000"] == pytest.approx(1.0)  # the calibration
-    assert 0.75 <= ratios["c000-s000"] <= 1.25, ratios
+    # wall-clock device-seconds of two trials run one after the other: on a loaded 2-core
+    # machine load alone moved the ratio to 0.69 (0.87 quiet; the 1-layer trial's fixed
+    # costs are not FLOPs).  A prediction that missed the layers' share would say ~3.
+    assert 0.5 <= ratios["c000-s000"] <= 1.5, ratios
