@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from study.models.dropout import probability_dropout
+from study.models.heads import HeadsLayer, shared_value_heads
 
 
 def _register_flop_formulas() -> None:
@@ -97,7 +98,7 @@ def kron_probs(p_row: Tensor, p_col: Tensor) -> Tensor:
     return (p_row[:, :, None, :, None] * p_col[:, None, :, None, :]).reshape(n, hh * w, hh * w)
 
 
-class RelativeSelfAttention(nn.Module):
+class RelativeSelfAttention(HeadsLayer):
     """MHSA over a 2-D token grid with a pluggable positional score module.
 
     Args:
@@ -201,12 +202,6 @@ class RelativeSelfAttention(nn.Module):
         return self.fused_content if self.fused_content is not None else device.type == "cuda"
 
     # ----------------------------------------------------------------- forward
-    def forward(self, x: Tensor, *, return_attention: bool = False):
-        b, h, w, _ = x.shape
-        heads, probs = self.head_outputs(x, return_attention=return_attention)
-        out = self.out_proj(heads).view(b, h, w, -1)
-        return (out, probs) if return_attention else out
-
     def head_outputs(self, x: Tensor, *, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
         """The concatenated heads before ``out_proj``, (B, T, N_h·D), and the
         probabilities if asked for (else ``None``).  Picks the exact path (module doc)."""
@@ -283,8 +278,7 @@ class RelativeSelfAttention(nn.Module):
         n = self.num_heads
         probs = self.attention_probs(x)
         dropped = self._dropout(probs).to(x.dtype)
-        # (B, N_h·T, T) @ (B, T, D): every head of an image in one product, x not expanded
-        heads = torch.bmm(dropped.view(b, n * t, t), x.reshape(b, t, d)).view(b, n, t, d)
+        heads = shared_value_heads(dropped, x)  # every head of an image in one product, x not expanded
         return heads.transpose(1, 2).reshape(b, t, n * d), probs
 
     def _dropout(self, probs: Tensor) -> Tensor:

@@ -37,12 +37,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from study.models.dropout import probability_dropout
+from study.models.heads import HeadsLayer, shared_value_heads
 
 if TYPE_CHECKING:
     from study.models.encodings.base import Encoding
 
 
-class EncodedAttention(nn.Module):
+class EncodedAttention(HeadsLayer):
     """Multi-head attention with an encoding's scores (see the module docstring).
 
     Args:
@@ -133,12 +134,6 @@ class EncodedAttention(nn.Module):
         q, k = self.queries_keys(x)
         return self.encoding.probs(self, q, k, h, w)
 
-    def forward(self, x: Tensor, *, return_attention: bool = False):
-        b, h, w, _ = x.shape
-        heads, probs = self.head_outputs(x, return_attention=return_attention)
-        out = self.out_proj(heads).view(b, h, w, -1)
-        return (out, probs) if return_attention else out
-
     def head_outputs(self, x: Tensor, *, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
         """The concatenated heads before ``out_proj``, (B, T, N_h·d_v), and the
         probabilities if asked for (else ``None``)."""
@@ -157,8 +152,8 @@ class EncodedAttention(nn.Module):
             return heads.transpose(1, 2).reshape(b, t, -1), None
         probs = self.encoding.probs(self, q, k, h, w)
         dropped = probability_dropout(probs, self.attention_dropout.p, training=self.training).to(v.dtype)
-        if self.value is None:  # every head averages the same input: one (B, N_h·T, T) @ (B, T, D) product
-            heads = torch.bmm(dropped.reshape(b, n * t, t), v.reshape(b, t, -1)).view(b, n, t, -1)
+        if self.value is None:  # every head averages the same input
+            heads = shared_value_heads(dropped, v)
         else:
             heads = dropped @ v
         return heads.transpose(1, 2).reshape(b, t, -1), probs
