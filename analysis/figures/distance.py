@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures.panels import after, wrap_note
+from analysis.figures.panels import after, notes_under_legend, wrap_note
 from analysis.figures.pooled import CONV3_DISTANCE, at_picked_epoch, model_order, pooled_heads, variant_grid
 from analysis.meta import describe
 from analysis.style import save
@@ -118,7 +118,5 @@ def _figure(ctx, d: pd.DataFrame, models: list[str]) -> list:
     fig.suptitle("Attention distance per layer", y=1.0)
     fig.tight_layout(pad=0.3)
     fig.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
-    fig.canvas.draw()
-    box = fig.legends[0].get_window_extent().transformed(fig.transFigure.inverted())
-    fig.text(0.5, box.y0 - 0.01, "\n".join(wrap_note(n, width) for n in notes), ha="center", va="top", fontsize=7)
+    notes_under_legend(fig, notes, width)
     return save(fig, d, ctx.out, STEM)

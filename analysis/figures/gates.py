@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis.figures import Skip
 from analysis.figures.locality import label_epoch_grid, layer_lines, layer_series
-from analysis.figures.panels import wrap_note
+from analysis.figures.panels import notes_under_legend
 from analysis.figures.pooled import model_order, pooled_heads, variant_grid
 from analysis.meta import describe
 from analysis.style import save
@@ -76,8 +76,5 @@ def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
               else "one seed per variant: seed-to-seed noise not measured")]
     fig.suptitle("Gates over training", y=1.0)
     fig.tight_layout(pad=0.3)
-    fig.canvas.draw()
-    legend = fig.legends[0].get_window_extent().transformed(fig.transFigure.inverted())
-    fig.text(0.5, legend.y0 - 0.01, "\n".join(wrap_note(n, width) for n in notes), ha="center", va="top",
-             fontsize=7)
+    notes_under_legend(fig, notes, width)
     return save(fig, s, ctx.out, STEM)

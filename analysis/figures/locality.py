@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures.panels import wrap_note
+from analysis.figures.panels import notes_under_legend, wrap_note
 from analysis.figures.pooled import CONV3_DISTANCE, model_order, pooled_heads, variant_grid
 from analysis.meta import describe
 from analysis.style import save
@@ -112,8 +112,5 @@ def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
              + f"; dashed: mean distance of a 3×3 convolution's taps ({CONV3_DISTANCE:.2f} px)"]
     fig.suptitle("Locality over training: mean attention distance per layer", y=1.0)
     fig.tight_layout(pad=0.3)
-    fig.canvas.draw()
-    legend = fig.legends[0].get_window_extent().transformed(fig.transFigure.inverted())
-    fig.text(0.5, legend.y0 - 0.01, "\n".join(wrap_note(n, width) for n in notes), ha="center", va="top",
-             fontsize=7)
+    notes_under_legend(fig, notes, width)
     return save(fig, s, ctx.out, STEM)

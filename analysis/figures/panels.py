@@ -70,3 +70,11 @@ def wrap_note(text: str, width_in: float) -> str:
     import textwrap
 
     return "\n".join(textwrap.wrap(text, max(20, int(width_in * 17))))
+
+
+def notes_under_legend(fig, notes: list[str], width_in: float) -> None:
+    """The figure's notes (data, budget, what lines and bands mean), wrapped to
+    ``width_in`` inches, centred under its first legend (placed below the axes)."""
+    fig.canvas.draw()
+    box = fig.legends[0].get_window_extent().transformed(fig.transFigure.inverted())
+    fig.text(0.5, box.y0 - 0.01, "\n".join(wrap_note(n, width_in) for n in notes), ha="center", va="top", fontsize=7)
