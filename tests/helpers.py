@@ -207,3 +207,32 @@ def code_payload(marker: Path, **obj) -> bytes:
     payload = _CodePayload(marker)
     return pickle.dumps({**obj, "payload": payload} if obj else payload, protocol=4)
 
+
+def free_ports(n: int, host: str = "") -> list[int]:
+    """``n`` distinct TCP ports the kernel says are free on ``host`` (all interfaces by
+    default), all held open together while they are picked."""
+    import socket
+
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind((host, 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def read_until(proc, needle: str, timeout: float = 300) -> list[str]:
+    """Lines of ``proc``'s stdout up to and including the first holding ``needle`` (all
+    of them if it ends first, or those read in ``timeout`` seconds)."""
+    lines, deadline = [], time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            break
+    return lines

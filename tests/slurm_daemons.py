@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.helpers import free_ports
+
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "scancel", "squeue", "sinfo")
 NODE = "studynode1"
 
@@ -26,18 +28,6 @@ def missing_binaries() -> list[str]:
 
 def _binary(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 @dataclass
@@ -124,7 +114,7 @@ def slurm_cluster(root: Path, *, cpus: int, timeout: float = 120):
     key.write_bytes(os.urandom(1024))
     os.chmod(key, 0o400)
     sock = root / "munge" / "munge.socket"
-    ctld_port, slurmd_port = _free_ports(2)
+    ctld_port, slurmd_port = free_ports(2, "127.0.0.1")
     host = socket.gethostname().split(".")[0]
     conf = root / "slurm.conf"
     conf.write_text(f"""\

@@ -34,25 +34,13 @@ import pytest
 import yaml
 
 from study.tables import read_table
-from tests.helpers import TINY, kill_session, process_name, session_pids
+from tests.helpers import TINY, free_ports, kill_session, process_name, session_pids
 
 PROJECT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
 HEAD_IP, WORKER_IP, SPARE_IP = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 
 pytestmark = pytest.mark.slow
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def cluster_env(token: str) -> dict[str, str]:

@@ -36,7 +36,7 @@ import pytest
 
 from study.tables import read_table
 from tests.helpers import (TINY, Output, code_payload, default_sigint, images_lasting, kill_session, ledger_seconds, popen,
-                           processes, run_cli, session_pids, wait_for, write_spec)
+                           processes, read_until, run_cli, session_pids, wait_for, write_spec)
 
 TRAIN = ["--hidden", "16", "--layers", "1", "--intermediate", "16", "--data", "synthetic:100",
          "--batch-size", "50", "--quiet", "--no-head-stats", "--epochs", "2"]
@@ -450,18 +450,6 @@ def test_damaged_tune_state_is_restored_or_refused_never_restarted(tmp_path, tru
 
 
 # ---------------------------------------------------------------- studies through the CLI (Ray)
-def _read_until(proc, needle: str, timeout=300) -> list[str]:
-    lines, deadline = [], time.time() + timeout
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if needle in line:
-            break
-    return lines
-
-
 @pytest.mark.slow
 def test_failed_trial_then_tamper_move_and_resume(tmp_path, monkeypatch):
     """A trial failing at start (its data source vanished after the driver's check) is an
@@ -478,7 +466,7 @@ def test_failed_trial_then_tamper_move_and_resume(tmp_path, monkeypatch):
     monkeypatch.setenv("STUDY_CACHE_DIR", env["STUDY_CACHE_DIR"])  # this process too; restored after the test
     proc = popen("run", str(f), "--storage", "st", "--num-cpus", "1", cwd=tmp_path)
     try:
-        head = _read_until(proc, "study fail: 1 trials")
+        head = read_until(proc, "study fail: 1 trials")
         tree.rename(tmp_path / "data-away")  # the source vanishes before the trial reads it
         out, _ = proc.communicate(timeout=300)
     finally:

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.helpers import cli_env, write_spec
+from tests.helpers import cli_env, read_until, write_spec
 
 #: every command that takes --storage, with the arguments it needs besides it
 COMMANDS = [("study", ["run", "{spec}"]), ("study", ["status", "st"]), ("study", ["resume", "st"]),
@@ -252,18 +252,6 @@ def fill(disk) -> "Path":
         except OSError:
             pass
     return filler
-
-
-def read_until(proc, needle: str, timeout: float = 300) -> list[str]:
-    lines, deadline = [], time.time() + timeout
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if needle in line:
-            break
-    return lines
 
 
 @pytest.mark.slow

@@ -79,6 +79,16 @@ def _wait_state(slurm: Slurm, job: str, done, timeout: float, folder: Path) -> s
                          f"{slurm.logs()}")
 
 
+def _wait_rows(slurm: Slurm, job: str, tables: Path, rows: int, folder: Path) -> None:
+    """Until the study's ``epochs`` table holds at least ``rows`` rows, the job still
+    pending or running (its output in the failure)."""
+    deadline = time.time() + 600
+    while len(read_table(tables, "epochs")) < rows:
+        assert time.time() < deadline and slurm.job_state(job) in ("PENDING", "CONFIGURING", "RUNNING"), \
+            _output(folder, job)
+        time.sleep(0.5)
+
+
 def _output(folder: Path, job: str) -> str:
     path = folder / f"job-{job}.out"
     return path.read_text(errors="replace") if path.exists() else "(no job output)"
@@ -178,11 +188,7 @@ def test_slurm_scancel_mid_study_then_requeue_resumes(slurm, tmp_path):
     n_epochs = 8
     job = _submit(slurm, tmp_path, _spec(tmp_path, "requeued", n_epochs), "--cpus-per-task=1")
     tables = tmp_path / "shared" / "requeued" / "tables"
-    deadline = time.time() + 600
-    while len(read_table(tables, "epochs")) < 2:
-        assert time.time() < deadline and slurm.job_state(job) in ("PENDING", "CONFIGURING", "RUNNING"), \
-            _output(tmp_path, job)
-        time.sleep(0.5)
+    _wait_rows(slurm, job, tables, 2, tmp_path)
     before = read_table(tables, "epochs")
     slurm.run("scancel", job)
     cancelled_at = time.time() - t0
@@ -204,11 +210,7 @@ def test_slurm_scancel_mid_study_then_requeue_resumes(slurm, tmp_path):
 
     # the time limit's warning (the script asks for SIGUSR1 to the batch shell), sent by hand once the
     # resumed study has trained more: the study stops the same way and the job requeues itself
-    deadline = time.time() + 600
-    while len(read_table(tables, "epochs")) <= len(stopped):
-        assert time.time() < deadline and slurm.job_state(job) in ("PENDING", "CONFIGURING", "RUNNING"), \
-            _output(tmp_path, job)
-        time.sleep(0.5)
+    _wait_rows(slurm, job, tables, len(stopped) + 1, tmp_path)
     slurm.run("scancel", "--batch", "--signal=USR1", job)
     warned_at = time.time() - t0
     deadline = time.time() + 300
@@ -249,11 +251,7 @@ def test_sigterm_to_the_batch_shell_alone_stops_the_study_cleanly(slurm, tmp_pat
     (trials ``interrupted``, exit 143) and the job does not requeue itself."""
     job = _submit(slurm, tmp_path, _spec(tmp_path, "termed", 12), "--cpus-per-task=1")
     tables = tmp_path / "shared" / "termed" / "tables"
-    deadline = time.time() + 600
-    while len(read_table(tables, "epochs")) < 1:
-        assert time.time() < deadline and slurm.job_state(job) in ("PENDING", "CONFIGURING", "RUNNING"), \
-            _output(tmp_path, job)
-        time.sleep(0.5)
+    _wait_rows(slurm, job, tables, 1, tmp_path)
     slurm.run("scancel", "--batch", "--signal=TERM", job)
     state = _wait_state(slurm, job, lambda s: s in ENDED, 300, tmp_path)
     out = _output(tmp_path, job)
