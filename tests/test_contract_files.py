@@ -478,6 +478,17 @@ def test_every_integer_flag_of_every_command_has_a_documented_bound():
     assert seen >= 20, seen  # the enumeration found the flags (models, train, bench, theorem, evaluate, analysis)
 
 
+def _refused_without_torch(argv: list[str], cwd) -> list[str]:
+    """Run ``study ARGV`` in a fresh interpreter: it must exit 2 without having imported
+    torch; returns its stderr lines."""
+    probe = ("import sys\nfrom study.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
+             "except SystemExit as e:\n    code = e.code\nprint(code, 'torch' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", probe, *argv], env=cli_env(), capture_output=True, text=True,
+                       cwd=cwd, timeout=900)
+    assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr[-2000:])
+    return r.stderr.strip().splitlines()
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["models", "--num-heads", "100000"], "argument --num-heads: must be <= 1024 (MAX_MODEL_FIELD), got 100000"),
     (["models", "--pos-dim", "9" * 200], "argument --pos-dim: must be <= 16384 (MAX_MODEL_FIELD)"),
@@ -499,12 +510,7 @@ def test_every_integer_flag_of_every_command_has_a_documented_bound():
     (["run", "x.yaml", "--num-cpus", "99999999999"], "argument --num-cpus: must be <= 1000000"),
 ], ids=lambda v: "-".join(v[:3]) if isinstance(v, list) else None)
 def test_size_flags_are_refused_before_anything_is_built(argv, needle, tmp_path):
-    probe = ("import sys\nfrom study.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
-             "except SystemExit as e:\n    code = e.code\nprint(code, 'torch' in sys.modules)\n")
-    r = subprocess.run([sys.executable, "-c", probe, *argv], env=cli_env(), capture_output=True, text=True,
-                       cwd=tmp_path, timeout=900)
-    lines = r.stderr.strip().splitlines()
-    assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr[-2000:])
+    lines = _refused_without_torch(argv, tmp_path)
     assert len(lines) == 1 and lines[0].startswith(f"study {argv[0]}: error: ") and needle in lines[0], lines
 
 
@@ -553,12 +559,7 @@ def test_refusals_come_before_torch(argv, needle, tmp_path):
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "file.pt").write_bytes(b"x")
     argv = [a.format(fifo=tmp_path / "fifo", file=tmp_path / "file.pt", missing=tmp_path / "missing") for a in argv]
-    probe = ("import sys\nfrom study.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
-             "except SystemExit as e:\n    code = e.code\nprint(code, 'torch' in sys.modules)\n")
-    r = subprocess.run([sys.executable, "-c", probe, *argv], env=cli_env(), capture_output=True, text=True,
-                       cwd=tmp_path, timeout=900)
-    lines = r.stderr.strip().splitlines()
-    assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr[-2000:])
+    lines = _refused_without_torch(argv, tmp_path)
     assert len(lines) == 1 and needle in lines[0], lines
     assert not (tmp_path / "o").exists()
 
