@@ -82,3 +82,17 @@ def s3():
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MiB tmpfs (needs root and mount permission: skipped elsewhere)."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: " + r.stderr.decode().strip())
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], capture_output=True)

@@ -236,3 +236,17 @@ def read_until(proc, needle: str, timeout: float = 300) -> list[str]:
         if needle in line:
             break
     return lines
+
+
+def fill_disk(disk: Path) -> Path:
+    """Write zeros under ``disk`` until it is full; returns the file (delete it to free
+    the space)."""
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+        except OSError:
+            pass
+    return filler

@@ -35,8 +35,8 @@ from pathlib import Path
 import pytest
 
 from study.tables import read_table
-from tests.helpers import (TINY, Output, code_payload, default_sigint, images_lasting, kill_session, ledger_seconds, popen,
-                           processes, read_until, run_cli, session_pids, wait_for, write_spec)
+from tests.helpers import (TINY, Output, code_payload, default_sigint, fill_disk, images_lasting, kill_session,
+                           ledger_seconds, popen, processes, read_until, run_cli, session_pids, wait_for, write_spec)
 
 TRAIN = ["--hidden", "16", "--layers", "1", "--intermediate", "16", "--data", "synthetic:100",
          "--batch-size", "50", "--quiet", "--no-head-stats", "--epochs", "2"]
@@ -578,30 +578,6 @@ def test_sigkill_in_epoch0_sigterm_lock_and_resume(tmp_path):
     assert not (root / ".study.lock").exists()
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 16 MiB tmpfs (needs root and mount permission: skipped elsewhere)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here: " + r.stderr.decode().strip())
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
-
-
-def _fill(disk: Path) -> Path:
-    filler = disk / "filler"
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * (1 << 16))
-                f.flush()
-        except OSError:
-            pass
-    return filler
-
-
 @pytest.mark.slow
 def test_storage_failure_stops_the_study(tmp_path, small_disk):
     """The storage fills up mid-study: one line naming the path, exit 3, no trial left
@@ -611,7 +587,7 @@ def test_storage_failure_stops_the_study(tmp_path, small_disk):
     proc = popen("run", str(f), "--storage", str(small_disk), "--num-cpus", "1", cwd=tmp_path)
     try:
         assert wait_for(lambda: (tables / "epochs" / "c000-s000").exists(), proc), "no epoch written"
-        filler = _fill(small_disk)
+        filler = fill_disk(small_disk)
         out, _ = proc.communicate(timeout=300)
     finally:
         kill_session(proc)

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.helpers import cli_env, read_until, write_spec
+from tests.helpers import cli_env, fill_disk, read_until, write_spec
 
 #: every command that takes --storage, with the arguments it needs besides it
 COMMANDS = [("study", ["run", "{spec}"]), ("study", ["status", "st"]), ("study", ["resume", "st"]),
@@ -230,30 +230,6 @@ def test_archives_are_read_and_refused_in_bounded_memory_under_a_4gib_limit(tmp_
 
 
 # ---------------------------------------------------------------------------- faults that must not lose the study
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 16 MiB tmpfs (needs root and mount permission: skipped elsewhere)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here: " + r.stderr.decode().strip())
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
-
-
-def fill(disk) -> "Path":
-    filler = disk / "filler"
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * (1 << 16))
-                f.flush()
-        except OSError:
-            pass
-    return filler
-
-
 @pytest.mark.slow
 def test_a_trial_failing_on_a_full_disk_ends_in_one_line_and_resumes(tmp_path, small_disk):
     """A trial fails while the disk is full, so Ray's record of it (``error.pkl``) is
@@ -273,7 +249,7 @@ def test_a_trial_failing_on_a_full_disk_ends_in_one_line_and_resumes(tmp_path, s
     try:
         head = read_until(proc, "study full: 1 trials")
         tree.rename(tmp_path / "away")  # the trial fails when it starts: its source is gone
-        filler = fill(small_disk)  # ... on a full disk
+        filler = fill_disk(small_disk)  # ... on a full disk
         out, _ = proc.communicate(timeout=300)
     finally:
         kill_session(proc)
