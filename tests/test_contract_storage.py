@@ -22,7 +22,7 @@ from tests.helpers import cli_env, fill_disk, read_until, write_spec
 #: every command that takes --storage, with the arguments it needs besides it
 COMMANDS = [("study", ["run", "{spec}"]), ("study", ["status", "st"]), ("study", ["resume", "st"]),
             ("study", ["list"]), ("study", ["export", "st"]), ("analysis", ["query", "st", "SELECT 1"]),
-            ("analysis", ["figures", "st"]), ("analysis", ["report", "st"])]
+            ("analysis", ["figures", "st"]), ("analysis", ["report", "st"]), ("study", ["slurm", "{spec}"])]
 COMMAND_IDS = [f"{m}-{a[0]}" for m, a in COMMANDS]
 
 #: malformed storage values: (value, words the one-line refusal must hold)

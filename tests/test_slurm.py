@@ -317,3 +317,147 @@ def test_slurm_refuses_a_study_that_exists(tmp_path, capsys, monkeypatch):
     assert code == 2 and "already exists" in err and "--resume" in err, err
     code, out, _ = _slurm_cli(capsys, "taken", "--resume", "--storage", str(tmp_path / "s"))
     assert code == 0 and "NAME=taken" in out
+
+
+# ---------------------------------------------------------------- the generated script is code
+def sbatch_directives(script: str) -> list[str]:
+    """The options sbatch reads from ``script``: the ``#SBATCH`` lines before the first line
+    that is neither blank nor a comment, each split as sbatch's ``_get_argument`` does
+    (blanks separate, quotes group, a backslash keeps the next character, an unquoted
+    ``#`` ends the line)."""
+    words: list[str] = []
+    for line in script.splitlines()[1:]:
+        if line.strip() and not line.startswith("#"):
+            break
+        if not line.startswith("#SBATCH"):
+            continue
+        word, quote, escaped, started = "", "", False, False
+        for c in line[len("#SBATCH"):] + " ":
+            if escaped:
+                word, escaped, started = word + c, False, True
+            elif c == "\\":
+                escaped = True
+            elif quote:
+                if c == quote:
+                    quote = ""
+                else:
+                    word += c
+            elif c in "\"'":
+                quote, started = c, True
+            elif c == "#":
+                break
+            elif c.isspace():
+                if started:
+                    words.append(word)
+                word, started = "", False
+            else:
+                word, started = word + c, True
+        if started:
+            words.append(word)
+    return words
+
+
+def _bash_values(script: str, cwd: Path) -> dict:
+    """Run the script's assignments (everything before its first export) in bash: what
+    PYTHON, STORAGE, NAME, RUN and RAY_LOGS hold, and nothing else runs."""
+    head = script[:script.index("\nexport ")]
+    body = head.split("set -u\n", 1)[1]
+    probe = body + '\nprintf "%s\\0" "$PYTHON" "$STORAGE" "$NAME" "$RAY_LOGS" "${RUN[@]}"\n'
+    r = subprocess.run(["bash", "-c", probe], cwd=cwd, capture_output=True, timeout=30)
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+    python, storage, name, ray_logs, *run = r.stdout.decode().split("\0")[:-1]
+    return {"python": python, "storage": storage, "name": name, "ray_logs": ray_logs, "run": run}
+
+
+HOSTILE = ["$(touch pwned)", "`touch pwned`", "x'; touch pwned; '", 'x"; touch pwned; "', "a b #c", "\\$HOME"]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_slurm_script_holds_hostile_values_as_data(tmp_path, capsys, monkeypatch, hostile):
+    """Storage, Python, data source, Ray log folder and sbatch options built to inject: the
+    script parses (bash -n), bash reads every value back unchanged without running
+    anything, and sbatch reads exactly the given options, each as one word."""
+    monkeypatch.delenv("STUDY_STORAGE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    spec = _spec(tmp_path, "inert", 2)
+    storage, logs = tmp_path / f"st{hostile}", tmp_path / f"logs{hostile}"
+    data = tmp_path / f"data{hostile}"
+    data.mkdir()
+    options = [f"--comment={hostile}", f"--job-name={hostile}", f"-J{hostile}", "--nodes=2"]
+    code, out, err = _slurm_cli(capsys, str(spec), "--storage", str(storage), "--python", f"/opt/py{hostile}",
+                                "--data", str(data), "--ray-logs", str(logs), "--", *options)
+    assert code == 0 and err == "", err
+    assert subprocess.run(["bash", "-n"], input=out, text=True).returncode == 0
+    assert sbatch_directives(out) == ["--job-name=study-inert", "--ntasks-per-node=1", "--requeue",
+                                      "--open-mode=append", "--signal=B:USR1@120", *options]
+    values = _bash_values(out, tmp_path)
+    assert values == {"python": f"/opt/py{hostile}", "storage": str(storage), "name": "inert",
+                      "ray_logs": str(logs), "run": [str(spec), "--data", str(data)]}
+    assert not (tmp_path / "pwned").exists() and not storage.exists()
+
+
+@pytest.mark.parametrize("name", ["a\ntouch pwned", "a\rb", "..", ".", "/", "../other", "a/../../x", ".hidden",
+                                  "x" * 101, "a b", "tab\tname"])
+def test_slurm_resume_refuses_a_name_no_study_can_have(tmp_path, capsys, monkeypatch, name):
+    """--resume NAME: a name `study run` cannot make (control characters, '/', '.', '..',
+    a leading '.') is refused in one line, exit 2, even when a folder of that name exists."""
+    monkeypatch.delenv("STUDY_STORAGE", raising=False)
+    storage = tmp_path / "st"
+    storage.mkdir()
+    if "/" not in name and name not in (".", ".."):
+        (storage / name).mkdir()
+        (storage / name / "study.json").write_text("{}")
+    code, out, err = _slurm_cli(capsys, name, "--resume", "--storage", str(storage))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "NAME:" in err, err
+
+
+def test_slurm_resume_refuses_a_study_folder_linked_out_of_the_storage(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("STUDY_STORAGE", raising=False)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "study.json").write_text("{}")
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "linked").symlink_to(tmp_path / "elsewhere")
+    code, out, err = _slurm_cli(capsys, "linked", "--resume", "--storage", str(tmp_path / "st"))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "leads out of" in err, err
+
+
+@pytest.mark.parametrize("option, refused", [
+    ("-a5", "-a"), ("-a", "-a"), ("-Qa5", "-a"), ("-vHa1-3", "-a"), ("--array=1-3", "--array"),
+    ("--arr=1-3", "--array"), ("--a=1", "--array"), ("--ntasks-per-node=2", "--ntasks-per-node"),
+    ("--ntasks-per-n=2", "--ntasks-per-node"), ("--ntasks-per-=2", "--ntasks-per-node"),
+    ("--wrap=hostname", "--wrap"), ("--wra=hostname", "--wrap"), ("--wr", "--wrap"),
+])
+def test_slurm_refuses_an_option_sbatch_reads_as_a_refused_one(tmp_path, capsys, monkeypatch, option, refused):
+    """sbatch reads its options with getopt_long: bundled short flags, attached values,
+    unique prefixes of long options; every spelling of a refused option is refused."""
+    monkeypatch.delenv("STUDY_STORAGE", raising=False)
+    spec = _spec(tmp_path, "opts", 2)
+    code, out, err = _slurm_cli(capsys, str(spec), "--storage", str(tmp_path / "s"), "--", option)
+    assert code == 2 and out == "" and err.count("\n") == 1 and f"{refused} is set by the script" in err, err
+
+
+@pytest.mark.parametrize("option", ["--comment=x\n#SBATCH --array=1-3", "--comment=x\rtouch pwned", "--", "-",
+                                    "--comment=\x00"])
+def test_slurm_refuses_an_option_that_is_not_one_sbatch_word(tmp_path, capsys, monkeypatch, option):
+    monkeypatch.delenv("STUDY_STORAGE", raising=False)
+    spec = _spec(tmp_path, "opts", 2)
+    code, out, err = _slurm_cli(capsys, str(spec), "--storage", str(tmp_path / "s"), "--", option)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "sbatch options:" in err, err
+
+
+@pytest.mark.parametrize("option", ["--ntasks=2", "-n2", "-N2", "-Jarray", "-J-a5", "--nodes=2", "--time=1:00:00",
+                                    "--comment=--array=1"])
+def test_slurm_passes_options_sbatch_reads_as_allowed_ones(tmp_path, capsys, monkeypatch, option):
+    monkeypatch.delenv("STUDY_STORAGE", raising=False)
+    spec = _spec(tmp_path, "opts", 2)
+    code, out, err = _slurm_cli(capsys, str(spec), "--storage", str(tmp_path / "s"), "--", option)
+    assert code == 0 and err == "" and sbatch_directives(out)[-1] == option, err
+
+
+def test_slurm_refuses_a_storage_that_is_a_regular_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("STUDY_STORAGE", raising=False)
+    spec = _spec(tmp_path, "filed", 2)
+    (tmp_path / "file").write_text("x")
+    for storage in (tmp_path / "file", tmp_path / "file" / "below"):
+        code, out, err = _slurm_cli(capsys, str(spec), "--storage", str(storage))
+        assert code == 2 and out == "" and err.count("\n") == 1 and "--storage" in err, err

@@ -26,6 +26,7 @@ torch and Ray are not imported here: the command answers in about a second.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import subprocess
 import sys
@@ -40,6 +41,12 @@ DEFAULT_SBATCH = ("--ntasks-per-node=1", "--requeue", "--open-mode=append", "--s
 
 #: options of ours sbatch must not be given: they would break one Ray node per node
 REFUSED_SBATCH = ("--ntasks-per-node", "--array", "--wrap", "-a")
+#: sbatch's short options that take a value (getopt: the rest of the word is it, ``-a5`` is ``-a 5``);
+#: the others (``-H -O -Q -s -v -V -W -h``) are flags and may be bundled (``-Qa5``)
+SBATCH_SHORT_WITH_VALUE = frozenset("AaBbCcDdeFGiJkLMmNnopqStwx")
+#: sbatch long options that are also the beginning of a refused one: getopt_long takes an
+#: exact name before a unique prefix (``--ntasks`` is itself, ``--ntasks-per-n`` is ``--ntasks-per-node``)
+SBATCH_EXACT_PREFIXES = frozenset({"--ntasks"})
 
 SCRIPT = r"""#!/bin/bash
 #SBATCH --job-name={job_name}
@@ -279,36 +286,89 @@ def _options_after_separator(parser) -> None:
 
 
 def _sbatch_options(opts: list[str]) -> list[str]:
+    """The user's sbatch options, each read as sbatch reads it (getopt_long: bundled short
+    options with attached values, unique prefixes of long ones) and refused in one line
+    if it is, or may be, one the script sets (:data:`REFUSED_SBATCH`)."""
     for o in opts:
-        if not o.startswith("-"):
+        if any(ord(c) < 32 or ord(c) == 127 for c in o):
+            fail(PROG, f"sbatch options: {o!r} holds a control character (a line break ends an #SBATCH line)")
+        if not o.startswith("-") or o in ("-", "--"):
             fail(PROG, f"sbatch options: {o!r} is not an option (give them after `--`, as --key=value)")
-        if o.split("=", 1)[0] in REFUSED_SBATCH:
-            fail(PROG, f"sbatch options: {o.split('=', 1)[0]} is set by the script (one Ray node per "
-                       f"node, one study per job)")
-        if "\n" in o:
-            fail(PROG, f"sbatch options: {o!r} holds a line break")
+        refused = _refused_sbatch(o)
+        if refused:
+            read = "" if o.split("=", 1)[0] == refused else f"; sbatch reads {o[:60]!r} as {refused}"
+            fail(PROG, f"sbatch options: {refused} is set by the script (one Ray node per node, one study "
+                       f"per job{read})")
     return opts
 
 
-def _storage(value: str | None) -> str:
-    from study.storage import STORAGE_ENV, is_remote, resolve_storage
+def _refused_sbatch(option: str) -> str | None:
+    """The refused option sbatch would read ``option`` as (or might: an ambiguous prefix),
+    else None."""
+    if option.startswith("--"):
+        name = option.split("=", 1)[0]
+        if name in REFUSED_SBATCH:
+            return name
+        if name in SBATCH_EXACT_PREFIXES:
+            return None
+        return next((r for r in REFUSED_SBATCH if r.startswith("--") and r.startswith(name)), None)
+    for letter in option[1:]:  # a bundle of short options: flags, then at most one that takes the rest
+        if f"-{letter}" in REFUSED_SBATCH:
+            return f"-{letter}"
+        if letter in SBATCH_SHORT_WITH_VALUE:
+            return None
+    return None
 
+
+_SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]")
+
+
+def sbatch_quote(word: str) -> str:
+    """``word`` as one argument of an ``#SBATCH`` line: sbatch splits the line at blanks,
+    honours quotes and backslashes and ends it at an unescaped ``#``; a backslash before
+    every other character keeps the word whole (and reads the same to ``shlex.split``)."""
+    return "".join(c if _SBATCH_PLAIN.fullmatch(c) else "\\" + c for c in word)
+
+
+def _storage(value: str | None) -> str:
+    """``--storage`` (or ``$STUDY_STORAGE``) as ``study run`` checks it: malformed, a regular
+    file or an unwritable folder is exit 2; an object store that does not answer, exit 3."""
     import os
+
+    from study.commands.studies import _check_storage, _resolved_storage
+    from study.storage import STORAGE_ENV, is_remote
 
     if value is None and not os.environ.get(STORAGE_ENV):
         fail(PROG, f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
-    try:
-        storage = resolve_storage(value)
-    except ValueError as e:
-        fail(PROG, str(e))
-    return storage if is_remote(storage) else str(Path(storage).resolve())
+    storage = _resolved_storage(PROG, value)
+    if is_remote(storage):
+        return storage
+    _check_storage(PROG, storage)
+    return str(Path(storage).resolve())
+
+
+def _stored_name(name: str, storage: str) -> str:
+    """The NAME of ``--resume``: a study name (as ``study run`` makes them: no control
+    character, '/', or leading '.'), whose folder is directly under the storage."""
+    from study.limits import MAX_NAME_LENGTH
+    from study.spec import _valid_name
+    from study.storage import is_remote, study_root
+
+    if not _valid_name(name):
+        fail(PROG, f"NAME: a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not "
+                   f"starting with '.'; got {name[:120]!r}")
+    root = study_root(storage, name)
+    if not is_remote(storage) and Path(root).resolve().parent != Path(storage):
+        fail(PROG, f"NAME: {root} leads out of {storage} (a link): not a study of this storage")
+    return root
 
 
 def script_for(args: argparse.Namespace) -> str:
     """The sbatch script for ``args`` (checked: a study file that validates, a study
-    that does not exist yet — or does, with ``--resume``)."""
+    that does not exist yet — or does, with ``--resume``).  Every value in it is quoted:
+    for bash (``shlex.quote``) and, in ``#SBATCH`` lines, for sbatch (:func:`sbatch_quote`)."""
     from study.cliutil import package_version
-    from study.storage import study_exists, study_root
+    from study.commands.studies import _exists
 
     storage = _storage(args.storage)
     sbatch = _sbatch_options(args.sbatch)
@@ -316,11 +376,7 @@ def script_for(args: argparse.Namespace) -> str:
         if args.name or args.data:
             fail(PROG, "--resume continues a stored study as it is: no --name or --data")
         name = args.file
-        try:
-            exists = study_exists(study_root(storage, name))
-        except OSError as e:
-            fail(PROG, f"--storage: cannot reach {storage}: {' '.join(str(e).split())}")
-        if not exists:
+        if not _exists(PROG, _stored_name(name, storage)):
             fail(PROG, f"no study {name!r} in {storage}")
         run_args = [name]  # not used: the study exists, so the job runs `study resume NAME`
     else:
@@ -332,8 +388,8 @@ def script_for(args: argparse.Namespace) -> str:
         ray_logs = '"${SLURM_SUBMIT_DIR:-$PWD}"'
     else:
         ray_logs = q(str(Path(args.ray_logs).resolve()) if args.ray_logs else "")
-    lines = "\n".join(f"#SBATCH {o}" for o in (*DEFAULT_SBATCH, *sbatch))
-    return SCRIPT.format(job_name=f"study-{name}", sbatch_lines=lines, version=package_version(),
+    lines = "\n".join(f"#SBATCH {sbatch_quote(o)}" for o in (*DEFAULT_SBATCH, *sbatch))
+    return SCRIPT.format(job_name=sbatch_quote(f"study-{name}"), sbatch_lines=lines, version=package_version(),
                          python=q(args.python), storage=q(storage), name=q(name),
                          run_args=" ".join(q(a) for a in run_args), ray_logs=ray_logs)
 
@@ -342,7 +398,7 @@ def _checked_spec(args: argparse.Namespace, storage: str) -> str:
     """The study's name; the file validated (resources against no particular machine);
     a study of that name already stored is refused."""
     from study.spec import SpecError, _valid_name, load_spec
-    from study.storage import study_exists, study_root
+    from study.storage import study_root
 
     try:
         spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)
@@ -353,11 +409,9 @@ def _checked_spec(args: argparse.Namespace, storage: str) -> str:
         from study.limits import MAX_NAME_LENGTH
 
         fail(PROG, f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', got {name!r}")
-    try:
-        exists = study_exists(study_root(storage, name))
-    except OSError as e:
-        fail(PROG, f"--storage: cannot reach {storage}: {' '.join(str(e).split())}")
-    if exists:
+    from study.commands.studies import _exists
+
+    if _exists(PROG, study_root(storage, name)):
         fail(PROG, f"--name: study {name!r} already exists in {storage} (continue it with "
                    f"`study slurm {name} --resume` or pick another --name)")
     return name
