@@ -74,6 +74,11 @@ MAX_EVAL_BATCH = 100_000
 MAX_SUBSET = 10_000_000
 #: ``analysis`` flags: an epoch index, a TCP port
 MAX_PORT = 65_535
+#: throughputs `study plan` takes (--tflops, --images-per-s, a bench report's images/s): from a
+#: device far slower than any that trains (a millionth of a TFLOP/s, one image a week) to far
+#: beyond any that exists; outside, a typo (`5e-324`), never a device
+MIN_TFLOPS, MAX_TFLOPS = 1e-6, 1e6
+MIN_IMAGES_PER_S, MAX_IMAGES_PER_S = 1e-6, 1e9
 
 # ---------------------------------------------------------------- study metadata
 #: bytes of one metadata file a command reads (``study.json``, a ``trials/*.json``

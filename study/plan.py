@@ -37,6 +37,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from study import limits
 from study.models.cost import model_macs
 
 #: Image counts of the built-in sources: (train, test).
@@ -301,7 +302,10 @@ def bench_models(report: dict) -> list[tuple[str, dict, float]]:
         fast = m.get("fast") if isinstance(m, dict) else None
         key = m.get("key") if isinstance(m, dict) else None
         ips = fast.get("images_per_s") if isinstance(fast, dict) else None
-        if key in PAPER_MODELS and isinstance(ips, (int, float)) and ips > 0 and math.isfinite(ips):
+        if key in PAPER_MODELS and isinstance(ips, (int, float)) and not isinstance(ips, bool):
+            if not (math.isfinite(ips) and limits.MIN_IMAGES_PER_S <= ips <= limits.MAX_IMAGES_PER_S):
+                raise PlanError(f"model {key}: images_per_s {ips!r} is not from {limits.MIN_IMAGES_PER_S:g} to "
+                                f"{limits.MAX_IMAGES_PER_S:g} (MIN/MAX_IMAGES_PER_S)")
             out.append((key, PAPER_MODELS[key].to_dict(), float(ips)))
     if not out:
         raise PlanError("the bench report holds no timed model of the paper (run `study bench --json` with "
@@ -361,7 +365,17 @@ def _si(flops: float | None) -> str:
     return f"{flops / 1e6:.3g} MFLOP"
 
 
+#: durations from here on are written in years: H:MM:SS of them is a wall of digits
+_HMS_UP_TO_S = 10_000 * 3600
+
+
 def hms(seconds: float) -> str:
+    """``H:MM:SS``; past 10,000 hours the years, to three figures; never fails (an
+    infinite or undefined duration is written as such)."""
+    if not math.isfinite(seconds):
+        return "unbounded" if seconds > 0 else "undefined"
+    if seconds >= _HMS_UP_TO_S:
+        return f"{seconds / (365.25 * 86400):.3g} years"
     s = int(round(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 

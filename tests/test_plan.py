@@ -163,3 +163,50 @@ def test_predicted_over_measured_device_seconds_of_a_finished_cpu_study(tmp_path
     # machine load alone moved the ratio to 0.69 (0.87 quiet; the 1-layer trial's fixed
     # costs are not FLOPs).  A prediction that missed the layers' share would say ~3.
     assert 0.5 <= ratios["c000-s000"] <= 1.5, ratios
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--tflops", "5e-324"], "--tflops: must be from 1e-06 to 1e+06"),
+    (["--tflops", "1e300"], "--tflops: must be from 1e-06 to 1e+06"),
+    (["--tflops", "inf"], "--tflops: must be a positive number"),
+    (["--images-per-s", "5e-324"], "--images-per-s: must be from 1e-06 to 1e+09"),
+    (["--images-per-s", "nan"], "--images-per-s: must be a positive number"),
+    (["--bench", "TINY_RATE"], "images_per_s 1e-320 is not from 1e-06 to 1e+09"),
+    (["--bench", "HUGE_RATE"], "images_per_s 1e+300 is not from 1e-06 to 1e+09"),
+    (["--bench", "FIFO"], "is a FIFO, not a regular file"),
+    (["--bench", "DEEP"], "nested deeper than"),
+    (["--bench", "/dev/zero"], "is a character device"),
+    (["--bench", "."], "is a folder"),
+])
+def test_study_plan_refuses_rates_and_bench_reports_beyond_their_limits(tmp_path, args, message):
+    """Rates a device cannot have (5e-324 made every duration infinite: OverflowError),
+    and a bench report that is not a regular file or nests without end (a FIFO blocked
+    forever, 200,000 levels a RecursionError): one line, exit 2, without blocking."""
+    import os
+
+    def bench(ips):
+        return json.dumps({"models": [{"key": "sa_quadratic", "fast": {"images_per_s": ips}}]})
+
+    (tmp_path / "TINY_RATE").write_text(bench(1e-320))
+    (tmp_path / "HUGE_RATE").write_text(bench(1e300))
+    (tmp_path / "DEEP").write_text("[" * 200_000 + "]" * 200_000)
+    os.mkfifo(tmp_path / "FIFO")
+    args = [str(tmp_path / a) if a.isupper() else a for a in args]
+    r = run_cli(".", "plan", FIG2, *args, timeout=60)
+    assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("flag,low", [("--tflops", "1e-6"), ("--images-per-s", "1e-6")])
+def test_study_plan_at_the_slowest_rate_writes_its_durations(flag, low):
+    r = run_cli(".", "plan", FIG2, flag, low, "--workers", "1")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert re.search(r"device-hours, wall (\d+:\d\d:\d\d|[\d.e+]+ years) on 1 worker", r.stdout), r.stdout
+
+
+def test_durations_past_ten_thousand_hours_are_years_and_never_fail():
+    from study.plan import hms
+
+    assert hms(3661) == "1:01:01" and hms(9_999 * 3600) == "9999:00:00"
+    assert hms(10_000 * 3600) == "1.14 years" and hms(1e300) == "3.17e+292 years"
+    assert hms(float("inf")) == "unbounded" and hms(float("nan")) == "undefined"

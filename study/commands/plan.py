@@ -14,14 +14,25 @@ from study.cliutil import BoundedInt, fail
 MAX_BENCH_BYTES = 16 * 2**20
 
 
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return v
+class BoundedRate:
+    """An argparse ``type``: a throughput from ``low`` to ``high`` (:mod:`study.limits`),
+    else one line, exit 2 (a rate of ``5e-324`` would make every duration infinite)."""
+
+    def __init__(self, low: float, high: float, limit: str):
+        self.low, self.high, self.limit = low, high, limit
+        self.__name__ = "number"
+
+    def __call__(self, text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a positive number, got {text[:40]!r}") from None
+        if not (v > 0 and math.isfinite(v)):
+            raise argparse.ArgumentTypeError(f"must be a positive number, got {text[:40]!r}")
+        if not self.low <= v <= self.high:
+            raise argparse.ArgumentTypeError(f"must be from {self.low:g} to {self.high:g} ({self.limit}), "
+                                             f"got {text[:40]}")
+        return v
 
 
 def register(sub) -> None:
@@ -39,9 +50,10 @@ def register(sub) -> None:
     p.add_argument("file", help="study file (search_spaces/*.yaml)")
     p.add_argument("--data", help="override the file's data source")
     rate = p.add_mutually_exclusive_group()
-    rate.add_argument("--tflops", type=_positive_float,
+    rate.add_argument("--tflops", type=BoundedRate(limits.MIN_TFLOPS, limits.MAX_TFLOPS, "MIN/MAX_TFLOPS"),
                       help="sustained throughput in TFLOP/s of the counted FLOPs (e.g. 150 on one H100 in bf16)")
-    rate.add_argument("--images-per-s", type=_positive_float,
+    rate.add_argument("--images-per-s", type=BoundedRate(limits.MIN_IMAGES_PER_S, limits.MAX_IMAGES_PER_S,
+                                                          "MIN/MAX_IMAGES_PER_S"),
                       help="training images per second of every trial's model (one model's study)")
     rate.add_argument("--bench", metavar="FILE",
                       help="a `study bench --json` report: each trial at the bench's images/s of the same model, "
@@ -56,18 +68,19 @@ def register(sub) -> None:
 
 
 def read_bench(prog: str, path: str) -> dict:
-    """A ``study bench --json`` report, or one line naming what is wrong (exit 2)."""
+    """A ``study bench --json`` report, or one line naming what is wrong (exit 2): read as
+    the input it is (:mod:`study.metafile`: a FIFO, a device or a folder is refused
+    without blocking, nesting and size are bounded)."""
+    from study.metafile import MetaFileError, read_json
+
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BENCH_BYTES + 1)
+        report = read_json(path, max_bytes=MAX_BENCH_BYTES)
+    except FileNotFoundError:
+        fail(prog, f"--bench: cannot read {path} (No such file or directory)")
+    except MetaFileError as e:
+        fail(prog, f"--bench: {e}")
     except OSError as e:
         fail(prog, f"--bench: cannot read {path} ({e.strerror or e})")
-    if len(raw) > MAX_BENCH_BYTES:
-        fail(prog, f"--bench: {path} is larger than {MAX_BENCH_BYTES // 2**20} MiB; not a `study bench --json` report")
-    try:
-        report = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        fail(prog, f"--bench: {path} is not JSON ({' '.join(str(e).split())[:120]})")
     from study.plan import PlanError, bench_models
 
     try:
