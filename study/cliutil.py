@@ -134,7 +134,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
             g.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=f.doc)
         else:
             kind = model_int(f.name) if f.type is int else f.type
-            g.add_argument(flag(f.name), type=kind, choices=f.choices, metavar=f.metavar, help=f.doc)
+            doc = f.doc + (f" ({f.bounds[0]:g} to {f.bounds[1]:g})" if f.bounds else "")
+            g.add_argument(flag(f.name), type=kind, choices=f.choices, metavar=f.metavar, help=doc)
     g.add_argument("--hidden", type=model_int("hidden"), metavar="D", help="hidden size (400)")
     g.add_argument("--layers", type=model_int("layers"), help="encoder layers (6)")
     g.add_argument("--intermediate", type=model_int("intermediate"), help="feed-forward size (512)")

@@ -182,12 +182,12 @@ def test_macs_count_each_encodings_positional_scores():
 @pytest.mark.parametrize("kw,field,message", [
     ({"encoding": "gpsa", "num_heads": 8}, "num_heads", "must be a square"),
     ({"encoding": "gpsa", "pos_dim": 5}, "pos_dim", "pos_dim is 3"),
-    ({"encoding": "gpsa", "locality_strength": 0.0}, "locality_strength", "> 0"),
-    ({"encoding": "gpsa", "locality_strength": float("inf")}, "locality_strength", "finite"),
-    ({"encoding": "gpsa", "locality_strength": "strong"}, "locality_strength", "finite"),
+    ({"encoding": "gpsa", "locality_strength": 0.0}, "locality_strength", "must be a number from"),
+    ({"encoding": "gpsa", "locality_strength": float("inf")}, "locality_strength", "must be a number from"),
+    ({"encoding": "gpsa", "locality_strength": "strong"}, "locality_strength", "must be a number from"),
     ({"encoding": "gpsa", "isotropic": False}, "isotropic", "applies only to encoding quadratic"),
     ({"encoding": "rope2d", "rope_mode": "spiral"}, "rope_mode", "axial, mixed"),
-    ({"encoding": "rope2d", "rope_theta": -1.0}, "rope_theta", "> 0"),
+    ({"encoding": "rope2d", "rope_theta": -1.0}, "rope_theta", "must be a number from"),
     ({"encoding": "rope2d", "hidden": 30}, "hidden", "multiple of 4"),
     ({"encoding": "rope2d", "pos_dim": 8}, "pos_dim", "applies only to encoding"),
     ({"encoding": "relative_bias", "rope_mode": "axial"}, "rope_mode", "applies only to encoding rope2d"),
@@ -278,3 +278,63 @@ def test_macs_of_a_row_holding_another_encodings_field():
     row = {"encoding": "learned", "isotropic": False, "pos_dim": 8, "hidden": 16, "layers": 1, "num_heads": 2}
     assert model_macs(row) == model_macs(ModelConfig(encoding="learned", pos_dim=8, hidden=16, layers=1,
                                                      num_heads=2).to_dict())
+
+
+def _number_fields():
+    """(encoding, field) for every number field every encoding declares."""
+    return [(name, f) for name, enc in REGISTRY.items() for f in enc.fields
+            if f.type in (int, float) and f.type is not bool]
+
+
+def _field_bounds(f):
+    from study import limits
+
+    return f.bounds if f.type is float else (1, limits.MAX_MODEL_FIELD[f.name])
+
+
+def _out_of_bounds(f):
+    low, high = _field_bounds(f)
+    if f.type is int:  # the upper end (MAX_MODEL_FIELD) is checked at the edge: flags and study files
+        return [low - 1]
+    return [low / 2, high * 2, 5e-324, 1e308, float("nan"), float("inf"), -float("inf")]
+
+
+@pytest.mark.parametrize("encoding,field", _number_fields(), ids=lambda v: getattr(v, "name", v))
+def test_every_encoding_number_field_declares_the_bounds_its_equation_carries(encoding, field):
+    """Every float field of every encoding declares a finite closed range; its ends are
+    accepted (ConfigError only for a reason other than the bound), values beyond refused."""
+    low, high = _field_bounds(field)
+    assert 0 < low < high < float("inf")
+    for v in _out_of_bounds(field):
+        with pytest.raises(ConfigError) as e:
+            ModelConfig(encoding=encoding, **{field.name: v})
+        assert e.value.field == field.name, (v, e.value.message)
+    for v in (low, high):
+        try:
+            ModelConfig(encoding=encoding, **{field.name: v})
+        except ConfigError as e:  # pos_dim fixed by the encoding (quadratic: 2 or 3, gpsa: 3)
+            assert field.type is int and "must be a number from" not in e.message, e.message
+
+
+@pytest.mark.parametrize("encoding,field", [(e, f) for e, f in _number_fields() if f.type is float],
+                         ids=lambda v: getattr(v, "name", v))
+def test_encoding_fields_beyond_their_bounds_are_refused_from_flags_and_study_files(tmp_path, encoding, field):
+    """`study models --FIELD` and a study file's model.FIELD: one line, exit 2, before anything
+    starts (1e308 for GPSA's α was accepted, and the trial diverged after writing its tables)."""
+    import yaml
+
+    from tests.helpers import run_cli
+
+    flag = "--" + field.name.replace("_", "-")
+    low, high = field.bounds
+    for v in (repr(high * 10), repr(low / 10), "1e308", "5e-324", "nan"):
+        r = run_cli(tmp_path, "models", "--encoding", encoding, flag, v, timeout=120)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, (v, r.stderr)
+        assert f"{flag}: must be a number from" in r.stderr, r.stderr
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "s", "data": "synthetic:100", "epochs": 1, "batch_size": 10,
+                                    "model": {"encoding": encoding, "hidden": 16, "layers": 1, "intermediate": 16,
+                                              "num_heads": 1, field.name: high * 10}}))
+    r = run_cli(tmp_path, "validate", str(spec), timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"model.{field.name}: must be a number from" \
+        in r.stderr, r.stderr

@@ -39,6 +39,9 @@ class Field:
     choices: tuple[str, ...] | None = None
     #: the flag's metavar (the paper's symbol)
     metavar: str | None = None
+    #: a float field's closed range: what the encoding's equation carries in float32/bf16
+    #: (derived where the field is declared); checked from a study file and from flags alike
+    bounds: tuple[float, float] | None = None
 
 
 class Encoding:
@@ -81,12 +84,15 @@ def bool_field(cfg: "ModelConfig", name: str) -> None:
         raise ConfigError(name, f"must be true or false, got {v!r}")
 
 
-def finite_positive(cfg: "ModelConfig", name: str) -> None:
+def bounded(cfg: "ModelConfig", field: Field) -> None:
+    """``cfg.<field>`` is a number within ``field.bounds`` (NaN and infinities are not)."""
     from study.models.config import ConfigError
 
-    v = getattr(cfg, name)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
-        raise ConfigError(name, f"must be a finite number > 0, got {v!r}")
+    v = getattr(cfg, field.name)
+    low, high = field.bounds
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
+        raise ConfigError(field.name, f"must be a number from {low:g} to {high:g} (what the encoding's equation "
+                                      f"carries), got {v!r}")
 
 
 def choice_field(cfg: "ModelConfig", name: str, choices: tuple[str, ...]) -> None:

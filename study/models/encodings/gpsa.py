@@ -20,15 +20,24 @@ the raw input), the same map.  Parameters per layer beside the projections: 5·N
 
 from __future__ import annotations
 
-from .base import ContentEncoding, Field, finite_positive
+from .base import ContentEncoding, Field, bounded
+
+
+#: α initialises v_h = α (2Δ_h, −1) so the positional score is α (2Δ_h·δ − ‖δ‖²): on the paper's
+#: 16×16 grid (‖δ‖ ≤ 15√2, ‖δ‖² ≤ 450) α ≤ 100 keeps it within 5·10⁴, and within 4·10⁸ on the
+#: largest grid a config allows (1024 tokens a side): far inside float32/bf16 (3·10³⁸), the
+#: softmax (in float32) finite.  α ≥ 10⁻⁴: below it the initial positional attention is
+#: uniform to 0.1% on the paper's grid (no convolutional initialisation left) and, in
+#: float32, soon denormal or 0.  ConViT uses 1.
+LOCALITY_STRENGTH = Field("locality_strength", float, None, "gpsa: α of the convolutional initialisation (ConViT: 1)",
+                          metavar="ALPHA", bounds=(1e-4, 1e2))
 
 
 class Gpsa(ContentEncoding):
     name = "gpsa"
     fields = (
         Field("pos_dim", int, None, "D_p, dimension of the relative positional encoding r_δ", metavar="D_p"),
-        Field("locality_strength", float, None, "gpsa: α of the convolutional initialisation (ConViT: 1)",
-              metavar="ALPHA"),
+        LOCALITY_STRENGTH,
     )
     variants = (("gpsa", {}),)
     equation = "(1 − σ(λ_h)) softmax(q_h·k_h/√d) + σ(λ_h) softmax(v_hᵀ r_δ), r_δ = (δx, δy, ‖δ‖²)"
@@ -42,7 +51,7 @@ class Gpsa(ContentEncoding):
             raise ConfigError("pos_dim", f"gpsa scores r_delta = (dx, dy, dx^2 + dy^2): pos_dim is 3, got {cfg.pos_dim!r}")
         if cfg.locality_strength is None:
             set_("locality_strength", 1.0)
-        finite_positive(cfg, "locality_strength")
+        bounded(cfg, LOCALITY_STRENGTH)
         side = round(cfg.num_heads ** 0.5)
         if side * side != cfg.num_heads:
             raise ConfigError(

@@ -21,10 +21,18 @@ Pairs are interleaved (channels 2i and 2i+1), as in their code and timm's
 
 from __future__ import annotations
 
-from .base import AdditiveEncoding, Field, choice_field, finite_positive
+from .base import AdditiveEncoding, Field, bounded, choice_field
 
 MODES = ("axial", "mixed")
 DEFAULT_THETA = {"axial": 100.0, "mixed": 10.0}
+
+
+#: θ gives the frequencies f_i = θ^(−4i/d_h), i < d_h/4.  θ ≥ 1: f_i ≤ 1 rad per token (θ < 1
+#: makes them grow to 1/θ: θ = 1e-300 overflows float32 to inf and the angles x·f to NaN).
+#: θ ≤ 10⁶: the lowest frequency, about 1/θ, still turns a channel pair by more than float32's
+#: resolution across the grid (beyond, those pairs are not rotated at all).  Heo et al.: 100, 10.
+ROPE_THETA = Field("rope_theta", float, None, "rope2d: frequency base θ (Heo et al.: 100 axial, 10 mixed)",
+                   bounds=(1.0, 1e6))
 
 
 class Rope2d(AdditiveEncoding):
@@ -32,7 +40,7 @@ class Rope2d(AdditiveEncoding):
     fields = (
         Field("rope_mode", str, None, "rope2d: axial (fixed frequencies per axis) | mixed (learned per head)",
               choices=("axial", "mixed")),
-        Field("rope_theta", float, None, "rope2d: frequency base θ (Heo et al.: 100 axial, 10 mixed)"),
+        ROPE_THETA,
     )
     no_weight_decay = ("freqs",)
     variants = (("rope2d-axial", {"rope_mode": "axial"}), ("rope2d-mixed", {"rope_mode": "mixed"}))
@@ -46,7 +54,7 @@ class Rope2d(AdditiveEncoding):
         choice_field(cfg, "rope_mode", MODES)
         if cfg.rope_theta is None:
             set_("rope_theta", DEFAULT_THETA[cfg.rope_mode])
-        finite_positive(cfg, "rope_theta")
+        bounded(cfg, ROPE_THETA)
         if cfg.hidden % 4:
             raise ConfigError("hidden", f"rope2d rotates channel pairs, half by x and half by y: "
                                         f"the head width (hidden) must be a multiple of 4, got {cfg.hidden}")
