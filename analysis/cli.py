@@ -18,8 +18,9 @@ from pathlib import Path
 from analysis.io import AnalysisError, load
 from analysis.query import FORMATS, run_query
 
-from study.cliutil import BoundedInt, Parser as _Parser, fail as _fail, package_version as _version  # torch-free
-from study.limits import MAX_CPUS_PER_TRIAL, MAX_EPOCHS, MAX_PORT
+from study.cliutil import BoundedFloat, BoundedInt, Parser as _Parser, fail as _fail, package_version as _version  # torch-free
+from study.limits import (MAX_CPUS_PER_TRIAL, MAX_EPOCHS, MAX_PORT, MAX_SERVE_INTERVAL_S,
+                          MIN_SERVE_INTERVAL_S)
 from study.tables import TableWarning, warnings_as_lines
 
 
@@ -94,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and keep it current")
     r.add_argument("--port", type=BoundedInt(0, MAX_PORT, "MAX_PORT"), default=8765,
                    help="port of --serve (0: any free port)")
-    r.add_argument("--interval", type=float, default=3.0, help="seconds between checks of the tables (--serve)")
+    r.add_argument("--interval", type=BoundedFloat(MIN_SERVE_INTERVAL_S, MAX_SERVE_INTERVAL_S, "MIN/MAX_SERVE_INTERVAL_S"),
+                   default=3.0, help="seconds between checks of the tables (--serve)")
     r.set_defaults(func=_report)
     return parser
 
@@ -141,15 +143,13 @@ def _figures(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise AnalysisError(f"--port: must be in 0..65535, got {args.port}")
-    if not args.interval > 0:
-        raise AnalysisError(f"--interval: must be > 0, got {args.interval}")
+    if not MIN_SERVE_INTERVAL_S <= args.interval <= MAX_SERVE_INTERVAL_S:
+        raise AnalysisError(f"--interval: must be from {MIN_SERVE_INTERVAL_S:g} to {MAX_SERVE_INTERVAL_S:g} s, "
+                            f"got {args.interval}")
     if args.serve:
         from analysis.serve import serve
 
-        try:
-            serve(args.study, args.storage, port=args.port, interval=args.interval, out=args.out)
-        except OSError as exc:  # port in use, no permission
-            raise AnalysisError(f"--port: cannot serve on 127.0.0.1:{args.port}: {exc.strerror or exc}") from None
+        serve(args.study, args.storage, port=args.port, interval=args.interval, out=args.out)
         return 0
     from analysis.report import render
     from analysis.serve import _write

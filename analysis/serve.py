@@ -16,7 +16,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from analysis.io import load
+from analysis.io import AnalysisError, load
 
 HOST = "127.0.0.1"
 
@@ -103,6 +103,7 @@ def serve(target: str, storage: str, *, port: int, interval: float, out: Path | 
     from analysis.report import render
 
     study = load(target, storage)
+    server = bind(port)  # before anything is drawn: a busy port is refused with nothing written
     page = _Page()
     poll_ms = max(int(interval * 1000), 500)
 
@@ -113,8 +114,15 @@ def serve(target: str, storage: str, *, port: int, interval: float, out: Path | 
         if out is not None:
             _write(out, render(study, version=version))
 
-    build()
-    server = start(page, port)
+    try:
+        build()
+    except OSError as exc:
+        server.server_close()
+        raise AnalysisError(f"cannot build the report: {' '.join(str(exc).split())[:200]}") from None
+    except BaseException:
+        server.server_close()
+        raise
+    run(server, page)
     print(f"serving the report of {study.name} at http://{HOST}:{server.server_address[1]}/ "
           f"(rebuilt when the tables change, checked every {interval:g} s; Ctrl-C stops)",
           file=sys.stderr, flush=True)
@@ -130,11 +138,25 @@ def serve(target: str, storage: str, *, port: int, interval: float, out: Path | 
         server.server_close()
 
 
-def start(page: _Page, port: int) -> ThreadingHTTPServer:
-    """Serve ``page`` on ``HOST:port`` (0: a free port) from a daemon thread."""
-    server = ThreadingHTTPServer((HOST, port), None)
+def bind(port: int) -> ThreadingHTTPServer:
+    """A server bound to ``HOST:port`` (0: a free port), not serving yet; a port that is
+    taken (or not ours to bind) is one line naming it (:class:`AnalysisError`)."""
+    try:
+        return ThreadingHTTPServer((HOST, port), None, bind_and_activate=True)
+    except OSError as exc:
+        raise AnalysisError(f"--port: cannot serve on {HOST}:{port}: {exc.strerror or exc}") from None
+
+
+def run(server: ThreadingHTTPServer, page: _Page) -> None:
+    """Serve ``page`` from a daemon thread of ``server`` (see :func:`bind`)."""
     server.RequestHandlerClass = _handler(page, allowed_hosts(server.server_address[1]))
     threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def start(page: _Page, port: int) -> ThreadingHTTPServer:
+    """Serve ``page`` on ``HOST:port`` (0: a free port) from a daemon thread."""
+    server = bind(port)
+    run(server, page)
     return server
 
 

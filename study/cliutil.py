@@ -47,6 +47,32 @@ class BoundedInt:
         return f"BoundedInt({self.low}, {self.high}, {self.limit!r})"
 
 
+class BoundedFloat:
+    """An argparse ``type``: a finite number from ``low`` to ``high`` (the documented limit
+    ``limit`` of :mod:`study.limits`), else ``argument --flag: must be from L to H (LIMIT),
+    got X``: one line, exit 2 (``5e-324`` or ``1e300`` where a rate or a period is meant
+    would overflow what is computed from it)."""
+
+    def __init__(self, low: float, high: float, limit: str):
+        self.low, self.high, self.limit = low, high, limit
+        self.__name__ = "number"
+
+    def __call__(self, text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a positive number, got {text[:40]!r}") from None
+        if not (v > 0 and math.isfinite(v)):
+            raise argparse.ArgumentTypeError(f"must be a positive number, got {text[:40]!r}")
+        if not self.low <= v <= self.high:
+            raise argparse.ArgumentTypeError(f"must be from {self.low:g} to {self.high:g} ({self.limit}), "
+                                             f"got {text[:40]}")
+        return v
+
+    def __repr__(self) -> str:
+        return f"BoundedFloat({self.low}, {self.high}, {self.limit!r})"
+
+
 def model_int(field: str) -> BoundedInt:
     """The bound of a model size flag: 1 to ``MAX_MODEL_FIELD[field]``, as in a study file."""
     return BoundedInt(1, limits.MAX_MODEL_FIELD[field], "MAX_MODEL_FIELD")

@@ -172,3 +172,47 @@ def test_report_bad_inputs_are_one_line_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["report", str(tmp_path), "--serve", "--port", "70000"])
     assert e.value.code == 2 and "--port" in capsys.readouterr().err
+
+
+def _study_with_figures(folder: Path) -> Path:
+    tables = folder / "tables"
+    for trial in ("c000-s000", "c001-s000"):
+        write_part(part_path(tables, "runs", trial), [_run_row(trial, "finished", error=None)])
+        for epoch in range(3):
+            write_part(part_path(tables, "epochs", trial, epoch),
+                       [{"trial_id": trial, "epoch": epoch, "test_acc": 0.2 + 0.1 * epoch, "train_loss": 2.0 - epoch / 2,
+                         "seconds": 1.0}])
+    (folder / "study.yaml").write_text(f"name: {folder.name}\ndata: synthetic\n")
+    return folder
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def test_report_serve_on_a_busy_port_is_refused_before_anything_is_drawn(tmp_path):
+    """The port is bound first: a taken one is one line, exit 2, and the study folder
+    holds exactly what it held (the refusal used to come after six figure files)."""
+    import socket
+
+    study = _study_with_figures(tmp_path / "busy")
+    before = _files(study)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "analysis", "report", str(study), "--serve", "--port", str(port)],
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"--port: cannot serve on 127.0.0.1:{port}" in r.stderr, \
+        r.stderr
+    assert _files(study) == before
+
+
+@pytest.mark.parametrize("interval", ["1e300", "inf", "nan", "0", "-1", "1e-300", "1e6"])
+def test_report_serve_interval_out_of_bounds_is_one_line_exit_2(tmp_path, interval):
+    study = _study_with_figures(tmp_path / "iv")
+    before = _files(study)
+    r = subprocess.run([sys.executable, "-m", "analysis", "report", str(study), "--serve", "--port", "0",
+                        "--interval", interval], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--interval: must be" in r.stderr, r.stderr
+    assert _files(study) == before

@@ -88,13 +88,13 @@ def test_the_served_report_refuses_a_foreign_host(tmp_path, monkeypatch):
     (tmp_path / "s" / "tables").mkdir(parents=True)
     (tmp_path / "s" / "study.json").write_text('{"name": "s"}')
     started, stop = {}, threading.Event()
-    real_start = S.start
+    real_run = S.run
 
-    def spy(page, port):
-        started["server"] = real_start(page, port)
-        return started["server"]
+    def spy(server, page):
+        real_run(server, page)
+        started["server"] = server
 
-    monkeypatch.setattr(S, "start", spy)
+    monkeypatch.setattr(S, "run", spy)
     try:
         t = threading.Thread(target=S.serve, args=(str(tmp_path / "s"), str(tmp_path)),
                              kwargs={"port": 0, "interval": 0.2, "stop": stop}, daemon=True)

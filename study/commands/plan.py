@@ -8,31 +8,10 @@ import math
 import sys
 
 from study import limits
-from study.cliutil import BoundedInt, fail
+from study.cliutil import BoundedFloat, BoundedInt, fail
 
 #: A `study bench --json` report is a few kilobytes; refuse anything far larger.
 MAX_BENCH_BYTES = 16 * 2**20
-
-
-class BoundedRate:
-    """An argparse ``type``: a throughput from ``low`` to ``high`` (:mod:`study.limits`),
-    else one line, exit 2 (a rate of ``5e-324`` would make every duration infinite)."""
-
-    def __init__(self, low: float, high: float, limit: str):
-        self.low, self.high, self.limit = low, high, limit
-        self.__name__ = "number"
-
-    def __call__(self, text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a positive number, got {text[:40]!r}") from None
-        if not (v > 0 and math.isfinite(v)):
-            raise argparse.ArgumentTypeError(f"must be a positive number, got {text[:40]!r}")
-        if not self.low <= v <= self.high:
-            raise argparse.ArgumentTypeError(f"must be from {self.low:g} to {self.high:g} ({self.limit}), "
-                                             f"got {text[:40]}")
-        return v
 
 
 def register(sub) -> None:
@@ -50,9 +29,9 @@ def register(sub) -> None:
     p.add_argument("file", help="study file (search_spaces/*.yaml)")
     p.add_argument("--data", help="override the file's data source")
     rate = p.add_mutually_exclusive_group()
-    rate.add_argument("--tflops", type=BoundedRate(limits.MIN_TFLOPS, limits.MAX_TFLOPS, "MIN/MAX_TFLOPS"),
+    rate.add_argument("--tflops", type=BoundedFloat(limits.MIN_TFLOPS, limits.MAX_TFLOPS, "MIN/MAX_TFLOPS"),
                       help="sustained throughput in TFLOP/s of the counted FLOPs (e.g. 150 on one H100 in bf16)")
-    rate.add_argument("--images-per-s", type=BoundedRate(limits.MIN_IMAGES_PER_S, limits.MAX_IMAGES_PER_S,
+    rate.add_argument("--images-per-s", type=BoundedFloat(limits.MIN_IMAGES_PER_S, limits.MAX_IMAGES_PER_S,
                                                           "MIN/MAX_IMAGES_PER_S"),
                       help="training images per second of every trial's model (one model's study)")
     rate.add_argument("--bench", metavar="FILE",
