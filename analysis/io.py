@@ -547,4 +547,10 @@ def load(target: str | os.PathLike, storage: str | None = None) -> Study:
     >>> s.sql("SELECT name, best_test_acc FROM runs ORDER BY 2 DESC")
     """
     root, folder = resolve(str(target), storage)
+    from study.tables import LinkOutError, check_links
+
+    try:
+        check_links(root)
+    except LinkOutError as e:
+        raise AnalysisError(str(e)) from None
     return Study(root=root, folder=folder)

@@ -244,11 +244,40 @@ class Listing:
         return self.compacted + self.parts
 
 
+class LinkOutError(ValueError):
+    """A link in a study's tables folder that leads out of the study (or loops): one line."""
+
+
+def check_links(tables: str | os.PathLike) -> None:
+    """Refuse (:class:`LinkOutError`) a symbolic link under a local ``tables`` folder that
+    leads out of the study folder (its parent) or back to a folder it is in.  The walk
+    never follows a link, so a link to ``/`` costs one ``readlink``, not a walk of the disk
+    (pyarrow's recursive listing follows them)."""
+    if "://" in str(tables):
+        return
+    base = Path(tables)
+    if not base.is_dir():
+        return
+    study = base.resolve().parent
+    for folder, dirs, files in os.walk(base, followlinks=False):
+        for name in dirs + files:
+            path = Path(folder, name)
+            if not path.is_symlink():
+                continue
+            target = path.resolve()
+            if not target.is_relative_to(study):
+                raise LinkOutError(f"{path}: a link out of the study (to {target}); a study's tables are its own "
+                                   "files: replace the link by the files or remove it")
+            if path.parent.resolve().is_relative_to(target):
+                raise LinkOutError(f"{path}: a link to a folder it is in (to {target}): the tables would never end")
+
+
 def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = None,
                exclude: Iterable[str] = ()) -> Listing:
     """List ``table``'s files under ``root`` (one trial's with ``trial_id``).  Temporary
     files are ignored; foreign files are skipped with a :class:`TableWarning`."""
     base = _join(root, table if trial_id is None else f"{table}/{trial_id}")
+    check_links(root)
     fs, p = _fs(base)
     try:
         infos = fs.get_file_info(pafs.FileSelector(p, recursive=True, allow_not_found=True))

@@ -636,3 +636,45 @@ def test_query_command_imports_neither_pandas_nor_torch(paper):
         "sys.exit(f'imported {bad}' if bad else (rc or (0 if out.getvalue().split()[0] == 'n' else 'no answer')))\n"
     )
     run_fresh(code)
+
+
+def _linked_study(tmp_path: Path, name: str, target) -> Path:
+    from study.tables import part_path, write_part
+
+    study = tmp_path / "studies" / name
+    tables = study / "tables"
+    write_part(part_path(tables, "runs", "c000-s000"), [{"trial_id": "c000-s000", "status": "finished"}])
+    write_part(part_path(tables, "epochs", "c000-s000", 0), [{"trial_id": "c000-s000", "epoch": 0, "test_acc": 0.3}])
+    (study / "study.yaml").write_text(f"name: {name}\ndata: synthetic\n")
+    (tables / "epochs" / "zz").symlink_to(target(tables) if callable(target) else target)
+    return study
+
+
+@pytest.mark.parametrize("target", ["/etc", "/", "outside", "loop"])
+@pytest.mark.parametrize("command", [["query", "{s}", "SELECT count(*) FROM epochs"], ["figures", "{s}"],
+                                     ["report", "{s}"]])
+def test_a_link_out_of_the_study_in_its_tables_is_refused_in_one_line(tmp_path, target, command):
+    """A link under tables/ to /etc printed a warning per file of /etc (1,116 lines) and a
+    link to / walked the disk: every analysis command refuses it, exit 2, one line, in
+    well under the time a walk would take, and writes nothing."""
+    import time
+
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "x.parquet").write_bytes(b"PAR1")
+    targets = {"outside": tmp_path / "outside", "loop": lambda tables: tables}
+    study = _linked_study(tmp_path, "linked", targets.get(target, target))
+    before = sorted(p.name for p in study.iterdir())
+    start = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "analysis", *(c.format(s=study) for c in command)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "tables/epochs/zz: a link" in r.stderr, r.stderr
+    assert time.monotonic() - start < 30 and sorted(p.name for p in study.iterdir()) == before
+
+
+def test_a_link_inside_the_study_is_read_like_its_target(tmp_path):
+    """Only links out of the study (or looping) are refused: one to a folder of the study is read."""
+    from study.tables import check_links
+
+    study = _linked_study(tmp_path, "inner", lambda tables: tables.parent / "kept")
+    (study / "kept").mkdir()
+    check_links(study / "tables")  # no error
