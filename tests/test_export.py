@@ -74,3 +74,17 @@ def test_checkpoints_found_by_trial_key_across_folders_and_ddp(tmp_path):
     assert latest_checkpoint(str(tmp_path), "c000-s000")["epoch"] == 2
     assert latest_checkpoint(str(tmp_path), "c001-s000")["epoch"] == 4
     assert latest_checkpoint(str(tmp_path), "c002-s000") is None
+
+
+@pytest.mark.parametrize("out", ["{file}/x.pt", "{file}/a/b/x.pt", "{tmp}"])
+def test_export_out_that_cannot_be_written_is_one_line_before_anything_is_read(tmp_path, capsys, out):
+    """`--out /etc/passwd/x.pt` raised FileExistsError after the checkpoint was read: the
+    path is checked first (a file where a folder must be, a folder), one line, exit 2."""
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "st" / "s" / "tables").mkdir(parents=True)
+    (tmp_path / "st" / "s" / "study.json").write_text("{}")
+    with pytest.raises(SystemExit) as e:
+        main(["export", "s", "--storage", str(tmp_path / "st"),
+              "--out", out.format(file=tmp_path / "file", tmp=tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "--out: " in err and "Traceback" not in err, err

@@ -62,6 +62,26 @@ def _choose(prog: str, runs, refs: dict, args) -> str:
     return str(cand.sort_values(col, ascending=False, na_position="last").iloc[0]["trial_id"])
 
 
+def _check_out(prog: str, out: Path) -> None:
+    """``--out`` can be written: not a folder, no file where a folder of its path should
+    be (``/etc/passwd/x.pt``), the nearest existing folder writable; one line, exit 2,
+    before anything is read or imported."""
+    import os
+
+    from study.storage import file_in_the_way
+
+    if out.is_dir():
+        fail(prog, f"--out: {out} is a directory")
+    blocker = file_in_the_way(out)
+    if blocker is not None:
+        fail(prog, f"--out: {out}: {blocker} is not a folder")
+    folder = out.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        fail(prog, f"--out: {out}: cannot write in {folder}")
+
+
 def run_export(args: argparse.Namespace) -> int:
     prog = "study export"
     from study.commands.studies import _resolved_storage, _root
@@ -72,8 +92,8 @@ def run_export(args: argparse.Namespace) -> int:
     root = _root(args.storage, args.name, prog)
     if "://" not in root and not Path(root).is_dir():
         fail(prog, f"no study {args.name!r} in {args.storage}")
-    if args.out is not None and args.out.is_dir():
-        fail(prog, f"--out: {args.out} is a directory")
+    if args.out is not None:
+        _check_out(prog, args.out)
     refs = find_checkpoints(root)
     runs = read_table(f"{root}/tables", "runs")
     key = _choose(prog, runs, refs, args)
@@ -95,7 +115,10 @@ def run_export(args: argparse.Namespace) -> int:
 
     from study.atomicio import write_atomic
 
-    write_atomic(out, lambda f: torch.save(export, f), suffix=".pt")
+    try:
+        write_atomic(out, lambda f: torch.save(export, f), suffix=".pt")
+    except OSError as e:
+        fail(prog, f"--out: cannot write {out} ({e.strerror or ' '.join(str(e).split())[:160]})")
     print(f"{out}: trial {key}, {export['epoch']} epochs, final test acc {export['final_test_acc']:.4f}")
     return 0
 
