@@ -168,9 +168,10 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def check_data(prog: str, option: str, data: str) -> None:
-    """What a data source promises that can be checked without reading it or importing
+    """What a data source promises that can be checked without decoding it or importing
     torch (``synthetic:N`` bounds, ``cifar10:ROOT`` is a folder, a path exists and is a
-    folder or a regular file, never opened): one line, exit 2, in well under a second."""
+    folder or a regular file; a folder's or archive's layout and image headers,
+    :func:`study.data.sources.check_source`): one line, exit 2, well under a second."""
     import re
     from pathlib import Path
 
@@ -196,6 +197,13 @@ def check_data(prog: str, option: str, data: str) -> None:
         if re.fullmatch(r"[A-Za-z][\w.-]+", kind) and arg:
             fail(prog, f"{option}: {data}: unknown data source kind {kind!r}")
         fail(prog, f"{option}: {data}: no such file or directory")
+    from study.data.errors import DataError
+    from study.data.sources import check_source
+
+    try:  # a folder or archive: its layout and image headers, still without torch
+        check_source(data)
+    except DataError as e:
+        fail(prog, f"{option}: {e}")
 
 
 def check_model_params(prog: str, config: ModelConfig) -> None:

@@ -105,7 +105,10 @@ def count_images(prog: str, file: str, data: str) -> tuple[int, int]:
     from study.data.layout import resolve_layout
     from study.data.sources import ImageFolderSource
 
+    from study.data.sources import check_source
+
     try:
+        check_source(data)  # what `study run` refuses (layout, image headers), plan refuses too
         listing = ImageFolderSource(data).listing()
         layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
     except DataError as e:

@@ -340,10 +340,18 @@ def _check_data(prog: str, spec, *, quiet: bool = False) -> None:
     """Load (and cache) every data source the trials will read before anything
     starts, so a broken archive is one error line, not a study of failed trials.
     The first decode of an archive can take minutes: its progress goes to stderr."""
-    from study.data import DataError, hold_out_validation, load_splits
+    from study.data.errors import DataError
+    from study.data.sources import check_source
+
+    configs = [spec.train_config(cell) for cell in spec.cells]
+    for source in sorted({c.data for c in configs}):
+        try:  # layout and headers first, without torch: a malformed source is refused in well under a second
+            check_source(source)
+        except DataError as e:
+            fail(prog, f"{spec.file}: data: {e}")
+    from study.data import hold_out_validation, load_splits
 
     progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    configs = [spec.train_config(cell) for cell in spec.cells]
     for source, subset, validation in sorted({(c.data, c.subset, c.validation) for c in configs}, key=str):
         try:
             splits = load_splits(source, subset=subset, progress=progress)

@@ -8,15 +8,30 @@ yields normalised, augmented batches with DDP-consistent sharding;
 validation split out of the training images.
 """
 
-from .cache import default_cache_dir
-from .errors import DataError
-from .pipeline import CIFAR_MEAN, CIFAR_STD, DeviceData, EpochPlan, augment, epoch_plan
-from .splits import Splits, load_splits, stratified_subset
-from .synthetic import make_synthetic
-from .validation import DEFAULT_VALIDATION_FRACTION, hold_out_validation, validation_size
+from importlib import import_module
 
-__all__ = [
-    "CIFAR_MEAN", "CIFAR_STD", "DataError", "DeviceData", "EpochPlan", "Splits", "augment",
-    "default_cache_dir", "epoch_plan", "load_splits", "make_synthetic", "stratified_subset",
-    "DEFAULT_VALIDATION_FRACTION", "hold_out_validation", "validation_size",
-]
+#: name -> the submodule defining it; imported on first use (PEP 562), so that checking a
+#: source's layout (``study.data.layout``/``sources``/``errors``) never imports torch
+_WHERE = {
+    "default_cache_dir": "cache", "DataError": "errors",
+    "CIFAR_MEAN": "pipeline", "CIFAR_STD": "pipeline", "DeviceData": "pipeline", "EpochPlan": "pipeline",
+    "augment": "pipeline", "epoch_plan": "pipeline",
+    "Splits": "splits", "load_splits": "splits", "stratified_subset": "splits",
+    "make_synthetic": "synthetic",
+    "DEFAULT_VALIDATION_FRACTION": "validation", "hold_out_validation": "validation",
+    "validation_size": "validation",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))

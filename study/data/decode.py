@@ -34,10 +34,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from study import limits
 
 from .errors import DataError, one_line
-from .imageheader import declared_shape
+from .imageheader import refuse_oversized
 
 IMAGE_SHAPE = (3, 32, 32)
 _CHUNK = 2048
@@ -170,10 +169,7 @@ def _decode_chunk(flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, i
 
     mv = memoryview(buffer)
     for name, off, size in items:
-        shape = declared_shape(mv[off : off + size])
-        if shape is not None and shape[0] * shape[1] > limits.MAX_IMAGE_PIXELS:
-            w, h, c = shape
-            raise DataError(f"{source}: {name}: image is {w}x{h} with {c} channel(s), expected 32x32 with 3 (RGB)")
+        refuse_oversized(mv[off : off + size], source=source, name=name)
     views = [flat[off : off + size] for _, off, size in items]
     images: list[Tensor] | None = None
     if all(buffer[off : off + 3] == b"\xff\xd8\xff" for _, off, _ in items):

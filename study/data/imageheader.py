@@ -16,6 +16,19 @@ _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
 
 
+def refuse_oversized(data: bytes | memoryview, *, source: str, name: str) -> None:
+    """Refuse (:class:`DataError`) an image whose header declares more than
+    :data:`study.limits.MAX_IMAGE_PIXELS` pixels, before anything decodes it."""
+    from study import limits
+
+    from .errors import DataError
+
+    shape = declared_shape(data)
+    if shape is not None and shape[0] * shape[1] > limits.MAX_IMAGE_PIXELS:
+        w, h, c = shape
+        raise DataError(f"{source}: {name}: image is {w}x{h} with {c} channel(s), expected 32x32 with 3 (RGB)")
+
+
 def declared_shape(data: bytes | memoryview) -> tuple[int, int, int] | None:
     """``(width, height, channels)`` the header of ``data`` declares, or None when it
     cannot be read (the decoder then reports the file)."""

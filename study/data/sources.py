@@ -187,3 +187,22 @@ def _tree_digest(listing: Listing) -> str:
         h.update(len(encoded).to_bytes(8, "little") + encoded + size.to_bytes(8, "little"))
         h.update(view[off : off + size])
     return h.hexdigest()
+
+
+def check_source(data: str) -> None:
+    """Refuse (:class:`DataError`, one line) a folder or archive source whose layout or
+    image headers are wrong, without decoding an image or importing torch: the listing
+    (an archive's members, a folder's files), :func:`~study.data.layout.resolve_layout`,
+    and each image's declared size (:func:`~study.data.imageheader.refuse_oversized`),
+    as :func:`study.data.load_splits` would find them.  ``synthetic``/``cifar10`` pass."""
+    from .imageheader import refuse_oversized
+    from .layout import resolve_layout
+
+    if data.partition(":")[0] in ("synthetic", "cifar10"):
+        return
+    listing = ImageFolderSource(data).listing()
+    layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
+    view = memoryview(listing.buffer)
+    for name, _ in layout.train + layout.test:
+        off, size = listing.files[name]
+        refuse_oversized(view[off:off + size], source=data, name=name)
