@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,8 @@ def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
         # the metric Optuna and ASHA select on, None when nothing selects (a pure grid)
         "selection_metric": tuned_metric(spec)[0] if selects(spec.raw) else None,
         "optuna_journal": "optuna.journal",
+        # the command-line overrides `raw` holds applied (shown by `study status`; resume reads `raw`)
+        "overrides": list(spec.overrides),
     }
 
 
@@ -200,7 +203,8 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
         _follow_moved_study()
         tuner = tune.Tuner.restore(root, trainable=make_trainable(meta), resume_errored=True,
                                    resume_unfinished=True)
-        _say(verbose, f"resuming study {meta['name']} from {root}")
+        shown = " ".join(shlex.quote(o) for o in meta.get("overrides") or [])
+        _say(verbose, f"resuming study {meta['name']} from {root}" + (f" (overrides: {shown})" if shown else ""))
         return _fit(tuner, contract, verbose=verbose)
     finally:
         lock.release()
