@@ -55,6 +55,12 @@ class UsageError(StudyError):
 
     exit_code = EXIT_USAGE
 
+    def __init__(self, message: str):
+        # verbatim, as the command line printed it before: a value quoted in it keeps its
+        # blanks (`got '   '`); its callers write one line
+        Exception.__init__(self, message)
+        self._init = (message,)
+
 
 class StudyFileError(UsageError):
     """A study file, or a command-line override of one, that fails its check:
@@ -78,7 +84,8 @@ class StorageUnreachableError(StorageError):
     one-line message names the URI and the endpoint."""
 
     def __init__(self, message: str):
-        StudyError.__init__(self, message)
+        Exception.__init__(self, message)  # verbatim, as the command line printed it before
+        self._init = (message,)
         self.path, self.reason = None, message
 
 

@@ -185,6 +185,7 @@ def _study(cwd: Path, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.slow
 def test_resumed_study_keeps_its_overrides(tmp_path):
     """Run with overrides, interrupt, change the study file: resume runs the study that
     started (its overrides, from study.json), without them on its command line."""
