@@ -122,7 +122,9 @@ def register(sub) -> None:
     _storage(p)
     p.add_argument("--data", help="override the file's data source")
     _cluster_flags(p)
-    p.add_argument("--verbose", action="store_true", help="also print Ray's tracebacks of failed trials")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print Ray's own log lines and the tracebacks of failed trials "
+                        "(by default Ray's log lines go to STORAGE/NAME/logs/ray.log only)")
     p.set_defaults(func=run_run)
 
     p = sub.add_parser("status", help="trials of a study: state, epoch, best accuracy",
