@@ -124,7 +124,7 @@ def register(sub) -> None:
     _cluster_flags(p)
     p.add_argument("--verbose", action="store_true",
                    help="also print Ray's own log lines and the tracebacks of failed trials "
-                        "(by default Ray's log lines go to STORAGE/NAME/logs/ray.log only)")
+                        "(by default Ray's log lines go to the study's logs/ray.log only)")
     p.set_defaults(func=run_run)
 
     p = sub.add_parser("status", help="trials of a study: state, epoch, best accuracy",
@@ -149,7 +149,9 @@ def register(sub) -> None:
     p.add_argument("name", help="study name (under --storage) or path to a study folder")
     _storage(p)
     _cluster_flags(p)
-    p.add_argument("--verbose", action="store_true", help="also print Ray's tracebacks of failed trials")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print Ray's own log lines and the tracebacks of failed trials "
+                        "(by default Ray's log lines go to the study's logs/ray.log only)")
     p.add_argument("--trust-storage", action="store_true",
                    help="skip the HMAC check of Ray's pickled state (only for storage nobody else can write)")
     p.set_defaults(func=run_resume)
