@@ -11,6 +11,7 @@ study they made: ``study resume`` runs that study (not the file as it is now) an
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -180,7 +181,8 @@ def test_api_raises_the_study_file_error(tmp_path):
 def _study(cwd: Path, *args: str) -> subprocess.Popen:
     import os
 
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # Ray's default (token authentication, with its notice) whatever this shell sets
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -215,6 +217,8 @@ def test_resumed_study_keeps_its_overrides(tmp_path):
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out
     assert "(overrides: model.hidden=8 'seeds=[0,1,2]' 'models[0].isotropic=true')" in out
+    assert not re.search(r"\b(INFO|WARNING|ERROR)\b\s+[\w.]+\.py:\d+ -- |\(pid=", out), out  # Ray's lines: in logs/ray.log
+    assert "Token authentication is enabled" in (tmp_path / "results" / "ov" / "logs" / "ray.log").read_text()
     after = read_table(tables, "runs")
     assert len(after) == 3 and (after.status == "finished").all(), after
     assert sorted(after.seed) == [0, 1, 2] and set(after.hidden) == {8} and set(after.isotropic) == {True}
