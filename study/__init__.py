@@ -31,15 +31,21 @@ def run(file, *, overrides=(), storage=None, data=None, name=None, num_cpus=None
     Interrupted (Ctrl-C, the notebook's interrupt): ``KeyboardInterrupt``, state saved
     for ``study resume``.  Trials that ended in error are rows of ``runs`` with
     ``status == "error"`` and their cause in ``runs.error``, not an exception."""
+    import sys
+
     from study.errors import EXIT_SIGINT, UsageError
 
     if isinstance(overrides, (str, bytes)):
         raise UsageError(f"overrides: a list of KEY=VALUE strings, got the string {str(overrides)[:40]!r}")
     from study.commands.studies import run_file
 
-    runs = run_file(str(file), overrides=list(overrides), storage=storage, data=data, name=name, address=address,
-                    shared_storage=shared_storage, num_cpus=num_cpus, quiet=quiet, verbose=verbose,
-                    prog="study.run")
+    try:
+        runs = run_file(str(file), overrides=list(overrides), storage=storage, data=data, name=name,
+                        address=address, shared_storage=shared_storage, num_cpus=num_cpus, quiet=quiet,
+                        verbose=verbose, prog="study.run")
+    finally:
+        if "study.tuning.raylog" in sys.modules:  # Ray's lines print as Ray prints them again
+            sys.modules["study.tuning.raylog"].restore()
     if runs.attrs.get("exit_code") == EXIT_SIGINT:
         raise KeyboardInterrupt(f"study interrupted; continue it with `study resume {runs.attrs['root']}`")
     import analysis

@@ -39,6 +39,11 @@ def ray_after():
 
 @pytest.mark.slow
 def test_run_returns_the_study_analysis_load_gives(study_file, tmp_path, capsys, ray_after):
+    import logging
+
+    import ray  # noqa: F401 - Ray's own handler on the `ray` logger, as a notebook has it
+
+    rays_own = list(logging.getLogger("ray").handlers)
     s = study.run(study_file, overrides=["model.hidden=8"], storage=str(tmp_path / "st"), num_cpus=2, quiet=True)
     assert isinstance(s, analysis.Study)
     runs = s.runs
@@ -47,6 +52,8 @@ def test_run_returns_the_study_analysis_load_gives(study_file, tmp_path, capsys,
     assert (s.root, s.folder) == (loaded.root, loaded.folder)
     pd.testing.assert_frame_equal(runs, loaded.runs)
     assert s.sql("SELECT count(*) AS n FROM epochs").n.tolist() == [1]
+    assert "Started a local Ray instance" in (tmp_path / "st" / "api" / "logs" / "ray.log").read_text()
+    assert logging.getLogger("ray").handlers == rays_own  # the notebook's Ray prints as before
     capsys.readouterr()
     # the same study again: refused as `study run` refuses it, raised instead of printed
     with pytest.raises(UsageError, match="study 'api' already exists") as info:

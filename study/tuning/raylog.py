@@ -124,3 +124,20 @@ def release() -> None:
         logging.getLogger("ray").removeHandler(_STATE.file)
         _STATE.file.close()
         _STATE.file = None
+
+
+def restore() -> None:
+    """Give the ``ray`` logger back its handlers from before :func:`capture` (``study.run``
+    in a notebook: Ray's lines print as Ray prints them again once the study is done)."""
+    release()
+    if _STATE.saved is None:
+        return
+    logger = logging.getLogger("ray")
+    for h in (_STATE.kept, _STATE.echo):
+        if h is not None:
+            logger.removeHandler(h)
+    handlers, propagate = _STATE.saved
+    for h in handlers:
+        logger.addHandler(h)
+    logger.propagate = propagate
+    _STATE.kept = _STATE.echo = _STATE.saved = None
