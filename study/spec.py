@@ -61,7 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from study import limits, speccheck
+from study import limits, overrides as cli_overrides, speccheck
+from study.errors import StudyFileError
 from study.models.config import ConfigError, ModelConfig
 from study.specyaml import YamlError, load_yaml, read_study_text
 from study.trial.config import TrainConfig
@@ -106,7 +107,7 @@ _RECIPE_PATHS = {"lr": "optimizer.lr", "momentum": "optimizer.momentum",
                  "schedule": "schedule.type"}
 
 
-class SpecError(ValueError):
+class SpecError(StudyFileError, ValueError):
     """A study-file error: ``FILE: path.to.field: message`` on one line."""
 
     def __init__(self, file: str, path: str, message: str):
@@ -152,6 +153,8 @@ class StudySpec:
     #: continuous or long range, or too many combinations to enumerate)
     models_complete: bool = True
     loggers: tuple[str, ...] = DEFAULT_LOGGERS
+    #: the command-line overrides applied to the file's mapping (``raw`` holds the result)
+    overrides: tuple[str, ...] = ()
 
     @property
     def num_trials(self) -> int:
@@ -167,8 +170,12 @@ class StudySpec:
 
 
 def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_available: int | None = None,
-              cpus_available: int | None = None) -> StudySpec:
+              cpus_available: int | None = None, overrides: list[str] | tuple[str, ...] = ()) -> StudySpec:
     """Read and validate a study file (``data`` overrides the file's ``data``).
+
+    ``overrides``: Hydra-syntax ``key.sub=value`` strings (:mod:`study.overrides`)
+    applied to the file's mapping before it is checked; an error they cause names
+    the override's path and the override.
 
     ``gpus_available`` / ``cpus_available``: GPUs / CPUs of the target machine or
     cluster, if known; a request per trial beyond them is an error."""
@@ -182,10 +189,33 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
         raw = {}
     if not isinstance(raw, dict):
         raise SpecError(file, "", f"must be a mapping of study fields, got {type(raw).__name__}")
+    overrides = tuple(overrides)
+    if overrides:
+        raw = cli_overrides.apply(raw, list(overrides), err=lambda where, message: SpecError(file, where, message))
     if data is not None:
         raw = {**raw, "data": data}
-    return validate(raw, file=file, default_name=p.stem, gpus_available=gpus_available,
-                    cpus_available=cpus_available)
+    try:
+        spec = validate(raw, file=file, default_name=p.stem, gpus_available=gpus_available,
+                        cpus_available=cpus_available)
+    except SpecError as e:
+        culprit = _override_of(e.path, overrides)
+        if culprit is None:
+            raise
+        raise SpecError(file, e.path, f"{e.message} (override {culprit})") from None
+    object.__setattr__(spec, "overrides", overrides)
+    return spec
+
+
+def _override_of(path: str, overrides: tuple[str, ...]) -> str | None:
+    """The last override that set ``path``, a field under it, or the field it is in."""
+    for text in reversed(overrides):
+        try:
+            where = cli_overrides.dotted(cli_overrides.parse(text)[1])
+        except ValueError:
+            continue
+        if path and (path == where or path.startswith(where + ".") or where.startswith(path + ".")):
+            return text
+    return None
 
 
 def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None,
