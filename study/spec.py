@@ -73,7 +73,7 @@ from typing import Any
 from study import limits, speccheck
 from study.models.config import ConfigError, ModelConfig
 from study.specyaml import YamlError, load_yaml, read_study_text
-from study.trial.config import TrainConfig
+from study.trial.config import PROTOCOL_FIELDS, TrainConfig
 
 #: experiment trackers a study file may name in ``loggers:`` -> (the module each needs,
 #: the extra that installs it); Ray Tune's callbacks for them: :mod:`study.tuning.loggers`
@@ -84,9 +84,6 @@ LOGGERS: dict[str, tuple[str, str]] = {
 }
 DEFAULT_LOGGERS = ("tensorboard",)
 MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
-#: the training protocol's fields (``protocol:`` section; TrainConfig fields of the same names)
-PROTOCOL_FIELDS = ("cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugment_magnitude", "autoaugment",
-                   "label_smoothing")
 TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size", *PROTOCOL_FIELDS)
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
 TOP_KEYS = {

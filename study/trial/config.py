@@ -14,6 +14,9 @@ AUTOAUGMENT_POLICIES = ("none", "cifar10", "imagenet", "svhn")
 #: RandAugment's operation set (torchvision) has 14 operations; its magnitude has 31 bins (0-30)
 MAX_RANDAUGMENT_OPS = 14
 MAX_RANDAUGMENT_MAGNITUDE = 30
+#: the training protocol's fields (see :class:`TrainConfig`): a study file's ``protocol:`` section
+PROTOCOL_FIELDS = ("cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugment_magnitude", "autoaugment",
+                   "label_smoothing")
 
 
 @dataclass(frozen=True, kw_only=True)
