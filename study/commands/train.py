@@ -199,12 +199,15 @@ class _EpochBar:
 
     def step(self, epoch: int, done: int, total: int) -> None:
         if self.bar is None or epoch != self.epoch:
+            import shutil
+
             from tqdm import tqdm
 
             self.close()
             self.epoch = epoch
+            # the terminal's width, 80 where it reports none (a new pseudo-terminal says 0 columns)
             self.bar = tqdm(total=total, desc=f"epoch {epoch + 1}/{self.epochs}", unit="img", file=self.stream,
-                            leave=False, mininterval=0.25, dynamic_ncols=True)
+                            leave=False, mininterval=0.25, ncols=shutil.get_terminal_size().columns)
         self.bar.update(done - self.bar.n)
 
     def line(self, text: str) -> None:
