@@ -22,7 +22,12 @@ never read back from the device.
 The training accuracy of a mixed batch counts a prediction correct when it is the label
 with the larger share of the image's mixed target (``target.argmax(-1)``; the original
 label unless CutMix pasted more than half the image), accumulated on the device like the
-unmixed accuracy.
+unmixed accuracy.  ``train_loss`` is the loss optimised (mixed targets, smoothing);
+``test_loss`` and ``val_loss`` stay the plain cross-entropy of unaugmented images.
+
+Cost: the per-image policy calls torchvision once per image: 22 ms per batch of 100
+32×32 images on one CPU thread for RandAugment with 2 operations (13 ms for AutoAugment),
+where one batched call takes 1.4 ms but draws one operation for the whole batch.
 """
 
 from __future__ import annotations
