@@ -156,10 +156,14 @@ def run(args: argparse.Namespace) -> int:
         fail(prog, str(e))
     book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
     try:
-        result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
-                             progress=progress, splits=splits, ledger=book,
-                             warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True),
-                             step_progress=bar.step if bar is not None else None)
+        try:
+            result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
+                                 progress=progress, splits=splits, ledger=book,
+                                 warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True),
+                                 step_progress=bar.step if bar is not None else None)
+        finally:  # no half-drawn bar above an error or the result line
+            if bar is not None:
+                bar.close()
     except CheckpointError as e:
         fail(prog, f"--out: {e}")
     except SupersededError as e:  # another machine trains into the same (shared) folder
@@ -172,14 +176,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         from study.errors import EXIT_SIGINT
 
-        if bar is not None:
-            bar.close()
         print(f"{prog}: interrupted; the same command continues from the last checkpoint in {out}",
               file=sys.stderr, flush=True)
         return EXIT_SIGINT
-    finally:
-        if bar is not None:
-            bar.close()
     val = "" if result.best_val_acc != result.best_val_acc else f"best val acc {result.best_val_acc:.4f}, "
     print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")
