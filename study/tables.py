@@ -81,6 +81,9 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "momentum", "intermediate", "dropout", "attention_dropout", "validation", "data_source",
         "n_train", "n_val", "n_test", "best_val_acc", "final_val_acc",
         "error",
+        # the training protocol (study.trial.protocol; all off in a study written before it)
+        "cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugment_magnitude", "autoaugment",
+        "label_smoothing",
     ),
     "epochs": (
         "trial_id", "epoch", "train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "lr",

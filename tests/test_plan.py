@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -163,3 +164,22 @@ def test_predicted_over_measured_device_seconds_of_a_finished_cpu_study(tmp_path
     # machine load alone moved the ratio to 0.69 (0.87 quiet; the 1-layer trial's fixed
     # costs are not FLOPs).  A prediction that missed the layers' share would say ~3.
     assert 0.5 <= ratios["c000-s000"] <= 1.5, ratios
+
+
+PROTOCOL = str(Path(__file__).parents[1] / "search_spaces" / "protocol.yaml")
+
+
+def test_study_plan_on_the_protocol_study_prints_the_cost_its_header_states():
+    r = run_cli(".", "plan", PROTOCOL, "--tflops", "150")
+    assert r.returncode == 0, r.stderr
+    total = r.stdout.strip().splitlines()[-1]
+    header = " ".join(ln.lstrip("#").strip() for ln in Path(PROTOCOL).read_text().splitlines() if ln.startswith("#"))
+    assert total.startswith("plan: 20 trials, ") and total in header, total
+    # every (encoding, protocol) pair once: 4 encodings x 5 protocols
+    spec = load_spec(PROTOCOL)
+    pairs = {(c.model["encoding"], c.model.get("isotropic"),
+              tuple(sorted((k, v) for k, v in c.train.items()))) for c in spec.cells}
+    assert len(pairs) == spec.num_trials == 20
+    protocols = {p for _, _, p in pairs}
+    assert protocols == {(), (("cutmix_alpha", 1.0),), (("mixup_alpha", 0.8),),
+                         (("randaugment_magnitude", 9), ("randaugment_ops", 2)), (("label_smoothing", 0.1),)}
