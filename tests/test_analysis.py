@@ -91,7 +91,7 @@ def test_load_by_folder_tables_name_and_uri(paper):
             pd.testing.assert_frame_equal(study.table(t), frame)
             assert int(study.sql(f"SELECT count(*) AS n FROM {t}").n[0]) == len(frame)
     assert len(want["runs"]) == 4 and len(want["epochs"]) == 8
-    assert len(want["heads"]) == 2 * 2 * (9 + 9 + 4 + 4)
+    assert len(want["heads"]) == (1 + 2) * 2 * (9 + 9 + 4 + 4)  # (init + 2 epochs) x layers x heads
 
 
 def test_load_errors_are_analysis_errors(tmp_path):
