@@ -28,7 +28,7 @@ from study.devicepaths import (DevicePaths, capture_rng, ddp_device_ids, restore
 from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
 from study.plan import TRAIN_FORWARDS
-from study.tables import TableWriter, map_epochs
+from study.tables import INIT_EPOCH, TableWriter, map_epochs
 from study.trial.checkpoint import check_config, load_checkpoint, save_checkpoint
 from study.trial.config import TrainConfig
 from study.trial.headstats import collect_head_stats
@@ -96,7 +96,9 @@ def train_trial(
     step_progress: StepProgress | None = None,
 ) -> TrialResult:
     """Train ``cfg`` for ``cfg.epochs`` epochs, resuming from ``checkpoint_dir`` if it
-    holds a checkpoint.  After every epoch (rank 0): the ``epochs``/``heads``/``maps``
+    holds a checkpoint.  Before the first training step of a trial started from scratch
+    (rank 0): the untrained model's ``heads``/``maps`` parts (``epoch`` −1).  After every
+    epoch (rank 0): the ``epochs``/``heads``/``maps``
     parts and the ``runs`` row under ``tables``, a checkpoint in ``checkpoint_dir``,
     then ``report(metrics, checkpoint_dir)`` (every rank; the directory on rank 0 only).
     ``splits``: the already loaded ``load_splits(cfg.data, ...)``, if the caller has it.
@@ -125,6 +127,8 @@ def train_trial(
     _prepare(t, tables=tables, trial_id=trial_id, study=study, extra_run_fields=extra_run_fields)
     _write_run(t, "running")
     try:
+        if t.start_epoch == 0:
+            _record_init(t, ledger)
         _epochs(t, checkpoint_dir=checkpoint_dir, report=report, progress=progress, ledger=ledger,
                 step_progress=step_progress)
     except KeyboardInterrupt:  # Ctrl-C in `study train`: the row says so, the ledger kept the time
@@ -402,21 +406,37 @@ def _evaluate_epoch(t: _Trial, epoch: int, trained: _Trained, t0: float) -> dict
             "seconds": epoch_seconds, "images_per_s": trained.images / trained.seconds}
 
 
+def _record_init(t: _Trial, ledger) -> None:
+    """Rank 0, before the first training step of a trial that starts from scratch: the
+    untrained model's head statistics (and maps, unless the map schedule stores none)
+    at ``epoch`` = ``INIT_EPOCH``.  An attempt that restarts from scratch rebuilds the
+    same model (seeded) and overwrites the same part: one row per key."""
+    if ledger is not None:
+        ledger.ensure_current()
+    _head_stats(t, INIT_EPOCH, maps=bool(t.maps_at))
+
+
+def _head_stats(t: _Trial, epoch: int, *, maps: bool) -> float:
+    """Rank 0: the ``heads`` part of ``epoch`` (and its ``maps`` part with ``maps``);
+    returns the seconds taken (0 when head statistics are off)."""
+    cfg, writer = t.cfg, t.writer
+    if writer is None or not cfg.head_stats or not hasattr(t.model, "attention_layers"):
+        return 0.0
+    h0 = time.perf_counter()
+    t.model.eval()
+    with t.autocast():
+        head_rows, map_rows = collect_head_stats(t.model, t.x_heads, radius=cfg.map_radius)
+    writer.rows("heads", epoch, head_rows)
+    if maps:
+        writer.rows("maps", epoch, map_rows)
+    return time.perf_counter() - h0
+
+
 def _record(t: _Trial, epoch: int, metrics: dict[str, Any], progress) -> None:
     """Rank 0: head statistics (and maps on the map epochs), the ``epochs`` row, the
     ``runs`` row, the progress line.  Adds ``head_stats_seconds`` to ``metrics``."""
     cfg, writer = t.cfg, t.writer
-    hs_seconds = 0.0
-    if writer is not None and cfg.head_stats and hasattr(t.model, "attention_layers"):
-        h0 = time.perf_counter()
-        t.model.eval()
-        with t.autocast():
-            head_rows, map_rows = collect_head_stats(t.model, t.x_heads, radius=cfg.map_radius)
-        writer.rows("heads", epoch, head_rows)
-        if epoch in t.maps_at:
-            writer.rows("maps", epoch, map_rows)
-        hs_seconds = time.perf_counter() - h0
-    metrics["head_stats_seconds"] = hs_seconds
+    metrics["head_stats_seconds"] = _head_stats(t, epoch, maps=epoch in t.maps_at)
     if writer is not None:
         writer.rows("epochs", epoch, [{k: v for k, v in metrics.items() if k != "epoch"}])
         _write_run(t, "running" if epoch + 1 < cfg.epochs else "finished")
