@@ -64,9 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     _target(f)
     f.add_argument("--out", type=Path, default=None,
                    help="output folder (default: <study folder>/figures; ./figures/<name> for a URI)")
-    f.add_argument("--epoch", type=BoundedInt(0, MAX_EPOCHS - 1, "MAX_EPOCHS"), default=None, metavar="N",
+    f.add_argument("--epoch", type=BoundedInt(-1, MAX_EPOCHS - 1, "MAX_EPOCHS"), default=None, metavar="N",
                    help="epoch of head and map figures as stored in the tables (0-based: 0 is after the "
-                        "first epoch); trajectories and convolution-likeness stop there "
+                        "first epoch, -1 the untrained model); trajectories and convolution-likeness stop there "
                         "(default: each trial's last)")
     f.add_argument("--per-seed", action="store_true",
                    help="also one head, map, trajectory and convolution-likeness figure per trial (seed), "
@@ -119,8 +119,8 @@ def _figures(args: argparse.Namespace) -> int:
 
     from analysis.figures import default_out
 
-    if args.epoch is not None and args.epoch < 0:
-        raise AnalysisError(f"--epoch: must be >= 0, got {args.epoch}")
+    if args.epoch is not None and args.epoch < -1:
+        raise AnalysisError(f"--epoch: must be >= -1, got {args.epoch}")
     if args.jobs is not None and args.jobs < 1:
         raise AnalysisError(f"--jobs: must be >= 1, got {args.jobs}")
     study = load(args.study, args.storage)

@@ -35,9 +35,11 @@ if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never
 
 
 #: DuckDB types of the guaranteed columns, used for tables with no part yet.
-_TEXT = {"trial_id", "study", "name", "arch", "encoding", "data", "status", "device", "schedule", "error"}
+_TEXT = {"trial_id", "study", "name", "arch", "encoding", "data", "status", "device", "schedule", "error",
+         "autoaugment"}
 _INT = {"num_heads", "pos_dim", "hidden", "layers", "batch_size", "epochs", "seed", "epochs_done",
-        "n_params", "flops", "world_size", "attempts", "cell", "subset", "epoch", "layer", "head", "window"}
+        "n_params", "flops", "world_size", "attempts", "cell", "subset", "epoch", "layer", "head", "window",
+        "randaugment_ops", "randaugment_magnitude"}
 _TYPES = {"isotropic": "BOOLEAN", "probs": "DOUBLE[]"}
 
 

@@ -119,14 +119,27 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
     ],
     "heads": [
         *_keys("trial_id", "epoch", "layer", "head"),
-        ("center_x", "float", "mean column shift E[δx] of the head's attention, grid pixels, right positive"),
+        ("attention_distance", "float", "THE locality measure, the same for every encoding: mean attention distance "
+                                        "Σ_k P[q,k]·‖p_k − p_q‖ between query and key tokens, in grid cells (tokens "
+                                        "of the 16×16 grid), averaged over every query token of the head_images test "
+                                        "images on the real grid, boundaries included (uniform attention: 8.33 on "
+                                        "16×16; a 3×3 convolution's taps: 1.05); absent in studies written before "
+                                        "the column existed"),
+        ("attention_entropy", "float", "entropy −Σ_k P[q,k] ln P[q,k] of each query's attention over the grid's "
+                                       "keys, nats, averaged like attention_distance (uniform on 16×16: ln 256 = "
+                                       "5.55)"),
+        ("center_x", "float", "canvas moment (centre query, see the notes): mean column shift E[δx] of the head's "
+                              "attention, grid pixels, right positive"),
         ("center_y", "float", "mean row shift E[δy], grid pixels, DOWN positive"),
         ("cov_xx", "float", "variance of δx, pixels²"),
         ("cov_xy", "float", "covariance of δx and δy, pixels² (y down)"),
         ("cov_yy", "float", "variance of δy, pixels²"),
-        ("entropy", "float", "entropy of the attention distribution over shifts, nats (uniform over n "
-                             "pixels: ln n)"),
-        ("mean_distance", "float", "E‖δ‖, pixels"),
+        ("entropy", "float", "canvas moment: entropy of the centre query's distribution over shifts, nats "
+                             "(uniform over n pixels: ln n); not attention_entropy"),
+        ("mean_distance", "float", "canvas moment: E‖δ‖ of the centre query, pixels (uniform attention: 11.86 on "
+                                   "the unclipped 31×31 canvas of positional heads, 6.14 for content heads' "
+                                   "centre query of a 16×16 grid): NOT comparable across encodings, use "
+                                   "attention_distance"),
         ("max_prob", "float", "largest probability on a single shift (1 = one pixel)"),
         ("param_center_x", "float", "Gaussian heads: the parameter Δ_h's column component, pixels (null for "
                                     "learned heads)"),
@@ -153,10 +166,15 @@ NOTES = {
             "(new fields appear as new columns); bookkeeping columns (trial_id, cell, sample, ray_trial_id, "
             "attempts, timing, sizes, status) never define a model variant.",
     "epochs": "One row per (trial_id, epoch).",
-    "heads": "One row per (trial_id, epoch, layer, head). Positional heads: a query at the centre of a canvas "
-             "large enough that no shift is clipped; content heads: the centre query of head_images test "
-             "images, distributions averaged.",
-    "maps": "One row per (trial_id, epoch, layer, head): the attention window around the query.",
+    "heads": "One row per (trial_id, epoch, layer, head); epoch = -1 is the untrained model (recorded before the "
+             "first training step; studies written before it have none). attention_distance and "
+             "attention_entropy: every query of the head_images test images on the real grid, the same for "
+             "every encoding. Canvas moments (center_*, cov_*, entropy, mean_distance, max_prob): positional "
+             "heads a query at the centre of a canvas large enough that no shift is clipped; content heads "
+             "the centre query of head_images test images, distributions averaged; right for the Gaussian "
+             "heads' centres and contours, not for comparing locality across encodings.",
+    "maps": "One row per (trial_id, epoch, layer, head): the attention window around the query (the canvas "
+            "moments' distribution); epoch = -1 is the untrained model.",
 }
 
 

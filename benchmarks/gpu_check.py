@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""One command for a lent GPU: the CUDA tests, ``study bench`` of every paper model
+"""One command for a lent GPU: the CUDA tests, ``study bench`` of every paper model and today's encodings
 (with and without ``--compile``) and a 2-epoch full-CIFAR study through ``study run``;
 one JSON and one Markdown report.
 
@@ -62,7 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tests", nargs="*", default=None, metavar="NODE",
                    help=f"pytest node ids of the tests part (default: {' '.join(CUDA_TESTS)})")
     p.add_argument("--models", default=None, metavar="LIST",
-                   help="comma-separated keys of study.models.PAPER_MODELS to bench and study (default all)")
+                   help="comma-separated keys of study.bench.options.BENCH_MODELS to bench and study "
+                   "(default: the paper's models and today's encodings, study.models.PAPER_MODELS and ENCODING_MODELS)")
     p.add_argument("--batch", type=int, default=None, help="bench batch (default 128 on CUDA, 8 on CPU, 2 --small)")
     p.add_argument("--compile-backend", default="inductor", help="backend of the --compile bench runs")
     p.add_argument("--assumed-mfu", type=float, default=0.15,
@@ -75,17 +76,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
     import torch
 
-    from study.models import PAPER_MODELS
+    from study.bench.options import BENCH_MODELS
+    from study.models import ENCODING_MODELS, PAPER_MODELS
 
     args.parts = tuple(x.strip() for x in args.parts.split(",") if x.strip())
     bad = [x for x in args.parts if x not in PARTS]
     if bad or not args.parts:
         p.error(f"--parts: unknown part {bad[0] if bad else args.parts!r}; choose from {', '.join(PARTS)}")
-    args.models = tuple(PAPER_MODELS) if args.models is None else tuple(
+    args.models = (*PAPER_MODELS, *ENCODING_MODELS) if args.models is None else tuple(
         m.strip() for m in args.models.split(",") if m.strip())
-    bad = [m for m in args.models if m not in PAPER_MODELS]
+    bad = [m for m in args.models if m not in BENCH_MODELS]
     if bad or not args.models:
-        p.error(f"--models: unknown model {bad[0] if bad else args.models!r}; choose from {', '.join(PAPER_MODELS)}")
+        p.error(f"--models: unknown model {bad[0] if bad else args.models!r}; choose from {', '.join(BENCH_MODELS)}")
     try:
         args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     except RuntimeError as e:
@@ -165,9 +167,11 @@ def run_tests(args, budget_s: float, out: Path) -> dict:
 
 
 # ------------------------------------------------------------------- bench
-def run_benches(args, budget_s: float, peak: dict) -> dict:
+def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
     """``study bench`` (in process) of every model: eager with the naive float32
-    reference, then ``--compile``; each model's timed steps sized by its FLOPs."""
+    reference, then ``--compile``; each model's timed steps sized by its FLOPs.
+    ``on_row(part)`` receives the part so far after each model (a run cut short by
+    the device's time limit still leaves the models it measured)."""
     import torch
 
     from study.bench.options import default_options
@@ -224,6 +228,12 @@ def run_benches(args, budget_s: float, peak: dict) -> dict:
             row["compile_speedup"] = row["compiled"]["images_per_s"] / row["eager"]["images_per_s"]
             row["compile_s"] = row["compiled"]["warmup_s"]  # warm-up = compilation + the warm-up steps
         rows.append(row)
+        if on_row is not None and len(rows) < len(plan):
+            on_row({**_bench_part(rows, budget_s, t_part, args, overrides), "status": "running"})
+    return _bench_part(rows, budget_s, t_part, args, overrides)
+
+
+def _bench_part(rows: list[dict], budget_s: float, t_part: float, args, overrides: dict) -> dict:
     failed = [f"{r['key']} {lab}: {r[lab]['error']}" for r in rows for lab in ("eager", "compiled") if "error" in r[lab]]
     return {"status": "failed" if failed else "passed", "planned_s": sum(r["planned_s"] for r in rows),
             "budget_s": budget_s, "seconds": time.perf_counter() - t_part, "compile_backend": args.compile_backend,
@@ -236,12 +246,13 @@ def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
     its plan: per model the FLOPs and the predicted seconds; models that would not fit
     the budget (most expensive first) are left out, with the reason."""
     from study.flops import forward_flops
-    from study.models import PAPER_MODELS, ModelConfig, build_model
+    from study.bench.options import BENCH_MODELS
+    from study.models import ModelConfig, build_model
 
     n_train, n_test = (200, 100) if args.small else (CIFAR_TRAIN, CIFAR_TEST)
     entries, plan = [], []
     for key in args.models:
-        cfg = PAPER_MODELS[key]
+        cfg = BENCH_MODELS[key]
         base = ModelConfig(arch=cfg.arch).to_dict()
         entry = {k: v for k, v in cfg.to_dict().items() if v != base[k] or k == "arch"}
         if args.small and cfg.arch == "sa":
@@ -382,10 +393,11 @@ def markdown(report: dict) -> str:
         lines += ["", "| model | planned s | included | trial status | final test acc | device s | img/s |",
                   "|---|---|---|---|---|---|---|"]
         trials = {t["name"]: t for t in s["trials"]}
-        from study.models import PAPER_MODELS, model_name
+        from study.bench.options import BENCH_MODELS
+        from study.models import model_name
 
         for p in s["plan"]:
-            tr = trials.get(model_name(PAPER_MODELS[p["key"]]), {})
+            tr = trials.get(model_name(BENCH_MODELS[p["key"]]), {})
             lines.append(f"| {p['key']} | {_fmt(p['planned_s'], '.0f')} | {'yes' if p['included'] else p['reason']} | "
                          f"{tr.get('status', '-')} | {_fmt(tr.get('final_test_acc'), '.4f')} | "
                          f"{_fmt(tr.get('device_seconds'), '.0f')} | {_fmt(tr.get('images_per_s'), '.0f')} |")
@@ -414,7 +426,12 @@ def main(argv=None) -> int:
     report = {"device": str(args.device), "device_name": device_name(args.device), "torch": torch.__version__,
               "cuda": torch.version.cuda, "ray": importlib.util.find_spec("ray") is not None, "small": args.small,
               "budget_s": budget_s, "assumed_mfu": args.assumed_mfu, "peak": peak, "parts": {}}
-    runners = {"tests": lambda b: run_tests(args, b, out), "bench": lambda b: run_benches(args, b, peak),
+    def partial_bench(part: dict) -> None:
+        report["parts"]["bench"] = part
+        report["seconds"] = time.perf_counter() - t0
+        write_reports(report, out)
+
+    runners = {"tests": lambda b: run_tests(args, b, out), "bench": lambda b: run_benches(args, b, peak, partial_bench),
                "study": lambda b: run_study(args, b, peak, out)}
     for name in PARTS:
         if name not in args.parts:

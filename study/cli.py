@@ -27,7 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     from study.tables import warnings_as_lines
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # overrides after the options (`study run FILE --storage S epochs=5`) are overrides too
+        if getattr(args, "overrides", None) is None or any(a.startswith("-") for a in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     if args.command is None:  # `study` alone: the list of commands, on stderr, usage status
         parser.print_help(sys.stderr)
         return EXIT_USAGE

@@ -27,11 +27,19 @@ PROJECT_MODULES = ("study", "analysis")
 
 
 class StudyError(Exception):
-    """Base of the project's run-time errors.  ``str(error)`` is one line.
+    """Base of the project's run-time errors.  ``str(error)`` is one line;
+    ``exit_code`` is the exit status the command line gives it (table above).
+
+    ``study.run`` (the Python API) raises them where ``study run`` prints its one
+    line: :class:`UsageError` (:class:`StudyFileError`) for bad input,
+    :class:`StorageError` for a storage that fails or cannot be reached,
+    :class:`RayStartError`, :class:`LockError`, :class:`IntegrityError`.
 
     Every project exception survives ``pickle`` (Ray copies the exception of a
     failed trial from the worker to the driver): ``__reduce__`` rebuilds it from
     its constructor arguments, kept in ``self._init``."""
+
+    exit_code = EXIT_TRIAL_ERROR
 
     def __init__(self, message: str):
         super().__init__(_one_line(message))
@@ -41,13 +49,44 @@ class StudyError(Exception):
         return (type(self), self._init)
 
 
+class UsageError(StudyError):
+    """Bad input (an option, a data source, a storage URI, a study name): nothing
+    started.  The command line prints ``PROG: error: MESSAGE``, exit 2."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str):
+        # verbatim, as the command line printed it before: a value quoted in it keeps its
+        # blanks (`got '   '`); its callers write one line
+        Exception.__init__(self, message)
+        self._init = (message,)
+
+
+class StudyFileError(UsageError):
+    """A study file, or a command-line override of one, that fails its check:
+    ``FILE: path.field: problem`` (:class:`study.spec.SpecError` is one)."""
+
+
 class StorageError(StudyError):
-    """The study's storage failed (disk full, unwritable, vanished): names the path."""
+    """The study's storage failed (disk full, unwritable, vanished) or an object store
+    cannot be reached: names the path."""
+
+    exit_code = EXIT_STORAGE
 
     def __init__(self, path: str, reason: str):
         super().__init__(f"{path}: {reason}")
         self._init = (path, reason)
         self.path, self.reason = path, reason
+
+
+class StorageUnreachableError(StorageError):
+    """An object store that did not answer (or refused) within the bounded wait: the
+    one-line message names the URI and the endpoint."""
+
+    def __init__(self, message: str):
+        Exception.__init__(self, message)  # verbatim, as the command line printed it before
+        self._init = (message,)
+        self.path, self.reason = None, message
 
 
 class CheckpointError(StudyError):
@@ -57,9 +96,13 @@ class CheckpointError(StudyError):
 class IntegrityError(StudyError):
     """A file of Ray's that is about to be unpickled fails its HMAC check."""
 
+    exit_code = EXIT_STORAGE
+
 
 class RayStartError(StudyError):
     """A local Ray did not start, or a cluster could not be joined."""
+
+    exit_code = EXIT_RAY
 
 
 class SupersededError(StudyError):
@@ -75,6 +118,8 @@ class SupersededError(StudyError):
 
 class LockError(StudyError):
     """Another driver holds the study's lock."""
+
+    exit_code = EXIT_USAGE
 
 
 def _one_line(text: object, limit: int = 500) -> str:

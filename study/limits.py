@@ -29,6 +29,10 @@ MAX_LIST_ENTRIES = 1_000
 #: value combinations checked one by one (every cell × every sampled corner value);
 #: above this, sampled axes are checked one at a time against every cell
 MAX_CHECKED_COMBINATIONS = 5_000
+#: command-line overrides of a study file (``study run FILE key=value ...``): how many,
+#: and characters each (a value is read as YAML within the study file's limits too)
+MAX_OVERRIDES = 100
+MAX_OVERRIDE_CHARS = 10_000
 #: a seed is given to torch, numpy and Optuna: at most 2**32 - 1 (numpy's limit)
 MAX_SEED = 2**32 - 1
 MAX_EPOCHS = 100_000

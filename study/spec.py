@@ -12,6 +12,8 @@ Schema (every key optional except ``data``)::
     optimizer: {lr: 0.1, momentum: 0.9, weight_decay: 1.0e-4}
     schedule: {type: cosine, warmup: 0.05}         # or {type: step} (ResNet18 recipe)
     training: {amp: true, compile: false, head_stats: true, head_images: 100, map_radius: 7}
+    protocol: {cutmix_alpha: 1.0, mixup_alpha: 0.0, randaugment_ops: 2, randaugment_magnitude: 9,
+               autoaugment: none, label_smoothing: 0.1}   # all off by default (the paper's recipe)
     maps: {epochs: auto}             # epochs that store attention maps: auto | all | last | none | [0, 9, 299]
     seeds: [0]                                     # grid axis
     model: {hidden: 400, layers: 6}                # base model fields for every trial
@@ -31,10 +33,10 @@ Schema (every key optional except ``data``)::
 
 Grid and sample keys name a model field (``num_heads``, ``pos_dim``, ``encoding``,
 ``isotropic``, ...) or a training field (``lr``, ``momentum``, ``weight_decay``,
-``warmup``, ``batch_size``).  Trials = seeds × models × grid cells × num_samples.
+``warmup``, ``batch_size``, and the ``protocol`` fields).  Trials = seeds × models × grid cells × num_samples.
 
 A ``training:`` mapping inside a ``models`` entry gives that model its own recipe:
-keys ``epochs``, ``batch_size``, ``optimizer``, ``schedule`` and the top-level
+keys ``epochs``, ``batch_size``, ``optimizer``, ``schedule``, ``protocol`` and the top-level
 ``training`` keys, validated like the top level (``models.0.training.schedule.type``);
 they override the top-level values for that model's trials only.  A grid or sample
 axis may not also be set there.
@@ -45,6 +47,13 @@ and ASHA's metric (``val_acc``).  An integer N, or a fraction in (0, 1) of the
 training images (after ``subset``).  Default: 0.1 (10 %) for studies that select
 (sampled axes or ASHA), 0 for pure grids.  A study may select on the test set only
 by asking for it: ``validation: 0`` with ``scheduler: {metric: test_acc}``.
+
+``protocol``: the training protocol beyond crop and flip (:class:`TrainConfig`,
+applied by :mod:`study.trial.protocol`): CutMix's / MixUp's Beta alpha (0: off; both
+on: one of the two per batch), RandAugment's operations per image (0: off) and
+magnitude (0-30), an AutoAugment policy (none, cifar10, imagenet, svhn; not with
+RandAugment), the loss's label smoothing in [0, 1).  Recorded as ``runs`` columns of
+the same names.
 
 Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`).
 The YAML is read within limits (:mod:`study.specyaml`); every value the study can
@@ -61,10 +70,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from study import limits, speccheck
+from study import limits, overrides as cli_overrides, speccheck
+from study.errors import StudyFileError
 from study.models.config import ConfigError, ModelConfig
 from study.specyaml import YamlError, load_yaml, read_study_text
-from study.trial.config import TrainConfig
+from study.trial.config import PROTOCOL_FIELDS, TrainConfig
 
 #: experiment trackers a study file may name in ``loggers:`` -> (the module each needs,
 #: the extra that installs it); Ray Tune's callbacks for them: :mod:`study.tuning.loggers`
@@ -75,7 +85,7 @@ LOGGERS: dict[str, tuple[str, str]] = {
 }
 DEFAULT_LOGGERS = ("tensorboard",)
 MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
-TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size")
+TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size", *PROTOCOL_FIELDS)
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
 TOP_KEYS = {
     "name": str, "description": str, "data": str, "subset": (int, type(None)), "validation": (int, float),
@@ -83,7 +93,7 @@ TOP_KEYS = {
     "batch_size": int, "optimizer": dict, "schedule": dict, "training": dict, "seeds": list,
     "model": dict, "models": list, "grid": dict, "sample": dict, "num_samples": int,
     "scheduler": (dict, type(None)), "resources": dict, "max_failures": int,
-    "max_concurrent": (int, type(None)), "maps": dict, "loggers": list,
+    "max_concurrent": (int, type(None)), "maps": dict, "loggers": list, "protocol": dict,
 }
 SECTION_KEYS = {
     "optimizer": {"lr": (int, float), "momentum": (int, float), "weight_decay": (int, float)},
@@ -94,19 +104,22 @@ SECTION_KEYS = {
                   "mode": str},
     "resources": {"gpus_per_trial": (int, float), "cpus_per_trial": (int, float), "workers_per_trial": int},
     "maps": {"epochs": (str, list)},
+    "protocol": {"cutmix_alpha": (int, float), "mixup_alpha": (int, float), "randaugment_ops": int,
+                 "randaugment_magnitude": int, "autoaugment": str, "label_smoothing": (int, float)},
 }
 
 #: Keys of a per-model ``training:`` override inside a ``models`` entry.
 MODEL_TRAINING_KEYS = {
-    "epochs": int, "batch_size": int, "optimizer": dict, "schedule": dict, **SECTION_KEYS["training"],
+    "epochs": int, "batch_size": int, "optimizer": dict, "schedule": dict, "protocol": dict,
+    **SECTION_KEYS["training"],
 }
 #: Where each TrainConfig field sits in a recipe mapping (for error paths).
 _RECIPE_PATHS = {"lr": "optimizer.lr", "momentum": "optimizer.momentum",
                  "weight_decay": "optimizer.weight_decay", "warmup": "schedule.warmup",
-                 "schedule": "schedule.type"}
+                 "schedule": "schedule.type", **{k: f"protocol.{k}" for k in PROTOCOL_FIELDS}}
 
 
-class SpecError(ValueError):
+class SpecError(StudyFileError, ValueError):
     """A study-file error: ``FILE: path.to.field: message`` on one line."""
 
     def __init__(self, file: str, path: str, message: str):
@@ -152,6 +165,8 @@ class StudySpec:
     #: continuous or long range, or too many combinations to enumerate)
     models_complete: bool = True
     loggers: tuple[str, ...] = DEFAULT_LOGGERS
+    #: the command-line overrides applied to the file's mapping (``raw`` holds the result)
+    overrides: tuple[str, ...] = ()
 
     @property
     def num_trials(self) -> int:
@@ -167,8 +182,12 @@ class StudySpec:
 
 
 def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_available: int | None = None,
-              cpus_available: int | None = None) -> StudySpec:
+              cpus_available: int | None = None, overrides: list[str] | tuple[str, ...] = ()) -> StudySpec:
     """Read and validate a study file (``data`` overrides the file's ``data``).
+
+    ``overrides``: Hydra-syntax ``key.sub=value`` strings (:mod:`study.overrides`)
+    applied to the file's mapping before it is checked; an error they cause names
+    the override's path and the override.
 
     ``gpus_available`` / ``cpus_available``: GPUs / CPUs of the target machine or
     cluster, if known; a request per trial beyond them is an error."""
@@ -182,10 +201,33 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
         raw = {}
     if not isinstance(raw, dict):
         raise SpecError(file, "", f"must be a mapping of study fields, got {type(raw).__name__}")
+    overrides = tuple(overrides)
+    if overrides:
+        raw = cli_overrides.apply(raw, list(overrides), err=lambda where, message: SpecError(file, where, message))
     if data is not None:
         raw = {**raw, "data": data}
-    return validate(raw, file=file, default_name=p.stem, gpus_available=gpus_available,
-                    cpus_available=cpus_available)
+    try:
+        spec = validate(raw, file=file, default_name=p.stem, gpus_available=gpus_available,
+                        cpus_available=cpus_available)
+    except SpecError as e:
+        culprit = _override_of(e.path, overrides)
+        if culprit is None:
+            raise
+        raise SpecError(file, e.path, f"{e.message} (override {culprit})") from None
+    object.__setattr__(spec, "overrides", overrides)
+    return spec
+
+
+def _override_of(path: str, overrides: tuple[str, ...]) -> str | None:
+    """The last override that set ``path``, a field under it, or the field it is in."""
+    for text in reversed(overrides):
+        try:
+            where = cli_overrides.dotted(cli_overrides.parse(text)[1])
+        except ValueError:
+            continue
+        if path and (path == where or path.startswith(where + ".") or where.startswith(path + ".")):
+            return text
+    return None
 
 
 def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None,
@@ -223,6 +265,7 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         "epochs": raw.get("epochs", 300),
         "batch_size": raw.get("batch_size", 100),
         **_recipe(raw.get("optimizer", {}), raw.get("schedule", {}), raw.get("training", {})),
+        **raw.get("protocol", {}),
         **({"map_epochs": raw["maps"]["epochs"]} if "epochs" in raw.get("maps", {}) else {}),
     }
 
@@ -456,13 +499,13 @@ def _model_recipe(err, path: str, d: Any) -> dict[str, Any]:
         if key not in MODEL_TRAINING_KEYS:
             raise err(f"{path}.{key}", f"unknown key (allowed: {', '.join(MODEL_TRAINING_KEYS)})")
         _check_type(err, f"{path}.{key}", value, MODEL_TRAINING_KEYS[key])
-        if key in ("optimizer", "schedule"):
+        if key in ("optimizer", "schedule", "protocol"):
             for k, v in value.items():
                 if k not in SECTION_KEYS[key]:
                     raise err(f"{path}.{key}.{k}", f"unknown key (allowed: {', '.join(SECTION_KEYS[key])})")
                 _check_type(err, f"{path}.{key}.{k}", v, SECTION_KEYS[key][k])
-    flat = {k: v for k, v in d.items() if k not in ("optimizer", "schedule")}
-    return {**flat, **_recipe(d.get("optimizer", {}), d.get("schedule", {}), {})}
+    flat = {k: v for k, v in d.items() if k not in ("optimizer", "schedule", "protocol")}
+    return {**flat, **_recipe(d.get("optimizer", {}), d.get("schedule", {}), {}), **d.get("protocol", {})}
 
 
 def _locate(fld: str, cell: Cell, raw: dict, models: list[dict], recipes: list[dict] | None = None) -> str:

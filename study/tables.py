@@ -9,7 +9,19 @@ Layout under a table root (``<storage>/<study>/tables`` or ``study train --out D
 for ``<table>`` in ``epochs`` (one row per (trial, epoch)), ``heads`` (one row per
 (trial, epoch, layer, head), every epoch) and ``maps`` (the attention window per
 (trial, epoch, layer, head), only at the epochs of the trial's map schedule, see
-:func:`map_epochs`).
+:func:`map_epochs`).  ``epoch`` is 0-based: the row of epoch e holds the state after
+e + 1 epochs of training.  ``heads`` and ``maps`` also hold the untrained model, at
+``epoch`` = :data:`INIT_EPOCH` (−1, part ``-0001.parquet``), written once before the
+first training step (and again, identical, by an attempt that restarts from
+scratch: the same part, overwritten); ``epochs`` has rows of trained epochs only.
+
+``heads`` columns: ``attention_distance`` / ``attention_entropy`` are the grid locality
+(the attention-weighted distance between query and key tokens, grid cells, and the
+attention's entropy, nats, averaged over every query token of the head-statistics test
+images on the real grid: one measure for every encoding); ``center_*``, ``cov_*``,
+``entropy``, ``mean_distance`` and ``max_prob`` are the canvas (centre-query) moments
+(see :mod:`study.trial.headstats`).  Studies written before ``attention_distance``
+existed lack it (and the init rows): readers fall back to ``mean_distance`` and say so.
 
 Compaction: every :data:`COMPACT_EVERY` parts of a table, and when the trial ends
 (:meth:`TableWriter.close`; ``study run`` also compacts every trial once the study
@@ -81,6 +93,9 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "momentum", "intermediate", "dropout", "attention_dropout", "validation", "data_source",
         "n_train", "n_val", "n_test", "best_val_acc", "final_val_acc",
         "error",
+        # the training protocol (study.trial.protocol; all off in a study written before it)
+        "cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugment_magnitude", "autoaugment",
+        "label_smoothing",
     ),
     "epochs": (
         "trial_id", "epoch", "train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "lr",
@@ -88,7 +103,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     ),
     "heads": (
         "trial_id", "epoch", "layer", "head", "center_x", "center_y", "cov_xx", "cov_xy",
-        "cov_yy", "entropy", "mean_distance", "max_prob",
+        "cov_yy", "entropy", "mean_distance", "max_prob", "attention_distance", "attention_entropy",
         "param_center_x", "param_center_y", "param_inv_cov_xx", "param_inv_cov_xy", "param_inv_cov_yy",
         "gate",
     ),
@@ -103,7 +118,9 @@ STATUSES = ("running", "finished", "diverged", "stopped", "interrupted", "error"
 #: A trial's parts of a table are compacted whenever this many have accumulated.
 COMPACT_EVERY = 10
 COMPACTED = "compacted.parquet"
-_PART = re.compile(r"^\d{5,}\.parquet$")
+#: the ``epoch`` of the untrained model's ``heads`` and ``maps`` rows
+INIT_EPOCH = -1
+_PART = re.compile(r"^(?:\d{5,}|-0001)\.parquet$")
 #: a file or folder under ``tables/`` whose name starts with one of these is never read
 #: (a write in progress, ``.tmp-*``, or hidden bookkeeping): no trial id may start so
 SKIPPED_PREFIXES = (".", "_")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +27,23 @@ def write_spec(tmp_path: Path, name: str, **doc) -> Path:
     p.write_text(yaml.safe_dump({"name": name, "data": "synthetic:100", "batch_size": 25, "model": TINY,
                                  "training": {"head_images": 4}, "resources": {"cpus_per_trial": 1}, **doc}))
     return p
+
+
+def corpus_expectation(path: Path) -> str:
+    """The ``# expect: TEXT`` of a ``tests/bad_inputs`` file's first line."""
+    return Path(path).read_text(encoding="utf-8").splitlines()[0].split("# expect:", 1)[1].strip()
+
+
+def meets_expectation(path: Path, message: str, *, anywhere: bool = False) -> bool:
+    """Whether a refusal's message (what follows ``FILE: ``) is the one the corpus file
+    expects: it starts with TEXT (or holds it, ``anywhere``), or, for ``re:PATTERN``,
+    matches PATTERN from its start.  A pattern states a contract that more than one
+    layer may meet (e.g. "names line 4 and says nesting", whether the project's depth
+    check or the YAML scanner's own limit refuses first)."""
+    want = corpus_expectation(path)
+    if want.startswith("re:"):
+        return re.match(want[3:], message) is not None
+    return want in message if anywhere else message.startswith(want)
 
 
 def cli_env(env: dict | None = None) -> dict[str, str]:

@@ -91,7 +91,7 @@ def test_load_by_folder_tables_name_and_uri(paper):
             pd.testing.assert_frame_equal(study.table(t), frame)
             assert int(study.sql(f"SELECT count(*) AS n FROM {t}").n[0]) == len(frame)
     assert len(want["runs"]) == 4 and len(want["epochs"]) == 8
-    assert len(want["heads"]) == 2 * 2 * (9 + 9 + 4 + 4)
+    assert len(want["heads"]) == (1 + 2) * 2 * (9 + 9 + 4 + 4)  # (init + 2 epochs) x layers x heads
 
 
 def test_load_errors_are_analysis_errors(tmp_path):
@@ -224,13 +224,16 @@ def test_running_study_partial_tables(tmp_path, capsys, monkeypatch):
     s = analysis.load(tables.parent)
     assert list(s.runs.status) == ["running", "running"] and list(s.runs.epochs_done) == [1, 0]
     assert len(s.epochs) == 1 and int(s.sql("SELECT count(*) AS n FROM epochs").n[0]) == 1
-    assert s.sql("SELECT count(*) AS n FROM heads WHERE trial_id = 'learned'").n[0] == 0
+    # the trial stopped before its first epoch ended has the untrained model's rows only
+    assert s.sql("SELECT count(*) AS n FROM heads WHERE trial_id = 'learned' AND epoch = -1").n[0] == 2 * 4
+    assert s.sql("SELECT count(*) AS n FROM heads WHERE trial_id = 'learned' AND epoch >= 0").n[0] == 0
     code, out, err = run_cli(capsys, "figures", tables.parent, "--out", tmp_path / "figs")
     assert code == 0 and err == ""
-    assert "skipped heads for SA learned (N_h=4, D_p=8) (learned): no heads rows yet" in out
-    assert "skipped trajectories for SA quadratic isotropic (N_h=9): needs head statistics of at least 2 epochs" in out
+    assert "skipped heads for" not in out and "skipped trajectories for SA quadratic" not in out
+    assert "skipped trajectories for SA learned (N_h=4, D_p=8): needs head statistics of at least 2 epochs" in out
     for stem in ("fig2_accuracy", "heads_sa-quadratic-isotropic-nh9", "maps_sa-quadratic-isotropic-nh9",
-                 "conv_likeness_sa-quadratic-isotropic-nh9"):
+                 "conv_likeness_sa-quadratic-isotropic-nh9", "heads_sa-learned-nh4-dp8",
+                 "trajectories_sa-quadratic-isotropic-nh9"):
         _check_image(tmp_path / "figs" / f"{stem}.png")
     table1 = pd.read_csv(tmp_path / "figs" / "table1.csv")
     assert list(table1.model) == ["SA quadratic isotropic (N_h=9)"]  # the learned trial has no epoch yet
@@ -492,7 +495,8 @@ def test_conv_likeness_csv(paper, paper_figures):
     heads = read_table(paper / "tables", "heads")
     # one figure for the variant: its two seeds aggregated (mean, min, max over seeds)
     got = pd.read_csv(paper_figures / "conv_likeness_sa-quadratic-isotropic-nh9.csv")
-    assert len(got) == 2 * 2 and set(got.K) == {3} and set(got.seeds) == {2}
+    assert len(got) == (1 + 2) * 2 and set(got.K) == {3} and set(got.seeds) == {2}  # (init + 2 epochs) x layers
+    assert sorted(set(got.epochs_trained)) == [0, 1, 2]  # from the untrained model
     for r in got.itertuples():
         per_seed = []
         for tid in ("iso-s0", "iso-s1"):

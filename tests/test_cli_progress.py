@@ -2,13 +2,21 @@
 defaults in `--help`, loggers in the study file, progress with ETA, decode progress."""
 
 import argparse
+import fcntl
+import os
+import re
+import struct
+import subprocess
 import sys
+import termios
+import time
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from study.cli import build_parser, main
+from tests.helpers import run_cli
 
 
 def _subparsers(parser):
@@ -148,3 +156,56 @@ def test_first_decode_prints_progress(tmp_path, monkeypatch):
     lines.clear()
     load_splits(str(archive), cache_dir=tmp_path / "cache", progress=lines.append)
     assert not any("%" in ln for ln in lines), "cached: nothing decoded"
+
+
+#: a small `study train` whose epochs take about a second on a quiet CPU: room for a few redraws
+TRAIN_ARGS = ["train", "--data", "synthetic:600", "--hidden", "16", "--layers", "1", "--intermediate", "24",
+              "--num-heads", "2", "--epochs", "2", "--batch-size", "20", "--no-head-stats", "--map-epochs", "none"]
+#: tqdm's bar of the running epoch: images done/total, elapsed<ETA, images/s
+BAR = re.compile(r"epoch (\d)/2: +\d+%\|[^|]*\| *(\d+)/(\d+) \[\d\d:\d\d<\d\d:\d\d, +[\d.]+img/s\]")
+
+
+def _on_a_terminal(cwd, args) -> tuple[int, str, float]:
+    """``python -m study ARGS`` with stdout and stderr on a pseudo-terminal: exit status,
+    everything it wrote there, wall seconds."""
+    from tests.helpers import cli_env
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 24 x 100 like a terminal's
+    t0 = time.monotonic()
+    p = subprocess.Popen([sys.executable, "-m", "study", *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave,
+                         stderr=slave, env=cli_env())
+    os.close(slave)
+    out = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out.append(chunk)
+    code = p.wait(timeout=300)
+    os.close(master)
+    return code, b"".join(out).decode(errors="replace"), time.monotonic() - t0
+
+
+def test_study_train_shows_progress_inside_an_epoch_on_a_terminal(tmp_path):
+    code, text, seconds = _on_a_terminal(tmp_path, [*TRAIN_ARGS, "--out", str(tmp_path / "o")])
+    assert code == 0, text
+    frames = BAR.findall(text)
+    assert any(int(done) > 0 for _, done, _ in frames), text  # counted on the way, not only at 0
+    assert {epoch for epoch, _, _ in frames} == {"1", "2"}
+    assert all(total == "600" for _, _, total in frames)  # the epoch's training images
+    assert "\r" in text  # redrawn in place
+    assert len(frames) <= 4 * seconds + 8, (len(frames), seconds)  # at most ~4 redraws a second
+    # the per-epoch summary lines are as without a terminal, each on a line of its own
+    lines = [ln.split("\r")[-1] for ln in text.replace("\r\n", "\n").split("\n")]
+    assert sum(1 for ln in lines if re.match(r"(\x1b\[A)?epoch \d/2  train_loss ", ln.strip())) == 2, lines
+
+
+def test_study_train_prints_no_progress_bar_into_a_pipe(tmp_path):
+    r = run_cli(tmp_path, *TRAIN_ARGS, "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    assert not BAR.search(r.stderr) and "\r" not in r.stderr and "img/s]" not in r.stderr
+    assert [ln.split("  ")[0] for ln in r.stderr.splitlines()] == ["epoch 1/2", "epoch 2/2"]

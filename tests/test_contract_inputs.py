@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from data_helpers import image_array, jpeg_bytes, make_tree, write_image
+from tests.helpers import corpus_expectation, meets_expectation
 from study import limits
 from study.cli import main
 
@@ -42,8 +43,7 @@ TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
 CPU_BUDGET_S = 0.5  # per validation, measured in this process
 
 
-def expected(path: Path) -> str:
-    return path.read_text(encoding="utf-8").splitlines()[0].split("# expect:", 1)[1].strip()
+expected = corpus_expectation
 
 
 class Refused:
@@ -108,11 +108,8 @@ def _check_line(r: Refused, prog: str, path: Path) -> None:
     assert r.code == 2, r.lines
     prefix = f"{prog}: error: {path}: "
     assert r.line.startswith(prefix), r.line
-    rest, want = r.line[len(prefix):], expected(path)
-    if path.stem in LEGACY:
-        assert want in rest, r.line
-    else:
-        assert rest.startswith(want), f"{rest!r} does not start with {want!r}"
+    rest = r.line[len(prefix):]
+    assert meets_expectation(path, rest, anywhere=path.stem in LEGACY), f"{rest!r} is not {expected(path)!r}"
     assert len(r.line) < 400
 
 
@@ -141,7 +138,8 @@ def test_as_a_real_process(tmp_path, case):
                        timeout=120, cwd=tmp_path)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip() == r.stderr.strip().splitlines()[0]
-    assert r.stderr.startswith(f"study validate: error: {path}: {expected(path)}")
+    prefix = f"study validate: error: {path}: "
+    assert r.stderr.startswith(prefix) and meets_expectation(path, r.stderr.strip()[len(prefix):])
     assert_nothing_written(tmp_path)
 
 
@@ -556,3 +554,19 @@ def test_limits_are_listed_in_the_readme():
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     missing = [name for name in limits.ALL if f"`{name}`" not in readme]
     assert not missing, f"README's limits table lacks {missing}"
+
+
+@pytest.mark.parametrize("doc, line", [
+    ("data: synthetic\nx: " + "[" * 100 + "]" * 100 + "\n", 2),      # the project's depth check
+    ("data: synthetic\nx: " + "[" * 1100 + "]" * 1100 + "\n", 2),    # libyaml's scanner (>= 6.0.4) may refuse first
+    ("data: synthetic\nx:\n" + "".join("  " * i + "-\n" for i in range(1, 200)), 3 + limits.MAX_YAML_DEPTH - 1),
+], ids=["flow_100", "flow_1100", "block_200"])
+def test_deep_nesting_is_one_line_naming_the_file_and_line(cli, tmp_path, doc, line):
+    """Whichever layer refuses first (the project's MAX_YAML_DEPTH or the YAML library's
+    own nesting limit), the refusal is one line, exit 2, naming the file and the line."""
+    p = write(tmp_path, doc)
+    r = cli("validate", p)
+    assert r.code == 2 and r.line.startswith(f"study validate: error: {p}: "), r.lines
+    rest = r.line[len(f"study validate: error: {p}: "):]
+    assert re.search(rf"\bline {line}\b", rest) and "nest" in rest, rest
+    assert r.cpu < CPU_BUDGET_S

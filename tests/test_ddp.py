@@ -51,3 +51,32 @@ def test_two_gloo_ranks_match_one_rank_with_double_batch(tmp_path):
     torch.manual_seed(0)
     init = build_model(MODEL).state_dict()
     assert max((a["model"][k] - init[k]).abs().max().item() for k in init) > 1e-3
+
+
+#: every augmentation of the training protocol (study.trial.protocol) at once
+PROTOCOL = dict(cutmix_alpha=1.0, mixup_alpha=0.5, randaugment_ops=2, label_smoothing=0.1)
+
+
+def _protocol_rank(rank, world, init_file, ckpt):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(rank)  # ranks draw their own augmentations
+        result = train_trial(config(10).replace(**PROTOCOL), trial_id="ddp", checkpoint_dir=ckpt,
+                             device=torch.device("cpu"))
+        assert result.status == "finished" and result.epochs_done == 1, (rank, result)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_ranks_train_with_every_augmentation_of_the_protocol(tmp_path):
+    ddp = tmp_path / "ddp"
+    mp.spawn(_protocol_rank, args=(2, str(tmp_path / "init"), str(ddp)), nprocs=2, join=True)
+    state = load_checkpoint(ddp)
+    assert state["epoch"] == 1 and state["train_config"]["cutmix_alpha"] == 1.0
+    from study.models import build_model
+
+    torch.manual_seed(0)
+    init = build_model(MODEL).state_dict()
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+    assert max((state["model"][k] - init[k]).abs().max().item() for k in init) > 1e-3

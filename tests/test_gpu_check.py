@@ -91,3 +91,24 @@ def test_bad_arguments_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         gpu_check.parse_args(argv)
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bench_report_is_written_after_each_model(tmp_path, monkeypatch):
+    """A run cut short by the device's time limit keeps the models it measured: the report
+    is rewritten after each benched model, through ``main`` (on the lent H200 the first
+    version of this raised KeyError in the report writer and the bench part was lost)."""
+    out = tmp_path / "out"
+    seen = []
+    real = gpu_check.write_reports
+
+    def spy(report, where):
+        real(report, where)
+        bench = json.loads((where / "gpu_check.json").read_text())["parts"].get("bench")
+        seen.append((bench["status"], [r["key"] for r in bench.get("models", [])]) if bench else None)
+
+    monkeypatch.setattr(gpu_check, "write_reports", spy)
+    rc = gpu_check.main(["--device", "cpu", "--small", "--out", str(out), "--parts", "bench",
+                         "--models", "sa_quadratic,sa_relative_bias", "--compile-backend", "aot_eager"])
+    assert rc == 0
+    assert seen == [("running", ["sa_quadratic"]), ("passed", ["sa_quadratic", "sa_relative_bias"])]
+    assert "| sa_quadratic |" in (out / "gpu_check.md").read_text()

@@ -40,16 +40,21 @@ NAN = float("nan")
 
 
 def mean_distance(tid: str, epoch: int, layer: int, head: int) -> float:
-    """A distinct, known E‖δ‖ per row."""
+    """A distinct, known canvas E‖δ‖ per row."""
     k = sum(map(ord, tid))
     return 0.5 + 0.3 * layer + 0.1 * head + 0.05 * epoch + 0.01 * (k % 7)
+
+
+def attention_distance(tid: str, epoch: int, layer: int, head: int) -> float:
+    """A distinct, known grid attention distance per row, never equal to the canvas one."""
+    return 3.0 + mean_distance(tid, epoch, layer, head)
 
 
 def gate_value(tid: str, epoch: int, layer: int, head: int) -> float:
     return 1.0 / (1.0 + math.exp(-(2.0 - 0.8 * epoch * (layer + 1) / 3 + 0.1 * head - 0.05 * int(tid[-1]))))
 
 
-def head_row(tid, enc, n_heads, gate_rule, epoch, layer, head) -> dict:
+def head_row(tid, enc, n_heads, gate_rule, epoch, layer, head, *, grid_metric=True) -> dict:
     quadratic = enc in ("quadratic", "gpsa")  # the fabricated GPSA heads carry Σ⁻¹ of their positional part
     cx, cy = float(head % 3 - 1), float(head // 3 - 1)
     row = {"layer": layer, "head": head, "center_x": cx, "center_y": cy, "cov_xx": 0.3, "cov_xy": 0.0,
@@ -58,6 +63,9 @@ def head_row(tid, enc, n_heads, gate_rule, epoch, layer, head) -> dict:
            "param_center_x": cx if quadratic else NAN, "param_center_y": cy if quadratic else NAN,
            "param_inv_cov_xx": 4.0 if quadratic else NAN, "param_inv_cov_xy": 0.0 if quadratic else NAN,
            "param_inv_cov_yy": 4.0 if quadratic else NAN}
+    if grid_metric:
+        row["attention_distance"] = attention_distance(tid, epoch, layer, head)
+        row["attention_entropy"] = 2.0
     if gate_rule == "value":
         row["gate"] = gate_value(tid, epoch, layer, head)
     elif gate_rule == "null":
@@ -73,7 +81,10 @@ def map_row(layer, head, cx, cy) -> dict:
     return {"layer": layer, "head": head, "window": side, "probs": probs.ravel().tolist()}
 
 
-def write_study(root: Path, trials=TRIALS, *, epochs=EPOCHS) -> Path:
+def write_study(root: Path, trials=TRIALS, *, epochs=EPOCHS, grid_metric=True) -> Path:
+    """Tables of ``trials``; ``grid_metric``: with ``heads.attention_distance`` and the
+    untrained model's rows (epoch −1), as trials record them now; without: a study
+    written before either existed."""
     tables = root / "tables"
     for cell, (tid, name, enc, n_heads, seed, gate_rule) in enumerate(trials):
         w = TableWriter(tables, trial_id=tid)
@@ -82,11 +93,12 @@ def write_study(root: Path, trials=TRIALS, *, epochs=EPOCHS) -> Path:
                "num_heads": n_heads, "pos_dim": None, "seed": seed, "epochs": epochs, "epochs_done": epochs,
                "status": "finished", "best_test_acc": 0.3, "final_test_acc": 0.3, "n_params": 1000, "flops": 2000,
                "data": "synthetic:100", "subset": 100, "n_train": 100, "n_val": 0, "n_test": 100, "cell": cell,
-               "hidden": 16, "layers": LAYERS, "head_images": 8}
-        for epoch in range(epochs):
-            w.rows("epochs", epoch, [{"test_acc": 0.1 * (epoch + 1), "train_loss": 1.0}])
+               "hidden": 16, "layers": LAYERS, "head_images": 8, "image_size": 32, "downsample": 2}
+        for epoch in range(-1 if grid_metric else 0, epochs):
+            if epoch >= 0:
+                w.rows("epochs", epoch, [{"test_acc": 0.1 * (epoch + 1), "train_loss": 1.0}])
             if not resnet:
-                rows = [head_row(tid, enc, n_heads, gate_rule, epoch, layer, head)
+                rows = [head_row(tid, enc, n_heads, gate_rule, epoch, layer, head, grid_metric=grid_metric)
                         for layer in range(LAYERS) for head in range(n_heads)]
                 w.rows("heads", epoch, rows)
                 w.rows("maps", epoch, [map_row(r["layer"], r["head"], r["center_x"], r["center_y"]) for r in rows])
@@ -133,16 +145,17 @@ def test_attention_distance_csv_is_every_head_and_the_layer_means(study_dir, dra
     assert len(dots) == len(last)  # every head of every seed, pooled, once
     merged = dots.merge(last, on=["trial_id", "layer", "head"], suffixes=("", "_t"))
     assert len(merged) == len(dots)
-    np.testing.assert_allclose(merged.mean_distance, merged.mean_distance_t, rtol=1e-12)
+    assert set(dots.metric) == {"attention_distance"}
+    np.testing.assert_allclose(merged.distance, merged.attention_distance, rtol=1e-12)
     assert (merged.model == merged.name).all() and set(dots.epoch) == {EPOCHS - 1}
     # x: the 1-based layer, heads spread within ±0.3 of it
     assert ((dots.x - (dots.layer + 1)).abs() <= 0.3 + 1e-9).all()
     means = got[got.kind == "layer"]
     for (name, layer), g in last.groupby(["name", "layer"]):
         m = means[(means.model == name) & (means.layer == layer)].iloc[0]
-        assert m.mean_distance == pytest.approx(g.mean_distance.mean(), rel=1e-12)
+        assert m.distance == pytest.approx(g.attention_distance.mean(), rel=1e-12)
         assert m.n == len(g) and m.seeds == g.trial_id.nunique() and m.x == layer + 1
-        per_seed = g.groupby("trial_id").mean_distance.mean()
+        per_seed = g.groupby("trial_id").attention_distance.mean()
         if len(per_seed) > 1:
             assert m.seed_std == pytest.approx(per_seed.std(), rel=1e-9)
         else:
@@ -151,21 +164,66 @@ def test_attention_distance_csv_is_every_head_and_the_layer_means(study_dir, dra
     assert set(gpsa.n) == {27} and set(gpsa.seeds) == {3}
 
 
+def test_reference_lines_are_on_the_grid_metrics_scale(study_dir):
+    """The grid metric's reference lines: uniform attention and a 3×3 convolution's
+    in-grid taps on the trials' 16×16 token grid, computed here independently."""
+    import itertools
+
+    from analysis.figures.pooled import distance_metric
+
+    cells = list(itertools.product(range(16), range(16)))
+    uniform = np.mean([math.dist(a, b) for a in cells for b in cells])
+    conv = np.mean([np.mean([math.dist(q, k) for k in cells if max(abs(q[0] - k[0]), abs(q[1] - k[1])) <= 1])
+                    for q in cells])
+    runs, heads = _tables(study_dir)
+    m = distance_metric(heads, trial_table(runs))
+    assert m.column == "attention_distance"
+    (u, _), (c, _) = m.references
+    assert u == pytest.approx(uniform, rel=1e-12) and round(u, 2) == 8.33
+    assert c == pytest.approx(conv, rel=1e-12) and round(c, 2) == 1.05
+
+
+def test_a_study_before_the_grid_metric_is_drawn_with_the_canvas_column_and_says_so(tmp_path):
+    """Tables written before ``attention_distance`` (and the init rows) existed still draw;
+    the CSVs name the column shown and the figure's note says it is the canvas moment."""
+    from analysis.figures.pooled import distance_metric
+
+    study = write_study(tmp_path / "old", TRIALS[:3], epochs=2, grid_metric=False)
+    style.setup()
+    ctx = Context(study=analysis.load(study), out=tmp_path / "figs")
+    assert "attention_distance" not in ctx.study.heads
+    assert distance.draw(ctx) and locality.draw(ctx)
+    d = pd.read_csv(tmp_path / "figs" / "attention_distance.csv")
+    over = pd.read_csv(tmp_path / "figs" / "locality_over_training.csv")
+    assert set(d.metric) == set(over.metric) == {"mean_distance"}
+    heads = ctx.study.heads
+    last = heads[heads.epoch == 1]
+    merged = d[d.kind == "head"].merge(last, on=["trial_id", "layer", "head"])
+    np.testing.assert_allclose(merged.distance, merged.mean_distance, rtol=1e-12)
+    assert over.epochs_trained.min() == 1  # no initialisation rows: starts after epoch 1
+    m = distance_metric(heads, ctx.trials)
+    assert m.column == "mean_distance" and "predates heads.attention_distance" in m.note
+    assert "canvas" in m.axis
+
+
 def test_three_by_three_reference_distance():
     taps = [(x, y) for x in (-1, 0, 1) for y in (-1, 0, 1)]
     assert CONV3_DISTANCE == pytest.approx(sum(math.hypot(x, y) for x, y in taps) / 9, rel=1e-12)
     assert CONV3_DISTANCE == pytest.approx((4 + 4 * math.sqrt(2)) / 9, rel=1e-12)
 
 
-def test_locality_over_training_csv(study_dir, drawn):
+def test_locality_over_training_csv_starts_at_initialisation(study_dir, drawn):
     out, _ = drawn
     got = pd.read_csv(out / "locality_over_training.csv")
     _, heads = _tables(study_dir)
-    assert len(got) == 5 * EPOCHS * LAYERS  # every variant with heads, epoch and layer
+    assert len(got) == 5 * (1 + EPOCHS) * LAYERS  # every variant with heads, init + epoch, and layer
+    assert set(got.metric) == {"attention_distance"}
+    init = got[got.epoch == -1]
+    assert len(init) == 5 * LAYERS and set(init.epochs_trained) == {0}  # x = 0: the untrained model
     for (name, epoch, layer), g in heads.groupby(["name", "epoch", "layer"]):
         r = got[(got.model == name) & (got.epoch == epoch) & (got.layer == layer)].iloc[0]
-        per_seed = g.groupby("trial_id").mean_distance.mean()
-        assert r.mean_distance == pytest.approx(g.mean_distance.mean(), rel=1e-12)
+        per_seed = g.groupby("trial_id").attention_distance.mean()
+        assert r.distance == pytest.approx(g.attention_distance.mean(), rel=1e-12)
         assert r.seed_min == pytest.approx(per_seed.min(), rel=1e-12)
         assert r.seed_max == pytest.approx(per_seed.max(), rel=1e-12)
         assert r.n == len(g) and r.seeds == len(per_seed) and r.epochs_trained == epoch + 1
@@ -177,7 +235,7 @@ def test_gates_drawn_only_for_variants_with_gates(study_dir, drawn):
     _, heads = _tables(study_dir)
     assert set(got.model) == {"SA gpsa (N_h=9)"}  # the only variant with non-null gates
     g = heads[heads.name == "SA gpsa (N_h=9)"]
-    assert len(got) == EPOCHS * LAYERS
+    assert len(got) == (1 + EPOCHS) * LAYERS  # from initialisation
     for (epoch, layer), rows in g.groupby(["epoch", "layer"]):
         r = got[(got.epoch == epoch) & (got.layer == layer)].iloc[0]
         want = [gate_value(t, epoch, layer, h) for t, h in zip(rows.trial_id, rows["head"])]
@@ -217,6 +275,7 @@ def test_epoch_option_stops_the_locality_figures(study_dir, tmp_path):
     gates.draw(ctx)
     assert set(pd.read_csv(tmp_path / "attention_distance.csv").epoch) == {1}
     assert pd.read_csv(tmp_path / "locality_over_training.csv").epoch.max() == 1
+    assert pd.read_csv(tmp_path / "locality_over_training.csv").epoch.min() == -1
     assert pd.read_csv(tmp_path / "gates_over_training.csv").epoch.max() == 1
 
 
@@ -291,3 +350,26 @@ def test_schema_documents_gate(capsys):
     assert code == 0
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("gate "))
     assert "σ(λ_h)" in line and "null" in line
+
+
+def test_epoch_minus_one_draws_the_untrained_model(study_dir, tmp_path, capsys):
+    """``--epoch -1``: the initialisation rows, titled 'at initialisation'."""
+    from analysis.figures.panels import after
+
+    assert after(-1) == "at initialisation" and after(2) == "after 3 epochs"
+    assert cli.main(["figures", str(study_dir), "--out", str(tmp_path), "--epoch", "-1"]) == 0
+    got = pd.read_csv(tmp_path / "attention_distance.csv")
+    _, heads = _tables(study_dir)
+    init = heads[heads.epoch == -1]
+    assert set(got.epoch) == {-1}
+    merged = got[got.kind == "head"].merge(init, on=["trial_id", "layer", "head"])
+    assert len(merged) == len(init)
+    np.testing.assert_allclose(merged.distance, merged.attention_distance, rtol=1e-12)
+    assert set(pd.read_csv(tmp_path / "heads_sa-quadratic-isotropic-nh9.csv").epoch) == {-1}
+    capsys.readouterr()
+    try:
+        code = cli.main(["figures", str(study_dir), "--out", str(tmp_path / "no"), "--epoch", "-2"])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and "--epoch" in err and len(err.strip().splitlines()) == 1

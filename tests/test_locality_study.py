@@ -32,9 +32,10 @@ def test_a_study_of_all_seven_encodings_runs_and_draws_the_locality_figures(tmp_
     distance = pd.read_csv(figs / "attention_distance.csv")
     assert set(distance.model) == names
     assert distance.groupby("model").layer.nunique().eq(TINY["layers"]).all()
-    assert ((distance.mean_distance > 0) & (distance.mean_distance < 16)).all()
+    assert set(distance.metric) == {"attention_distance"}  # one measure for every encoding
+    assert ((distance.distance > 0) & (distance.distance < 16)).all()
     over = pd.read_csv(figs / "locality_over_training.csv")
-    assert set(over.model) == names and set(over.epoch) == {0, 1}
+    assert set(over.model) == names and set(over.epoch) == {-1, 0, 1}  # from the untrained model
     gates = pd.read_csv(figs / "gates_over_training.csv")
     assert set(gates.model) == {"SA GPSA (N_h=4)"}  # the only gated encoding
     assert ((gates.gate > 0) & (gates.gate < 1)).all()

@@ -83,3 +83,14 @@ def test_the_jpeg_copy_of_full_cifar10_is_the_papers_budget():
     pub, why = paper_row({**SA, "encoding": "learned", "pos_dim": 400, **FULL,
                           "data": "../shared/data/cifar10-jpeg.tar.gz"})
     assert pub is not None and pub.model == "SA learned emb." and why == ""
+
+
+@pytest.mark.parametrize("status", ["diverged", "error", "running", "stopped"])
+def test_a_row_short_of_its_epochs_says_why_from_its_status(status):
+    """A diverged trial is not shown as "(running)" (seen in a GPU study's Table 1: the
+    learned + content model diverged after 1 of 3 epochs and read "1/3 (running)")."""
+    model = {**SA, "encoding": "quadratic", "isotropic": True}
+    rows = [_row("c0", model, dict(FULL, epochs_done=1), 0.2) | {"status": status}]
+    md = table1.markdown(_table(rows), trial_table(pd.DataFrame(rows)))
+    assert f"| 1/300 ({status}) |" in md
+    assert status == "running" or "(running)" not in md

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -210,3 +211,20 @@ def test_durations_past_ten_thousand_hours_are_years_and_never_fail():
     assert hms(3661) == "1:01:01" and hms(9_999 * 3600) == "9999:00:00"
     assert hms(10_000 * 3600) == "1.14 years" and hms(1e300) == "3.17e+292 years"
     assert hms(float("inf")) == "unbounded" and hms(float("nan")) == "undefined"
+PROTOCOL = str(Path(__file__).parents[1] / "search_spaces" / "protocol.yaml")
+
+
+def test_study_plan_on_the_protocol_study_prints_the_cost_its_header_states():
+    r = run_cli(".", "plan", PROTOCOL, "--tflops", "150")
+    assert r.returncode == 0, r.stderr
+    total = r.stdout.strip().splitlines()[-1]
+    header = " ".join(ln.lstrip("#").strip() for ln in Path(PROTOCOL).read_text().splitlines() if ln.startswith("#"))
+    assert total.startswith("plan: 20 trials, ") and total in header, total
+    # every (encoding, protocol) pair once: 4 encodings x 5 protocols
+    spec = load_spec(PROTOCOL)
+    pairs = {(c.model["encoding"], c.model.get("isotropic"),
+              tuple(sorted((k, v) for k, v in c.train.items()))) for c in spec.cells}
+    assert len(pairs) == spec.num_trials == 20
+    protocols = {p for _, _, p in pairs}
+    assert protocols == {(), (("cutmix_alpha", 1.0),), (("mixup_alpha", 0.8),),
+                         (("randaugment_magnitude", 9), ("randaugment_ops", 2)), (("label_smoothing", 0.1),)}

@@ -224,6 +224,27 @@ def test_map_schedule_in_the_study_file_and_study_train(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_init_part_is_read_once_overwritten_on_retry_and_compacted(tmp_path):
+    """The untrained model's rows (epoch −1, part ``-0001.parquet``) are a part like any
+    other: not skipped as foreign, replaced (not added to) by a retried attempt,
+    merged by compaction; both readers see each key once."""
+    w = TableWriter(tmp_path, trial_id="t", compact_every=0)
+    write_epoch(w, T.INIT_EPOCH, rng=np.random.default_rng(1))
+    write_epoch(w, T.INIT_EPOCH, rng=np.random.default_rng(2))  # a retried attempt from scratch
+    write_epoch(w, 0)
+    assert "t/-0001.parquet" in files(tmp_path, "heads")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TableWarning)
+        heads = read_table(tmp_path, "heads")
+    assert heads.epoch.tolist() == [-1] * LAYERS * HEADS + [0] * LAYERS * HEADS
+    retried = np.random.default_rng(2).random(LAYERS * HEADS)
+    np.testing.assert_array_equal(heads.query("epoch == -1").entropy, retried)
+    assert sql_count(tmp_path, "heads", "WHERE epoch = -1") == LAYERS * HEADS
+    w.close()
+    assert files(tmp_path, "heads") == ["t/compacted.parquet"]
+    assert read_table(tmp_path, "heads").epoch.tolist() == heads.epoch.tolist()
+
+
 @pytest.mark.parametrize("encoding", ["quadratic", "learned", "learned_content"])
 def test_a_trial_stores_maps_on_its_schedule_and_ends_compacted(tmp_path, encoding):
     from study.models import ModelConfig
@@ -233,9 +254,9 @@ def test_a_trial_stores_maps_on_its_schedule_and_ends_compacted(tmp_path, encodi
                         pos_dim={"quadratic": None, "learned": 4, "learned_content": 16}[encoding])
     cfg = TrainConfig(model=model, data="synthetic:100", epochs=3, batch_size=25, head_images=4, map_epochs=(1,))
     train_trial(cfg, trial_id="t", tables=tmp_path)
-    assert read_table(tmp_path, "heads").epoch.tolist() == [0, 0, 1, 1, 2, 2]  # every epoch
+    assert read_table(tmp_path, "heads").epoch.tolist() == [-1, -1, 0, 0, 1, 1, 2, 2]  # init, every epoch
     maps = read_table(tmp_path, "maps")
-    assert maps.epoch.tolist() == [1, 1]
+    assert maps.epoch.tolist() == [-1, -1, 1, 1]  # init (maps are stored), then the schedule
     assert all(len(p) == 225 and 0 < np.sum(p) <= 1 + 1e-3 for p in maps.probs)
     for table in ("epochs", "heads", "maps"):
         assert files(tmp_path, table) == ["t/compacted.parquet"]

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -36,12 +37,14 @@ def test_tiny_model_learns_synthetic_data(encoding, isotropic, tmp_path):
     epochs = read(tmp_path, "epochs")
     assert list(epochs.epoch) == [0, 1, 2]
     heads = read(tmp_path, "heads")
-    assert len(heads) == 3 * 1 * 2  # epochs x layers x heads
-    assert heads[["center_x", "center_y", "entropy", "max_prob"]].notna().all().all()
+    assert len(heads) == (1 + 3) * 1 * 2  # (init + epochs) x layers x heads
+    assert sorted(set(heads.epoch)) == [-1, 0, 1, 2]
+    assert heads[["center_x", "center_y", "entropy", "max_prob", "attention_distance",
+                  "attention_entropy"]].notna().all().all()
     gaussian = encoding == "quadratic"
     assert heads.param_center_x.notna().all() == gaussian
     maps = read(tmp_path, "maps")
-    assert len(maps) == 3 * 1 * 2 and (maps.window == 15).all()
+    assert len(maps) == (1 + 3) * 1 * 2 and (maps.window == 15).all()
     # a window of a distribution: non-negative, at most all of its mass
     assert all(len(p) == 15 * 15 and min(p) >= 0 and 0 < sum(p) <= 1 + 1e-5 for p in maps.probs)
     runs = read(tmp_path, "runs")
@@ -78,6 +81,69 @@ def test_resume_continues_exactly(tmp_path):
     ea, eb = read(straight / "tables", "epochs")[cols], read(resumed / "tables", "epochs")[cols]
     pd.testing.assert_frame_equal(ea.reset_index(drop=True), eb.reset_index(drop=True))
     assert len(eb) == 4  # (trial, epoch) unique despite the second call
+
+
+def _init_rows(root):
+    heads = read(root, "heads")
+    return heads[heads.epoch == -1].sort_values(["layer", "head"]).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("encoding,isotropic", VARIANTS, ids=VARIANT_IDS)
+def test_heads_table_records_the_untrained_model_once_per_head(encoding, isotropic, tmp_path):
+    """epoch −1 of ``heads`` (and ``maps``) is the untrained model: one row per (layer,
+    head), the statistics of the seeded model as built, before any training step."""
+    from study.data import load_splits
+    from study.models import build_model
+    from study.trial.headstats import collect_head_stats
+
+    cfg = TrainConfig(model=tiny(encoding, isotropic, hidden=16, layers=2, intermediate=32, num_heads=4),
+                      data="synthetic:100", epochs=1, batch_size=50, head_images=10, lr=0.5)
+    train_trial(cfg, trial_id="t", tables=tmp_path)
+    init = _init_rows(tmp_path)
+    assert list(zip(init.layer, init["head"])) == [(li, h) for li in range(2) for h in range(4)]
+    maps = read(tmp_path, "maps")
+    assert (maps.epoch == -1).sum() == 2 * 4
+    assert len(read(tmp_path, "epochs")) == 1  # epochs: trained epochs only
+    # the statistics of the untrained model (built as the trial builds it), not of the trained one
+    splits = load_splits(cfg.data, seed=cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model.replace(num_classes=len(splits.classes))).eval()
+    from study.data import DeviceData
+    data = DeviceData(splits.test_images[:10], splits.test_labels[:10], device=torch.device("cpu"))
+    expected, _ = collect_head_stats(model, data.normalise(data.images), radius=cfg.map_radius)
+    np.testing.assert_allclose(init.attention_distance, [r["attention_distance"] for r in expected], rtol=1e-6)
+    trained = read(tmp_path, "heads").query("epoch == 0").sort_values(["layer", "head"])
+    assert not np.allclose(trained.attention_distance, init.attention_distance, rtol=1e-6)
+
+
+def test_init_row_is_written_once_across_a_kill_and_resume(tmp_path):
+    """Killed in epoch 0 (before any checkpoint), the trial restarts from scratch and
+    rewrites the same init part; resumed from a later checkpoint it does not record
+    the (trained) model as the init again: the init rows equal those of a straight run."""
+    straight, resumed = tmp_path / "a", tmp_path / "b"
+    train_trial(_config(), trial_id="t", tables=straight / "tables", checkpoint_dir=straight / "ckpt")
+
+    class Killed(Exception):
+        pass
+
+    def die_at(epoch):
+        def report(metrics, ckpt):
+            if metrics["epoch"] == epoch:
+                raise Killed
+        return report
+
+    kill_before_checkpoint = die_at(0)
+    with pytest.raises(Killed):  # raised after epoch 0's tables, before report returns: no resume point used
+        train_trial(_config(), trial_id="t", tables=resumed / "tables", report=kill_before_checkpoint)
+    with pytest.raises(Killed):  # from scratch again (no checkpoint dir), then dies after epoch 1's checkpoint
+        train_trial(_config(), trial_id="t", tables=resumed / "tables", checkpoint_dir=resumed / "ckpt",
+                    report=die_at(1))
+    train_trial(_config(), trial_id="t", tables=resumed / "tables", checkpoint_dir=resumed / "ckpt")
+    a, b = _init_rows(straight / "tables"), _init_rows(resumed / "tables")
+    assert len(b) == 2 * 4  # layers x heads, once
+    cols = ["layer", "head", "attention_distance", "attention_entropy", "mean_distance"]
+    pd.testing.assert_frame_equal(a[cols], b[cols])
+    assert sorted(read(resumed / "tables", "epochs").epoch) == [0, 1, 2, 3]
 
 
 def test_diverging_trial_is_recorded(tmp_path):

@@ -2,7 +2,10 @@
 the mean distance of the head centres to the K×K lattice {−K//2..K//2}² after the
 optimal one-to-one assignment (solid, left axis; 0 = the heads sit on a K×K
 convolution's taps) and the heads' mean concentration ``max_prob`` (dashed, right
-axis; 1 = each head attends one pixel).
+axis; 1 = each head attends one pixel), from the untrained model (x = 0, the
+``epoch = -1`` rows) when the study recorded it.  Centres and ``max_prob`` are the
+canvas (centre-query) moments of the ``heads`` table: the Gaussian heads' centres of
+the paper's Fig. 4, not the grid locality ``attention_distance``.
 
 Diffuse heads (:mod:`analysis.concentration`) have no meaningful centre: they are
 left out of the distance (which is then over the concentrated heads only, each
@@ -125,7 +128,10 @@ def _figure(ctx, t, d: pd.DataFrame, trial_ids: list[str]) -> list:
               ncol=2 if len(handles) <= 2 else 3,
               title=f"(concentrated heads / all at the last epoch{', ' + per if per else ''})")
     note = ("distance over the concentrated heads only, each to its own lattice point; diffuse heads "
-            "excluded; no point: no concentrated head. ")
+            "excluded; no point: no concentrated head. Centres and max prob.: the canvas moments of one centre "
+            "query (heads.center_*, max_prob), not the grid attention distance. ")
+    if (d["epochs_trained"] == 0).any():
+        note += "x = 0: the untrained model. "
     if seeds > 1:
         width = (d["lattice_distance_max"] - d["lattice_distance_min"]).max()
         note += (f"Lines: mean over {seeds} seeds (of those with a distance); band: min–max over seeds "

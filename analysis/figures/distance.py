@@ -1,13 +1,16 @@
 """Attention distance vs depth (ViT, Dosovitskiy et al. 2021, Fig. 7): per layer,
-each head's mean attention distance E‖δ‖ (``heads.mean_distance``, pixels of the
-token grid) at one epoch (default: each trial's last), one panel per model variant,
-one y scale for all panels.
+each head's mean attention distance (``heads.attention_distance``: every query of the
+head-statistics images on the real token grid, grid cells) at one epoch (default:
+each trial's last), one panel per model variant, one y scale for all panels.
 
 Dots: every head of every seed (pooled: head numbers are not matched across seeds),
 spread sideways by head number.  Black bar: the layer's mean over its heads and
 seeds, n = heads × seeds values; whisker: ± the standard deviation over seeds of the
-per-seed layer mean (the seed-to-seed noise; none with one seed).  Dashed line: the
-mean distance of a 3×3 convolution's taps, (4·1 + 4·√2)/9 ≈ 1.07 px."""
+per-seed layer mean (the seed-to-seed noise; none with one seed).  Reference lines on
+the same scale: uniform attention on the grid (dashed) and a 3×3 convolution's taps
+(dotted).  A study written before ``attention_distance`` existed is drawn with the
+canvas moment ``heads.mean_distance`` and the figure says so
+(:func:`~analysis.figures.pooled.distance_metric`)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.figures.panels import after, notes_under_legend, wrap_note
-from analysis.figures.pooled import CONV3_DISTANCE, at_picked_epoch, model_order, pooled_heads, variant_grid
+from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, at_picked_epoch, distance_metric, model_order,
+                                     pooled_heads, reference_lines, variant_grid)
 from analysis.meta import describe
 from analysis.style import save
 
@@ -26,15 +30,16 @@ STEM = "attention_distance"
 DOT = "#3b6ea8"
 SPREAD = 0.6  # width of the band of head dots around a layer's x position
 
-COLUMNS = ["model", "kind", "trial_id", "seed", "epoch", "layer", "head", "x", "mean_distance", "n", "seeds",
+#: ``distance``: the value of the heads column named in ``metric``
+COLUMNS = ["model", "kind", "trial_id", "seed", "epoch", "layer", "head", "x", "distance", "metric", "n", "seeds",
            "seed_std"]
 
 
-def data(d: pd.DataFrame, models: list[str]) -> pd.DataFrame:
+def data(d: pd.DataFrame, models: list[str], column: str) -> pd.DataFrame:
     """The plotted values of heads rows ``d`` (one epoch per trial, with ``model``), in
     the order of ``models``: kind 'head' (a dot: one head of one seed, n = 1) and kind
     'layer' (the mean over the layer's heads and seeds, n values, and the std over
-    seeds of the per-seed layer means)."""
+    seeds of the per-seed layer means); ``distance`` is the heads column ``column``."""
     out = []
     for model in models:
         m = d[d["model"] == model]
@@ -47,45 +52,46 @@ def data(d: pd.DataFrame, models: list[str]) -> pd.DataFrame:
                 "model": model, "kind": "head", "trial_id": heads["trial_id"].to_numpy(),
                 "seed": heads["seed"].to_numpy(), "epoch": heads["epoch"].astype(int).to_numpy(),
                 "layer": int(layer), "head": heads["head"].astype(int).to_numpy(),
-                "x": x0 + offset.to_numpy(), "mean_distance": heads["mean_distance"].astype(float).to_numpy(),
+                "x": x0 + offset.to_numpy(), "distance": heads[column].astype(float).to_numpy(),
                 "n": 1, "seeds": 1, "seed_std": np.nan}))
-            per_seed = g.groupby("trial_id")["mean_distance"].mean()
+            per_seed = g.groupby("trial_id")[column].mean()
             out.append(pd.DataFrame([{
                 "model": model, "kind": "layer", "trial_id": "", "seed": np.nan, "epoch": int(g["epoch"].max()),
                 "layer": int(layer), "head": -1, "x": float(x0),
-                "mean_distance": float(g["mean_distance"].astype(float).mean()), "n": int(len(g)),
+                "distance": float(g[column].astype(float).mean()), "n": int(len(g)),
                 "seeds": int(len(per_seed)), "seed_std": float(per_seed.std()) if len(per_seed) > 1 else np.nan}]))
-    return pd.concat(out, ignore_index=True)[COLUMNS]
+    return pd.concat(out, ignore_index=True).assign(metric=column)[COLUMNS]
 
 
 def draw(ctx) -> list:
-    d = at_picked_epoch(ctx, KIND, pooled_heads(ctx, KIND, columns=("mean_distance",)))
+    d = at_picked_epoch(ctx, KIND, pooled_heads(ctx, KIND, columns=(CANVAS_DISTANCE,)))
     models = model_order(ctx, d["model"])
-    return ctx.render(_figure, data(d, models), models)
+    metric = distance_metric(d, ctx.trials[ctx.trials["label"].isin(models)])
+    return ctx.render(_figure, data(d, models, metric.column), models, metric)
 
 
-def _figure(ctx, d: pd.DataFrame, models: list[str]) -> list:
+def _figure(ctx, d: pd.DataFrame, models: list[str], metric: DistanceMetric) -> list:
     fig, axes, grid = variant_grid(len(models))
     heads = d[d["kind"] == "head"]
-    top = max(float(d["mean_distance"].max()), CONV3_DISTANCE) * 1.08
+    top = max([float(d["distance"].max())] + [v for v, _ in metric.references]) * 1.08
     for ax, model in zip(axes, models):
         h = heads[heads["model"] == model]
         means = d[(d["kind"] == "layer") & (d["model"] == model)]
         seeds = int(means["seeds"].max())
         alpha = 0.85 if seeds == 1 else max(0.25, 0.85 / np.sqrt(seeds))
-        ax.scatter(h["x"], h["mean_distance"], s=7, color=DOT, alpha=alpha, linewidths=0, zorder=3)
-        ax.errorbar(means["x"], means["mean_distance"], yerr=means["seed_std"].fillna(0.0).to_numpy(),
+        ax.scatter(h["x"], h["distance"], s=7, color=DOT, alpha=alpha, linewidths=0, zorder=3)
+        ax.errorbar(means["x"], means["distance"], yerr=means["seed_std"].fillna(0.0).to_numpy(),
                     fmt="_", color="black", markersize=12, markeredgewidth=1.2, capsize=2, elinewidth=0.7, zorder=4)
         for _, r in means.iterrows():
             ax.annotate(f"n={int(r['n'])}", (r["x"], 0), xytext=(0, 2), textcoords="offset points",
                         ha="center", va="bottom", fontsize=7, color="0.35",
                         xycoords=("data", "axes fraction"))
-        ax.axhline(CONV3_DISTANCE, color="0.3", linestyle="--", linewidth=0.7, zorder=2)
+        lines = reference_lines(ax, metric)
         layers = sorted(int(v) + 1 for v in means["layer"])
         ax.set_xticks(layers)
         ax.set_xlim(min(layers) - 0.6, max(layers) + 0.6)
         epochs = sorted(set(h["epoch"].astype(int)))
-        when = after(epochs[0]) if len(epochs) == 1 else f"after {epochs[0] + 1}–{epochs[-1] + 1} epochs"
+        when = after(epochs[0]) if len(epochs) == 1 else f"{after(epochs[0])} to {after(epochs[-1])}"
         ax.set_title(wrap_note(f"{model} ({seeds} seed{'s' if seeds != 1 else ''}, {when})",
                                ax.get_position().width * fig.get_size_inches()[0] * 1.25), fontsize=7, pad=3)
         ax.grid(True, axis="y", linewidth=0.4, alpha=0.5)
@@ -96,27 +102,25 @@ def _figure(ctx, d: pd.DataFrame, models: list[str]) -> list:
             if not grid[r + 1, c].get_visible() and grid[r, c].get_visible():
                 grid[r, c].set_xlabel("layer")
     for row in grid:
-        row[0].set_ylabel("mean attention distance (px)")
+        row[0].set_ylabel(metric.axis)
     axes[0].set_ylim(0, top)
     legend = [Line2D([], [], color=DOT, marker="o", linestyle="none", markersize=3, label="one head of one seed"),
               Line2D([], [], color="black", marker="_", linestyle="none", markersize=10, markeredgewidth=1.2,
-                     label="layer mean (n heads × seeds)"),
-              Line2D([], [], color="0.3", linestyle="--", linewidth=0.7,
-                     label=f"3×3 convolution's taps ({CONV3_DISTANCE:.2f} px)")]
+                     label="layer mean (n heads × seeds)"), *lines]
     width = fig.get_size_inches()[0]
     seeds = d.loc[d["kind"] == "layer", "seeds"]
     noise = d.loc[d["kind"] == "layer", "seed_std"].dropna()
     notes = [describe(ctx.trials[ctx.trials["label"].isin(models)]),
-             "dots: E‖δ‖ of every head of every seed (pooled, as head numbers are not matched across seeds; spread "
+             "dots: every head of every seed (pooled, as head numbers are not matched across seeds; spread "
              "sideways by head number); bar: the layer's "
              "mean over its n heads × seeds" + ("; whisker: ± std over seeds of the per-seed layer mean" if
                                                  (seeds > 1).any() else ""),
-             (f"seed-to-seed noise of a layer mean: std up to {noise.max():.2f} px" if len(noise)
-              else "one seed per variant: seed-to-seed noise not measured")
-             + f"; dashed: mean distance of a 3×3 convolution's taps, (4 + 4√2)/9 = {CONV3_DISTANCE:.2f} px; "
-               "grid pixels of the token grid"]
+             (f"seed-to-seed noise of a layer mean: std up to {noise.max():.2f} {metric.unit}" if len(noise)
+              else "one seed per variant: seed-to-seed noise not measured"),
+             metric.note]
     fig.suptitle("Attention distance per layer", y=1.0)
     fig.tight_layout(pad=0.3)
-    fig.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
+    fig.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(legend)),
+               frameon=False)
     notes_under_legend(fig, notes, width)
     return save(fig, d, ctx.out, STEM)

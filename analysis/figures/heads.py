@@ -9,7 +9,12 @@ window holds less).
 
 Only concentrated heads (:mod:`analysis.concentration`, the rule printed under the
 figure) get a centre and contours; each dot carries its head number (as in the
-maps figure), and diffuse heads are listed per layer instead of drawn."""
+maps figure), and diffuse heads are listed per layer instead of drawn.
+
+Centres and contours are the canvas (centre-query) moments of the ``heads`` table;
+each panel's title also gives the layer's locality on the grid, the mean of
+``heads.attention_distance`` over its heads (grid cells; absent for studies written
+before that column existed)."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from analysis.concentration import classify, rule_text
 from analysis.contours import LEVELS, gaussian_ellipse, window_contours
 from analysis.meta import describe
 from analysis.figures.panels import after, label_grid, layer_grid, limit, shift_axes, wrap_note
+from analysis.figures.pooled import GRID_DISTANCE
 from analysis.style import head_colors, save
 
 KIND = "heads"
@@ -96,8 +102,10 @@ def draw(ctx) -> list:
         h = classify(rows[rows["epoch"] == epoch], m)
         d, missing = curves(h, m)
         ellipses = [ellipse_head(r) for r in h[h["concentrated"]].itertuples()]
+        locality = (h.groupby("layer")[GRID_DISTANCE].mean().to_dict()
+                    if GRID_DISTANCE in h and h[GRID_DISTANCE].notna().all() else {})
         written += ctx.render(_figure, t, epoch, d, missing, gaussian=_all_or_none(ellipses),
-                           n_heads=int(h["head"].nunique()),
+                           n_heads=int(h["head"].nunique()), locality=locality,
                            window=int(m["window"].iloc[0]) if m is not None and len(m) else None)
     return written
 
@@ -108,7 +116,8 @@ def _all_or_none(flags: list[bool]) -> bool | None:
 
 
 def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: bool | None, n_heads: int,
-            window: int | None = None) -> list:
+            window: int | None = None, locality: dict | None = None) -> list:
+    locality = locality or {}
     layers = sorted(d["layer"].unique())
     fig, axes, grid = layer_grid(len(layers))
     colours = head_colors(max(n_heads, int(d["head"].max()) + 1))
@@ -131,14 +140,18 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: boo
             ax.text(0.02, 0.02, "diffuse: " + ",".join(map(str, diffuse)), transform=ax.transAxes, fontsize=7,
                     color="0.35", va="bottom", ha="left", wrap=True)
         shift_axes(ax, lim)
-        ax.set_title(f"layer {layer + 1}", pad=2)
+        dist = locality.get(layer)
+        ax.set_title(f"layer {layer + 1}" + (f"\ndistance {dist:.2f}" if dist is not None else ""), pad=2)
     label_grid(grid)
     fig.suptitle(f"{t['title']}, {after(epoch)}", y=1.0)
     kind = {True: "ellipses of Σ (Gaussian heads)", False: "mass contours of the attention map",
             None: "ellipses of Σ for Gaussian heads, mass contours of the attention map for the others"}[gaussian]
     notes = [describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]]),
              f"dots: centres of concentrated heads (numbered); 50 % solid, 90 % dotted: {kind}; ■ query",
-             rule_text(window) + " (listed as 'diffuse', not drawn)"]
+             rule_text(window) + " (listed as 'diffuse', not drawn)",
+             "centres and contours: the attention of one centre query (canvas moments)"
+             + ("; distance in the titles: the layer's mean attention distance over every query of the test "
+                "images on the real grid, grid cells (heads.attention_distance)" if locality else "")]
     gone = []
     for why in dict.fromkeys(w for _, w in missing):
         levels = [f"{int(p * 100)} % of {n} head{'s' if n != 1 else ''}" for (p, w), n in missing.items() if w == why]

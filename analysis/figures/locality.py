@@ -1,20 +1,24 @@
-"""Locality over training: per layer, the mean attention distance E‖δ‖ of its heads
-(``heads.mean_distance``, pixels of the token grid) epoch after epoch, one panel per
-model variant, one y scale and one colour per layer across panels (up to --epoch
-when given).
+"""Locality over training: per layer, the mean attention distance of its heads
+(``heads.attention_distance``: every query of the head-statistics images on the real
+token grid, grid cells) from initialisation (x = 0 epochs trained: the untrained
+model's ``epoch = -1`` rows) epoch after epoch, one panel per model variant, one y
+scale and one colour per layer across panels (up to --epoch when given).
 
 Line: the mean over the layer's heads and the variant's seeds; band: min–max over
 seeds of the per-seed layer mean (the seed-to-seed noise; none with one seed).
-Dashed line: the mean distance of a 3×3 convolution's taps (≈ 1.07 px)."""
+Reference lines on the same scale: uniform attention on the grid (dashed) and a 3×3
+convolution's taps (dotted).  A study written before ``attention_distance`` (and the
+initialisation rows) existed is drawn with the canvas moment ``heads.mean_distance``
+from epoch 1, and the figure says so."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pandas as pd
-from matplotlib.lines import Line2D
 
 from analysis.figures.panels import notes_under_legend, wrap_note
-from analysis.figures.pooled import CONV3_DISTANCE, model_order, pooled_heads, variant_grid
+from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, distance_metric, model_order, pooled_heads,
+                                     reference_lines, variant_grid)
 from analysis.meta import describe
 from analysis.style import save
 
@@ -22,7 +26,9 @@ KIND = "locality"
 READS = ("heads",)
 STEM = "locality_over_training"
 
-COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "mean_distance", "seed_min", "seed_max"]
+#: ``distance``: the layer mean of the heads column named in ``metric``; ``epoch`` -1 (0
+#: epochs trained) is the untrained model
+COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "distance", "metric", "seed_min", "seed_max"]
 
 
 def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame:
@@ -77,39 +83,43 @@ def label_epoch_grid(grid, ylabel: str) -> None:
 
 
 def draw(ctx) -> list:
-    d = pooled_heads(ctx, KIND, columns=("mean_distance",))
+    d = pooled_heads(ctx, KIND, columns=(CANVAS_DISTANCE,))
     if ctx.epoch is not None:
         d = d[d["epoch"] <= ctx.epoch]
     models = model_order(ctx, d["model"])
-    s = layer_series(d, "mean_distance", models)[COLUMNS]
-    return ctx.render(_figure, s, models)
+    metric = distance_metric(d, ctx.trials[ctx.trials["label"].isin(models)])
+    s = layer_series(d, metric.column, models).rename(columns={metric.column: "distance"})
+    return ctx.render(_figure, s.assign(metric=metric.column)[COLUMNS], models, metric)
 
 
-def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
+def _figure(ctx, s: pd.DataFrame, models: list[str], metric: DistanceMetric) -> list:
     fig, axes, grid = variant_grid(len(models))
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    top = max(float(s[["mean_distance", "seed_max"]].max().max()), CONV3_DISTANCE) * 1.08
+    top = max([float(s[["distance", "seed_max"]].max().max())] + [v for v, _ in metric.references]) * 1.08
+    lines = []
     for ax, model in zip(axes, models):
         m = s[s["model"] == model]
         band = ("seed_min", "seed_max", 0.18) if int(m["seeds"].max()) > 1 else None
-        layer_lines(fig, ax, m, model, "mean_distance", palette, band=band)
-        ax.axhline(CONV3_DISTANCE, color="0.3", linestyle="--", linewidth=0.7, zorder=1)
-    label_epoch_grid(grid, "mean attention distance (px)")
+        layer_lines(fig, ax, m, model, "distance", palette, band=band)
+        lines = reference_lines(ax, metric)
+    label_epoch_grid(grid, metric.axis)
     axes[0].set_ylim(0, top)
     handles, labels = axes[max(range(len(axes)), key=lambda i: len(axes[i].get_lines()))].get_legend_handles_labels()
-    handles.append(Line2D([], [], color="0.3", linestyle="--", linewidth=0.7))
-    labels.append(f"3×3 convolution's taps ({CONV3_DISTANCE:.2f} px)")
+    handles += lines
+    labels += [h.get_label() for h in lines]
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(labels)),
                frameon=False)
     width = fig.get_size_inches()[0]
     multi = (s["seeds"] > 1).any()
     spread = (s["seed_max"] - s["seed_min"])[s["seeds"] > 1]
+    start = ("x = 0: the untrained model" if (s["epochs_trained"] == 0).any()
+             else "no initialisation rows in this study: the lines start after the first epoch")
     notes = [describe(ctx.trials[ctx.trials["label"].isin(models)]),
-             "line: E‖δ‖ averaged over the layer's heads and the variant's seeds"
-             + ("; band: min–max over seeds of the per-seed layer mean" if multi else ""),
-             (f"seed-to-seed noise: the band is up to {spread.max():.2f} px wide" if multi
-              else "one seed per variant: seed-to-seed noise not measured")
-             + f"; dashed: mean distance of a 3×3 convolution's taps ({CONV3_DISTANCE:.2f} px)"]
+             "line: the layer's mean over its heads and the variant's seeds"
+             + ("; band: min–max over seeds of the per-seed layer mean" if multi else "") + f"; {start}",
+             (f"seed-to-seed noise: the band is up to {spread.max():.2f} {metric.unit} wide" if multi
+              else "one seed per variant: seed-to-seed noise not measured"),
+             metric.note]
     fig.suptitle("Locality over training: mean attention distance per layer", y=1.0)
     fig.tight_layout(pad=0.3)
     notes_under_legend(fig, notes, width)

@@ -60,7 +60,10 @@ def limit(values, *, low: float = 3.5, high: float = 15.5) -> float:
 
 
 def after(epoch: int) -> str:
-    """Title text of a stored (0-based) epoch: 'after 3 epochs' for epoch 2."""
+    """Title text of a stored (0-based) epoch: 'after 3 epochs' for epoch 2, 'at
+    initialisation' for the untrained model's rows (epoch −1)."""
+    if int(epoch) < 0:
+        return "at initialisation"
     n = int(epoch) + 1
     return f"after {n} epoch{'s' if n != 1 else ''}"
 

@@ -9,6 +9,7 @@ averaged head by head; seed-to-seed noise is measured on per-seed layer means.""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -17,9 +18,81 @@ import pandas as pd
 from analysis.figures import Skip
 from analysis.lattice import lattice
 from analysis.style import COLUMN_WIDTH, DOUBLE_WIDTH
+from study.locality import conv_attention_distance, uniform_attention_distance  # numpy only
 
-#: E‖δ‖ over the 9 taps of a 3×3 convolution's lattice: (4·1 + 4·√2)/9 ≈ 1.07 px
+#: E‖δ‖ over the 9 taps of a 3×3 convolution's lattice for an interior query:
+#: (4·1 + 4·√2)/9 ≈ 1.07 px (the reference of the canvas moment ``mean_distance``)
 CONV3_DISTANCE = float(np.linalg.norm(lattice(3), axis=1).mean())
+
+#: the grid locality column of the ``heads`` table, and the canvas moment that studies
+#: written before it existed are drawn with instead (the figure says so)
+GRID_DISTANCE = "attention_distance"
+CANVAS_DISTANCE = "mean_distance"
+
+
+@dataclass(frozen=True)
+class DistanceMetric:
+    """Which distance a locality figure shows, its reference lines on the same scale
+    ((value, legend label) pairs) and the sentence under the figure that says so."""
+
+    column: str
+    unit: str
+    axis: str
+    references: tuple[tuple[float, str], ...]
+    note: str
+
+
+def distance_metric(d: pd.DataFrame, trials: pd.DataFrame) -> DistanceMetric:
+    """The grid locality (``attention_distance``) when every row of ``d`` has it, with
+    the references of uniform attention and a 3×3 convolution on the trials' token
+    grid; else (a study written before the column) the canvas moment ``mean_distance``,
+    whose values depend on how a head was measured, with the figure saying so."""
+    if GRID_DISTANCE in d and d[GRID_DISTANCE].notna().all():
+        h, w = token_grid(trials)
+        uniform, conv = uniform_attention_distance(h, w), conv_attention_distance(h, w)
+        return DistanceMetric(
+            column=GRID_DISTANCE, unit="cells", axis="mean attention distance (grid cells)",
+            references=((uniform, f"uniform attention ({uniform:.2f})"),
+                        (conv, f"3×3 convolution's taps ({conv:.2f})")),
+            note=(f"attention distance: Σ_k P[q,k]·‖p_k − p_q‖ in cells of the {h}×{w} token grid, averaged over "
+                  "every query of the head-statistics test images on the real grid (heads.attention_distance, "
+                  f"the same for every encoding); dashed: uniform attention on the grid ({uniform:.2f}); dotted: "
+                  f"a 3×3 convolution's taps inside the grid, averaged over every query ({conv:.2f})"))
+    return DistanceMetric(
+        column=CANVAS_DISTANCE, unit="px", axis="centre-query E‖δ‖ (px, canvas)",
+        references=((CONV3_DISTANCE, f"3×3 convolution's taps ({CONV3_DISTANCE:.2f} px)"),),
+        note=("this study predates heads.attention_distance: shown is the canvas moment heads.mean_distance, "
+              "E‖δ‖ of ONE centre query (positional heads: an unclipped canvas of shifts, uniform = 11.86 px; "
+              "content heads: the grid's centre token, uniform = 6.14 px), not comparable across encodings; "
+              f"dotted: a 3×3 convolution's taps, (4 + 4√2)/9 = {CONV3_DISTANCE:.2f} px"))
+
+
+def reference_lines(ax, metric: DistanceMetric) -> list:
+    """The metric's reference lines on ``ax`` (the last, the convolution's, dotted; a
+    uniform-attention line before it dashed) and their legend handles."""
+    from matplotlib.lines import Line2D
+
+    styles = ("--", ":")[-len(metric.references):]
+    handles = []
+    for (value, label), style in zip(metric.references, styles):
+        ax.axhline(value, color="0.3", linestyle=style, linewidth=0.8, zorder=1)
+        handles.append(Line2D([], [], color="0.3", linestyle=style, linewidth=0.8, label=label))
+    return handles
+
+
+def token_grid(trials: pd.DataFrame) -> tuple[int, int]:
+    """The token grid (rows, columns) of the trials: image_size / downsample (16×16 for
+    studies whose runs table lacks them: the paper's 32×32 images, 2×2 blocks)."""
+    sides = set()
+    for _, t in trials.iterrows():
+        size, block = t.get("image_size"), t.get("downsample")
+        ok = all(v is not None and v == v for v in (size, block))
+        sides.add(int(size) // int(block) if ok else 16)
+    if len(sides) > 1:
+        raise Skip(f"trials on different token grids ({', '.join(map(str, sorted(sides)))}): one figure cannot "
+                   "share their reference lines")
+    side = sides.pop() if sides else 16
+    return side, side
 
 
 def pooled_heads(ctx, kind: str, *, columns: tuple[str, ...] = ()) -> pd.DataFrame:

@@ -98,6 +98,15 @@ def _paper(r) -> str:
             f"({r['paper_model']})")
 
 
+def _unfinished(r) -> str:
+    """Why a row has fewer epochs than planned, from its trials' statuses: " (diverged)",
+    " (error)", " (stopped)", " (running)"...; empty when every epoch was done."""
+    if r["epochs_done"] >= (r["epochs"] if r["epochs"] is not pd.NA else 0):
+        return ""
+    why = sorted(set(str(r["status"]).split(",")) - {"finished", ""})
+    return f" ({', '.join(why) or 'running'})"
+
+
 def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
     has_val = d["best_val_acc"].notna().any()
     head = ["Model", "n", "Epochs", "Best test acc. (%)", "Final test acc. (%)"]
@@ -107,8 +116,7 @@ def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
     lines = [f"Data: {describe(runs)}.", "", "| " + " | ".join(head) + " |",
              "|---|" + "---:|" * (len(head) - 1)]
     for _, r in d.iterrows():
-        running = "" if r["epochs_done"] >= (r["epochs"] if r["epochs"] is not pd.NA else 0) else " (running)"
-        cells = [str(r["model"]), str(r["seeds"]), f"{r['epochs_done']}/{r['epochs']}{running}",
+        cells = [str(r["model"]), str(r["seeds"]), f"{r['epochs_done']}/{r['epochs']}{_unfinished(r)}",
                  _acc(r["best_test_acc"], r["best_test_acc_std"]), _acc(r["final_test_acc"], r["final_test_acc_std"])]
         cells += [_acc(r["best_val_acc"], r["best_val_acc_std"])] if has_val else []
         cells += [f"{r['n_params']:,}" if r["n_params"] is not pd.NA else "–", _flops(r["macs"]),

@@ -52,7 +52,7 @@ def _figure(ctx, t, d: pd.DataFrame) -> list:
         ax.set_title(f"layer {layer + 1}", pad=2)
     label_grid(grid)
     caption = describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]])
-    fig.suptitle(f"{t['title']}\nhead centres {after(first)} (○) to {last + 1} (●), numbered by head\n"
+    fig.suptitle(f"{t['title']}\nhead centres {after(first)} (○) to {after(last)} (●), numbered by head\n"
                  f"{wrap_note(caption, fig.get_size_inches()[0])}", y=1.1, fontsize=7)
     d = d.assign(trial_id=t["trial_id"], model=t["label"])
     d = d[["trial_id", "model", "layer", "head", "epoch", "center_x", "center_y"]]

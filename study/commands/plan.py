@@ -26,6 +26,9 @@ def register(sub) -> None:
         epilog="Without a throughput only FLOPs are printed (no timing is guessed). A folder or archive "
         "data source is listed (not decoded) to count its images.")
     p.add_argument("file", help="study file (search_spaces/*.yaml)")
+    from study.commands.studies import add_overrides
+
+    add_overrides(p)
     p.add_argument("--data", help="override the file's data source")
     rate = p.add_mutually_exclusive_group()
     rate.add_argument("--tflops", type=BoundedFloat(limits.MIN_TFLOPS, limits.MAX_TFLOPS, "MIN/MAX_TFLOPS"),
@@ -153,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     from study.plan import PlanError, Throughput, make_plan, table, to_json, total_line
 
     prog = "study plan"
-    spec = _spec(prog, args.file, args.data, None)
+    spec = _spec(prog, args.file, args.data, None, overrides=args.overrides)
     throughput = None
     if args.tflops is not None:
         throughput = Throughput(tflops=args.tflops)

@@ -335,7 +335,7 @@ def _storage(value: str | None) -> str:
     file or an unwritable folder is exit 2; an object store that does not answer, exit 3."""
     import os
 
-    from study.commands.studies import _check_storage, _resolved_storage
+    from study.commands.studies import _resolved_storage, as_lines, check_storage_writable
     from study.storage import STORAGE_ENV, is_remote
 
     if value is None and not os.environ.get(STORAGE_ENV):
@@ -343,7 +343,8 @@ def _storage(value: str | None) -> str:
     storage = _resolved_storage(PROG, value)
     if is_remote(storage):
         return storage
-    _check_storage(PROG, storage)
+    with as_lines(PROG):
+        check_storage_writable(storage)
     return str(Path(storage).resolve())
 
 

@@ -9,40 +9,66 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from study.cliutil import BoundedInt, fail
-from study.errors import EXIT_STORAGE
+from study.errors import EXIT_STORAGE, StorageError, StorageUnreachableError, StudyError, UsageError
 from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS
 from study.storage import STORAGE_ENV
 
 STORAGE_HELP = f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./results)"
 
 
-def _resolved_storage(prog: str, storage: str | None) -> str:
-    """``--storage`` or ``$STUDY_STORAGE`` (or ./results): refused in one line if malformed
-    (exit 2); an object store is reached first, within a bounded wait (exit 3 if not)."""
+@contextmanager
+def as_lines(prog: str):
+    """The project's typed errors (:mod:`study.errors`) raised inside as the command
+    line's one line ``PROG: error: ...`` and exit status (2 bad input, 3 storage, 4 Ray):
+    the shared code path raises (``study.run`` lets them through), the CLI prints."""
+    try:
+        yield
+    except StorageError as e:
+        storage_fail(prog, str(e))
+    except StudyError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(e.exit_code) from None
+
+
+def resolved_storage(storage: str | None) -> str:
+    """``--storage`` or ``$STUDY_STORAGE`` (or ./results): :class:`UsageError` if malformed;
+    an object store is reached first, within a bounded wait (:class:`StorageError` if not)."""
     from study.storage import resolve_storage
 
     try:
         value = resolve_storage(storage)
     except ValueError as e:
-        fail(prog, str(e))
-    _reachable(prog, value)
+        raise UsageError(str(e)) from None
+    reachable(value)
     return value
 
 
-def _reachable(prog: str, uri: str) -> None:
-    """An object store that does not answer: one line naming it and its endpoint, exit 3;
-    a bucket that does not exist: one line, exit 2."""
+def _resolved_storage(prog: str, storage: str | None) -> str:
+    """:func:`resolved_storage`, refused in one line (exit 2, or 3 for a store that does not answer)."""
+    with as_lines(prog):
+        return resolved_storage(storage)
+
+
+def reachable(uri: str) -> None:
+    """An object store that does not answer: :class:`StorageUnreachableError` naming it and
+    its endpoint; a bucket that does not exist: :class:`UsageError`."""
     from study.storage import NoBucket, StorageUnreachable, check_reachable
 
     try:
         check_reachable(uri)
     except NoBucket as e:
-        fail(prog, f"--storage: {e}")
+        raise UsageError(f"--storage: {e}") from None
     except StorageUnreachable as e:
-        storage_fail(prog, str(e))
+        raise StorageUnreachableError(str(e)) from None
+
+
+def _reachable(prog: str, uri: str) -> None:
+    with as_lines(prog):
+        reachable(uri)
 
 
 def storage_fail(prog: str, message: str):
@@ -79,6 +105,7 @@ def register(sub) -> None:
                        description="Validate a study file without running it: print the number of "
                        "trials and the distinct models. Errors: 'FILE: path.to.field: message', exit 2.")
     p.add_argument("file")
+    add_overrides(p)
     p.add_argument("--data", help="override the file's data source")
     p.add_argument("--gpus", type=gpu_count, help="GPUs of the target cluster (checks GPU requests)")
     p.add_argument("--cpus", type=non_negative_int,
@@ -90,11 +117,14 @@ def register(sub) -> None:
                        "cluster (--address auto under `ray job submit`); tables stream into "
                        "STORAGE/NAME/tables while it runs.", epilog=EXIT_CODES)
     p.add_argument("file")
+    add_overrides(p)
     p.add_argument("--name", help="study name (default: the file's `name` or stem)")
     _storage(p)
     p.add_argument("--data", help="override the file's data source")
     _cluster_flags(p)
-    p.add_argument("--verbose", action="store_true", help="also print Ray's tracebacks of failed trials")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print Ray's own log lines and the tracebacks of failed trials "
+                        "(by default Ray's log lines go to the study's logs/ray.log only)")
     p.set_defaults(func=run_run)
 
     p = sub.add_parser("status", help="trials of a study: state, epoch, best accuracy",
@@ -119,30 +149,54 @@ def register(sub) -> None:
     p.add_argument("name", help="study name (under --storage) or path to a study folder")
     _storage(p)
     _cluster_flags(p)
-    p.add_argument("--verbose", action="store_true", help="also print Ray's tracebacks of failed trials")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print Ray's own log lines and the tracebacks of failed trials "
+                        "(by default Ray's log lines go to the study's logs/ray.log only)")
     p.add_argument("--trust-storage", action="store_true",
                    help="skip the HMAC check of Ray's pickled state (only for storage nobody else can write)")
     p.set_defaults(func=run_resume)
 
 
-def _spec(prog: str, file: str, data: str | None, gpus: int | None, cpus: int | None = None):
-    from study.spec import SpecError, load_spec
+OVERRIDES_HELP = ("override a field of the study file, in Hydra's syntax: key.sub=VALUE, 'models[0].num_heads=16', "
+                  "seeds=[0,1,2] (VALUE is YAML), +key=VALUE adds a field the file lacks, ~key deletes one; "
+                  "checked like the file and recorded in study.json")
 
-    try:
-        spec = load_spec(file, data=data, gpus_available=gpus, cpus_available=cpus)
-    except SpecError as e:
-        fail(prog, str(e))
-    _check_loggers(prog, spec.file, spec.loggers)
+
+def add_overrides(parser) -> None:
+    """The ``KEY=VALUE`` overrides after the study file (:mod:`study.overrides`); they may
+    also follow the options (``study.cli.main`` collects them)."""
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
+
+
+def load_checked(file: str, *, data: str | None = None, gpus: int | None = None, cpus: int | None = None,
+                 overrides=()):
+    """The study file with its overrides, checked: :class:`study.errors.StudyFileError` if not."""
+    from study.spec import load_spec
+
+    spec = load_spec(file, data=data, gpus_available=gpus, cpus_available=cpus, overrides=tuple(overrides))
+    check_loggers_of(spec.file, spec.loggers)
     return spec
 
 
-def _check_loggers(prog: str, file: str, loggers) -> None:
-    """A logger whose package is missing is one line naming the extra, exit 2."""
+def _spec(prog: str, file: str, data: str | None, gpus: int | None, cpus: int | None = None, overrides=()):
+    with as_lines(prog):
+        return load_checked(file, data=data, gpus=gpus, cpus=cpus, overrides=overrides)
+
+
+def check_loggers_of(file: str, loggers) -> None:
+    """A logger whose package is missing: :class:`StudyFileError` naming the extra."""
+    from study.errors import StudyFileError
     from study.tuning.loggers import check_loggers
 
     missing = check_loggers(loggers)
     if missing:
-        fail(prog, f"{file}: loggers.{missing[0]}: {missing[1]}")
+        raise StudyFileError(f"{file}: loggers.{missing[0]}: {missing[1]}")
+
+
+def _check_loggers(prog: str, file: str, loggers) -> None:
+    """A logger whose package is missing is one line naming the extra, exit 2."""
+    with as_lines(prog):
+        check_loggers_of(file, loggers)
 
 
 def local_cpus() -> int:
@@ -157,7 +211,7 @@ def run_validate(args: argparse.Namespace) -> int:
     from study.models import model_name
 
     spec = _spec("study validate", args.file, args.data, args.gpus,
-                 args.cpus if args.cpus is not None else local_cpus())
+                 args.cpus if args.cpus is not None else local_cpus(), overrides=args.overrides)
     count = f"{len(spec.models)}" if spec.models_complete else f"at least {len(spec.models)}"
     print(f"{spec.file}: {spec.num_trials} trials ({len(spec.cells)} grid cells x {spec.num_samples} "
           f"samples), {count} distinct models:")
@@ -167,10 +221,20 @@ def run_validate(args: argparse.Namespace) -> int:
     if len(spec.models) > shown:
         print(f"  ... and {len(spec.models) - shown} more")
     print(f"loggers: {', '.join(spec.loggers) or 'none'}")
+    if spec.overrides:
+        print(f"overrides: {overrides_text(spec.overrides)}")
     return 0
 
 
-def _check_storage(prog: str, storage: str) -> None:
+def overrides_text(overrides) -> str:
+    """The overrides as a shell would take them back (quoted where needed)."""
+    import shlex
+
+    return " ".join(shlex.quote(str(o)) for o in overrides)
+
+
+def check_storage_writable(storage: str) -> None:
+    """A local ``--storage`` that can be created or written: :class:`UsageError` if not."""
     if "://" in storage:
         return
     p = Path(storage).resolve()
@@ -178,7 +242,7 @@ def _check_storage(prog: str, storage: str) -> None:
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        fail(prog, f"--storage: cannot write to {storage} ({probe} is not a writable folder)")
+        raise UsageError(f"--storage: cannot write to {storage} ({probe} is not a writable folder)")
 
 
 def _root(storage: str, name: str, prog: str = "study") -> str:
@@ -202,121 +266,30 @@ def _root(storage: str, name: str, prog: str = "study") -> str:
     return study_root(storage, name)
 
 
-def _cluster_checks(prog: str, args: argparse.Namespace) -> None:
-    """--address and --storage agree, a local Ray keeps token authentication (study.tuning.cluster):
-    one line, exit 2, before Ray starts."""
+def cluster_checks(*, address: str | None, storage: str, shared_storage: bool) -> None:
+    """--address and --storage agree, a local Ray keeps token authentication
+    (study.tuning.cluster): :class:`UsageError` before Ray starts."""
     from study.tuning.cluster import ClusterError, check_local_auth, check_storage, resolve_address
 
     try:
-        resolve_address(args.address)
-        check_local_auth(args.address)
-        check_storage(args.storage, address=args.address, shared=args.shared_storage)
+        resolve_address(address)
+        check_local_auth(address)
+        check_storage(storage, address=address, shared=shared_storage)
     except ClusterError as e:
-        fail(prog, str(e))
+        raise UsageError(str(e)) from None
+
+
+def _cluster_checks(prog: str, args: argparse.Namespace) -> None:
+    with as_lines(prog):
+        cluster_checks(address=args.address, storage=args.storage, shared_storage=args.shared_storage)
 
 
 def run_run(args: argparse.Namespace) -> int:
     prog = "study run"
-    args.storage = _resolved_storage("study run", args.storage)
-    # a local Ray gets --num-cpus or this machine's CPUs: a trial asking for more would wait forever
-    spec = _spec(prog, args.file, args.data, None,
-                 None if args.address else (args.num_cpus if args.num_cpus is not None else local_cpus()))
-    if args.name is not None:  # an explicit --name '' is refused, not replaced by the file's name
-        from study.limits import MAX_NAME_LENGTH
-        from study.spec import _valid_name
-        from study.speccheck import short
-
-        if not _valid_name(args.name):
-            fail(prog, f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
-                       f"got {short(args.name)}")
-        object.__setattr__(spec, "name", args.name)
-    _check_storage(prog, args.storage)
-    _cluster_checks(prog, args)
-    from study.tuning.runner import study_root
-
-    root = study_root(args.storage, spec.name)
-    if _exists(prog, root):
-        fail(prog, f"--name: study {spec.name!r} already exists in {args.storage} "
-                   f"(continue it with `study resume {spec.name}` or pick another --name)")
-    _preflight(prog, spec, args.address, args.num_cpus)
-    _check_data(prog, spec, quiet=args.quiet)
-    if not args.quiet:  # the study's compute, one line (`study plan` gives the details)
-        from study.commands.plan import plan_line
-
-        print(plan_line(prog, spec), file=sys.stderr, flush=True)
-    return _drive(prog, args, lambda **kw: _run_study(spec, args, **kw))
-
-
-def _run_study(spec, args, **kw):
-    from study.tuning.runner import run_study
-
-    return run_study(spec, storage=args.storage, address=args.address, num_cpus=args.num_cpus, **kw)
-
-
-def _preflight(prog: str, spec, address: str | None, num_cpus: int | None) -> None:
-    """Refuse what Ray cannot do before starting or joining it (one line, fast)."""
-    from study.tuning import preflight
-
-    if address:
-        why = preflight.check_address(address)
-    else:
-        why = preflight.check_local_resources(cpus_per_trial=spec.cpus_per_trial,
-                                              workers_per_trial=spec.workers_per_trial,
-                                              gpus_per_trial=spec.gpus_per_trial, num_cpus=num_cpus)
-        why = why and f"{spec.file}: {why}"
-    if why:
-        fail(prog, why)
-    if address:
-        _check_cluster(prog, spec.file, address, num_cpus, cpus=spec.cpus_per_trial, gpus=spec.gpus_per_trial,
-                       workers=spec.workers_per_trial)
-
-
-def _check_cluster(prog: str, file: str, address: str, num_cpus: int | None, *, cpus: float, gpus: float,
-                   workers: int) -> None:
-    """Join the cluster and refuse a trial no node can hold (one line, exit 2)."""
-    from study.tuning import preflight
-
-    _init(prog, address, num_cpus)
-    import ray
-
-    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-    why = preflight.check_cluster_resources(nodes, cpus_per_trial=cpus, gpus_per_trial=gpus,
-                                            workers_per_trial=workers)
-    if why:
-        ray.shutdown()
-        fail(prog, f"{file}: {why}")
-
-
-def _init(prog: str, address: str | None, num_cpus: int | None) -> None:
-    from study.tuning.runner import init_ray
-
-    from study.errors import RayStartError
-
-    try:
-        init_ray(address, num_cpus=num_cpus)
-    except (ConnectionError, RuntimeError, ValueError, RayStartError) as e:
-        fail(prog, f"--address: cannot start or join Ray ({' '.join(str(e).split())[:200]})")
-
-
-def _drive(prog: str, args, start) -> int:
-    """Run or resume under the contract: exit status from the runs, one line for a
-    lock held by another driver (2), a storage failure (3) or a refused state (3)."""
-    from study.errors import EXIT_RAY, IntegrityError, LockError, RayStartError, StorageError
-
-    try:
-        runs = start(verbose=not args.quiet, show_tracebacks=args.verbose, prog=prog)
-    except LockError as e:
-        fail(prog, str(e))
-    except RayStartError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return EXIT_RAY
-    except IntegrityError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return EXIT_STORAGE
-    except (StorageError, OSError) as e:
-        where = getattr(e, "filename", None)
-        print(f"{prog}: error: storage: {e if not where else f'{where}: {e.strerror}'}", file=sys.stderr)
-        return EXIT_STORAGE
+    with as_lines(prog):
+        runs = run_file(args.file, overrides=args.overrides, storage=args.storage, data=args.data, name=args.name,
+                        address=args.address, shared_storage=args.shared_storage, num_cpus=args.num_cpus,
+                        quiet=args.quiet, verbose=args.verbose, prog=prog)
     if args.quiet:
         from study.tuning.runner import summary
 
@@ -324,19 +297,139 @@ def _drive(prog: str, args, start) -> int:
     return runs.attrs.get("exit_code", 0)
 
 
-def _exists(prog: str, root: str) -> bool:
-    """Whether a study is stored at ``root``; an unreachable object store is one line."""
-    from study.storage import StorageUnreachable, study_exists
+def run_file(file: str, *, overrides=(), storage: str | None = None, data: str | None = None,
+             name: str | None = None, address: str | None = None, shared_storage: bool = False,
+             num_cpus: int | None = None, quiet: bool = False, verbose: bool = False, prog: str = "study run"):
+    """The one code path of ``study run`` and ``study.run``: check everything (the study
+    file with its overrides, the name, the storage, the cluster, the data) before
+    anything starts, then run every trial.  Returns the ``runs`` table (the run
+    contract's exit status in ``runs.attrs["exit_code"]``) and the study folder in
+    ``runs.attrs["root"]``.  Refusals and failures raise :mod:`study.errors`' types;
+    nothing is printed for them (the CLI prints their one line, :func:`as_lines`)."""
+    storage = resolved_storage(storage)
+    # a local Ray gets --num-cpus or this machine's CPUs: a trial asking for more would wait forever
+    spec = load_checked(file, data=data, overrides=overrides,
+                        cpus=None if address else (num_cpus if num_cpus is not None else local_cpus()))
+    if name is not None:  # an explicit --name '' is refused, not replaced by the file's name
+        from study.limits import MAX_NAME_LENGTH
+        from study.spec import _valid_name
+        from study.speccheck import short
+
+        if not isinstance(name, str) or not _valid_name(name):
+            raise UsageError(f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
+                             f"got {short(name)}")
+        object.__setattr__(spec, "name", name)
+    check_storage_writable(storage)
+    cluster_checks(address=address, storage=storage, shared_storage=shared_storage)
+    from study.tuning.runner import run_study, study_root
+
+    root = study_root(storage, spec.name)
+    if study_exists(root):
+        raise UsageError(f"--name: study {spec.name!r} already exists in {storage} "
+                         f"(continue it with `study resume {spec.name}` or pick another --name)")
+    preflight(spec, address, num_cpus)
+    check_data(spec, quiet=quiet)
+    if not quiet:  # the study's compute, one line (`study plan` gives the details)
+        from study.commands.plan import plan_line
+
+        print(plan_line(prog, spec), file=sys.stderr, flush=True)
+    runs = _storage_errors(lambda: run_study(spec, storage=storage, address=address, num_cpus=num_cpus,
+                                             verbose=not quiet, show_tracebacks=verbose, prog=prog))
+    runs.attrs["root"] = root
+    return runs
+
+
+def _storage_errors(start):
+    """``start()``, an ``OSError`` from it as a :class:`StorageError` naming the file."""
+    try:
+        return start()
+    except StudyError:
+        raise
+    except OSError as e:
+        where = getattr(e, "filename", None)
+        raise (StorageError(str(where), e.strerror or str(e)) if where else StorageUnreachableError(str(e))) from None
+
+
+def preflight(spec, address: str | None, num_cpus: int | None) -> None:
+    """Refuse what Ray cannot do before starting or joining it (:class:`UsageError`, fast)."""
+    from study.tuning import preflight as checks
+
+    if address:
+        why = checks.check_address(address)
+    else:
+        why = checks.check_local_resources(cpus_per_trial=spec.cpus_per_trial,
+                                           workers_per_trial=spec.workers_per_trial,
+                                           gpus_per_trial=spec.gpus_per_trial, num_cpus=num_cpus)
+        why = why and f"{spec.file}: {why}"
+    if why:
+        raise UsageError(why)
+    if address:
+        check_cluster(spec.file, address, num_cpus, cpus=spec.cpus_per_trial, gpus=spec.gpus_per_trial,
+                      workers=spec.workers_per_trial)
+
+
+def check_cluster(file: str, address: str, num_cpus: int | None, *, cpus: float, gpus: float,
+                  workers: int) -> None:
+    """Join the cluster and refuse a trial no node can hold (:class:`UsageError`)."""
+    from study.tuning import preflight as checks
+
+    init(address, num_cpus)
+    import ray
+
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    why = checks.check_cluster_resources(nodes, cpus_per_trial=cpus, gpus_per_trial=gpus,
+                                         workers_per_trial=workers)
+    if why:
+        ray.shutdown()
+        raise UsageError(f"{file}: {why}")
+
+
+def _check_cluster(prog: str, file: str, address: str, num_cpus: int | None, *, cpus: float, gpus: float,
+                   workers: int) -> None:
+    with as_lines(prog):
+        check_cluster(file, address, num_cpus, cpus=cpus, gpus=gpus, workers=workers)
+
+
+def init(address: str | None, num_cpus: int | None) -> None:
+    from study.errors import RayStartError
+    from study.tuning.runner import init_ray
 
     try:
-        return study_exists(root)
+        init_ray(address, num_cpus=num_cpus)
+    except (ConnectionError, RuntimeError, ValueError, RayStartError) as e:
+        raise UsageError(f"--address: cannot start or join Ray ({' '.join(str(e).split())[:200]})") from None
+
+
+def _drive(prog: str, args, start) -> int:
+    """Run or resume under the contract: exit status from the runs, one line for a
+    lock held by another driver (2), a storage failure (3) or a refused state (3)."""
+    with as_lines(prog):
+        runs = _storage_errors(lambda: start(verbose=not args.quiet, show_tracebacks=args.verbose, prog=prog))
+    if args.quiet:
+        from study.tuning.runner import summary
+
+        print(summary(runs))
+    return runs.attrs.get("exit_code", 0)
+
+
+def study_exists(root: str) -> bool:
+    """Whether a study is stored at ``root``; an unreachable object store is a :class:`StorageError`."""
+    from study.storage import StorageUnreachable, study_exists as exists
+
+    try:
+        return exists(root)
     except StorageUnreachable as e:
-        storage_fail(prog, str(e))
+        raise StorageUnreachableError(str(e)) from None
     except OSError as e:
-        storage_fail(prog, f"cannot read {root}: {' '.join(str(e).split())[:300]}")
+        raise StorageUnreachableError(f"cannot read {root}: {' '.join(str(e).split())[:300]}") from None
 
 
-def _check_data(prog: str, spec, *, quiet: bool = False) -> None:
+def _exists(prog: str, root: str) -> bool:
+    with as_lines(prog):
+        return study_exists(root)
+
+
+def check_data(spec, *, quiet: bool = False) -> None:
     """Load (and cache) every data source the trials will read before anything
     starts, so a broken archive is one error line, not a study of failed trials.
     The first decode of an archive can take minutes: its progress goes to stderr."""
@@ -348,7 +441,7 @@ def _check_data(prog: str, spec, *, quiet: bool = False) -> None:
         try:  # layout and headers first, without torch: a malformed source is refused in well under a second
             check_source(source)
         except DataError as e:
-            fail(prog, f"{spec.file}: data: {e}")
+            raise UsageError(f"{spec.file}: data: {e}") from None
     from study.data import hold_out_validation, load_splits
 
     progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
@@ -356,11 +449,11 @@ def _check_data(prog: str, spec, *, quiet: bool = False) -> None:
         try:
             splits = load_splits(source, subset=subset, progress=progress)
         except DataError as e:
-            fail(prog, f"{spec.file}: data: {e}")
+            raise UsageError(f"{spec.file}: data: {e}") from None
         try:
             splits = hold_out_validation(splits, validation=validation, seed=0)
         except DataError as e:
-            fail(prog, f"{spec.file}: {e}")
+            raise UsageError(f"{spec.file}: {e}") from None
         n = len(splits.train_labels)  # what trains, after the validation split is held out
         # the size of a folder or archive is known only now: one step's batch must fit it
         dist = spec.sample.get("batch_size", {})
@@ -368,14 +461,15 @@ def _check_data(prog: str, spec, *, quiet: bool = False) -> None:
         batch = max([c.batch_size for c in configs if (c.data, c.subset) == (source, subset)] + [sampled])
         if batch * spec.workers_per_trial > n:
             workers = f" x {spec.workers_per_trial} workers" if spec.workers_per_trial > 1 else ""
-            fail(prog, f"{spec.file}: batch_size: {batch}{workers} images per step is more than the {n} "
-                       f"training images of {source}: no training step would run")
+            raise UsageError(f"{spec.file}: batch_size: {batch}{workers} images per step is more than the {n} "
+                             f"training images of {source}: no training step would run")
 
 
 #: fields of ``study.json`` (written by ``study.tuning.runner``) and their types
 META_FIELDS = {"name": str, "file": str, "raw": dict, "num_trials": int, "cpus_per_trial": (int, float),
                "gpus_per_trial": (int, float), "workers_per_trial": int, "max_failures": int,
-               "selection_metric": str, "optuna_journal": str, "tables": str, "ddp_storage": str}
+               "selection_metric": str, "optuna_journal": str, "tables": str, "ddp_storage": str,
+               "overrides": list}
 
 
 def study_meta(root: str) -> dict | None:
@@ -425,16 +519,19 @@ def run_status(args: argparse.Namespace) -> int:
         fail(prog, f"no study {args.name!r} in {args.storage}")
     if "://" not in root and not Path(root).is_dir():
         fail(prog, f"{root} is not a study (not a folder)")
-    planned = None
+    planned, overrides = None, None
     if not _is_train_folder(root):
         if not _has_meta(root):
             fail(prog, f"{root} is not a study (no study.json: neither `study run` nor `study train` wrote it)")
         try:
-            planned = study_meta(root).get("num_trials")
+            meta = study_meta(root)
         except MetaFileError as e:
             fail(prog, str(e))
+        planned, overrides = meta.get("num_trials"), meta.get("overrides")
     runs = read_table(f"{root}/tables", "runs")
     print(status_table(runs, planned))
+    if overrides:  # the study that ran is its file with these (study.yaml holds the result)
+        print(f"overrides: {overrides_text(overrides)}")
     return 0
 
 

@@ -45,10 +45,23 @@ def register(sub) -> None:
     g.add_argument("--map-epochs", default="auto", metavar="WHEN",
                    help="epochs that store attention maps (0-based): auto (first ten, log-spaced, last), "
                    "all, last, none, or a comma-separated list like 0,9,299 (default: auto)")
+    pr = p.add_argument_group("training protocol (default: off, the paper's recipe)")
+    pr.add_argument("--cutmix-alpha", type=float, default=0.0, metavar="A",
+                    help="CutMix with mixing ratio ~ Beta(A, A) (0: off)")
+    pr.add_argument("--mixup-alpha", type=float, default=0.0, metavar="A",
+                    help="MixUp with mixing ratio ~ Beta(A, A) (0: off; with CutMix: one of the two per batch)")
+    pr.add_argument("--randaugment-ops", type=int, default=0, metavar="N",
+                    help="RandAugment: N operations per image (0: off)")
+    pr.add_argument("--randaugment-magnitude", type=int, default=9, metavar="M", help="RandAugment's magnitude, 0-30")
+    pr.add_argument("--autoaugment", default="none", metavar="POLICY",
+                    help="AutoAugment policy: none, cifar10, imagenet, svhn")
+    pr.add_argument("--label-smoothing", type=float, default=0.0, metavar="EPS",
+                    help="cross-entropy label smoothing in [0, 1)")
     g.add_argument("--out", type=Path, default=Path("results/train"), help="output folder")
     g.add_argument("--trial-id", help="trial id: letters, digits, '.', '_', '-', not starting with '.' or '_' "
                    "(default: --out's folder name, made into one)")
-    g.add_argument("--quiet", action="store_true", help="no per-epoch progress line")
+    g.add_argument("--quiet", action="store_true",
+                   help="no per-epoch progress line (and no progress bar, shown only when stderr is a terminal)")
     p.set_defaults(func=run)
 
 
@@ -82,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
             model=mc, data=args.data, subset=args.subset, epochs=args.epochs, batch_size=args.batch_size,
             lr=args.lr, weight_decay=args.weight_decay, warmup=args.warmup, schedule=args.schedule,
             seed=args.seed, compile=args.compile, amp=args.amp, head_stats=args.head_stats,
-            validation=args.validation,
+            validation=args.validation, cutmix_alpha=args.cutmix_alpha, mixup_alpha=args.mixup_alpha,
+            randaugment_ops=args.randaugment_ops, randaugment_magnitude=args.randaugment_magnitude,
+            autoaugment=args.autoaugment, label_smoothing=args.label_smoothing,
             map_epochs=_map_epochs(prog, args.map_epochs),
         )
     except ConfigError as e:
@@ -105,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
     check_data(prog, "--data", cfg.data)
     _check_ledger(prog, out / "trial.json")
     _check_size(prog, cfg.model)
-    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    bar = None if args.quiet or not sys.stderr.isatty() else _EpochBar(epochs=cfg.epochs, stream=sys.stderr)
+    progress = None if args.quiet else (bar.line if bar is not None else
+                                        (lambda line: print(line, file=sys.stderr, flush=True)))
     from study.data import DataError
     from study.trial import train_trial
 
@@ -139,9 +156,14 @@ def run(args: argparse.Namespace) -> int:
         fail(prog, str(e))
     book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
     try:
-        result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
-                             progress=progress, splits=splits, ledger=book,
-                             warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
+        try:
+            result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
+                                 progress=progress, splits=splits, ledger=book,
+                                 warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True),
+                                 step_progress=bar.step if bar is not None else None)
+        finally:  # no half-drawn bar above an error or the result line
+            if bar is not None:
+                bar.close()
     except CheckpointError as e:
         fail(prog, f"--out: {e}")
     except SupersededError as e:  # another machine trains into the same (shared) folder
@@ -161,6 +183,41 @@ def run(args: argparse.Namespace) -> int:
     print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")
     return 0 if result.status == "finished" else 1
+
+
+class _EpochBar:
+    """The running epoch's progress on a terminal, in place (``tqdm``): training images
+    done of the epoch's total, images/s and ETA, redrawn at most 4 times a second and
+    cleared before each epoch's summary line.  Fed from the training loop's host-side
+    image counts (:data:`study.trial.loop.StepProgress`)."""
+
+    def __init__(self, *, epochs: int, stream):
+        self.epochs, self.stream = epochs, stream
+        self.bar = None
+        self.epoch = -1
+
+    def step(self, epoch: int, done: int, total: int) -> None:
+        if self.bar is None or epoch != self.epoch:
+            import shutil
+
+            from tqdm import tqdm
+
+            self.close()
+            self.epoch = epoch
+            # the terminal's width, 80 where it reports none (a new pseudo-terminal says 0 columns)
+            self.bar = tqdm(total=total, desc=f"epoch {epoch + 1}/{self.epochs}", unit="img", file=self.stream,
+                            leave=False, mininterval=0.25, ncols=shutil.get_terminal_size().columns)
+        self.bar.update(done - self.bar.n)
+
+    def line(self, text: str) -> None:
+        """One epoch's summary line (or any other line), below no half-drawn bar."""
+        self.close()
+        print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def _check_ledger(prog: str, path: Path) -> None:

@@ -14,7 +14,7 @@ exactly the samples and augmentations of 1 rank with batch ``2b``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -127,12 +127,15 @@ class DeviceData:
         seed: int | None = None,
         rank: int = 0,
         world_size: int = 1,
+        policy: Callable[[Tensor], Tensor] | None = None,
     ) -> Iterator[tuple[Tensor, Tensor]]:
         """Yield ``(images float32 (B, 3, H, W) normalised, labels int64 (B,))`` on the device.
 
         ``train=True``: shuffled by (``seed``, ``epoch``) — both required — with random
         crop and flip; ``train=False``: in order, unaugmented, last partial batch
-        included.  Rank ``rank`` of ``world_size`` gets its rows of each global batch."""
+        included.  Rank ``rank`` of ``world_size`` gets its rows of each global batch.
+        ``policy`` (training only): applied to each cropped and flipped uint8 batch on the
+        device before normalisation (RandAugment / AutoAugment: :mod:`study.trial.protocol`)."""
         _check(batch_size=batch_size, rank=rank, world_size=world_size)
         n, g = len(self), batch_size * world_size
         if not train:
@@ -150,6 +153,8 @@ class DeviceData:
             idx = order[lo : lo + batch_size]
             x = augment(self.images.index_select(0, idx), offsets=offsets[lo : lo + batch_size],
                         flips=flips[lo : lo + batch_size])
+            if policy is not None:
+                x = policy(x)
             yield self.normalise(x), self.labels.index_select(0, idx)
 
 

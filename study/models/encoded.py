@@ -56,6 +56,9 @@ class EncodedAttention(HeadsLayer):
         value: a value projection ``Linear(D → N_h·d_h)`` (timm's layout); without it
             every head averages the raw input.
         qkv_bias: biases of the query, key (and value) projections.
+        key_bias: a bias of the key projection (default: ``qkv_bias``); EVA's rotary
+            attention has query and value biases but none on the key (under RoPE a key
+            bias is rotated with the key, so it changes the scores).
         out_dim: output dimension (default ``dim``).
         attention_dropout: dropout on the probabilities.
         options: the encoding's own settings (e.g. ``locality_strength``).
@@ -71,8 +74,8 @@ class EncodedAttention(HeadsLayer):
 
     def __init__(
         self, *, dim: int, num_heads: int, encoding: "Encoding", grid: int, head_dim: int | None = None,
-        value: bool = False, qkv_bias: bool = True, out_dim: int | None = None, attention_dropout: float = 0.0,
-        **options,
+        value: bool = False, qkv_bias: bool = True, key_bias: bool | None = None, out_dim: int | None = None,
+        attention_dropout: float = 0.0, **options,
     ):
         super().__init__()
         self.dim = dim
@@ -82,7 +85,7 @@ class EncodedAttention(HeadsLayer):
         self.encoding = encoding
         inner = num_heads * self.head_dim
         self.query = nn.Linear(dim, inner, bias=qkv_bias)
-        self.key = nn.Linear(dim, inner, bias=qkv_bias)
+        self.key = nn.Linear(dim, inner, bias=qkv_bias if key_bias is None else key_bias)
         self.value = nn.Linear(dim, inner, bias=qkv_bias) if value else None
         self.positional = nn.Module()
         encoding.init_parameters(self, **options)

@@ -10,6 +10,7 @@ failing inside ``load_state_dict``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -18,6 +19,7 @@ import torch
 
 from study.atomicio import write_atomic
 from study.errors import CheckpointError, cause
+from study.trial.config import PROTOCOL_FIELDS, TrainConfig
 
 FILENAME = "checkpoint.pt"
 PREVIOUS = "checkpoint.prev.pt"
@@ -25,6 +27,9 @@ PREVIOUS = "checkpoint.prev.pt"
 #: TrainConfig fields that do not change what a checkpoint continues (how the
 #: trial is executed or observed, not what it trains).
 OPERATIONAL_FIELDS = frozenset({"amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"})
+#: TrainConfig fields added after checkpoints recorded their configuration: absent from
+#: an older checkpoint, they were at their defaults (the training protocol: all off).
+ADDED_FIELDS = PROTOCOL_FIELDS
 
 
 def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> Path:
@@ -81,13 +86,17 @@ def check_config(state: dict[str, Any], *, model_config: dict[str, Any], train_c
                  where: str) -> None:
     """Refuse to continue ``state`` under another configuration: one line naming
     every differing field (``field: checkpoint value -> this run's value``).
-    Checkpoints older than these keys are not checked."""
+    Checkpoints older than these keys are not checked; a training field added since a
+    checkpoint was written (the training protocol's) compares as its default, which it
+    had then."""
     diffs = []
     saved_model = state.get("model_config")
     if isinstance(saved_model, dict):
         diffs += [f"{k}: {saved_model.get(k)!r} -> {v!r}" for k, v in model_config.items() if saved_model.get(k) != v]
     saved_train = state.get("train_config")
     if isinstance(saved_train, dict):
+        defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        saved_train = {**{k: defaults[k] for k in ADDED_FIELDS}, **saved_train}
         diffs += [f"{k}: {saved_train.get(k)!r} -> {v!r}" for k, v in train_config.items()
                   if k != "model" and k not in OPERATIONAL_FIELDS and saved_train.get(k) != v]
     if diffs:

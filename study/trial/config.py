@@ -9,6 +9,14 @@ from typing import Any
 from study.models.config import ConfigError, ModelConfig, strict_from_dict
 
 SCHEDULES = ("cosine", "step")
+#: AutoAugment policies of ``torchvision.transforms.v2.AutoAugmentPolicy`` (by value), or none
+AUTOAUGMENT_POLICIES = ("none", "cifar10", "imagenet", "svhn")
+#: RandAugment's operation set (torchvision) has 14 operations; its magnitude has 31 bins (0-30)
+MAX_RANDAUGMENT_OPS = 14
+MAX_RANDAUGMENT_MAGNITUDE = 30
+#: the training protocol's fields (see :class:`TrainConfig`): a study file's ``protocol:`` section
+PROTOCOL_FIELDS = ("cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugment_magnitude", "autoaugment",
+                   "label_smoothing")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,6 +32,14 @@ class TrainConfig:
 
     ``validation``: training images held out (stratified, drawn with ``seed``) for
     model selection; their loss/accuracy is recorded every epoch as ``val_*``.
+
+    The training protocol (all off by default, as in the paper; applied on the device
+    batch by :mod:`study.trial.protocol`): ``cutmix_alpha`` / ``mixup_alpha`` the
+    alpha of CutMix's / MixUp's Beta(alpha, alpha) mixing ratio (0: off; both on: one
+    of the two per batch, as timm/DeiT do), ``randaugment_ops`` RandAugment's number of
+    operations per image (0: off) at ``randaugment_magnitude`` (0-30), ``autoaugment``
+    an AutoAugment policy (``none``, ``cifar10``, ``imagenet``, ``svhn``; not together
+    with RandAugment), ``label_smoothing`` the cross-entropy's smoothing in [0, 1).
 
     Deviation from the original: it stepped the warm-up/cosine schedule per *epoch*
     and so trained epoch 0 at lr 0; here the schedule is stepped per iteration.
@@ -51,6 +67,12 @@ class TrainConfig:
     eval_batch_size: int = 500
     #: training images held out for validation: a count (0: none) or a fraction in (0, 1)
     validation: int | float = 0
+    cutmix_alpha: float = 0.0
+    mixup_alpha: float = 0.0
+    randaugment_ops: int = 0
+    randaugment_magnitude: int = 9
+    autoaugment: str = "none"
+    label_smoothing: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):
@@ -76,6 +98,7 @@ class TrainConfig:
                 isinstance(v, float) and v >= 1):
             raise ConfigError("validation", f"must be a number of images >= 0 or a fraction in (0, 1), got {v!r}")
         _check_map_epochs(self)
+        _check_protocol(self)
         if not isinstance(self.data, str) or not self.data:
             raise ConfigError("data", f"must be a data source string, got {self.data!r}")
 
@@ -109,6 +132,30 @@ def _check_map_epochs(cfg: TrainConfig) -> None:
     if bad:
         raise ConfigError("map_epochs", f"epochs are 0-based and must be < epochs ({cfg.epochs}), got {bad[0]}")
     object.__setattr__(cfg, "map_epochs", tuple(sorted(set(v))))
+
+
+def _check_protocol(cfg: TrainConfig) -> None:
+    """The training protocol's fields (see :class:`TrainConfig`) within their bounds."""
+    for k in ("cutmix_alpha", "mixup_alpha"):
+        v = getattr(cfg, k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+            raise ConfigError(k, f"must be a finite Beta alpha >= 0 (0: off), got {v!r}")
+    _int_at_least(cfg, "randaugment_ops", 0)
+    if cfg.randaugment_ops > MAX_RANDAUGMENT_OPS:
+        raise ConfigError("randaugment_ops", f"must be <= {MAX_RANDAUGMENT_OPS} (RandAugment's operations), "
+                                             f"got {cfg.randaugment_ops}")
+    _int_at_least(cfg, "randaugment_magnitude", 0)
+    if cfg.randaugment_magnitude > MAX_RANDAUGMENT_MAGNITUDE:
+        raise ConfigError("randaugment_magnitude", f"must be <= {MAX_RANDAUGMENT_MAGNITUDE} (RandAugment's 31 "
+                                                   f"magnitude bins), got {cfg.randaugment_magnitude}")
+    if cfg.autoaugment not in AUTOAUGMENT_POLICIES:
+        raise ConfigError("autoaugment", f"must be one of {', '.join(AUTOAUGMENT_POLICIES)}, got {cfg.autoaugment!r}")
+    if cfg.autoaugment != "none" and cfg.randaugment_ops:
+        raise ConfigError("autoaugment", f"{cfg.autoaugment} and randaugment_ops {cfg.randaugment_ops} are "
+                                         "alternative policies: set one (the other none / 0)")
+    v = cfg.label_smoothing
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+        raise ConfigError("label_smoothing", f"must be in [0, 1), got {v!r}")
 
 
 def _int_at_least(cfg: TrainConfig, key: str, low: int) -> None:

@@ -1,17 +1,40 @@
-"""Per-head attention statistics and compact attention maps (DESIGN §6).
+"""Per-head attention statistics and compact attention maps.
 
-For positional attention the distribution is that of a query at the centre of a
-canvas large enough that no reachable shift is clipped: every shift δ a head can
-score (Gaussian heads: a (2S−1)² window for an S×S grid; learned heads: the whole
-(2S−1)² table) gets its score, and one softmax runs over all of them.  For content
-attention the query is the centre token of real images and the distribution over
-key shifts is averaged over a fixed set of test images.
+Two kinds of statistics per head:
 
-Statistics per head, with x = column shift and y = row shift: mean shift
+**Grid locality** (every encoding measured the same way): the model's own attention
+probabilities on the real S×S token grid (``model(x, return_attention=True)``:
+(1|B, N_h, T, T) per layer, boundaries included), for EVERY query token of the fixed
+head-statistics test images, averaged over queries and images —
+
+* ``attention_distance`` = mean over images b and queries q of Σ_k P_h[b, q, k]·‖p_k − p_q‖,
+  the attention-weighted Euclidean distance between query and key token positions,
+  in **grid cells** (one token of the S×S grid; 2×2 input pixels for the paper's
+  space-to-depth stem) — the "mean attention distance" of Dosovitskiy et al. (2021,
+  Fig. 7) and Raghu et al. (2021).  Uniform attention on a 16×16 grid reads 8.33,
+  a 3×3 convolution's taps 1.05 (uniform over the taps inside the grid): the
+  reference values of :mod:`study.locality`;
+* ``attention_entropy`` = the same mean of −Σ_k P log P (nats): ln T for uniform attention.
+
+Positional-only layers' probabilities do not depend on the image, so one image
+stands for all of them.
+
+**Canvas (centre-query) moments**, for the Gaussian heads' centres and contours of the
+paper's Fig. 4: for positional attention the distribution of a query at the centre of
+a canvas large enough that no reachable shift is clipped (every shift δ a head can
+score — Gaussian heads: a (2S−1)² window for an S×S grid; learned heads: the whole
+(2S−1)² table — gets its score, and one softmax runs over all of them); for content
+attention the centre query of the test images, its distribution over key shifts
+averaged over the images.  With x = column shift and y = row shift: mean shift
 (``center_x``, ``center_y``), covariance (``cov_xx``, ``cov_xy``, ``cov_yy``),
-``entropy`` (nats), ``mean_distance`` E‖δ‖, ``max_prob``; Gaussian heads also
-record their parameters (centre Δ_h and Σ_h⁻¹); a layer with ``head_columns()`` adds
-its per-head values (GPSA: ``gate`` = σ(λ_h), the weight of its positional softmax).
+``entropy`` (nats), ``mean_distance`` E‖δ‖ and ``max_prob``.  These are NOT the grid
+locality: the unclipped canvas and the grid's centre query differ (uniform attention:
+11.86 on the 31×31 canvas, 6.14 for the centre query of a 16×16 grid, 8.33 averaged
+over every query of that grid).
+
+Gaussian heads also record their parameters (centre Δ_h and Σ_h⁻¹); a layer with
+``head_columns()`` adds its per-head values (GPSA: ``gate`` = σ(λ_h), the weight of its
+positional softmax).
 """
 
 from __future__ import annotations
@@ -24,6 +47,24 @@ from study.models.positional import GaussianScores, LearnedScores
 NAN = float("nan")
 #: per-head columns a layer may report (``head_columns``), null for the others
 HEAD_COLUMNS = ("gate",)
+
+
+def token_distances(height: int, width: int, *, device=None) -> Tensor:
+    """‖p_k − p_q‖ between the token positions (row, col) of a height×width grid,
+    (T, T) float64 in grid cells, T = height·width row-major (the models' token order)."""
+    rows = torch.arange(height, device=device, dtype=torch.float64)
+    cols = torch.arange(width, device=device, dtype=torch.float64)
+    pos = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), -1).reshape(-1, 2)
+    return torch.cdist(pos, pos)
+
+
+def grid_locality_sums(probs: Tensor, distances: Tensor) -> tuple[Tensor, Tensor]:
+    """Per head, the sums over the maps' images and queries of Σ_k P[q, k]·‖p_k − p_q‖
+    and of −Σ_k P[q, k] ln P[q, k]: ``probs`` (B, N_h, T, T), float64 results (N_h,)."""
+    p = probs.double()
+    distance = torch.einsum("bhqk,qk->h", p, distances.to(p.device))
+    entropy = -torch.special.xlogy(p, p).sum(dim=(0, 2, 3))
+    return distance, entropy
 
 
 def shift_grid(radius: int, *, device=None) -> Tensor:
@@ -82,18 +123,20 @@ def gaussian_parameters(positional) -> dict[str, Tensor] | None:
 def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict], list[dict]]:
     """Rows of the ``heads`` and ``maps`` tables for every layer and head.
 
-    ``images``: normalised test images (N, 3, H, W) on the model's device, used only
-    by content attention.  Maps are the (2·radius+1)² window around the query.
+    ``images``: the normalised head-statistics test images (N, 3, H, W) on the model's
+    device: the grid locality is averaged over all of them (positional-only models:
+    over the first, which stands for all), the content heads' canvas moments over
+    their centre queries.  Maps are the (2·radius+1)² window around the query.
     """
     layers = model.attention_layers
     heads_rows: list[dict] = []
     map_rows: list[dict] = []
-    content_maps = None
-    if any(layer.content for layer in layers):
-        content_maps = _content_maps(model, images)
+    if not any(layer.content for layer in layers):
+        images = images[:1]  # image-independent attention: one image stands for all
+    grid = _grid_pass(model, images)
     for li, layer in enumerate(layers):
         if layer.content:
-            centre = content_maps[li]  # (N_h, H, W) over key positions
+            centre = grid.centre[li]  # (N_h, H, W) over key positions
             h, w = centre.shape[-2:]
             rows = torch.arange(h, device=centre.device) - h // 2
             cols = torch.arange(w, device=centre.device) - w // 2
@@ -107,6 +150,8 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
             delta = shift_grid(full, device=probs.device)
             window = _crop(probs, full, full, radius)
         stats = distribution_stats(probs, delta)
+        stats["attention_distance"] = grid.distance[li]
+        stats["attention_entropy"] = grid.entropy[li]
         params = gaussian_parameters(getattr(layer, "positional", None))
         extra = layer.head_columns() if hasattr(layer, "head_columns") else {}
         for hd in range(layer.num_heads):
@@ -120,6 +165,14 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
             map_rows.append({"layer": li, "head": hd, "window": 2 * radius + 1,
                              "probs": window[hd].flatten().cpu().tolist()})
     return heads_rows, map_rows
+
+
+class _GridPass:
+    """Per layer: the grid locality (mean over images and queries, (N_h,) float64) and
+    the centre query's attention averaged over the images ((N_h, S, S))."""
+
+    def __init__(self, distance: list[Tensor], entropy: list[Tensor], centre: list[Tensor]):
+        self.distance, self.entropy, self.centre = distance, entropy, centre
 
 
 def _reach(positional, grid: int) -> int:
@@ -139,15 +192,26 @@ def _crop(maps: Tensor, cy: int, cx: int, radius: int) -> Tensor:
     return out
 
 
-def _content_maps(model, images: Tensor, chunk: int = 10) -> list[Tensor]:
-    """Centre-query attention per layer averaged over ``images`` (chunked forward)."""
+def _grid_pass(model, images: Tensor, chunk: int = 10) -> _GridPass:
+    """One chunked forward of ``images`` with ``return_attention=True``: every layer's
+    (1|B, N_h, T, T) probabilities on the real grid, reduced to the grid locality
+    (:func:`grid_locality_sums` over every query, divided by images × queries) and the
+    centre query's distribution over key positions (averaged over the images)."""
     sums = None
-    for i in range(0, len(images), chunk):
-        _, maps = model(images[i : i + chunk], return_attention=True)
+    n = len(images)
+    for i in range(0, n, chunk):
+        x = images[i : i + chunk]
+        _, maps = model(x, return_attention=True)
         t = maps[0].shape[-1]
         side = int(round(t**0.5))
+        distances = token_distances(side, side, device=maps[0].device)
         q = (side // 2) * side + side // 2
-        part = [m[:, :, q].float().sum(0).view(-1, side, side) for m in maps]
-        sums = part if sums is None else [a + b for a, b in zip(sums, part)]
-    n = len(images)
-    return [s / n for s in sums]
+        part = []
+        for m in maps:
+            weight = len(x) / m.shape[0]  # a map shared by the batch (1, N_h, T, T) counts once per image
+            d, e = grid_locality_sums(m, distances)
+            part.append((d * weight, e * weight, m[:, :, q].float().sum(0).view(-1, side, side) * weight))
+        sums = part if sums is None else [tuple(a + b for a, b in zip(s, p)) for s, p in zip(sums, part)]
+    t = side * side
+    return _GridPass(distance=[d / (n * t) for d, _, _ in sums], entropy=[e / (n * t) for _, e, _ in sums],
+                     centre=[c / n for _, _, c in sums])

@@ -28,13 +28,17 @@ from study.devicepaths import (DevicePaths, capture_rng, ddp_device_ids, restore
 from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
 from study.plan import TRAIN_FORWARDS
-from study.tables import TableWriter, map_epochs
+from study.tables import INIT_EPOCH, TableWriter, map_epochs
 from study.trial.checkpoint import check_config, load_checkpoint, save_checkpoint
 from study.trial.config import TrainConfig
 from study.trial.headstats import collect_head_stats
+from study.trial.protocol import Protocol, build_protocol
 from study.trial.schedule import learning_rate
 
 Report = Callable[[dict[str, Any], "Path | None"], None]
+#: ``(epoch, images trained so far in it, images it trains)`` after every training step,
+#: counted on the host from the batch sizes (no device read)
+StepProgress = Callable[[int, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -89,9 +93,12 @@ def train_trial(
     ledger=None,
     warn: Callable[[str], None] | None = None,
     paths: DevicePaths | None = None,
+    step_progress: StepProgress | None = None,
 ) -> TrialResult:
     """Train ``cfg`` for ``cfg.epochs`` epochs, resuming from ``checkpoint_dir`` if it
-    holds a checkpoint.  After every epoch (rank 0): the ``epochs``/``heads``/``maps``
+    holds a checkpoint.  Before the first training step of a trial started from scratch
+    (rank 0): the untrained model's ``heads``/``maps`` parts (``epoch`` −1).  After every
+    epoch (rank 0): the ``epochs``/``heads``/``maps``
     parts and the ``runs`` row under ``tables``, a checkpoint in ``checkpoint_dir``,
     then ``report(metrics, checkpoint_dir)`` (every rank; the directory on rank 0 only).
     ``splits``: the already loaded ``load_splits(cfg.data, ...)``, if the caller has it.
@@ -104,6 +111,9 @@ def train_trial(
     ``paths``: the device-dependent branches to take (:class:`~study.devicepaths.DevicePaths`;
     default: the device's, with ``cfg.amp`` and ``cfg.compile``); any of them can be
     selected on CPU.
+    ``step_progress``: called after every training step with the epoch, the images of
+    this rank's shard trained so far in it and their total (``study train``'s progress
+    bar); ``progress`` receives one line per epoch.
 
     The steps: :func:`_set_up` (data, model, optimiser), :func:`_resume` (checkpoint,
     attempts), :func:`_prepare` (DDP / compile, table writer, ``runs`` row), then
@@ -117,7 +127,10 @@ def train_trial(
     _prepare(t, tables=tables, trial_id=trial_id, study=study, extra_run_fields=extra_run_fields)
     _write_run(t, "running")
     try:
-        _epochs(t, checkpoint_dir=checkpoint_dir, report=report, progress=progress, ledger=ledger)
+        if t.start_epoch == 0:
+            _record_init(t, ledger)
+        _epochs(t, checkpoint_dir=checkpoint_dir, report=report, progress=progress, ledger=ledger,
+                step_progress=step_progress)
     except KeyboardInterrupt:  # Ctrl-C in `study train`: the row says so, the ledger kept the time
         if ledger is not None:
             t.device_seconds = max(t.device_seconds, ledger.device_seconds)
@@ -133,7 +146,7 @@ def train_trial(
     return _finish(t, ledger)
 
 
-def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger) -> None:
+def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger, step_progress=None) -> None:
     """Every remaining epoch: train, evaluate (the ledger's clock running), record,
     checkpoint, report; stops at a non-finite training loss (``diverged``)."""
     cfg = t.cfg
@@ -143,7 +156,7 @@ def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger) -> None:
         clock = (ledger.clock(before=t.device_seconds, scale=t.world, epoch=epoch, fraction=t.epoch_fraction)
                  if ledger is not None else contextlib.nullcontext())
         with clock:
-            trained = _train_epoch(t, epoch, t0)
+            trained = _train_epoch(t, epoch, t0, step_progress=step_progress)
             if not math.isfinite(trained.loss):
                 t.status = "diverged"
                 return
@@ -179,6 +192,7 @@ class _Trial:
     optimizer: torch.optim.Optimizer
     n_params: int
     flops: float
+    protocol: Protocol = field(default_factory=Protocol)
     net: nn.Module | None = None  # the model as trained (DDP / compiled)
     autocast: Callable[[], Any] = contextlib.nullcontext
     steps_per_epoch: int = 0
@@ -237,7 +251,7 @@ def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: Dev
     model = build_model(mc).to(device)
     return _Trial(cfg=cfg, mc=mc, rank=rank, world=world, device=device, paths=paths, splits=splits, train_data=train_data,
                   val_data=val_data, test_data=test_data, model=model, optimizer=build_optimizer(model, cfg),
-                  n_params=count_parameters(model),
+                  n_params=count_parameters(model), protocol=build_protocol(cfg, num_classes=mc.num_classes),
                   flops=forward_flops(model, image_size=mc.image_size, in_channels=mc.in_channels),
                   best_val=math.nan if val_data is None else 0.0)
 
@@ -317,36 +331,56 @@ def _write_run(t: _Trial, status: str) -> None:
                       "device_seconds": t.device_seconds, "updated_at": time.time()})
 
 
-def _train_epoch(t: _Trial, epoch: int, t0: float) -> _Trained:
+def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgress | None = None) -> _Trained:
     """One pass over this rank's shard of the training images (learning rate set per
     step); losses and correct counts stay on the device until the epoch's one read."""
-    cfg, device, net, optimizer = t.cfg, t.device, t.net, t.optimizer
-    net.train()
+    cfg, device, optimizer = t.cfg, t.device, t.optimizer
+    t.net.train()
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
     correct = torch.zeros((), device=device, dtype=torch.int64)
     seen = 0
+    total = t.steps_per_epoch * cfg.batch_size
     lr = cfg.lr
-    for i, (x, y) in enumerate(t.train_data.batches(batch_size=cfg.batch_size, epoch=epoch, seed=cfg.seed,
-                                                    train=True, rank=t.rank, world_size=t.world)):
+    for i, (x, y) in enumerate(_train_batches(t, epoch)):
         lr = learning_rate(step=epoch * t.steps_per_epoch + i, steps_per_epoch=t.steps_per_epoch,
                            epochs=cfg.epochs, base_lr=cfg.lr, schedule=cfg.schedule, warmup=cfg.warmup)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        with t.autocast():
-            logits = net(x)
-            loss = F.cross_entropy(logits.float(), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        loss_sum += loss.detach() * len(y)
-        correct += (logits.detach().argmax(-1) == y).sum()
+        loss, right = _train_step(t, x, y)
+        loss_sum += loss * len(y)
+        correct += right
         seen += len(y)
         t.epoch_done = TRAIN_FORWARDS * seen
+        if step_progress is not None:
+            step_progress(epoch, seen, total)
     totals = _reduce(torch.stack([loss_sum, correct.double(),
                                   torch.tensor(float(seen), device=device, dtype=torch.float64)]), t.world)
     synchronize(device)
     return _Trained(loss=totals[0] / totals[2], acc=totals[1] / totals[2], images=totals[2], lr=lr,
                     seconds=time.perf_counter() - t0)
+
+
+def _train_batches(t: _Trial, epoch: int):
+    """This rank's training batches of ``epoch`` on the device: cropped, flipped, the
+    protocol's image policy (RandAugment / AutoAugment) applied, normalised."""
+    return t.train_data.batches(batch_size=t.cfg.batch_size, epoch=epoch, seed=t.cfg.seed, train=True,
+                                rank=t.rank, world_size=t.world,
+                                policy=t.protocol.images if t.protocol.policy is not None else None)
+
+
+def _train_step(t: _Trial, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimiser step on the device batch ``(x, y)``: the protocol's CutMix / MixUp and
+    loss (label smoothing), backward, SGD step.  Returns the batch's mean loss and correct
+    count as device tensors (:meth:`Protocol.hard_labels`: against the larger share of a
+    mixed target); nothing is read back to the host."""
+    x, target = t.protocol.targets(x, y)
+    with t.autocast():
+        logits = t.net(x)
+        loss = t.protocol.loss(logits.float(), target)
+    t.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    t.optimizer.step()
+    return loss.detach(), (logits.detach().argmax(-1) == Protocol.hard_labels(target)).sum()
 
 
 def _evaluate_epoch(t: _Trial, epoch: int, trained: _Trained, t0: float) -> dict[str, Any]:
@@ -372,21 +406,37 @@ def _evaluate_epoch(t: _Trial, epoch: int, trained: _Trained, t0: float) -> dict
             "seconds": epoch_seconds, "images_per_s": trained.images / trained.seconds}
 
 
+def _record_init(t: _Trial, ledger) -> None:
+    """Rank 0, before the first training step of a trial that starts from scratch: the
+    untrained model's head statistics (and maps, unless the map schedule stores none)
+    at ``epoch`` = ``INIT_EPOCH``.  An attempt that restarts from scratch rebuilds the
+    same model (seeded) and overwrites the same part: one row per key."""
+    if ledger is not None:
+        ledger.ensure_current()
+    _head_stats(t, INIT_EPOCH, maps=bool(t.maps_at))
+
+
+def _head_stats(t: _Trial, epoch: int, *, maps: bool) -> float:
+    """Rank 0: the ``heads`` part of ``epoch`` (and its ``maps`` part with ``maps``);
+    returns the seconds taken (0 when head statistics are off)."""
+    cfg, writer = t.cfg, t.writer
+    if writer is None or not cfg.head_stats or not hasattr(t.model, "attention_layers"):
+        return 0.0
+    h0 = time.perf_counter()
+    t.model.eval()
+    with t.autocast():
+        head_rows, map_rows = collect_head_stats(t.model, t.x_heads, radius=cfg.map_radius)
+    writer.rows("heads", epoch, head_rows)
+    if maps:
+        writer.rows("maps", epoch, map_rows)
+    return time.perf_counter() - h0
+
+
 def _record(t: _Trial, epoch: int, metrics: dict[str, Any], progress) -> None:
     """Rank 0: head statistics (and maps on the map epochs), the ``epochs`` row, the
     ``runs`` row, the progress line.  Adds ``head_stats_seconds`` to ``metrics``."""
     cfg, writer = t.cfg, t.writer
-    hs_seconds = 0.0
-    if writer is not None and cfg.head_stats and hasattr(t.model, "attention_layers"):
-        h0 = time.perf_counter()
-        t.model.eval()
-        with t.autocast():
-            head_rows, map_rows = collect_head_stats(t.model, t.x_heads, radius=cfg.map_radius)
-        writer.rows("heads", epoch, head_rows)
-        if epoch in t.maps_at:
-            writer.rows("maps", epoch, map_rows)
-        hs_seconds = time.perf_counter() - h0
-    metrics["head_stats_seconds"] = hs_seconds
+    metrics["head_stats_seconds"] = _head_stats(t, epoch, maps=epoch in t.maps_at)
     if writer is not None:
         writer.rows("epochs", epoch, [{k: v for k, v in metrics.items() if k != "epoch"}])
         _write_run(t, "running" if epoch + 1 < cfg.epochs else "finished")

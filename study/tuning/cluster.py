@@ -22,6 +22,7 @@ unless ``--shared-storage`` says so.  ``s3://`` needs nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any
@@ -66,9 +67,10 @@ def check_local_auth(address: str | None) -> None:
 
 def ray_init_kwargs(address: str | None, *, num_cpus: int | None = None) -> dict[str, Any]:
     """Keyword arguments of ``ray.init`` for ``study run/resume --address ADDRESS``."""
-    import ray
-
-    kwargs: dict[str, Any] = dict(logging_config=ray.LoggingConfig(log_level="WARNING"), log_to_driver=False)
+    # Ray's driver-side log lines go to the study's log file (study.tuning.raylog routes the
+    # `ray` logger before this ray.init; a LoggingConfig would put a console handler back);
+    # its workers' lines stay in Ray's session folder (log_to_driver=False)
+    kwargs: dict[str, Any] = dict(configure_logging=True, logging_level=logging.INFO, log_to_driver=False)
     resolved = resolve_address(address)
     if resolved is not None:
         return {**kwargs, "address": resolved}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,12 +53,16 @@ from study.variants import value_text, variant_labels
 ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
 
 
-def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
-    """Connect to ``address`` or start a local, loopback-only Ray (``study.tuning.cluster``)."""
+def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = False) -> None:
+    """Connect to ``address`` or start a local, loopback-only Ray (``study.tuning.cluster``);
+    Ray's own log lines are kept for the study's log file, and printed only with ``echo``
+    (``--verbose``; :mod:`study.tuning.raylog`)."""
     import ray
 
+    from study.tuning import raylog
     from study.tuning.cluster import ray_init_kwargs
 
+    raylog.capture(echo=echo)
     if ray.is_initialized():
         return
     kwargs = ray_init_kwargs(address, num_cpus=num_cpus)
@@ -85,6 +90,8 @@ def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
         # the metric Optuna and ASHA select on, None when nothing selects (a pure grid)
         "selection_metric": tuned_metric(spec)[0] if selects(spec.raw) else None,
         "optuna_journal": "optuna.journal",
+        # the command-line overrides `raw` holds applied (shown by `study status`; resume reads `raw`)
+        "overrides": list(spec.overrides),
     }
 
 
@@ -155,12 +162,15 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
               num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study run"):
     """Run every trial of ``spec``; returns the ``runs`` table at the end (with the
     exit status of the run contract as ``runs.attrs["exit_code"]``)."""
+    from study.tuning import raylog
     from study.tuning.lock import StudyLock
 
     root = study_root(storage, spec.name)
     storage_abs = storage if is_remote(storage) else str(Path(storage).resolve())
-    init_ray(address, num_cpus=num_cpus)  # first: a Ray that does not start leaves no study behind
+    # first: a Ray that does not start leaves no study behind (its log lines are kept until the lock)
+    init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
     lock = StudyLock(root=root, name=spec.name).acquire()
+    raylog.to_file(raylog.log_path(root, spec.name))
     try:
         meta = _meta(spec, root)
         _write_meta(root, meta)
@@ -171,6 +181,7 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
                       f"{spec.num_samples} samples), storage {root}")
         return _fit(tuner, contract, verbose=verbose)
     finally:
+        raylog.release()
         lock.release()
 
 
@@ -179,12 +190,15 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
     """Continue an interrupted study: finished trials are kept, errored and unfinished
     ones continue from their last checkpoint (``Tuner.restore``), after Ray's pickled
     state passed its HMAC check (:mod:`study.tuning.integrity`)."""
+    from study.tuning import raylog
     from study.tuning.lock import StudyLock
 
     meta = read_meta(root)
     # the lock first: a second driver is refused before Ray and torch are even imported
     lock = StudyLock(root=root, name=meta["name"]).acquire()
     try:
+        raylog.capture(echo=show_tracebacks)
+        raylog.to_file(raylog.log_path(root, meta["name"]))
         from ray import tune
 
         from study.tuning.integrity import verify
@@ -192,7 +206,7 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
 
         for note in verify(root, trust=trust_storage):  # --trust-storage: no HMAC, still no damaged state
             _say(True, f"{prog}: warning: {note}")
-        init_ray(address, num_cpus=num_cpus)
+        init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
         # the study's logger callbacks come back with the pickled run config; Ray must not
         # add its automatic ones again (study/tuning/loggers.py)
         os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
@@ -200,9 +214,11 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
         _follow_moved_study()
         tuner = tune.Tuner.restore(root, trainable=make_trainable(meta), resume_errored=True,
                                    resume_unfinished=True)
-        _say(verbose, f"resuming study {meta['name']} from {root}")
+        shown = " ".join(shlex.quote(o) for o in meta.get("overrides") or [])
+        _say(verbose, f"resuming study {meta['name']} from {root}" + (f" (overrides: {shown})" if shown else ""))
         return _fit(tuner, contract, verbose=verbose)
     finally:
+        raylog.release()
         lock.release()
 
 

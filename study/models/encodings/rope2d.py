@@ -88,7 +88,10 @@ class Rope2d(AdditiveEncoding):
         pos.mode = mode
         mag = theta ** (-torch.arange(0, d, 4, dtype=torch.float64) / d)  # (d/4,) θ^(−4i/d)
         if mode == "axial":
-            pos.register_buffer("freqs", mag.float(), persistent=False)
+            # f_i = 1 / θ^(4i/d) in float32, as Heo et al.'s code and timm's freq_bands compute
+            # it (bit for bit; float64 rounded once differs by up to ~2 ulp at d ≥ 12)
+            axial = 1.0 / (theta ** (torch.arange(0, d, 4, dtype=torch.float32) / d))
+            pos.register_buffer("freqs", axial, persistent=False)
         else:
             phi = torch.rand(layer.num_heads, 1, dtype=torch.float64) * 2 * math.pi
             fx = torch.cat([mag * torch.cos(phi), mag * torch.cos(phi + math.pi / 2)], dim=-1)

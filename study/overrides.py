@@ -1,0 +1,164 @@
+"""Command-line overrides of a study file, in Hydra's override syntax.
+
+``study run|validate|plan FILE [OVERRIDE ...]`` and ``study.run(FILE, overrides=[...])``
+change the study file's mapping before it is checked, so an override is checked
+exactly like the file (``FILE: path.field: problem``) and the study that runs, and
+``study.json`` records, is the file with its overrides applied.
+
+Forms (the part of Hydra's grammar a study file needs):
+
+- ``key.sub=VALUE``: set a field, whether the file sets it or not (every field of a
+  study file is optional, as in a Hydra structured config; the file's check refuses
+  an unknown one);
+- ``models[0].num_heads=16`` (or ``models.0.num_heads=16``): an entry of a list;
+- ``+key=VALUE``: add a field the file does not set (refused when it does, as Hydra);
+- ``++key=VALUE``: set a field, set in the file or not;
+- ``~key``: delete a field the file sets.
+
+``VALUE`` is YAML, read by the study file's own reader (:mod:`study.specyaml`, same
+limits and YAML-1.2 scalars, as Hydra reads its values): ``5``, ``1.0e-4``, ``true``,
+``null``, ``[0,1,2]``, ``{lr: 0.1}``, ``synthetic:500``; ``key=`` is the empty string.
+Other forms of Hydra's (``~key=VALUE``, sweeps ``a=1,2``, ``key@pkg``, functions such
+as ``glob(...)``) are refused in one line.  Overrides apply in the order given.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Callable, Iterable
+
+from study import limits
+from study.specyaml import YamlError, load_yaml
+
+_KEY = r"[A-Za-z_][A-Za-z0-9_]*"
+_PATH = re.compile(rf"{_KEY}(?:\.{_KEY}|\.[0-9]+|\[[0-9]+\])*")
+_SEGMENT = re.compile(rf"({_KEY})|\[([0-9]+)\]|\.([0-9]+)|\.({_KEY})")
+_FORMS = "key=VALUE, +key=VALUE, ++key=VALUE or ~key"
+
+
+def parse(text: str) -> tuple[str, list[str | int], str | None]:
+    """``(op, path, value text)`` of one override; ``op`` is ``=``, ``+``, ``++`` or ``~``.
+    ValueError with one line for a form this module does not read."""
+    op = "~" if text.startswith("~") else "++" if text.startswith("++") else "+" if text.startswith("+") else "="
+    body = text[len(op):] if op != "=" else text
+    key, eq, value = body.partition("=")
+    if op == "~" and eq:
+        raise ValueError(f"override {text!r}: ~key=VALUE (delete if equal) is not supported: use ~{key}")
+    if op != "~" and not eq:
+        raise ValueError(f"override {text!r}: expected {_FORMS}")
+    if "@" in key:
+        raise ValueError(f"override {text!r}: key@package is Hydra's config-group syntax; a study file has none")
+    if not _PATH.fullmatch(key):
+        raise ValueError(f"override {text!r}: {key!r} is not a field path (name.name, list[0].name)")
+    path: list[str | int] = []
+    for m in _SEGMENT.finditer(key):
+        name, index, dotted_index, dotted = m.groups()
+        if name or dotted:
+            path.append(name or dotted)
+        else:
+            path.append(int(index if index is not None else dotted_index))
+    return op, path, (value if eq else None)
+
+
+def dotted(path: Iterable[str | int]) -> str:
+    """``models.0.num_heads``: a path as the study file's errors name it."""
+    return ".".join(str(p) for p in path)
+
+
+def value_of(text: str) -> Any:
+    """The YAML value of an override's ``VALUE`` (the study file's reader and limits)."""
+    if text == "":
+        return ""
+    if re.fullmatch(rf"{_KEY}\(.*\)", text, flags=re.S):
+        raise YamlError(f"{text[:40]!r} looks like a Hydra function (choice, range, glob, ...): not supported")
+    value = load_yaml(text)
+    if isinstance(value, str) and "," in value and not text.lstrip().startswith(("'", '"')):
+        raise YamlError(f"{text[:40]!r} is a Hydra sweep (a,b): not supported; a list is [a,b]")
+    return value
+
+
+def check_count(overrides: list[str]) -> None:
+    """At most MAX_OVERRIDES overrides of at most MAX_OVERRIDE_CHARS characters each."""
+    if len(overrides) > limits.MAX_OVERRIDES:
+        raise ValueError(f"{len(overrides)} overrides, more than {limits.MAX_OVERRIDES} (MAX_OVERRIDES)")
+    for text in overrides:
+        if not isinstance(text, str):
+            raise ValueError(f"an override must be a string KEY=VALUE, got {type(text).__name__}")
+        if len(text) > limits.MAX_OVERRIDE_CHARS:
+            raise ValueError(f"an override of {len(text)} characters, more than {limits.MAX_OVERRIDE_CHARS} "
+                             f"(MAX_OVERRIDE_CHARS): {text[:40]!r}...")
+
+
+def apply(raw: dict[str, Any], overrides: list[str], *, err: Callable[[str, str], Exception]) -> dict[str, Any]:
+    """A copy of the study file's mapping ``raw`` with ``overrides`` applied in order.
+
+    ``err(path, message)`` builds the exception raised for an override that cannot
+    apply (an index past a list's end, a field inside a number, ``+`` of a field the
+    file sets, ``~`` of one it does not, a value that is not YAML); ``path`` is the
+    override's path.  A malformed override is ``err("", message)``."""
+    try:
+        check_count(overrides)
+    except ValueError as e:
+        raise err("", str(e)) from None
+    out = copy.deepcopy(raw)
+    for text in overrides:
+        try:
+            op, path, value_text = parse(text)
+        except ValueError as e:
+            raise err("", str(e)) from None
+        where = dotted(path)
+
+        def refuse(at: str, message: str, text: str = text) -> Exception:
+            return err(at, f"{message} (override {text})")
+
+        node: Any = out
+        for depth, key in enumerate(path[:-1]):
+            node = _step(node, key, create=op != "~", where=dotted(path[:depth + 1]), err=refuse)
+        last = path[-1]
+        _check_container(node, last, dotted(path[:-1]) or "the study file", where, refuse)
+        present = _has(node, last)
+        if op == "~":
+            if not present:
+                raise refuse(where, "not set in the study file, nothing to delete")
+            del node[last]
+            continue
+        if op == "+" and present:
+            raise refuse(where, f"already set in the study file: +key adds a field the file lacks "
+                                f"(use {where}=VALUE)")
+        if isinstance(last, int) and not present:
+            raise refuse(where, f"index {last} out of range: {dotted(path[:-1])} has {len(node)} entries")
+        try:
+            node[last] = value_of(value_text)
+        except YamlError as e:
+            raise refuse(where, f"value {value_text[:40]!r}: {e}") from None
+    return out
+
+
+def _has(node: Any, key: str | int) -> bool:
+    return (0 <= key < len(node)) if isinstance(key, int) else key in node
+
+
+def _check_container(node: Any, key: str | int, parent: str, where: str, err) -> None:
+    if isinstance(key, int) and not isinstance(node, list):
+        raise err(where, f"{parent} is {_kind(node)}, not a list: no entry [{key}]")
+    if isinstance(key, str) and not isinstance(node, dict):
+        raise err(where, f"{parent} is {_kind(node)}, not a mapping: no field {key!r}")
+
+
+def _step(node: Any, key: str | int, *, create: bool, where: str, err) -> Any:
+    parent = where.rpartition(".")[0] or "the study file"
+    _check_container(node, key, parent, where, err)
+    if _has(node, key):
+        return node[key]
+    if isinstance(key, int):
+        raise err(where, f"index {key} out of range: {parent} has {len(node)} entries")
+    if not create:
+        raise err(where, "not set in the study file, nothing to delete")
+    node[key] = {}
+    return node[key]
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
+        type(value), f"a number ({value!r})" if isinstance(value, (int, float)) else type(value).__name__)

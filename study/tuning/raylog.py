@@ -1,0 +1,143 @@
+"""Ray's own log lines: in the study's log file, on the console only with ``--verbose``.
+
+A local ``ray.init`` logs through Python's ``logging`` under the ``ray`` logger
+hierarchy of the driver (Ray's warning that token authentication is on, its
+``Started a local Ray instance``, Tune's warnings); by default Ray's own handler
+prints them on stderr, between the project's lines.  Before ``ray.init``,
+:func:`capture` replaces the handlers of the ``ray`` logger (public ``logging`` API:
+nothing of Ray's is imported, no message is matched) with one that keeps the
+records in memory until the study's folder exists, and, with ``--verbose``, one that
+prints them on stderr in Ray's format.  :func:`to_file` then writes the kept
+records and every later one to ``STUDY/logs/ray.log`` (for a study in object
+storage: ``ray.log`` in a local folder of the system's temporary directory, named
+by the study).  Token authentication is untouched: only where its notice is
+written changes.
+
+Ray's worker processes do not print on the driver's console at all
+(``log_to_driver=False``, :mod:`study.tuning.cluster`); their logs stay in Ray's
+session folder.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import sys
+import tempfile
+
+#: the study folder's log file of Ray's driver-side lines
+RAY_LOG = "logs/ray.log"
+#: Ray's own line format (``ray/_private/log.py``), so that the file reads like Ray's console
+FORMAT = "%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s -- %(message)s"
+#: records kept in memory before the study's folder exists (Ray's start-up logs a handful)
+KEPT = 10_000
+
+
+class _Kept(logging.Handler):
+    """The last ``KEPT`` records, until a file takes them."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: collections.deque = collections.deque(maxlen=KEPT)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+class _FolderFileHandler(logging.FileHandler):
+    """A ``FileHandler`` that creates its folder when it first writes."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.stream is None:
+            try:
+                os.makedirs(os.path.dirname(self.baseFilename), exist_ok=True)
+            except OSError:
+                return  # never let the log file break the study
+        super().emit(record)
+
+
+class _State:
+    kept: _Kept | None = None
+    echo: logging.Handler | None = None
+    file: logging.Handler | None = None
+    saved: tuple[list, bool] | None = None
+
+
+_STATE = _State()
+
+
+def capture(*, echo: bool = False) -> None:
+    """Take over the ``ray`` logger (before ``ray.init``): records are kept for
+    :func:`to_file`; ``echo`` (``--verbose``) also prints them on stderr.  Idempotent;
+    a later call may turn ``echo`` on or off."""
+    import ray  # noqa: F401 - importing Ray adds its console handler to the `ray` logger: first, then replace it
+
+    logger = logging.getLogger("ray")
+    if _STATE.saved is None:
+        _STATE.saved = (list(logger.handlers), logger.propagate)
+        for h in list(logger.handlers):
+            logger.removeHandler(h)
+        logger.propagate = False
+        _STATE.kept = _Kept()
+        logger.addHandler(_STATE.kept)
+    if echo and _STATE.echo is None:
+        _STATE.echo = logging.StreamHandler(sys.stderr)
+        _STATE.echo.setFormatter(logging.Formatter(FORMAT))
+        logger.addHandler(_STATE.echo)
+    elif not echo and _STATE.echo is not None:
+        logger.removeHandler(_STATE.echo)
+        _STATE.echo = None
+
+
+def log_path(root: str, name: str) -> str:
+    """Where Ray's lines of the study at ``root`` go: ``root/logs/ray.log``; a local
+    folder of the temporary directory for a study in object storage."""
+    if "://" in root:
+        return os.path.join(tempfile.gettempdir(), f"study-{name}", "ray.log")
+    return os.path.join(root, *RAY_LOG.split("/"))
+
+
+def to_file(path: str) -> None:
+    """Write the kept records and every later one of the ``ray`` logger to ``path``
+    (appended: a resumed study adds to its log)."""
+    capture(echo=_STATE.echo is not None)
+    logger = logging.getLogger("ray")
+    if _STATE.file is not None:
+        if getattr(_STATE.file, "baseFilename", None) == os.path.abspath(path):
+            return
+        logger.removeHandler(_STATE.file)
+        _STATE.file.close()
+    handler = _FolderFileHandler(path, delay=True, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(FORMAT))
+    for record in list(_STATE.kept.records):
+        handler.handle(record)
+    _STATE.kept.records.clear()
+    logger.addHandler(handler)
+    _STATE.file = handler
+
+
+def release() -> None:
+    """Close the study's log file; later records are kept in memory again (the next
+    study's :func:`to_file` takes them)."""
+    if _STATE.file is not None:
+        logging.getLogger("ray").removeHandler(_STATE.file)
+        _STATE.file.close()
+        _STATE.file = None
+
+
+def restore() -> None:
+    """Give the ``ray`` logger back its handlers from before :func:`capture` (``study.run``
+    in a notebook: Ray's lines print as Ray prints them again once the study is done)."""
+    release()
+    if _STATE.saved is None:
+        return
+    logger = logging.getLogger("ray")
+    for h in (_STATE.kept, _STATE.echo):
+        if h is not None:
+            logger.removeHandler(h)
+    handlers, propagate = _STATE.saved
+    for h in handlers:
+        logger.addHandler(h)
+    logger.propagate = propagate
+    _STATE.kept = _STATE.echo = _STATE.saved = None

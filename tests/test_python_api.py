@@ -1,0 +1,105 @@
+"""The Python API (issue 31, item 3): ``study.run(FILE, overrides=[...], storage=...)`` runs a
+study as ``study run`` does (one code path) and returns the ``analysis.Study`` that
+``analysis.load`` gives; where the command prints its one line, it raises a typed error
+of :mod:`study.errors` and prints nothing.  ``import study`` stays cheap."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+
+import analysis
+import study
+from study.errors import StorageError, StudyFileError, UsageError
+
+TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
+DOC = {"name": "api", "data": "synthetic:100", "epochs": 1, "batch_size": 25, "training": {"head_images": 4},
+       "model": TINY, "models": [{"encoding": "quadratic"}], "resources": {"cpus_per_trial": 1}}
+
+
+@pytest.fixture
+def study_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    p = tmp_path / "api.yaml"
+    p.write_text(yaml.safe_dump(DOC))
+    return p
+
+
+@pytest.fixture
+def ray_after():
+    yield
+    import ray
+
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_run_returns_the_study_analysis_load_gives(study_file, tmp_path, capsys, ray_after):
+    import logging
+
+    import ray  # noqa: F401 - Ray's own handler on the `ray` logger, as a notebook has it
+
+    rays_own = list(logging.getLogger("ray").handlers)
+    s = study.run(study_file, overrides=["model.hidden=8"], storage=str(tmp_path / "st"), num_cpus=2, quiet=True)
+    assert isinstance(s, analysis.Study)
+    runs = s.runs
+    assert len(runs) == 1 and runs.status.tolist() == ["finished"] and runs.hidden.tolist() == [8]
+    loaded = analysis.load("api", storage=str(tmp_path / "st"))
+    assert (s.root, s.folder) == (loaded.root, loaded.folder)
+    pd.testing.assert_frame_equal(runs, loaded.runs)
+    assert s.sql("SELECT count(*) AS n FROM epochs").n.tolist() == [1]
+    assert "Started a local Ray instance" in (tmp_path / "st" / "api" / "logs" / "ray.log").read_text()
+    assert logging.getLogger("ray").handlers == rays_own  # the notebook's Ray prints as before
+    capsys.readouterr()
+    # the same study again: refused as `study run` refuses it, raised instead of printed
+    with pytest.raises(UsageError, match="study 'api' already exists") as info:
+        study.run(study_file, storage=str(tmp_path / "st"), num_cpus=2, quiet=True)
+    assert info.value.exit_code == 2 and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("kwargs,error,text", [
+    ({"overrides": ["model.hiden=8"]}, StudyFileError, "api.yaml: model.hiden: unknown model field (override "),
+    ({"overrides": ["epochs=x"]}, StudyFileError, "api.yaml: epochs: must be int, got str 'x'"),
+    ({"overrides": "epochs=2"}, UsageError, "overrides: a list of KEY=VALUE strings"),
+    ({"name": "a b"}, UsageError, "--name: must be 1 to 100 letters"),
+    ({"storage": "s3://studies/p?versionId=1"}, UsageError, "query string"),
+    ({"data": "synthetic:0"}, StudyFileError, "data: synthetic:N needs 1 <= N"),
+])
+def test_refusals_are_typed_errors_and_print_nothing(study_file, tmp_path, capsys, monkeypatch, kwargs, error, text):
+    from study.tuning import runner
+
+    def no_ray(*a, **k):
+        raise AssertionError("a refused study started Ray")
+
+    monkeypatch.setattr(runner, "init_ray", no_ray)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(error) as info:
+        study.run(study_file, **{"storage": str(tmp_path / "st"), **kwargs})
+    assert text in str(info.value) and info.value.exit_code == 2
+    assert capsys.readouterr().err == ""
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_an_unreachable_store_is_a_storage_error(study_file, monkeypatch, capsys):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with pytest.raises(StorageError) as info:
+        study.run(study_file, storage="s3://studies/p")
+    assert info.value.exit_code == 3 and f"127.0.0.1:{port}" in str(info.value)
+    assert capsys.readouterr().err == ""
+
+
+def test_import_study_is_cheap():
+    code = "import sys, study; print(callable(study.run), 'torch' in sys.modules, 'ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "False", "False"]
