@@ -83,6 +83,9 @@ MAX_PORT = 65_535
 #: beyond any that exists; outside, a typo (`5e-324`), never a device
 MIN_TFLOPS, MAX_TFLOPS = 1e-6, 1e6
 MIN_IMAGES_PER_S, MAX_IMAGES_PER_S = 1e-6, 1e9
+#: RandAugment's operation set (torchvision) has 14 operations; its magnitude has 31 bins (0-30)
+MAX_RANDAUGMENT_OPS = 14
+MAX_RANDAUGMENT_MAGNITUDE = 30
 #: ``analysis report --serve --interval``: seconds between checks of the tables (a day at most)
 MIN_SERVE_INTERVAL_S, MAX_SERVE_INTERVAL_S = 0.1, 86_400.0
 

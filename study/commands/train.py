@@ -50,9 +50,11 @@ def register(sub) -> None:
                     help="CutMix with mixing ratio ~ Beta(A, A) (0: off)")
     pr.add_argument("--mixup-alpha", type=float, default=0.0, metavar="A",
                     help="MixUp with mixing ratio ~ Beta(A, A) (0: off; with CutMix: one of the two per batch)")
-    pr.add_argument("--randaugment-ops", type=int, default=0, metavar="N",
-                    help="RandAugment: N operations per image (0: off)")
-    pr.add_argument("--randaugment-magnitude", type=int, default=9, metavar="M", help="RandAugment's magnitude, 0-30")
+    pr.add_argument("--randaugment-ops", type=BoundedInt(0, limits.MAX_RANDAUGMENT_OPS, "MAX_RANDAUGMENT_OPS"),
+                    default=0, metavar="N", help="RandAugment: N operations per image (0: off)")
+    pr.add_argument("--randaugment-magnitude", default=9, metavar="M",
+                    type=BoundedInt(0, limits.MAX_RANDAUGMENT_MAGNITUDE, "MAX_RANDAUGMENT_MAGNITUDE"),
+                    help="RandAugment's magnitude, 0-30")
     pr.add_argument("--autoaugment", default="none", metavar="POLICY",
                     help="AutoAugment policy: none, cifar10, imagenet, svhn")
     pr.add_argument("--label-smoothing", type=float, default=0.0, metavar="EPS",

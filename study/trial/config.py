@@ -6,14 +6,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from study.limits import MAX_RANDAUGMENT_MAGNITUDE, MAX_RANDAUGMENT_OPS
 from study.models.config import ConfigError, ModelConfig, strict_from_dict
 
 SCHEDULES = ("cosine", "step")
 #: AutoAugment policies of ``torchvision.transforms.v2.AutoAugmentPolicy`` (by value), or none
 AUTOAUGMENT_POLICIES = ("none", "cifar10", "imagenet", "svhn")
-#: RandAugment's operation set (torchvision) has 14 operations; its magnitude has 31 bins (0-30)
-MAX_RANDAUGMENT_OPS = 14
-MAX_RANDAUGMENT_MAGNITUDE = 30
 #: the training protocol's fields (see :class:`TrainConfig`): a study file's ``protocol:`` section
 PROTOCOL_FIELDS = ("cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugment_magnitude", "autoaugment",
                    "label_smoothing")
