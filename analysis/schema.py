@@ -71,6 +71,15 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("warmup", "float", "linear warm-up, fraction of all training steps"),
         ("schedule", "text", "cosine (stepped per iteration) | step (ResNet18 recipe)"),
         ("seed", "int", "seed of initialisation, data order, augmentation, subset and validation split"),
+        ("cutmix_alpha", "float", "training protocol: CutMix, box ratio ~ Beta(α, α) on each training batch (0: off)"),
+        ("mixup_alpha", "float", "training protocol: MixUp, mixing ratio ~ Beta(α, α) (0: off; with CutMix one of "
+                                 "the two per batch)"),
+        ("randaugment_ops", "int", "training protocol: RandAugment operations per training image (0: off)"),
+        ("randaugment_magnitude", "int", "training protocol: RandAugment's magnitude (0-30)"),
+        ("autoaugment", "text", "training protocol: AutoAugment policy per training image (none | cifar10 | "
+                                "imagenet | svhn)"),
+        ("label_smoothing", "float", "training protocol: cross-entropy label smoothing ε of the training loss "
+                                     "(test/validation losses are plain)"),
         ("amp", "bool", "bf16 autocast requested (used on CUDA only)"),
         ("compile", "bool", "torch.compile requested"),
         ("head_stats", "bool", "heads/maps tables written"),

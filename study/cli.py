@@ -24,6 +24,7 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from study.errors import StudyError
     from study.tables import warnings_as_lines
 
     parser = build_parser()
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings_as_lines(f"study {args.command}")
     try:
         return args.func(args) or 0
+    except StudyError as e:  # a command's typed refusal that no narrower handler turned into its line
+        print(f"study {args.command}: error: {e}", file=sys.stderr)
+        return e.exit_code
     except BrokenPipeError:  # `study status … | head`: the reader left; no traceback
         import os
 

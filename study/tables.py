@@ -74,6 +74,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from study.atomicio import write_atomic
+from study.errors import UsageError
 from study.storage import is_remote
 
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is built: `analysis query` never needs it
@@ -261,13 +262,16 @@ class Listing:
         return self.compacted + self.parts
 
 
-class LinkOutError(ValueError):
-    """A link in a study's tables folder that leads out of the study (or loops): one line."""
+class LinkOutError(UsageError, ValueError):
+    """A link in a study's tables folder that leads out of the study (or loops): one line,
+    exit 2 (a :class:`~study.errors.UsageError`)."""
 
 
 def check_links(tables: str | os.PathLike) -> None:
-    """Refuse (:class:`LinkOutError`) a symbolic link under a local ``tables`` folder that
-    leads out of the study folder (its parent) or back to a folder it is in.  The walk
+    """Refuse (:class:`LinkOutError`) a symbolic link to a folder under a local ``tables``
+    folder that leads out of the study folder (its parent) or back to a folder it is in.
+    A link to a file is not refused here: the listing takes it as one file (a device,
+    FIFO or unreadable target is a damaged part, skipped with a warning).  The walk
     never follows a link, so a link to ``/`` costs one ``readlink``, not a walk of the disk
     (pyarrow's recursive listing follows them)."""
     if "://" in str(tables):
@@ -282,6 +286,8 @@ def check_links(tables: str | os.PathLike) -> None:
             if not path.is_symlink():
                 continue
             target = path.resolve()
+            if not target.is_dir():
+                continue  # a file's link is listed like any file (never a walk): a damaged part at worst
             if not target.is_relative_to(study):
                 raise LinkOutError(f"{path}: a link out of the study (to {target}); a study's tables are its own "
                                    "files: replace the link by the files or remove it")

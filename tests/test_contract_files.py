@@ -187,6 +187,19 @@ def test_damaged_table_parts_never_block_status(tmp_path, how):
     assert "0 trials recorded of 3 planned" in r.stdout
 
 
+@pytest.mark.parametrize("command", [["status", "s"], ["list"]])
+def test_a_folder_link_out_of_the_study_is_one_line_in_study_commands(tmp_path, command):
+    """``tables/epochs/zz -> /etc``: the study commands refuse it as the analysis commands
+    do (one line, exit 2), never a traceback and never a walk of /etc; a link to a file
+    is a damaged part (``test_damaged_table_parts_never_block_status[dev_zero]``)."""
+    storage = tmp_path / "st"
+    _good_study(storage / "s")
+    (storage / "s" / "tables" / "epochs").mkdir()
+    (storage / "s" / "tables" / "epochs" / "zz").symlink_to("/etc")
+    r = _cli(*command, "--storage", storage, timeout=300)
+    _one_error(r, f"study {command[0]}", "tables/epochs/zz: a link out of the study (to /etc)")
+
+
 @pytest.mark.parametrize("how", DAMAGES)
 def test_a_damaged_ledger_is_named_not_reset(tmp_path, how):
     """A trial's attempt ledger read by a trial (TrialLedger) and by `study train`."""

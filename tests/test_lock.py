@@ -9,6 +9,7 @@ reached the environment without a pin, fails here."""
 from __future__ import annotations
 
 import importlib.metadata
+import sysconfig
 import tomllib
 from pathlib import Path
 
@@ -72,7 +73,11 @@ def test_every_installed_package_is_pinned_by_the_lock():
     """What the README's test command installed (this environment) is the lock, package for
     package: an unpinned package (a new transitive dependency) fails here."""
     test = read_lock("test.txt")
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    # the environment's site-packages only: Ray puts its vendored copies (psutil, colorama
+    # under ray/thirdparty_files) on sys.path when imported, and those are not installs
+    site = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in importlib.metadata.distributions(path=site)}
+    assert canonicalize_name("torch") in installed, f"no packages found in {site}"
     unpinned = sorted(n for n in installed if n not in test and n not in NOT_LOCKED)
     assert unpinned == [], f"installed but not in requirements/test.txt: {unpinned}"
     wrong = {n: (v, test[n]) for n, v in installed.items() if n in test and v.split("+")[0] != test[n]}

@@ -43,6 +43,9 @@ def test_run_returns_the_study_analysis_load_gives(study_file, tmp_path, capsys,
 
     import ray  # noqa: F401 - Ray's own handler on the `ray` logger, as a notebook has it
 
+    from study.tuning import raylog
+
+    raylog.restore()  # a fresh notebook: no earlier in-process `study` command of this worker holds the logger
     rays_own = list(logging.getLogger("ray").handlers)
     s = study.run(study_file, overrides=["model.hidden=8"], storage=str(tmp_path / "st"), num_cpus=2, quiet=True)
     assert isinstance(s, analysis.Study)

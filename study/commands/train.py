@@ -210,6 +210,8 @@ class _EpochBar:
             self.bar = tqdm(total=total, desc=f"epoch {epoch + 1}/{self.epochs}", unit="img", file=self.stream,
                             leave=False, mininterval=0.25, ncols=shutil.get_terminal_size().columns)
         self.bar.update(done - self.bar.n)
+        if done >= total:  # an epoch shorter than the redraw interval still shows its count and rate once
+            self.bar.refresh()
 
     def line(self, text: str) -> None:
         """One epoch's summary line (or any other line), below no half-drawn bar."""
