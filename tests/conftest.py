@@ -96,3 +96,33 @@ def small_disk(tmp_path):
         pytest.skip("cannot mount a tmpfs here: " + r.stderr.decode().strip())
     yield disk
     subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.fixture
+def study_in_process(capsys, monkeypatch, tmp_path):
+    """``study ARGS`` in this process, for refusals: ``run(*args)`` gives (exit status,
+    stdout, stderr lines, CPU seconds); starting Ray fails the test (nothing may start)."""
+    import time
+
+    from study.cli import main
+    from study.tuning import runner
+
+    def no_ray(*a, **k):
+        raise AssertionError("a refused study started Ray")
+
+    monkeypatch.setattr(runner, "init_ray", no_ray)
+    monkeypatch.setenv("STUDY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args):
+        capsys.readouterr()
+        t0 = time.process_time()
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:
+            code = e.code
+        cpu = time.process_time() - t0
+        out, err = capsys.readouterr()
+        return code, out, err.strip().splitlines(), cpu
+
+    return run

@@ -33,7 +33,6 @@ import yaml
 from data_helpers import image_array, jpeg_bytes, make_tree, write_image
 from tests.helpers import corpus_expectation, meets_expectation
 from study import limits
-from study.cli import main
 
 BAD = Path(__file__).parent / "bad_inputs"
 CORPUS = sorted(BAD.glob("*.yaml"))
@@ -62,27 +61,12 @@ class Refused:
 
 
 @pytest.fixture
-def cli(capsys, monkeypatch, tmp_path):
-    """Run ``study ARGS`` in this process; starting Ray fails the test (nothing may start)."""
-    from study.tuning import runner
-
-    def no_ray(*a, **k):
-        raise AssertionError("a refused study started Ray")
-
-    monkeypatch.setattr(runner, "init_ray", no_ray)
-    monkeypatch.setenv("STUDY_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
+def cli(study_in_process):
+    """Run ``study ARGS`` in this process (tests/conftest.py); starting Ray fails the test."""
 
     def run(*args: str) -> Refused:
-        capsys.readouterr()
-        t0 = time.process_time()
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code
-        cpu = time.process_time() - t0
-        out, err = capsys.readouterr()
-        return Refused(code, err.strip().splitlines(), cpu, out)
+        code, out, err, cpu = study_in_process(*args)
+        return Refused(code, err, cpu, out)
 
     return run
 

@@ -22,7 +22,6 @@ import pytest
 import yaml
 
 from study import limits
-from study.cli import main
 from study.spec import SpecError, load_spec
 from study.tables import read_table
 
@@ -39,27 +38,9 @@ def write(tmp_path: Path, doc: dict, name: str = "ov.yaml") -> Path:
 
 
 @pytest.fixture
-def cli(capsys, monkeypatch, tmp_path):
-    """``study ARGS`` in this process: (exit status, stdout, stderr lines); starting Ray fails."""
-    from study.tuning import runner
-
-    def no_ray(*a, **k):
-        raise AssertionError("a refused study started Ray")
-
-    monkeypatch.setattr(runner, "init_ray", no_ray)
-    monkeypatch.setenv("STUDY_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
-
-    def run(*args):
-        capsys.readouterr()
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code
-        out, err = capsys.readouterr()
-        return code, out, err.strip().splitlines()
-
-    return run
+def cli(study_in_process):
+    """``study ARGS`` in this process (tests/conftest.py): (exit status, stdout, stderr lines)."""
+    return lambda *args: study_in_process(*args)[:3]
 
 
 # ---------------------------------------------------------------- what an override changes
