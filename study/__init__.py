@@ -26,8 +26,8 @@ def run(file, *, overrides=(), storage=None, data=None, name=None, num_cpus=None
     :class:`~study.errors.StudyFileError` (a bad study file or override: ``FILE:
     path.field: problem``) and :class:`~study.errors.UsageError` (other bad input; the
     study exists already), :class:`~study.errors.StorageError` (the storage failed or
-    cannot be reached), :class:`~study.errors.RayStartError`, :class:`~study.errors.LockError`,
-    :class:`~study.errors.IntegrityError`; each has the command's ``exit_code``.
+    cannot be reached), :class:`~study.errors.RayStartError`, :class:`~study.errors.LockError`;
+    each has the command's ``exit_code``.
     Interrupted (Ctrl-C, the notebook's interrupt): ``KeyboardInterrupt``, state saved
     for ``study resume``.  Trials that ended in error are rows of ``runs`` with
     ``status == "error"`` and their cause in ``runs.error``, not an exception."""

@@ -33,7 +33,7 @@ class StudyError(Exception):
     ``study.run`` (the Python API) raises them where ``study run`` prints its one
     line: :class:`UsageError` (:class:`StudyFileError`) for bad input,
     :class:`StorageError` for a storage that fails or cannot be reached,
-    :class:`RayStartError`, :class:`LockError`, :class:`IntegrityError`.
+    :class:`RayStartError`, :class:`LockError`.
 
     Every project exception survives ``pickle`` (Ray copies the exception of a
     failed trial from the worker to the driver): ``__reduce__`` rebuilds it from
@@ -91,12 +91,6 @@ class StorageUnreachableError(StorageError):
 
 class CheckpointError(StudyError):
     """A checkpoint that cannot be used (damaged, or written for another configuration)."""
-
-
-class IntegrityError(StudyError):
-    """A file of Ray's that is about to be unpickled fails its HMAC check."""
-
-    exit_code = EXIT_STORAGE
 
 
 class RayStartError(StudyError):
@@ -160,14 +154,3 @@ def cause(exc: BaseException) -> str:
     return _one_line(f"{type(pick).__name__}: {message}")
 
 
-def cause_from_text(trace: str) -> str:
-    """The last ``Type: message`` line of a text traceback (Ray's ``error.txt``)."""
-    lines = [ln.strip() for ln in trace.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        head = ln.split(":", 1)[0]
-        if ":" in ln and head.replace(".", "").replace("_", "").isalnum() and not ln.startswith("File "):
-            name = head.rsplit(".", 1)[-1]
-            if name.startswith("RayTaskError"):
-                continue
-            return _one_line(f"{name}:{ln.split(':', 1)[1]}")
-    return _one_line(lines[-1] if lines else "unknown error")

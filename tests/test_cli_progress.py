@@ -122,7 +122,10 @@ def test_progress_counts_trials_and_estimates_from_epoch_times(monkeypatch):
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     raw = {"data": "synthetic", "epochs": 4, "model": {"hidden": 16, "layers": 1, "intermediate": 16}}
     raw2 = {**raw, "seeds": [0, 1, 2, 3]}
-    rep = progress.ProgressReporter(meta={"raw": raw2, "file": "f.yaml", "name": "p", "num_trials": 4}, enabled=False)
+    from study.spec import validate
+
+    rep = progress.ProgressReporter(spec=validate(raw2, file="f.yaml", default_name="p"),
+                                    meta={"num_trials": 4}, enabled=False)
     t = [SimpleNamespace(trial_id=f"r{i}", config={"cell": i, "key": f"c{i:03d}-s000"}, last_result={})
          for i in range(4)]
     assert rep.status_line().startswith("0 of 4 trials done") and "ETA after the first epoch" in rep.status_line()

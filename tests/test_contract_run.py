@@ -8,18 +8,17 @@ Findings -> tests:
     device_seconds, Tuner.restore advice, SIGABRT      (+ tests/test_studies.py::test_interrupt_then_resume for SIGINT)
   study train --out reuses another configuration       test_train_refuses_checkpoint_of_another_configuration
   GPU request fails after 72 s; hangs on cpus/address  test_preflight_refusals_are_fast
-  pickle payload in Ray's state runs on resume         test_failed_trial_then_tamper_move_and_resume, test_integrity_*
+  pickle payload in Ray's state runs on resume         test_failed_trial_then_tamper_move_and_resume (no Ray file is read back)
   two drivers of one study                             test_sigkill_in_epoch0_sigterm_lock_and_resume, test_lock_*
   moved study writes into its old place                test_failed_trial_then_tamper_move_and_resume
-  0-byte experiment state after a full disk            test_failed_trial_then_tamper_move_and_resume, test_integrity_*,
-    (also cut short, also with --trust-storage)        test_damaged_tune_state_is_restored_or_refused_never_restarted
+  0-byte experiment state after a full disk            test_failed_trial_then_tamper_move_and_resume
   truncated last checkpoint not falling back           test_train_falls_back_to_previous_checkpoint
   worker SIGKILLed in epoch 0 keeps attempts 1         test_sigkill_in_epoch0_sigterm_lock_and_resume
   Ctrl-C mid-epoch: its time missing from              test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds
     device_seconds
   storage failing mid-study leaves trials running      test_storage_failure_stops_the_study
   cpus_per_trial beyond every node of a cluster        test_cluster_resources_are_checked_per_node
-  HMAC of Ray's pickles on S3                          tests/test_s3.py::test_resume_on_s3_refuses_tampered_pickles
+  Ray's pickles on S3 never loaded                     tests/test_s3.py::test_resume_on_s3_never_loads_rays_files
 """
 
 import json
@@ -45,8 +44,6 @@ TRAIN = ["--hidden", "16", "--layers", "1", "--intermediate", "16", "--data", "s
 @pytest.fixture(autouse=True)
 def _env(tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the HMAC key file lives here
-    monkeypatch.delenv("STUDY_HMAC_KEY", raising=False)
 
 
 def study(*args, cwd, timeout=300, env=None):
@@ -309,7 +306,7 @@ def test_cluster_resources_are_checked_per_node(monkeypatch):
     assert check_cluster_resources(two, cpus_per_trial=64, gpus_per_trial=0) is None
 
 
-# ---------------------------------------------------------------- lock and integrity units
+# ---------------------------------------------------------------- lock
 def test_lock_refuses_a_second_driver_and_takes_over_a_dead_ones(tmp_path):
     from study.errors import LockError
     from study.tuning.lock import LOCK, StudyLock
@@ -354,101 +351,6 @@ def test_lock_on_object_storage_is_a_conditional_create(tmp_path, monkeypatch):
         assert "Contents" not in s3.list_objects_v2(Bucket="study-bucket", Prefix="studies/x/")
 
 
-def test_integrity_refuses_unsigned_and_changed_pickles_and_repairs_empty_state(tmp_path):
-    from study.errors import IntegrityError
-    from study.tuning.integrity import Signer, key_file, verify
-
-    root = tmp_path / "s"
-    root.mkdir()
-    (root / "tuner.pkl").write_bytes(pickle.dumps({"ok": 1}))
-    (root / "experiment_state-1.json").write_text('{"trial_data": []}')
-    (root / "study.json").write_text("{}")  # the project's own JSON: not signed
-    with pytest.raises(IntegrityError, match="not signed"):
-        verify(str(root))
-    Signer(root=str(root)).sign()
-    assert key_file().stat().st_mode & 0o777 == 0o600 and not str(key_file()).startswith(str(root))
-    assert verify(str(root)) == []
-    # a full disk: the state left empty -> restored from its signed last good copy
-    (root / "experiment_state-1.json").write_bytes(b"")
-    notes = verify(str(root))
-    assert len(notes) == 1 and "experiment_state-1.json" in notes[0]
-    assert json.loads((root / "experiment_state-1.json").read_text()) == {"trial_data": []}
-    # Tune's searcher state replaced (or saved after the last signature): its signed last
-    # good copy is restored, the unsigned bytes are never unpickled; tuner.pkl: refused
-    (root / "searcher-state-1.pkl").write_bytes(pickle.dumps({"n": 1}))
-    Signer(root=str(root)).sign()
-    (root / "searcher-state-1.pkl").write_bytes(b"cos\nsystem\n(S'touch x'\ntR.")
-    notes = verify(str(root))
-    assert len(notes) == 1 and pickle.loads((root / "searcher-state-1.pkl").read_bytes()) == {"n": 1}
-    (root / "tuner.pkl").write_bytes(pickle.dumps({"ok": 2}))
-    with pytest.raises(IntegrityError, match="tuner.pkl: HMAC mismatch"):
-        verify(str(root))
-    (root / "tuner.pkl").write_bytes(pickle.dumps({"ok": 1}))
-    (root / "trial_1").mkdir()
-    # a trial's record (error.pkl) unsigned (its driver stopped before signing) or
-    # changed: set aside, never unpickled; the study stays resumable
-    (root / "trial_1" / "error.pkl").write_bytes(code_payload(tmp_path / "pwned"))
-    notes = verify(str(root))
-    assert len(notes) == 1 and "error.pkl: not signed" in notes[0] and "set aside" in notes[0]
-    assert not (root / "trial_1" / "error.pkl").exists() and (root / "trial_1" / "error.pkl.unsigned").exists()
-    assert not (tmp_path / "pwned").exists()
-    (root / "trial_1" / "error.pkl.unsigned").unlink()
-    # another key (another user, or STUDY_HMAC_KEY of another cluster) -> refused
-    os.environ["STUDY_HMAC_KEY"] = "other"
-    try:
-        with pytest.raises(IntegrityError, match="HMAC mismatch"):
-            verify(str(root))
-    finally:
-        del os.environ["STUDY_HMAC_KEY"]
-
-
-@pytest.mark.parametrize("trust", [False, True], ids=["signed", "trust-storage"])
-@pytest.mark.parametrize("cut", ["empty", "truncated"])
-def test_damaged_tune_state_is_restored_or_refused_never_restarted(tmp_path, trust, cut):
-    """A full disk left Tune's state empty or cut short: `study resume` puts back the
-    last good copy (a warning naming the file), with or without --trust-storage; with
-    no copy it refuses in one line naming the file (exit 3), before Ray starts, instead
-    of letting Tune log a JSONDecodeError and start the study over."""
-    from study.tuning.integrity import LAST_GOOD, Signer, verify
-
-    root = tmp_path / "st" / "dmg"
-    root.mkdir(parents=True)
-    (root / "study.json").write_text(json.dumps({"name": "dmg", "raw": {}, "tables": "tables",
-                                                 "optuna_journal": "optuna.journal", "num_trials": 1,
-                                                 "cpus_per_trial": 1, "gpus_per_trial": 0, "workers_per_trial": 1}))
-    state = root / "experiment_state-2026-01-01_00-00-00.json"
-    good = json.dumps({"trial_data": [["t1", "finished"]] * 50}).encode()
-    state.write_bytes(good)
-    searcher = json.dumps({"version": 1, "suggested": 2}).encode()  # the project's searcher state: JSON
-    (root / "searcher-state-2026-01-01_00-00-00.pkl").write_bytes(searcher)
-    gen = pickle.dumps({"counter": 2, "finished": False})  # Tune's search_gen_state-*.json is a pickle
-    (root / "search_gen_state-2026-01-01_00-00-00.json").write_bytes(gen)
-    (root / "tuner.pkl").write_bytes(pickle.dumps({"ok": 1}))
-    Signer(root=str(root)).sign()
-
-    def damage(path: Path, data: bytes) -> None:
-        path.write_bytes(b"" if cut == "empty" else data[: len(data) // 2])
-
-    damage(state, good)
-    damage(root / "searcher-state-2026-01-01_00-00-00.pkl", searcher)
-    damage(root / "search_gen_state-2026-01-01_00-00-00.json", gen)
-    notes = verify(str(root), trust=trust)  # what `study resume` does first
-    assert state.read_bytes() == good
-    assert (root / "searcher-state-2026-01-01_00-00-00.pkl").read_bytes() == searcher
-    assert (root / "search_gen_state-2026-01-01_00-00-00.json").read_bytes() == gen
-    assert len(notes) == 3 and any(str(state) in n and "restored the last good copy" in n for n in notes), notes
-    # no copy: one line naming the file, exit 3, nothing started
-    damage(state, good)
-    for copy in (root / LAST_GOOD).iterdir():
-        copy.unlink()
-    r = study("resume", "dmg", "--storage", "st", *(["--trust-storage"] if trust else []), cwd=tmp_path)
-    assert r.returncode == 3, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("study resume: error: ") and str(state) in lines[0], r.stderr
-    assert "damaged" in lines[0] and "Traceback" not in r.stderr
-    assert not (root / ".study.lock").exists() and not list(root.glob("*_*/"))
-
-
 # ---------------------------------------------------------------- studies through the CLI (Ray)
 @pytest.mark.slow
 def test_failed_trial_then_tamper_move_and_resume(tmp_path, monkeypatch):
@@ -488,26 +390,20 @@ def test_failed_trial_then_tamper_move_and_resume(tmp_path, monkeypatch):
     assert meta["tables"] == "tables" and not any(str(tmp_path) in str(v) for k, v in meta.items()
                                                   if k not in ("file", "raw"))
 
-    # a pickle payload in Ray's state: refused before anything is unpickled
+    # Ray's own files are never read back: each replaced by a pickle carrying code (or
+    # emptied, as a full disk leaves them), the study resumes from what the project wrote
     marker = tmp_path / "pwned"
-    original = (old / "tuner.pkl").read_bytes()
-    (old / "tuner.pkl").write_bytes(code_payload(marker))
-    r = study("resume", "fail", "--storage", "st", cwd=tmp_path)
-    assert r.returncode == 3, r.stderr
-    assert r.stderr.strip().splitlines() == [ln for ln in r.stderr.strip().splitlines() if "tuner.pkl" in ln]
-    assert len(r.stderr.strip().splitlines()) == 1 and "HMAC mismatch" in r.stderr
-    assert not marker.exists()
-    (old / "tuner.pkl").write_bytes(original)
-
-    # a full disk left the experiment state empty; then the study is moved
-    state = sorted(old.glob("experiment_state-*.json"))[-1]
-    state.write_bytes(b"")
+    ray_files = [p for p in (old / "tune").rglob("*") if p.is_file()]
+    assert {"tuner.pkl"} <= {p.name for p in ray_files}, ray_files
+    for i, p in enumerate(ray_files):
+        p.write_bytes(code_payload(marker) if i % 2 == 0 else b"")
+    # then the study is moved
     (tmp_path / "moved").mkdir()
     shutil.move(old, tmp_path / "moved" / "fail")
     (tmp_path / "data-away").rename(tree)
     r = study("resume", "fail", "--storage", "moved", "--num-cpus", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "restored the last good copy" in r.stderr and "Failed to fetch metrics" not in r.stderr
+    assert not marker.exists()
     assert not old.exists(), "the resumed study wrote into its old place"
     runs = read_table(tmp_path / "moved" / "fail" / "tables", "runs")
     assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [3], runs

@@ -43,7 +43,8 @@ def _etas(monkeypatch, meta, events, *, interval=0.0, probe=None):
 
     now = [0.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
-    rep = progress.ProgressReporter(meta=meta, enabled=False, interval=interval)
+    spec = validate(meta["raw"], file=meta.get("file", "f.yaml"), default_name=meta.get("name", "p"))
+    rep = progress.ProgressReporter(spec=spec, meta=meta, enabled=False, interval=interval)
     if probe is not None:
         rep.work.probe = lambda key: probe(key, now[0])
     rep.setup()
@@ -209,27 +210,26 @@ def test_eta_corrects_a_trial_slower_than_predicted(monkeypatch):
     assert work.eta(late) == pytest.approx((e0 - 1) * (late - 100.0))
 
 
-def test_searcher_hands_out_trials_longest_predicted_first_and_keeps_the_order_on_restore():
+def test_trials_go_longest_predicted_first_and_a_resume_leaves_out_the_ended(tmp_path):
+    """The driver hands the searcher the trials still to run, longest predicted first;
+    the searcher gives each its configuration resolved from the validated study."""
+    from study.tables import part_path, write_part
+    from study.tuning.runner import pending
     from study.tuning.searcher import GridOptunaSearcher
 
     spec = load_spec(SMOKE)
-    raw = {"raw": spec.raw, "file": SMOKE, "name": "smoke"}
-    s = GridOptunaSearcher(n_cells=4, sample={}, num_samples=1, spec=raw)
+    tables = str(tmp_path / "tables")
+    todo = pending(spec, tables)
+    assert todo[0] == (3, 0), "learned + content (6.1x the others) first"
+    assert sorted(todo) == [(c, 0) for c in range(4)]
+    s = GridOptunaSearcher(spec=spec, todo=todo)
     first = s.suggest("t0")
-    assert (first["cell"], first["key"]) == (3, "c003-s000"), "learned + content (6.1x the others) first"
-    state = s.get_state()
-    assert state["order"][0] == [3, 0] and sorted(map(tuple, state["order"])) == [(c, 0) for c in range(4)]
-    again = GridOptunaSearcher(n_cells=4, sample={}, num_samples=1, spec=raw)
-    again.set_state(state)
-    assert [again.suggest(f"t{i}")["key"] for i in range(1, 4)] == [f"c{c:03d}-s000" for c, _ in state["order"][1:]]
-    # a state saved before launch orders existed counted its suggestions in grid order
-    old = {k: v for k, v in state.items() if k != "order"}
-    legacy = GridOptunaSearcher(n_cells=4, sample={}, num_samples=1, spec=raw)
-    legacy.set_state(old)
-    assert legacy.suggest("t1")["key"] == "c001-s000"
-    # no study file (a searcher on its own): the grid's round-robin order
-    plain = GridOptunaSearcher(n_cells=2, sample={}, num_samples=2)
-    assert [plain.suggest(f"p{i}")["key"] for i in range(4)] == ["c000-s000", "c001-s000", "c000-s001", "c001-s001"]
+    assert first["key"] == "c003-s000" and first["train"] == spec.train_config(spec.cells[3]).to_dict()
+    assert [s.suggest(f"t{i}")["key"] for i in range(1, 4)] == [f"c{c:03d}-s000" for c, _ in todo[1:]]
+    assert s.suggest("t4") == GridOptunaSearcher.FINISHED
+    for key, status in (("c003-s000", "finished"), ("c001-s000", "interrupted"), ("c002-s000", "stopped")):
+        write_part(part_path(tables, "runs", key), [{"trial_id": key, "status": status}])
+    assert pending(spec, tables) == [t for t in todo if t not in ((3, 0), (2, 0))]
 
 
 def test_equal_costs_keep_round_robin_and_unequal_go_longest_first():

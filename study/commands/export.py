@@ -50,14 +50,14 @@ def register(sub) -> None:
 def _choose(prog: str, runs, refs: dict, args) -> str:
     if args.trial:
         if args.trial not in refs:
-            known = ", ".join(sorted(refs)) or "none"
+            known = ", ".join(refs) or "none"
             fail(prog, f"--trial: no checkpoint of trial {args.trial!r} (trials with checkpoints: {known})")
         return args.trial
     if not refs:
         fail(prog, f"study {args.name!r} has no trial checkpoint")
     cand = runs[runs.trial_id.isin(list(refs))] if not runs.empty else runs
     if cand.empty:
-        return sorted(refs)[0]
+        return refs[0]
     col = "final_val_acc" if "final_val_acc" in cand and cand["final_val_acc"].notna().any() else "final_test_acc"
     return str(cand.sort_values(col, ascending=False, na_position="last").iloc[0]["trial_id"])
 

@@ -142,18 +142,17 @@ def register(sub) -> None:
     p.set_defaults(func=run_list)
 
     p = sub.add_parser("resume", help="continue an interrupted study",
-                       description="Tuner.restore: finished trials are kept, errored and interrupted "
-                       "ones continue from their last checkpoint (attempts counted, device-seconds "
-                       "accumulated). Ray's pickled state is first checked against the HMAC the driver "
-                       "wrote (README 'Trust boundary').", epilog=EXIT_CODES)
+                       description="Continue a study from what it stored (study.json, the tables, each "
+                       "trial's own checkpoints, the Optuna journal): finished, diverged and stopped trials "
+                       "are kept, every other one continues from its last checkpoint (attempts counted, "
+                       "device-seconds accumulated). Works on a moved or copied study folder.",
+                       epilog=EXIT_CODES)
     p.add_argument("name", help="study name (under --storage) or path to a study folder")
     _storage(p)
     _cluster_flags(p)
     p.add_argument("--verbose", action="store_true",
                    help="also print Ray's own log lines and the tracebacks of failed trials "
                         "(by default Ray's log lines go to the study's logs/ray.log only)")
-    p.add_argument("--trust-storage", action="store_true",
-                   help="skip the HMAC check of Ray's pickled state (only for storage nobody else can write)")
     p.set_defaults(func=run_resume)
 
 
@@ -613,6 +612,7 @@ def run_resume(args: argparse.Namespace) -> int:
     if missing:
         fail(prog, f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
     _check_loggers(prog, meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
+    spec = _stored_spec(prog, root, meta)
     if args.address:
         from study.tuning import preflight
 
@@ -623,5 +623,17 @@ def run_resume(args: argparse.Namespace) -> int:
                        gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])
     from study.tuning.runner import resume_study
 
-    return _drive(prog, args, lambda **kw: resume_study(root, address=args.address, num_cpus=args.num_cpus,
-                                                        trust_storage=args.trust_storage, **kw))
+    return _drive(prog, args, lambda **kw: resume_study(root, spec, address=args.address, num_cpus=args.num_cpus,
+                                                        **kw))
+
+
+def _stored_spec(prog: str, root: str, meta: dict):
+    """The study file a study stored (``study.json``'s ``raw``, overrides applied),
+    validated once here: the resumed trials receive configurations resolved from it."""
+    from study.spec import validate
+
+    with as_lines(prog):
+        spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"])
+    object.__setattr__(spec, "name", meta["name"])  # a study run with --name keeps it
+    object.__setattr__(spec, "overrides", tuple(meta.get("overrides") or ()))
+    return spec

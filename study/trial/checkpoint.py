@@ -1,5 +1,9 @@
 """Per-epoch checkpoints: written atomically, loaded with ``weights_only=True``.
 
+A study keeps each trial's checkpoints in ``<study>/trials/<key>/`` (a folder or an
+object-store prefix): the project's own files, which ``study resume``, Tune's retries
+and ``study export`` read; Ray never holds them.
+
 Each save keeps the one before it (``checkpoint.pt`` → ``checkpoint.prev.pt``), so a
 damaged latest checkpoint (truncated by a full disk, a killed copy) falls back to the
 previous epoch with a warning naming the damaged file.  A checkpoint records the
@@ -11,6 +15,7 @@ failing inside ``load_state_dict``.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -19,6 +24,7 @@ import torch
 
 from study.atomicio import write_atomic
 from study.errors import CheckpointError, cause
+from study.storage import is_remote
 from study.trial.config import PROTOCOL_FIELDS, TrainConfig
 
 FILENAME = "checkpoint.pt"
@@ -32,49 +38,79 @@ OPERATIONAL_FIELDS = frozenset({"amp", "compile", "head_stats", "head_images", "
 ADDED_FIELDS = PROTOCOL_FIELDS
 
 
-def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> Path:
+def folder_fs(directory: str):
+    """(pyarrow file system, path on it) of a checkpoint folder: local or ``s3://…``."""
+    import pyarrow.fs as pafs
+
+    if is_remote(directory):
+        return pafs.FileSystem.from_uri(directory)
+    return pafs.LocalFileSystem(), str(Path(directory).absolute())
+
+
+def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> str:
     """Write ``state`` (tensors, numbers, strings, dicts/lists of them) to
-    ``directory/checkpoint.pt`` via a temporary file and an atomic rename; the
-    checkpoint it replaces becomes ``checkpoint.prev.pt``."""
-    directory = Path(directory)
+    ``directory/checkpoint.pt`` (a folder or an object-store URI) in one step; the
+    checkpoint it replaces becomes ``checkpoint.prev.pt``.  Locally: a temporary file,
+    fsync and an atomic rename; on object storage: the old object moved aside, then
+    one upload, which appears whole."""
+    directory = str(directory)
+    fs, base = folder_fs(directory)
 
     def keep_previous() -> None:
-        if (directory / FILENAME).exists():
-            os.replace(directory / FILENAME, directory / PREVIOUS)
+        import pyarrow.fs as pafs
 
-    write_atomic(directory / FILENAME, lambda f: torch.save(state, f), suffix=".pt", before_replace=keep_previous)
-    return directory / FILENAME
+        if fs.get_file_info(f"{base}/{FILENAME}").type == pafs.FileType.File:
+            fs.move(f"{base}/{FILENAME}", f"{base}/{PREVIOUS}")
+
+    if is_remote(directory):
+        keep_previous()
+        write_atomic(f"{directory}/{FILENAME}", lambda f: torch.save(state, f))
+    else:
+        write_atomic(Path(directory) / FILENAME, lambda f: torch.save(state, f), suffix=".pt",
+                     before_replace=keep_previous)
+    return f"{directory}/{FILENAME}"
 
 
-def _load(path: Path, map_location) -> dict[str, Any]:
-    state = torch.load(path, map_location=map_location, weights_only=True)
+def _load(fs, path: str, shown: str, map_location) -> dict[str, Any]:
+    with fs.open_input_stream(path) as f:
+        data = f.read()
+    state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     if not isinstance(state, dict) or "epoch" not in state or "model" not in state:
-        raise CheckpointError(f"{path}: not a checkpoint of this project")
+        raise CheckpointError(f"{shown}: not a checkpoint of this project")
     return state
 
 
 def load_checkpoint(directory: str | os.PathLike | None, *, map_location="cpu",
-                    warn: Callable[[str], None] | None = None) -> dict[str, Any] | None:
-    """The latest intact checkpoint in ``directory``, or None if there is none.
+                    warn: Callable[[str], None] | None = None,
+                    check: Callable[[dict, str], None] | None = None) -> dict[str, Any] | None:
+    """The latest intact checkpoint in ``directory`` (a folder or an object-store URI),
+    or None if there is none.
 
     Only tensors and plain containers are accepted (``weights_only=True``): a pickle
     carrying code is refused rather than executed.  A damaged latest checkpoint
     falls back to the previous one (``warn`` is told which file was skipped); if
-    none is intact, :class:`CheckpointError` names the file."""
+    none is intact, :class:`CheckpointError` names the file.  ``check(state, path)``
+    may refuse a checkpoint that loads (by raising): it counts as damaged."""
+    import pyarrow.fs as pafs
+
     if directory is None:
         return None
+    directory = str(directory)
+    fs, base = folder_fs(directory)
     damaged: list[str] = []
     for name in (FILENAME, PREVIOUS):
-        path = Path(directory) / name
-        if not path.exists():
+        shown = f"{directory}/{name}" if is_remote(directory) else str(Path(directory) / name)
+        if fs.get_file_info(f"{base}/{name}").type == pafs.FileType.NotFound:
             continue
         try:
-            state = _load(path, map_location)
-        except Exception as e:  # truncated, not a zip, refused pickle, wrong content
-            damaged.append(f"{path} ({cause(e)})")
+            state = _load(fs, f"{base}/{name}", shown, map_location)
+            if check is not None:
+                check(state, shown)
+        except Exception as e:  # truncated, not a zip, refused pickle, wrong content, a folder
+            damaged.append(f"{shown} ({cause(e)})")
             continue
         if damaged and warn is not None:
-            warn(f"checkpoint {damaged[0]} is damaged; continuing from the previous one, {path} "
+            warn(f"checkpoint {damaged[0]} is damaged; continuing from the previous one, {shown} "
                  f"(epoch {state['epoch']})")
         return state
     if damaged:

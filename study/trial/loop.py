@@ -14,7 +14,6 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -35,7 +34,7 @@ from study.trial.headstats import collect_head_stats
 from study.trial.protocol import Protocol, build_protocol
 from study.trial.schedule import learning_rate
 
-Report = Callable[[dict[str, Any], "Path | None"], None]
+Report = Callable[[dict[str, Any], "str | None"], None]
 #: ``(epoch, images trained so far in it, images it trains)`` after every training step,
 #: counted on the host from the batch sizes (no device read)
 StepProgress = Callable[[int, int, int], None]
@@ -451,7 +450,7 @@ def _record(t: _Trial, epoch: int, metrics: dict[str, Any], progress) -> None:
         )
 
 
-def _checkpoint(t: _Trial, checkpoint_dir) -> Path | None:
+def _checkpoint(t: _Trial, checkpoint_dir) -> str | None:
     """Rank 0: the epoch's checkpoint (model, optimiser, RNG, accuracies, device-seconds,
     attempts, and the model and training configuration it belongs to)."""
     if checkpoint_dir is None:
@@ -465,7 +464,7 @@ def _checkpoint(t: _Trial, checkpoint_dir) -> Path | None:
         # what the model is: `study export` / `load_trained` rebuild it from these
         "model_config": t.mc.to_dict(), "train_config": t.cfg.to_dict(),
     })
-    return Path(checkpoint_dir)
+    return str(checkpoint_dir)
 
 
 def _finish(t: _Trial, ledger) -> TrialResult:

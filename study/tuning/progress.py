@@ -230,8 +230,8 @@ class ProgressReporter(Callback):
 
     COLUMNS = ("trial", "cell", "state", "epoch", "test_acc", "best_acc", "img/s")
 
-    def __init__(self, *, meta: dict[str, Any], enabled: bool = True, interval: float = 30.0,
-                 clock=None):
+    def __init__(self, *, spec=None, meta: dict[str, Any], pending: list[str] | None = None, enabled: bool = True,
+                 interval: float = 30.0, clock=None):
         self.enabled = enabled
         self.interval = interval
         self.total = meta.get("num_trials")
@@ -239,7 +239,10 @@ class ProgressReporter(Callback):
         self._last: dict[str, float] = {}
         self._header = False
         self._clock = clock or (lambda: time.monotonic())
-        costs, order = _costs(meta)
+        costs, order = _costs(spec)
+        if pending is not None:  # a resumed study: the trials that ended already are done
+            self.done = len(order) - len(pending) if order else 0
+            order = [k for k in order if k in set(pending)]
         self.work = RemainingWork(costs=costs, order=order, probe=_ledger_probe(meta))
         self._start = self._clock()
 
@@ -312,16 +315,14 @@ def _f(v, digits: int = 4) -> str:
     return f"{v:.{digits}f}"
 
 
-def _costs(meta: dict[str, Any]) -> tuple[dict[str, tuple[float, int]], list[str]]:
+def _costs(spec) -> tuple[dict[str, tuple[float, int]], list[str]]:
     """Predicted cost and epochs of every trial (by table key) and the launch order,
-    from the study file in ``meta`` (:mod:`study.plan`; no torch)."""
-    if "raw" not in meta:
+    from the validated study (:mod:`study.plan`; no torch)."""
+    if spec is None:
         return {}, []
     from study.plan import launch_order, plan_trials
-    from study.spec import validate
 
     try:
-        spec = validate(meta["raw"], file=meta.get("file", ""), default_name=meta.get("name", "study"))
         trials = plan_trials(spec)
     except Exception:  # noqa: BLE001 - progress lines must never stop a study: no ETA then
         return {}, []

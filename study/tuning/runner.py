@@ -1,15 +1,22 @@
-"""Launch, resume and summarise a study on Ray Tune (DESIGN §7-8).
+"""Launch, resume and summarise a study on Ray Tune.
 
-Storage layout: ``<storage>/<name>/`` holds Ray's experiment state (trials,
-checkpoints, searcher), ``study.json`` (the project's metadata, paths relative to
-the study folder, so a moved or copied study resumes where it now is),
-``study.yaml`` (the validated study file), ``tables/`` (the Parquet tables every
-trial appends to while it runs), ``optuna.journal``
-(the Optuna studies of the sampled axes, Optuna's ``JournalStorage``), ``trials/<key>.json`` (attempt ledgers), the
-driver's lock and the signatures of Ray's pickles (:mod:`study.tuning.integrity`).
+The project owns the study's state; Ray Tune schedules and retries.  A study folder
+``<storage>/<name>/`` holds what the project writes itself:
 
-The run contract (exit statuses, ``error``/``interrupted`` rows, signals, storage
-failures) is :mod:`study.tuning.contract` and :mod:`study.errors`.
+* ``study.json``: the metadata (paths relative to the folder, so a moved or copied
+  study resumes where it now is) with the study file as validated (``raw``, overrides
+  applied); ``study.yaml`` is that file, readable;
+* ``tables/``: the Parquet tables every trial appends to while it runs;
+* ``trials/<key>/checkpoint.pt`` (and ``checkpoint.prev.pt``): each trial's own
+  checkpoints, loaded with ``weights_only=True``; ``trials/<key>.json``: its attempt ledger;
+* ``optuna.journal``: the Optuna studies of the sampled axes (Optuna's ``JournalStorage``);
+* ``tune/``: Ray Tune's own experiment folder (its logs, its loggers' files), which
+  nothing of the project reads back: no file Ray pickled is ever loaded.
+
+``study resume`` starts a new Tune run of the trials whose ``runs`` row has not ended
+(finished, diverged or stopped); each continues from its own checkpoint.  The run
+contract (exit statuses, ``error``/``interrupted`` rows, signals, storage failures) is
+:mod:`study.tuning.contract` and :mod:`study.errors`.
 """
 
 from __future__ import annotations
@@ -22,35 +29,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# quiet Ray before it is imported (DESIGN §8)
+# Ray's documented environment settings, before it is imported: no new-style console
+# output, de-duplicated worker logs, Ray Train V2 (DDP trials)
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 # a trial that diverges in its first epoch ends with no finite metric to report (the
 # project drops NaN values): Tune must not fail the whole study for that
 os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-# Tune saves and uploads its experiment state at its own adaptive period (≥ 10 s) and
-# keeps its warning about excessive syncing.  A killed driver may lose the last
-# seconds of Tune's bookkeeping; it never re-runs a finished trial all the same,
-# because the project's own tables decide: the searcher and the trainable replay a
-# key whose ``runs`` row says it ended (``searcher.py``, ``trainable.py``).
-# Tune's default per-trial logs (result.json, progress.csv, params, event files) are
-# off: the tables are the record, and each of those files was re-uploaded on every
-# save of the experiment state (most of a study's requests to object storage).
-# Logger callbacks a study file asks for are added explicitly and still run.
+# Tune's default per-trial loggers are off: the tables are the record; logger
+# callbacks a study file asks for are added explicitly (study/tuning/loggers.py)
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
 import pandas as pd
 import yaml
 
 from study.spec import StudySpec, selects
-from study.storage import META_FILE, is_remote, read_meta, resolve, study_exists, study_root
-from study.tables import STATUSES, compact_all, part_path, read_table, write_part
+from study.storage import META_FILE, is_remote, read_meta, resolve, study_root
+from study.tables import STATUSES, read_table
 from study.variants import value_text, variant_labels
 
 #: Environment variables naming an S3-compatible endpoint (read by pyarrow, and so by
 #: Ray's storage and the tables); passed on to the workers of a cluster.
 ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
+#: ``runs.status`` values of a trial that ended: a resume does not run it again
+ENDED = ("finished", "diverged", "stopped")
+#: Ray Tune's experiment folder inside the study folder
+TUNE_DIR = "tune"
 
 
 def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = False) -> None:
@@ -80,7 +85,7 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = F
         raise RayStartError(f"{what}: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from None
 
 
-def _meta(spec: StudySpec, root: str) -> dict[str, Any]:
+def _meta(spec: StudySpec) -> dict[str, Any]:
     """``study.json``: every path in it is relative to the study folder."""
     return {
         "name": spec.name, "file": spec.file, "raw": spec.raw, "tables": "tables",
@@ -112,42 +117,62 @@ def _write_meta(root: str, meta: dict[str, Any]) -> None:
         write_atomic(f"{root}/study.yaml", yaml.safe_dump(meta["raw"], sort_keys=False).encode())
 
 
-def _tuner(spec: StudySpec, meta: dict[str, Any], storage: str, *, verbose: bool, contract):
+def pending(spec: StudySpec, tables: str) -> list[tuple[int, int]]:
+    """The (cell, sample) of every trial still to run (its ``runs`` row does not say
+    finished, diverged or stopped), in launch order (:func:`study.plan.launch_order`:
+    longest-predicted first; grid order where the cost cannot be computed)."""
+    n = len(spec.cells)
+    order = [(k % n, k // n) for k in range(spec.num_trials)]
+    try:
+        from study.plan import launch_order, plan_trials
+
+        order = [(t.cell, t.sample) for t in launch_order(plan_trials(spec))]
+    except Exception:  # noqa: BLE001 - a cost model failure must not stop the study: grid order
+        pass
+    from study.tuning.searcher import trial_key
+
+    runs = read_table(tables, "runs")
+    ended = set(runs.trial_id[runs.status.isin(ENDED)]) if len(runs) else set()
+    return [(c, s) for c, s in order if trial_key(c, s) not in ended]
+
+
+def _tuner(spec: StudySpec, meta: dict[str, Any], todo: list[tuple[int, int]], *, verbose: bool, contract):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     from study.tuning.loggers import logger_callbacks
     from study.tuning.progress import ProgressReporter
-    from study.tuning.searcher import GridOptunaSearcher
+    from study.tuning.searcher import GridOptunaSearcher, trial_key
     from study.tuning.trainable import make_trainable
 
     sched_cfg = spec.scheduler or {"type": "fifo"}
     metric, mode = tuned_metric(spec)
     if sched_cfg["type"] == "asha":
         epochs = max(spec.train_config(c).epochs for c in spec.cells)
-        scheduler = ASHAScheduler(time_attr="training_iteration", max_t=epochs,
+        # epochs, not Tune's iteration count: a resumed trial reports its own epochs,
+        # so its rungs are those of the epochs it trained (its iterations restart at 1)
+        scheduler = ASHAScheduler(time_attr="epochs_done", max_t=epochs,
                                   grace_period=sched_cfg.get("grace_period", 1),
                                   reduction_factor=sched_cfg.get("reduction_factor", 3))
     else:
         scheduler = FIFOScheduler()
-    searcher = GridOptunaSearcher(n_cells=len(spec.cells), sample=spec.sample, num_samples=spec.num_samples,
-                                  seed=min(c.seed for c in spec.cells), metric=metric, mode=mode,
-                                  tables=meta["tables"], journal=meta["optuna_journal"], name=spec.name,
-                                  spec={"raw": spec.raw, "file": spec.file, "name": spec.name})
+    searcher = GridOptunaSearcher(spec=spec, todo=todo, metric=metric, mode=mode, tables=meta["tables"],
+                                  journal=meta["optuna_journal"])
+    root = meta["root"]
     return tune.Tuner(
         make_trainable(meta),
         tune_config=tune.TuneConfig(
             metric=metric, mode=mode, search_alg=searcher, scheduler=scheduler,
-            num_samples=spec.num_trials, reuse_actors=meta["workers_per_trial"] == 1,
+            num_samples=len(todo), reuse_actors=meta["workers_per_trial"] == 1,
             max_concurrent_trials=spec.max_concurrent, trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(
-            name=spec.name, storage_path=storage, verbose=0,
+            name=TUNE_DIR, storage_path=root, verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-            callbacks=[ProgressReporter(meta=meta, enabled=verbose), contract,
-                       *logger_callbacks(spec.loggers, root=study_root(storage, spec.name), study=spec.name,
-                                         tables=meta["tables"])],
+            stop=contract.stopper(),
+            callbacks=[ProgressReporter(spec=spec, meta=meta, pending=[trial_key(c, s) for c, s in todo],
+                                        enabled=verbose), contract,
+                       *logger_callbacks(spec.loggers, root=root, study=spec.name, tables=meta["tables"])],
         ),
     )
 
@@ -160,36 +185,35 @@ def trial_dirname(trial) -> str:
 
 def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verbose: bool = True,
               num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study run"):
-    """Run every trial of ``spec``; returns the ``runs`` table at the end (with the
-    exit status of the run contract as ``runs.attrs["exit_code"]``)."""
+    """Run every trial of ``spec`` (validated: :func:`study.spec.load_spec`); returns the
+    ``runs`` table at the end (with the exit status of the run contract as
+    ``runs.attrs["exit_code"]``)."""
     from study.tuning import raylog
     from study.tuning.lock import StudyLock
 
     root = study_root(storage, spec.name)
-    storage_abs = storage if is_remote(storage) else str(Path(storage).resolve())
     # first: a Ray that does not start leaves no study behind (its log lines are kept until the lock)
     init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
     lock = StudyLock(root=root, name=spec.name).acquire()
     raylog.to_file(raylog.log_path(root, spec.name))
     try:
-        meta = _meta(spec, root)
+        meta = _meta(spec)
         _write_meta(root, meta)
-        meta = resolve(root, meta)
-        contract = _contract(root, meta, prog, verbose, show_tracebacks, lock, spec)
-        tuner = _tuner(spec, meta, storage_abs, verbose=verbose, contract=contract)
         _say(verbose, f"study {spec.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
                       f"{spec.num_samples} samples), storage {root}")
-        return _fit(tuner, contract, verbose=verbose)
+        return _start(spec, resolve(root, meta), prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,
+                      lock=lock)
     finally:
         raylog.release()
         lock.release()
 
 
-def resume_study(root: str, *, address: str | None = None, verbose: bool = True, num_cpus: int | None = None,
-                 show_tracebacks: bool = False, trust_storage: bool = False, prog: str = "study resume"):
-    """Continue an interrupted study: finished trials are kept, errored and unfinished
-    ones continue from their last checkpoint (``Tuner.restore``), after Ray's pickled
-    state passed its HMAC check (:mod:`study.tuning.integrity`)."""
+def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verbose: bool = True,
+                 num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study resume"):
+    """Continue a study from what it stored: the trials whose ``runs`` row has not ended
+    run again, each from its own latest checkpoint (attempts counted, device-seconds
+    accumulated); Optuna continues its journal.  ``spec``: the study's stored file,
+    validated by the caller."""
     from study.tuning import raylog
     from study.tuning.lock import StudyLock
 
@@ -199,109 +223,26 @@ def resume_study(root: str, *, address: str | None = None, verbose: bool = True,
     try:
         raylog.capture(echo=show_tracebacks)
         raylog.to_file(raylog.log_path(root, meta["name"]))
-        from ray import tune
-
-        from study.tuning.integrity import verify
-        from study.tuning.trainable import make_trainable
-
-        for note in verify(root, trust=trust_storage):  # --trust-storage: no HMAC, still no damaged state
-            _say(True, f"{prog}: warning: {note}")
         init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
-        # the study's logger callbacks come back with the pickled run config; Ray must not
-        # add its automatic ones again (study/tuning/loggers.py)
-        os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-        contract = _contract(root, meta, prog, verbose, show_tracebacks, lock)
-        _follow_moved_study()
-        tuner = tune.Tuner.restore(root, trainable=make_trainable(meta), resume_errored=True,
-                                   resume_unfinished=True)
         shown = " ".join(shlex.quote(o) for o in meta.get("overrides") or [])
         _say(verbose, f"resuming study {meta['name']} from {root}" + (f" (overrides: {shown})" if shown else ""))
-        return _fit(tuner, contract, verbose=verbose)
+        return _start(spec, meta, prog=prog, verbose=verbose, show_tracebacks=show_tracebacks, lock=lock)
     finally:
         raylog.release()
         lock.release()
 
 
-def _follow_moved_study() -> None:
-    """A study moved (or copied) since Tune saved it resumes where it is now, also for
-    the trials Tune has yet to create.
-
-    ``Tuner.restore`` re-points the trials in its state at the new folder, but not its
-    search generator's pickled ``Experiment``, from which every trial created after the
-    restore takes its storage: such a trial would fail three times with "Unable to set
-    up cluster storage" naming the old folder.  This re-points that experiment too, as
-    Tune does its trials (``TuneController._restore_trials``), to the folder of the
-    driver's active study; a study that did not move is left as it is."""
-    from ray.tune.search.search_generator import SearchGenerator
-
-    if getattr(SearchGenerator.set_state, "_follows_moved_study", False):
-        return
-    original = SearchGenerator.set_state
-
-    def set_state(self, state):
-        original(self, state)
-        from study.tuning.contract import active
-
-        contract = active()
-        experiment = getattr(self, "_experiment", None)
-        if contract is not None and experiment is not None and getattr(experiment, "storage", None) is not None:
-            experiment.storage = _storage_at(experiment.storage, contract.root)
-            if isinstance(getattr(experiment, "spec", None), dict) and "storage" in experiment.spec:
-                experiment.spec["storage"] = experiment.storage
-
-    set_state._follows_moved_study = True
-    SearchGenerator.set_state = set_state
-
-
-def _storage_at(storage, root: str):
-    """A copy of Tune's ``StorageContext`` ``storage`` for the experiment folder ``root``."""
-    import copy
-
-    from ray.train._internal.storage import get_fs_and_path
-
-    parent, name = root.rstrip("/").rsplit("/", 1)
-    fs, fs_path = get_fs_and_path(parent)
-    if storage.storage_fs_path == fs_path and storage.experiment_dir_name == name:
-        return storage
-    moved = copy.copy(storage)
-    moved.storage_filesystem, moved.storage_fs_path, moved.experiment_dir_name = fs, fs_path, name
-    return moved
-
-
-def _contract(root, meta, prog, verbose, show_tracebacks, lock, spec=None):
+def _start(spec: StudySpec, meta: dict[str, Any], *, prog: str, verbose: bool, show_tracebacks: bool, lock):
     from study.tuning.contract import RunContract
 
-    # the searcher (in this driver) reads finished trials from the study where it is now
-    os.environ["STUDY_ACTIVE_TABLES"] = meta["tables"]
-    os.environ["STUDY_ACTIVE_JOURNAL"] = meta["optuna_journal"]
-    contract = RunContract(root=root, meta=meta, prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,
-                           lock=lock, spec=spec)
+    todo = pending(spec, meta["tables"])
+    contract = RunContract(root=meta["root"], meta=meta, spec=spec, prog=prog, verbose=verbose,
+                           show_tracebacks=show_tracebacks, lock=lock)
     contract.install()
-    return contract
-
-
-def _fit(tuner, contract, *, verbose: bool) -> pd.DataFrame:
     try:
-        try:
-            tuner.fit()
-        except OSError as e:
-            contract.storage_failed(f"{e.filename or contract.root}: {e.strerror or e}")
-        except (EOFError, pickle.UnpicklingError) as e:
-            # Tune reading back a file it wrote on a full disk (a trial's error.pkl, at the
-            # end of fit): the storage failed, the study's state is kept for `study resume`
-            contract.storage_failed(f"{contract.root}: Ray could not read back a file it wrote "
-                                    f"({type(e).__name__}: {' '.join(str(e).split())[:200]}): "
-                                    f"{_space_left(contract.root)}")
-        except Exception:  # noqa: BLE001 - a consequence of a storage failure already reported
-            if contract.storage_error is None:
-                raise
-        contract.sign()
-        try:
-            compact_all(contract.tables)  # what trials left uncompacted (stopped early, killed)
-            contract.finish()
-        except OSError as e:
-            contract.storage_failed(f"{e.filename or contract.tables}: {e.strerror or e} "
-                                    "(trials could not be marked; `study status` shows them as last written)")
+        if todo:
+            _fit(_tuner(spec, meta, todo, verbose=verbose, contract=contract), contract)
+        contract.settle()
         runs = read_table(contract.tables, "runs")
     finally:
         contract.uninstall()
@@ -311,6 +252,22 @@ def _fit(tuner, contract, *, verbose: bool) -> pd.DataFrame:
         contract.say(f"interrupted; continue with `study resume {contract.meta['name']}`")
     runs.attrs["exit_code"] = contract.exit_code(runs)
     return runs
+
+
+def _fit(tuner, contract) -> None:
+    try:
+        tuner.fit()
+    except OSError as e:
+        contract.storage_failed(f"{e.filename or contract.root}: {e.strerror or e}")
+    except (EOFError, pickle.UnpicklingError) as e:
+        # Tune reading back a file it wrote on a full disk (a trial's error.pkl, at the
+        # end of fit): the storage failed; the study's own state is intact for `study resume`
+        contract.storage_failed(f"{contract.root}: Ray could not read back a file it wrote "
+                                f"({type(e).__name__}: {' '.join(str(e).split())[:200]}): "
+                                f"{_space_left(contract.root)}")
+    except Exception:  # noqa: BLE001 - a consequence of a storage failure already reported
+        if contract.storage_error is None:
+            raise
 
 
 def _space_left(root: str) -> str:

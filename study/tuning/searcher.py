@@ -1,30 +1,27 @@
 """Grid axes covered exhaustively, sampled axes by Optuna TPE: one Optuna study per
-grid cell behind one Ray Tune ``Searcher`` (``OptunaSearch`` cannot take
-``tune.grid_search``, DESIGN §8).
+grid cell behind one Ray Tune ``Searcher`` (Ray's ``OptunaSearch`` cannot take
+``tune.grid_search``).
 
-Every cell receives exactly ``num_samples`` trials.  They are handed to Tune
-longest-predicted first (:func:`study.plan.launch_order`: MACs × epochs × images,
-known before launch), so the most expensive trial never starts last; equal costs
-keep the grid's round-robin order (trial k: cell k mod n_cells).  The order is part
-of the searcher's state, so a resumed study keeps it.
+Every cell receives exactly ``num_samples`` trials.  The driver hands the searcher
+the trials still to run in launch order (:func:`study.tuning.runner.pending`:
+longest-predicted first, so the most expensive trial never starts last); a resumed
+study leaves out the trials that ended.
 
 The Optuna studies live in Optuna's own storage, a ``JournalStorage`` file
 ``<study>/optuna.journal`` next to the tables (study names ``<name>/cell-000``, …;
 each Optuna trial carries the user attribute ``key`` = the table's ``trial_id``), so
 ``optuna-dashboard``, ``trials_dataframe()`` and ``optuna.visualization`` open it
-directly and a resumed study continues the same Optuna studies.  For ``s3://``
+directly and a resumed study continues the same Optuna studies: a trial an earlier
+driver asked and never told is continued with the same values, one that ended is
+told its result, one that failed is asked again with the same values.  For ``s3://``
 storage the journal is written to a local file (``$STUDY_CACHE_DIR/optuna/…``) and
 uploaded to ``<study>/optuna.journal`` after every change (the driver is its only
 writer); a resume on another machine downloads it first.
-
-The searcher's own state (what Tune saves with its experiment) is JSON: cell
-assignments of live trials and the suggestion counter, never a pickle.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -35,7 +32,6 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 JOURNAL_FILE = "optuna.journal"
-STATE_VERSION = 1
 
 
 def optuna_distribution(spec: dict[str, Any]):
@@ -59,41 +55,6 @@ def _plain(v: Any) -> Any:
     return v.item() if hasattr(v, "item") else v
 
 
-def hparams(spec: dict[str, Any] | None, cell: int, sampled: dict[str, Any]) -> dict[str, Any]:
-    """The trial's whole resolved configuration as flat scalars (every model and
-    training field, the seed, data and subset, grid and sampled values), for Ray's
-    trial config: Ray's results DataFrame (``config/hparams/<field>``), ``params.json``
-    and TensorBoard's HParams show them.  ``spec``: ``{"raw", "file", "name"}`` of the
-    study file (plain data, so the searcher's state stays plain)."""
-    study = _validated(spec)
-    if study is None:  # e.g. the data vanished since `study run` checked it: the trial
-        return {}      # itself fails with that cause (runs.error); no hparams
-    cfg = study.train_config(study.cells[cell], sampled)
-    # fields that do not apply (None, e.g. ``isotropic`` of a learned encoding) are left
-    # out: TensorBoard's HParams cannot hold a null
-    return {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool))}
-
-
-_SPECS: dict[int, tuple[dict, Any]] = {}
-
-
-def _validated(spec: dict[str, Any] | None):
-    """The ``StudySpec`` of ``{"raw", "file", "name"}`` (cached), None if it no
-    longer validates or there is none."""
-    if not spec:
-        return None
-    from study.spec import validate
-
-    study = _SPECS.get(id(spec))
-    if study is None or study[0] is not spec:
-        try:
-            study = (spec, validate(spec["raw"], file=spec["file"], default_name=spec["name"]))
-        except Exception:  # noqa: BLE001
-            return None
-        _SPECS[id(spec)] = study
-    return study[1]
-
-
 def cell_study_name(name: str, cell: int) -> str:
     """The Optuna study of grid cell ``cell`` in study ``name``."""
     return f"{name}/cell-{cell:03d}"
@@ -109,42 +70,37 @@ def _local_journal(journal: str) -> str:
 
 
 class GridOptunaSearcher(Searcher):
-    """Suggests ``{"cell": index, "sample": i, "key": trial key, "sampled": {...},
-    "hparams": {...}}`` for ``n_cells × num_samples`` trials (``hparams``: see
-    :func:`hparams`).  Optuna is told ``best_<metric>`` of each finished trial (the
-    metric is ``val_acc`` when the study holds out a validation split)."""
+    """Suggests the trials ``todo`` (``(cell, sample)`` pairs, in launch order) as
+    ``{"cell", "sample", "key", "sampled": {...}, "train": TrainConfig as a dict,
+    "hparams": {...}}``: the configuration resolved here, in the driver, from the
+    validated study (``spec``); the trials only read it.  ``hparams``: every model and
+    training field as flat scalars (Ray's results, TensorBoard's HParams).  Optuna is
+    told ``best_<metric>`` of each finished trial (the metric is ``val_acc`` when the
+    study holds out a validation split)."""
 
-    def __init__(self, *, n_cells: int, sample: dict[str, dict], num_samples: int, seed: int = 0,
-                 metric: str = "test_acc", mode: str = "max", tables: str | None = None,
-                 journal: str | None = None, name: str = "study",
-                 spec: dict[str, Any] | None = None):
+    def __init__(self, *, spec, todo: list[tuple[int, int]], metric: str = "test_acc", mode: str = "max",
+                 tables: str | None = None, journal: str | None = None):
         super().__init__(metric=metric, mode=mode)
-        self.tables = tables
         self.spec = spec
+        self.todo = [tuple(t) for t in todo]
+        self.tables = tables
         self.journal = journal  # None: in memory only (tests of the searcher alone)
-        self.name = name
-        self.n_cells = n_cells
-        self.sample = sample
-        self.num_samples = num_samples
-        self.seed = seed
+        self.name = spec.name
+        self.sample = spec.sample
+        self.seed = min(c.seed for c in spec.cells)
         self.suggested = 0
-        self.order: list[list[int]] | None = None  # [cell, sample] per suggestion; None: not yet computed
         self.assigned: dict[str, tuple[int, int | None]] = {}  # Ray trial id -> (cell, Optuna number)
         self._studies: dict[int, optuna.Study] = {}
         self._storage = None
         self._synced: tuple[int, int] | None = None
 
     def __getstate__(self) -> dict:
-        # Tune pickles the searcher with the Tuner; the Optuna storage (file locks) stays out
+        # Tune pickles the searcher with its run (never read back); the Optuna storage (file locks) stays out
         return {k: v for k, v in self.__dict__.items() if k not in ("_studies", "_storage", "_synced")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._studies, self._storage, self._synced = {}, None, None
-
-    @property
-    def total(self) -> int:
-        return self.n_cells * self.num_samples
 
     # --- Optuna storage ------------------------------------------------------------
     def storage(self):
@@ -228,30 +184,18 @@ class GridOptunaSearcher(Searcher):
             study.tell(number, value)
         self._sync()
 
-    # --- launch order ----------------------------------------------------------------
-    def _grid_order(self) -> list[list[int]]:
-        return [[k % self.n_cells, k // self.n_cells] for k in range(self.total)]
-
-    def launch_order(self) -> list[list[int]]:
-        """[cell, sample] of each suggestion: longest-predicted first (grid order
-        without a study file, or where its cost cannot be computed)."""
-        if self.order is None:
-            self.order = self._grid_order()
-            study = _validated(self.spec)
-            if study is not None and len(study.cells) == self.n_cells and study.num_samples == self.num_samples:
-                from study.plan import launch_order, plan_trials
-
-                try:
-                    self.order = [[t.cell, t.sample] for t in launch_order(plan_trials(study))]
-                except Exception:  # noqa: BLE001 - a cost model failure must not stop the study: grid order
-                    pass
-        return self.order
-
     # --- Searcher API ----------------------------------------------------------------
+    def _config(self, cell: int, sample: int, key: str, sampled: dict[str, Any]) -> dict[str, Any]:
+        cfg = self.spec.train_config(self.spec.cells[cell], sampled)
+        # fields that do not apply (None, e.g. ``isotropic`` of a learned encoding) are left
+        # out of hparams: TensorBoard's HParams cannot hold a null
+        return {"cell": cell, "sample": sample, "key": key, "sampled": sampled, "train": cfg.to_dict(),
+                "hparams": {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool))}}
+
     def suggest(self, trial_id: str) -> dict | None:
-        if self.suggested >= self.total:
+        if self.suggested >= len(self.todo):
             return Searcher.FINISHED
-        cell, sample = self.launch_order()[self.suggested]
+        cell, sample = self.todo[self.suggested]
         self.suggested += 1
         key = trial_key(cell, sample)
         study = self._study(cell) if self.sample else None
@@ -263,8 +207,7 @@ class GridOptunaSearcher(Searcher):
             # lost with that driver): replay it, its trainable will not train again
             self.assigned[trial_id] = (cell, running)
             sampled = {k: _plain(row[f"sampled_{k}"]) for k in self.sample if f"sampled_{k}" in row}
-            return {"cell": cell, "sample": sample, "key": key, "sampled": sampled,
-                    "hparams": hparams(self.spec, cell, sampled)}
+            return self._config(cell, sample, key, sampled)
         sampled, number = {}, None
         if study is not None:
             if running is not None:  # asked by an earlier driver that died: the same Optuna trial
@@ -277,13 +220,10 @@ class GridOptunaSearcher(Searcher):
                 sampled, number = dict(trial.params), trial.number
                 self._sync()
         self.assigned[trial_id] = (cell, number)
-        return {"cell": cell, "sample": sample, "key": key, "sampled": sampled,
-                "hparams": hparams(self.spec, cell, sampled)}
+        return self._config(cell, sample, key, sampled)
 
     def _finished_row(self, key: str | None) -> dict | None:
-        # the driver names the study's tables where the study is now (a moved study's
-        # restored searcher still holds the old path)
-        tables = os.environ.get("STUDY_ACTIVE_TABLES") or self.tables
+        tables = self.tables
         if tables is None or key is None:
             return None
         from study.tables import read_table
@@ -303,42 +243,3 @@ class GridOptunaSearcher(Searcher):
             value = float(result.get("best_" + self._metric, result[self._metric]))
             value = value if value == value else None  # NaN: a failed trial for Optuna
         self._tell(self._study(cell), number, value)
-
-    # --- persistence (Tuner.restore): JSON, no pickle ----------------------------------
-    def get_state(self) -> dict:
-        return {"version": STATE_VERSION, "n_cells": self.n_cells, "sample": self.sample,
-                "num_samples": self.num_samples, "seed": self.seed, "suggested": self.suggested,
-                "order": self.order,
-                "tables": self.tables, "spec": self.spec, "journal": self.journal, "name": self.name,
-                "assigned": {k: list(v) for k, v in self.assigned.items()},
-                "metric": self._metric, "mode": self._mode}
-
-    def set_state(self, state: dict) -> None:
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"searcher state version {state.get('version')!r}, expected {STATE_VERSION}")
-        for k in ("n_cells", "sample", "num_samples", "seed", "suggested", "tables", "journal", "name"):
-            setattr(self, k, state[k])
-        self.spec = state.get("spec")
-        # the order the suggestions so far followed; a state from before launch orders
-        # was in grid order, and ``suggested`` counts in it
-        order = state.get("order")
-        self.order = [[int(c), int(n)] for c, n in order] if order is not None else (
-            self._grid_order() if self.suggested else None)
-        # a moved or copied study: the driver names where its tables and journal are now
-        self.tables = os.environ.get("STUDY_ACTIVE_TABLES") or self.tables
-        if self.journal is not None:
-            self.journal = os.environ.get("STUDY_ACTIVE_JOURNAL") or self.journal
-        self._metric, self._mode = state["metric"], state["mode"]
-        # in-flight trials keep their Optuna numbers: the journal holds those trials
-        self.assigned = {k: (int(c), None if n is None else int(n)) for k, (c, n) in state["assigned"].items()}
-        self._studies, self._storage, self._synced = {}, None, None
-
-    def save(self, checkpoint_path: str) -> None:
-        tmp = f"{checkpoint_path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.get_state(), f)
-        os.replace(tmp, checkpoint_path)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path) as f:
-            self.set_state(json.load(f))

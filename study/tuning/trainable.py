@@ -2,11 +2,14 @@
 
 ``study_trial`` runs one trial in the Tune actor (one process, fractional or whole
 GPU).  ``ddp_study_trial`` runs the same loop under Ray Train (``TorchTrainer`` with
-N workers inside the Tune function, Train V2, DESIGN §8): gloo on CPU, NCCL on GPU.
+N workers inside the Tune function, Train V2): gloo on CPU, NCCL on GPU.
 
-Checkpoints: each epoch's checkpoint is reported to Tune (single process) or to
-Ray Train (DDP), so a retried or restored trial continues from its last epoch.
-The trial's Ray id names its table parts, so retries overwrite, never duplicate.
+A trial receives its resolved configuration from the searcher (``config["train"]``,
+a :class:`~study.trial.config.TrainConfig` as a dict): nothing is validated again
+here.  Its checkpoints are the project's own files, ``<study>/trials/<key>/`` (a
+folder or an object-store prefix): a retried or resumed trial continues from its last
+epoch there; Tune receives metrics only.  The trial's key names its table parts, so
+retries overwrite, never duplicate.
 
 Every attempt is counted in the trial's ledger (``<study>/trials/<key>.json``) when
 it starts.  A storage failure (disk full, unwritable, vanished) is raised as
@@ -15,31 +18,21 @@ it starts.  A storage failure (disk full, unwritable, vanished) is raised as
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from study.errors import StorageError
-from study.spec import validate
 from study.trial import train_trial
+from study.trial.config import TrainConfig
 from study.trial.ledger import TrialLedger
 
 SCALAR_TYPES = (int, float, str, bool)
 
 
-def trial_config(meta: dict[str, Any], config: dict[str, Any]):
-    spec = validate(meta["raw"], file=meta["file"], default_name=meta["name"])
-    return spec.train_config(spec.cells[config["cell"]], config.get("sampled"))
-
-
-def _copy_checkpoint(src: str | None, dst: Path) -> None:
-    if src:
-        for f in Path(src).iterdir():
-            if f.is_file():
-                shutil.copy2(f, dst / f.name)
+def checkpoint_dir(meta: dict[str, Any], key: str) -> str:
+    """Where trial ``key`` keeps its checkpoints."""
+    return f"{meta['root']}/trials/{key}"
 
 
 def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -67,9 +60,10 @@ def storage_errors(fn, *args, where: str = "storage", **kwargs):
 
 def _finished_row(meta: dict[str, Any], key: str) -> dict[str, Any] | None:
     from study.tables import read_table
+    from study.tuning.runner import ENDED
 
     runs = read_table(meta["tables"], "runs")
-    row = runs[(runs.trial_id == key) & runs.status.isin(["finished", "diverged", "stopped"])]
+    row = runs[(runs.trial_id == key) & runs.status.isin(ENDED)]
     return None if row.empty else row.iloc[0].to_dict()
 
 
@@ -113,38 +107,35 @@ def counted(trainable):
     return run
 
 
+def _report(report_fn, warnings: list[str] | None = None):
+    """``train_trial``'s per-epoch report as a Tune/Train report: scalar metrics and
+    ``epochs_done`` (ASHA's time), no checkpoint (the trial keeps its own)."""
+
+    def report(metrics: dict[str, Any], ckpt: str | None) -> None:
+        if warnings:  # shown once by the driver (study.tuning.contract)
+            metrics = {**metrics, "warning": warnings.pop(0)}
+        report_fn(_scalars({**metrics, "epochs_done": int(metrics["epoch"]) + 1}))
+
+    return report
+
+
 @counted
 def study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: TrialLedger) -> None:
     """Tune function trainable: one trial, in this process.  Its table identity is the
     searcher's key (grid cell, sample index); a key that already ended is replayed."""
     from ray import tune
 
-    trial_id = config["key"]
-    cfg = trial_config(meta, config)
+    key = config["key"]
     torch.set_num_threads(max(1, int(meta.get("cpus_per_trial", 1))))
-    with tempfile.TemporaryDirectory(prefix="study-ckpt-") as local:
-        local = Path(local)
-        previous = tune.get_checkpoint()
-        if previous is not None:
-            with previous.as_directory() as d:
-                _copy_checkpoint(d, local)
-
-        warnings: list[str] = []
-
-        def report(metrics: dict[str, Any], ckpt: Path | None) -> None:
-            checkpoint = tune.Checkpoint.from_directory(str(ckpt)) if ckpt is not None else None
-            if warnings:  # shown once by the driver (study.tuning.contract)
-                metrics = {**metrics, "warning": warnings.pop(0)}
-            tune.report(_scalars(metrics), checkpoint=checkpoint)
-
-        result = storage_errors(train_trial, cfg, where=meta["root"], trial_id=trial_id, tables=meta["tables"],
-                                checkpoint_dir=local,
-                                study=meta["name"], report=report, extra_run_fields=_run_fields(config, meta),
-                                ledger=book, warn=warnings.append)
-        tune.report(_scalars({"status": result.status, "epoch": result.epochs_done - 1,
-                              "epochs_done": result.epochs_done, "best_test_acc": result.best_test_acc,
-                              "test_acc": result.final_test_acc, "best_val_acc": result.best_val_acc,
-                              "val_acc": result.final_val_acc}))
+    warnings: list[str] = []
+    result = storage_errors(train_trial, TrainConfig.from_dict(config["train"]), where=meta["root"], trial_id=key,
+                            tables=meta["tables"], checkpoint_dir=checkpoint_dir(meta, key), study=meta["name"],
+                            report=_report(tune.report, warnings), extra_run_fields=_run_fields(config, meta),
+                            ledger=book, warn=warnings.append)
+    tune.report(_scalars({"status": result.status, "epoch": result.epochs_done - 1,
+                          "epochs_done": result.epochs_done, "best_test_acc": result.best_test_acc,
+                          "test_acc": result.final_test_acc, "best_val_acc": result.best_val_acc,
+                          "val_acc": result.final_val_acc}))
 
 
 def _run_fields(config: dict[str, Any], meta: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -160,34 +151,22 @@ def _run_fields(config: dict[str, Any], meta: dict[str, Any] | None = None) -> d
 
 
 def _ddp_worker(loop_config: dict[str, Any]) -> None:
-    """Ray Train worker loop: one rank of a DDP trial (process group set up by Ray)."""
+    """Ray Train worker loop: one rank of a DDP trial (process group set up by Ray).
+    Every rank reads the trial's checkpoint; rank 0 writes it, the tables and the ledger."""
     import ray.train
 
-    meta, config, trial_id = loop_config["meta"], loop_config["config"], loop_config["trial_id"]
+    meta, config, key = loop_config["meta"], loop_config["config"], loop_config["config"]["key"]
+    rank = ray.train.get_context().get_world_rank()
     book = None
-    if ray.train.get_context().get_world_rank() == 0:
-        book = ledger(meta, trial_id)
+    if rank == 0:
+        book = ledger(meta, key)
         data = book.read()  # the Tune function counted this attempt
         book.attempts, book.device_seconds = int(data.get("attempts", 1)), float(data.get("device_seconds", 0.0))
-    cfg = trial_config(meta, config)
-    ctx = ray.train.get_context()
-    rank = ctx.get_world_rank()
     device = ray.train.torch.get_device() if torch.cuda.is_available() else torch.device("cpu")
-    with tempfile.TemporaryDirectory(prefix="study-ddp-") as local:
-        local = Path(local)
-        previous = ray.train.get_checkpoint()
-        if previous is not None:
-            with previous.as_directory() as d:
-                _copy_checkpoint(d, local)
-
-        def report(metrics: dict[str, Any], ckpt: Path | None) -> None:
-            checkpoint = ray.train.Checkpoint.from_directory(str(ckpt)) if ckpt is not None else None
-            ray.train.report(_scalars(metrics), checkpoint=checkpoint)
-
-        storage_errors(train_trial, cfg, where=meta["root"], trial_id=trial_id, tables=meta["tables"],
-                       checkpoint_dir=local if rank == 0 else None, study=meta["name"], report=report,
-                       device=device, extra_run_fields=loop_config["fields"],
-                       ledger=book)
+    storage_errors(train_trial, TrainConfig.from_dict(config["train"]), where=meta["root"], trial_id=key,
+                   tables=meta["tables"], checkpoint_dir=checkpoint_dir(meta, key), study=meta["name"],
+                   report=_report(ray.train.report), device=device, extra_run_fields=loop_config["fields"],
+                   ledger=book)
 
 
 @counted
@@ -206,7 +185,7 @@ def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: Trial
         per_worker["GPU"] = gpus / workers
     trainer = TorchTrainer(
         _ddp_worker,
-        train_loop_config={"meta": meta, "config": config, "trial_id": trial_id, "fields": _run_fields(config, meta)},
+        train_loop_config={"meta": meta, "config": config, "fields": _run_fields(config, meta)},
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
                                                resources_per_worker=per_worker),
         run_config=ray.train.RunConfig(
