@@ -11,6 +11,7 @@ import yaml
 
 from study.spec import load_spec
 from study.tables import read_table
+from tests.helpers import kill_session, popen
 
 TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
 BASE = {"data": "synthetic:100", "epochs": 1, "batch_size": 25, "training": {"head_images": 4},
@@ -109,3 +110,42 @@ def test_interrupt_then_resume(tmp_path):
     status = subprocess.run([sys.executable, "-m", "study", "status", "intr"], cwd=tmp_path,
                             capture_output=True, text=True)
     assert status.returncode == 0 and "4 trials recorded of 4 planned: 4 finished" in status.stdout
+
+
+def test_asha_decisions_survive_a_lost_driver(tmp_path):
+    """ASHA stops the trial that is worse at its first rung, and the row says `stopped`
+    at once; the driver SIGKILLed after that, `study resume` keeps the decision (the
+    stopped trial is not trained on, its epochs untouched) and continues the rest.
+    ASHA's rungs start empty after a resume (docs/reliability.md), so the decision
+    kept is the one recorded in `runs`."""
+    doc = {**BASE, "epochs": 3, "data": "synthetic:400", "grid": {"lr": [0.1, 1e-7, 0.05]}, "max_concurrent": 1,
+           "validation": 100, "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 2}}
+    f = spec_file(tmp_path, doc, "asha")
+    tables = tmp_path / "results" / "asha" / "tables"
+    driver = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
+    deadline = time.time() + 300
+    runs = None
+    while time.time() < deadline and driver.poll() is None:
+        runs = read_table(tables, "runs")
+        if (runs.status == "stopped").any():
+            break
+        time.sleep(0.2)
+    assert driver.poll() is None and (runs.status == "stopped").any(), driver.stdout.read() if driver.poll() else runs
+    kill_session(driver)
+    driver.wait()
+    stopped = runs[runs.status == "stopped"].iloc[0]
+    assert stopped.lr == 1e-7 and stopped.epochs_done == 1, runs  # the learning rate that cannot learn, at rung 1
+    parts = {p: p.stat().st_mtime_ns for p in (tables / "epochs" / stopped.trial_id).glob("*.parquet")}
+
+    resumed = _study(tmp_path, "resume", "asha", "--num-cpus", "2")
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out
+    after = read_table(tables, "runs").set_index("trial_id")
+    assert after.loc[stopped.trial_id, "status"] == "stopped" and after.loc[stopped.trial_id, "attempts"] == 1
+    assert after.loc[stopped.trial_id, "epochs_done"] == 1
+    assert all(p.stat().st_mtime_ns == m for p, m in parts.items())
+    others = after.drop(index=stopped.trial_id)
+    assert len(others) == 2 and set(others.status) <= {"finished", "stopped"}, after
+    epochs = read_table(tables, "epochs")
+    assert not epochs.duplicated(["trial_id", "epoch"]).any()
+    assert (epochs.groupby("trial_id").epoch.max() + 1).to_dict() == after.epochs_done.to_dict()

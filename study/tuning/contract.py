@@ -187,9 +187,21 @@ class RunContract(Callback):
             self.say(f"trial {self._key(trial)}: warning: {result['warning']}")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
+        """A trial the scheduler ended early (its row still ``running``: ASHA stopped
+        it) is marked ``stopped`` at once, so a resume after a lost driver keeps ASHA's
+        decision instead of training it on."""
         key = self._key(trial)
-        if key is not None:
-            self.completed.add(key)
+        if key is None or self.stopping:
+            return
+        self.completed.add(key)
+        runs = read_table(self.tables, "runs")
+        row = runs[runs.trial_id == key]
+        if len(row) and row.status.iloc[0] == "running" and row.epochs_done.iloc[0] < row.epochs.iloc[0]:
+            try:
+                write_part(part_path(self.tables, "runs", key),
+                           [_plain({**row.iloc[0].to_dict(), "status": "stopped", "updated_at": time.time()})])
+            except OSError as e:
+                self.storage_failed(f"{e.filename or self.tables}: {e.strerror or e}")
 
     def on_step_end(self, iteration, trials, **info):
         if self.lock is not None:
@@ -232,7 +244,7 @@ class RunContract(Callback):
         """After Tune returns: parts compacted, and no row stays ``running``.  Interrupted
         (signal, storage failure, or never seen to end) -> ``interrupted``, with the
         device-seconds of its ledger (which count an epoch cut short); ended early by
-        the scheduler -> ``stopped``."""
+        the scheduler -> ``stopped`` (normally marked already when it ended)."""
         try:
             compact_all(self.tables)  # what trials left uncompacted (stopped early, killed)
             runs = read_table(self.tables, "runs")
