@@ -1,5 +1,5 @@
 """Contours of a head's attention: analytic ellipses for Gaussian heads, numeric
-mass thresholds on a stored attention window otherwise (DESIGN §6).
+mass thresholds on a stored attention window otherwise (docs/design.md §7).
 
 Coordinates are shifts in pixels of the token grid: x = column shift (key − query),
 y = row shift.  Nothing here draws; figures plot the returned coordinates.

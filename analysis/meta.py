@@ -12,7 +12,7 @@ import pandas as pd
 
 def data_label(data: str | None) -> str:
     """A reader's name for a data source: ``CIFAR-10``, ``CIFAR-10 (JPEG copy)`` (the
-    re-encoded copy of ``../shared/data``, whose accuracies sit a little below the
+    JPEG re-encoded archive ``cifar10-jpeg.tar.gz``, whose accuracies sit a little below the
     original's), ``synthetic data`` or ``image folder NAME``."""
     if data is None or (isinstance(data, float) and math.isnan(data)) or not str(data):
         return "data not recorded"

@@ -28,7 +28,7 @@ PAPER_EPOCHS = 300
 PAPER_TRAIN_IMAGES = 50_000
 PAPER_TEST_IMAGES = 10_000
 
-#: Sizes every attention model of Table 1 shares (DESIGN §3): D = 400, 6 layers,
+#: Sizes every attention model of Table 1 shares (docs/design.md §3): D = 400, 6 layers,
 #: feed-forward 512, N_h = 9, 2×2 space-to-depth of 32×32×3 images.
 SA_SIZES = {"hidden": 400, "layers": 6, "intermediate": 512, "num_heads": 9, "downsample": 2,
             "image_size": 32, "in_channels": 3, "num_classes": 10}

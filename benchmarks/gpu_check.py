@@ -13,7 +13,7 @@ achieved throughput (``--assumed-mfu`` of the device's peak, printed in the repo
 each part fits its share; every part records its planned and its measured seconds.
 Parts are independent: one that fails is recorded with its cause and the next runs.
 
-The GPU machine has no Ray by default (DESIGN §10: install the wheels into /tmp/site
+The GPU machine has no Ray by default (docs/design.md §11: install the wheels into /tmp/site
 and ``export PYTHONPATH=/tmp/site``); without Ray the study part says so and is skipped.
 Exit status: 0 every part passed or was skipped for a stated reason, 1 a part failed,
 2 bad arguments.
@@ -296,8 +296,8 @@ def run_study(args, budget_s: float, peak: dict, out: Path) -> dict:
            "planned_s": sum(p["planned_s"] or 0.0 for p in plan if p["included"]), "trials": []}
     if importlib.util.find_spec("ray") is None:
         res.update(status="skipped", seconds=0.0,
-                   reason="needs Ray, which is not importable here (DESIGN §10: install the wheels into /tmp/site "
-                   "and export PYTHONPATH=/tmp/site)")
+                   reason="needs Ray, which is not importable here (docs/design.md §11: install the wheels into "
+                   "/tmp/site and export PYTHONPATH=/tmp/site)")
         return res
     spec_path = out / "gpu-check.yaml"
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))

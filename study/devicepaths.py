@@ -2,7 +2,7 @@
 
 Every branch that used to be taken only when ``device.type == "cuda"`` is a field
 here, so that each can be selected on any device and so run on CPU in tests
-against its reference path (README, "Device-dependent code paths"):
+against its reference path (docs/performance.md, "Device-dependent code paths"):
 
 * ``autocast_dtype``: mixed precision, ``torch.autocast(device.type, dtype)``
   (bf16 on CUDA by default; ``torch.autocast("cpu", dtype=torch.bfloat16)`` runs the

@@ -1,4 +1,5 @@
-"""Result tables of a study (DESIGN §7): Parquet files per trial, compacted as it runs.
+"""Result tables of a study (docs/design.md §8; layout and readers: docs/results.md):
+Parquet files per trial, compacted as it runs.
 
 Layout under a table root (``<storage>/<study>/tables`` or ``study train --out DIR``)::
 

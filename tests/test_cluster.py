@@ -3,7 +3,7 @@
 The two-node test starts a head (127.0.0.2, no CPU: it runs the driver) and a second
 node (127.0.0.3, one CPU) with ``ray start`` (each its own ``--temp-dir``, free ports,
 token authentication on, usage stats off), submits a tiny study with ``ray job submit
---working-dir <project>`` as the README does, SIGKILLs the second node's raylet once
+--working-dir <project>`` as docs/clusters.md does, SIGKILLs the second node's raylet once
 its trial has a checkpoint in the storage, lets a replacement node (127.0.0.4) join,
 and checks that the trial finished there from its checkpoint with every (trial, epoch)
 row once.  Only the processes this test started are killed (by
@@ -152,7 +152,7 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
             assert wait_for_nodes(f"{HEAD_IP}:{p[0]}", 2, env=env), "the second node did not join"
             joined_at = time.time() - t0
 
-            # the README's path: the project as working dir, the driver on the head, --address auto
+            # docs/clusters.md's path: the project as working dir, the driver on the head, --address auto
             job = subprocess.Popen(
                 [RAY, "job", "submit", "--address", f"http://{HEAD_IP}:{p[3]}", "--working-dir", str(PROJECT), "--",
                  sys.executable, "-m", "study", "run", str(spec), "--address", "auto", "--storage", str(shared),
@@ -243,7 +243,7 @@ def _node_ports(p: list[int]) -> list[str]:
 
 def test_cluster_yaml_is_a_launcher_file_with_the_documented_set_up():
     """``ray up cluster.yaml`` accepts it (Ray's own schema and checks), and it does what
-    the README says: the ``cluster`` extra on every node, the token file on every node,
+    docs/clusters.md says: the ``cluster`` extra on every node, the token file on every node,
     token authentication in every ``ray start``, the head without CPUs for trials."""
     from ray.autoscaler._private.util import prepare_config, validate_config
 
@@ -372,11 +372,11 @@ def _grpc_codes(address: str, metadata=None) -> dict[str, str]:
 
 
 def test_local_ray_wildcard_sockets_require_the_token(local_ray_sockets):
-    """The mitigation the README states, checked from the host's network address: every
+    """The mitigation docs/clusters.md states, checked from the host's network address: every
     gRPC server the local Ray lets listen on all interfaces (GCS, raylet, object manager,
     driver and worker processes, the dashboard agent) refuses a call without the token
     or with a wrong one; with the token the GCS answers.  The other wildcard sockets are
-    Prometheus endpoints (read-only metrics, no token: README): the agent's, and the
+    Prometheus endpoints (read-only metrics, no token: docs/clusters.md): the agent's, and the
     dashboard's (44227) and autoscaler monitor's (44217) unless another Ray holds those."""
     import grpc
 

@@ -1,4 +1,4 @@
-"""DDP: 2 gloo ranks with per-rank batch b equal 1 rank with batch 2b (DESIGN §8)."""
+"""DDP: 2 gloo ranks with per-rank batch b equal 1 rank with batch 2b (docs/design.md §10)."""
 
 import gc
 

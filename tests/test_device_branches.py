@@ -1,9 +1,9 @@
 """Every device-dependent branch (study.devicepaths.DevicePaths) run on CPU against
 its reference path; the same checks on the real device where CUDA is present
-(``benchmarks/gpu_check.py`` runs them there).  README: "Device-dependent code paths".
+(``benchmarks/gpu_check.py`` runs them there).  docs/performance.md: "Device-dependent code paths".
 
 Tolerances (measured with ``STUDY_MEASURE=1 pytest tests/test_device_branches.py -s``,
-largest over every encoding, see the README table):
+largest over every encoding, see the table in docs/performance.md):
 
 * bf16 autocast vs float32, one training step: relative error of the training loss,
   of the evaluation loss afterwards, and of the step's parameter update ``Δθ`` (norm

@@ -1,4 +1,4 @@
-"""Fast paths of RelativeSelfAttention (DESIGN §11) equal the naive reference.
+"""Fast paths of RelativeSelfAttention (docs/design.md §12) equal the naive reference.
 
 Every encoding/isotropic variant, float64, tolerances 1e-9: the separable
 P_row ⊗ P_col path, the shared dense (N_h, T, T) path, scaled_dot_product_attention

@@ -56,7 +56,7 @@ def test_cpu_run_fills_every_field_of_the_gpu_report(tmp_path):
 
 
 def test_study_part_says_so_without_ray(tmp_path, monkeypatch):
-    """The GPU machine has no Ray by default (DESIGN §10): the study part is skipped
+    """The GPU machine has no Ray by default (docs/design.md §11): the study part is skipped
     with the reason, its plan still made."""
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))

@@ -1,4 +1,4 @@
-"""README "Live reads": every reader (SQL, the pandas frames that ``analysis figures``
+"""docs/results.md, "Live reads": every reader (SQL, the pandas frames that ``analysis figures``
 and the report read, the live report's page) sees whole, consistent tables while a
 writer compacts under it, not only when the timing happens to miss.
 

@@ -1,4 +1,4 @@
-"""Models of DESIGN §3-4: shapes, probabilities, equivalences, gradients, counts."""
+"""Models of docs/design.md §3-5: shapes, probabilities, equivalences, gradients, counts."""
 
 import pytest
 import torch

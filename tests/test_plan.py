@@ -32,7 +32,7 @@ def test_paper_fig2_flops_are_3_forwards_per_training_image_and_1_per_evaluated_
         assert t.train_flops == 3 * fwd * 50_000 * 300
         assert t.eval_flops == fwd * 10_000 * 300
         assert t.head_flops == (0 if t.model == "ResNet18" else fwd * 100 * 300)  # head_images: 100
-    assert trials["ResNet18"].macs == 555_422_720  # README "MACs in Table 1": 0.555 G
+    assert trials["ResNet18"].macs == 555_422_720  # docs/figures.md "MACs in Table 1": 0.555 G
 
 
 @pytest.mark.parametrize("data,subset,validation", [("synthetic:300", None, 0), ("synthetic:300", 120, 0),

@@ -1,4 +1,4 @@
-"""The paper's learned + content model (``positional_score: query``, DESIGN §4):
+"""The paper's learned + content model (``positional_score: query``, docs/design.md §4):
 score_h = [q_h[:D/2]·r_row(δ1) + q_h[D/2:]·r_col(δ2) + q_h·k_h] / √D, checked against
 a naive per-pair form of the equation in float64, with the head form (w·r + q·k/√D)
 alongside; parameter counts, gradients, configuration rules."""

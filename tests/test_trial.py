@@ -220,7 +220,7 @@ def test_step_schedule_matches_the_originals_multisteplr_loop():
                                                (600, (160, 300, 500)), (7, (2, 4, 6)), (2, (1, 1, 2)),
                                                (1, (0, 1, 1))])
 def test_step_milestones_scale_with_epochs(epochs, milestones):
-    """For E epochs each milestone is ⌊m·E/300 + ½⌋ (README "Step schedule"), applied
+    """For E epochs each milestone is ⌊m·E/300 + ½⌋ (docs/design.md §3, "step schedule"), applied
     as the original applies its milestones: per epoch the same lr as its MultiStepLR
     loop with those milestones, so the last epoch is at 1e-4 for every E."""
     import warnings

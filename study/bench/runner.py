@@ -1,7 +1,7 @@
 """``study bench``: steady-state training throughput of the paper's models and of
 one attention layer, next to a naive reference of the same equations.
 
-What is timed (DESIGN §11): one training step = forward + backward + SGD step on a
+What is timed (docs/design.md §12): one training step = forward + backward + SGD step on a
 batch resident on the device (no data loading).  Each variant first runs
 ``warmup`` untimed steps (compilation, allocator, kernel selection; peak memory is
 read here), then ``repeats`` windows of ``steps`` steps, each window between two

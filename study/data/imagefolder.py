@@ -14,7 +14,7 @@ from .cache import build_lock, cache_path, load_cached, save_atomic
 from .layout import Layout, resolve_layout
 from .sources import ImageFolderSource, Listing
 
-# sha256 of well-known archives → how to report them (see ../shared/data/README.md)
+# sha256 of well-known archives → how to report them (docs/study-files.md, "Data")
 KNOWN_ARCHIVES = {
     "58c58e3af3ec7ed2054f439f35ad3c83dc1ab019f4af6037f60612ea098c8fa1": "CIFAR-10 (JPEG copy)",
 }

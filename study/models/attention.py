@@ -14,7 +14,7 @@ positional forms (``ModelConfig.positional_score``): ``head``, A_h = w_h·r_δ +
 A_h = (q_h·r_δ + q_h·k_h)/√D with r_δ = [r_row(δ1); r_col(δ2)] split over the query's
 halves (:class:`~study.models.positional.QueryScores`).
 
-The same equations are evaluated by one of three exact paths (DESIGN §11); every
+The same equations are evaluated by one of three exact paths (docs/design.md §12); every
 one is checked against :func:`study.bench.naive.naive_relative_attention`:
 
 * **separable** (isotropic quadratic, learned without content; no dropout on the
@@ -229,7 +229,7 @@ class RelativeSelfAttention(HeadsLayer):
         return q, k  # (B, N_h, T, D)
 
     def _separable_heads(self, x: Tensor, *, return_attention: bool) -> tuple[Tensor, Tensor | None]:
-        """DESIGN §11: softmax_k(s_row(δ1) + s_col(δ2)) = P_row ⊗ P_col over the
+        """docs/design.md §12: softmax_k(s_row(δ1) + s_col(δ2)) = P_row ⊗ P_col over the
         rectangular key grid, so head_n(X)[qr, qc] = Σ_kr P_row[n,qr,kr] Σ_kc P_col[n,qc,kc] X[kr, kc]:
         a (W×W) product along the columns, then an (H×H) product along the rows."""
         b, h, w, d = x.shape
@@ -247,7 +247,7 @@ class RelativeSelfAttention(HeadsLayer):
         return heads, probs
 
     def _shared_dense_heads(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """One (N_h, T, T) matrix for the batch (DESIGN §4); dropout draws one mask
+        """One (N_h, T, T) matrix for the batch (docs/design.md §4); dropout draws one mask
         per step on it.  (N_h·T, T) @ (T, B·D) as a single matrix product."""
         b, h, w, d = x.shape
         t = h * w

@@ -1,5 +1,5 @@
 """Multiply-accumulates (MACs) of one forward pass of one image, counted from the
-model's equations (DESIGN §3-4), not from the code path a forward takes.
+model's equations (docs/design.md §3-5), not from the code path a forward takes.
 
 Convention — the paper's Table 1 counts multiply-adds, and so does this: one MAC
 per multiply-add of a matrix product, a convolution or a dot product, for one image.
@@ -64,7 +64,7 @@ def model_macs(cfg: dict[str, Any]) -> int:
 
 
 def self_attention_macs(cfg) -> int:
-    """The attention-only model (DESIGN §3): space-to-depth + Linear embedding, L post-LN
+    """The attention-only model (docs/design.md §3): space-to-depth + Linear embedding, L post-LN
     blocks, mean pool, Linear classifier.  Per block, with T tokens, D = hidden,
     N_h heads, I = intermediate:
 

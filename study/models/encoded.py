@@ -1,5 +1,5 @@
 """Content attention whose scores an encoding shapes: the layer of today's encodings
-(DESIGN §4b: GPSA, Swin's relative position bias, 2-D RoPE).
+(docs/design.md §5: GPSA, Swin's relative position bias, 2-D RoPE).
 
 Per head h, with queries and keys of width d_h (``head_dim``):
 
@@ -11,7 +11,7 @@ keys and shifts δ = key − query into probabilities over the keys, and its par
 live in this layer's ``positional`` container.  Two head layouts:
 
 * **paper** (``head_dim = dim``, ``value=False``, the default): the layout of the
-  paper's models (DESIGN §3) — each head averages the **raw input** (W_val folded into
+  paper's models (docs/design.md §3) — each head averages the **raw input** (W_val folded into
   the output projection), queries and keys are ``Linear(D → N_h·D)`` with bias.  The
   study trains this layout for every encoding, so that the seven attention encodings
   differ in their scores only.

@@ -11,7 +11,7 @@ embeddings with each image's queries instead, so its output has a batch axis.
 Both positional-only encodings here are sums of per-axis terms when the Gaussian is isotropic,
 ``s(δ) = s_row(δ1) + s_col(δ2)``; ``separable`` says so and :meth:`axis_scores`
 exposes the two terms, so the attention layer can factorise the softmax
-(``P = P_row ⊗ P_col``, DESIGN §11).  A non-isotropic Gaussian adds the cross term
+(``P = P_row ⊗ P_col``, docs/design.md §12).  A non-isotropic Gaussian adds the cross term
 −Σ⁻¹₁₂ (δ1−Δ1)(δ2−Δ2), an outer product of a row and a column factor, which a
 softmax does not split; its (N_h, T, T) scores are still assembled from per-axis
 pieces rather than from a (N_h, T, T, 2) tensor of offsets.
@@ -174,7 +174,7 @@ class QueryScores(nn.Module):
     with one (2·S−1)×(D/2) table per axis (init N(0, 1)) and no head-key Linears; the
     layer adds q_h·k_h and divides the sum by √D.  ``pos_dim`` = D_p = len(r_δ) = D.
 
-    Computed without a (B, N_h, T, T, D) tensor (DESIGN §4): each query half is dotted
+    Computed without a (B, N_h, T, T, D) tensor (docs/design.md §4): each query half is dotted
     once with the 2H−1 row (2W−1 column) offsets it can meet, one batched product that
     reads both halves of the query in place (no halves copied, no zero-filled half
     gradients in backward; T·(2S−1)·D MACs per head, the count of ``study.models.cost``);

@@ -55,7 +55,7 @@ class Encoding:
     content: bool = True
     #: (id, overrides): every distinct form, for tests and documentation
     variants: tuple[tuple[str, dict[str, Any]], ...] = ()
-    #: one line for ``study models`` / the README: the score of head h for shift δ
+    #: one line for ``study models`` / docs/design.md §4-5: the score of head h for shift δ
     equation: str = ""
 
     def normalise(self, cfg: "ModelConfig", set_: Callable[[str, Any], None]) -> None:
