@@ -19,7 +19,7 @@ from study.data import (
     make_synthetic, stratified_subset,
 )
 from study.data import decode as decode_mod
-from study.data.archive import tar_members
+from study.data.archive import read_images
 
 
 @pytest.fixture
@@ -76,18 +76,18 @@ def test_archive_equals_directory_tree(tmp_path, cache, mode, fmt, wrapper):
     assert "image archive" in arch.source
 
 
-def test_tar_parser_matches_tarfile_on_long_names(tmp_path):
-    long = "x" * 120  # > 100 chars: needs a GNU long-name or pax header
+def test_long_names_are_read_in_every_tar_format(tmp_path):
+    long = "x" * 120  # > 100 chars: a GNU long-name header, a pax path record, or ustar's prefix field
     (tmp_path / "d" / "train" / long).mkdir(parents=True)
     (tmp_path / "d" / "train" / long / "a.png").write_bytes(b"abc")
     (tmp_path / "d" / "test").mkdir()
     for fmt in (tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT):
         arch = make_tar(tmp_path / "d", tmp_path / f"{fmt}.tar", mode="w", format=fmt)
-        raw = arch.read_bytes()
-        ours = {m.name: (raw[m.offset : m.offset + m.size], m.is_dir) for m in tar_members(raw, path="x")}
-        with tarfile.open(arch) as tf:
-            ref = {m.name: (tf.extractfile(m).read() if m.isfile() else b"", m.isdir()) for m in tf}
-        assert ours == ref
+        with open(arch, "rb") as f:
+            images = read_images(f, path=str(arch), keep=lambda name: name.endswith(".png"))
+        assert {n: bytes(images.buffer[o : o + s]) for n, (o, s) in images.files.items()} == {
+            f"train/{long}/a.png": b"abc"}, fmt
+        assert sorted(images.dirs) == ["test", "train", f"train/{long}"], fmt
 
 
 def test_jpeg_decoding_matches_pil(tmp_path, cache):
