@@ -35,7 +35,7 @@ from .errors import DataError, one_line
 
 _BLOCK = 512
 #: tarfile's read size (uncompressed bytes per read of :class:`_Uncompressed`)
-_BUFSIZE = 16 * 2**10
+_BUFSIZE = 32 * 2**10
 #: bytes of one extended header's body (a name of a few kB is already absurd)
 _MAX_HEADER_BODY = 2**20
 #: extended headers before one member (real archives use at most two)
@@ -100,7 +100,7 @@ def _keep(tf: tarfile.TarFile, info: tarfile.TarInfo, sink: Images, *, path: str
     if start + info.size > limits.MAX_SOURCE_IMAGE_BYTES:
         raise DataError(f"{path}: its image files hold more than {limits.MAX_SOURCE_IMAGE_BYTES} bytes "
                         "(MAX_SOURCE_IMAGE_BYTES)")
-    sink.buffer += member.read()
+    sink.buffer += member.read(info.size)
     sink.files[info.name] = (start, info.size)
 
 
@@ -119,7 +119,7 @@ class _Uncompressed:
         elif head.head[:3] == b"BZh":
             self._src = bz2.BZ2File(head)
         elif head.head == b"\xfd7zXZ\x00":
-            self._src = lzma.LZMAFile(head)
+            self._src = lzma.LZMAFile(head, format=lzma.FORMAT_XZ)  # then stream padding ends it, as xz(1)
         else:
             self._src = head
         self.compressed = self._src is not head
@@ -211,7 +211,7 @@ class _Headers:
         if size[0] == 0xFF:  # GNU base-256 in two's complement: negative
             raise DataError(f"{self.path}: corrupt tar header at byte {off} (negative size)")
         digits = size.split(b"\0", 1)[0].strip()
-        if not size[0] & 0x80 and not all(48 <= c <= 55 for c in digits):  # int() would take '-', '+', '_'
+        if not size[0] & 0x80 and digits.translate(None, b"01234567"):  # int() would take '-', '+', '_'
             raise DataError(f"{self.path}: corrupt tar header at byte {off} (size {digits[:12]!r})")
         if buf[156:157] not in _EXTENDED:
             self.chain = 0
@@ -263,7 +263,10 @@ class _Headers:
         body = self.data.bytes_at(off + _BLOCK, off + _BLOCK + size)
         if len(body) < size:
             return  # cut short: tarfile refuses it
-        value = _pax_records(body, path=self.path, off=off).get("size")
+        records = _pax_records(body, path=self.path, off=off)
+        if any(key.startswith("GNU.sparse.") for key in records):  # tarfile would parse its map unchecked
+            raise DataError(f"{self.path}: member at byte {off} is a sparse file: refusing the archive")
+        value = records.get("size")
         if value is not None and not (value.isascii() and value.isdigit()):
             raise DataError(f"{self.path}: corrupt pax header at byte {off} (size {value[:30]!r})")
 
