@@ -90,7 +90,7 @@ def jpeg_bytes(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def tar_of(members: dict[str, bytes], *, fmt: int = tarfile.PAX_FORMAT, pax: dict | None = None,
+def tar_bytes(members: dict[str, bytes], *, fmt: int = tarfile.PAX_FORMAT, pax: dict | None = None,
            links: dict[str, tuple[bytes, str]] | None = None) -> bytes:
     """An uncompressed tar archive in memory: regular files ``members`` (name → bytes),
     then ``links`` (name → (typeflag, target)), each member with the ``pax`` records."""

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from data_helpers import image_array, jpeg_bytes, make_cifar_python, make_tar, make_tree, tar_of, write_image
+from data_helpers import image_array, jpeg_bytes, make_cifar_python, make_tar, make_tree, tar_bytes, write_image
 from study import limits
 from study.data import (
     CIFAR_MEAN, CIFAR_STD, DataError, DeviceData, Splits, augment, epoch_plan, load_splits,
@@ -255,7 +255,7 @@ def gnu_long_name_chain(n: int) -> bytes:
 @pytest.mark.parametrize("compress", [gzip.compress, bz2.compress, lzma.compress], ids=["gzip", "bzip2", "xz"])
 def test_archive_decompression_bomb(monkeypatch, compress):
     monkeypatch.setattr(limits, "MAX_DECOMPRESSED_BYTES", 2**20)
-    bomb = compress(tar_of({**PNGS, "train/a/zeros.png": bytes(4 * 2**20)}))
+    bomb = compress(tar_bytes({**PNGS, "train/a/zeros.png": bytes(4 * 2**20)}))
     assert len(bomb) < 2**16
     assert read_error(bomb) == ("a.tar: decompresses to more than 1048576 bytes (MAX_DECOMPRESSED_BYTES): "
                                 "refusing a possible decompression bomb")
@@ -263,7 +263,7 @@ def test_archive_decompression_bomb(monkeypatch, compress):
 
 def test_plain_archive_over_the_decompressed_limit(monkeypatch):
     monkeypatch.setattr(limits, "MAX_DECOMPRESSED_BYTES", 2**20)
-    raw = tar_of({**PNGS, "train/a/zeros.png": bytes(2 * 2**20)})
+    raw = tar_bytes({**PNGS, "train/a/zeros.png": bytes(2 * 2**20)})
     assert read_error(raw) == "a.tar: archive is more than 1048576 bytes (MAX_DECOMPRESSED_BYTES)"
 
 
@@ -276,7 +276,7 @@ def test_plain_archive_over_the_decompressed_limit(monkeypatch):
 ])
 def test_archive_size_and_count_limits(monkeypatch, limit, members, expected):
     monkeypatch.setattr(limits, limit, 3)
-    assert read_error(tar_of(members)) == expected
+    assert read_error(tar_bytes(members)) == expected
 
 
 @pytest.mark.parametrize("name, needle", [
@@ -287,13 +287,13 @@ def test_archive_size_and_count_limits(monkeypatch, limit, members, expected):
     ("./train/a/0.png", "member './train/a/0.png' appears twice in the archive"),
 ], ids=["absolute", "dotdot", "dotdot_inside", "twice"])
 def test_archive_member_outside_the_folder_or_twice(name, needle):
-    assert read_error(tar_of({**PNGS, name: b"x"})) == f"a.tar: {needle}"
+    assert read_error(tar_bytes({**PNGS, name: b"x"})) == f"a.tar: {needle}"
 
 
 def test_archive_links_are_skipped_never_followed(tmp_path):
     secret = tmp_path / "secret.png"
     secret.write_bytes(b"secret")
-    raw = tar_of(PNGS, links={"train/a/sym.png": (tarfile.SYMTYPE, str(secret)),
+    raw = tar_bytes(PNGS, links={"train/a/sym.png": (tarfile.SYMTYPE, str(secret)),
                               "train/a/hard.png": (tarfile.LNKTYPE, "train/a/0.png"),
                               "train/a/up.png": (tarfile.SYMTYPE, "../../../secret.png")})
     images = read_images(io.BytesIO(raw), path="a.tar", keep=lambda name: name.endswith(".png"))
@@ -304,12 +304,12 @@ def test_archive_links_are_skipped_never_followed(tmp_path):
 def test_archive_sparse_member_is_refused():
     info = tarfile.TarInfo("train/a/s.png")
     info.type = tarfile.GNUTYPE_SPARSE
-    raw = tar_of(PNGS) [:-1024 * 2] + info.tobuf(format=tarfile.GNU_FORMAT) + bytes(1024)
+    raw = tar_bytes(PNGS) [:-1024 * 2] + info.tobuf(format=tarfile.GNU_FORMAT) + bytes(1024)
     assert read_error(raw) == "a.tar: member 'train/a/s.png' is a sparse file: refusing the archive"
 
 
 def test_archive_extended_header_bounds():
-    raw = tar_of(PNGS, pax={"comment": "x" * 2**20})
+    raw = tar_bytes(PNGS, pax={"comment": "x" * 2**20})
     assert read_error(raw).startswith("a.tar: extended header at byte 0 of 10485")
     assert read_error(raw).endswith(" bytes, more than 1048576: refusing the archive")
     assert len(read_images(io.BytesIO(gnu_long_name_chain(8)), path="a.tar", keep=bool).files) == 1
@@ -318,7 +318,7 @@ def test_archive_extended_header_bounds():
 
 
 def test_damaged_archives():
-    raw = tar_of(PNGS, fmt=tarfile.USTAR_FORMAT)
+    raw = tar_bytes(PNGS, fmt=tarfile.USTAR_FORMAT)
     assert read_error(raw[:300]) == "a.tar: not a tar archive (only 300 bytes)"
     assert read_error(raw[:700]) == "a.tar: truncated tar archive (train/a/0.png is cut short)"
     assert read_error(raw[:1024 + 300]) == ("a.tar: truncated tar archive: no end-of-archive marker after 1 members "
@@ -331,7 +331,7 @@ def test_damaged_archives():
 
 
 def test_compressed_archive_in_several_streams_with_zero_padding():
-    raw = tar_of(PNGS)
+    raw = tar_bytes(PNGS)
     for compress in (gzip.compress, bz2.compress, lzma.compress):
         data = compress(raw[:2048]) + compress(raw[2048:]) + bytes(1000)
         images = read_images(io.BytesIO(data), path="a.tar", keep=lambda name: name.endswith(".png"))
