@@ -27,7 +27,7 @@ import gzip
 import lzma
 import tarfile
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from study import limits
 
@@ -45,18 +45,17 @@ _EXTENDED = (b"x", b"g", b"X", b"L", b"K")
 _PAX = (b"x", b"g", b"X")
 
 
-@dataclass
-class Images:
-    """What :func:`read_images` keeps of an archive: the bytes of the members ``keep``
-    accepted, back to back in ``buffer`` (``files[name] = (offset, size)`` into it),
-    and every folder member's name."""
+@dataclass(frozen=True)
+class Listing:
+    """A source's image files in memory: ``files[name] = (offset, size)`` into ``buffer``;
+    ``dirs`` are the folder names (so empty class folders are seen too)."""
 
-    buffer: bytearray = field(default_factory=bytearray)
-    files: dict[str, tuple[int, int]] = field(default_factory=dict)
-    dirs: list[str] = field(default_factory=list)
+    buffer: bytes
+    files: dict[str, tuple[int, int]]
+    dirs: tuple[str, ...]
 
 
-def read_images(f, *, path: str, keep) -> Images:
+def read_images(f, *, path: str, keep) -> Listing:
     """Stream the (compressed) tar archive of the binary file ``f``: decompressed in
     bounded steps, at most :data:`study.limits.MAX_DECOMPRESSED_BYTES` in all, and only
     the regular files whose name ``keep(name)`` accepts held in memory (each at most
@@ -65,7 +64,7 @@ def read_images(f, *, path: str, keep) -> Images:
     data = _Uncompressed(f, path=path)
     headers = _Headers(data, path=path)
     checked = type("_CheckedInfo", (_CheckedInfo,), {"__slots__": (), "headers": headers})
-    sink = Images()
+    buffer, files, dirs = bytearray(), {}, []
     seen: set[str] = set()
     try:
         with tarfile.open(fileobj=data, mode="r|", tarinfo=checked, bufsize=_BUFSIZE, encoding="utf-8",
@@ -79,29 +78,30 @@ def read_images(f, *, path: str, keep) -> Images:
                 if info.isfile() or info.isdir():
                     _check_name(info.name, seen, path=path)
                 if info.isdir():
-                    sink.dirs.append(info.name)
+                    dirs.append(info.name)
                 elif info.isfile() and keep(info.name):
-                    _keep(tf, info, sink, path=path)
+                    _keep(tf, info, buffer, files, path=path)
     except tarfile.TarError:
         raise headers.refusal() from None
     headers.check_end()
-    return sink
+    return Listing(buffer=buffer, files=files, dirs=tuple(dirs))
 
 
-def _keep(tf: tarfile.TarFile, info: tarfile.TarInfo, sink: Images, *, path: str) -> None:
-    """Append the bytes of the regular file member ``info`` to ``sink``, within the limits."""
+def _keep(tf: tarfile.TarFile, info: tarfile.TarInfo, buffer: bytearray, files: dict, *, path: str) -> None:
+    """Append the bytes of the regular file member ``info`` to ``buffer`` (``files[name]``
+    says where), within the limits."""
     member = tf.extractfile(info)
     if info.size > limits.MAX_IMAGE_FILE_BYTES:
         while member.read(2**20):  # a size past the archive's end is the first thing wrong
             pass
         raise DataError(f"{path}: {info.name[:200]}: {info.size} bytes, more than the limit of "
                         f"{limits.MAX_IMAGE_FILE_BYTES} (MAX_IMAGE_FILE_BYTES)")
-    start = len(sink.buffer)
+    start = len(buffer)
     if start + info.size > limits.MAX_SOURCE_IMAGE_BYTES:
         raise DataError(f"{path}: its image files hold more than {limits.MAX_SOURCE_IMAGE_BYTES} bytes "
                         "(MAX_SOURCE_IMAGE_BYTES)")
-    sink.buffer += member.read(info.size)
-    sink.files[info.name] = (start, info.size)
+    buffer += member.read(info.size)
+    files[info.name] = (start, info.size)
 
 
 class _Uncompressed:
