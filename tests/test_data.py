@@ -313,8 +313,8 @@ def test_archive_extended_header_bounds():
     assert read_error(raw).startswith("a.tar: extended header at byte 0 of 10485")
     assert read_error(raw).endswith(" bytes, more than 1048576: refusing the archive")
     assert len(read_images(io.BytesIO(gnu_long_name_chain(8)), path="a.tar", keep=bool).files) == 1
-    assert read_error(gnu_long_name_chain(9)) == ("a.tar: extended header at byte 8192 the 9th in a row, "
-                                                  "more than 8: refusing the archive")
+    assert read_error(gnu_long_name_chain(9)) == ("a.tar: extended header at byte 8192: more than 8 in a row "
+                                                  "before one member: refusing the archive")
 
 
 def test_damaged_archives():

@@ -171,7 +171,8 @@ class _Unread:
 
 class _CheckedInfo(tarfile.TarInfo):
     """tarfile's member class for :func:`read_images`: each raw header goes through
-    ``headers`` (a per-archive :class:`_Headers`) before and after tarfile parses it."""
+    ``headers`` before and after tarfile parses it (:meth:`frombuf` is a classmethod,
+    so each archive gets a subclass holding its own :class:`_Headers`)."""
 
     __slots__ = ()
     headers: _Headers
@@ -217,10 +218,12 @@ class _Headers:
             self.chain = 0
             return
         self.chain += 1
-        if info.size > _MAX_HEADER_BODY or self.chain > _MAX_CHAIN:
-            what = f"of {info.size} bytes, more than {_MAX_HEADER_BODY}" if self.chain <= _MAX_CHAIN else \
-                f"the {self.chain}th in a row, more than {_MAX_CHAIN}"
-            raise DataError(f"{self.path}: extended header at byte {off} {what}: refusing the archive")
+        if info.size > _MAX_HEADER_BODY:
+            raise DataError(f"{self.path}: extended header at byte {off} of {info.size} bytes, more than "
+                            f"{_MAX_HEADER_BODY}: refusing the archive")
+        if self.chain > _MAX_CHAIN:
+            raise DataError(f"{self.path}: extended header at byte {off}: more than {_MAX_CHAIN} in a row "
+                            "before one member: refusing the archive")
         if buf[156:157] in _PAX:
             self.pax = (off, info.size)
         self.pos += _BLOCK + _round_up(info.size)
@@ -235,7 +238,7 @@ class _Headers:
     def check_end(self) -> None:
         """tarfile found no more members: refuse unless the end-of-archive marker ended it."""
         self._check_pax()
-        if len(self.last) == _BLOCK and not self.last.count(0) == _BLOCK:
+        if len(self.last) == _BLOCK and self.last.count(0) != _BLOCK:
             raise self.refusal()
         if len(self.last) < _BLOCK:
             raise DataError(f"{self.path}: truncated tar archive: no end-of-archive marker after {self.members} "
@@ -279,7 +282,7 @@ def _check_name(name: str, seen: set[str], *, path: str) -> None:
     if name.startswith("/") or ".." in parts or "\0" in name:
         raise DataError(f"{path}: member {name[:200]!r} points outside the archive (absolute path or '..'): "
                         "refusing the archive")
-    key = "/".join(p for p in parts if p not in ("", "."))
+    key = "/".join(p for p in parts if p not in ("", ".")) if "" in parts or "." in parts else name
     if key in seen:
         raise DataError(f"{path}: member {name[:200]!r} appears twice in the archive")
     seen.add(key)
