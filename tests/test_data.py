@@ -323,10 +323,12 @@ def test_damaged_archives():
     assert read_error(raw[:700]) == "a.tar: truncated tar archive (train/a/0.png is cut short)"
     assert read_error(raw[:1024 + 300]) == ("a.tar: truncated tar archive: no end-of-archive marker after 1 members "
                                             "at byte 1024 (the file was cut short?)")
-    assert read_error(raw[:1024] + bytes(range(256)) * 2 + raw[1536:]) == "a.tar: not a tar archive or corrupt at byte 1024"
+    garbled = raw[:1024] + bytes(range(256)) * 2 + raw[1536:]  # the second member's header
+    assert read_error(garbled) == "a.tar: not a tar archive or corrupt at byte 1024"
     assert read_error(raw[:8192]) == ("a.tar: truncated tar archive: no end-of-archive marker after 8 members "
                                        "at byte 8192 (the file was cut short?)")
-    assert read_error(gzip.compress(raw)[:-30]) == "a.tar: cannot decompress archive (compressed data ends early: truncated)"
+    assert read_error(gzip.compress(raw)[:-30]) == ("a.tar: cannot decompress archive "
+                                                    "(compressed data ends early: truncated)")
     assert read_error(b"BZh9" + bytes(range(200))) == "a.tar: cannot decompress archive (Invalid data stream)"
 
 

@@ -127,16 +127,14 @@ class _Uncompressed:
         self._recent_bytes = 0
 
     def read(self, n: int) -> bytes:
-        if not self.compressed:
+        try:
             data = self._src.read(n)
-        else:
-            try:
-                data = self._src.read(n)
-            except EOFError:
-                raise DataError(f"{self.path}: cannot decompress archive (compressed data ends early: truncated)") \
-                    from None
-            except (OSError, zlib.error, lzma.LZMAError, ValueError) as e:
-                raise DataError(f"{self.path}: cannot decompress archive ({one_line(e)})") from None
+        except EOFError:
+            raise DataError(f"{self.path}: cannot decompress archive (compressed data ends early: truncated)") from None
+        except (OSError, zlib.error, lzma.LZMAError, ValueError) as e:
+            if not self.compressed:
+                raise  # reading the file failed: the caller's "cannot read"
+            raise DataError(f"{self.path}: cannot decompress archive ({one_line(e)})") from None
         cap = limits.MAX_DECOMPRESSED_BYTES
         if self.total + len(data) > cap:
             if self.compressed:
