@@ -88,3 +88,21 @@ def jpeg_bytes(array: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(array).save(buf, format="JPEG", quality=95)
     return buf.getvalue()
+
+
+def tar_bytes(members: dict[str, bytes], *, fmt: int = tarfile.PAX_FORMAT, pax: dict | None = None,
+           links: dict[str, tuple[bytes, str]] | None = None) -> bytes:
+    """An uncompressed tar archive in memory: regular files ``members`` (name → bytes),
+    then ``links`` (name → (typeflag, target)), each member with the ``pax`` records."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.pax_headers = dict(pax or {})
+            tf.addfile(info, io.BytesIO(data))
+        for name, (kind, target) in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, target
+            tf.addfile(info)
+    return buf.getvalue()

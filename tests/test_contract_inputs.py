@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import io
 import os
 import re
 import socket
@@ -30,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from data_helpers import image_array, jpeg_bytes, make_tree, write_image
+from data_helpers import image_array, jpeg_bytes, make_tree, tar_bytes, write_image
 from tests.helpers import corpus_expectation, meets_expectation
 from study import limits
 
@@ -275,18 +274,6 @@ def test_sampled_models_are_counted(cli, tmp_path):
 def spec_file(tmp_path: Path, **doc) -> Path:
     return write(tmp_path, yaml.safe_dump({"name": "d", "data": "synthetic", "epochs": 1, "batch_size": 2,
                                            "model": TINY, "resources": {"cpus_per_trial": 1}, **doc}), "d.yaml")
-
-
-def tar_bytes(members: dict[str, bytes], *, fmt=tarfile.PAX_FORMAT, pax: dict | None = None) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            if pax:
-                info.pax_headers = dict(pax)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def good_members(n: int = 2, classes=("cat", "dog")) -> dict[str, bytes]:

@@ -1,26 +1,31 @@
 """Reading the images of a (compressed) tar archive into memory, without extracting it.
 
-:func:`read_images` streams the archive: it decompresses in bounded steps and
-parses the 512-byte tar headers directly (ustar, GNU long names and pax path/size
-records; ~8x faster than :mod:`tarfile` on an archive of 60 000 small images),
-keeping only the image members' bytes, back to back in one buffer.  Memory is
-bounded by what is kept, never by the archive's size.
+:func:`read_images` streams the archive through :mod:`tarfile` (mode ``"r|"``: one
+pass, never seeking) over :class:`_Uncompressed`, which decompresses gzip, bzip2 or xz
+in bounded steps.  Only the image members' bytes are kept, back to back in one buffer:
+memory is bounded by what is kept, never by the archive's size.  (tarfile's own
+``"r|*"`` is not used: it decompresses each read without bounding the output, and a
+few kB of bzip2 may hold gigabytes.)
 
 Hostile or damaged archives end in one :class:`DataError` line, never a hang or a
 traceback: decompression stops at :data:`study.limits.MAX_DECOMPRESSED_BYTES` (a
-decompression bomb), sizes are checked (negative, malformed, past the end), pax
-records are parsed strictly, and an archive must end with tar's end-of-archive
-marker — a plain tar cut on a 512-byte boundary is refused as truncated instead of
-silently giving fewer images.  A file or folder member named by an absolute path,
-with a ``..`` component, or twice is refused (nothing is extracted, but such an
-archive is hostile or ambiguous); links, devices and FIFOs are skipped, never followed.
+decompression bomb), and where tarfile is lenient :class:`_Headers` sees each raw
+header first: a negative or malformed size, an extended header (pax, GNU long name)
+over :data:`_MAX_HEADER_BODY` or more than :data:`_MAX_CHAIN` in a row, and malformed
+pax records are refused; an archive must end with tar's end-of-archive marker — one
+cut short, or with a corrupt header, is refused instead of silently giving fewer
+images.  A file or folder member named by an absolute path, with a ``..`` component,
+or twice is refused (nothing is extracted, but such an archive is hostile or
+ambiguous); links, devices and FIFOs are skipped, never followed.
 """
 
 from __future__ import annotations
 
 import bz2
+import collections
 import gzip
 import lzma
+import tarfile
 import zlib
 from dataclasses import dataclass
 
@@ -29,272 +34,242 @@ from study import limits
 from .errors import DataError, one_line
 
 _BLOCK = 512
-_REGULAR = {b"0", b"\0", b"7"}
+#: tarfile's read size (uncompressed bytes per read of :class:`_Uncompressed`)
+_BUFSIZE = 32 * 2**10
+#: bytes of one extended header's body (a name of a few kB is already absurd)
+_MAX_HEADER_BODY = 2**20
+#: extended headers before one member (real archives use at most two)
+_MAX_CHAIN = 8
+#: typeflags of extended headers: pax (local, global, Solaris), GNU long name / link
+_EXTENDED = (b"x", b"g", b"X", b"L", b"K")
+_PAX = (b"x", b"g", b"X")
 
 
 @dataclass(frozen=True)
-class Member:
-    """One archive entry: ``name`` (``/``-separated) and, for files, where its bytes
-    lie in the uncompressed archive: ``data[offset:offset + size]``."""
+class Listing:
+    """A source's image files in memory: ``files[name] = (offset, size)`` into ``buffer``;
+    ``dirs`` are the folder names (so empty class folders are seen too)."""
 
-    name: str
-    offset: int
-    size: int
-    is_dir: bool
-
-
-#: uncompressed bytes produced per decompression step, compressed bytes read per step
-_CHUNK = 4 * 2**20
-_READ = 2**20
-#: bytes of one pax / GNU long-name header (a name of a few kB is already absurd)
-_MAX_HEADER_BODY = 2**20
-
-
-@dataclass
-class Images:
-    """What :func:`read_images` keeps of an archive: the bytes of the members ``keep``
-    accepted, back to back in ``buffer`` (``files[name] = (offset, size)`` into it),
-    and every folder member's name."""
-
-    buffer: bytearray
+    buffer: bytes
     files: dict[str, tuple[int, int]]
-    dirs: list[str]
+    dirs: tuple[str, ...]
 
 
-def read_images(f, *, path: str, keep) -> Images:
-    """Stream the (compressed) tar archive of the binary file ``f``: decompression in
-    bounded steps (:data:`_CHUNK`), at most :data:`study.limits.MAX_DECOMPRESSED_BYTES`
-    in all, and only the members whose name ``keep(name)`` accepts are held in memory
-    (each at most ``MAX_IMAGE_FILE_BYTES``, all together ``MAX_SOURCE_IMAGE_BYTES``).
-    Memory is bounded by what is kept, never by the archive's (claimed) size, so a
-    decompression bomb is refused in one line at a few MB of memory."""
-    sink = Images(buffer=bytearray(), files={}, dirs=[])
-    members = _parse(_chunks(f, path=path), path=path, keep=keep, sink=sink)
-    sink.dirs = [m.name for m in members if m.is_dir]
-    return sink
-
-
-def decompress(data: bytes, *, path: str, limit: int | None = None) -> bytes:
-    """The uncompressed tar bytes of ``data`` (gzip, bzip2, xz or plain tar, by magic),
-    decompressed in bounded steps: more than ``limit`` bytes (default
-    :data:`study.limits.MAX_DECOMPRESSED_BYTES`) is refused as a decompression bomb."""
-    import io
-
-    return b"".join(_chunks(io.BytesIO(data), path=path, limit=limit))
-
-
-def _chunks(f, *, path: str, limit: int | None = None):
-    """The uncompressed bytes of the archive file ``f``, as a generator of pieces of at
-    most :data:`_CHUNK` bytes (read :data:`_READ` compressed bytes at a time)."""
-    cap = limits.MAX_DECOMPRESSED_BYTES if limit is None else limit
-    head = f.read(_READ)
-    if head[:2] == b"\x1f\x8b":
-        make = lambda: _Zlib(zlib.decompressobj(wbits=31))  # noqa: E731
-    elif head[:3] == b"BZh":
-        make = bz2.BZ2Decompressor
-    elif head[:6] == b"\xfd7zXZ\x00":
-        make = lzma.LZMADecompressor
-    else:
-        total = 0
-        while head:
-            total += len(head)
-            if total > cap:
-                raise DataError(f"{path}: archive is more than {cap} bytes (MAX_DECOMPRESSED_BYTES)")
-            yield head
-            head = f.read(_READ)
-        return
-    total = 0
-    try:
-        d, data = make(), head
-        while True:  # one compressed stream after another (gzip/bzip2 allow several)
-            piece = d.decompress(data, max_length=_CHUNK)
-            data = b""
-            if piece:
-                total += len(piece)
-                if total > cap:
-                    raise DataError(f"{path}: decompresses to more than {cap} bytes (MAX_DECOMPRESSED_BYTES): "
-                                    "refusing a possible decompression bomb")
-                yield piece
-            if d.eof:
-                rest = d.unused_data or f.read(_READ)
-                while rest and not rest.strip(b"\0"):  # zero padding after the last stream
-                    rest = f.read(_READ)
-                if not rest:
-                    return
-                d, data = make(), rest
-            elif d.needs_input and not piece:
-                data = f.read(_READ)
-                if not data:
-                    raise DataError(f"{path}: cannot decompress archive (compressed data ends early: truncated)")
-    except (OSError, EOFError, zlib.error, lzma.LZMAError) as e:
-        raise DataError(f"{path}: cannot decompress archive ({one_line(e)})") from None
-    except ValueError as e:
-        if isinstance(e, DataError):
-            raise
-        raise DataError(f"{path}: cannot decompress archive ({one_line(e)})") from None
-
-
-class _Zlib:
-    """zlib's decompressobj with the bz2/lzma decompressor interface."""
-
-    def __init__(self, d):
-        self._d, self._tail = d, b""
-
-    def decompress(self, data: bytes, max_length: int) -> bytes:
-        piece = self._d.decompress(self._tail + data if data else self._tail, max_length)
-        self._tail = self._d.unconsumed_tail
-        return piece
-
-    @property
-    def eof(self) -> bool:
-        return self._d.eof
-
-    @property
-    def needs_input(self) -> bool:
-        return not self._tail
-
-    @property
-    def unused_data(self) -> bytes:
-        return self._d.unused_data
-
-
-class _Stream:
-    """Sequential reads over an iterator of byte pieces; ``offset`` counts bytes read."""
-
-    def __init__(self, pieces):
-        self._it = iter(pieces)
-        self._buf = b""
-        self._pos = 0
-        self.offset = 0
-
-    def _next(self) -> bool:
-        for piece in self._it:
-            if piece:
-                self._buf, self._pos = piece, 0
-                return True
-        return False
-
-    def read(self, n: int, into: bytearray | None = None) -> int | bytes:
-        """Up to ``n`` bytes (fewer at the end): returned, or appended to ``into`` (then
-        their number is returned)."""
-        parts: list[bytes] = []
-        got = 0
-        while got < n:
-            if self._pos >= len(self._buf) and not self._next():
-                break
-            take = min(n - got, len(self._buf) - self._pos)
-            view = memoryview(self._buf)[self._pos : self._pos + take]
-            if into is not None:
-                into += view
-            else:
-                parts.append(bytes(view))
-            self._pos += take
-            got += take
-        self.offset += got
-        return got if into is not None else b"".join(parts)
-
-    def skip(self, n: int) -> int:
-        got = 0
-        while got < n:
-            if self._pos >= len(self._buf) and not self._next():
-                break
-            take = min(n - got, len(self._buf) - self._pos)
-            self._pos += take
-            got += take
-        self.offset += got
-        return got
-
-
-def tar_members(raw: bytes, *, path: str) -> list[Member]:
-    """Every member of the uncompressed tar archive ``raw`` (GNU/pax extensions applied)."""
-    return _parse([raw], path=path, keep=lambda name: True, sink=None)
-
-
-def _parse(pieces, *, path: str, keep, sink: Images | None) -> list[Member]:
-    """The members of the tar stream ``pieces``: folders, and the files ``keep`` accepts
-    (with ``sink``: their bytes appended to ``sink.buffer``, the rest skipped unread)."""
-    src = _Stream(pieces)
-    out: list[Member] = []
-    count = 0
-    next_name: str | None = None
-    next_size: int | None = None
+def read_images(f, *, path: str, keep) -> Listing:
+    """Stream the (compressed) tar archive of the binary file ``f``: decompressed in
+    bounded steps, at most :data:`study.limits.MAX_DECOMPRESSED_BYTES` in all, and only
+    the regular files whose name ``keep(name)`` accepts held in memory (each at most
+    ``MAX_IMAGE_FILE_BYTES``, all together ``MAX_SOURCE_IMAGE_BYTES``); at most
+    ``MAX_SOURCE_FILES`` members.  A decompression bomb is refused at a few MB of memory."""
+    data = _Uncompressed(f, path=path)
+    headers = _Headers(data, path=path)
+    checked = type("_CheckedInfo", (_CheckedInfo,), {"__slots__": (), "headers": headers})
+    buffer, files, dirs = bytearray(), {}, []
     seen: set[str] = set()
-    kept_cap = limits.MAX_SOURCE_IMAGE_BYTES
-    while True:
-        off = src.offset
-        h = src.read(_BLOCK)
-        if len(h) < _BLOCK:
-            if off + len(h) < _BLOCK:
-                raise DataError(f"{path}: not a tar archive (only {off + len(h)} bytes)")
-            raise DataError(f"{path}: truncated tar archive: no end-of-archive marker after {len(out)} members "
-                            f"at byte {off} (the file was cut short?)")
-        if h[0] == 0 and h == bytes(_BLOCK):
-            return out  # end-of-archive marker
-        if count >= limits.MAX_SOURCE_FILES:
-            raise DataError(f"{path}: more than {limits.MAX_SOURCE_FILES} archive members (MAX_SOURCE_FILES)")
-        if h[257:262] != b"ustar" and not _checksum_ok(h):
-            where = "" if off else " (no tar header at the start)"
-            raise DataError(f"{path}: not a tar archive or corrupt at byte {off}{where}")
-        size = _number(h[124:136], path=path, off=off)
-        typ = h[156:157]
-        name = _string(h[0:100])
-        prefix = _string(h[345:500]) if h[257:263] == b"ustar\x00" else ""
-        if prefix:
-            name = f"{prefix}/{name}"
-        data_off = off + _BLOCK
-        pad = _round_up(size) - size
-        if typ in (b"x", b"g", b"L"):
-            if size > _MAX_HEADER_BODY:
-                raise DataError(f"{path}: extended header at byte {off} of {size} bytes, more than "
-                                f"{_MAX_HEADER_BODY}: refusing the archive")
-            body = src.read(size)
-            if len(body) < size:
-                raise DataError(f"{path}: truncated tar archive (header at byte {off})")
-            src.skip(pad)
-            if typ == b"L":
-                next_name = _string(body)
-            elif typ == b"x":
-                records = _pax_records(body, path=path, off=off)
-                if "path" in records:
-                    next_name = records["path"]
-                if "size" in records:
-                    value = records["size"]
-                    if not (value.isascii() and value.isdigit()):
-                        raise DataError(f"{path}: corrupt pax header at byte {off} (size {value[:30]!r})")
-                    next_size = int(value)
-            continue
-        count += 1
-        if next_name is not None:
-            name, next_name = next_name, None
-        if next_size is not None:
-            size, next_size = next_size, None
-            pad = _round_up(size) - size
-        if typ in _REGULAR or typ == b"5":
-            _check_name(name, seen, path=path)
-        if typ in _REGULAR and keep(name):
-            if sink is None:
-                got = src.skip(size)
-            else:
-                if size > limits.MAX_IMAGE_FILE_BYTES:
-                    if src.skip(size) < size:  # a size past the archive's end is the first thing wrong
-                        raise DataError(f"{path}: truncated tar archive ({name} is cut short)")
-                    raise DataError(f"{path}: {name[:200]}: {size} bytes, more than the limit of "
-                                    f"{limits.MAX_IMAGE_FILE_BYTES} (MAX_IMAGE_FILE_BYTES)")
-                start = len(sink.buffer)
-                if start + size > kept_cap:
-                    raise DataError(f"{path}: its image files hold more than {kept_cap} bytes "
-                                    "(MAX_SOURCE_IMAGE_BYTES)")
-                got = src.read(size, into=sink.buffer)
-                sink.files[name] = (start, got)
-            if got < size:
-                raise DataError(f"{path}: truncated tar archive ({name} is cut short)")
-            out.append(Member(name=name, offset=data_off, size=size, is_dir=False))
+    try:
+        with tarfile.open(fileobj=data, mode="r|", tarinfo=checked, bufsize=_BUFSIZE, encoding="utf-8",
+                          errors="surrogateescape") as tf:
+            for info in tf:
+                headers.member_read(info)
+                if headers.members > limits.MAX_SOURCE_FILES:
+                    raise DataError(f"{path}: more than {limits.MAX_SOURCE_FILES} archive members (MAX_SOURCE_FILES)")
+                if info.issparse():
+                    raise DataError(f"{path}: member {info.name[:200]!r} is a sparse file: refusing the archive")
+                if info.isfile() or info.isdir():
+                    _check_name(info.name, seen, path=path)
+                if info.isdir():
+                    dirs.append(info.name)
+                elif info.isfile() and keep(info.name):
+                    _keep(tf, info, buffer, files, path=path)
+    except tarfile.TarError:
+        raise headers.refusal() from None
+    headers.check_end()
+    return Listing(buffer=buffer, files=files, dirs=tuple(dirs))
+
+
+def _keep(tf: tarfile.TarFile, info: tarfile.TarInfo, buffer: bytearray, files: dict, *, path: str) -> None:
+    """Append the bytes of the regular file member ``info`` to ``buffer`` (``files[name]``
+    says where), within the limits."""
+    member = tf.extractfile(info)
+    if info.size > limits.MAX_IMAGE_FILE_BYTES:
+        while member.read(2**20):  # a size past the archive's end is the first thing wrong
+            pass
+        raise DataError(f"{path}: {info.name[:200]}: {info.size} bytes, more than the limit of "
+                        f"{limits.MAX_IMAGE_FILE_BYTES} (MAX_IMAGE_FILE_BYTES)")
+    start = len(buffer)
+    if start + info.size > limits.MAX_SOURCE_IMAGE_BYTES:
+        raise DataError(f"{path}: its image files hold more than {limits.MAX_SOURCE_IMAGE_BYTES} bytes "
+                        "(MAX_SOURCE_IMAGE_BYTES)")
+    buffer += member.read(info.size)
+    files[info.name] = (start, info.size)
+
+
+class _Uncompressed:
+    """The uncompressed bytes of the archive file ``f`` (gzip, bzip2, xz or plain tar,
+    told by its first bytes) as a binary file for tarfile: ``read(n)`` decompresses at
+    most ``n`` bytes; more than :data:`study.limits.MAX_DECOMPRESSED_BYTES` in all is
+    refused as a decompression bomb, and damaged compressed data in one line.  The last
+    bytes read stay at hand (:meth:`bytes_at`) for :class:`_Headers`' checks."""
+
+    def __init__(self, f, *, path: str):
+        self.path, self.total = path, 0
+        head = _Unread(f.read(6), f)
+        if head.head[:2] == b"\x1f\x8b":
+            self._src = gzip.GzipFile(fileobj=head)
+        elif head.head[:3] == b"BZh":
+            self._src = bz2.BZ2File(head)
+        elif head.head == b"\xfd7zXZ\x00":
+            self._src = lzma.LZMAFile(head, format=lzma.FORMAT_XZ)  # then stream padding ends it, as xz(1)
         else:
-            if typ == b"5":
-                out.append(Member(name=name.rstrip("/"), offset=data_off, size=0, is_dir=True))
-            if src.skip(size) < size and typ in _REGULAR:  # links, devices, fifos: skipped
-                raise DataError(f"{path}: truncated tar archive ({name} is cut short)")
-        src.skip(pad)
+            self._src = head
+        self.compressed = self._src is not head
+        self._recent: collections.deque[tuple[int, bytes]] = collections.deque()
+        self._recent_bytes = 0
+
+    def read(self, n: int) -> bytes:
+        try:
+            data = self._src.read(n)
+        except EOFError:
+            raise DataError(f"{self.path}: cannot decompress archive (compressed data ends early: truncated)") from None
+        except (OSError, zlib.error, lzma.LZMAError, ValueError) as e:
+            if not self.compressed:
+                raise  # reading the file failed: the caller's "cannot read"
+            raise DataError(f"{self.path}: cannot decompress archive ({one_line(e)})") from None
+        cap = limits.MAX_DECOMPRESSED_BYTES
+        if self.total + len(data) > cap:
+            if self.compressed:
+                raise DataError(f"{self.path}: decompresses to more than {cap} bytes (MAX_DECOMPRESSED_BYTES): "
+                                "refusing a possible decompression bomb")
+            raise DataError(f"{self.path}: archive is more than {cap} bytes (MAX_DECOMPRESSED_BYTES)")
+        self._recent.append((self.total, data))
+        self._recent_bytes += len(data)
+        while self._recent_bytes - len(self._recent[0][1]) > _MAX_HEADER_BODY + 4 * _BUFSIZE:
+            self._recent_bytes -= len(self._recent.popleft()[1])
+        self.total += len(data)
+        return data
+
+    def bytes_at(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` of the uncompressed archive (among the last
+        :data:`_MAX_HEADER_BODY` + a few reads: an extended header just parsed)."""
+        return b"".join(d[max(0, start - at) : end - at] for at, d in self._recent if at < end and at + len(d) > start)
+
+
+class _Unread:
+    """The binary file ``f`` with its first bytes ``head``, already read, given back."""
+
+    def __init__(self, head: bytes, f):
+        self.head, self._rest, self._f = head, head, f
+
+    def read(self, n: int) -> bytes:
+        if not self._rest:
+            return self._f.read(n)
+        out, self._rest = self._rest[:n], self._rest[n:]
+        return out + self._f.read(n - len(out)) if len(out) < n else out
+
+
+class _CheckedInfo(tarfile.TarInfo):
+    """tarfile's member class for :func:`read_images`: each raw header goes through
+    ``headers`` before and after tarfile parses it (:meth:`frombuf` is a classmethod,
+    so each archive gets a subclass holding its own :class:`_Headers`)."""
+
+    __slots__ = ()
+    headers: _Headers
+
+    @classmethod
+    def frombuf(cls, buf, encoding, errors):
+        cls.headers.before(buf)
+        info = super().frombuf(buf, encoding, errors)
+        cls.headers.after(buf, info)
+        return info
+
+
+class _Headers:
+    """The raw headers of one archive as tarfile reads them, checked where tarfile is
+    lenient, and where the archive's members and headers lie (for one-line errors)."""
+
+    def __init__(self, data: _Uncompressed, *, path: str):
+        self.data, self.path = data, path
+        self.pos = 0  # where the header tarfile reads next starts
+        self.members = 0
+        self.last = b""  # the last header block tarfile read
+        self.chain = 0  # extended headers since the last member
+        self.pax: tuple[int, int] | None = None  # (offset, size) of a pax header not yet checked
+        self.member: str | None = None  # a member whose data is being read
+
+    def before(self, buf: bytes) -> None:
+        """A header block at :attr:`pos`: the pax header before it, now read whole, is checked."""
+        self.member = None
+        self._check_pax()
+        self.last = buf
+
+    def after(self, buf: bytes, info: tarfile.TarInfo) -> None:
+        """A header block tarfile accepted: refuse a size tarfile would read leniently,
+        and an extended header too large or in too long a chain."""
+        off = self.pos
+        size = buf[124:136]
+        if size[0] == 0xFF:  # GNU base-256 in two's complement: negative
+            raise DataError(f"{self.path}: corrupt tar header at byte {off} (negative size)")
+        digits = size.split(b"\0", 1)[0].strip()
+        if not size[0] & 0x80 and digits.translate(None, b"01234567"):  # int() would take '-', '+', '_'
+            raise DataError(f"{self.path}: corrupt tar header at byte {off} (size {digits[:12]!r})")
+        if buf[156:157] not in _EXTENDED:
+            self.chain = 0
+            return
+        self.chain += 1
+        if info.size > _MAX_HEADER_BODY:
+            raise DataError(f"{self.path}: extended header at byte {off} of {info.size} bytes, more than "
+                            f"{_MAX_HEADER_BODY}: refusing the archive")
+        if self.chain > _MAX_CHAIN:
+            raise DataError(f"{self.path}: extended header at byte {off}: more than {_MAX_CHAIN} in a row "
+                            "before one member: refusing the archive")
+        if buf[156:157] in _PAX:
+            self.pax = (off, info.size)
+        self.pos += _BLOCK + _round_up(info.size)
+
+    def member_read(self, info: tarfile.TarInfo) -> None:
+        """tarfile gave the member ``info``: the next header follows its data."""
+        self.members += 1
+        self.member = info.name
+        skipped = info.isreg() or not (info.isdir() or info.issym() or info.islnk() or info.isdev())
+        self.pos = info.offset_data + (_round_up(info.size) if skipped else 0)
+
+    def check_end(self) -> None:
+        """tarfile found no more members: refuse unless the end-of-archive marker ended it."""
+        self._check_pax()
+        if len(self.last) == _BLOCK and self.last.count(0) != _BLOCK:
+            raise self.refusal()
+        if len(self.last) < _BLOCK:
+            raise DataError(f"{self.path}: truncated tar archive: no end-of-archive marker after {self.members} "
+                            f"members at byte {self.pos} (the file was cut short?)")
+
+    def refusal(self) -> DataError:
+        """The one line for tarfile's refusal of the archive at :attr:`pos`."""
+        self._check_pax()
+        if self.member is not None:  # its data end early: tarfile refuses only that there
+            return DataError(f"{self.path}: truncated tar archive ({self.member[:200]} is cut short)")
+        if len(self.last) < _BLOCK:
+            if self.pos == 0:
+                return DataError(f"{self.path}: not a tar archive (only {self.data.total} bytes)")
+            return DataError(f"{self.path}: truncated tar archive (header at byte {self.pos})")
+        where = "" if self.pos else " (no tar header at the start)"
+        return DataError(f"{self.path}: not a tar archive or corrupt at byte {self.pos}{where}")
+
+    def _check_pax(self) -> None:
+        """Parse the body of the pax header :attr:`pax` strictly (tarfile skips what it
+        cannot parse): a malformed record, or a size that is not a number, is refused."""
+        if self.pax is None:
+            return
+        off, size = self.pax
+        self.pax = None
+        body = self.data.bytes_at(off + _BLOCK, off + _BLOCK + size)
+        if len(body) < size:
+            return  # cut short: tarfile refuses it
+        records = _pax_records(body, path=self.path, off=off)
+        if any(key.startswith("GNU.sparse.") for key in records):  # tarfile would parse its map unchecked
+            raise DataError(f"{self.path}: member at byte {off} is a sparse file: refusing the archive")
+        value = records.get("size")
+        if value is not None and not (value.isascii() and value.isdigit()):
+            raise DataError(f"{self.path}: corrupt pax header at byte {off} (size {value[:30]!r})")
 
 
 def _check_name(name: str, seen: set[str], *, path: str) -> None:
@@ -305,7 +280,7 @@ def _check_name(name: str, seen: set[str], *, path: str) -> None:
     if name.startswith("/") or ".." in parts or "\0" in name:
         raise DataError(f"{path}: member {name[:200]!r} points outside the archive (absolute path or '..'): "
                         "refusing the archive")
-    key = "/".join(p for p in parts if p not in ("", "."))
+    key = "/".join(p for p in parts if p not in ("", ".")) if "" in parts or "." in parts else name
     if key in seen:
         raise DataError(f"{path}: member {name[:200]!r} appears twice in the archive")
     seen.add(key)
@@ -313,30 +288,6 @@ def _check_name(name: str, seen: set[str], *, path: str) -> None:
 
 def _round_up(size: int) -> int:
     return (size + _BLOCK - 1) // _BLOCK * _BLOCK
-
-
-def _string(field: bytes) -> str:
-    return field.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-
-
-def _number(field: bytes, *, path: str, off: int) -> int:
-    """A header's octal (or GNU base-256) size; negative or malformed is an error."""
-    if field[0] & 0x80:  # GNU base-256, two's complement: 0xff first means negative
-        if field[0] == 0xFF:
-            raise DataError(f"{path}: corrupt tar header at byte {off} (negative size)")
-        return int.from_bytes(field[1:], "big")
-    s = field.split(b"\0", 1)[0].strip()
-    if s and not all(48 <= c <= 55 for c in s):  # only octal digits (int() would take '-', '+', '_')
-        raise DataError(f"{path}: corrupt tar header at byte {off} (size {s[:12]!r})")
-    return int(s, 8) if s else 0
-
-
-def _checksum_ok(h: bytes) -> bool:
-    try:
-        stored = int(h[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
-    except ValueError:
-        return False
-    return stored == sum(h[:148]) + 8 * 32 + sum(h[156:])
 
 
 def _pax_records(body: bytes, *, path: str, off: int) -> dict[str, str]:

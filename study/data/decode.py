@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from study.cpus import local_cpus
 
 from .errors import DataError, one_line
 from .imageheader import refuse_oversized
@@ -44,11 +45,7 @@ _CHUNK = 2048
 
 def default_workers() -> int:
     """Decoder threads: the CPUs this process may use, at most 4."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        n = os.cpu_count() or 1
-    return max(1, min(4, n))
+    return min(4, local_cpus())
 
 
 def decode_images(

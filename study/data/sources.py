@@ -17,24 +17,13 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 from study import limits
 
-from .archive import read_images
+from .archive import Listing, read_images
 from .errors import DataError, one_line
 from .layout import is_image_name
-
-
-@dataclass(frozen=True)
-class Listing:
-    """A source's image files in memory: ``files[name] = (offset, size)`` into ``buffer``;
-    ``dirs`` are the folder names (so empty class folders are seen too)."""
-
-    buffer: bytes
-    files: dict[str, tuple[int, int]]
-    dirs: tuple[str, ...]
 
 
 class ImageFolderSource:
@@ -58,7 +47,9 @@ class ImageFolderSource:
                 self.digest = _tree_digest(self._listing)
             else:
                 with _open_regular(self.path, source=str(path), name=None, limit=limits.MAX_SOURCE_BYTES) as f:
-                    self.digest = _file_digest(f)
+                    hashed = _Hashing(f)
+                    hashed.drain()
+                    self.digest = hashed.hexdigest()
                 self._listing = None
         except OSError as e:
             raise DataError(f"{path}: cannot read ({one_line(e.strerror or e)})") from None
@@ -71,13 +62,13 @@ class ImageFolderSource:
             try:
                 with _open_regular(self.path, source=source, name=None, limit=limits.MAX_SOURCE_BYTES) as f:
                     hashed = _Hashing(f)
-                    images = read_images(hashed, path=source, keep=is_image_name)
+                    listing = read_images(hashed, path=source, keep=is_image_name)
                     hashed.drain()
             except OSError as e:
                 raise DataError(f"{source}: cannot read ({one_line(e.strerror or e)})") from None
             if hashed.hexdigest() != self.digest:
                 raise DataError(f"{source}: the archive changed while it was read; read it again")
-            self._listing = Listing(buffer=images.buffer, files=images.files, dirs=tuple(images.dirs))
+            self._listing = listing
         return self._listing
 
 
@@ -118,7 +109,7 @@ class _Hashing:
         return data
 
     def drain(self) -> None:
-        """Hash what was not read (an archive's bytes after its end-of-archive marker)."""
+        """Hash what was not read yet (all of it, or an archive's bytes after its end)."""
         while self.read(_HASH_CHUNK):
             pass
 
@@ -127,13 +118,6 @@ class _Hashing:
 
 
 _HASH_CHUNK = 2**20
-
-
-def _file_digest(f) -> str:
-    h = hashlib.sha256()
-    while chunk := f.read(_HASH_CHUNK):
-        h.update(chunk)
-    return h.hexdigest()
 
 
 def _open_regular(path: Path, *, source: str, name: str | None, limit: int):
