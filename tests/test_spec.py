@@ -43,7 +43,7 @@ CASES = [
     ("repeated grid value", {**BASE, "grid": {"num_heads": [4, 4]}}, "grid.num_heads"),
     ("axis both grid and sampled", {**BASE, "grid": {"lr": [0.1]}, "sample": {"lr": {"uniform": [0.01, 0.1]}}}, "sample.lr"),
     ("axis both grid and models", {**BASE, "models": [{"num_heads": 4}], "grid": {"num_heads": [4, 9]}}, "grid.num_heads"),
-    ("unknown distribution", {**BASE, "sample": {"lr": {"gaussian": [0, 1]}}}, "sample.lr"),
+    ("unknown distribution", {**BASE, "sample": {"lr": {"gaussian": [0, 1]}}}, "sample.lr.gaussian"),
     ("loguniform low <= 0", {**BASE, "sample": {"lr": {"loguniform": [0, 1]}}}, "sample.lr.loguniform"),
     ("low >= high", {**BASE, "sample": {"lr": {"uniform": [0.5, 0.1]}}}, "sample.lr.uniform"),
     ("fractional GPUs > 1", {**BASE, "resources": {"gpus_per_trial": 1.5}}, "resources.gpus_per_trial"),
