@@ -187,6 +187,7 @@ IntBounds = Annotated[list[int], Field(min_length=2, max_length=2)]
 
 class Distribution(_Strict):
     """One of: ``uniform: [low, high]``, ``loguniform`` (low > 0), ``int`` (integers), ``choice: [values]``."""
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
     uniform: Bounds = None
     loguniform: Bounds = None
     int: IntBounds = None
