@@ -1,10 +1,9 @@
 """Study files: one YAML document describes a study (``search_spaces/*.yaml``).
 
-The schema is :class:`StudyFile` (pydantic; ``study schema`` prints it as JSON Schema,
-``search_spaces/study.schema.json``).  Every key is optional except ``data``::
+The schema is :class:`StudyFile` (``study schema`` prints it as JSON Schema:
+``search_spaces/study.schema.json``); only ``data`` is required::
 
     name: smoke                      # default: the file's stem
-    description: free text
     data: synthetic                  # synthetic[:N] | cifar10[:ROOT] | image-folder tree / .tar(.gz)
     subset: 2000                     # training images (null: all)
     validation: 200                  # held out for selection: N images or a fraction in (0, 1)
@@ -13,8 +12,7 @@ The schema is :class:`StudyFile` (pydantic; ``study schema`` prints it as JSON S
     optimizer: {lr: 0.1, momentum: 0.9, weight_decay: 1.0e-4}
     schedule: {type: cosine, warmup: 0.05}         # or {type: step} (ResNet18 recipe)
     training: {amp: true, compile: false, head_stats: true, head_images: 100, map_radius: 7}
-    protocol: {cutmix_alpha: 1.0, mixup_alpha: 0.0, randaugment_ops: 2, randaugment_magnitude: 9,
-               autoaugment: none, label_smoothing: 0.1}   # all off by default (the paper's recipe)
+    protocol: {cutmix_alpha: 1.0, randaugment_ops: 2, label_smoothing: 0.1}   # all off by default
     maps: {epochs: auto}             # epochs that store attention maps: auto | all | last | none | [0, 9, 299]
     seeds: [0]                                     # grid axis
     model: {hidden: 400, layers: 6}                # base model fields for every trial
@@ -28,19 +26,17 @@ The schema is :class:`StudyFile` (pydantic; ``study schema`` prints it as JSON S
     max_concurrent: null
     loggers: [tensorboard]           # any of tensorboard, mlflow, wandb (Ray Tune's logger callbacks)
 
-Grid and sample axes name a model field or a training field (:data:`TRAIN_AXES`).
-Trials = seeds × models × grid cells × num_samples.  A ``training:`` mapping in a
+Grid and sample axes name a model field or a training field (:data:`TRAIN_AXES`);
+trials = seeds × models × grid cells × num_samples.  A ``training:`` mapping in a
 ``models`` entry (:class:`Recipe`) overrides the top-level recipe for that model's
-trials; a grid or sample axis may not also be set there.  ``validation`` defaults to
-0.1 for studies that select (sampled axes or ASHA), 0 for pure grids; a study selects
-on the test set only by asking (``validation: 0``, ``scheduler: {metric: test_acc}``).
-``protocol`` is the training protocol of :class:`TrainConfig` (CutMix/MixUp alphas,
-RandAugment, AutoAugment, label smoothing), recorded as ``runs`` columns.
+trials; an axis may not also be set there.  ``validation`` defaults to 0.1 for studies
+that select (sampled axes or ASHA), 0 for pure grids; a study selects on the test set
+only by asking (``validation: 0``, ``scheduler: {metric: test_acc}``).
 
 Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`):
-the YAML is read within limits (:mod:`study.specyaml`), pydantic checks the keys,
-types and bounds (its first error, :func:`_refusal`), validators the cross-field
-rules, and :func:`study.speccheck.check_values` every value the study can produce.
+the YAML is read within limits (:mod:`study.specyaml`), pydantic checks keys, types
+and bounds (:func:`_refusal` prints its first error), validators the cross-field rules
+and :func:`study.speccheck.check_values` every value the study can produce.
 """
 
 from __future__ import annotations
@@ -59,14 +55,13 @@ from pydantic_core import PydanticCustomError
 
 from study import limits, overrides as cli_overrides, speccheck
 from study.errors import StudyFileError
-from study.models.config import ConfigError, ModelConfig
+from study.models.config import ModelConfig
 from study.specyaml import YamlError, load_yaml, read_study_text
 from study.trial.config import AUTOAUGMENT_POLICIES, PROTOCOL_FIELDS, SCHEDULES, TrainConfig
 
 #: experiment trackers a study file may name in ``loggers:`` -> (the module each needs,
 #: the extra that installs it); Ray Tune's callbacks for them: :mod:`study.tuning.loggers`
-LOGGERS: dict[str, tuple[str, str]] = {
-    "tensorboard": ("tensorboardX", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
+LOGGERS = {"tensorboard": ("tensorboardX", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 DEFAULT_LOGGERS = ("tensorboard",)
 MODEL_FIELDS = tuple(ModelConfig.__dataclass_fields__)
 TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size", *PROTOCOL_FIELDS)
@@ -92,28 +87,21 @@ def _refuse(path: str, message: str) -> SpecError:
     return SpecError("", path, message)
 
 
-def _capped(name: str) -> AfterValidator:
-    """At most :mod:`study.limits`' ``name``: a number, a string's characters or a
-    list's entries; the refusal names the limit."""
+def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
+    """``kind`` with pydantic ``bounds`` and at most :mod:`study.limits`' ``name`` (a
+    number, a string's characters, a list's entries; in the JSON Schema too): the
+    refusal names the limit."""
     cap = getattr(limits, name)
 
     def check(v):
         n = len(v) if isinstance(v, (str, list)) else v
         if n > cap:
-            raise PydanticCustomError("limit", "{m}", {"m": (
-                f"is {n} characters, more than {cap} ({name})" if isinstance(v, str) else
-                f"lists {n} entries, more than {cap} ({name})" if isinstance(v, list) else
-                f"must be <= {cap} ({name}), got {v:g}" if isinstance(v, float) else
-                f"must be <= {cap} ({name}), got {v}")})
+            raise PydanticCustomError("limit", "{m}", {"m": f"is {n} characters, more than {cap} ({name})" if isinstance(
+                v, str) else f"lists {n} entries, more than {cap} ({name})" if isinstance(v, list) else
+                f"must be <= {cap} ({name}), got {v if isinstance(v, int) else format(v, 'g')}"})
         return v
-    return AfterValidator(check)
-
-
-def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
-    """``kind`` with pydantic ``bounds``, at most the limit ``name`` (also in the JSON Schema)."""
     key = {str: "maxLength", list: "maxItems"}.get(getattr(kind, "__origin__", kind), "maximum")
-    return Annotated[kind, Field(**bounds, json_schema_extra={key: getattr(limits, name), "x-limit": name}),
-                     _capped(name)]
+    return Annotated[kind, Field(**bounds, json_schema_extra={key: cap, "x-limit": name}), AfterValidator(check)]
 
 
 class _Strict(BaseModel):
@@ -121,68 +109,46 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-def _train_fields(*names: str, **types) -> dict[str, Any]:
-    """:class:`TrainConfig`'s fields ``names`` with its types and defaults (their one home)."""
+def _fields(*names: str, **types) -> dict[str, Any]:
+    """:class:`TrainConfig`'s fields ``names`` as pydantic fields: its types and defaults (their one home)."""
     tc = {f.name: f for f in dataclasses.fields(TrainConfig)}
     return {n: (types.get(n, {"int": int, "float": float, "bool": bool, "str": str}[tc[n].type]), tc[n].default)
             for n in names}
 
 
-Optimizer = create_model("Optimizer", __base__=_Strict, **_train_fields("lr", "momentum", "weight_decay"))
-Training = create_model("Training", __base__=_Strict, **_train_fields(
+Optimizer = create_model("Optimizer", __base__=_Strict, **_fields("lr", "momentum", "weight_decay"))
+Training = create_model("Training", __base__=_Strict, **_fields(
     "amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"))
-Protocol = create_model("Protocol", __base__=_Strict,
-                        **_train_fields(*PROTOCOL_FIELDS, autoaugment=Literal[AUTOAUGMENT_POLICIES]))
-
-
-class Schedule(_Strict):
-    type: Literal[SCHEDULES] = "cosine"
-    warmup: float = 0.05
-
-
-class Recipe(Training):
-    """A ``models.N.training`` override: the top level's recipe keys."""
-    epochs: int = 300
-    batch_size: int = 100
-    optimizer: Optimizer = Optimizer()
-    schedule: Schedule = Schedule()
-    protocol: Protocol = Protocol()
-
-
-class Maps(_Strict):
-    epochs: Literal["auto", "all", "last", "none"] | list[int] = "auto"
-
-    @field_validator("epochs")
-    @classmethod
-    def _distinct(cls, v):
-        if isinstance(v, list) and len(set(v)) != len(v):
-            raise _refuse("", f"repeats an epoch: {speccheck.short(v)}")
-        return v
-
-
+Protocol = create_model("Protocol", __base__=_Strict, **_fields(*PROTOCOL_FIELDS, autoaugment=Literal[AUTOAUGMENT_POLICIES]))
+Schedule = create_model("Schedule", __base__=_Strict, type=(Literal[SCHEDULES], "cosine"), warmup=(float, 0.05))
+#: a ``models.N.training`` override: the top level's recipe keys
+Recipe = create_model("Recipe", __base__=Training, **_fields("epochs", "batch_size"), optimizer=(Optimizer, Optimizer()),
+                      schedule=(Schedule, Schedule()), protocol=(Protocol, Protocol()))
 #: a model's fields, checked by :class:`ModelConfig` (their one home) for every value the study produces
 ModelFields = create_model("ModelFields", __base__=_Strict,
                            **{k: (Any, f.default) for k, f in ModelConfig.__dataclass_fields__.items()})
 ModelEntry = create_model("ModelEntry", __base__=ModelFields, training=(Recipe, Recipe()))
 
 
-def _distinct_entries(path: str, values: list) -> None:
-    """Finite and distinct (0 and 0.0 are the same value; true and 1 are not)."""
+def _distinct(values: list, what: str = "a value") -> list:
+    """Finite entries, none repeated (0 and 0.0 are the same value; true and 1 are not)."""
     for i, v in enumerate(values):
         if isinstance(v, float) and not math.isfinite(v):
-            raise _refuse(path, f"entry {i} must be finite, got {v}")
+            raise _refuse("", f"entry {i} must be finite, got {v}")
     if len({(type(v) is bool, v) if isinstance(v, (bool, int, float, str, type(None))) else repr(v)
             for v in values}) != len(values):
-        raise _refuse(path, f"repeats a value: {speccheck.short(values)}")
+        raise _refuse("", f"repeats {what}: {speccheck.short(values)}")
+    return values
 
 
-Axis = Annotated[Capped(list[Any], "MAX_LIST_ENTRIES", min_length=1), AfterValidator(
-    lambda v: _distinct_entries("", v) or v)]
+class Maps(_Strict):
+    epochs: Literal["auto", "all", "last", "none"] | Annotated[list[int], AfterValidator(
+        lambda v: _distinct(v, "an epoch"))] = "auto"
+
+
+Axis = Annotated[Capped(list[Any], "MAX_LIST_ENTRIES", min_length=1), AfterValidator(_distinct)]
 Grid = create_model("Grid", __base__=_Strict, **{k: (Axis, None) for k in MODEL_FIELDS + TRAIN_AXES})
-Bounds = Annotated[list[float], Field(min_length=2, max_length=2)]
-
-
-IntBounds = Annotated[list[int], Field(min_length=2, max_length=2)]
+Bounds, IntBounds = (Annotated[list[t], Field(min_length=2, max_length=2)] for t in (float, int))
 
 
 class Distribution(_Strict):
@@ -215,46 +181,53 @@ class Scheduler(_Strict):
     type: Literal["asha", "fifo"] = "asha"
     grace_period: Annotated[int, Field(ge=1)] = 1
     reduction_factor: Annotated[float, Field(gt=1)] = 3
-    metric: str = None
-    mode: Literal["max", "min"] = None
+    metric: str = None  # default: val_acc when the study has a validation split, else test_acc
+    mode: Literal["max", "min"] = None  # default: min for a loss, else max
 
     @model_validator(mode="after")
     def _consistent(self):
-        for key in {"grace_period", "reduction_factor"} & self.model_fields_set:
-            if self.type != "asha":
-                raise _refuse(key, "applies only to type asha (the fifo scheduler stops no trial)")
+        for key in sorted({"grace_period", "reduction_factor"} & self.model_fields_set if self.type != "asha" else []):
+            raise _refuse(key, "applies only to type asha (the fifo scheduler stops no trial)")
         best = "min" if (self.metric or "").endswith("loss") else "max"
         if self.metric and self.mode and self.mode != best:
-            raise _refuse("mode", f"{self.mode} with metric {self.metric} would select the worst trials "
-                                  f"(use mode: {best})")
+            raise _refuse("mode", f"{self.mode} with metric {self.metric} would select the worst trials (use mode: {best})")
         return self
 
 
 class Resources(_Strict):
     gpus_per_trial: Capped(float, "MAX_GPUS_PER_TRIAL", ge=0) = 0
     cpus_per_trial: Capped(float, "MAX_CPUS_PER_TRIAL", gt=0) = 1
-    workers_per_trial: Capped(int, "MAX_GPUS_PER_TRIAL", ge=1) = None  # null: one per GPU
+    workers_per_trial: Capped(int, "MAX_GPUS_PER_TRIAL", ge=1) = None  # default: one per GPU
 
     @model_validator(mode="after")
-    def _consistent(self):
-        gpus = self.gpus_per_trial
+    def _consistent(self, info: ValidationInfo):
+        """Ray can place it, on the machine or cluster when known (``context``: ``cpus``, ``gpus``)."""
+        gpus, cpus, ctx = self.gpus_per_trial, self.cpus_per_trial, info.context or {}
         if gpus > 1 and gpus != int(gpus):
             raise _refuse("gpus_per_trial", f"fractional GPUs must be <= 1 (to pack trials on one GPU), got {gpus:g}")
-        for key in ("cpus_per_trial", "gpus_per_trial"):
-            if 0 < getattr(self, key) < 1e-4:  # Ray counts resources in units of 1/10000: this would be 0
-                raise _refuse(key, f"must be 0 or at least 0.0001 (Ray's resource unit), got {getattr(self, key):g}")
-        if self.workers_per_trial is None:
-            self.workers_per_trial = int(gpus) if gpus > 1 else 1
-        if gpus > 1 and self.workers_per_trial != int(gpus):
-            raise _refuse("workers_per_trial", f"a DDP trial uses one worker per GPU: {int(gpus)}, "
-                                               f"got {self.workers_per_trial}")
+        for key, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)):
+            if 0 < v < 1e-4:  # Ray counts resources in units of 1/10000: this would be 0
+                raise _refuse(key, f"must be 0 or at least 0.0001 (Ray's resource unit), got {v:g}")
+        workers = self.workers_per_trial = self.workers_per_trial or (int(gpus) if gpus > 1 else 1)
+        if gpus > 1 and workers != int(gpus):
+            raise _refuse("workers_per_trial", f"a DDP trial uses one worker per GPU: {int(gpus)}, got {workers}")
+        have_cpus, have_gpus = ctx.get("cpus"), ctx.get("gpus")
+        if gpus > 0 and have_gpus is not None and gpus > have_gpus:
+            raise _refuse("gpus_per_trial", f"requests {gpus:g} GPUs per trial but the cluster has "
+                                            f"{have_gpus or 'no GPU'}")
+        if have_cpus is not None and cpus > have_cpus:
+            raise _refuse("cpus_per_trial", f"requests {cpus:g} CPUs per trial but only {have_cpus} are available: "
+                                            "no trial could ever start")
+        if have_cpus is not None and gpus == 0 and workers > have_cpus:
+            raise _refuse("workers_per_trial", f"{workers} CPU workers per trial but only {have_cpus} CPUs are "
+                                               "available")
         return self
 
 
 class StudyFile(_Strict):
-    """A study file (module docstring); ``model_validate(raw, context={"default_name":
-    ..., "gpus": ..., "cpus": ...})`` checks it against the target's GPUs/CPUs if known."""
-    name: Annotated[str, Field(min_length=1), _capped("MAX_NAME_LENGTH")] = None  # default: the file's stem
+    """A study file (module docstring).  ``model_validate(raw, context=...)``: the
+    ``default_name`` and, if known, the target's ``cpus`` and ``gpus``."""
+    name: Capped(str, "MAX_NAME_LENGTH", min_length=1) = None  # default: the file's stem
     description: Capped(str, "MAX_DESCRIPTION_CHARS") = ""
     data: str
     subset: Annotated[int, Field(ge=1)] | None = None
@@ -266,7 +239,8 @@ class StudyFile(_Strict):
     training: Training = Training()
     protocol: Protocol = Protocol()
     maps: Maps = Maps()
-    seeds: Capped(list[Capped(int, "MAX_SEED", ge=0)], "MAX_SEEDS", min_length=1) = [0]
+    seeds: Annotated[Capped(list[Capped(int, "MAX_SEED", ge=0)], "MAX_SEEDS", min_length=1),
+                     AfterValidator(lambda v: _distinct(v, "a seed"))] = [0]
     model: ModelFields = ModelFields()
     models: Capped(list[ModelEntry], "MAX_LIST_ENTRIES", min_length=1) = [ModelEntry()]
     grid: Grid = Grid()
@@ -276,7 +250,8 @@ class StudyFile(_Strict):
     resources: Resources = Resources()
     max_failures: Capped(int, "MAX_FAILURES", ge=0) = 2
     max_concurrent: Capped(int, "MAX_TRIALS", ge=1) | None = None
-    loggers: list[Literal[tuple(LOGGERS)]] = list(DEFAULT_LOGGERS)
+    loggers: Annotated[list[Literal[tuple(LOGGERS)]], AfterValidator(lambda v: _distinct(v, "a logger"))] = list(
+        DEFAULT_LOGGERS)
 
     @field_validator("data")
     @classmethod
@@ -285,17 +260,22 @@ class StudyFile(_Strict):
         absolute (trials run in other working directories, and on other nodes)."""
         return speccheck.check_data_source(lambda _, message: _refuse("", message), data, exists=True)
 
-    @field_validator("seeds", "loggers")
-    @classmethod
-    def _no_repeats(cls, v: list):
-        if len(set(v)) != len(v):
-            raise _refuse("", "repeats an entry")
-        return v
-
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo):
-        ctx = info.context or {}
-        speccheck.check_sizes(_refuse, self)
+        self.name = self.name or (info.context or {}).get("default_name")
+        if not _valid_name(self.name):
+            raise _refuse("name", f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
+                                  f"got {speccheck.short(self.name)}")
+        axes = {k: len(v) for k, v in self.grid.model_dump(exclude_unset=True).items()}
+        cells = len(self.seeds) * len(self.models) * math.prod(axes.values())  # counted, never materialised
+        if cells > limits.MAX_GRID_CELLS:
+            what = " x ".join([f"{len(self.seeds)} seeds", f"{len(self.models)} models"] + [f"{n} {k}" for k, n in
+                                                                                           axes.items()])
+            raise _refuse("grid", f"expands to {cells} cells ({what}), more than {limits.MAX_GRID_CELLS} "
+                                  "(MAX_GRID_CELLS)")
+        if cells * self.num_samples > limits.MAX_TRIALS:
+            raise _refuse("num_samples", f"{cells} cells x {self.num_samples} samples = {cells * self.num_samples} "
+                                         f"trials, more than {limits.MAX_TRIALS} (MAX_TRIALS)")
         if self.num_samples > 1 and not self.sample.model_fields_set:
             raise _refuse("num_samples", f"{self.num_samples} samples per cell but nothing is sampled (no sample "
                                          "axes): every sample would repeat the same trial (repeat with seeds instead)")
@@ -309,41 +289,37 @@ class StudyFile(_Strict):
                     raise _refuse(where, "duplicate axis: also set in models")
                 if k in speccheck.flatten(m.training.model_dump(exclude_unset=True)):
                     raise _refuse(where, f"duplicate axis: also set in models.{i}.training")
-        _select(self)
-        self.name = self.name or ctx.get("default_name")
-        if not _valid_name(self.name):
-            raise _refuse("name", f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
-                                  f"got {speccheck.short(self.name)}")
-        speccheck.check_resources(_refuse, self.resources, cpus_available=ctx.get("cpus"),
-                                  gpus_available=ctx.get("gpus"))
+        self._select()
         return self
 
-
-def _select(study: StudyFile) -> None:
-    """Resolve ``validation`` and the metric selection sees (``scheduler``: a fifo one
-    when only Optuna selects); both must be ones the trials report."""
-    choosing, sched = selects(study.model_dump(include={"sample", "scheduler"}, exclude_unset=True)), study.scheduler
-    if study.validation is None:
-        study.validation = 0.1 if choosing else 0
-    if study.validation < 0 or (isinstance(study.validation, float) and not 0 < study.validation < 1):
-        raise _refuse("validation", "must be a number of training images >= 0 or a fraction in (0, 1), "
-                                    f"got {study.validation}")
-    n_train = study.subset or speccheck.known_train_size(study.data)
-    if isinstance(study.validation, int) and n_train is not None and study.validation >= n_train:
-        raise _refuse("validation", f"{study.validation} held-out images leave none of the {n_train} training "
-                                    "images (use fewer, or validation: 0)")
-    metric = sched and sched.metric
-    if metric and metric.startswith("val_") and not study.validation:
-        raise _refuse("scheduler.metric", f"{metric} needs a validation split (validation: N > 0)")
-    if choosing and not metric:
-        if not study.validation:
+    def _select(self) -> None:
+        """Resolve ``validation`` and the metric selection sees (``scheduler``: a fifo one
+        when only Optuna selects); the metric is one the trials report."""
+        choosing = selects(self.model_dump(include={"sample", "scheduler"}, exclude_unset=True))
+        held = self.validation = (0.1 if choosing else 0) if self.validation is None else self.validation
+        if held < 0 or (isinstance(held, float) and not 0 < held < 1):
+            raise _refuse("validation", f"must be a number of training images >= 0 or a fraction in (0, 1), got {held}")
+        n_train = self.subset or speccheck.known_train_size(self.data)
+        if isinstance(held, int) and n_train is not None and held >= n_train:
+            raise _refuse("validation", f"{held} held-out images leave none of the {n_train} training images (use "
+                                        "fewer, or validation: 0)")
+        sched = self.scheduler
+        metric = sched and sched.metric
+        if metric and metric.startswith("val_") and not held:
+            raise _refuse("scheduler.metric", f"{metric} needs a validation split (validation: N > 0)")
+        if choosing and not metric and not held:
             raise _refuse("validation", "is 0 but the study selects trials (sample/ASHA): keep a validation split, "
                                         "or select on the test set explicitly with scheduler.metric: test_acc")
-        metric = "val_acc"
-    if metric:
-        sched = study.scheduler = sched or Scheduler(type="fifo")
-        sched.metric, sched.mode = metric, sched.mode or ("min" if metric.endswith("loss") else "max")
-    speccheck.check_scheduler(_refuse, sched, max_epochs=study.epochs, validation=study.validation)
+        metric = metric or ("val_acc" if choosing else None)
+        if metric:
+            sched = self.scheduler = sched or Scheduler(type="fifo")
+            sched.metric, sched.mode = metric, sched.mode or ("min" if metric.endswith("loss") else "max")
+            metrics = speccheck.TUNED_METRICS + (speccheck.VALIDATION_METRICS if held else ())
+            if metric not in metrics:
+                raise _refuse("scheduler.metric", f"{metric!r} is not a reported metric (one of {', '.join(metrics)})")
+        if sched and sched.type == "asha" and sched.grace_period > self.epochs:
+            raise _refuse("scheduler.grace_period", f"{sched.grace_period} is more than the {self.epochs} epochs of "
+                                                    "the longest trial")
 
 
 @dataclass(frozen=True)
@@ -357,8 +333,7 @@ class Cell:
 
     @property
     def label(self) -> str:
-        parts = [f"{k}={v}" for k, v in {**self.model, **self.train}.items()]
-        return ",".join(parts + [f"seed={self.seed}"])
+        return ",".join([f"{k}={v}" for k, v in {**self.model, **self.train}.items()] + [f"seed={self.seed}"])
 
 
 @dataclass(frozen=True)
@@ -392,8 +367,7 @@ class StudySpec:
     def train_config(self, cell: Cell, sampled: dict[str, Any] | None = None) -> TrainConfig:
         """The full training configuration of one trial."""
         sampled = dict(sampled or {})
-        model = {**self.raw.get("model", {}), **cell.model,
-                 **{k: v for k, v in sampled.items() if k in MODEL_FIELDS}}
+        model = {**self.raw.get("model", {}), **cell.model, **{k: v for k, v in sampled.items() if k in MODEL_FIELDS}}
         train = {**self.base_train, **cell.train, **{k: v for k, v in sampled.items() if k in TRAIN_AXES}}
         return TrainConfig(model=ModelConfig.from_dict(model), seed=cell.seed, **train)
 
@@ -404,24 +378,19 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
 
     ``overrides``: Hydra-syntax ``key.sub=value`` strings (:mod:`study.overrides`)
     applied to the file's mapping before it is checked; an error they cause names
-    the override's path and the override.
-
-    ``gpus_available`` / ``cpus_available``: GPUs / CPUs of the target machine or
-    cluster, if known; a request per trial beyond them is an error."""
-    file, p = str(path), Path(path)
+    the override's path and the override.  ``gpus_available`` / ``cpus_available``:
+    of the target machine or cluster, if known; a request per trial beyond them is an error."""
+    file, p, overrides = str(path), Path(path), tuple(overrides)
     try:
         raw = load_yaml(read_study_text(p))
     except YamlError as e:
         raise SpecError(file, "", str(e)) from None
     if not isinstance(raw, (dict, type(None))):
         raise SpecError(file, "", f"must be a mapping of study fields, got {type(raw).__name__}")
-    overrides = tuple(overrides)
     raw = cli_overrides.apply(raw or {}, list(overrides), err=lambda where, m: SpecError(file, where, m))
-    if data is not None:
-        raw = {**raw, "data": data}
     try:
-        spec = validate(raw, file=file, default_name=p.stem, gpus_available=gpus_available,
-                        cpus_available=cpus_available)
+        spec = validate(raw if data is None else {**raw, "data": data}, file=file, default_name=p.stem,
+                        gpus_available=gpus_available, cpus_available=cpus_available)
     except SpecError as e:
         culprit = _override_of(e.path, overrides)
         if culprit is None:
@@ -454,24 +423,22 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         raise _refusal(file, e) from None
     raw = {**raw, "data": study.data}
     models = [{k: v for k, v in m.items() if k != "training"} for m in raw.get("models", [{}])]
-    recipes = [speccheck.flatten(m.training.model_dump(exclude_unset=True)) for m in study.models]
-    maps = {"map_epochs": raw["maps"]["epochs"]} if "epochs" in raw.get("maps", {}) else {}
-    base_train = {"data": study.data, "subset": study.subset, "validation": study.validation,
-                  "epochs": study.epochs, "batch_size": study.batch_size, **speccheck.flatten(
-                      {k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")}), **maps}
+    recipes = [speccheck.flatten(m.get("training", {})) for m in raw.get("models", [{}])]
     grid = raw.get("grid", {})
-    cells = [Cell(index=i, seed=seed, model={**m, **{k: v for k, v in assigned.items() if k in MODEL_FIELDS}},
-                  train={**recipe, **{k: v for k, v in assigned.items() if k in TRAIN_AXES}})
-             for i, (seed, (m, recipe), assigned) in enumerate(
-                 (seed, mr, dict(zip(grid, values))) for seed in study.seeds for mr in zip(models, recipes)
-                 for values in itertools.product(*grid.values()))]
-    res = study.resources
+    cells = [Cell(index=i, seed=seed, model={**m, **{k: v for k, v in values.items() if k in MODEL_FIELDS}},
+                  train={**recipe, **{k: v for k, v in values.items() if k in TRAIN_AXES}})
+             for i, (seed, (m, recipe), values) in enumerate(itertools.product(
+                 study.seeds, zip(models, recipes), (dict(zip(grid, v)) for v in itertools.product(*grid.values()))))]
+    sections = speccheck.flatten({k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")})
     spec = StudySpec(
-        file=file, name=study.name, raw=raw, base_train=base_train, cells=cells, sample=raw.get("sample", {}),
-        num_samples=study.num_samples,
+        file=file, name=study.name, raw=raw, cells=cells, sample=raw.get("sample", {}), base_train={
+            "data": study.data, "subset": study.subset, "validation": study.validation, "epochs": study.epochs,
+            "batch_size": study.batch_size, **sections, **({"map_epochs": study.maps.epochs} if "epochs" in raw.get(
+                "maps", {}) else {})},
+        num_samples=study.num_samples, max_failures=study.max_failures, max_concurrent=study.max_concurrent,
         scheduler=study.scheduler and {"type": study.scheduler.type, **study.scheduler.model_dump(exclude_unset=True)},
-        gpus_per_trial=res.gpus_per_trial, cpus_per_trial=res.cpus_per_trial, workers_per_trial=res.workers_per_trial,
-        max_failures=study.max_failures, max_concurrent=study.max_concurrent, loggers=tuple(study.loggers))
+        gpus_per_trial=study.resources.gpus_per_trial, cpus_per_trial=study.resources.cpus_per_trial,
+        workers_per_trial=study.resources.workers_per_trial, loggers=tuple(study.loggers))
 
     def err(path: str, message: str) -> SpecError:
         return SpecError(file, path, message)
@@ -500,41 +467,37 @@ def _where(loc: tuple) -> tuple[str, type[BaseModel] | None]:
     return ".".join(path), cls
 
 
+#: pydantic's error types for a value of the wrong type -> the type a study file needs
+_TYPES = {"int_type": "int", "float_type": "float", "string_type": "str", "bool_type": "bool", "list_type": "list",
+          "model_type": "dict", "dict_type": "dict"}
+
+
 def _refusal(file: str, e: ValidationError) -> SpecError:
     """Pydantic's first error as one line ``FILE: path.field: problem``."""
     errors = e.errors()
-    first = errors[0]
+    same = [x for x in errors if _where(x["loc"])[0] == _where(errors[0]["loc"])[0]]  # a union's members: one each
+    first = next((x for x in same if isinstance((x.get("ctx") or {}).get("error"), SpecError)), errors[0])
     kind, ctx, value, loc = first["type"], first.get("ctx") or {}, first.get("input"), first["loc"]
     if kind == "extra_forbidden":
         parent, cls = _where(loc[:-1])
-        return SpecError(file, ".".join(filter(None, (parent, str(loc[-1])))), (
-            "unknown model field" if issubclass(cls, ModelFields) else
-            f"unknown axis (model fields or {', '.join(TRAIN_AXES)})" if cls in (Grid, Sample) else
-            f"unknown key (allowed: {', '.join(cls.model_fields)})"))
-    path, _ = _where(loc)
-    if isinstance(ctx.get("error"), SpecError):
+        return SpecError(file, ".".join(filter(None, (parent, str(loc[-1])))), "unknown model field" if issubclass(
+            cls, ModelFields) else f"unknown axis (model fields or {', '.join(TRAIN_AXES)})" if cls in (Grid, Sample)
+            else f"unknown key (allowed: {', '.join(cls.model_fields)})")
+    path = _where(loc)[0]
+    if isinstance(ctx.get("error"), SpecError):  # a validator's refusal
         return SpecError(file, ".".join(filter(None, (path, ctx["error"].path))), ctx["error"].message)
-    expected = [_TYPES.get(x["type"]) or ctx.get("expected") for x in errors if _where(x["loc"])[0] == path]
-    if _TYPES.get(kind) or kind == "literal_error":  # a union's members each reject the value
+    if kind in _TYPES or kind == "literal_error":  # each member of a union rejects the value: name them all
+        expected = [_TYPES.get(x["type"]) or (x.get("ctx") or {}).get("expected") for x in same]
         return SpecError(file, path, f"must be {' or '.join(dict.fromkeys(filter(None, expected)))}, got "
                                      f"{type(value).__name__} {speccheck.short(value)}")
-    message = {
+    return SpecError(file, path, {
         "missing": "required (synthetic, cifar10[:ROOT] or a path)" if path == "data" else "required",
-        "finite_number": f"must be finite, got {value}",
-        "greater_than_equal": f"must be >= {ctx.get('ge')}, got {value}",
-        "greater_than": f"must be > {ctx.get('gt')}, got {value}",
-        "less_than": f"must be < {ctx.get('lt')}, got {value}",
-        "too_short": "must not be empty" if ctx.get("min_length") == 1 else
-                     f"must list {ctx.get('min_length')} entries, got {speccheck.short(value)}",
-        "string_too_short": "must not be empty",
+        "finite_number": f"must be finite, got {value}", "greater_than_equal": f"must be >= {ctx.get('ge')}, got {value}",
+        "greater_than": f"must be > {ctx.get('gt')}, got {value}", "string_too_short": "must not be empty",
+        "too_short": "must not be empty" if ctx.get("min_length") == 1 else f"must list {ctx.get('min_length')} "
+                     f"entries, got {speccheck.short(value)}",
         "too_long": f"must list {ctx.get('max_length')} entries, got {speccheck.short(value)}",
-    }.get(kind, first["msg"])
-    return SpecError(file, path, message)
-
-
-#: pydantic's error types for a value of the wrong type -> the type a study file needs
-_TYPES = {"int_type": "int", "float_type": "float", "string_type": "str", "bool_type": "bool", "list_type": "list",
-          "model_type": "dict", "dict_type": "dict", "none_required": "null"}
+    }.get(kind, first["msg"]))
 
 
 def selects(raw: dict[str, Any]) -> bool:
@@ -562,8 +525,6 @@ def _locate(fld: str, cell: Cell, raw: dict, models: list[dict], recipes: list[d
     for section in ("model", "training"):
         if fld in raw.get(section, {}):
             return f"{section}.{fld}"
-    if fld in _RECIPE_PATHS:
-        return _RECIPE_PATHS[fld]
-    if fld in MODEL_FIELDS:
-        return next((f"models.{i}" for i, m in enumerate(models) if m and m.items() <= cell.model.items()), "model")
-    return fld
+    if fld in _RECIPE_PATHS or fld not in MODEL_FIELDS:
+        return _RECIPE_PATHS.get(fld, fld)
+    return next((f"models.{i}" for i, m in enumerate(models) if m and m.items() <= cell.model.items()), "model")

@@ -2,16 +2,13 @@
 :class:`study.spec.StudyFile`).  Each raises through ``err(path, message)`` (a one-line
 :class:`study.spec.SpecError`):
 
-- :func:`check_sizes`: grid cells counted as a product of lengths (never materialised)
-  and trials within :mod:`study.limits`;
 - :func:`check_data_source`: ``synthetic:N`` bounds, ``cifar10:ROOT`` is a folder, a
   path exists and is a folder or a regular file (never a FIFO or device);
 - :func:`check_choice`: a ``choice`` lists distinct scalars of one type;
 - :func:`check_values`: every grid cell x every value a sampled axis can take builds a
   valid model and training configuration within the limits, its batch fits the
   training images (:func:`batch_overflow`), and the distinct models are counted;
-- :func:`check_scheduler`: the tuned ``metric`` is one the trials report;
-- :func:`check_resources`: requests fit the machine or cluster, when it is known.
+- :func:`check_distinct_models`: no two ``models`` entries run the same trials.
 """
 
 from __future__ import annotations
@@ -61,20 +58,6 @@ def flatten(recipe: dict[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
-
-
-def check_sizes(err: Err, study) -> None:
-    """Grid cells (seeds x models x grid axes) and trials within the limits, counted
-    before anything is expanded."""
-    axes = {k: len(v) for k, v in study.grid.model_dump(exclude_unset=True).items()}
-    cells = len(study.seeds) * len(study.models) * math.prod(axes.values())
-    if cells > limits.MAX_GRID_CELLS:
-        what = " x ".join([f"{len(study.seeds)} seeds", f"{len(study.models)} models"]
-                          + [f"{n} {k}" for k, n in axes.items()])
-        raise err("grid", f"expands to {cells} cells ({what}), more than {limits.MAX_GRID_CELLS} (MAX_GRID_CELLS)")
-    if cells * study.num_samples > limits.MAX_TRIALS:
-        raise err("num_samples", f"{cells} cells x {study.num_samples} samples = {cells * study.num_samples} trials, "
-                                 f"more than {limits.MAX_TRIALS} (MAX_TRIALS)")
 
 
 def known_train_size(data: str) -> int | None:
@@ -236,34 +219,6 @@ def _check_batch(err: Err, cfg, *, workers: int, where, context) -> None:
     why = batch_overflow(cfg.batch_size, workers, n - held, what)
     if why:
         raise err(where("batch_size"), why + context("batch_size"))
-
-
-def check_scheduler(err: Err, scheduler, *, max_epochs: int, validation: int | float) -> None:
-    """The tuned ``metric`` is one the trials report; ASHA's grace period fits the epochs."""
-    if scheduler is None:
-        return
-    metrics = TUNED_METRICS + (VALIDATION_METRICS if validation else ())
-    if scheduler.metric is not None and scheduler.metric not in metrics:
-        raise err("scheduler.metric", f"{scheduler.metric!r} is not a reported metric (one of {', '.join(metrics)})")
-    if scheduler.type == "asha" and scheduler.grace_period > max_epochs:
-        raise err("scheduler.grace_period", f"{scheduler.grace_period} is more than the {max_epochs} epochs of the "
-                                            "longest trial")
-
-
-def check_resources(err: Err, res, *, cpus_available: int | None, gpus_available: int | None) -> None:
-    """Per-trial requests ``res`` (:class:`study.spec.Resources`) fit the machine or cluster, when known."""
-    cpus, gpus, workers = res.cpus_per_trial, res.gpus_per_trial, res.workers_per_trial
-    if gpus > 0 and gpus_available == 0:
-        raise err("resources.gpus_per_trial", f"requests {gpus:g} GPU(s) per trial but the cluster has no GPU")
-    if cpus_available is not None and cpus > cpus_available:
-        raise err("resources.cpus_per_trial", f"requests {cpus:g} CPUs per trial but only {cpus_available} "
-                                              "are available: no trial could ever start")
-    if cpus_available is not None and gpus == 0 and workers > cpus_available:
-        raise err("resources.workers_per_trial", f"{workers} CPU workers per trial but only {cpus_available} CPUs "
-                                                 "are available")
-    if gpus_available and gpus > gpus_available > 0:
-        raise err("resources.gpus_per_trial", f"requests {gpus:g} GPUs per trial but the cluster has "
-                                              f"{gpus_available}")
 
 
 def check_distinct_models(err: Err, spec, *, n_models: int) -> None:
