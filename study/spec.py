@@ -1,37 +1,22 @@
 """Study files: one YAML document describes a study (``search_spaces/*.yaml``).
 
-The schema is :class:`StudyFile` (``study schema`` prints it as JSON Schema:
-``search_spaces/study.schema.json``); only ``data`` is required::
+The schema is :class:`StudyFile` (``study schema`` prints it as JSON Schema,
+``search_spaces/study.schema.json``); only ``data`` is required, e.g.::
 
-    name: smoke                      # default: the file's stem
     data: synthetic                  # synthetic[:N] | cifar10[:ROOT] | image-folder tree / .tar(.gz)
     subset: 2000                     # training images (null: all)
     validation: 200                  # held out for selection: N images or a fraction in (0, 1)
-    epochs: 300
-    batch_size: 100
-    optimizer: {lr: 0.1, momentum: 0.9, weight_decay: 1.0e-4}
-    schedule: {type: cosine, warmup: 0.05}         # or {type: step} (ResNet18 recipe)
-    training: {amp: true, compile: false, head_stats: true, head_images: 100, map_radius: 7}
-    protocol: {cutmix_alpha: 1.0, randaugment_ops: 2, label_smoothing: 0.1}   # all off by default
-    maps: {epochs: auto}             # epochs that store attention maps: auto | all | last | none | [0, 9, 299]
-    seeds: [0]                                     # grid axis
-    model: {hidden: 400, layers: 6}                # base model fields for every trial
-    models: [{arch: resnet18, training: {schedule: {type: step}}}, {encoding: quadratic}]   # grid axis
-    grid: {num_heads: [4, 9], isotropic: [true, false]} # cartesian product
-    sample: {lr: {loguniform: [0.01, 0.3]}, warmup: {uniform: [0.0, 0.1]}}   # Optuna TPE
-    num_samples: 1                                 # samples per grid cell
-    scheduler: {type: asha, grace_period: 10, reduction_factor: 3}   # or fifo / null; metric: val_acc
-    resources: {gpus_per_trial: 1, cpus_per_trial: 4, workers_per_trial: 1}
-    max_failures: 2
-    max_concurrent: null
-    loggers: [tensorboard]           # any of tensorboard, mlflow, wandb (Ray Tune's logger callbacks)
+    optimizer: {lr: 0.1}             # also epochs, batch_size, schedule, training, protocol, maps
+    seeds: [0, 1]                    # grid axis, as are models (each may carry its own `training:` recipe)
+    models: [{arch: resnet18, training: {schedule: {type: step}}}, {encoding: quadratic}]
+    grid: {num_heads: [4, 9]}        # cartesian product over model or training fields (TRAIN_AXES)
+    sample: {lr: {loguniform: [0.01, 0.3]}}   # Optuna TPE, num_samples per grid cell
+    scheduler: {type: asha, grace_period: 10}  # or fifo / null; metric: val_acc
+    resources: {gpus_per_trial: 1, cpus_per_trial: 4}
 
-Grid and sample axes name a model field or a training field (:data:`TRAIN_AXES`);
-trials = seeds × models × grid cells × num_samples.  A ``training:`` mapping in a
-``models`` entry (:class:`Recipe`) overrides the top-level recipe for that model's
-trials; an axis may not also be set there.  ``validation`` defaults to 0.1 for studies
-that select (sampled axes or ASHA), 0 for pure grids; a study selects on the test set
-only by asking (``validation: 0``, ``scheduler: {metric: test_acc}``).
+Trials = seeds × models × grid cells × num_samples.  ``validation`` defaults to 0.1 for
+studies that select (sampled axes or ASHA), 0 for pure grids; a study selects on the
+test set only by asking (``validation: 0``, ``scheduler: {metric: test_acc}``).
 
 Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`):
 the YAML is read within limits (:mod:`study.specyaml`), pydantic checks keys, types
@@ -96,9 +81,10 @@ def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
     def check(v):
         n = len(v) if isinstance(v, (str, list)) else v
         if n > cap:
-            raise PydanticCustomError("limit", "{m}", {"m": f"is {n} characters, more than {cap} ({name})" if isinstance(
-                v, str) else f"lists {n} entries, more than {cap} ({name})" if isinstance(v, list) else
-                f"must be <= {cap} ({name}), got {v if isinstance(v, int) else format(v, 'g')}"})
+            over = (f"is {n} characters, more than" if isinstance(v, str) else f"lists {n} entries, more than"
+                    if isinstance(v, list) else "must be <=")
+            got = "" if isinstance(v, (str, list)) else f", got {v if isinstance(v, int) else format(v, 'g')}"
+            raise PydanticCustomError("limit", "{m}", {"m": f"{over} {cap} ({name}){got}"})
         return v
     key = {str: "maxLength", list: "maxItems"}.get(getattr(kind, "__origin__", kind), "maximum")
     return Annotated[kind, Field(**bounds, json_schema_extra={key: cap, "x-limit": name}), AfterValidator(check)]
@@ -119,8 +105,9 @@ def _fields(*names: str, **types) -> dict[str, Any]:
 Optimizer = create_model("Optimizer", __base__=_Strict, **_fields("lr", "momentum", "weight_decay"))
 Training = create_model("Training", __base__=_Strict, **_fields(
     "amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"))
-Protocol = create_model("Protocol", __base__=_Strict, **_fields(*PROTOCOL_FIELDS, autoaugment=Literal[AUTOAUGMENT_POLICIES]))
-Schedule = create_model("Schedule", __base__=_Strict, type=(Literal[SCHEDULES], "cosine"), warmup=(float, 0.05))
+Protocol = create_model("Protocol", __base__=_Strict,
+                        **_fields(*PROTOCOL_FIELDS, autoaugment=Literal[AUTOAUGMENT_POLICIES]))
+Schedule = create_model("Schedule", __base__=_Strict, type=(Literal[SCHEDULES], TrainConfig.schedule), **_fields("warmup"))
 #: a ``models.N.training`` override: the top level's recipe keys
 Recipe = create_model("Recipe", __base__=Training, **_fields("epochs", "batch_size"), optimizer=(Optimizer, Optimizer()),
                       schedule=(Schedule, Schedule()), protocol=(Protocol, Protocol()))
@@ -190,7 +177,8 @@ class Scheduler(_Strict):
             raise _refuse(key, "applies only to type asha (the fifo scheduler stops no trial)")
         best = "min" if (self.metric or "").endswith("loss") else "max"
         if self.metric and self.mode and self.mode != best:
-            raise _refuse("mode", f"{self.mode} with metric {self.metric} would select the worst trials (use mode: {best})")
+            raise _refuse("mode", f"{self.mode} with metric {self.metric} would select the worst trials "
+                                  f"(use mode: {best})")
         return self
 
 
@@ -353,9 +341,7 @@ class StudySpec:
     max_failures: int
     max_concurrent: int | None
     models: list[ModelConfig] = field(default_factory=list)
-    #: False when ``models`` is a lower bound (a model field sampled from a
-    #: continuous or long range, or too many combinations to enumerate)
-    models_complete: bool = True
+    models_complete: bool = True  # False: a model field is sampled from a range, or too many to enumerate
     loggers: tuple[str, ...] = DEFAULT_LOGGERS
     #: the command-line overrides applied to the file's mapping (``raw`` holds the result)
     overrides: tuple[str, ...] = ()
@@ -442,7 +428,7 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
 
     def err(path: str, message: str) -> SpecError:
         return SpecError(file, path, message)
-    seen, complete = speccheck.check_values(err, spec, locate=lambda fld, cell: _locate(fld, cell, raw, models, recipes))
+    seen, complete = speccheck.check_values(err, spec, locate=lambda f, cell: _locate(f, cell, raw, models, recipes))
     speccheck.check_distinct_models(err, spec, n_models=len(models))
     object.__setattr__(spec, "models", seen)
     object.__setattr__(spec, "models_complete", complete)
@@ -492,8 +478,9 @@ def _refusal(file: str, e: ValidationError) -> SpecError:
                                      f"{type(value).__name__} {speccheck.short(value)}")
     return SpecError(file, path, {
         "missing": "required (synthetic, cifar10[:ROOT] or a path)" if path == "data" else "required",
-        "finite_number": f"must be finite, got {value}", "greater_than_equal": f"must be >= {ctx.get('ge')}, got {value}",
-        "greater_than": f"must be > {ctx.get('gt')}, got {value}", "string_too_short": "must not be empty",
+        "finite_number": f"must be finite, got {value}", "string_too_short": "must not be empty",
+        "greater_than_equal": f"must be >= {ctx.get('ge')}, got {value}",
+        "greater_than": f"must be > {ctx.get('gt')}, got {value}",
         "too_short": "must not be empty" if ctx.get("min_length") == 1 else f"must list {ctx.get('min_length')} "
                      f"entries, got {speccheck.short(value)}",
         "too_long": f"must list {ctx.get('max_length')} entries, got {speccheck.short(value)}",
