@@ -117,23 +117,15 @@ ModelFields = create_model("ModelFields", __base__=_Strict,
 ModelEntry = create_model("ModelEntry", __base__=ModelFields, training=(Recipe, Recipe()))
 
 
-def _distinct(values: list, what: str = "a value") -> list:
-    """Finite entries, none repeated (0 and 0.0 are the same value; true and 1 are not)."""
-    for i, v in enumerate(values):
-        if isinstance(v, float) and not math.isfinite(v):
-            raise _refuse("", f"entry {i} must be finite, got {v}")
-    if len({(type(v) is bool, v) if isinstance(v, (bool, int, float, str, type(None))) else repr(v)
-            for v in values}) != len(values):
-        raise _refuse("", f"repeats {what}: {speccheck.short(values)}")
-    return values
+def _distinct(what: str = "a value") -> AfterValidator:
+    return AfterValidator(lambda v: speccheck.check_distinct(_refuse, "", v, what))
 
 
 class Maps(_Strict):
-    epochs: Literal["auto", "all", "last", "none"] | Annotated[list[int], AfterValidator(
-        lambda v: _distinct(v, "an epoch"))] = "auto"
+    epochs: Literal["auto", "all", "last", "none"] | Annotated[list[int], _distinct("an epoch")] = "auto"
 
 
-Axis = Annotated[Capped(list[Any], "MAX_LIST_ENTRIES", min_length=1), AfterValidator(_distinct)]
+Axis = Annotated[Capped(list[Any], "MAX_LIST_ENTRIES", min_length=1), _distinct()]
 Grid = create_model("Grid", __base__=_Strict, **{k: (Axis, None) for k in MODEL_FIELDS + TRAIN_AXES})
 Bounds, IntBounds = (Annotated[list[t], Field(min_length=2, max_length=2)] for t in (float, int))
 
@@ -228,7 +220,7 @@ class StudyFile(_Strict):
     protocol: Protocol = Protocol()
     maps: Maps = Maps()
     seeds: Annotated[Capped(list[Capped(int, "MAX_SEED", ge=0)], "MAX_SEEDS", min_length=1),
-                     AfterValidator(lambda v: _distinct(v, "a seed"))] = [0]
+                     _distinct("a seed")] = [0]
     model: ModelFields = ModelFields()
     models: Capped(list[ModelEntry], "MAX_LIST_ENTRIES", min_length=1) = [ModelEntry()]
     grid: Grid = Grid()
@@ -238,8 +230,7 @@ class StudyFile(_Strict):
     resources: Resources = Resources()
     max_failures: Capped(int, "MAX_FAILURES", ge=0) = 2
     max_concurrent: Capped(int, "MAX_TRIALS", ge=1) | None = None
-    loggers: Annotated[list[Literal[tuple(LOGGERS)]], AfterValidator(lambda v: _distinct(v, "a logger"))] = list(
-        DEFAULT_LOGGERS)
+    loggers: Annotated[list[Literal[tuple(LOGGERS)]], _distinct("a logger")] = list(DEFAULT_LOGGERS)
 
     @field_validator("data")
     @classmethod

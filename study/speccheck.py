@@ -4,7 +4,8 @@
 
 - :func:`check_data_source`: ``synthetic:N`` bounds, ``cifar10:ROOT`` is a folder, a
   path exists and is a folder or a regular file (never a FIFO or device);
-- :func:`check_choice`: a ``choice`` lists distinct scalars of one type;
+- :func:`check_distinct`, :func:`check_choice`: a list's entries are distinct (a ``choice``'s
+  scalars of one type);
 - :func:`check_values`: every grid cell x every value a sampled axis can take builds a
   valid model and training configuration within the limits, its batch fits the
   training images (:func:`batch_overflow`), and the distinct models are counted;
@@ -103,21 +104,28 @@ def check_data_source(err: Err, data: str, *, exists: bool = False) -> str:
     return str(path.resolve())
 
 
+def check_distinct(err: Err, path: str, values: list, what: str = "a value") -> list:
+    """Finite entries, none repeated (0 and 0.0 are the same value; true and 1 are not)."""
+    for i, v in enumerate(values):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise err(path, f"entry {i} must be finite, got {v}")
+    if len({(type(v) is bool, v) if isinstance(v, (bool, int, float, str, type(None))) else repr(v)
+            for v in values}) != len(values):
+        raise err(path, f"repeats {what}: {short(values)}")
+    return values
+
+
 def check_choice(err: Err, path: str, entries: list) -> None:
     """A ``choice`` lists distinct finite scalars of one type (numbers may mix int and
     float; ``null`` may join any type)."""
-    kinds = set()
     for i, v in enumerate(entries):
         if v is not None and not isinstance(v, (bool, int, float, str)):
             raise err(path, f"entry {i} must be a number, string, true/false or null, got {type(v).__name__}")
-        if isinstance(v, float) and not math.isfinite(v):
-            raise err(path, f"entry {i} must be finite, got {v}")
-        if v is not None:
-            kinds.add("true/false" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else "string")
+    kinds = {"true/false" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else "string"
+             for v in entries if v is not None}
     if len(kinds) > 1:
         raise err(path, f"mixes types ({' and '.join(sorted(kinds))}): {short(entries)}")
-    if len({(type(v) is bool, v) for v in entries}) != len(entries):
-        raise err(path, f"repeats a value: {short(entries)}")
+    check_distinct(err, path, entries)
 
 
 def corner_values(kind: str, args: list, *, enumerate_ints: bool) -> tuple[list, bool]:
