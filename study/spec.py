@@ -241,7 +241,7 @@ class StudyFile(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo):
-        self.name = self.name or (info.context or {}).get("default_name")
+        self.name = self.name or (info.context or {}).get("default_name", "study")
         if not _valid_name(self.name):
             raise _refuse("name", f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
                                   f"got {speccheck.short(self.name)}")
