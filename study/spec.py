@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
-                      field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, WithJsonSchema,
+                      create_model, field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
 from study import limits, overrides as cli_overrides, speccheck
@@ -204,6 +204,15 @@ class Resources(_Strict):
         return self
 
 
+def _logger(name: str) -> str:
+    if name not in LOGGERS:
+        raise _refuse("", f"unknown logger {name!r} (one of {', '.join(LOGGERS)})")
+    return name
+
+
+Logger = Annotated[str, AfterValidator(_logger), WithJsonSchema({"enum": list(LOGGERS), "type": "string"})]
+
+
 class StudyFile(_Strict):
     """A study file (module docstring).  ``model_validate(raw, context=...)``: the
     ``default_name`` and, if known, the target's ``cpus`` and ``gpus``."""
@@ -230,7 +239,7 @@ class StudyFile(_Strict):
     resources: Resources = Resources()
     max_failures: Capped(int, "MAX_FAILURES", ge=0) = 2
     max_concurrent: Capped(int, "MAX_TRIALS", ge=1) | None = None
-    loggers: Annotated[list[Literal[tuple(LOGGERS)]], _distinct("a logger")] = list(DEFAULT_LOGGERS)
+    loggers: Annotated[list[Logger], _distinct("a logger")] = list(DEFAULT_LOGGERS)
 
     @field_validator("data")
     @classmethod
