@@ -122,6 +122,7 @@ def _distinct(what: str = "a value") -> AfterValidator:
 
 
 class Maps(_Strict):
+    """Epochs whose attention maps are stored (:func:`study.tables.map_epochs`)."""
     epochs: Literal["auto", "all", "last", "none"] | Annotated[list[int], _distinct("an epoch")] = "auto"
 
 
@@ -157,6 +158,7 @@ Sample = create_model("Sample", __base__=_Strict, **{k: (Distribution, None) for
 
 
 class Scheduler(_Strict):
+    """Ray Tune's trial scheduler: ASHA (stops poor trials early, on ``metric``) or FIFO."""
     type: Literal["asha", "fifo"] = "asha"
     grace_period: Annotated[int, Field(ge=1)] = 1
     reduction_factor: Annotated[float, Field(gt=1)] = 3
@@ -165,8 +167,9 @@ class Scheduler(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self):
-        for key in sorted({"grace_period", "reduction_factor"} & self.model_fields_set if self.type != "asha" else []):
-            raise _refuse(key, "applies only to type asha (the fifo scheduler stops no trial)")
+        asha_only = sorted({"grace_period", "reduction_factor"} & self.model_fields_set)
+        if self.type != "asha" and asha_only:
+            raise _refuse(asha_only[0], "applies only to type asha (the fifo scheduler stops no trial)")
         best = "min" if (self.metric or "").endswith("loss") else "max"
         if self.metric and self.mode and self.mode != best:
             raise _refuse("mode", f"{self.mode} with metric {self.metric} would select the worst trials "
@@ -175,6 +178,7 @@ class Scheduler(_Strict):
 
 
 class Resources(_Strict):
+    """What one trial asks Ray for; more than one GPU is a DDP trial of one worker per GPU."""
     gpus_per_trial: Capped(float, "MAX_GPUS_PER_TRIAL", ge=0) = 0
     cpus_per_trial: Capped(float, "MAX_CPUS_PER_TRIAL", gt=0) = 1
     workers_per_trial: Capped(int, "MAX_GPUS_PER_TRIAL", ge=1) = None  # default: one per GPU
