@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 
 from study.cliutil import EXIT_USAGE, Parser, package_version
-from study.commands import bench, export, models, plan, slurm, studies, theorem, train
+from study.commands import bench, export, models, plan, schema, slurm, studies, theorem, train
 
-COMMANDS = (models, theorem, train, studies, plan, export, bench, slurm)
+COMMANDS = (models, theorem, train, studies, plan, export, bench, slurm, schema)
 
 
 def build_parser() -> Parser:

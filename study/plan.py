@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from study import limits
+from study.data.synthetic import DEFAULT_TEST as SYNTHETIC_TEST, DEFAULT_TRAIN as SYNTHETIC_TRAIN
 from study.models.cost import model_macs
 
 #: Image counts of the built-in sources: (train, test).
 CIFAR10_SIZES = (50_000, 10_000)
-SYNTHETIC_TRAIN, SYNTHETIC_TEST = 2000, 500  # study.data.synthetic.DEFAULT_TRAIN / DEFAULT_TEST
 MIN_SUBSET_TEST = 100  # study.data.splits.MIN_SUBSET_TEST
 #: A forward pass is a third of a training step (forward + backward ≈ 3 forwards).
 TRAIN_FORWARDS = 3

@@ -1,126 +1,64 @@
 """Study files: one YAML document describes a study (``search_spaces/*.yaml``).
 
-Schema (every key optional except ``data``)::
+The schema is :class:`StudyFile` (``study schema`` prints it as JSON Schema,
+``search_spaces/study.schema.json``); only ``data`` is required, e.g.::
 
-    name: smoke                      # default: the file's stem
-    description: free text
-    data: synthetic                  # synthetic | cifar10[:ROOT] | image-folder tree / .tar(.gz)
+    data: synthetic                  # synthetic[:N] | cifar10[:ROOT] | image-folder tree / .tar(.gz)
     subset: 2000                     # training images (null: all)
-    validation: 200                  # training images held out for model selection (0: none)
-    epochs: 300
-    batch_size: 100
-    optimizer: {lr: 0.1, momentum: 0.9, weight_decay: 1.0e-4}
-    schedule: {type: cosine, warmup: 0.05}         # or {type: step} (ResNet18 recipe)
-    training: {amp: true, compile: false, head_stats: true, head_images: 100, map_radius: 7}
-    protocol: {cutmix_alpha: 1.0, mixup_alpha: 0.0, randaugment_ops: 2, randaugment_magnitude: 9,
-               autoaugment: none, label_smoothing: 0.1}   # all off by default (the paper's recipe)
-    maps: {epochs: auto}             # epochs that store attention maps: auto | all | last | none | [0, 9, 299]
-    seeds: [0]                                     # grid axis
-    model: {hidden: 400, layers: 6}                # base model fields for every trial
-    models: [{arch: resnet18}, {encoding: quadratic}]   # explicit model list (grid axis)
-    # a model's own recipe: `training:` in its entry (keys below) overrides the top level
-    #   models: [{arch: resnet18, training: {schedule: {type: step}}}, {encoding: quadratic}]
-    grid: {num_heads: [4, 9], isotropic: [true, false]} # cartesian product
-    sample:                                        # Optuna TPE, num_samples per grid cell
-      lr: {loguniform: [0.01, 0.3]}
-      warmup: {uniform: [0.0, 0.1]}
-    num_samples: 1
-    scheduler: {type: asha, grace_period: 10, reduction_factor: 3}   # or fifo / null; metric: val_acc
-    resources: {gpus_per_trial: 1, cpus_per_trial: 4, workers_per_trial: 1}
-    max_failures: 2
-    max_concurrent: null
-    loggers: [tensorboard]           # any of tensorboard, mlflow, wandb (Ray Tune's logger callbacks)
+    validation: 200                  # held out for selection: N images or a fraction in (0, 1)
+    optimizer: {lr: 0.1}             # also epochs, batch_size, schedule, training, protocol, maps
+    seeds: [0, 1]                    # grid axis, as are models (each may carry its own `training:` recipe)
+    models: [{arch: resnet18, training: {schedule: {type: step}}}, {encoding: quadratic}]
+    grid: {num_heads: [4, 9]}        # cartesian product over model or training fields (TRAIN_AXES)
+    sample: {lr: {loguniform: [0.01, 0.3]}}   # Optuna TPE, num_samples per grid cell
+    scheduler: {type: asha, grace_period: 10}  # or fifo / null; metric: val_acc
+    resources: {gpus_per_trial: 1, cpus_per_trial: 4}
 
-Grid and sample keys name a model field (``num_heads``, ``pos_dim``, ``encoding``,
-``isotropic``, ...) or a training field (``lr``, ``momentum``, ``weight_decay``,
-``warmup``, ``batch_size``, and the ``protocol`` fields).  Trials = seeds × models × grid cells × num_samples.
+Trials = seeds × models × grid cells × num_samples.  ``validation`` defaults to 0.1 for
+studies that select (sampled axes or ASHA), 0 for pure grids; a study selects on the
+test set only by asking (``validation: 0``, ``scheduler: {metric: test_acc}``).
 
-A ``training:`` mapping inside a ``models`` entry gives that model its own recipe:
-keys ``epochs``, ``batch_size``, ``optimizer``, ``schedule``, ``protocol`` and the top-level
-``training`` keys, validated like the top level (``models.0.training.schedule.type``);
-they override the top-level values for that model's trials only.  A grid or sample
-axis may not also be set there.
-
-``validation``: training images held out (class-stratified, drawn from the trial's
-seed) whose accuracy is what selection sees: Optuna's objective (``best_val_acc``)
-and ASHA's metric (``val_acc``).  An integer N, or a fraction in (0, 1) of the
-training images (after ``subset``).  Default: 0.1 (10 %) for studies that select
-(sampled axes or ASHA), 0 for pure grids.  A study may select on the test set only
-by asking for it: ``validation: 0`` with ``scheduler: {metric: test_acc}``.
-
-``protocol``: the training protocol beyond crop and flip (:class:`TrainConfig`,
-applied by :mod:`study.trial.protocol`): CutMix's / MixUp's Beta alpha (0: off; both
-on: one of the two per batch), RandAugment's operations per image (0: off) and
-magnitude (0-30), an AutoAugment policy (none, cifar10, imagenet, svhn; not with
-RandAugment), the loss's label smoothing in [0, 1).  Recorded as ``runs`` columns of
-the same names.
-
-Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`).
-The YAML is read within limits (:mod:`study.specyaml`); every value the study can
-produce is checked against the models, the training recipe, the data and the limits
-of :mod:`study.limits` (:mod:`study.speccheck`).
+Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`):
+the YAML is read within limits (:mod:`study.specyaml`), pydantic checks keys, types
+and bounds (:func:`_refusal` prints its first error), validators the cross-field rules
+and :func:`study.speccheck.check_values` every value the study can produce.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, WithJsonSchema,
+                      create_model, field_validator, model_validator)
+from pydantic_core import PydanticCustomError
 
 from study import limits, overrides as cli_overrides, speccheck
 from study.errors import StudyFileError
-from study.models.config import ConfigError, ModelConfig
+from study.models.config import ModelConfig
 from study.specyaml import YamlError, load_yaml, read_study_text
-from study.trial.config import PROTOCOL_FIELDS, TrainConfig
+from study.trial.config import AUTOAUGMENT_POLICIES, PROTOCOL_FIELDS, SCHEDULES, TrainConfig
 
 #: experiment trackers a study file may name in ``loggers:`` -> (the module each needs,
 #: the extra that installs it); Ray Tune's callbacks for them: :mod:`study.tuning.loggers`
-LOGGERS: dict[str, tuple[str, str]] = {
-    "tensorboard": ("tensorboardX", "tensorboard"),
-    "mlflow": ("mlflow", "mlflow"),
-    "wandb": ("wandb", "wandb"),
-}
+LOGGERS = {"tensorboard": ("tensorboardX", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 DEFAULT_LOGGERS = ("tensorboard",)
-MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
+MODEL_FIELDS = tuple(ModelConfig.__dataclass_fields__)
 TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size", *PROTOCOL_FIELDS)
-DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
-TOP_KEYS = {
-    "name": str, "description": str, "data": str, "subset": (int, type(None)), "validation": (int, float),
-    "epochs": int,
-    "batch_size": int, "optimizer": dict, "schedule": dict, "training": dict, "seeds": list,
-    "model": dict, "models": list, "grid": dict, "sample": dict, "num_samples": int,
-    "scheduler": (dict, type(None)), "resources": dict, "max_failures": int,
-    "max_concurrent": (int, type(None)), "maps": dict, "loggers": list, "protocol": dict,
-}
-SECTION_KEYS = {
-    "optimizer": {"lr": (int, float), "momentum": (int, float), "weight_decay": (int, float)},
-    "schedule": {"type": str, "warmup": (int, float)},
-    "training": {"amp": bool, "compile": bool, "head_stats": bool, "head_images": int, "map_radius": int,
-                 "eval_batch_size": int},
-    "scheduler": {"type": str, "grace_period": int, "reduction_factor": (int, float), "metric": str,
-                  "mode": str},
-    "resources": {"gpus_per_trial": (int, float), "cpus_per_trial": (int, float), "workers_per_trial": int},
-    "maps": {"epochs": (str, list)},
-    "protocol": {"cutmix_alpha": (int, float), "mixup_alpha": (int, float), "randaugment_ops": int,
-                 "randaugment_magnitude": int, "autoaugment": str, "label_smoothing": (int, float)},
-}
-
-#: Keys of a per-model ``training:`` override inside a ``models`` entry.
-MODEL_TRAINING_KEYS = {
-    "epochs": int, "batch_size": int, "optimizer": dict, "schedule": dict, "protocol": dict,
-    **SECTION_KEYS["training"],
-}
-#: Where each TrainConfig field sits in a recipe mapping (for error paths).
-_RECIPE_PATHS = {"lr": "optimizer.lr", "momentum": "optimizer.momentum",
-                 "weight_decay": "optimizer.weight_decay", "warmup": "schedule.warmup",
-                 "schedule": "schedule.type", **{k: f"protocol.{k}" for k in PROTOCOL_FIELDS}}
+#: where each TrainConfig field sits in a recipe mapping (for error paths)
+_RECIPE_PATHS = {"lr": "optimizer.lr", "momentum": "optimizer.momentum", "weight_decay": "optimizer.weight_decay",
+                 "warmup": "schedule.warmup", "schedule": "schedule.type", "map_epochs": "maps.epochs",
+                 **{k: f"protocol.{k}" for k in PROTOCOL_FIELDS}}
 
 
 class SpecError(StudyFileError, ValueError):
-    """A study-file error: ``FILE: path.to.field: message`` on one line."""
+    """A study-file error: ``FILE: path.to.field: message`` on one line.  Raised with
+    ``file=""`` inside a validator, its ``path`` relative to the validated value."""
 
     def __init__(self, file: str, path: str, message: str):
         self.file, self.path, self.message = file, path, message
@@ -128,6 +66,252 @@ class SpecError(StudyFileError, ValueError):
 
     def __reduce__(self):  # picklable/copyable (Ray copies exceptions of failed trials)
         return (SpecError, (self.file, self.path, self.message))
+
+
+def _refuse(path: str, message: str) -> SpecError:
+    return SpecError("", path, message)
+
+
+def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
+    """``kind`` with pydantic ``bounds`` and at most :mod:`study.limits`' ``name`` (a
+    number, a string's characters, a list's entries; in the JSON Schema too): the
+    refusal names the limit."""
+    cap = getattr(limits, name)
+
+    def check(v):
+        n = len(v) if isinstance(v, (str, list)) else v
+        if n > cap:
+            over = (f"is {n} characters, more than" if isinstance(v, str) else f"lists {n} entries, more than"
+                    if isinstance(v, list) else "must be <=")
+            got = "" if isinstance(v, (str, list)) else f", got {v if isinstance(v, int) else format(v, 'g')}"
+            raise PydanticCustomError("limit", "{m}", {"m": f"{over} {cap} ({name}){got}"})
+        return v
+    key = {str: "maxLength", list: "maxItems"}.get(getattr(kind, "__origin__", kind), "maximum")
+    return Annotated[kind, Field(**bounds, json_schema_extra={key: cap, "x-limit": name}), AfterValidator(check)]
+
+
+class _Strict(BaseModel):
+    """No unknown key, no coercion (``"5"`` is not 5, ``true`` is not 1), no inf/nan."""
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+def _fields(*names: str, **types) -> dict[str, Any]:
+    """:class:`TrainConfig`'s fields ``names`` as pydantic fields: its types and defaults (their one home)."""
+    tc = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    return {n: (types.get(n, {"int": int, "float": float, "bool": bool, "str": str}[tc[n].type]), tc[n].default)
+            for n in names}
+
+
+Optimizer = create_model("Optimizer", __base__=_Strict, **_fields("lr", "momentum", "weight_decay"))
+Training = create_model("Training", __base__=_Strict, **_fields(
+    "amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"))
+Protocol = create_model("Protocol", __base__=_Strict,
+                        **_fields(*PROTOCOL_FIELDS, autoaugment=Literal[AUTOAUGMENT_POLICIES]))
+Schedule = create_model("Schedule", __base__=_Strict, type=(Literal[SCHEDULES], TrainConfig.schedule), **_fields("warmup"))
+#: a ``models.N.training`` override: the top level's recipe keys
+Recipe = create_model("Recipe", __base__=Training, **_fields("epochs", "batch_size"), optimizer=(Optimizer, Optimizer()),
+                      schedule=(Schedule, Schedule()), protocol=(Protocol, Protocol()))
+#: a model's fields, checked by :class:`ModelConfig` (their one home) for every value the study produces
+ModelFields = create_model("ModelFields", __base__=_Strict,
+                           **{k: (Any, f.default) for k, f in ModelConfig.__dataclass_fields__.items()})
+ModelEntry = create_model("ModelEntry", __base__=ModelFields, training=(Recipe, Recipe()))
+
+
+def _distinct(what: str = "a value") -> AfterValidator:
+    return AfterValidator(lambda v: speccheck.check_distinct(_refuse, "", v, what))
+
+
+class Maps(_Strict):
+    """Epochs whose attention maps are stored (:func:`study.tables.map_epochs`)."""
+    epochs: Literal["auto", "all", "last", "none"] | Annotated[list[int], _distinct("an epoch")] = "auto"
+
+
+Axis = Annotated[Capped(list[Any], "MAX_LIST_ENTRIES", min_length=1), _distinct()]
+Grid = create_model("Grid", __base__=_Strict, **{k: (Axis, None) for k in MODEL_FIELDS + TRAIN_AXES})
+Bounds, IntBounds = (Annotated[list[t], Field(min_length=2, max_length=2)] for t in (float, int))
+
+
+class Distribution(_Strict):
+    """One of: ``uniform: [low, high]``, ``loguniform`` (low > 0), ``int`` (integers), ``choice: [values]``."""
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
+    uniform: Bounds = None
+    loguniform: Bounds = None
+    int: IntBounds = None
+    choice: Capped(list[Any], "MAX_LIST_ENTRIES", min_length=1) = None
+
+    @model_validator(mode="after")
+    def _one(self):
+        if len(self.model_fields_set) != 1:
+            raise _refuse("", "must be one of {uniform: ..., loguniform: ..., int: ..., choice: ...}")
+        (kind,) = self.model_fields_set
+        args = getattr(self, kind)
+        if kind == "choice":
+            speccheck.check_choice(_refuse, "choice", args)
+        elif not args[0] < args[1]:
+            raise _refuse(kind, f"low must be < high, got {args}")
+        elif kind == "loguniform" and args[0] <= 0:
+            raise _refuse(kind, f"low must be > 0 for loguniform, got {args[0]}")
+        return self
+
+
+Sample = create_model("Sample", __base__=_Strict, **{k: (Distribution, None) for k in MODEL_FIELDS + TRAIN_AXES})
+
+
+class Scheduler(_Strict):
+    """Ray Tune's trial scheduler: ASHA (stops poor trials early, on ``metric``) or FIFO."""
+    type: Literal["asha", "fifo"] = "asha"
+    grace_period: Annotated[int, Field(ge=1)] = 1
+    reduction_factor: Annotated[float, Field(gt=1)] = 3
+    metric: str = None  # default: val_acc when the study has a validation split, else test_acc
+    mode: Literal["max", "min"] = None  # default: min for a loss, else max
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        asha_only = sorted({"grace_period", "reduction_factor"} & self.model_fields_set)
+        if self.type != "asha" and asha_only:
+            raise _refuse(asha_only[0], "applies only to type asha (the fifo scheduler stops no trial)")
+        best = "min" if (self.metric or "").endswith("loss") else "max"
+        if self.metric and self.mode and self.mode != best:
+            raise _refuse("mode", f"{self.mode} with metric {self.metric} would select the worst trials "
+                                  f"(use mode: {best})")
+        return self
+
+
+class Resources(_Strict):
+    """What one trial asks Ray for; more than one GPU is a DDP trial of one worker per GPU."""
+    gpus_per_trial: Capped(float, "MAX_GPUS_PER_TRIAL", ge=0) = 0
+    cpus_per_trial: Capped(float, "MAX_CPUS_PER_TRIAL", gt=0) = 1
+    workers_per_trial: Capped(int, "MAX_GPUS_PER_TRIAL", ge=1) = None  # default: one per GPU
+
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo):
+        """Ray can place it, on the machine or cluster when known (``context``: ``cpus``, ``gpus``)."""
+        gpus, cpus, ctx = self.gpus_per_trial, self.cpus_per_trial, info.context or {}
+        if gpus > 1 and gpus != int(gpus):
+            raise _refuse("gpus_per_trial", f"fractional GPUs must be <= 1 (to pack trials on one GPU), got {gpus:g}")
+        for key, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)):
+            if 0 < v < 1e-4:  # Ray counts resources in units of 1/10000: this would be 0
+                raise _refuse(key, f"must be 0 or at least 0.0001 (Ray's resource unit), got {v:g}")
+        workers = self.workers_per_trial = self.workers_per_trial or (int(gpus) if gpus > 1 else 1)
+        if gpus > 1 and workers != int(gpus):
+            raise _refuse("workers_per_trial", f"a DDP trial uses one worker per GPU: {int(gpus)}, got {workers}")
+        have_cpus, have_gpus = ctx.get("cpus"), ctx.get("gpus")
+        if gpus > 0 and have_gpus is not None and gpus > have_gpus:
+            raise _refuse("gpus_per_trial", f"requests {gpus:g} GPUs per trial but the cluster has "
+                                            f"{have_gpus or 'no GPU'}")
+        if have_cpus is not None and cpus > have_cpus:
+            raise _refuse("cpus_per_trial", f"requests {cpus:g} CPUs per trial but only {have_cpus} are available: "
+                                            "no trial could ever start")
+        if have_cpus is not None and gpus == 0 and workers > have_cpus:
+            raise _refuse("workers_per_trial", f"{workers} CPU workers per trial but only {have_cpus} CPUs are "
+                                               "available")
+        return self
+
+
+def _logger(name: str) -> str:
+    if name not in LOGGERS:
+        raise _refuse("", f"unknown logger {name!r} (one of {', '.join(LOGGERS)})")
+    return name
+
+
+Logger = Annotated[str, AfterValidator(_logger), WithJsonSchema({"enum": list(LOGGERS), "type": "string"})]
+
+
+class StudyFile(_Strict):
+    """A study file (module docstring).  ``model_validate(raw, context=...)``: the
+    ``default_name`` and, if known, the target's ``cpus`` and ``gpus``."""
+    name: Capped(str, "MAX_NAME_LENGTH", min_length=1) = None  # default: the file's stem
+    description: Capped(str, "MAX_DESCRIPTION_CHARS") = ""
+    data: str
+    subset: Annotated[int, Field(ge=1)] | None = None
+    validation: int | float = None  # default: 0.1 if the study selects, else 0
+    epochs: Capped(int, "MAX_EPOCHS", ge=1) = 300
+    batch_size: Capped(int, "MAX_BATCH_SIZE", ge=1) = 100
+    optimizer: Optimizer = Optimizer()
+    schedule: Schedule = Schedule()
+    training: Training = Training()
+    protocol: Protocol = Protocol()
+    maps: Maps = Maps()
+    seeds: Annotated[Capped(list[Capped(int, "MAX_SEED", ge=0)], "MAX_SEEDS", min_length=1),
+                     _distinct("a seed")] = [0]
+    model: ModelFields = ModelFields()
+    models: Capped(list[ModelEntry], "MAX_LIST_ENTRIES", min_length=1) = [ModelEntry()]
+    grid: Grid = Grid()
+    sample: Sample = Sample()
+    num_samples: Capped(int, "MAX_NUM_SAMPLES", ge=1) = 1
+    scheduler: Scheduler | None = None
+    resources: Resources = Resources()
+    max_failures: Capped(int, "MAX_FAILURES", ge=0) = 2
+    max_concurrent: Capped(int, "MAX_TRIALS", ge=1) | None = None
+    loggers: Annotated[list[Logger], _distinct("a logger")] = list(DEFAULT_LOGGERS)
+
+    @field_validator("data")
+    @classmethod
+    def _source(cls, data: str) -> str:
+        """The source exists (:func:`study.speccheck.check_data_source`); a path becomes
+        absolute (trials run in other working directories, and on other nodes)."""
+        return speccheck.check_data_source(lambda _, message: _refuse("", message), data, exists=True)
+
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo):
+        self.name = self.name or (info.context or {}).get("default_name", "study")
+        if not _valid_name(self.name):
+            raise _refuse("name", f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
+                                  f"got {speccheck.short(self.name)}")
+        axes = {k: len(v) for k, v in self.grid.model_dump(exclude_unset=True).items()}
+        cells = len(self.seeds) * len(self.models) * math.prod(axes.values())  # counted, never materialised
+        if cells > limits.MAX_GRID_CELLS:
+            what = " x ".join([f"{len(self.seeds)} seeds", f"{len(self.models)} models"] + [f"{n} {k}" for k, n in
+                                                                                           axes.items()])
+            raise _refuse("grid", f"expands to {cells} cells ({what}), more than {limits.MAX_GRID_CELLS} "
+                                  "(MAX_GRID_CELLS)")
+        if cells * self.num_samples > limits.MAX_TRIALS:
+            raise _refuse("num_samples", f"{cells} cells x {self.num_samples} samples = {cells * self.num_samples} "
+                                         f"trials, more than {limits.MAX_TRIALS} (MAX_TRIALS)")
+        if self.num_samples > 1 and not self.sample.model_fields_set:
+            raise _refuse("num_samples", f"{self.num_samples} samples per cell but nothing is sampled (no sample "
+                                         "axes): every sample would repeat the same trial (repeat with seeds instead)")
+        grid, sample = self.grid.model_fields_set, self.sample.model_fields_set
+        for k in grid | sample:
+            where = f"grid.{k}" if k in grid else f"sample.{k}"
+            if k in grid and k in sample:
+                raise _refuse(f"sample.{k}", "duplicate axis: also a grid axis")
+            for i, m in enumerate(self.models):
+                if k in m.model_fields_set:
+                    raise _refuse(where, "duplicate axis: also set in models")
+                if k in speccheck.flatten(m.training.model_dump(exclude_unset=True)):
+                    raise _refuse(where, f"duplicate axis: also set in models.{i}.training")
+        self._select()
+        return self
+
+    def _select(self) -> None:
+        """Resolve ``validation`` and the metric selection sees (``scheduler``: a fifo one
+        when only Optuna selects); the metric is one the trials report."""
+        choosing = selects(self.model_dump(include={"sample", "scheduler"}, exclude_unset=True))
+        held = self.validation = (0.1 if choosing else 0) if self.validation is None else self.validation
+        if held < 0 or (isinstance(held, float) and not 0 < held < 1):
+            raise _refuse("validation", f"must be a number of training images >= 0 or a fraction in (0, 1), got {held}")
+        n_train = self.subset or speccheck.known_train_size(self.data)
+        if isinstance(held, int) and n_train is not None and held >= n_train:
+            raise _refuse("validation", f"{held} held-out images leave none of the {n_train} training images (use "
+                                        "fewer, or validation: 0)")
+        sched = self.scheduler
+        metric = sched and sched.metric
+        if metric and metric.startswith("val_") and not held:
+            raise _refuse("scheduler.metric", f"{metric} needs a validation split (validation: N > 0)")
+        if choosing and not metric and not held:
+            raise _refuse("validation", "is 0 but the study selects trials (sample/ASHA): keep a validation split, "
+                                        "or select on the test set explicitly with scheduler.metric: test_acc")
+        metric = metric or ("val_acc" if choosing else None)
+        if metric:
+            sched = self.scheduler = sched or Scheduler(type="fifo")
+            sched.metric, sched.mode = metric, sched.mode or ("min" if metric.endswith("loss") else "max")
+            metrics = speccheck.TUNED_METRICS + (speccheck.VALIDATION_METRICS if held else ())
+            if metric not in metrics:
+                raise _refuse("scheduler.metric", f"{metric!r} is not a reported metric (one of {', '.join(metrics)})")
+        if sched and sched.type == "asha" and sched.grace_period > self.epochs:
+            raise _refuse("scheduler.grace_period", f"{sched.grace_period} is more than the {self.epochs} epochs of "
+                                                    "the longest trial")
 
 
 @dataclass(frozen=True)
@@ -141,12 +325,12 @@ class Cell:
 
     @property
     def label(self) -> str:
-        parts = [f"{k}={v}" for k, v in {**self.model, **self.train}.items()]
-        return ",".join(parts + [f"seed={self.seed}"])
+        return ",".join([f"{k}={v}" for k, v in {**self.model, **self.train}.items()] + [f"seed={self.seed}"])
 
 
 @dataclass(frozen=True)
 class StudySpec:
+    """A checked study file (:class:`StudyFile`) expanded into its grid cells."""
     file: str
     name: str
     raw: dict[str, Any]
@@ -161,9 +345,7 @@ class StudySpec:
     max_failures: int
     max_concurrent: int | None
     models: list[ModelConfig] = field(default_factory=list)
-    #: False when ``models`` is a lower bound (a model field sampled from a
-    #: continuous or long range, or too many combinations to enumerate)
-    models_complete: bool = True
+    models_complete: bool = True  # False: a model field is sampled from a range, or too many to enumerate
     loggers: tuple[str, ...] = DEFAULT_LOGGERS
     #: the command-line overrides applied to the file's mapping (``raw`` holds the result)
     overrides: tuple[str, ...] = ()
@@ -175,8 +357,7 @@ class StudySpec:
     def train_config(self, cell: Cell, sampled: dict[str, Any] | None = None) -> TrainConfig:
         """The full training configuration of one trial."""
         sampled = dict(sampled or {})
-        model = {**self.raw.get("model", {}), **cell.model,
-                 **{k: v for k, v in sampled.items() if k in MODEL_FIELDS}}
+        model = {**self.raw.get("model", {}), **cell.model, **{k: v for k, v in sampled.items() if k in MODEL_FIELDS}}
         train = {**self.base_train, **cell.train, **{k: v for k, v in sampled.items() if k in TRAIN_AXES}}
         return TrainConfig(model=ModelConfig.from_dict(model), seed=cell.seed, **train)
 
@@ -187,28 +368,19 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
 
     ``overrides``: Hydra-syntax ``key.sub=value`` strings (:mod:`study.overrides`)
     applied to the file's mapping before it is checked; an error they cause names
-    the override's path and the override.
-
-    ``gpus_available`` / ``cpus_available``: GPUs / CPUs of the target machine or
-    cluster, if known; a request per trial beyond them is an error."""
-    file = str(path)
-    p = Path(path)
+    the override's path and the override.  ``gpus_available`` / ``cpus_available``:
+    of the target machine or cluster, if known; a request per trial beyond them is an error."""
+    file, p, overrides = str(path), Path(path), tuple(overrides)
     try:
         raw = load_yaml(read_study_text(p))
     except YamlError as e:
         raise SpecError(file, "", str(e)) from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
+    if not isinstance(raw, (dict, type(None))):
         raise SpecError(file, "", f"must be a mapping of study fields, got {type(raw).__name__}")
-    overrides = tuple(overrides)
-    if overrides:
-        raw = cli_overrides.apply(raw, list(overrides), err=lambda where, message: SpecError(file, where, message))
-    if data is not None:
-        raw = {**raw, "data": data}
+    raw = cli_overrides.apply(raw or {}, list(overrides), err=lambda where, m: SpecError(file, where, m))
     try:
-        spec = validate(raw, file=file, default_name=p.stem, gpus_available=gpus_available,
-                        cpus_available=cpus_available)
+        spec = validate(raw if data is None else {**raw, "data": data}, file=file, default_name=p.stem,
+                        gpus_available=gpus_available, cpus_available=cpus_available)
     except SpecError as e:
         culprit = _override_of(e.path, overrides)
         if culprit is None:
@@ -232,220 +404,91 @@ def _override_of(path: str, overrides: tuple[str, ...]) -> str | None:
 
 def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None,
              cpus_available: int | None = None) -> StudySpec:
+    """Check the study file's mapping ``raw`` (:class:`StudyFile`), expand its grid and
+    check every value it can produce (:func:`study.speccheck.check_values`)."""
+    try:
+        study = StudyFile.model_validate(raw, context={"default_name": default_name, "gpus": gpus_available,
+                                                       "cpus": cpus_available})
+    except ValidationError as e:
+        raise _refusal(file, e) from None
+    raw = {**raw, "data": study.data}
+    models = [{k: v for k, v in m.items() if k != "training"} for m in raw.get("models", [{}])]
+    recipes = [speccheck.flatten(m.get("training", {})) for m in raw.get("models", [{}])]
+    grid = raw.get("grid", {})
+    cells = [Cell(index=i, seed=seed, model={**m, **{k: v for k, v in values.items() if k in MODEL_FIELDS}},
+                  train={**recipe, **{k: v for k, v in values.items() if k in TRAIN_AXES}})
+             for i, (seed, (m, recipe), values) in enumerate(itertools.product(
+                 study.seeds, zip(models, recipes), (dict(zip(grid, v)) for v in itertools.product(*grid.values()))))]
+    sections = speccheck.flatten({k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")})
+    spec = StudySpec(
+        file=file, name=study.name, raw=raw, cells=cells, sample=raw.get("sample", {}), base_train={
+            "data": study.data, "subset": study.subset, "validation": study.validation, "epochs": study.epochs,
+            "batch_size": study.batch_size, **sections, **({"map_epochs": study.maps.epochs} if "epochs" in raw.get(
+                "maps", {}) else {})},
+        num_samples=study.num_samples, max_failures=study.max_failures, max_concurrent=study.max_concurrent,
+        scheduler=study.scheduler and {"type": study.scheduler.type, **study.scheduler.model_dump(exclude_unset=True)},
+        gpus_per_trial=study.resources.gpus_per_trial, cpus_per_trial=study.resources.cpus_per_trial,
+        workers_per_trial=study.resources.workers_per_trial, loggers=tuple(study.loggers))
+
     def err(path: str, message: str) -> SpecError:
         return SpecError(file, path, message)
-
-    for key, value in raw.items():
-        if key not in TOP_KEYS:
-            raise err(str(key), f"unknown key (allowed: {', '.join(TOP_KEYS)})")
-        _check_type(err, key, value, TOP_KEYS[key])
-    for section, keys in SECTION_KEYS.items():
-        for key, value in (raw.get(section) or {}).items():
-            if key not in keys:
-                raise err(f"{section}.{key}", f"unknown key (allowed: {', '.join(keys)})")
-            _check_type(err, f"{section}.{key}", value, keys[key])
-    speccheck.check_sizes(err, raw)
-    if "data" not in raw:
-        raise err("data", "required (synthetic, cifar10[:ROOT] or a path)")
-    _check_data(err, raw["data"])
-    speccheck.check_data_source(err, raw["data"])
-    if _is_path(raw["data"]):
-        # trials run in other working directories (and on other nodes): absolute path
-        raw = {**raw, "data": str(Path(raw["data"]).expanduser().resolve())}
-    for key in ("epochs", "batch_size", "num_samples", "subset"):
-        if raw.get(key) is not None and raw[key] < 1:
-            raise err(key, f"must be >= 1, got {raw[key]}")
-
-    map_epochs = raw.get("maps", {}).get("epochs")
-    if isinstance(map_epochs, list) and len({_same_key(v) for v in map_epochs}) != len(map_epochs):
-        raise err("maps.epochs", f"repeats an epoch: {speccheck.short(map_epochs)}")
-    validation, selection_metric = _check_validation(err, raw)
-    base_train = {
-        "data": raw["data"], "subset": raw.get("subset"), "validation": validation,
-        "epochs": raw.get("epochs", 300),
-        "batch_size": raw.get("batch_size", 100),
-        **_recipe(raw.get("optimizer", {}), raw.get("schedule", {}), raw.get("training", {})),
-        **raw.get("protocol", {}),
-        **({"map_epochs": raw["maps"]["epochs"]} if "epochs" in raw.get("maps", {}) else {}),
-    }
-
-    seeds = raw.get("seeds", [0])
-    if not seeds:
-        raise err("seeds", "must list at least one seed")
-    for i, s in enumerate(seeds):
-        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise err(f"seeds.{i}", f"must be a non-negative integer, got {s!r}")
-    if len(set(seeds)) != len(seeds):
-        raise err("seeds", "repeats a seed")
-
-    models = raw.get("models", [{}])
-    if not models:
-        raise err("models", "must list at least one model")
-    for i, m in enumerate(models):
-        if not isinstance(m, dict):
-            raise err(f"models.{i}", f"must be a mapping of model fields, got {type(m).__name__}")
-        for k in m:
-            if k not in MODEL_FIELDS and k != "training":
-                raise err(f"models.{i}.{k}", "unknown model field")
-    model_recipes = [_model_recipe(err, f"models.{i}.training", m.get("training", {})) for i, m in enumerate(models)]
-    models = [{k: v for k, v in m.items() if k != "training"} for m in models]
-    for k in raw.get("model", {}):
-        if k not in MODEL_FIELDS:
-            raise err(f"model.{k}", "unknown model field")
-
-    grid = raw.get("grid", {})
-    axes_ok = MODEL_FIELDS + TRAIN_AXES
-    for k, values in grid.items():
-        if k not in axes_ok:
-            raise err(f"grid.{k}", f"unknown axis (model fields or {', '.join(TRAIN_AXES)})")
-        if not isinstance(values, list):
-            raise err(f"grid.{k}", f"must be a list of values, got {type(values).__name__}")
-        if not values:
-            raise err(f"grid.{k}", "empty axis: a grid axis needs at least one value")
-        for i, v in enumerate(values):
-            if isinstance(v, float) and not math.isfinite(v):
-                raise err(f"grid.{k}", f"entry {i} must be finite, got {v}")
-        if len({_same_key(v) for v in values}) != len(values):
-            raise err(f"grid.{k}", "repeats a value")
-    sample = raw.get("sample", {})
-    for k, dist in sample.items():
-        if k not in axes_ok:
-            raise err(f"sample.{k}", f"unknown axis (model fields or {', '.join(TRAIN_AXES)})")
-        if k in grid:
-            raise err(f"sample.{k}", "duplicate axis: also a grid axis")
-        _check_distribution(err, f"sample.{k}", dist)
-    for k in list(grid) + list(sample):
-        if any(k in m for m in models):
-            raise err(f"grid.{k}" if k in grid else f"sample.{k}", "duplicate axis: also set in models")
-        for i, recipe in enumerate(model_recipes):
-            if k in recipe:
-                raise err(f"grid.{k}" if k in grid else f"sample.{k}",
-                          f"duplicate axis: also set in models.{i}.training")
-    num_samples = raw.get("num_samples", 1)
-    if num_samples > 1 and not sample:
-        raise err("num_samples", f"{num_samples} samples per cell but nothing is sampled (no sample axes): every "
-                                 "sample would repeat the same trial (repeat with seeds instead)")
-
-    scheduler = raw.get("scheduler")
-    if scheduler is not None:
-        kind = scheduler.get("type", "asha")
-        if kind not in ("asha", "fifo"):
-            raise err("scheduler.type", f"must be asha or fifo, got {kind!r}")
-        if scheduler.get("mode", "max") not in ("max", "min"):
-            raise err("scheduler.mode", "must be max or min")
-        if scheduler.get("grace_period", 1) < 1:
-            raise err("scheduler.grace_period", "must be >= 1")
-        if scheduler.get("reduction_factor", 3) <= 1:
-            raise err("scheduler.reduction_factor", "must be > 1")
-        for key in ("grace_period", "reduction_factor"):
-            if kind != "asha" and key in scheduler:
-                raise err(f"scheduler.{key}", f"applies only to type asha (the fifo scheduler stops no trial)")
-        metric, mode = scheduler.get("metric"), scheduler.get("mode")
-        if isinstance(metric, str) and mode is not None and mode != ("min" if metric.endswith("loss") else "max"):
-            raise err("scheduler.mode", f"{mode} with metric {metric} would select the worst trials "
-                                        f"(use mode: {'min' if metric.endswith('loss') else 'max'})")
-        scheduler = {"type": kind, **scheduler}
-    if selection_metric is not None:
-        scheduler = {"type": "fifo", **(scheduler or {}), "metric": selection_metric}
-        scheduler.setdefault("mode", "min" if selection_metric.endswith("loss") else "max")
-    speccheck.check_scheduler(err, raw, scheduler, max_epochs=base_train["epochs"],
-                             validation=validation)
-
-    res = raw.get("resources", {})
-    gpus = res.get("gpus_per_trial", 0)
-    cpus = res.get("cpus_per_trial", 1)
-    if gpus < 0:
-        raise err("resources.gpus_per_trial", f"must be >= 0, got {gpus}")
-    if gpus > 1 and gpus != int(gpus):
-        raise err("resources.gpus_per_trial",
-                  f"fractional GPUs must be <= 1 (to pack trials on one GPU), got {gpus}")
-    if cpus <= 0:
-        raise err("resources.cpus_per_trial", f"must be > 0, got {cpus}")
-    for key, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)):
-        if 0 < v < 1e-4:  # Ray counts resources in units of 1/10000: this would be 0
-            raise err(f"resources.{key}", f"must be 0 or at least 0.0001 (Ray's resource unit), got {v:g}")
-    workers = res.get("workers_per_trial", int(gpus) if gpus > 1 else 1)
-    if workers < 1:
-        raise err("resources.workers_per_trial", f"must be >= 1, got {workers}")
-    if gpus > 1 and workers != int(gpus):
-        raise err("resources.workers_per_trial", f"a DDP trial uses one worker per GPU: {int(gpus)}, got {workers}")
-    if gpus > 0 and gpus_available == 0:
-        raise err("resources.gpus_per_trial", f"requests {gpus} GPU(s) per trial but the cluster has no GPU")
-    speccheck.check_resources(err, cpus=cpus, gpus=gpus, workers=workers, cpus_available=cpus_available,
-                              gpus_available=gpus_available)
-    max_failures = raw.get("max_failures", 2)
-    if max_failures < 0:
-        raise err("max_failures", "must be >= 0")
-    max_concurrent = raw.get("max_concurrent")
-    if max_concurrent is not None and max_concurrent < 1:
-        raise err("max_concurrent", "must be >= 1")
-
-    loggers = raw.get("loggers", list(DEFAULT_LOGGERS))
-    for i, name in enumerate(loggers):
-        if not isinstance(name, str) or name not in LOGGERS:
-            raise err(f"loggers.{i}", f"unknown logger {name!r} (one of {', '.join(LOGGERS)})")
-    if len(set(loggers)) != len(loggers):
-        raise err("loggers", "repeats a logger")
-
-    # expand the grid and check every cell builds a valid model and training config
-    keys = list(grid)
-    cells: list[Cell] = []
-    for seed in seeds:
-        for mi, m in enumerate(models):
-            for values in itertools.product(*(grid[k] for k in keys)):
-                assigned = dict(zip(keys, values))
-                cell = Cell(index=len(cells), seed=seed,
-                            model={**m, **{k: v for k, v in assigned.items() if k in MODEL_FIELDS}},
-                            train={**model_recipes[mi], **{k: v for k, v in assigned.items() if k in TRAIN_AXES}})
-                cells.append(cell)
-    spec = StudySpec(
-        file=file, name=raw.get("name", default_name), raw=raw, base_train=base_train, cells=cells,
-        sample=sample, num_samples=num_samples, scheduler=scheduler, gpus_per_trial=float(gpus),
-        cpus_per_trial=float(cpus), workers_per_trial=workers, max_failures=max_failures,
-        max_concurrent=max_concurrent, loggers=tuple(loggers),
-    )
-    if not _valid_name(spec.name):
-        raise err("name", f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
-                          f"got {speccheck.short(spec.name)}")
-    # every cell with every value the sampled axes can take (choice entries, range ends)
-    seen_models, complete = speccheck.check_values(err, spec, raw=raw, models=models, locate=lambda f, c, r, m: _locate(f, c, r, m, model_recipes),
-                                                   model_fields=MODEL_FIELDS)
-    _check_distinct_models(err, spec, n_models=len(models))
-    object.__setattr__(spec, "models", seen_models)
+    seen, complete = speccheck.check_values(err, spec, locate=lambda f, cell: _locate(f, cell, raw, models, recipes))
+    speccheck.check_distinct_models(err, spec, n_models=len(models))
+    object.__setattr__(spec, "models", seen)
     object.__setattr__(spec, "models_complete", complete)
     return spec
 
 
+def _model_in(annotation) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next(filter(None, map(_model_in, get_args(annotation))), None)
 
 
-def _same_key(v: Any) -> Any:
-    """Key under which two list entries are the same value (0 and 0.0 are; true and 1 are not)."""
-    try:
-        hash(v)
-        return (type(v) is bool, v)
-    except TypeError:
-        return repr(v)
+def _where(loc: tuple) -> tuple[str, type[BaseModel] | None]:
+    """The study-file path of a pydantic error's location (a union member's tag is no
+    field: dropped) and the model the path ends in."""
+    cls, path = StudyFile, []
+    for part in loc:
+        fields = cls.model_fields if cls else {}
+        if isinstance(part, int) or part in fields:
+            path.append(str(part))
+            cls = _model_in(fields[part].annotation) if part in fields else cls
+    return ".".join(path), cls
 
 
-def _check_distinct_models(err, spec: StudySpec, *, n_models: int) -> None:
-    """No two ``models`` entries give the same trials (same model and recipe, after
-    defaults): compared on the first seed and the first grid cell, since grid axes
-    may not be set in ``models``."""
-    if n_models < 2:
-        return
-    n_grid = len(spec.cells) // (n_models * max(1, len({c.seed for c in spec.cells})))
-    seen: dict[Any, int] = {}
-    for i in range(n_models):
-        cell = spec.cells[i * n_grid]
-        try:
-            key = spec.train_config(cell).to_dict()
-        except (ConfigError, TypeError, ValueError):  # only valid with sampled values: not compared
-            return
-        key = repr(key)
-        if key in seen:
-            raise err(f"models.{i}", f"builds the same model and recipe as models.{seen[key]}: "
-                                     "every trial would run twice")
-        seen[key] = i
+#: pydantic's error types for a value of the wrong type -> the type a study file needs
+_TYPES = {"int_type": "int", "float_type": "float", "string_type": "str", "bool_type": "bool", "list_type": "list",
+          "model_type": "dict", "dict_type": "dict"}
+
+
+def _refusal(file: str, e: ValidationError) -> SpecError:
+    """Pydantic's first error as one line ``FILE: path.field: problem``."""
+    errors = e.errors()
+    same = [x for x in errors if _where(x["loc"])[0] == _where(errors[0]["loc"])[0]]  # a union's members: one each
+    first = next((x for x in same if isinstance((x.get("ctx") or {}).get("error"), SpecError)), errors[0])
+    kind, ctx, value, loc = first["type"], first.get("ctx") or {}, first.get("input"), first["loc"]
+    if kind == "extra_forbidden":
+        parent, cls = _where(loc[:-1])
+        return SpecError(file, ".".join(filter(None, (parent, str(loc[-1])))), "unknown model field" if issubclass(
+            cls, ModelFields) else f"unknown axis (model fields or {', '.join(TRAIN_AXES)})" if cls in (Grid, Sample)
+            else f"unknown key (allowed: {', '.join(cls.model_fields)})")
+    path = _where(loc)[0]
+    if isinstance(ctx.get("error"), SpecError):  # a validator's refusal
+        return SpecError(file, ".".join(filter(None, (path, ctx["error"].path))), ctx["error"].message)
+    if kind in _TYPES or kind == "literal_error":  # each member of a union rejects the value: name them all
+        expected = [_TYPES.get(x["type"]) or (x.get("ctx") or {}).get("expected") for x in same]
+        return SpecError(file, path, f"must be {' or '.join(dict.fromkeys(filter(None, expected)))}, got "
+                                     f"{type(value).__name__} {speccheck.short(value)}")
+    return SpecError(file, path, {
+        "missing": "required (synthetic, cifar10[:ROOT] or a path)" if path == "data" else "required",
+        "finite_number": f"must be finite, got {value}", "string_too_short": "must not be empty",
+        "greater_than_equal": f"must be >= {ctx.get('ge')}, got {value}",
+        "greater_than": f"must be > {ctx.get('gt')}, got {value}",
+        "too_short": "must not be empty" if ctx.get("min_length") == 1 else f"must list {ctx.get('min_length')} "
+                     f"entries, got {speccheck.short(value)}",
+        "too_long": f"must list {ctx.get('max_length')} entries, got {speccheck.short(value)}",
+    }.get(kind, first["msg"]))
 
 
 def selects(raw: dict[str, Any]) -> bool:
@@ -454,137 +497,25 @@ def selects(raw: dict[str, Any]) -> bool:
     return bool(raw.get("sample")) or (bool(raw.get("scheduler")) and sched.get("type", "asha") == "asha")
 
 
-def _check_validation(err, raw: dict[str, Any]) -> tuple[int | float, str | None]:
-    """(validation size, metric that selection sees or None when nothing selects)."""
-    sched = raw.get("scheduler") or {}
-    choosing = selects(raw)
-    validation = raw.get("validation", 0.1 if choosing else 0)
-    if validation < 0 or (isinstance(validation, float) and not 0 < validation < 1):
-        raise err("validation", f"must be a number of training images >= 0 or a fraction in (0, 1), got {validation}")
-    n_train = raw.get("subset")
-    kind, _, arg = raw["data"].partition(":")
-    if n_train is None and kind == "synthetic":
-        n_train = int(arg) if arg.isdigit() else 2000
-    if isinstance(validation, int) and n_train is not None and validation >= n_train:
-        raise err("validation", f"{validation} held-out images leave none of the {n_train} training images "
-                                f"(use fewer, or validation: 0)")
-    metric = sched.get("metric")
-    if metric is not None and metric.startswith("val_") and not validation:
-        raise err("scheduler.metric", f"{metric} needs a validation split (validation: N > 0)")
-    if not choosing:
-        return validation, metric
-    if metric is None:
-        if not validation:
-            raise err("validation", "is 0 but the study selects trials (sample/ASHA): keep a validation "
-                                    "split, or select on the test set explicitly with scheduler.metric: test_acc")
-        metric = "val_acc"
-    return validation, metric
-
-
 def _valid_name(name: str) -> bool:
-    return (0 < len(name) <= limits.MAX_NAME_LENGTH and all(c.isascii() and (c.isalnum() or c in "-_.")
-                                                             for c in name) and not name.startswith("."))
+    return (0 < len(name) <= limits.MAX_NAME_LENGTH and not name.startswith(".")
+            and all(c.isascii() and (c.isalnum() or c in "-_.") for c in name))
 
 
-def _recipe(opt: dict, sched: dict, training: dict) -> dict[str, Any]:
-    """``optimizer`` / ``schedule`` / ``training`` sections → TrainConfig fields."""
-    return {**opt, **({"schedule": sched["type"]} if "type" in sched else {}),
-            **({"warmup": sched["warmup"]} if "warmup" in sched else {}), **training}
-
-
-def _model_recipe(err, path: str, d: Any) -> dict[str, Any]:
-    """Validate a ``models.N.training`` override and flatten it to TrainConfig fields."""
-    _check_type(err, path, d, dict)
-    for key, value in d.items():
-        if key not in MODEL_TRAINING_KEYS:
-            raise err(f"{path}.{key}", f"unknown key (allowed: {', '.join(MODEL_TRAINING_KEYS)})")
-        _check_type(err, f"{path}.{key}", value, MODEL_TRAINING_KEYS[key])
-        if key in ("optimizer", "schedule", "protocol"):
-            for k, v in value.items():
-                if k not in SECTION_KEYS[key]:
-                    raise err(f"{path}.{key}.{k}", f"unknown key (allowed: {', '.join(SECTION_KEYS[key])})")
-                _check_type(err, f"{path}.{key}.{k}", v, SECTION_KEYS[key][k])
-    flat = {k: v for k, v in d.items() if k not in ("optimizer", "schedule", "protocol")}
-    return {**flat, **_recipe(d.get("optimizer", {}), d.get("schedule", {}), {}), **d.get("protocol", {})}
-
-
-def _locate(fld: str, cell: Cell, raw: dict, models: list[dict], recipes: list[dict] | None = None) -> str:
+def _locate(fld: str, cell: Cell, raw: dict, models: list[dict], recipes: list[dict]) -> str:
     """The study-file path that set ``fld`` for ``cell``."""
-    train_map = {**_RECIPE_PATHS, "map_epochs": "maps.epochs"}
-    if fld in raw.get("grid", {}):
-        return f"grid.{fld}"
-    if fld in raw.get("sample", {}):
-        return f"sample.{fld}"
-    for i, (m, recipe) in enumerate(zip(models, recipes or [])):
+    for section in ("grid", "sample"):
+        if fld in raw.get(section, {}):
+            return f"{section}.{fld}"
+    for i, (m, recipe) in enumerate(zip(models, recipes)):
         if fld in recipe and m.items() <= cell.model.items() and recipe.items() <= cell.train.items():
-            key = train_map.get(fld, fld)
-            return f"models.{i}.training.{key}"
+            return f"models.{i}.training.{_RECIPE_PATHS.get(fld, fld)}"
     for i, m in enumerate(models):
         if fld in m and m.items() <= cell.model.items():
             return f"models.{i}.{fld}"
-    if fld in raw.get("model", {}):
-        return f"model.{fld}"
-    if fld in raw.get("training", {}):
-        return f"training.{fld}"
-    if fld in train_map:
-        return train_map[fld]
-    if fld in MODEL_FIELDS:
-        for i, m in enumerate(models):
-            if m.items() <= cell.model.items() and m:
-                return f"models.{i}"
-        return "model"
-    return fld
-
-
-def _check_type(err, path: str, value: Any, types) -> None:
-    types = types if isinstance(types, tuple) else (types,)
-    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
-    if not ok:
-        names = "/".join("null" if t is type(None) else t.__name__ for t in types)
-        raise err(path, f"must be {names}, got {type(value).__name__} {speccheck.short(value)}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise err(path, f"must be finite, got {value}")
-
-
-def _is_path(data: str) -> bool:
-    return not (data == "synthetic" or data.startswith("synthetic:") or data == "cifar10"
-                or data.startswith("cifar10:"))
-
-
-def _check_data(err, data: str) -> None:
-    if not data.strip():
-        raise err("data", "must not be empty (synthetic, cifar10[:ROOT] or a path)")
-    if not _is_path(data):
-        return
-    try:
-        p = Path(data).expanduser()
-    except RuntimeError:  # ~user of an unknown user, or no home directory
-        raise err("data", f"cannot expand the ~ of {speccheck.short(data)}") from None
-    if not p.exists():
-        raise err("data", f"no such file or directory: {data}")
-    if not os.access(p, os.R_OK):
-        raise err("data", f"not readable: {data}")
-
-
-def _check_distribution(err, path: str, dist: Any) -> None:
-    if not isinstance(dist, dict) or len(dist) != 1:
-        raise err(path, f"must be one of {{{', '.join(f'{d}: ...' for d in DISTRIBUTIONS)}}}")
-    (kind, args), = dist.items()
-    if kind not in DISTRIBUTIONS:
-        raise err(path, f"unknown distribution {kind!r} (one of {', '.join(DISTRIBUTIONS)})")
-    if kind == "choice":
-        if not isinstance(args, list) or not args:
-            raise err(f"{path}.choice", "must be a non-empty list")
-        speccheck.check_choice(err, f"{path}.choice", args)
-        return
-    if not (isinstance(args, list) and len(args) == 2 and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)):
-        raise err(f"{path}.{kind}", "must be [low, high]")
-    low, high = args
-    if not all(math.isfinite(a) for a in args):
-        raise err(f"{path}.{kind}", f"bounds must be finite, got [{low}, {high}]")
-    if not low < high:
-        raise err(f"{path}.{kind}", f"low must be < high, got [{low}, {high}]")
-    if kind == "loguniform" and low <= 0:
-        raise err(f"{path}.{kind}", f"low must be > 0 for loguniform, got {low}")
-    if kind == "int" and not (isinstance(low, int) and isinstance(high, int)):
-        raise err(f"{path}.{kind}", "bounds must be integers")
+    for section in ("model", "training"):
+        if fld in raw.get(section, {}):
+            return f"{section}.{fld}"
+    if fld in _RECIPE_PATHS or fld not in MODEL_FIELDS:
+        return _RECIPE_PATHS.get(fld, fld)
+    return next((f"models.{i}" for i, m in enumerate(models) if m and m.items() <= cell.model.items()), "model")

@@ -1,19 +1,16 @@
-"""Reading a study file's YAML safely: bounded size, bounded alias expansion, no
-YAML-1.1 surprises.
+"""Reading a study file's YAML safely (what no schema can check, since it happens
+before there is a value to validate):
 
-- the file must be a regular file of at most :data:`study.limits.MAX_STUDY_FILE_BYTES`
-  (a FIFO or ``/dev/zero`` is refused before it is opened for reading);
-- the document may expand to at most :data:`study.limits.MAX_YAML_NODES` nodes
-  counting every alias use in full: the event stream is scanned (libyaml when
-  available) and a "billion laughs" alias bomb stops there, before any node graph
-  or Python object is built; a recursive alias is refused; collections may nest at
-  most :data:`study.limits.MAX_YAML_DEPTH` deep and an integer has at most
+- a regular file of at most :data:`study.limits.MAX_STUDY_FILE_BYTES` (a FIFO or
+  ``/dev/zero`` is refused before it is opened for reading), UTF-8;
+- at most :data:`study.limits.MAX_YAML_NODES` nodes counting every alias use in full,
+  from the event stream (libyaml when available): a "billion laughs" alias bomb stops
+  before any node graph or Python object is built; no recursive alias; collections
+  nest at most :data:`study.limits.MAX_YAML_DEPTH` deep; integers have at most
   :data:`study.limits.MAX_INT_DIGITS` digits;
-- scalars resolve as in YAML 1.2's core schema: ``true``/``false`` only (``yes``,
-  ``on``, ``n`` stay strings), decimal integers only (YAML 1.1's sexagesimal
-  ``1:30`` → 90 and octal ``010`` → 8 stay strings and fail their type check),
-  ``1e-4`` is a float (YAML 1.1 reads it as a string), no timestamps;
-- a mapping that repeats a key is refused (YAML would keep the last).
+- YAML 1.2 core-schema scalars: ``true``/``false`` only (``yes``, ``on`` stay strings),
+  decimal integers only (``1:30``, ``010``, ``!!int 0x10`` are not numbers), ``1e-4``
+  is a float, no timestamps; a repeated mapping key is refused.
 """
 
 from __future__ import annotations
@@ -44,20 +41,12 @@ class _Resolver(yaml.resolver.BaseResolver):
 
 
 _Resolver.yaml_implicit_resolvers = {}
-_Resolver.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-_Resolver.add_implicit_resolver(
-    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789"))
-_Resolver.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                  |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
-                  |[-+]?\.(?:inf|Inf|INF)
-                  |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
-_Resolver.add_implicit_resolver(
-    "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
-_Resolver.add_implicit_resolver("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), ["<"])
+for _tag, _pattern, _first in (
+        ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"), ("int", r"[-+]?(?:0|[1-9][0-9_]*)", "-+0123456789"),
+        ("float", r"""[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)? | [-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+                     | [-+]?\.(?:inf|Inf|INF) | \.(?:nan|NaN|NAN)""", "-+0123456789."),
+        ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]), ("merge", r"<<", "<")):
+    _Resolver.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(f"^(?:{_pattern})$", re.X), list(_first))
 
 
 class _Constructor(yaml.constructor.SafeConstructor):
@@ -99,22 +88,17 @@ class _Constructor(yaml.constructor.SafeConstructor):
 _Constructor.add_constructor("tag:yaml.org,2002:map", _Constructor.construct_yaml_map)
 _Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)
 
-if _Parser is not None:
-    class _Loader(_Parser, _Constructor, _Resolver):
-        def __init__(self, stream):
-            _Parser.__init__(self, stream)
-            _Constructor.__init__(self)
-            _Resolver.__init__(self)
-else:  # pure-Python PyYAML
-    class _Loader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, yaml.composer.Composer,
-                  _Constructor, _Resolver):
-        def __init__(self, stream):
-            yaml.reader.Reader.__init__(self, stream)
-            yaml.scanner.Scanner.__init__(self)
-            yaml.parser.Parser.__init__(self)
-            yaml.composer.Composer.__init__(self)
-            _Constructor.__init__(self)
-            _Resolver.__init__(self)
+#: libyaml's parser, else PyYAML's pure-Python reader/scanner/parser/composer (the
+#: constructor and resolver stay ours)
+_PARSE = (_Parser,) if _Parser else (yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
+                                      yaml.composer.Composer)
+
+
+class _Loader(*_PARSE, _Constructor, _Resolver):
+    def __init__(self, stream):
+        _PARSE[0].__init__(self, stream)
+        for base in (*_PARSE[1:], _Constructor, _Resolver):
+            base.__init__(self)
 
 
 def read_study_text(path: str | os.PathLike) -> str:
@@ -176,50 +160,40 @@ def check_expansion(text: str, *, max_nodes: int | None = None) -> int:
     cap = limits.MAX_YAML_NODES if max_nodes is None else max_nodes
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (expanded size, nesting height)
     stack: list[list] = []  # [expanded size so far, anchor, height of the deepest child] of each open collection
-    total = 0
-    loader = _Loader(text)
+    total, loader = 0, _Loader(text)
     deep = f"collections nested more than {limits.MAX_YAML_DEPTH} deep (MAX_YAML_DEPTH)"
     try:
         while loader.check_event():
             ev = loader.get_event()
-            if isinstance(ev, CollectionEndEvent):
-                size, anchor, height = stack.pop()
-                if anchor is not None:
-                    sizes[anchor] = (size, height + 1)
-                if stack:
-                    stack[-1][0] += size
-                    stack[-1][2] = max(stack[-1][2], height + 1)
-                continue
+            line = ev.start_mark.line + 1 if ev.start_mark else "?"
             if isinstance(ev, CollectionStartEvent):
-                stack.append([1, ev.anchor, 0])
+                stack.append([1, ev.anchor, 0])  # its size joins its parent's at its end
                 if len(stack) > limits.MAX_YAML_DEPTH:
-                    raise YamlError(f"line {ev.start_mark.line + 1}: {deep}")
-                n = 1
-            elif isinstance(ev, ScalarEvent):
-                n = 1
-                if ev.anchor is not None:
-                    sizes[ev.anchor] = (1, 0)
-                if stack:
-                    stack[-1][0] += 1
-            elif isinstance(ev, AliasEvent):
-                if ev.anchor not in sizes:
-                    if any(a == ev.anchor for _, a, _ in stack):
-                        raise YamlError(f"line {ev.start_mark.line + 1}: alias *{ev.anchor} refers to a "
-                                        "node that contains it (recursive)")
+                    raise YamlError(f"line {line}: {deep}")
+                total += 1
+            elif isinstance(ev, (CollectionEndEvent, ScalarEvent, AliasEvent)):
+                if isinstance(ev, CollectionEndEvent):
+                    n, anchor, height = stack.pop()
+                    height, added = height + 1, 0
+                elif isinstance(ev, ScalarEvent):
+                    n, anchor, height, added = 1, ev.anchor, 0, 1
+                elif ev.anchor in sizes:
+                    (n, height), anchor, added = sizes[ev.anchor], None, sizes[ev.anchor][0]
+                    if len(stack) + height > limits.MAX_YAML_DEPTH:  # aliases of aliases nest too
+                        raise YamlError(f"line {line}: {deep} (aliases expanded)")
+                elif any(a == ev.anchor for _, a, _ in stack):
+                    raise YamlError(f"line {line}: alias *{ev.anchor} refers to a node that contains it (recursive)")
+                else:
                     continue  # undefined: the loader reports it
-                n, height = sizes[ev.anchor]
-                if len(stack) + height > limits.MAX_YAML_DEPTH:  # aliases of aliases nest too
-                    raise YamlError(f"line {ev.start_mark.line + 1}: {deep} (aliases expanded)")
+                if anchor is not None:
+                    sizes[anchor] = (n, height)
                 if stack:
                     stack[-1][0] += n
                     stack[-1][2] = max(stack[-1][2], height)
-            else:
-                continue
-            total += n
+                total += added
             if total > cap:
-                line = ev.start_mark.line + 1 if ev.start_mark else "?"
-                raise YamlError(f"line {line}: the document expands to more than {cap} YAML nodes "
-                                "(aliases counted in full; limit MAX_YAML_NODES)")
+                raise YamlError(f"line {line}: the document expands to more than {cap} YAML nodes (aliases counted "
+                                "in full; limit MAX_YAML_NODES)")
     finally:
         loader.dispose()
     return total

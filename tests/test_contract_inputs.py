@@ -160,7 +160,7 @@ def test_five_million_seeds(cli, tmp_path):
 def test_seed_list_just_over_the_limit_within_the_file_size(cli, tmp_path):
     p = write(tmp_path, "data: synthetic\nseeds: [" + ",".join(map(str, range(limits.MAX_SEEDS + 1))) + "]\n")
     r = cli("validate", p)
-    assert r.line.endswith(f"seeds: lists {limits.MAX_SEEDS + 1} seeds, more than {limits.MAX_SEEDS} (MAX_SEEDS)")
+    assert r.line.endswith(f"seeds: lists {limits.MAX_SEEDS + 1} entries, more than {limits.MAX_SEEDS} (MAX_SEEDS)")
 
 
 def test_many_nodes_without_aliases(cli, tmp_path):

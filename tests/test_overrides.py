@@ -112,7 +112,7 @@ REFUSED = [
     (["epochs=five"], "epochs: must be int, got str 'five' (override epochs=five)"),
     (["model.hidden=[16]"], "model.hidden: must be an integer, got [16] (override model.hidden=[16])"),
     (["models[0].num_heads=x"], "models.0.num_heads: must be an integer, got 'x' (override models[0].num_heads=x)"),
-    (["seeds=[0,x]"], "seeds.1: must be a non-negative integer, got 'x' (override seeds=[0,x])"),
+    (["seeds=[0,x]"], "seeds.1: must be int, got str 'x' (override seeds=[0,x])"),
     (["seeds=3"], "seeds: must be list, got int 3 (override seeds=3)"),
     (["models[5].num_heads=4"], "models.5: index 5 out of range: models has 2 entries (override models[5].num_heads=4)"),
     (["epochs.x=1"], "epochs.x: epochs is a number (1), not a mapping: no field 'x' (override epochs.x=1)"),

@@ -1,5 +1,6 @@
 """``study validate``: one test per rule; each error is one line naming the field, exit 2."""
 
+import json
 import subprocess
 import sys
 
@@ -43,7 +44,7 @@ CASES = [
     ("repeated grid value", {**BASE, "grid": {"num_heads": [4, 4]}}, "grid.num_heads"),
     ("axis both grid and sampled", {**BASE, "grid": {"lr": [0.1]}, "sample": {"lr": {"uniform": [0.01, 0.1]}}}, "sample.lr"),
     ("axis both grid and models", {**BASE, "models": [{"num_heads": 4}], "grid": {"num_heads": [4, 9]}}, "grid.num_heads"),
-    ("unknown distribution", {**BASE, "sample": {"lr": {"gaussian": [0, 1]}}}, "sample.lr"),
+    ("unknown distribution", {**BASE, "sample": {"lr": {"gaussian": [0, 1]}}}, "sample.lr.gaussian"),
     ("loguniform low <= 0", {**BASE, "sample": {"lr": {"loguniform": [0, 1]}}}, "sample.lr.loguniform"),
     ("low >= high", {**BASE, "sample": {"lr": {"uniform": [0.5, 0.1]}}}, "sample.lr.uniform"),
     ("fractional GPUs > 1", {**BASE, "resources": {"gpus_per_trial": 1.5}}, "resources.gpus_per_trial"),
@@ -143,3 +144,66 @@ def test_study_file_reader_does_not_import_tune_adapters():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [], f"importing study.spec imports {r.stdout.strip()}"
+
+
+# ---------------------------------------------------------------- the schema (study.spec.StudyFile, pydantic)
+PYDANTIC_CASES = [  # one of each kind pydantic catches, as the exact line `study validate` prints
+    ("unknown key", {**BASE, "optimizer": {"rate": 0.1}}, "optimizer.rate: unknown key (allowed: lr, momentum, weight_decay)"),
+    ("wrong type", {**BASE, "resources": {"workers_per_trial": 1.5}}, "resources.workers_per_trial: must be int, got float 1.5"),
+    ("wrong type in a list", {**BASE, "seeds": [0, "x"]}, "seeds.1: must be int, got str 'x'"),
+    ("wrong type of a union", {**BASE, "validation": "x"}, "validation: must be int or float, got str 'x'"),
+    ("not a literal", {**BASE, "scheduler": {"type": "hyperband"}}, "scheduler.type: must be 'asha' or 'fifo', got str 'hyperband'"),
+    ("below a bound", {**BASE, "scheduler": {"grace_period": 0}}, "scheduler.grace_period: must be >= 1, got 0"),
+    ("above a limit", {**BASE, "epochs": 10**6}, "epochs: must be <= 100000 (MAX_EPOCHS), got 1000000"),
+    ("not finite", {**BASE, "schedule": {"warmup": float("inf")}}, "schedule.warmup: must be finite, got inf"),
+    ("missing", {"epochs": 2}, "data: required (synthetic, cifar10[:ROOT] or a path)"),
+]
+
+
+@pytest.mark.parametrize("doc,line", [c[1:] for c in PYDANTIC_CASES], ids=[c[0] for c in PYDANTIC_CASES])
+def test_pydantic_error_is_one_line_naming_the_field(study_in_process, tmp_path, doc, line):
+    p = write(tmp_path, doc)
+    code, out, err, _ = study_in_process("validate", p)
+    assert (code, out, err) == (2, "", [f"study validate: error: {p}: {line}"])
+
+
+def test_schema_command_prints_the_committed_schema(study_in_process):
+    from pathlib import Path
+
+    code, out, err, _ = study_in_process("schema")
+    assert (code, err) == (0, [])
+    committed = Path(__file__).parents[1] / "search_spaces" / "study.schema.json"
+    assert out == committed.read_text(), "search_spaces/study.schema.json is stale: study schema > it"
+    schema = json.loads(out)
+    assert schema["required"] == ["data"] and schema["additionalProperties"] is False
+    assert schema["properties"]["epochs"]["maximum"] == 100_000
+
+
+def test_every_shipped_study_file_names_and_meets_the_schema():
+    from pathlib import Path
+
+    import jsonschema
+
+    from study.spec import StudyFile
+    from study.specyaml import load_yaml
+
+    root = Path(__file__).parents[1] / "search_spaces"
+    schema = json.loads((root / "study.schema.json").read_text())
+    files = sorted(root.glob("*.yaml"))
+    assert len(files) >= 8
+    for f in files:
+        text = f.read_text()
+        assert text.splitlines()[0] == "# yaml-language-server: $schema=study.schema.json", f
+        raw = load_yaml(text)
+        jsonschema.validate(raw, schema)  # what an editor checks
+        if raw["data"].partition(":")[0] in ("synthetic", "cifar10"):  # a path may be absent from a checkout
+            assert load_spec(f).num_trials >= 1, f
+        else:
+            StudyFile.model_validate({**raw, "data": "synthetic"}, context={"default_name": f.stem})
+    with pytest.raises(jsonschema.ValidationError):  # and the schema refuses what the model refuses
+        jsonschema.validate({"data": "synthetic", "epoks": 3}, schema)
+
+
+def test_schema_command_has_help(study_in_process):
+    code, out, _, _ = study_in_process("schema", "--help")
+    assert code == 0 and "yaml-language-server" in out

@@ -442,6 +442,7 @@ def check_data(spec, *, quiet: bool = False) -> None:
         except DataError as e:
             raise UsageError(f"{spec.file}: data: {e}") from None
     from study.data import hold_out_validation, load_splits
+    from study.speccheck import batch_overflow
 
     progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     for source, subset, validation in sorted({(c.data, c.subset, c.validation) for c in configs}, key=str):
@@ -458,10 +459,9 @@ def check_data(spec, *, quiet: bool = False) -> None:
         dist = spec.sample.get("batch_size", {})
         sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
         batch = max([c.batch_size for c in configs if (c.data, c.subset) == (source, subset)] + [sampled])
-        if batch * spec.workers_per_trial > n:
-            workers = f" x {spec.workers_per_trial} workers" if spec.workers_per_trial > 1 else ""
-            raise UsageError(f"{spec.file}: batch_size: {batch}{workers} images per step is more than the {n} "
-                             f"training images of {source}: no training step would run")
+        why = batch_overflow(batch, spec.workers_per_trial, n, f"the {n} training images of {source}")
+        if why:
+            raise UsageError(f"{spec.file}: batch_size: {why}")
 
 
 #: fields of ``study.json`` (written by ``study.tuning.runner``) and their types

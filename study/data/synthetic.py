@@ -10,9 +10,11 @@ structure carry the class, so a tiny attention model learns it in a few CPU seco
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-from torch import Tensor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported on first use: the sizes below are read by torch-free study-file checks
+    import torch
+    from torch import Tensor
 
 NUM_CLASSES = 10
 CLASSES = tuple(f"class{i}" for i in range(NUM_CLASSES))
@@ -27,6 +29,8 @@ def make_synthetic(
     """``(train_images, train_labels, test_images, test_labels)``: uint8 (N, 3, 32, 32)
     and int64 (N,), balanced over :data:`NUM_CLASSES` classes.  The same ``seed`` gives
     the same data; the test split does not depend on ``n_train``."""
+    import torch
+
     base = torch.Generator().manual_seed(seed)
     patterns = _smooth((NUM_CLASSES, 3, 4, 4), base)
     colours = torch.randn(NUM_CLASSES, 3, 1, 1, generator=base)
@@ -37,11 +41,16 @@ def make_synthetic(
 
 def _smooth(shape: tuple[int, int, int, int], gen: torch.Generator) -> Tensor:
     """Unit-variance-ish random fields of ``shape`` upsampled smoothly to 32×32."""
+    import torch
+    import torch.nn.functional as F
+
     field = torch.randn(shape, generator=gen)
     return F.interpolate(field, size=(SIZE, SIZE), mode="bicubic", align_corners=False)
 
 
 def _samples(n: int, patterns: Tensor, colours: Tensor, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    import torch
+
     labels = torch.arange(n) % NUM_CLASSES
     labels = labels[torch.randperm(n, generator=gen)]
     shifts = torch.randint(-3, 4, (n, 2), generator=gen)

@@ -27,6 +27,7 @@ from study.devicepaths import (DevicePaths, capture_rng, ddp_device_ids, restore
 from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
 from study.plan import TRAIN_FORWARDS
+from study.speccheck import batch_overflow
 from study.tables import INIT_EPOCH, TableWriter, map_epochs
 from study.trial.checkpoint import check_config, load_checkpoint, save_checkpoint
 from study.trial.config import TrainConfig
@@ -299,10 +300,9 @@ def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) 
     t.net = t.paths.compiled(t.net)
     t.autocast = t.paths.autocast_factory(device)
     t.steps_per_epoch = t.train_data.num_batches(batch_size=cfg.batch_size, world_size=t.world, train=True)
-    if t.steps_per_epoch == 0:
-        raise ValueError(
-            f"batch_size {cfg.batch_size} x {t.world} rank(s) exceeds the {len(t.train_data)} training images"
-        )
+    why = batch_overflow(cfg.batch_size, t.world, len(t.train_data), f"the {len(t.train_data)} training images")
+    if why:  # no step: t.steps_per_epoch == 0
+        raise ValueError(f"batch_size: {why}")
     t.writer = TableWriter(tables, trial_id=trial_id) if (tables is not None and t.rank == 0) else None
     # the fixed test images of the content-attention head statistics, normalised once
     splits = t.splits
