@@ -1,20 +1,13 @@
 """Open a study's tables: pandas frames and DuckDB SQL over the Parquet parts.
 
-A study is found by name under a storage folder (``<storage>/<NAME>/tables``) or by
-path: a study folder (``<dir>/tables``), a tables folder itself, or a
-``study train --out`` folder.  Storage URIs (``s3://…``, ``file://…``) work too.
-
-Only ``study.tables`` (pyarrow/pandas) is used from the study package: no torch,
-no training code.  The layout and its invariants are ``study.tables``'s.  SQL runs on
-a DuckDB connection without any file system (:func:`_confine`): each table is a view
-over a snapshot of its files that pyarrow reads (:meth:`Study._snapshot`), parts
-preferred over compacted rows of the same (trial, epoch), so no statement can write
-(or read) a file.  Temporary files (``.tmp-*``) are never read; a foreign or damaged
-file is named in a :class:`study.tables.TableWarning` and skipped (also when it is
-only found damaged while querying); a part a compaction deletes while it is read is
-never missed nor counted twice; tables no trial has written yet are empty (0 rows,
-the columns of :data:`study.tables.SCHEMA`), so a study that is still running can be
-queried at any time.
+Only ``study.tables`` is used from the study package (no torch); the layout and its
+invariants are its own.  SQL runs on a DuckDB connection without any file system
+(:func:`_confine`): each table is a view over a snapshot of its files that pyarrow
+reads (:meth:`Study._snapshot`), parts preferred over compacted rows of the same
+(trial, epoch), so no statement can write or read a file.  A foreign or damaged file
+is named in a :class:`study.tables.TableWarning` and skipped; a part a compaction
+deletes while it is read is never missed nor counted twice; tables no trial has
+written yet are empty, so a running study can be queried at any time.
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from study.storage import default_storage, is_remote
-from study.tables import SCHEMA, TABLES, list_table, read_table
+from study.tables import SCHEMA, TABLES, _fs, _skip, compacted_path, list_table, read_table
 
 if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never needs pandas
     import pandas as pd
@@ -67,8 +60,6 @@ KEYWORD_COLUMNS = ("window",)
 def _sql_error(exc: Exception, query: str = "") -> str:
     """One line for a DuckDB error; an unknown table names the tables there are; a
     syntax error near an unquoted keyword column says how to quote it."""
-    import re
-
     text = _one_line(exc)
     m = re.search(r"Table with name (\S+) does not exist", text)
     if m:
@@ -102,10 +93,8 @@ def _remote_kind(uri: str) -> str | None:
 
 
 def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
-    """``(tables_root, study_folder)`` for a study NAME under ``storage`` or a PATH.
-
-    PATH may be a study folder (``<dir>/tables``), a ``study train --out`` folder
-    (the same layout), or a tables folder (``runs/``, ``epochs/``, … inside)."""
+    """``(tables_root, study_folder)`` for a study NAME under ``storage`` or a PATH:
+    a study folder, a ``study train --out`` folder or a tables folder."""
     storage = storage or default_storage()
     target = str(target)
     candidates: list[str] = []
@@ -194,11 +183,8 @@ class Study:
 
     # -- SQL ---------------------------------------------------------------------------
     def connection(self):
-        """A DuckDB connection with one view per table (created on first use).
-
-        The connection has no file system (:func:`_confine`): the tables reach it as
-        Arrow datasets that pyarrow reads, so no statement run on it can write, or read,
-        a file."""
+        """A DuckDB connection with one view per table (created on first use), confined
+        by :func:`_confine`."""
         if self._con is None:
             import duckdb
 
@@ -259,8 +245,6 @@ class Study:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from study.tables import _fs, compacted_path
-
         listing = list_table(self.root, table, exclude=self._bad)
         compacted_paths = list(listing.compacted)
         parts, budget = [], PART_BYTES_IN_MEMORY
@@ -301,8 +285,6 @@ class Study:
         con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}_arrow")
 
     def _mark_bad(self, path: str, exc: Exception) -> None:
-        from study.tables import _skip
-
         self._bad.add(path)
         _skip(path, f"not readable Parquet ({_one_line(exc)})")
 
@@ -314,7 +296,7 @@ class Study:
         if not failed:
             return False
         for path, err in failed:
-            fs, p = _fs_of(path)
+            fs, p = _fs(path)
             if not (isinstance(err, FileNotFoundError) or _gone(fs, p)):
                 self._mark_bad(path, err)
         self._forget()
@@ -338,30 +320,27 @@ class Study:
                     raise AnalysisError(_sql_error(exc, query)) from None
         raise AnalysisError("tables kept changing while being queried; try again")
 
+    def _query(self, query: str, convert, empty):
+        def go(con):
+            _only_reads(con, query)
+            result = con.sql(query)
+            return empty() if result is None else convert(result)  # None: a statement without a result
+
+        return self._run(go, query)
+
     def sql(self, query: str) -> pd.DataFrame:
         """Run ``query`` (DuckDB SQL over ``runs``, ``epochs``, ``heads``, ``maps``)."""
         import pandas as pd
 
-        def go(con):
-            _only_reads(con, query)
-            result = con.sql(query)
-            if result is None:  # a statement without a result
-                return pd.DataFrame()
-            return result.df()
-
-        return self._run(go, query)
+        return self._query(query, lambda r: r.df(), pd.DataFrame)
 
     def sql_records(self, query: str) -> tuple[list[str], list[tuple]]:
         """Column names and rows (tuples of plain Python values; lists for list columns)."""
-        def go(con):
-            _only_reads(con, query)
-            result = con.sql(query)
-            if result is None:
-                return [], []
+        def records(result):
             table = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.fetch_arrow_table()
             return table.column_names, list(zip(*(col.to_pylist() for col in table.columns)))
 
-        return self._run(go, query)
+        return self._query(query, records, lambda: ([], []))
 
 
 #: Bytes of parts a snapshot holds in memory (see :meth:`Study._snapshot`): a running
@@ -486,8 +465,6 @@ class _Scan:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from study.tables import _fs
-
         for path, source, _ in self.files:
             try:
                 if isinstance(source, bytes):
@@ -533,11 +510,6 @@ def _gone(fs, path: str) -> bool:
     except OSError:
         return False
 
-
-def _fs_of(path: str):
-    from study.tables import _fs
-
-    return _fs(path)
 
 
 def load(target: str | os.PathLike, storage: str | None = None) -> Study:

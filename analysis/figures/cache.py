@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -145,10 +143,8 @@ class Manifest:
                 pass
 
     def save(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
+        from study.atomicio import write_atomic
+
         doc = {"version": VERSION, "jobs": {k: vars(e) for k, e in sorted(self.entries.items())}}
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.out)
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide it from the folder's other readers
-        os.replace(tmp, self.out / MANIFEST)
+        # mode 0644: mkstemp's 0600 would hide it from the folder's other readers
+        write_atomic(self.out / MANIFEST, json.dumps(doc, indent=1).encode(), suffix=".json", mode=0o644)
