@@ -27,19 +27,15 @@ if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never
     import pandas as pd
 
 
-#: DuckDB types of the guaranteed columns, used for tables with no part yet.
-_TEXT = {"trial_id", "study", "name", "arch", "encoding", "data", "status", "device", "schedule", "error",
-         "autoaugment"}
-_INT = {"num_heads", "pos_dim", "hidden", "layers", "batch_size", "epochs", "seed", "epochs_done",
-        "n_params", "flops", "world_size", "attempts", "cell", "subset", "epoch", "layer", "head", "window",
-        "randaugment_ops", "randaugment_magnitude"}
-_TYPES = {"isotropic": "BOOLEAN", "probs": "DOUBLE[]"}
+#: DuckDB types of the documented column types (:mod:`analysis.schema`; others DOUBLE),
+#: used for tables with no part yet.
+_SQL_TYPES = {"text": "VARCHAR", "int": "BIGINT", "bool": "BOOLEAN", "list<float>": "DOUBLE[]"}
 
 
-def _sql_type(column: str) -> str:
-    if column in _TYPES:
-        return _TYPES[column]
-    return "VARCHAR" if column in _TEXT else "BIGINT" if column in _INT else "DOUBLE"
+def _sql_type(table: str, column: str) -> str:
+    from analysis.schema import COLUMNS
+
+    return _SQL_TYPES.get(next((ty for c, ty, _ in COLUMNS[table] if c == column), ""), "DOUBLE")
 
 
 class AnalysisError(Exception):
@@ -211,7 +207,7 @@ class Study:
                 sources[kind] = f"_{table}_{kind}"
                 self._register(con, sources[kind], frags)
         if not sources:
-            cols = ", ".join(f'CAST(NULL AS {_sql_type(c)}) AS "{c}"' for c in SCHEMA[table])
+            cols = ", ".join(f'CAST(NULL AS {_sql_type(table, c)}) AS "{c}"' for c in SCHEMA[table])
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")
             return
         if len(sources) == 1:

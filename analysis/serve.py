@@ -116,11 +116,10 @@ def serve(target: str, storage: str, *, port: int, interval: float, out: Path | 
 
     try:
         build()
-    except OSError as exc:
+    except BaseException as exc:
         server.server_close()
-        raise AnalysisError(f"cannot build the report: {' '.join(str(exc).split())[:200]}") from None
-    except BaseException:
-        server.server_close()
+        if isinstance(exc, OSError):
+            raise AnalysisError(f"cannot build the report: {' '.join(str(exc).split())[:200]}") from None
         raise
     run(server, page)
     print(f"serving the report of {study.name} at http://{HOST}:{server.server_address[1]}/ "
