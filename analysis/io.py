@@ -125,11 +125,8 @@ def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
 
 @dataclass
 class Study:
-    """The tables of one study.
-
-    ``runs``, ``epochs``, ``heads``, ``maps``: pandas DataFrames (read once, on first
-    use); ``sql(query)``: a DuckDB query over the same tables, as a DataFrame.  On a
-    running study, ``refresh()`` makes both see the parts written since."""
+    """The tables of one study: ``runs``, ``epochs``, ``heads``, ``maps`` as pandas
+    DataFrames (read once), ``sql(query)`` over the same; ``refresh()`` sees new parts."""
 
     root: str
     folder: str = ""
@@ -359,10 +356,9 @@ CONFINEMENT = (
 
 
 def _confine(con) -> None:
-    """Take every file system from ``con``: the study's tables reach it as registered
-    Arrow datasets (pyarrow reads the files), so SQL on it can neither write nor read a
-    file, whatever the statement (``EXPLAIN ANALYZE COPY … TO``, a PIVOT, a prepared
-    statement, a pragma …), and cannot reach the network; the settings are then locked."""
+    """Take every file system and the network from ``con`` (the tables reach it as
+    registered Arrow datasets), whatever the statement (``EXPLAIN ANALYZE COPY … TO``, a
+    PIVOT, a prepared statement, a pragma …); the settings are then locked."""
     for name, value in CONFINEMENT:
         con.execute(f"SET {name} = {value}")
 
@@ -388,12 +384,9 @@ _PRAGMA = re.compile(r"^\s*PRAGMA\s+(\w+)\s*(?:\(.*\))?\s*;?\s*$", re.IGNORECASE
 
 
 def _only_reads(con, query: str) -> None:
-    """Refuse, in one line, any statement but the reads of :data:`READ_STATEMENTS`.
-
-    A second guard beside the structural one (:func:`_confine`: the connection has no
-    file system, so nothing it runs can write a file): it names what was refused instead
-    of letting DuckDB's permission error speak, and keeps the session itself unchanged
-    (no ``CREATE``, ``SET``, ``PREPARE`` …)."""
+    """Refuse, in one line, any statement but the reads of :data:`READ_STATEMENTS`: a
+    second guard beside :func:`_confine` that names what was refused and keeps the
+    session itself unchanged (no ``CREATE``, ``SET``, ``PREPARE`` …)."""
     for kind, text in _statements(con, query):
         _check(con, kind, text)
 
@@ -443,12 +436,9 @@ def _refuse(kind: str, detail: str = "") -> None:
 
 
 class _Scan:
-    """The rows of some Parquet files as an Arrow stream, read anew on every scan.
-
-    DuckDB scans objects with ``__arrow_c_stream__`` (the Arrow PyCapsule interface) by
-    calling it once per scan; this reads the files with pyarrow (bytes held in memory,
-    or a path) and aligns each batch to the unified schema (a column a file lacks is
-    null).  A file that fails is kept in ``failed`` for :meth:`Study._recover`."""
+    """The rows of some Parquet files as an Arrow stream (``__arrow_c_stream__``, which
+    DuckDB calls once per scan), each batch aligned to the unified schema (a column a
+    file lacks is null).  A file that fails is kept in ``failed`` for :meth:`Study._recover`."""
 
     def __init__(self, files: list[tuple[str, object, object]]):
         import pyarrow as pa
