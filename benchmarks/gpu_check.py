@@ -189,10 +189,7 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
 
     overrides = dict(SMALL_MODEL) if args.small else {}
     probe = default_options(args.device, model_overrides=overrides)
-    plan = []
-    for key in args.models:
-        fwd = forward_flops(build_model(probe.model_config(key)))
-        plan.append((key, fwd))
+    plan = [(key, forward_flops(build_model(probe.model_config(key)))) for key in args.models]
     share = budget_s / len(plan)  # per model: eager (fast + naive) and compiled (fast)
     rows, t_part = [], time.perf_counter()
     for key, fwd in plan:
