@@ -115,14 +115,8 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _figures(args: argparse.Namespace) -> int:
-    from analysis.figures import draw_all
+    from analysis.figures import default_out, draw_all
 
-    from analysis.figures import default_out
-
-    if args.epoch is not None and args.epoch < -1:
-        raise AnalysisError(f"--epoch: must be >= -1, got {args.epoch}")
-    if args.jobs is not None and args.jobs < 1:
-        raise AnalysisError(f"--jobs: must be >= 1, got {args.jobs}")
     study = load(args.study, args.storage)
     out = args.out if args.out is not None else default_out(study)
     _check_out(Path(out), folder=True)
@@ -141,18 +135,13 @@ def _figures(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    if not 0 <= args.port <= 65535:
-        raise AnalysisError(f"--port: must be in 0..65535, got {args.port}")
-    if not MIN_SERVE_INTERVAL_S <= args.interval <= MAX_SERVE_INTERVAL_S:
-        raise AnalysisError(f"--interval: must be from {MIN_SERVE_INTERVAL_S:g} to {MAX_SERVE_INTERVAL_S:g} s, "
-                            f"got {args.interval}")
     if args.serve:
         from analysis.serve import serve
 
         serve(args.study, args.storage, port=args.port, interval=args.interval, out=args.out)
         return 0
     from analysis.report import render
-    from analysis.serve import _write
+    from analysis.serve import write_page
 
     study = load(args.study, args.storage)
     out = args.out
@@ -160,7 +149,7 @@ def _report(args: argparse.Namespace) -> int:
         out = Path(f"{study.name}-report.html") if study.remote else Path(study.folder) / "report.html"
     _check_out(Path(out), folder=False)
     try:
-        _write(out, render(study))
+        write_page(out, render(study))
     except OSError as exc:
         raise AnalysisError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
     print(out)

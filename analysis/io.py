@@ -1,20 +1,13 @@
 """Open a study's tables: pandas frames and DuckDB SQL over the Parquet parts.
 
-A study is found by name under a storage folder (``<storage>/<NAME>/tables``) or by
-path: a study folder (``<dir>/tables``), a tables folder itself, or a
-``study train --out`` folder.  Storage URIs (``s3://…``, ``file://…``) work too.
-
-Only ``study.tables`` (pyarrow/pandas) is used from the study package: no torch,
-no training code.  The layout and its invariants are ``study.tables``'s.  SQL runs on
-a DuckDB connection without any file system (:func:`_confine`): each table is a view
-over a snapshot of its files that pyarrow reads (:meth:`Study._snapshot`), parts
-preferred over compacted rows of the same (trial, epoch), so no statement can write
-(or read) a file.  Temporary files (``.tmp-*``) are never read; a foreign or damaged
-file is named in a :class:`study.tables.TableWarning` and skipped (also when it is
-only found damaged while querying); a part a compaction deletes while it is read is
-never missed nor counted twice; tables no trial has written yet are empty (0 rows,
-the columns of :data:`study.tables.SCHEMA`), so a study that is still running can be
-queried at any time.
+Only ``study.tables`` is used from the study package (no torch); the layout and its
+invariants are its own.  SQL runs on a DuckDB connection without any file system
+(:func:`_confine`): each table is a view over a snapshot of its files that pyarrow
+reads (:meth:`Study._snapshot`), parts preferred over compacted rows of the same
+(trial, epoch), so no statement can write or read a file.  A foreign or damaged file
+is named in a :class:`study.tables.TableWarning` and skipped; a part a compaction
+deletes while it is read is never missed nor counted twice; tables no trial has
+written yet are empty, so a running study can be queried at any time.
 """
 
 from __future__ import annotations
@@ -28,25 +21,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from study.storage import default_storage, is_remote
-from study.tables import SCHEMA, TABLES, list_table, read_table
+from study.tables import SCHEMA, TABLES, _fs, _skip, compacted_path, list_table, read_table
 
 if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never needs pandas
     import pandas as pd
 
 
-#: DuckDB types of the guaranteed columns, used for tables with no part yet.
-_TEXT = {"trial_id", "study", "name", "arch", "encoding", "data", "status", "device", "schedule", "error",
-         "autoaugment"}
-_INT = {"num_heads", "pos_dim", "hidden", "layers", "batch_size", "epochs", "seed", "epochs_done",
-        "n_params", "flops", "world_size", "attempts", "cell", "subset", "epoch", "layer", "head", "window",
-        "randaugment_ops", "randaugment_magnitude"}
-_TYPES = {"isotropic": "BOOLEAN", "probs": "DOUBLE[]"}
+#: DuckDB types of the documented column types (:mod:`analysis.schema`; others DOUBLE),
+#: used for tables with no part yet.
+_SQL_TYPES = {"text": "VARCHAR", "int": "BIGINT", "bool": "BOOLEAN", "list<float>": "DOUBLE[]"}
 
 
-def _sql_type(column: str) -> str:
-    if column in _TYPES:
-        return _TYPES[column]
-    return "VARCHAR" if column in _TEXT else "BIGINT" if column in _INT else "DOUBLE"
+def _sql_type(table: str, column: str) -> str:
+    from analysis.schema import COLUMNS
+
+    return _SQL_TYPES.get(next((ty for c, ty, _ in COLUMNS[table] if c == column), ""), "DOUBLE")
 
 
 class AnalysisError(Exception):
@@ -67,8 +56,6 @@ KEYWORD_COLUMNS = ("window",)
 def _sql_error(exc: Exception, query: str = "") -> str:
     """One line for a DuckDB error; an unknown table names the tables there are; a
     syntax error near an unquoted keyword column says how to quote it."""
-    import re
-
     text = _one_line(exc)
     m = re.search(r"Table with name (\S+) does not exist", text)
     if m:
@@ -102,10 +89,8 @@ def _remote_kind(uri: str) -> str | None:
 
 
 def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
-    """``(tables_root, study_folder)`` for a study NAME under ``storage`` or a PATH.
-
-    PATH may be a study folder (``<dir>/tables``), a ``study train --out`` folder
-    (the same layout), or a tables folder (``runs/``, ``epochs/``, … inside)."""
+    """``(tables_root, study_folder)`` for a study NAME under ``storage`` or a PATH:
+    a study folder, a ``study train --out`` folder or a tables folder."""
     storage = storage or default_storage()
     target = str(target)
     candidates: list[str] = []
@@ -140,11 +125,8 @@ def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
 
 @dataclass
 class Study:
-    """The tables of one study.
-
-    ``runs``, ``epochs``, ``heads``, ``maps``: pandas DataFrames (read once, on first
-    use); ``sql(query)``: a DuckDB query over the same tables, as a DataFrame.  On a
-    running study, ``refresh()`` makes both see the parts written since."""
+    """The tables of one study: ``runs``, ``epochs``, ``heads``, ``maps`` as pandas
+    DataFrames (read once), ``sql(query)`` over the same; ``refresh()`` sees new parts."""
 
     root: str
     folder: str = ""
@@ -194,11 +176,8 @@ class Study:
 
     # -- SQL ---------------------------------------------------------------------------
     def connection(self):
-        """A DuckDB connection with one view per table (created on first use).
-
-        The connection has no file system (:func:`_confine`): the tables reach it as
-        Arrow datasets that pyarrow reads, so no statement run on it can write, or read,
-        a file."""
+        """A DuckDB connection with one view per table (created on first use), confined
+        by :func:`_confine`."""
         if self._con is None:
             import duckdb
 
@@ -225,7 +204,7 @@ class Study:
                 sources[kind] = f"_{table}_{kind}"
                 self._register(con, sources[kind], frags)
         if not sources:
-            cols = ", ".join(f'CAST(NULL AS {_sql_type(c)}) AS "{c}"' for c in SCHEMA[table])
+            cols = ", ".join(f'CAST(NULL AS {_sql_type(table, c)}) AS "{c}"' for c in SCHEMA[table])
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")
             return
         if len(sources) == 1:
@@ -258,8 +237,6 @@ class Study:
         read by path (a part deleted under a query then makes the snapshot be taken again)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
-
-        from study.tables import _fs, compacted_path
 
         listing = list_table(self.root, table, exclude=self._bad)
         compacted_paths = list(listing.compacted)
@@ -301,8 +278,6 @@ class Study:
         con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}_arrow")
 
     def _mark_bad(self, path: str, exc: Exception) -> None:
-        from study.tables import _skip
-
         self._bad.add(path)
         _skip(path, f"not readable Parquet ({_one_line(exc)})")
 
@@ -314,7 +289,7 @@ class Study:
         if not failed:
             return False
         for path, err in failed:
-            fs, p = _fs_of(path)
+            fs, p = _fs(path)
             if not (isinstance(err, FileNotFoundError) or _gone(fs, p)):
                 self._mark_bad(path, err)
         self._forget()
@@ -338,30 +313,27 @@ class Study:
                     raise AnalysisError(_sql_error(exc, query)) from None
         raise AnalysisError("tables kept changing while being queried; try again")
 
+    def _query(self, query: str, convert, empty):
+        def go(con):
+            _only_reads(con, query)
+            result = con.sql(query)
+            return empty() if result is None else convert(result)  # None: a statement without a result
+
+        return self._run(go, query)
+
     def sql(self, query: str) -> pd.DataFrame:
         """Run ``query`` (DuckDB SQL over ``runs``, ``epochs``, ``heads``, ``maps``)."""
         import pandas as pd
 
-        def go(con):
-            _only_reads(con, query)
-            result = con.sql(query)
-            if result is None:  # a statement without a result
-                return pd.DataFrame()
-            return result.df()
-
-        return self._run(go, query)
+        return self._query(query, lambda r: r.df(), pd.DataFrame)
 
     def sql_records(self, query: str) -> tuple[list[str], list[tuple]]:
         """Column names and rows (tuples of plain Python values; lists for list columns)."""
-        def go(con):
-            _only_reads(con, query)
-            result = con.sql(query)
-            if result is None:
-                return [], []
+        def records(result):
             table = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.fetch_arrow_table()
             return table.column_names, list(zip(*(col.to_pylist() for col in table.columns)))
 
-        return self._run(go, query)
+        return self._query(query, records, lambda: ([], []))
 
 
 #: Bytes of parts a snapshot holds in memory (see :meth:`Study._snapshot`): a running
@@ -384,10 +356,9 @@ CONFINEMENT = (
 
 
 def _confine(con) -> None:
-    """Take every file system from ``con``: the study's tables reach it as registered
-    Arrow datasets (pyarrow reads the files), so SQL on it can neither write nor read a
-    file, whatever the statement (``EXPLAIN ANALYZE COPY … TO``, a PIVOT, a prepared
-    statement, a pragma …), and cannot reach the network; the settings are then locked."""
+    """Take every file system and the network from ``con`` (the tables reach it as
+    registered Arrow datasets), whatever the statement (``EXPLAIN ANALYZE COPY … TO``, a
+    PIVOT, a prepared statement, a pragma …); the settings are then locked."""
     for name, value in CONFINEMENT:
         con.execute(f"SET {name} = {value}")
 
@@ -413,12 +384,9 @@ _PRAGMA = re.compile(r"^\s*PRAGMA\s+(\w+)\s*(?:\(.*\))?\s*;?\s*$", re.IGNORECASE
 
 
 def _only_reads(con, query: str) -> None:
-    """Refuse, in one line, any statement but the reads of :data:`READ_STATEMENTS`.
-
-    A second guard beside the structural one (:func:`_confine`: the connection has no
-    file system, so nothing it runs can write a file): it names what was refused instead
-    of letting DuckDB's permission error speak, and keeps the session itself unchanged
-    (no ``CREATE``, ``SET``, ``PREPARE`` …)."""
+    """Refuse, in one line, any statement but the reads of :data:`READ_STATEMENTS`: a
+    second guard beside :func:`_confine` that names what was refused and keeps the
+    session itself unchanged (no ``CREATE``, ``SET``, ``PREPARE`` …)."""
     for kind, text in _statements(con, query):
         _check(con, kind, text)
 
@@ -468,12 +436,9 @@ def _refuse(kind: str, detail: str = "") -> None:
 
 
 class _Scan:
-    """The rows of some Parquet files as an Arrow stream, read anew on every scan.
-
-    DuckDB scans objects with ``__arrow_c_stream__`` (the Arrow PyCapsule interface) by
-    calling it once per scan; this reads the files with pyarrow (bytes held in memory,
-    or a path) and aligns each batch to the unified schema (a column a file lacks is
-    null).  A file that fails is kept in ``failed`` for :meth:`Study._recover`."""
+    """The rows of some Parquet files as an Arrow stream (``__arrow_c_stream__``, which
+    DuckDB calls once per scan), each batch aligned to the unified schema (a column a
+    file lacks is null).  A file that fails is kept in ``failed`` for :meth:`Study._recover`."""
 
     def __init__(self, files: list[tuple[str, object, object]]):
         import pyarrow as pa
@@ -485,8 +450,6 @@ class _Scan:
     def _batches(self):
         import pyarrow as pa
         import pyarrow.parquet as pq
-
-        from study.tables import _fs
 
         for path, source, _ in self.files:
             try:
@@ -533,11 +496,6 @@ def _gone(fs, path: str) -> bool:
     except OSError:
         return False
 
-
-def _fs_of(path: str):
-    from study.tables import _fs
-
-    return _fs(path)
 
 
 def load(target: str | os.PathLike, storage: str | None = None) -> Study:

@@ -26,16 +26,11 @@ def lattice_distance(centers) -> float:
     """Mean distance of K² head centres (rows of (x, y)) to the K×K lattice after the
     optimal one-to-one assignment of heads to lattice points (Hungarian algorithm).
     0 exactly when the heads sit on the lattice, one head per point."""
-    from scipy.optimize import linear_sum_assignment
-
     c = np.asarray(centers, dtype=float).reshape(-1, 2)
     k = kernel_size(len(c))
     if k is None:
         raise ValueError(f"needs N_h = K^2 heads with K odd, got {len(c)}")
-    pts = lattice(k)
-    cost = np.linalg.norm(c[:, None, :] - pts[None, :, :], axis=-1)
-    rows, cols = linear_sum_assignment(cost)
-    return float(cost[rows, cols].mean())
+    return lattice_distance_of(c, k)
 
 
 def lattice_distance_of(centers, k: int) -> float:

@@ -14,12 +14,12 @@ Plain data: no training code is imported (``analysis`` reads tables only).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from analysis.meta import data_label
 from study.models.config import PAPER_MODELS
 from study.models.cost import config_from_row
 
@@ -97,16 +97,6 @@ def _n(v: Any) -> str:
     return f"{int(v):,}"
 
 
-def _is_cifar10(data: Any) -> bool:
-    if _missing(data):
-        return False
-    text = str(data)
-    if text == "cifar10" or text.startswith("cifar10:"):
-        return True
-    base = re.split(r"[\\/]", text.rstrip("/\\"))[-1].lower()
-    return "cifar-10" in base or "cifar10" in base
-
-
 def match_model(row: dict) -> tuple[Published | None, str]:
     """The Table 1 model whose configuration ``row`` has (``None`` and the first
     difference from the closest one when none)."""
@@ -129,7 +119,7 @@ def budget_reason(row: dict) -> str:
     """Why ``row`` is not the paper's data and budget ('' when it is): full CIFAR-10
     (50,000 training images, none held out; 10,000 test images), 300 epochs."""
     data = row.get("data")
-    if not _is_cifar10(data):
+    if _missing(data) or not data_label(data).startswith("CIFAR-10"):
         return f"not CIFAR-10: {'data not recorded' if _missing(data) else data}"
     epochs = row.get("epochs")
     n_train, subset, n_test = row.get("n_train"), row.get("subset"), row.get("n_test")

@@ -81,16 +81,13 @@ def study_file(study: Study) -> str | None:
     """The study file saved next to the tables (``study.yaml``), or None."""
     if not study.folder:
         return None
-    path = f"{study.folder.rstrip('/')}/study.yaml"
-    try:
-        if "://" in path:
-            import pyarrow.fs as pafs
+    from study.tables import _fs
 
-            fs, p = pafs.FileSystem.from_uri(path)
-            with fs.open_input_stream(p) as f:
-                return f.read().decode()
-        return Path(path).read_text()
-    except (OSError, FileNotFoundError, UnicodeDecodeError):
+    fs, path = _fs(f"{study.folder.rstrip('/')}/study.yaml")
+    try:
+        with fs.open_input_stream(path) as f:
+            return f.read().decode()
+    except (OSError, ValueError):  # missing, unreadable, not UTF-8
         return None
 
 

@@ -112,15 +112,14 @@ def serve(target: str, storage: str, *, port: int, interval: float, out: Path | 
         html = render(study.refresh(), version=version, poll_ms=poll_ms)
         page.set(html, version)
         if out is not None:
-            _write(out, render(study, version=version))
+            write_page(out, render(study, version=version))
 
     try:
         build()
-    except OSError as exc:
+    except BaseException as exc:
         server.server_close()
-        raise AnalysisError(f"cannot build the report: {' '.join(str(exc).split())[:200]}") from None
-    except BaseException:
-        server.server_close()
+        if isinstance(exc, OSError):
+            raise AnalysisError(f"cannot build the report: {' '.join(str(exc).split())[:200]}") from None
         raise
     run(server, page)
     print(f"serving the report of {study.name} at http://{HOST}:{server.server_address[1]}/ "
@@ -160,16 +159,11 @@ def start(page: _Page, port: int) -> ThreadingHTTPServer:
     return server
 
 
-def _write(path: Path, html: str) -> None:
-    import os
-    import tempfile
+def write_page(path: Path, html: str) -> None:
+    from study.atomicio import write_atomic
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".html", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(html)
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the page from a web server / other users
-    os.replace(tmp, path)
+    # mode 0644: mkstemp's 0600 would hide the page from a web server / other users
+    write_atomic(path, html.encode(), suffix=".html", mode=0o644)
 
 
 __all__ = ["HOST", "allowed_hosts", "fingerprint", "serve", "start"]

@@ -48,11 +48,9 @@ def order_key(row: pd.Series) -> tuple:
     """Sort key of a variant: ResNet first, then encodings in the paper's order."""
     enc = row.get("encoding")
     enc_i = ENCODING_ORDER.index(enc) if enc in ENCODING_ORDER else len(ENCODING_ORDER)
-    iso = row.get("isotropic")
-    nh = row.get("num_heads")
-    dp = row.get("pos_dim")
     num = lambda v: float(v) if v is not None and v == v else -1.0  # noqa: E731
-    return (row.get("arch") != "resnet18", enc_i, iso is not True, num(nh), num(dp), str(row.get("label", "")))
+    return (row.get("arch") != "resnet18", enc_i, row.get("isotropic") is not True, num(row.get("num_heads")),
+            num(row.get("pos_dim")), str(row.get("label", "")))
 
 
 def slug(text: str) -> str:

@@ -138,11 +138,7 @@ def run_tests(args, budget_s: float, out: Path) -> dict:
     xml = out / "tests.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *nodes]
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=budget_s)
-        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
-    except subprocess.TimeoutExpired as e:
-        rc, tail = None, f"timed out after {budget_s:.0f} s: {(e.stdout or b'')[-2000:]!r}"
+    rc, tail = _subprocess(cmd, budget_s, with_output=True)
     res = {"command": " ".join(["python", *cmd[1:]]), "nodes": nodes, "planned_s": budget_s,
            "seconds": time.perf_counter() - t0, "exit_status": rc, "passed": 0, "failed": 0, "skipped": 0,
            "failures": [], "skip_reasons": []}
@@ -159,7 +155,19 @@ def run_tests(args, budget_s: float, out: Path) -> dict:
                     res["skip_reasons"].append(reason)
             else:
                 res["passed"] += 1
-    ok = rc == 0 and res["failed"] == 0
+    return _verdict(res, rc == 0 and res["failed"] == 0, tail)
+
+
+def _subprocess(cmd: list[str], timeout: float, *, with_output: bool = False) -> tuple[int | None, str]:
+    """Exit status (None: timed out) and the output's tail of ``cmd`` run in this checkout."""
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+        return proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+    except subprocess.TimeoutExpired as e:
+        return None, f"timed out after {timeout:.0f} s" + (f": {(e.stdout or b'')[-2000:]!r}" if with_output else "")
+
+
+def _verdict(res: dict, ok: bool, tail: str) -> dict:
     res["status"] = "passed" if ok else "failed"
     if not ok:
         res["error"] = tail
@@ -181,10 +189,7 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
 
     overrides = dict(SMALL_MODEL) if args.small else {}
     probe = default_options(args.device, model_overrides=overrides)
-    plan = []
-    for key in args.models:
-        fwd = forward_flops(build_model(probe.model_config(key)))
-        plan.append((key, fwd))
+    plan = [(key, forward_flops(build_model(probe.model_config(key)))) for key in args.models]
     share = budget_s / len(plan)  # per model: eager (fast + naive) and compiled (fast)
     rows, t_part = [], time.perf_counter()
     for key, fwd in plan:
@@ -307,20 +312,11 @@ def run_study(args, budget_s: float, peak: dict, out: Path) -> dict:
         cmd += ["--num-cpus", "2"]
     res["command"] = " ".join(["python", *cmd[1:]])
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True,
-                              timeout=max(budget_s * 2, 300))
-        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
-    except subprocess.TimeoutExpired:
-        rc, tail = None, f"timed out after {max(budget_s * 2, 300):.0f} s"
+    rc, tail = _subprocess(cmd, max(budget_s * 2, 300))
     res["seconds"], res["exit_status"] = time.perf_counter() - t0, rc
     res["trials"] = _study_trials(storage / spec["name"] / "tables")
     finished = [t for t in res["trials"] if t["status"] == "finished"]
-    ok = rc == 0 and len(finished) == len(spec["models"])
-    res["status"] = "passed" if ok else "failed"
-    if not ok:
-        res["error"] = tail
-    return res
+    return _verdict(res, rc == 0 and len(finished) == len(spec["models"]), tail)
 
 
 def _study_trials(tables: Path) -> list[dict]:

@@ -130,12 +130,8 @@ def write_parallel(tables: Path, ids: list[str], gen_args: dict, *, jobs: int, e
 
 
 def disk(root: Path) -> tuple[int, int]:
-    files = size = 0
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            files += 1
-            size += os.path.getsize(os.path.join(dirpath, n))
-    return files, size
+    files = [p for p in root.rglob("*") if p.is_file()]
+    return len(files), sum(p.stat().st_size for p in files)
 
 
 def time_queries(study: Path, repeats: int, code: Path) -> dict:

@@ -1,31 +1,13 @@
 """A study's compute before anything runs (``study plan``): per trial and in total,
-the training and evaluation FLOPs of its models, the predicted device-seconds at a
-given throughput, and the wall time on N workers with the trials started
-longest-predicted first (the order :class:`~study.tuning.searcher.GridOptunaSearcher`
-hands them to Tune).
+the FLOPs of its models, the predicted device-seconds at a given throughput, and the
+wall time on N workers with the trials started longest-predicted first (the order
+:class:`~study.tuning.searcher.GridOptunaSearcher` hands them to Tune).
 
-FLOPs are counted from the models' equations (:func:`study.models.cost.model_macs`,
-FLOPs = 2 × MACs of one forward pass of one image):
-
-- training, per epoch: 3 × forward (forward + backward ≈ 2 × forward) × training images;
-- evaluation, per epoch: forward × (test + validation images), what every epoch
-  evaluates;
-- head statistics (attention models with ``head_stats``), per epoch: forward ×
-  ``head_images``.  Not part of ``runs.device_seconds`` (the trial's clock runs
-  over training and evaluation only), so it is listed but not in the device-seconds.
-
-Device-seconds need a throughput: ``tflops`` (sustained TFLOP/s of the counted
-FLOPs), ``images_per_s`` (training images per second; an evaluation image costs a
-third of a training one) or a ``study bench --json`` report (per model: the bench's
-training images/s of the same model, else the counted-FLOP rate of the bench model
-with the same architecture and encoding).  Without one, only FLOPs are known.
-
-Image counts come from the study file: ``synthetic[:N]`` (N or 2,000 train / 500
-test), ``cifar10`` (50,000 / 10,000), ``subset`` k (k train, min(test, max(k // 5,
-100)) test), ``validation`` held out of the training images.  A folder or archive is
-counted by the caller (``sizes``; ``study plan`` and ``study run`` list it).
-
-No torch, no Ray: ``study plan`` answers in well under a second.
+FLOPs = 2 × MACs of the models' equations (:func:`study.models.cost.model_macs`) per
+forward pass: per epoch 3 × forward × training images (backward ≈ 2 × forward),
+forward × (test + validation) images, and forward × ``head_images`` for head
+statistics (listed, but outside ``runs.device_seconds``, whose clock covers training
+and evaluation only).  No torch, no Ray.
 """
 
 from __future__ import annotations
@@ -48,11 +30,9 @@ MIN_SUBSET_TEST = 100  # study.data.splits.MIN_SUBSET_TEST
 TRAIN_FORWARDS = 3
 #: At most this many combinations of sampled model fields are costed per cell.
 MAX_SAMPLED_COMBINATIONS = 256
-#: Cost of one per-image attention probability of content attention (scores that
-#: depend on the image, so every image materialises its own N_h × T × T
-#: probabilities: softmax, dropout, their backward; memory-bound work the MAC count
-#: does not see), in MAC-equivalents.  For the launch order and the ETA only, never
-#: in FLOPs.  Fitted on CPU (float32): learned + content over quadratic device time
+#: Cost of one per-image attention probability of content attention (every image
+#: materialises its own N_h × T × T probabilities: memory-bound work the MAC count does
+#: not see), in MAC-equivalents; for the launch order and the ETA only, never in FLOPs.  Fitted on CPU (float32): learned + content over quadratic device time
 #: 6.1× on smoke.yaml (D = 32; issue 24: 141 s vs 23 s; MACs alone say 2.1×),
 #: training step time 2.4× at the paper's D = 400 (MACs: 2.3×), 3.2× at D = 128 and
 #: 5.0× at D = 64 (this weight: 6.1×, 2.5×, 2.9×, 3.9×).
@@ -94,7 +74,6 @@ class TrialPlan:
 
     @property
     def flops(self) -> float | None:
-        """Training + evaluation + head statistics."""
         if self.train_flops is None:
             return None
         return self.train_flops + self.eval_flops + self.head_flops
@@ -115,9 +94,7 @@ class TrialPlan:
 
     @property
     def weight(self) -> float:
-        """Relative cost, for the launch order and the ETA before anything is measured:
-        passes × (MACs + ``PAIR_MAC_EQUIVALENT`` × pairs) per image.  Known before
-        launch."""
+        """Relative cost, for the launch order and the ETA before anything is measured."""
         macs, pairs = self.cost_terms
         return macs + PAIR_MAC_EQUIVALENT * pairs
 
@@ -132,7 +109,6 @@ class Plan:
     measured: dict[str, float] = field(default_factory=dict)
 
     def ratio(self, t: TrialPlan) -> float | None:
-        """Predicted / measured device-seconds of a trial (None without both)."""
         m = self.measured.get(t.key)
         return t.seconds / m if t.seconds is not None and m else None
 
@@ -143,8 +119,8 @@ class Plan:
 
 # --------------------------------------------------------------------- images
 def source_sizes(data: str, sizes: dict[str, tuple[int, int]] | None = None) -> tuple[int, int] | None:
-    """(train, test) images of a data source before ``subset`` (None: a folder or
-    archive not in ``sizes``)."""
+    """(train, test) images of a data source before ``subset``: ``synthetic[:N]`` (N or
+    2,000 / 500), ``cifar10`` (50,000 / 10,000); a folder or archive only from ``sizes``."""
     if sizes and data in sizes:
         return sizes[data]
     kind, _, arg = data.partition(":")
@@ -153,14 +129,6 @@ def source_sizes(data: str, sizes: dict[str, tuple[int, int]] | None = None) -> 
     if kind == "cifar10":
         return CIFAR10_SIZES
     return None
-
-
-def validation_images(validation: int | float, n_train: int) -> int:
-    """As :func:`study.data.validation.validation_size`: a count, or a fraction of
-    ``n_train`` rounded down (at least 1)."""
-    if isinstance(validation, float):
-        return max(1, int(validation * n_train))
-    return int(validation)
 
 
 def trial_images(cfg, sizes: dict[str, tuple[int, int]] | None = None) -> Images | None:
@@ -172,7 +140,8 @@ def trial_images(cfg, sizes: dict[str, tuple[int, int]] | None = None) -> Images
     n_train, n_test = whole
     if cfg.subset is not None:
         n_train, n_test = min(cfg.subset, n_train), min(n_test, max(cfg.subset // 5, MIN_SUBSET_TEST))
-    n_val = validation_images(cfg.validation, n_train)
+    # as study.data.validation.validation_size: a count, or a fraction rounded down (at least 1)
+    n_val = max(1, int(cfg.validation * n_train)) if isinstance(cfg.validation, float) else int(cfg.validation)
     return Images(train=n_train - n_val, val=n_val, test=n_test)
 
 
@@ -284,8 +253,7 @@ class Throughput:
         return _bench_seconds(t, self.bench or {}, self.source)
 
 
-def _image_seconds(t: TrialPlan, images_per_s: float) -> float:
-    """An evaluation image is one forward, a third of a training image."""
+def _image_seconds(t: TrialPlan, images_per_s: float) -> float:  # an evaluation image: a third of a training one
     im = t.images
     return t.epochs * (im.train + (im.test + im.val) / TRAIN_FORWARDS) / images_per_s
 
@@ -337,11 +305,7 @@ def predict(trials: list[TrialPlan], throughput: Throughput) -> list[TrialPlan]:
     """The trials with predicted device-seconds."""
     from dataclasses import replace
 
-    out = []
-    for t in trials:
-        s, rate = throughput.seconds(t)
-        out.append(replace(t, seconds=s, rate=rate))
-    return out
+    return [replace(t, **dict(zip(("seconds", "rate"), throughput.seconds(t)))) for t in trials]
 
 
 def wall_seconds(seconds: list[float], workers: int) -> float:

@@ -161,11 +161,7 @@ def with_representatives(t: pd.DataFrame) -> pd.DataFrame:
     for _, g in t.groupby("label", sort=False):
         a = acc[g.index]
         known = a.dropna().sort_values(kind="stable")  # g is in seed order already
-        if len(known):
-            pick = known.index[(len(known) - 1) // 2]
-        else:
-            pick = g.index[0]
-        rep[pick] = True
+        rep[known.index[(len(known) - 1) // 2] if len(known) else g.index[0]] = True
     t["representative"] = rep
     return t
 
@@ -178,10 +174,8 @@ def as_figure(t: pd.Series, *, per_seed: bool, aggregate: bool = False, seeds: i
         t["title"] = t["label"]
         return t
     t["slug"] = t["variant_slug"]
-    if aggregate:
-        t["title"] = f"{t['label']}, {n} seeds"
-    else:
-        t["title"] = (f"{t['label']}, {_seed_word(t)} (the median of {n} seeds by best test accuracy)")
+    t["title"] = (f"{t['label']}, {n} seeds" if aggregate
+                  else f"{t['label']}, {_seed_word(t)} (the median of {n} seeds by best test accuracy)")
     return t
 
 
@@ -213,10 +207,7 @@ def draw_all(study: Study, out: Path, *, epoch: int | None = None, per_seed: boo
 def _cores() -> int:
     import os
 
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 __all__ = ["Canvas", "Context", "Skip", "default_out", "draw_all"]

@@ -1,23 +1,16 @@
 """Figures are redrawn only when their inputs changed: a manifest of input
 fingerprints per figure job in the output folder (``.figures-manifest.json``).
 
-A job's fingerprint hashes what its figure is made of: the path, size and
-modification time of every table file of the trials it shows (``runs`` and the
-tables the figure module ``READS``), those trials' variant labels and representative
-seed (which depend on the other trials' ``runs`` rows), the options (``--epoch``,
-per-seed or per-variant) and the code that draws it (the ``analysis`` sources and
-the matplotlib version).  A job is reused when its fingerprint is unchanged, the
-formats asked for were written (the report asks for PNG only) and its files are
-still there.  Files of a job no longer drawn (a variant gone, a figure the data no
-longer supports) that the manifest lists are removed; files it does not list are
-never touched."""
+A job's fingerprint hashes the path, size and mtime of every table file of the trials
+it shows (``runs`` and the module's ``READS``), those trials' variant labels and
+representative seed, the options and the code that draws it (the ``analysis`` sources
+and the matplotlib version).  Files of a job no longer drawn that the manifest lists
+are removed; files it does not list are never touched."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -73,9 +66,8 @@ def table_files(root: str) -> dict[str, list[tuple[str, int, int]]]:
 
 def fingerprint(*, kind: str, key: str, options: dict, files: dict, trials, tables: tuple[str, ...],
                 every_trial: bool) -> str:
-    """The fingerprint of one figure job (see the module docstring).  ``trials``: the
-    rows of the trials table it shows; ``every_trial``: a study-wide figure, which
-    also depends on table files no runs row names yet."""
+    """The fingerprint of one figure job; ``every_trial``: a study-wide figure, which also
+    depends on table files no runs row names yet."""
     wanted = ("runs",) + tuple(tables)
     ids = list(files) if every_trial else []
     ids += [str(t) for t in trials["trial_id"]]
@@ -145,10 +137,8 @@ class Manifest:
                 pass
 
     def save(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
+        from study.atomicio import write_atomic
+
         doc = {"version": VERSION, "jobs": {k: vars(e) for k, e in sorted(self.entries.items())}}
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.out)
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide it from the folder's other readers
-        os.replace(tmp, self.out / MANIFEST)
+        # mode 0644: mkstemp's 0600 would hide it from the folder's other readers
+        write_atomic(self.out / MANIFEST, json.dumps(doc, indent=1).encode(), suffix=".json", mode=0o644)

@@ -19,8 +19,8 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.figures.panels import after, notes_under_legend, wrap_note
-from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, at_picked_epoch, distance_metric, model_order,
-                                     pooled_heads, reference_lines, variant_grid)
+from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, at_picked_epoch, distance_metric,
+                                     label_variant_grid, model_order, pooled_heads, reference_lines, variant_grid)
 from analysis.meta import describe
 from analysis.style import save
 
@@ -95,14 +95,7 @@ def _figure(ctx, d: pd.DataFrame, models: list[str], metric: DistanceMetric) -> 
         ax.set_title(wrap_note(f"{model} ({seeds} seed{'s' if seeds != 1 else ''}, {when})",
                                ax.get_position().width * fig.get_size_inches()[0] * 1.25), fontsize=7, pad=3)
         ax.grid(True, axis="y", linewidth=0.4, alpha=0.5)
-    for ax in grid[-1, :]:
-        ax.set_xlabel("layer")
-    for c in range(grid.shape[1]):
-        for r in range(grid.shape[0] - 1):
-            if not grid[r + 1, c].get_visible() and grid[r, c].get_visible():
-                grid[r, c].set_xlabel("layer")
-    for row in grid:
-        row[0].set_ylabel(metric.axis)
+    label_variant_grid(grid, "layer", metric.axis)
     axes[0].set_ylim(0, top)
     legend = [Line2D([], [], color=DOT, marker="o", linestyle="none", markersize=3, label="one head of one seed"),
               Line2D([], [], color="black", marker="_", linestyle="none", markersize=10, markeredgewidth=1.2,

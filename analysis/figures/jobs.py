@@ -10,7 +10,6 @@ written last; files of jobs no longer drawn are removed (:mod:`analysis.figures.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 
 from analysis.figures import Context, Skip
@@ -85,27 +84,20 @@ def run(study, out: Path, *, modules, epoch: int | None, per_seed: bool, pdf: bo
     return written, skipped
 
 
-@contextmanager
-def _pdf(pdf: bool):
-    from analysis import style
-
-    before = style.PDF
-    style.PDF = pdf
-    try:
-        yield
-    finally:
-        style.PDF = before
-
-
 def execute(renders: list, *, jobs: int, pdf: bool) -> dict[str, list[Path]]:
     """Draw the queued figures (``(job, fn, args, kwargs, canvas)``): job -> paths."""
     out: dict[str, list[Path]] = {}
     if not renders:
         return out
     if jobs <= 1 or len(renders) < MIN_POOL:
-        with _pdf(pdf):
+        from analysis import style
+
+        before, style.PDF = style.PDF, pdf
+        try:
             for key, fn, args, kwargs, canvas in renders:
                 out.setdefault(key, []).extend(fn(canvas, *args, **kwargs))
+        finally:
+            style.PDF = before
         return out
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor

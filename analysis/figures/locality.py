@@ -17,8 +17,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from analysis.figures.panels import notes_under_legend, wrap_note
-from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, distance_metric, model_order, pooled_heads,
-                                     reference_lines, variant_grid)
+from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, distance_metric, label_variant_grid, model_order,
+                                     pooled_heads, reference_lines, variant_grid)
 from analysis.meta import describe
 from analysis.style import save
 
@@ -69,19 +69,6 @@ def layer_lines(fig, ax, m: pd.DataFrame, model: str, value: str, palette, *, ba
     ax.grid(True, linewidth=0.4, alpha=0.5)
 
 
-def label_epoch_grid(grid, ylabel: str) -> None:
-    """x labels "epochs trained" under the lowest visible panel of each column, ``ylabel``
-    on the first column."""
-    for ax in grid[-1, :]:
-        ax.set_xlabel("epochs trained")
-    for c in range(grid.shape[1]):
-        for r in range(grid.shape[0] - 1):
-            if not grid[r + 1, c].get_visible() and grid[r, c].get_visible():
-                grid[r, c].set_xlabel("epochs trained")
-    for row in grid:
-        row[0].set_ylabel(ylabel)
-
-
 def draw(ctx) -> list:
     d = pooled_heads(ctx, KIND, columns=(CANVAS_DISTANCE,))
     if ctx.epoch is not None:
@@ -102,7 +89,7 @@ def _figure(ctx, s: pd.DataFrame, models: list[str], metric: DistanceMetric) -> 
         band = ("seed_min", "seed_max", 0.18) if int(m["seeds"].max()) > 1 else None
         layer_lines(fig, ax, m, model, "distance", palette, band=band)
         lines = reference_lines(ax, metric)
-    label_epoch_grid(grid, metric.axis)
+    label_variant_grid(grid, "epochs trained", metric.axis)
     axes[0].set_ylim(0, top)
     handles, labels = axes[max(range(len(axes)), key=lambda i: len(axes[i].get_lines()))].get_legend_handles_labels()
     handles += lines

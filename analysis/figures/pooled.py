@@ -151,6 +151,13 @@ def variant_grid(n: int, *, cols: int = 3, panel_height: float = 1.55):
     return fig, flat[:n], axes
 
 
-def seeds_of(d: pd.DataFrame) -> int:
-    """Number of seeds (trials) in ``d``."""
-    return int(d["trial_id"].nunique())
+def label_variant_grid(grid, xlabel: str, ylabel: str) -> None:
+    """``xlabel`` under the lowest visible panel of each column, ``ylabel`` on the first column."""
+    for ax in grid[-1, :]:
+        ax.set_xlabel(xlabel)
+    for c in range(grid.shape[1]):
+        for r in range(grid.shape[0] - 1):
+            if not grid[r + 1, c].get_visible() and grid[r, c].get_visible():
+                grid[r, c].set_xlabel(xlabel)
+    for row in grid:
+        row[0].set_ylabel(ylabel)

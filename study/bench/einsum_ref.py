@@ -75,6 +75,5 @@ def encoded_reference_heads(layer: EncodedAttention, x: Tensor, *, dropout: bool
 
 
 def einsum_relative_attention(layer: RelativeSelfAttention, x: Tensor) -> Tensor:
-    """``layer(x)`` through :func:`einsum_attention_heads` and ``out_proj``."""
     b, h, w, _ = x.shape
     return layer.out_proj(einsum_attention_heads(layer, x)).view(b, h, w, -1)

@@ -31,12 +31,8 @@ def attention_path(layer) -> str:
     return "shared dense (N_h,T,T)" + (f" + one dropout mask {p:g}" if p else "")
 
 
-
-
 def paper_attention_layer(key: str) -> RelativeSelfAttention | EncodedAttention:
-    """One attention layer of ``BENCH_MODELS[key]`` at paper dims (D 400, N_h 9, 16×16):
-    the first layer of the model as the model registry builds it (every encoding: the
-    paper's RelativeSelfAttention, today's EncodedAttention)."""
+    """The first attention layer of ``BENCH_MODELS[key]`` at paper dims (D 400, N_h 9, 16×16)."""
     return build_model(BENCH_MODELS[key]).blocks[0].attention
 
 
@@ -109,7 +105,6 @@ def _fast_layer_variants(layer: RelativeSelfAttention, opts: BenchOptions) -> li
 
 
 def _reference_layer_variants(layer: RelativeSelfAttention, opts: BenchOptions) -> list[Variant]:
-    """naive (eval: it has no dropout) and einsum (training mode, with dropout)."""
     variants = []
     for name, (fn, heads_fn, path, dropout) in REFERENCES.items():
         if name not in opts.references:

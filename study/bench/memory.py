@@ -13,13 +13,9 @@ from study.devicepaths import synchronize
 
 
 class MemoryProbe:
-    """Memory of the steps run inside.
-
-    ``peak_mb``: ``torch.cuda.max_memory_allocated`` (absolute: parameters,
-    gradients, optimizer state, activations; ``None`` on CPU).  ``step_mb``: the
-    peak minus what was allocated at entry; on CPU the rise of the process's peak
-    RSS over its RSS at entry (Linux ``/proc/self``, after returning freed heap to
-    the OS; approximate), ``None`` where that cannot be read."""
+    """Memory of the steps run inside: ``peak_mb`` (CUDA's absolute peak; ``None`` on
+    CPU) and ``step_mb``, the rise over what was held at entry (``None`` where the CPU's
+    peak RSS cannot be read)."""
 
     def __init__(self, device: torch.device):
         self.device = device

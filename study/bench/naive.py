@@ -1,9 +1,6 @@
-"""Naive reference formulation of the attention layer, for tests and the benchmark.
-
-Deliberately unoptimised: dense scores for every image (B, N_h, T, T), fp32, and a
-generic einsum for the weighted average, exactly the equations of
-:mod:`study.models.attention` with no sharing, no factorisation and no dropout.
-It is never used by training.
+"""Naive reference formulation of the attention layer, for tests and the benchmark:
+exactly the equations of :mod:`study.models.attention` with dense per-image scores
+(B, N_h, T, T), no sharing, no factorisation and no dropout.  Never used by training.
 """
 
 from __future__ import annotations
@@ -19,8 +16,7 @@ from study.models.positional import relative_offsets
 
 
 def naive_attention_heads(layer: RelativeSelfAttention, x: Tensor) -> Tensor:
-    """The concatenated heads before ``out_proj``, (B, T, N_h·D): dense per-image
-    scores (B, N_h, T, T), softmax, generic einsum; no sharing, no dropout."""
+    """The concatenated heads before ``out_proj``, (B, T, N_h·D)."""
     from study.bench.einsum_ref import encoded_reference_heads
     from study.models.encoded import EncodedAttention
 
@@ -51,7 +47,5 @@ def naive_relative_embeddings(layer: RelativeSelfAttention, h: int, w: int) -> T
 
 
 def naive_relative_attention(layer: RelativeSelfAttention, x: Tensor) -> Tensor:
-    """The same equations with dense per-image scores (B, N_h, T, T) and a
-    generic einsum, no sharing and no dropout.  Used by tests and the benchmark."""
     b, h, w, _ = x.shape
     return layer.out_proj(naive_attention_heads(layer, x)).view(b, h, w, -1)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from study.devicepaths import synchronize
+
 #: (substring of torch.cuda.get_device_name(), must not contain) -> precision -> dense TFLOP/s
 GPU_PEAKS: tuple[tuple[str, tuple[str, ...], str, dict[str, float]], ...] = (
     ("H200", (), "NVIDIA H200 (SXM)", {"bf16": 989.0, "fp16": 989.0, "tf32": 495.0, "fp32": 67.0}),
@@ -58,10 +60,10 @@ def measured_matmul_peak(device: torch.device, dtype: torch.dtype, *, size: int 
     a @ b  # warm-up (allocations, kernel selection)
     best = best_cpu = float("inf")
     for _ in range(repeats):
-        _sync(device)
+        synchronize(device)
         t, c = time.perf_counter(), time.process_time()
         a @ b
-        _sync(device)
+        synchronize(device)
         best = min(best, time.perf_counter() - t)
         best_cpu = min(best_cpu, time.process_time() - c)
     name = str(dtype).removeprefix("torch.")
@@ -81,8 +83,3 @@ def resolve_peak(device: torch.device, amp_dtype: torch.dtype | None, override: 
     if device.type == "cpu":
         return measured_matmul_peak(device, amp_dtype or torch.float32)
     return Peak(None, f"n/a: no peak known for device type {device.type!r}")
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

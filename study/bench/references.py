@@ -1,13 +1,7 @@
-"""Reference formulations that ``study bench`` times beside the project's paths.
-
-* ``naive`` (:mod:`study.bench.naive`): dense per-image (B, N_h, T, T) scores, no
-  dropout, float32 — a correctness reference, deliberately slow;
-* ``einsum`` (:mod:`study.bench.einsum_ref`): the same equations as plain einsums,
-  as the original implementation writes them, with the layer's dropout — the speed
-  baseline the project's paths must at least match.
-
-Each is a function ``(layer, x) -> output`` of a :class:`RelativeSelfAttention`;
-:func:`reference_model` puts one in place of every attention layer of a model.
+"""Reference formulations that ``study bench`` times beside the project's paths:
+``naive`` (:mod:`study.bench.naive`, a correctness reference, deliberately slow) and
+``einsum`` (:mod:`study.bench.einsum_ref`, the speed baseline the project's paths
+must at least match); :func:`reference_model` puts one in every attention layer.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from study.bench.timing import _cpu_ratio
+
 COLUMNS = (
     "model", "run", "path", "img/s", "ms/step", "fwd GFLOP/img", "TFLOP/s", "MFU", "peak MB", "step MB", "vs naive",
     "vs einsum",
@@ -112,9 +114,3 @@ def format_report(report: dict) -> str:
             _table(rows, columns),
         ]
     return "\n".join(lines)
-
-
-def _cpu_ratio(fast: dict | None, naive: dict | None) -> float | None:
-    if not fast or not naive:
-        return None
-    return naive["cpu_s_per_step"] / fast["cpu_s_per_step"]

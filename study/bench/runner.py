@@ -5,45 +5,26 @@ What is timed (docs/design.md §12): one training step = forward + backward + SG
 batch resident on the device (no data loading).  Each variant first runs
 ``warmup`` untimed steps (compilation, allocator, kernel selection; peak memory is
 read here), then ``repeats`` windows of ``steps`` steps, each window between two
-``torch.cuda.synchronize`` on GPU, with no host synchronisation inside it.
-``images_per_s`` is from the median window.  The attention-layer variants share a
-layer, so their windows are interleaved (fast, train, ..., naive, fast, ...) and a
-change of machine load hits all of them alike; whole models run one after another
-so that each one's memory is its own.
-
-Fast paths run under autocast (bf16 on CUDA by default) and optionally
-``torch.compile``; the naive reference (:mod:`study.bench.naive`: dense per-image
-(B, N_h, T, T) scores, generic einsum) always runs eager in float32, so
-``speedup_vs_naive`` includes the precision.
-
-FLOPs are counted by ``torch.utils.flop_counter`` (matmuls, einsums, convolutions,
-fused attention; element-wise ops and softmax are not counted):
-``forward_flops`` of a model is :func:`study.flops.forward_flops` (eval path, the
-number ``study models`` prints); each timed record has the forward FLOPs per image
-of *its* path and ``train_flops`` = 3 × that (backward ≈ 2 × forward), so achieved
-TFLOP/s and MFU describe the work each path really does.  The factorised path does
-fewer FLOPs than the dense one for the same result: compare paths by images/s.
+``torch.cuda.synchronize`` on GPU; ``images_per_s`` is from the median window.
+Variants' windows are interleaved so a change of machine load hits all alike.  The
+naive reference always runs eager in float32, so ``speedup_vs_naive`` includes the
+precision.  FLOPs are counted by ``torch.utils.flop_counter`` on each record's own
+path (``train_flops`` = 3 × forward): the factorised path does fewer FLOPs than the
+dense one for the same result, so compare paths by images/s.
 """
 
 from __future__ import annotations
 
 import torch
 
-from study.bench.layer_bench import LAYER_RUNS, attention_path, bench_attention, paper_attention_layer
-from study.bench.memory import MemoryProbe
+from study.bench.layer_bench import LAYER_RUNS, bench_attention
 from study.bench.model_bench import bench_model
-from study.bench.options import (ALL_TARGETS, ATTENTION, ATTENTION_VARIANTS, BENCH_MODELS, REFERENCE_NAMES,
-                                 BenchOptions, default_options, is_target)
+from study.bench.options import (ALL_TARGETS, ATTENTION, ATTENTION_VARIANTS, REFERENCE_NAMES, BenchOptions,
+                                 default_options, is_target)
 from study.bench.peaks import Peak, resolve_peak
-from study.bench.timing import Variant, _mfu, count_forward_flops, measure, precision_name
-from study.devicepaths import synchronize
+from study.bench.timing import _mfu, precision_name
 
-__all__ = [  # the steps, by module: options, memory, timing, model_bench, layer_bench; the driver here
-    "ALL_TARGETS", "ATTENTION", "ATTENTION_VARIANTS", "BENCH_MODELS", "LAYER_RUNS", "REFERENCE_NAMES",
-    "BenchOptions", "MemoryProbe", "Variant", "attention_path", "bench_attention", "bench_model",
-    "count_forward_flops", "default_options", "device_name", "is_target", "measure", "paper_attention_layer",
-    "run_bench", "synchronize",
-]
+__all__ = ["ALL_TARGETS", "default_options", "device_name", "is_target", "run_bench"]
 
 
 def device_name(device: torch.device) -> str:
@@ -61,8 +42,7 @@ def device_name(device: torch.device) -> str:
 
 
 def run_bench(opts: BenchOptions) -> dict:
-    """Benchmark ``opts.targets`` (keys of PAPER_MODELS and/or ``"attention"``) and
-    return a JSON-serialisable report (see ``study bench --help``)."""
+    """Benchmark ``opts.targets``: a JSON-serialisable report (see ``study bench --help``)."""
     unknown = [t for t in opts.targets if not is_target(t)]
     if unknown:
         raise ValueError(f"unknown bench target {unknown[0]!r}; choose from {', '.join(ALL_TARGETS)} "

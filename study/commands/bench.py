@@ -113,8 +113,6 @@ def options_from_args(args: argparse.Namespace):
         fail(PROG, f"--device: {e}")
     if device is not None and device.type == "cuda" and not torch.cuda.is_available():
         fail(PROG, "--device: CUDA is not available on this machine")
-    if device is not None and device.type not in ("cuda", "cpu"):
-        fail(PROG, f"--device: only cuda and cpu are supported, got {device.type}")
     overrides = dict(batch=args.batch, steps=args.steps, warmup=args.warmup, repeats=args.repeats, compile=args.compile,
                      compile_backend=args.compile_backend, channels_last=args.channels_last,
                      references=references_from_args(args), targets=targets, peak_tflops=args.peak_tflops, seed=args.seed,

@@ -105,9 +105,7 @@ def source_sizes(prog: str, spec) -> dict[str, tuple[int, int]]:
 def count_images(prog: str, file: str, data: str) -> tuple[int, int]:
     from study.data.errors import DataError
     from study.data.layout import resolve_layout
-    from study.data.sources import ImageFolderSource
-
-    from study.data.sources import check_source
+    from study.data.sources import ImageFolderSource, check_source
 
     try:
         check_source(data)  # what `study run` refuses (layout, image headers), plan refuses too

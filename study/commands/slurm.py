@@ -1,26 +1,11 @@
 """``study slurm``: run a study on a SLURM allocation, one Ray node per allocated node.
 
-It writes (or submits with ``--submit``) an sbatch script that, inside the job:
-
-1. starts the Ray head on the job's first node and, with one ``srun`` step, a Ray node
-   on each other node — every node in the foreground (``ray start --block``) so that
-   SLURM's process tracking sees all of Ray's processes, with the allocation's CPUs
-   and GPUs as its resources, token authentication (a fresh token per job), a
-   node-local temp dir, and free ephemeral ports (never Ray's worker range
-   10002–19999, never a fixed port another job on the node could hold);
-2. waits until every node has joined, then runs ``study run FILE --address HEAD
-   --storage STORAGE --shared-storage`` — or ``study resume NAME`` when the study
-   already exists (a requeued job);
-3. stops the nodes when the driver ends and kills, by PID, any process left in the
-   session each node's ``ray start`` leads; copies each node's Ray logs to
-   ``--ray-logs`` and removes its temp dir.
-
-Signals: SIGTERM (``scancel``, preemption, SLURM's time limit) and SIGINT stop the
-study cleanly (running trials ``interrupted``, state saved).  The script asks SLURM
-for SIGUSR1 two minutes before the time limit (``--signal=B:USR1@120``): the study is
-stopped the same way and the job requeues itself, to go on with ``study resume``.
-
-torch and Ray are not imported here: the command answers in about a second.
+Every node runs ``ray start --block`` in the foreground (so SLURM's process tracking
+sees all of Ray) on free ephemeral ports outside Ray's worker range 10002–19999 (never
+a fixed port another job on the node could hold), with a fresh auth token per job.
+Ray's processes start with SIGTERM/SIGINT blocked in a session of their own, so they
+outlive SLURM's job-wide SIGTERM until the driver has stopped the study cleanly; they
+are then killed by PID.  torch and Ray are not imported here.
 """
 
 from __future__ import annotations
