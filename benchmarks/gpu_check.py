@@ -210,7 +210,7 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
                                    compile_backend=args.compile_backend, model_overrides=overrides, threads=None)
             t0 = time.perf_counter()
             try:
-                torch._dynamo.reset()
+                torch.compiler.reset()  # each model compiles afresh
                 report = run_bench(opts)
                 m = report["models"][0]
                 row[label] = {"images_per_s": m["fast"]["images_per_s"], "mfu": m["fast"]["mfu"],

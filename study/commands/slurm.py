@@ -422,34 +422,38 @@ def run_slurm(args: argparse.Namespace) -> int:
 def wait_for_nodes(head: str, nodes: int, timeout: float, head_pid: int) -> int:
     """Inside the job: wait until the Ray cluster at ``head`` has ``nodes`` alive nodes
     (0), the head's ``ray start`` (``head_pid``) died (1), or ``timeout`` passed (2).
-    Asks the GCS directly (with the job's token): no driver joins the cluster."""
+    Joins the cluster as a short-lived driver (``ray.init``, with the job's token) and
+    reads ``ray.nodes()``: Ray's public API."""
     import os
     import socket
     import time
 
-    from ray._raylet import GcsClient
+    import ray
 
     deadline = time.time() + timeout
-    client, alive = None, []
-    while time.time() < deadline:
-        try:
-            os.kill(head_pid, 0)
-        except ProcessLookupError:
-            print(f"{PROG}: the Ray head exited before {nodes} node(s) joined", file=sys.stderr)
-            return 1
-        try:
-            if client is None:
-                host, port = head.rsplit(":", 1)
-                socket.create_connection((host, int(port)), timeout=5).close()  # the GCS listens
-                client = GcsClient(address=head)
-            infos = client.get_all_node_info(timeout=10)
-            alive = sorted(info.node_manager_address for info in infos.values() if info.state == 0)  # ALIVE
-            if len(alive) >= nodes:
-                print(f"{PROG}: {len(alive)} Ray node(s) up: {' '.join(alive)}", file=sys.stderr)
-                return 0
-        except Exception:  # noqa: BLE001 - not up yet: OSError, or Ray's own RpcError/RuntimeError
-            pass
-        time.sleep(1)
+    alive: list[str] = []
+    try:
+        while time.time() < deadline:
+            try:
+                os.kill(head_pid, 0)
+            except ProcessLookupError:
+                print(f"{PROG}: the Ray head exited before {nodes} node(s) joined", file=sys.stderr)
+                return 1
+            try:
+                if not ray.is_initialized():
+                    host, port = head.rsplit(":", 1)
+                    socket.create_connection((host, int(port)), timeout=5).close()  # the GCS listens
+                    ray.init(address=head, log_to_driver=False, logging_level="ERROR")
+                alive = sorted(n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive"))
+                if len(alive) >= nodes:
+                    print(f"{PROG}: {len(alive)} Ray node(s) up: {' '.join(alive)}", file=sys.stderr)
+                    return 0
+            except Exception:  # noqa: BLE001 - not up yet: OSError, or Ray's ConnectionError/RuntimeError
+                pass
+            time.sleep(1)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
     print(f"{PROG}: {len(alive)} of {nodes} Ray node(s) up after {timeout:.0f} s", file=sys.stderr)
     return 2
 
