@@ -568,14 +568,16 @@ def test_a_signal_delivered_twice_is_one_request_a_later_one_stops_at_once(monke
     monkeypatch.setattr(contract.time, "monotonic", lambda: clock[0])
     exits = []
     monkeypatch.setattr(contract.os, "_exit", lambda code: exits.append(code))
-    c = object.__new__(contract.RunContract)
-    c.signal, c._signal_at, c.meta, said, stops = None, 0.0, {"name": "s"}, [], []
-    c.say, c._stop = said.append, lambda: stops.append(1)
+    c = contract.RunContract(root="unused", meta={"name": "s", "tables": "unused"}, spec=None, prog="study run")
+    said = []
+    c.say = said.append
+    stopper = c.stopper()
+    assert not stopper.stop_all() and not stopper("trial", {})
     c._on_signal(signals.SIGTERM, None)
-    assert c.signal == signals.SIGTERM and stops == [1] and not exits
+    assert c.signal == signals.SIGTERM and stopper.stop_all() and stopper("trial", {}) and not exits
     clock[0] += 0.5
     c._on_signal(signals.SIGTERM, None)  # the batch script's copy
-    assert not exits and stops == [1] and len(said) == 1
+    assert not exits and len(said) == 1 and c.signal == signals.SIGTERM
     clock[0] += contract.DUPLICATE_SIGNAL_S
     c._on_signal(signals.SIGINT, None)  # a second request: now
     assert exits == [128 + signals.SIGINT]
