@@ -49,31 +49,29 @@ def test_load_trained_refuses_a_pickle_with_code(tmp_path, capsys):
     assert "executed" not in capsys.readouterr().out
 
 
-def test_checkpoints_found_by_trial_key_across_folders_and_ddp(tmp_path):
-    """Ray's folder names are not the trial's identity: params.json's key is; a
-    re-created trial's folder with fewer epochs loses; DDP (Train) checkpoints count."""
-    import json
-
+def test_checkpoints_are_the_trials_own_files_by_key(tmp_path):
+    """A study's checkpoints are ``trials/<key>/checkpoint.pt`` (and the previous epoch's
+    beside it): found by key, the latest intact one read; files elsewhere (Ray's
+    folders, the tables, a stray ``checkpoint.pt`` under ``trials/``) are not checkpoints
+    of a trial."""
+    from study.trial.checkpoint import save_checkpoint
     from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
 
-    def ckpt(folder, epoch):
-        folder.mkdir(parents=True)
-        torch.save({"epoch": epoch, "model": {}}, folder / "checkpoint.pt")
-
-    for name, epochs in (("c000-s000_aaa_00001", (1, 2)), ("c000-s000_bbb_00003", (1,))):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "params.json").write_text(json.dumps({"key": "c000-s000", "cell": 0}))
-        for i, e in enumerate(epochs):
-            ckpt(tmp_path / name / f"checkpoint_{i:06d}", e)
-    ckpt(tmp_path / "ddp" / "ddp-c001-s000-5ca8d3ee" / "checkpoint_2026-11-22_05-10-55.000001", 3)
-    ckpt(tmp_path / "ddp" / "ddp-c001-s000-5ca8d3ee" / "checkpoint_2026-11-22_05-11-55.000001", 4)
-    ckpt(tmp_path / "tables" / "x" / "checkpoint_000000", 9)  # not a trial folder
-    ckpt(tmp_path / "orphan" / "checkpoint_000000", 9)  # no params.json: no key
-    found = find_checkpoints(str(tmp_path))
-    assert sorted(found) == ["c000-s000", "c001-s000"]
+    for key, epochs in (("c000-s000", (1, 2)), ("c001-s000", (3,))):
+        for e in epochs:
+            save_checkpoint(tmp_path / "trials" / key, {"epoch": e, "model": {}})
+    (tmp_path / "tune" / "c002-s000_abc" / "checkpoint_000000").mkdir(parents=True)
+    torch.save({"epoch": 9, "model": {}}, tmp_path / "tune" / "c002-s000_abc" / "checkpoint_000000" / "checkpoint.pt")
+    torch.save({"epoch": 9, "model": {}}, tmp_path / "trials" / "checkpoint.pt")
+    assert find_checkpoints(str(tmp_path)) == ["c000-s000", "c001-s000"]
     assert latest_checkpoint(str(tmp_path), "c000-s000")["epoch"] == 2
-    assert latest_checkpoint(str(tmp_path), "c001-s000")["epoch"] == 4
+    assert latest_checkpoint(str(tmp_path), "c001-s000")["epoch"] == 3
     assert latest_checkpoint(str(tmp_path), "c002-s000") is None
+    # the latest cut short (a full disk): the previous epoch's, with a warning naming the file
+    (tmp_path / "trials" / "c000-s000" / "checkpoint.pt").write_bytes(b"PK\x03")
+    warned = []
+    assert latest_checkpoint(str(tmp_path), "c000-s000", warn=warned.append)["epoch"] == 1
+    assert len(warned) == 1 and "c000-s000/checkpoint.pt" in warned[0]
 
 
 @pytest.mark.parametrize("out", ["{file}/x.pt", "{file}/a/b/x.pt", "{tmp}"])
