@@ -3,7 +3,7 @@
 A study file or data source beyond one of these is refused before anything runs,
 with one line naming the field (``FILE: path.field: ...`` / a :class:`DataError`),
 instead of letting the machine find the limit (a hang, an out-of-memory kill, a
-file-system error an hour later).  README "Limits" lists them; they are plain
+file-system error an hour later).  docs/study-files.md "Limits" lists them; they are plain
 constants so that a deployment that needs more changes one number here.
 """
 
@@ -116,7 +116,7 @@ MAX_SOURCE_FILES = 10_000_000
 MIN_CLASSES = 2
 MAX_CLASSES = 100_000
 
-#: name → value (the README table lists them)
+#: name → value (the table in docs/study-files.md lists them)
 ALL = {k: v for k, v in dict(globals()).items() if k.isupper() and not k.startswith("_")}
 
 

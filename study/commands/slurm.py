@@ -36,7 +36,7 @@ SBATCH_EXACT_PREFIXES = frozenset({"--ntasks"})
 SCRIPT = r"""#!/bin/bash
 #SBATCH --job-name={job_name}
 {sbatch_lines}
-# Written by `study slurm` ({version}); see README "Running on SLURM".
+# Written by `study slurm` ({version}); see docs/clusters.md "SLURM".
 # One Ray node per allocated node (head here, on the job's first node; the others by
 # srun), then the study's driver here; all of Ray stops with the driver.
 set -u
