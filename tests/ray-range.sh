@@ -23,7 +23,7 @@ for req in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-depen
     print(re.sub(r"^ray\[default\]==\S+", f"ray[default]=={sys.argv[1]}", req))
 EOF
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q --isolated -c "$tmp/constraints.txt" -e . -r "$tmp/test-extra.txt"
+"$venv/bin/pip" install -q --isolated --disable-pip-version-check -c "$tmp/constraints.txt" -e . -r "$tmp/test-extra.txt"
 "$venv/bin/python" -c "import ray, sys; print('installed ray', ray.__version__); sys.exit(ray.__version__ != '$version')"
 
 failed=()
