@@ -32,6 +32,7 @@ SECONDS=0
 "$venv/bin/study" run search_spaces/smoke.yaml --storage "$tmp/storage" || failed+=(smoke)
 echo "== smoke: ${SECONDS}s"
 for t in tests/test_studies.py::test_interrupt_then_resume \
+         tests/test_studies.py::test_asha_decisions_survive_a_lost_driver \
          tests/test_reliability.py::test_killed_driver_then_resume_runs_nothing_twice \
          tests/test_reliability.py::test_killed_trial_resumes_from_its_checkpoint \
          tests/test_optuna_storage.py \
