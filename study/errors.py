@@ -21,23 +21,15 @@ EXIT_USAGE = 2
 EXIT_STORAGE = 3
 EXIT_RAY = 4
 EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
 
 PROJECT_MODULES = ("study", "analysis")
 
 
 class StudyError(Exception):
-    """Base of the project's run-time errors.  ``str(error)`` is one line;
-    ``exit_code`` is the exit status the command line gives it (table above).
-
-    ``study.run`` (the Python API) raises them where ``study run`` prints its one
-    line: :class:`UsageError` (:class:`StudyFileError`) for bad input,
-    :class:`StorageError` for a storage that fails or cannot be reached,
-    :class:`RayStartError`, :class:`LockError`.
-
-    Every project exception survives ``pickle`` (Ray copies the exception of a
-    failed trial from the worker to the driver): ``__reduce__`` rebuilds it from
-    its constructor arguments, kept in ``self._init``."""
+    """Base of the project's run-time errors: ``str(error)`` is one line, ``exit_code``
+    the command line's exit status for it (table above); ``study.run`` raises them where
+    ``study run`` prints its line.  Each survives ``pickle`` (Ray copies a failed
+    trial's exception to the driver): ``__reduce__`` rebuilds it from ``self._init``."""
 
     exit_code = EXIT_TRIAL_ERROR
 
@@ -50,14 +42,12 @@ class StudyError(Exception):
 
 
 class UsageError(StudyError):
-    """Bad input (an option, a data source, a storage URI, a study name): nothing
-    started.  The command line prints ``PROG: error: MESSAGE``, exit 2."""
+    """Bad input (an option, a data source, a storage URI, a study name): nothing started."""
 
     exit_code = EXIT_USAGE
 
     def __init__(self, message: str):
-        # verbatim, as the command line printed it before: a value quoted in it keeps its
-        # blanks (`got '   '`); its callers write one line
+        # verbatim: a value quoted in it keeps its blanks (`got '   '`); callers write one line
         Exception.__init__(self, message)
         self._init = (message,)
 
@@ -68,8 +58,7 @@ class StudyFileError(UsageError):
 
 
 class StorageError(StudyError):
-    """The study's storage failed (disk full, unwritable, vanished) or an object store
-    cannot be reached: names the path."""
+    """The study's storage failed (disk full, unwritable, vanished): names the path."""
 
     exit_code = EXIT_STORAGE
 
@@ -80,11 +69,10 @@ class StorageError(StudyError):
 
 
 class StorageUnreachableError(StorageError):
-    """An object store that did not answer (or refused) within the bounded wait: the
-    one-line message names the URI and the endpoint."""
+    """An object store that did not answer (or refused) within the bounded wait."""
 
     def __init__(self, message: str):
-        Exception.__init__(self, message)  # verbatim, as the command line printed it before
+        Exception.__init__(self, message)  # verbatim, naming the URI and the endpoint
         self._init = (message,)
         self.path, self.reason = None, message
 
