@@ -168,18 +168,15 @@ def write_part(path: str | os.PathLike, rows: list[dict[str, Any]] | pa.Table) -
 def encode_maps(rows: list[dict[str, Any]]) -> pa.Table:
     """``maps`` rows with ``probs`` (floats) → a table with ``probs_q`` (uint16) and
     ``probs_scale`` (``probs ≈ probs_q * probs_scale``, error ≤ probs_scale / 2)."""
-    out = []
+    q, scales = [], []
     for r in rows:
-        r = dict(r)
-        p = np.clip(np.asarray(r.pop("probs"), dtype=np.float64), 0.0, None)
+        p = np.clip(np.asarray(r["probs"], dtype=np.float64), 0.0, None)
         top = float(p.max()) if p.size else 0.0
-        scale = top / _Q_MAX if top > 0 and math.isfinite(top) else 1.0
-        r["probs_q"] = np.rint(np.nan_to_num(p / scale)).astype(np.uint16)
-        r["probs_scale"] = scale
-        out.append(r)
-    table = pa.Table.from_pylist([{k: v for k, v in r.items() if k != "probs_q"} for r in out])
-    q = pa.array([r["probs_q"] for r in out], type=pa.list_(pa.uint16()))
-    return table.append_column("probs_q", q)
+        scales.append(top / _Q_MAX if top > 0 and math.isfinite(top) else 1.0)
+        q.append(np.rint(np.nan_to_num(p / scales[-1])).astype(np.uint16))
+    table = pa.Table.from_pylist([{k: v for k, v in r.items() if k != "probs"} for r in rows])
+    return (table.append_column("probs_scale", pa.array(scales, pa.float64()))
+            .append_column("probs_q", pa.array(q, type=pa.list_(pa.uint16()))))
 
 
 def decode_maps(table: pa.Table) -> pa.Table:
