@@ -271,12 +271,10 @@ def _finish(runs, quiet: bool) -> int:
 def run_file(file: str, *, overrides=(), storage: str | None = None, data: str | None = None,
              name: str | None = None, address: str | None = None, shared_storage: bool = False,
              num_cpus: int | None = None, quiet: bool = False, verbose: bool = False, prog: str = "study run"):
-    """The one code path of ``study run`` and ``study.run``: check everything (the study
-    file with its overrides, the name, the storage, the cluster, the data) before
-    anything starts, then run every trial.  Returns the ``runs`` table (the run
-    contract's exit status in ``runs.attrs["exit_code"]``) and the study folder in
-    ``runs.attrs["root"]``.  Refusals and failures raise :mod:`study.errors`' types;
-    nothing is printed for them (the CLI prints their one line, :func:`as_lines`)."""
+    """The one code path of ``study run`` and ``study.run``: check everything before
+    anything starts, then run every trial.  Returns the ``runs`` table, its
+    ``attrs["exit_code"]`` and ``attrs["root"]`` the exit status and the study folder.
+    Refusals and failures raise :mod:`study.errors`' types, printed by the CLI only."""
     storage = resolved_storage(storage)
     # a local Ray gets --num-cpus or this machine's CPUs: a trial asking for more would wait forever
     spec = load_checked(file, data=data, overrides=overrides,
@@ -456,19 +454,12 @@ def run_status(args: argparse.Namespace) -> int:
         if not remote and not Path(root).is_dir():
             raise UsageError(f"{root} is not a study (not a folder)")
         planned, overrides = None, None
+        # a `study train --out` folder has its ledger and tables, no study.json
         if remote or not ((Path(root) / "trial.json").is_file() and (Path(root) / "tables").is_dir()):
-            # not a `study train --out` folder (its ledger and tables): a study.json of any kind marks a study
-            if remote:
-                try:
-                    has_meta = study_meta(root) is not None
-                except ValueError:
-                    has_meta = True
-            else:
-                has_meta = os.path.lexists(Path(root) / META_FILE)
-            if not has_meta:
+            meta = _checked_meta(root)
+            if meta is None:
                 raise UsageError(f"{root} is not a study (no study.json: neither `study run` nor `study train` "
                                  "wrote it)")
-            meta = _checked_meta(root)
             planned, overrides = meta.get("num_trials"), meta.get("overrides")
         print(status_table(read_table(f"{root}/tables", "runs"), planned))
     if overrides:  # the study that ran is its file with these (study.yaml holds the result)
