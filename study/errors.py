@@ -121,10 +121,6 @@ def _chain(exc: BaseException):
         todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
 
 
-def _is_project(e: BaseException) -> bool:
-    return type(e).__module__.split(".")[0] in PROJECT_MODULES
-
-
 def _is_ray(e: BaseException) -> bool:
     return type(e).__module__.split(".")[0] == "ray" or type(e).__name__.startswith("RayTaskError")
 
@@ -133,9 +129,8 @@ def cause(exc: BaseException) -> str:
     """``ExceptionType: message`` of the innermost project error wrapped in ``exc``,
     else of the innermost non-Ray error, else of ``exc`` itself; one line."""
     chain = [e for e in _chain(exc) if isinstance(e, BaseException)]
-    pick = next((e for e in reversed(chain) if _is_project(e)), None)
-    if pick is None:
-        pick = next((e for e in reversed(chain) if not _is_ray(e)), exc)
+    pick = (next((e for e in reversed(chain) if type(e).__module__.split(".")[0] in PROJECT_MODULES), None)
+            or next((e for e in reversed(chain) if not _is_ray(e)), exc))
     message = str(pick)
     if _is_ray(pick) and "\n" in message:  # Ray's text trace: keep its last line (the error)
         message = [ln for ln in message.splitlines() if ln.strip()][-1]
