@@ -9,9 +9,9 @@ import sys
 from typing import NoReturn
 
 from study import limits
+from study.errors import EXIT_USAGE, UsageError
 from study.models.config import ENCODING_FIELDS, ENCODINGS, ConfigError, ModelConfig  # torch-free
 
-EXIT_USAGE = 2
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
@@ -154,7 +154,6 @@ def check_data(prog: str, option: str, data: str) -> None:
     image headers): one line, exit 2, well under a second."""
     from pathlib import Path
 
-    from study.errors import UsageError
     from study.speccheck import check_data_source
 
     if not data.strip():

@@ -1,33 +1,21 @@
-"""Exit statuses of ``study`` commands and the one-line cause of a failure.
-
-Exit statuses (``study run``, ``study resume``, ``study train``):
-
-====  =========================================================
-0     every trial finished (or diverged / was stopped by ASHA)
-1     at least one trial ended in ``error`` (see ``runs.error``)
-2     bad input (study file, flags, data source): nothing started
-3     storage failed (full, unwritable, vanished, or failed a check)
-4     Ray could not be started or reached (nothing ran)
-130   interrupted by SIGINT (Ctrl-C): state saved, ``study resume NAME``
-143   interrupted by SIGTERM: state saved, ``study resume NAME``
-====  =========================================================
-"""
+"""Exit statuses of ``study`` commands (``run``, ``resume``, ``train``) and the one-line
+cause of a failure."""
 
 from __future__ import annotations
 
-EXIT_OK = 0
-EXIT_TRIAL_ERROR = 1
-EXIT_USAGE = 2
-EXIT_STORAGE = 3
-EXIT_RAY = 4
-EXIT_SIGINT = 130
+EXIT_OK = 0  # every trial finished (or diverged / was stopped by ASHA)
+EXIT_TRIAL_ERROR = 1  # at least one trial ended in ``error`` (see ``runs.error``)
+EXIT_USAGE = 2  # bad input (study file, flags, data source): nothing started
+EXIT_STORAGE = 3  # storage failed (full, unwritable, vanished, or failed a check)
+EXIT_RAY = 4  # Ray could not be started or reached (nothing ran)
+EXIT_SIGINT = 130  # interrupted (SIGINT; SIGTERM is 143): state saved, ``study resume NAME``
 
 PROJECT_MODULES = ("study", "analysis")
 
 
 class StudyError(Exception):
     """Base of the project's run-time errors: ``str(error)`` is one line, ``exit_code``
-    the command line's exit status for it (table above); ``study.run`` raises them where
+    the command line's exit status for it (above); ``study.run`` raises them where
     ``study run`` prints its line.  Each survives ``pickle`` (Ray copies a failed
     trial's exception to the driver): ``__reduce__`` rebuilds it from ``self._init``."""
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from study import limits
 from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, fail, flag, model_config,
                            model_overrides)
+from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, SupersededError
 
 #: a trial id names its table parts (tables/runs/<id>.parquet): no '/' or '..', and no
 #: first character the table readers skip (study.tables.SKIPPED_PREFIXES: '.', '_')
@@ -148,7 +149,6 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         fail(prog, f"--out: cannot create {out} ({e.strerror or e})")
-    from study.errors import EXIT_STORAGE, CheckpointError, LockError, StorageError, SupersededError
     from study.trial.ledger import TrialLedger
     from study.tuning.lock import StudyLock
 
@@ -178,8 +178,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prog}: error: {why}", file=sys.stderr, flush=True)
         return EXIT_STORAGE
     except KeyboardInterrupt:
-        from study.errors import EXIT_SIGINT
-
         print(f"{prog}: interrupted; the same command continues from the last checkpoint in {out}",
               file=sys.stderr, flush=True)
         return EXIT_SIGINT
