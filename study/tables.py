@@ -283,23 +283,18 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
         rel = info.path[len(p.rstrip("/")) + 1:] if info.path.startswith(p.rstrip("/")) else info.base_name
         parts = rel.split("/")
         full = f"{prefix}/{rel}"
-        if any(x.startswith(SKIPPED_PREFIXES) for x in parts):
-            continue  # a write in progress (``.tmp-*``) or hidden bookkeeping
-        if full in exclude:
-            continue
+        if any(x.startswith(SKIPPED_PREFIXES) for x in parts) or full in exclude:
+            continue  # a write in progress (``.tmp-*``), hidden bookkeeping, or excluded
         if table == "runs":
-            if trial_id is None and len(parts) == 1 and rel.endswith(".parquet"):
-                out.parts.append(full)
-                continue
+            kind = "parts" if trial_id is None and len(parts) == 1 and rel.endswith(".parquet") else None
+        elif len(parts) != (1 if trial_id is not None else 2):
+            kind = None
         else:
-            depth = 1 if trial_id is not None else 2
-            if len(parts) == depth and parts[-1] == COMPACTED:
-                out.compacted.append(full)
-                continue
-            if len(parts) == depth and _PART.match(parts[-1]):
-                out.parts.append(full)
-                continue
-        _skip(full, f"not a file of the {table} table")
+            kind = "compacted" if parts[-1] == COMPACTED else "parts" if _PART.match(parts[-1]) else None
+        if kind:
+            getattr(out, kind).append(full)
+        else:
+            _skip(full, f"not a file of the {table} table")
     return out
 
 

@@ -13,6 +13,7 @@ from study import limits
 from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, fail, flag, model_config,
                            model_overrides)
 from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, SupersededError
+from study.storage import file_in_the_way
 
 #: a trial id names its table parts (tables/runs/<id>.parquet): no '/' or '..', and no
 #: first character the table readers skip (study.tables.SKIPPED_PREFIXES: '.', '_')
@@ -106,16 +107,12 @@ def run(args: argparse.Namespace) -> int:
         )
     except ConfigError as e:
         fail(prog, f"{flag(e.field)}: {e.message}")
-    from study.limits import over_limit
-
-    over = over_limit(cfg)  # the same documented limits a study file is held to
+    over = limits.over_limit(cfg)  # the same documented limits a study file is held to
     if over is not None:
         fail(prog, f"{flag(over[0])}: must be <= {over[1]} ({over[2]}), got {over[3]}")
     out: Path = args.out
     if out.exists() and not out.is_dir():
         fail(prog, f"--out: {out} exists and is not a directory")
-    from study.storage import file_in_the_way
-
     blocker = file_in_the_way(out)
     if blocker is not None:
         fail(prog, f"--out: {blocker} is not a directory")
@@ -129,10 +126,8 @@ def run(args: argparse.Namespace) -> int:
     bar = None if args.quiet or not sys.stderr.isatty() else _EpochBar(epochs=cfg.epochs, stream=sys.stderr)
     progress = None if args.quiet else (bar.line if bar is not None else
                                         (lambda line: print(line, file=sys.stderr, flush=True)))
-    from study.data import DataError
+    from study.data import DataError, hold_out_validation, load_splits
     from study.trial import train_trial
-
-    from study.data import hold_out_validation, load_splits
 
     try:  # errors before anything is written; the first decode of an archive prints its progress
         splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed, progress=progress)
