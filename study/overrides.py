@@ -22,7 +22,6 @@ from study.specyaml import YamlError, load_yaml
 
 _KEY = r"[A-Za-z_][A-Za-z0-9_]*"
 _PATH = re.compile(rf"{_KEY}(?:\.{_KEY}|\.[0-9]+|\[[0-9]+\])*")
-_SEGMENT = re.compile(rf"({_KEY})|\[([0-9]+)\]|\.([0-9]+)|\.({_KEY})")
 _FORMS = "key=VALUE, +key=VALUE, ++key=VALUE or ~key"
 
 
@@ -40,13 +39,7 @@ def parse(text: str) -> tuple[str, list[str | int], str | None]:
         raise ValueError(f"override {text!r}: key@package is Hydra's config-group syntax; a study file has none")
     if not _PATH.fullmatch(key):
         raise ValueError(f"override {text!r}: {key!r} is not a field path (name.name, list[0].name)")
-    path: list[str | int] = []
-    for m in _SEGMENT.finditer(key):
-        name, index, dotted_index, dotted = m.groups()
-        if name or dotted:
-            path.append(name or dotted)
-        else:
-            path.append(int(index if index is not None else dotted_index))
+    path = [int(t) if t.isdigit() else t for t in re.findall(rf"{_KEY}|[0-9]+", key)]
     return op, path, (value if eq else None)
 
 
