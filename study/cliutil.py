@@ -85,9 +85,8 @@ class DefaultsMixin:
 
     @staticmethod
     def _shows_default(action: argparse.Action) -> bool:
-        default = action.default
-        return not (default is None or default is False or default is argparse.SUPPRESS
-                    or not action.option_strings or isinstance(action, argparse._VersionAction))
+        default = action.default  # SUPPRESS for --help and --version
+        return not (default is None or default is False or default is argparse.SUPPRESS or not action.option_strings)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = (action.help or "").strip()
