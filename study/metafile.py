@@ -60,22 +60,14 @@ def read_bytes(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except IsADirectoryError:
         raise MetaFileError(path, "is a folder, not a regular file") from None
-    try:
+    with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)  # what was opened, not what was stat'ed a moment ago
         if not stat.S_ISREG(st.st_mode):
             raise MetaFileError(path, f"is {_kind(st.st_mode)}, not a regular file")
-        chunks, size = [], 0
-        while size <= max_bytes:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > max_bytes:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
         raise _too_big(path, max_bytes)
-    return b"".join(chunks)
+    return data
 
 
 def _read_remote(uri: str, max_bytes: int) -> bytes:
