@@ -114,7 +114,6 @@ _warned: set[str] = set()
 
 
 def _skip(path: str, why: str) -> None:
-    """Warn once per process about a skipped file."""
     if path not in _warned:
         _warned.add(path)
         warnings.warn(f"skipped {path}: {why}", TableWarning, stacklevel=3)
@@ -361,9 +360,8 @@ def _keys(table: str) -> list[str]:
 
 
 def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
-    """All rows of ``table`` under ``root`` as one DataFrame (empty if none yet): each
-    key once, temporary files never read, foreign or damaged files skipped with a
-    :class:`TableWarning`; ``maps.probs`` decoded to float64 arrays."""
+    """All rows of ``table`` under ``root`` as one DataFrame (empty if none yet), each key
+    once, under the invariants of the module doc; ``maps.probs`` decoded to float64."""
     import pandas as pd
 
     compacted, parts, _ = _read_all(root, table)
@@ -412,10 +410,8 @@ def compact_all(root: str | os.PathLike) -> int:
 
 
 class TableWriter:
-    """Writes one trial's rows under a table root (only rank 0 should own one).
-
-    ``rows(table, epoch, rows)`` writes one part; every ``compact_every`` parts of a
-    table the trial's parts are compacted; ``close()`` compacts what is left."""
+    """Writes one trial's rows under a table root (only rank 0 should own one): a part per
+    ``rows``, compacted every ``compact_every`` parts of a table and at ``close()``."""
 
     def __init__(self, root: str | os.PathLike, *, trial_id: str, compact_every: int = COMPACT_EVERY):
         self.root = root
@@ -446,5 +442,4 @@ class TableWriter:
             self._pending[t] = 0
 
     def close(self) -> None:
-        """Compact every table of this trial (the trial ended)."""
-        self.compact()
+            self.compact()
