@@ -6,6 +6,7 @@ import argparse
 import math
 import re
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from study import limits
@@ -151,8 +152,6 @@ def check_data(prog: str, option: str, data: str) -> None:
     """What a data source promises that can be checked without decoding it or importing
     torch (:func:`study.speccheck.check_data_source`, a folder's or archive's layout and
     image headers): one line, exit 2, well under a second."""
-    from pathlib import Path
-
     from study.speccheck import check_data_source
 
     if not data.strip():
@@ -161,7 +160,7 @@ def check_data(prog: str, option: str, data: str) -> None:
         check_data_source(lambda _field, message: UsageError(message), data)
     except UsageError as e:
         fail(prog, f"{option}: {e}")
-    kind, sep, arg = data.partition(":")
+    kind, _, arg = data.partition(":")
     if kind in ("synthetic", "cifar10"):
         return
     try:
