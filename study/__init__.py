@@ -13,24 +13,15 @@ __version__ = "0.1.0"
 
 def run(file, *, overrides=(), storage=None, data=None, name=None, num_cpus=None, address=None,
         shared_storage=False, quiet=False, verbose=False):
-    """Run a study file as ``study run FILE [OVERRIDE ...]`` does, in this process, and return
-    its tables as the :class:`analysis.Study` that ``analysis.load`` gives.
+    """Run a study file as ``study run FILE [OVERRIDE ...]`` does (one code path,
+    :func:`study.commands.studies.run_file`), in this process, and return its tables as
+    the :class:`analysis.Study` that ``analysis.load`` gives.  The arguments are the
+    command's (``overrides``: Hydra-syntax ``key.sub=VALUE`` strings).
 
-    ``overrides``: Hydra-syntax ``key.sub=VALUE`` strings (:mod:`study.overrides`);
-    ``storage`` (``--storage``; default ``$STUDY_STORAGE``, else ``./results``), ``data``
-    (``--data``), ``name``, ``num_cpus``, ``address``, ``shared_storage``, ``quiet``,
-    ``verbose``: as the command's options.  The command and this function share one
-    code path (:func:`study.commands.studies.run_file`).
-
-    Where the command prints its one line and exits, this raises (:mod:`study.errors`):
-    :class:`~study.errors.StudyFileError` (a bad study file or override: ``FILE:
-    path.field: problem``) and :class:`~study.errors.UsageError` (other bad input; the
-    study exists already), :class:`~study.errors.StorageError` (the storage failed or
-    cannot be reached), :class:`~study.errors.RayStartError`, :class:`~study.errors.LockError`;
-    each has the command's ``exit_code``.
-    Interrupted (Ctrl-C, the notebook's interrupt): ``KeyboardInterrupt``, state saved
-    for ``study resume``.  Trials that ended in error are rows of ``runs`` with
-    ``status == "error"`` and their cause in ``runs.error``, not an exception."""
+    Where the command prints its one line and exits, this raises :mod:`study.errors`'
+    types, each with the command's ``exit_code``.  Interrupted: ``KeyboardInterrupt``,
+    state saved for ``study resume``.  Trials that ended in error are rows of ``runs``
+    with ``status == "error"`` and their cause in ``runs.error``, not an exception."""
     import sys
 
     from study.errors import EXIT_SIGINT, UsageError

@@ -7,9 +7,6 @@ never a part of one.
   the temporary one.
 * Object storage (``s3://…`` through pyarrow): one upload, which S3 makes visible only
   once complete (there is no rename there).
-
-Used by the tables' parts, checkpoints, the data cache, exports, the trial ledger,
-the study metadata and the signatures of Ray's state.
 """
 
 from __future__ import annotations
@@ -26,12 +23,11 @@ Writer = Callable[[IO[bytes]], object]
 
 def write_atomic(path: str | os.PathLike, write: Writer | bytes, *, prefix: str = ".tmp-", suffix: str = "",
                  mode: int | None = None, filesystem=None, before_replace: Callable[[], object] | None = None) -> str:
-    """Write ``path`` in one step: ``write`` is the content (bytes) or a function that
-    writes it to the binary file object it is given.  ``filesystem``: the pyarrow
-    filesystem ``path`` is on (default: from the URI for ``s3://…``, else local).
-    Local files only: ``mode``, permission bits (default: ``mkstemp``'s 0600);
-    ``before_replace``, called once the new content is safely on disk, just before it
-    replaces the old (e.g. to keep the old file under another name).  Returns ``path``."""
+    """Write ``path`` in one step: ``write`` is the content or a function writing it to
+    the binary file it is given; ``filesystem``: pyarrow's for ``path`` (default: from an
+    ``s3://…`` URI, else local).  Local files only: ``mode`` (default ``mkstemp``'s 0600)
+    and ``before_replace``, called once the new content is on disk, before it replaces
+    the old.  Returns ``path``."""
     fill = (lambda f: f.write(write)) if isinstance(write, (bytes, bytearray)) else write
     if filesystem is not None or is_remote(path):
         import pyarrow.fs as pafs

@@ -1,16 +1,9 @@
 """What ``study status`` and ``study list`` print, from the ``runs`` table alone.
 
-A trial whose driver or node died keeps ``status = running`` in its last ``runs``
-row forever.  ``study status`` shows such a trial as **stale**: ``running`` and no
-update (``updated_at``) for longer than
-
-    max(STALE_MIN_S, STALE_FACTOR × its epoch time)
-
-where its epoch time is ``device_seconds / (epochs_done × world_size)`` (the mean
-wall time of its epochs).  A trial with no epoch done yet uses the longest epoch
-time of the study's other trials, or ``STALE_UNKNOWN_S`` when no trial has done an
-epoch.  The table is not changed: ``study resume`` continues stale trials from
-their checkpoints.
+A trial whose driver or node died keeps ``status = running`` forever; it is shown as
+**stale** once not updated for max(STALE_MIN_S, STALE_FACTOR × its mean epoch time),
+the epoch time of a trial with none done being the study's longest (or
+STALE_UNKNOWN_S).  The table is not changed: ``study resume`` continues such trials.
 """
 
 from __future__ import annotations

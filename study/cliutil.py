@@ -6,25 +6,21 @@ import argparse
 import math
 import re
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from study import limits
+from study.errors import EXIT_USAGE, UsageError
 from study.models.config import ENCODING_FIELDS, ENCODINGS, ConfigError, ModelConfig  # torch-free
-
-EXIT_USAGE = 2
-
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 class BoundedInt:
     """An argparse ``type``: an integer from ``low`` to ``high`` (the documented limit
-    ``limit`` of :mod:`study.limits`), else ``argument --flag: must be <= H (LIMIT), got X``
-    (or ``>= L``, or ``an integer``): one line, exit 2, before anything is imported or
-    allocated."""
-    # Every integer flag of every command uses one (tests/test_contract_files.py
-    # enumerates the parsers): a size a typo made a million times too large is refused
-    # by its flag, not found by the machine.
+    ``limit`` of :mod:`study.limits`), else one line, exit 2, before anything is imported.
+    Every integer flag of every command uses one (tests/test_contract_files.py checks):
+    a size a typo made a million times too large is refused by its flag."""
 
     def __init__(self, low: int, high: int, limit: str):
         self.low, self.high, self.limit = low, high, limit
@@ -48,10 +44,8 @@ class BoundedInt:
 
 
 class BoundedFloat:
-    """An argparse ``type``: a finite number from ``low`` to ``high`` (the documented limit
-    ``limit`` of :mod:`study.limits`), else ``argument --flag: must be from L to H (LIMIT),
-    got X``: one line, exit 2 (``5e-324`` or ``1e300`` where a rate or a period is meant
-    would overflow what is computed from it)."""
+    """An argparse ``type``: a finite number from ``low`` to ``high`` (the limit ``limit``):
+    ``5e-324`` or ``1e300`` as a rate or a period would overflow what is computed from it."""
 
     def __init__(self, low: float, high: float, limit: str):
         self.low, self.high, self.limit = low, high, limit
@@ -81,10 +75,6 @@ def model_int(field: str) -> BoundedInt:
 SEED = BoundedInt(0, limits.MAX_SEED, "MAX_SEED")
 
 
-class UsageError(Exception):
-    """Bad input from the user; printed as one line, exit status 2."""
-
-
 class DefaultsMixin:
     """``--help`` shows each option's default, ``(default: X)``, unless the help text
     already says it or there is none to show (None, False, a store_true flag)."""
@@ -96,19 +86,14 @@ class DefaultsMixin:
 
     @staticmethod
     def _shows_default(action: argparse.Action) -> bool:
-        default = action.default
-        return not (default is None or default is False or default is argparse.SUPPRESS
-                    or not action.option_strings or isinstance(action, argparse._VersionAction))
+        default = action.default  # SUPPRESS for --help and --version
+        return not (default is None or default is False or default is argparse.SUPPRESS or not action.option_strings)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = (action.help or "").strip()
         if not self._shows_default(action) or "default" in text.lower():
             return text
         return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
-
-
-class DefaultsFormatter(DefaultsMixin, argparse.HelpFormatter):
-    pass
 
 
 class Parser(argparse.ArgumentParser):
@@ -127,7 +112,6 @@ class Parser(argparse.ArgumentParser):
 
 
 def package_version() -> str:
-    """The installed version of this project (``unknown`` from a bare checkout)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -143,9 +127,6 @@ def fail(prog: str, message: str) -> NoReturn:
 
 def flag(field: str) -> str:
     return "--" + field.replace("_", "-")
-
-
-MODEL_FLAGS = ("arch", "encoding", "num_heads", *ENCODING_FIELDS, "hidden", "layers", "intermediate")
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -169,24 +150,17 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 def check_data(prog: str, option: str, data: str) -> None:
     """What a data source promises that can be checked without decoding it or importing
-    torch (``synthetic:N`` bounds, ``cifar10:ROOT`` is a folder, a path exists and is a
-    folder or a regular file; a folder's or archive's layout and image headers,
-    :func:`study.data.sources.check_source`): one line, exit 2, well under a second."""
-    import re
-    from pathlib import Path
-
+    torch (:func:`study.speccheck.check_data_source`, a folder's or archive's layout and
+    image headers): one line, exit 2, well under a second."""
     from study.speccheck import check_data_source
-
-    class _Refused(Exception):
-        pass
 
     if not data.strip():
         fail(prog, f"{option}: empty data source")
     try:
-        check_data_source(lambda _field, message: _Refused(message), data)
-    except _Refused as e:
+        check_data_source(lambda _field, message: UsageError(message), data)
+    except UsageError as e:
         fail(prog, f"{option}: {e}")
-    kind, sep, arg = data.partition(":")
+    kind, _, arg = data.partition(":")
     if kind in ("synthetic", "cifar10"):
         return
     try:
@@ -222,14 +196,13 @@ def check_model_params(prog: str, config: ModelConfig) -> None:
 
 
 def model_overrides(args: argparse.Namespace) -> dict:
-    return {k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k, None) is not None}
+    flags = ("arch", "encoding", "num_heads", *ENCODING_FIELDS, "hidden", "layers", "intermediate")
+    return {k: getattr(args, k) for k in flags if getattr(args, k, None) is not None}
 
 
 def model_config(prog: str, base: ModelConfig | None = None, **overrides) -> ModelConfig:
     """Build a config, turning a ConfigError into ``prog: error: --flag: message``."""
     try:
-        if base is None:
-            return ModelConfig(**overrides)
-        return base.replace(**overrides)
+        return ModelConfig(**overrides) if base is None else base.replace(**overrides)
     except ConfigError as e:
         fail(prog, f"{flag(e.field)}: {e.message}")

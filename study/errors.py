@@ -1,43 +1,23 @@
-"""Exit statuses of ``study`` commands and the one-line cause of a failure.
-
-Exit statuses (``study run``, ``study resume``, ``study train``):
-
-====  =========================================================
-0     every trial finished (or diverged / was stopped by ASHA)
-1     at least one trial ended in ``error`` (see ``runs.error``)
-2     bad input (study file, flags, data source): nothing started
-3     storage failed (full, unwritable, vanished, or failed a check)
-4     Ray could not be started or reached (nothing ran)
-130   interrupted by SIGINT (Ctrl-C): state saved, ``study resume NAME``
-143   interrupted by SIGTERM: state saved, ``study resume NAME``
-====  =========================================================
-"""
+"""Exit statuses of ``study`` commands (``run``, ``resume``, ``train``) and the one-line
+cause of a failure."""
 
 from __future__ import annotations
 
-EXIT_OK = 0
-EXIT_TRIAL_ERROR = 1
-EXIT_USAGE = 2
-EXIT_STORAGE = 3
-EXIT_RAY = 4
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
+EXIT_OK = 0  # every trial finished (or diverged / was stopped by ASHA)
+EXIT_TRIAL_ERROR = 1  # at least one trial ended in ``error`` (see ``runs.error``)
+EXIT_USAGE = 2  # bad input (study file, flags, data source): nothing started
+EXIT_STORAGE = 3  # storage failed (full, unwritable, vanished, or failed a check)
+EXIT_RAY = 4  # Ray could not be started or reached (nothing ran)
+EXIT_SIGINT = 130  # interrupted (SIGINT; SIGTERM is 143): state saved, ``study resume NAME``
 
 PROJECT_MODULES = ("study", "analysis")
 
 
 class StudyError(Exception):
-    """Base of the project's run-time errors.  ``str(error)`` is one line;
-    ``exit_code`` is the exit status the command line gives it (table above).
-
-    ``study.run`` (the Python API) raises them where ``study run`` prints its one
-    line: :class:`UsageError` (:class:`StudyFileError`) for bad input,
-    :class:`StorageError` for a storage that fails or cannot be reached,
-    :class:`RayStartError`, :class:`LockError`.
-
-    Every project exception survives ``pickle`` (Ray copies the exception of a
-    failed trial from the worker to the driver): ``__reduce__`` rebuilds it from
-    its constructor arguments, kept in ``self._init``."""
+    """Base of the project's run-time errors: ``str(error)`` is one line, ``exit_code``
+    the command line's exit status for it (above); ``study.run`` raises them where
+    ``study run`` prints its line.  Each survives ``pickle`` (Ray copies a failed
+    trial's exception to the driver): ``__reduce__`` rebuilds it from ``self._init``."""
 
     exit_code = EXIT_TRIAL_ERROR
 
@@ -50,14 +30,12 @@ class StudyError(Exception):
 
 
 class UsageError(StudyError):
-    """Bad input (an option, a data source, a storage URI, a study name): nothing
-    started.  The command line prints ``PROG: error: MESSAGE``, exit 2."""
+    """Bad input (an option, a data source, a storage URI, a study name): nothing started."""
 
     exit_code = EXIT_USAGE
 
     def __init__(self, message: str):
-        # verbatim, as the command line printed it before: a value quoted in it keeps its
-        # blanks (`got '   '`); its callers write one line
+        # verbatim: a value quoted in it keeps its blanks (`got '   '`); callers write one line
         Exception.__init__(self, message)
         self._init = (message,)
 
@@ -68,8 +46,7 @@ class StudyFileError(UsageError):
 
 
 class StorageError(StudyError):
-    """The study's storage failed (disk full, unwritable, vanished) or an object store
-    cannot be reached: names the path."""
+    """The study's storage failed (disk full, unwritable, vanished): names the path."""
 
     exit_code = EXIT_STORAGE
 
@@ -80,11 +57,10 @@ class StorageError(StudyError):
 
 
 class StorageUnreachableError(StorageError):
-    """An object store that did not answer (or refused) within the bounded wait: the
-    one-line message names the URI and the endpoint."""
+    """An object store that did not answer (or refused) within the bounded wait."""
 
     def __init__(self, message: str):
-        Exception.__init__(self, message)  # verbatim, as the command line printed it before
+        Exception.__init__(self, message)  # verbatim, naming the URI and the endpoint
         self._init = (message,)
         self.path, self.reason = None, message
 
@@ -133,10 +109,6 @@ def _chain(exc: BaseException):
         todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
 
 
-def _is_project(e: BaseException) -> bool:
-    return type(e).__module__.split(".")[0] in PROJECT_MODULES
-
-
 def _is_ray(e: BaseException) -> bool:
     return type(e).__module__.split(".")[0] == "ray" or type(e).__name__.startswith("RayTaskError")
 
@@ -145,9 +117,8 @@ def cause(exc: BaseException) -> str:
     """``ExceptionType: message`` of the innermost project error wrapped in ``exc``,
     else of the innermost non-Ray error, else of ``exc`` itself; one line."""
     chain = [e for e in _chain(exc) if isinstance(e, BaseException)]
-    pick = next((e for e in reversed(chain) if _is_project(e)), None)
-    if pick is None:
-        pick = next((e for e in reversed(chain) if not _is_ray(e)), exc)
+    pick = (next((e for e in reversed(chain) if type(e).__module__.split(".")[0] in PROJECT_MODULES), None)
+            or next((e for e in reversed(chain) if not _is_ray(e)), exc))
     message = str(pick)
     if _is_ray(pick) and "\n" in message:  # Ray's text trace: keep its last line (the error)
         message = [ln for ln in message.splitlines() if ln.strip()][-1]

@@ -12,14 +12,17 @@ the file type is checked with ``stat`` before it is opened, and it is opened wit
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import stat
 from typing import Any
 
 from study import limits
 from study.errors import StudyError
 
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
@@ -37,6 +40,11 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
+def _too_big(path: str, max_bytes: int, size: int | None = None) -> MetaFileError:
+    what = f"is more than the {max_bytes:,} bytes" if size is None else f"is {size:,} bytes, more than the {max_bytes:,}"
+    return MetaFileError(path, f"{what} a metadata file may have (MAX_META_FILE_BYTES)")
+
+
 def read_bytes(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE_BYTES) -> bytes:
     """The bytes of a regular file (local or ``scheme://`` URI) of at most ``max_bytes``.
     Raises FileNotFoundError when it does not exist, :class:`MetaFileError` otherwise."""
@@ -47,28 +55,19 @@ def read_bytes(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE
     if not stat.S_ISREG(st.st_mode):
         raise MetaFileError(path, f"is {_kind(st.st_mode)}, not a regular file")
     if st.st_size > max_bytes:
-        raise MetaFileError(path, f"is {st.st_size:,} bytes, more than the {max_bytes:,} a metadata file may have "
-                                  "(MAX_META_FILE_BYTES)")
+        raise _too_big(path, max_bytes, st.st_size)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except IsADirectoryError:
         raise MetaFileError(path, "is a folder, not a regular file") from None
-    try:
+    with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)  # what was opened, not what was stat'ed a moment ago
         if not stat.S_ISREG(st.st_mode):
             raise MetaFileError(path, f"is {_kind(st.st_mode)}, not a regular file")
-        chunks, size = [], 0
-        while size <= max_bytes:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > max_bytes:
-        raise MetaFileError(path, f"is more than the {max_bytes:,} bytes a metadata file may have (MAX_META_FILE_BYTES)")
-    return b"".join(chunks)
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise _too_big(path, max_bytes)
+    return data
 
 
 def _read_remote(uri: str, max_bytes: int) -> bytes:
@@ -81,39 +80,19 @@ def _read_remote(uri: str, max_bytes: int) -> bytes:
     if info.type != pafs.FileType.File:
         raise MetaFileError(uri, "is not a regular file")
     if info.size is not None and info.size > max_bytes:
-        raise MetaFileError(uri, f"is {info.size:,} bytes, more than the {max_bytes:,} a metadata file may have "
-                                 "(MAX_META_FILE_BYTES)")
+        raise _too_big(uri, max_bytes, info.size)
     with fs.open_input_stream(p) as f:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise MetaFileError(uri, f"is more than the {max_bytes:,} bytes a metadata file may have (MAX_META_FILE_BYTES)")
+        raise _too_big(uri, max_bytes)
     return data
 
 
 def _depth(text: str) -> int:
     """Deepest nesting of JSON brackets outside strings (a bound checked before parsing,
     so ``[[[…]]]`` 100,000 deep never reaches the recursive parser)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > limits.MAX_META_DEPTH:
-                    return deepest
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+    brackets = [1 if c in "[{" else -1 for c in _STRING.sub("", text) if c in "[]{}"]
+    return max(itertools.accumulate(brackets), default=0)
 
 
 def read_json(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE_BYTES) -> Any:

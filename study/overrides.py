@@ -1,25 +1,14 @@
-"""Command-line overrides of a study file, in Hydra's override syntax.
+"""Command-line overrides of a study file, in Hydra's override syntax, applied to the
+file's mapping before it is checked: an override is checked exactly like the file
+(``FILE: path.field: problem``), and ``study.json`` records the file with them applied.
 
-``study run|validate|plan FILE [OVERRIDE ...]`` and ``study.run(FILE, overrides=[...])``
-change the study file's mapping before it is checked, so an override is checked
-exactly like the file (``FILE: path.field: problem``) and the study that runs, and
-``study.json`` records, is the file with its overrides applied.
-
-Forms (the part of Hydra's grammar a study file needs):
-
-- ``key.sub=VALUE``: set a field, whether the file sets it or not (every field of a
-  study file is optional, as in a Hydra structured config; the file's check refuses
-  an unknown one);
-- ``models[0].num_heads=16`` (or ``models.0.num_heads=16``): an entry of a list;
-- ``+key=VALUE``: add a field the file does not set (refused when it does, as Hydra);
-- ``++key=VALUE``: set a field, set in the file or not;
-- ``~key``: delete a field the file sets.
-
-``VALUE`` is YAML, read by the study file's own reader (:mod:`study.specyaml`, same
-limits and YAML-1.2 scalars, as Hydra reads its values): ``5``, ``1.0e-4``, ``true``,
-``null``, ``[0,1,2]``, ``{lr: 0.1}``, ``synthetic:500``; ``key=`` is the empty string.
-Other forms of Hydra's (``~key=VALUE``, sweeps ``a=1,2``, ``key@pkg``, functions such
-as ``glob(...)``) are refused in one line.  Overrides apply in the order given.
+Forms: ``key.sub=VALUE`` (set a field, in the file or not), ``models[0].num_heads=16``
+or ``models.0.num_heads=16`` (a list entry), ``+key=VALUE`` (add a field the file does
+not set), ``++key=VALUE`` (set, either way), ``~key`` (delete one the file sets).
+``VALUE`` is YAML read by the study file's own reader (:mod:`study.specyaml`, same
+limits); ``key=`` is the empty string.  Hydra's other forms (``~key=VALUE``, sweeps
+``a=1,2``, ``key@pkg``, functions such as ``glob(...)``) are refused in one line.
+Overrides apply in the order given.
 """
 
 from __future__ import annotations
@@ -33,7 +22,6 @@ from study.specyaml import YamlError, load_yaml
 
 _KEY = r"[A-Za-z_][A-Za-z0-9_]*"
 _PATH = re.compile(rf"{_KEY}(?:\.{_KEY}|\.[0-9]+|\[[0-9]+\])*")
-_SEGMENT = re.compile(rf"({_KEY})|\[([0-9]+)\]|\.([0-9]+)|\.({_KEY})")
 _FORMS = "key=VALUE, +key=VALUE, ++key=VALUE or ~key"
 
 
@@ -51,13 +39,7 @@ def parse(text: str) -> tuple[str, list[str | int], str | None]:
         raise ValueError(f"override {text!r}: key@package is Hydra's config-group syntax; a study file has none")
     if not _PATH.fullmatch(key):
         raise ValueError(f"override {text!r}: {key!r} is not a field path (name.name, list[0].name)")
-    path: list[str | int] = []
-    for m in _SEGMENT.finditer(key):
-        name, index, dotted_index, dotted = m.groups()
-        if name or dotted:
-            path.append(name or dotted)
-        else:
-            path.append(int(index if index is not None else dotted_index))
+    path = [int(t) if t.isdigit() else t for t in re.findall(rf"{_KEY}|[0-9]+", key)]
     return op, path, (value if eq else None)
 
 
@@ -79,7 +61,6 @@ def value_of(text: str) -> Any:
 
 
 def check_count(overrides: list[str]) -> None:
-    """At most MAX_OVERRIDES overrides of at most MAX_OVERRIDE_CHARS characters each."""
     if len(overrides) > limits.MAX_OVERRIDES:
         raise ValueError(f"{len(overrides)} overrides, more than {limits.MAX_OVERRIDES} (MAX_OVERRIDES)")
     for text in overrides:
@@ -91,12 +72,9 @@ def check_count(overrides: list[str]) -> None:
 
 
 def apply(raw: dict[str, Any], overrides: list[str], *, err: Callable[[str, str], Exception]) -> dict[str, Any]:
-    """A copy of the study file's mapping ``raw`` with ``overrides`` applied in order.
-
-    ``err(path, message)`` builds the exception raised for an override that cannot
-    apply (an index past a list's end, a field inside a number, ``+`` of a field the
-    file sets, ``~`` of one it does not, a value that is not YAML); ``path`` is the
-    override's path.  A malformed override is ``err("", message)``."""
+    """A copy of the study file's mapping ``raw`` with ``overrides`` applied in order;
+    ``err(path, message)`` builds the exception for one that cannot apply (``path`` is
+    the override's, ``""`` for a malformed one)."""
     try:
         check_count(overrides)
     except ValueError as e:

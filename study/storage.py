@@ -1,10 +1,6 @@
-"""Where studies live: the default storage, study folders, the studies under a storage.
-
-Pure Python + pyarrow (no torch, no Ray), so bookkeeping commands (``study status``,
-``study list``, ``analysis``) start fast.
-
-``$STUDY_STORAGE`` sets the default ``--storage`` of every ``study`` and ``analysis``
-command (a folder or ``s3://bucket/prefix``); without it the default is ``./results``.
+"""Where studies live: the default storage (``$STUDY_STORAGE``, else ``./results``),
+study folders, the studies under a storage.  No torch, no Ray: bookkeeping commands
+start fast.
 """
 
 from __future__ import annotations
@@ -42,15 +38,10 @@ def _shown(text: str) -> str:
 
 
 def storage_problem(storage: str) -> str | None:
-    """Why ``storage`` cannot be a storage (one line), or None.
-
-    A folder may hold any characters but control characters and surrounding blanks.
-    A URI must be ``s3://bucket/prefix`` or ``gs://bucket/prefix`` (``gcs://`` too):
-    a valid bucket name, a prefix of letters, digits and ``. _ ~ = + , -`` in
-    ``/``-separated non-empty parts, and nothing else: no credentials (``user:key@``),
-    port, query string (``?versionId=…``: the endpoint and region come from the
-    environment) or fragment.  Other schemes (``hdfs://``, ``az://``, ``http://``, …)
-    are refused by name."""
+    """Why ``storage`` cannot be a storage (one line), or None: a folder (no control
+    characters or surrounding blanks) or ``s3://``, ``gs://`` or ``gcs://bucket/prefix``
+    and nothing else (no credentials, port, query string or fragment: the endpoint and
+    region come from the environment)."""
     text = str(storage)
     if not text.strip():
         return f"must be a folder or a URI ({_USE}), got {text!r}"
@@ -100,9 +91,8 @@ def storage_problem(storage: str) -> str | None:
 
 
 def resolve_storage(storage: str | None) -> str:
-    """``--storage`` (``storage``, when given: an empty one is refused, never replaced),
-    else ``$STUDY_STORAGE`` (set but empty: refused), else ``results``; a malformed one
-    raises ``ValueError`` with one line naming where it came from.  A URI comes back
+    """``--storage`` when given, else :func:`default_storage` (an empty one is refused, never
+    replaced): ``ValueError`` naming where a malformed one came from.  A URI comes back
     without its trailing ``/``."""
     value = default_storage() if storage is None else storage
     problem = storage_problem(value)
@@ -123,32 +113,27 @@ REACH_TIMEOUT_S = 8.0
 _ATTEMPTS = 2
 
 
+def _custom_s3() -> str | None:
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+
+
 def endpoint(uri: str) -> str:
     """The endpoint an object-storage URI is served from (what an error line names)."""
-    scheme = uri.split("://", 1)[0].lower()
-    if scheme == "s3":
-        custom = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        return custom or "https://s3.amazonaws.com (AWS)"
+    if uri.split("://", 1)[0].lower() == "s3":
+        return _custom_s3() or "https://s3.amazonaws.com (AWS)"
     return "https://storage.googleapis.com"
-
-
-def _split(uri: str) -> tuple[str, str, str]:
-    scheme, rest = uri.split("://", 1)
-    bucket, _, prefix = rest.partition("/")
-    return scheme.lower(), bucket, prefix.strip("/")
 
 
 def filesystem(uri: str):
     """``(fs, path)`` for an object-storage URI, like ``pyarrow.fs.FileSystem.from_uri``
-    but with bounded waits: connections time out after :data:`CONNECT_TIMEOUT_S`, a
-    stalled request after :data:`REQUEST_TIMEOUT_S`, and a failed request is tried
-    :data:`_ATTEMPTS` times (GCS: retries stop after :data:`REQUEST_TIMEOUT_S`)."""
+    but with the bounded waits above."""
     import pyarrow.fs as pafs
 
-    scheme, bucket, prefix = _split(uri)
-    path = f"{bucket}/{prefix}" if prefix else bucket
-    if scheme == "s3":
-        custom = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    scheme, rest = uri.split("://", 1)
+    path = rest.strip("/")
+    bucket = path.split("/", 1)[0]
+    if scheme.lower() == "s3":
+        custom = _custom_s3()
         # from_uri asks AWS for the bucket's region unless an endpoint is set; so do we
         region = None if custom else pafs.resolve_s3_region(bucket)
         where = {}
@@ -166,8 +151,7 @@ def filesystem(uri: str):
 
 
 class StorageUnreachable(OSError):
-    """An object store that did not answer (or refused) within the bounded wait; its
-    one-line message names the URI and the endpoint."""
+    """An object store that did not answer (or refused) within the bounded wait."""
 
 
 class NoBucket(ValueError):
@@ -212,9 +196,8 @@ def _reason(e: BaseException) -> str:
 
 
 def check_reachable(uri: str, *, timeout: float = REACH_TIMEOUT_S) -> None:
-    """Refuse an object store that cannot be used, within ``timeout`` seconds:
-    :class:`NoBucket` (its bucket does not exist) or :class:`StorageUnreachable`
-    (no answer, refused, denied).  A folder is not checked here."""
+    """Refuse an object store that cannot be used, within ``timeout`` seconds: :class:`NoBucket`
+    or :class:`StorageUnreachable` (no answer, refused, denied).  A folder is not checked."""
     if not is_remote(uri):
         return
 
@@ -231,9 +214,8 @@ def check_reachable(uri: str, *, timeout: float = REACH_TIMEOUT_S) -> None:
 
 
 def check_study_target(target: str, storage: str | None) -> None:
-    """For a command given a study as NAME (under ``storage``) or PATH (a folder or a
-    URI): the storage is well formed (``ValueError``), and the object store the study
-    would be read from is reachable (:func:`check_reachable`)."""
+    """For a study given as NAME (under ``storage``) or PATH (a folder or a URI): the storage
+    is well formed (``ValueError``) and the object store it is read from reachable."""
     value = resolve_storage(storage)
     if is_remote(target):
         try:
@@ -246,8 +228,7 @@ def check_study_target(target: str, storage: str | None) -> None:
 
 
 def file_in_the_way(path: str | os.PathLike) -> Path | None:
-    """The nearest existing ancestor of ``path`` if it is not a folder (so ``path`` can
-    never be created), else None."""
+    """The nearest existing ancestor of ``path`` if it is not a folder, else None."""
     for parent in Path(path).absolute().parents:
         if parent.exists():
             return None if parent.is_dir() else parent
@@ -263,9 +244,10 @@ def study_root(storage: str, name: str) -> str:
 
 
 def list_studies(storage: str) -> list[str]:
-    """Names of the study folders (those holding ``study.json``) directly under ``storage``;
-    an object store that cannot be listed raises :class:`StorageUnreachable` (never an
-    empty list: "no studies" must mean there are none)."""
+    """Names of the study folders (those holding a ``study.json``, a damaged one too: it
+    is listed as broken, not left out) directly under ``storage``; an object store that
+    cannot be listed raises :class:`StorageUnreachable` (never an empty list: "no
+    studies" must mean there are none)."""
     if is_remote(storage):
         import pyarrow.fs as pafs
 
@@ -277,10 +259,14 @@ def list_studies(storage: str) -> list[str]:
             return sorted(n for n, m in zip(names, metas) if m.type == pafs.FileType.File)
 
         return _bounded(storage, work, timeout=REACH_TIMEOUT_S)
-    root = Path(storage)
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / META_FILE).is_file())
+    names = []
+    for p in Path(storage).iterdir() if Path(storage).is_dir() else ():
+        try:
+            if p.is_dir() and os.path.lexists(p / META_FILE):
+                names.append(p.name)
+        except OSError:  # a folder we may not enter: not listed, as `ls` would say
+            continue
+    return sorted(names)
 
 
 def resolve(root: str, meta: dict) -> dict:
@@ -291,8 +277,7 @@ def resolve(root: str, meta: dict) -> dict:
 
 
 def study_exists(root: str) -> bool:
-    """Whether anything is stored under a study's folder (local or object storage; an
-    object store that does not answer raises :class:`StorageUnreachable`)."""
+    """Whether anything is stored under a study's folder (:class:`StorageUnreachable` if silent)."""
     if not is_remote(root):
         return Path(root).exists() and any(Path(root).iterdir())
     import pyarrow.fs as pafs

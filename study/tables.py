@@ -7,56 +7,34 @@ Layout under a table root (``<storage>/<study>/tables`` or ``study train --out D
     <table>/<trial_id>/<epoch:05d>.parquet        a *part*: one epoch's rows, written as the epoch ends
     <table>/<trial_id>/compacted.parquet          the trial's compacted epochs (one file per trial and table)
 
-for ``<table>`` in ``epochs`` (one row per (trial, epoch)), ``heads`` (one row per
-(trial, epoch, layer, head), every epoch) and ``maps`` (the attention window per
-(trial, epoch, layer, head), only at the epochs of the trial's map schedule, see
-:func:`map_epochs`).  ``epoch`` is 0-based: the row of epoch e holds the state after
-e + 1 epochs of training.  ``heads`` and ``maps`` also hold the untrained model, at
-``epoch`` = :data:`INIT_EPOCH` (−1, part ``-0001.parquet``), written once before the
-first training step (and again, identical, by an attempt that restarts from
-scratch: the same part, overwritten); ``epochs`` has rows of trained epochs only.
+for ``<table>`` in ``epochs``, ``heads`` (every epoch) and ``maps`` (the epochs of
+:func:`map_epochs`).  ``epoch`` is 0-based (the state after e + 1 epochs); ``heads``
+and ``maps`` also hold the untrained model at :data:`INIT_EPOCH` (part
+``-0001.parquet``, overwritten identically by an attempt that restarts from scratch).
+``heads``: ``attention_distance`` / ``attention_entropy`` are the grid locality, the
+other statistics the canvas (centre-query) moments (:mod:`study.trial.headstats`);
+studies older than ``attention_distance`` lack it and readers fall back to
+``mean_distance``.
 
-``heads`` columns: ``attention_distance`` / ``attention_entropy`` are the grid locality
-(the attention-weighted distance between query and key tokens, grid cells, and the
-attention's entropy, nats, averaged over every query token of the head-statistics test
-images on the real grid: one measure for every encoding); ``center_*``, ``cov_*``,
-``entropy``, ``mean_distance`` and ``max_prob`` are the canvas (centre-query) moments
-(see :mod:`study.trial.headstats`).  Studies written before ``attention_distance``
-existed lack it (and the init rows): readers fall back to ``mean_distance`` and say so.
-
-Compaction: every :data:`COMPACT_EVERY` parts of a table, and when the trial ends
-(:meth:`TableWriter.close`; ``study run`` also compacts every trial once the study
-ends), the trial's parts and its compacted file are merged into a new
-``compacted.parquet``, which replaces the old one in one step, and only then are
-the merged parts deleted.  A finished study therefore holds one file per (trial,
-table): O(trials) files, whatever the number of epochs.
+Compaction (every :data:`COMPACT_EVERY` parts of a table, and when the trial or the
+study ends) writes a new ``compacted.parquet`` holding the old one and the parts, which
+replaces the old one in one step; only then are the merged parts deleted.  A finished
+study holds one file per (trial, table).
 
 Invariants (what readers may rely on):
 
-* **Whole files only.**  Locally every file is written to a temporary name
-  (``.tmp-*``, never read) in its folder and renamed into place.  On object storage
-  an object becomes visible only when its upload completes (a single PUT or a
-  completed multipart upload), and an overwrite replaces the object for readers at
-  once; there is no rename, so no temporary object is made.
-* **One row per key.**  A part's name is its (trial, epoch), so a retried or
-  resumed trial overwrites, never adds, the part of an epoch it trains again.  A
-  part and the compacted file may both hold an epoch (a part written after the
-  last compaction by a retried trial, or a part whose deletion a crash prevented):
-  readers take a (trial, epoch) from its part when there is one, else from the
-  compacted file — the part is never older than the compacted copy of its epoch.
-* **Live reads.**  A reader lists the files, then reads them; a part deleted by a
-  compaction in between is noticed (file not found) and the listing is taken again.
-* **Foreign or damaged files are skipped.**  A file in a table's folder that is not
-  a part, a compacted file or a temporary file, or that is not readable Parquet, is
-  named in a :class:`TableWarning` and skipped; every other row stays readable.
+* **Whole files only** (:func:`study.atomicio.write_atomic`; ``.tmp-*`` is never read).
+* **One row per key.**  A part is named by its (trial, epoch), so a retried trial
+  overwrites it.  A part and the compacted file may both hold an epoch (a retry after
+  the last compaction, or a crash before the parts' deletion): readers take the part,
+  never older than the compacted copy.
+* **Live reads.**  Parts are read before compacted files, so a part a compaction
+  deletes after the listing has its rows in the compacted file read next.
+* **Foreign or damaged files are skipped** with a :class:`TableWarning` naming them.
 
-Maps are stored compactly: ``probs_q`` (uint16) and ``probs_scale`` (float64) with
-``probs = probs_q * probs_scale`` (scale = the window's maximum / 65535, so every
-probability is within ``probs_scale / 2`` of the computed one); readers
-(:func:`read_table`, ``analysis``) return ``probs`` as float64 arrays.
-
-DuckDB reads the same files (``analysis.io``: ``read_parquet`` over the listed files
-with ``union_by_name``, parts preferred over compacted rows by an anti-join).
+Maps are stored as ``probs_q`` (uint16) and ``probs_scale`` (float64), ``probs =
+probs_q * probs_scale`` within ``probs_scale / 2``; readers return ``probs`` as float64.
+DuckDB reads the same files (``analysis.io``).
 """
 
 from __future__ import annotations
@@ -137,7 +115,6 @@ _warned: set[str] = set()
 
 
 def _skip(path: str, why: str) -> None:
-    """Warn once per process about a skipped file."""
     if path not in _warned:
         _warned.add(path)
         warnings.warn(f"skipped {path}: {why}", TableWarning, stacklevel=3)
@@ -182,9 +159,7 @@ def _fs(path: str) -> tuple[pafs.FileSystem, str]:
 
 
 def write_part(path: str | os.PathLike, rows: list[dict[str, Any]] | pa.Table) -> str:
-    """Write ``rows`` to ``path`` so that readers only ever see the whole file: locally
-    a temporary file and a rename; on object storage one upload (PUT or multipart),
-    which becomes visible only once complete."""
+    """Write ``rows`` to ``path`` whole (:func:`study.atomicio.write_atomic`)."""
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows)
     return write_atomic(path, lambda f: pq.write_table(table, f), suffix=".parquet")
 
@@ -193,24 +168,22 @@ def write_part(path: str | os.PathLike, rows: list[dict[str, Any]] | pa.Table) -
 def encode_maps(rows: list[dict[str, Any]]) -> pa.Table:
     """``maps`` rows with ``probs`` (floats) → a table with ``probs_q`` (uint16) and
     ``probs_scale`` (``probs ≈ probs_q * probs_scale``, error ≤ probs_scale / 2)."""
-    out = []
+    q, scales = [], []
     for r in rows:
-        r = dict(r)
-        p = np.clip(np.asarray(r.pop("probs"), dtype=np.float64), 0.0, None)
+        p = np.clip(np.asarray(r["probs"], dtype=np.float64), 0.0, None)
         top = float(p.max()) if p.size else 0.0
-        scale = top / _Q_MAX if top > 0 and math.isfinite(top) else 1.0
-        r["probs_q"] = np.rint(np.nan_to_num(p / scale)).astype(np.uint16)
-        r["probs_scale"] = scale
-        out.append(r)
-    table = pa.Table.from_pylist([{k: v for k, v in r.items() if k != "probs_q"} for r in out])
-    q = pa.array([r["probs_q"] for r in out], type=pa.list_(pa.uint16()))
-    return table.append_column("probs_q", q)
+        scales.append(top / _Q_MAX if top > 0 and math.isfinite(top) else 1.0)
+        q.append(np.rint(np.nan_to_num(p / scales[-1])).astype(np.uint16))
+    table = pa.Table.from_pylist([{k: v for k, v in r.items() if k != "probs"} for r in rows])
+    return (table.append_column("probs_scale", pa.array(scales, pa.float64()))
+            .append_column("probs_q", pa.array(q, type=pa.list_(pa.uint16()))))
 
 
 def decode_maps(table: pa.Table) -> pa.Table:
     """Inverse of :func:`encode_maps`: ``probs`` as float64 lists (tables written before
     maps were quantised already hold ``probs`` and pass through)."""
-    import pyarrow.compute as pc  # lazily: 0.2-0.4 s of every command's start-up
+    import pyarrow.compute as pc
+
     if "probs_q" not in table.column_names:
         return table
     q = table.column("probs_q").combine_chunks()
@@ -258,10 +231,6 @@ class Listing:
     compacted: list[str] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
 
-    @property
-    def files(self) -> list[str]:
-        return self.compacted + self.parts
-
 
 class LinkOutError(UsageError, ValueError):
     """A link in a study's tables folder that leads out of the study (or loops): one line,
@@ -271,10 +240,8 @@ class LinkOutError(UsageError, ValueError):
 def check_links(tables: str | os.PathLike) -> None:
     """Refuse (:class:`LinkOutError`) a symbolic link to a folder under a local ``tables``
     folder that leads out of the study folder (its parent) or back to a folder it is in.
-    A link to a file is not refused here: the listing takes it as one file (a device,
-    FIFO or unreadable target is a damaged part, skipped with a warning).  The walk
-    never follows a link, so a link to ``/`` costs one ``readlink``, not a walk of the disk
-    (pyarrow's recursive listing follows them)."""
+    The walk never follows a link, so a link to ``/`` costs one ``readlink``, not a walk
+    of the disk (pyarrow's recursive listing follows them)."""
     if "://" in str(tables):
         return
     base = Path(tables)
@@ -316,23 +283,18 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
         rel = info.path[len(p.rstrip("/")) + 1:] if info.path.startswith(p.rstrip("/")) else info.base_name
         parts = rel.split("/")
         full = f"{prefix}/{rel}"
-        if any(x.startswith(SKIPPED_PREFIXES) for x in parts):
-            continue  # a write in progress (``.tmp-*``) or hidden bookkeeping
-        if full in exclude:
-            continue
+        if any(x.startswith(SKIPPED_PREFIXES) for x in parts) or full in exclude:
+            continue  # a write in progress (``.tmp-*``), hidden bookkeeping, or excluded
         if table == "runs":
-            if trial_id is None and len(parts) == 1 and rel.endswith(".parquet"):
-                out.parts.append(full)
-                continue
+            kind = "parts" if trial_id is None and len(parts) == 1 and rel.endswith(".parquet") else None
+        elif len(parts) != (1 if trial_id is not None else 2):
+            kind = None
         else:
-            depth = 1 if trial_id is not None else 2
-            if len(parts) == depth and parts[-1] == COMPACTED:
-                out.compacted.append(full)
-                continue
-            if len(parts) == depth and _PART.match(parts[-1]):
-                out.parts.append(full)
-                continue
-        _skip(full, f"not a file of the {table} table")
+            kind = "compacted" if parts[-1] == COMPACTED else "parts" if _PART.match(parts[-1]) else None
+        if kind:
+            getattr(out, kind).append(full)
+        else:
+            _skip(full, f"not a file of the {table} table")
     return out
 
 
@@ -353,64 +315,45 @@ def _vanished(path: str) -> bool:
 
 
 def _read_all(root, table: str, *, trial_id: str | None = None) -> tuple[list[pa.Table], list[pa.Table], Listing]:
-    """(compacted tables, part tables, listing); unreadable files are skipped (warned).
-
-    Parts are read before compacted files, so a part a compaction deletes between the
-    listing and its read needs no retry: the compaction wrote the trial's compacted
-    file (holding the part's rows) before deleting it, and that file is read after."""
+    """(compacted tables, part tables, listing of the files read); unreadable files are
+    skipped (warned).  Parts are read first: one a compaction deletes after the listing
+    adds its trial's compacted file, which holds its rows and is read after."""
     listing = list_table(root, table, trial_id=trial_id)
-    compacted_paths, parts, kept = list(listing.compacted), [], []
-    for path in listing.parts:
-        try:
-            parts.append(_read_file(path))
-            kept.append(path)
-        except (FileNotFoundError, OSError, pa.ArrowException) as exc:
-            if isinstance(exc, FileNotFoundError) or _vanished(path):
-                if table != "runs":  # compacted since the listing: its rows are in the compacted file
+    read, kept = {"parts": [], "compacted": []}, Listing()
+    for kind, paths in (("parts", listing.parts), ("compacted", listing.compacted)):
+        for path in paths:
+            try:
+                read[kind].append(_read_file(path))
+                getattr(kept, kind).append(path)
+            except (FileNotFoundError, OSError, pa.ArrowException) as exc:
+                if not (isinstance(exc, FileNotFoundError) or _vanished(path)):
+                    _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
+                elif kind == "parts" and table != "runs":  # compacted since the listing
                     c = _join(root, f"{table}/{path.rstrip('/').split('/')[-2]}/{COMPACTED}")
-                    if c not in compacted_paths:
-                        compacted_paths.append(c)
-                continue
-            _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
-    compacted, kept_compacted = [], []
-    for path in compacted_paths:
-        try:
-            compacted.append(_read_file(path))
-            kept_compacted.append(path)
-        except (FileNotFoundError, OSError, pa.ArrowException) as exc:
-            if isinstance(exc, FileNotFoundError) or _vanished(path):
-                continue
-            _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
-    return compacted, parts, Listing(compacted=kept_compacted, parts=kept)
+                    if c not in listing.compacted:
+                        listing.compacted.append(c)
+    return read["compacted"], read["parts"], kept
 
 
-def _concat(tables: list[pa.Table]) -> pa.Table | None:
-    tables = [t for t in tables if t.num_rows]
-    if not tables:
-        return None
-    return pa.concat_tables(tables, promote_options="permissive")
+def _concat(tables: list[pa.Table | None]) -> pa.Table | None:
+    tables = [t for t in tables if t is not None and t.num_rows]
+    return pa.concat_tables(tables, promote_options="permissive") if tables else None
 
 
-def _merge(compacted: list[pa.Table], parts: list[pa.Table], table: str) -> pa.Table | None:
+def _merge(compacted: list[pa.Table], parts: list[pa.Table]) -> pa.Table | None:
     """Rows of the parts, and of the compacted files for every (trial, epoch) no part holds."""
-    if table == "maps":
-        compacted, parts = [decode_maps(t) for t in compacted], [decode_maps(t) for t in parts]
     old, new = _concat(compacted), _concat(parts)
-    if old is None or new is None or table == "runs":
-        return _concat([t for t in (old, new) if t is not None])
-    return _concat([_without(old, new), new])
-
-
-def _epoch_keys(t: pa.Table) -> pa.Array:
-    import pyarrow.compute as pc  # lazily: 0.2-0.4 s of every command's start-up
-    return pc.binary_join_element_wise(pc.cast(t.column("trial_id"), pa.string()),
-                                       pc.cast(t.column("epoch"), pa.string()), "\x00")
+    return _concat([_without(old, new) if old is not None and new is not None else old, new])
 
 
 def _without(old: pa.Table, new: pa.Table) -> pa.Table:
     """Rows of ``old`` whose (trial, epoch) ``new`` does not hold."""
     import pyarrow.compute as pc  # lazily: 0.2-0.4 s of every command's start-up
-    return old.filter(pc.invert(pc.is_in(_epoch_keys(old), value_set=pc.unique(_epoch_keys(new)))))
+
+    def keys(t: pa.Table) -> pa.Array:
+        return pc.binary_join_element_wise(pc.cast(t.column("trial_id"), pa.string()),
+                                           pc.cast(t.column("epoch"), pa.string()), "\x00")
+    return old.filter(pc.invert(pc.is_in(keys(old), value_set=pc.unique(keys(new)))))
 
 
 def _keys(table: str) -> list[str]:
@@ -418,13 +361,14 @@ def _keys(table: str) -> list[str]:
 
 
 def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
-    """All rows of ``table`` under ``root`` as one DataFrame (empty if none yet): each
-    key once, temporary files never read, foreign or damaged files skipped with a
-    :class:`TableWarning`; ``maps.probs`` decoded to float64 arrays."""
+    """All rows of ``table`` under ``root`` as one DataFrame (empty if none yet), each key
+    once, under the invariants of the module doc; ``maps.probs`` decoded to float64."""
     import pandas as pd
 
     compacted, parts, _ = _read_all(root, table)
-    merged = _merge(compacted, parts, table)
+    if table == "maps":
+        compacted, parts = [decode_maps(t) for t in compacted], [decode_maps(t) for t in parts]
+    merged = _merge(compacted, parts)
     if merged is None or merged.num_rows == 0:
         return pd.DataFrame(columns=list(SCHEMA[table]))
     frame = merged.to_pandas()
@@ -433,19 +377,12 @@ def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- compaction
 def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
-    """Merge ``trial_id``'s parts of ``table`` into its compacted file, then delete them.
-
-    The new compacted file replaces the old one in one step before any part is
-    deleted; a crash in between leaves parts that duplicate compacted rows, which
-    readers resolve (a part wins, with the same content).  Returns the compacted
-    file's path, or None when there was nothing to compact."""
+    """Merge ``trial_id``'s parts of ``table`` into its compacted file, then delete them
+    (module doc); the compacted file's path, or None when there was nothing to compact."""
     compacted, parts, listing = _read_all(root, table, trial_id=trial_id)
     if not listing.parts:
         return None
-    old, new = _concat(compacted), _concat(parts)
-    if old is not None and new is not None:
-        old = _without(old, new)
-    merged = _concat([t for t in (old, new) if t is not None])
+    merged = _merge(compacted, parts)
     if merged is None:
         return None
     merged = merged.sort_by([(k, "ascending") for k in _keys(table)])
@@ -463,27 +400,19 @@ def _delete(path: str) -> None:
         pass
 
 
-def trials_with_parts(root: str | os.PathLike, table: str) -> list[str]:
-    """Trials that have parts of ``table`` not compacted yet."""
-    listing = list_table(root, table)
-    return sorted({p.rstrip("/").split("/")[-2] for p in listing.parts})
-
-
 def compact_all(root: str | os.PathLike) -> int:
     """Compact every trial's remaining parts (e.g. when a study ends); returns how many
     (trial, table) pairs were compacted."""
     n = 0
     for table in EPOCH_TABLES:
-        for trial_id in trials_with_parts(root, table):
+        for trial_id in sorted({p.rstrip("/").split("/")[-2] for p in list_table(root, table).parts}):
             n += compact(root, table, trial_id) is not None
     return n
 
 
 class TableWriter:
-    """Writes one trial's rows under a table root (only rank 0 should own one).
-
-    ``rows(table, epoch, rows)`` writes one part; every ``compact_every`` parts of a
-    table the trial's parts are compacted; ``close()`` compacts what is left."""
+    """Writes one trial's rows under a table root (only rank 0 should own one): a part per
+    ``rows``, compacted every ``compact_every`` parts of a table and at ``close()``."""
 
     def __init__(self, root: str | os.PathLike, *, trial_id: str, compact_every: int = COMPACT_EVERY):
         self.root = root
@@ -514,5 +443,4 @@ class TableWriter:
             self._pending[t] = 0
 
     def close(self) -> None:
-        """Compact every table of this trial (the trial ended)."""
-        self.compact()
+            self.compact()

@@ -82,11 +82,6 @@ def variant_labels(runs: pd.DataFrame, *, within: tuple[str, ...] = ()) -> pd.Se
     labels = base.copy()
     for _, group in runs.groupby(base, sort=False):
         extra = [c for c in varying_columns(group, exclude=("seed", *within)) if c not in NAME_COLUMNS]
-        for i in group.index:
-            if extra:
-                labels[i] = f"{base[i]}, " + ", ".join(f"{c}={value_text(runs.at[i, c])}" for c in extra)
+        for i in group.index if extra else ():
+            labels[i] = f"{base[i]}, " + ", ".join(f"{c}={value_text(runs.at[i, c])}" for c in extra)
     return labels
-
-
-__all__ = ["AXIS_ORDER", "EXECUTION_COLUMNS", "NAME_COLUMNS", "RESULT_COLUMNS", "column_texts", "config_columns",
-           "value_text", "variant_labels", "varying_columns"]

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from study.cliutil import BoundedInt, fail
-from study.errors import EXIT_STORAGE, StorageError, StorageUnreachableError, StudyError, UsageError
-from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS
-from study.storage import STORAGE_ENV
-
-STORAGE_HELP = f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./results)"
+from study.cliutil import BoundedInt
+from study.errors import (EXIT_STORAGE, RayStartError, StorageError, StorageUnreachableError, StudyError,
+                          StudyFileError, UsageError)
+from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS, MAX_NAME_LENGTH
+from study.metafile import MetaFileError, read_object
+from study.storage import (META_FILE, STORAGE_ENV, NoBucket, StorageUnreachable, check_reachable, list_studies,
+                           resolve, resolve_storage, study_root)
+from study.storage import study_exists as stored
 
 
 @contextmanager
@@ -28,17 +31,16 @@ def as_lines(prog: str):
     try:
         yield
     except StorageError as e:
-        storage_fail(prog, str(e))
+        print(f"{prog}: error: storage: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_STORAGE) from None
     except StudyError as e:
         print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
         raise SystemExit(e.exit_code) from None
 
 
 def resolved_storage(storage: str | None) -> str:
-    """``--storage`` or ``$STUDY_STORAGE`` (or ./results): :class:`UsageError` if malformed;
-    an object store is reached first, within a bounded wait (:class:`StorageError` if not)."""
-    from study.storage import resolve_storage
-
+    """``--storage`` or ``$STUDY_STORAGE`` (or ./results), an object store reached first
+    within a bounded wait: :class:`UsageError` if malformed, :class:`StorageError` if silent."""
     try:
         value = resolve_storage(storage)
     except ValueError as e:
@@ -48,16 +50,12 @@ def resolved_storage(storage: str | None) -> str:
 
 
 def _resolved_storage(prog: str, storage: str | None) -> str:
-    """:func:`resolved_storage`, refused in one line (exit 2, or 3 for a store that does not answer)."""
     with as_lines(prog):
         return resolved_storage(storage)
 
 
 def reachable(uri: str) -> None:
-    """An object store that does not answer: :class:`StorageUnreachableError` naming it and
-    its endpoint; a bucket that does not exist: :class:`UsageError`."""
-    from study.storage import NoBucket, StorageUnreachable, check_reachable
-
+    """A bucket that does not exist is bad input; a store that does not answer, a storage failure."""
     try:
         check_reachable(uri)
     except NoBucket as e:
@@ -66,19 +64,12 @@ def reachable(uri: str) -> None:
         raise StorageUnreachableError(str(e)) from None
 
 
-def _reachable(prog: str, uri: str) -> None:
-    with as_lines(prog):
-        reachable(uri)
-
-
-def storage_fail(prog: str, message: str):
-    """One line on stderr and exit 3 (the storage failed)."""
-    print(f"{prog}: error: storage: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(EXIT_STORAGE)
-
-
 def _storage(parser) -> None:
-    parser.add_argument("--storage", default=None, help=STORAGE_HELP)
+    parser.add_argument("--storage", default=None,
+                        help=f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./results)")
+
+
+positive_int = BoundedInt(1, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS")  # --num-cpus
 
 
 def _cluster_flags(parser) -> None:
@@ -89,15 +80,17 @@ def _cluster_flags(parser) -> None:
                         "(required for a local folder with --address)")
     parser.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray (default: all)")
     parser.add_argument("--quiet", action="store_true", help="print only the final summary")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also print Ray's own log lines and the tracebacks of failed trials "
+                             "(by default Ray's log lines go to the study's logs/ray.log only)")
+
 
 EXIT_CODES = ("exit status: 0 every trial ended (finished, diverged or stopped by ASHA); 1 a trial ended in "
               "error (runs.error has the cause); 2 bad input, nothing started; 3 storage failed; 4 Ray did not start "
               "or could not be reached; 130 SIGINT, 143 SIGTERM (state saved: `study resume NAME` continues)")
-
-
-positive_int = BoundedInt(1, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS")  # --num-cpus
-non_negative_int = BoundedInt(0, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS")  # --cpus
-gpu_count = BoundedInt(0, MAX_CLUSTER_GPUS, "MAX_CLUSTER_GPUS")  # --gpus
+OVERRIDES_HELP = ("override a field of the study file, in Hydra's syntax: key.sub=VALUE, 'models[0].num_heads=16', "
+                  "seeds=[0,1,2] (VALUE is YAML), +key=VALUE adds a field the file lacks, ~key deletes one; "
+                  "checked like the file and recorded in study.json")
 
 
 def register(sub) -> None:
@@ -107,8 +100,9 @@ def register(sub) -> None:
     p.add_argument("file")
     add_overrides(p)
     p.add_argument("--data", help="override the file's data source")
-    p.add_argument("--gpus", type=gpu_count, help="GPUs of the target cluster (checks GPU requests)")
-    p.add_argument("--cpus", type=non_negative_int,
+    p.add_argument("--gpus", type=BoundedInt(0, MAX_CLUSTER_GPUS, "MAX_CLUSTER_GPUS"),
+                   help="GPUs of the target cluster (checks GPU requests)")
+    p.add_argument("--cpus", type=BoundedInt(0, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS"),
                    help="CPUs of the target machine or cluster (default: this machine's)")
     p.set_defaults(func=run_validate)
 
@@ -122,9 +116,6 @@ def register(sub) -> None:
     _storage(p)
     p.add_argument("--data", help="override the file's data source")
     _cluster_flags(p)
-    p.add_argument("--verbose", action="store_true",
-                   help="also print Ray's own log lines and the tracebacks of failed trials "
-                        "(by default Ray's log lines go to the study's logs/ray.log only)")
     p.set_defaults(func=run_run)
 
     p = sub.add_parser("status", help="trials of a study: state, epoch, best accuracy",
@@ -150,15 +141,7 @@ def register(sub) -> None:
     p.add_argument("name", help="study name (under --storage) or path to a study folder")
     _storage(p)
     _cluster_flags(p)
-    p.add_argument("--verbose", action="store_true",
-                   help="also print Ray's own log lines and the tracebacks of failed trials "
-                        "(by default Ray's log lines go to the study's logs/ray.log only)")
     p.set_defaults(func=run_resume)
-
-
-OVERRIDES_HELP = ("override a field of the study file, in Hydra's syntax: key.sub=VALUE, 'models[0].num_heads=16', "
-                  "seeds=[0,1,2] (VALUE is YAML), +key=VALUE adds a field the file lacks, ~key deletes one; "
-                  "checked like the file and recorded in study.json")
 
 
 def add_overrides(parser) -> None:
@@ -177,25 +160,13 @@ def load_checked(file: str, *, data: str | None = None, gpus: int | None = None,
     return spec
 
 
-def _spec(prog: str, file: str, data: str | None, gpus: int | None, cpus: int | None = None, overrides=()):
-    with as_lines(prog):
-        return load_checked(file, data=data, gpus=gpus, cpus=cpus, overrides=overrides)
-
-
 def check_loggers_of(file: str, loggers) -> None:
     """A logger whose package is missing: :class:`StudyFileError` naming the extra."""
-    from study.errors import StudyFileError
     from study.tuning.loggers import check_loggers
 
     missing = check_loggers(loggers)
     if missing:
         raise StudyFileError(f"{file}: loggers.{missing[0]}: {missing[1]}")
-
-
-def _check_loggers(prog: str, file: str, loggers) -> None:
-    """A logger whose package is missing is one line naming the extra, exit 2."""
-    with as_lines(prog):
-        check_loggers_of(file, loggers)
 
 
 def local_cpus() -> int:
@@ -204,6 +175,11 @@ def local_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def _spec(prog: str, file: str, data: str | None, gpus: int | None, cpus: int | None = None, overrides=()):
+    with as_lines(prog):
+        return load_checked(file, data=data, gpus=gpus, cpus=cpus, overrides=overrides)
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -227,8 +203,6 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def overrides_text(overrides) -> str:
     """The overrides as a shell would take them back (quoted where needed)."""
-    import shlex
-
     return " ".join(shlex.quote(str(o)) for o in overrides)
 
 
@@ -236,8 +210,7 @@ def check_storage_writable(storage: str) -> None:
     """A local ``--storage`` that can be created or written: :class:`UsageError` if not."""
     if "://" in storage:
         return
-    p = Path(storage).resolve()
-    probe = p
+    probe = Path(storage).resolve()
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
@@ -247,14 +220,13 @@ def check_storage_writable(storage: str) -> None:
 def _root(storage: str, name: str, prog: str = "study") -> str:
     """The study folder of NAME: a study under ``storage``, a local study folder, or a
     study's URI (checked like ``--storage``)."""
-    from study.storage import resolve_storage, study_root
-
     if "://" in name:
-        try:
-            uri = resolve_storage(name)
-        except ValueError as e:
-            fail(prog, str(e).replace("--storage: ", "NAME: ", 1))
-        _reachable(prog, uri)
+        with as_lines(prog):
+            try:
+                uri = resolve_storage(name)
+            except ValueError as e:
+                raise UsageError(str(e).replace("--storage: ", "NAME: ", 1)) from None
+            reachable(uri)
         return uri
     if Path(name).is_dir():
         marked = os.path.lexists(Path(name) / "study.json") or (Path(name) / "trial.json").is_file()
@@ -278,18 +250,18 @@ def cluster_checks(*, address: str | None, storage: str, shared_storage: bool) -
         raise UsageError(str(e)) from None
 
 
-def _cluster_checks(prog: str, args: argparse.Namespace) -> None:
-    with as_lines(prog):
-        cluster_checks(address=args.address, storage=args.storage, shared_storage=args.shared_storage)
-
-
 def run_run(args: argparse.Namespace) -> int:
     prog = "study run"
     with as_lines(prog):
         runs = run_file(args.file, overrides=args.overrides, storage=args.storage, data=args.data, name=args.name,
                         address=args.address, shared_storage=args.shared_storage, num_cpus=args.num_cpus,
                         quiet=args.quiet, verbose=args.verbose, prog=prog)
-    if args.quiet:
+    return _finish(runs, args.quiet)
+
+
+def _finish(runs, quiet: bool) -> int:
+    """The exit status of a run or resume (from the runs), after the summary if ``--quiet``."""
+    if quiet:
         from study.tuning.runner import summary
 
         print(summary(runs))
@@ -299,18 +271,15 @@ def run_run(args: argparse.Namespace) -> int:
 def run_file(file: str, *, overrides=(), storage: str | None = None, data: str | None = None,
              name: str | None = None, address: str | None = None, shared_storage: bool = False,
              num_cpus: int | None = None, quiet: bool = False, verbose: bool = False, prog: str = "study run"):
-    """The one code path of ``study run`` and ``study.run``: check everything (the study
-    file with its overrides, the name, the storage, the cluster, the data) before
-    anything starts, then run every trial.  Returns the ``runs`` table (the run
-    contract's exit status in ``runs.attrs["exit_code"]``) and the study folder in
-    ``runs.attrs["root"]``.  Refusals and failures raise :mod:`study.errors`' types;
-    nothing is printed for them (the CLI prints their one line, :func:`as_lines`)."""
+    """The one code path of ``study run`` and ``study.run``: check everything before
+    anything starts, then run every trial.  Returns the ``runs`` table, its
+    ``attrs["exit_code"]`` and ``attrs["root"]`` the exit status and the study folder.
+    Refusals and failures raise :mod:`study.errors`' types, printed by the CLI only."""
     storage = resolved_storage(storage)
     # a local Ray gets --num-cpus or this machine's CPUs: a trial asking for more would wait forever
     spec = load_checked(file, data=data, overrides=overrides,
                         cpus=None if address else (num_cpus if num_cpus is not None else local_cpus()))
     if name is not None:  # an explicit --name '' is refused, not replaced by the file's name
-        from study.limits import MAX_NAME_LENGTH
         from study.spec import _valid_name
         from study.speccheck import short
 
@@ -320,7 +289,7 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
         object.__setattr__(spec, "name", name)
     check_storage_writable(storage)
     cluster_checks(address=address, storage=storage, shared_storage=shared_storage)
-    from study.tuning.runner import run_study, study_root
+    from study.tuning.runner import run_study
 
     root = study_root(storage, spec.name)
     if study_exists(root):
@@ -371,8 +340,12 @@ def check_cluster(file: str, address: str, num_cpus: int | None, *, cpus: float,
                   workers: int) -> None:
     """Join the cluster and refuse a trial no node can hold (:class:`UsageError`)."""
     from study.tuning import preflight as checks
+    from study.tuning.runner import init_ray
 
-    init(address, num_cpus)
+    try:
+        init_ray(address, num_cpus=num_cpus)
+    except (ConnectionError, RuntimeError, ValueError, RayStartError) as e:
+        raise UsageError(f"--address: cannot start or join Ray ({' '.join(str(e).split())[:200]})") from None
     import ray
 
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
@@ -383,40 +356,10 @@ def check_cluster(file: str, address: str, num_cpus: int | None, *, cpus: float,
         raise UsageError(f"{file}: {why}")
 
 
-def _check_cluster(prog: str, file: str, address: str, num_cpus: int | None, *, cpus: float, gpus: float,
-                   workers: int) -> None:
-    with as_lines(prog):
-        check_cluster(file, address, num_cpus, cpus=cpus, gpus=gpus, workers=workers)
-
-
-def init(address: str | None, num_cpus: int | None) -> None:
-    from study.errors import RayStartError
-    from study.tuning.runner import init_ray
-
-    try:
-        init_ray(address, num_cpus=num_cpus)
-    except (ConnectionError, RuntimeError, ValueError, RayStartError) as e:
-        raise UsageError(f"--address: cannot start or join Ray ({' '.join(str(e).split())[:200]})") from None
-
-
-def _drive(prog: str, args, start) -> int:
-    """Run or resume under the contract: exit status from the runs, one line for a
-    lock held by another driver (2), a storage failure (3) or a refused state (3)."""
-    with as_lines(prog):
-        runs = _storage_errors(lambda: start(verbose=not args.quiet, show_tracebacks=args.verbose, prog=prog))
-    if args.quiet:
-        from study.tuning.runner import summary
-
-        print(summary(runs))
-    return runs.attrs.get("exit_code", 0)
-
-
 def study_exists(root: str) -> bool:
     """Whether a study is stored at ``root``; an unreachable object store is a :class:`StorageError`."""
-    from study.storage import StorageUnreachable, study_exists as exists
-
     try:
-        return exists(root)
+        return stored(root)
     except StorageUnreachable as e:
         raise StorageUnreachableError(str(e)) from None
     except OSError as e:
@@ -475,80 +418,53 @@ def study_meta(root: str) -> dict | None:
     """``root``'s ``study.json``, paths resolved under ``root``; None when it has none.
     A damaged one (not JSON, wrong types, too big or deep, a FIFO, a device, a folder)
     is a :class:`study.metafile.MetaFileError` naming the file."""
-    from study.metafile import read_object
-    from study.storage import META_FILE, resolve
-
     try:
         meta = read_object(f"{root.rstrip('/')}/{META_FILE}", fields=META_FIELDS)
     except FileNotFoundError:
         return None
     except OSError as e:  # unreadable (permissions, a loop of symlinks, an unreachable store)
-        from study.metafile import MetaFileError
-
         raise MetaFileError(f"{root.rstrip('/')}/{META_FILE}", f"cannot be read ({e.strerror or e})") from None
     return resolve(root, meta)
 
 
-def _has_meta(root: str) -> bool:
-    """Whether ``root`` has a ``study.json`` of any kind (a broken one still marks a study)."""
-    from study.storage import META_FILE
-
-    if "://" in root:
-        try:
-            return study_meta(root) is not None
-        except ValueError:
-            return True
-    return os.path.lexists(Path(root) / META_FILE)
+def _checked_meta(root: str) -> dict | None:
+    """:func:`study_meta`, a damaged ``study.json`` as bad input (exit 2)."""
+    try:
+        return study_meta(root)
+    except MetaFileError as e:
+        raise UsageError(str(e)) from None
 
 
-def _is_train_folder(root: str) -> bool:
-    """A ``study train --out`` folder: its ledger and its tables, no study.json."""
-    return "://" not in root and (Path(root) / "trial.json").is_file() and (Path(root) / "tables").is_dir()
+def _study_root(prog: str, args: argparse.Namespace) -> str:
+    """The folder of the study NAME names; :class:`UsageError` if nothing is stored there."""
+    args.storage = resolved_storage(args.storage)
+    root = _root(args.storage, args.name, prog)
+    if not study_exists(root):
+        raise UsageError(f"no study {args.name!r} in {args.storage}")
+    return root
 
 
 def run_status(args: argparse.Namespace) -> int:
     from study.bookkeeping import status_table
-    from study.metafile import MetaFileError
     from study.tables import read_table
 
-    prog = "study status"
-    args.storage = _resolved_storage(prog, args.storage)
-    root = _root(args.storage, args.name, prog)
-    if not _exists(prog, root):
-        fail(prog, f"no study {args.name!r} in {args.storage}")
-    if "://" not in root and not Path(root).is_dir():
-        fail(prog, f"{root} is not a study (not a folder)")
-    planned, overrides = None, None
-    if not _is_train_folder(root):
-        if not _has_meta(root):
-            fail(prog, f"{root} is not a study (no study.json: neither `study run` nor `study train` wrote it)")
-        try:
-            meta = study_meta(root)
-        except MetaFileError as e:
-            fail(prog, str(e))
-        planned, overrides = meta.get("num_trials"), meta.get("overrides")
-    runs = read_table(f"{root}/tables", "runs")
-    print(status_table(runs, planned))
+    with as_lines("study status"):
+        root = _study_root("study status", args)
+        remote = "://" in root
+        if not remote and not Path(root).is_dir():
+            raise UsageError(f"{root} is not a study (not a folder)")
+        planned, overrides = None, None
+        # a `study train --out` folder has its ledger and tables, no study.json
+        if remote or not ((Path(root) / "trial.json").is_file() and (Path(root) / "tables").is_dir()):
+            meta = _checked_meta(root)
+            if meta is None:
+                raise UsageError(f"{root} is not a study (no study.json: neither `study run` nor `study train` "
+                                 "wrote it)")
+            planned, overrides = meta.get("num_trials"), meta.get("overrides")
+        print(status_table(read_table(f"{root}/tables", "runs"), planned))
     if overrides:  # the study that ran is its file with these (study.yaml holds the result)
         print(f"overrides: {overrides_text(overrides)}")
     return 0
-
-
-def _study_names(storage: str) -> list[str]:
-    """Folders directly under ``storage`` holding a ``study.json`` of any kind (a damaged
-    one is listed as broken, not silently left out)."""
-    from study.storage import META_FILE, list_studies
-
-    if "://" in storage:
-        return list_studies(storage)
-    names = []
-    for p in Path(storage).iterdir():
-        try:
-            if p.is_dir() and os.path.lexists(p / META_FILE):
-                names.append(p.name)
-        except OSError:  # a folder we may not enter: not listed, as `ls` would say
-            continue
-    return sorted(names)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -557,21 +473,18 @@ def run_list(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from study.bookkeeping import study_line
-    from study.metafile import MetaFileError
-    from study.storage import study_root
     from study.tables import read_table
 
     prog = "study list"
-    storage = _resolved_storage(prog, args.storage)
-    if "://" not in storage and not Path(storage).is_dir():
-        fail(prog, f"--storage: no folder {storage}")
-    from study.storage import StorageUnreachable
-
+    with as_lines(prog):
+        storage = resolved_storage(args.storage)
+        if "://" not in storage and not Path(storage).is_dir():
+            raise UsageError(f"--storage: no folder {storage}")
+        try:
+            names = list_studies(storage)
+        except StorageUnreachable as e:
+            raise StorageUnreachableError(str(e)) from None
     rows, broken = [], []
-    try:
-        names = _study_names(storage)
-    except StorageUnreachable as e:
-        storage_fail(prog, str(e))
     for name in names:
         root = study_root(storage, name)
         try:
@@ -593,47 +506,42 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_resume(args: argparse.Namespace) -> int:
     prog = "study resume"
-    args.storage = _resolved_storage("study resume", args.storage)
-    root = _root(args.storage, args.name, prog)
-    if not _exists(prog, root):
-        fail(prog, f"no study {args.name!r} in {args.storage}")
-    _cluster_checks(prog, argparse.Namespace(**{**vars(args), "storage": root}))
-    from study.metafile import MetaFileError
-    from study.tuning.loggers import DEFAULT_LOGGERS
+    with as_lines(prog):
+        root = _study_root(prog, args)
+        cluster_checks(address=args.address, storage=root, shared_storage=args.shared_storage)
+        from study.tuning.loggers import DEFAULT_LOGGERS
 
-    try:
-        meta = study_meta(root)
-    except MetaFileError as e:
-        fail(prog, str(e))
-    if meta is None:
-        fail(prog, f"{root} is not a study (no study.json)")
-    missing = [k for k in ("name", "raw", "num_trials", "cpus_per_trial", "gpus_per_trial", "workers_per_trial")
-               if meta.get(k) is None]
-    if missing:
-        fail(prog, f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
-    _check_loggers(prog, meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
-    spec = _stored_spec(prog, root, meta)
-    if args.address:
-        from study.tuning import preflight
+        meta = _checked_meta(root)
+        if meta is None:
+            raise UsageError(f"{root} is not a study (no study.json)")
+        missing = [k for k in ("name", "raw", "num_trials", "cpus_per_trial", "gpus_per_trial",
+                               "workers_per_trial") if meta.get(k) is None]
+        if missing:
+            raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
+        check_loggers_of(meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
+        spec = _stored_spec(root, meta)
+        if args.address:
+            from study.tuning import preflight
 
-        why = preflight.check_address(args.address)
-        if why:
-            fail(prog, why)
-        _check_cluster(prog, meta.get("file", root), args.address, args.num_cpus, cpus=meta["cpus_per_trial"],
-                       gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])
-    from study.tuning.runner import resume_study
+            why = preflight.check_address(args.address)
+            if why:
+                raise UsageError(why)
+            check_cluster(meta.get("file", root), args.address, args.num_cpus, cpus=meta["cpus_per_trial"],
+                          gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])
+        from study.tuning.runner import resume_study
 
-    return _drive(prog, args, lambda **kw: resume_study(root, spec, address=args.address, num_cpus=args.num_cpus,
-                                                        **kw))
+        runs = _storage_errors(lambda: resume_study(root, spec, address=args.address, num_cpus=args.num_cpus,
+                                                    verbose=not args.quiet, show_tracebacks=args.verbose,
+                                                    prog=prog))
+    return _finish(runs, args.quiet)
 
 
-def _stored_spec(prog: str, root: str, meta: dict):
+def _stored_spec(root: str, meta: dict):
     """The study file a study stored (``study.json``'s ``raw``, overrides applied),
     validated once here: the resumed trials receive configurations resolved from it."""
     from study.spec import validate
 
-    with as_lines(prog):
-        spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"])
+    spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"])
     object.__setattr__(spec, "name", meta["name"])  # a study run with --name keeps it
     object.__setattr__(spec, "overrides", tuple(meta.get("overrides") or ()))
     return spec

@@ -10,7 +10,10 @@ import uuid
 from pathlib import Path
 
 from study import limits
-from study.cliutil import SEED, BoundedInt, add_model_flags, check_data, fail, flag, model_config, model_overrides
+from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, fail, flag, model_config,
+                           model_overrides)
+from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, SupersededError
+from study.storage import file_in_the_way
 
 #: a trial id names its table parts (tables/runs/<id>.parquet): no '/' or '..', and no
 #: first character the table readers skip (study.tables.SKIPPED_PREFIXES: '.', '_')
@@ -104,34 +107,29 @@ def run(args: argparse.Namespace) -> int:
         )
     except ConfigError as e:
         fail(prog, f"{flag(e.field)}: {e.message}")
-    _check_limits(prog, cfg)
+    over = limits.over_limit(cfg)  # the same documented limits a study file is held to
+    if over is not None:
+        fail(prog, f"{flag(over[0])}: must be <= {over[1]} ({over[2]}), got {over[3]}")
     out: Path = args.out
     if out.exists() and not out.is_dir():
         fail(prog, f"--out: {out} exists and is not a directory")
-    from study.storage import file_in_the_way
-
     blocker = file_in_the_way(out)
     if blocker is not None:
         fail(prog, f"--out: {blocker} is not a directory")
     if args.trial_id is not None and not _TRIAL_ID.fullmatch(args.trial_id):
-        # it names the table parts (tables/runs/<id>.parquet): a '/' or '..' would write outside tables/,
-        # a leading '.' or '_' would hide them from every reader
         fail(prog, f"--trial-id: must be 1 to 128 letters, digits, '.', '_' or '-' (not starting with '.' or '_'), "
                    f"got {args.trial_id[:60]!r}")
     trial_id = args.trial_id or derive_trial_id(out)
     check_data(prog, "--data", cfg.data)
     _check_ledger(prog, out / "trial.json")
-    _check_size(prog, cfg.model)
+    check_model_params(prog, cfg.model)
     bar = None if args.quiet or not sys.stderr.isatty() else _EpochBar(epochs=cfg.epochs, stream=sys.stderr)
     progress = None if args.quiet else (bar.line if bar is not None else
                                         (lambda line: print(line, file=sys.stderr, flush=True)))
-    from study.data import DataError
+    from study.data import DataError, hold_out_validation, load_splits
     from study.trial import train_trial
 
-    try:
-        from study.data import hold_out_validation, load_splits
-
-        # errors before anything is written; the first decode of an archive prints its progress
+    try:  # errors before anything is written; the first decode of an archive prints its progress
         splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed, progress=progress)
     except DataError as e:
         fail(prog, f"--data: {e}")
@@ -146,7 +144,6 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         fail(prog, f"--out: cannot create {out} ({e.strerror or e})")
-    from study.errors import EXIT_STORAGE, CheckpointError, LockError, StorageError, SupersededError
     from study.trial.ledger import TrialLedger
     from study.tuning.lock import StudyLock
 
@@ -176,8 +173,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prog}: error: {why}", file=sys.stderr, flush=True)
         return EXIT_STORAGE
     except KeyboardInterrupt:
-        from study.errors import EXIT_SIGINT
-
         print(f"{prog}: interrupted; the same command continues from the last checkpoint in {out}",
               file=sys.stderr, flush=True)
         return EXIT_SIGINT
@@ -188,10 +183,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _EpochBar:
-    """The running epoch's progress on a terminal, in place (``tqdm``): training images
-    done of the epoch's total, images/s and ETA, redrawn at most 4 times a second and
-    cleared before each epoch's summary line.  Fed from the training loop's host-side
-    image counts (:data:`study.trial.loop.StepProgress`)."""
+    """The running epoch's progress on a terminal, in place (``tqdm``): images done of
+    the epoch's total, images/s and ETA, redrawn at most 4 times a second and cleared
+    before each epoch's summary line (:data:`study.trial.loop.StepProgress`)."""
 
     def __init__(self, *, epochs: int, stream):
         self.epochs, self.stream = epochs, stream
@@ -226,12 +220,11 @@ class _EpochBar:
 
 def _check_ledger(prog: str, path: Path) -> None:
     """The attempt ledger of an earlier run in --out is an input too: one line if damaged."""
-    from study.metafile import MetaFileError
+    from study.metafile import MetaFileError, read_object
     from study.trial.ledger import LEDGER_FIELDS
 
     if not os.path.lexists(path):
         return
-    from study.metafile import read_object
 
     try:
         read_object(path, fields=LEDGER_FIELDS)
@@ -239,23 +232,6 @@ def _check_ledger(prog: str, path: Path) -> None:
         fail(prog, f"--out: {e} (the attempt ledger of an earlier run; remove it to start over)")
     except OSError as e:
         fail(prog, f"--out: {path}: cannot be read ({e.strerror or e})")
-
-
-def _check_size(prog: str, model) -> None:
-    """A model within every field's limit can still be too big as a whole."""
-    from study.cliutil import check_model_params
-
-    check_model_params(prog, model)
-
-
-def _check_limits(prog: str, cfg) -> None:
-    """The same documented limits (:func:`study.limits.over_limit`) a study file is held to."""
-    from study.limits import over_limit
-
-    over = over_limit(cfg)
-    if over is not None:
-        fld, cap, name, v = over
-        fail(prog, f"{flag(fld)}: must be <= {cap} ({name}), got {v}")
 
 
 def _validation(text: str) -> int | float:
