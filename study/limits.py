@@ -91,7 +91,7 @@ MIN_SERVE_INTERVAL_S, MAX_SERVE_INTERVAL_S = 0.1, 86_400.0
 
 # ---------------------------------------------------------------- study metadata
 #: bytes of one metadata file a command reads (``study.json``, a ``trials/*.json``
-#: ledger, a checkpoint's ``params.json``; ours are < 100 kB)
+#: ledger; ours are < 100 kB)
 MAX_META_FILE_BYTES = 16 * 2**20
 #: nesting of JSON in a metadata file (study.json holds the study file: MAX_YAML_DEPTH and a few levels)
 MAX_META_DEPTH = 128

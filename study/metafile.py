@@ -1,5 +1,5 @@
-"""Reading a study's small JSON files (``study.json``, ``trials/*.json`` ledgers, an
-export's ``params.json``) as the inputs they are.
+"""Reading a study's small JSON files (``study.json``, ``trials/*.json`` ledgers) as
+the inputs they are.
 
 Anything may sit where such a file should be: a truncated write, text that is not
 JSON, ``[[[…]]]`` nested 100,000 deep, a FIFO (opening it for reading would block

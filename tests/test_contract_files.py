@@ -1,7 +1,7 @@
 """Every file a command reads is an input; every size flag is bounded (issue 26).
 
 - The metadata files of a study (``study.json``, ``trials/*.json`` / ``trial.json``
-  ledgers, Ray's ``params.json``) damaged in every way a disk, a careless copy or a
+  ledgers, a trial's ``checkpoint.pt``) damaged in every way a disk, a careless copy or a
   hostile user manages: ``study status`` says which file in one line (exit 2),
   ``study list`` still lists the good studies and names the broken one (exit 2), and
   nothing blocks on a FIFO or reads ``/dev/zero`` forever.
@@ -229,14 +229,19 @@ def test_study_train_refuses_a_damaged_ledger_in_out(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["trial.json"]
 
 
-@pytest.mark.parametrize("how", ["deep", "huge", "list", "binary"])
-def test_checkpoint_search_skips_a_foreign_params_json(tmp_path, how):
-    from study.tuning.checkpoints import find_checkpoints
+@pytest.mark.parametrize("how", ["fifo", "dev_zero", "folder", "huge"])
+def test_a_checkpoint_that_is_not_a_checkpoint_file_is_one_line_never_a_hang(tmp_path, how):
+    """What sits at ``trials/<key>/checkpoint.pt`` is an input: a FIFO or a device is
+    never opened, a folder or a file of zeros is refused; each is named in one line."""
+    from study.models.trained import ExportError
+    from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
 
-    _damage(tmp_path / "trial_a" / "params.json", how)
-    (tmp_path / "trial_a" / "checkpoint_000000").mkdir()
-    torch.save({"epoch": 1, "model": {}}, tmp_path / "trial_a" / "checkpoint_000000" / "checkpoint.pt")
-    assert find_checkpoints(str(tmp_path)) == {}
+    _damage(tmp_path / "trials" / "c000-s000" / "checkpoint.pt", how)
+    assert find_checkpoints(str(tmp_path)) == (["c000-s000"] if how == "huge" else [])
+    with pytest.raises(ExportError) as e:
+        latest_checkpoint(str(tmp_path), "c000-s000")
+    assert str(tmp_path / "trials" / "c000-s000" / "checkpoint.pt") in str(e.value) and "\n" not in str(e.value)
+    assert ("not a regular file" in str(e.value)) == (how != "huge"), e.value
 
 
 # --------------------------------------------------------------------------- not a study
@@ -291,8 +296,7 @@ def test_explicit_trial_ids_the_readers_skip_are_refused(tmp_path, capsys, trial
 # --------------------------------------------------------------------------- export / evaluate
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A tiny trained trial as a study stores it: a Ray trial folder with params.json and
-    two checkpoint_* folders (epochs 1 and 2)."""
+    """A tiny trained trial's two checkpoints (epochs 1 and 2)."""
     from study.models import ModelConfig
     from study.trial import TrainConfig, train_trial
 
@@ -309,16 +313,15 @@ def trained(tmp_path_factory):
 
 
 def _study_with(tmp_path: Path, trained, *, damage_latest=None, damage_previous=None) -> Path:
+    """A study folder holding trial c000-s000's checkpoints as a study stores them."""
     root = tmp_path / "s"
-    trial = root / "study_trial_00000"
+    trial = root / "trials" / "c000-s000"
     trial.mkdir(parents=True)
-    (trial / "params.json").write_text(json.dumps({"key": "c000-s000"}))
-    for i, which, damage in ((0, "previous", damage_previous), (1, "latest", damage_latest)):
-        (trial / f"checkpoint_{i:06d}").mkdir()
-        path = trial / f"checkpoint_{i:06d}" / "checkpoint.pt"
-        torch.save(trained[which], path)
+    for name, which, damage in (("checkpoint.prev.pt", "previous", damage_previous),
+                                ("checkpoint.pt", "latest", damage_latest)):
+        torch.save(trained[which], trial / name)
         if damage:
-            damage(path)
+            damage(trial / name)
     return root
 
 
@@ -338,8 +341,8 @@ def test_export_falls_back_to_the_previous_checkpoint(tmp_path, trained, capsys,
     root = _study_with(tmp_path, trained, damage_latest=_truncate)
     code, lines, out = _in_process(["export", str(root), "--trial", "c000-s000", "--out", "m.pt"], capsys)
     assert code == 0, lines
-    assert len(lines) == 1 and lines[0].startswith("study export: warning: damaged checkpoint skipped: ")
-    assert "checkpoint_000001/checkpoint.pt" in lines[0] and "checkpoint_000000/checkpoint.pt (epoch 1)" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("study export: warning: checkpoint "), lines
+    assert "c000-s000/checkpoint.pt (" in lines[0] and "c000-s000/checkpoint.prev.pt (epoch 1)" in lines[0], lines
     assert "1 epochs" in out and torch.load(tmp_path / "m.pt", weights_only=True)["epoch"] == 1
 
 

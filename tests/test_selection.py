@@ -146,7 +146,7 @@ def test_sampled_study_tells_optuna_validation_accuracy(tmp_path, ray_local, mon
     # the test could not tell them apart if validation and test accuracies agreed
     assert (runs.best_val_acc != runs.best_test_acc).any()
     # Ray's trial config carries the resolved hyper-parameters (params.json, results DataFrame)
-    params = [json.loads(p.read_text()) for p in (tmp_path / "st" / "sel").glob("*/params.json")]
+    params = [json.loads(p.read_text()) for p in (tmp_path / "st" / "sel").glob("tune/*/params.json")]
     assert len(params) == 6
     for p in params:
         h = p["hparams"]

@@ -74,7 +74,7 @@ def logged(tmp_path_factory):
 
 def _trial_dirs(root: Path) -> dict[str, Path]:
     """trial key -> Ray's trial folder (named key_rayid by the runner)."""
-    return {p.name.split("_")[0]: p for p in root.iterdir() if p.is_dir() and (p / "params.json").exists()}
+    return {p.name.split("_")[0]: p for p in (root / "tune").iterdir() if p.is_dir() and (p / "params.json").exists()}
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """``study export | evaluate``: take a trained model out of a study and test it.
 
-``study export NAME [--trial ID | --best]`` finds the trial's latest checkpoint in the
-study's storage (Ray's trial folders, matched by the trial key in ``params.json``) and
+``study export NAME [--trial ID | --best]`` reads the trial's latest intact checkpoint
+(``<study>/trials/<key>/``, the previous epoch's if the latest is damaged) and
 writes a ``.pt`` with the weights and the model/training configuration
 (:mod:`study.models.trained`).  ``study evaluate FILE --data SRC`` rebuilds the model
 (:func:`study.models.load_trained`) and prints its accuracy on SRC's test split.

@@ -100,18 +100,21 @@ def load_checkpoint(directory: str | os.PathLike | None, *, map_location="cpu",
     damaged: list[str] = []
     for name in (FILENAME, PREVIOUS):
         shown = f"{directory}/{name}" if is_remote(directory) else str(Path(directory) / name)
-        if fs.get_file_info(f"{base}/{name}").type == pafs.FileType.NotFound:
+        kind = fs.get_file_info(f"{base}/{name}").type
+        if kind == pafs.FileType.NotFound:
+            continue
+        if kind != pafs.FileType.File:  # a folder, a FIFO, a device: never opened
+            damaged.append(f"{shown} (not a regular file)")
             continue
         try:
             state = _load(fs, f"{base}/{name}", shown, map_location)
             if check is not None:
                 check(state, shown)
-        except Exception as e:  # truncated, not a zip, refused pickle, wrong content, a folder
+        except Exception as e:  # truncated, not a zip, refused pickle, wrong content
             damaged.append(f"{shown} ({cause(e)})")
             continue
         if damaged and warn is not None:
-            warn(f"checkpoint {damaged[0]} is damaged; continuing from the previous one, {shown} "
-                 f"(epoch {state['epoch']})")
+            warn(f"checkpoint {damaged[0]} is damaged; using the previous one, {shown} (epoch {state['epoch']})")
         return state
     if damaged:
         raise CheckpointError(f"checkpoint {damaged[0]} is damaged and no earlier checkpoint is intact")
