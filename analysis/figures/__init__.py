@@ -205,9 +205,9 @@ def draw_all(study: Study, out: Path, *, epoch: int | None = None, per_seed: boo
 
 
 def _cores() -> int:
-    import os
+    from study.cpus import local_cpus
 
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return local_cpus()
 
 
 __all__ = ["Canvas", "Context", "Skip", "default_out", "draw_all"]

@@ -74,7 +74,7 @@ def read_bench(prog: str, path: str) -> dict:
 def default_workers(spec) -> tuple[int, str]:
     """Trials this machine runs at once under the study's resources (at least 1),
     and a note when it cannot run one."""
-    from study.commands.studies import local_cpus
+    from study.cpus import local_cpus
     from study.tuning.preflight import local_gpus
 
     n = int(local_cpus() // max(spec.cpus_per_trial * spec.workers_per_trial, 1e-9))

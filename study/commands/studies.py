@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from study.cliutil import BoundedInt
+from study.cpus import local_cpus
 from study.errors import (EXIT_STORAGE, RayStartError, StorageError, StorageUnreachableError, StudyError,
                           StudyFileError, UsageError)
 from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS, MAX_NAME_LENGTH
@@ -167,14 +168,6 @@ def check_loggers_of(file: str, loggers) -> None:
     missing = check_loggers(loggers)
     if missing:
         raise StudyFileError(f"{file}: loggers.{missing[0]}: {missing[1]}")
-
-
-def local_cpus() -> int:
-    """CPUs this process may use (what a local Ray gets by default)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _spec(prog: str, file: str, data: str | None, gpus: int | None, cpus: int | None = None, overrides=()):

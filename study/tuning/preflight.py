@@ -9,6 +9,8 @@ import os
 import socket
 from pathlib import Path
 
+from study.cpus import local_cpus
+
 
 def local_gpus() -> int:
     """GPUs a local Ray would see: ``CUDA_VISIBLE_DEVICES`` if set, else the NVIDIA
@@ -23,7 +25,7 @@ def local_gpus() -> int:
 def check_local_resources(*, cpus_per_trial: float, workers_per_trial: int, gpus_per_trial: float,
                           num_cpus: int | None) -> str | None:
     """What a local Ray cannot satisfy (None if it can)."""
-    cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
+    cpus = num_cpus if num_cpus is not None else local_cpus()
     need = cpus_per_trial + (0.01 if workers_per_trial > 1 else 0)  # + the DDP trial's coordinator
     if need > cpus:
         return (f"resources.cpus_per_trial: a trial needs {need:g} CPUs but the local Ray has {cpus} "
