@@ -56,9 +56,7 @@ class _ModelConfigMethods:
                 set_(k, None)
             return
         if self.encoding not in REGISTRY:
-            raise ConfigError(
-                "encoding", f"must be one of {', '.join(ENCODINGS)}, got {self.encoding!r}"
-            )
+            raise ConfigError("encoding", f"must be one of {', '.join(ENCODINGS)}, got {self.encoding!r}")
         for k in ("num_heads", "hidden", "layers", "intermediate", "downsample"):
             positive_int(self, k)
         for k in ("dropout", "attention_dropout"):
@@ -66,9 +64,7 @@ class _ModelConfigMethods:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
                 raise ConfigError(k, f"must be a probability in [0, 1), got {v!r}")
         if self.image_size % self.downsample:
-            raise ConfigError(
-                "downsample", f"must divide image_size {self.image_size}, got {self.downsample}"
-            )
+            raise ConfigError("downsample", f"must divide image_size {self.image_size}, got {self.downsample}")
         spec = REGISTRY[self.encoding]
         mine = {f.name for f in spec.fields}
         for name, fld in ENCODING_FIELDS.items():
@@ -165,12 +161,4 @@ ENCODING_MODELS: dict[str, ModelConfig] = {
     for vid, over in variants() if over["encoding"] not in PAPER_ENCODINGS
 }
 
-__all__ = [
-    "ARCHS",
-    "ENCODINGS",
-    "ConfigError",
-    "ENCODING_MODELS",
-    "ModelConfig",
-    "PAPER_MODELS",
-    "model_name",
-]
+__all__ = ["ARCHS", "ENCODINGS", "ConfigError", "ENCODING_MODELS", "ModelConfig", "PAPER_MODELS", "model_name"]

@@ -1,43 +1,27 @@
 """Per-head attention statistics and compact attention maps.
 
-Two kinds of statistics per head:
+**Grid locality** (every encoding measured alike), from the model's probabilities on
+the real S×S token grid for every query of the head-statistics images, averaged over
+queries and images: ``attention_distance`` = mean Σ_k P_h[q, k]·‖p_k − p_q‖ in grid
+cells (the "mean attention distance" of Dosovitskiy et al. 2021, Fig. 7; reference
+values in :mod:`study.locality`: uniform 8.33 on 16×16, a 3×3 convolution 1.05) and
+``attention_entropy`` = mean −Σ_k P log P (nats).  Positional-only layers' probabilities
+do not depend on the image, so one image stands for all.
 
-**Grid locality** (every encoding measured the same way): the model's own attention
-probabilities on the real S×S token grid (``model(x, return_attention=True)``:
-(1|B, N_h, T, T) per layer, boundaries included), for EVERY query token of the fixed
-head-statistics test images, averaged over queries and images —
+**Canvas (centre-query) moments** (the paper's Fig. 4): for positional attention the
+distribution of a centre query on a canvas large enough that no reachable shift is
+clipped; for content attention the test images' centre query, averaged.  With
+x = column and y = row shift: ``center_x``/``center_y``, ``cov_xx``/``cov_xy``/``cov_yy``,
+``entropy``, ``mean_distance`` E‖δ‖ and ``max_prob``.  These are NOT the grid locality
+(uniform attention: 11.86 on the 31×31 canvas, 8.33 over every query of 16×16).
 
-* ``attention_distance`` = mean over images b and queries q of Σ_k P_h[b, q, k]·‖p_k − p_q‖,
-  the attention-weighted Euclidean distance between query and key token positions,
-  in **grid cells** (one token of the S×S grid; 2×2 input pixels for the paper's
-  space-to-depth stem) — the "mean attention distance" of Dosovitskiy et al. (2021,
-  Fig. 7) and Raghu et al. (2021).  Uniform attention on a 16×16 grid reads 8.33,
-  a 3×3 convolution's taps 1.05 (uniform over the taps inside the grid): the
-  reference values of :mod:`study.locality`;
-* ``attention_entropy`` = the same mean of −Σ_k P log P (nats): ln T for uniform attention.
-
-Positional-only layers' probabilities do not depend on the image, so one image
-stands for all of them.
-
-**Canvas (centre-query) moments**, for the Gaussian heads' centres and contours of the
-paper's Fig. 4: for positional attention the distribution of a query at the centre of
-a canvas large enough that no reachable shift is clipped (every shift δ a head can
-score — Gaussian heads: a (2S−1)² window for an S×S grid; learned heads: the whole
-(2S−1)² table — gets its score, and one softmax runs over all of them); for content
-attention the centre query of the test images, its distribution over key shifts
-averaged over the images.  With x = column shift and y = row shift: mean shift
-(``center_x``, ``center_y``), covariance (``cov_xx``, ``cov_xy``, ``cov_yy``),
-``entropy`` (nats), ``mean_distance`` E‖δ‖ and ``max_prob``.  These are NOT the grid
-locality: the unclipped canvas and the grid's centre query differ (uniform attention:
-11.86 on the 31×31 canvas, 6.14 for the centre query of a 16×16 grid, 8.33 averaged
-over every query of that grid).
-
-Gaussian heads also record their parameters (centre Δ_h and Σ_h⁻¹); a layer with
-``head_columns()`` adds its per-head values (GPSA: ``gate`` = σ(λ_h), the weight of its
-positional softmax).
+Gaussian heads also record Δ_h and Σ_h⁻¹; a layer with ``head_columns()`` adds its
+per-head values (GPSA: ``gate`` = σ(λ_h)).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -167,12 +151,13 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
     return heads_rows, map_rows
 
 
-class _GridPass:
-    """Per layer: the grid locality (mean over images and queries, (N_h,) float64) and
-    the centre query's attention averaged over the images ((N_h, S, S))."""
+class _GridPass(NamedTuple):
+    """Per layer: the grid locality ((N_h,) float64) and the centre query's attention
+    averaged over the images ((N_h, S, S))."""
 
-    def __init__(self, distance: list[Tensor], entropy: list[Tensor], centre: list[Tensor]):
-        self.distance, self.entropy, self.centre = distance, entropy, centre
+    distance: list[Tensor]
+    entropy: list[Tensor]
+    centre: list[Tensor]
 
 
 def _reach(positional, grid: int) -> int:
