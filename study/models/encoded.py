@@ -13,11 +13,12 @@ keys and shifts δ = key − query into probabilities; its parameters live in th
 * **paper** (``head_dim = dim``, the default): the layout of the
   paper's models (DESIGN §3) — each head averages the **raw input** (W_val folded into
   ``out_proj``); the study trains every encoding so, to differ in their scores only.
-* **timm** (``head_dim = dim // num_heads``, ``value=True``): ConViT's ``GPSA``, Swin's ``WindowAttention``, EVA's rotary attention;
-  the tests compare it with timm's layers on ported weights.
+* **timm** (``head_dim = dim // num_heads``, ``value=True``): ConViT's ``GPSA``, Swin's
+  ``WindowAttention``, EVA's rotary attention; the tests compare it with timm's layers.
 
 Two exact paths: explicit (B, N_h, T, T) probabilities, and
-``scaled_dot_product_attention`` for encodings whose scores are q'·k'ᵀ/√d_h plus an optional bias (default on CUDA only, ``fused``).
+``scaled_dot_product_attention`` for encodings whose scores are q'·k'ᵀ/√d_h plus an
+optional bias (default on CUDA only, ``fused``).
 """
 
 from __future__ import annotations
