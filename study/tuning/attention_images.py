@@ -1,12 +1,8 @@
-"""Per-epoch attention maps of every layer as TensorBoard images.
-
-A Ray Tune ``LoggerCallback`` on the driver: when a trial reports an epoch, it reads
-that epoch's part of the ``maps`` table (the (2r+1)² window of attention
-probabilities around the query pixel, per layer and head, written by the trial
-itself) and adds one image per layer — the heads side by side on one colour scale,
-0 to the layer's largest probability (viridis) — with tensorboardX's ``SummaryWriter`` in the trial's folder,
-next to the event file of Ray's ``TBXLoggerCallback`` (tag ``attention/layer_L``,
-step = epoch + 1, like the scalars' training iteration).
+"""Per-epoch attention maps of every layer as TensorBoard images: when a trial reports
+an epoch, the driver reads that epoch's ``maps`` part (the (2r+1)² window per layer and
+head) and writes one image per layer, heads side by side on one viridis scale from 0 to
+the layer's largest probability, beside Ray's ``TBXLoggerCallback`` events (tag
+``attention/layer_L``, step = epoch + 1).
 """
 
 from __future__ import annotations
@@ -66,8 +62,7 @@ class AttentionImagesCallback(LoggerCallback):
         self._broken: set = set()
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
-        # images are a view of the tables: a failure here must never stop the study
-        if trial in self._broken:
+        if trial in self._broken:  # images are a view of the tables: never stop the study
             return
         try:
             self._log(trial, result)

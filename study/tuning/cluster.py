@@ -1,23 +1,17 @@
 """Which Ray a study runs on, and what a cluster asks of the storage (README "Running
 on a Ray cluster").
 
-- No ``--address``: a new local Ray for this driver only (``address="local"``: an
-  existing cluster on the host, and ``$RAY_ADDRESS``, are ignored), on a loopback
-  node address with the dashboard on 127.0.0.1.  Ray 2.60's C++ gRPC servers (GCS,
-  raylet, object manager, core workers) listen on every interface whatever the node
-  address: neither ``ray.init``/``ray start`` nor any ``RAY_*`` setting chooses their
-  bind address.  What protects them is Ray's token authentication, which a new local
-  ``ray.init`` turns on unless ``RAY_AUTH_MODE`` says otherwise: a local Ray with
-  ``RAY_AUTH_MODE`` set to anything but ``token`` is refused (:func:`check_local_auth`).
-  Everything Ray lets us choose is loopback.
-- ``--address auto``: ``$RAY_ADDRESS`` (which ``ray job submit`` sets for its
-  driver) and nothing else; Ray's own ``auto`` would also pick whichever cluster
-  was started last on a shared host (``/tmp/ray/ray_current_cluster``).
+- No ``--address``: a new local Ray for this driver only (``address="local"``) on a
+  loopback node address, dashboard on 127.0.0.1.  Ray 2.60's C++ gRPC servers listen
+  on every interface whatever the node address (no setting chooses it): Ray's token
+  authentication protects them, so a local Ray with ``RAY_AUTH_MODE`` other than
+  ``token`` is refused (:func:`check_local_auth`).
+- ``--address auto``: ``$RAY_ADDRESS`` (set by ``ray job submit``) only; Ray's own
+  ``auto`` would also pick whichever cluster was started last on a shared host.
 - ``--address HOST:PORT`` / ``ray://…``: that cluster.
 
-On a cluster every node writes tables and checkpoints, so a local ``--storage``
-path must be a folder every node mounts at the same path (NFS, …): it is refused
-unless ``--shared-storage`` says so.  ``s3://`` needs nothing.
+On a cluster every node writes tables and checkpoints, so a local ``--storage`` must be
+mounted at the same path on every node: refused unless ``--shared-storage`` says so.
 """
 
 from __future__ import annotations
@@ -54,10 +48,8 @@ def resolve_address(address: str | None) -> str | None:
 
 
 def check_local_auth(address: str | None) -> None:
-    """Refuse a local Ray without token authentication: its gRPC servers listen on every
-    network interface (Ray 2.60 has no setting for their address), so the token is
-    all that keeps other hosts from running code in it.  A cluster's owner decides for
-    the cluster (``--address``)."""
+    """Refuse a local Ray without token authentication (module doc); a cluster's owner
+    decides for the cluster."""
     mode = os.environ.get("RAY_AUTH_MODE")
     if resolve_address(address) is None and mode is not None and mode.lower() != "token":
         raise ClusterError(f"RAY_AUTH_MODE={mode}: the local Ray's gRPC servers listen on every network "

@@ -1,8 +1,5 @@
-"""The registry of attention encodings: one file per encoding, one line here each.
-
-``REGISTRY[name]`` is the :class:`~study.models.encodings.base.Encoding` whose
-``name`` is the value of ``ModelConfig.encoding``.  Adding an encoding: write its file
-(fields, validation, MAC count, label, layer) and add it to ``_MODULES``.
+"""The registry of attention encodings: ``REGISTRY[ModelConfig.encoding]``.  Adding one:
+write its file (fields, validation, MAC count, label, layer) and add it to ``_MODULES``.
 """
 
 from __future__ import annotations

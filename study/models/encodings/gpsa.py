@@ -5,9 +5,8 @@ Per head h, with r_δ = (δx, δy, δx² + δy²) for the shift δ = key − que
     A_h = renorm[(1 − σ(λ_h)) softmax(q_h·k_h/√d_h) + σ(λ_h) softmax(v_hᵀ r_δ + b_h)]
 
 renorm divides each row by its sum (ConViT does; the sum is 1 up to rounding, so the
-layer's path skips it and its einsum reference keeps it); v_h ∈ R³
-and b_h (ConViT's ``pos_proj = Linear(3, N_h)``; b_h cancels in the softmax) and the gate
-λ_h (init 1, as ConViT's ``gating_param``) are learned per head.
+layer skips it and its einsum reference keeps it); v_h ∈ R³ and b_h (ConViT's
+``pos_proj = Linear(3, N_h)``) and the gate λ_h (init 1, ``gating_param``) are learned.
 
 Convolutional ("local") initialisation (ConViT's ``local_init``): the N_h heads' centres
 Δ_h on the √N_h × √N_h lattice of :func:`study.theory.lattice_offsets` and
@@ -113,8 +112,7 @@ class Gpsa(ContentEncoding):
         content = softmax_scores(q, k)  # (B, N_h, T, T)
         positional = self.positional_probs(layer, height, width)
         g = torch.sigmoid(layer.positional.gate.to(content.dtype))[:, None, None]
-        # (1 − g)·c + g·p, whose rows sum to 1 up to rounding: ConViT's renormalisation is
-        # skipped here (two passes over the (B, N_h, T, T) matrix), kept in reference_probs
+        # (1 − g)·c + g·p; ConViT's renormalisation skipped (module doc)
         return torch.lerp(content, positional.to(content.dtype).expand_as(content), g)
 
     def reference_probs(self, layer, q, k, height, width):
@@ -132,13 +130,9 @@ class Gpsa(ContentEncoding):
         return mixed / mixed.sum(-1, keepdim=True)
 
     def head_columns(self, layer):
-        return {"gate": self._gates(layer)}
-
-    @staticmethod
-    def _gates(layer):
         import torch
 
-        return torch.sigmoid(layer.positional.gate.detach())
+        return {"gate": torch.sigmoid(layer.positional.gate.detach())}
 
 
 ENCODING = Gpsa()

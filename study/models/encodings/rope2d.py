@@ -15,8 +15,7 @@ so that q̃·k̃ depends on the shift δ = p_k − p_q only: R(a)ᵀR(b) = R(b �
   direction per head (Heo et al.'s ``init_random_2d_freqs``).  d_h parameters per head,
   trained without weight decay (as theirs).
 
-Pairs are interleaved (channels 2i and 2i+1), as in their code and timm's
-``apply_rot_embed``.  Needs d_h divisible by 4.
+Pairs are interleaved (channels 2i, 2i+1) as in timm's ``apply_rot_embed``; d_h % 4 == 0.
 """
 
 from __future__ import annotations
@@ -100,9 +99,8 @@ class Rope2d(AdditiveEncoding):
 
     def angles(self, layer, height: int, width: int):
         """θ(p) for every token (row-major) and channel pair: (T, d/2) axial, (N_h, T, d/2) mixed.
-        Axial angles in the frequencies' dtype (at least float32); mixed angles always in
-        float32, as Heo et al.'s code and timm's ``get_mixed_freqs`` compute them (also under
-        autocast and in a float64 layer: the tests match timm to float64 round-off)."""
+        Mixed angles always in float32, as Heo et al.'s code and timm's ``get_mixed_freqs``
+        (also in a float64 layer: the tests match timm to float64 round-off)."""
         import torch
 
         pos = layer.positional
