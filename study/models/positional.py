@@ -1,20 +1,13 @@
 """Relative positional score functions (Cordonnier et al. 2020, Sections 3-4).
 
-Each module maps a token grid of ``height × width`` to image-independent scores of
-shape ``(num_heads, T, T)`` with ``T = height·width``, where entry ``[h, q, k]`` is
-the score head ``h`` gives key ``k`` from query ``q`` and the relative shift is
-``δ = pos(k) − pos(q) = (δ1, δ2)`` (row, column), in grid pixels.
-
-:class:`QueryScores` (the paper's learned + content model) scores the learned
-embeddings with each image's queries instead, so its output has a batch axis.
-
-Both positional-only encodings here are sums of per-axis terms when the Gaussian is isotropic,
-``s(δ) = s_row(δ1) + s_col(δ2)``; ``separable`` says so and :meth:`axis_scores`
-exposes the two terms, so the attention layer can factorise the softmax
+Each module maps a ``height × width`` token grid to image-independent scores
+(num_heads, T, T), T = height·width: entry [h, q, k] scores the shift
+δ = pos(k) − pos(q) = (δ1, δ2) (row, column) in grid pixels; :class:`QueryScores`
+scores the learned embeddings with each image's queries (a batch axis).  Isotropic
+Gaussian and learned scores are ``separable``, s(δ) = s_row(δ1) + s_col(δ2)
+(:meth:`axis_scores`), so the attention layer can factorise the softmax
 (``P = P_row ⊗ P_col``, DESIGN §11).  A non-isotropic Gaussian adds the cross term
-−Σ⁻¹₁₂ (δ1−Δ1)(δ2−Δ2), an outer product of a row and a column factor, which a
-softmax does not split; its (N_h, T, T) scores are still assembled from per-axis
-pieces rather than from a (N_h, T, T, 2) tensor of offsets.
+−Σ⁻¹₁₂ (δ1−Δ1)(δ2−Δ2), which a softmax does not split.
 """
 
 from __future__ import annotations

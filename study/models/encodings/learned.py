@@ -1,10 +1,6 @@
-"""Learned relative encoding (Cordonnier et al. 2020, Section 4.2), positional scores only.
-
-r_δ = [r_row(δ1); r_col(δ2)], one (2S−1)×D_p table per axis (init N(0, 1)), scored by
-learned head keys ``Linear(D_p → N_h, bias=False)`` per axis:
-score_h(δ) = w_h,rowᵀ r_row(δ1) + w_h,colᵀ r_col(δ2).  Any ``pos_dim`` ≥ 3.
-Module: :class:`~study.models.attention.RelativeSelfAttention` with
-:class:`~study.models.positional.LearnedScores`.  :class:`LearnedEncoding` is shared
+"""Learned relative encoding (Cordonnier et al. 2020, Section 4.2), positional scores only:
+score_h(δ) = w_h,rowᵀ r_row(δ1) + w_h,colᵀ r_col(δ2), any ``pos_dim`` ≥ 3
+(:class:`~study.models.positional.LearnedScores`).  :class:`LearnedEncoding` is shared
 with ``learned_content`` (the same tables, plus content scores).
 """
 
@@ -71,8 +67,7 @@ class LearnedEncoding(Encoding):
         scores = QueryScores if cfg.positional_score == "query" else LearnedScores
         return RelativeSelfAttention(
             dim=cfg.hidden, num_heads=cfg.num_heads, attention_dropout=cfg.attention_dropout, content=self.content,
-            positional=scores(num_heads=cfg.num_heads, pos_dim=cfg.pos_dim, max_size=cfg.grid),
-        )
+            positional=scores(num_heads=cfg.num_heads, pos_dim=cfg.pos_dim, max_size=cfg.grid))
 
 
 class Learned(LearnedEncoding):
