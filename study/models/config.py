@@ -1,8 +1,6 @@
-"""Plain model configuration shared by the factory, the CLI and study files.
-
-A :class:`ModelConfig` is a flat, JSON-serialisable record (it becomes columns of
-the ``runs`` table).  Every check raises :class:`ConfigError` naming the field, so
-callers can turn it into ``--flag: message`` or ``file: path.field: message``.
+"""Model configuration shared by the factory, the CLI and study files: a flat,
+JSON-serialisable record (columns of ``runs``); every check raises :class:`ConfigError`
+naming the field (``--flag: message`` or ``file: path.field: message``).
 """
 
 from __future__ import annotations
@@ -32,16 +30,10 @@ class ConfigError(ValueError):
 
 class _ModelConfigMethods:
     """Hyper-parameters of one model (paper defaults, Cordonnier et al. 2020, Table 2).
-
-    ``encoding`` names a registered encoding (``study.models.encodings``): the paper's
-    ``quadratic`` (Eq. 9, Gaussian heads; ``isotropic`` picks Σ⁻¹ = s²I or A Aᵀ),
-    ``learned`` (Section 4.2, learned row/column embeddings, D_p = ``pos_dim``),
-    ``learned_content`` (learned positional plus content scores, Eq. 7; ``positional_score``
-    ``query``, the Table 1 model, or ``head``), and today's ``gpsa`` (ConViT),
-    ``relative_bias`` (Swin) and ``rope2d`` (Heo et al. 2024).  Each encoding declares
-    its own fields (they follow ``num_heads`` here); a field of another encoding must be
-    unset (or at its default), and is stored as null.
-    """
+    ``encoding`` names a registered encoding (``study.models.encodings``: the paper's
+    quadratic (Eq. 9), learned (Section 4.2) and learned_content (Eq. 7), and today's gpsa,
+    relative_bias, rope2d), which declares its own fields; another encoding's field must
+    be unset (or at its default), and is stored as null."""
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)

@@ -43,10 +43,9 @@ def export_dict(checkpoint: dict[str, Any], *, study: str = "", trial_id: str = 
 
 
 def read_export(path: str | os.PathLike, *, map_location: Any = "cpu") -> dict[str, Any]:
-    """Load an export (``weights_only=True``; code in a pickle is refused).  A raw
-    training checkpoint (``checkpoint.pt``) is accepted too and converted.  The
-    result is checked (:func:`check_export`): anything a crafted or damaged file gets
-    wrong is an :class:`ExportError` naming the file, never a failure later."""
+    """Load an export, or a raw training checkpoint converted (``weights_only=True``), and
+    check it (:func:`check_export`): a crafted or damaged file is an :class:`ExportError`
+    naming it, never a failure later."""
     data = load_payload(path, map_location=map_location)
     if data.get("format") != FORMAT:
         if "model" in data and "epoch" in data:  # a training checkpoint
@@ -164,10 +163,6 @@ def load_trained(path: str | os.PathLike, *, map_location: Any = "cpu"):
     model = build_model(data["model_config"])
     model.load_state_dict(data["state_dict"])
     return model.eval()
-
-
-__all__ = ["FORMAT", "ExportError", "check_export", "export_dict", "load_payload", "load_trained", "read_export",
-           "state_shapes"]
 
 
 def _number(checkpoint: dict[str, Any], key: str, kind: type, default):

@@ -105,13 +105,9 @@ def gaussian_parameters(positional) -> dict[str, Tensor] | None:
 
 @torch.no_grad()
 def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict], list[dict]]:
-    """Rows of the ``heads`` and ``maps`` tables for every layer and head.
-
-    ``images``: the normalised head-statistics test images (N, 3, H, W) on the model's
-    device: the grid locality is averaged over all of them (positional-only models:
-    over the first, which stands for all), the content heads' canvas moments over
-    their centre queries.  Maps are the (2·radius+1)² window around the query.
-    """
+    """Rows of the ``heads`` and ``maps`` tables for every layer and head, from the
+    normalised head-statistics images (N, 3, H, W) on the model's device; maps are the
+    (2·radius+1)² window around the query."""
     layers = model.attention_layers
     heads_rows: list[dict] = []
     map_rows: list[dict] = []
@@ -178,10 +174,8 @@ def _crop(maps: Tensor, cy: int, cx: int, radius: int) -> Tensor:
 
 
 def _grid_pass(model, images: Tensor, chunk: int = 10) -> _GridPass:
-    """One chunked forward of ``images`` with ``return_attention=True``: every layer's
-    (1|B, N_h, T, T) probabilities on the real grid, reduced to the grid locality
-    (:func:`grid_locality_sums` over every query, divided by images × queries) and the
-    centre query's distribution over key positions (averaged over the images)."""
+    """One chunked forward of ``images`` with ``return_attention=True``, every layer's
+    probabilities reduced to the grid locality and the centre query's distribution."""
     sums = None
     n = len(images)
     for i in range(0, n, chunk):

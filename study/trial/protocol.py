@@ -34,9 +34,7 @@ from study.trial.config import TrainConfig
 
 @dataclass(frozen=True)
 class Protocol:
-    """One trial's protocol: ``policy`` (uint8 image (3, H, W) → uint8 image, or None),
-    ``mix`` (batch, labels → mixed batch, probability targets, or None) and the loss's
-    ``label_smoothing``."""
+    """One trial's protocol: the image ``policy``, the batch ``mix`` and ``label_smoothing``."""
 
     policy: Callable[[Tensor], Tensor] | None = None
     mix: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None

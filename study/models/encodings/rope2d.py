@@ -1,19 +1,17 @@
 """2-D rotary position embedding (RoPE for vision, Heo et al., ECCV 2024, Eq. 10-13).
 
-Queries and keys of each head are rotated, channel pair i = (2i, 2i+1) by an angle that
-depends on the token's position p = (x, y) (column, row of the grid):
+Each channel pair i = (2i, 2i+1) of a head's queries and keys is rotated by an angle of
+the token's position p = (x, y) (column, row):
 
     q̃_h,i(p) = R(θ_h,i(p)) q_h,i,   k̃ likewise,   score_h = q̃_h·k̃_h/√d_h
 
 so that q̃·k̃ depends on the shift δ = p_k − p_q only: R(a)ᵀR(b) = R(b − a).
 
-* ``rope_mode: axial`` (RoPE-Axial, fixed frequencies): the first d_h/4 pairs rotate by
-  x·f_i, the last d_h/4 by y·f_i, f_i = θ^(−4i/d_h), i < d_h/4 (``rope_theta`` θ, default
-  100 as Heo et al.).  No parameters.
-* ``rope_mode: mixed`` (RoPE-Mixed, learned frequencies per layer and head):
-  θ_h,i(p) = f^x_h,i·x + f^y_h,i·y; init: magnitudes θ^(−4j/d_h) (θ default 10), a random
-  direction per head (Heo et al.'s ``init_random_2d_freqs``).  d_h parameters per head,
-  trained without weight decay (as theirs).
+* ``axial`` (fixed): the first d_h/4 pairs rotate by x·f_i, the last by y·f_i,
+  f_i = θ^(−4i/d_h) (``rope_theta`` θ, default 100 as Heo et al.).
+* ``mixed`` (learned per layer and head, no weight decay): θ_h,i(p) = f^x_h,i·x + f^y_h,i·y,
+  init magnitudes θ^(−4j/d_h) (θ default 10) in a random direction per head (Heo et al.'s
+  ``init_random_2d_freqs``).
 
 Pairs are interleaved (channels 2i, 2i+1) as in timm's ``apply_rot_embed``; d_h % 4 == 0.
 """
