@@ -106,9 +106,7 @@ class TrainConfig:
 
 def _check_map_epochs(cfg: TrainConfig) -> None:
     v = cfg.map_epochs
-    if isinstance(v, str):
-        if v not in ("auto", "all", "last", "none"):
-            raise ConfigError("map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}")
+    if isinstance(v, str) and v in ("auto", "all", "last", "none"):
         return
     if not isinstance(v, (list, tuple)) or not all(isinstance(e, int) and not isinstance(e, bool) for e in v):
         raise ConfigError("map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}")

@@ -112,10 +112,8 @@ class TrialLedger:
 
         def tick() -> None:
             while not stop.wait(period):
-                try:
+                with contextlib.suppress(Exception):  # a storage failure surfaces in the epoch's own writes
                     save()
-                except Exception:  # noqa: BLE001 - a storage failure surfaces in the epoch's own writes
-                    pass
 
         thread = threading.Thread(target=tick, name="trial-ledger-clock", daemon=True)
         thread.start()
@@ -126,8 +124,8 @@ class TrialLedger:
             thread.join()
             with contextlib.suppress(Exception):
                 save()
-            self.running = None
             raise
-        stop.set()
-        thread.join()
-        self.running = None  # the epoch's own update follows
+        finally:
+            stop.set()
+            thread.join()
+            self.running = None  # the epoch's own update follows

@@ -21,34 +21,24 @@ def layer_images(maps) -> dict[int, np.ndarray]:
     cmap = colormaps["viridis"]
     out: dict[int, np.ndarray] = {}
     for layer, rows in maps.sort_values(["layer", "head"]).groupby("layer"):
-        tiles = []
         probs = [np.asarray(r.probs, dtype=np.float64).reshape(int(r.window), int(r.window))
                  for r in rows.itertuples(index=False)]
         top = max(float(p.max()) for p in probs)  # one scale per layer: heads stay comparable
-        for p in probs:
-            rgb = cmap(p / top if top > 0 else p)[..., :3]
-            tiles.append(np.kron(rgb, np.ones((SCALE, SCALE, 1))))
-        h = tiles[0].shape[0]
-        canvas = np.ones((h, len(tiles) * (h + GAP) - GAP, 3))
-        for i, t in enumerate(tiles):
-            canvas[:, i * (h + GAP):i * (h + GAP) + h] = t
+        tiles = [np.kron(cmap(p / top if top > 0 else p)[..., :3], np.ones((SCALE, SCALE, 1))) for p in probs]
+        gap = np.ones((tiles[0].shape[0], GAP, 3))
+        canvas = np.concatenate([x for t in tiles for x in (gap, t)][1:], axis=1)
         out[int(layer)] = (canvas * 255).round().astype(np.uint8)
     return out
 
 
 def read_epoch_maps(tables: str, key: str, epoch: int):
     """The ``maps`` rows of (trial ``key``, ``epoch``), or None when there are none."""
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     from study.tables import decode_maps, part_path
 
-    path = part_path(tables, "maps", key, epoch)
-    try:
-        if "://" in path:
-            fs, p = pafs.FileSystem.from_uri(path)
-            return decode_maps(pq.read_table(p, filesystem=fs)).to_pandas()
-        return decode_maps(pq.read_table(path)).to_pandas()
+    try:  # a local path or a URI (pyarrow picks the filesystem)
+        return decode_maps(pq.read_table(part_path(tables, "maps", key, epoch))).to_pandas()
     except (FileNotFoundError, OSError):
         return None
 
