@@ -39,9 +39,9 @@ class _ModelConfigMethods:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
         if self.arch not in ARCHS:
             raise ConfigError("arch", f"must be one of {', '.join(ARCHS)}, got {self.arch!r}")
-        positive_int(self, "num_classes")
-        positive_int(self, "image_size")
-        positive_int(self, "in_channels")
+        int_at_least(self, "num_classes")
+        int_at_least(self, "image_size")
+        int_at_least(self, "in_channels")
         if self.arch == "resnet18":
             # attention-only fields do not apply to the baseline
             for k in ("encoding", "num_heads", *ENCODING_FIELDS):
@@ -50,7 +50,7 @@ class _ModelConfigMethods:
         if self.encoding not in REGISTRY:
             raise ConfigError("encoding", f"must be one of {', '.join(ENCODINGS)}, got {self.encoding!r}")
         for k in ("num_heads", "hidden", "layers", "intermediate", "downsample"):
-            positive_int(self, k)
+            int_at_least(self, k)
         for k in ("dropout", "attention_dropout"):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
@@ -122,12 +122,13 @@ def strict_from_dict(cls, d: dict[str, Any], kind: str):
     return cls(**d)
 
 
-def positive_int(cfg, key: str) -> None:
+def int_at_least(cfg, key: str, low: int = 1) -> None:
+    """``cfg.<key>`` is an integer (not a bool) >= ``low``, else ConfigError."""
     v = getattr(cfg, key)
     if isinstance(v, bool) or not isinstance(v, int):
         raise ConfigError(key, f"must be an integer, got {v!r}")
-    if v < 1:
-        raise ConfigError(key, f"must be >= 1, got {v}")
+    if v < low:
+        raise ConfigError(key, f"must be >= {low}, got {v}")
 
 
 def model_name(cfg: ModelConfig) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from study.limits import MAX_RANDAUGMENT_MAGNITUDE, MAX_RANDAUGMENT_OPS
-from study.models.config import ConfigError, ModelConfig, strict_from_dict
+from study.models.config import ConfigError, ModelConfig, int_at_least, strict_from_dict
 
 SCHEDULES = ("cosine", "step")
 #: AutoAugment policies of ``torchvision.transforms.v2.AutoAugmentPolicy`` (by value), or none
@@ -65,11 +65,11 @@ class TrainConfig:
         if isinstance(self.model, dict):
             object.__setattr__(self, "model", ModelConfig.from_dict(self.model))
         for k in ("epochs", "batch_size", "head_images", "eval_batch_size"):
-            _int_at_least(self, k, 1)
-        _int_at_least(self, "map_radius", 0)
-        _int_at_least(self, "seed", 0)
+            int_at_least(self, k)
+        int_at_least(self, "map_radius", 0)
+        int_at_least(self, "seed", 0)
         if self.subset is not None:
-            _int_at_least(self, "subset", 10)
+            int_at_least(self, "subset", 10)
         for k in ("lr", "momentum", "weight_decay"):
             _number_in(self, k, 0, float("inf"), "must be a finite non-negative number")
         if self.lr == 0:
@@ -119,11 +119,11 @@ def _check_map_epochs(cfg: TrainConfig) -> None:
 def _check_protocol(cfg: TrainConfig) -> None:
     for k in ("cutmix_alpha", "mixup_alpha"):
         _number_in(cfg, k, 0, float("inf"), "must be a finite Beta alpha >= 0 (0: off)")
-    _int_at_least(cfg, "randaugment_ops", 0)
+    int_at_least(cfg, "randaugment_ops", 0)
     if cfg.randaugment_ops > MAX_RANDAUGMENT_OPS:
         raise ConfigError("randaugment_ops", f"must be <= {MAX_RANDAUGMENT_OPS} (RandAugment's operations), "
                                              f"got {cfg.randaugment_ops}")
-    _int_at_least(cfg, "randaugment_magnitude", 0)
+    int_at_least(cfg, "randaugment_magnitude", 0)
     if cfg.randaugment_magnitude > MAX_RANDAUGMENT_MAGNITUDE:
         raise ConfigError("randaugment_magnitude", f"must be <= {MAX_RANDAUGMENT_MAGNITUDE} (RandAugment's 31 "
                                                    f"magnitude bins), got {cfg.randaugment_magnitude}")
@@ -140,11 +140,3 @@ def _number_in(cfg: TrainConfig, key: str, low: float, high: float, message: str
     v = getattr(cfg, key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v < high:
         raise ConfigError(key, f"{message}, got {v!r}")
-
-
-def _int_at_least(cfg: TrainConfig, key: str, low: int) -> None:
-    v = getattr(cfg, key)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ConfigError(key, f"must be an integer, got {v!r}")
-    if v < low:
-        raise ConfigError(key, f"must be >= {low}, got {v}")

@@ -24,9 +24,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from study.models.positional import GaussianScores, LearnedScores
+from study.theory import lattice_offsets
 
 NAN = float("nan")
 #: per-head columns a layer may report (``head_columns``), null for the others
@@ -53,8 +55,8 @@ def grid_locality_sums(probs: Tensor, distances: Tensor) -> tuple[Tensor, Tensor
 
 def shift_grid(radius: int, *, device=None) -> Tensor:
     """δ = (row, col) for a (2r+1)² window, shape (2r+1, 2r+1, 2), float."""
-    r = torch.arange(-radius, radius + 1, device=device, dtype=torch.float32)
-    return torch.stack(torch.meshgrid(r, r, indexing="ij"), dim=-1)
+    side = 2 * radius + 1
+    return lattice_offsets(side).view(side, side, 2).to(device=device, dtype=torch.float32)
 
 
 def positional_shift_scores(positional, radius: int) -> Tensor:
@@ -165,12 +167,7 @@ def _reach(positional, grid: int) -> int:
 
 def _crop(maps: Tensor, cy: int, cx: int, radius: int) -> Tensor:
     """(N_h, H, W) → (N_h, 2r+1, 2r+1) window centred at (cy, cx), zero outside."""
-    n, h, w = maps.shape
-    out = maps.new_zeros(n, 2 * radius + 1, 2 * radius + 1)
-    y0, y1 = max(0, cy - radius), min(h, cy + radius + 1)
-    x0, x1 = max(0, cx - radius), min(w, cx + radius + 1)
-    out[:, y0 - cy + radius : y1 - cy + radius, x0 - cx + radius : x1 - cx + radius] = maps[:, y0:y1, x0:x1]
-    return out
+    return F.pad(maps, (radius,) * 4)[:, cy : cy + 2 * radius + 1, cx : cx + 2 * radius + 1]
 
 
 def _grid_pass(model, images: Tensor, chunk: int = 10) -> _GridPass:

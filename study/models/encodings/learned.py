@@ -26,7 +26,7 @@ class LearnedEncoding(Encoding):
     default_score = "head"
 
     def normalise(self, cfg, set_):
-        from study.models.config import ConfigError, positive_int
+        from study.models.config import ConfigError, int_at_least
 
         v = cfg.positional_score if cfg.positional_score is not None else self.default_score
         if v not in POSITIONAL_SCORES:
@@ -36,7 +36,7 @@ class LearnedEncoding(Encoding):
         set_("positional_score", v)
         if cfg.pos_dim is None:
             set_("pos_dim", cfg.hidden)
-        positive_int(cfg, "pos_dim")
+        int_at_least(cfg, "pos_dim")
         if cfg.pos_dim < MIN_LEARNED_POS_DIM:
             raise ConfigError("pos_dim", f"learned encodings need pos_dim >= {MIN_LEARNED_POS_DIM}, got {cfg.pos_dim}")
         if v == "query":
