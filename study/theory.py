@@ -64,12 +64,10 @@ def mhsa_from_conv(conv: nn.Conv2d, *, alpha: float = DEFAULT_ALPHA) -> Relative
     positional = GaussianScores(num_heads=k * k, isotropic=True)
     layer = RelativeSelfAttention(dim=d_in, num_heads=k * k, positional=positional, out_dim=d_out)
     layer.to(device=w.device, dtype=w.dtype)
-    taps = [(i, j) for i in range(k) for j in range(k)]
     positional.centers.copy_(lattice_offsets(k).to(w.dtype))
     positional.spreads.fill_(math.sqrt(2.0 * alpha))
     # out_proj.weight is (D_out, N_h·D_in): head h's block is the kernel tap at Δ_h
-    blocks = [w[:, :, i, j] for i, j in taps]
-    layer.out_proj.weight.copy_(torch.cat(blocks, dim=1))
+    layer.out_proj.weight.copy_(torch.cat([w[:, :, i, j] for i in range(k) for j in range(k)], dim=1))
     if conv.bias is not None:
         layer.out_proj.bias.copy_(conv.bias)
     else:

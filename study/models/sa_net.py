@@ -16,10 +16,7 @@ from .registry import register_model
 
 @register_model("sa")
 class SelfAttentionNet(nn.Module):
-    """Attention-only classifier; every layer is its encoding's attention layer
-    (``config.spec.attention``: :class:`~study.models.attention.RelativeSelfAttention`
-    for the paper's encodings, :class:`~study.models.encoded.EncodedAttention` for
-    today's)."""
+    """Attention-only classifier; every layer is its encoding's (``config.spec.attention``)."""
 
     def __init__(self, *, config: ModelConfig):
         super().__init__()

@@ -90,9 +90,8 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def flat(self) -> dict[str, Any]:
-        """Every model and training field in one flat mapping (model fields by their own
-        names; no name is shared): the configuration columns of ``runs`` and the
-        hyper-parameters in Ray's trial config."""
+        """Every model and training field in one flat mapping (no name is shared): the
+        configuration columns of ``runs``."""
         train = {k: v for k, v in self.to_dict().items() if k != "model"}
         return {**self.model.to_dict(), **train}
 

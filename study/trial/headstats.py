@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from study.locality import token_positions
 from study.models.positional import GaussianScores, LearnedScores
 from study.theory import lattice_offsets
 
@@ -38,9 +39,7 @@ HEAD_COLUMNS = ("gate",)
 def token_distances(height: int, width: int, *, device=None) -> Tensor:
     """‖p_k − p_q‖ between the token positions (row, col) of a height×width grid,
     (T, T) float64 in grid cells, T = height·width row-major (the models' token order)."""
-    rows = torch.arange(height, device=device, dtype=torch.float64)
-    cols = torch.arange(width, device=device, dtype=torch.float64)
-    pos = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), -1).reshape(-1, 2)
+    pos = torch.from_numpy(token_positions(height, width)).to(device)
     return torch.cdist(pos, pos)
 
 

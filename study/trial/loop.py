@@ -472,6 +472,4 @@ def _nan_to_none(v: float) -> float | None:
 
 
 def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return "cpu"
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

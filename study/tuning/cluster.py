@@ -34,7 +34,7 @@ class ClusterError(Exception):
 
 def resolve_address(address: str | None) -> str | None:
     """The cluster to connect to, or None for a new local Ray."""
-    if address is None:
+    if address in (None, "local"):
         return None
     if address == "auto":
         env = os.environ.get("RAY_ADDRESS")
@@ -42,8 +42,6 @@ def resolve_address(address: str | None) -> str | None:
             raise ClusterError("--address auto: RAY_ADDRESS is not set (it is under `ray job submit`); "
                                "give the cluster's address, e.g. --address HEAD_IP:6379")
         return env
-    if address == "local":
-        return None
     return address
 
 

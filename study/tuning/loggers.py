@@ -1,15 +1,8 @@
 """Experiment trackers from the study file: ``loggers: [tensorboard, mlflow, wandb]``,
-each Ray Tune's own logger callback, used as is (package = pip extra):
-
-- ``tensorboard``: ``TBXLoggerCallback`` (tensorboardX) in each trial's folder, plus the
-  attention maps as images (:mod:`study.tuning.attention_images`);
-- ``mlflow``: ``MLflowLoggerCallback`` to ``$MLFLOW_TRACKING_URI``, else the file store
-  ``<study>/mlruns``;
-- ``wandb``: ``WandbLoggerCallback``, project ``$WANDB_PROJECT`` or the study name.
-
-The hyper-parameters logged are the trial's whole resolved configuration (``hparams``).
-Ray's CSV and JSON loggers always run.  No Ray or torch at import time: ``study
-validate`` checks the packages without starting anything.
+each Ray Tune's own callback used as is (``TBXLoggerCallback`` plus the attention maps
+as images, ``MLflowLoggerCallback``, ``WandbLoggerCallback``; the package is the pip
+extra of that name).  The hyper-parameters logged are the trial's whole resolved
+configuration.  No Ray or torch at import time: ``study validate`` checks the packages.
 """
 
 from __future__ import annotations

@@ -116,9 +116,8 @@ class Gpsa(ContentEncoding):
         return torch.lerp(content, positional.to(content.dtype).expand_as(content), g)
 
     def reference_probs(self, layer, q, k, height, width):
-        """The same probabilities as ConViT writes them (``study bench``'s einsum reference):
-        r_δ for every pair, v_hᵀ r_δ + b_h by einsum, two softmaxes, the gated mix, renorm;
-        ``q`` and ``k`` unscaled (B, T, N_h, d_h)."""
+        """ConViT's formulation (``study bench``'s einsum reference, with the renorm); ``q``
+        and ``k`` unscaled (B, T, N_h, d_h)."""
         import torch
 
         pos = layer.positional

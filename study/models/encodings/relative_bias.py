@@ -53,9 +53,8 @@ class RelativeBias(AdditiveEncoding):
         return q, k, self.bias(layer, height, width)
 
     def reference_probs(self, layer, q, k, height, width):
-        """Swin's formulation (``study bench``'s einsum reference): q·kᵀ/√d_h by einsum plus
-        the table gathered through a dense (T, T) index of shifts; ``q``, ``k`` unscaled
-        (B, T, N_h, d_h)."""
+        """Swin's formulation (``study bench``'s einsum reference: the table gathered through a
+        dense (T, T) index of shifts); ``q``, ``k`` unscaled (B, T, N_h, d_h)."""
         import torch
 
         from study.models.positional import relative_offsets
