@@ -32,7 +32,8 @@ from study.models.positional import GaussianScores, LearnedScores
 from study.theory import lattice_offsets
 
 NAN = float("nan")
-#: per-head columns a layer may report (``head_columns``), null for the others
+#: the Gaussian heads' parameters and the per-head columns a layer may report, null for the others
+PARAM_COLUMNS = ("param_center_x", "param_center_y", "param_inv_cov_xx", "param_inv_cov_xy", "param_inv_cov_yy")
 HEAD_COLUMNS = ("gate",)
 
 
@@ -133,16 +134,11 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
         stats = distribution_stats(probs, delta)
         stats["attention_distance"] = grid.distance[li]
         stats["attention_entropy"] = grid.entropy[li]
-        params = gaussian_parameters(getattr(layer, "positional", None))
-        extra = layer.head_columns() if hasattr(layer, "head_columns") else {}
+        values = {**stats, **(gaussian_parameters(getattr(layer, "positional", None)) or {}),
+                  **(layer.head_columns() if hasattr(layer, "head_columns") else {})}
         for hd in range(layer.num_heads):
-            row = {"layer": li, "head": hd, **{k: float(v[hd]) for k, v in stats.items()}}
-            for k in ("param_center_x", "param_center_y", "param_inv_cov_xx", "param_inv_cov_xy",
-                      "param_inv_cov_yy"):
-                row[k] = float(params[k][hd]) if params else NAN
-            for k in HEAD_COLUMNS:
-                row[k] = float(extra[k][hd]) if k in extra else NAN
-            heads_rows.append(row)
+            heads_rows.append({"layer": li, "head": hd, **{k: float(values[k][hd]) if k in values else NAN
+                                                           for k in (*stats, *PARAM_COLUMNS, *HEAD_COLUMNS)}})
             map_rows.append({"layer": li, "head": hd, "window": 2 * radius + 1,
                              "probs": window[hd].flatten().cpu().tolist()})
     return heads_rows, map_rows
