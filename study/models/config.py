@@ -52,9 +52,7 @@ class _ModelConfigMethods:
         for k in ("num_heads", "hidden", "layers", "intermediate", "downsample"):
             int_at_least(self, k)
         for k in ("dropout", "attention_dropout"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
-                raise ConfigError(k, f"must be a probability in [0, 1), got {v!r}")
+            number_in(self, k, 0.0, 1.0, "must be a probability in [0, 1)")
         if self.image_size % self.downsample:
             raise ConfigError("downsample", f"must divide image_size {self.image_size}, got {self.downsample}")
         spec = REGISTRY[self.encoding]
@@ -129,6 +127,13 @@ def int_at_least(cfg, key: str, low: int = 1) -> None:
         raise ConfigError(key, f"must be an integer, got {v!r}")
     if v < low:
         raise ConfigError(key, f"must be >= {low}, got {v}")
+
+
+def number_in(cfg, key: str, low: float, high: float, message: str) -> None:
+    """``cfg.<key>`` is a number (not a bool) in [low, high), else ConfigError(message)."""
+    v = getattr(cfg, key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v < high:
+        raise ConfigError(key, f"{message}, got {v!r}")
 
 
 def model_name(cfg: ModelConfig) -> str:

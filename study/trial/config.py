@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from study.limits import MAX_RANDAUGMENT_MAGNITUDE, MAX_RANDAUGMENT_OPS
-from study.models.config import ConfigError, ModelConfig, int_at_least, strict_from_dict
+from study.models.config import ConfigError, ModelConfig, int_at_least, number_in, strict_from_dict
 
 SCHEDULES = ("cosine", "step")
 #: AutoAugment policies of ``torchvision.transforms.v2.AutoAugmentPolicy`` (by value), or none
@@ -71,10 +71,10 @@ class TrainConfig:
         if self.subset is not None:
             int_at_least(self, "subset", 10)
         for k in ("lr", "momentum", "weight_decay"):
-            _number_in(self, k, 0, float("inf"), "must be a finite non-negative number")
+            number_in(self, k, 0, float("inf"), "must be a finite non-negative number")
         if self.lr == 0:
             raise ConfigError("lr", "must be > 0")
-        _number_in(self, "warmup", 0, 1, "must be a fraction in [0, 1)")
+        number_in(self, "warmup", 0, 1, "must be a fraction in [0, 1)")
         if self.schedule not in SCHEDULES:
             raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         v = self.validation
@@ -117,7 +117,7 @@ def _check_map_epochs(cfg: TrainConfig) -> None:
 
 def _check_protocol(cfg: TrainConfig) -> None:
     for k in ("cutmix_alpha", "mixup_alpha"):
-        _number_in(cfg, k, 0, float("inf"), "must be a finite Beta alpha >= 0 (0: off)")
+        number_in(cfg, k, 0, float("inf"), "must be a finite Beta alpha >= 0 (0: off)")
     int_at_least(cfg, "randaugment_ops", 0)
     if cfg.randaugment_ops > MAX_RANDAUGMENT_OPS:
         raise ConfigError("randaugment_ops", f"must be <= {MAX_RANDAUGMENT_OPS} (RandAugment's operations), "
@@ -131,11 +131,4 @@ def _check_protocol(cfg: TrainConfig) -> None:
     if cfg.autoaugment != "none" and cfg.randaugment_ops:
         raise ConfigError("autoaugment", f"{cfg.autoaugment} and randaugment_ops {cfg.randaugment_ops} are "
                                          "alternative policies: set one (the other none / 0)")
-    _number_in(cfg, "label_smoothing", 0, 1, "must be in [0, 1)")
-
-
-def _number_in(cfg: TrainConfig, key: str, low: float, high: float, message: str) -> None:
-    """``cfg.<key>`` is a number (not a bool) in [low, high), else ConfigError(message)."""
-    v = getattr(cfg, key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v < high:
-        raise ConfigError(key, f"{message}, got {v!r}")
+    number_in(cfg, "label_smoothing", 0, 1, "must be in [0, 1)")
