@@ -6,8 +6,7 @@ into ``out_proj``, ``Linear(N_h·D → D_out)``, as in the original code and Lem
     MHSA(X)_q = Σ_h  (Σ_k softmax_k(A_h[q, :])_k · X_k) W_out,hᵀ + b_out
 
 with A_h = positional scores plus, for content attention, q·k/√D (``query``/``key`` =
-``Linear(D → N_h·D)``).  Content attention's positional part is ``head`` (w_h·r_δ) or
-``query`` (the paper's Table 1 model: (q_h·r_δ + q_h·k_h)/√D, :class:`QueryScores`).
+``Linear(D → N_h·D)``; Eq. 7).
 
 The same equations are evaluated by one of three exact paths (DESIGN §11); every
 one is checked against :func:`study.bench.naive.naive_relative_attention`:
@@ -18,10 +17,9 @@ one is checked against :func:`study.bench.naive.naive_relative_attention`:
 * **shared dense** (non-isotropic quadratic, and every positional variant while
   attention dropout is active): one (N_h, T, T) matrix serves the batch, one dropout
   mask per step on it as in the original (the mask would not factorise).
-* **content**: ``scaled_dot_product_attention`` with the positional scores as additive
-  float bias (scale 1/√D, Eq. 7); by default only on CUDA (``fused_content``): on CPU
-  the trainable bias sends SDPA to its math fallback, no faster than the explicit form
-  and about 12 % more memory (``study bench``).
+* **content**: SDPA with the positional scores as additive float bias (Eq. 7), by
+  default on CUDA only (``fused_content``): on CPU the trainable bias sends SDPA to its
+  math fallback, no faster than the explicit form and 12 % more memory.
 
 ``return_attention=True`` returns the full probabilities on every path.  No path
 synchronises with the host.
@@ -108,10 +106,7 @@ class RelativeSelfAttention(HeadsLayer):
 
     def attention_scores(self, x: Tensor) -> Tensor:
         """Pre-softmax scores: (N_h, T, T) positional, or (B, N_h, T, T) with content."""
-        b, h, w, d = x.shape
-        if not self.content:
-            return self.positional(h, w)
-        return self._content_scores(x)
+        return self._content_scores(x) if self.content else self.positional(*x.shape[1:3])
 
     def _content_scores(self, x: Tensor) -> Tensor:
         """(B, N_h, T, T) content scores in two passes over the T×T matrix: the positional

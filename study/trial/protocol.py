@@ -5,18 +5,16 @@ training step, with no host synchronisation (the transforms draw from torch's CP
 generator).
 
 - **RandAugment / AutoAugment** act on the uint8 images after crop and flip, before
-  normalisation (torchvision's policies expect uint8).  On a batch they would draw *one*
-  operation for all; here each image gets its own draw, as the papers define them
-  (22 ms per batch of 100 32×32 images on one CPU thread for RandAugment, 2 ops).
+  normalisation.  On a batch they would draw *one* operation for all; each image gets
+  its own draw here, as the papers define them (22 ms per batch of 100 on one thread).
 - **CutMix / MixUp** mix the normalised batch with itself rolled by one (torchvision's
   pairing) into probability targets; mixing normalised images equals normalising mixed
   ones (an affine mix or a paste).  Both on: ``v2.RandomChoice`` picks one per batch, as
   timm / DeiT do.  Under DDP every rank mixes within its own shard.
 - **Label smoothing**: ``cross_entropy(label_smoothing=ε)``, on hard or mixed targets.
 
-The training accuracy of a mixed batch counts the label with the larger share of the
-mixed target; ``train_loss`` is the loss optimised, ``test_loss``/``val_loss`` the plain
-cross-entropy of unaugmented images.
+A mixed batch's training accuracy counts the label with the larger share of the target;
+``train_loss`` is the loss optimised, ``test_loss``/``val_loss`` plain cross-entropy.
 """
 
 from __future__ import annotations

@@ -102,10 +102,7 @@ class Rope2d(AdditiveEncoding):
         import torch
 
         pos = layer.positional
-        if pos.mode == "mixed":
-            dtype = torch.float32
-        else:
-            dtype = torch.promote_types(pos.freqs.dtype, torch.float32)
+        dtype = torch.float32 if pos.mode == "mixed" else torch.promote_types(pos.freqs.dtype, torch.float32)
         f = pos.freqs.to(dtype)
         y = torch.arange(height, device=f.device, dtype=dtype).repeat_interleave(width)
         x = torch.arange(width, device=f.device, dtype=dtype).repeat(height)
