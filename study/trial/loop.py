@@ -74,23 +74,12 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.SGD:
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
 
 
-def train_trial(
-    cfg: TrainConfig,
-    *,
-    trial_id: str,
-    tables: str | os.PathLike | None = None,
-    checkpoint_dir: str | os.PathLike | None = None,
-    study: str = "",
-    device: torch.device | None = None,
-    report: Report | None = None,
-    progress: Callable[[str], None] | None = None,
-    extra_run_fields: dict[str, Any] | None = None,
-    splits=None,
-    ledger=None,
-    warn: Callable[[str], None] | None = None,
-    paths: DevicePaths | None = None,
-    step_progress: StepProgress | None = None,
-) -> TrialResult:
+def train_trial(cfg: TrainConfig, *, trial_id: str, tables: str | os.PathLike | None = None,
+                checkpoint_dir: str | os.PathLike | None = None, study: str = "", device: torch.device | None = None,
+                report: Report | None = None, progress: Callable[[str], None] | None = None,
+                extra_run_fields: dict[str, Any] | None = None, splits=None, ledger=None,
+                warn: Callable[[str], None] | None = None, paths: DevicePaths | None = None,
+                step_progress: StepProgress | None = None) -> TrialResult:
     """Train ``cfg`` for ``cfg.epochs`` epochs, resuming from ``checkpoint_dir`` if it holds
     a checkpoint (one of another configuration raises ``CheckpointError``).  A trial
     started from scratch first records the untrained model's ``heads``/``maps`` (epoch
