@@ -43,21 +43,17 @@ def _register_flop_formulas() -> None:
     ``runs.flops`` counts the executed path."""
     from torch.utils import flop_counter as fc
 
-    aten = torch.ops.aten
-    if aten.baddbmm_ not in fc.flop_registry:
-        fc.register_flop_formula(aten.baddbmm_)(
-            lambda bias, a, b, *args, out_shape=None, **kwargs: fc.bmm_flop(a, b)
-        )
-    fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-    if fwd is not None and fwd not in fc.flop_registry:
-        fc.register_flop_formula(fwd)(
-            lambda q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_flop_count(q, k, v)
-        )
-    if bwd is not None and bwd not in fc.flop_registry:
-        fc.register_flop_formula(bwd)(
-            lambda g, q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_backward_flop_count(g, q, k, v)
-        )
+    formulas = {
+        "baddbmm_": lambda bias, a, b, *args, out_shape=None, **kwargs: fc.bmm_flop(a, b),
+        "_scaled_dot_product_flash_attention_for_cpu":
+            lambda q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_flop_count(q, k, v),
+        "_scaled_dot_product_flash_attention_for_cpu_backward":
+            lambda g, q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_backward_flop_count(g, q, k, v),
+    }
+    for name, formula in formulas.items():
+        op = getattr(torch.ops.aten, name, None)
+        if op is not None and op not in fc.flop_registry:
+            fc.register_flop_formula(op)(formula)
 
 
 _register_flop_formulas()

@@ -86,11 +86,9 @@ def distribution_stats(probs: Tensor, delta: Tensor) -> dict[str, Tensor]:
     centred = d[None] - mean[:, None]  # (N_h, K, 2)
     cov = torch.einsum("hk,hki,hkj->hij", p, centred, centred)
     entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
-    return {
-        "center_x": mean[:, 1], "center_y": mean[:, 0],
-        "cov_xx": cov[:, 1, 1], "cov_xy": cov[:, 0, 1], "cov_yy": cov[:, 0, 0],
-        "entropy": entropy, "mean_distance": p @ d.norm(dim=-1), "max_prob": p.max(-1).values,
-    }
+    return {"center_x": mean[:, 1], "center_y": mean[:, 0], "cov_xx": cov[:, 1, 1], "cov_xy": cov[:, 0, 1],
+            "cov_yy": cov[:, 0, 0], "entropy": entropy, "mean_distance": p @ d.norm(dim=-1),
+            "max_prob": p.max(-1).values}
 
 
 def gaussian_parameters(positional) -> dict[str, Tensor] | None:
@@ -98,11 +96,7 @@ def gaussian_parameters(positional) -> dict[str, Tensor] | None:
         return None
     prec = positional.inv_covariance().detach().double()
     c = positional.centers.detach().double()
-    return {
-        "param_center_x": c[:, 1], "param_center_y": c[:, 0],
-        "param_inv_cov_xx": prec[:, 1, 1], "param_inv_cov_xy": prec[:, 0, 1],
-        "param_inv_cov_yy": prec[:, 0, 0],
-    }
+    return dict(zip(PARAM_COLUMNS, (c[:, 1], c[:, 0], prec[:, 1, 1], prec[:, 0, 1], prec[:, 0, 0])))
 
 
 @torch.no_grad()

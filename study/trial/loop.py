@@ -397,13 +397,10 @@ def _record(t: _Trial, epoch: int, metrics: dict[str, Any], progress) -> None:
         _write_run(t, "running" if epoch + 1 < cfg.epochs else "finished")
     if progress is not None:
         val_acc = metrics["val_acc"]
-        progress(
-            f"epoch {epoch + 1}/{cfg.epochs}  train_loss {metrics['train_loss']:.4f}  "
-            f"train_acc {metrics['train_acc']:.4f}  "
-            + (f"val_acc {val_acc:.4f}  " if val_acc is not None else "")
-            + f"test_loss {metrics['test_loss']:.4f}  "
-            f"test_acc {metrics['test_acc']:.4f}  {metrics['seconds']:.1f} s  {metrics['images_per_s']:.0f} img/s"
-        )
+        progress(f"epoch {epoch + 1}/{cfg.epochs}  train_loss {metrics['train_loss']:.4f}  "
+                 f"train_acc {metrics['train_acc']:.4f}  " + (f"val_acc {val_acc:.4f}  " if val_acc is not None else "")
+                 + f"test_loss {metrics['test_loss']:.4f}  test_acc {metrics['test_acc']:.4f}  "
+                 f"{metrics['seconds']:.1f} s  {metrics['images_per_s']:.0f} img/s")
 
 
 def _checkpoint(t: _Trial, checkpoint_dir) -> str | None:
