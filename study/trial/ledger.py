@@ -1,13 +1,11 @@
 """A trial's attempt ledger: ``<study>/trials/<trial_id>.json`` (or ``trial.json``
 beside ``study train --out``'s checkpoint), plain JSON replaced atomically.
 
-Written at the START of every attempt (``attempts`` + 1), after every epoch
-(``device_seconds``) and, while an epoch runs, every :data:`CLOCK_S` seconds
-(:data:`CLOCK_REMOTE_S` on object storage) with where the epoch stands (``epoch``,
-``epoch_fraction``, ``epoch_seconds``; null between epochs: the driver's ETA reads
-them).  So attempts count even when a worker dies before its first checkpoint, and
-``device_seconds`` keeps the time of every attempt, also of an epoch that never ended,
-all but at most the last clock period.
+Written at the start of every attempt (``attempts`` + 1), after every epoch and, while
+an epoch runs, every :data:`CLOCK_S` seconds (:data:`CLOCK_REMOTE_S` on object storage)
+with where it stands (read by the driver's ETA).  So attempts count even when a worker
+dies before its first checkpoint, and ``device_seconds`` keeps the time of every
+attempt, also of an epoch that never ended, all but at most the last clock period.
 
 The count is also a fencing token: an attempt superseded by a newer one (its node cut
 off from Ray while its process lives on; Tune retried the trial elsewhere) finds a

@@ -2,16 +2,13 @@
 on a Ray cluster").
 
 - No ``--address``: a new local Ray for this driver only (``address="local"``) on a
-  loopback node address, dashboard on 127.0.0.1.  Ray 2.60's C++ gRPC servers listen
-  on every interface whatever the node address (no setting chooses it): Ray's token
-  authentication protects them, so a local Ray with ``RAY_AUTH_MODE`` other than
-  ``token`` is refused (:func:`check_local_auth`).
+  loopback node address, dashboard on 127.0.0.1.  Ray 2.60's gRPC servers listen on
+  every interface whatever the node address: Ray's token authentication protects them,
+  so a local Ray with ``RAY_AUTH_MODE`` other than ``token`` is refused.
 - ``--address auto``: ``$RAY_ADDRESS`` (set by ``ray job submit``) only; Ray's own
   ``auto`` would also pick whichever cluster was started last on a shared host.
-- ``--address HOST:PORT`` / ``ray://…``: that cluster.
-
-On a cluster every node writes tables and checkpoints, so a local ``--storage`` must be
-mounted at the same path on every node: refused unless ``--shared-storage`` says so.
+- ``--address HOST:PORT`` / ``ray://…``: that cluster.  A local ``--storage`` must then
+  be mounted at the same path on every node: refused unless ``--shared-storage``.
 """
 
 from __future__ import annotations

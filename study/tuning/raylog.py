@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import tempfile
+from types import SimpleNamespace
 
 #: the study folder's log file of Ray's driver-side lines
 RAY_LOG = "logs/ray.log"
@@ -49,14 +50,8 @@ class _FolderFileHandler(logging.FileHandler):
         super().emit(record)
 
 
-class _State:
-    kept: _Kept | None = None
-    echo: logging.Handler | None = None
-    file: logging.Handler | None = None
-    saved: tuple[list, bool] | None = None
-
-
-_STATE = _State()
+#: the kept records, the echo to stderr, the file, and the logger's own handlers and propagate
+_STATE = SimpleNamespace(kept=None, echo=None, file=None, saved=None)
 
 
 def capture(*, echo: bool = False) -> None:
