@@ -121,7 +121,6 @@ def strict_from_dict(cls, d: dict[str, Any], kind: str):
 
 
 def int_at_least(cfg, key: str, low: int = 1) -> None:
-    """``cfg.<key>`` is an integer (not a bool) >= ``low``, else ConfigError."""
     v = getattr(cfg, key)
     if isinstance(v, bool) or not isinstance(v, int):
         raise ConfigError(key, f"must be an integer, got {v!r}")
@@ -130,7 +129,6 @@ def int_at_least(cfg, key: str, low: int = 1) -> None:
 
 
 def number_in(cfg, key: str, low: float, high: float, message: str) -> None:
-    """``cfg.<key>`` is a number (not a bool) in [low, high), else ConfigError(message)."""
     v = getattr(cfg, key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v < high:
         raise ConfigError(key, f"{message}, got {v!r}")

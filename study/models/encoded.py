@@ -82,7 +82,6 @@ class EncodedAttention(HeadsLayer):
         return q, k
 
     def values(self, x: Tensor) -> Tensor:
-        """(B, N_h, T, d_h) with a value projection, else the raw input (B, 1, T, D)."""
         b, h, w, d = x.shape
         t = h * w
         if self.value is None:
@@ -102,7 +101,6 @@ class EncodedAttention(HeadsLayer):
         return kind + (f", dropout {p:g}" if p else "")
 
     def attention_probs(self, x: Tensor) -> Tensor:
-        """The (B, N_h, T, T) probabilities before dropout."""
         b, h, w, _ = x.shape
         q, k = self.queries_keys(x)
         return self.encoding.probs(self, q, k, h, w)
@@ -132,7 +130,6 @@ class EncodedAttention(HeadsLayer):
         return heads.transpose(1, 2).reshape(b, t, -1), probs
 
     def head_columns(self) -> dict[str, Tensor]:
-        """Per-head values for the ``heads`` table (e.g. GPSA's gate σ(λ_h))."""
         return self.encoding.head_columns(self)
 
     def no_weight_decay(self) -> set[str]:

@@ -189,7 +189,6 @@ class _Trial:
 
 @dataclass(frozen=True)
 class _Trained:
-    """One epoch's training pass: mean loss and accuracy, images, last lr, seconds."""
     loss: float
     acc: float
     images: float
@@ -344,7 +343,6 @@ def _train_step(t: _Trial, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tens
 
 
 def _evaluate_epoch(t: _Trial, epoch: int, trained: _Trained, t0: float) -> dict[str, Any]:
-    """Test (and validation) loss and accuracy; returns the epoch's metrics."""
     cfg = t.cfg
     test_loss, test_acc = evaluate(t.net, t.test_data, batch_size=cfg.eval_batch_size, world=t.world,
                                    autocast=t.autocast)
@@ -374,7 +372,6 @@ def _record_init(t: _Trial, ledger) -> None:
 
 
 def _head_stats(t: _Trial, epoch: int, *, maps: bool) -> float:
-    """The ``heads`` (and ``maps``) part of ``epoch``; returns the seconds taken."""
     cfg, writer = t.cfg, t.writer
     if writer is None or not cfg.head_stats or not hasattr(t.model, "attention_layers"):
         return 0.0

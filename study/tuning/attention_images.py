@@ -44,8 +44,6 @@ def read_epoch_maps(tables: str, key: str, epoch: int):
 
 
 class AttentionImagesCallback(LoggerCallback):
-    """Writes the attention maps of each reported epoch as images (see module doc)."""
-
     def __init__(self, *, tables: str):
         self.tables = tables
         self._writers: dict = {}

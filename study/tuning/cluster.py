@@ -67,7 +67,6 @@ def ray_init_kwargs(address: str | None, *, num_cpus: int | None = None) -> dict
 
 
 def check_storage(storage: str, *, address: str | None, shared: bool) -> None:
-    """Refuse a node-local storage folder for a study on a cluster."""
     if address is None or "://" in storage or shared:
         return
     raise ClusterError(f"--storage: {storage} is a local folder but --address runs trials on other nodes, "

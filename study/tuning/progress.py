@@ -156,7 +156,6 @@ class RemainingWork:
         return out
 
     def rates(self, inside: dict | None = None) -> _Rates:
-        """The rates of every reported epoch and of the running ones of ``inside``."""
         samples = [(t, w) for t in self.trials.values() for w in t.walls]
         samples += [(self.trials[k], wall) for k, (_, _, wall) in (inside or {}).items()]
         return _Rates(samples)

@@ -28,8 +28,6 @@ KEPT = 10_000
 
 
 class _Kept(logging.Handler):
-    """The last ``KEPT`` records, until a file takes them."""
-
     def __init__(self):
         super().__init__()
         self.records: collections.deque = collections.deque(maxlen=KEPT)
@@ -39,8 +37,6 @@ class _Kept(logging.Handler):
 
 
 class _FolderFileHandler(logging.FileHandler):
-    """A ``FileHandler`` that creates its folder when it first writes."""
-
     def emit(self, record: logging.LogRecord) -> None:
         if self.stream is None:
             try:

@@ -26,7 +26,6 @@ def encoding_fields() -> dict[str, Field]:
 
 
 def owners(field: str) -> list[str]:
-    """The encodings that declare ``field``."""
     return [e.name for e in REGISTRY.values() if any(f.name == field for f in e.fields)]
 
 

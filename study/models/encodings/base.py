@@ -35,7 +35,6 @@ class Field:
 
 
 class Encoding:
-    """Base of every encoding (see the module docstring)."""
     #: the value of ``ModelConfig.encoding``
     name: str = ""
     #: the fields this encoding reads (other encodings' fields must stay unset)
