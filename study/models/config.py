@@ -30,10 +30,8 @@ class ConfigError(ValueError):
 
 class _ModelConfigMethods:
     """Hyper-parameters of one model (paper defaults, Cordonnier et al. 2020, Table 2).
-    ``encoding`` names a registered encoding (``study.models.encodings``: the paper's
-    quadratic (Eq. 9), learned (Section 4.2) and learned_content (Eq. 7), and today's gpsa,
-    relative_bias, rope2d), which declares its own fields; another encoding's field must
-    be unset (or at its default), and is stored as null."""
+    ``encoding`` (``study.models.encodings``) declares its own fields; another encoding's
+    field must be unset (or at its default), and is stored as null."""
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
@@ -104,11 +102,8 @@ ModelConfig = dataclasses.make_dataclass(
     + [(f.name, f"{getattr(f.type, '__name__', f.type)} | None", dataclasses.field(default=f.default))
        for f in ENCODING_FIELDS.values()]
     + [(n, t, dataclasses.field(default=d)) for n, t, d in _COMMON_TAIL],
-    bases=(_ModelConfigMethods,),
-    frozen=True,
-    kw_only=True,
-    namespace={"__module__": __name__, "__doc__": _ModelConfigMethods.__doc__},
-)
+    bases=(_ModelConfigMethods,), frozen=True, kw_only=True,
+    namespace={"__module__": __name__, "__doc__": _ModelConfigMethods.__doc__})
 
 
 def strict_from_dict(cls, d: dict[str, Any], kind: str):

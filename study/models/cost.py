@@ -58,10 +58,9 @@ def model_macs(cfg: dict[str, Any]) -> int:
 def self_attention_macs(cfg) -> int:
     """The attention-only model (DESIGN §3): space-to-depth + Linear embedding, L post-LN
     blocks, mean pool, Linear classifier.  Per block (T tokens, D = hidden, N_h heads,
-    I = intermediate): the encoding's positional scores (``Encoding.positional_macs``);
-    for content q_h·k_h per pair and the query/key projections; the heads' weighted
-    average N_h·T²·D; Linear(N_h·D → D), Linear(D → D), feed-forward 2·T·D·I.  Heads of
-    width D (the paper's layout, the one the study trains)."""
+    I = intermediate): ``Encoding.positional_macs``; for content q_h·k_h per pair and the
+    query/key projections; the weighted average N_h·T²·D; Linear(N_h·D → D),
+    Linear(D → D), feed-forward 2·T·D·I.  Heads of width D (the layout the study trains)."""
     if isinstance(cfg, dict):
         cfg = config_from_row(cfg)
     spec = cfg.spec

@@ -38,11 +38,9 @@ if TYPE_CHECKING:
 
 
 class EncodedAttention(HeadsLayer):
-    """Multi-head attention with an encoding's scores (module docstring).  ``grid``: side S
-    of the token grid (tables and lattices are sized by it); ``key_bias`` (default
-    ``qkv_bias``): EVA's rotary attention has none (under RoPE a key bias is rotated with
-    the key, so it changes the scores); ``options``: the encoding's own settings.
-    ``forward`` maps (B, H, W, D) to (B, H, W, out_dim) (and (B, N_h, T, T) probabilities)."""
+    """Multi-head attention with an encoding's scores over an S×S grid (``grid``).
+    ``key_bias`` (default ``qkv_bias``): EVA's rotary attention has none (under RoPE a key
+    bias is rotated with the key, so it changes the scores)."""
 
     content = True
     #: SDPA for encodings with ``sdpa_inputs``: None (default) on CUDA only, True/False to force

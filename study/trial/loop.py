@@ -84,13 +84,11 @@ def train_trial(cfg: TrainConfig, *, trial_id: str, tables: str | os.PathLike | 
     a checkpoint (one of another configuration raises ``CheckpointError``).  A trial
     started from scratch first records the untrained model's ``heads``/``maps`` (epoch
     −1); after every epoch rank 0 writes the ``epochs``/``heads``/``maps`` parts and the
-    ``runs`` row under ``tables`` and a checkpoint, then every rank calls
-    ``report(metrics, checkpoint_dir or None)``.  ``splits``: already loaded data, if any;
-    ``ledger``: a :class:`~study.trial.ledger.TrialLedger` (rank 0) counting attempts and
-    device-seconds, also of an epoch cut short; ``warn``: one-line warnings (a damaged
-    checkpoint skipped); ``paths``: the device branches (default: the device's, any of
-    them selectable on CPU); ``step_progress(epoch, images, total)`` after every step,
-    ``progress`` one line per epoch.  Ctrl-C leaves the row ``interrupted``."""
+    ``runs`` row under ``tables`` and a checkpoint, then every rank calls ``report(metrics,
+    checkpoint_dir or None)``.  ``ledger`` (rank 0) counts attempts and device-seconds, also
+    of an epoch cut short; ``paths``: the device branches (any selectable on CPU);
+    ``step_progress(epoch, images, total)`` after every step.  Ctrl-C leaves the row
+    ``interrupted``."""
     t = _set_up(cfg, splits=splits, device=device, paths=paths)
     done = _resume(t, checkpoint_dir=checkpoint_dir, ledger=ledger, warn=warn)
     if done is not None:

@@ -87,11 +87,9 @@ class _Rates:
 
 
 class RemainingWork:
-    """Seconds until the last trial ends.  ``costs``: key -> (cost, epochs[, group]), the
-    cost a weight or ``(MAC-passes, probability-passes)`` (``TrialPlan.cost_terms``);
-    ``order``: the keys as Tune starts them; ``workers``: trials at once (at least the
-    most seen together); ``probe(key)``: ``(epoch, fraction done, seconds into it)`` of a
-    running trial, or None.  Times are ``time.monotonic()`` values passed in (testable)."""
+    """Seconds until the last trial ends.  ``costs``: key -> (weight or ``TrialPlan.cost_terms``,
+    epochs[, group]); ``order``: as Tune starts them; ``probe(key)``: ``(epoch, fraction
+    done, seconds into it)`` of a running trial; times are ``time.monotonic()`` values."""
 
     def __init__(self, *, costs: dict[str, tuple], order: list[str], workers: int | None = None,
                  probe: Callable[[str], tuple[int, float, float] | None] | None = None):
