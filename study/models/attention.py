@@ -75,12 +75,10 @@ def kron_probs(p_row: Tensor, p_col: Tensor) -> Tensor:
 
 
 class RelativeSelfAttention(HeadsLayer):
-    """MHSA over a 2-D token grid: ``positional`` maps (height, width) → (N_h, T, T)
-    scores (``GaussianScores``, ``LearnedScores``; factorised where ``separable``), or
-    with ``needs_query`` (``QueryScores``) (queries, height, width) → (B, N_h, T, T);
-    ``content`` adds q·k/√D.  ``forward`` maps channels-last (B, H, W, D) to
-    (B, H, W, out_dim); with ``return_attention`` also the probabilities, (1, N_h, T, T)
-    when shared by the batch, (B, N_h, T, T) with content."""
+    """MHSA over a 2-D token grid: ``positional`` maps (height, width) → (N_h, T, T) scores,
+    or with ``needs_query`` (queries, height, width) → (B, N_h, T, T); ``content`` adds
+    q·k/√D.  ``forward``: (B, H, W, D) → (B, H, W, out_dim), and with ``return_attention``
+    the probabilities, (1, N_h, T, T) when shared by the batch."""
 
     #: the factorised path where exact (tests switch it off to compare with shared dense)
     factorise: bool = True

@@ -141,13 +141,10 @@ def relative_index(size: int, *, device=None) -> Tensor:
 
 
 class QueryScores(nn.Module):
-    """Query positional score (Ramachandran et al. 2019; the original code's learned +
-    content form, the paper's Table 1 "SA learned emb. + content-based att."):
-
-        pos_h(q, δ) = q_h[:D/2] · r_row(δ1) + q_h[D/2:] · r_col(δ2)
-
-    with one (2·S−1)×(D/2) table per axis (init N(0, 1)) and no head-key Linears; the
-    layer adds q_h·k_h and divides the sum by √D.  ``pos_dim`` = D_p = len(r_δ) = D.
+    """Query positional score (Ramachandran et al. 2019; the paper's Table 1 "SA learned
+    emb. + content-based att."): pos_h(q, δ) = q_h[:D/2] · r_row(δ1) + q_h[D/2:] · r_col(δ2),
+    one (2·S−1)×(D/2) table per axis (init N(0, 1)); the layer adds q_h·k_h and divides
+    the sum by √D.  ``pos_dim`` = D_p = len(r_δ) = D.
 
     Computed without a (B, N_h, T, T, D) tensor (DESIGN §4): each query half is dotted
     once with the 2S−1 offsets it can meet (:meth:`offset_scores`; T·(2S−1)·D MACs per

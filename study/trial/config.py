@@ -20,11 +20,10 @@ PROTOCOL_FIELDS = ("cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugmen
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """SGD (lr 0.1, momentum 0.9, weight decay 1e-4 except Gaussian centres/spreads),
-    batch 100, 300 epochs, cosine schedule with ``warmup`` (fraction of all steps) linear
-    warm-up, stepped per iteration (the original stepped it per *epoch* and so trained
-    epoch 0 at lr 0); ``schedule="step"``: the original ResNet18 recipe
-    (:func:`study.trial.schedule.learning_rate`).  ``validation``: training images held
-    out (stratified, drawn with ``seed``), recorded every epoch as ``val_*``.
+    batch 100, 300 epochs, cosine schedule with linear ``warmup`` stepped per iteration
+    (the original stepped it per *epoch* and so trained epoch 0 at lr 0) or the original
+    ResNet18 ``step`` recipe (:func:`study.trial.schedule.learning_rate`).  ``validation``:
+    training images held out (stratified, drawn with ``seed``), recorded as ``val_*``.
 
     The training protocol (all off by default, as in the paper; :mod:`study.trial.protocol`):
     ``cutmix_alpha`` / ``mixup_alpha`` the alpha of the Beta(alpha, alpha) mixing ratio (0:

@@ -5,12 +5,11 @@ Local disks: the file is held with ``fcntl.flock`` for the driver's lifetime and
 driver's lock is stale by construction (NFS: only where the server supports ``flock``).
 
 Object storage (``s3://``): an object created with a conditional PUT (``If-None-Match:
-*``), so of two drivers starting together exactly one creates it.  The holder rewrites
-it every minute; a lock whose heartbeat is older than :data:`STALE_S`, or whose holder
-is a dead process on this host, is taken over.  Limits: a driver paused longer than
-``STALE_S`` can lose its lock, and of two drivers taking over at once one may delete the
-other's fresh lock.  Stores without conditional PUT (or without boto3) are refused
-rather than locked unsafely, unless ``STUDY_LOCK=none``.
+*``): of two drivers starting together exactly one creates it.  A lock whose heartbeat
+(every minute) is older than :data:`STALE_S`, or whose holder is a dead process on this
+host, is taken over; so a driver paused longer can lose its lock, and of two taking over
+at once one may delete the other's.  Stores without conditional PUT (or boto3) are
+refused rather than locked unsafely, unless ``STUDY_LOCK=none``.
 """
 
 from __future__ import annotations
