@@ -8,12 +8,10 @@ values in :mod:`study.locality`: uniform 8.33 on 16×16, a 3×3 convolution 1.05
 ``attention_entropy`` = mean −Σ_k P log P (nats).  Positional-only layers' probabilities
 do not depend on the image, so one image stands for all.
 
-**Canvas (centre-query) moments** (the paper's Fig. 4): for positional attention the
-distribution of a centre query on a canvas large enough that no reachable shift is
-clipped; for content attention the test images' centre query, averaged.  With
-x = column and y = row shift: ``center_x``/``center_y``, ``cov_xx``/``cov_xy``/``cov_yy``,
-``entropy``, ``mean_distance`` E‖δ‖ and ``max_prob``.  These are NOT the grid locality
-(uniform attention: 11.86 on the 31×31 canvas, 8.33 over every query of 16×16).
+**Canvas (centre-query) moments** (the paper's Fig. 4) of a centre query's distribution
+over shifts (x = column, y = row): on a canvas where no reachable shift is clipped for
+positional attention, averaged over the test images for content attention.  They are
+NOT the grid locality (uniform: 11.86 on the 31×31 canvas, 8.33 over a 16×16 grid).
 
 Gaussian heads also record Δ_h and Σ_h⁻¹; a layer with ``head_columns()`` adds its
 per-head values (GPSA: ``gate`` = σ(λ_h)).

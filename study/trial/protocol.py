@@ -7,10 +7,9 @@ generator).
 - **RandAugment / AutoAugment** act on the uint8 images after crop and flip, before
   normalisation.  On a batch they would draw *one* operation for all; each image gets
   its own draw here, as the papers define them (22 ms per batch of 100 on one thread).
-- **CutMix / MixUp** mix the normalised batch with itself rolled by one (torchvision's
-  pairing) into probability targets; mixing normalised images equals normalising mixed
-  ones (an affine mix or a paste).  Both on: ``v2.RandomChoice`` picks one per batch, as
-  timm / DeiT do.  Under DDP every rank mixes within its own shard.
+- **CutMix / MixUp** mix the normalised batch with itself rolled by one into probability
+  targets (equal to normalising mixed images: an affine mix or a paste); both on, one
+  per batch as timm / DeiT do.  Under DDP every rank mixes within its own shard.
 - **Label smoothing**: ``cross_entropy(label_smoothing=ε)``, on hard or mixed targets.
 
 A mixed batch's training accuracy counts the label with the larger share of the target;

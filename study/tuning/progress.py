@@ -49,10 +49,9 @@ class _Trial:
 
 
 class _Rates:
-    """Seconds of work measured: ``per_group`` seconds per weight unit of a group's (one
-    model configuration's) epochs; else ``a`` per MAC-pass (from models whose attention is
-    the same for every image) and ``b`` per probability-pass (what the MACs leave of the
-    others' time): each term measured, so a mispredicted kind of model skews no other."""
+    """Seconds per weight unit of a group's (one configuration's) epochs; else ``a`` per
+    MAC-pass (from image-independent attention) and ``b`` per probability-pass (what the
+    MACs leave of the others' time): so a mispredicted kind of model skews no other."""
 
     def __init__(self, samples: list[tuple[_Trial, float]]):
         self.per_group: dict[str, tuple[float, float]] = {}

@@ -8,13 +8,11 @@ renorm divides each row by its sum (ConViT does; the sum is 1 up to rounding, so
 layer skips it and its einsum reference keeps it); v_h ∈ R³ and b_h (ConViT's
 ``pos_proj = Linear(3, N_h)``) and the gate λ_h (init 1, ``gating_param``) are learned.
 
-Convolutional ("local") initialisation (ConViT's ``local_init``): the N_h heads' centres
-Δ_h on the √N_h × √N_h lattice of :func:`study.theory.lattice_offsets` and
-v_h = α (2Δ_h,x, 2Δ_h,y, −1), with α the locality strength: v_hᵀ r_δ = −α‖δ − Δ_h‖² +
-α‖Δ_h‖², i.e. the paper's isotropic quadratic head centred at Δ_h with s_h² = 2α
-(Lemma 2); with the gate fully positional and α large the layer is the convolution of
-Lemma 1 (tested).  ConViT also sets W_v = I; the paper's layout has no W_v (heads average
-the raw input), the same map.  Parameters per layer beside the projections: 5·N_h.
+Convolutional initialisation (ConViT's ``local_init``): centres Δ_h on the √N_h × √N_h
+lattice of :func:`study.theory.lattice_offsets`, v_h = α (2Δ_h,x, 2Δ_h,y, −1) (α the
+locality strength): v_hᵀ r_δ = −α‖δ − Δ_h‖² + α‖Δ_h‖², the paper's isotropic quadratic
+head with s_h² = 2α (Lemma 2); gated fully positional with α large, the convolution of
+Lemma 1 (tested).  ConViT's W_v = I is the paper's layout without W_v, the same map.
 """
 
 from __future__ import annotations
