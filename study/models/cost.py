@@ -2,11 +2,10 @@
 model's equations (DESIGN §3-4), not from the code path a forward takes.
 
 As the paper's Table 1: one MAC per multiply-add of a matrix product, convolution or
-dot product; every head averages all T keys for all T queries (dense, no
-factorisation).  Image-dependent scores (q·k, the query form's q·r_δ) count per
-(query, key) pair, a purely positional score once per distinct shift and head (Eq. 9,
-Section 4.2).  Not counted: biases, element-wise ops, softmax, LayerNorm, GELU,
-pooling.  FLOPs = 2 × MACs.  (``runs.flops`` is the executed path's count.)
+dot product; every head averages all T keys for all T queries (no factorisation);
+image-dependent scores (q·k, q·r_δ) count per (query, key) pair, a purely positional
+score once per distinct shift and head (Eq. 9, Section 4.2).  Not counted: biases,
+element-wise ops, softmax, LayerNorm, GELU, pooling.  FLOPs = 2 × MACs.
 
 Pure Python (no torch): ``analysis`` uses it on the configuration columns of ``runs``.
 """

@@ -44,8 +44,7 @@ class TrialLedger:
         self.running: tuple[int, float, float] | None = None
 
     def read(self) -> dict[str, Any]:
-        """The ledger's fields ({} before the first attempt); a damaged one is a
-        :class:`study.metafile.MetaFileError` naming it, never silently counted from zero."""
+        """The ledger's fields ({} before the first attempt); a damaged one raises, never counts from 0."""
         from study.metafile import read_object
 
         try:

@@ -25,8 +25,7 @@ from ray.tune import Callback
 from study.plan import PAIR_MAC_EQUIVALENT
 
 
-#: A running trial's own progress (the ledger's ``epoch_fraction``) is trusted from
-#: this share of its epoch on (before it, one step's start-up dominates the estimate).
+#: a running trial's ``epoch_fraction`` is trusted from this share on (before, start-up dominates)
 MIN_FRACTION = 0.02
 
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from .base import Encoding, Field
 
-#: How a head scores r_δ: ``query`` = q_h·r_δ (the paper's Table 1 learned + content
-#: model), ``head`` = w_h·r_δ with learned per-head key vectors (Section 4.2).
 POSITIONAL_SCORES = ("query", "head")
 MIN_LEARNED_POS_DIM = 3
 
