@@ -8,10 +8,9 @@ Lemma 2: the quadratic encoding realises such heads: score −½ s²‖δ − Δ
 far below float32 resolution (e^−46 ≈ 1e-20).
 
 Borders: the softmax renormalises over the keys that exist, a conv reads zeros outside
-the image: the equality is exact where the K×K neighbourhood lies inside the image,
-and everywhere once the input is zero-padded by K//2
-(:func:`conv_as_attention` pads, attends, crops).  ``conv2d`` is a cross-correlation:
-the head for tap (i, j) attends key q + (i − K//2, j − K//2).
+the image: the equality is exact where the K×K neighbourhood lies inside the image, and
+everywhere once the input is zero-padded by K//2 (:func:`conv_as_attention`).  ``conv2d``
+is a cross-correlation: the head for tap (i, j) attends key q + (i − K//2, j − K//2).
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Ray's own log lines: in the study's log file, on the console only with ``--verbose``.
 
-A local ``ray.init`` logs through Python's ``logging`` under the driver's ``ray`` logger
-(its token-authentication notice, ``Started a local Ray instance``, Tune's warnings),
-by default on stderr between the project's lines.  :func:`capture` (before ``ray.init``)
-replaces that logger's handlers with one keeping the records in memory (and, with
-``--verbose``, one printing them in Ray's format); :func:`to_file` then writes them and
-every later one to ``STUDY/logs/ray.log`` (a local temporary folder for a study in
-object storage).  Only where the lines go changes; nothing of Ray's is patched.  Ray's
-workers do not print on the driver's console (``log_to_driver=False``).
+A local ``ray.init`` logs through the driver's ``ray`` logger (its token-authentication
+notice, ``Started a local Ray instance``, Tune's warnings), by default on stderr.
+:func:`capture` (before ``ray.init``) replaces that logger's handlers with one keeping
+the records (and, with ``--verbose``, one printing them); :func:`to_file` writes them and
+every later one to ``STUDY/logs/ray.log`` (a local temporary folder for a study in object
+storage).  Nothing of Ray's is patched; its workers do not print on the driver's console.
 """
 
 from __future__ import annotations
