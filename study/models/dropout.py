@@ -1,9 +1,8 @@
 """Dropout on attention probabilities (the paper's 0.1, App. B): ``nn.Dropout``'s
-distribution (kept with probability 1 − p, scaled by 1/(1 − p)) with a cheaper mask on
-CPU: one uniform draw compared with p and scaled in place costs about half of
-``nn.Dropout``'s ``bernoulli_`` plus rescale on the (B, N_h, T, T) matrix (51 vs 102 ms
-at batch 8, N_h 9, T 256, one thread).  CUDA uses ``nn.Dropout`` unchanged.  Another
-random stream: a seed reproduces a run of this code, not ``nn.Dropout``'s masks.
+distribution with a cheaper CPU mask (one uniform draw compared with p and scaled in
+place: half of ``bernoulli_`` plus rescale on the (B, N_h, T, T) matrix, 51 vs 102 ms at
+batch 8, N_h 9, T 256).  CUDA uses ``nn.Dropout``.  Another random stream: a seed
+reproduces a run of this code, not ``nn.Dropout``'s masks.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""What an encoding declares (one file per encoding, registered once in ``__init__``):
-its ``fields`` (``ModelConfig`` fields, so ``runs`` columns), :meth:`normalise`
-(dependent defaults and validation, ``ConfigError`` naming the field), :meth:`label`,
-:meth:`positional_macs` (from its equations, for ``study.models.cost``), ``content``,
-the :meth:`attention` layer of one block and the ``variants`` a test or study must
-cover.  Pure Python at import time: configurations are read and MACs counted without
-torch.
+"""What an encoding declares (one file per encoding, registered in ``__init__``): its
+``fields`` (``ModelConfig`` fields, so ``runs`` columns), :meth:`normalise` (dependent
+defaults, validation), :meth:`label`, :meth:`positional_macs` (from its equations),
+``content``, the :meth:`attention` layer of one block and the ``variants`` a test or
+study must cover.  Pure Python at import time: no torch to read configs or count MACs.
 """
 
 from __future__ import annotations

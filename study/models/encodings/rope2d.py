@@ -1,11 +1,8 @@
 """2-D rotary position embedding (RoPE for vision, Heo et al., ECCV 2024, Eq. 10-13).
 
 Each channel pair i = (2i, 2i+1) of a head's queries and keys is rotated by an angle of
-the token's position p = (x, y) (column, row):
-
-    q̃_h,i(p) = R(θ_h,i(p)) q_h,i,   k̃ likewise,   score_h = q̃_h·k̃_h/√d_h
-
-so that q̃·k̃ depends on the shift δ = p_k − p_q only: R(a)ᵀR(b) = R(b − a).
+the token's position p = (x, y) (column, row): q̃_h,i(p) = R(θ_h,i(p)) q_h,i, k̃ likewise,
+score_h = q̃_h·k̃_h/√d_h, so q̃·k̃ depends on δ = p_k − p_q only: R(a)ᵀR(b) = R(b − a).
 
 * ``axial`` (fixed): the first d_h/4 pairs rotate by x·f_i, the last by y·f_i,
   f_i = θ^(−4i/d_h) (``rope_theta`` θ, default 100 as Heo et al.).
