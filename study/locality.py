@@ -1,9 +1,6 @@
 """Reference values of the grid locality measure (the ``heads`` table's
-``attention_distance``), on the same scale as the measure: grid cells of an
-height×width token grid, every query of the grid, boundaries included.
-
-Torch-free (``analysis`` draws these as reference lines); the measure itself is
-computed from the model's attention in :mod:`study.trial.headstats`.
+``attention_distance``, computed in :mod:`study.trial.headstats`) in grid cells of a
+height×width token grid, every query included; torch-free (``analysis`` draws them).
 """
 
 from __future__ import annotations

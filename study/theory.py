@@ -1,21 +1,16 @@
 """Theorem 1 made executable: a K×K convolution is a multi-head self-attention layer.
 
-Lemma 1 (Cordonnier et al. 2020): an MHSA layer with N_h = K² heads, quadratic
-isotropic encoding, centres on the K×K shifts Δ ∈ {−⌊K/2⌋..⌊K/2⌋}² and spreads large
-enough that every softmax is one-hot, whose output projection's block for head h is
-the convolution kernel's tap at Δ_h (bias = the conv bias), computes the convolution.
-
+Lemma 1 (Cordonnier et al. 2020): an MHSA layer with N_h = K² heads, centres on the K×K
+shifts Δ ∈ {−⌊K/2⌋..⌊K/2⌋}² and one-hot softmaxes, whose output projection's block for
+head h is the kernel's tap at Δ_h (bias = the conv bias), computes the convolution.
 Lemma 2: the quadratic encoding realises such heads: score −½ s²‖δ − Δ_h‖² peaks at
-δ = Δ_h, and the next-best key trails by ½ s² = α, so α ≥ 46 makes the softmax
-one-hot to far below float32 resolution (e^−46 ≈ 1e-20).
+δ = Δ_h and the next-best key trails by ½ s² = α, so α ≥ 46 makes the softmax one-hot
+far below float32 resolution (e^−46 ≈ 1e-20).
 
-Borders: the attention softmax renormalises over the keys that exist, whereas a conv
-reads zeros outside the image.  The equality is exact on pixels whose K×K
-neighbourhood lies inside the image, and everywhere if the input is zero-padded by
-K//2 first: :func:`conv_as_attention` pads, attends, and crops.
-
-Note torch's ``conv2d`` is a cross-correlation: the head for kernel tap (i, j)
-attends key q + (i − K//2, j − K//2).
+Borders: the softmax renormalises over the keys that exist, a conv reads zeros outside
+the image: the equality is exact where the K×K neighbourhood lies inside the image, and
+everywhere once the input is zero-padded by K//2 (:func:`conv_as_attention`).  ``conv2d``
+is a cross-correlation: the head for tap (i, j) attends key q + (i − K//2, j − K//2).
 """
 
 from __future__ import annotations
@@ -59,11 +54,8 @@ def _check_conv(conv: nn.Conv2d) -> int:
 @torch.no_grad()
 def mhsa_from_conv(conv: nn.Conv2d, *, alpha: float = DEFAULT_ALPHA) -> RelativeSelfAttention:
     """The :class:`RelativeSelfAttention` layer (quadratic isotropic, N_h = K²) that
-    equals ``conv`` on a zero-padded input (Lemma 1 + Lemma 2).
-
-    Apply it with :func:`conv_as_attention`, or pad the channels-last input by K//2
-    with zeros yourself, run the layer, and crop K//2 from every side.
-    """
+    equals ``conv`` on an input zero-padded by K//2 (Lemma 1 + Lemma 2;
+    :func:`conv_as_attention`)."""
     k = _check_conv(conv)
     p = k // 2
     d_in, d_out = conv.in_channels, conv.out_channels
@@ -71,12 +63,10 @@ def mhsa_from_conv(conv: nn.Conv2d, *, alpha: float = DEFAULT_ALPHA) -> Relative
     positional = GaussianScores(num_heads=k * k, isotropic=True)
     layer = RelativeSelfAttention(dim=d_in, num_heads=k * k, positional=positional, out_dim=d_out)
     layer.to(device=w.device, dtype=w.dtype)
-    taps = [(i, j) for i in range(k) for j in range(k)]
     positional.centers.copy_(lattice_offsets(k).to(w.dtype))
     positional.spreads.fill_(math.sqrt(2.0 * alpha))
     # out_proj.weight is (D_out, N_h·D_in): head h's block is the kernel tap at Δ_h
-    blocks = [w[:, :, i, j] for i, j in taps]
-    layer.out_proj.weight.copy_(torch.cat(blocks, dim=1))
+    layer.out_proj.weight.copy_(torch.cat([w[:, :, i, j] for i in range(k) for j in range(k)], dim=1))
     if conv.bias is not None:
         layer.out_proj.bias.copy_(conv.bias)
     else:
@@ -85,19 +75,16 @@ def mhsa_from_conv(conv: nn.Conv2d, *, alpha: float = DEFAULT_ALPHA) -> Relative
 
 
 def conv_as_attention(layer: RelativeSelfAttention, images: Tensor, *, padding: int) -> Tensor:
-    """Run ``layer`` as the convolution it encodes: (B, C, H, W) → (B, C', H, W).
-
-    Zero-pads by ``padding`` (K//2), attends over the padded grid, crops back."""
+    """Run ``layer`` as the convolution it encodes, (B, C, H, W) → (B, C', H, W): zero-pad
+    by ``padding`` (K//2), attend over the padded grid, crop back."""
     x = F.pad(images, (padding,) * 4).permute(0, 2, 3, 1)
     y = layer(x)
     h, w = images.shape[-2:]
     return y[:, padding : padding + h, padding : padding + w].permute(0, 3, 1, 2)
 
 
-def theorem_error(
-    *, kernel: int, in_channels: int, out_channels: int, size: int = 8, batch: int = 2,
-    dtype: torch.dtype = torch.float64, seed: int = 0,
-) -> float:
+def theorem_error(*, kernel: int, in_channels: int, out_channels: int, size: int = 8, batch: int = 2,
+                  dtype: torch.dtype = torch.float64, seed: int = 0) -> float:
     """Max |conv(x) − MHSA(x)| for a random conv and input (the CLI's check)."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)

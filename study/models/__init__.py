@@ -7,17 +7,5 @@ from .config import ENCODING_MODELS, ENCODINGS, PAPER_MODELS, ConfigError, Model
 from .registry import available_models, build_model, register_model
 from .trained import ExportError, load_trained, read_export
 
-__all__ = [
-    "ENCODINGS",
-    "ENCODING_MODELS",
-    "PAPER_MODELS",
-    "ConfigError",
-    "ExportError",
-    "ModelConfig",
-    "available_models",
-    "build_model",
-    "load_trained",
-    "model_name",
-    "read_export",
-    "register_model",
-]
+__all__ = ["ENCODINGS", "ENCODING_MODELS", "PAPER_MODELS", "ConfigError", "ExportError", "ModelConfig",
+           "available_models", "build_model", "load_trained", "model_name", "read_export", "register_model"]

@@ -1,43 +1,28 @@
 """Multi-head self-attention with relative positional scores (Eq. 5-7 of the paper).
 
-Each head returns the attention-weighted average of the raw input (head dimension =
-input dimension: W_val is folded into the output projection, as in the original
-code and in Lemma 1); heads are concatenated and projected by ``out_proj``
-(``Linear(N_h·D → D_out)``, the original's ``value``):
+Each head averages the raw input (head dimension = input dimension: W_val is folded
+into ``out_proj``, ``Linear(N_h·D → D_out)``, as in the original code and Lemma 1):
 
     MHSA(X)_q = Σ_h  (Σ_k softmax_k(A_h[q, :])_k · X_k) W_out,hᵀ + b_out
 
-with A_h = positional scores (image independent) plus, for content attention,
-q·k/√D with ``query``/``key`` = ``Linear(D → N_h·D)``.  Content attention has two
-positional forms (``ModelConfig.positional_score``): ``head``, A_h = w_h·r_δ + q·k/√D
-(image-independent positional part), and ``query`` (the paper's Table 1 model),
-A_h = (q_h·r_δ + q_h·k_h)/√D with r_δ = [r_row(δ1); r_col(δ2)] split over the query's
-halves (:class:`~study.models.positional.QueryScores`).
+with A_h = positional scores plus, for content attention, q·k/√D (``query``/``key`` =
+``Linear(D → N_h·D)``; Eq. 7).
 
 The same equations are evaluated by one of three exact paths (docs/design.md §12); every
 one is checked against :func:`study.bench.naive.naive_relative_attention`:
 
 * **separable** (isotropic quadratic, learned without content; no dropout on the
-  probabilities): the score is s_row(δ1) + s_col(δ2), so the softmax over the
-  rectangular key grid factorises, softmax(s_row ⊕ s_col) = P_row ⊗ P_col, and the
-  weighted average is one (W×W) product along the columns and one (H×H) along the
-  rows: 2·16³ instead of 256² multiply-adds per head and channel.
+  probabilities): softmax(s_row ⊕ s_col) = P_row ⊗ P_col, so the weighted average is
+  one (W×W) product along the columns and one (H×H) along the rows.
 * **shared dense** (non-isotropic quadratic, and every positional variant while
-  attention dropout is active in training): one (N_h, T, T) probability matrix
-  per forward serves the whole batch; dropout draws one mask per step on that
-  matrix, as the original implementation did.  The factorisation would not be
-  exact here: the mask sits on the T×T matrix, not on the two axis factors.
-* **content** (``learned_content``): ``scaled_dot_product_attention`` with the
-  positional scores as an additive float bias (scale 1/√D, Eq. 7), so the
-  (B, N_h, T, T) probabilities are never materialised by fused kernels.  By
-  default only on CUDA (``fused_content``): on CPU the bias needs a gradient,
-  which sends SDPA to its math fallback; ``study bench`` measured it there at the
-  explicit form's speed (0.96x vs 0.98x the naive layer, CPU time) with about
-  12 % more step memory in the model (1731 vs 1540 MB at batch 8).
+  attention dropout is active): one (N_h, T, T) matrix serves the batch, one dropout
+  mask per step on it as in the original (the mask would not factorise).
+* **content**: SDPA with the positional scores as additive float bias (Eq. 7), by
+  default on CUDA only (``fused_content``): on CPU the trainable bias sends SDPA to its
+  math fallback, no faster than the explicit form and 12 % more memory.
 
-``return_attention=True`` returns the full probabilities in every case (for the
-separable path the Kronecker product is built only then; content attention takes
-the explicit path).  No path synchronises with the host.
+``return_attention=True`` returns the full probabilities on every path.  No path
+synchronises with the host.
 """
 
 from __future__ import annotations
@@ -53,31 +38,22 @@ from study.models.heads import HeadsLayer, shared_value_heads
 
 
 def _register_flop_formulas() -> None:
-    """Give ``torch.utils.flop_counter`` the kernels it does not count but this module
-    runs, so ``runs.flops`` is the executed path's true count:
-
-    * the in-place ``baddbmm_`` of the explicit content path (q·kᵀ added into the
-      positional bias): the counter knows ``baddbmm`` only, and without this the
-      content models' FLOPs missed N_h·T²·D MACs per layer;
-    * the CPU flash kernels that ``scaled_dot_product_attention`` picks without
-      gradients (the counter has the CUDA fused kernels only)."""
+    """Teach ``torch.utils.flop_counter`` the kernels it misses but this module runs (the
+    in-place ``baddbmm_`` of the explicit content path, SDPA's CPU flash kernels), so
+    ``runs.flops`` counts the executed path."""
     from torch.utils import flop_counter as fc
 
-    aten = torch.ops.aten
-    if aten.baddbmm_ not in fc.flop_registry:
-        fc.register_flop_formula(aten.baddbmm_)(
-            lambda bias, a, b, *args, out_shape=None, **kwargs: fc.bmm_flop(a, b)
-        )
-    fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-    if fwd is not None and fwd not in fc.flop_registry:
-        fc.register_flop_formula(fwd)(
-            lambda q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_flop_count(q, k, v)
-        )
-    if bwd is not None and bwd not in fc.flop_registry:
-        fc.register_flop_formula(bwd)(
-            lambda g, q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_backward_flop_count(g, q, k, v)
-        )
+    formulas = {
+        "baddbmm_": lambda bias, a, b, *args, out_shape=None, **kwargs: fc.bmm_flop(a, b),
+        "_scaled_dot_product_flash_attention_for_cpu":
+            lambda q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_flop_count(q, k, v),
+        "_scaled_dot_product_flash_attention_for_cpu_backward":
+            lambda g, q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_backward_flop_count(g, q, k, v),
+    }
+    for name, formula in formulas.items():
+        op = getattr(torch.ops.aten, name, None)
+        if op is not None and op not in fc.flop_registry:
+            fc.register_flop_formula(op)(formula)
 
 
 _register_flop_formulas()
@@ -99,37 +75,18 @@ def kron_probs(p_row: Tensor, p_col: Tensor) -> Tensor:
 
 
 class RelativeSelfAttention(HeadsLayer):
-    """MHSA over a 2-D token grid with a pluggable positional score module.
+    """MHSA over a 2-D token grid: ``positional`` maps (height, width) → (N_h, T, T) scores,
+    or with ``needs_query`` (queries, height, width) → (B, N_h, T, T); ``content`` adds
+    q·k/√D.  ``forward``: (B, H, W, D) → (B, H, W, out_dim), and with ``return_attention``
+    the probabilities, (1, N_h, T, T) when shared by the batch."""
 
-    Args:
-        dim: input (and per-head value) dimension D.
-        num_heads: N_h.
-        positional: module mapping (height, width) → scores (N_h, T, T)
-            (:class:`~study.models.positional.GaussianScores` or ``LearnedScores``);
-            if it has ``separable`` true and ``axis_scores(h, w)`` the factorised
-            path is used whenever it is exact.  With ``needs_query`` true
-            (``QueryScores``, content only) it maps (queries, height, width) →
-            (B, N_h, T, T) instead.
-        content: add content scores q·k/√D (``learned_content`` encoding).
-        out_dim: output dimension (default ``dim``).
-        attention_dropout: dropout on the attention probabilities.
-
-    ``forward(x)`` takes channels-last ``(B, H, W, D)`` and returns ``(B, H, W, out_dim)``;
-    with ``return_attention=True`` also the probabilities, ``(1, N_h, T, T)`` for
-    positional-only attention (shared by the batch) or ``(B, N_h, T, T)`` with content.
-    """
-
-    #: Use the factorised P_row ⊗ P_col path when it is exact (tests switch it
-    #: off to compare with the dense shared path).
+    #: the factorised path where exact (tests switch it off to compare with shared dense)
     factorise: bool = True
-    #: Content attention through ``scaled_dot_product_attention``: ``None`` (default)
-    #: where fused kernels take a trainable bias (CUDA), ``True``/``False`` to force.
+    #: content attention through SDPA: None (default) on CUDA only, True/False to force
     fused_content: bool | None = None
 
-    def __init__(
-        self, *, dim: int, num_heads: int, positional: nn.Module, content: bool = False,
-        out_dim: int | None = None, attention_dropout: float = 0.0,
-    ):
+    def __init__(self, *, dim: int, num_heads: int, positional: nn.Module, content: bool = False,
+                 out_dim: int | None = None, attention_dropout: float = 0.0):
         super().__init__()
         self.dim = dim
         self.num_heads = num_heads
@@ -141,20 +98,14 @@ class RelativeSelfAttention(HeadsLayer):
         self.attention_dropout = nn.Dropout(attention_dropout)
         self.out_proj = nn.Linear(num_heads * dim, out_dim or dim)
 
-    # ------------------------------------------------------------------ scores
     def attention_scores(self, x: Tensor) -> Tensor:
         """Pre-softmax scores: (N_h, T, T) positional, or (B, N_h, T, T) with content."""
-        b, h, w, d = x.shape
-        if not self.content:
-            return self.positional(h, w)
-        return self._content_scores(x)
+        return self._content_scores(x) if self.content else self.positional(*x.shape[1:3])
 
     def _content_scores(self, x: Tensor) -> Tensor:
-        """(B, N_h, T, T) content scores written in two passes over the T×T matrix: the
-        positional bias, then ``baddbmm_`` adds q·kᵀ into it in place (no separate q·k,
-        scale or sum tensors).  Eq. 7's 1/√D is applied to the query projection's
-        weight and bias (:meth:`_queries_keys`), so q·r_δ and q·k come out scaled and
-        no (B, N_h, T, ·) tensor is ever multiplied by it, forward or backward."""
+        """(B, N_h, T, T) content scores in two passes over the T×T matrix: the positional
+        bias, then ``baddbmm_`` adds q·kᵀ into it in place.  Eq. 7's 1/√D is folded into
+        the query projection (:meth:`_queries_keys`), so no (B, N_h, T, ·) tensor is scaled."""
         b, h, w, d = x.shape
         t, n = h * w, self.num_heads
         q, k = self._queries_keys(x, scaled=True)
@@ -172,16 +123,14 @@ class RelativeSelfAttention(HeadsLayer):
         return bool(getattr(self.positional, "needs_query", False))
 
     def _positional_bias(self, q: Tensor, h: int, w: int) -> Tensor:
-        """The positional part of content scores, on the scale of the softmax input:
-        q·r_δ/√D, (B, N_h, T, T), for the query form (1/√D applied to the small offset
-        tables, not to the result); w·r_δ, (1, N_h, T, T), for the head form."""
+        """The positional part of content scores: q·r_δ/√D (B, N_h, T, T), the scale on the
+        small offset tables, or w·r_δ (1, N_h, T, T)."""
         if self.query_positional:
             return self.positional(q, h, w, scale=1.0 / math.sqrt(q.shape[-1]))
         return self.positional(h, w).to(q.dtype)[None]
 
     def attention_probs(self, x: Tensor) -> Tensor:
-        """Softmax over all keys of the image, before dropout; see ``attention_scores``.
-        Computed in at least float32 (scores may be bf16 under autocast)."""
+        """Softmax over all keys of the image, before dropout, in at least float32."""
         return _softmax(self.attention_scores(x))
 
     @property
@@ -190,21 +139,18 @@ class RelativeSelfAttention(HeadsLayer):
         return not self.content and bool(getattr(self.positional, "separable", False))
 
     def uses_factorised_path(self) -> bool:
-        """True when ``forward`` takes the separable path: exact only without a
-        dropout mask on the T×T matrix (eval, or p = 0)."""
+        """The separable path: exact only without a dropout mask on the T×T matrix."""
         dropping = self.training and self.attention_dropout.p > 0
         return self.factorise and self.separable and not dropping
 
     def uses_fused_content(self, device: torch.device) -> bool:
-        """True when content attention goes through ``scaled_dot_product_attention``."""
         if not self.content:
             return False
         return self.fused_content if self.fused_content is not None else device.type == "cuda"
 
-    # ----------------------------------------------------------------- forward
     def head_outputs(self, x: Tensor, *, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
         """The concatenated heads before ``out_proj``, (B, T, N_h·D), and the
-        probabilities if asked for (else ``None``).  Picks the exact path (module doc)."""
+        probabilities if asked for, by the exact path of the module doc."""
         if self.content:
             if return_attention or not self.uses_fused_content(x.device):
                 return self._explicit_content_heads(x)
@@ -214,9 +160,8 @@ class RelativeSelfAttention(HeadsLayer):
         return self._shared_dense_heads(x)
 
     def _queries_keys(self, x: Tensor, *, scaled: bool = False) -> tuple[Tensor, Tensor]:
-        """q, k as (B, N_h, T, D) views of the projections' (B, T, N_h·D) outputs; with
-        ``scaled`` the queries are those of ``query`` times 1/√D (Eq. 7's scale), computed
-        from the scaled (N_h·D, D) weight and bias: the same values, one small multiply."""
+        """q, k as (B, N_h, T, D) views; with ``scaled`` q carries Eq. 7's 1/√D, applied to
+        the (N_h·D, D) weight and bias: the same values, one small multiply."""
         b, h, w, d = x.shape
         t = h * w
         if scaled:
@@ -258,9 +203,8 @@ class RelativeSelfAttention(HeadsLayer):
         return heads.permute(2, 1, 0, 3).reshape(b, t, self.num_heads * d), probs[None]
 
     def _fused_content_heads(self, x: Tensor) -> Tensor:
-        """Eq. 7 through ``scaled_dot_product_attention``: softmax(q·kᵀ/√D + A_pos) v with
-        the positional scores A_pos as additive float bias and v the raw input per head;
-        attention dropout (if training) inside the kernel, one mask per image and head."""
+        """Eq. 7 through SDPA: softmax(q·kᵀ/√D + A_pos) v, v the raw input per head,
+        dropout inside the kernel (one mask per image and head)."""
         b, h, w, d = x.shape
         t, n = h * w, self.num_heads
         q, k = self._queries_keys(x)
@@ -271,20 +215,14 @@ class RelativeSelfAttention(HeadsLayer):
         return heads.transpose(1, 2).reshape(b, t, n * d)
 
     def _explicit_content_heads(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """The explicit form, (B, N_h, T, T) @ (B, 1, T, D), with the probabilities;
-        dropout (if training) on the (B, N_h, T, T) matrix, one mask per image and head."""
+        """(B, N_h, T, T) @ (B, 1, T, D), with the probabilities; one dropout mask per
+        image and head."""
         b, h, w, d = x.shape
-        t = h * w
-        n = self.num_heads
         probs = self.attention_probs(x)
-        dropped = self._dropout(probs).to(x.dtype)
-        heads = shared_value_heads(dropped, x)  # every head of an image in one product, x not expanded
-        return heads.transpose(1, 2).reshape(b, t, n * d), probs
+        heads = shared_value_heads(self._dropout(probs).to(x.dtype), x)
+        return heads.transpose(1, 2).reshape(b, h * w, self.num_heads * d), probs
 
     def _dropout(self, probs: Tensor) -> Tensor:
-        """Dropout on the probabilities with ``attention_dropout``'s p and this layer's mode
-        (:func:`~study.models.dropout.probability_dropout`: ``nn.Dropout``'s
-        distribution, a cheaper mask on CPU)."""
         return probability_dropout(probs, self.attention_dropout.p, training=self.training)
 
     def no_weight_decay(self) -> set[str]:

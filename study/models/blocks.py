@@ -9,11 +9,9 @@ LAYER_NORM_EPS = 1e-12  # BERT's value, kept by the original code
 
 
 class SpaceToDepth(nn.Module):
-    """Invertible 2×2 downsampling: (B, C, H, W) → channels-last (B, H/k, W/k, k·k·C).
-
-    Feature order is (row offset, column offset, channel), the order of the
-    original ``downsample_concatenate``.
-    """
+    """Invertible 2×2 downsampling: (B, C, H, W) → channels-last (B, H/k, W/k, k·k·C),
+    features ordered (row offset, column offset, channel) as the original
+    ``downsample_concatenate``."""
 
     def __init__(self, *, block: int = 2):
         super().__init__()

@@ -1,8 +1,6 @@
-"""Plain model configuration shared by the factory, the CLI and study files.
-
-A :class:`ModelConfig` is a flat, JSON-serialisable record (it becomes columns of
-the ``runs`` table).  Every check raises :class:`ConfigError` naming the field, so
-callers can turn it into ``--flag: message`` or ``file: path.field: message``.
+"""Model configuration shared by the factory, the CLI and study files: a flat,
+JSON-serialisable record (columns of ``runs``); every check raises :class:`ConfigError`
+naming the field (``--flag: message`` or ``file: path.field: message``).
 """
 
 from __future__ import annotations
@@ -32,43 +30,29 @@ class ConfigError(ValueError):
 
 class _ModelConfigMethods:
     """Hyper-parameters of one model (paper defaults, Cordonnier et al. 2020, Table 2).
-
-    ``encoding`` names a registered encoding (``study.models.encodings``): the paper's
-    ``quadratic`` (Eq. 9, Gaussian heads; ``isotropic`` picks Σ⁻¹ = s²I or A Aᵀ),
-    ``learned`` (Section 4.2, learned row/column embeddings, D_p = ``pos_dim``),
-    ``learned_content`` (learned positional plus content scores, Eq. 7; ``positional_score``
-    ``query``, the Table 1 model, or ``head``), and today's ``gpsa`` (ConViT),
-    ``relative_bias`` (Swin) and ``rope2d`` (Heo et al. 2024).  Each encoding declares
-    its own fields (they follow ``num_heads`` here); a field of another encoding must be
-    unset (or at its default), and is stored as null.
-    """
+    ``encoding`` (``study.models.encodings``) declares its own fields; another encoding's
+    field must be unset (or at its default), and is stored as null."""
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
         if self.arch not in ARCHS:
             raise ConfigError("arch", f"must be one of {', '.join(ARCHS)}, got {self.arch!r}")
-        positive_int(self, "num_classes")
-        positive_int(self, "image_size")
-        positive_int(self, "in_channels")
+        int_at_least(self, "num_classes")
+        int_at_least(self, "image_size")
+        int_at_least(self, "in_channels")
         if self.arch == "resnet18":
             # attention-only fields do not apply to the baseline
             for k in ("encoding", "num_heads", *ENCODING_FIELDS):
                 set_(k, None)
             return
         if self.encoding not in REGISTRY:
-            raise ConfigError(
-                "encoding", f"must be one of {', '.join(ENCODINGS)}, got {self.encoding!r}"
-            )
+            raise ConfigError("encoding", f"must be one of {', '.join(ENCODINGS)}, got {self.encoding!r}")
         for k in ("num_heads", "hidden", "layers", "intermediate", "downsample"):
-            positive_int(self, k)
+            int_at_least(self, k)
         for k in ("dropout", "attention_dropout"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
-                raise ConfigError(k, f"must be a probability in [0, 1), got {v!r}")
+            number_in(self, k, 0.0, 1.0, "must be a probability in [0, 1)")
         if self.image_size % self.downsample:
-            raise ConfigError(
-                "downsample", f"must divide image_size {self.image_size}, got {self.downsample}"
-            )
+            raise ConfigError("downsample", f"must divide image_size {self.image_size}, got {self.downsample}")
         spec = REGISTRY[self.encoding]
         mine = {f.name for f in spec.fields}
         for name, fld in ENCODING_FIELDS.items():
@@ -118,11 +102,8 @@ ModelConfig = dataclasses.make_dataclass(
     + [(f.name, f"{getattr(f.type, '__name__', f.type)} | None", dataclasses.field(default=f.default))
        for f in ENCODING_FIELDS.values()]
     + [(n, t, dataclasses.field(default=d)) for n, t, d in _COMMON_TAIL],
-    bases=(_ModelConfigMethods,),
-    frozen=True,
-    kw_only=True,
-    namespace={"__module__": __name__, "__doc__": _ModelConfigMethods.__doc__},
-)
+    bases=(_ModelConfigMethods,), frozen=True, kw_only=True,
+    namespace={"__module__": __name__, "__doc__": _ModelConfigMethods.__doc__})
 
 
 def strict_from_dict(cls, d: dict[str, Any], kind: str):
@@ -134,12 +115,18 @@ def strict_from_dict(cls, d: dict[str, Any], kind: str):
     return cls(**d)
 
 
-def positive_int(cfg, key: str) -> None:
+def int_at_least(cfg, key: str, low: int = 1) -> None:
     v = getattr(cfg, key)
     if isinstance(v, bool) or not isinstance(v, int):
         raise ConfigError(key, f"must be an integer, got {v!r}")
-    if v < 1:
-        raise ConfigError(key, f"must be >= 1, got {v}")
+    if v < low:
+        raise ConfigError(key, f"must be >= {low}, got {v}")
+
+
+def number_in(cfg, key: str, low: float, high: float, message: str) -> None:
+    v = getattr(cfg, key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v < high:
+        raise ConfigError(key, f"{message}, got {v!r}")
 
 
 def model_name(cfg: ModelConfig) -> str:
@@ -165,12 +152,4 @@ ENCODING_MODELS: dict[str, ModelConfig] = {
     for vid, over in variants() if over["encoding"] not in PAPER_ENCODINGS
 }
 
-__all__ = [
-    "ARCHS",
-    "ENCODINGS",
-    "ConfigError",
-    "ENCODING_MODELS",
-    "ModelConfig",
-    "PAPER_MODELS",
-    "model_name",
-]
+__all__ = ["ARCHS", "ENCODINGS", "ConfigError", "ENCODING_MODELS", "ModelConfig", "PAPER_MODELS", "model_name"]

@@ -1,20 +1,13 @@
 """Multiply-accumulates (MACs) of one forward pass of one image, counted from the
 model's equations (docs/design.md §3-5), not from the code path a forward takes.
 
-Convention — the paper's Table 1 counts multiply-adds, and so does this: one MAC
-per multiply-add of a matrix product, a convolution or a dot product, for one image.
-Every head averages all T keys for all T queries (a dense weighted average, no
-factorisation).  Scores that depend on the image (content q·k, the query form's
-q·r_δ) are counted for every (query, key) pair; a purely positional score is a
-function of the shift δ alone (Eq. 9, Section 4.2), so it is counted once per
-distinct shift and head.  Not counted: biases, element-wise operations, softmax,
-LayerNorm, GELU, pooling.  FLOPs = 2 × MACs.  So a factorised or shared evaluation
-(what ``runs.flops`` counts, from ``torch.utils.flop_counter`` on the executed
-path) never changes these numbers: isotropic and non-isotropic quadratic heads
-differ only by their D_p (3 vs 5 products per shift).
+As the paper's Table 1: one MAC per multiply-add of a matrix product, convolution or
+dot product; every head averages all T keys for all T queries (no factorisation);
+image-dependent scores (q·k, q·r_δ) count per (query, key) pair, a purely positional
+score once per distinct shift and head (Eq. 9, Section 4.2).  Not counted: biases,
+element-wise ops, softmax, LayerNorm, GELU, pooling.  FLOPs = 2 × MACs.
 
 Pure Python (no torch): ``analysis`` uses it on the configuration columns of ``runs``.
-Each encoding counts its own positional scores (``study.models.encodings``).
 """
 
 from __future__ import annotations
@@ -29,10 +22,8 @@ def config_from_row(cfg: dict[str, Any]):
     """The :class:`~study.models.config.ModelConfig` a configuration dict or ``runs`` row
     describes: its model fields that are set (missing or null ones take the paper's
     defaults, plus an encoding's ``legacy_defaults`` for rows older than a field)."""
-    from study.models.config import ModelConfig
+    from study.models.config import ENCODING_FIELDS, ModelConfig
     from study.models.encodings import REGISTRY
-
-    from study.models.config import ENCODING_FIELDS
 
     fields = ModelConfig.__dataclass_fields__
     known = {k: v for k, v in cfg.items() if k in fields and _present(v)}
@@ -65,18 +56,10 @@ def model_macs(cfg: dict[str, Any]) -> int:
 
 def self_attention_macs(cfg) -> int:
     """The attention-only model (docs/design.md §3): space-to-depth + Linear embedding, L post-LN
-    blocks, mean pool, Linear classifier.  Per block, with T tokens, D = hidden,
-    N_h heads, I = intermediate:
-
-    - positional scores: the encoding's own count (``Encoding.positional_macs``, e.g.
-      quadratic r_δ·v_h per shift and head, the query form's q·r_δ per query and
-      row / column shift);
-    - content encodings add q_h·k_h (D) per pair and the query/key projections (2·T·D·N_h·D);
-    - weighted average of the raw input per head: N_h·T²·D;
-    - Linear(N_h·D → D), Linear(D → D), feed-forward 2·T·D·I.
-
-    Every encoding is counted in the layout the study trains (heads of width D, the
-    paper's, ``study.models.encoded``)."""
+    blocks, mean pool, Linear classifier.  Per block (T tokens, D = hidden, N_h heads,
+    I = intermediate): ``Encoding.positional_macs``; for content q_h·k_h per pair and the
+    query/key projections; the weighted average N_h·T²·D; Linear(N_h·D → D),
+    Linear(D → D), feed-forward 2·T·D·I.  Heads of width D (the layout the study trains)."""
     if isinstance(cfg, dict):
         cfg = config_from_row(cfg)
     spec = cfg.spec

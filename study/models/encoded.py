@@ -7,24 +7,18 @@ Per head h, with queries and keys of width d_h (``head_dim``):
     MHSA(x)_q = Σ_h (Σ_k A_h[q, k] v_h[k]) W_out,h + b_out
 
 where the encoding (an :class:`~study.models.encodings.base.Encoding`) turns queries,
-keys and shifts δ = key − query into probabilities over the keys, and its parameters
-live in this layer's ``positional`` container.  Two head layouts:
+keys and shifts δ = key − query into probabilities; its parameters live in this layer's
+``positional`` container.  Two head layouts:
 
-* **paper** (``head_dim = dim``, ``value=False``, the default): the layout of the
+* **paper** (``head_dim = dim``, the default): the layout of the
   paper's models (docs/design.md §3) — each head averages the **raw input** (W_val folded into
-  the output projection), queries and keys are ``Linear(D → N_h·D)`` with bias.  The
-  study trains this layout for every encoding, so that the seven attention encodings
-  differ in their scores only.
-* **timm** (``head_dim = dim // num_heads``, ``value=True``): the layout of ConViT's
-  ``GPSA``, Swin's ``WindowAttention`` and EVA's rotary attention in ``timm`` — a value
-  projection and heads of width D/N_h; the tests compare this layout with timm's
-  layers on ported weights.
+  ``out_proj``); the study trains every encoding so, to differ in their scores only.
+* **timm** (``head_dim = dim // num_heads``, ``value=True``): ConViT's ``GPSA``, Swin's
+  ``WindowAttention``, EVA's rotary attention; the tests compare it with timm's layers.
 
-Two exact paths, as for the paper's content attention (``study.models.attention``):
-the explicit (B, N_h, T, T) probabilities (dropout on them, one mask per image and
-head; ``return_attention``), and ``scaled_dot_product_attention`` for encodings whose
-scores are q'·k'ᵀ/√d_h plus an optional additive bias (relative bias, RoPE), used by
-default on CUDA (``fused``).
+Two exact paths: explicit (B, N_h, T, T) probabilities, and
+``scaled_dot_product_attention`` for encodings whose scores are q'·k'ᵀ/√d_h plus an
+optional bias (default on CUDA only, ``fused``).
 """
 
 from __future__ import annotations
@@ -44,39 +38,17 @@ if TYPE_CHECKING:
 
 
 class EncodedAttention(HeadsLayer):
-    """Multi-head attention with an encoding's scores (see the module docstring).
-
-    Args:
-        dim: input dimension D.
-        num_heads: N_h.
-        encoding: the :class:`Encoding` whose ``init_parameters`` fills ``positional``
-            and whose ``probs`` / ``sdpa_inputs`` compute the attention.
-        grid: side S of the token grid (tables and lattices are sized by it).
-        head_dim: query/key width per head (default ``dim``: the paper's layout).
-        value: a value projection ``Linear(D → N_h·d_h)`` (timm's layout); without it
-            every head averages the raw input.
-        qkv_bias: biases of the query, key (and value) projections.
-        key_bias: a bias of the key projection (default: ``qkv_bias``); EVA's rotary
-            attention has query and value biases but none on the key (under RoPE a key
-            bias is rotated with the key, so it changes the scores).
-        out_dim: output dimension (default ``dim``).
-        attention_dropout: dropout on the probabilities.
-        options: the encoding's own settings (e.g. ``locality_strength``).
-
-    ``forward(x)`` takes channels-last ``(B, H, W, D)`` and returns ``(B, H, W, out_dim)``;
-    with ``return_attention=True`` also the probabilities ``(B, N_h, T, T)``.
-    """
+    """Multi-head attention with an encoding's scores over an S×S grid (``grid``).
+    ``key_bias`` (default ``qkv_bias``): EVA's rotary attention has none (under RoPE a key
+    bias is rotated with the key, so it changes the scores)."""
 
     content = True
-    #: ``scaled_dot_product_attention`` for encodings that have ``sdpa_inputs``:
-    #: ``None`` (default) on CUDA only, ``True``/``False`` to force.
+    #: SDPA for encodings with ``sdpa_inputs``: None (default) on CUDA only, True/False to force
     fused: bool | None = None
 
-    def __init__(
-        self, *, dim: int, num_heads: int, encoding: "Encoding", grid: int, head_dim: int | None = None,
-        value: bool = False, qkv_bias: bool = True, key_bias: bool | None = None, out_dim: int | None = None,
-        attention_dropout: float = 0.0, **options,
-    ):
+    def __init__(self, *, dim: int, num_heads: int, encoding: "Encoding", grid: int, head_dim: int | None = None,
+                 value: bool = False, qkv_bias: bool = True, key_bias: bool | None = None,
+                 out_dim: int | None = None, attention_dropout: float = 0.0, **options):
         super().__init__()
         self.dim = dim
         self.num_heads = num_heads
@@ -96,11 +68,9 @@ class EncodedAttention(HeadsLayer):
     def scale(self) -> float:
         return 1.0 / math.sqrt(self.head_dim)
 
-    # ---------------------------------------------------------------- projections
     def queries_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """q·(1/√d_h) and k as (B, N_h, T, d_h) views of the projections' outputs; the
-        scale is applied to the query projection's weight and bias (one small multiply,
-        no (B, N_h, T, d_h) tensor scaled, forward or backward)."""
+        """q·(1/√d_h) and k as (B, N_h, T, d_h) views; the scale is applied to the query
+        projection's weight and bias (no (B, N_h, T, d_h) tensor scaled)."""
         b, h, w, _ = x.shape
         t, n = h * w, self.num_heads
         s = self.scale
@@ -110,16 +80,13 @@ class EncodedAttention(HeadsLayer):
         return q, k
 
     def values(self, x: Tensor) -> Tensor:
-        """(B, N_h, T, d_h) with a value projection, else the raw input (B, 1, T, D)."""
         b, h, w, d = x.shape
         t = h * w
         if self.value is None:
             return x.reshape(b, 1, t, d)
         return self.value(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
 
-    # --------------------------------------------------------------------- paths
     def uses_fused(self, device: torch.device) -> bool:
-        """True when ``forward`` goes through ``scaled_dot_product_attention``."""
         if not hasattr(self.encoding, "sdpa_inputs"):
             return False
         return self.fused if self.fused is not None else device.type == "cuda"
@@ -132,14 +99,13 @@ class EncodedAttention(HeadsLayer):
         return kind + (f", dropout {p:g}" if p else "")
 
     def attention_probs(self, x: Tensor) -> Tensor:
-        """The (B, N_h, T, T) probabilities before dropout."""
         b, h, w, _ = x.shape
         q, k = self.queries_keys(x)
         return self.encoding.probs(self, q, k, h, w)
 
     def head_outputs(self, x: Tensor, *, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
         """The concatenated heads before ``out_proj``, (B, T, N_h·d_v), and the
-        probabilities if asked for (else ``None``)."""
+        probabilities if asked for."""
         b, h, w, _ = x.shape
         t, n = h * w, self.num_heads
         q, k = self.queries_keys(x)
@@ -161,9 +127,7 @@ class EncodedAttention(HeadsLayer):
             heads = dropped @ v
         return heads.transpose(1, 2).reshape(b, t, -1), probs
 
-    # -------------------------------------------------------------- bookkeeping
     def head_columns(self) -> dict[str, Tensor]:
-        """Per-head values for the ``heads`` table (e.g. GPSA's gate σ(λ_h))."""
         return self.encoding.head_columns(self)
 
     def no_weight_decay(self) -> set[str]:

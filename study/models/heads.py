@@ -1,11 +1,5 @@
-"""What the attention layers share once each head has its probabilities (Eq. 5-6 of
-the paper: MHSA(X) = concat_h[A_h X W_val] W_out + b_out, the value projection folded
-into ``out_proj`` in the paper's layout).
-
-* :func:`shared_value_heads` - every head averages the same (B, T, D) input: one
-  (B, N_h·T, T) @ (B, T, D) product instead of N_h expanded copies of the input.
-* :class:`HeadsLayer` - ``forward`` from a layer's ``head_outputs`` and ``out_proj``.
-"""
+"""What the attention layers share once each head has its probabilities (Eq. 5-6:
+MHSA(X) = concat_h[A_h X W_val] W_out + b_out, W_val folded into ``out_proj``)."""
 
 from __future__ import annotations
 
@@ -20,9 +14,8 @@ def shared_value_heads(probs: Tensor, x: Tensor) -> Tensor:
 
 
 class HeadsLayer(nn.Module):
-    """An attention layer over a (B, H, W, D) grid that defines ``head_outputs(x,
-    return_attention=...) -> ((B, T, ·) concatenated heads, probabilities or None)`` and
-    an ``out_proj``."""
+    """A layer with ``head_outputs(x, return_attention) -> ((B, T, ·) heads, probs | None)``
+    and ``out_proj``."""
 
     out_proj: nn.Linear
 

@@ -1,20 +1,13 @@
 """Relative positional score functions (Cordonnier et al. 2020, Sections 3-4).
 
-Each module maps a token grid of ``height × width`` to image-independent scores of
-shape ``(num_heads, T, T)`` with ``T = height·width``, where entry ``[h, q, k]`` is
-the score head ``h`` gives key ``k`` from query ``q`` and the relative shift is
-``δ = pos(k) − pos(q) = (δ1, δ2)`` (row, column), in grid pixels.
-
-:class:`QueryScores` (the paper's learned + content model) scores the learned
-embeddings with each image's queries instead, so its output has a batch axis.
-
-Both positional-only encodings here are sums of per-axis terms when the Gaussian is isotropic,
-``s(δ) = s_row(δ1) + s_col(δ2)``; ``separable`` says so and :meth:`axis_scores`
-exposes the two terms, so the attention layer can factorise the softmax
+Each module maps a ``height × width`` token grid to image-independent scores
+(num_heads, T, T), T = height·width: entry [h, q, k] scores the shift
+δ = pos(k) − pos(q) = (δ1, δ2) (row, column) in grid pixels; :class:`QueryScores`
+scores the learned embeddings with each image's queries (a batch axis).  Isotropic
+Gaussian and learned scores are ``separable``, s(δ) = s_row(δ1) + s_col(δ2)
+(:meth:`axis_scores`), so the attention layer can factorise the softmax
 (``P = P_row ⊗ P_col``, docs/design.md §12).  A non-isotropic Gaussian adds the cross term
-−Σ⁻¹₁₂ (δ1−Δ1)(δ2−Δ2), an outer product of a row and a column factor, which a
-softmax does not split; its (N_h, T, T) scores are still assembled from per-axis
-pieces rather than from a (N_h, T, T, 2) tensor of offsets.
+−Σ⁻¹₁₂ (δ1−Δ1)(δ2−Δ2), which a softmax does not split.
 """
 
 from __future__ import annotations
@@ -47,10 +40,8 @@ class GaussianScores(nn.Module):
     so this equals the paper's  −α_h (‖δ‖² − 2⟨δ, Δ_h⟩)  form with α_h = s_h²/2.
     """
 
-    def __init__(
-        self, *, num_heads: int, isotropic: bool = True, center_init_std: float = 2.0,
-        spread_init_std: float = 0.01,
-    ):
+    def __init__(self, *, num_heads: int, isotropic: bool = True, center_init_std: float = 2.0,
+                 spread_init_std: float = 0.01):
         super().__init__()
         self.num_heads = num_heads
         self.isotropic = isotropic
@@ -104,17 +95,6 @@ class GaussianScores(nn.Module):
         e1, e2 = self.axis_offsets(height, width)
         return a * e1.pow(2), a * e2.pow(2)
 
-    def head_parameters(self) -> dict[str, Tensor]:
-        """Centres and Σ⁻¹ entries per head, for the head-statistics table."""
-        prec = self.inv_covariance().detach()
-        return {
-            "center_x": self.centers[:, 1].detach(),  # x = column shift
-            "center_y": self.centers[:, 0].detach(),  # y = row shift
-            "inv_cov_rr": prec[:, 0, 0],
-            "inv_cov_rc": prec[:, 0, 1],
-            "inv_cov_cc": prec[:, 1, 1],
-        }
-
 
 class LearnedScores(nn.Module):
     """Learned relative encoding (Section 4.2): r_δ = [r_row(δ1); r_col(δ2)].
@@ -143,19 +123,14 @@ class LearnedScores(nn.Module):
         return keys(table(idx)).permute(2, 0, 1)  # (N_h, size, size)
 
     def axis_scores(self, height: int, width: int) -> tuple[Tensor, Tensor]:
-        return (
-            self._axis(self.row_embeddings, self.head_keys_row, height),
-            self._axis(self.col_embeddings, self.head_keys_col, width),
-        )
+        return (self._axis(self.row_embeddings, self.head_keys_row, height),
+                self._axis(self.col_embeddings, self.head_keys_col, width))
 
     def forward(self, height: int, width: int) -> Tensor:
         row, col = self.axis_scores(height, width)
         h = self.num_heads
         s = row[:, :, None, :, None] + col[:, None, :, None, :]  # (N_h, qr, qc, kr, kc)
         return s.reshape(h, height * width, height * width)
-
-    def head_parameters(self) -> dict[str, Tensor]:
-        return {}
 
 
 def relative_index(size: int, *, device=None) -> Tensor:
@@ -166,21 +141,15 @@ def relative_index(size: int, *, device=None) -> Tensor:
 
 
 class QueryScores(nn.Module):
-    """Query positional score (Ramachandran et al. 2019; the original code's learned +
-    content form, the paper's Table 1 "SA learned emb. + content-based att."):
-
-        pos_h(q, δ) = q_h[:D/2] · r_row(δ1) + q_h[D/2:] · r_col(δ2)
-
-    with one (2·S−1)×(D/2) table per axis (init N(0, 1)) and no head-key Linears; the
-    layer adds q_h·k_h and divides the sum by √D.  ``pos_dim`` = D_p = len(r_δ) = D.
+    """Query positional score (Ramachandran et al. 2019; the paper's Table 1 "SA learned
+    emb. + content-based att."): pos_h(q, δ) = q_h[:D/2] · r_row(δ1) + q_h[D/2:] · r_col(δ2),
+    one (2·S−1)×(D/2) table per axis (init N(0, 1)); the layer adds q_h·k_h and divides
+    the sum by √D.  ``pos_dim`` = D_p = len(r_δ) = D.
 
     Computed without a (B, N_h, T, T, D) tensor (docs/design.md §4): each query half is dotted
-    once with the 2H−1 row (2W−1 column) offsets it can meet, one batched product that
-    reads both halves of the query in place (no halves copied, no zero-filled half
-    gradients in backward; T·(2S−1)·D MACs per head, the count of ``study.models.cost``);
-    s_row(kr − qr) and s_col(kc − qc) are then strided views of that result
-    (:meth:`axis_scores`), and :meth:`forward` writes s_row ⊕ s_col as (B, N_h, T, T).
-    (A gather over the offsets was measured slower on CPU: the scatter in its backward.)
+    once with the 2S−1 offsets it can meet (:meth:`offset_scores`; T·(2S−1)·D MACs per
+    head, ``study.models.cost``'s count), s_row and s_col are strided views of that
+    (:meth:`axis_scores`; a gather was slower on CPU, by the scatter in its backward).
     """
 
     needs_query = True
@@ -202,12 +171,10 @@ class QueryScores(nn.Module):
         return table.weight[self.max_size - size: self.max_size + size - 1]
 
     def offset_scores(self, q: Tensor, height: int, width: int, *, scale: float = 1.0) -> Tensor:
-        """a[0, b, n, qr, qc, m] = scale · q_h[:D/2]·r_row(m − H + 1) over the 2H−1 row
-        offsets and a[1, b, n, qr, qc, m] = scale · q_h[D/2:]·r_col(m − W + 1) over the
-        2W−1 column offsets, (2, B, N_h, H, W, M) with M = max(2H−1, 2W−1) (the shorter
-        table zero-padded).  One batched product of the query's two halves, read in
-        place from ``q`` — (B, N_h, T, D), T = H·W row-major, a transposed view of the
-        query Linear's (B, T, N_h·D) output — against the two tables."""
+        """a[0, b, n, qr, qc, m] = scale · q_h[:D/2]·r_row(m − H + 1) and a[1, …] = scale ·
+        q_h[D/2:]·r_col(m − W + 1): (2, B, N_h, H, W, M), M = max(2H−1, 2W−1) (the shorter
+        table zero-padded).  One batched product reading both halves of ``q`` in place
+        (no halves copied, no zero-filled half gradients in backward)."""
         b, n, t, d = q.shape
         half = self.row_embeddings.embedding_dim
         if d != 2 * half:
@@ -226,12 +193,8 @@ class QueryScores(nn.Module):
     def axis_scores(self, q: Tensor, height: int, width: int, *, scale: float = 1.0) -> tuple[Tensor, Tensor]:
         """s_row[b, n, qr, qc, kr] = q[:D/2]·r_row(kr − qr), (B, N_h, H, W, H), and
         s_col[b, n, qr, qc, kc] = q[D/2:]·r_col(kc − qc), (B, N_h, H, W, W), both times
-        ``scale``; ``q`` is (B, N_h, T, D) with T = H·W row-major.
-
-        Strided views of :meth:`offset_scores`: s_row[..., qr, qc, kr] sits at offset
-        index kr − qr + H − 1, which moves by −1 per step of qr, so the view's qr stride
-        is one less than the table's (likewise qc for s_col); no gather, and the
-        backward is a strided copy into a zero tensor of the small offset scores."""
+        ``scale``.  Strided views of :meth:`offset_scores`: kr − qr + H − 1 moves by −1 per
+        step of qr, so the view's qr stride is one less than the table's (qc likewise)."""
         a = self.offset_scores(q, height, width, scale=scale)
         b, n = q.shape[:2]
         s0, sb, sn, sr, sc, _ = a.stride()
@@ -241,12 +204,8 @@ class QueryScores(nn.Module):
         return s_row, s_col
 
     def forward(self, q: Tensor, height: int, width: int, *, scale: float = 1.0) -> Tensor:
-        """Positional scores (B, N_h, T, T) times ``scale`` (the fused path passes 1/√D;
-        the explicit path passes queries already scaled by 1/√D)."""
+        """Positional scores (B, N_h, T, T) times ``scale``."""
         s_row, s_col = self.axis_scores(q, height, width, scale=scale)
         b, n = q.shape[:2]
         t = height * width
         return (s_row[..., :, None] + s_col[..., None, :]).reshape(b, n, t, t)
-
-    def head_parameters(self) -> dict[str, Tensor]:
-        return {}

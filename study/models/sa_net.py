@@ -16,10 +16,7 @@ from .registry import register_model
 
 @register_model("sa")
 class SelfAttentionNet(nn.Module):
-    """Attention-only classifier; every layer is its encoding's attention layer
-    (``config.spec.attention``: :class:`~study.models.attention.RelativeSelfAttention`
-    for the paper's encodings, :class:`~study.models.encoded.EncodedAttention` for
-    today's)."""
+    """Attention-only classifier; every layer is its encoding's (``config.spec.attention``)."""
 
     def __init__(self, *, config: ModelConfig):
         super().__init__()
@@ -28,12 +25,9 @@ class SelfAttentionNet(nn.Module):
         self.stem = SpaceToDepth(block=config.downsample)
         self.embed = nn.Linear(config.in_channels * config.downsample**2, d)
         self.blocks = nn.ModuleList(
-            EncoderBlock(
-                dim=d, intermediate=config.intermediate, dropout=config.dropout,
-                attention=config.spec.attention(config),
-            )
-            for _ in range(config.layers)
-        )
+            EncoderBlock(dim=d, intermediate=config.intermediate, dropout=config.dropout,
+                         attention=config.spec.attention(config))
+            for _ in range(config.layers))
         self.classifier = nn.Linear(d, config.num_classes)
 
     def forward(self, images: Tensor, *, return_attention: bool = False):
@@ -56,9 +50,6 @@ class SelfAttentionNet(nn.Module):
     def no_weight_decay(self) -> set[str]:
         """Names of parameters trained without weight decay (Gaussian centres/spreads,
         an encoding's tables or frequencies where its paper says so)."""
-        return {
-            f"blocks.{i}.attention.{n}"
-            for i, layer in enumerate(self.attention_layers)
-            for n in layer.no_weight_decay()
-        }
+        return {f"blocks.{i}.attention.{n}" for i, layer in enumerate(self.attention_layers)
+                for n in layer.no_weight_decay()}
 

@@ -17,6 +17,7 @@ An export (written by ``study export``) is a plain dict loadable with
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 from typing import Any
 
 FORMAT = "attention-cnn-study/model"
@@ -43,10 +44,9 @@ def export_dict(checkpoint: dict[str, Any], *, study: str = "", trial_id: str = 
 
 
 def read_export(path: str | os.PathLike, *, map_location: Any = "cpu") -> dict[str, Any]:
-    """Load an export (``weights_only=True``; code in a pickle is refused).  A raw
-    training checkpoint (``checkpoint.pt``) is accepted too and converted.  The
-    result is checked (:func:`check_export`): anything a crafted or damaged file gets
-    wrong is an :class:`ExportError` naming the file, never a failure later."""
+    """Load an export, or a raw training checkpoint converted (``weights_only=True``), and
+    check it (:func:`check_export`): a crafted or damaged file is an :class:`ExportError`
+    naming it, never a failure later."""
     data = load_payload(path, map_location=map_location)
     if data.get("format") != FORMAT:
         if "model" in data and "epoch" in data:  # a training checkpoint
@@ -58,9 +58,8 @@ def read_export(path: str | os.PathLike, *, map_location: Any = "cpu") -> dict[s
 
 
 def load_payload(source, *, map_location: Any = "cpu", where: str | None = None) -> dict[str, Any]:
-    """``torch.load(source, weights_only=True)`` of a file (or file object) that must
-    hold a dict: a truncated file, a zip that is not torch's, a pickle carrying code
-    or anything but a dict is an :class:`ExportError` naming ``where``."""
+    """``torch.load(source, weights_only=True)`` of a dict; anything else (truncated, code
+    in the pickle, not a dict) is an :class:`ExportError` naming ``where``."""
     import pickle
     import warnings
     import zipfile
@@ -93,9 +92,8 @@ def state_shapes(config) -> dict[str, tuple[int, ...]]:
 
 
 def check_export(data: dict[str, Any], *, where: str) -> None:
-    """An export's configuration is one this code builds, within the documented limits
-    (:mod:`study.limits`), and its ``state_dict`` holds exactly that model's tensors
-    with their shapes.  Raises :class:`ExportError` naming the first problem."""
+    """The configuration builds within :mod:`study.limits` and ``state_dict`` holds exactly
+    that model's tensors and shapes; else :class:`ExportError` naming the first problem."""
     import torch
 
     from study.limits import over_limit
@@ -111,10 +109,7 @@ def check_export(data: dict[str, Any], *, where: str) -> None:
         what = f"{e.field}: {e.message}" if isinstance(e, ConfigError) else " ".join(str(e).split())[:120]
         raise ExportError(f"{where}: model_config.{what}") from None
 
-    class _Only:  # over_limit reads the model's sizes from .model
-        model = cfg
-
-    over = over_limit(_Only)
+    over = over_limit(SimpleNamespace(model=cfg))  # over_limit reads the model's sizes from .model
     if over is not None:
         fld, cap, name, v = over
         raise ExportError(f"{where}: model_config.{fld}: must be <= {cap} ({name}), got {v}")
@@ -164,10 +159,6 @@ def load_trained(path: str | os.PathLike, *, map_location: Any = "cpu"):
     model = build_model(data["model_config"])
     model.load_state_dict(data["state_dict"])
     return model.eval()
-
-
-__all__ = ["FORMAT", "ExportError", "check_export", "export_dict", "load_payload", "load_trained", "read_export",
-           "state_shapes"]
 
 
 def _number(checkpoint: dict[str, Any], key: str, kind: type, default):

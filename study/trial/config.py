@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from study.limits import MAX_RANDAUGMENT_MAGNITUDE, MAX_RANDAUGMENT_OPS
-from study.models.config import ConfigError, ModelConfig, strict_from_dict
+from study.models.config import ConfigError, ModelConfig, int_at_least, number_in, strict_from_dict
 
 SCHEDULES = ("cosine", "step")
 #: AutoAugment policies of ``torchvision.transforms.v2.AutoAugmentPolicy`` (by value), or none
@@ -20,27 +20,15 @@ PROTOCOL_FIELDS = ("cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugmen
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """SGD (lr 0.1, momentum 0.9, weight decay 1e-4 except Gaussian centres/spreads),
-    batch 100, 300 epochs, cosine schedule with ``warmup`` (fraction of all steps)
-    linear warm-up, stepped per iteration.
+    batch 100, 300 epochs, cosine schedule with linear ``warmup`` stepped per iteration
+    (the original stepped it per *epoch* and so trained epoch 0 at lr 0) or the original
+    ResNet18 ``step`` recipe (:func:`study.trial.schedule.learning_rate`).  ``validation``:
+    training images held out (stratified, drawn with ``seed``), recorded as ``val_*``.
 
-    ``schedule="step"`` is the original code's ResNet18 recipe: MultiStepLR
-    (milestones 80, 150, 250 of 300) stepped at the start of every epoch, so the lr
-    is divided by 10 from 0-based epochs 79, 149 and 249 (scaled proportionally for
-    other epoch counts: :func:`study.trial.schedule.step_drop_epochs`), no warm-up.
-
-    ``validation``: training images held out (stratified, drawn with ``seed``) for
-    model selection; their loss/accuracy is recorded every epoch as ``val_*``.
-
-    The training protocol (all off by default, as in the paper; applied on the device
-    batch by :mod:`study.trial.protocol`): ``cutmix_alpha`` / ``mixup_alpha`` the
-    alpha of CutMix's / MixUp's Beta(alpha, alpha) mixing ratio (0: off; both on: one
-    of the two per batch, as timm/DeiT do), ``randaugment_ops`` RandAugment's number of
-    operations per image (0: off) at ``randaugment_magnitude`` (0-30), ``autoaugment``
-    an AutoAugment policy (``none``, ``cifar10``, ``imagenet``, ``svhn``; not together
-    with RandAugment), ``label_smoothing`` the cross-entropy's smoothing in [0, 1).
-
-    Deviation from the original: it stepped the warm-up/cosine schedule per *epoch*
-    and so trained epoch 0 at lr 0; here the schedule is stepped per iteration.
+    The training protocol (all off by default, as in the paper; :mod:`study.trial.protocol`):
+    ``cutmix_alpha`` / ``mixup_alpha`` the alpha of the Beta(alpha, alpha) mixing ratio (0:
+    off), ``randaugment_ops`` operations per image (0: off) at ``randaugment_magnitude``
+    (0-30), ``autoaugment`` a policy (not together with RandAugment), ``label_smoothing``.
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -76,19 +64,16 @@ class TrainConfig:
         if isinstance(self.model, dict):
             object.__setattr__(self, "model", ModelConfig.from_dict(self.model))
         for k in ("epochs", "batch_size", "head_images", "eval_batch_size"):
-            _int_at_least(self, k, 1)
-        _int_at_least(self, "map_radius", 0)
-        _int_at_least(self, "seed", 0)
+            int_at_least(self, k)
+        int_at_least(self, "map_radius", 0)
+        int_at_least(self, "seed", 0)
         if self.subset is not None:
-            _int_at_least(self, "subset", 10)
+            int_at_least(self, "subset", 10)
         for k in ("lr", "momentum", "weight_decay"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
-                raise ConfigError(k, f"must be a finite non-negative number, got {v!r}")
+            number_in(self, k, 0, float("inf"), "must be a finite non-negative number")
         if self.lr == 0:
             raise ConfigError("lr", "must be > 0")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, (int, float)) or not 0 <= self.warmup < 1:
-            raise ConfigError("warmup", f"must be a fraction in [0, 1), got {self.warmup!r}")
+        number_in(self, "warmup", 0, 1, "must be a fraction in [0, 1)")
         if self.schedule not in SCHEDULES:
             raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         v = self.validation
@@ -104,9 +89,8 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def flat(self) -> dict[str, Any]:
-        """Every model and training field in one flat mapping (model fields by their own
-        names; no name is shared): the configuration columns of ``runs`` and the
-        hyper-parameters in Ray's trial config."""
+        """Every model and training field in one flat mapping (no name is shared): the
+        configuration columns of ``runs``."""
         train = {k: v for k, v in self.to_dict().items() if k != "model"}
         return {**self.model.to_dict(), **train}
 
@@ -120,9 +104,7 @@ class TrainConfig:
 
 def _check_map_epochs(cfg: TrainConfig) -> None:
     v = cfg.map_epochs
-    if isinstance(v, str):
-        if v not in ("auto", "all", "last", "none"):
-            raise ConfigError("map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}")
+    if isinstance(v, str) and v in ("auto", "all", "last", "none"):
         return
     if not isinstance(v, (list, tuple)) or not all(isinstance(e, int) and not isinstance(e, bool) for e in v):
         raise ConfigError("map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}")
@@ -133,16 +115,13 @@ def _check_map_epochs(cfg: TrainConfig) -> None:
 
 
 def _check_protocol(cfg: TrainConfig) -> None:
-    """The training protocol's fields (see :class:`TrainConfig`) within their bounds."""
     for k in ("cutmix_alpha", "mixup_alpha"):
-        v = getattr(cfg, k)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
-            raise ConfigError(k, f"must be a finite Beta alpha >= 0 (0: off), got {v!r}")
-    _int_at_least(cfg, "randaugment_ops", 0)
+        number_in(cfg, k, 0, float("inf"), "must be a finite Beta alpha >= 0 (0: off)")
+    int_at_least(cfg, "randaugment_ops", 0)
     if cfg.randaugment_ops > MAX_RANDAUGMENT_OPS:
         raise ConfigError("randaugment_ops", f"must be <= {MAX_RANDAUGMENT_OPS} (RandAugment's operations), "
                                              f"got {cfg.randaugment_ops}")
-    _int_at_least(cfg, "randaugment_magnitude", 0)
+    int_at_least(cfg, "randaugment_magnitude", 0)
     if cfg.randaugment_magnitude > MAX_RANDAUGMENT_MAGNITUDE:
         raise ConfigError("randaugment_magnitude", f"must be <= {MAX_RANDAUGMENT_MAGNITUDE} (RandAugment's 31 "
                                                    f"magnitude bins), got {cfg.randaugment_magnitude}")
@@ -151,14 +130,4 @@ def _check_protocol(cfg: TrainConfig) -> None:
     if cfg.autoaugment != "none" and cfg.randaugment_ops:
         raise ConfigError("autoaugment", f"{cfg.autoaugment} and randaugment_ops {cfg.randaugment_ops} are "
                                          "alternative policies: set one (the other none / 0)")
-    v = cfg.label_smoothing
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-        raise ConfigError("label_smoothing", f"must be in [0, 1), got {v!r}")
-
-
-def _int_at_least(cfg: TrainConfig, key: str, low: int) -> None:
-    v = getattr(cfg, key)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ConfigError(key, f"must be an integer, got {v!r}")
-    if v < low:
-        raise ConfigError(key, f"must be >= {low}, got {v}")
+    number_in(cfg, "label_smoothing", 0, 1, "must be in [0, 1)")

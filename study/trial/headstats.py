@@ -1,60 +1,44 @@
 """Per-head attention statistics and compact attention maps.
 
-Two kinds of statistics per head:
+**Grid locality** (every encoding measured alike), from the model's probabilities on
+the real S×S token grid for every query of the head-statistics images, averaged over
+queries and images: ``attention_distance`` = mean Σ_k P_h[q, k]·‖p_k − p_q‖ in grid
+cells (the "mean attention distance" of Dosovitskiy et al. 2021, Fig. 7; reference
+values in :mod:`study.locality`: uniform 8.33 on 16×16, a 3×3 convolution 1.05) and
+``attention_entropy`` = mean −Σ_k P log P (nats).  Positional-only layers' probabilities
+do not depend on the image, so one image stands for all.
 
-**Grid locality** (every encoding measured the same way): the model's own attention
-probabilities on the real S×S token grid (``model(x, return_attention=True)``:
-(1|B, N_h, T, T) per layer, boundaries included), for EVERY query token of the fixed
-head-statistics test images, averaged over queries and images —
+**Canvas (centre-query) moments** (the paper's Fig. 4) of a centre query's distribution
+over shifts (x = column, y = row): on a canvas where no reachable shift is clipped for
+positional attention, averaged over the test images for content attention.  They are
+NOT the grid locality (uniform: 11.86 on the 31×31 canvas, 8.33 over a 16×16 grid).
 
-* ``attention_distance`` = mean over images b and queries q of Σ_k P_h[b, q, k]·‖p_k − p_q‖,
-  the attention-weighted Euclidean distance between query and key token positions,
-  in **grid cells** (one token of the S×S grid; 2×2 input pixels for the paper's
-  space-to-depth stem) — the "mean attention distance" of Dosovitskiy et al. (2021,
-  Fig. 7) and Raghu et al. (2021).  Uniform attention on a 16×16 grid reads 8.33,
-  a 3×3 convolution's taps 1.05 (uniform over the taps inside the grid): the
-  reference values of :mod:`study.locality`;
-* ``attention_entropy`` = the same mean of −Σ_k P log P (nats): ln T for uniform attention.
-
-Positional-only layers' probabilities do not depend on the image, so one image
-stands for all of them.
-
-**Canvas (centre-query) moments**, for the Gaussian heads' centres and contours of the
-paper's Fig. 4: for positional attention the distribution of a query at the centre of
-a canvas large enough that no reachable shift is clipped (every shift δ a head can
-score — Gaussian heads: a (2S−1)² window for an S×S grid; learned heads: the whole
-(2S−1)² table — gets its score, and one softmax runs over all of them); for content
-attention the centre query of the test images, its distribution over key shifts
-averaged over the images.  With x = column shift and y = row shift: mean shift
-(``center_x``, ``center_y``), covariance (``cov_xx``, ``cov_xy``, ``cov_yy``),
-``entropy`` (nats), ``mean_distance`` E‖δ‖ and ``max_prob``.  These are NOT the grid
-locality: the unclipped canvas and the grid's centre query differ (uniform attention:
-11.86 on the 31×31 canvas, 6.14 for the centre query of a 16×16 grid, 8.33 averaged
-over every query of that grid).
-
-Gaussian heads also record their parameters (centre Δ_h and Σ_h⁻¹); a layer with
-``head_columns()`` adds its per-head values (GPSA: ``gate`` = σ(λ_h), the weight of its
-positional softmax).
+Gaussian heads also record Δ_h and Σ_h⁻¹; a layer with ``head_columns()`` adds its
+per-head values (GPSA: ``gate`` = σ(λ_h)).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from study.locality import token_positions
 from study.models.positional import GaussianScores, LearnedScores
+from study.theory import lattice_offsets
 
 NAN = float("nan")
-#: per-head columns a layer may report (``head_columns``), null for the others
+#: the Gaussian heads' parameters and the per-head columns a layer may report, null for the others
+PARAM_COLUMNS = ("param_center_x", "param_center_y", "param_inv_cov_xx", "param_inv_cov_xy", "param_inv_cov_yy")
 HEAD_COLUMNS = ("gate",)
 
 
 def token_distances(height: int, width: int, *, device=None) -> Tensor:
     """‖p_k − p_q‖ between the token positions (row, col) of a height×width grid,
     (T, T) float64 in grid cells, T = height·width row-major (the models' token order)."""
-    rows = torch.arange(height, device=device, dtype=torch.float64)
-    cols = torch.arange(width, device=device, dtype=torch.float64)
-    pos = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), -1).reshape(-1, 2)
+    pos = torch.from_numpy(token_positions(height, width)).to(device)
     return torch.cdist(pos, pos)
 
 
@@ -69,8 +53,8 @@ def grid_locality_sums(probs: Tensor, distances: Tensor) -> tuple[Tensor, Tensor
 
 def shift_grid(radius: int, *, device=None) -> Tensor:
     """δ = (row, col) for a (2r+1)² window, shape (2r+1, 2r+1, 2), float."""
-    r = torch.arange(-radius, radius + 1, device=device, dtype=torch.float32)
-    return torch.stack(torch.meshgrid(r, r, indexing="ij"), dim=-1)
+    side = 2 * radius + 1
+    return lattice_offsets(side).view(side, side, 2).to(device=device, dtype=torch.float32)
 
 
 def positional_shift_scores(positional, radius: int) -> Tensor:
@@ -100,11 +84,9 @@ def distribution_stats(probs: Tensor, delta: Tensor) -> dict[str, Tensor]:
     centred = d[None] - mean[:, None]  # (N_h, K, 2)
     cov = torch.einsum("hk,hki,hkj->hij", p, centred, centred)
     entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
-    return {
-        "center_x": mean[:, 1], "center_y": mean[:, 0],
-        "cov_xx": cov[:, 1, 1], "cov_xy": cov[:, 0, 1], "cov_yy": cov[:, 0, 0],
-        "entropy": entropy, "mean_distance": p @ d.norm(dim=-1), "max_prob": p.max(-1).values,
-    }
+    return {"center_x": mean[:, 1], "center_y": mean[:, 0], "cov_xx": cov[:, 1, 1], "cov_xy": cov[:, 0, 1],
+            "cov_yy": cov[:, 0, 0], "entropy": entropy, "mean_distance": p @ d.norm(dim=-1),
+            "max_prob": p.max(-1).values}
 
 
 def gaussian_parameters(positional) -> dict[str, Tensor] | None:
@@ -112,22 +94,14 @@ def gaussian_parameters(positional) -> dict[str, Tensor] | None:
         return None
     prec = positional.inv_covariance().detach().double()
     c = positional.centers.detach().double()
-    return {
-        "param_center_x": c[:, 1], "param_center_y": c[:, 0],
-        "param_inv_cov_xx": prec[:, 1, 1], "param_inv_cov_xy": prec[:, 0, 1],
-        "param_inv_cov_yy": prec[:, 0, 0],
-    }
+    return dict(zip(PARAM_COLUMNS, (c[:, 1], c[:, 0], prec[:, 1, 1], prec[:, 0, 1], prec[:, 0, 0])))
 
 
 @torch.no_grad()
 def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict], list[dict]]:
-    """Rows of the ``heads`` and ``maps`` tables for every layer and head.
-
-    ``images``: the normalised head-statistics test images (N, 3, H, W) on the model's
-    device: the grid locality is averaged over all of them (positional-only models:
-    over the first, which stands for all), the content heads' canvas moments over
-    their centre queries.  Maps are the (2·radius+1)² window around the query.
-    """
+    """Rows of the ``heads`` and ``maps`` tables for every layer and head, from the
+    normalised head-statistics images (N, 3, H, W) on the model's device; maps are the
+    (2·radius+1)² window around the query."""
     layers = model.attention_layers
     heads_rows: list[dict] = []
     map_rows: list[dict] = []
@@ -152,27 +126,23 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
         stats = distribution_stats(probs, delta)
         stats["attention_distance"] = grid.distance[li]
         stats["attention_entropy"] = grid.entropy[li]
-        params = gaussian_parameters(getattr(layer, "positional", None))
-        extra = layer.head_columns() if hasattr(layer, "head_columns") else {}
+        values = {**stats, **(gaussian_parameters(getattr(layer, "positional", None)) or {}),
+                  **(layer.head_columns() if hasattr(layer, "head_columns") else {})}
         for hd in range(layer.num_heads):
-            row = {"layer": li, "head": hd, **{k: float(v[hd]) for k, v in stats.items()}}
-            for k in ("param_center_x", "param_center_y", "param_inv_cov_xx", "param_inv_cov_xy",
-                      "param_inv_cov_yy"):
-                row[k] = float(params[k][hd]) if params else NAN
-            for k in HEAD_COLUMNS:
-                row[k] = float(extra[k][hd]) if k in extra else NAN
-            heads_rows.append(row)
+            heads_rows.append({"layer": li, "head": hd, **{k: float(values[k][hd]) if k in values else NAN
+                                                           for k in (*stats, *PARAM_COLUMNS, *HEAD_COLUMNS)}})
             map_rows.append({"layer": li, "head": hd, "window": 2 * radius + 1,
                              "probs": window[hd].flatten().cpu().tolist()})
     return heads_rows, map_rows
 
 
-class _GridPass:
-    """Per layer: the grid locality (mean over images and queries, (N_h,) float64) and
-    the centre query's attention averaged over the images ((N_h, S, S))."""
+class _GridPass(NamedTuple):
+    """Per layer: the grid locality ((N_h,) float64) and the centre query's attention
+    averaged over the images ((N_h, S, S))."""
 
-    def __init__(self, distance: list[Tensor], entropy: list[Tensor], centre: list[Tensor]):
-        self.distance, self.entropy, self.centre = distance, entropy, centre
+    distance: list[Tensor]
+    entropy: list[Tensor]
+    centre: list[Tensor]
 
 
 def _reach(positional, grid: int) -> int:
@@ -184,19 +154,12 @@ def _reach(positional, grid: int) -> int:
 
 def _crop(maps: Tensor, cy: int, cx: int, radius: int) -> Tensor:
     """(N_h, H, W) → (N_h, 2r+1, 2r+1) window centred at (cy, cx), zero outside."""
-    n, h, w = maps.shape
-    out = maps.new_zeros(n, 2 * radius + 1, 2 * radius + 1)
-    y0, y1 = max(0, cy - radius), min(h, cy + radius + 1)
-    x0, x1 = max(0, cx - radius), min(w, cx + radius + 1)
-    out[:, y0 - cy + radius : y1 - cy + radius, x0 - cx + radius : x1 - cx + radius] = maps[:, y0:y1, x0:x1]
-    return out
+    return F.pad(maps, (radius,) * 4)[:, cy : cy + 2 * radius + 1, cx : cx + 2 * radius + 1]
 
 
 def _grid_pass(model, images: Tensor, chunk: int = 10) -> _GridPass:
-    """One chunked forward of ``images`` with ``return_attention=True``: every layer's
-    (1|B, N_h, T, T) probabilities on the real grid, reduced to the grid locality
-    (:func:`grid_locality_sums` over every query, divided by images × queries) and the
-    centre query's distribution over key positions (averaged over the images)."""
+    """One chunked forward of ``images`` with ``return_attention=True``, every layer's
+    probabilities reduced to the grid locality and the centre query's distribution."""
     sums = None
     n = len(images)
     for i in range(0, n, chunk):

@@ -1,23 +1,16 @@
 """A trial's attempt ledger: ``<study>/trials/<trial_id>.json`` (or ``trial.json``
-beside ``study train --out``'s checkpoint).
+beside ``study train --out``'s checkpoint), plain JSON replaced atomically.
 
-Written at the START of every attempt (``attempts`` + 1), after every epoch
-(``device_seconds`` so far) and, while an epoch runs, by :meth:`TrialLedger.clock`
-every :data:`CLOCK_S` seconds (:data:`CLOCK_REMOTE_S` on object storage) with the
-time the epoch has taken so far and where it stands (``epoch``, ``epoch_fraction`` of
-its forward passes done, ``epoch_seconds`` into it; null between epochs), which the
-driver's ETA reads for a trial that has not finished an epoch yet.  So attempts are counted even when a worker dies
-before its first checkpoint, and ``device_seconds`` keeps the time of every attempt,
-also of an epoch that never ended (Ctrl-C, SIGTERM, a killed worker or node): all
-but at most the last clock period.  Plain JSON, replaced atomically (one PUT on
-object storage).
+Written at the start of every attempt (``attempts`` + 1), after every epoch and, while
+an epoch runs, every :data:`CLOCK_S` seconds (:data:`CLOCK_REMOTE_S` on object storage)
+with where it stands (read by the driver's ETA).  So attempts count even when a worker
+dies before its first checkpoint, and ``device_seconds`` keeps the time of every
+attempt, also of an epoch that never ended, all but at most the last clock period.
 
-The count is also a fencing token.  An attempt that a newer one has superseded (its
-node cut off from Ray while its process lives on: a raylet dead but not reaped, a
-network partition; Tune has retried the trial elsewhere) finds a larger ``attempts``
-in the ledger at its next write and raises :class:`~study.errors.SupersededError`:
-the trial loop checks before every epoch's table parts and before the final row, so
-the old attempt writes nothing more than the epoch it was in, and never the ledger.
+The count is also a fencing token: an attempt superseded by a newer one (its node cut
+off from Ray while its process lives on; Tune retried the trial elsewhere) finds a
+larger ``attempts`` at its next check and raises :class:`~study.errors.SupersededError`,
+so it writes nothing more than the epoch it was in, and never the ledger.
 """
 
 from __future__ import annotations
@@ -36,8 +29,6 @@ from study.storage import is_remote
 #: seconds between two saves of a running epoch's clock (local files / object storage)
 CLOCK_S = 1.0
 CLOCK_REMOTE_S = 10.0
-
-
 #: the ledger's fields and their types (a damaged ledger is refused, naming the file)
 LEDGER_FIELDS = {"attempts": int, "device_seconds": (int, float), "last_error": str,
                  "epoch": int, "epoch_fraction": (int, float), "epoch_seconds": (int, float)}
@@ -53,9 +44,7 @@ class TrialLedger:
         self.running: tuple[int, float, float] | None = None
 
     def read(self) -> dict[str, Any]:
-        """The ledger's fields ({} before the first attempt).  A damaged one (not JSON,
-        wrong types, a FIFO, a device, too big) is a :class:`study.metafile.MetaFileError`
-        naming the file: never a hang, and never silently counted from zero."""
+        """The ledger's fields ({} before the first attempt); a damaged one raises, never counts from 0."""
         from study.metafile import read_object
 
         try:
@@ -64,8 +53,7 @@ class TrialLedger:
             return {}
 
     def ensure_current(self) -> None:
-        """Raise :class:`SupersededError` if a newer attempt has started since this one
-        (one read of the ledger)."""
+        """Raise :class:`SupersededError` if a newer attempt has started since this one."""
         current = int(self.read().get("attempts", 0))
         if current > self.attempts:
             raise SupersededError(self.uri, self.attempts, current)
@@ -87,8 +75,8 @@ class TrialLedger:
         return self.attempts, self.device_seconds
 
     def fail(self, cause: str) -> None:
-        """Record why this attempt failed (one line, read by the driver); nothing if a
-        newer attempt has started (this attempt's failure is not the trial's)."""
+        """Record why this attempt failed; nothing if a newer attempt has started (this
+        attempt's failure is not the trial's)."""
         data = self.read()
         if int(data.get("attempts", 0)) > self.attempts > 0:
             return
@@ -98,8 +86,7 @@ class TrialLedger:
         self._write()
 
     def update(self, device_seconds: float) -> None:
-        """Save the device-seconds so far, unless a newer attempt has started
-        (:class:`SupersededError`)."""
+        """Save the device-seconds so far, unless superseded (:class:`SupersededError`)."""
         self.ensure_current()
         self.device_seconds = float(device_seconds)
         self._write()
@@ -107,12 +94,9 @@ class TrialLedger:
     @contextlib.contextmanager
     def clock(self, *, before: float, scale: float = 1.0, period: float | None = None,
               epoch: int | None = None, fraction: Callable[[], float] | None = None):
-        """While the block runs (one epoch), save ``device_seconds = before + elapsed x
-        scale`` every ``period`` seconds from a background thread, and once more if the
-        block is left by an exception (Ctrl-C in ``study train``).  ``scale``: the
-        number of ranks.  With ``epoch`` and ``fraction`` (the share of the epoch's
-        work done, read at each save) each save also says where the epoch stands.  The
-        caller records the epoch's own measure after the block."""
+        """While the block (one epoch) runs, save ``device_seconds = before + elapsed x scale``
+        (``scale``: the ranks) every ``period`` seconds from a thread, and once more if it
+        is left by an exception; with ``epoch`` and ``fraction()`` also where it stands."""
         period = period if period is not None else (CLOCK_REMOTE_S if is_remote(self.uri) else CLOCK_S)
         start = time.perf_counter()
         stop = threading.Event()
@@ -125,10 +109,8 @@ class TrialLedger:
 
         def tick() -> None:
             while not stop.wait(period):
-                try:
+                with contextlib.suppress(Exception):  # a storage failure surfaces in the epoch's own writes
                     save()
-                except Exception:  # noqa: BLE001 - a storage failure surfaces in the epoch's own writes
-                    pass
 
         thread = threading.Thread(target=tick, name="trial-ledger-clock", daemon=True)
         thread.start()
@@ -139,8 +121,8 @@ class TrialLedger:
             thread.join()
             with contextlib.suppress(Exception):
                 save()
-            self.running = None
             raise
-        stop.set()
-        thread.join()
-        self.running = None  # the epoch's own update follows
+        finally:
+            stop.set()
+            thread.join()
+            self.running = None  # the epoch's own update follows

@@ -1,10 +1,7 @@
-"""One trial: train a model on one data source, evaluate and record every epoch.
-
-A plain function usable without Ray (``study train``) and from the Ray adapter.  It
-runs as one process or as one rank of a ``torch.distributed`` group (DDP: each rank a
-shard of every batch, metrics summed over ranks, only rank 0 writes tables and
-checkpoints).  No host synchronisation inside the training step: losses and
-correct counts accumulate on the device and are read once per epoch.
+"""One trial: train a model on one data source, evaluate and record every epoch, as one
+process or one rank of a DDP group (metrics summed over ranks, rank 0 writes tables and
+checkpoints).  No host synchronisation inside the training step: losses and correct
+counts accumulate on the device and are read once per epoch.
 """
 
 from __future__ import annotations
@@ -78,48 +75,21 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.SGD:
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
 
 
-def train_trial(
-    cfg: TrainConfig,
-    *,
-    trial_id: str,
-    tables: str | os.PathLike | None = None,
-    checkpoint_dir: str | os.PathLike | None = None,
-    study: str = "",
-    device: torch.device | None = None,
-    report: Report | None = None,
-    progress: Callable[[str], None] | None = None,
-    extra_run_fields: dict[str, Any] | None = None,
-    splits=None,
-    ledger=None,
-    warn: Callable[[str], None] | None = None,
-    paths: DevicePaths | None = None,
-    step_progress: StepProgress | None = None,
-) -> TrialResult:
-    """Train ``cfg`` for ``cfg.epochs`` epochs, resuming from ``checkpoint_dir`` if it
-    holds a checkpoint.  Before the first training step of a trial started from scratch
-    (rank 0): the untrained model's ``heads``/``maps`` parts (``epoch`` −1).  After every
-    epoch (rank 0): the ``epochs``/``heads``/``maps``
-    parts and the ``runs`` row under ``tables``, a checkpoint in ``checkpoint_dir``,
-    then ``report(metrics, checkpoint_dir)`` (every rank; the directory on rank 0 only).
-    ``splits``: the already loaded ``load_splits(cfg.data, ...)``, if the caller has it.
-    ``cfg.validation`` training images are held out (stratified, from ``cfg.seed``);
-    their loss and accuracy are recorded every epoch (``val_*``) and reported.
-    ``ledger``: a :class:`~study.trial.ledger.TrialLedger` (rank 0) counting attempts and
-    device-seconds across attempts (also of an epoch cut short: its clock runs while
-    the epoch does); ``warn`` receives one-line warnings (a damaged checkpoint
-    skipped).  A checkpoint of another configuration raises ``CheckpointError``.
-    ``paths``: the device-dependent branches to take (:class:`~study.devicepaths.DevicePaths`;
-    default: the device's, with ``cfg.amp`` and ``cfg.compile``); any of them can be
-    selected on CPU.
-    ``step_progress``: called after every training step with the epoch, the images of
-    this rank's shard trained so far in it and their total (``study train``'s progress
-    bar); ``progress`` receives one line per epoch.
-
-    The steps: :func:`_set_up` (data, model, optimiser), :func:`_resume` (checkpoint,
-    attempts), :func:`_prepare` (DDP / compile, table writer, ``runs`` row), then
-    :func:`_epochs` (per epoch :func:`_train_epoch`, :func:`_evaluate_epoch`,
-    :func:`_record`, :func:`_checkpoint`, the report), and :func:`_finish`.  A
-    ``KeyboardInterrupt`` (Ctrl-C in ``study train``) leaves the row ``interrupted``."""
+def train_trial(cfg: TrainConfig, *, trial_id: str, tables: str | os.PathLike | None = None,
+                checkpoint_dir: str | os.PathLike | None = None, study: str = "", device: torch.device | None = None,
+                report: Report | None = None, progress: Callable[[str], None] | None = None,
+                extra_run_fields: dict[str, Any] | None = None, splits=None, ledger=None,
+                warn: Callable[[str], None] | None = None, paths: DevicePaths | None = None,
+                step_progress: StepProgress | None = None) -> TrialResult:
+    """Train ``cfg`` for ``cfg.epochs`` epochs, resuming from ``checkpoint_dir`` if it holds
+    a checkpoint (one of another configuration raises ``CheckpointError``).  A trial
+    started from scratch first records the untrained model's ``heads``/``maps`` (epoch
+    −1); after every epoch rank 0 writes the ``epochs``/``heads``/``maps`` parts and the
+    ``runs`` row under ``tables`` and a checkpoint, then every rank calls ``report(metrics,
+    checkpoint_dir or None)``.  ``ledger`` (rank 0) counts attempts and device-seconds, also
+    of an epoch cut short; ``paths``: the device branches (any selectable on CPU);
+    ``step_progress(epoch, images, total)`` after every step.  Ctrl-C leaves the row
+    ``interrupted``."""
     t = _set_up(cfg, splits=splits, device=device, paths=paths)
     done = _resume(t, checkpoint_dir=checkpoint_dir, ledger=ledger, warn=warn)
     if done is not None:
@@ -147,8 +117,7 @@ def train_trial(
 
 
 def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger, step_progress=None) -> None:
-    """Every remaining epoch: train, evaluate (the ledger's clock running), record,
-    checkpoint, report; stops at a non-finite training loss (``diverged``)."""
+    """Every remaining epoch; stops at a non-finite training loss (``diverged``)."""
     cfg = t.cfg
     for epoch in range(t.start_epoch, cfg.epochs):
         t0 = time.perf_counter()
@@ -177,7 +146,6 @@ def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger, step_progr
 @dataclass
 class _Trial:
     """One trial's state while it trains (what the steps of :func:`train_trial` share)."""
-
     cfg: TrainConfig
     mc: Any  # the ModelConfig actually built (num_classes from the data)
     rank: int
@@ -212,17 +180,14 @@ class _Trial:
     epoch_done: float = 0.0  # forward passes of the running epoch done (on this rank)
 
     def epoch_fraction(self) -> float:
-        """The share of the running epoch's forward passes done (a training image
-        counts ``TRAIN_FORWARDS``, an evaluated one 1, as :attr:`study.plan.TrialPlan.weight`),
-        read by the ledger's clock for the driver's ETA."""
+        """The share of the running epoch's forward passes done (a training image counts
+        ``TRAIN_FORWARDS``, as :attr:`study.plan.TrialPlan.weight`), for the driver's ETA."""
         total = TRAIN_FORWARDS * len(self.train_data) / self.world + len(self.test_data) + len(self.val_data or ())
         return self.epoch_done / total if total > 0 else 0.0
 
 
 @dataclass(frozen=True)
 class _Trained:
-    """One epoch's training pass: mean loss and accuracy, images, last lr, seconds."""
-
     loss: float
     acc: float
     images: float
@@ -231,8 +196,8 @@ class _Trained:
 
 
 def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: DevicePaths | None) -> _Trial:
-    """Data (validation held out, this rank's shard of the evaluation sets), the model
-    (seeded), its size and FLOPs, the optimiser."""
+    """Data (validation held out, this rank's shard of the evaluation sets), the seeded
+    model, its size and FLOPs, the optimiser."""
     rank, world = _rank_world()
     device = device or default_device()
     paths = paths or DevicePaths.for_device(device, amp=cfg.amp, compile=cfg.compile)
@@ -257,15 +222,12 @@ def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: Dev
 
 
 def _resume(t: _Trial, *, checkpoint_dir, ledger, warn) -> TrialResult | None:
-    """Continue from the latest intact checkpoint of this configuration (model,
-    optimiser, RNG, best/final accuracies, device-seconds); count this attempt in the
-    ledger.  A checkpoint of a finished trial: its result, nothing to train."""
+    """Continue from the latest intact checkpoint and count this attempt in the ledger; a
+    checkpoint of a finished trial (a driver died before recording it) is its result."""
     state = load_checkpoint(checkpoint_dir, warn=warn)
     if state is not None:
         check_config(state, model_config=t.mc.to_dict(), train_config=t.cfg.to_dict(), where=str(checkpoint_dir))
     if state is not None and state["epoch"] >= t.cfg.epochs:
-        # restarted after it had finished (e.g. a driver died before recording
-        # that): nothing to train, nothing to rewrite
         return TrialResult(status="finished", epochs_done=state["epoch"], best_test_acc=state["best_test_acc"],
                            final_test_acc=state["final_test_acc"], device_seconds=state["device_seconds"],
                            best_val_acc=state.get("best_val_acc", math.nan),
@@ -322,7 +284,6 @@ def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) 
 
 
 def _write_run(t: _Trial, status: str) -> None:
-    """The trial's ``runs`` row as it stands (rank 0)."""
     if t.writer is not None:
         t.writer.run({**t.run_row, "status": status, "epochs_done": t.epochs_done,
                       "best_test_acc": t.best_acc, "final_test_acc": t.final_acc,
@@ -331,8 +292,8 @@ def _write_run(t: _Trial, status: str) -> None:
 
 
 def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgress | None = None) -> _Trained:
-    """One pass over this rank's shard of the training images (learning rate set per
-    step); losses and correct counts stay on the device until the epoch's one read."""
+    """One pass over this rank's shard; losses and correct counts stay on the device until
+    the epoch's one read."""
     cfg, device, optimizer = t.cfg, t.device, t.optimizer
     t.net.train()
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
@@ -360,18 +321,15 @@ def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgres
 
 
 def _train_batches(t: _Trial, epoch: int):
-    """This rank's training batches of ``epoch`` on the device: cropped, flipped, the
-    protocol's image policy (RandAugment / AutoAugment) applied, normalised."""
+    """This rank's batches of ``epoch``: cropped, flipped, the protocol's policy, normalised."""
     return t.train_data.batches(batch_size=t.cfg.batch_size, epoch=epoch, seed=t.cfg.seed, train=True,
                                 rank=t.rank, world_size=t.world,
                                 policy=t.protocol.images if t.protocol.policy is not None else None)
 
 
 def _train_step(t: _Trial, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimiser step on the device batch ``(x, y)``: the protocol's CutMix / MixUp and
-    loss (label smoothing), backward, SGD step.  Returns the batch's mean loss and correct
-    count as device tensors (:meth:`Protocol.hard_labels`: against the larger share of a
-    mixed target); nothing is read back to the host."""
+    """One optimiser step with the protocol's mixing and loss; returns the batch's mean loss
+    and correct count (:meth:`Protocol.hard_labels`) as device tensors."""
     x, target = t.protocol.targets(x, y)
     with t.autocast():
         logits = t.net(x)
@@ -383,8 +341,6 @@ def _train_step(t: _Trial, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tens
 
 
 def _evaluate_epoch(t: _Trial, epoch: int, trained: _Trained, t0: float) -> dict[str, Any]:
-    """Test (and validation) loss and accuracy; the trial's best/final accuracies and
-    device-seconds move on.  Returns the epoch's metrics."""
     cfg = t.cfg
     test_loss, test_acc = evaluate(t.net, t.test_data, batch_size=cfg.eval_batch_size, world=t.world,
                                    autocast=t.autocast)
@@ -406,18 +362,14 @@ def _evaluate_epoch(t: _Trial, epoch: int, trained: _Trained, t0: float) -> dict
 
 
 def _record_init(t: _Trial, ledger) -> None:
-    """Rank 0, before the first training step of a trial that starts from scratch: the
-    untrained model's head statistics (and maps, unless the map schedule stores none)
-    at ``epoch`` = ``INIT_EPOCH``.  An attempt that restarts from scratch rebuilds the
-    same model (seeded) and overwrites the same part: one row per key."""
+    """The untrained model's head statistics (and maps) at ``INIT_EPOCH``; an attempt that
+    restarts from scratch rebuilds the same seeded model and overwrites the same part."""
     if ledger is not None:
         ledger.ensure_current()
     _head_stats(t, INIT_EPOCH, maps=bool(t.maps_at))
 
 
 def _head_stats(t: _Trial, epoch: int, *, maps: bool) -> float:
-    """Rank 0: the ``heads`` part of ``epoch`` (and its ``maps`` part with ``maps``);
-    returns the seconds taken (0 when head statistics are off)."""
     cfg, writer = t.cfg, t.writer
     if writer is None or not cfg.head_stats or not hasattr(t.model, "attention_layers"):
         return 0.0
@@ -432,8 +384,7 @@ def _head_stats(t: _Trial, epoch: int, *, maps: bool) -> float:
 
 
 def _record(t: _Trial, epoch: int, metrics: dict[str, Any], progress) -> None:
-    """Rank 0: head statistics (and maps on the map epochs), the ``epochs`` row, the
-    ``runs`` row, the progress line.  Adds ``head_stats_seconds`` to ``metrics``."""
+    """Rank 0: head statistics, the ``epochs`` and ``runs`` rows, the progress line."""
     cfg, writer = t.cfg, t.writer
     metrics["head_stats_seconds"] = _head_stats(t, epoch, maps=epoch in t.maps_at)
     if writer is not None:
@@ -441,18 +392,13 @@ def _record(t: _Trial, epoch: int, metrics: dict[str, Any], progress) -> None:
         _write_run(t, "running" if epoch + 1 < cfg.epochs else "finished")
     if progress is not None:
         val_acc = metrics["val_acc"]
-        progress(
-            f"epoch {epoch + 1}/{cfg.epochs}  train_loss {metrics['train_loss']:.4f}  "
-            f"train_acc {metrics['train_acc']:.4f}  "
-            + (f"val_acc {val_acc:.4f}  " if val_acc is not None else "")
-            + f"test_loss {metrics['test_loss']:.4f}  "
-            f"test_acc {metrics['test_acc']:.4f}  {metrics['seconds']:.1f} s  {metrics['images_per_s']:.0f} img/s"
-        )
+        progress(f"epoch {epoch + 1}/{cfg.epochs}  train_loss {metrics['train_loss']:.4f}  "
+                 f"train_acc {metrics['train_acc']:.4f}  " + (f"val_acc {val_acc:.4f}  " if val_acc is not None else "")
+                 + f"test_loss {metrics['test_loss']:.4f}  test_acc {metrics['test_acc']:.4f}  "
+                 f"{metrics['seconds']:.1f} s  {metrics['images_per_s']:.0f} img/s")
 
 
 def _checkpoint(t: _Trial, checkpoint_dir) -> str | None:
-    """Rank 0: the epoch's checkpoint (model, optimiser, RNG, accuracies, device-seconds,
-    attempts, and the model and training configuration it belongs to)."""
     if checkpoint_dir is None:
         return None
     save_checkpoint(checkpoint_dir, {
@@ -468,8 +414,7 @@ def _checkpoint(t: _Trial, checkpoint_dir) -> str | None:
 
 
 def _finish(t: _Trial, ledger) -> TrialResult:
-    """The final ``runs`` row (finished / diverged), the trial's tables compacted, unless
-    a newer attempt has started (the ledger's fence)."""
+    """The final ``runs`` row and the tables compacted, unless a newer attempt has started."""
     if ledger is not None:
         ledger.ensure_current()
     _write_run(t, t.status)
@@ -498,7 +443,6 @@ def evaluate(net: nn.Module, data: DeviceData, *, batch_size: int, world: int, a
 
 
 def _reduce(values: torch.Tensor, world: int) -> list[float]:
-    """Sum across ranks (one collective), then one host read."""
     if world > 1:
         dist.all_reduce(values)
     return values.tolist()
@@ -509,6 +453,4 @@ def _nan_to_none(v: float) -> float | None:
 
 
 def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return "cpu"
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -19,28 +19,20 @@ def step_milestones(epochs: int) -> tuple[int, ...]:
 
 
 def step_drop_epochs(epochs: int) -> tuple[int, ...]:
-    """0-based epochs from which the lr is multiplied by another ``STEP_GAMMA``.
-
-    The original (epfml/attention-cnn ``train.py``) calls ``scheduler.step()`` at the
-    start of every epoch, the first included, so during 0-based epoch e the scheduler
-    has been stepped e + 1 times and milestone M applies from epoch M − 1: 79, 149, 249
-    at 300 epochs (26, 49, 82 at 100).  A milestone ⌊m·E/300 + ½⌋ ≤ E, so every drop
-    falls inside the run and its last epoch is at ``base_lr · STEP_GAMMA³``; a scaled
-    milestone 0 (E = 1) applies from the first epoch."""
+    """0-based epochs from which the lr is multiplied by another ``STEP_GAMMA``.  The
+    original (epfml/attention-cnn ``train.py``) calls ``scheduler.step()`` at the start of
+    every epoch, the first included, so milestone M applies from epoch M − 1: 79, 149, 249
+    at 300 epochs (26, 49, 82 at 100); a scaled milestone 0 (E = 1) from the first."""
     return tuple(max(m - 1, 0) for m in step_milestones(epochs))
 
 
 def learning_rate(*, step: int, steps_per_epoch: int, epochs: int, base_lr: float,
                   schedule: str = "cosine", warmup: float = 0.05) -> float:
-    """lr for optimisation step ``step`` (0-based).
-
-    ``cosine``: linear warm-up over the first ``warmup`` fraction of all steps (from
-    base_lr/warmup_steps up to base_lr), then cosine decay to 0 at the last step.
-    ``step``: the original ResNet18 recipe, ``MultiStepLR(milestones=[80, 150, 250],
-    gamma=0.1)`` stepped at the start of every epoch over 300 epochs, so the lr drops
-    at the start of epochs 79, 149 and 249 (lr 1e-4 at the end from 0.1); for other
-    epoch counts each milestone scales proportionally, see :func:`step_drop_epochs`.
-    """
+    """lr for optimisation step ``step`` (0-based).  ``cosine``: linear warm-up over the
+    first ``warmup`` fraction of all steps (base_lr/warmup_steps up to base_lr), then cosine
+    decay to 0 at the last step.  ``step``: the original ResNet18 recipe,
+    ``MultiStepLR(milestones=[80, 150, 250], gamma=0.1)`` stepped per epoch
+    (:func:`step_drop_epochs`)."""
     total = steps_per_epoch * epochs
     if schedule == "step":
         epoch = step // steps_per_epoch

@@ -1,12 +1,8 @@
-"""Per-epoch attention maps of every layer as TensorBoard images.
-
-A Ray Tune ``LoggerCallback`` on the driver: when a trial reports an epoch, it reads
-that epoch's part of the ``maps`` table (the (2r+1)² window of attention
-probabilities around the query pixel, per layer and head, written by the trial
-itself) and adds one image per layer — the heads side by side on one colour scale,
-0 to the layer's largest probability (viridis) — with tensorboardX's ``SummaryWriter`` in the trial's folder,
-next to the event file of Ray's ``TBXLoggerCallback`` (tag ``attention/layer_L``,
-step = epoch + 1, like the scalars' training iteration).
+"""Per-epoch attention maps of every layer as TensorBoard images: when a trial reports
+an epoch, the driver reads that epoch's ``maps`` part (the (2r+1)² window per layer and
+head) and writes one image per layer, heads side by side on one viridis scale from 0 to
+the layer's largest probability, beside Ray's ``TBXLoggerCallback`` events (tag
+``attention/layer_L``, step = epoch + 1).
 """
 
 from __future__ import annotations
@@ -25,49 +21,36 @@ def layer_images(maps) -> dict[int, np.ndarray]:
     cmap = colormaps["viridis"]
     out: dict[int, np.ndarray] = {}
     for layer, rows in maps.sort_values(["layer", "head"]).groupby("layer"):
-        tiles = []
         probs = [np.asarray(r.probs, dtype=np.float64).reshape(int(r.window), int(r.window))
                  for r in rows.itertuples(index=False)]
         top = max(float(p.max()) for p in probs)  # one scale per layer: heads stay comparable
-        for p in probs:
-            rgb = cmap(p / top if top > 0 else p)[..., :3]
-            tiles.append(np.kron(rgb, np.ones((SCALE, SCALE, 1))))
-        h = tiles[0].shape[0]
-        canvas = np.ones((h, len(tiles) * (h + GAP) - GAP, 3))
-        for i, t in enumerate(tiles):
-            canvas[:, i * (h + GAP):i * (h + GAP) + h] = t
+        tiles = [np.kron(cmap(p / top if top > 0 else p)[..., :3], np.ones((SCALE, SCALE, 1))) for p in probs]
+        gap = np.ones((tiles[0].shape[0], GAP, 3))
+        canvas = np.concatenate([x for t in tiles for x in (gap, t)][1:], axis=1)
         out[int(layer)] = (canvas * 255).round().astype(np.uint8)
     return out
 
 
 def read_epoch_maps(tables: str, key: str, epoch: int):
     """The ``maps`` rows of (trial ``key``, ``epoch``), or None when there are none."""
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     from study.tables import decode_maps, part_path
 
-    path = part_path(tables, "maps", key, epoch)
-    try:
-        if "://" in path:
-            fs, p = pafs.FileSystem.from_uri(path)
-            return decode_maps(pq.read_table(p, filesystem=fs)).to_pandas()
-        return decode_maps(pq.read_table(path)).to_pandas()
+    try:  # a local path or a URI (pyarrow picks the filesystem)
+        return decode_maps(pq.read_table(part_path(tables, "maps", key, epoch))).to_pandas()
     except (FileNotFoundError, OSError):
         return None
 
 
 class AttentionImagesCallback(LoggerCallback):
-    """Writes the attention maps of each reported epoch as images (see module doc)."""
-
     def __init__(self, *, tables: str):
         self.tables = tables
         self._writers: dict = {}
         self._broken: set = set()
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
-        # images are a view of the tables: a failure here must never stop the study
-        if trial in self._broken:
+        if trial in self._broken:  # images are a view of the tables: never stop the study
             return
         try:
             self._log(trial, result)

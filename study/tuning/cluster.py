@@ -1,23 +1,13 @@
-"""Which Ray a study runs on, and what a cluster asks of the storage (README "Running
-on a Ray cluster").
+"""Which Ray a study runs on, and what a cluster asks of the storage (docs/clusters.md).
 
-- No ``--address``: a new local Ray for this driver only (``address="local"``: an
-  existing cluster on the host, and ``$RAY_ADDRESS``, are ignored), on a loopback
-  node address with the dashboard on 127.0.0.1.  Ray 2.60's C++ gRPC servers (GCS,
-  raylet, object manager, core workers) listen on every interface whatever the node
-  address: neither ``ray.init``/``ray start`` nor any ``RAY_*`` setting chooses their
-  bind address.  What protects them is Ray's token authentication, which a new local
-  ``ray.init`` turns on unless ``RAY_AUTH_MODE`` says otherwise: a local Ray with
-  ``RAY_AUTH_MODE`` set to anything but ``token`` is refused (:func:`check_local_auth`).
-  Everything Ray lets us choose is loopback.
-- ``--address auto``: ``$RAY_ADDRESS`` (which ``ray job submit`` sets for its
-  driver) and nothing else; Ray's own ``auto`` would also pick whichever cluster
-  was started last on a shared host (``/tmp/ray/ray_current_cluster``).
-- ``--address HOST:PORT`` / ``ray://…``: that cluster.
-
-On a cluster every node writes tables and checkpoints, so a local ``--storage``
-path must be a folder every node mounts at the same path (NFS, …): it is refused
-unless ``--shared-storage`` says so.  ``s3://`` needs nothing.
+- No ``--address``: a new local Ray for this driver only (``address="local"``) on a
+  loopback node address, dashboard on 127.0.0.1.  Ray 2.60's gRPC servers listen on
+  every interface whatever the node address: Ray's token authentication protects them,
+  so a local Ray with ``RAY_AUTH_MODE`` other than ``token`` is refused.
+- ``--address auto``: ``$RAY_ADDRESS`` (set by ``ray job submit``) only; Ray's own
+  ``auto`` would also pick whichever cluster was started last on a shared host.
+- ``--address HOST:PORT`` / ``ray://…``: that cluster.  A local ``--storage`` must then
+  be mounted at the same path on every node: refused unless ``--shared-storage``.
 """
 
 from __future__ import annotations
@@ -26,6 +16,8 @@ import logging
 import os
 import sys
 from typing import Any
+
+from study.cpus import local_cpus
 
 #: node address of a local Ray: loopback.  Ray rewrites 127.0.0.1 to the host's
 #: network address (``services.resolve_ip_for_localhost``), 127.0.0.2 it keeps
@@ -40,7 +32,7 @@ class ClusterError(Exception):
 
 def resolve_address(address: str | None) -> str | None:
     """The cluster to connect to, or None for a new local Ray."""
-    if address is None:
+    if address in (None, "local"):
         return None
     if address == "auto":
         env = os.environ.get("RAY_ADDRESS")
@@ -48,16 +40,12 @@ def resolve_address(address: str | None) -> str | None:
             raise ClusterError("--address auto: RAY_ADDRESS is not set (it is under `ray job submit`); "
                                "give the cluster's address, e.g. --address HEAD_IP:6379")
         return env
-    if address == "local":
-        return None
     return address
 
 
 def check_local_auth(address: str | None) -> None:
-    """Refuse a local Ray without token authentication: its gRPC servers listen on every
-    network interface (Ray 2.60 has no setting for their address), so the token is
-    all that keeps other hosts from running code in it.  A cluster's owner decides for
-    the cluster (``--address``)."""
+    """Refuse a local Ray without token authentication (module doc); a cluster's owner
+    decides for the cluster."""
     mode = os.environ.get("RAY_AUTH_MODE")
     if resolve_address(address) is None and mode is not None and mode.lower() != "token":
         raise ClusterError(f"RAY_AUTH_MODE={mode}: the local Ray's gRPC servers listen on every network "
@@ -75,12 +63,13 @@ def ray_init_kwargs(address: str | None, *, num_cpus: int | None = None) -> dict
     if resolved is not None:
         return {**kwargs, "address": resolved}
     check_local_auth(address)
-    return {**kwargs, "address": "local", "num_cpus": num_cpus, "_node_ip_address": LOCAL_NODE_IP,
+    # the CPUs this process may use (study.cpus, as the preflight counted them), not Ray's own count
+    return {**kwargs, "address": "local", "num_cpus": num_cpus if num_cpus is not None else local_cpus(),
+            "_node_ip_address": LOCAL_NODE_IP,
             "dashboard_host": LOOPBACK_HOST}
 
 
 def check_storage(storage: str, *, address: str | None, shared: bool) -> None:
-    """Refuse a node-local storage folder for a study on a cluster."""
     if address is None or "://" in storage or shared:
         return
     raise ClusterError(f"--storage: {storage} is a local folder but --address runs trials on other nodes, "

@@ -1,24 +1,20 @@
 """One study name, one driver: ``<study>/.study.lock``.
 
-Local disks: the lock file is held with ``fcntl.flock`` for the driver's lifetime
-and records ``{pid, host, started}``; the kernel drops the lock when the driver
-dies, so a lock left by a killed driver is stale by construction (and the file is
-re-used).  NFS gives ``flock`` only where the server supports it.
+Local disks: the file is held with ``fcntl.flock`` for the driver's lifetime and records
+``{pid, host, started}``; the kernel drops the lock when the driver dies, so a killed
+driver's lock is stale by construction (NFS: only where the server supports ``flock``).
 
-Object storage (``s3://``): the lock is an object created with a conditional PUT
-(``If-None-Match: *``, boto3; S3 has honoured it since 2024, as do MinIO and moto),
-so of two drivers starting together exactly one creates it.  The holder rewrites
-it every minute (``heartbeat``); a lock whose heartbeat is older than
-:data:`STALE_S` seconds, or whose holder is a dead process on this same host, is
-taken over.  Limits: a driver paused (not dead) for longer than ``STALE_S`` can
-lose its lock; taking over a stale lock is a delete followed by a conditional
-create, so of two drivers taking over at once one may delete the other's fresh
-lock.  Stores without conditional PUT (or without boto3) are refused rather than
-locked unsafely, unless ``STUDY_LOCK=none``.
+Object storage (``s3://``): an object created with a conditional PUT (``If-None-Match:
+*``): of two drivers starting together exactly one creates it.  A lock whose heartbeat
+(every minute) is older than :data:`STALE_S`, or whose holder is a dead process on this
+host, is taken over; so a driver paused longer can lose its lock, and of two taking over
+at once one may delete the other's.  Stores without conditional PUT (or boto3) are
+refused rather than locked unsafely, unless ``STUDY_LOCK=none``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -41,8 +37,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
 
 
@@ -52,18 +48,16 @@ def _holder(info: dict) -> str:
 
 
 class StudyLock:
-    """Acquire with :meth:`acquire` (raises :class:`LockError`, one line), free with :meth:`release`."""
+    """:meth:`acquire` (raises :class:`LockError`, one line: ``busy`` then the holder) and
+    :meth:`release`."""
 
     def __init__(self, *, root: str, name: str, busy: str | None = None):
-        """``busy``: what the one-line refusal says before the holder (default: the study
-        is already being run by another driver)."""
         self.root, self.name = root, name
         self.busy = busy or f"study {name!r} is already being run by another driver"
         self._fd: int | None = None
         self._s3: tuple | None = None
         self._beat = self._started = 0.0
 
-    # ---------------------------------------------------------------- local
     def _acquire_local(self) -> None:
         import fcntl
 
@@ -93,7 +87,6 @@ class StudyLock:
             return
         raise LockError(f"could not take the lock {path}")
 
-    # ---------------------------------------------------------------- S3
     def _client(self):
         try:
             import boto3
@@ -141,7 +134,6 @@ class StudyLock:
             client.delete_object(Bucket=bucket, Key=key)
         raise LockError(f"could not take the lock s3://{bucket}/{key}")
 
-    # ---------------------------------------------------------------- API
     def acquire(self) -> "StudyLock":
         if os.environ.get("STUDY_LOCK") == "none":
             return self
@@ -160,18 +152,14 @@ class StudyLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(Path(self.root) / LOCK)
-            except OSError:
-                pass
             os.close(self._fd)  # closing drops the flock
             self._fd = None
         if self._s3 is not None:
             client, bucket, key = self._s3
-            try:
+            with contextlib.suppress(Exception):  # a lock left behind goes stale by its heartbeat
                 client.delete_object(Bucket=bucket, Key=key)
-            except Exception:  # noqa: BLE001 - a lock left behind goes stale by its heartbeat
-                pass
             self._s3 = None
 
     def __enter__(self):

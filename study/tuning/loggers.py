@@ -1,25 +1,8 @@
-"""Experiment trackers from the study file: ``loggers: [tensorboard, mlflow, wandb]``.
-
-Each name maps to Ray Tune's own logger callback (used as is):
-
-============  ==========================  ===============  =====================================
-name          Ray callback                package (extra)  where it writes
-============  ==========================  ===============  =====================================
-tensorboard   ``TBXLoggerCallback``       tensorboardX     each trial's folder in the storage
-                                          (``tensorboard``)  (scalars per epoch, HParams at the
-                                                           end) + attention maps as images
-mlflow        ``MLflowLoggerCallback``    mlflow           ``$MLFLOW_TRACKING_URI``, else the
-                                          (``mlflow``)     file store ``<study>/mlruns``
-                                                           (``MLFLOW_ALLOW_FILE_STORE`` is set)
-wandb         ``WandbLoggerCallback``     wandb            project ``$WANDB_PROJECT`` or the study
-                                          (``wandb``)      name; ``WANDB_MODE=offline`` works
-============  ==========================  ===============  =====================================
-
-The trial's configuration Tune logs as hyper-parameters holds ``hparams``, the
-trial's whole resolved model and training configuration (:func:`study.tuning.searcher.hparams`).
-Without ``tensorboard`` in the list no TensorBoard files are written (Ray's CSV and
-JSON loggers always run).  This module imports no Ray or torch at import
-time: ``study validate`` checks the packages without starting anything.
+"""Experiment trackers from the study file: ``loggers: [tensorboard, mlflow, wandb]``,
+each Ray Tune's own callback used as is (``TBXLoggerCallback`` plus the attention maps
+as images, ``MLflowLoggerCallback``, ``WandbLoggerCallback``; the package is the pip
+extra of that name).  The hyper-parameters logged are the trial's whole resolved
+configuration.  No Ray or torch at import time: ``study validate`` checks the packages.
 """
 
 from __future__ import annotations
@@ -34,16 +17,13 @@ from study.spec import DEFAULT_LOGGERS, LOGGERS
 
 
 def missing_package(name: str) -> str | None:
-    """One line naming the extra to install when logger ``name``'s package is
-    missing, else None."""
+    """One line naming the extra to install when logger ``name``'s package is missing."""
     module, extra = LOGGERS[name]
     try:
         found = importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         found = False
-    if found:
-        return None
-    return (f"logger {name} needs the {module} package: pip install 'attention-cnn-study[{extra}]' "
+    return None if found else (f"logger {name} needs the {module} package: pip install 'attention-cnn-study[{extra}]' "
             f"(from a checkout: pip install -e '.[{extra}]')")
 
 

@@ -1,20 +1,14 @@
 """Quiet, readable progress for ``study run``: one table of trial events on stderr,
-each row followed by where the study stands: ``k of N trials done``, the elapsed
-time and an ETA.
+each row followed by ``k of N trials done``, the elapsed time and an ETA.
 
-The ETA is the rest of the study's schedule, simulated (:class:`RemainingWork`):
-every trial's predicted cost (:attr:`study.plan.TrialPlan.weight`, known before
-launch) times the seconds per cost unit measured on the epochs so far, plus the
-measured start-up of a trial; a running trial's own epoch times once it has them;
-a running trial that has not finished an epoch yet, from how far its epoch has gone
-(its ledger, written every second: :meth:`study.trial.ledger.TrialLedger.clock`), so
-that a trial far costlier than predicted is timed long before its first report; trials
-of one model configuration at the rate measured on any of them, the others at the
-seconds per MAC and per attention probability fitted on every measured epoch (the
-prediction's two terms, so a mispredicted kind of model does not skew the rest); the trials not
-started yet assigned longest first to the first free worker, as the searcher hands
-them to Tune.  A trial that ended early (ASHA, divergence, error)
-counts as done, so under ASHA the ETA is an upper bound that shrinks as trials stop.
+The ETA simulates the rest of the schedule (:class:`RemainingWork`): each trial's
+predicted cost (:attr:`study.plan.TrialPlan.weight`) times the seconds per cost unit
+measured so far, plus a trial's measured start-up; a running trial by its own epoch
+times, or before its first report by how far its epoch has gone (its ledger), so a
+trial far costlier than predicted is timed early; the trials not started yet assigned
+longest first to the first free worker, as the searcher hands them to Tune.  A trial
+that ended early (ASHA, divergence, error) counts as done, so under ASHA the ETA is an
+upper bound.
 """
 
 from __future__ import annotations
@@ -31,8 +25,7 @@ from ray.tune import Callback
 from study.plan import PAIR_MAC_EQUIVALENT
 
 
-#: A running trial's own progress (the ledger's ``epoch_fraction``) is trusted from
-#: this share of its epoch on (before it, one step's start-up dominates the estimate).
+#: a running trial's ``epoch_fraction`` is trusted from this share on (before, start-up dominates)
 MIN_FRACTION = 0.02
 
 
@@ -55,11 +48,9 @@ class _Trial:
 
 
 class _Rates:
-    """Seconds of work from what was measured: ``per_group`` seconds per weight unit of
-    a group's own epochs; else ``a`` seconds per MAC-pass (from the models whose
-    attention is the same for every image) and ``b`` per probability-pass (what the
-    MACs leave of the others' time): the prediction's two terms, each measured, so
-    that a kind of model the weights mispredict does not skew the others."""
+    """Seconds per weight unit of a group's (one configuration's) epochs; else ``a`` per
+    MAC-pass (from image-independent attention) and ``b`` per probability-pass (what the
+    MACs leave of the others' time): so a mispredicted kind of model skews no other."""
 
     def __init__(self, samples: list[tuple[_Trial, float]]):
         self.per_group: dict[str, tuple[float, float]] = {}
@@ -94,18 +85,9 @@ class _Rates:
 
 
 class RemainingWork:
-    """Seconds until the last trial ends, from predicted costs calibrated on what has
-    been measured.  ``costs``: trial key -> (cost, epochs[, group]), the cost either a
-    weight or ``(MAC-passes, probability-passes)`` (:attr:`study.plan.TrialPlan.cost_terms`);
-    trials of one ``group`` (one model configuration) run at the rate measured on any
-    of them, the others at the seconds per MAC and per attention probability fitted on
-    every measured epoch.  ``order``: the keys in the order Tune starts them;
-    ``workers``: trials at once (at least the most seen running together).
-    ``probe(key)``: where a running trial stands inside its epoch, ``(epoch, fraction
-    done, seconds into it)`` or None (the trial's ledger); it times a trial whose first
-    epoch has not ended yet, however far its cost is from the prediction.  Times are
-    ``time.monotonic()`` values, passed in (so the logic is testable with a fabricated
-    clock)."""
+    """Seconds until the last trial ends.  ``costs``: key -> (weight or ``TrialPlan.cost_terms``,
+    epochs[, group]); ``order``: as Tune starts them; ``probe(key)``: ``(epoch, fraction
+    done, seconds into it)`` of a running trial; times are ``time.monotonic()`` values."""
 
     def __init__(self, *, costs: dict[str, tuple], order: list[str], workers: int | None = None,
                  probe: Callable[[str], tuple[int, float, float] | None] | None = None):
@@ -128,8 +110,7 @@ class RemainingWork:
         self.workers = max(self.workers, len(self._running))
 
     def epoch(self, key: str, now: float, *, seconds: float | None = None) -> None:
-        """A trial reported an epoch; ``seconds``: that epoch's training + evaluation
-        (+ head statistics) time as the trial measured it."""
+        """A trial reported an epoch; ``seconds``: that epoch's time as the trial measured it."""
         t = self.trials.get(key)
         if t is None:
             return
@@ -150,9 +131,8 @@ class RemainingWork:
         self._running.discard(key)
 
     def _inside(self) -> dict[str, tuple[float, float, float]]:
-        """Running trials without a reported epoch whose ledger says how far their epoch
-        is: key -> (epochs left after the running one, its seconds so far, its predicted
-        wall seconds)."""
+        """Running trials without a reported epoch, from their probe: key -> (epochs left
+        after the running one, its seconds so far, its predicted wall seconds)."""
         out = {}
         if self.probe is None:
             return out
@@ -172,8 +152,6 @@ class RemainingWork:
         return out
 
     def rates(self, inside: dict | None = None) -> _Rates:
-        """The rates measured so far: every reported epoch, and the epochs running in
-        the trials of ``inside`` (:meth:`_inside`)."""
         samples = [(t, w) for t in self.trials.values() for w in t.walls]
         samples += [(self.trials[k], wall) for k, (_, _, wall) in (inside or {}).items()]
         return _Rates(samples)
@@ -224,9 +202,8 @@ class RemainingWork:
 
 
 class ProgressReporter(Callback):
-    """Prints a header once, then one row when a trial finishes an epoch (at most one
-    row per trial every ``interval`` seconds, always its last) or ends, each followed
-    by :meth:`status_line`."""
+    """A header once, then a row when a trial finishes an epoch (at most one per trial
+    every ``interval`` seconds) or ends, each followed by :meth:`status_line`."""
 
     COLUMNS = ("trial", "cell", "state", "epoch", "test_acc", "best_acc", "img/s")
 
@@ -259,22 +236,17 @@ class ProgressReporter(Callback):
     def _key(self, trial) -> str:
         return str((trial.config or {}).get("key", trial.trial_id))
 
-    def _ended(self, trial) -> None:
-        self.work.end(self._key(trial))
-
     def _row(self, trial, state: str, result: dict | None) -> None:
         if not self.enabled:
             return
-        if not self._header:
-            print("  ".join(f"{c:>10}" if i else f"{c:<24}" for i, c in enumerate(self.COLUMNS)),
-                  file=sys.stderr, flush=True)
-            self._header = True
         r = result or {}
-        cell = (trial.config or {}).get("cell", "")
-        key = (trial.config or {}).get("key", trial.trial_id)
-        cells = [str(key), str(cell), state, str(r.get("epoch", -1) + 1 if "epoch" in r else "-"),
+        cells = [self._key(trial), str((trial.config or {}).get("cell", "")), state,
+                 str(r.get("epoch", -1) + 1 if "epoch" in r else "-"),
                  _f(r.get("test_acc")), _f(r.get("best_test_acc")), _f(r.get("images_per_s"), 0)]
-        print("  ".join(f"{c:>10}" if i else f"{c:<24}" for i, c in enumerate(cells)), file=sys.stderr, flush=True)
+        lines = [] if self._header else [self.COLUMNS]
+        self._header = True
+        for row in (*lines, cells):
+            print("  ".join(f"{c:>10}" if i else f"{c:<24}" for i, c in enumerate(row)), file=sys.stderr, flush=True)
         print(f"  {self.status_line()}", file=sys.stderr, flush=True)
 
     def on_trial_start(self, iteration, trials, trial, **info):
@@ -294,13 +266,13 @@ class ProgressReporter(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.done += 1
-        self._ended(trial)
+        self.work.end(self._key(trial))
         result = trial.last_result or {}
         self._row(trial, result.get("status", "done") if result.get("status") != "running" else "stopped", result)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.done += 1
-        self._ended(trial)
+        self.work.end(self._key(trial))
         self._row(trial, "error", trial.last_result)
 
 
@@ -310,14 +282,11 @@ def _hms(seconds: float) -> str:
 
 
 def _f(v, digits: int = 4) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.{digits}f}"
+    return "-" if v is None else f"{v:.{digits}f}"
 
 
 def _costs(spec) -> tuple[dict[str, tuple[float, int]], list[str]]:
-    """Predicted cost and epochs of every trial (by table key) and the launch order,
-    from the validated study (:mod:`study.plan`; no torch)."""
+    """Predicted cost and epochs of every trial (by table key) and the launch order."""
     if spec is None:
         return {}, []
     from study.plan import launch_order, plan_trials
@@ -331,9 +300,8 @@ def _costs(spec) -> tuple[dict[str, tuple[float, int]], list[str]]:
 
 
 def _ledger_probe(meta: dict[str, Any]) -> Callable[[str], tuple[int, float, float] | None] | None:
-    """Where a running trial stands inside its epoch, from its ledger (written every
-    second by the trial's clock; every 10 s on object storage): ``(epoch, fraction
-    done, seconds into it)``, or None between epochs or without a ledger."""
+    """``(epoch, fraction done, seconds into it)`` of a running trial from its ledger, or
+    None between epochs or without a ledger."""
     if "root" not in meta:
         return None
     from study.tuning.trainable import ledger

@@ -1,21 +1,11 @@
 """Ray's own log lines: in the study's log file, on the console only with ``--verbose``.
 
-A local ``ray.init`` logs through Python's ``logging`` under the ``ray`` logger
-hierarchy of the driver (Ray's warning that token authentication is on, its
-``Started a local Ray instance``, Tune's warnings); by default Ray's own handler
-prints them on stderr, between the project's lines.  Before ``ray.init``,
-:func:`capture` replaces the handlers of the ``ray`` logger (public ``logging`` API:
-nothing of Ray's is imported, no message is matched) with one that keeps the
-records in memory until the study's folder exists, and, with ``--verbose``, one that
-prints them on stderr in Ray's format.  :func:`to_file` then writes the kept
-records and every later one to ``STUDY/logs/ray.log`` (for a study in object
-storage: ``ray.log`` in a local folder of the system's temporary directory, named
-by the study).  Token authentication is untouched: only where its notice is
-written changes.
-
-Ray's worker processes do not print on the driver's console at all
-(``log_to_driver=False``, :mod:`study.tuning.cluster`); their logs stay in Ray's
-session folder.
+A local ``ray.init`` logs through the driver's ``ray`` logger (its token-authentication
+notice, ``Started a local Ray instance``, Tune's warnings), by default on stderr.
+:func:`capture` (before ``ray.init``) replaces that logger's handlers with one keeping
+the records (and, with ``--verbose``, one printing them); :func:`to_file` writes them and
+every later one to ``STUDY/logs/ray.log`` (a local temporary folder for a study in object
+storage).  Nothing of Ray's is patched; its workers do not print on the driver's console.
 """
 
 from __future__ import annotations
@@ -25,6 +15,7 @@ import logging
 import os
 import sys
 import tempfile
+from types import SimpleNamespace
 
 #: the study folder's log file of Ray's driver-side lines
 RAY_LOG = "logs/ray.log"
@@ -35,8 +26,6 @@ KEPT = 10_000
 
 
 class _Kept(logging.Handler):
-    """The last ``KEPT`` records, until a file takes them."""
-
     def __init__(self):
         super().__init__()
         self.records: collections.deque = collections.deque(maxlen=KEPT)
@@ -46,8 +35,6 @@ class _Kept(logging.Handler):
 
 
 class _FolderFileHandler(logging.FileHandler):
-    """A ``FileHandler`` that creates its folder when it first writes."""
-
     def emit(self, record: logging.LogRecord) -> None:
         if self.stream is None:
             try:
@@ -57,20 +44,13 @@ class _FolderFileHandler(logging.FileHandler):
         super().emit(record)
 
 
-class _State:
-    kept: _Kept | None = None
-    echo: logging.Handler | None = None
-    file: logging.Handler | None = None
-    saved: tuple[list, bool] | None = None
-
-
-_STATE = _State()
+#: the kept records, the echo to stderr, the file, and the logger's own handlers and propagate
+_STATE = SimpleNamespace(kept=None, echo=None, file=None, saved=None)
 
 
 def capture(*, echo: bool = False) -> None:
-    """Take over the ``ray`` logger (before ``ray.init``): records are kept for
-    :func:`to_file`; ``echo`` (``--verbose``) also prints them on stderr.  Idempotent;
-    a later call may turn ``echo`` on or off."""
+    """Take over the ``ray`` logger (before ``ray.init``); ``echo`` (``--verbose``) also
+    prints on stderr.  Idempotent; a later call may turn ``echo`` on or off."""
     import ray  # noqa: F401 - importing Ray adds its console handler to the `ray` logger: first, then replace it
 
     logger = logging.getLogger("ray")
@@ -91,16 +71,14 @@ def capture(*, echo: bool = False) -> None:
 
 
 def log_path(root: str, name: str) -> str:
-    """Where Ray's lines of the study at ``root`` go: ``root/logs/ray.log``; a local
-    folder of the temporary directory for a study in object storage."""
     if "://" in root:
         return os.path.join(tempfile.gettempdir(), f"study-{name}", "ray.log")
     return os.path.join(root, *RAY_LOG.split("/"))
 
 
 def to_file(path: str) -> None:
-    """Write the kept records and every later one of the ``ray`` logger to ``path``
-    (appended: a resumed study adds to its log)."""
+    """Write the kept records and every later one to ``path`` (appended: a resumed study
+    adds to its log)."""
     capture(echo=_STATE.echo is not None)
     logger = logging.getLogger("ray")
     if _STATE.file is not None:
@@ -118,8 +96,7 @@ def to_file(path: str) -> None:
 
 
 def release() -> None:
-    """Close the study's log file; later records are kept in memory again (the next
-    study's :func:`to_file` takes them)."""
+    """Close the study's log file; later records are kept in memory again."""
     if _STATE.file is not None:
         logging.getLogger("ray").removeHandler(_STATE.file)
         _STATE.file.close()
@@ -127,8 +104,7 @@ def release() -> None:
 
 
 def restore() -> None:
-    """Give the ``ray`` logger back its handlers from before :func:`capture` (``study.run``
-    in a notebook: Ray's lines print as Ray prints them again once the study is done)."""
+    """Give the ``ray`` logger back its handlers from before :func:`capture` (a notebook)."""
     release()
     if _STATE.saved is None:
         return

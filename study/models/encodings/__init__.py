@@ -1,8 +1,5 @@
-"""The registry of attention encodings: one file per encoding, one line here each.
-
-``REGISTRY[name]`` is the :class:`~study.models.encodings.base.Encoding` whose
-``name`` is the value of ``ModelConfig.encoding``.  Adding an encoding: write its file
-(fields, validation, MAC count, label, layer) and add it to ``_MODULES``.
+"""The registry of attention encodings: ``REGISTRY[ModelConfig.encoding]``.  Adding one:
+write its file (fields, validation, MAC count, label, layer) and add it to ``_MODULES``.
 """
 
 from __future__ import annotations
@@ -29,7 +26,6 @@ def encoding_fields() -> dict[str, Field]:
 
 
 def owners(field: str) -> list[str]:
-    """The encodings that declare ``field``."""
     return [e.name for e in REGISTRY.values() if any(f.name == field for f in e.fields)]
 
 

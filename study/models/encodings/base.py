@@ -1,19 +1,8 @@
-"""What an encoding declares (one file per encoding, registered once in ``__init__``).
-
-An :class:`Encoding` is pure Python at import time — ``study validate``, ``study status``
-and ``analysis`` read configurations and count MACs without importing torch — and
-imports torch only where it builds or evaluates a layer.  It declares:
-
-* ``fields``: its own :class:`~study.models.config.ModelConfig` fields (a flat record:
-  they become columns of the ``runs`` table), with defaults and documentation;
-* :meth:`normalise`: defaults that depend on other fields, and validation, raising
-  :class:`~study.models.config.ConfigError` naming the field;
-* :meth:`label`: the model's name for people (tables, legends);
-* :meth:`positional_macs`: the multiply-adds its positional scores cost per layer and
-  image, from its equations (``study.models.cost`` adds the rest of the block);
-* ``content``: whether scores depend on the image (q·k);
-* :meth:`attention`: the attention layer it builds for one block;
-* ``variants``: the distinct forms a test or a study must cover (config overrides).
+"""What an encoding declares (one file per encoding, registered in ``__init__``): its
+``fields`` (``ModelConfig`` fields, so ``runs`` columns), :meth:`normalise` (dependent
+defaults, validation), :meth:`label`, :meth:`positional_macs` (from its equations),
+``content``, the :meth:`attention` layer of one block and the ``variants`` a test or
+study must cover.  Pure Python at import time: no torch to read configs or count MACs.
 """
 
 from __future__ import annotations
@@ -30,7 +19,6 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Field:
     """An encoding-specific model field: ``ModelConfig.<name>`` (a ``runs`` column)."""
-
     name: str
     type: Any
     default: Any
@@ -45,8 +33,6 @@ class Field:
 
 
 class Encoding:
-    """Base of every encoding (see the module docstring)."""
-
     #: the value of ``ModelConfig.encoding``
     name: str = ""
     #: the fields this encoding reads (other encodings' fields must stay unset)
@@ -104,10 +90,9 @@ def choice_field(cfg: "ModelConfig", name: str, choices: tuple[str, ...]) -> Non
 
 
 class ContentEncoding(Encoding):
-    """An encoding evaluated by :class:`~study.models.encoded.EncodedAttention`: its
-    parameters live in the layer's ``positional`` container (:meth:`init_parameters`),
-    :meth:`probs` gives the (B, N_h, T, T) probabilities from the layer's scaled
-    queries q/√d_h and keys (B, N_h, T, d_h)."""
+    """An encoding of :class:`~study.models.encoded.EncodedAttention`: parameters in the
+    layer's ``positional`` (:meth:`init_parameters`), :meth:`probs` (B, N_h, T, T) from the
+    scaled queries q/√d_h and keys (B, N_h, T, d_h)."""
 
     content = True
     #: names under ``positional`` trained without weight decay
@@ -135,9 +120,8 @@ class ContentEncoding(Encoding):
 
 
 class AdditiveEncoding(ContentEncoding):
-    """Scores q'·k'ᵀ/√d_h + B (B: an additive (N_h, T, T) bias or none; q', k': the
-    queries and keys, possibly transformed): :meth:`sdpa_inputs` returns (q', k', B),
-    which ``scaled_dot_product_attention`` takes as they are (the fused path)."""
+    """Scores q'·k'ᵀ/√d_h + B (an additive (N_h, T, T) bias or none): :meth:`sdpa_inputs`
+    returns (q', k', B) as ``scaled_dot_product_attention`` takes them."""
 
     def sdpa_inputs(self, layer, q, k, height: int, width: int):
         raise NotImplementedError
@@ -148,9 +132,8 @@ class AdditiveEncoding(ContentEncoding):
 
 
 def softmax_scores(q, k, bias=None):
-    """softmax(q·kᵀ + bias) over the keys in at least float32: (B, N_h, T, T).  The bias
-    (N_h, T, T) is written once per image and head and q·kᵀ added into it in place
-    (``baddbmm_``): two passes over the T×T matrix."""
+    """softmax(q·kᵀ + bias) in at least float32, (B, N_h, T, T); q·kᵀ is added into the
+    bias in place (``baddbmm_``): two passes over the T×T matrix."""
     import torch
 
     b, n, t, d = q.shape

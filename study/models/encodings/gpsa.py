@@ -5,17 +5,14 @@ Per head h, with r_δ = (δx, δy, δx² + δy²) for the shift δ = key − que
     A_h = renorm[(1 − σ(λ_h)) softmax(q_h·k_h/√d_h) + σ(λ_h) softmax(v_hᵀ r_δ + b_h)]
 
 renorm divides each row by its sum (ConViT does; the sum is 1 up to rounding, so the
-layer's path skips it and its einsum reference keeps it); v_h ∈ R³
-and b_h (ConViT's ``pos_proj = Linear(3, N_h)``; b_h cancels in the softmax) and the gate
-λ_h (init 1, as ConViT's ``gating_param``) are learned per head.
+layer skips it and its einsum reference keeps it); v_h ∈ R³ and b_h (ConViT's
+``pos_proj = Linear(3, N_h)``) and the gate λ_h (init 1, ``gating_param``) are learned.
 
-Convolutional ("local") initialisation (ConViT's ``local_init``): the N_h heads' centres
-Δ_h on the √N_h × √N_h lattice of :func:`study.theory.lattice_offsets` and
-v_h = α (2Δ_h,x, 2Δ_h,y, −1), with α the locality strength: v_hᵀ r_δ = −α‖δ − Δ_h‖² +
-α‖Δ_h‖², i.e. the paper's isotropic quadratic head centred at Δ_h with s_h² = 2α
-(Lemma 2); with the gate fully positional and α large the layer is the convolution of
-Lemma 1 (tested).  ConViT also sets W_v = I; the paper's layout has no W_v (heads average
-the raw input), the same map.  Parameters per layer beside the projections: 5·N_h.
+Convolutional initialisation (ConViT's ``local_init``): centres Δ_h on the √N_h × √N_h
+lattice of :func:`study.theory.lattice_offsets`, v_h = α (2Δ_h,x, 2Δ_h,y, −1) (α the
+locality strength): v_hᵀ r_δ = −α‖δ − Δ_h‖² + α‖Δ_h‖², the paper's isotropic quadratic
+head with s_h² = 2α (Lemma 2); gated fully positional with α large, the convolution of
+Lemma 1 (tested).  ConViT's W_v = I is the paper's layout without W_v, the same map.
 """
 
 from __future__ import annotations
@@ -113,14 +110,12 @@ class Gpsa(ContentEncoding):
         content = softmax_scores(q, k)  # (B, N_h, T, T)
         positional = self.positional_probs(layer, height, width)
         g = torch.sigmoid(layer.positional.gate.to(content.dtype))[:, None, None]
-        # (1 − g)·c + g·p, whose rows sum to 1 up to rounding: ConViT's renormalisation is
-        # skipped here (two passes over the (B, N_h, T, T) matrix), kept in reference_probs
+        # (1 − g)·c + g·p; ConViT's renormalisation skipped (module doc)
         return torch.lerp(content, positional.to(content.dtype).expand_as(content), g)
 
     def reference_probs(self, layer, q, k, height, width):
-        """The same probabilities as ConViT writes them (``study bench``'s einsum reference):
-        r_δ for every pair, v_hᵀ r_δ + b_h by einsum, two softmaxes, the gated mix, renorm;
-        ``q`` and ``k`` unscaled (B, T, N_h, d_h)."""
+        """ConViT's formulation (``study bench``'s einsum reference, with the renorm); ``q``
+        and ``k`` unscaled (B, T, N_h, d_h)."""
         import torch
 
         pos = layer.positional
@@ -132,13 +127,9 @@ class Gpsa(ContentEncoding):
         return mixed / mixed.sum(-1, keepdim=True)
 
     def head_columns(self, layer):
-        return {"gate": self._gates(layer)}
-
-    @staticmethod
-    def _gates(layer):
         import torch
 
-        return torch.sigmoid(layer.positional.gate.detach())
+        return {"gate": torch.sigmoid(layer.positional.gate.detach())}
 
 
 ENCODING = Gpsa()

@@ -1,10 +1,6 @@
-"""Learned relative encoding (Cordonnier et al. 2020, Section 4.2), positional scores only.
-
-r_δ = [r_row(δ1); r_col(δ2)], one (2S−1)×D_p table per axis (init N(0, 1)), scored by
-learned head keys ``Linear(D_p → N_h, bias=False)`` per axis:
-score_h(δ) = w_h,rowᵀ r_row(δ1) + w_h,colᵀ r_col(δ2).  Any ``pos_dim`` ≥ 3.
-Module: :class:`~study.models.attention.RelativeSelfAttention` with
-:class:`~study.models.positional.LearnedScores`.  :class:`LearnedEncoding` is shared
+"""Learned relative encoding (Cordonnier et al. 2020, Section 4.2), positional scores only:
+score_h(δ) = w_h,rowᵀ r_row(δ1) + w_h,colᵀ r_col(δ2), any ``pos_dim`` ≥ 3
+(:class:`~study.models.positional.LearnedScores`).  :class:`LearnedEncoding` is shared
 with ``learned_content`` (the same tables, plus content scores).
 """
 
@@ -12,8 +8,6 @@ from __future__ import annotations
 
 from .base import Encoding, Field
 
-#: How a head scores r_δ: ``query`` = q_h·r_δ (the paper's Table 1 learned + content
-#: model), ``head`` = w_h·r_δ with learned per-head key vectors (Section 4.2).
 POSITIONAL_SCORES = ("query", "head")
 MIN_LEARNED_POS_DIM = 3
 
@@ -23,14 +17,12 @@ class LearnedEncoding(Encoding):
 
     fields = (
         Field("pos_dim", int, None, "D_p, dimension of the relative positional encoding r_δ", metavar="D_p"),
-        Field("positional_score", str, None,
-              "learned encodings: query (q_h·r_δ, the paper's content model) | head (w_h·r_δ)",
-              choices=POSITIONAL_SCORES),
-    )
+        Field("positional_score", str, None, "learned encodings: query (q_h·r_δ, the paper's content model) | "
+              "head (w_h·r_δ)", choices=POSITIONAL_SCORES))
     default_score = "head"
 
     def normalise(self, cfg, set_):
-        from study.models.config import ConfigError, positive_int
+        from study.models.config import ConfigError, int_at_least
 
         v = cfg.positional_score if cfg.positional_score is not None else self.default_score
         if v not in POSITIONAL_SCORES:
@@ -40,20 +32,15 @@ class LearnedEncoding(Encoding):
         set_("positional_score", v)
         if cfg.pos_dim is None:
             set_("pos_dim", cfg.hidden)
-        positive_int(cfg, "pos_dim")
+        int_at_least(cfg, "pos_dim")
         if cfg.pos_dim < MIN_LEARNED_POS_DIM:
             raise ConfigError("pos_dim", f"learned encodings need pos_dim >= {MIN_LEARNED_POS_DIM}, got {cfg.pos_dim}")
-        if v == "query":
-            if cfg.pos_dim != cfg.hidden:
-                raise ConfigError(
-                    "pos_dim",
-                    f"positional_score query dots r_delta with the query, so pos_dim must equal "
-                    f"hidden ({cfg.hidden}), got {cfg.pos_dim} (positional_score head takes any pos_dim)",
-                )
-            if cfg.hidden % 2:
-                raise ConfigError(
-                    "hidden", f"positional_score query splits the query in halves: hidden must be even, got {cfg.hidden}"
-                )
+        if v == "query" and cfg.pos_dim != cfg.hidden:
+            raise ConfigError("pos_dim", f"positional_score query dots r_delta with the query, so pos_dim must equal "
+                              f"hidden ({cfg.hidden}), got {cfg.pos_dim} (positional_score head takes any pos_dim)")
+        if v == "query" and cfg.hidden % 2:
+            raise ConfigError("hidden", "positional_score query splits the query in halves: hidden must be even, "
+                                        f"got {cfg.hidden}")
 
     def positional_macs(self, cfg, *, tokens, side):
         """Head form: w_rowᵀ r_row(δ1) and w_colᵀ r_col(δ2) (D_p each) per row and column
@@ -71,8 +58,7 @@ class LearnedEncoding(Encoding):
         scores = QueryScores if cfg.positional_score == "query" else LearnedScores
         return RelativeSelfAttention(
             dim=cfg.hidden, num_heads=cfg.num_heads, attention_dropout=cfg.attention_dropout, content=self.content,
-            positional=scores(num_heads=cfg.num_heads, pos_dim=cfg.pos_dim, max_size=cfg.grid),
-        )
+            positional=scores(num_heads=cfg.num_heads, pos_dim=cfg.pos_dim, max_size=cfg.grid))
 
 
 class Learned(LearnedEncoding):

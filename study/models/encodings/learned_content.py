@@ -1,12 +1,10 @@
 """Learned relative embeddings plus content attention (Cordonnier et al. 2020, Eq. 7).
 
-``positional_score: query`` (default; Ramachandran et al. 2019, the original code's
-final form and the paper's 29.5M Table 1 model):
+``positional_score: query`` (default; Ramachandran et al. 2019, the paper's 29.5M Table 1
+model, :class:`~study.models.positional.QueryScores`):
 score_h = [q_h[:D/2]·r_row(δ1) + q_h[D/2:]·r_col(δ2) + q_h·k_h] / √D, ``pos_dim`` = D.
 ``positional_score: head`` (the original's first version, 29.6M):
 score_h = w_h,rowᵀ r_row(δ1) + w_h,colᵀ r_col(δ2) + q_h·k_h/√D, any ``pos_dim`` ≥ 3.
-Module: :class:`~study.models.attention.RelativeSelfAttention` (content) with
-:class:`~study.models.positional.QueryScores` or ``LearnedScores``.
 """
 
 from __future__ import annotations

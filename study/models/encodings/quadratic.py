@@ -1,10 +1,5 @@
 """Quadratic encoding (Cordonnier et al. 2020, Eq. 9, Lemma 1): a Gaussian attention
-centre per head, positional scores only.
-
-score_h(δ) = −½ (δ − Δ_h)ᵀ Σ_h⁻¹ (δ − Δ_h) with Σ_h⁻¹ = s_h² I (``isotropic``, D_p = 3,
-r_δ = (‖δ‖², δ1, δ2)) or A_h A_hᵀ (D_p = 5, r_δ = (δ1, δ2, δ1², δ2², δ1δ2)).
-Module: :class:`~study.models.attention.RelativeSelfAttention` with
-:class:`~study.models.positional.GaussianScores`.
+centre per head, positional scores only (:class:`~study.models.positional.GaussianScores`).
 """
 
 from __future__ import annotations
@@ -50,8 +45,7 @@ class Quadratic(Encoding):
         return RelativeSelfAttention(
             dim=cfg.hidden, num_heads=cfg.num_heads, attention_dropout=cfg.attention_dropout,
             positional=GaussianScores(num_heads=cfg.num_heads, isotropic=cfg.isotropic,
-                                      center_init_std=cfg.center_init_std, spread_init_std=cfg.spread_init_std),
-        )
+                                      center_init_std=cfg.center_init_std, spread_init_std=cfg.spread_init_std))
 
 
 ENCODING = Quadratic()

@@ -2,14 +2,10 @@
 
     score_h(q, k) = q_h·k_h/√d_h + B_h[δy, δx]
 
-with B_h a learned (2S − 1) × (2S − 1) table per head (S = 16: 31 × 31 = 961 entries),
-indexed by the shift δ = key − query; here one window is the whole S × S token grid.
-Init: truncated normal, std 0.02 (Swin's).  Swin trains the table without weight decay,
-and so does this.  Parameters per layer beside the projections: (2S − 1)²·N_h.
-
-Swin's table is indexed by query − key (``relative_position_index``); this one by
-δ = key − query, the convention of every encoding here: B_h[δ] = Swin's entry at −δ
-(the tests port Swin's weights with that flip, and check that skipping it fails).
+with B_h a learned (2S − 1) × (2S − 1) table per head, one window = the whole S × S grid;
+init truncated normal, std 0.02, no weight decay (Swin's).  Swin indexes the table by
+query − key; this one by δ = key − query, as every encoding here: B_h[δ] = Swin's entry
+at −δ (the tests port Swin's weights with that flip, and check that skipping it fails).
 """
 
 from __future__ import annotations
@@ -57,9 +53,8 @@ class RelativeBias(AdditiveEncoding):
         return q, k, self.bias(layer, height, width)
 
     def reference_probs(self, layer, q, k, height, width):
-        """Swin's formulation (``study bench``'s einsum reference): q·kᵀ/√d_h by einsum plus
-        the table gathered through a dense (T, T) index of shifts; ``q``, ``k`` unscaled
-        (B, T, N_h, d_h)."""
+        """Swin's formulation (``study bench``'s einsum reference: the table gathered through a
+        dense (T, T) index of shifts); ``q``, ``k`` unscaled (B, T, N_h, d_h)."""
         import torch
 
         from study.models.positional import relative_offsets

@@ -1,22 +1,16 @@
 """2-D rotary position embedding (RoPE for vision, Heo et al., ECCV 2024, Eq. 10-13).
 
-Queries and keys of each head are rotated, channel pair i = (2i, 2i+1) by an angle that
-depends on the token's position p = (x, y) (column, row of the grid):
+Each channel pair i = (2i, 2i+1) of a head's queries and keys is rotated by an angle of
+the token's position p = (x, y) (column, row): q̃_h,i(p) = R(θ_h,i(p)) q_h,i, k̃ likewise,
+score_h = q̃_h·k̃_h/√d_h, so q̃·k̃ depends on δ = p_k − p_q only: R(a)ᵀR(b) = R(b − a).
 
-    q̃_h,i(p) = R(θ_h,i(p)) q_h,i,   k̃ likewise,   score_h = q̃_h·k̃_h/√d_h
+* ``axial`` (fixed): the first d_h/4 pairs rotate by x·f_i, the last by y·f_i,
+  f_i = θ^(−4i/d_h) (``rope_theta`` θ, default 100 as Heo et al.).
+* ``mixed`` (learned per layer and head, no weight decay): θ_h,i(p) = f^x_h,i·x + f^y_h,i·y,
+  init magnitudes θ^(−4j/d_h) (θ default 10) in a random direction per head (Heo et al.'s
+  ``init_random_2d_freqs``).
 
-so that q̃·k̃ depends on the shift δ = p_k − p_q only: R(a)ᵀR(b) = R(b − a).
-
-* ``rope_mode: axial`` (RoPE-Axial, fixed frequencies): the first d_h/4 pairs rotate by
-  x·f_i, the last d_h/4 by y·f_i, f_i = θ^(−4i/d_h), i < d_h/4 (``rope_theta`` θ, default
-  100 as Heo et al.).  No parameters.
-* ``rope_mode: mixed`` (RoPE-Mixed, learned frequencies per layer and head):
-  θ_h,i(p) = f^x_h,i·x + f^y_h,i·y; init: magnitudes θ^(−4j/d_h) (θ default 10), a random
-  direction per head (Heo et al.'s ``init_random_2d_freqs``).  d_h parameters per head,
-  trained without weight decay (as theirs).
-
-Pairs are interleaved (channels 2i and 2i+1), as in their code and timm's
-``apply_rot_embed``.  Needs d_h divisible by 4.
+Pairs are interleaved (channels 2i, 2i+1) as in timm's ``apply_rot_embed``; d_h % 4 == 0.
 """
 
 from __future__ import annotations
@@ -100,16 +94,12 @@ class Rope2d(AdditiveEncoding):
 
     def angles(self, layer, height: int, width: int):
         """θ(p) for every token (row-major) and channel pair: (T, d/2) axial, (N_h, T, d/2) mixed.
-        Axial angles in the frequencies' dtype (at least float32); mixed angles always in
-        float32, as Heo et al.'s code and timm's ``get_mixed_freqs`` compute them (also under
-        autocast and in a float64 layer: the tests match timm to float64 round-off)."""
+        Mixed angles always in float32, as Heo et al.'s code and timm's ``get_mixed_freqs``
+        (also in a float64 layer: the tests match timm to float64 round-off)."""
         import torch
 
         pos = layer.positional
-        if pos.mode == "mixed":
-            dtype = torch.float32
-        else:
-            dtype = torch.promote_types(pos.freqs.dtype, torch.float32)
+        dtype = torch.float32 if pos.mode == "mixed" else torch.promote_types(pos.freqs.dtype, torch.float32)
         f = pos.freqs.to(dtype)
         y = torch.arange(height, device=f.device, dtype=dtype).repeat_interleave(width)
         x = torch.arange(width, device=f.device, dtype=dtype).repeat(height)
