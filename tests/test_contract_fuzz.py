@@ -112,7 +112,7 @@ def test_animated_gif(train, tmp_path):
 def test_batch_larger_than_the_folder_source(train, tmp_path):
     make_tree(tmp_path / "t", classes=("my cat", "dög 犬"), n_train=4)  # 8 training images, unicode classes
     code, lines = train("--data", tmp_path / "t")
-    assert_refused(code, lines, tmp_path, "--batch-size: 10 is more than the 8 training images", decoded=True)
+    assert_refused(code, lines, tmp_path, "--batch-size: 10 images per step is more than the 8 training images", decoded=True)
 
 
 # --------------------------------------------------------------------------- cifar10:ROOT

@@ -13,6 +13,7 @@ from study import limits
 from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, fail, flag, model_config,
                            model_overrides)
 from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, SupersededError
+from study.speccheck import batch_overflow
 from study.storage import file_in_the_way
 
 #: a trial id names its table parts (tables/runs/<id>.parquet): no '/' or '..', and no
@@ -137,9 +138,10 @@ def run(args: argparse.Namespace) -> int:
         splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
     except DataError as e:
         fail(prog, f"--{e}")
-    if cfg.batch_size > len(splits.train_labels):  # training drops the last incomplete batch
-        fail(prog, f"--batch-size: {cfg.batch_size} is more than the {len(splits.train_labels)} training images "
-                   f"of {cfg.data}")
+    n = len(splits.train_labels)
+    why = batch_overflow(cfg.batch_size, 1, n, f"the {n} training images of {cfg.data}")
+    if why:
+        fail(prog, f"--batch-size: {why}")
     try:  # the first write: after every input was accepted, so a refused one creates no folder
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
