@@ -4,7 +4,7 @@
 one JSON and one Markdown report.
 
     python benchmarks/gpu_check.py                      # on the GPU machine (≤ 30 min on one H100)
-    python benchmarks/gpu_check.py --device cpu --small # the same parts, CI-sized (tests/test_gpu_check.py)
+    python benchmarks/gpu_check.py --device cpu --small # the same parts, CI-sized (tests/benchmarks/test_gpu_check.py)
 
 Each part has a share of ``--budget-minutes`` and sizes its work by the FLOPs it runs
 (``study.flops.forward_flops`` of each model; a training image costs 3 × forward):
@@ -39,7 +39,7 @@ PARTS = ("tests", "bench", "study")
 #: share of the budget per part (the rest is margin: machine start, imports, reports)
 SHARES = {"tests": 0.15, "bench": 0.45, "study": 0.3}
 #: the tests that exercise the CUDA branches (skipped without CUDA)
-CUDA_TESTS = ("tests/test_device_branches.py", "tests/test_fast_paths.py")
+CUDA_TESTS = ("tests/study/test_devicepaths.py", "tests/study/models/test_fast_paths.py")
 DEFAULT_DATA = "../shared/data/cifar10-jpeg.tar.gz"
 #: a smoke run's models (--small): the paper's architectures at toy sizes
 SMALL_MODEL = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}

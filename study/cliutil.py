@@ -19,7 +19,7 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 class BoundedInt:
     """An argparse ``type``: an integer from ``low`` to ``high`` (the documented limit
     ``limit`` of :mod:`study.limits`), else one line, exit 2, before anything is imported.
-    Every integer flag of every command uses one (tests/test_contract_files.py checks):
+    Every integer flag of every command uses one (tests/study/test_damaged_files.py checks):
     a size a typo made a million times too large is refused by its flag."""
 
     def __init__(self, low: int, high: int, limit: str):

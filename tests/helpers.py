@@ -19,6 +19,9 @@ import yaml
 #: a tiny self-attention model: a study of it trains in seconds on one CPU
 TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
 
+#: the repository's root folder (tests live in tests/<package>/...)
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
 
 def write_spec(tmp_path: Path, name: str, **doc) -> Path:
     """``<tmp_path>/<name>.yaml``: a tiny study (``synthetic:100``, batch 25, one CPU per

@@ -3,12 +3,12 @@
 # (Debian/Ubuntu) where missing; the README's test command and .ci/run call it.
 #
 #   package        program(s) checked             tests that need it
-#   chromium       chromium | chromium-browser    tests/test_report.py (the served report in headless Chromium)
-#   iproute2       ss                             tests/test_cluster.py (the local Ray's listening sockets)
-#   slurmctld      slurmctld                      tests/test_slurm.py (a single-node SLURM on loopback)
-#   slurmd         slurmd                         tests/test_slurm.py
-#   slurm-client   sbatch                         tests/test_slurm.py
-#   munge          munged                         tests/test_slurm.py
+#   chromium       chromium | chromium-browser    tests/analysis/test_report.py (the served report in headless Chromium)
+#   iproute2       ss                             tests/study/tuning/test_cluster.py (the local Ray's listening sockets)
+#   slurmctld      slurmctld                      tests/study/commands/test_slurm.py (a single-node SLURM on loopback)
+#   slurmd         slurmd                         tests/study/commands/test_slurm.py
+#   slurm-client   sbatch                         tests/study/commands/test_slurm.py
+#   munge          munged                         tests/study/commands/test_slurm.py
 #
 # Idempotent and quiet: nothing is printed, and apt-get is not run, when every
 # program is there; otherwise one line says what it installed.  Where it cannot
@@ -26,9 +26,9 @@ set -u
 PACKAGES=(chromium iproute2 slurmctld slurmd slurm-client munge)
 declare -A PROGRAMS=([chromium]="chromium chromium-browser" [iproute2]="ss" [slurmctld]="slurmctld"
                      [slurmd]="slurmd" [slurm-client]="sbatch" [munge]="munged")
-declare -A TESTS=([chromium]="tests/test_report.py" [iproute2]="tests/test_cluster.py"
-                  [slurmctld]="tests/test_slurm.py" [slurmd]="tests/test_slurm.py"
-                  [slurm-client]="tests/test_slurm.py" [munge]="tests/test_slurm.py")
+declare -A TESTS=([chromium]="tests/analysis/test_report.py" [iproute2]="tests/study/tuning/test_cluster.py"
+                  [slurmctld]="tests/study/commands/test_slurm.py" [slurmd]="tests/study/commands/test_slurm.py"
+                  [slurm-client]="tests/study/commands/test_slurm.py" [munge]="tests/study/commands/test_slurm.py")
 me=tests/install-system-deps.sh
 
 # the program of a package found on PATH or in the sbin folders (daemons live there,

@@ -3,6 +3,8 @@ headings), and no pointer to a document outside the repository."""
 
 from __future__ import annotations
 
+from tests.helpers import REPO_ROOT
+
 import os
 import re
 import subprocess
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 MAX_README_LINES = 300
@@ -25,7 +27,7 @@ ALLOWED = {
     ("benchmarks/gpu_check.py", f'DEFAULT_DATA = "{DATA_PATH}"'),
     ("search_spaces/locality.yaml", f"data: {DATA_PATH}"),
     ("search_spaces/repro_cpu.yaml", f"data: {DATA_PATH}"),
-    ("tests/test_paper_table1.py", f'"data": "{DATA_PATH}"}})'),
+    ("tests/analysis/figures/test_table1.py", f'"data": "{DATA_PATH}"}})'),
 }
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")

@@ -8,6 +8,8 @@ reached the environment without a pin, fails here."""
 
 from __future__ import annotations
 
+from tests.helpers import REPO_ROOT
+
 import importlib.metadata
 import sysconfig
 import tomllib
@@ -17,7 +19,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 #: what the README's commands install besides the lock: the project itself and pip's own tools
 NOT_LOCKED = {canonicalize_name(PROJECT["name"]), "pip"}

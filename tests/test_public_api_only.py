@@ -7,6 +7,8 @@ each of these, so it cannot pass by finding nothing."""
 
 from __future__ import annotations
 
+from tests.helpers import REPO_ROOT
+
 import ast
 from pathlib import Path
 
@@ -69,7 +71,7 @@ def violations(source: str, where: str = "<source>") -> list[str]:
 
 
 def _sources() -> list[Path]:
-    here = Path(__file__).resolve().parents[1]
+    here = REPO_ROOT
     return sorted(p for pkg in PACKAGES for p in (here / pkg).rglob("*.py"))
 
 

@@ -3,10 +3,12 @@ a single-node SLURM), installed by the README's test command where missing; one 
 and exit 0 where they cannot be.  The paths that cannot install run the script with a
 PATH of fakes (``id``, ``sudo``, ``apt-get``) and without the real programs on it."""
 
+from tests.helpers import REPO_ROOT
+
 import subprocess
 from pathlib import Path
 
-SCRIPT = Path(__file__).with_name("install-system-deps.sh")
+SCRIPT = REPO_ROOT / "tests" / "install-system-deps.sh"
 PACKAGES = ["chromium", "iproute2", "slurmctld", "slurmd", "slurm-client", "munge"]
 
 
@@ -63,7 +65,7 @@ def test_not_root_prints_one_line_installs_nothing_and_exits_0(tmp_path):
     assert len(r.stdout.splitlines()) == 1, r.stdout
     line = r.stdout.strip()
     assert line.startswith("tests/install-system-deps.sh: not root"), line
-    assert f"cannot install {' '.join(missing)} " in line and "tests/test_report.py" in line, line
+    assert f"cannot install {' '.join(missing)} " in line and "tests/analysis/test_report.py" in line, line
     assert apt_calls(tmp_path) == []
 
 
@@ -74,7 +76,7 @@ def test_without_apt_get_prints_one_line_and_exits_0(tmp_path):
     assert r.returncode == 0 and r.stderr == "", r
     assert len(r.stdout.splitlines()) == 1, r.stdout
     assert r.stdout.startswith("tests/install-system-deps.sh: no apt-get: cannot install chromium"), r.stdout
-    assert "the tests that need them will fail: tests/test_report.py" in r.stdout
+    assert "the tests that need them will fail: tests/analysis/test_report.py" in r.stdout
 
 
 def test_apt_get_failing_prints_its_reason_in_one_line_and_exits_0(tmp_path):

@@ -14,6 +14,8 @@ import per case); a few cases also run as real ``python -m study`` processes.
 
 from __future__ import annotations
 
+from tests.helpers import REPO_ROOT
+
 import bz2
 import gzip
 import os
@@ -29,11 +31,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from data_helpers import image_array, jpeg_bytes, make_tree, tar_bytes, write_image
+from tests.data_helpers import image_array, jpeg_bytes, make_tree, tar_bytes, write_image
 from tests.helpers import corpus_expectation, meets_expectation
 from study import limits
 
-BAD = Path(__file__).parent / "bad_inputs"
+BAD = REPO_ROOT / "tests" / "bad_inputs"
 CORPUS = sorted(BAD.glob("*.yaml"))
 # the first corpus: their expected text is somewhere in the line, not right after FILE:
 LEGACY = {"duplicate_yaml_key", "invalid_yaml", "not_a_mapping"}
@@ -522,7 +524,7 @@ def test_study_train_refuses_the_same_sources(tmp_path):
 
 
 def test_limits_are_listed_in_the_docs():
-    doc = (Path(__file__).parents[1] / "docs" / "study-files.md").read_text()
+    doc = (REPO_ROOT / "docs" / "study-files.md").read_text()
     table = doc.split("\n## Limits\n", 1)[1].split("\n## ", 1)[0]
     missing = [name for name in limits.ALL if f"`{name}`" not in table]
     assert not missing, f"the limits table of docs/study-files.md lacks {missing}"

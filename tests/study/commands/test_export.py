@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from conftest import VARIANTS, VARIANT_IDS
+from tests.conftest import VARIANTS, VARIANT_IDS
 from study.cli import main
 from study.models import ModelConfig, load_trained
 from study.models.trained import export_dict

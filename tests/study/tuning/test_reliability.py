@@ -3,6 +3,8 @@
 Each test asserts figures (row counts, attempt counts, file times), not just "no crash".
 """
 
+from tests.helpers import REPO_ROOT
+
 import io
 import os
 import signal
@@ -18,7 +20,7 @@ from PIL import Image
 
 from study.tables import read_table
 from tests.helpers import code_payload, kill_session, meets_expectation, popen, processes, wait_for, write_spec
-BAD = Path(__file__).parent / "bad_inputs"
+BAD = REPO_ROOT / "tests" / "bad_inputs"
 
 
 DATA = "synthetic:400"  # the studies here train a few epochs: enough images to kill a trial mid-way
@@ -131,7 +133,7 @@ def test_corpus_is_large_enough():
 
 
 # every corpus file through `study run` (one line, exit 2, nothing in storage, CPU time):
-# tests/test_contract_inputs.py; here a sample as real processes
+# tests/study/test_bad_inputs.py; here a sample as real processes
 @pytest.mark.parametrize("path", CORPUS[::12], ids=[p.stem for p in CORPUS[::12]])
 def test_bad_study_file(tmp_path, path):
     storage = tmp_path / "st"
@@ -235,7 +237,7 @@ def test_local_ray_dashboard_binds_loopback(monkeypatch):
 def test_cluster_yaml_holds_no_secrets():
     import re
 
-    text = (Path(__file__).parents[1] / "cluster.yaml").read_text()
+    text = (REPO_ROOT / "cluster.yaml").read_text()
     patterns = [r"AKIA[0-9A-Z]{16}", r"(?i)aws_secret_access_key", r"(?i)aws_access_key_id", r"(?i)password\s*:",
                 r"(?i)secret\s*:", r"(?i)token\s*:", r"-----BEGIN [A-Z ]*PRIVATE KEY-----", r"ssh_private_key"]
     for p in patterns:

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_helpers import image_array, make_tree
+from tests.data_helpers import image_array, make_tree
 from study import limits
 from study.cli import main
 from tests.helpers import code_payload
@@ -327,7 +327,7 @@ def test_analysis_out(capsys, monkeypatch, tmp_path, command, out, needle):
     (["run", "{spec}", "--name", "h", "--data", "{archive}", "--storage", "st"], "points outside the archive"),
 ], ids=["run_empty_name", "validate_negative_gpus", "validate_negative_cpus", "run_hostile_archive"])
 def test_study_flags(capsys, monkeypatch, tmp_path, args, needle):
-    from helpers import write_spec
+    from tests.helpers import write_spec
     from study.tuning import runner
 
     def no_ray(*a, **k):

@@ -4,6 +4,8 @@ started longest first; predicted against measured device-seconds of a finished r
 
 from __future__ import annotations
 
+from tests.helpers import REPO_ROOT
+
 import json
 import re
 import subprocess
@@ -211,7 +213,7 @@ def test_durations_past_ten_thousand_hours_are_years_and_never_fail():
     assert hms(3661) == "1:01:01" and hms(9_999 * 3600) == "9999:00:00"
     assert hms(10_000 * 3600) == "1.14 years" and hms(1e300) == "3.17e+292 years"
     assert hms(float("inf")) == "unbounded" and hms(float("nan")) == "undefined"
-PROTOCOL = str(Path(__file__).parents[1] / "search_spaces" / "protocol.yaml")
+PROTOCOL = str(REPO_ROOT / "search_spaces" / "protocol.yaml")
 
 
 def test_study_plan_on_the_protocol_study_prints_the_cost_its_header_states():

@@ -2,7 +2,7 @@
 its reference path; the same checks on the real device where CUDA is present
 (``benchmarks/gpu_check.py`` runs them there).  docs/performance.md: "Device-dependent code paths".
 
-Tolerances (measured with ``STUDY_MEASURE=1 pytest tests/test_device_branches.py -s``,
+Tolerances (measured with ``STUDY_MEASURE=1 pytest tests/study/test_devicepaths.py -s``,
 largest over every encoding, see the table in docs/performance.md):
 
 * bf16 autocast vs float32, one training step: relative error of the training loss,

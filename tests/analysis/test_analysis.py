@@ -9,6 +9,8 @@ tables, and every image file is opened.
 
 from __future__ import annotations
 
+from tests.helpers import REPO_ROOT
+
 import itertools
 import json
 import math
@@ -30,7 +32,7 @@ from analysis.figures import heads as heads_fig
 from analysis.lattice import kernel_size, lattice, lattice_distance
 from study.tables import read_table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 TINY = dict(hidden=16, layers=2, intermediate=16)
 
 

@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+from tests.helpers import REPO_ROOT
+
 import argparse
 import copy
 import io
@@ -30,12 +32,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from data_helpers import make_tar, make_tree
-from helpers import TINY, cli_env
+from tests.data_helpers import make_tar, make_tree
+from tests.helpers import TINY, cli_env
 from study import limits
 from study.cli import main
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 
 
 def _cli(*args, cwd=None, timeout: float = 900) -> subprocess.CompletedProcess:

@@ -4,6 +4,8 @@ present and null)."""
 
 from __future__ import annotations
 
+from tests.helpers import REPO_ROOT
+
 import importlib.util
 import json
 import sys
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_check  # noqa: E402
 
@@ -26,7 +28,7 @@ def test_cpu_run_fills_every_field_of_the_gpu_report(tmp_path):
     out = tmp_path / "out"
     rc = gpu_check.main(["--device", "cpu", "--small", "--data", "synthetic:300", "--out", str(out),
                          "--models", "sa_quadratic", "--compile-backend", "aot_eager",
-                         "--tests", "tests/test_device_branches.py::test_ddp_device_ids"])
+                         "--tests", "tests/study/test_devicepaths.py::test_ddp_device_ids"])
     report = json.loads((out / "gpu_check.json").read_text())
     md = (out / "gpu_check.md").read_text()
     assert {"device", "device_name", "torch", "peak", "budget_s", "assumed_mfu", "parts", "seconds"} <= set(report)

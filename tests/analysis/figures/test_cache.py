@@ -18,7 +18,7 @@ from analysis import cli
 from analysis.figures import draw_all
 from analysis.figures.cache import MANIFEST
 from study.tables import TableWriter
-from test_locality_figures import LAYERS, TRIALS, head_row, write_study
+from tests.analysis.figures.test_locality import LAYERS, TRIALS, head_row, write_study
 
 # two variants: a quadratic one with 3 seeds and a learned one with 1; 2 epochs
 SMALL = [TRIALS[0], TRIALS[1], ("q-s2",) + TRIALS[0][1:4] + (2, None), TRIALS[2]]

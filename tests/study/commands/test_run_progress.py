@@ -115,7 +115,7 @@ def test_missing_logger_package_names_the_extra(tmp_path, capsys, monkeypatch, l
 
 def test_progress_counts_trials_and_estimates_from_epoch_times(monkeypatch):
     """The ETA simulates the rest of the schedule from predicted costs (equal here)
-    calibrated on the measured epochs (tests/test_launch_order.py: unequal costs)."""
+    calibrated on the measured epochs (tests/study/tuning/test_progress.py: unequal costs)."""
     import study.tuning.progress as progress
 
     now = [0.0]
@@ -143,7 +143,7 @@ def test_progress_counts_trials_and_estimates_from_epoch_times(monkeypatch):
 
 
 def test_first_decode_prints_progress(tmp_path, monkeypatch):
-    from data_helpers import make_tar, make_tree
+    from tests.data_helpers import make_tar, make_tree
 
     import study.data.imagefolder as imagefolder
     from study.data import load_splits

@@ -16,6 +16,8 @@ when their raylet's pid disappears; a raylet left defunct by a PID 1 that reaps 
 counting, while the driver saw the actor die after 14 s).
 """
 
+from tests.helpers import REPO_ROOT
+
 import contextlib
 import ctypes
 import os
@@ -36,7 +38,7 @@ import yaml
 from study.tables import read_table
 from tests.helpers import TINY, free_ports, kill_session, process_name, session_pids
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = REPO_ROOT
 RAY = str(Path(sys.executable).with_name("ray"))
 HEAD_IP, WORKER_IP, SPARE_IP = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 

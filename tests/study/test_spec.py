@@ -1,5 +1,7 @@
 """``study validate``: one test per rule; each error is one line naming the field, exit 2."""
 
+from tests.helpers import REPO_ROOT
+
 import json
 import subprocess
 import sys
@@ -112,7 +114,7 @@ def test_validate_cli(tmp_path):
 def test_shipped_study_files_are_valid(name):
     from pathlib import Path
 
-    spec = load_spec(Path(__file__).parents[1] / "search_spaces" / f"{name}.yaml")
+    spec = load_spec(REPO_ROOT / "search_spaces" / f"{name}.yaml")
     assert spec.num_trials >= 4
     assert Path(spec.file).read_text().startswith("#"), "each study file opens with what it reproduces"
 
@@ -172,7 +174,7 @@ def test_schema_command_prints_the_committed_schema(study_in_process):
 
     code, out, err, _ = study_in_process("schema")
     assert (code, err) == (0, [])
-    committed = Path(__file__).parents[1] / "search_spaces" / "study.schema.json"
+    committed = REPO_ROOT / "search_spaces" / "study.schema.json"
     assert out == committed.read_text(), "search_spaces/study.schema.json is stale: study schema > it"
     schema = json.loads(out)
     assert schema["required"] == ["data"] and schema["additionalProperties"] is False
@@ -187,7 +189,7 @@ def test_every_shipped_study_file_names_and_meets_the_schema():
     from study.spec import StudyFile
     from study.specyaml import load_yaml
 
-    root = Path(__file__).parents[1] / "search_spaces"
+    root = REPO_ROOT / "search_spaces"
     schema = json.loads((root / "study.schema.json").read_text())
     files = sorted(root.glob("*.yaml"))
     assert len(files) >= 8

@@ -2,6 +2,8 @@
 (ResNet18 with its step schedule beside cosine attention models) and the input
 normalisation constants."""
 
+from tests.helpers import REPO_ROOT
+
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import yaml
 from study.data import CIFAR_MEAN, CIFAR_STD, DeviceData
 from study.spec import SpecError, load_spec
 
-SPACES = Path(__file__).parents[1] / "search_spaces"
+SPACES = REPO_ROOT / "search_spaces"
 BASE = {"data": "synthetic", "epochs": 2, "model": {"hidden": 16, "layers": 1},
         "schedule": {"type": "cosine", "warmup": 0.1}, "optimizer": {"lr": 0.1}}
 

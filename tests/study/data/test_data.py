@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from data_helpers import image_array, jpeg_bytes, make_cifar_python, make_tar, make_tree, tar_bytes, write_image
+from tests.data_helpers import image_array, jpeg_bytes, make_cifar_python, make_tar, make_tree, tar_bytes, write_image
 from study import limits
 from study.data import (
     CIFAR_MEAN, CIFAR_STD, DataError, DeviceData, Splits, augment, epoch_plan, load_splits,

@@ -212,7 +212,7 @@ def test_archives_are_read_and_refused_in_bounded_memory_under_a_4gib_limit(tmp_
     MemoryError, and the 2 MB gzip holding 2 GiB peaked at 4.6 GiB RSS (measured)."""
     import tarfile
 
-    from data_helpers import make_tree
+    from tests.data_helpers import make_tree
 
     make_tree(tmp_path / "tree", n_train=5, n_test=2)
     good = tmp_path / "good.tar.gz"
@@ -236,7 +236,7 @@ def test_a_trial_failing_on_a_full_disk_ends_in_one_line_and_resumes(tmp_path, s
     written on a full disk: the landed code ended in Ray's ``EOFError: Ran out of
     input`` traceback, exit 1, the trial left ``running``, and after space was freed
     ``study resume`` refused (``error.pkl: not signed``) unless ``--trust-storage``."""
-    from data_helpers import make_tree
+    from tests.data_helpers import make_tree
 
     from study.tables import read_table
     from tests.helpers import kill_session, popen, run_cli
