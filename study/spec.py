@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, WithJsonSchema,
-                      create_model, field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
+                      WithJsonSchema, create_model, field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
 from study import limits, overrides as cli_overrides, speccheck
@@ -121,9 +121,17 @@ def _distinct(what: str = "a value") -> AfterValidator:
     return AfterValidator(lambda v: speccheck.check_distinct(_refuse, "", v, what))
 
 
+def _map_schedule(v: Any) -> Any:
+    """A schedule's word or a list, else the one line :class:`TrainConfig` gives too."""
+    if isinstance(v, list) or v in ("auto", "all", "last", "none"):
+        return v
+    raise _refuse("", f"must be auto, all, last, none or a list of epochs, got {speccheck.short(v)}")
+
+
 class Maps(_Strict):
     """Epochs whose attention maps are stored (:func:`study.tables.map_epochs`)."""
-    epochs: Literal["auto", "all", "last", "none"] | Annotated[list[int], _distinct("an epoch")] = "auto"
+    epochs: Annotated[Literal["auto", "all", "last", "none"] | Annotated[list[int], _distinct("an epoch")],
+                      BeforeValidator(_map_schedule)] = "auto"
 
 
 Axis = Annotated[Capped(list[Any], "MAX_LIST_ENTRIES", min_length=1), _distinct()]

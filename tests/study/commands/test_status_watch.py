@@ -155,16 +155,15 @@ def test_export_load_trained_same_logits_and_evaluate_equals_final_accuracy(logg
     from study.trial.checkpoint import load_checkpoint
 
     tmp, runs = logged["tmp"], logged["runs"].set_index("trial_id")
-    for key, folder in _trial_dirs(logged["root"]).items():
+    for key in runs.index:
         out = tmp / f"{key}.pt"
         r = study_cli(tmp, "export", "w", "--trial", key, "--out", str(out))
         assert r.returncode == 0, r.stderr
         export = torch.load(out, weights_only=True)
         assert export["model_config"]["encoding"] == runs.loc[key, "encoding"]
         assert export["train_config"]["data"] == "synthetic:100" and export["epoch"] == 2
-        # the trained model: Tune's last checkpoint of this trial, as the trial saved it
-        last = max(folder.glob("checkpoint_*"), key=lambda p: p.name)
-        state = load_checkpoint(last)
+        # the trained model: the trial's last checkpoint, as the trial saved it
+        state = load_checkpoint(logged["root"] / "trials" / key)
         trained = build_model(state["model_config"])
         trained.load_state_dict(state["model"])
         trained.eval()

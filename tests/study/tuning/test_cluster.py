@@ -164,13 +164,13 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
 
             def worker_trial_checkpointed():
                 """The runs row of the trial training on the worker, once it is past epoch 2
-                and Tune has persisted at least one of its checkpoints in the storage."""
+                and has its own checkpoint in the shared storage."""
                 runs = read_table(tables, "runs")
                 if runs.empty:
                     return None
                 running = runs[(runs.status == "running") & (runs.epochs_done >= 3)]
                 for _, r in running.iterrows():
-                    if list(root.glob(f"{r.trial_id}_*/checkpoint_*")):
+                    if (root / "trials" / r.trial_id / "checkpoint.pt").is_file():
                         return r
                 return None
 
