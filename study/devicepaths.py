@@ -10,7 +10,6 @@ counterpart are small functions here whose decision is tested on CPU.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -48,9 +47,6 @@ class DevicePaths:
         base = dict(autocast_dtype=torch.bfloat16 if (amp and cuda) else None, compile=compile,
                     channels_last=cuda, pinned_transfer=cuda, cuda_rng=cuda)
         return cls(**{**base, **overrides})
-
-    def replace(self, **changes: Any) -> "DevicePaths":
-        return dataclasses.replace(self, **changes)
 
     def autocast(self, device: torch.device | str) -> contextlib.AbstractContextManager:
         """The mixed-precision context of ``device``'s type (a no-op in float32)."""

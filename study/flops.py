@@ -3,6 +3,8 @@ convolutions and fused attention; element-wise ops and softmax are not counted).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
@@ -12,7 +14,14 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-@torch.no_grad()
+def count_flops(fn: Callable[[], object], batch: int) -> int:
+    """FLOPs of ``fn()`` (one forward, no grad) divided by ``batch``."""
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        fn()
+    return counter.get_total_flops() // batch
+
+
 def forward_flops(model: nn.Module, *, image_size: int = 32, in_channels: int = 3, batch: int = 2) -> int:
     """FLOPs of one forward pass divided by the batch (image-independent positional
     scores are computed once per batch, so they are amortised over ``batch``)."""
@@ -20,8 +29,6 @@ def forward_flops(model: nn.Module, *, image_size: int = 32, in_channels: int = 
     model.eval()
     p = next(model.parameters())
     x = torch.zeros(batch, in_channels, image_size, image_size, device=p.device, dtype=p.dtype)
-    counter = FlopCounterMode(display=False)
-    with counter:
-        model(x)
+    flops = count_flops(lambda: model(x), batch)
     model.train(was_training)
-    return counter.get_total_flops() // batch
+    return flops

@@ -3,15 +3,17 @@ model at paper dims, its fast paths against the references."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import torch
 from torch import Tensor
 
-from study.bench.options import BENCH_MODELS, BenchOptions, progress
+from study.bench.options import BENCH_MODELS, BenchOptions
 from study.bench.references import REFERENCES
-from study.bench.timing import Variant, _cpu_ratio, _ratio, count_forward_flops, measure
+from study.bench.timing import Variant, measure, speedups
 from study.devicepaths import DevicePaths
+from study.flops import count_flops
 from study.models import build_model, model_name
 from study.models.attention import RelativeSelfAttention
 from study.models.encoded import EncodedAttention
@@ -31,15 +33,10 @@ def attention_path(layer) -> str:
     return "shared dense (N_h,T,T)" + (f" + one dropout mask {p:g}" if p else "")
 
 
-def paper_attention_layer(key: str) -> RelativeSelfAttention | EncodedAttention:
-    """The first attention layer of ``BENCH_MODELS[key]`` at paper dims (D 400, N_h 9, 16×16)."""
-    return build_model(BENCH_MODELS[key]).blocks[0].attention
-
-
 def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor], Tensor],
                    opts: BenchOptions, *, training: bool, fast: bool, path: str) -> Variant:
     dev = opts.device
-    paths = opts.paths().replace(channels_last=False) if fast else DevicePaths()
+    paths = replace(opts.paths(), channels_last=False) if fast else DevicePaths()
     grid = BENCH_MODELS["sa_quadratic"].grid
     gen = torch.Generator(device="cpu").manual_seed(opts.seed)
     x = torch.randn(opts.batch, grid, grid, layer.dim, generator=gen).to(dev).requires_grad_()
@@ -49,7 +46,7 @@ def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor
         # on the shared layer never push its scores out of range
         y0 = fn(x).float()
         grad_out = torch.randn_like(y0) / y0.numel() ** 0.5
-    fwd_flops = count_forward_flops(lambda: fn(x), opts.batch)
+    fwd_flops = count_flops(lambda: fn(x), opts.batch)
     opt = torch.optim.SGD(layer.parameters(), lr=1e-3, momentum=0.9)
     run = paths.compiled(fn)
 
@@ -63,15 +60,13 @@ def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor
         x.grad = None
         return y.detach()
 
-    return Variant(name, path, step, fwd_flops, paths.precision_name())
-
-
-LAYER_RUNS = ("fast", "train", "core_fast", "naive", "core_naive", "einsum", "core_einsum")
+    return Variant(name=name, path=path, step=step, forward_flops=fwd_flops, precision=paths.precision_name())
 
 
 def bench_attention(key: str, opts: BenchOptions) -> dict:
-    """One layer of ``key`` at paper dims; a step is forward + backward (the input
-    requires grad, as inside the network) + SGD on the layer.  Runs (interleaved):
+    """The first attention layer of ``BENCH_MODELS[key]`` at paper dims (D 400, N_h 9, 16×16);
+    a step is forward + backward (the input requires grad, as inside the network) + SGD on
+    the layer.  Runs (interleaved):
 
     * ``fast``: eval mode, no probability dropout: the factorised path for separable
       encodings, the explicit content path on CPU (SDPA on CUDA), the shared dense
@@ -83,52 +78,30 @@ def bench_attention(key: str, opts: BenchOptions) -> dict:
     * ``core_*``: the heads before ``out_proj`` only, which shows how much of the
       layer the (N_h·D → D) projection takes."""
     torch.manual_seed(opts.seed)
-    layer = paper_attention_layer(key).to(opts.device)
+    layer = build_model(BENCH_MODELS[key]).blocks[0].attention.to(opts.device)
     out = {"key": key, "name": model_name(BENCH_MODELS[key]), "batch": opts.batch, "steps": opts.steps}
-    progress(opts, f"attention layer {key}")
-    records = measure(_fast_layer_variants(layer, opts) + _reference_layer_variants(layer, opts), opts)
-    out.update({name: records.get(name) for name in LAYER_RUNS})
-    return {**out, **_layer_ratios(out)}
-
-
-def _fast_layer_variants(layer: RelativeSelfAttention, opts: BenchOptions) -> list[Variant]:
-    layer.eval()
-    fast_path = attention_path(layer)
-    layer.train()
-    train_path = attention_path(layer)
-    return [
+    opts.progress(f"attention layer {key}")
+    fast_path, train_path = attention_path(layer.eval()), attention_path(layer.train())
+    variants = [
         _layer_variant("fast", layer, layer, opts, training=False, fast=True, path=fast_path),
         _layer_variant("train", layer, layer, opts, training=True, fast=True, path=train_path),
         _layer_variant("core_fast", layer, lambda x: layer.head_outputs(x)[0], opts, training=False,
                        fast=True, path="core: " + fast_path),
     ]
-
-
-def _reference_layer_variants(layer: RelativeSelfAttention, opts: BenchOptions) -> list[Variant]:
-    variants = []
     for name, (fn, heads_fn, path, dropout) in REFERENCES.items():
-        if name not in opts.references:
-            continue
-        variants += [
-            _layer_variant(name, layer, lambda x, fn=fn: fn(layer, x), opts, training=dropout, fast=False,
-                           path=path),
-            _layer_variant(f"core_{name}", layer, lambda x, fn=heads_fn: fn(layer, x), opts, training=dropout,
-                           fast=False, path=f"core: {name}"),
-        ]
-    return variants
-
-
-def _layer_ratios(out: dict) -> dict:
+        if name in opts.references:
+            variants += [
+                _layer_variant(name, layer, lambda x, fn=fn: fn(layer, x), opts, training=dropout, fast=False,
+                               path=path),
+                _layer_variant(f"core_{name}", layer, lambda x, fn=heads_fn: fn(layer, x), opts,
+                               training=dropout, fast=False, path=f"core: {name}"),
+            ]
+    out.update(dict.fromkeys(("fast", "train", "core_fast", *REFERENCES, *(f"core_{r}" for r in REFERENCES))))
+    out.update(measure(variants, opts))
     return {
-        "speedup_vs_naive": _ratio(out["fast"], out["naive"]),
-        "train_speedup_vs_naive": _ratio(out["train"], out["naive"]),
-        "core_speedup_vs_naive": _ratio(out["core_fast"], out["core_naive"]),
-        "train_speedup_vs_naive_cpu_time": _cpu_ratio(out["train"], out["naive"]),
-        "core_speedup_vs_naive_cpu_time": _cpu_ratio(out["core_fast"], out["core_naive"]),
-        "speedup_vs_naive_best": _ratio(out["fast"], out["naive"], "images_per_s_best"),
-        "speedup_vs_naive_cpu_time": _cpu_ratio(out["fast"], out["naive"]),
+        **out, **speedups(out, "speedup_vs_naive", "fast", "naive", best=True),
+        **speedups(out, "train_speedup_vs_naive", "train", "naive"),
+        **speedups(out, "core_speedup_vs_naive", "core_fast", "core_naive"),
         # the project's training path against the einsum formulation, both with dropout
-        "train_speedup_vs_einsum": _ratio(out["train"], out["einsum"]),
-        "train_speedup_vs_einsum_cpu_time": _cpu_ratio(out["train"], out["einsum"]),
+        **speedups(out, "train_speedup_vs_einsum", "train", "einsum"),
     }
-

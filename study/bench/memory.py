@@ -1,11 +1,11 @@
 """Memory of the benchmarked steps: CUDA's allocator peak, or on CPU the rise of
-the process's peak RSS (Linux ``/proc/self``, approximate)."""
+the process's peak RSS (Linux ``/proc/self``, approximate; ``resource.getrusage``'s
+peak cannot be reset between variants, ``/proc/self/clear_refs`` can)."""
 
 from __future__ import annotations
 
 import ctypes
 import gc
-import os
 
 import torch
 
@@ -24,52 +24,41 @@ class MemoryProbe:
 
     def __enter__(self):
         gc.collect()
+        synchronize(self.device)
         if self.device.type == "cuda":
-            synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
             self._base = torch.cuda.memory_allocated(self.device)
         else:
-            _malloc_trim()
-            self._rss0 = _proc_status_kb("VmRSS")
-            self._reset_ok = _reset_peak_rss()
+            try:
+                ctypes.CDLL("libc.so.6").malloc_trim(0)
+            except (OSError, AttributeError):
+                pass
+            self._rss0 = _proc_status_kb("VmRSS") if _reset_peak_rss() else None
         return self
 
     def __exit__(self, *exc):
+        synchronize(self.device)
         if self.device.type == "cuda":
-            synchronize(self.device)
             peak = torch.cuda.max_memory_allocated(self.device)
             self.peak_mb, self.step_mb = peak / 2**20, (peak - self._base) / 2**20
-        else:
-            hwm = _proc_status_kb("VmHWM")
-            if self._reset_ok and hwm is not None and self._rss0 is not None:
-                self.step_mb = max(hwm - self._rss0, 0) / 1024
+        elif self._rss0 is not None and (hwm := _proc_status_kb("VmHWM")) is not None:
+            self.step_mb = max(hwm - self._rss0, 0) / 1024
         return False
 
 
 def _proc_status_kb(key: str) -> int | None:
     try:
         with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
+            return next((int(line.split()[1]) for line in f if line.startswith(key + ":")), None)
     except OSError:
-        pass
-    return None
+        return None
 
 
 def _reset_peak_rss() -> bool:
     """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)."""
     try:
-        with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
+        with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
         return True
     except OSError:
         return False
-
-
-def _malloc_trim() -> None:
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-

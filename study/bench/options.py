@@ -16,35 +16,26 @@ from study.models import ENCODING_MODELS, PAPER_MODELS, ModelConfig
 
 ATTENTION = "attention"  # pseudo-model: the attention layer alone, every encoding
 
-
-def _bench_models() -> dict[str, ModelConfig]:
-    """The paper's models, the learned + content model with head keys
-    (``positional_score: head``, the original's first version), and every form of
-    today's encodings at the paper's dims (``ENCODING_MODELS``: ``sa_gpsa``,
-    ``sa_relative_bias``, ``sa_rope2d_axial``, ``sa_rope2d_mixed``)."""
-    return {**PAPER_MODELS,
-            "sa_learned_content_head": ModelConfig(encoding="learned_content", pos_dim=400,
-                                                   positional_score="head"),
-            **ENCODING_MODELS}
-
-
-BENCH_MODELS: dict[str, ModelConfig] = _bench_models()
+#: the paper's models, the learned + content model with head keys (``positional_score:
+#: head``, the original's first version), and every form of today's encodings at the paper's dims
+BENCH_MODELS: dict[str, ModelConfig] = {
+    **PAPER_MODELS,
+    "sa_learned_content_head": ModelConfig(encoding="learned_content", pos_dim=400, positional_score="head"),
+    **ENCODING_MODELS,
+}
 #: the attention layers timed alone: one per self-attention model of BENCH_MODELS
 ATTENTION_VARIANTS = tuple(key for key, cfg in BENCH_MODELS.items() if cfg.arch == "sa")
 ALL_TARGETS = (*PAPER_MODELS, ATTENTION)
-REFERENCE_NAMES = tuple(REFERENCES)  # ("naive", "einsum")
 
 
 def is_target(name: str) -> bool:
     """A key of BENCH_MODELS (PAPER_MODELS, ``sa_learned_content_head``, ``sa_<encoding>``),
     ``attention`` (the layer, every encoding) or ``attention:KEY`` (the layer of one SA model)."""
-    if name in ALL_TARGETS or name in BENCH_MODELS:
-        return True
     head, _, key = name.partition(":")
-    return head == ATTENTION and key in ATTENTION_VARIANTS
+    return name in ALL_TARGETS or name in BENCH_MODELS or (head == ATTENTION and key in ATTENTION_VARIANTS)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BenchOptions:
     device: torch.device
     batch: int
@@ -55,24 +46,22 @@ class BenchOptions:
     compile: bool = False
     compile_backend: str = "inductor"
     channels_last: bool = False  # convolutional models (ResNet) in NHWC
-    references: tuple[str, ...] = REFERENCE_NAMES  # of study.bench.references.REFERENCES
+    references: tuple[str, ...] = tuple(REFERENCES)
     targets: tuple[str, ...] = ALL_TARGETS
     peak_tflops: float | None = None  # override of the peak table
     seed: int = 0
     threads: int | None = None  # torch.set_num_threads on CPU (None: torch's default)
-    progress: Callable[[str], None] | None = None
+    progress: Callable[[str], None] = lambda message: None
     #: model fields replaced in every benchmarked model (a smoke run's small models,
     #: e.g. benchmarks/gpu_check.py --device cpu); empty: the paper's sizes
     model_overrides: dict = field(default_factory=dict)
     peak: Peak | None = field(default=None, init=False)
 
     def model_config(self, key: str) -> ModelConfig:
-        """``BENCH_MODELS[key]`` with ``model_overrides`` (those a model lacks are skipped:
-        a ResNet has no ``num_heads``)."""
+        """``BENCH_MODELS[key]`` with ``model_overrides`` (self-attention models only: a
+        ResNet has no ``num_heads``)."""
         cfg = BENCH_MODELS[key]
-        if not self.model_overrides:
-            return cfg
-        if cfg.arch != "sa":
+        if not self.model_overrides or cfg.arch != "sa":
             return cfg
         changes = dict(self.model_overrides)
         if cfg.encoding == "learned_content" and cfg.positional_score != "head":
@@ -95,8 +84,3 @@ def default_options(device: str | torch.device | None = None, **overrides) -> Be
     base.update(dict(batch=128, steps=50, warmup=10) if dev.type == "cuda" else dict(batch=8, steps=3, warmup=1))
     base.update({k: v for k, v in overrides.items() if v is not None})
     return BenchOptions(device=dev, **base)
-
-
-def progress(opts: BenchOptions, message: str) -> None:
-    if opts.progress:
-        opts.progress(message)

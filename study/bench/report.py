@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from study.bench.timing import _cpu_ratio
-
 COLUMNS = (
     "model", "run", "path", "img/s", "ms/step", "fwd GFLOP/img", "TFLOP/s", "MFU", "peak MB", "step MB", "vs naive",
     "vs einsum",
@@ -15,43 +13,27 @@ def _num(v, fmt: str) -> str:
     return "n/a" if v is None else format(v, fmt)
 
 
+def _row(label: str, run: str, rec: dict | None, naive=(None, None), einsum=(None, None), *, cpu: bool) -> list:
+    """One table row; ``naive`` and ``einsum``: the (images/s, CPU-time) speedups against them."""
+    n = len(COLUMNS) + (len(CPU_COLUMNS) if cpu else 0)
+    if rec is None:
+        return [label, run, *["-"] * (n - 2)]
+    cells = [label, run, rec["path"], _num(rec["images_per_s"], ".1f"), _num(rec["step_ms"], ".1f"),
+             _num(rec["forward_flops"] / 1e9, ".3f"), _num(rec["tflops"], ".3f"),
+             "n/a" if rec["mfu"] is None else f"{100 * rec['mfu']:.2f}%",
+             _num(rec["peak_memory_mb"], ".0f"), _num(rec["step_memory_mb"], ".0f"),
+             _ratio(naive[0]), _ratio(einsum[0])]
+    return cells + ([_num(1e3 * rec["cpu_s_per_step"], ".1f"), _ratio(naive[1]), _ratio(einsum[1])] if cpu else [])
+
+
 def _ratio(v) -> str:
     return "n/a" if v is None else f"{v:.2f}x"
 
 
-def _mfu(v) -> str:
-    return "n/a" if v is None else f"{100 * v:.2f}%"
-
-
-def _row(label: str, run: str, rec: dict | None, ratio, cpu_ratio, *, cpu: bool,
-         einsum=None, einsum_cpu=None) -> list[str]:
-    n = len(COLUMNS) + (len(CPU_COLUMNS) if cpu else 0)
-    if rec is None:
-        return [label, run, *["-"] * (n - 2)]
-    cells = [
-        label, run, rec["path"],
-        _num(rec["images_per_s"], ".1f"),
-        _num(rec["step_ms"], ".1f"),
-        _num(rec["forward_flops"] / 1e9, ".3f"),
-        _num(rec["tflops"], ".3f"),
-        _mfu(rec["mfu"]),
-        _num(rec["peak_memory_mb"], ".0f"),
-        _num(rec["step_memory_mb"], ".0f"),
-        _ratio(ratio),
-        _ratio(einsum),
-    ]
-    if cpu:
-        cells += [_num(1e3 * rec["cpu_s_per_step"], ".1f"), _ratio(cpu_ratio), _ratio(einsum_cpu)]
-    return cells
-
-
 def _table(rows: list[list[str]], columns: tuple[str, ...]) -> str:
-    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
-    numeric = set(range(3, len(columns)))
-    fmt = lambda cells: "  ".join(  # noqa: E731
-        c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
-    ).rstrip()
-    return "\n".join([fmt(list(columns)), fmt(["-" * w for w in widths]), *map(fmt, rows)])
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=list(columns)).to_string(index=False)
 
 
 def format_report(report: dict) -> str:
@@ -76,17 +58,19 @@ def format_report(report: dict) -> str:
     ]
     if cpu:
         lines.append("cpu ms/step = process CPU time per step, all threads (insensitive to other jobs' load)")
-    one = lambda rec: 1.0 if rec else None  # noqa: E731
+    def vs(row: dict, key: str) -> tuple:
+        return row.get(key), row.get(key + "_cpu_time")
+
+    def one(rec: dict | None) -> tuple:
+        return (1.0, 1.0) if rec else (None, None)
+
     if report["models"]:
         rows = []
         for m in report["models"]:
-            cpu_ratio = _cpu_ratio(m["fast"], m["naive"])
-            rows.append(_row(m["name"], "fast", m["fast"], m["speedup_vs_naive"], cpu_ratio, cpu=cpu,
-                             einsum=m.get("speedup_vs_einsum"), einsum_cpu=m.get("speedup_vs_einsum_cpu_time")))
-            if m["naive"] is not None:
-                rows.append(_row("", "naive", m["naive"], 1.0, 1.0, cpu=cpu))
-            if m.get("einsum") is not None:
-                rows.append(_row("", "einsum", m["einsum"], None, None, cpu=cpu, einsum=1.0, einsum_cpu=1.0))
+            rows.append(_row(m["name"], "fast", m["fast"], vs(m, "speedup_vs_naive"), vs(m, "speedup_vs_einsum"),
+                             cpu=cpu))
+            rows += [_row("", "naive", m["naive"], (1.0, 1.0), cpu=cpu)] if m["naive"] is not None else []
+            rows += [_row("", "einsum", m["einsum"], einsum=(1.0, 1.0), cpu=cpu)] if m.get("einsum") else []
         lines += ["", "Whole model, training mode (paper dropout 0.1 everywhere)", _table(rows, columns)]
         lines.append("forward FLOPs per image, eval path (study.flops.forward_flops): " + "; ".join(
             f"{m['name']} {m['forward_flops'] / 1e9:.3f} G" for m in report["models"]))
@@ -94,17 +78,13 @@ def format_report(report: dict) -> str:
         rows = []
         for a in report["attention"]:
             rows += [
-                _row(a["name"], "fast p=0", a["fast"], a["speedup_vs_naive"],
-                     a.get("speedup_vs_naive_cpu_time"), cpu=cpu),
-                _row("", "train p=0.1", a["train"], a["train_speedup_vs_naive"],
-                     a.get("train_speedup_vs_naive_cpu_time"), cpu=cpu, einsum=a.get("train_speedup_vs_einsum"),
-                     einsum_cpu=a.get("train_speedup_vs_einsum_cpu_time")),
-                _row("", "einsum p=0.1", a.get("einsum"), None, None, cpu=cpu, einsum=one(a.get("einsum")),
-                     einsum_cpu=one(a.get("einsum"))),
-                _row("", "naive", a["naive"], one(a["naive"]), one(a["naive"]), cpu=cpu),
-                _row("", "core fast", a["core_fast"], a["core_speedup_vs_naive"],
-                     a.get("core_speedup_vs_naive_cpu_time"), cpu=cpu),
-                _row("", "core naive", a["core_naive"], one(a["core_naive"]), one(a["core_naive"]), cpu=cpu),
+                _row(a["name"], "fast p=0", a["fast"], vs(a, "speedup_vs_naive"), cpu=cpu),
+                _row("", "train p=0.1", a["train"], vs(a, "train_speedup_vs_naive"),
+                     vs(a, "train_speedup_vs_einsum"), cpu=cpu),
+                _row("", "einsum p=0.1", a.get("einsum"), einsum=one(a.get("einsum")), cpu=cpu),
+                _row("", "naive", a["naive"], one(a["naive"]), cpu=cpu),
+                _row("", "core fast", a["core_fast"], vs(a, "core_speedup_vs_naive"), cpu=cpu),
+                _row("", "core naive", a["core_naive"], one(a["core_naive"]), cpu=cpu),
             ]
         lines += [
             "",

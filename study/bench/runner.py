@@ -15,14 +15,16 @@ dense one for the same result, so compare paths by images/s.
 
 from __future__ import annotations
 
+import platform
+from dataclasses import replace
+
 import torch
 
-from study.bench.layer_bench import LAYER_RUNS, bench_attention
+from study.bench.layer_bench import bench_attention
 from study.bench.model_bench import bench_model
-from study.bench.options import (ALL_TARGETS, ATTENTION, ATTENTION_VARIANTS, REFERENCE_NAMES, BenchOptions,
-                                 default_options, is_target)
-from study.bench.peaks import Peak, resolve_peak
-from study.bench.timing import _mfu, precision_name
+from study.bench.options import ALL_TARGETS, ATTENTION, ATTENTION_VARIANTS, BenchOptions, default_options, is_target
+from study.bench.peaks import resolve_peak
+from study.bench.timing import mfu
 
 __all__ = ["ALL_TARGETS", "default_options", "device_name", "is_target", "run_bench"]
 
@@ -30,8 +32,6 @@ __all__ = ["ALL_TARGETS", "default_options", "device_name", "is_target", "run_be
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    import platform
-
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -42,64 +42,36 @@ def device_name(device: torch.device) -> str:
 
 
 def run_bench(opts: BenchOptions) -> dict:
-    """Benchmark ``opts.targets``: a JSON-serialisable report (see ``study bench --help``)."""
-    unknown = [t for t in opts.targets if not is_target(t)]
-    if unknown:
-        raise ValueError(f"unknown bench target {unknown[0]!r}; choose from {', '.join(ALL_TARGETS)} "
-                         f"or attention:KEY with KEY in {', '.join(ATTENTION_VARIANTS)}")
-    for name in ("batch", "steps", "warmup", "repeats"):
-        if getattr(opts, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(opts, name)}")
+    """Benchmark ``opts.targets`` (checked by the caller: ``study bench``'s flags, or
+    ``benchmarks/gpu_check.py``'s): a JSON-serialisable report (see ``study bench --help``)."""
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
     opts.peak = resolve_peak(opts.device, opts.amp_dtype, opts.peak_tflops)
     report = {
-        "device": str(opts.device),
-        "device_name": device_name(opts.device),
-        "torch": torch.__version__,
-        "precision": precision_name(opts.amp_dtype),
-        "compile": opts.compile,
-        "compile_backend": opts.compile_backend if opts.compile else None,
-        "channels_last": opts.channels_last,
-        "model_overrides": dict(opts.model_overrides),
-        "batch": opts.batch,
-        "steps": opts.steps,
-        "warmup": opts.warmup,
-        "repeats": opts.repeats,
-        "peak_tflops": opts.peak.tflops,
-        "peak_source": opts.peak.source,
-        "peak_cpu_tflops": opts.peak.cpu_tflops,
-        "models": [],
-        "attention": [],
+        "device": str(opts.device), "device_name": device_name(opts.device), "torch": torch.__version__,
+        "precision": opts.paths().precision_name(), "compile": opts.compile,
+        "compile_backend": opts.compile_backend if opts.compile else None, "channels_last": opts.channels_last,
+        "model_overrides": dict(opts.model_overrides), "batch": opts.batch, "steps": opts.steps,
+        "warmup": opts.warmup, "repeats": opts.repeats, "peak_tflops": opts.peak.tflops,
+        "peak_source": opts.peak.source, "peak_cpu_tflops": opts.peak.cpu_tflops, "models": [], "attention": [],
     }
     for target in opts.targets:
         if target == ATTENTION or target.startswith(ATTENTION + ":"):
             keys = ATTENTION_VARIANTS if target == ATTENTION else (target.split(":", 1)[1],)
-            for key in keys:
-                report["attention"].append(bench_attention(key, opts))
+            report["attention"] += [bench_attention(key, opts) for key in keys]
         else:
             report["models"].append(bench_model(target, opts))
     if opts.peak.source.startswith("measured"):
         # a measured ceiling is only as good as the quietest moment it saw: measure
         # again at the end and keep the larger, so MFU is not inflated by a busy start
         again = resolve_peak(opts.device, opts.amp_dtype, None)
-        opts.peak = Peak(
-            max(opts.peak.tflops, again.tflops),
-            opts.peak.source + " (best of start and end of the run; MFU per CPU-second)",
-            cpu_tflops=max(opts.peak.cpu_tflops or 0.0, again.cpu_tflops or 0.0) or None,
-        )
-        report["peak_tflops"] = opts.peak.tflops
-        report["peak_cpu_tflops"] = opts.peak.cpu_tflops
-        report["peak_source"] = opts.peak.source
-        for rec in _records(report):
-            rec["mfu"] = _mfu(opts.peak, rec["tflops"], rec["train_flops"] * opts.batch, rec["cpu_s_per_step"])
+        opts.peak = replace(
+            opts.peak, tflops=max(opts.peak.tflops, again.tflops),
+            source=opts.peak.source + " (best of start and end of the run; MFU per CPU-second)",
+            cpu_tflops=max(opts.peak.cpu_tflops or 0.0, again.cpu_tflops or 0.0) or None)
+        report.update(peak_tflops=opts.peak.tflops, peak_cpu_tflops=opts.peak.cpu_tflops,
+                      peak_source=opts.peak.source)
+        for row in report["models"] + report["attention"]:
+            for rec in (v for v in row.values() if isinstance(v, dict)):  # the runs' records
+                rec["mfu"] = mfu(opts.peak, rec["tflops"], rec["train_flops"] * opts.batch, rec["cpu_s_per_step"])
     return report
-
-
-def _records(report: dict):
-    for m in report["models"]:
-        yield from (r for r in (m["fast"], *(m.get(n) for n in REFERENCE_NAMES)) if r)
-    for a in report["attention"]:
-        yield from (a[k] for k in LAYER_RUNS if a.get(k))
-
-

@@ -1,5 +1,8 @@
 """Timing of benchmark variants: warm-up (memory read there), interleaved timed
-windows, and each variant's record (images/s, TFLOP/s, MFU, memory)."""
+windows, and each variant's record (images/s, TFLOP/s, MFU, memory).
+
+Not ``torch.utils.benchmark.Timer``: the variants' windows interleave, each window also
+reads process CPU time (MFU on a shared CPU, below), and Timer pins torch to one thread."""
 
 from __future__ import annotations
 
@@ -10,25 +13,16 @@ from typing import Callable
 
 import torch
 from torch import Tensor
-from torch.utils.flop_counter import FlopCounterMode
 
 from study.bench.memory import MemoryProbe
-from study.bench.options import BenchOptions, progress
+from study.bench.options import BenchOptions
 from study.bench.peaks import Peak
 from study.devicepaths import synchronize
 
 
-def count_forward_flops(fn: Callable[[], object], batch: int) -> int:
-    """FLOPs of ``fn()`` (one forward, no grad) divided by ``batch``."""
-    counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
-        fn()
-    return counter.get_total_flops() // batch
-
-
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Variant:
-    """One timed setting: ``step()`` runs a training step and returns a tensor to
+    """One timed configuration: ``step()`` runs one training step and returns a tensor to
     check for finiteness after timing."""
 
     name: str
@@ -38,22 +32,23 @@ class Variant:
     precision: str
 
 
-def measure(variants: list[Variant], opts: BenchOptions) -> dict[str, dict]:
+def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> dict[str, dict]:
     """Warm up each variant (reading its memory), then time ``repeats`` windows of
-    ``steps`` steps per variant, interleaved across variants."""
+    ``steps`` steps per variant, interleaved across variants; ``label`` prefixes their names
+    in messages."""
     dev = opts.device
     warm, memory, last = {}, {}, {}
     for v in variants:
-        progress(opts, f"warm-up {v.name} ({v.path})")
-        with MemoryProbe(dev) as mem:
+        opts.progress(f"warm-up {label}{v.name} ({v.path})")
+        with MemoryProbe(dev) as memory[v.name]:
             t = time.perf_counter()
             for _ in range(max(opts.warmup, 1)):
                 last[v.name] = v.step()
             synchronize(dev)
-        warm[v.name], memory[v.name] = time.perf_counter() - t, mem
+        warm[v.name] = time.perf_counter() - t
     windows: dict[str, list[float]] = {v.name: [] for v in variants}
     cpu: dict[str, list[float]] = {v.name: [] for v in variants}
-    for r in range(opts.repeats):
+    for _ in range(opts.repeats):
         for v in variants:
             synchronize(dev)
             t, c = time.perf_counter(), time.process_time()
@@ -65,46 +60,27 @@ def measure(variants: list[Variant], opts: BenchOptions) -> dict[str, dict]:
     records = {}
     for v in variants:
         if not bool(torch.isfinite(last[v.name]).all()):
-            raise RuntimeError(f"non-finite values while timing {v.name} ({v.path})")
-        records[v.name] = _record(v, windows[v.name], cpu[v.name], warm[v.name], memory[v.name], opts)
+            raise RuntimeError(f"non-finite values while timing {label}{v.name} ({v.path})")
+        images_per_s = opts.batch * opts.steps / statistics.median(windows[v.name])
+        train_flops = 3 * v.forward_flops
+        tflops = train_flops * images_per_s / 1e12
+        cpu_s = statistics.median(cpu[v.name]) / opts.steps
+        records[v.name] = {
+            "path": v.path, "precision": v.precision, "images_per_s": images_per_s,
+            "images_per_s_best": opts.batch * opts.steps / min(windows[v.name]),
+            "step_ms": 1e3 * opts.batch / images_per_s, "windows_s": windows[v.name],
+            # process CPU seconds per step (all threads): on a CPU shared with other jobs
+            # this, unlike wall time, does not grow with their load; it is what a quiet
+            # machine's step would take times the threads kept busy
+            "cpu_s_per_step": cpu_s, "warmup_s": warm[v.name], "forward_flops": v.forward_flops,
+            "train_flops": train_flops, "tflops": tflops,
+            "mfu": mfu(opts.peak, tflops, train_flops * opts.batch, cpu_s),
+            "peak_memory_mb": memory[v.name].peak_mb, "step_memory_mb": memory[v.name].step_mb,
+        }
     return records
 
 
-def _record(v: Variant, windows: list[float], cpu: list[float], warmup_s: float, mem: MemoryProbe,
-            opts: BenchOptions) -> dict:
-    seconds = statistics.median(windows)
-    images_per_s = opts.batch * opts.steps / seconds
-    train_flops = 3 * v.forward_flops
-    tflops = train_flops * images_per_s / 1e12
-    cpu_s = statistics.median(cpu) / opts.steps
-    return {
-        "path": v.path,
-        "precision": v.precision,
-        "images_per_s": images_per_s,
-        "images_per_s_best": opts.batch * opts.steps / min(windows),
-        "step_ms": 1e3 * seconds / opts.steps,
-        "windows_s": windows,
-        # process CPU seconds per step (all threads): on a CPU shared with other jobs
-        # this, unlike wall time, does not grow with their load; it is what a quiet
-        # machine's step would take times the threads kept busy
-        "cpu_s_per_step": cpu_s,
-        "warmup_s": warmup_s,
-        "forward_flops": v.forward_flops,
-        "train_flops": train_flops,
-        "tflops": tflops,
-        "mfu": _mfu(opts.peak, tflops, train_flops * opts.batch, cpu_s),
-        "peak_memory_mb": mem.peak_mb,
-        "step_memory_mb": mem.step_mb,
-    }
-
-
-def _ratio(a: dict | None, b: dict | None, key: str = "images_per_s") -> float | None:
-    if not a or not b:
-        return None
-    return a[key] / b[key]
-
-
-def _mfu(peak: Peak | None, tflops: float, flops_per_step: float, cpu_s_per_step: float) -> float | None:
+def mfu(peak: Peak | None, tflops: float, flops_per_step: float, cpu_s_per_step: float) -> float | None:
     """Achieved / peak; against a measured CPU peak both sides are taken per second
     of process CPU time, so that a busy machine does not distort the ratio."""
     if peak is None or not peak.tflops:
@@ -114,14 +90,14 @@ def _mfu(peak: Peak | None, tflops: float, flops_per_step: float, cpu_s_per_step
     return tflops / peak.tflops
 
 
-def _cpu_ratio(a: dict | None, b: dict | None) -> float | None:
-    """Naive CPU seconds per step over fast ones (> 1: fast uses less CPU time)."""
-    if not a or not b or not a["cpu_s_per_step"] or not b["cpu_s_per_step"]:
-        return None
-    return b["cpu_s_per_step"] / a["cpu_s_per_step"]
-
-
-def precision_name(dtype: torch.dtype | None) -> str:
-    return "float32" if dtype is None else str(dtype).removeprefix("torch.") + " autocast"
-
-
+def speedups(out: dict, name: str, fast: str, ref: str, *, best: bool = False) -> dict[str, float | None]:
+    """``name``: images/s of run ``fast`` over run ``ref`` (``name_best``: of their best windows);
+    ``name_cpu_time``: ``ref``'s CPU seconds per step over ``fast``'s (> 1: fast uses less CPU
+    time); None without either run."""
+    a, b = out.get(fast), out.get(ref)
+    keys = [name, f"{name}_cpu_time", *([f"{name}_best"] if best else [])]
+    if not a or not b:
+        return dict.fromkeys(keys)
+    cpu = b["cpu_s_per_step"] / a["cpu_s_per_step"] if a["cpu_s_per_step"] and b["cpu_s_per_step"] else None
+    return dict(zip(keys, (a["images_per_s"] / b["images_per_s"], cpu,
+                           a["images_per_s_best"] / b["images_per_s_best"])))
