@@ -44,9 +44,16 @@ DEFAULT_DATA = "../shared/data/cifar10-jpeg.tar.gz"
 #: a smoke run's models (--small): the paper's architectures at toy sizes
 SMALL_MODEL = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
 CIFAR_TRAIN, CIFAR_TEST = 50_000, 10_000
+#: the fields of a bench run's fast record the report keeps
+FAST_FIELDS = ("images_per_s", "mfu", "tflops", "peak_memory_mb", "step_memory_mb", "path", "warmup_s")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from study.bench import COMPILE_BACKENDS
+    from study.cliutil import BoundedInt
+    from study.commands.bench import device_from_flag, names_from_flag
+    from study.limits import MAX_BENCH_BATCH, MAX_EPOCHS
+
     p = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
@@ -64,48 +71,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--models", default=None, metavar="LIST",
                    help="comma-separated keys of study.bench.options.BENCH_MODELS to bench and study "
                    "(default: the paper's models and today's encodings, study.models.PAPER_MODELS and ENCODING_MODELS)")
-    p.add_argument("--batch", type=int, default=None, help="bench batch (default 128 on CUDA, 8 on CPU, 2 --small)")
-    p.add_argument("--compile-backend", default="inductor", help="backend of the --compile bench runs")
+    p.add_argument("--batch", type=BoundedInt(1, MAX_BENCH_BATCH, "MAX_BENCH_BATCH"), default=None,
+                   help="bench batch (default 128 on CUDA, 8 on CPU, 2 --small)")
+    p.add_argument("--compile-backend", default="inductor", choices=COMPILE_BACKENDS,
+                   help="backend of the --compile bench runs")
     p.add_argument("--assumed-mfu", type=float, default=0.15,
                    help="achieved / peak assumed when sizing each part by its FLOPs (default 0.15)")
-    p.add_argument("--epochs", type=int, default=None, help="study epochs (default 2; 1 with --small)")
+    p.add_argument("--epochs", type=BoundedInt(1, MAX_EPOCHS, "MAX_EPOCHS"), default=None,
+                   help="study epochs (default 2; 1 with --small)")
     args = p.parse_args(argv)
-    return _check_args(p, args)
-
-
-def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
     import torch
 
     from study.bench.options import BENCH_MODELS
     from study.models import ENCODING_MODELS, PAPER_MODELS
 
-    args.parts = tuple(x.strip() for x in args.parts.split(",") if x.strip())
-    bad = [x for x in args.parts if x not in PARTS]
-    if bad or not args.parts:
-        p.error(f"--parts: unknown part {bad[0] if bad else args.parts!r}; choose from {', '.join(PARTS)}")
-    args.models = (*PAPER_MODELS, *ENCODING_MODELS) if args.models is None else tuple(
-        m.strip() for m in args.models.split(",") if m.strip())
-    bad = [m for m in args.models if m not in BENCH_MODELS]
-    if bad or not args.models:
-        p.error(f"--models: unknown model {bad[0] if bad else args.models!r}; choose from {', '.join(BENCH_MODELS)}")
-    try:
-        args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    except RuntimeError as e:
-        p.error(f"--device: {e}")
-    if args.device.type == "cuda" and not torch.cuda.is_available():
-        p.error("--device: CUDA is not available on this machine")
-    if args.device.type not in ("cuda", "cpu"):
-        p.error(f"--device: only cuda and cpu are supported, got {args.device.type}")
+    args.parts = names_from_flag(args.parts, flag="--parts", what="part", known=PARTS.__contains__,
+                                 choices=", ".join(PARTS), error=p.error)
+    args.models = (*PAPER_MODELS, *ENCODING_MODELS) if args.models is None else names_from_flag(
+        args.models, flag="--models", what="model", known=BENCH_MODELS.__contains__, choices=", ".join(BENCH_MODELS),
+        error=p.error)
+    args.device = device_from_flag(args.device, p.error) or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     for name in ("budget_minutes", "assumed_mfu"):
         if not getattr(args, name) > 0:
             p.error(f"--{name.replace('_', '-')}: must be > 0, got {getattr(args, name)}")
-    for name in ("batch", "epochs"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            p.error(f"--{name}: must be >= 1, got {getattr(args, name)}")
-    from study.devicepaths import COMPILE_BACKENDS
-
-    if args.compile_backend not in COMPILE_BACKENDS:
-        p.error(f"--compile-backend: choose from {', '.join(COMPILE_BACKENDS)}, got {args.compile_backend!r}")
     if args.epochs is None:
         args.epochs = 1 if args.small else 2
     if args.batch is None:
@@ -139,22 +127,16 @@ def run_tests(args, budget_s: float, out: Path) -> dict:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *nodes]
     t0 = time.perf_counter()
     rc, tail = _subprocess(cmd, budget_s, with_output=True)
+    failures, skips, cases = [], [], list(ET.parse(xml).iter("testcase")) if xml.is_file() else []
+    for case in cases:
+        if case.find("failure") is not None or case.find("error") is not None:
+            failures.append(f"{case.get('classname')}::{case.get('name')}")
+        elif case.find("skipped") is not None:
+            skips.append(case.find("skipped").get("message", ""))
     res = {"command": " ".join(["python", *cmd[1:]]), "nodes": nodes, "planned_s": budget_s,
-           "seconds": time.perf_counter() - t0, "exit_status": rc, "passed": 0, "failed": 0, "skipped": 0,
-           "failures": [], "skip_reasons": []}
-    if xml.is_file():
-        for case in ET.parse(xml).iter("testcase"):
-            name = f"{case.get('classname')}::{case.get('name')}"
-            if case.find("failure") is not None or case.find("error") is not None:
-                res["failed"] += 1
-                res["failures"].append(name)
-            elif case.find("skipped") is not None:
-                res["skipped"] += 1
-                reason = case.find("skipped").get("message", "")
-                if reason not in res["skip_reasons"]:
-                    res["skip_reasons"].append(reason)
-            else:
-                res["passed"] += 1
+           "seconds": time.perf_counter() - t0, "exit_status": rc, "passed": len(cases) - len(failures) - len(skips),
+           "failed": len(failures), "skipped": len(skips), "failures": failures,
+           "skip_reasons": list(dict.fromkeys(skips))}
     return _verdict(res, rc == 0 and res["failed"] == 0, tail)
 
 
@@ -203,8 +185,7 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
         warmup = 1 if args.small else 3
         row = {"key": key, "forward_flops": fwd, "batch": args.batch, "steps": steps, "warmup": warmup,
                "planned_s": (steps + warmup) * per_step, "train_flops_per_step": step_flops}
-        for compiled in (False, True):
-            label = "compiled" if compiled else "eager"
+        for label, compiled in (("eager", False), ("compiled", True)):
             opts = default_options(args.device, batch=args.batch, steps=steps, warmup=warmup, targets=(key,),
                                    references=() if compiled else ("naive",), compile=compiled,
                                    compile_backend=args.compile_backend, model_overrides=overrides, threads=None)
@@ -213,22 +194,16 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
                 torch.compiler.reset()  # each model compiles afresh
                 report = run_bench(opts)
                 m = report["models"][0]
-                row[label] = {"images_per_s": m["fast"]["images_per_s"], "mfu": m["fast"]["mfu"],
-                              "tflops": m["fast"]["tflops"], "peak_memory_mb": m["fast"]["peak_memory_mb"],
-                              "step_memory_mb": m["fast"]["step_memory_mb"], "precision": report["precision"],
-                              "path": m["fast"]["path"], "warmup_s": m["fast"]["warmup_s"],
-                              "peak_tflops": report["peak_tflops"], "peak_source": report["peak_source"],
-                              "seconds": time.perf_counter() - t0}
+                row[label] = {**{k: m["fast"][k] for k in FAST_FIELDS}, "seconds": time.perf_counter() - t0,
+                              **{k: report[k] for k in ("precision", "peak_tflops", "peak_source")}}
                 if not compiled:
-                    row["naive_images_per_s"] = m["naive"]["images_per_s"] if m["naive"] else None
-                    row["n_params"], row["name"] = m["n_params"], m["name"]
+                    row.update(naive_images_per_s=m["naive"] and m["naive"]["images_per_s"], n_params=m["n_params"],
+                               name=m["name"])
             except Exception as e:  # one model's failure is recorded; the others still run
                 row[label] = {"error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - t0}
         naive = row.get("naive_images_per_s")
-        for label in ("eager", "compiled"):
-            rec = row[label]
-            if "error" not in rec:
-                rec["speedup_vs_naive"] = rec["images_per_s"] / naive if naive else None
+        for rec in (r for r in (row["eager"], row["compiled"]) if "error" not in r):
+            rec["speedup_vs_naive"] = rec["images_per_s"] / naive if naive else None
         if "error" not in row["eager"] and "error" not in row["compiled"]:
             row["compile_speedup"] = row["compiled"]["images_per_s"] / row["eager"]["images_per_s"]
             row["compile_s"] = row["compiled"]["warmup_s"]  # warm-up = compilation + the warm-up steps
@@ -346,57 +321,53 @@ def _fmt(v, spec: str = ".1f") -> str:
     return "n/a" if v is None else format(v, spec)
 
 
+def _table(header: str, rows: list[list]) -> list[str]:
+    cells = header.split(",")
+    return ["| " + " | ".join(map(str, r)) + " |" for r in [cells, ["---"] * len(cells), *rows]]
+
+
 def markdown(report: dict) -> str:
+    from study.bench.options import BENCH_MODELS
+    from study.models import model_name
+
+    parts, peak = report["parts"], report["peak"]
     lines = [f"# GPU check: {report['device_name']} ({report['device']})", "",
              f"torch {report['torch']}, budget {report['budget_s'] / 60:.1f} min, took {report['seconds'] / 60:.1f} min; "
-             f"peak bf16 {_fmt(report['peak']['bf16_tflops'], '.3g')} TFLOP/s ({report['peak']['bf16_source']}), "
-             f"fp32 {_fmt(report['peak']['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
+             f"peak bf16 {_fmt(peak['bf16_tflops'], '.3g')} TFLOP/s ({peak['bf16_source']}), "
+             f"fp32 {_fmt(peak['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
              f"{report['assumed_mfu']:.2f}{' (--small)' if report['small'] else ''}", "",
-             "| part | status | planned s | seconds |", "|---|---|---|---|"]
-    for name, part in report["parts"].items():
-        lines.append(f"| {name} | {part['status']} | {_fmt(part.get('planned_s'), '.3g')} | "
-                     f"{_fmt(part.get('seconds'), '.0f')} |")
-    for name, part in report["parts"].items():
+             *_table("part,status,planned s,seconds", [[name, part["status"], _fmt(part.get("planned_s"), ".3g"),
+                                                        _fmt(part.get("seconds"), ".0f")] for name, part in parts.items()])]
+    for name, part in parts.items():
         if part.get("error") or part.get("reason"):
             lines += ["", f"**{name}**: " + (part.get("reason") or ""), "", "```", part.get("error", "")[-1500:], "```"]
-    t = report["parts"].get("tests")
-    if t:
+    if t := parts.get("tests"):
         lines += ["", "## CUDA tests", "", f"`{t['command']}`: {t['passed']} passed, {t['failed']} failed, "
                   f"{t['skipped']} skipped" + (f" ({'; '.join(t['skip_reasons'])})" if t["skip_reasons"] else "")]
         lines += [f"- failed: {f}" for f in t["failures"]]
-    b = report["parts"].get("bench")
-    if b:
+    if b := parts.get("bench"):
+        rows = []
+        for r, label in ((r, label) for r in b["models"] for label in ("eager", "compiled")):
+            rec = r[label]
+            rows.append([r["key"], r["batch"], r["steps"], label, f"error: {rec['error'][:80]}", "", "", "", ""]
+                        if "error" in rec else
+                        [r["key"], r["batch"], r["steps"], f"{label} ({rec['precision']})", f"{rec['images_per_s']:.1f}",
+                         _fmt(None if rec["mfu"] is None else 100 * rec["mfu"], ".1f") + "%",
+                         _fmt(rec["peak_memory_mb"], ".0f"), _fmt(rec["speedup_vs_naive"], ".2f") + "x",
+                         _fmt(r.get("compile_s") if label == "compiled" else None, ".1f")])
         lines += ["", "## study bench, training step (forward + backward + SGD)", "",
-                  "| model | batch | steps | run | img/s | MFU | peak MB | vs naive fp32 | compile s |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in b["models"]:
-            for label in ("eager", "compiled"):
-                rec = r[label]
-                if "error" in rec:
-                    lines.append(f"| {r['key']} | {r['batch']} | {r['steps']} | {label} | error: {rec['error'][:80]} |"
-                                 " | | | |")
-                    continue
-                lines.append(
-                    f"| {r['key']} | {r['batch']} | {r['steps']} | {label} ({rec['precision']}) | "
-                    f"{rec['images_per_s']:.1f} | {_fmt(None if rec['mfu'] is None else 100 * rec['mfu'], '.1f')}% | "
-                    f"{_fmt(rec['peak_memory_mb'], '.0f')} | {_fmt(rec['speedup_vs_naive'], '.2f')}x | "
-                    f"{_fmt(r.get('compile_s') if label == 'compiled' else None, '.1f')} |")
-    s = report["parts"].get("study")
-    if s:
-        lines += ["", f"## study run: {s['epochs']} epoch(s) on {s['data']}", ""]
-        if s.get("command"):
-            lines.append(f"`{s['command']}`")
-        lines += ["", "| model | planned s | included | trial status | final test acc | device s | img/s |",
-                  "|---|---|---|---|---|---|---|"]
+                  *_table("model,batch,steps,run,img/s,MFU,peak MB,vs naive fp32,compile s", rows)]
+    if s := parts.get("study"):
         trials = {t["name"]: t for t in s["trials"]}
-        from study.bench.options import BENCH_MODELS
-        from study.models import model_name
-
+        rows = []
         for p in s["plan"]:
             tr = trials.get(model_name(BENCH_MODELS[p["key"]]), {})
-            lines.append(f"| {p['key']} | {_fmt(p['planned_s'], '.0f')} | {'yes' if p['included'] else p['reason']} | "
-                         f"{tr.get('status', '-')} | {_fmt(tr.get('final_test_acc'), '.4f')} | "
-                         f"{_fmt(tr.get('device_seconds'), '.0f')} | {_fmt(tr.get('images_per_s'), '.0f')} |")
+            rows.append([p["key"], _fmt(p["planned_s"], ".0f"), "yes" if p["included"] else p["reason"],
+                         tr.get("status", "-"), _fmt(tr.get("final_test_acc"), ".4f"),
+                         _fmt(tr.get("device_seconds"), ".0f"), _fmt(tr.get("images_per_s"), ".0f")])
+        lines += ["", f"## study run: {s['epochs']} epoch(s) on {s['data']}", "",
+                  *([f"`{s['command']}`"] if s.get("command") else []), "",
+                  *_table("model,planned s,included,trial status,final test acc,device s,img/s", rows)]
     return "\n".join(lines) + "\n"
 
 

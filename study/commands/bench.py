@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from functools import partial
+from typing import Callable, NoReturn
 
 from study.cliutil import SEED, BoundedInt, fail
 from study.limits import MAX_BENCH_BATCH, MAX_BENCH_REPEATS, MAX_BENCH_STEPS, MAX_CPUS_PER_TRIAL
@@ -14,7 +17,7 @@ from study.limits import MAX_BENCH_BATCH, MAX_BENCH_REPEATS, MAX_BENCH_STEPS, MA
 _STEPS = BoundedInt(1, MAX_BENCH_STEPS, "MAX_BENCH_STEPS")
 
 PROG = "study bench"
-DTYPES = {"float32": None, "bfloat16": "bfloat16", "float16": "float16"}
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def register(sub) -> None:
@@ -58,7 +61,7 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=BoundedInt(1, MAX_BENCH_REPEATS, "MAX_BENCH_REPEATS"), default=None,
                    help="timed windows of --steps steps per variant; img/s from the median window "
                    "(default 1); attention-layer variants interleave their windows")
-    p.add_argument("--dtype", choices=list(DTYPES), default=None,
+    p.add_argument("--dtype", choices=DTYPES, default=None,
                    help="autocast dtype of the fast paths; float32 = no autocast "
                    "(default: bfloat16 on CUDA, float32 on CPU); the naive reference is always float32")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
@@ -83,44 +86,52 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def options_from_args(args: argparse.Namespace):
-    import re
+def names_from_flag(text: str, *, flag: str, what: str, known: Callable[[str], bool], choices: str,
+                    error: Callable[[str], NoReturn]) -> tuple[str, ...]:
+    """The comma-separated names of ``text``, each ``known``, else ``error`` one line."""
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [t for t in names if not known(t)]
+    if bad or not names:
+        error(f"{flag}: unknown {what} {bad[0] if bad else text!r}; choose from {choices}")
+    return names
 
+
+def device_from_flag(text: str | None, error: Callable[[str], NoReturn]):
+    """``--device``: cuda, cuda:N or cpu (checked before torch is imported), else one line; None if not given."""
+    if text is not None and not re.fullmatch(r"(cpu|cuda)(:\d{1,4})?", text.strip()):
+        error(f"--device: only cuda, cuda:N and cpu are supported, got {text[:40]!r}")
+    import torch
+
+    device = torch.device(text.strip()) if text else None
+    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
+        error("--device: CUDA is not available on this machine")
+    return device
+
+
+def options_from_args(args: argparse.Namespace):
     # what needs no torch first (sizes are bounded by their argparse types): a refusal costs < 1 s CPU
+    error = partial(fail, PROG)
     if args.peak_tflops is not None and not 0 < args.peak_tflops < float("inf"):
-        fail(PROG, f"--peak-tflops: must be > 0 and finite, got {args.peak_tflops}")
+        error(f"--peak-tflops: must be > 0 and finite, got {args.peak_tflops}")
     if args.dtype is not None and args.amp is not None:
-        fail(PROG, "--amp/--no-amp: give either --dtype or --amp, not both")
+        error("--amp/--no-amp: give either --dtype or --amp, not both")
     if args.compile_backend is not None and not args.compile:
-        fail(PROG, "--compile-backend: only with --compile")
-    if args.device is not None and not re.fullmatch(r"(cpu|cuda)(:\d{1,4})?", args.device.strip()):
-        fail(PROG, f"--device: only cuda, cuda:N and cpu are supported, got {args.device[:40]!r}")
+        error("--compile-backend: only with --compile")
+    device = device_from_flag(args.device, error)
     import torch
 
     from study.bench.runner import ALL_TARGETS, default_options, is_target
 
-    if args.models.strip() == "all":
-        targets = ALL_TARGETS
-    else:
-        targets = tuple(t.strip() for t in args.models.split(",") if t.strip())
-        bad = [t for t in targets if not is_target(t)]
-        if bad or not targets:
-            fail(PROG, f"--models: unknown target {bad[0] if bad else args.models!r}; "
-                 f"choose from {', '.join(ALL_TARGETS)}, attention:KEY or all")
-    try:
-        device = torch.device(args.device) if args.device else None
-    except RuntimeError as e:
-        fail(PROG, f"--device: {e}")
-    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
-        fail(PROG, "--device: CUDA is not available on this machine")
-    overrides = dict(batch=args.batch, steps=args.steps, warmup=args.warmup, repeats=args.repeats, compile=args.compile,
-                     compile_backend=args.compile_backend, channels_last=args.channels_last,
-                     references=references_from_args(args), targets=targets, peak_tflops=args.peak_tflops, seed=args.seed,
-                     threads=args.threads)
-    opts = default_options(device, **overrides)
+    targets = ALL_TARGETS if args.models.strip() == "all" else names_from_flag(
+        args.models, flag="--models", what="target", known=is_target, error=error,
+        choices=f"{', '.join(ALL_TARGETS)}, attention:KEY or all")
+    opts = default_options(device, batch=args.batch, steps=args.steps, warmup=args.warmup, repeats=args.repeats,
+                           compile=args.compile, compile_backend=args.compile_backend,
+                           channels_last=args.channels_last, references=references_from_args(args), targets=targets,
+                           peak_tflops=args.peak_tflops, seed=args.seed, threads=args.threads)
     dtype = args.dtype or ({True: "bfloat16", False: "float32"}.get(args.amp))
     if dtype is not None:
-        opts.amp_dtype = getattr(torch, DTYPES[dtype]) if DTYPES[dtype] else None
+        opts.amp_dtype = None if dtype == "float32" else getattr(torch, dtype)
     if not args.quiet:
         opts.progress = lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True)
     return opts
@@ -135,11 +146,9 @@ def references_from_args(args: argparse.Namespace) -> tuple[str, ...]:
     elif args.references.strip() == "none":
         refs = []
     else:
-        refs = [r.strip() for r in args.references.split(",") if r.strip()]
-        bad = [r for r in refs if r not in REFERENCES]
-        if bad or not refs:
-            fail(PROG, f"--references: unknown reference {bad[0] if bad else args.references!r}; "
-                 f"choose from {', '.join(REFERENCES)} or none")
+        refs = list(names_from_flag(args.references, flag="--references", what="reference",
+                                    known=REFERENCES.__contains__, choices=f"{', '.join(REFERENCES)} or none",
+                                    error=partial(fail, PROG)))
     if args.naive is False:
         refs = [r for r in refs if r != "naive"]
     elif args.naive and "naive" not in refs:
