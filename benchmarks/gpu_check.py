@@ -108,10 +108,9 @@ def device_peak(device) -> dict:
 
     from study.bench.peaks import resolve_peak
 
-    bf16 = resolve_peak(device, torch.bfloat16 if device.type == "cuda" else None, None)
-    fp32 = resolve_peak(device, None, None)
-    return {"bf16_tflops": bf16.tflops, "bf16_source": bf16.source, "fp32_tflops": fp32.tflops,
-            "fp32_source": fp32.source}
+    peaks = {"bf16": resolve_peak(device, torch.bfloat16 if device.type == "cuda" else None, None),
+             "fp32": resolve_peak(device, None, None)}
+    return {f"{name}_{k}": getattr(p, k) for name, p in peaks.items() for k in ("tflops", "source")}
 
 
 def planned_seconds(flops: float, tflops: float | None, mfu: float) -> float | None:
@@ -142,18 +141,18 @@ def run_tests(args, budget_s: float, out: Path) -> dict:
 
 def _subprocess(cmd: list[str], timeout: float, *, with_output: bool = False) -> tuple[int | None, str]:
     """Exit status (None: timed out) and the output's tail of ``cmd`` run in this checkout."""
+    # the subprocess imports this checkout (and what PYTHONPATH already adds, e.g. /tmp/site)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
         return proc.returncode, (proc.stdout + proc.stderr)[-3000:]
     except subprocess.TimeoutExpired as e:
         return None, f"timed out after {timeout:.0f} s" + (f": {(e.stdout or b'')[-2000:]!r}" if with_output else "")
 
 
 def _verdict(res: dict, ok: bool, tail: str) -> dict:
-    res["status"] = "passed" if ok else "failed"
-    if not ok:
-        res["error"] = tail
-    return res
+    return {**res, "status": "passed"} if ok else {**res, "status": "failed", "error": tail}
 
 
 # ------------------------------------------------------------------- bench
@@ -214,7 +213,8 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
 
 
 def _bench_part(rows: list[dict], budget_s: float, t_part: float, args, overrides: dict) -> dict:
-    failed = [f"{r['key']} {lab}: {r[lab]['error']}" for r in rows for lab in ("eager", "compiled") if "error" in r[lab]]
+    failed = [f"{r['key']} {lab}: {r[lab]['error']}" for r in rows for lab in ("eager", "compiled")
+              if "error" in r[lab]]
     return {"status": "failed" if failed else "passed", "planned_s": sum(r["planned_s"] for r in rows),
             "budget_s": budget_s, "seconds": time.perf_counter() - t_part, "compile_backend": args.compile_backend,
             "model_overrides": overrides, "models": rows, **({"error": "; ".join(failed)} if failed else {})}
@@ -300,23 +300,14 @@ def _study_trials(tables: Path) -> list[dict]:
     if not tables.exists():
         return []
     runs, epochs = read_table(tables, "runs"), read_table(tables, "epochs")
-    trials = []
-    for _, r in runs.iterrows():
-        ep = epochs[epochs.trial_id == r.trial_id] if len(epochs) else epochs
-        trials.append({"name": r["name"], "status": r["status"], "epochs_done": int(r["epochs_done"]),
-                       "final_test_acc": float(r["final_test_acc"]), "device_seconds": float(r["device_seconds"]),
-                       "images_per_s": float(ep["images_per_s"].median()) if len(ep) else None,
-                       "n_train": int(r["n_train"]), "device": r["device"]})
-    return trials
+    images_per_s = epochs.groupby("trial_id")["images_per_s"].median().to_dict() if len(epochs) else {}
+    return [{"name": r["name"], "status": r["status"], "epochs_done": int(r["epochs_done"]),
+             "final_test_acc": float(r["final_test_acc"]), "device_seconds": float(r["device_seconds"]),
+             "images_per_s": images_per_s.get(r["trial_id"]), "n_train": int(r["n_train"]), "device": r["device"]}
+            for _, r in runs.iterrows()]
 
 
 # ----------------------------------------------------------------- reports
-def _env() -> dict:
-    """The subprocesses import this checkout (and what PYTHONPATH already adds, e.g. /tmp/site)."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
-
-
 def _fmt(v, spec: str = ".1f") -> str:
     return "n/a" if v is None else format(v, spec)
 
@@ -332,12 +323,13 @@ def markdown(report: dict) -> str:
 
     parts, peak = report["parts"], report["peak"]
     lines = [f"# GPU check: {report['device_name']} ({report['device']})", "",
-             f"torch {report['torch']}, budget {report['budget_s'] / 60:.1f} min, took {report['seconds'] / 60:.1f} min; "
-             f"peak bf16 {_fmt(peak['bf16_tflops'], '.3g')} TFLOP/s ({peak['bf16_source']}), "
-             f"fp32 {_fmt(peak['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
+             f"torch {report['torch']}, budget {report['budget_s'] / 60:.1f} min, "
+             f"took {report['seconds'] / 60:.1f} min; peak bf16 {_fmt(peak['bf16_tflops'], '.3g')} TFLOP/s "
+             f"({peak['bf16_source']}), fp32 {_fmt(peak['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
              f"{report['assumed_mfu']:.2f}{' (--small)' if report['small'] else ''}", "",
-             *_table("part,status,planned s,seconds", [[name, part["status"], _fmt(part.get("planned_s"), ".3g"),
-                                                        _fmt(part.get("seconds"), ".0f")] for name, part in parts.items()])]
+             *_table("part,status,planned s,seconds", [
+                 [name, part["status"], _fmt(part.get("planned_s"), ".3g"), _fmt(part.get("seconds"), ".0f")]
+                 for name, part in parts.items()])]
     for name, part in parts.items():
         if part.get("error") or part.get("reason"):
             lines += ["", f"**{name}**: " + (part.get("reason") or ""), "", "```", part.get("error", "")[-1500:], "```"]
@@ -347,14 +339,16 @@ def markdown(report: dict) -> str:
         lines += [f"- failed: {f}" for f in t["failures"]]
     if b := parts.get("bench"):
         rows = []
-        for r, label in ((r, label) for r in b["models"] for label in ("eager", "compiled")):
-            rec = r[label]
-            rows.append([r["key"], r["batch"], r["steps"], label, f"error: {rec['error'][:80]}", "", "", "", ""]
-                        if "error" in rec else
-                        [r["key"], r["batch"], r["steps"], f"{label} ({rec['precision']})", f"{rec['images_per_s']:.1f}",
-                         _fmt(None if rec["mfu"] is None else 100 * rec["mfu"], ".1f") + "%",
-                         _fmt(rec["peak_memory_mb"], ".0f"), _fmt(rec["speedup_vs_naive"], ".2f") + "x",
-                         _fmt(r.get("compile_s") if label == "compiled" else None, ".1f")])
+        for r in b["models"]:
+            for label in ("eager", "compiled"):
+                rec, head = r[label], [r["key"], r["batch"], r["steps"]]
+                if "error" in rec:
+                    rows.append([*head, label, f"error: {rec['error'][:80]}", "", "", "", ""])
+                    continue
+                rows.append([*head, f"{label} ({rec['precision']})", f"{rec['images_per_s']:.1f}",
+                             _fmt(None if rec["mfu"] is None else 100 * rec["mfu"], ".1f") + "%",
+                             _fmt(rec["peak_memory_mb"], ".0f"), _fmt(rec["speedup_vs_naive"], ".2f") + "x",
+                             _fmt(r.get("compile_s") if label == "compiled" else None, ".1f")])
         lines += ["", "## study bench, training step (forward + backward + SGD)", "",
                   *_table("model,batch,steps,run,img/s,MFU,peak MB,vs naive fp32,compile s", rows)]
     if s := parts.get("study"):

@@ -37,13 +37,9 @@ class Peak:
 
 def precision_key(device: torch.device, amp_dtype: torch.dtype | None) -> str:
     """The precision the matmuls run in: bf16/fp16 under autocast, else tf32 or fp32."""
-    if amp_dtype == torch.bfloat16:
-        return "bf16"
-    if amp_dtype == torch.float16:
-        return "fp16"
-    if device.type == "cuda" and torch.get_float32_matmul_precision() != "highest":
-        return "tf32"
-    return "fp32"
+    if amp_dtype is not None:
+        return {torch.bfloat16: "bf16", torch.float16: "fp16"}[amp_dtype]
+    return "tf32" if device.type == "cuda" and torch.get_float32_matmul_precision() != "highest" else "fp32"
 
 
 def stated_gpu_peak(device_name: str, precision: str) -> Peak:

@@ -1,16 +1,11 @@
 """``study bench``: steady-state training throughput of the paper's models and of
-one attention layer, next to a naive reference of the same equations.
+one attention layer, next to reference formulations of the same equations.
 
-What is timed (docs/design.md §12): one training step = forward + backward + SGD step on a
-batch resident on the device (no data loading).  Each variant first runs
-``warmup`` untimed steps (compilation, allocator, kernel selection; peak memory is
-read here), then ``repeats`` windows of ``steps`` steps, each window between two
-``torch.cuda.synchronize`` on GPU; ``images_per_s`` is from the median window.
-Variants' windows are interleaved so a change of machine load hits all alike.  The
-naive reference always runs eager in float32, so ``speedup_vs_naive`` includes the
-precision.  FLOPs are counted by ``torch.utils.flop_counter`` on each record's own
-path (``train_flops`` = 3 × forward): the factorised path does fewer FLOPs than the
-dense one for the same result, so compare paths by images/s.
+One training step = forward + backward + SGD step on a batch resident on the device (no
+data loading), timed by :func:`study.bench.timing.measure`.  The references always run eager
+in float32, so ``speedup_vs_naive`` includes the precision.  FLOPs are counted by
+``torch.utils.flop_counter`` on each record's own path (``train_flops`` = 3 × forward): the
+factorised path does fewer FLOPs than the dense one for the same result, so compare paths by images/s.
 """
 
 from __future__ import annotations

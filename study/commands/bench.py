@@ -53,7 +53,8 @@ def register(sub) -> None:
     p.add_argument("--models", default="all", metavar="LIST",
                    help="comma-separated targets, or 'all' (default)")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
-    p.add_argument("--batch", type=BoundedInt(1, MAX_BENCH_BATCH, "MAX_BENCH_BATCH"), default=None, help="images per step (default: 128 on CUDA, 8 on CPU)")
+    p.add_argument("--batch", type=BoundedInt(1, MAX_BENCH_BATCH, "MAX_BENCH_BATCH"), default=None,
+                   help="images per step (default: 128 on CUDA, 8 on CPU)")
     p.add_argument("--steps", type=_STEPS, default=None, help="timed steps (default: 50 on CUDA, 3 on CPU)")
     p.add_argument("--warmup", type=_STEPS, default=None,
                    help="untimed steps first (compilation; memory is read here), >= 1 "
