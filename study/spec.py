@@ -310,10 +310,6 @@ class Cell:
     train: dict[str, Any]
     seed: int
 
-    @property
-    def label(self) -> str:
-        return ",".join([f"{k}={v}" for k, v in {**self.model, **self.train}.items()] + [f"seed={self.seed}"])
-
 
 @dataclass(frozen=True)
 class StudySpec:
