@@ -143,10 +143,9 @@ def check_choice(path: str, entries: list) -> None:
 
 
 def corner_values(kind: str, args: list, *, enumerate_ints: bool) -> tuple[list, bool]:
-    """The values of a distribution that are checked: every ``choice`` entry, both ends
-    of a range (as the type it samples: floats for uniform/loguniform), every integer
-    of a short ``int`` range when ``enumerate_ints``.  Second item: whether these are
-    all the values it can take."""
+    """The checked values of a distribution (every ``choice`` entry, a range's ends as the
+    type it samples, every integer of a short ``int`` range when ``enumerate_ints``) and
+    whether these are all the values it can take."""
     if kind == "choice":
         return list(args), True
     low, high = args
@@ -158,12 +157,10 @@ def corner_values(kind: str, args: list, *, enumerate_ints: bool) -> tuple[list,
 
 
 def check_values(spec) -> tuple[list[ModelConfig], bool]:
-    """Build the configuration of every grid cell of ``spec`` (a :class:`study.spec.StudySpec`)
-    with every checked value of the sampled axes (all combinations up to
-    MAX_CHECKED_COMBINATIONS, else each value against every cell's first combination) and
-    check it; then :func:`_check_distinct_models`.  Returns the distinct models and whether
-    that list is complete (False when a model field is sampled from a continuous range or
-    combinations were too many to enumerate)."""
+    """Build and check every grid cell of ``spec`` (a :class:`study.spec.StudySpec`) with every
+    checked value of the sampled axes (all combinations up to MAX_CHECKED_COMBINATIONS, else
+    each value against every cell's first combination), then :func:`_check_distinct_models`.
+    Returns the distinct models and whether that list is complete."""
     axes = list(spec.sample)
     kinds = {k: next(iter(spec.sample[k])) for k in axes}
     corners, complete = {}, True

@@ -129,12 +129,10 @@ def load_yaml(text: str) -> Any:
         raise YamlError("invalid YAML: nested too deeply") from None
 
 
-def check_expansion(text: str, *, max_nodes: int | None = None) -> int:
-    """Count the nodes of ``text`` with every alias expanded, from the event stream
-    (nothing is composed); :class:`YamlError` once the count passes ``max_nodes``
-    (default :data:`study.limits.MAX_YAML_NODES`) or an alias refers to a node that
-    contains it.  Returns the count."""
-    cap = limits.MAX_YAML_NODES if max_nodes is None else max_nodes
+def check_expansion(text: str) -> None:
+    """Count the nodes of ``text`` with every alias expanded, from the event stream (nothing
+    is composed): :class:`YamlError` past MAX_YAML_NODES, too deep, or on a recursive alias."""
+    cap = limits.MAX_YAML_NODES
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (expanded size, nesting height)
     stack: list[list] = []  # [expanded size so far, anchor, height of the deepest child] of each open collection
     total, loader = 0, _Loader(text)
@@ -173,4 +171,3 @@ def check_expansion(text: str, *, max_nodes: int | None = None) -> int:
                                 "in full; limit MAX_YAML_NODES)")
     finally:
         loader.dispose()
-    return total
