@@ -1,14 +1,7 @@
-"""Command-line overrides of a study file, in Hydra's override syntax, applied to the
-file's mapping before it is checked: an override is checked exactly like the file
-(``FILE: path.field: problem``), and ``study.json`` records the file with them applied.
-
-Forms: ``key.sub=VALUE`` (set a field, in the file or not), ``models[0].num_heads=16``
-or ``models.0.num_heads=16`` (a list entry), ``+key=VALUE`` (add a field the file does
-not set), ``++key=VALUE`` (set, either way), ``~key`` (delete one the file sets).
-``VALUE`` is YAML read by the study file's own reader (:mod:`study.specyaml`, same
-limits); ``key=`` is the empty string.  Hydra's other forms (``~key=VALUE``, sweeps
-``a=1,2``, ``key@pkg``, functions such as ``glob(...)``) are refused in one line.
-Overrides apply in the order given.
+"""Command-line overrides of a study file in Hydra's override syntax (``key.sub=VALUE``,
+``models[0].x=V``, ``+key=V``, ``++key=V``, ``~key``; docs/study-files.md "Overrides"),
+applied in order to the file's mapping before it is checked like the file.  ``VALUE`` is
+YAML read by the study file's own reader and limits (:mod:`study.specyaml`).
 """
 
 from __future__ import annotations
