@@ -374,12 +374,10 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
 
 
 def _override_of(path: str, overrides: tuple[str, ...]) -> str | None:
-    """The last override that set ``path``, a field under it, or the field it is in."""
+    """The last override that set ``path``, a field under it, or the field it is in (each
+    one parses: :func:`study.overrides.apply` refused any that does not)."""
     for text in reversed(overrides):
-        try:
-            where = cli_overrides.dotted(cli_overrides.parse(text)[1])
-        except ValueError:
-            continue
+        where = cli_overrides.dotted(cli_overrides.parse(text)[1])
         if path and (path == where or path.startswith(where + ".") or where.startswith(path + ".")):
             return text
     return None
