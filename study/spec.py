@@ -369,8 +369,7 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
         if culprit is None:
             raise
         raise SpecError(file, e.path, f"{e.message} (override {culprit})") from None
-    object.__setattr__(spec, "overrides", overrides)
-    return spec
+    return dataclasses.replace(spec, overrides=overrides)
 
 
 def _override_of(path: str, overrides: tuple[str, ...]) -> str | None:
@@ -410,14 +409,11 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         scheduler=study.scheduler and {"type": study.scheduler.type, **study.scheduler.model_dump(exclude_unset=True)},
         gpus_per_trial=study.resources.gpus_per_trial, cpus_per_trial=study.resources.cpus_per_trial,
         workers_per_trial=study.resources.workers_per_trial, loggers=tuple(study.loggers))
-
     try:
         seen, complete = speccheck.check_values(spec)
     except SpecError as e:
         raise SpecError(file, e.path, e.message) from None
-    object.__setattr__(spec, "models", seen)
-    object.__setattr__(spec, "models_complete", complete)
-    return spec
+    return dataclasses.replace(spec, models=seen, models_complete=complete)
 
 
 def _model_in(annotation) -> type[BaseModel] | None:
