@@ -12,8 +12,7 @@ from __future__ import annotations
 # ---------------------------------------------------------------- study files
 #: bytes of a study file (the shipped ones are < 2 kB)
 MAX_STUDY_FILE_BYTES = 1_000_000
-#: YAML nodes after alias expansion (a "billion laughs" alias bomb is refused while
-#: the document is composed, before any Python object is built)
+#: YAML nodes after alias expansion (an alias bomb is refused from the event stream, before any node is built)
 MAX_YAML_NODES = 20_000
 #: nesting depth of YAML collections (``[[[...]]]`` 10,000 deep would exhaust Python's
 #: recursion limit while the document is built; the shipped files nest 4 deep)

@@ -1,14 +1,7 @@
-"""Command-line overrides of a study file, in Hydra's override syntax, applied to the
-file's mapping before it is checked: an override is checked exactly like the file
-(``FILE: path.field: problem``), and ``study.json`` records the file with them applied.
-
-Forms: ``key.sub=VALUE`` (set a field, in the file or not), ``models[0].num_heads=16``
-or ``models.0.num_heads=16`` (a list entry), ``+key=VALUE`` (add a field the file does
-not set), ``++key=VALUE`` (set, either way), ``~key`` (delete one the file sets).
-``VALUE`` is YAML read by the study file's own reader (:mod:`study.specyaml`, same
-limits); ``key=`` is the empty string.  Hydra's other forms (``~key=VALUE``, sweeps
-``a=1,2``, ``key@pkg``, functions such as ``glob(...)``) are refused in one line.
-Overrides apply in the order given.
+"""Command-line overrides of a study file in Hydra's override syntax (``key.sub=VALUE``,
+``models[0].x=V``, ``+key=V``, ``++key=V``, ``~key``; docs/study-files.md "Overrides"),
+applied in order to the file's mapping before it is checked like the file.  ``VALUE`` is
+YAML read by the study file's own reader and limits (:mod:`study.specyaml`).
 """
 
 from __future__ import annotations
@@ -60,81 +53,50 @@ def value_of(text: str) -> Any:
     return value
 
 
-def check_count(overrides: list[str]) -> None:
-    if len(overrides) > limits.MAX_OVERRIDES:
-        raise ValueError(f"{len(overrides)} overrides, more than {limits.MAX_OVERRIDES} (MAX_OVERRIDES)")
-    for text in overrides:
-        if not isinstance(text, str):
-            raise ValueError(f"an override must be a string KEY=VALUE, got {type(text).__name__}")
-        if len(text) > limits.MAX_OVERRIDE_CHARS:
-            raise ValueError(f"an override of {len(text)} characters, more than {limits.MAX_OVERRIDE_CHARS} "
-                             f"(MAX_OVERRIDE_CHARS): {text[:40]!r}...")
-
-
 def apply(raw: dict[str, Any], overrides: list[str], *, err: Callable[[str, str], Exception]) -> dict[str, Any]:
     """A copy of the study file's mapping ``raw`` with ``overrides`` applied in order;
     ``err(path, message)`` builds the exception for one that cannot apply (``path`` is
     the override's, ``""`` for a malformed one)."""
-    try:
-        check_count(overrides)
-    except ValueError as e:
-        raise err("", str(e)) from None
+    if len(overrides) > limits.MAX_OVERRIDES:
+        raise err("", f"{len(overrides)} overrides, more than {limits.MAX_OVERRIDES} (MAX_OVERRIDES)")
+    for text in overrides:
+        if not isinstance(text, str):
+            raise err("", f"an override must be a string KEY=VALUE, got {type(text).__name__}")
+        if len(text) > limits.MAX_OVERRIDE_CHARS:
+            raise err("", f"an override of {len(text)} characters, more than {limits.MAX_OVERRIDE_CHARS} "
+                          f"(MAX_OVERRIDE_CHARS): {text[:40]!r}...")
     out = copy.deepcopy(raw)
     for text in overrides:
         try:
             op, path, value_text = parse(text)
         except ValueError as e:
             raise err("", str(e)) from None
-        where = dotted(path)
-
-        def refuse(at: str, message: str, text: str = text) -> Exception:
-            return err(at, f"{message} (override {text})")
-
         node: Any = out
-        for depth, key in enumerate(path[:-1]):
-            node = _step(node, key, create=op != "~", where=dotted(path[:depth + 1]), err=refuse)
-        last = path[-1]
-        _check_container(node, last, dotted(path[:-1]) or "the study file", where, refuse)
-        present = _has(node, last)
-        if op == "~":
-            if not present:
-                raise refuse(where, "not set in the study file, nothing to delete")
-            del node[last]
-            continue
-        if op == "+" and present:
-            raise refuse(where, f"already set in the study file: +key adds a field the file lacks "
-                                f"(use {where}=VALUE)")
-        if isinstance(last, int) and not present:
-            raise refuse(where, f"index {last} out of range: {dotted(path[:-1])} has {len(node)} entries")
-        try:
-            node[last] = value_of(value_text)
-        except YamlError as e:
-            raise refuse(where, f"value {value_text[:40]!r}: {e}") from None
+        for depth, key in enumerate(path):
+            where, parent = dotted(path[:depth + 1]), dotted(path[:depth]) or "the study file"
+            last = depth == len(path) - 1
+            if isinstance(key, int) and not isinstance(node, list):
+                raise err(where, f"{parent} is {_kind(node)}, not a list: no entry [{key}] (override {text})")
+            if isinstance(key, str) and not isinstance(node, dict):
+                raise err(where, f"{parent} is {_kind(node)}, not a mapping: no field {key!r} (override {text})")
+            present = (0 <= key < len(node)) if isinstance(key, int) else key in node
+            if op == "+" and last and present:
+                raise err(where, f"already set in the study file: +key adds a field the file lacks (use {where}=VALUE) "
+                                 f"(override {text})")
+            if op == "~" and not present and (last or isinstance(key, str)):
+                raise err(where, f"not set in the study file, nothing to delete (override {text})")
+            if isinstance(key, int) and not present:
+                raise err(where, f"index {key} out of range: {parent} has {len(node)} entries (override {text})")
+            if not last:
+                node = node[key] if present else node.setdefault(key, {})
+            elif op == "~":
+                del node[key]
+            else:
+                try:
+                    node[key] = value_of(value_text)
+                except YamlError as e:
+                    raise err(where, f"value {value_text[:40]!r}: {e} (override {text})") from None
     return out
-
-
-def _has(node: Any, key: str | int) -> bool:
-    return (0 <= key < len(node)) if isinstance(key, int) else key in node
-
-
-def _check_container(node: Any, key: str | int, parent: str, where: str, err) -> None:
-    if isinstance(key, int) and not isinstance(node, list):
-        raise err(where, f"{parent} is {_kind(node)}, not a list: no entry [{key}]")
-    if isinstance(key, str) and not isinstance(node, dict):
-        raise err(where, f"{parent} is {_kind(node)}, not a mapping: no field {key!r}")
-
-
-def _step(node: Any, key: str | int, *, create: bool, where: str, err) -> Any:
-    parent = where.rpartition(".")[0] or "the study file"
-    _check_container(node, key, parent, where, err)
-    if _has(node, key):
-        return node[key]
-    if isinstance(key, int):
-        raise err(where, f"index {key} out of range: {parent} has {len(node)} entries")
-    if not create:
-        raise err(where, "not set in the study file, nothing to delete")
-    node[key] = {}
-    return node[key]
 
 
 def _kind(value: Any) -> str:

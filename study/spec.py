@@ -39,7 +39,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from pydantic_core import PydanticCustomError
 
 from study import limits, overrides as cli_overrides, speccheck
-from study.errors import StudyFileError
+from study.speccheck import MODEL_FIELDS, SpecError, err as _refuse
 from study.models.config import ModelConfig
 from study.specyaml import YamlError, load_yaml, read_study_text
 from study.trial.config import AUTOAUGMENT_POLICIES, PROTOCOL_FIELDS, SCHEDULES, TrainConfig
@@ -48,28 +48,7 @@ from study.trial.config import AUTOAUGMENT_POLICIES, PROTOCOL_FIELDS, SCHEDULES,
 #: the extra that installs it); Ray Tune's callbacks for them: :mod:`study.tuning.loggers`
 LOGGERS = {"tensorboard": ("tensorboardX", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 DEFAULT_LOGGERS = ("tensorboard",)
-MODEL_FIELDS = tuple(ModelConfig.__dataclass_fields__)
 TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size", *PROTOCOL_FIELDS)
-#: where each TrainConfig field sits in a recipe mapping (for error paths)
-_RECIPE_PATHS = {"lr": "optimizer.lr", "momentum": "optimizer.momentum", "weight_decay": "optimizer.weight_decay",
-                 "warmup": "schedule.warmup", "schedule": "schedule.type", "map_epochs": "maps.epochs",
-                 **{k: f"protocol.{k}" for k in PROTOCOL_FIELDS}}
-
-
-class SpecError(StudyFileError, ValueError):
-    """A study-file error: ``FILE: path.to.field: message`` on one line.  Raised with
-    ``file=""`` inside a validator, its ``path`` relative to the validated value."""
-
-    def __init__(self, file: str, path: str, message: str):
-        self.file, self.path, self.message = file, path, message
-        super().__init__(f"{file}: {path}: {message}" if path else f"{file}: {message}")
-
-    def __reduce__(self):  # picklable/copyable (Ray copies exceptions of failed trials)
-        return (SpecError, (self.file, self.path, self.message))
-
-
-def _refuse(path: str, message: str) -> SpecError:
-    return SpecError("", path, message)
 
 
 def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
@@ -118,7 +97,7 @@ ModelEntry = create_model("ModelEntry", __base__=ModelFields, training=(Recipe, 
 
 
 def _distinct(what: str = "a value") -> AfterValidator:
-    return AfterValidator(lambda v: speccheck.check_distinct(_refuse, "", v, what))
+    return AfterValidator(lambda v: speccheck.check_distinct("", v, what))
 
 
 def _map_schedule(v: Any) -> Any:
@@ -154,7 +133,7 @@ class Distribution(_Strict):
         (kind,) = self.model_fields_set
         args = getattr(self, kind)
         if kind == "choice":
-            speccheck.check_choice(_refuse, "choice", args)
+            speccheck.check_choice("choice", args)
         elif not args[0] < args[1]:
             raise _refuse(kind, f"low must be < high, got {args}")
         elif kind == "loguniform" and args[0] <= 0:
@@ -258,7 +237,7 @@ class StudyFile(_Strict):
     def _source(cls, data: str) -> str:
         """The source exists (:func:`study.speccheck.check_data_source`); a path becomes
         absolute (trials run in other working directories, and on other nodes)."""
-        return speccheck.check_data_source(lambda _, message: _refuse("", message), data, exists=True)
+        return speccheck.check_data_source(data, exists=True)
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo):
@@ -331,10 +310,6 @@ class Cell:
     train: dict[str, Any]
     seed: int
 
-    @property
-    def label(self) -> str:
-        return ",".join([f"{k}={v}" for k, v in {**self.model, **self.train}.items()] + [f"seed={self.seed}"])
-
 
 @dataclass(frozen=True)
 class StudySpec:
@@ -394,17 +369,14 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
         if culprit is None:
             raise
         raise SpecError(file, e.path, f"{e.message} (override {culprit})") from None
-    object.__setattr__(spec, "overrides", overrides)
-    return spec
+    return dataclasses.replace(spec, overrides=overrides)
 
 
 def _override_of(path: str, overrides: tuple[str, ...]) -> str | None:
-    """The last override that set ``path``, a field under it, or the field it is in."""
+    """The last override that set ``path``, a field under it, or the field it is in (each
+    one parses: :func:`study.overrides.apply` refused any that does not)."""
     for text in reversed(overrides):
-        try:
-            where = cli_overrides.dotted(cli_overrides.parse(text)[1])
-        except ValueError:
-            continue
+        where = cli_overrides.dotted(cli_overrides.parse(text)[1])
         if path and (path == where or path.startswith(where + ".") or where.startswith(path + ".")):
             return text
     return None
@@ -437,14 +409,11 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         scheduler=study.scheduler and {"type": study.scheduler.type, **study.scheduler.model_dump(exclude_unset=True)},
         gpus_per_trial=study.resources.gpus_per_trial, cpus_per_trial=study.resources.cpus_per_trial,
         workers_per_trial=study.resources.workers_per_trial, loggers=tuple(study.loggers))
-
-    def err(path: str, message: str) -> SpecError:
-        return SpecError(file, path, message)
-    seen, complete = speccheck.check_values(err, spec, locate=lambda f, cell: _locate(f, cell, raw, models, recipes))
-    speccheck.check_distinct_models(err, spec, n_models=len(models))
-    object.__setattr__(spec, "models", seen)
-    object.__setattr__(spec, "models_complete", complete)
-    return spec
+    try:
+        seen, complete = speccheck.check_values(spec)
+    except SpecError as e:
+        raise SpecError(file, e.path, e.message) from None
+    return dataclasses.replace(spec, models=seen, models_complete=complete)
 
 
 def _model_in(annotation) -> type[BaseModel] | None:
@@ -508,22 +477,3 @@ def selects(raw: dict[str, Any]) -> bool:
 def _valid_name(name: str) -> bool:
     return (0 < len(name) <= limits.MAX_NAME_LENGTH and not name.startswith(".")
             and all(c.isascii() and (c.isalnum() or c in "-_.") for c in name))
-
-
-def _locate(fld: str, cell: Cell, raw: dict, models: list[dict], recipes: list[dict]) -> str:
-    """The study-file path that set ``fld`` for ``cell``."""
-    for section in ("grid", "sample"):
-        if fld in raw.get(section, {}):
-            return f"{section}.{fld}"
-    for i, (m, recipe) in enumerate(zip(models, recipes)):
-        if fld in recipe and m.items() <= cell.model.items() and recipe.items() <= cell.train.items():
-            return f"models.{i}.training.{_RECIPE_PATHS.get(fld, fld)}"
-    for i, m in enumerate(models):
-        if fld in m and m.items() <= cell.model.items():
-            return f"models.{i}.{fld}"
-    for section in ("model", "training"):
-        if fld in raw.get(section, {}):
-            return f"{section}.{fld}"
-    if fld in _RECIPE_PATHS or fld not in MODEL_FIELDS:
-        return _RECIPE_PATHS.get(fld, fld)
-    return next((f"models.{i}" for i, m in enumerate(models) if m and m.items() <= cell.model.items()), "model")

@@ -1,15 +1,7 @@
 """Checks of a study file beyond one field's type and bounds (those are pydantic's,
-:class:`study.spec.StudyFile`).  Each raises through ``err(path, message)`` (a one-line
-:class:`study.spec.SpecError`):
-
-- :func:`check_data_source`: ``synthetic:N`` bounds, ``cifar10:ROOT`` is a folder, a
-  path exists and is a folder or a regular file (never a FIFO or device);
-- :func:`check_distinct`, :func:`check_choice`: a list's entries are distinct (a ``choice``'s
-  scalars of one type);
-- :func:`check_values`: every grid cell x every value a sampled axis can take builds a
-  valid model and training configuration within the limits, its batch fits the
-  training images (:func:`batch_overflow`), and the distinct models are counted;
-- :func:`check_distinct_models`: no two ``models`` entries run the same trials.
+:class:`study.spec.StudyFile`): the data source, distinct list entries, and
+:func:`check_values`, every value the study can produce.  Each raises a one-line
+:class:`SpecError`.
 """
 
 from __future__ import annotations
@@ -18,13 +10,14 @@ import itertools
 import math
 import os
 import stat
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from study import limits
+from study.errors import StudyFileError
 from study.data.synthetic import DEFAULT_TRAIN as SYNTHETIC_DEFAULT_TRAIN
 from study.models.config import ConfigError, ModelConfig
+from study.trial.config import PROTOCOL_FIELDS
 
 #: metrics every trial reports to Tune each epoch (study/trial/loop.py) ...
 TUNED_METRICS = ("test_acc", "best_test_acc", "test_loss", "train_acc", "train_loss")
@@ -40,7 +33,28 @@ IMAGE_CHANNELS, IMAGE_SIDE = 3, 32
 #: model fields that are standard deviations of an initialisation (ModelConfig does not check them)
 INIT_STD_FIELDS = ("center_init_std", "spread_init_std")
 
-Err = Callable[[str, str], Exception]
+MODEL_FIELDS = tuple(ModelConfig.__dataclass_fields__)
+#: where each TrainConfig field sits in a recipe mapping (for error paths)
+RECIPE_PATHS = {"lr": "optimizer.lr", "momentum": "optimizer.momentum", "weight_decay": "optimizer.weight_decay",
+                "warmup": "schedule.warmup", "schedule": "schedule.type", "map_epochs": "maps.epochs",
+                **{k: f"protocol.{k}" for k in PROTOCOL_FIELDS}}
+
+
+class SpecError(StudyFileError, ValueError):
+    """A study-file error: ``FILE: path.to.field: message`` on one line.  Raised with
+    ``file=""`` inside a validator, its ``path`` relative to the validated value."""
+
+    def __init__(self, file: str, path: str, message: str):
+        self.file, self.path, self.message = file, path, message
+        super().__init__(f"{file}: {path}: {message}" if path else f"{file}: {message}")
+
+    def __reduce__(self):  # picklable/copyable (Ray copies exceptions of failed trials)
+        return (SpecError, (self.file, self.path, self.message))
+
+
+def err(path: str, message: str) -> SpecError:
+    """A :class:`SpecError` whose file :func:`study.spec.validate` fills in."""
+    return SpecError("", path, message)
 
 
 def short(value: Any, limit: int = 60) -> str:
@@ -69,42 +83,42 @@ def known_train_size(data: str) -> int | None:
     return CIFAR10_TRAIN if kind == "cifar10" else None
 
 
-def check_data_source(err: Err, data: str, *, exists: bool = False) -> str:
+def check_data_source(data: str, *, exists: bool = False) -> str:
     """Bounds of ``synthetic:N``; ``cifar10:ROOT`` names a folder; a path is a folder
     or a regular file (``stat`` only: a FIFO or device is never opened).  ``exists``:
     a path must also exist and be readable.  Returns ``data``, a path made absolute."""
     kind, sep, arg = data.partition(":")
     if not data.strip():
-        raise err("data", "must not be empty (synthetic, cifar10[:ROOT] or a path)")
+        raise err("", "must not be empty (synthetic, cifar10[:ROOT] or a path)")
     if kind == "synthetic":
         if sep and not (arg.isdigit() and arg.isascii()):
-            raise err("data", f"synthetic:N needs a positive integer N, got {arg!r}")
+            raise err("", f"synthetic:N needs a positive integer N, got {arg!r}")
         if sep and not 1 <= int(arg) <= limits.MAX_SYNTHETIC_TRAIN:
-            raise err("data", f"synthetic:N needs 1 <= N <= {limits.MAX_SYNTHETIC_TRAIN} (MAX_SYNTHETIC_TRAIN), "
-                              f"got {int(arg)}")
+            raise err("", f"synthetic:N needs 1 <= N <= {limits.MAX_SYNTHETIC_TRAIN} (MAX_SYNTHETIC_TRAIN), "
+                          f"got {int(arg)}")
         return data
     try:
         path = Path(arg if kind == "cifar10" else data).expanduser()
     except RuntimeError:  # ~user of an unknown user, or no home directory
-        raise err("data", f"cannot expand the ~ of {short(arg if kind == 'cifar10' else data)}") from None
+        raise err("", f"cannot expand the ~ of {short(arg if kind == 'cifar10' else data)}") from None
     if kind == "cifar10":
         if sep and arg and not path.is_dir():
-            raise err("data", f"cifar10:ROOT: {arg} is not a folder (create it to download CIFAR-10 into it)")
+            raise err("", f"cifar10:ROOT: {arg} is not a folder (create it to download CIFAR-10 into it)")
         return data
     try:
         st = os.stat(path)
     except OSError:
         if exists:
-            raise err("data", f"no such file or directory: {data}") from None
+            raise err("", f"no such file or directory: {data}") from None
         return data
     if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-        raise err("data", f"{data} is not a folder or a regular file")
+        raise err("", f"{data} is not a folder or a regular file")
     if exists and not os.access(path, os.R_OK):
-        raise err("data", f"not readable: {data}")
+        raise err("", f"not readable: {data}")
     return str(path.resolve())
 
 
-def check_distinct(err: Err, path: str, values: list, what: str = "a value") -> list:
+def check_distinct(path: str, values: list, what: str = "a value") -> list:
     """Finite entries, none repeated (0 and 0.0 are the same value; true and 1 are not)."""
     for i, v in enumerate(values):
         if isinstance(v, float) and not math.isfinite(v):
@@ -115,7 +129,7 @@ def check_distinct(err: Err, path: str, values: list, what: str = "a value") -> 
     return values
 
 
-def check_choice(err: Err, path: str, entries: list) -> None:
+def check_choice(path: str, entries: list) -> None:
     """A ``choice`` lists distinct finite scalars of one type (numbers may mix int and
     float; ``null`` may join any type)."""
     for i, v in enumerate(entries):
@@ -125,14 +139,13 @@ def check_choice(err: Err, path: str, entries: list) -> None:
              for v in entries if v is not None}
     if len(kinds) > 1:
         raise err(path, f"mixes types ({' and '.join(sorted(kinds))}): {short(entries)}")
-    check_distinct(err, path, entries)
+    check_distinct(path, entries)
 
 
 def corner_values(kind: str, args: list, *, enumerate_ints: bool) -> tuple[list, bool]:
-    """The values of a distribution that are checked: every ``choice`` entry, both ends
-    of a range (as the type it samples: floats for uniform/loguniform), every integer
-    of a short ``int`` range when ``enumerate_ints``.  Second item: whether these are
-    all the values it can take."""
+    """The checked values of a distribution (every ``choice`` entry, a range's ends as the
+    type it samples, every integer of a short ``int`` range when ``enumerate_ints``) and
+    whether these are all the values it can take."""
     if kind == "choice":
         return list(args), True
     low, high = args
@@ -143,15 +156,11 @@ def corner_values(kind: str, args: list, *, enumerate_ints: bool) -> tuple[list,
     return [float(low), float(high)], False
 
 
-def check_values(err: Err, spec, *, locate: Callable[[str, Any], str]) -> tuple[list[ModelConfig], bool]:
-    """Build the configuration of every grid cell with every checked value of the
-    sampled axes (all combinations up to MAX_CHECKED_COMBINATIONS, else each value
-    against every cell's first combination) and check it.  ``locate(field, cell)``: the
-    study-file path that set a field.  Returns the distinct models and whether that list
-    is complete (False when a model field is sampled from a continuous range or
-    combinations were too many to enumerate)."""
-    from study.spec import MODEL_FIELDS
-
+def check_values(spec) -> tuple[list[ModelConfig], bool]:
+    """Build and check every grid cell of ``spec`` (a :class:`study.spec.StudySpec`) with every
+    checked value of the sampled axes (all combinations up to MAX_CHECKED_COMBINATIONS, else
+    each value against every cell's first combination), then :func:`_check_distinct_models`.
+    Returns the distinct models and whether that list is complete."""
     axes = list(spec.sample)
     kinds = {k: next(iter(spec.sample[k])) for k in axes}
     corners, complete = {}, True
@@ -170,7 +179,7 @@ def check_values(err: Err, spec, *, locate: Callable[[str, Any], str]) -> tuple[
     seen: dict[ModelConfig, None] = {}
     for cell, values in combos:
         def where(fld: str) -> str:
-            return f"sample.{fld}.{kinds[fld]}" if fld in spec.sample else locate(fld, cell)
+            return f"sample.{fld}.{kinds[fld]}" if fld in spec.sample else _locate(fld, cell, spec.raw)
 
         def context(fld: str) -> str:
             extra = [f"{k}={v!r}" for k, v, f in zip(axes, values, firsts) if k != fld and v != f]
@@ -193,9 +202,31 @@ def check_values(err: Err, spec, *, locate: Callable[[str, Any], str]) -> tuple[
         if over is not None:
             fld, cap, name, v = over
             raise err(where(fld), f"must be <= {cap} ({name}), got {v}{context(fld)}")
-        _check_batch(err, cfg, workers=spec.workers_per_trial, where=where, context=context)
+        _check_batch(cfg, workers=spec.workers_per_trial, where=where, context=context)
         seen.setdefault(cfg.model, None)
+    _check_distinct_models(spec)
     return list(seen), complete
+
+
+def _locate(fld: str, cell, raw: dict) -> str:
+    """The study-file path that set ``fld`` for ``cell``."""
+    models = [{k: v for k, v in m.items() if k != "training"} for m in raw.get("models", [{}])]
+    recipes = [flatten(m.get("training", {})) for m in raw.get("models", [{}])]
+    for section in ("grid", "sample"):
+        if fld in raw.get(section, {}):
+            return f"{section}.{fld}"
+    for i, (m, recipe) in enumerate(zip(models, recipes)):
+        if fld in recipe and m.items() <= cell.model.items() and recipe.items() <= cell.train.items():
+            return f"models.{i}.training.{RECIPE_PATHS.get(fld, fld)}"
+    for i, m in enumerate(models):
+        if fld in m and m.items() <= cell.model.items():
+            return f"models.{i}.{fld}"
+    for section in ("model", "training"):
+        if fld in raw.get(section, {}):
+            return f"{section}.{fld}"
+    if fld in RECIPE_PATHS or fld not in MODEL_FIELDS:
+        return RECIPE_PATHS.get(fld, fld)
+    return next((f"models.{i}" for i, m in enumerate(models) if m and m.items() <= cell.model.items()), "model")
 
 
 def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str | None:
@@ -209,7 +240,7 @@ def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str |
     return f"{per_step} images per step is more than {images}: no training step would run"
 
 
-def _check_batch(err: Err, cfg, *, workers: int, where, context) -> None:
+def _check_batch(cfg, *, workers: int, where, context) -> None:
     """The subset fits the data, and one step's batch fits the training images left
     once the validation split is held out (:mod:`study.data.validation`)."""
     known = known_train_size(cfg.data)
@@ -229,15 +260,14 @@ def _check_batch(err: Err, cfg, *, workers: int, where, context) -> None:
         raise err(where("batch_size"), why + context("batch_size"))
 
 
-def check_distinct_models(err: Err, spec, *, n_models: int) -> None:
+def _check_distinct_models(spec) -> None:
     """No two ``models`` entries give the same trials (same model and recipe, after
     defaults): compared on the first seed and the first grid cell, since grid axes
     may not be set in ``models``."""
-    if n_models < 2:
-        return
+    n_models = len(spec.raw.get("models", [{}]))
     n_grid = len(spec.cells) // (n_models * max(1, len({c.seed for c in spec.cells})))
     seen: dict[str, int] = {}
-    for i in range(n_models):
+    for i in range(n_models if n_models > 1 else 0):
         try:
             key = repr(spec.train_config(spec.cells[i * n_grid]).to_dict())
         except (ConfigError, TypeError, ValueError):  # only valid with sampled values: not compared

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -26,58 +27,41 @@ from yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, Sc
 
 from study import limits
 
-try:  # libyaml's parser (the constructor and resolver stay Python: ours)
-    from yaml.cyaml import CParser as _Parser
-except ImportError:  # PyYAML built without libyaml
-    _Parser = None
-
 
 class YamlError(ValueError):
     """A study file that cannot be read as a bounded YAML mapping (one line)."""
 
 
-class _Resolver(yaml.resolver.BaseResolver):
-    """YAML 1.2 core-schema implicit types (plus ``<<`` merge keys)."""
+_INT = r"[-+]?(?:0|[1-9][0-9_]*)"
 
 
-_Resolver.yaml_implicit_resolvers = {}
-for _tag, _pattern, _first in (
-        ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"), ("int", r"[-+]?(?:0|[1-9][0-9_]*)", "-+0123456789"),
-        ("float", r"""[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)? | [-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
-                     | [-+]?\.(?:inf|Inf|INF) | \.(?:nan|NaN|NAN)""", "-+0123456789."),
-        ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]), ("merge", r"<<", "<")):
-    _Resolver.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(f"^(?:{_pattern})$", re.X), list(_first))
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser when PyYAML has it
+    """SafeLoader with YAML 1.2 core-schema implicit types (plus ``<<`` merge keys) that
+    refuses duplicate mapping keys and integers beyond MAX_INT_DIGITS."""
 
-
-class _Constructor(yaml.constructor.SafeConstructor):
-    """SafeConstructor that refuses duplicate mapping keys."""
+    yaml_implicit_resolvers: dict = {}
 
     def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen = set()
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=deep)
-                try:
-                    dup = key in seen
-                except TypeError:  # unhashable: SafeConstructor reports it
-                    break
-                if dup:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})",
-                        key_node.start_mark)
-                seen.add(key)
+        seen = set()
+        for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):  # SafeConstructor reports it
+                break
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark)
+            seen.add(key)
         return super().construct_mapping(node, deep)
 
     def construct_yaml_int(self, node):
         """Decimal integers only, also under an explicit ``!!int`` tag (``!!int 0x10``
-        and ``!!int 1:30`` would otherwise bring back YAML 1.1's forms), of at most
-        MAX_INT_DIGITS digits."""
+        and ``!!int 1:30`` would otherwise bring back YAML 1.1's forms)."""
         value = self.construct_scalar(node)
         digits = value.lstrip("+-").replace("_", "")
         line = node.start_mark.line + 1
-        if not re.fullmatch(r"[-+]?(?:0|[1-9][0-9_]*)", value):
+        if not re.fullmatch(_INT, value):
             raise YamlError(f"line {line}: !!int {value[:20]!r} is not a decimal integer")
         if len(digits) > limits.MAX_INT_DIGITS:
             raise YamlError(f"line {line}: an integer of {len(digits)} digits, more than "
@@ -85,20 +69,13 @@ class _Constructor(yaml.constructor.SafeConstructor):
         return int(value.replace("_", ""))
 
 
-_Constructor.add_constructor("tag:yaml.org,2002:map", _Constructor.construct_yaml_map)
-_Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)
-
-#: libyaml's parser, else PyYAML's pure-Python reader/scanner/parser/composer (the
-#: constructor and resolver stay ours)
-_PARSE = (_Parser,) if _Parser else (yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
-                                      yaml.composer.Composer)
-
-
-class _Loader(*_PARSE, _Constructor, _Resolver):
-    def __init__(self, stream):
-        _PARSE[0].__init__(self, stream)
-        for base in (*_PARSE[1:], _Constructor, _Resolver):
-            base.__init__(self)
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+for _tag, _pattern, _first in (
+        ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"), ("int", _INT, "-+0123456789"),
+        ("float", r"""[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)? | [-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+                     | [-+]?\.(?:inf|Inf|INF) | \.(?:nan|NaN|NAN)""", "-+0123456789."),
+        ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]), ("merge", r"<<", "<")):
+    _Loader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(f"^(?:{_pattern})$", re.X), list(_first))
 
 
 def read_study_text(path: str | os.PathLike) -> str:
@@ -152,12 +129,10 @@ def load_yaml(text: str) -> Any:
         raise YamlError("invalid YAML: nested too deeply") from None
 
 
-def check_expansion(text: str, *, max_nodes: int | None = None) -> int:
-    """Count the nodes of ``text`` with every alias expanded, from the event stream
-    (nothing is composed); :class:`YamlError` once the count passes ``max_nodes``
-    (default :data:`study.limits.MAX_YAML_NODES`) or an alias refers to a node that
-    contains it.  Returns the count."""
-    cap = limits.MAX_YAML_NODES if max_nodes is None else max_nodes
+def check_expansion(text: str) -> None:
+    """Count the nodes of ``text`` with every alias expanded, from the event stream (nothing
+    is composed): :class:`YamlError` past MAX_YAML_NODES, too deep, or on a recursive alias."""
+    cap = limits.MAX_YAML_NODES
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (expanded size, nesting height)
     stack: list[list] = []  # [expanded size so far, anchor, height of the deepest child] of each open collection
     total, loader = 0, _Loader(text)
@@ -196,4 +171,3 @@ def check_expansion(text: str, *, max_nodes: int | None = None) -> int:
                                 "in full; limit MAX_YAML_NODES)")
     finally:
         loader.dispose()
-    return total

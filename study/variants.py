@@ -26,13 +26,6 @@ EXECUTION_COLUMNS = frozenset({"amp", "compile", "head_stats", "head_images", "m
                                "eval_batch_size", "data"})
 
 
-def _config_fields() -> tuple[str, ...]:
-    """Every model and training field (``TrainConfig.flat()``), whatever branch added it."""
-    from study.trial.config import TrainConfig  # configuration only: no torch
-
-    return tuple(TrainConfig().flat())
-
-
 #: Configuration columns that ``runs.name`` already spells out.
 NAME_COLUMNS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim")
 #: Preferred order of sweep axes (others follow alphabetically).
@@ -44,7 +37,9 @@ def config_columns(runs: pd.DataFrame) -> list[str]:
     """Configuration columns of ``runs``: model and training fields only (bookkeeping —
     Ray ids, cell, sample, attempts, timing, sizes — and the ``sampled_*`` copies of
     searched values never are)."""
-    fields = set(_config_fields()) - EXECUTION_COLUMNS
+    from study.trial.config import TrainConfig  # configuration only: no torch
+
+    fields = set(TrainConfig().flat()) - EXECUTION_COLUMNS  # every model and training field
     cols = [c for c in runs.columns if c in fields and c not in RESULT_COLUMNS]
     return sorted(cols, key=lambda c: (AXIS_ORDER.index(c) if c in AXIS_ORDER else len(AXIS_ORDER), c))
 

@@ -1,18 +1,12 @@
 """``study schema``: print the study file's JSON Schema (:class:`study.spec.StudyFile`,
 pydantic's ``model_json_schema()``).
 
-How editors use it: the YAML language server (VS Code's "YAML" extension by Red Hat,
-Neovim/Helix/Emacs through ``yaml-language-server``) reads a first line
-``# yaml-language-server: $schema=study.schema.json`` (a path relative to the study
-file, or a URL) and then completes keys, shows each field's type, default and bounds
-on hover, and underlines unknown keys, wrong types and out-of-range numbers as you
-type.  Every ``search_spaces/*.yaml`` carries that line; the committed
-``search_spaces/study.schema.json`` is this command's output (``study schema >
-search_spaces/study.schema.json`` after a change to the schema; a test checks they
-agree).  JetBrains IDEs map the schema to files under Settings | Languages &
-Frameworks | Schemas and DTDs | JSON Schema Mappings.  What a schema cannot say (the
-data source exists, every grid cell builds a valid model, the batch fits the data)
-``study validate FILE`` checks.
+The YAML language server (VS Code, Neovim, Helix, Emacs) reads a first line
+``# yaml-language-server: $schema=study.schema.json`` and then completes keys and
+underlines unknown keys, wrong types and out-of-range numbers as you type; JetBrains
+IDEs map it under Settings | Languages & Frameworks | Schemas and DTDs.  Every
+``search_spaces/*.yaml`` carries that line; ``search_spaces/study.schema.json`` is this
+command's output (a test checks they agree).
 """
 
 from __future__ import annotations

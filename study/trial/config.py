@@ -80,8 +80,32 @@ class TrainConfig:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or (
                 isinstance(v, float) and v >= 1):
             raise ConfigError("validation", f"must be a number of images >= 0 or a fraction in (0, 1), got {v!r}")
-        _check_map_epochs(self)
-        _check_protocol(self)
+        v = self.map_epochs
+        if not (isinstance(v, str) and v in ("auto", "all", "last", "none")):
+            if not isinstance(v, (list, tuple)) or not all(isinstance(e, int) and not isinstance(e, bool) for e in v):
+                raise ConfigError("map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}")
+            bad = [e for e in v if not 0 <= e < self.epochs]
+            if bad:
+                raise ConfigError("map_epochs", f"epochs are 0-based and must be < epochs ({self.epochs}), "
+                                                f"got {bad[0]}")
+            object.__setattr__(self, "map_epochs", tuple(sorted(set(v))))
+        for k in ("cutmix_alpha", "mixup_alpha"):
+            number_in(self, k, 0, float("inf"), "must be a finite Beta alpha >= 0 (0: off)")
+        int_at_least(self, "randaugment_ops", 0)
+        if self.randaugment_ops > MAX_RANDAUGMENT_OPS:
+            raise ConfigError("randaugment_ops", f"must be <= {MAX_RANDAUGMENT_OPS} (RandAugment's operations), "
+                                                 f"got {self.randaugment_ops}")
+        int_at_least(self, "randaugment_magnitude", 0)
+        if self.randaugment_magnitude > MAX_RANDAUGMENT_MAGNITUDE:
+            raise ConfigError("randaugment_magnitude", f"must be <= {MAX_RANDAUGMENT_MAGNITUDE} (RandAugment's 31 "
+                                                       f"magnitude bins), got {self.randaugment_magnitude}")
+        if self.autoaugment not in AUTOAUGMENT_POLICIES:
+            raise ConfigError("autoaugment", f"must be one of {', '.join(AUTOAUGMENT_POLICIES)}, "
+                                             f"got {self.autoaugment!r}")
+        if self.autoaugment != "none" and self.randaugment_ops:
+            raise ConfigError("autoaugment", f"{self.autoaugment} and randaugment_ops {self.randaugment_ops} are "
+                                             "alternative policies: set one (the other none / 0)")
+        number_in(self, "label_smoothing", 0, 1, "must be in [0, 1)")
         if not isinstance(self.data, str) or not self.data:
             raise ConfigError("data", f"must be a data source string, got {self.data!r}")
 
@@ -100,34 +124,3 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
-
-
-def _check_map_epochs(cfg: TrainConfig) -> None:
-    v = cfg.map_epochs
-    if isinstance(v, str) and v in ("auto", "all", "last", "none"):
-        return
-    if not isinstance(v, (list, tuple)) or not all(isinstance(e, int) and not isinstance(e, bool) for e in v):
-        raise ConfigError("map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}")
-    bad = [e for e in v if not 0 <= e < cfg.epochs]
-    if bad:
-        raise ConfigError("map_epochs", f"epochs are 0-based and must be < epochs ({cfg.epochs}), got {bad[0]}")
-    object.__setattr__(cfg, "map_epochs", tuple(sorted(set(v))))
-
-
-def _check_protocol(cfg: TrainConfig) -> None:
-    for k in ("cutmix_alpha", "mixup_alpha"):
-        number_in(cfg, k, 0, float("inf"), "must be a finite Beta alpha >= 0 (0: off)")
-    int_at_least(cfg, "randaugment_ops", 0)
-    if cfg.randaugment_ops > MAX_RANDAUGMENT_OPS:
-        raise ConfigError("randaugment_ops", f"must be <= {MAX_RANDAUGMENT_OPS} (RandAugment's operations), "
-                                             f"got {cfg.randaugment_ops}")
-    int_at_least(cfg, "randaugment_magnitude", 0)
-    if cfg.randaugment_magnitude > MAX_RANDAUGMENT_MAGNITUDE:
-        raise ConfigError("randaugment_magnitude", f"must be <= {MAX_RANDAUGMENT_MAGNITUDE} (RandAugment's 31 "
-                                                   f"magnitude bins), got {cfg.randaugment_magnitude}")
-    if cfg.autoaugment not in AUTOAUGMENT_POLICIES:
-        raise ConfigError("autoaugment", f"must be one of {', '.join(AUTOAUGMENT_POLICIES)}, got {cfg.autoaugment!r}")
-    if cfg.autoaugment != "none" and cfg.randaugment_ops:
-        raise ConfigError("autoaugment", f"{cfg.autoaugment} and randaugment_ops {cfg.randaugment_ops} are "
-                                         "alternative policies: set one (the other none / 0)")
-    number_in(cfg, "label_smoothing", 0, 1, "must be in [0, 1)")
