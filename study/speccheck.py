@@ -90,6 +90,8 @@ def check_data_source(data: str, *, exists: bool = False) -> str:
     kind, sep, arg = data.partition(":")
     if not data.strip():
         raise err("", "must not be empty (synthetic, cifar10[:ROOT] or a path)")
+    if "\0" in data:  # no path holds one: os.stat would raise a bare ValueError
+        raise err("", "must not contain a NUL character")
     if kind == "synthetic":
         if sep and not (arg.isdigit() and arg.isascii()):
             raise err("", f"synthetic:N needs a positive integer N, got {arg!r}")
