@@ -27,11 +27,6 @@ def default_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "attention-cnn-study"
 
 
-def resolve_cache_dir(cache_dir: str | Path | None) -> Path:
-    """``cache_dir`` as a path, or :func:`default_cache_dir` when None."""
-    return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-
-
 def cache_path(cache_dir: Path, *, kind: str, digest: str) -> Path:
     """Where the tensors of the source with content ``digest`` are cached."""
     return cache_dir / f"{kind}-v{FORMAT}-{digest}.pt"
