@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -76,20 +76,14 @@ def build_lock(path: Path) -> Iterator[None]:
         yield
         return
     with f:
-        try:
+        with suppress(OSError):  # e.g. a file system without locks
             fcntl.flock(f, fcntl.LOCK_EX)
-        except OSError:  # e.g. a file system without locks
-            pass
         try:
             yield  # closing the file releases the lock
         finally:
-            try:
+            with suppress(OSError):
                 if os.path.samestat(os.fstat(f.fileno()), os.stat(lock)):
                     os.unlink(lock)
-            except OSError:
-                pass
-            if created:
-                try:
+            with suppress(OSError):
+                if created:
                     path.parent.rmdir()  # only if still empty
-                except OSError:
-                    pass

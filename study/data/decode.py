@@ -96,10 +96,8 @@ def _decoder_messages() -> Iterator[Callable[[], str]]:
     the terminal meanwhile (progress lines are not swallowed)."""
     with _FD2_LOCK, tempfile.TemporaryFile() as tmp:
         text = ""
-        try:
+        with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
         saved = os.dup(2)
         swapped = None
         try:
