@@ -143,11 +143,9 @@ def _open_regular(path: Path, *, source: str, name: str | None, limit: int):
 
 
 def _kind(mode: int) -> str:
-    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return word
-    return "not a regular file"
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+    return next((word for test, word in kinds if test(mode)), "not a regular file")
 
 
 def _tree_digest(listing: Listing) -> str:
