@@ -39,6 +39,7 @@ DuckDB reads the same files (``analysis.io``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -388,16 +389,10 @@ def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
     merged = merged.sort_by([(k, "ascending") for k in _keys(table)])
     out = write_part(compacted_path(root, table, trial_id), merged)
     for path in listing.parts:
-        _delete(path)
+        fs, p = _fs(path)
+        with contextlib.suppress(FileNotFoundError):
+            fs.delete_file(p)
     return out
-
-
-def _delete(path: str) -> None:
-    fs, p = _fs(path)
-    try:
-        fs.delete_file(p)
-    except FileNotFoundError:
-        pass
 
 
 def compact_all(root: str | os.PathLike) -> int:
@@ -443,4 +438,4 @@ class TableWriter:
             self._pending[t] = 0
 
     def close(self) -> None:
-            self.compact()
+        self.compact()
