@@ -389,10 +389,14 @@ def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
     merged = merged.sort_by([(k, "ascending") for k in _keys(table)])
     out = write_part(compacted_path(root, table, trial_id), merged)
     for path in listing.parts:
-        fs, p = _fs(path)
-        with contextlib.suppress(FileNotFoundError):
-            fs.delete_file(p)
+        _delete(path)
     return out
+
+
+def _delete(path: str) -> None:
+    fs, p = _fs(path)
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_file(p)
 
 
 def compact_all(root: str | os.PathLike) -> int:
