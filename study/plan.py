@@ -146,15 +146,6 @@ def trial_images(cfg, sizes: dict[str, tuple[int, int]] | None = None) -> Images
 
 
 # ---------------------------------------------------------------------- FLOPs
-def trial_flops(*, macs: int, epochs: int, images: Images | None, head_images: int = 0
-                ) -> tuple[float | None, float | None, float | None]:
-    """(training, evaluation, head statistics) FLOPs of a whole trial."""
-    if images is None:
-        return None, None, None
-    fwd = 2.0 * macs * epochs
-    return TRAIN_FORWARDS * fwd * images.train, fwd * (images.test + images.val), fwd * head_images
-
-
 def _sampled_candidates(dist: dict) -> list:
     (kind, args), = dist.items()
     if kind in ("uniform", "loguniform", "int"):
@@ -208,13 +199,14 @@ def plan_trials(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> lis
         model, bound = costed_model(cfg, spec.sample)
         macs = model_macs(model)
         images = trial_images(cfg, sizes)
-        heads = cfg.head_images if cfg.head_stats and model.get("arch", "sa") != "resnet18" else 0
-        if images is not None:
-            heads = min(heads, images.test)
-        train, ev, head = trial_flops(macs=macs, epochs=cfg.epochs, images=images, head_images=heads)
+        flops = dict(train_flops=None, eval_flops=None, head_flops=None)
+        if images is not None:  # a forward pass is 2 x MACs FLOPs per image and epoch
+            fwd = 2.0 * macs * cfg.epochs
+            heads = cfg.head_images if cfg.head_stats and model.get("arch", "sa") != "resnet18" else 0
+            flops = dict(train_flops=TRAIN_FORWARDS * fwd * images.train, eval_flops=fwd * (images.test + images.val),
+                         head_flops=fwd * min(heads, images.test))
         per_cell.append(dict(model=model_name(ModelConfig.from_dict(model)), config=model, epochs=cfg.epochs,
-                             images=images, macs=macs, train_flops=train, eval_flops=ev, head_flops=head,
-                             pairs=attention_pairs(model), upper_bound=bound))
+                             images=images, macs=macs, pairs=attention_pairs(model), upper_bound=bound, **flops))
     n = len(spec.cells)
     out = []
     for k in range(spec.num_trials):
@@ -423,5 +415,4 @@ def make_plan(spec, *, throughput: Throughput | None = None, workers: int | None
 
 
 __all__ = ["Images", "Plan", "PlanError", "Throughput", "TrialPlan", "bench_models", "launch_order",
-           "make_plan", "plan_trials", "predict", "table", "to_json", "total_line", "trial_flops",
-           "trial_images", "wall_seconds"]
+           "make_plan", "plan_trials", "predict", "table", "to_json", "total_line", "trial_images", "wall_seconds"]

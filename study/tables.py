@@ -39,6 +39,7 @@ DuckDB reads the same files (``analysis.io``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -394,10 +395,8 @@ def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
 
 def _delete(path: str) -> None:
     fs, p = _fs(path)
-    try:
+    with contextlib.suppress(FileNotFoundError):
         fs.delete_file(p)
-    except FileNotFoundError:
-        pass
 
 
 def compact_all(root: str | os.PathLike) -> int:
@@ -443,4 +442,4 @@ class TableWriter:
             self._pending[t] = 0
 
     def close(self) -> None:
-            self.compact()
+        self.compact()

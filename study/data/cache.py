@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,6 @@ def default_cache_dir() -> Path:
     """``$STUDY_CACHE_DIR`` if set, else ``~/.cache/attention-cnn-study``."""
     env = os.environ.get(ENV_VAR)
     return Path(env).expanduser() if env else Path.home() / ".cache" / "attention-cnn-study"
-
-
-def resolve_cache_dir(cache_dir: str | Path | None) -> Path:
-    """``cache_dir`` as a path, or :func:`default_cache_dir` when None."""
-    return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
 
 
 def cache_path(cache_dir: Path, *, kind: str, digest: str) -> Path:
@@ -81,20 +76,14 @@ def build_lock(path: Path) -> Iterator[None]:
         yield
         return
     with f:
-        try:
+        with suppress(OSError):  # e.g. a file system without locks
             fcntl.flock(f, fcntl.LOCK_EX)
-        except OSError:  # e.g. a file system without locks
-            pass
         try:
             yield  # closing the file releases the lock
         finally:
-            try:
+            with suppress(OSError):
                 if os.path.samestat(os.fstat(f.fileno()), os.stat(lock)):
                     os.unlink(lock)
-            except OSError:
-                pass
-            if created:
-                try:
+            with suppress(OSError):
+                if created:
                     path.parent.rmdir()  # only if still empty
-                except OSError:
-                    pass

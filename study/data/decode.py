@@ -74,34 +74,16 @@ def decode_images(
         out[lo:hi] = torch.stack(_decode_chunk(flat, buffer, items[lo:hi], source=source))
         return hi - lo
 
-    workers = workers or default_workers()
-    with _decoder_messages() as said:
-        _decode_all(run, n, workers, progress)
+    done = 0
+    with _decoder_messages() as said, ThreadPoolExecutor(workers or default_workers(), "decode") as pool:
+        # in order: the first bad file is reported, and map's iterator cancels the chunks not started
+        for k in pool.map(run, range(0, n, _CHUNK)):
+            done += k
+            if progress:
+                progress(done, n)
     if said():
         _refuse_the_file_decoders_complain_about(flat, buffer, items, source=source, said=said())
     return out
-
-
-def _decode_all(run: Callable[[int], int], n: int, workers: int, progress) -> None:
-    starts = range(0, n, _CHUNK)
-    done = 0
-
-    def advance(k: int) -> None:
-        nonlocal done
-        done += k
-        if progress:
-            progress(done, n)
-
-    if workers == 1:
-        for lo in starts:
-            advance(run(lo))
-        return
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode")
-    try:
-        for future in [pool.submit(run, lo) for lo in starts]:
-            advance(future.result())  # in order: the first bad file is reported
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # after an error, skip the rest
 
 
 _FD2_LOCK = threading.Lock()  # one redirection of descriptor 2 at a time in this process
@@ -114,10 +96,8 @@ def _decoder_messages() -> Iterator[Callable[[], str]]:
     the terminal meanwhile (progress lines are not swallowed)."""
     with _FD2_LOCK, tempfile.TemporaryFile() as tmp:
         text = ""
-        try:
+        with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
         saved = os.dup(2)
         swapped = None
         try:

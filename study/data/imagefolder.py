@@ -46,14 +46,7 @@ def load_image_folder(
             if data is None:
                 data = _decode(listing, layout, name=name, target=target, cache_dir=cache_dir,
                                progress=progress, workers=workers)
-    return {
-        "train_images": data["train_images"],
-        "train_labels": data["train_labels"],
-        "test_images": data["test_images"],
-        "test_labels": data["test_labels"],
-        "classes": tuple(data["classes"]),
-        "source": f"{label} {path}",
-    }
+    return {**{k: data[k] for k in _KEYS}, "classes": tuple(data["classes"]), "source": f"{label} {path}"}
 
 
 def _cached(target: Path) -> dict[str, Any] | None:

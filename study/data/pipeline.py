@@ -42,15 +42,14 @@ class EpochPlan:
     flips: Tensor
 
 
-def epoch_seed(seed: int, epoch: int) -> int:
-    """A 63-bit generator seed mixing ``seed`` and ``epoch`` (stable across processes)."""
-    digest = hashlib.sha256(f"study.data:{seed}:{epoch}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
+def seeded(text: str) -> torch.Generator:
+    """A CPU generator with a 63-bit seed hashed from ``text`` (stable across processes)."""
+    return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1)
 
 
 def epoch_plan(n: int, *, seed: int, epoch: int) -> EpochPlan:
     """The :class:`EpochPlan` of an ``n``-sample split for (``seed``, ``epoch``)."""
-    gen = torch.Generator().manual_seed(epoch_seed(seed, epoch))
+    gen = seeded(f"study.data:{seed}:{epoch}")
     order = torch.randperm(n, generator=gen)
     offsets = torch.randint(0, 2 * PAD + 1, (n, 2), generator=gen)
     flips = torch.randint(0, 2, (n,), generator=gen).bool()

@@ -47,9 +47,7 @@ class ImageFolderSource:
                 self.digest = _tree_digest(self._listing)
             else:
                 with _open_regular(self.path, source=str(path), name=None, limit=limits.MAX_SOURCE_BYTES) as f:
-                    hashed = _Hashing(f)
-                    hashed.drain()
-                    self.digest = hashed.hexdigest()
+                    self.digest = hashlib.file_digest(f, "sha256").hexdigest()
                 self._listing = None
         except OSError as e:
             raise DataError(f"{path}: cannot read ({one_line(e.strerror or e)})") from None
@@ -87,7 +85,10 @@ def _read_tree(root: Path, *, source: str) -> Listing:
     files: dict[str, tuple[int, int]] = {}
     off = 0
     for name in sorted(names):
-        b = _read_regular(root / name, source=source, name=name, limit=limits.MAX_IMAGE_FILE_BYTES)
+        with _open_regular(root / name, source=source, name=name, limit=limits.MAX_IMAGE_FILE_BYTES) as f:
+            b = f.read(limits.MAX_IMAGE_FILE_BYTES + 1)
+        if len(b) > limits.MAX_IMAGE_FILE_BYTES:  # it grew since it was opened: refused, not read on
+            raise DataError(f"{source}: {name}: more than the limit of {limits.MAX_IMAGE_FILE_BYTES} bytes")
         if off + len(b) > limits.MAX_SOURCE_IMAGE_BYTES:
             raise DataError(f"{source}: its image files hold more than {limits.MAX_SOURCE_IMAGE_BYTES} bytes "
                             "(MAX_SOURCE_IMAGE_BYTES)")
@@ -109,15 +110,12 @@ class _Hashing:
         return data
 
     def drain(self) -> None:
-        """Hash what was not read yet (all of it, or an archive's bytes after its end)."""
-        while self.read(_HASH_CHUNK):
+        """Hash the archive's bytes after its end."""
+        while self.read(2**20):
             pass
 
     def hexdigest(self) -> str:
         return self._h.hexdigest()
-
-
-_HASH_CHUNK = 2**20
 
 
 def _open_regular(path: Path, *, source: str, name: str | None, limit: int):
@@ -144,22 +142,10 @@ def _open_regular(path: Path, *, source: str, name: str | None, limit: int):
     return f
 
 
-def _read_regular(path: Path, *, source: str, name: str | None, limit: int) -> bytes:
-    """The bytes of ``path`` if it is (or links to) a regular file of at most ``limit``
-    bytes (:func:`_open_regular`; a file that grew since is refused, not read on)."""
-    with _open_regular(path, source=source, name=name, limit=limit) as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise DataError(f"{f'{source}: {name}' if name else source}: more than the limit of {limit} bytes")
-    return data
-
-
 def _kind(mode: int) -> str:
-    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return word
-    return "not a regular file"
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+    return next((word for test, word in kinds if test(mode)), "not a regular file")
 
 
 def _tree_digest(listing: Listing) -> str:

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from study import limits
 
-from .cache import resolve_cache_dir
+from .cache import default_cache_dir
 from .errors import DataError
 
 SPEC_HELP = "synthetic[:N_TRAIN], cifar10[:ROOT], an image-folder directory or a .tar/.tar.gz/.tgz archive of one"
@@ -71,7 +71,8 @@ def load_splits(
     Raises :class:`DataError` with a one-line message naming the problem."""
     if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):
         raise DataError(f"subset must be a positive number of training images, got {subset!r}")
-    data = _load(spec, cache_dir=resolve_cache_dir(cache_dir), progress=progress)
+    cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    data = _load(spec, cache_dir=cache_dir, progress=progress)
     source = data["source"]
     if subset is not None and subset > len(data["train_labels"]):
         raise DataError(f"{spec}: subset {subset} is more than the {len(data['train_labels'])} training images "

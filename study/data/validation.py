@@ -8,11 +8,11 @@ model never trains on them, and the tuned metric is the accuracy on them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
 import torch
 
 from .errors import DataError
+from .pipeline import seeded
 from .splits import Splits, stratified_subset
 
 #: Fraction of the training images held out when a study that selects (sampled axes
@@ -48,9 +48,7 @@ def hold_out_validation(splits: Splits, *, validation: int | float, seed: int) -
     if n_val >= n_train:
         raise DataError(f"validation: {n_val} held-out images leave none of the {n_train} training images "
                         f"to train on (use fewer, or validation: 0)")
-    digest = hashlib.sha256(f"study.data.validation:{seed}".encode()).digest()
-    gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
-    val = stratified_subset(splits.train_labels, k=n_val, generator=gen)
+    val = stratified_subset(splits.train_labels, k=n_val, generator=seeded(f"study.data.validation:{seed}"))
     keep = torch.ones(n_train, dtype=torch.bool)
     keep[val] = False
     return dataclasses.replace(
