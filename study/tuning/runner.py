@@ -131,9 +131,14 @@ def pending(spec: StudySpec, tables: str) -> list[tuple[int, int]]:
         pass
     from study.tuning.searcher import trial_key
 
-    runs = read_table(tables, "runs")
-    ended = set(runs.trial_id[runs.status.isin(ENDED)]) if len(runs) else set()
+    ended = set(ended_rows(tables).trial_id)
     return [(c, s) for c, s in order if trial_key(c, s) not in ended]
+
+
+def ended_rows(tables: str) -> pd.DataFrame:
+    """The ``runs`` rows of the trials that ended (a resume does not run them again)."""
+    runs = read_table(tables, "runs")
+    return runs[runs.status.isin(ENDED)]
 
 
 def _tuner(spec: StudySpec, meta: dict[str, Any], todo: list[tuple[int, int]], *, verbose: bool, contract):

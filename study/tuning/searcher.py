@@ -51,10 +51,6 @@ def trial_key(cell: int, sample: int) -> str:
     return f"c{cell:03d}-s{sample:03d}"
 
 
-def _plain(v: Any) -> Any:
-    return v.item() if hasattr(v, "item") else v
-
-
 def cell_study_name(name: str, cell: int) -> str:
     """The Optuna study of grid cell ``cell`` in study ``name``."""
     return f"{name}/cell-{cell:03d}"
@@ -162,10 +158,14 @@ class GridOptunaSearcher(Searcher):
         telling (their rows say finished/diverged, Optuna still says RUNNING)."""
         live = {number for c, number in self.assigned.values() if c == cell and number is not None}
         study = self._studies[cell]
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if t.number in live:
-                continue
-            row = self._finished_row(t.user_attrs.get("key"))
+        asked = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number not in live]
+        if not asked or self.tables is None:
+            return
+        from study.tuning.runner import ended_rows
+
+        rows = {r["trial_id"]: r for r in ended_rows(self.tables).to_dict("records")}
+        for t in asked:
+            row = rows.get(t.user_attrs.get("key"))
             if row is not None:
                 value = row.get(f"best_{self._metric}", row.get(self._metric))
                 self._tell(study, t.number, None if value is None or value != value else float(value))
@@ -201,13 +201,6 @@ class GridOptunaSearcher(Searcher):
         study = self._study(cell) if self.sample else None
         earlier = self._trial_of(study, key) if study is not None else None
         running = earlier.number if earlier is not None and earlier.state == TrialState.RUNNING else None
-        row = self._finished_row(key)
-        if row is not None:
-            # the key already finished in an earlier driver's life (its Ray trial was
-            # lost with that driver): replay it, its trainable will not train again
-            self.assigned[trial_id] = (cell, running)
-            sampled = {k: _plain(row[f"sampled_{k}"]) for k in self.sample if f"sampled_{k}" in row}
-            return self._config(cell, sample, key, sampled)
         sampled, number = {}, None
         if study is not None:
             if running is not None:  # asked by an earlier driver that died: the same Optuna trial
@@ -221,16 +214,6 @@ class GridOptunaSearcher(Searcher):
                 self._sync()
         self.assigned[trial_id] = (cell, number)
         return self._config(cell, sample, key, sampled)
-
-    def _finished_row(self, key: str | None) -> dict | None:
-        tables = self.tables
-        if tables is None or key is None:
-            return None
-        from study.tables import read_table
-
-        runs = read_table(tables, "runs")
-        row = runs[(runs.trial_id == key) & runs.status.isin(["finished", "diverged", "stopped"])]
-        return None if row.empty else row.iloc[0].to_dict()
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self.assigned:
