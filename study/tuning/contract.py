@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from ray.tune import Callback, Stopper
+from ray.tune.stopper import NoopStopper
 
 from study.errors import EXIT_OK, EXIT_STORAGE, EXIT_TRIAL_ERROR
 from study.tables import compact_all, part_path, read_table, write_part
@@ -55,15 +56,7 @@ class _StopAll(Stopper):
         return self.contract.stopping
 
     def __reduce__(self):  # Tune pickles its run config: the stopper is only live in this driver
-        return (_StopNever, ())
-
-
-class _StopNever(Stopper):
-    def __call__(self, trial_id, result) -> bool:
-        return False
-
-    def stop_all(self) -> bool:
-        return False
+        return (NoopStopper, ())
 
 
 class RunContract(Callback):
@@ -194,6 +187,8 @@ class RunContract(Callback):
         if key is None or self.stopping:
             return
         self.completed.add(key)
+        if (trial.last_result or {}).get("status") != "running":
+            return  # its final report (finished, diverged) or none: its row is as it wrote it
         runs = read_table(self.tables, "runs")
         row = runs[runs.trial_id == key]
         if len(row) and row.status.iloc[0] == "running" and row.epochs_done.iloc[0] < row.epochs.iloc[0]:
@@ -234,10 +229,7 @@ class RunContract(Callback):
                                **{f"sampled_{k}": v for k, v in (config.get("sampled") or {}).items()}}
         if "train" in config:
             cfg = TrainConfig.from_dict(config["train"])
-            row.update(name=model_name(cfg.model), **{k: v for k, v in cfg.model.to_dict().items() if k in (
-                "arch", "encoding", "isotropic", "num_heads", "pos_dim", "hidden", "layers")})
-            row.update(lr=cfg.lr, weight_decay=cfg.weight_decay, batch_size=cfg.batch_size, epochs=cfg.epochs,
-                       warmup=cfg.warmup, schedule=cfg.schedule, seed=cfg.seed, data=cfg.data, subset=cfg.subset)
+            row.update(name=model_name(cfg.model), **cfg.flat())
         return row
 
     def settle(self) -> None:
