@@ -230,8 +230,7 @@ def _start(spec: StudySpec, meta: dict[str, Any], *, prog: str, verbose: bool, s
     from study.tuning.contract import RunContract
 
     todo = pending(spec, meta["tables"])
-    contract = RunContract(root=meta["root"], meta=meta, spec=spec, prog=prog, verbose=verbose,
-                           show_tracebacks=show_tracebacks, lock=lock)
+    contract = RunContract(root=meta["root"], meta=meta, prog=prog, show_tracebacks=show_tracebacks, lock=lock)
     contract.install()
     try:
         if todo:
