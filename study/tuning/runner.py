@@ -28,7 +28,7 @@ os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
 # Tune's default per-trial loggers are off: the tables are the record; logger
 # callbacks a study file asks for are added explicitly (study/tuning/loggers.py)
-os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
 
 import pandas as pd
 import yaml
