@@ -1,22 +1,15 @@
 """Grid axes covered exhaustively, sampled axes by Optuna TPE: one Optuna study per
 grid cell behind one Ray Tune ``Searcher`` (Ray's ``OptunaSearch`` cannot take
-``tune.grid_search``).
+``tune.grid_search``).  The driver hands it the trials still to run, in launch order
+(:func:`study.tuning.runner.pending`).
 
-Every cell receives exactly ``num_samples`` trials.  The driver hands the searcher
-the trials still to run in launch order (:func:`study.tuning.runner.pending`:
-longest-predicted first, so the most expensive trial never starts last); a resumed
-study leaves out the trials that ended.
-
-The Optuna studies live in Optuna's own storage, a ``JournalStorage`` file
-``<study>/optuna.journal`` next to the tables (study names ``<name>/cell-000``, …;
-each Optuna trial carries the user attribute ``key`` = the table's ``trial_id``), so
-``optuna-dashboard``, ``trials_dataframe()`` and ``optuna.visualization`` open it
-directly and a resumed study continues the same Optuna studies: a trial an earlier
-driver asked and never told is continued with the same values, one that ended is
-told its result, one that failed is asked again with the same values.  For ``s3://``
-storage the journal is written to a local file (``$STUDY_CACHE_DIR/optuna/…``) and
-uploaded to ``<study>/optuna.journal`` after every change (the driver is its only
-writer); a resume on another machine downloads it first.
+The Optuna studies live in Optuna's ``JournalStorage`` file ``<study>/optuna.journal``
+(study names ``<name>/cell-000``, …; each Optuna trial's user attribute ``key`` is the
+table's ``trial_id``), so Optuna's own tools open it and a resume continues them: a
+trial asked and never told continues with its values, one that ended is told its
+result, one that failed is asked again with the same values.  For ``s3://`` storage the
+driver (its only writer) writes a local copy (``$STUDY_CACHE_DIR/optuna/…``) and uploads
+it after every change.
 """
 
 from __future__ import annotations
@@ -66,13 +59,9 @@ def _local_journal(journal: str) -> str:
 
 
 class GridOptunaSearcher(Searcher):
-    """Suggests the trials ``todo`` (``(cell, sample)`` pairs, in launch order) as
-    ``{"cell", "sample", "key", "sampled": {...}, "train": TrainConfig as a dict,
-    "hparams": {...}}``: the configuration resolved here, in the driver, from the
-    validated study (``spec``); the trials only read it.  ``hparams``: every model and
-    training field as flat scalars (Ray's results, TensorBoard's HParams).  Optuna is
-    told ``best_<metric>`` of each finished trial (the metric is ``val_acc`` when the
-    study holds out a validation split)."""
+    """Suggests the trials ``todo`` (``(cell, sample)`` pairs) as ``{"cell", "sample", "key",
+    "sampled", "train": TrainConfig as a dict, "hparams": flat scalar fields}``, resolved
+    here from the validated ``spec``; Optuna is told ``best_<metric>`` of each trial."""
 
     def __init__(self, *, spec, todo: list[tuple[int, int]], metric: str = "test_acc", mode: str = "max",
                  tables: str | None = None, journal: str | None = None):
@@ -118,11 +107,8 @@ class GridOptunaSearcher(Searcher):
         import pyarrow.fs as pafs
 
         fs, path = pafs.FileSystem.from_uri(self.journal)
-        if fs.get_file_info(path).type != pafs.FileType.File:
-            return
-        with fs.open_input_stream(path) as src:
-            data = src.read()
-        Path(local).write_bytes(data)
+        if fs.get_file_info(path).type == pafs.FileType.File:
+            pafs.copy_files(path, local, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
 
     def _sync(self) -> None:
         """Upload the local journal to a URI journal when it changed."""
@@ -136,8 +122,7 @@ class GridOptunaSearcher(Searcher):
         if mark == self._synced:
             return
         fs, path = pafs.FileSystem.from_uri(self.journal)
-        with fs.open_output_stream(path) as out:
-            out.write(local.read_bytes())
+        pafs.copy_files(str(local), path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
         self._synced = mark
 
     def _study(self, cell: int) -> optuna.Study:
