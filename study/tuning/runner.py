@@ -62,9 +62,7 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = F
     kwargs = ray_init_kwargs(address, num_cpus=num_cpus)
     endpoint = {k: os.environ[k] for k in ENDPOINT_VARS if os.environ.get(k)}
     if address and endpoint:  # workers of an existing cluster do not inherit this process's environment
-        env = dict(kwargs.get("runtime_env") or {})
-        env["env_vars"] = {**env.get("env_vars", {}), **endpoint}
-        kwargs["runtime_env"] = env
+        kwargs["runtime_env"] = {"env_vars": endpoint}
     try:
         ray.init(**kwargs)
     except Exception as e:  # noqa: BLE001 - Ray raises bare Exceptions on start-up time-outs
