@@ -109,15 +109,20 @@ def study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: TrialLedg
     searcher's key (grid cell, sample index); a key that already ended is replayed."""
     from ray import tune
 
-    key = config["key"]
     torch.set_num_threads(max(1, int(meta.get("cpus_per_trial", 1))))
     warnings: list[str] = []
-    result = storage_errors(train_trial, TrainConfig.from_dict(config["train"]), where=meta["root"], trial_id=key,
-                            tables=meta["tables"], checkpoint_dir=checkpoint_dir(meta, key), study=meta["name"],
-                            report=_report(tune.report, warnings), extra_run_fields=_run_fields(config, meta),
-                            ledger=book, warn=warnings.append)
+    result = _train(meta, config, report=_report(tune.report, warnings), extra_run_fields=_run_fields(config, meta),
+                    ledger=book, warn=warnings.append)
     tune.report(_final(result.status, result.epochs_done, result.best_test_acc, result.final_test_acc,
                        result.best_val_acc, result.final_val_acc))
+
+
+def _train(meta: dict[str, Any], config: dict[str, Any], **kwargs):
+    """:func:`train_trial` of the trial ``config`` of the study ``meta``."""
+    key = config["key"]
+    return storage_errors(train_trial, TrainConfig.from_dict(config["train"]), where=meta["root"], trial_id=key,
+                          tables=meta["tables"], checkpoint_dir=checkpoint_dir(meta, key), study=meta["name"],
+                          **kwargs)
 
 
 def _run_fields(config: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
@@ -137,18 +142,15 @@ def _ddp_worker(loop_config: dict[str, Any]) -> None:
     Every rank reads the trial's checkpoint; rank 0 writes it, the tables and the ledger."""
     import ray.train
 
-    meta, config, key = loop_config["meta"], loop_config["config"], loop_config["config"]["key"]
-    rank = ray.train.get_context().get_world_rank()
+    meta, config = loop_config["meta"], loop_config["config"]
     book = None
-    if rank == 0:
-        book = ledger(meta, key)
+    if ray.train.get_context().get_world_rank() == 0:
+        book = ledger(meta, config["key"])
         data = book.read()  # the Tune function counted this attempt
         book.attempts, book.device_seconds = int(data.get("attempts", 1)), float(data.get("device_seconds", 0.0))
     device = ray.train.torch.get_device() if torch.cuda.is_available() else torch.device("cpu")
-    storage_errors(train_trial, TrainConfig.from_dict(config["train"]), where=meta["root"], trial_id=key,
-                   tables=meta["tables"], checkpoint_dir=checkpoint_dir(meta, key), study=meta["name"],
-                   report=_report(ray.train.report), device=device, extra_run_fields=loop_config["fields"],
-                   ledger=book)
+    _train(meta, config, report=_report(ray.train.report), device=device, extra_run_fields=loop_config["fields"],
+           ledger=book)
 
 
 @counted
@@ -159,7 +161,6 @@ def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: Trial
     from ray.train.torch import TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    trial_id = config["key"]
     workers = int(meta["workers_per_trial"])
     gpus = meta["gpus_per_trial"]
     per_worker = {"CPU": max(meta["cpus_per_trial"] / workers, 0.01)}
@@ -171,7 +172,8 @@ def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: Trial
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
                                                resources_per_worker=per_worker),
         run_config=ray.train.RunConfig(
-            name=f"ddp-{trial_id}-{tune.get_context().get_trial_id()}", storage_path=meta["ddp_storage"], callbacks=[TuneReportCallback()],
+            name=f"ddp-{config['key']}-{tune.get_context().get_trial_id()}", storage_path=meta["ddp_storage"],
+            callbacks=[TuneReportCallback()],
             failure_config=ray.train.FailureConfig(max_failures=meta.get("max_failures", 0)),
         ),
     )
@@ -182,13 +184,8 @@ def make_trainable(meta: dict[str, Any]):
     """The Tune trainable for a study: resources attached, metadata bound."""
     from ray import tune
 
-    if meta["workers_per_trial"] > 1:
-        fn = tune.with_parameters(ddp_study_trial, meta=meta)
-        # the Tune function only coordinates; the Ray Train workers hold the resources
-        return tune.with_resources(fn, {"cpu": 0.01})
-    fn = tune.with_parameters(study_trial, meta=meta)
-    res = {"cpu": meta["cpus_per_trial"]}
-    if meta["gpus_per_trial"]:
-        res["gpu"] = meta["gpus_per_trial"]
-    return tune.with_resources(fn, res)
+    if meta["workers_per_trial"] > 1:  # the Tune function only coordinates; the Ray Train workers hold the resources
+        return tune.with_resources(tune.with_parameters(ddp_study_trial, meta=meta), {"cpu": 0.01})
+    gpus = {"gpu": meta["gpus_per_trial"]} if meta["gpus_per_trial"] else {}
+    return tune.with_resources(tune.with_parameters(study_trial, meta=meta), {"cpu": meta["cpus_per_trial"], **gpus})
 
