@@ -1,20 +1,10 @@
-"""The run contract of ``study run`` / ``study resume`` on the driver side: a Tune
-callback and a Tune stopper, through Tune's public API only.
-
-* A trial that fails for good (retries exhausted) gets its ``runs`` row with
-  ``status = error``, ``error`` = the one-line cause its attempt recorded in its
-  ledger and its ``attempts``, also when it died before writing anything (the row is
-  built from its configuration); every failed attempt is one console line (Ray's
-  tracebacks only with ``--verbose``).
-* SIGINT / SIGTERM stop the study (the stopper tells Tune to stop every trial) and
-  the running trials are recorded ``interrupted``; the console points at
-  ``study resume NAME``.  Their checkpoints are their own files: nothing of Tune's
-  state is needed to continue.
-* A storage failure (a trial's :class:`~study.errors.StorageError`, or an ``OSError``
-  of the driver's own writes or of Tune's ``fit``) stops the study the same way,
-  naming the path.  On a local disk the driver keeps :data:`RESERVE_BYTES` reserved
-  (``.study-reserve``) and frees them then, so a full disk still takes the marks of
-  the trials (``interrupted``, ``error``).
+"""The run contract of ``study run`` / ``study resume`` on the driver side, a Tune
+callback and a Tune stopper (docs/design.md §9, docs/reliability.md): a trial that
+fails for good gets its ``runs`` row with ``status = error`` and the one-line cause
+from its ledger (built from its configuration if it wrote none); SIGINT / SIGTERM and
+storage failures stop every trial and mark the running ones ``interrupted``.  On a
+local disk the driver keeps :data:`RESERVE_BYTES` reserved (``.study-reserve``) and
+frees them on a storage failure, so a full disk still takes the trials' marks.
 """
 
 from __future__ import annotations
@@ -27,6 +17,7 @@ import time
 from typing import Any
 
 from ray.tune import Callback, Stopper
+from ray.tune.stopper import NoopStopper
 
 from study.errors import EXIT_OK, EXIT_STORAGE, EXIT_TRIAL_ERROR
 from study.tables import compact_all, part_path, read_table, write_part
@@ -55,23 +46,12 @@ class _StopAll(Stopper):
         return self.contract.stopping
 
     def __reduce__(self):  # Tune pickles its run config: the stopper is only live in this driver
-        return (_StopNever, ())
-
-
-class _StopNever(Stopper):
-    def __call__(self, trial_id, result) -> bool:
-        return False
-
-    def stop_all(self) -> bool:
-        return False
+        return (NoopStopper, ())
 
 
 class RunContract(Callback):
-    def __init__(self, *, root: str, meta: dict[str, Any], spec, prog: str, verbose: bool = True,
-                 show_tracebacks: bool = False, lock=None):
-        self.root, self.meta, self.spec, self.prog = root, meta, spec, prog
-        self.verbose, self.show_tracebacks = verbose, show_tracebacks
-        self.lock = lock
+    def __init__(self, *, root: str, meta: dict[str, Any], prog: str, show_tracebacks: bool = False, lock=None):
+        self.root, self.meta, self.prog, self.show_tracebacks, self.lock = root, meta, prog, show_tracebacks, lock
         self.tables = meta["tables"]
         self.signal: int | None = None
         self.storage_error: str | None = None
@@ -166,11 +146,8 @@ class RunContract(Callback):
         attempts = int(book.get("attempts") or trial.num_failures or 1)
         if final:
             self.say(f"trial {key} error after {attempts} attempt(s): {why}")
-            try:
-                self._write_row(trial, key, status="error", error=why, attempts=attempts,
-                                device_seconds=book.get("device_seconds"))
-            except OSError as e:
-                self.storage_failed(f"{e.filename or self.tables}: {e.strerror or e}")
+            self._write_row(trial, key, status="error", error=why, attempts=attempts,
+                            device_seconds=book.get("device_seconds"))
         else:
             self.say(f"trial {key} failed (attempt {attempts}): {why}; retrying from its last checkpoint")
         if why.startswith("StorageError"):
@@ -194,33 +171,38 @@ class RunContract(Callback):
         if key is None or self.stopping:
             return
         self.completed.add(key)
+        if (trial.last_result or {}).get("status") != "running":
+            return  # its final report (finished, diverged) or none: its row is as it wrote it
         runs = read_table(self.tables, "runs")
         row = runs[runs.trial_id == key]
         if len(row) and row.status.iloc[0] == "running" and row.epochs_done.iloc[0] < row.epochs.iloc[0]:
-            try:
-                write_part(part_path(self.tables, "runs", key),
-                           [_plain({**row.iloc[0].to_dict(), "status": "stopped", "updated_at": time.time()})])
-            except OSError as e:
-                self.storage_failed(f"{e.filename or self.tables}: {e.strerror or e}")
+            self._write({**row.iloc[0].to_dict(), "status": "stopped"})
 
     def on_step_end(self, iteration, trials, **info):
         if self.lock is not None:
             self.lock.heartbeat()
 
     # ------------------------------------------------------------------ rows
+    def _write(self, row: dict[str, Any]) -> None:
+        try:
+            write_part(part_path(self.tables, "runs", row["trial_id"]), [_plain({**row, "updated_at": time.time()})])
+        except OSError as e:
+            self.storage_failed(f"{e.filename or self.tables}: {e.strerror or e}")
+
     def _write_row(self, trial, key: str, *, status: str, error: str | None, attempts: int,
                    device_seconds) -> None:
-        runs = read_table(self.tables, "runs")
+        try:
+            runs = read_table(self.tables, "runs")
+        except OSError as e:
+            self.storage_failed(f"{e.filename or self.tables}: {e.strerror or e}")
+            return
         old = runs[runs.trial_id == key]
-        if len(old):
-            row = old.iloc[0].to_dict()
-        else:
-            row = self._row_from_config(trial.config or {}, key)
-            row["ray_trial_id"] = trial.trial_id
-        row.update(status=status, error=error, attempts=attempts, updated_at=time.time())
+        row = old.iloc[0].to_dict() if len(old) else {**self._row_from_config(trial.config or {}, key),
+                                                      "ray_trial_id": trial.trial_id}
+        row.update(status=status, error=error, attempts=attempts)
         if device_seconds is not None:
             row["device_seconds"] = max(float(device_seconds), float(row.get("device_seconds") or 0.0))
-        write_part(part_path(self.tables, "runs", key), [_plain(row)])
+        self._write(row)
 
     def _row_from_config(self, config: dict[str, Any], key: str) -> dict[str, Any]:
         """A ``runs`` row for a trial that failed before it wrote one: the resolved
@@ -234,10 +216,7 @@ class RunContract(Callback):
                                **{f"sampled_{k}": v for k, v in (config.get("sampled") or {}).items()}}
         if "train" in config:
             cfg = TrainConfig.from_dict(config["train"])
-            row.update(name=model_name(cfg.model), **{k: v for k, v in cfg.model.to_dict().items() if k in (
-                "arch", "encoding", "isotropic", "num_heads", "pos_dim", "hidden", "layers")})
-            row.update(lr=cfg.lr, weight_decay=cfg.weight_decay, batch_size=cfg.batch_size, epochs=cfg.epochs,
-                       warmup=cfg.warmup, schedule=cfg.schedule, seed=cfg.seed, data=cfg.data, subset=cfg.subset)
+            row.update(name=model_name(cfg.model), **cfg.flat())
         return row
 
     def settle(self) -> None:

@@ -161,9 +161,3 @@ class StudyLock:
             with contextlib.suppress(Exception):  # a lock left behind goes stale by its heartbeat
                 client.delete_object(Bucket=bucket, Key=key)
             self._s3 = None
-
-    def __enter__(self):
-        return self.acquire()
-
-    def __exit__(self, *exc):
-        self.release()

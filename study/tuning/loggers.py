@@ -16,23 +16,18 @@ from typing import Any
 from study.spec import DEFAULT_LOGGERS, LOGGERS
 
 
-def missing_package(name: str) -> str | None:
-    """One line naming the extra to install when logger ``name``'s package is missing."""
-    module, extra = LOGGERS[name]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    return None if found else (f"logger {name} needs the {module} package: pip install 'attention-cnn-study[{extra}]' "
-            f"(from a checkout: pip install -e '.[{extra}]')")
-
-
 def check_loggers(names) -> tuple[int, str] | None:
-    """(index, message) of the first logger whose package is missing, else None."""
+    """(index, message naming the extra to install) of the first logger whose package is
+    missing, else None."""
     for i, name in enumerate(names):
-        message = missing_package(name)
-        if message:
-            return i, message
+        module, extra = LOGGERS[name]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return i, (f"logger {name} needs the {module} package: pip install 'attention-cnn-study[{extra}]' "
+                       f"(from a checkout: pip install -e '.[{extra}]')")
     return None
 
 
@@ -53,9 +48,8 @@ def logger_callbacks(names, *, root: str, study: str, tables: str) -> list[Any]:
     """The Ray Tune callbacks for ``names`` (validated, packages present)."""
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    # Ray adds its TensorBoard logger unless told not to: the study file decides,
+    # Ray's TensorBoard logger is off (study.tuning.runner): the study file decides;
     # Ray's CSV and JSON loggers (its experiment analysis reads them) always run
-    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     callbacks: list[Any] = [CSVLoggerCallback(), JsonLoggerCallback()]
     if "tensorboard" in names:
         from ray.tune.logger import TBXLoggerCallback
@@ -78,5 +72,4 @@ def logger_callbacks(names, *, root: str, study: str, tables: str) -> list[Any]:
     return callbacks
 
 
-__all__ = ["DEFAULT_LOGGERS", "LOGGERS", "check_loggers", "logger_callbacks", "missing_package",
-           "mlflow_tracking_uri"]
+__all__ = ["DEFAULT_LOGGERS", "LOGGERS", "check_loggers", "logger_callbacks", "mlflow_tracking_uri"]

@@ -71,11 +71,10 @@ def _largest(nodes: list[dict], key: str) -> str:
 
 
 def check_address(address: str, *, timeout: float = 3.0) -> str | None:
-    """Whether a Ray address answers: ``auto`` needs a running local cluster (or
-    ``RAY_ADDRESS``); ``host:port`` / ``ray://host:port`` must accept a TCP connection."""
+    """Whether a Ray address answers: ``host:port`` / ``ray://host:port`` must accept a
+    TCP connection (``auto`` without ``RAY_ADDRESS`` was refused by
+    :func:`study.tuning.cluster.resolve_address` before)."""
     if address in ("auto", "local"):
-        if address == "auto" and not os.environ.get("RAY_ADDRESS") and not _ray_current_cluster():
-            return "--address auto: no running Ray cluster found on this machine (start one with `ray start --head`)"
         return None
     target = address.split("://", 1)[-1].rstrip("/")
     host, _, port = target.rpartition(":")
@@ -86,12 +85,3 @@ def check_address(address: str, *, timeout: float = 3.0) -> str | None:
     except OSError as e:
         return f"--address: cannot reach the Ray cluster at {address} ({e.strerror or e})"
     return None
-
-
-def _ray_current_cluster() -> bool:
-    import tempfile
-
-    for base in {"/tmp", tempfile.gettempdir()}:
-        if (Path(base) / "ray" / "ray_current_cluster").exists():
-            return True
-    return False

@@ -1,13 +1,12 @@
 """Quiet, readable progress for ``study run``: one table of trial events on stderr,
 each row followed by ``k of N trials done``, the elapsed time and an ETA.
 
-The ETA simulates the rest of the schedule (:class:`RemainingWork`): each trial's
+The ETA (:class:`RemainingWork`) simulates the rest of the schedule: each trial's
 predicted cost (:attr:`study.plan.TrialPlan.weight`) times the seconds per cost unit
 measured so far, plus a trial's measured start-up; a running trial by its own epoch
-times, or before its first report by how far its epoch has gone (its ledger), so a
-trial far costlier than predicted is timed early; the trials not started yet assigned
-longest first to the first free worker, as the searcher hands them to Tune.  A trial
-that ended early (ASHA, divergence, error) counts as done, so under ASHA the ETA is an
+times, or before its first report by how far its epoch has gone (its ledger); the
+trials not started yet assigned longest first to the first free worker.  A trial that
+ended early (ASHA, divergence, error) counts as done, so under ASHA the ETA is an
 upper bound.
 """
 
@@ -24,15 +23,14 @@ from ray.tune import Callback
 
 from study.plan import PAIR_MAC_EQUIVALENT
 
-
 #: a running trial's ``epoch_fraction`` is trusted from this share on (before, start-up dominates)
 MIN_FRACTION = 0.02
 
 
 @dataclass
 class _Trial:
-    macs: float  # predicted work: passes x MACs
-    pairs: float  # passes x per-image attention probabilities
+    weight: float  # predicted cost (TrialPlan.weight)
+    paired: bool  # per-image attention probabilities in its cost (a kind of model timed apart)
     epochs: int
     group: str = ""  # trials of one model configuration run at one rate
     started: float | None = None
@@ -41,47 +39,26 @@ class _Trial:
     setup: float | None = None  # start to first report, less that epoch
     ended: bool = False
 
-    @property
-    def weight(self) -> float:
-        """The launch order's cost (:attr:`study.plan.TrialPlan.weight`)."""
-        return self.macs + PAIR_MAC_EQUIVALENT * self.pairs
-
 
 class _Rates:
-    """Seconds per weight unit of a group's (one configuration's) epochs; else ``a`` per
-    MAC-pass (from image-independent attention) and ``b`` per probability-pass (what the
-    MACs leave of the others' time): so a mispredicted kind of model skews no other."""
+    """Seconds per weight unit of the epochs measured: of a trial's own configuration
+    (group) if measured, else of its kind (with or without per-image probabilities, so
+    a mispredicted kind of model skews no other), else of the other kind."""
 
     def __init__(self, samples: list[tuple[_Trial, float]]):
-        self.per_group: dict[str, tuple[float, float]] = {}
+        self.sums: dict[Any, tuple[float, float]] = {}
         for t, wall in samples:  # (trial, one epoch's wall seconds)
-            s, w = self.per_group.get(t.group, (0.0, 0.0))
-            self.per_group[t.group] = (s + wall, w + t.weight / t.epochs)
-        self.a = self.b = None
-        plain = [(t, wall) for t, wall in samples if t.pairs == 0]
-        paired = [(t, wall) for t, wall in samples if t.pairs > 0]
-        macs = sum(t.macs / t.epochs for t, _ in plain)
-        if macs > 0:  # seconds per MAC-pass, from the models without per-image probabilities
-            self.a = sum(wall for _, wall in plain) / macs
-        if paired and self.a is not None:  # what the MACs leave of the others' time
-            extra = sum(wall - self.a * t.macs / t.epochs for t, wall in paired)
-            self.b = max(extra / sum(t.pairs / t.epochs for t, _ in paired), 0.0)
-        elif paired:  # only those measured: the prediction's ratio of the two, scaled
-            weight = sum(t.weight / t.epochs for t, _ in paired)
-            if weight > 0:
-                self.a = sum(wall for _, wall in paired) / weight
-                self.b = self.a * PAIR_MAC_EQUIVALENT
-        elif self.a is not None:
-            self.b = self.a * PAIR_MAC_EQUIVALENT
+            for k in (t.group, t.paired):
+                s, w = self.sums.get(k, (0.0, 0.0))
+                self.sums[k] = (s + wall, w + t.weight / t.epochs)
 
     def epoch(self, t: _Trial) -> float | None:
         """Predicted wall seconds of one epoch of ``t``."""
-        if t.group in self.per_group:
-            secs, weight = self.per_group[t.group]
-            return secs / weight * t.weight / t.epochs
-        if self.a is None:
-            return None
-        return (self.a * t.macs + self.b * t.pairs) / t.epochs
+        for k in (t.group, t.paired, not t.paired):
+            secs, weight = self.sums.get(k, (0.0, 0.0))
+            if weight > 0:
+                return secs / weight * t.weight / t.epochs
+        return None
 
 
 class RemainingWork:
@@ -94,8 +71,9 @@ class RemainingWork:
         self.trials = {}
         for k, c in costs.items():
             macs, pairs = (float(c[0][0]), float(c[0][1])) if isinstance(c[0], (tuple, list)) else (float(c[0]), 0.0)
-            self.trials[k] = _Trial(macs=macs, pairs=pairs, epochs=int(c[1]), group=str(c[2]) if len(c) > 2 else "")
-        self.order = [k for k in order if k in self.trials]
+            self.trials[k] = _Trial(weight=macs + PAIR_MAC_EQUIVALENT * pairs, paired=pairs > 0, epochs=int(c[1]),
+                                    group=str(c[2]) if len(c) > 2 else "")
+        self.order = [k for k in order if k in self.trials] + [k for k in self.trials if k not in order]
         self.workers = workers or 1
         self.probe = probe
         self._running: set[str] = set()
@@ -125,18 +103,15 @@ class RemainingWork:
         t.reports.append(now)
 
     def end(self, key: str) -> None:
-        t = self.trials.get(key)
-        if t is not None:
-            t.ended = True
+        if key in self.trials:
+            self.trials[key].ended = True
         self._running.discard(key)
 
     def _inside(self) -> dict[str, tuple[float, float, float]]:
         """Running trials without a reported epoch, from their probe: key -> (epochs left
         after the running one, its seconds so far, its predicted wall seconds)."""
         out = {}
-        if self.probe is None:
-            return out
-        for k in self._running:
+        for k in self._running if self.probe is not None else ():
             t = self.trials[k]
             if t.ended or t.walls:
                 continue
@@ -144,23 +119,9 @@ class RemainingWork:
                 p = self.probe(k)
             except Exception:  # noqa: BLE001 - the ETA must never stop a study
                 p = None
-            if not p:
-                continue
-            epoch, fraction, seconds = p
-            if fraction >= MIN_FRACTION and seconds > 0 and 0 <= epoch < t.epochs:
-                out[k] = (float(t.epochs - epoch - 1), float(seconds), float(seconds) / float(fraction))
+            if p and p[1] >= MIN_FRACTION and p[2] > 0 and 0 <= p[0] < t.epochs:
+                out[k] = (float(t.epochs - p[0] - 1), float(p[2]), float(p[2]) / float(p[1]))
         return out
-
-    def rates(self, inside: dict | None = None) -> _Rates:
-        samples = [(t, w) for t in self.trials.values() for w in t.walls]
-        samples += [(self.trials[k], wall) for k, (_, _, wall) in (inside or {}).items()]
-        return _Rates(samples)
-
-    def _setup(self) -> float:
-        """Start-up of a trial not started yet: the shortest measured (Tune reuses a
-        finished trial's worker, so only the first wave pays the process start)."""
-        s = [t.setup for t in self.trials.values() if t.setup is not None]
-        return max(min(s), 0.0) if s else 0.0
 
     def remaining(self, key: str, now: float, rates: _Rates, setup: float,
                   inside: tuple[float, float, float] | None = None) -> float:
@@ -185,19 +146,19 @@ class RemainingWork:
     def eta(self, now: float) -> float | None:
         """None until an epoch has been measured (or, with a ``probe``, timed inside)."""
         inside = self._inside()
-        rates = self.rates(inside)
-        if rates.a is None:
+        rates = _Rates([(t, w) for t in self.trials.values() for w in t.walls]
+                       + [(self.trials[k], wall) for k, (_, _, wall) in inside.items()])
+        if not rates.sums:
             return None
-        setup = self._setup()
-        running = [k for k in self.trials if k in self._running and not self.trials[k].ended]
-        free = [self.remaining(k, now, rates, setup, inside.get(k)) for k in running]
+        # start-up of a trial not started yet: the shortest measured (Tune reuses a
+        # finished trial's worker, so only the first wave pays the process start)
+        setup = max(min((t.setup for t in self.trials.values() if t.setup is not None), default=0.0), 0.0)
+        free = [self.remaining(k, now, rates, setup, inside.get(k)) for k in self._running]
         free += [0.0] * max(self.workers - len(free), 0)
         heapq.heapify(free)
-        pending = [k for k in self.order if self.trials[k].started is None and not self.trials[k].ended]
-        pending += [k for k in self.trials if k not in self.order and self.trials[k].started is None
-                    and not self.trials[k].ended]
-        for k in pending:
-            heapq.heapreplace(free, free[0] + self.remaining(k, now, rates, setup))
+        for k in self.order:
+            if self.trials[k].started is None and not self.trials[k].ended:
+                heapq.heapreplace(free, free[0] + self.remaining(k, now, rates, setup))
         return max(free) if free else 0.0
 
 
@@ -208,27 +169,26 @@ class ProgressReporter(Callback):
     COLUMNS = ("trial", "cell", "state", "epoch", "test_acc", "best_acc", "img/s")
 
     def __init__(self, *, spec=None, meta: dict[str, Any], pending: list[str] | None = None, enabled: bool = True,
-                 interval: float = 30.0, clock=None):
+                 interval: float = 30.0):
         self.enabled = enabled
         self.interval = interval
         self.total = meta.get("num_trials")
         self.done = 0
         self._last: dict[str, float] = {}
         self._header = False
-        self._clock = clock or (lambda: time.monotonic())
         costs, order = _costs(spec)
         if pending is not None:  # a resumed study: the trials that ended already are done
             self.done = len(order) - len(pending) if order else 0
             order = [k for k in order if k in set(pending)]
         self.work = RemainingWork(costs=costs, order=order, probe=_ledger_probe(meta))
-        self._start = self._clock()
+        self._start = time.monotonic()
 
     def setup(self, **info):
-        self._start = self._clock()
+        self._start = time.monotonic()
 
     def status_line(self) -> str:
         """``k of N trials done, elapsed H:MM:SS, ETA H:MM:SS``."""
-        now = self._clock()
+        now = time.monotonic()
         eta = self.work.eta(now)
         return (f"{self.done} of {self.total} trials done, elapsed {_hms(now - self._start)}, "
                 f"ETA {_hms(eta) if eta is not None else 'after the first epoch'}")
@@ -250,13 +210,12 @@ class ProgressReporter(Callback):
         print(f"  {self.status_line()}", file=sys.stderr, flush=True)
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.work.start(self._key(trial), self._clock())
+        self.work.start(self._key(trial), time.monotonic())
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        now = self._clock()
+        now = time.monotonic()
         if result.get("status", "running") == "running" and isinstance(result.get("epoch"), int):
-            secs = result.get("seconds")
-            heads = result.get("head_stats_seconds")
+            secs, heads = result.get("seconds"), result.get("head_stats_seconds")
             secs = float(secs) + (float(heads) if isinstance(heads, (int, float)) else 0.0) \
                 if isinstance(secs, (int, float)) else None
             self.work.epoch(self._key(trial), now, seconds=secs)
@@ -265,15 +224,16 @@ class ProgressReporter(Callback):
             self._row(trial, "running", result)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.done += 1
-        self.work.end(self._key(trial))
         result = trial.last_result or {}
-        self._row(trial, result.get("status", "done") if result.get("status") != "running" else "stopped", result)
+        self._ended(trial, result.get("status", "done") if result.get("status") != "running" else "stopped")
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        self._ended(trial, "error")
+
+    def _ended(self, trial, state: str) -> None:
         self.done += 1
         self.work.end(self._key(trial))
-        self._row(trial, "error", trial.last_result)
+        self._row(trial, state, trial.last_result)
 
 
 def _hms(seconds: float) -> str:
@@ -285,8 +245,8 @@ def _f(v, digits: int = 4) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def _costs(spec) -> tuple[dict[str, tuple[float, int]], list[str]]:
-    """Predicted cost and epochs of every trial (by table key) and the launch order."""
+def _costs(spec) -> tuple[dict[str, tuple], list[str]]:
+    """Predicted cost, epochs and configuration of every trial (by table key), and the launch order."""
     if spec is None:
         return {}, []
     from study.plan import launch_order, plan_trials
@@ -308,9 +268,7 @@ def _ledger_probe(meta: dict[str, Any]) -> Callable[[str], tuple[int, float, flo
 
     def probe(key: str) -> tuple[int, float, float] | None:
         d = ledger(meta, key).read()
-        epoch, fraction, seconds = d.get("epoch"), d.get("epoch_fraction"), d.get("epoch_seconds")
-        if epoch is None or fraction is None or seconds is None:
-            return None
-        return int(epoch), float(fraction), float(seconds)
+        p = d.get("epoch"), d.get("epoch_fraction"), d.get("epoch_seconds")
+        return None if None in p else (int(p[0]), float(p[1]), float(p[2]))
 
     return probe

@@ -10,8 +10,8 @@ storage).  Nothing of Ray's is patched; its workers do not print on the driver's
 
 from __future__ import annotations
 
-import collections
 import logging
+import logging.handlers
 import os
 import sys
 import tempfile
@@ -21,27 +21,9 @@ from types import SimpleNamespace
 RAY_LOG = "logs/ray.log"
 #: Ray's own line format (``ray/_private/log.py``), so that the file reads like Ray's console
 FORMAT = "%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s -- %(message)s"
-#: records kept in memory before the study's folder exists (Ray's start-up logs a handful)
+#: records kept in memory before the study's folder exists (Ray's start-up logs a handful;
+#: a full buffer is emptied)
 KEPT = 10_000
-
-
-class _Kept(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.records: collections.deque = collections.deque(maxlen=KEPT)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-class _FolderFileHandler(logging.FileHandler):
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.stream is None:
-            try:
-                os.makedirs(os.path.dirname(self.baseFilename), exist_ok=True)
-            except OSError:
-                return  # never let the log file break the study
-        super().emit(record)
 
 
 #: the kept records, the echo to stderr, the file, and the logger's own handlers and propagate
@@ -59,7 +41,7 @@ def capture(*, echo: bool = False) -> None:
         for h in list(logger.handlers):
             logger.removeHandler(h)
         logger.propagate = False
-        _STATE.kept = _Kept()
+        _STATE.kept = logging.handlers.BufferingHandler(KEPT)
         logger.addHandler(_STATE.kept)
     if echo and _STATE.echo is None:
         _STATE.echo = logging.StreamHandler(sys.stderr)
@@ -80,19 +62,19 @@ def to_file(path: str) -> None:
     """Write the kept records and every later one to ``path`` (appended: a resumed study
     adds to its log)."""
     capture(echo=_STATE.echo is not None)
-    logger = logging.getLogger("ray")
-    if _STATE.file is not None:
-        if getattr(_STATE.file, "baseFilename", None) == os.path.abspath(path):
-            return
-        logger.removeHandler(_STATE.file)
-        _STATE.file.close()
-    handler = _FolderFileHandler(path, delay=True, encoding="utf-8")
-    handler.setFormatter(logging.Formatter(FORMAT))
-    for record in list(_STATE.kept.records):
-        handler.handle(record)
-    _STATE.kept.records.clear()
-    logger.addHandler(handler)
-    _STATE.file = handler
+    if _STATE.file is not None and _STATE.file.baseFilename == os.path.abspath(path):
+        return
+    release()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except OSError:
+        return  # never let the log file break the study: the records stay kept
+    _STATE.file = logging.FileHandler(path, delay=True, encoding="utf-8")
+    _STATE.file.setFormatter(logging.Formatter(FORMAT))
+    for record in list(_STATE.kept.buffer):
+        _STATE.file.handle(record)
+    _STATE.kept.flush()  # emptied
+    logging.getLogger("ray").addHandler(_STATE.file)
 
 
 def release() -> None:

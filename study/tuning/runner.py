@@ -1,22 +1,11 @@
 """Launch, resume and summarise a study on Ray Tune.
 
-The project owns the study's state; Ray Tune schedules and retries.  A study folder
-``<storage>/<name>/`` holds what the project writes itself:
-
-* ``study.json``: the metadata (paths relative to the folder, so a moved or copied
-  study resumes where it now is) with the study file as validated (``raw``, overrides
-  applied); ``study.yaml`` is that file, readable;
-* ``tables/``: the Parquet tables every trial appends to while it runs;
-* ``trials/<key>/checkpoint.pt`` (and ``checkpoint.prev.pt``): each trial's own
-  checkpoints, loaded with ``weights_only=True``; ``trials/<key>.json``: its attempt ledger;
-* ``optuna.journal``: the Optuna studies of the sampled axes (Optuna's ``JournalStorage``);
-* ``tune/``: Ray Tune's own experiment folder (its logs, its loggers' files), which
-  nothing of the project reads back: no file Ray pickled is ever loaded.
-
-``study resume`` starts a new Tune run of the trials whose ``runs`` row has not ended
-(finished, diverged or stopped); each continues from its own checkpoint.  The run
-contract (exit statuses, ``error``/``interrupted`` rows, signals, storage failures) is
-:mod:`study.tuning.contract` and :mod:`study.errors`.
+The project owns the study's state (``study.json``, the tables, ``trials/<key>.json``
+ledgers and ``trials/<key>/`` checkpoints, ``optuna.journal``: docs/design.md §9);
+Ray Tune schedules and retries, and its experiment folder ``tune/`` is never read back.
+``study resume`` starts a new Tune run of the trials whose ``runs`` row has not ended,
+each from its own checkpoint.  The run contract (exit statuses, ``error``/``interrupted``
+rows, signals, storage failures) is :mod:`study.tuning.contract`.
 """
 
 from __future__ import annotations
@@ -39,7 +28,7 @@ os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
 # Tune's default per-trial loggers are off: the tables are the record; logger
 # callbacks a study file asks for are added explicitly (study/tuning/loggers.py)
-os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
 
 import pandas as pd
 import yaml
@@ -73,9 +62,7 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = F
     kwargs = ray_init_kwargs(address, num_cpus=num_cpus)
     endpoint = {k: os.environ[k] for k in ENDPOINT_VARS if os.environ.get(k)}
     if address and endpoint:  # workers of an existing cluster do not inherit this process's environment
-        env = dict(kwargs.get("runtime_env") or {})
-        env["env_vars"] = {**env.get("env_vars", {}), **endpoint}
-        kwargs["runtime_env"] = env
+        kwargs["runtime_env"] = {"env_vars": endpoint}
     try:
         ray.init(**kwargs)
     except Exception as e:  # noqa: BLE001 - Ray raises bare Exceptions on start-up time-outs
@@ -131,9 +118,14 @@ def pending(spec: StudySpec, tables: str) -> list[tuple[int, int]]:
         pass
     from study.tuning.searcher import trial_key
 
-    runs = read_table(tables, "runs")
-    ended = set(runs.trial_id[runs.status.isin(ENDED)]) if len(runs) else set()
+    ended = set(ended_rows(tables).trial_id)
     return [(c, s) for c, s in order if trial_key(c, s) not in ended]
+
+
+def ended_rows(tables: str) -> pd.DataFrame:
+    """The ``runs`` rows of the trials that ended (a resume does not run them again)."""
+    runs = read_table(tables, "runs")
+    return runs[runs.status.isin(ENDED)]
 
 
 def _tuner(spec: StudySpec, meta: dict[str, Any], todo: list[tuple[int, int]], *, verbose: bool, contract):
@@ -236,8 +228,7 @@ def _start(spec: StudySpec, meta: dict[str, Any], *, prog: str, verbose: bool, s
     from study.tuning.contract import RunContract
 
     todo = pending(spec, meta["tables"])
-    contract = RunContract(root=meta["root"], meta=meta, spec=spec, prog=prog, verbose=verbose,
-                           show_tracebacks=show_tracebacks, lock=lock)
+    contract = RunContract(root=meta["root"], meta=meta, prog=prog, show_tracebacks=show_tracebacks, lock=lock)
     contract.install()
     try:
         if todo:
@@ -291,7 +282,9 @@ def summary(runs: pd.DataFrame) -> str:
     if len(ok):
         # the trial "best" by the metric the study selected on (validation when there is a
         # split); test accuracy is reported, never used to choose, unless the study asked
-        metric = _selection(ok)
+        selected = "selection_metric" in ok and ok.selection_metric.notna().any()
+        has_val = "best_val_acc" in ok and ok.best_val_acc.notna().any()
+        metric = str(ok.selection_metric.dropna().iloc[0]) if selected else "val_acc" if has_val else "test_acc"
         by = "best_val_acc" if metric.startswith("val") and "best_val_acc" in ok else "best_test_acc"
         # one line per variant, named as Table 1 and `study status` name it; the values
         # Optuna sampled are a search inside a variant: its best trial shows them
@@ -300,7 +293,7 @@ def summary(runs: pd.DataFrame) -> str:
         best = ok.sort_values(by, ascending=False).groupby("variant", sort=False).head(1)
         lines.append(f"best trial per model configuration (chosen by {by}"
                      + ("; selected on the TEST set, as the study file asks: scheduler.metric: test_acc"
-                        if metric.startswith("test") and _selected(ok) else "") + "):")
+                        if metric.startswith("test") and selected else "") + "):")
         width = max(len(v) for v in best.variant)
         for _, r in best.iterrows():
             val = r.get("best_val_acc")
@@ -315,17 +308,6 @@ def summary(runs: pd.DataFrame) -> str:
             lines.append(f"  {r.trial_id}  {getattr(r, 'error', None) or 'unknown error'}  "
                          f"({int(r.attempts) if r.attempts == r.attempts else '?'} attempts)")
     return "\n".join(lines)
-
-
-def _selected(runs: pd.DataFrame) -> bool:
-    return "selection_metric" in runs and runs.selection_metric.notna().any()
-
-
-def _selection(runs: pd.DataFrame) -> str:
-    if _selected(runs):
-        return str(runs.selection_metric.dropna().iloc[0])
-    has_val = "best_val_acc" in runs and runs.best_val_acc.notna().any()
-    return "val_acc" if has_val else "test_acc"
 
 
 def _say(verbose: bool, line: str) -> None:

@@ -1,22 +1,15 @@
 """Grid axes covered exhaustively, sampled axes by Optuna TPE: one Optuna study per
 grid cell behind one Ray Tune ``Searcher`` (Ray's ``OptunaSearch`` cannot take
-``tune.grid_search``).
+``tune.grid_search``).  The driver hands it the trials still to run, in launch order
+(:func:`study.tuning.runner.pending`).
 
-Every cell receives exactly ``num_samples`` trials.  The driver hands the searcher
-the trials still to run in launch order (:func:`study.tuning.runner.pending`:
-longest-predicted first, so the most expensive trial never starts last); a resumed
-study leaves out the trials that ended.
-
-The Optuna studies live in Optuna's own storage, a ``JournalStorage`` file
-``<study>/optuna.journal`` next to the tables (study names ``<name>/cell-000``, …;
-each Optuna trial carries the user attribute ``key`` = the table's ``trial_id``), so
-``optuna-dashboard``, ``trials_dataframe()`` and ``optuna.visualization`` open it
-directly and a resumed study continues the same Optuna studies: a trial an earlier
-driver asked and never told is continued with the same values, one that ended is
-told its result, one that failed is asked again with the same values.  For ``s3://``
-storage the journal is written to a local file (``$STUDY_CACHE_DIR/optuna/…``) and
-uploaded to ``<study>/optuna.journal`` after every change (the driver is its only
-writer); a resume on another machine downloads it first.
+The Optuna studies live in Optuna's ``JournalStorage`` file ``<study>/optuna.journal``
+(study names ``<name>/cell-000``, …; each Optuna trial's user attribute ``key`` is the
+table's ``trial_id``), so Optuna's own tools open it and a resume continues them: a
+trial asked and never told continues with its values, one that ended is told its
+result, one that failed is asked again with the same values.  For ``s3://`` storage the
+driver (its only writer) writes a local copy (``$STUDY_CACHE_DIR/optuna/…``) and uploads
+it after every change.
 """
 
 from __future__ import annotations
@@ -51,10 +44,6 @@ def trial_key(cell: int, sample: int) -> str:
     return f"c{cell:03d}-s{sample:03d}"
 
 
-def _plain(v: Any) -> Any:
-    return v.item() if hasattr(v, "item") else v
-
-
 def cell_study_name(name: str, cell: int) -> str:
     """The Optuna study of grid cell ``cell`` in study ``name``."""
     return f"{name}/cell-{cell:03d}"
@@ -70,13 +59,9 @@ def _local_journal(journal: str) -> str:
 
 
 class GridOptunaSearcher(Searcher):
-    """Suggests the trials ``todo`` (``(cell, sample)`` pairs, in launch order) as
-    ``{"cell", "sample", "key", "sampled": {...}, "train": TrainConfig as a dict,
-    "hparams": {...}}``: the configuration resolved here, in the driver, from the
-    validated study (``spec``); the trials only read it.  ``hparams``: every model and
-    training field as flat scalars (Ray's results, TensorBoard's HParams).  Optuna is
-    told ``best_<metric>`` of each finished trial (the metric is ``val_acc`` when the
-    study holds out a validation split)."""
+    """Suggests the trials ``todo`` (``(cell, sample)`` pairs) as ``{"cell", "sample", "key",
+    "sampled", "train": TrainConfig as a dict, "hparams": flat scalar fields}``, resolved
+    here from the validated ``spec``; Optuna is told ``best_<metric>`` of each trial."""
 
     def __init__(self, *, spec, todo: list[tuple[int, int]], metric: str = "test_acc", mode: str = "max",
                  tables: str | None = None, journal: str | None = None):
@@ -122,11 +107,8 @@ class GridOptunaSearcher(Searcher):
         import pyarrow.fs as pafs
 
         fs, path = pafs.FileSystem.from_uri(self.journal)
-        if fs.get_file_info(path).type != pafs.FileType.File:
-            return
-        with fs.open_input_stream(path) as src:
-            data = src.read()
-        Path(local).write_bytes(data)
+        if fs.get_file_info(path).type == pafs.FileType.File:
+            pafs.copy_files(path, local, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
 
     def _sync(self) -> None:
         """Upload the local journal to a URI journal when it changed."""
@@ -140,8 +122,7 @@ class GridOptunaSearcher(Searcher):
         if mark == self._synced:
             return
         fs, path = pafs.FileSystem.from_uri(self.journal)
-        with fs.open_output_stream(path) as out:
-            out.write(local.read_bytes())
+        pafs.copy_files(str(local), path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
         self._synced = mark
 
     def _study(self, cell: int) -> optuna.Study:
@@ -162,10 +143,14 @@ class GridOptunaSearcher(Searcher):
         telling (their rows say finished/diverged, Optuna still says RUNNING)."""
         live = {number for c, number in self.assigned.values() if c == cell and number is not None}
         study = self._studies[cell]
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if t.number in live:
-                continue
-            row = self._finished_row(t.user_attrs.get("key"))
+        asked = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number not in live]
+        if not asked or self.tables is None:
+            return
+        from study.tuning.runner import ended_rows
+
+        rows = {r["trial_id"]: r for r in ended_rows(self.tables).to_dict("records")}
+        for t in asked:
+            row = rows.get(t.user_attrs.get("key"))
             if row is not None:
                 value = row.get(f"best_{self._metric}", row.get(self._metric))
                 self._tell(study, t.number, None if value is None or value != value else float(value))
@@ -201,13 +186,6 @@ class GridOptunaSearcher(Searcher):
         study = self._study(cell) if self.sample else None
         earlier = self._trial_of(study, key) if study is not None else None
         running = earlier.number if earlier is not None and earlier.state == TrialState.RUNNING else None
-        row = self._finished_row(key)
-        if row is not None:
-            # the key already finished in an earlier driver's life (its Ray trial was
-            # lost with that driver): replay it, its trainable will not train again
-            self.assigned[trial_id] = (cell, running)
-            sampled = {k: _plain(row[f"sampled_{k}"]) for k in self.sample if f"sampled_{k}" in row}
-            return self._config(cell, sample, key, sampled)
         sampled, number = {}, None
         if study is not None:
             if running is not None:  # asked by an earlier driver that died: the same Optuna trial
@@ -221,16 +199,6 @@ class GridOptunaSearcher(Searcher):
                 self._sync()
         self.assigned[trial_id] = (cell, number)
         return self._config(cell, sample, key, sampled)
-
-    def _finished_row(self, key: str | None) -> dict | None:
-        tables = self.tables
-        if tables is None or key is None:
-            return None
-        from study.tables import read_table
-
-        runs = read_table(tables, "runs")
-        row = runs[(runs.trial_id == key) & runs.status.isin(["finished", "diverged", "stopped"])]
-        return None if row.empty else row.iloc[0].to_dict()
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self.assigned:

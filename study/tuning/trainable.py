@@ -1,19 +1,12 @@
-"""Ray Tune adapters around :func:`study.trial.train_trial`.
+"""Ray Tune adapters around :func:`study.trial.train_trial`: ``study_trial`` runs one
+trial in the Tune actor; ``ddp_study_trial`` runs it under Ray Train (``TorchTrainer``
+with N workers inside the Tune function; gloo on CPU, NCCL on GPU).
 
-``study_trial`` runs one trial in the Tune actor (one process, fractional or whole
-GPU).  ``ddp_study_trial`` runs the same loop under Ray Train (``TorchTrainer`` with
-N workers inside the Tune function, Train V2): gloo on CPU, NCCL on GPU.
-
-A trial receives its resolved configuration from the searcher (``config["train"]``,
-a :class:`~study.trial.config.TrainConfig` as a dict): nothing is validated again
-here.  Its checkpoints are the project's own files, ``<study>/trials/<key>/`` (a
-folder or an object-store prefix): a retried or resumed trial continues from its last
-epoch there; Tune receives metrics only.  The trial's key names its table parts, so
-retries overwrite, never duplicate.
-
-Every attempt is counted in the trial's ledger (``<study>/trials/<key>.json``) when
-it starts.  A storage failure (disk full, unwritable, vanished) is raised as
-:class:`study.errors.StorageError` naming the path; the driver then stops the study.
+A trial receives its configuration resolved by the searcher (``config["train"]``) and
+validates nothing again.  It keeps its own checkpoints in ``<study>/trials/<key>/``
+(a retried or resumed trial continues from there; Tune receives metrics only) and
+counts every attempt in its ledger ``<study>/trials/<key>.json``.  A storage failure
+is raised as :class:`study.errors.StorageError` naming the path.
 """
 
 from __future__ import annotations
@@ -58,25 +51,11 @@ def storage_errors(fn, *args, where: str = "storage", **kwargs):
         raise StorageError(str(path), e.strerror or str(e)) from e
 
 
-def _finished_row(meta: dict[str, Any], key: str) -> dict[str, Any] | None:
-    from study.tables import read_table
-    from study.tuning.runner import ENDED
-
-    runs = read_table(meta["tables"], "runs")
-    row = runs[(runs.trial_id == key) & runs.status.isin(ENDED)]
-    return None if row.empty else row.iloc[0].to_dict()
-
-
-def _replay(row: dict[str, Any]) -> dict[str, Any]:
-    """Final metrics of a trial that already ended (reported, not re-trained)."""
-    return _scalars({"status": row["status"], "epoch": int(row["epochs_done"]) - 1,
-                     "epochs_done": int(row["epochs_done"]), "best_test_acc": float(row["best_test_acc"]),
-                     "test_acc": float(row["final_test_acc"]), "best_val_acc": _float(row.get("best_val_acc")),
-                     "val_acc": _float(row.get("final_val_acc"))})
-
-
-def _float(v: Any) -> float:
-    return float("nan") if v is None else float(v)
+def _final(status: str, done, best_test, test, best_val, val) -> dict[str, Any]:
+    """A trial's last report: its status and final metrics."""
+    metrics = {"best_test_acc": best_test, "test_acc": test, "best_val_acc": best_val, "val_acc": val}
+    return _scalars({"status": status, "epoch": int(done) - 1, "epochs_done": int(done),
+                     **{k: float(v) for k, v in metrics.items() if v is not None}})
 
 
 def counted(trainable):
@@ -87,9 +66,14 @@ def counted(trainable):
     def run(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
         from ray import tune
 
-        done = _finished_row(meta, config["key"])
+        from study.tuning.runner import ended_rows
+
+        rows = ended_rows(meta["tables"])
+        done = next(iter(rows[rows.trial_id == config["key"]].to_dict("records")), None)
         if done is not None:
-            tune.report(_replay(done))
+            # ended already (a retry after its last report was lost): reported, not re-trained
+            tune.report(_final(done["status"], done["epochs_done"], done["best_test_acc"], done["final_test_acc"],
+                               done.get("best_val_acc"), done.get("final_val_acc")))
             return
         book = ledger(meta, config["key"])
         storage_errors(book.start, where=book.uri)
@@ -125,20 +109,23 @@ def study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: TrialLedg
     searcher's key (grid cell, sample index); a key that already ended is replayed."""
     from ray import tune
 
-    key = config["key"]
     torch.set_num_threads(max(1, int(meta.get("cpus_per_trial", 1))))
     warnings: list[str] = []
-    result = storage_errors(train_trial, TrainConfig.from_dict(config["train"]), where=meta["root"], trial_id=key,
-                            tables=meta["tables"], checkpoint_dir=checkpoint_dir(meta, key), study=meta["name"],
-                            report=_report(tune.report, warnings), extra_run_fields=_run_fields(config, meta),
-                            ledger=book, warn=warnings.append)
-    tune.report(_scalars({"status": result.status, "epoch": result.epochs_done - 1,
-                          "epochs_done": result.epochs_done, "best_test_acc": result.best_test_acc,
-                          "test_acc": result.final_test_acc, "best_val_acc": result.best_val_acc,
-                          "val_acc": result.final_val_acc}))
+    result = _train(meta, config, report=_report(tune.report, warnings), extra_run_fields=_run_fields(config, meta),
+                    ledger=book, warn=warnings.append)
+    tune.report(_final(result.status, result.epochs_done, result.best_test_acc, result.final_test_acc,
+                       result.best_val_acc, result.final_val_acc))
 
 
-def _run_fields(config: dict[str, Any], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def _train(meta: dict[str, Any], config: dict[str, Any], **kwargs):
+    """:func:`train_trial` of the trial ``config`` of the study ``meta``."""
+    key = config["key"]
+    return storage_errors(train_trial, TrainConfig.from_dict(config["train"]), where=meta["root"], trial_id=key,
+                          tables=meta["tables"], checkpoint_dir=checkpoint_dir(meta, key), study=meta["name"],
+                          **kwargs)
+
+
+def _run_fields(config: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     """Extra ``runs`` columns: grid cell, sample index, Ray's trial id, the metric the
     study selects on (None: nothing selects), the Ray node the (latest attempt of the)
     trial ran on, sampled values."""
@@ -146,7 +133,7 @@ def _run_fields(config: dict[str, Any], meta: dict[str, Any] | None = None) -> d
     from ray import tune
 
     fields = {"cell": config["cell"], "sample": config["sample"], "ray_trial_id": tune.get_context().get_trial_id(),
-              "selection_metric": (meta or {}).get("selection_metric"), "node_ip": ray.util.get_node_ip_address()}
+              "selection_metric": meta.get("selection_metric"), "node_ip": ray.util.get_node_ip_address()}
     return {**fields, **{f"sampled_{k}": v for k, v in (config.get("sampled") or {}).items()}}
 
 
@@ -155,18 +142,15 @@ def _ddp_worker(loop_config: dict[str, Any]) -> None:
     Every rank reads the trial's checkpoint; rank 0 writes it, the tables and the ledger."""
     import ray.train
 
-    meta, config, key = loop_config["meta"], loop_config["config"], loop_config["config"]["key"]
-    rank = ray.train.get_context().get_world_rank()
+    meta, config = loop_config["meta"], loop_config["config"]
     book = None
-    if rank == 0:
-        book = ledger(meta, key)
+    if ray.train.get_context().get_world_rank() == 0:
+        book = ledger(meta, config["key"])
         data = book.read()  # the Tune function counted this attempt
         book.attempts, book.device_seconds = int(data.get("attempts", 1)), float(data.get("device_seconds", 0.0))
     device = ray.train.torch.get_device() if torch.cuda.is_available() else torch.device("cpu")
-    storage_errors(train_trial, TrainConfig.from_dict(config["train"]), where=meta["root"], trial_id=key,
-                   tables=meta["tables"], checkpoint_dir=checkpoint_dir(meta, key), study=meta["name"],
-                   report=_report(ray.train.report), device=device, extra_run_fields=loop_config["fields"],
-                   ledger=book)
+    _train(meta, config, report=_report(ray.train.report), device=device, extra_run_fields=loop_config["fields"],
+           ledger=book)
 
 
 @counted
@@ -177,7 +161,6 @@ def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: Trial
     from ray.train.torch import TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    trial_id = config["key"]
     workers = int(meta["workers_per_trial"])
     gpus = meta["gpus_per_trial"]
     per_worker = {"CPU": max(meta["cpus_per_trial"] / workers, 0.01)}
@@ -189,7 +172,8 @@ def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: Trial
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
                                                resources_per_worker=per_worker),
         run_config=ray.train.RunConfig(
-            name=f"ddp-{trial_id}-{tune.get_context().get_trial_id()}", storage_path=meta["ddp_storage"], callbacks=[TuneReportCallback()],
+            name=f"ddp-{config['key']}-{tune.get_context().get_trial_id()}", storage_path=meta["ddp_storage"],
+            callbacks=[TuneReportCallback()],
             failure_config=ray.train.FailureConfig(max_failures=meta.get("max_failures", 0)),
         ),
     )
@@ -200,13 +184,8 @@ def make_trainable(meta: dict[str, Any]):
     """The Tune trainable for a study: resources attached, metadata bound."""
     from ray import tune
 
-    if meta["workers_per_trial"] > 1:
-        fn = tune.with_parameters(ddp_study_trial, meta=meta)
-        # the Tune function only coordinates; the Ray Train workers hold the resources
-        return tune.with_resources(fn, {"cpu": 0.01})
-    fn = tune.with_parameters(study_trial, meta=meta)
-    res = {"cpu": meta["cpus_per_trial"]}
-    if meta["gpus_per_trial"]:
-        res["gpu"] = meta["gpus_per_trial"]
-    return tune.with_resources(fn, res)
+    if meta["workers_per_trial"] > 1:  # the Tune function only coordinates; the Ray Train workers hold the resources
+        return tune.with_resources(tune.with_parameters(ddp_study_trial, meta=meta), {"cpu": 0.01})
+    gpus = {"gpu": meta["gpus_per_trial"]} if meta["gpus_per_trial"] else {}
+    return tune.with_resources(tune.with_parameters(study_trial, meta=meta), {"cpu": meta["cpus_per_trial"], **gpus})
 
