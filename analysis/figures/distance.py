@@ -1,16 +1,7 @@
 """Attention distance vs depth (ViT, Dosovitskiy et al. 2021, Fig. 7): per layer,
-each head's mean attention distance (``heads.attention_distance``: every query of the
-head-statistics images on the real token grid, grid cells) at one epoch (default:
-each trial's last), one panel per model variant, one y scale for all panels.
-
-Dots: every head of every seed (pooled: head numbers are not matched across seeds),
-spread sideways by head number.  Black bar: the layer's mean over its heads and
-seeds, n = heads × seeds values; whisker: ± the standard deviation over seeds of the
-per-seed layer mean (the seed-to-seed noise; none with one seed).  Reference lines on
-the same scale: uniform attention on the grid (dashed) and a 3×3 convolution's taps
-(dotted).  A study written before ``attention_distance`` existed is drawn with the
-canvas moment ``heads.mean_distance`` and the figure says so
-(:func:`~analysis.figures.pooled.distance_metric`)."""
+each head's mean attention distance (:func:`~analysis.figures.pooled.distance_metric`)
+at one epoch (default: each trial's last), one panel per model variant, one y scale
+for all panels; what dots, bars and whiskers are is in :func:`data` and the caption."""
 
 from __future__ import annotations
 

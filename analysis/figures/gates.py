@@ -2,13 +2,9 @@
 σ(λ_h) of its heads (``heads.gate``: the weight of the positional softmax of a gated
 head; 1 = purely positional, 0 = purely content) epoch after epoch, one panel per
 model variant that has gated heads (non-null ``gate``), y from 0 to 1 in every panel
-(up to --epoch when given).
-
-Line: the mean over the layer's heads and the variant's seeds; band: min–max over
-the layer's heads of all seeds (how far the heads of a layer differ).  The caption
-states the seed-to-seed noise of the layer mean.  Variants without gates are named
-as skipped; a study whose heads table has no ``gate`` column (older studies) has no
-gate figure."""
+(up to --epoch when given); lines and bands as :func:`data` computes and the caption
+says.  Variants without gates are named as skipped; a study whose heads table has no
+``gate`` column (older studies) has no gate figure."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
 """Locality over training: per layer, the mean attention distance of its heads
-(``heads.attention_distance``: every query of the head-statistics images on the real
-token grid, grid cells) from initialisation (x = 0 epochs trained: the untrained
-model's ``epoch = -1`` rows) epoch after epoch, one panel per model variant, one y
-scale and one colour per layer across panels (up to --epoch when given).
-
-Line: the mean over the layer's heads and the variant's seeds; band: min–max over
-seeds of the per-seed layer mean (the seed-to-seed noise; none with one seed).
-Reference lines on the same scale: uniform attention on the grid (dashed) and a 3×3
-convolution's taps (dotted).  A study written before ``attention_distance`` (and the
-initialisation rows) existed is drawn with the canvas moment ``heads.mean_distance``
-from epoch 1, and the figure says so."""
+(:func:`~analysis.figures.pooled.distance_metric`) from initialisation (x = 0 epochs
+trained: the untrained model's ``epoch = -1`` rows) epoch after epoch, one panel per
+model variant, one y scale and one colour per layer across panels (up to --epoch when
+given); lines and bands are as :func:`layer_series` computes and the caption says."""
 
 from __future__ import annotations
 
