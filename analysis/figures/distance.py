@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures.panels import after, notes_under_legend, wrap_note
+from analysis.figures.panels import after, label_grid, notes_under_legend, wrap_note
 from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, at_picked_epoch, distance_metric,
-                                     label_variant_grid, model_order, pooled_heads, reference_lines, variant_grid)
+                                     model_order, pooled_heads, reference_lines, variant_grid)
 from analysis.meta import describe
 from analysis.style import save
 
@@ -86,7 +86,7 @@ def _figure(ctx, d: pd.DataFrame, models: list[str], metric: DistanceMetric) -> 
         ax.set_title(wrap_note(f"{model} ({seeds} seed{'s' if seeds != 1 else ''}, {when})",
                                ax.get_position().width * fig.get_size_inches()[0] * 1.25), fontsize=7, pad=3)
         ax.grid(True, axis="y", linewidth=0.4, alpha=0.5)
-    label_variant_grid(grid, "layer", metric.axis)
+    label_grid(grid, xlabel="layer", ylabel=metric.axis)
     axes[0].set_ylim(0, top)
     legend = [Line2D([], [], color=DOT, marker="o", linestyle="none", markersize=3, label="one head of one seed"),
               Line2D([], [], color="black", marker="_", linestyle="none", markersize=10, markeredgewidth=1.2,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from analysis.figures.panels import notes_under_legend, wrap_note
-from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, distance_metric, label_variant_grid, model_order,
+from analysis.figures.panels import label_grid, notes_under_legend, wrap_note
+from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, distance_metric, model_order,
                                      pooled_heads, reference_lines, variant_grid)
 from analysis.meta import describe
 from analysis.style import save
@@ -82,7 +82,7 @@ def _figure(ctx, s: pd.DataFrame, models: list[str], metric: DistanceMetric) -> 
         band = ("seed_min", "seed_max", 0.18) if int(m["seeds"].max()) > 1 else None
         layer_lines(fig, ax, m, model, "distance", palette, band=band)
         lines = reference_lines(ax, metric)
-    label_variant_grid(grid, "epochs trained", metric.axis)
+    label_grid(grid, xlabel="epochs trained", ylabel=metric.axis)
     axes[0].set_ylim(0, top)
     handles, labels = axes[max(range(len(axes)), key=lambda i: len(axes[i].get_lines()))].get_legend_handles_labels()
     handles += lines
