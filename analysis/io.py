@@ -244,7 +244,8 @@ class Study:
                     source, schema = path, pq.read_schema(p, filesystem=fs)
                 parts.append((path, source, schema))
             except (OSError, pa.ArrowException) as exc:
-                if not self._mark_bad(path, exc) and table != "runs":  # compacted: its rows are in the trial's compacted file
+                # gone: compacted, so its rows are in the trial's compacted file
+                if not self._mark_bad(path, exc) and table != "runs":
                     trial_id = path.rstrip("/").split("/")[-2]
                     c = compacted_path(self.root, table, trial_id)
                     if c not in compacted_paths and c not in self._bad:
