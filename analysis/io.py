@@ -16,6 +16,7 @@ import os
 import re
 import weakref
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -132,7 +133,6 @@ class Study:
     _con: object = field(default=None, init=False, repr=False)
     _bad: set = field(default_factory=set, init=False, repr=False)
     _sources: dict = field(default_factory=dict, init=False, repr=False)
-    _frames: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -149,18 +149,28 @@ class Study:
     def table(self, name: str) -> pd.DataFrame:
         if name not in TABLES:
             raise AnalysisError(f"unknown table {name!r} (tables: {', '.join(TABLES)})")
-        if name not in self._frames:
-            self._frames[name] = read_table(self.root, name)
-        return self._frames[name]
+        return getattr(self, name)
 
-    runs = property(lambda self: self.table("runs"))
-    epochs = property(lambda self: self.table("epochs"))
-    heads = property(lambda self: self.table("heads"))
-    maps = property(lambda self: self.table("maps"))
+    @cached_property
+    def runs(self) -> pd.DataFrame:
+        return read_table(self.root, "runs")
+
+    @cached_property
+    def epochs(self) -> pd.DataFrame:
+        return read_table(self.root, "epochs")
+
+    @cached_property
+    def heads(self) -> pd.DataFrame:
+        return read_table(self.root, "heads")
+
+    @cached_property
+    def maps(self) -> pd.DataFrame:
+        return read_table(self.root, "maps")
 
     def refresh(self) -> "Study":
         """Forget what was read: the next access reads the tables again."""
-        self._frames.clear()
+        for name in TABLES:
+            self.__dict__.pop(name, None)
         self._forget()
         return self
 
