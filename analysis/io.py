@@ -2,7 +2,7 @@
 
 Only ``study.tables`` is used from the study package (no torch); the layout and its
 invariants are its own.  SQL runs on a DuckDB connection without any file system
-(:func:`_confine`): each table is a view over a snapshot of its files that pyarrow
+(:data:`CONFINEMENT`): each table is a view over a snapshot of its files that pyarrow
 reads (:meth:`Study._snapshot`), parts preferred over compacted rows of the same
 (trial, epoch), so no statement can write or read a file.  A foreign or damaged file
 is named in a :class:`study.tables.TableWarning` and skipped; a part a compaction
@@ -177,12 +177,13 @@ class Study:
     # -- SQL ---------------------------------------------------------------------------
     def connection(self):
         """A DuckDB connection with one view per table (created on first use), confined
-        by :func:`_confine`."""
+        by :data:`CONFINEMENT`."""
         if self._con is None:
             import duckdb
 
             con = duckdb.connect()
-            _confine(con)
+            for name, value in CONFINEMENT:
+                con.execute(f"SET {name} = {value}")
             try:
                 self._sources = {}
                 for table in TABLES:
@@ -253,9 +254,8 @@ class Study:
                     source, schema = path, pq.read_schema(p, filesystem=fs)
                 parts.append((path, source, schema))
             except (OSError, pa.ArrowException) as exc:
-                if not (isinstance(exc, FileNotFoundError) or _gone(fs, p)):
-                    self._mark_bad(path, exc)
-                elif table != "runs":  # compacted: its rows are in the trial's compacted file
+                # gone: compacted, so its rows are in the trial's compacted file
+                if not self._mark_bad(path, exc) and table != "runs":
                     trial_id = path.rstrip("/").split("/")[-2]
                     c = compacted_path(self.root, table, trial_id)
                     if c not in compacted_paths and c not in self._bad:
@@ -266,8 +266,7 @@ class Study:
             try:
                 compacted.append((path, path, pq.read_schema(p, filesystem=fs)))
             except (OSError, pa.ArrowException) as exc:
-                if not (isinstance(exc, FileNotFoundError) or _gone(fs, p)):
-                    self._mark_bad(path, exc)
+                self._mark_bad(path, exc)
         return parts, compacted
 
     def _register(self, con, name: str, files: list) -> None:
@@ -277,9 +276,20 @@ class Study:
         con.register(f"{name}_arrow", scan)
         con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}_arrow")
 
-    def _mark_bad(self, path: str, exc: Exception) -> None:
-        self._bad.add(path)
-        _skip(path, f"not readable Parquet ({_one_line(exc)})")
+    def _mark_bad(self, path: str, exc: Exception) -> bool:
+        """Skip ``path`` from now on, named, unless it is gone (a part a compaction
+        deleted): True when it was skipped."""
+        import pyarrow.fs as pafs
+
+        fs, p = _fs(path)
+        try:
+            gone = isinstance(exc, FileNotFoundError) or fs.get_file_info(p).type == pafs.FileType.NotFound
+        except OSError:
+            gone = False
+        if not gone:
+            self._bad.add(path)
+            _skip(path, f"not readable Parquet ({_one_line(exc)})")
+        return not gone
 
     def _recover(self, exc: Exception) -> bool:
         """After a DuckDB error: when a scan failed on a file, a damaged file (skipped
@@ -289,9 +299,7 @@ class Study:
         if not failed:
             return False
         for path, err in failed:
-            fs, p = _fs(path)
-            if not (isinstance(err, FileNotFoundError) or _gone(fs, p)):
-                self._mark_bad(path, err)
+            self._mark_bad(path, err)
         self._forget()
         return True
 
@@ -341,10 +349,13 @@ class Study:
 PART_BYTES_IN_MEMORY = 256 << 20
 
 #: DuckDB settings of every ``analysis`` connection, in this order (each later one
-#: forbids changing the earlier ones): no spill files (an in-memory database spills to
-#: ``./.tmp``), no local file system (DuckDB's only one: no ``COPY … TO``, ``ATTACH``,
-#: ``EXPORT``, ``read_csv``, ``INSTALL``, log or profile file can reach a file), no
-#: external access (extensions, URLs), then the configuration locked so SQL cannot undo it.
+#: forbids changing the earlier ones; ``disabled_filesystems`` cannot be given to
+#: ``duckdb.connect``): no spill files (an in-memory database spills to ``./.tmp``), no
+#: local file system (DuckDB's only one: no ``COPY … TO``, ``ATTACH``, ``EXPORT``,
+#: ``read_csv``, ``INSTALL``, log or profile file can reach a file, whatever the statement:
+#: ``EXPLAIN ANALYZE COPY … TO``, a PIVOT, a prepared statement, a pragma …), no external
+#: access (extensions, URLs), then the configuration locked so SQL cannot undo it.  The
+#: tables reach the connection as registered Arrow streams.
 CONFINEMENT = (
     ("temp_directory", "''"),
     ("disabled_filesystems", "'LocalFileSystem'"),
@@ -354,21 +365,10 @@ CONFINEMENT = (
     ("lock_configuration", "true"),
 )
 
-
-def _confine(con) -> None:
-    """Take every file system and the network from ``con`` (the tables reach it as
-    registered Arrow datasets), whatever the statement (``EXPLAIN ANALYZE COPY … TO``, a
-    PIVOT, a prepared statement, a pragma …); the settings are then locked."""
-    for name, value in CONFINEMENT:
-        con.execute(f"SET {name} = {value}")
-
-
-#: Statement types a query may run (:func:`_only_reads`).  SELECT covers WITH, FROM-first,
-#: TABLE, VALUES, DESCRIBE, SHOW, SUMMARIZE, UNPIVOT; MULTI is DuckDB's PIVOT (an
-#: in-memory enum type, then a SELECT); EXPLAIN when what it explains is one of these;
-#: PRAGMA for the catalogue pragmas of :data:`READ_PRAGMAS`.
-READ_STATEMENTS = ("SELECT", "EXPLAIN", "MULTI", "PRAGMA")
-
+#: Statement types a query may run (:func:`_only_reads`): SELECT (also WITH, FROM-first,
+#: TABLE, VALUES, DESCRIBE, SHOW, SUMMARIZE, UNPIVOT); MULTI, DuckDB's PIVOT (an in-memory
+#: enum type, then a SELECT); EXPLAIN when what it explains is one of these; PRAGMA for
+#: the catalogue pragmas of :data:`READ_PRAGMAS`.
 #: Pragmas that only read the catalogue (``PRAGMA table_info('runs')``, ``PRAGMA show_tables``).
 READ_PRAGMAS = ("table_info", "show", "show_tables", "show_tables_expanded", "show_databases",
                 "database_list", "database_size", "storage_info", "version", "platform", "functions",
@@ -383,56 +383,43 @@ _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?", re.
 _PRAGMA = re.compile(r"^\s*PRAGMA\s+(\w+)\s*(?:\(.*\))?\s*;?\s*$", re.IGNORECASE | re.DOTALL)
 
 
-def _only_reads(con, query: str) -> None:
-    """Refuse, in one line, any statement but the reads of :data:`READ_STATEMENTS`: a
-    second guard beside :func:`_confine` that names what was refused and keeps the
-    session itself unchanged (no ``CREATE``, ``SET``, ``PREPARE`` …)."""
-    for kind, text in _statements(con, query):
-        _check(con, kind, text)
-
-
-def _check(con, kind: str, text: str, label: str = "") -> None:
-    """Refuse one statement unless it reads; EXPLAIN [ANALYZE] is judged by what it explains."""
-    if kind == "EXPLAIN" and not label:
-        inner = _EXPLAIN.sub("", text, count=1)
-        if inner == text:
-            _refuse("EXPLAIN", " (cannot tell what it explains)")
-        for inner_kind, inner_text in _statements(con, inner):
-            _check(con, inner_kind, inner_text, label="EXPLAIN ")
-    elif kind == "PRAGMA":
-        m = _PRAGMA.match(text)
-        if not m or m.group(1).lower() not in READ_PRAGMAS:
-            _refuse(f"{label}PRAGMA", f" ({' '.join(text.split())[:60]})")
-    elif kind == "MULTI":  # a PIVOT somewhere inside; what runs is the statement around it
-        first = re.match(r"[\s(]*([A-Za-z_]+)", _EXPLAIN.sub("", text, count=1))
-        if not first or first.group(1).upper() not in MULTI_READS:
-            _refuse(f"{label}{first.group(1).upper() if first else kind}", " (around a PIVOT)")
-    elif kind not in READ_STATEMENTS or kind == "EXPLAIN":
-        _refuse(f"{label}{kind}")
-
-
-def _statements(con, query: str) -> list[tuple[str, str]]:
-    """``(type, text)`` of each statement of ``query``, as DuckDB's parser splits them."""
+def _only_reads(con, query: str, label: str = "") -> None:
+    """Refuse, in one line, any statement but the reads above: a
+    second guard beside :data:`CONFINEMENT` that names what was refused and keeps the
+    session itself unchanged (no ``CREATE``, ``SET``, ``PREPARE`` …); EXPLAIN [ANALYZE]
+    is judged by what it explains (``label``: ``"EXPLAIN "`` inside one)."""
     import duckdb
 
     try:
         statements = con.extract_statements(query)
     except duckdb.Error as exc:  # a syntax error: said as the query would say it
         raise AnalysisError(_sql_error(exc, query)) from None
-    out = []
     for st in statements:
         try:
-            kind = st.type.name
+            kind, text, detail = st.type.name, st.query, ""
         except ValueError as exc:  # a statement type this duckdb package cannot name (UPDATE EXTENSIONS)
             raise AnalysisError(f"refusing a statement of a type DuckDB's Python API cannot name ({_one_line(exc)})"
                                 ) from None
-        out.append((kind, st.query))
-    return out
-
-
-def _refuse(kind: str, detail: str = "") -> None:
-    raise AnalysisError("only reading queries are run (SELECT, EXPLAIN, PIVOT, catalogue PRAGMAs; the tables "
-                        f"are never written): refusing {kind} statement{detail}")
+        if kind == "SELECT":
+            continue
+        if kind == "EXPLAIN" and not label:
+            inner = _EXPLAIN.sub("", text, count=1)
+            if inner != text:
+                _only_reads(con, inner, label="EXPLAIN ")
+                continue
+            detail = " (cannot tell what it explains)"
+        elif kind == "PRAGMA":
+            m = _PRAGMA.match(text)
+            if m and m.group(1).lower() in READ_PRAGMAS:
+                continue
+            detail = f" ({' '.join(text.split())[:60]})"
+        elif kind == "MULTI":  # a PIVOT somewhere inside; what runs is the statement around it
+            first = re.match(r"[\s(]*([A-Za-z_]+)", _EXPLAIN.sub("", text, count=1))
+            if first and first.group(1).upper() in MULTI_READS:
+                continue
+            kind, detail = (first.group(1).upper() if first else kind), " (around a PIVOT)"
+        raise AnalysisError("only reading queries are run (SELECT, EXPLAIN, PIVOT, catalogue PRAGMAs; the tables "
+                            f"are never written): refusing {label}{kind} statement{detail}")
 
 
 class _Scan:
@@ -485,17 +472,6 @@ class _Scan:
         self.failed = None
         reader = pa.RecordBatchReader.from_batches(self.schema, self._batches())
         return reader.__arrow_c_stream__(requested_schema)
-
-
-def _gone(fs, path: str) -> bool:
-    """Whether ``path`` no longer exists (a part a compaction deleted)."""
-    import pyarrow.fs as pafs
-
-    try:
-        return fs.get_file_info(path).type == pafs.FileType.NotFound
-    except OSError:
-        return False
-
 
 
 def load(target: str | os.PathLike, storage: str | None = None) -> Study:

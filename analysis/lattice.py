@@ -22,24 +22,19 @@ def lattice(k: int) -> np.ndarray:
     return np.stack([xs.ravel(), ys.ravel()], axis=1)
 
 
-def lattice_distance(centers) -> float:
-    """Mean distance of K² head centres (rows of (x, y)) to the K×K lattice after the
-    optimal one-to-one assignment of heads to lattice points (Hungarian algorithm).
-    0 exactly when the heads sit on the lattice, one head per point."""
-    c = np.asarray(centers, dtype=float).reshape(-1, 2)
-    k = kernel_size(len(c))
-    if k is None:
-        raise ValueError(f"needs N_h = K^2 heads with K odd, got {len(c)}")
-    return lattice_distance_of(c, k)
-
-
-def lattice_distance_of(centers, k: int) -> float:
-    """Mean distance of any number n ≤ K² of head centres to K×K lattice points, one
-    point per head, after the optimal assignment (the subset of heads that is
-    concentrated enough to have a centre); NaN for no head."""
+def lattice_distance(centers, k: int | None = None) -> float:
+    """Mean distance of head centres (rows of (x, y)) to the K×K lattice after the
+    optimal one-to-one assignment of heads to lattice points (Hungarian algorithm): 0
+    exactly when the heads sit on the lattice, one head per point.  Without ``k``, the
+    centres are all K² heads of a layer; with it, any n ≤ K² of them (those concentrated
+    enough to have a centre); NaN for no head."""
     from scipy.optimize import linear_sum_assignment
 
     c = np.asarray(centers, dtype=float).reshape(-1, 2)
+    if k is None:
+        k = kernel_size(len(c))
+        if k is None:
+            raise ValueError(f"needs N_h = K^2 heads with K odd, got {len(c)}")
     if len(c) == 0:
         return float("nan")
     pts = lattice(k)

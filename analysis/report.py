@@ -135,8 +135,9 @@ def _table1(study: Study) -> str:
     from analysis.figures import Context, Skip
     from analysis.figures import table1 as t1
 
+    ctx = Context(study=study, out=Path("."))
     try:
-        d = t1.data(Context(study=study, out=Path(".")))
+        d = t1.data(ctx)
     except Skip as why:
         return f"<p class='skipped'>{_e(why)}</p>"
     rows = []
@@ -149,7 +150,7 @@ def _table1(study: Study) -> str:
                     f"<td class=num>{_e(t1._flops(r['flops']))}</td></tr>")
     from analysis.meta import describe
 
-    return (f"<p>{_e(describe(Context(study=study, out=Path('.')).trials))}</p>"
+    return (f"<p>{_e(describe(ctx.trials))}</p>"
             "<table><tr><th>Model</th><th class=num>Seeds (n)</th><th class=num>Epochs</th>"
             "<th class=num>Best test acc. (%)</th><th class=num>Final test acc. (%)</th>"
             "<th class=num>Params</th><th class=num>MACs/image (model's equations)</th>"

@@ -152,13 +152,6 @@ def run(server: ThreadingHTTPServer, page: _Page) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
-def start(page: _Page, port: int) -> ThreadingHTTPServer:
-    """Serve ``page`` on ``HOST:port`` (0: a free port) from a daemon thread."""
-    server = bind(port)
-    run(server, page)
-    return server
-
-
 def write_page(path: Path, html: str) -> None:
     from study.atomicio import write_atomic
 
@@ -166,4 +159,4 @@ def write_page(path: Path, html: str) -> None:
     write_atomic(path, html.encode(), suffix=".html", mode=0o644)
 
 
-__all__ = ["HOST", "allowed_hosts", "fingerprint", "serve", "start"]
+__all__ = ["HOST", "allowed_hosts", "bind", "fingerprint", "run", "serve"]

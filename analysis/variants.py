@@ -14,14 +14,13 @@ import pandas as pd
 
 # the labels every command shows live below the analysis layer (``study status`` and the
 # end-of-study summary use them too); re-exported for the figures and tables
-from study.variants import (AXIS_ORDER, EXECUTION_COLUMNS, NAME_COLUMNS, RESULT_COLUMNS,  # noqa: F401
-                            column_texts, config_columns, value_text, variant_labels, varying_columns)
+from study.variants import column_texts, value_text, variant_labels, varying_columns  # noqa: F401
 
 ENCODING_ORDER = ("quadratic", "learned", "learned_content")
 
 
 def sweep_axes(runs: pd.DataFrame) -> list[str]:
-    """The independent axes of a grid sweep, in :data:`AXIS_ORDER`.
+    """The independent axes of a grid sweep, in :data:`study.variants.AXIS_ORDER`.
 
     A varying column is not an axis when it does not apply to every trial (a '-'
     value, e.g. ``isotropic`` of learned encodings: nested, not crossed) or when it

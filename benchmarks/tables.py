@@ -1,35 +1,30 @@
 """Benchmark of the results store: a synthetic study written with the project's own
 ``TableWriter``, then its files, bytes and ``analysis query`` wall times.
 
-    python benchmarks/tables.py --out /tmp/tables-bench            # after (this tree), 64 x 300
-    python benchmarks/tables.py --out /tmp/tables-bench --layout before   # the layout before compaction
+    python benchmarks/tables.py --out /tmp/tables-bench            # 64 x 300
 
 The study: TRIALS trials x EPOCHS epochs, LAYERS x HEADS heads, WINDOW x WINDOW maps,
 written epoch by epoch for all trials (as trials running side by side write them):
 per (trial, epoch) an ``epochs`` row, a ``heads`` row per head, the ``maps`` rows at
-the epochs of the map schedule (``after``; ``before``: every epoch, as the old
-loop did), and the ``runs`` row rewritten.  ``after`` is measured twice: while the
-study is still running (half the epochs written, uncompacted parts present) and once
-every trial has ended.  ``before`` runs the old writer, ``study/tables.py`` at
-``--before-ref`` (the commit before compaction), from git.
+the epochs of the map schedule, and the ``runs`` row rewritten.  It is measured twice:
+while the study is still running (half the epochs written, uncompacted parts present)
+and once every trial has ended.
 
 Prints numbers; asserts nothing.  Query times are wall times of the ``analysis query``
 command (a new process, as a user runs it: Python start-up and imports included), the
 best and the median of ``--repeats``, with its CPU seconds (user + system), which a
-loaded machine does not inflate; ``before`` runs the command of the old tree too.
+loaded machine does not inflate.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -42,22 +37,6 @@ QUERIES = {
     "last-epoch heads": "SELECT layer, count(*) AS n, avg(max_prob) AS max_prob, avg(entropy) AS entropy "
                         "FROM heads WHERE epoch = (SELECT max(epoch) FROM heads) GROUP BY layer ORDER BY layer",
 }
-
-
-def export(ref: str) -> Path:
-    """The project's files at git commit ``ref``, exported to a temporary folder."""
-    dest = Path(tempfile.mkdtemp(prefix="tables-bench-"))
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
-
-
-def old_tables_module(code: Path):
-    """``study/tables.py`` of an exported tree (the layout before compaction)."""
-    spec = importlib.util.spec_from_file_location("old_tables", code / "study" / "tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class Generator:
@@ -91,9 +70,7 @@ class Generator:
                 for i in range(n)]
 
 
-def write_study(tables: Path, writers: dict, gen: Generator, *, epochs: int, start: int, stop: int,
-                maps_at, progress: bool) -> None:
-    t0 = time.time()
+def write_study(writers: dict, gen: Generator, *, epochs: int, start: int, stop: int, maps_at) -> None:
     for epoch in range(start, stop):
         for tid, w in writers.items():
             w.rows("epochs", epoch, [gen.epoch_row(epoch)])
@@ -102,8 +79,6 @@ def write_study(tables: Path, writers: dict, gen: Generator, *, epochs: int, sta
                 w.rows("maps", epoch, gen.map_rows())
             w.run({"study": "bench", "name": "SA bench", "status": "running" if epoch + 1 < epochs else "finished",
                    "epochs_done": epoch + 1, "epochs": epochs, "best_test_acc": 0.5, "final_test_acc": 0.5})
-        if progress and (epoch + 1) % 10 == 0:
-            print(f"  written {epoch + 1}/{epochs} epochs ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
 
 
 def _write_trials(job: tuple) -> None:
@@ -113,7 +88,7 @@ def _write_trials(job: tuple) -> None:
 
     gen = Generator(**gen_args, seed=hash(ids[0]) % 2**32)
     writers = {t: TableWriter(tables, trial_id=t) for t in ids}
-    write_study(tables, writers, gen, epochs=epochs, start=start, stop=stop, maps_at=maps_at, progress=False)
+    write_study(writers, gen, epochs=epochs, start=start, stop=stop, maps_at=maps_at)
     if close:
         for w in writers.values():
             w.close()
@@ -134,12 +109,12 @@ def disk(root: Path) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
-def time_queries(study: Path, repeats: int, code: Path) -> dict:
-    """Wall and CPU (user + system) seconds of ``analysis query`` run from ``code``."""
+def time_queries(study: Path, repeats: int) -> dict:
+    """Wall and CPU (user + system) seconds of ``analysis query`` run from this tree."""
     import resource
 
     out = {}
-    env = {**os.environ, "PYTHONPATH": str(code)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for label, sql in QUERIES.items():
         walls, cpus, answer = [], [], ""
         for _ in range(repeats):
@@ -158,10 +133,10 @@ def time_queries(study: Path, repeats: int, code: Path) -> dict:
     return out
 
 
-def measure(label: str, study: Path, repeats: int, code: Path) -> dict:
+def measure(label: str, study: Path, repeats: int) -> dict:
     files, size = disk(study / "tables")
     load = os.getloadavg()[0]
-    queries = time_queries(study, repeats, code)
+    queries = time_queries(study, repeats)
     result = {"state": label, "files": files, "bytes": size, "MB": round(size / 1e6, 1),
               "load_1min_before": round(load, 2), "load_1min_after": round(os.getloadavg()[0], 2),
               "queries": queries}
@@ -173,53 +148,38 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--out", type=Path, required=True, help="folder for the synthetic study (replaced)")
-    ap.add_argument("--layout", choices=["after", "before"], default="after")
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=300)
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--heads", type=int, default=9)
     ap.add_argument("--window", type=int, default=15)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--jobs", type=int, default=1, help="processes writing trials side by side (after only)")
-    ap.add_argument("--before-ref", default="b8104ce", help="git commit of the layout before compaction")
+    ap.add_argument("--jobs", type=int, default=1, help="processes writing trials side by side")
     ap.add_argument("--keep", action="store_true", help="keep the study folder afterwards")
     args = ap.parse_args(argv)
 
     from study.tables import map_epochs
 
-    study = args.out / f"bench-{args.layout}"
+    study = args.out / "bench"
     shutil.rmtree(study, ignore_errors=True)
     tables = study / "tables"
     tables.mkdir(parents=True)
     (study / "study.json").write_text(json.dumps({"name": study.name}))
-    gen = Generator(layers=args.layers, heads=args.heads, window=args.window)
     ids = [f"c{i:03d}-s000" for i in range(args.trials)]
-    print(f"{args.layout}: {args.trials} trials x {args.epochs} epochs, {args.layers} x {args.heads} heads, "
+    print(f"{args.trials} trials x {args.epochs} epochs, {args.layers} x {args.heads} heads, "
           f"{args.window}x{args.window} maps -> {study}", file=sys.stderr, flush=True)
-    results = []
-    if args.layout == "before":
-        code = export(args.before_ref)
-        old = old_tables_module(code)
-        writers = {t: old.TableWriter(tables, trial_id=t) for t in ids}
-        t0 = time.time()
-        write_study(tables, writers, gen, epochs=args.epochs, start=0, stop=args.epochs,
-                    maps_at=set(range(args.epochs)), progress=True)
-        print(f"  written in {time.time() - t0:.0f} s", file=sys.stderr)
-        results.append(measure("finished", study, args.repeats, code))
-        shutil.rmtree(code, ignore_errors=True)
-    else:
-        maps_at = set(map_epochs("auto", args.epochs))
-        half = args.epochs // 2 + 5  # mid-way between two compactions: parts present
-        gen_args = {"layers": args.layers, "heads": args.heads, "window": args.window}
-        t0 = time.time()
-        write_parallel(tables, ids, gen_args, jobs=args.jobs, epochs=args.epochs, start=0, stop=half,
-                       maps_at=maps_at, close=False)
-        print(f"  written {half}/{args.epochs} epochs ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
-        results.append(measure("running", study, args.repeats, ROOT))
-        write_parallel(tables, ids, gen_args, jobs=args.jobs, epochs=args.epochs, start=half, stop=args.epochs,
-                       maps_at=maps_at, close=True)
-        print(f"  written in {time.time() - t0:.0f} s", file=sys.stderr)
-        results.append(measure("finished", study, args.repeats, ROOT))
+    maps_at = set(map_epochs("auto", args.epochs))
+    half = args.epochs // 2 + 5  # mid-way between two compactions: parts present
+    gen_args = {"layers": args.layers, "heads": args.heads, "window": args.window}
+    t0 = time.time()
+    write_parallel(tables, ids, gen_args, jobs=args.jobs, epochs=args.epochs, start=0, stop=half,
+                   maps_at=maps_at, close=False)
+    print(f"  written {half}/{args.epochs} epochs ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    measure("running", study, args.repeats)
+    write_parallel(tables, ids, gen_args, jobs=args.jobs, epochs=args.epochs, start=half, stop=args.epochs,
+                   maps_at=maps_at, close=True)
+    print(f"  written in {time.time() - t0:.0f} s", file=sys.stderr)
+    measure("finished", study, args.repeats)
     if not args.keep:
         shutil.rmtree(study, ignore_errors=True)
     return 0

@@ -199,15 +199,10 @@ def draw_all(study: Study, out: Path, *, epoch: int | None = None, per_seed: boo
     (:mod:`analysis.figures.cache`); the others are drawn on ``jobs`` processes
     (default: the cores this process may use)."""
     from analysis.figures.jobs import run
-
-    return run(study, Path(out), modules=_modules(), epoch=epoch, per_seed=per_seed, pdf=pdf,
-               jobs=jobs if jobs is not None else _cores())
-
-
-def _cores() -> int:
     from study.cpus import local_cpus
 
-    return local_cpus()
+    return run(study, Path(out), modules=_modules(), epoch=epoch, per_seed=per_seed, pdf=pdf,
+               jobs=jobs if jobs is not None else local_cpus())
 
 
 __all__ = ["Canvas", "Context", "Skip", "default_out", "draw_all"]

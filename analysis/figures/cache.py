@@ -37,10 +37,9 @@ def table_files(root: str) -> dict[str, list[tuple[str, int, int]]]:
     (writes in progress, ``.tmp-*``, excluded); one listing of the whole root."""
     import pyarrow.fs as pafs
 
-    if "://" in root:
-        fs, base = pafs.FileSystem.from_uri(root)
-    else:
-        fs, base = pafs.LocalFileSystem(), str(Path(root).resolve())
+    from study.tables import _fs
+
+    fs, base = _fs(root if "://" in root else str(Path(root).resolve()))
     try:
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     except OSError:

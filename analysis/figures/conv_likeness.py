@@ -21,7 +21,7 @@ from matplotlib.lines import Line2D
 
 from analysis.concentration import classify, rule_text
 from analysis.figures.panels import wrap_note
-from analysis.lattice import kernel_size, lattice_distance_of
+from analysis.lattice import kernel_size, lattice_distance
 from analysis.meta import describe
 from analysis.style import COLUMN_WIDTH, save
 
@@ -57,7 +57,7 @@ def data(rows: pd.DataFrame, last: int | None = None, maps: pd.DataFrame | None 
             continue
         c = xy[a:b][conc[a:b]]
         out.append({"epoch": int(epoch[a]), "epochs_trained": int(epoch[a]) + 1, "layer": int(layer[a]), "K": k,
-                    "concentrated_heads": len(c), "lattice_distance": lattice_distance_of(c, k),
+                    "concentrated_heads": len(c), "lattice_distance": lattice_distance(c, k),
                     "max_prob_mean": float(max_prob[i])})
     return pd.DataFrame(out, columns=COLUMNS)
 
@@ -83,12 +83,11 @@ def draw(ctx) -> list:
         if kernel_size(n) is None:
             ctx.skip(KIND, f"needs N_h = K² heads with K odd, has {n}", t["label"])
             continue
-        per_trial = [data(by_trial[tid], ctx.epoch, maps_by.get(tid)) for tid in trials["trial_id"] if tid in by_trial]
-        per_trial = [p for p in per_trial if not p.empty]
+        ids = [tid for tid in trials["trial_id"] if tid in by_trial]
+        per_trial = [p for p in (data(by_trial[tid], ctx.epoch, maps_by.get(tid)) for tid in ids) if not p.empty]
         if not per_trial:
             ctx.skip(KIND, f"no head statistics up to epoch {ctx.epoch}", t["label"])
             continue
-        ids = [tid for tid in trials["trial_id"] if tid in by_trial]
         written += ctx.render(_figure, t, over_seeds(per_trial), ids)
     return written
 

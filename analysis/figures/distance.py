@@ -1,16 +1,7 @@
 """Attention distance vs depth (ViT, Dosovitskiy et al. 2021, Fig. 7): per layer,
-each head's mean attention distance (``heads.attention_distance``: every query of the
-head-statistics images on the real token grid, grid cells) at one epoch (default:
-each trial's last), one panel per model variant, one y scale for all panels.
-
-Dots: every head of every seed (pooled: head numbers are not matched across seeds),
-spread sideways by head number.  Black bar: the layer's mean over its heads and
-seeds, n = heads × seeds values; whisker: ± the standard deviation over seeds of the
-per-seed layer mean (the seed-to-seed noise; none with one seed).  Reference lines on
-the same scale: uniform attention on the grid (dashed) and a 3×3 convolution's taps
-(dotted).  A study written before ``attention_distance`` existed is drawn with the
-canvas moment ``heads.mean_distance`` and the figure says so
-(:func:`~analysis.figures.pooled.distance_metric`)."""
+each head's mean attention distance (:func:`~analysis.figures.pooled.distance_metric`)
+at one epoch (default: each trial's last), one panel per model variant, one y scale
+for all panels; what dots, bars and whiskers are is in :func:`data` and the caption."""
 
 from __future__ import annotations
 
@@ -18,9 +9,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures.panels import after, notes_under_legend, wrap_note
+from analysis.figures.panels import after, label_grid, notes_under_legend, wrap_note
 from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, at_picked_epoch, distance_metric,
-                                     label_variant_grid, model_order, pooled_heads, reference_lines, variant_grid)
+                                     model_order, pooled_heads, reference_lines, variant_grid)
 from analysis.meta import describe
 from analysis.style import save
 
@@ -95,7 +86,7 @@ def _figure(ctx, d: pd.DataFrame, models: list[str], metric: DistanceMetric) -> 
         ax.set_title(wrap_note(f"{model} ({seeds} seed{'s' if seeds != 1 else ''}, {when})",
                                ax.get_position().width * fig.get_size_inches()[0] * 1.25), fontsize=7, pad=3)
         ax.grid(True, axis="y", linewidth=0.4, alpha=0.5)
-    label_variant_grid(grid, "layer", metric.axis)
+    label_grid(grid, xlabel="layer", ylabel=metric.axis)
     axes[0].set_ylim(0, top)
     legend = [Line2D([], [], color=DOT, marker="o", linestyle="none", markersize=3, label="one head of one seed"),
               Line2D([], [], color="black", marker="_", linestyle="none", markersize=10, markeredgewidth=1.2,

@@ -2,13 +2,9 @@
 σ(λ_h) of its heads (``heads.gate``: the weight of the positional softmax of a gated
 head; 1 = purely positional, 0 = purely content) epoch after epoch, one panel per
 model variant that has gated heads (non-null ``gate``), y from 0 to 1 in every panel
-(up to --epoch when given).
-
-Line: the mean over the layer's heads and the variant's seeds; band: min–max over
-the layer's heads of all seeds (how far the heads of a layer differ).  The caption
-states the seed-to-seed noise of the layer mean.  Variants without gates are named
-as skipped; a study whose heads table has no ``gate`` column (older studies) has no
-gate figure."""
+(up to --epoch when given); lines and bands as :func:`data` computes and the caption
+says.  Variants without gates are named as skipped; a study whose heads table has no
+``gate`` column (older studies) has no gate figure."""
 
 from __future__ import annotations
 
@@ -17,8 +13,8 @@ import pandas as pd
 
 from analysis.figures import Skip
 from analysis.figures.locality import layer_lines, layer_series
-from analysis.figures.panels import notes_under_legend
-from analysis.figures.pooled import label_variant_grid, model_order, pooled_heads, variant_grid
+from analysis.figures.panels import label_grid, notes_under_legend
+from analysis.figures.pooled import model_order, pooled_heads, variant_grid
 from analysis.meta import describe
 from analysis.style import save
 
@@ -61,7 +57,7 @@ def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, model in zip(axes, models):
         layer_lines(fig, ax, s[s["model"] == model], model, "gate", palette, band=("head_min", "head_max", 0.15))
-    label_variant_grid(grid, "epochs trained", "gate σ(λ_h)")
+    label_grid(grid, xlabel="epochs trained", ylabel="gate σ(λ_h)")
     axes[0].set_ylim(-0.02, 1.02)
     handles, labels = axes[max(range(len(axes)), key=lambda i: len(axes[i].get_lines()))].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(6, len(labels)),

@@ -1,23 +1,16 @@
 """Locality over training: per layer, the mean attention distance of its heads
-(``heads.attention_distance``: every query of the head-statistics images on the real
-token grid, grid cells) from initialisation (x = 0 epochs trained: the untrained
-model's ``epoch = -1`` rows) epoch after epoch, one panel per model variant, one y
-scale and one colour per layer across panels (up to --epoch when given).
-
-Line: the mean over the layer's heads and the variant's seeds; band: min–max over
-seeds of the per-seed layer mean (the seed-to-seed noise; none with one seed).
-Reference lines on the same scale: uniform attention on the grid (dashed) and a 3×3
-convolution's taps (dotted).  A study written before ``attention_distance`` (and the
-initialisation rows) existed is drawn with the canvas moment ``heads.mean_distance``
-from epoch 1, and the figure says so."""
+(:func:`~analysis.figures.pooled.distance_metric`) from initialisation (x = 0 epochs
+trained: the untrained model's ``epoch = -1`` rows) epoch after epoch, one panel per
+model variant, one y scale and one colour per layer across panels (up to --epoch when
+given); lines and bands are as :func:`layer_series` computes and the caption says."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from analysis.figures.panels import notes_under_legend, wrap_note
-from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, distance_metric, label_variant_grid, model_order,
+from analysis.figures.panels import label_grid, notes_under_legend, wrap_note
+from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, distance_metric, model_order,
                                      pooled_heads, reference_lines, variant_grid)
 from analysis.meta import describe
 from analysis.style import save
@@ -89,7 +82,7 @@ def _figure(ctx, s: pd.DataFrame, models: list[str], metric: DistanceMetric) -> 
         band = ("seed_min", "seed_max", 0.18) if int(m["seeds"].max()) > 1 else None
         layer_lines(fig, ax, m, model, "distance", palette, band=band)
         lines = reference_lines(ax, metric)
-    label_variant_grid(grid, "epochs trained", metric.axis)
+    label_grid(grid, xlabel="epochs trained", ylabel=metric.axis)
     axes[0].set_ylim(0, top)
     handles, labels = axes[max(range(len(axes)), key=lambda i: len(axes[i].get_lines()))].get_legend_handles_labels()
     handles += lines

@@ -143,21 +143,4 @@ def variant_grid(n: int, *, cols: int = 3, panel_height: float = 1.55):
     flat = list(axes.ravel())
     for ax in flat[n:]:
         ax.set_visible(False)
-    # a hidden panel below a visible one: that one keeps its x tick labels
-    for c in range(ncols):
-        for r in range(nrows - 1):
-            if not axes[r + 1, c].get_visible():
-                axes[r, c].tick_params(labelbottom=True)
     return fig, flat[:n], axes
-
-
-def label_variant_grid(grid, xlabel: str, ylabel: str) -> None:
-    """``xlabel`` under the lowest visible panel of each column, ``ylabel`` on the first column."""
-    for ax in grid[-1, :]:
-        ax.set_xlabel(xlabel)
-    for c in range(grid.shape[1]):
-        for r in range(grid.shape[0] - 1):
-            if not grid[r + 1, c].get_visible() and grid[r, c].get_visible():
-                grid[r, c].set_xlabel(xlabel)
-    for row in grid:
-        row[0].set_ylabel(ylabel)

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from analysis.serve import _Page, start
+from analysis.serve import _Page, bind, run
 
 SECRET = "<html><body>report of study s: best_test_acc 0.15</body></html>"
 
@@ -17,7 +17,8 @@ SECRET = "<html><body>report of study s: best_test_acc 0.15</body></html>"
 def server():
     page = _Page()
     page.set(SECRET, "v1")
-    srv = start(page, 0)
+    srv = bind(0)
+    run(srv, page)
     yield srv.server_address[1]
     srv.shutdown()
     srv.server_close()
