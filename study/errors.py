@@ -56,15 +56,6 @@ class StorageError(StudyError):
         self.path, self.reason = path, reason
 
 
-class StorageUnreachableError(StorageError):
-    """An object store that did not answer (or refused) within the bounded wait."""
-
-    def __init__(self, message: str):
-        Exception.__init__(self, message)  # verbatim, naming the URI and the endpoint
-        self._init = (message,)
-        self.path, self.reason = None, message
-
-
 class CheckpointError(StudyError):
     """A checkpoint that cannot be used (damaged, or written for another configuration)."""
 

@@ -20,7 +20,7 @@ import stat
 from typing import Any
 
 from study import limits
-from study.errors import StudyError
+from study.errors import EXIT_USAGE, StudyError
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
@@ -28,7 +28,9 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, 
 
 
 class MetaFileError(StudyError, ValueError):
-    """A metadata file that cannot be used: ``PATH: what is wrong`` (one line)."""
+    """A metadata file that cannot be used: ``PATH: what is wrong`` (one line), bad input (exit 2)."""
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, path: str, reason: str):
         super().__init__(f"{path}: {reason}")

@@ -84,12 +84,12 @@ def _check_out(prog: str, out: Path) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     prog = "study export"
-    from study.commands.studies import _resolved_storage, _root
+    from study.commands.studies import _root, resolved_storage
     from study.tables import read_table
     from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
 
-    args.storage = _resolved_storage(prog, args.storage)
-    root = _root(args.storage, args.name, prog)
+    args.storage = resolved_storage(args.storage)
+    root = _root(args.storage, args.name)
     if "://" not in root and not Path(root).is_dir():
         fail(prog, f"no study {args.name!r} in {args.storage}")
     if args.out is not None:

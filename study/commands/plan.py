@@ -150,11 +150,11 @@ def measured_seconds(prog: str, study: str) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from study.commands.studies import _spec
+    from study.commands.studies import load_checked
     from study.plan import PlanError, Throughput, make_plan, table, to_json, total_line
 
     prog = "study plan"
-    spec = _spec(prog, args.file, args.data, None, overrides=args.overrides)
+    spec = load_checked(args.file, data=args.data, overrides=args.overrides)
     throughput = None
     if args.tflops is not None:
         throughput = Throughput(tflops=args.tflops)

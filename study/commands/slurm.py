@@ -320,16 +320,15 @@ def _storage(value: str | None) -> str:
     file or an unwritable folder is exit 2; an object store that does not answer, exit 3."""
     import os
 
-    from study.commands.studies import _resolved_storage, as_lines, check_storage_writable
+    from study.commands.studies import check_storage_writable, resolved_storage
     from study.storage import STORAGE_ENV, is_remote
 
     if value is None and not os.environ.get(STORAGE_ENV):
         fail(PROG, f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
-    storage = _resolved_storage(PROG, value)
+    storage = resolved_storage(value)
     if is_remote(storage):
         return storage
-    with as_lines(PROG):
-        check_storage_writable(storage)
+    check_storage_writable(storage)
     return str(Path(storage).resolve())
 
 
@@ -354,7 +353,7 @@ def script_for(args: argparse.Namespace) -> str:
     that does not exist yet — or does, with ``--resume``).  Every value in it is quoted:
     for bash (``shlex.quote``) and, in ``#SBATCH`` lines, for sbatch (:func:`sbatch_quote`)."""
     from study.cliutil import package_version
-    from study.commands.studies import _exists
+    from study.storage import study_exists
 
     storage = _storage(args.storage)
     sbatch = _sbatch_options(args.sbatch)
@@ -362,7 +361,7 @@ def script_for(args: argparse.Namespace) -> str:
         if args.name or args.data:
             fail(PROG, "--resume continues a stored study as it is: no --name or --data")
         name = args.file
-        if not _exists(PROG, _stored_name(name, storage)):
+        if not study_exists(_stored_name(name, storage)):
             fail(PROG, f"no study {name!r} in {storage}")
         run_args = [name]  # not used: the study exists, so the job runs `study resume NAME`
     else:
@@ -395,9 +394,9 @@ def _checked_spec(args: argparse.Namespace, storage: str) -> str:
         from study.limits import MAX_NAME_LENGTH
 
         fail(PROG, f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', got {name!r}")
-    from study.commands.studies import _exists
+    from study.storage import study_exists
 
-    if _exists(PROG, study_root(storage, name)):
+    if study_exists(study_root(storage, name)):
         fail(PROG, f"--name: study {name!r} already exists in {storage} (continue it with "
                    f"`study slurm {name} --resume` or pick another --name)")
     return name
