@@ -382,20 +382,12 @@ def script_for(args: argparse.Namespace) -> str:
 def _checked_spec(args: argparse.Namespace, storage: str) -> str:
     """The study's name; the file validated (resources against no particular machine);
     a study of that name already stored is refused."""
-    from study.spec import SpecError, _valid_name, load_spec
-    from study.storage import study_root
+    from study.commands.studies import checked_name
+    from study.spec import load_spec
+    from study.storage import study_exists, study_root
 
-    try:
-        spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)
-    except SpecError as e:
-        fail(PROG, str(e))
-    name = args.name if args.name is not None else spec.name
-    if not _valid_name(name):
-        from study.limits import MAX_NAME_LENGTH
-
-        fail(PROG, f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', got {name!r}")
-    from study.storage import study_exists
-
+    spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)  # a SpecError: exit 2
+    name = checked_name(args.name if args.name is not None else spec.name)
     if study_exists(study_root(storage, name)):
         fail(PROG, f"--name: study {name!r} already exists in {storage} (continue it with "
                    f"`study slurm {name} --resume` or pick another --name)")

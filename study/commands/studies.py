@@ -24,24 +24,19 @@ from study.storage import (STORAGE_ENV, NoBucket, StorageUnreachable, check_reac
 # `study.run` lets them through, study.cli.main prints each as one line with its exit status.
 
 
-def resolved_storage(storage: str | None) -> str:
-    """``--storage`` or ``$STUDY_STORAGE`` (or ./results), an object store reached first
-    within a bounded wait: :class:`UsageError` if malformed, :class:`StorageError` if silent."""
+def resolved_storage(storage: str | None, flag: str = "--storage") -> str:
+    """``--storage`` (or a study's URI, ``flag``) or ``$STUDY_STORAGE`` (or ./results), an
+    object store reached first within a bounded wait: :class:`UsageError` if malformed or
+    without its bucket, :class:`StorageUnreachable` (a :class:`StorageError`) if silent."""
     try:
         value = resolve_storage(storage)
     except ValueError as e:
-        raise UsageError(str(e)) from None
-    reachable(value)
-    return value
-
-
-def reachable(uri: str) -> None:
-    """A bucket that does not exist is bad input (a store that does not answer raises
-    :class:`StorageUnreachable`, a storage failure)."""
+        raise UsageError(str(e).replace("--storage: ", f"{flag}: ", 1)) from None
     try:
-        check_reachable(uri)
+        check_reachable(value)
     except NoBucket as e:
         raise UsageError(f"--storage: {e}") from None
+    return value
 
 
 def _storage(parser) -> None:
@@ -55,7 +50,8 @@ def _cluster_flags(parser) -> None:
     parser.add_argument("--shared-storage", action="store_true",
                         help="--storage is a folder every node of the cluster mounts at the same path "
                         "(required for a local folder with --address)")
-    parser.add_argument("--num-cpus", type=BoundedInt(1, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS"), help="CPUs of the local Ray (default: all)")
+    parser.add_argument("--num-cpus", type=BoundedInt(1, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS"),
+                        help="CPUs of the local Ray (default: all)")
     parser.add_argument("--quiet", action="store_true", help="print only the final summary")
     parser.add_argument("--verbose", action="store_true",
                         help="also print Ray's own log lines and the tracebacks of failed trials "
@@ -185,12 +181,7 @@ def _root(storage: str, name: str) -> str:
     """The study folder of NAME: a study under ``storage``, a local study folder, or a
     study's URI (checked like ``--storage``)."""
     if "://" in name:
-        try:
-            uri = resolve_storage(name)
-        except ValueError as e:
-            raise UsageError(str(e).replace("--storage: ", "NAME: ", 1)) from None
-        reachable(uri)
-        return uri
+        return resolved_storage(name, "NAME")
     if Path(name).is_dir():
         marked = os.path.lexists(Path(name) / "study.json") or (Path(name) / "trial.json").is_file()
         # a study name never holds a '/' or starts with '.': such a NAME is a path, study or not
@@ -241,13 +232,7 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
     spec = load_checked(file, data=data, overrides=overrides,
                         cpus=None if address else (num_cpus if num_cpus is not None else local_cpus()))
     if name is not None:  # an explicit --name '' is refused, not replaced by the file's name
-        from study.spec import _valid_name
-        from study.speccheck import short
-
-        if not isinstance(name, str) or not _valid_name(name):
-            raise UsageError(f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
-                             f"got {short(name)}")
-        object.__setattr__(spec, "name", name)
+        object.__setattr__(spec, "name", checked_name(name))
     check_storage_writable(storage)
     cluster_checks(address=address, storage=storage, shared_storage=shared_storage)
     from study.tuning.runner import run_study
@@ -256,7 +241,8 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
     if study_exists(root):
         raise UsageError(f"--name: study {spec.name!r} already exists in {storage} "
                          f"(continue it with `study resume {spec.name}` or pick another --name)")
-    preflight(spec, address, num_cpus)
+    preflight(spec.file, address, num_cpus, cpus=spec.cpus_per_trial, gpus=spec.gpus_per_trial,
+              workers=spec.workers_per_trial)
     check_data(spec, quiet=quiet)
     if not quiet:  # the study's compute, one line (`study plan` gives the details)
         from study.commands.plan import plan_line
@@ -266,6 +252,16 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
                                              verbose=not quiet, show_tracebacks=verbose, prog=prog))
     runs.attrs["root"] = root
     return runs
+
+
+def checked_name(name) -> str:
+    """A study name as ``--name`` must give it: :class:`UsageError` if not."""
+    from study.spec import _valid_name
+    from study.speccheck import short
+
+    if not isinstance(name, str) or not _valid_name(name):
+        raise UsageError(f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', got {short(name)}")
+    return name
 
 
 def _storage_errors(start):
@@ -279,28 +275,21 @@ def _storage_errors(start):
         raise (StorageError(str(where), e.strerror or str(e)) if where else StorageUnreachable(str(e))) from None
 
 
-def preflight(spec, address: str | None, num_cpus: int | None) -> None:
-    """Refuse what Ray cannot do before starting or joining it (:class:`UsageError`, fast)."""
+def preflight(file: str, address: str | None, num_cpus: int | None, *, cpus: float, gpus: float,
+              workers: int) -> None:
+    """Refuse what Ray cannot do before starting it, or what no node of the cluster at
+    ``address`` can hold once joined (:class:`UsageError`, fast)."""
     from study.tuning import preflight as checks
 
-    if address:
-        why = checks.check_address(address)
-    else:
-        why = checks.check_local_resources(cpus_per_trial=spec.cpus_per_trial,
-                                           workers_per_trial=spec.workers_per_trial,
-                                           gpus_per_trial=spec.gpus_per_trial, num_cpus=num_cpus)
-        why = why and f"{spec.file}: {why}"
+    if not address:
+        why = checks.check_local_resources(cpus_per_trial=cpus, workers_per_trial=workers, gpus_per_trial=gpus,
+                                           num_cpus=num_cpus)
+        if why:
+            raise UsageError(f"{file}: {why}")
+        return
+    why = checks.check_address(address)
     if why:
         raise UsageError(why)
-    if address:
-        check_cluster(spec.file, address, num_cpus, cpus=spec.cpus_per_trial, gpus=spec.gpus_per_trial,
-                      workers=spec.workers_per_trial)
-
-
-def check_cluster(file: str, address: str, num_cpus: int | None, *, cpus: float, gpus: float,
-                  workers: int) -> None:
-    """Join the cluster and refuse a trial no node can hold (:class:`UsageError`)."""
-    from study.tuning import preflight as checks
     from study.tuning.runner import init_ray
 
     try:
@@ -428,14 +417,9 @@ def run_resume(args: argparse.Namespace) -> int:
         raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
     check_loggers_of(meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
     spec = _stored_spec(root, meta)
-    if args.address:
-        from study.tuning import preflight
-
-        why = preflight.check_address(args.address)
-        if why:
-            raise UsageError(why)
-        check_cluster(meta.get("file", root), args.address, args.num_cpus, cpus=meta["cpus_per_trial"],
-                      gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])
+    if args.address:  # a local Ray was checked when the study ran
+        preflight(meta.get("file", root), args.address, args.num_cpus, cpus=meta["cpus_per_trial"],
+                  gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])
     from study.tuning.runner import resume_study
 
     runs = _storage_errors(lambda: resume_study(root, spec, address=args.address, num_cpus=args.num_cpus,
