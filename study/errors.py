@@ -1,5 +1,4 @@
-"""Exit statuses of ``study`` commands (``run``, ``resume``, ``train``) and the one-line
-cause of a failure."""
+"""Exit statuses of ``study`` commands and the one-line cause of a failure."""
 
 from __future__ import annotations
 
@@ -14,10 +13,9 @@ PROJECT_MODULES = ("study", "analysis")
 
 
 class StudyError(Exception):
-    """Base of the project's run-time errors: ``str(error)`` is one line, ``exit_code``
-    the command line's exit status for it (above); ``study.run`` raises them where
-    ``study run`` prints its line.  Each survives ``pickle`` (Ray copies a failed
-    trial's exception to the driver): ``__reduce__`` rebuilds it from ``self._init``."""
+    """Base of the project's run-time errors: one line, ``exit_code`` the command's exit
+    status.  Each survives ``pickle`` (Ray copies a failed trial's exception to the
+    driver): ``__reduce__`` rebuilds it from ``self._init``."""
 
     exit_code = EXIT_TRIAL_ERROR
 

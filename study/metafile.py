@@ -1,14 +1,9 @@
 """Reading a study's small JSON files (``study.json``, ``trials/*.json`` ledgers) as
-the inputs they are.
-
-Anything may sit where such a file should be: a truncated write, text that is not
-JSON, ``[[[…]]]`` nested 100,000 deep, a FIFO (opening it for reading would block
-forever), a symlink to ``/dev/zero`` (endless), a folder, a 10 GB file.  Each is
-refused with :class:`MetaFileError` naming the file and what is wrong, in one line,
-without ever blocking or reading more than :data:`study.limits.MAX_META_FILE_BYTES`:
-the file type is checked with ``stat`` before it is opened, and it is opened with
-``O_NONBLOCK`` so that a file swapped for a FIFO in between still cannot block.
-"""
+the inputs they are: a truncated write, ``[[[…]]]`` nested 100,000 deep, a FIFO, a
+symlink to ``/dev/zero``, a folder or a 10 GB file is a one-line :class:`MetaFileError`,
+never a block or a read of more than :data:`study.limits.MAX_META_FILE_BYTES` (the type
+is checked with ``stat`` before opening, and ``O_NONBLOCK`` keeps a file swapped for a
+FIFO in between from blocking)."""
 
 from __future__ import annotations
 
@@ -98,9 +93,8 @@ def _depth(text: str) -> int:
 
 
 def read_json(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE_BYTES) -> Any:
-    """The JSON value of a metadata file (see :func:`read_bytes`); text that is not
-    UTF-8 JSON, or nests deeper than :data:`study.limits.MAX_META_DEPTH`, is a
-    :class:`MetaFileError`."""
+    """The JSON value of a metadata file (:func:`read_bytes`), at most
+    :data:`study.limits.MAX_META_DEPTH` deep: else a :class:`MetaFileError`."""
     path = str(path)
     data = read_bytes(path, max_bytes=max_bytes)
     try:

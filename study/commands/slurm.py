@@ -1,12 +1,5 @@
-"""``study slurm``: run a study on a SLURM allocation, one Ray node per allocated node.
-
-Every node runs ``ray start --block`` in the foreground (so SLURM's process tracking
-sees all of Ray) on free ephemeral ports outside Ray's worker range 10002–19999 (never
-a fixed port another job on the node could hold), with a fresh auth token per job.
-Ray's processes start with SIGTERM/SIGINT blocked in a session of their own, so they
-outlive SLURM's job-wide SIGTERM until the driver has stopped the study cleanly; they
-are then killed by PID.  torch and Ray are not imported here.
-"""
+"""``study slurm``: an sbatch script running a study on one Ray node per allocated node
+(why each step of :data:`SCRIPT` is as it is: its comments).  torch and Ray are not imported here."""
 
 from __future__ import annotations
 
@@ -349,9 +342,8 @@ def _stored_name(name: str, storage: str) -> str:
 
 
 def script_for(args: argparse.Namespace) -> str:
-    """The sbatch script for ``args`` (checked: a study file that validates, a study
-    that does not exist yet — or does, with ``--resume``).  Every value in it is quoted:
-    for bash (``shlex.quote``) and, in ``#SBATCH`` lines, for sbatch (:func:`sbatch_quote`)."""
+    """The sbatch script for ``args`` (checked), every value quoted for bash (``shlex.quote``)
+    and, in ``#SBATCH`` lines, for sbatch (:func:`sbatch_quote`)."""
     from study.cliutil import package_version
     from study.storage import study_exists
 
@@ -412,9 +404,7 @@ def run_slurm(args: argparse.Namespace) -> int:
 
 def wait_for_nodes(head: str, nodes: int, timeout: float, head_pid: int) -> int:
     """Inside the job: wait until the Ray cluster at ``head`` has ``nodes`` alive nodes
-    (0), the head's ``ray start`` (``head_pid``) died (1), or ``timeout`` passed (2).
-    Joins the cluster as a short-lived driver (``ray.init``, with the job's token) and
-    reads ``ray.nodes()``: Ray's public API."""
+    (0), the head's ``ray start`` (``head_pid``) died (1), or ``timeout`` passed (2)."""
     import os
     import socket
     import time

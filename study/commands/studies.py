@@ -26,8 +26,7 @@ from study.storage import (STORAGE_ENV, NoBucket, StorageUnreachable, check_reac
 
 def resolved_storage(storage: str | None, flag: str = "--storage") -> str:
     """``--storage`` (or a study's URI, ``flag``) or ``$STUDY_STORAGE`` (or ./results), an
-    object store reached first within a bounded wait: :class:`UsageError` if malformed or
-    without its bucket, :class:`StorageUnreachable` (a :class:`StorageError`) if silent."""
+    object store reached within a bounded wait: :class:`UsageError` if malformed or bucketless."""
     try:
         value = resolve_storage(storage)
     except ValueError as e:
@@ -223,10 +222,8 @@ def _finish(runs, quiet: bool) -> int:
 def run_file(file: str, *, overrides=(), storage: str | None = None, data: str | None = None,
              name: str | None = None, address: str | None = None, shared_storage: bool = False,
              num_cpus: int | None = None, quiet: bool = False, verbose: bool = False, prog: str = "study run"):
-    """The one code path of ``study run`` and ``study.run``: check everything before
-    anything starts, then run every trial.  Returns the ``runs`` table, its
-    ``attrs["exit_code"]`` and ``attrs["root"]`` the exit status and the study folder.
-    Refusals and failures raise :mod:`study.errors`' types, printed by the CLI only."""
+    """The one code path of ``study run`` and ``study.run``: check everything, then run
+    every trial.  Returns the ``runs`` table (``attrs["exit_code"]``, ``attrs["root"]``)."""
     storage = resolved_storage(storage)
     # a local Ray gets --num-cpus or this machine's CPUs: a trial asking for more would wait forever
     spec = load_checked(file, data=data, overrides=overrides,
