@@ -9,8 +9,6 @@ EXIT_STORAGE = 3  # storage failed (full, unwritable, vanished, or failed a chec
 EXIT_RAY = 4  # Ray could not be started or reached (nothing ran)
 EXIT_SIGINT = 130  # interrupted (SIGINT; SIGTERM is 143): state saved, ``study resume NAME``
 
-PROJECT_MODULES = ("study", "analysis")
-
 
 class StudyError(Exception):
     """Base of the project's run-time errors: one line, ``exit_code`` the command's exit
@@ -106,7 +104,7 @@ def cause(exc: BaseException) -> str:
     """``ExceptionType: message`` of the innermost project error wrapped in ``exc``,
     else of the innermost non-Ray error, else of ``exc`` itself; one line."""
     chain = [e for e in _chain(exc) if isinstance(e, BaseException)]
-    pick = (next((e for e in reversed(chain) if type(e).__module__.split(".")[0] in PROJECT_MODULES), None)
+    pick = (next((e for e in reversed(chain) if type(e).__module__.split(".")[0] in ("study", "analysis")), None)
             or next((e for e in reversed(chain) if not _is_ray(e)), exc))
     message = str(pick)
     if _is_ray(pick) and "\n" in message:  # Ray's text trace: keep its last line (the error)

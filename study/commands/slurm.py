@@ -106,12 +106,11 @@ ray_node() {{  # ray_node head|worker [HEAD_ADDRESS]: one Ray node in the foregr
     args+=(--address "$2")
   fi
   say "Ray $role node at $ip: $cpus CPUs, $gpus GPUs, temp dir $tmp"
-  # SLURM signals every process of the job at once (scancel, preemption, time limit): Ray
-  # must outlive that SIGTERM until the driver has stopped the study, so its processes
-  # start with SIGTERM, SIGINT and SIGUSR2 blocked (inherited by every process Ray starts), in a
-  # session of their own;
-  # SIGKILL, by PID, stops them: on SIGUSR2 (the script's own "stop"), at the end of this
-  # function, or SLURM's after KillWait.
+  # SLURM signals every process of the job at once (scancel, preemption, time limit): Ray must outlive that
+  # SIGTERM until the driver has stopped the study, so it starts with SIGTERM, SIGINT and SIGUSR2 blocked
+  # (inherited by every process Ray starts), in a session of its own (Ray's ports: free ephemeral ones, never
+  # a fixed port another job could hold); SIGKILL by PID stops it: on SIGUSR2 (the script's own "stop"), at
+  # the end of this function, or SLURM's after KillWait.
   local stopping=""
   trap '' TERM INT
   trap 'stopping=1; kill_marked KILL "$ray_pid" >/dev/null' USR2
@@ -319,10 +318,8 @@ def _storage(value: str | None) -> str:
     if value is None and not os.environ.get(STORAGE_ENV):
         fail(PROG, f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
     storage = resolved_storage(value)
-    if is_remote(storage):
-        return storage
     check_storage_writable(storage)
-    return str(Path(storage).resolve())
+    return storage if is_remote(storage) else str(Path(storage).resolve())
 
 
 def _stored_name(name: str, storage: str) -> str:

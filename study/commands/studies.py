@@ -413,7 +413,12 @@ def run_resume(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
     check_loggers_of(meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
-    spec = _stored_spec(root, meta)
+    from study.spec import validate
+
+    # the study file it stored (raw, overrides applied), validated once: the resumed trials get configurations from it
+    spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"])
+    object.__setattr__(spec, "name", meta["name"])  # a study run with --name keeps it
+    object.__setattr__(spec, "overrides", tuple(meta.get("overrides") or ()))
     if args.address:  # a local Ray was checked when the study ran
         preflight(meta.get("file", root), args.address, args.num_cpus, cpus=meta["cpus_per_trial"],
                   gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])
@@ -423,14 +428,3 @@ def run_resume(args: argparse.Namespace) -> int:
                                                 verbose=not args.quiet, show_tracebacks=args.verbose,
                                                 prog="study resume"))
     return _finish(runs, args.quiet)
-
-
-def _stored_spec(root: str, meta: dict):
-    """The study file a study stored (``study.json``'s ``raw``, overrides applied),
-    validated once here: the resumed trials receive configurations resolved from it."""
-    from study.spec import validate
-
-    spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"])
-    object.__setattr__(spec, "name", meta["name"])  # a study run with --name keeps it
-    object.__setattr__(spec, "overrides", tuple(meta.get("overrides") or ()))
-    return spec
