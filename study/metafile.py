@@ -33,12 +33,14 @@ class MetaFileError(StudyError, ValueError):
         self.path, self.reason = str(path), reason
 
 
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+def _regular(path: str, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise MetaFileError(path, f"is {kind}, not a regular file")
 
 
 def _too_big(path: str, max_bytes: int, size: int | None = None) -> MetaFileError:
-    what = f"is more than the {max_bytes:,} bytes" if size is None else f"is {size:,} bytes, more than the {max_bytes:,}"
+    what = f"is {size:,} bytes, more than the {max_bytes:,}" if size else f"is more than the {max_bytes:,} bytes"
     return MetaFileError(path, f"{what} a metadata file may have (MAX_META_FILE_BYTES)")
 
 
@@ -47,41 +49,32 @@ def read_bytes(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE
     Raises FileNotFoundError when it does not exist, :class:`MetaFileError` otherwise."""
     path = str(path)
     if "://" in path:
-        return _read_remote(path, max_bytes)
-    st = os.stat(path)  # follows a symlink: its target is what would be read
-    if not stat.S_ISREG(st.st_mode):
-        raise MetaFileError(path, f"is {_kind(st.st_mode)}, not a regular file")
-    if st.st_size > max_bytes:
-        raise _too_big(path, max_bytes, st.st_size)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except IsADirectoryError:
-        raise MetaFileError(path, "is a folder, not a regular file") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)  # what was opened, not what was stat'ed a moment ago
-        if not stat.S_ISREG(st.st_mode):
-            raise MetaFileError(path, f"is {_kind(st.st_mode)}, not a regular file")
-        data = f.read(max_bytes + 1)
+        import pyarrow.fs as pafs
+
+        fs, p = pafs.FileSystem.from_uri(path)
+        info = fs.get_file_info(p)
+        if info.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(path)
+        if info.type != pafs.FileType.File:
+            raise MetaFileError(path, "is not a regular file")
+        if info.size is not None and info.size > max_bytes:
+            raise _too_big(path, max_bytes, info.size)
+        with fs.open_input_stream(p) as f:
+            data = f.read(max_bytes + 1)
+    else:
+        st = os.stat(path)  # follows a symlink: its target is what would be read
+        _regular(path, st.st_mode)
+        if st.st_size > max_bytes:
+            raise _too_big(path, max_bytes, st.st_size)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except IsADirectoryError:
+            raise MetaFileError(path, "is a folder, not a regular file") from None
+        with os.fdopen(fd, "rb") as f:
+            _regular(path, os.fstat(fd).st_mode)  # what was opened, not what was stat'ed a moment ago
+            data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise _too_big(path, max_bytes)
-    return data
-
-
-def _read_remote(uri: str, max_bytes: int) -> bytes:
-    import pyarrow.fs as pafs
-
-    fs, p = pafs.FileSystem.from_uri(uri)
-    info = fs.get_file_info(p)
-    if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(uri)
-    if info.type != pafs.FileType.File:
-        raise MetaFileError(uri, "is not a regular file")
-    if info.size is not None and info.size > max_bytes:
-        raise _too_big(uri, max_bytes, info.size)
-    with fs.open_input_stream(p) as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise _too_big(uri, max_bytes)
     return data
 
 
