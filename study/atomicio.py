@@ -1,13 +1,6 @@
 """Whole-file writes: a reader (or a resumed driver) sees the old file or the new one,
-never a part of one.
-
-* Local paths: a temporary file in the target's folder (``.tmp-*`` by default, a name
-  readers skip), flushed and ``fsync``-ed, then ``os.replace`` onto the target.  A
-  failure (a full disk, a killed copy) leaves the previous file intact and removes
-  the temporary one.
-* Object storage (``s3://…`` through pyarrow): one upload, which S3 makes visible only
-  once complete (there is no rename there).
-"""
+never a part of one (locally: a ``fsync``-ed temporary file ``os.replace``-d onto the
+target; on object storage: one upload, which S3 makes visible only once complete)."""
 
 from __future__ import annotations
 
@@ -23,11 +16,9 @@ Writer = Callable[[IO[bytes]], object]
 
 def write_atomic(path: str | os.PathLike, write: Writer | bytes, *, prefix: str = ".tmp-", suffix: str = "",
                  mode: int | None = None, filesystem=None, before_replace: Callable[[], object] | None = None) -> str:
-    """Write ``path`` in one step: ``write`` is the content or a function writing it to
-    the binary file it is given; ``filesystem``: pyarrow's for ``path`` (default: from an
-    ``s3://…`` URI, else local).  Local files only: ``mode`` (default ``mkstemp``'s 0600)
-    and ``before_replace``, called once the new content is on disk, before it replaces
-    the old.  Returns ``path``."""
+    """Write ``path`` in one step: ``write`` is the content or a function writing it to a
+    binary file; ``filesystem``: pyarrow's for ``path``.  Local files only: ``mode``
+    (default 0600) and ``before_replace``, called before the new content replaces the old."""
     fill = (lambda f: f.write(write)) if isinstance(write, (bytes, bytearray)) else write
     if filesystem is not None or is_remote(path):
         import pyarrow.fs as pafs

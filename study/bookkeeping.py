@@ -27,15 +27,6 @@ def epoch_seconds(runs: pd.DataFrame) -> pd.Series:
     return (secs / (done * world.clip(lower=1))).where(done > 0)
 
 
-def stale_after(runs: pd.DataFrame) -> pd.Series:
-    """Seconds without an update after which each trial counts as stale."""
-    per_epoch = epoch_seconds(runs)
-    fallback = per_epoch.max()
-    fallback_s = STALE_UNKNOWN_S if pd.isna(fallback) else max(STALE_MIN_S, STALE_FACTOR * fallback)
-    limit = (STALE_FACTOR * per_epoch).clip(lower=STALE_MIN_S)
-    return limit.fillna(fallback_s)
-
-
 def shown_status(runs: pd.DataFrame, *, now: float | None = None) -> pd.Series:
     """``runs.status`` with ``running`` trials that stopped updating shown as ``stale``."""
     status = runs["status"].astype(str).copy()
@@ -43,7 +34,9 @@ def shown_status(runs: pd.DataFrame, *, now: float | None = None) -> pd.Series:
         return status
     now = time.time() if now is None else now
     age = now - pd.to_numeric(runs["updated_at"], errors="coerce")
-    stale = (status == "running") & (age > stale_after(runs))
+    per_epoch = epoch_seconds(runs)  # seconds without an update after which a trial is stale:
+    fallback = STALE_UNKNOWN_S if pd.isna(per_epoch.max()) else max(STALE_MIN_S, STALE_FACTOR * per_epoch.max())
+    stale = (status == "running") & (age > (STALE_FACTOR * per_epoch).clip(lower=STALE_MIN_S).fillna(fallback))
     status[stale] = "stale"
     return status
 

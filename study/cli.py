@@ -24,7 +24,7 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from study.errors import StudyError
+    from study.errors import StorageError, StudyError
     from study.tables import warnings_as_lines
 
     parser = build_parser()
@@ -39,9 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     warnings_as_lines(f"study {args.command}")
     try:
         return args.func(args) or 0
-    except StudyError as e:  # a command's typed refusal that no narrower handler turned into its line
-        print(f"study {args.command}: error: {e}", file=sys.stderr)
-        return e.exit_code
+    except StudyError as e:  # a command's typed refusal (study.errors): one line, its exit status
+        where = "storage: " if isinstance(e, StorageError) else ""
+        print(f"study {args.command}: error: {where}{e}", file=sys.stderr, flush=True)
+        raise SystemExit(e.exit_code) from None
     except BrokenPipeError:  # `study status … | head`: the reader left; no traceback
         import os
 

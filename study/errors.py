@@ -1,5 +1,4 @@
-"""Exit statuses of ``study`` commands (``run``, ``resume``, ``train``) and the one-line
-cause of a failure."""
+"""Exit statuses of ``study`` commands and the one-line cause of a failure."""
 
 from __future__ import annotations
 
@@ -10,14 +9,11 @@ EXIT_STORAGE = 3  # storage failed (full, unwritable, vanished, or failed a chec
 EXIT_RAY = 4  # Ray could not be started or reached (nothing ran)
 EXIT_SIGINT = 130  # interrupted (SIGINT; SIGTERM is 143): state saved, ``study resume NAME``
 
-PROJECT_MODULES = ("study", "analysis")
-
 
 class StudyError(Exception):
-    """Base of the project's run-time errors: ``str(error)`` is one line, ``exit_code``
-    the command line's exit status for it (above); ``study.run`` raises them where
-    ``study run`` prints its line.  Each survives ``pickle`` (Ray copies a failed
-    trial's exception to the driver): ``__reduce__`` rebuilds it from ``self._init``."""
+    """Base of the project's run-time errors: one line, ``exit_code`` the command's exit
+    status.  Each survives ``pickle`` (Ray copies a failed trial's exception to the
+    driver): ``__reduce__`` rebuilds it from ``self._init``."""
 
     exit_code = EXIT_TRIAL_ERROR
 
@@ -54,15 +50,6 @@ class StorageError(StudyError):
         super().__init__(f"{path}: {reason}")
         self._init = (path, reason)
         self.path, self.reason = path, reason
-
-
-class StorageUnreachableError(StorageError):
-    """An object store that did not answer (or refused) within the bounded wait."""
-
-    def __init__(self, message: str):
-        Exception.__init__(self, message)  # verbatim, naming the URI and the endpoint
-        self._init = (message,)
-        self.path, self.reason = None, message
 
 
 class CheckpointError(StudyError):
@@ -117,7 +104,7 @@ def cause(exc: BaseException) -> str:
     """``ExceptionType: message`` of the innermost project error wrapped in ``exc``,
     else of the innermost non-Ray error, else of ``exc`` itself; one line."""
     chain = [e for e in _chain(exc) if isinstance(e, BaseException)]
-    pick = (next((e for e in reversed(chain) if type(e).__module__.split(".")[0] in PROJECT_MODULES), None)
+    pick = (next((e for e in reversed(chain) if type(e).__module__.split(".")[0] in ("study", "analysis")), None)
             or next((e for e in reversed(chain) if not _is_ray(e)), exc))
     message = str(pick)
     if _is_ray(pick) and "\n" in message:  # Ray's text trace: keep its last line (the error)

@@ -1,14 +1,9 @@
 """Reading a study's small JSON files (``study.json``, ``trials/*.json`` ledgers) as
-the inputs they are.
-
-Anything may sit where such a file should be: a truncated write, text that is not
-JSON, ``[[[…]]]`` nested 100,000 deep, a FIFO (opening it for reading would block
-forever), a symlink to ``/dev/zero`` (endless), a folder, a 10 GB file.  Each is
-refused with :class:`MetaFileError` naming the file and what is wrong, in one line,
-without ever blocking or reading more than :data:`study.limits.MAX_META_FILE_BYTES`:
-the file type is checked with ``stat`` before it is opened, and it is opened with
-``O_NONBLOCK`` so that a file swapped for a FIFO in between still cannot block.
-"""
+the inputs they are: a truncated write, ``[[[…]]]`` nested 100,000 deep, a FIFO, a
+symlink to ``/dev/zero``, a folder or a 10 GB file is a one-line :class:`MetaFileError`,
+never a block or a read of more than :data:`study.limits.MAX_META_FILE_BYTES` (the type
+is checked with ``stat`` before opening, and ``O_NONBLOCK`` keeps a file swapped for a
+FIFO in between from blocking)."""
 
 from __future__ import annotations
 
@@ -20,7 +15,7 @@ import stat
 from typing import Any
 
 from study import limits
-from study.errors import StudyError
+from study.errors import EXIT_USAGE, StudyError
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
@@ -28,7 +23,9 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, 
 
 
 class MetaFileError(StudyError, ValueError):
-    """A metadata file that cannot be used: ``PATH: what is wrong`` (one line)."""
+    """A metadata file that cannot be used: ``PATH: what is wrong`` (one line), bad input (exit 2)."""
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, path: str, reason: str):
         super().__init__(f"{path}: {reason}")
@@ -36,12 +33,14 @@ class MetaFileError(StudyError, ValueError):
         self.path, self.reason = str(path), reason
 
 
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+def _regular(path: str, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise MetaFileError(path, f"is {kind}, not a regular file")
 
 
 def _too_big(path: str, max_bytes: int, size: int | None = None) -> MetaFileError:
-    what = f"is more than the {max_bytes:,} bytes" if size is None else f"is {size:,} bytes, more than the {max_bytes:,}"
+    what = f"is {size:,} bytes, more than the {max_bytes:,}" if size else f"is more than the {max_bytes:,} bytes"
     return MetaFileError(path, f"{what} a metadata file may have (MAX_META_FILE_BYTES)")
 
 
@@ -50,41 +49,32 @@ def read_bytes(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE
     Raises FileNotFoundError when it does not exist, :class:`MetaFileError` otherwise."""
     path = str(path)
     if "://" in path:
-        return _read_remote(path, max_bytes)
-    st = os.stat(path)  # follows a symlink: its target is what would be read
-    if not stat.S_ISREG(st.st_mode):
-        raise MetaFileError(path, f"is {_kind(st.st_mode)}, not a regular file")
-    if st.st_size > max_bytes:
-        raise _too_big(path, max_bytes, st.st_size)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except IsADirectoryError:
-        raise MetaFileError(path, "is a folder, not a regular file") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)  # what was opened, not what was stat'ed a moment ago
-        if not stat.S_ISREG(st.st_mode):
-            raise MetaFileError(path, f"is {_kind(st.st_mode)}, not a regular file")
-        data = f.read(max_bytes + 1)
+        import pyarrow.fs as pafs
+
+        fs, p = pafs.FileSystem.from_uri(path)
+        info = fs.get_file_info(p)
+        if info.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(path)
+        if info.type != pafs.FileType.File:
+            raise MetaFileError(path, "is not a regular file")
+        if info.size is not None and info.size > max_bytes:
+            raise _too_big(path, max_bytes, info.size)
+        with fs.open_input_stream(p) as f:
+            data = f.read(max_bytes + 1)
+    else:
+        st = os.stat(path)  # follows a symlink: its target is what would be read
+        _regular(path, st.st_mode)
+        if st.st_size > max_bytes:
+            raise _too_big(path, max_bytes, st.st_size)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except IsADirectoryError:
+            raise MetaFileError(path, "is a folder, not a regular file") from None
+        with os.fdopen(fd, "rb") as f:
+            _regular(path, os.fstat(fd).st_mode)  # what was opened, not what was stat'ed a moment ago
+            data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise _too_big(path, max_bytes)
-    return data
-
-
-def _read_remote(uri: str, max_bytes: int) -> bytes:
-    import pyarrow.fs as pafs
-
-    fs, p = pafs.FileSystem.from_uri(uri)
-    info = fs.get_file_info(p)
-    if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(uri)
-    if info.type != pafs.FileType.File:
-        raise MetaFileError(uri, "is not a regular file")
-    if info.size is not None and info.size > max_bytes:
-        raise _too_big(uri, max_bytes, info.size)
-    with fs.open_input_stream(p) as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise _too_big(uri, max_bytes)
     return data
 
 
@@ -96,9 +86,8 @@ def _depth(text: str) -> int:
 
 
 def read_json(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE_BYTES) -> Any:
-    """The JSON value of a metadata file (see :func:`read_bytes`); text that is not
-    UTF-8 JSON, or nests deeper than :data:`study.limits.MAX_META_DEPTH`, is a
-    :class:`MetaFileError`."""
+    """The JSON value of a metadata file (:func:`read_bytes`), at most
+    :data:`study.limits.MAX_META_DEPTH` deep: else a :class:`MetaFileError`."""
     path = str(path)
     data = read_bytes(path, max_bytes=max_bytes)
     try:

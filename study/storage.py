@@ -5,10 +5,12 @@ start fast.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
+
+from study.errors import StorageError
+from study.metafile import MetaFileError, read_object
 
 STORAGE_ENV = "STUDY_STORAGE"
 META_FILE = "study.json"
@@ -150,8 +152,13 @@ def filesystem(uri: str):
     return pafs.GcsFileSystem(retry_time_limit=datetime.timedelta(seconds=REQUEST_TIMEOUT_S)), path
 
 
-class StorageUnreachable(OSError):
-    """An object store that did not answer (or refused) within the bounded wait."""
+class StorageUnreachable(StorageError, OSError):
+    """An object store that did not answer (or refused) within the bounded wait (exit 3)."""
+
+    def __init__(self, message: str):
+        Exception.__init__(self, message)  # verbatim, naming the URI and the endpoint
+        self._init = (message,)
+        self.path, self.reason = None, message
 
 
 class NoBucket(ValueError):
@@ -277,25 +284,38 @@ def resolve(root: str, meta: dict) -> dict:
 
 
 def study_exists(root: str) -> bool:
-    """Whether anything is stored under a study's folder (:class:`StorageUnreachable` if silent)."""
-    if not is_remote(root):
-        return Path(root).exists() and any(Path(root).iterdir())
-    import pyarrow.fs as pafs
-
+    """Whether anything is stored under a study's folder (:class:`StorageUnreachable` if it cannot be read)."""
     def work():
+        import pyarrow.fs as pafs
+
         fs, path = filesystem(root)
         return bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
 
-    return _bounded(root, work, timeout=REACH_TIMEOUT_S)
+    try:
+        if not is_remote(root):
+            return Path(root).exists() and any(Path(root).iterdir())
+        return _bounded(root, work, timeout=REACH_TIMEOUT_S)
+    except StorageUnreachable:
+        raise
+    except OSError as e:
+        raise StorageUnreachable(f"cannot read {root}: {' '.join(str(e).split())[:300]}") from None
 
 
-def read_meta(root: str) -> dict:
-    """The study's ``study.json`` (written by ``study run``), paths resolved under ``root``."""
-    if is_remote(root):
-        def work():
-            fs, path = filesystem(root)
-            with fs.open_input_stream(f"{path}/{META_FILE}") as f:
-                return f.read()
+#: fields of ``study.json`` (written by ``study.tuning.runner``) and their types
+META_FIELDS = {"name": str, "file": str, "raw": dict, "num_trials": int, "cpus_per_trial": (int, float),
+               "gpus_per_trial": (int, float), "workers_per_trial": int, "max_failures": int,
+               "selection_metric": str, "optuna_journal": str, "tables": str, "ddp_storage": str,
+               "overrides": list}
 
-        return resolve(root, json.loads(_bounded(root, work, timeout=REACH_TIMEOUT_S)))
-    return resolve(root, json.loads((Path(root) / META_FILE).read_text()))
+
+def read_meta(root: str) -> dict | None:
+    """``root``'s ``study.json``, paths resolved under ``root``; None when it has none.
+    A damaged one (not JSON, wrong types, too big or deep, a FIFO, a device, a folder,
+    unreadable) is a :class:`study.metafile.MetaFileError` naming the file."""
+    path = f"{root.rstrip('/')}/{META_FILE}"
+    try:
+        return resolve(root, read_object(path, fields=META_FIELDS))
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # permissions, a loop of symlinks, an unreachable store
+        raise MetaFileError(path, f"cannot be read ({e.strerror or e})") from None

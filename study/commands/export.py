@@ -1,11 +1,5 @@
-"""``study export | evaluate``: take a trained model out of a study and test it.
-
-``study export NAME [--trial ID | --best]`` reads the trial's latest intact checkpoint
-(``<study>/trials/<key>/``, the previous epoch's if the latest is damaged) and
-writes a ``.pt`` with the weights and the model/training configuration
-(:mod:`study.models.trained`).  ``study evaluate FILE --data SRC`` rebuilds the model
-(:func:`study.models.load_trained`) and prints its accuracy on SRC's test split.
-"""
+"""``study export | evaluate``: a trial's latest intact checkpoint as one ``.pt``
+(:mod:`study.models.trained`), and that model's accuracy on a data source's test split."""
 
 from __future__ import annotations
 
@@ -15,6 +9,7 @@ import sys
 from pathlib import Path
 
 from study.cliutil import BoundedInt, check_data, fail
+from study.commands.studies import _storage
 from study.limits import MAX_EVAL_BATCH, MAX_SUBSET
 
 
@@ -24,8 +19,7 @@ def register(sub) -> None:
                        "(its latest checkpoint: the last epoch trained) to a .pt file loadable with "
                        "torch.load(weights_only=True) and study.models.load_trained.")
     p.add_argument("name", help="study name (under --storage) or path to a study folder")
-    p.add_argument("--storage", default=None,
-                   help="folder or s3://bucket/prefix (default: $STUDY_STORAGE, else ./results)")
+    _storage(p)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--trial", metavar="ID", help="trial id as in the tables (e.g. c000-s000)")
     which.add_argument("--best", action="store_true",
@@ -63,9 +57,8 @@ def _choose(prog: str, runs, refs: dict, args) -> str:
 
 
 def _check_out(prog: str, out: Path) -> None:
-    """``--out`` can be written: not a folder, no file where a folder of its path should
-    be (``/etc/passwd/x.pt``), the nearest existing folder writable; one line, exit 2,
-    before anything is read or imported."""
+    """``--out`` can be written (not a folder, no file in its path like ``/etc/passwd/x.pt``,
+    its nearest existing folder writable), checked before anything is read."""
     import os
 
     from study.storage import file_in_the_way
@@ -84,12 +77,12 @@ def _check_out(prog: str, out: Path) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     prog = "study export"
-    from study.commands.studies import _resolved_storage, _root
+    from study.commands.studies import _root, resolved_storage
     from study.tables import read_table
     from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
 
-    args.storage = _resolved_storage(prog, args.storage)
-    root = _root(args.storage, args.name, prog)
+    args.storage = resolved_storage(args.storage)
+    root = _root(args.storage, args.name)
     if "://" not in root and not Path(root).is_dir():
         fail(prog, f"no study {args.name!r} in {args.storage}")
     if args.out is not None:

@@ -93,27 +93,23 @@ def default_workers(spec) -> tuple[int, str]:
 def source_sizes(prog: str, spec) -> dict[str, tuple[int, int]]:
     """(train, test) images of every folder or archive source of the study, listed
     (not decoded)."""
+    from study.data.errors import DataError
+    from study.data.layout import resolve_layout
+    from study.data.sources import ImageFolderSource, check_source
     from study.plan import source_sizes as known
 
     out = {}
     for data in sorted({spec.train_config(c).data for c in spec.cells}):
-        if known(data) is None:
-            out[data] = count_images(prog, spec.file, data)
+        if known(data) is not None:
+            continue
+        try:
+            check_source(data)  # what `study run` refuses (layout, image headers), plan refuses too
+            listing = ImageFolderSource(data).listing()
+            layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
+        except DataError as e:
+            fail(prog, f"{spec.file}: data: {e}")
+        out[data] = len(layout.train), len(layout.test)
     return out
-
-
-def count_images(prog: str, file: str, data: str) -> tuple[int, int]:
-    from study.data.errors import DataError
-    from study.data.layout import resolve_layout
-    from study.data.sources import ImageFolderSource, check_source
-
-    try:
-        check_source(data)  # what `study run` refuses (layout, image headers), plan refuses too
-        listing = ImageFolderSource(data).listing()
-        layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
-    except DataError as e:
-        fail(prog, f"{file}: data: {e}")
-    return len(layout.train), len(layout.test)
 
 
 def plan_line(prog: str, spec) -> str:
@@ -150,11 +146,11 @@ def measured_seconds(prog: str, study: str) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from study.commands.studies import _spec
+    from study.commands.studies import load_checked
     from study.plan import PlanError, Throughput, make_plan, table, to_json, total_line
 
     prog = "study plan"
-    spec = _spec(prog, args.file, args.data, None, overrides=args.overrides)
+    spec = load_checked(args.file, data=args.data, overrides=args.overrides)
     throughput = None
     if args.tflops is not None:
         throughput = Throughput(tflops=args.tflops)

@@ -1,12 +1,5 @@
-"""``study slurm``: run a study on a SLURM allocation, one Ray node per allocated node.
-
-Every node runs ``ray start --block`` in the foreground (so SLURM's process tracking
-sees all of Ray) on free ephemeral ports outside Ray's worker range 10002–19999 (never
-a fixed port another job on the node could hold), with a fresh auth token per job.
-Ray's processes start with SIGTERM/SIGINT blocked in a session of their own, so they
-outlive SLURM's job-wide SIGTERM until the driver has stopped the study cleanly; they
-are then killed by PID.  torch and Ray are not imported here.
-"""
+"""``study slurm``: an sbatch script running a study on one Ray node per allocated node
+(why each step of :data:`SCRIPT` is as it is: its comments).  torch and Ray are not imported here."""
 
 from __future__ import annotations
 
@@ -113,12 +106,11 @@ ray_node() {{  # ray_node head|worker [HEAD_ADDRESS]: one Ray node in the foregr
     args+=(--address "$2")
   fi
   say "Ray $role node at $ip: $cpus CPUs, $gpus GPUs, temp dir $tmp"
-  # SLURM signals every process of the job at once (scancel, preemption, time limit): Ray
-  # must outlive that SIGTERM until the driver has stopped the study, so its processes
-  # start with SIGTERM, SIGINT and SIGUSR2 blocked (inherited by every process Ray starts), in a
-  # session of their own;
-  # SIGKILL, by PID, stops them: on SIGUSR2 (the script's own "stop"), at the end of this
-  # function, or SLURM's after KillWait.
+  # SLURM signals every process of the job at once (scancel, preemption, time limit): Ray must outlive that
+  # SIGTERM until the driver has stopped the study, so it starts with SIGTERM, SIGINT and SIGUSR2 blocked
+  # (inherited by every process Ray starts), in a session of its own (Ray's ports: free ephemeral ones, never
+  # a fixed port another job could hold); SIGKILL by PID stops it: on SIGUSR2 (the script's own "stop"), at
+  # the end of this function, or SLURM's after KillWait.
   local stopping=""
   trap '' TERM INT
   trap 'stopping=1; kill_marked KILL "$ray_pid" >/dev/null' USR2
@@ -320,17 +312,14 @@ def _storage(value: str | None) -> str:
     file or an unwritable folder is exit 2; an object store that does not answer, exit 3."""
     import os
 
-    from study.commands.studies import _resolved_storage, as_lines, check_storage_writable
+    from study.commands.studies import check_storage_writable, resolved_storage
     from study.storage import STORAGE_ENV, is_remote
 
     if value is None and not os.environ.get(STORAGE_ENV):
         fail(PROG, f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
-    storage = _resolved_storage(PROG, value)
-    if is_remote(storage):
-        return storage
-    with as_lines(PROG):
-        check_storage_writable(storage)
-    return str(Path(storage).resolve())
+    storage = resolved_storage(value)
+    check_storage_writable(storage)
+    return storage if is_remote(storage) else str(Path(storage).resolve())
 
 
 def _stored_name(name: str, storage: str) -> str:
@@ -350,11 +339,10 @@ def _stored_name(name: str, storage: str) -> str:
 
 
 def script_for(args: argparse.Namespace) -> str:
-    """The sbatch script for ``args`` (checked: a study file that validates, a study
-    that does not exist yet — or does, with ``--resume``).  Every value in it is quoted:
-    for bash (``shlex.quote``) and, in ``#SBATCH`` lines, for sbatch (:func:`sbatch_quote`)."""
+    """The sbatch script for ``args`` (checked), every value quoted for bash (``shlex.quote``)
+    and, in ``#SBATCH`` lines, for sbatch (:func:`sbatch_quote`)."""
     from study.cliutil import package_version
-    from study.commands.studies import _exists
+    from study.storage import study_exists
 
     storage = _storage(args.storage)
     sbatch = _sbatch_options(args.sbatch)
@@ -362,7 +350,7 @@ def script_for(args: argparse.Namespace) -> str:
         if args.name or args.data:
             fail(PROG, "--resume continues a stored study as it is: no --name or --data")
         name = args.file
-        if not _exists(PROG, _stored_name(name, storage)):
+        if not study_exists(_stored_name(name, storage)):
             fail(PROG, f"no study {name!r} in {storage}")
         run_args = [name]  # not used: the study exists, so the job runs `study resume NAME`
     else:
@@ -383,21 +371,13 @@ def script_for(args: argparse.Namespace) -> str:
 def _checked_spec(args: argparse.Namespace, storage: str) -> str:
     """The study's name; the file validated (resources against no particular machine);
     a study of that name already stored is refused."""
-    from study.spec import SpecError, _valid_name, load_spec
-    from study.storage import study_root
+    from study.commands.studies import checked_name
+    from study.spec import load_spec
+    from study.storage import study_exists, study_root
 
-    try:
-        spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)
-    except SpecError as e:
-        fail(PROG, str(e))
-    name = args.name if args.name is not None else spec.name
-    if not _valid_name(name):
-        from study.limits import MAX_NAME_LENGTH
-
-        fail(PROG, f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', got {name!r}")
-    from study.commands.studies import _exists
-
-    if _exists(PROG, study_root(storage, name)):
+    spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)  # a SpecError: exit 2
+    name = checked_name(args.name if args.name is not None else spec.name)
+    if study_exists(study_root(storage, name)):
         fail(PROG, f"--name: study {name!r} already exists in {storage} (continue it with "
                    f"`study slurm {name} --resume` or pick another --name)")
     return name
@@ -421,9 +401,7 @@ def run_slurm(args: argparse.Namespace) -> int:
 
 def wait_for_nodes(head: str, nodes: int, timeout: float, head_pid: int) -> int:
     """Inside the job: wait until the Ray cluster at ``head`` has ``nodes`` alive nodes
-    (0), the head's ``ray start`` (``head_pid``) died (1), or ``timeout`` passed (2).
-    Joins the cluster as a short-lived driver (``ray.init``, with the job's token) and
-    reads ``ray.nodes()``: Ray's public API."""
+    (0), the head's ``ray start`` (``head_pid``) died (1), or ``timeout`` passed (2)."""
     import os
     import socket
     import time

@@ -10,67 +10,37 @@ import argparse
 import os
 import shlex
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 from study.cliutil import BoundedInt
 from study.cpus import local_cpus
-from study.errors import (EXIT_STORAGE, RayStartError, StorageError, StorageUnreachableError, StudyError,
-                          StudyFileError, UsageError)
+from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError
 from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS, MAX_NAME_LENGTH
-from study.metafile import MetaFileError, read_object
-from study.storage import (META_FILE, STORAGE_ENV, NoBucket, StorageUnreachable, check_reachable, list_studies,
-                           resolve, resolve_storage, study_root)
-from study.storage import study_exists as stored
+from study.metafile import MetaFileError
+from study.storage import (STORAGE_ENV, NoBucket, StorageUnreachable, check_reachable, list_studies, read_meta,
+                           resolve_storage, study_exists, study_root)
+
+# Refusals and failures raise study.errors' types (StorageUnreachable is a StorageError):
+# `study.run` lets them through, study.cli.main prints each as one line with its exit status.
 
 
-@contextmanager
-def as_lines(prog: str):
-    """The project's typed errors (:mod:`study.errors`) raised inside as the command
-    line's one line ``PROG: error: ...`` and exit status (2 bad input, 3 storage, 4 Ray):
-    the shared code path raises (``study.run`` lets them through), the CLI prints."""
-    try:
-        yield
-    except StorageError as e:
-        print(f"{prog}: error: storage: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(EXIT_STORAGE) from None
-    except StudyError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(e.exit_code) from None
-
-
-def resolved_storage(storage: str | None) -> str:
-    """``--storage`` or ``$STUDY_STORAGE`` (or ./results), an object store reached first
-    within a bounded wait: :class:`UsageError` if malformed, :class:`StorageError` if silent."""
+def resolved_storage(storage: str | None, flag: str = "--storage") -> str:
+    """``--storage`` (or a study's URI, ``flag``) or ``$STUDY_STORAGE`` (or ./results), an
+    object store reached within a bounded wait: :class:`UsageError` if malformed or bucketless."""
     try:
         value = resolve_storage(storage)
     except ValueError as e:
-        raise UsageError(str(e)) from None
-    reachable(value)
-    return value
-
-
-def _resolved_storage(prog: str, storage: str | None) -> str:
-    with as_lines(prog):
-        return resolved_storage(storage)
-
-
-def reachable(uri: str) -> None:
-    """A bucket that does not exist is bad input; a store that does not answer, a storage failure."""
+        raise UsageError(str(e).replace("--storage: ", f"{flag}: ", 1)) from None
     try:
-        check_reachable(uri)
+        check_reachable(value)
     except NoBucket as e:
         raise UsageError(f"--storage: {e}") from None
-    except StorageUnreachable as e:
-        raise StorageUnreachableError(str(e)) from None
+    return value
 
 
 def _storage(parser) -> None:
     parser.add_argument("--storage", default=None,
                         help=f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./results)")
-
-
-positive_int = BoundedInt(1, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS")  # --num-cpus
 
 
 def _cluster_flags(parser) -> None:
@@ -79,7 +49,8 @@ def _cluster_flags(parser) -> None:
     parser.add_argument("--shared-storage", action="store_true",
                         help="--storage is a folder every node of the cluster mounts at the same path "
                         "(required for a local folder with --address)")
-    parser.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray (default: all)")
+    parser.add_argument("--num-cpus", type=BoundedInt(1, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS"),
+                        help="CPUs of the local Ray (default: all)")
     parser.add_argument("--quiet", action="store_true", help="print only the final summary")
     parser.add_argument("--verbose", action="store_true",
                         help="also print Ray's own log lines and the tracebacks of failed trials "
@@ -170,16 +141,11 @@ def check_loggers_of(file: str, loggers) -> None:
         raise StudyFileError(f"{file}: loggers.{missing[0]}: {missing[1]}")
 
 
-def _spec(prog: str, file: str, data: str | None, gpus: int | None, cpus: int | None = None, overrides=()):
-    with as_lines(prog):
-        return load_checked(file, data=data, gpus=gpus, cpus=cpus, overrides=overrides)
-
-
 def run_validate(args: argparse.Namespace) -> int:
     from study.models import model_name
 
-    spec = _spec("study validate", args.file, args.data, args.gpus,
-                 args.cpus if args.cpus is not None else local_cpus(), overrides=args.overrides)
+    spec = load_checked(args.file, data=args.data, gpus=args.gpus, overrides=args.overrides,
+                        cpus=args.cpus if args.cpus is not None else local_cpus())
     count = f"{len(spec.models)}" if spec.models_complete else f"at least {len(spec.models)}"
     print(f"{spec.file}: {spec.num_trials} trials ({len(spec.cells)} grid cells x {spec.num_samples} "
           f"samples), {count} distinct models:")
@@ -210,17 +176,11 @@ def check_storage_writable(storage: str) -> None:
         raise UsageError(f"--storage: cannot write to {storage} ({probe} is not a writable folder)")
 
 
-def _root(storage: str, name: str, prog: str = "study") -> str:
+def _root(storage: str, name: str) -> str:
     """The study folder of NAME: a study under ``storage``, a local study folder, or a
     study's URI (checked like ``--storage``)."""
     if "://" in name:
-        with as_lines(prog):
-            try:
-                uri = resolve_storage(name)
-            except ValueError as e:
-                raise UsageError(str(e).replace("--storage: ", "NAME: ", 1)) from None
-            reachable(uri)
-        return uri
+        return resolved_storage(name, "NAME")
     if Path(name).is_dir():
         marked = os.path.lexists(Path(name) / "study.json") or (Path(name) / "trial.json").is_file()
         # a study name never holds a '/' or starts with '.': such a NAME is a path, study or not
@@ -244,11 +204,9 @@ def cluster_checks(*, address: str | None, storage: str, shared_storage: bool) -
 
 
 def run_run(args: argparse.Namespace) -> int:
-    prog = "study run"
-    with as_lines(prog):
-        runs = run_file(args.file, overrides=args.overrides, storage=args.storage, data=args.data, name=args.name,
-                        address=args.address, shared_storage=args.shared_storage, num_cpus=args.num_cpus,
-                        quiet=args.quiet, verbose=args.verbose, prog=prog)
+    runs = run_file(args.file, overrides=args.overrides, storage=args.storage, data=args.data, name=args.name,
+                    address=args.address, shared_storage=args.shared_storage, num_cpus=args.num_cpus,
+                    quiet=args.quiet, verbose=args.verbose)
     return _finish(runs, args.quiet)
 
 
@@ -264,22 +222,14 @@ def _finish(runs, quiet: bool) -> int:
 def run_file(file: str, *, overrides=(), storage: str | None = None, data: str | None = None,
              name: str | None = None, address: str | None = None, shared_storage: bool = False,
              num_cpus: int | None = None, quiet: bool = False, verbose: bool = False, prog: str = "study run"):
-    """The one code path of ``study run`` and ``study.run``: check everything before
-    anything starts, then run every trial.  Returns the ``runs`` table, its
-    ``attrs["exit_code"]`` and ``attrs["root"]`` the exit status and the study folder.
-    Refusals and failures raise :mod:`study.errors`' types, printed by the CLI only."""
+    """The one code path of ``study run`` and ``study.run``: check everything, then run
+    every trial.  Returns the ``runs`` table (``attrs["exit_code"]``, ``attrs["root"]``)."""
     storage = resolved_storage(storage)
     # a local Ray gets --num-cpus or this machine's CPUs: a trial asking for more would wait forever
     spec = load_checked(file, data=data, overrides=overrides,
                         cpus=None if address else (num_cpus if num_cpus is not None else local_cpus()))
     if name is not None:  # an explicit --name '' is refused, not replaced by the file's name
-        from study.spec import _valid_name
-        from study.speccheck import short
-
-        if not isinstance(name, str) or not _valid_name(name):
-            raise UsageError(f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
-                             f"got {short(name)}")
-        object.__setattr__(spec, "name", name)
+        object.__setattr__(spec, "name", checked_name(name))
     check_storage_writable(storage)
     cluster_checks(address=address, storage=storage, shared_storage=shared_storage)
     from study.tuning.runner import run_study
@@ -288,7 +238,8 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
     if study_exists(root):
         raise UsageError(f"--name: study {spec.name!r} already exists in {storage} "
                          f"(continue it with `study resume {spec.name}` or pick another --name)")
-    preflight(spec, address, num_cpus)
+    preflight(spec.file, address, num_cpus, cpus=spec.cpus_per_trial, gpus=spec.gpus_per_trial,
+              workers=spec.workers_per_trial)
     check_data(spec, quiet=quiet)
     if not quiet:  # the study's compute, one line (`study plan` gives the details)
         from study.commands.plan import plan_line
@@ -300,6 +251,16 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
     return runs
 
 
+def checked_name(name) -> str:
+    """A study name as ``--name`` must give it: :class:`UsageError` if not."""
+    from study.spec import _valid_name
+    from study.speccheck import short
+
+    if not isinstance(name, str) or not _valid_name(name):
+        raise UsageError(f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', got {short(name)}")
+    return name
+
+
 def _storage_errors(start):
     """``start()``, an ``OSError`` from it as a :class:`StorageError` naming the file."""
     try:
@@ -308,31 +269,24 @@ def _storage_errors(start):
         raise
     except OSError as e:
         where = getattr(e, "filename", None)
-        raise (StorageError(str(where), e.strerror or str(e)) if where else StorageUnreachableError(str(e))) from None
+        raise (StorageError(str(where), e.strerror or str(e)) if where else StorageUnreachable(str(e))) from None
 
 
-def preflight(spec, address: str | None, num_cpus: int | None) -> None:
-    """Refuse what Ray cannot do before starting or joining it (:class:`UsageError`, fast)."""
+def preflight(file: str, address: str | None, num_cpus: int | None, *, cpus: float, gpus: float,
+              workers: int) -> None:
+    """Refuse what Ray cannot do before starting it, or what no node of the cluster at
+    ``address`` can hold once joined (:class:`UsageError`, fast)."""
     from study.tuning import preflight as checks
 
-    if address:
-        why = checks.check_address(address)
-    else:
-        why = checks.check_local_resources(cpus_per_trial=spec.cpus_per_trial,
-                                           workers_per_trial=spec.workers_per_trial,
-                                           gpus_per_trial=spec.gpus_per_trial, num_cpus=num_cpus)
-        why = why and f"{spec.file}: {why}"
+    if not address:
+        why = checks.check_local_resources(cpus_per_trial=cpus, workers_per_trial=workers, gpus_per_trial=gpus,
+                                           num_cpus=num_cpus)
+        if why:
+            raise UsageError(f"{file}: {why}")
+        return
+    why = checks.check_address(address)
     if why:
         raise UsageError(why)
-    if address:
-        check_cluster(spec.file, address, num_cpus, cpus=spec.cpus_per_trial, gpus=spec.gpus_per_trial,
-                      workers=spec.workers_per_trial)
-
-
-def check_cluster(file: str, address: str, num_cpus: int | None, *, cpus: float, gpus: float,
-                  workers: int) -> None:
-    """Join the cluster and refuse a trial no node can hold (:class:`UsageError`)."""
-    from study.tuning import preflight as checks
     from study.tuning.runner import init_ray
 
     try:
@@ -347,21 +301,6 @@ def check_cluster(file: str, address: str, num_cpus: int | None, *, cpus: float,
     if why:
         ray.shutdown()
         raise UsageError(f"{file}: {why}")
-
-
-def study_exists(root: str) -> bool:
-    """Whether a study is stored at ``root``; an unreachable object store is a :class:`StorageError`."""
-    try:
-        return stored(root)
-    except StorageUnreachable as e:
-        raise StorageUnreachableError(str(e)) from None
-    except OSError as e:
-        raise StorageUnreachableError(f"cannot read {root}: {' '.join(str(e).split())[:300]}") from None
-
-
-def _exists(prog: str, root: str) -> bool:
-    with as_lines(prog):
-        return study_exists(root)
 
 
 def check_data(spec, *, quiet: bool = False) -> None:
@@ -400,38 +339,10 @@ def check_data(spec, *, quiet: bool = False) -> None:
             raise UsageError(f"{spec.file}: batch_size: {why}")
 
 
-#: fields of ``study.json`` (written by ``study.tuning.runner``) and their types
-META_FIELDS = {"name": str, "file": str, "raw": dict, "num_trials": int, "cpus_per_trial": (int, float),
-               "gpus_per_trial": (int, float), "workers_per_trial": int, "max_failures": int,
-               "selection_metric": str, "optuna_journal": str, "tables": str, "ddp_storage": str,
-               "overrides": list}
-
-
-def study_meta(root: str) -> dict | None:
-    """``root``'s ``study.json``, paths resolved under ``root``; None when it has none.
-    A damaged one (not JSON, wrong types, too big or deep, a FIFO, a device, a folder)
-    is a :class:`study.metafile.MetaFileError` naming the file."""
-    try:
-        meta = read_object(f"{root.rstrip('/')}/{META_FILE}", fields=META_FIELDS)
-    except FileNotFoundError:
-        return None
-    except OSError as e:  # unreadable (permissions, a loop of symlinks, an unreachable store)
-        raise MetaFileError(f"{root.rstrip('/')}/{META_FILE}", f"cannot be read ({e.strerror or e})") from None
-    return resolve(root, meta)
-
-
-def _checked_meta(root: str) -> dict | None:
-    """:func:`study_meta`, a damaged ``study.json`` as bad input (exit 2)."""
-    try:
-        return study_meta(root)
-    except MetaFileError as e:
-        raise UsageError(str(e)) from None
-
-
-def _study_root(prog: str, args: argparse.Namespace) -> str:
+def _study_root(args: argparse.Namespace) -> str:
     """The folder of the study NAME names; :class:`UsageError` if nothing is stored there."""
     args.storage = resolved_storage(args.storage)
-    root = _root(args.storage, args.name, prog)
+    root = _root(args.storage, args.name)
     if not study_exists(root):
         raise UsageError(f"no study {args.name!r} in {args.storage}")
     return root
@@ -441,20 +352,18 @@ def run_status(args: argparse.Namespace) -> int:
     from study.bookkeeping import status_table
     from study.tables import read_table
 
-    with as_lines("study status"):
-        root = _study_root("study status", args)
-        remote = "://" in root
-        if not remote and not Path(root).is_dir():
-            raise UsageError(f"{root} is not a study (not a folder)")
-        planned, overrides = None, None
-        # a `study train --out` folder has its ledger and tables, no study.json
-        if remote or not ((Path(root) / "trial.json").is_file() and (Path(root) / "tables").is_dir()):
-            meta = _checked_meta(root)
-            if meta is None:
-                raise UsageError(f"{root} is not a study (no study.json: neither `study run` nor `study train` "
-                                 "wrote it)")
-            planned, overrides = meta.get("num_trials"), meta.get("overrides")
-        print(status_table(read_table(f"{root}/tables", "runs"), planned))
+    root = _study_root(args)
+    remote = "://" in root
+    if not remote and not Path(root).is_dir():
+        raise UsageError(f"{root} is not a study (not a folder)")
+    planned, overrides = None, None
+    # a `study train --out` folder has its ledger and tables, no study.json
+    if remote or not ((Path(root) / "trial.json").is_file() and (Path(root) / "tables").is_dir()):
+        meta = read_meta(root)
+        if meta is None:
+            raise UsageError(f"{root} is not a study (no study.json: neither `study run` nor `study train` wrote it)")
+        planned, overrides = meta.get("num_trials"), meta.get("overrides")
+    print(status_table(read_table(f"{root}/tables", "runs"), planned))
     if overrides:  # the study that ran is its file with these (study.yaml holds the result)
         print(f"overrides: {overrides_text(overrides)}")
     return 0
@@ -468,20 +377,14 @@ def run_list(args: argparse.Namespace) -> int:
     from study.bookkeeping import study_line
     from study.tables import read_table
 
-    prog = "study list"
-    with as_lines(prog):
-        storage = resolved_storage(args.storage)
-        if "://" not in storage and not Path(storage).is_dir():
-            raise UsageError(f"--storage: no folder {storage}")
-        try:
-            names = list_studies(storage)
-        except StorageUnreachable as e:
-            raise StorageUnreachableError(str(e)) from None
+    storage = resolved_storage(args.storage)
+    if "://" not in storage and not Path(storage).is_dir():
+        raise UsageError(f"--storage: no folder {storage}")
     rows, broken = [], []
-    for name in names:
+    for name in list_studies(storage):
         root = study_root(storage, name)
         try:
-            meta = study_meta(root)
+            meta = read_meta(root)
         except MetaFileError as e:
             broken.append(str(e))
             rows.append({"name": name, "trials": "-", "statuses": f"broken: study.json {e.reason[:60]}",
@@ -493,48 +396,35 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     print(pd.DataFrame(rows).to_string(index=False))
     for line in broken:
-        print(f"{prog}: error: {line}", file=sys.stderr)
+        print(f"study list: error: {line}", file=sys.stderr)
     return 2 if broken else 0
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    prog = "study resume"
-    with as_lines(prog):
-        root = _study_root(prog, args)
-        cluster_checks(address=args.address, storage=root, shared_storage=args.shared_storage)
-        from study.tuning.loggers import DEFAULT_LOGGERS
+    root = _study_root(args)
+    cluster_checks(address=args.address, storage=root, shared_storage=args.shared_storage)
+    from study.tuning.loggers import DEFAULT_LOGGERS
 
-        meta = _checked_meta(root)
-        if meta is None:
-            raise UsageError(f"{root} is not a study (no study.json)")
-        missing = [k for k in ("name", "raw", "num_trials", "cpus_per_trial", "gpus_per_trial",
-                               "workers_per_trial") if meta.get(k) is None]
-        if missing:
-            raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
-        check_loggers_of(meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
-        spec = _stored_spec(root, meta)
-        if args.address:
-            from study.tuning import preflight
-
-            why = preflight.check_address(args.address)
-            if why:
-                raise UsageError(why)
-            check_cluster(meta.get("file", root), args.address, args.num_cpus, cpus=meta["cpus_per_trial"],
-                          gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])
-        from study.tuning.runner import resume_study
-
-        runs = _storage_errors(lambda: resume_study(root, spec, address=args.address, num_cpus=args.num_cpus,
-                                                    verbose=not args.quiet, show_tracebacks=args.verbose,
-                                                    prog=prog))
-    return _finish(runs, args.quiet)
-
-
-def _stored_spec(root: str, meta: dict):
-    """The study file a study stored (``study.json``'s ``raw``, overrides applied),
-    validated once here: the resumed trials receive configurations resolved from it."""
+    meta = read_meta(root)
+    if meta is None:
+        raise UsageError(f"{root} is not a study (no study.json)")
+    missing = [k for k in ("name", "raw", "num_trials", "cpus_per_trial", "gpus_per_trial",
+                           "workers_per_trial") if meta.get(k) is None]
+    if missing:
+        raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
+    check_loggers_of(meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
     from study.spec import validate
 
+    # the study file it stored (raw, overrides applied), validated once: the resumed trials get configurations from it
     spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"])
     object.__setattr__(spec, "name", meta["name"])  # a study run with --name keeps it
     object.__setattr__(spec, "overrides", tuple(meta.get("overrides") or ()))
-    return spec
+    if args.address:  # a local Ray was checked when the study ran
+        preflight(meta.get("file", root), args.address, args.num_cpus, cpus=meta["cpus_per_trial"],
+                  gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])
+    from study.tuning.runner import resume_study
+
+    runs = _storage_errors(lambda: resume_study(root, spec, address=args.address, num_cpus=args.num_cpus,
+                                                verbose=not args.quiet, show_tracebacks=args.verbose,
+                                                prog="study resume"))
+    return _finish(runs, args.quiet)

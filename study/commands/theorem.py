@@ -42,13 +42,13 @@ def run(args: argparse.Namespace) -> int:
         fail(prog, f"--kernel: must be a positive odd integer, got {args.kernel}")
     n = largest_tensor(args.kernel, args.in_channels, args.out_channels, args.size)
     work = BATCH * (args.size + args.kernel - 1) ** 2 * args.kernel**2 * args.in_channels * args.out_channels
+    flags = f"--kernel {args.kernel} --in {args.in_channels} --out {args.out_channels} --size {args.size}"
     if n > MAX_THEOREM_ELEMENTS:
-        fail(prog, f"--kernel {args.kernel} --in {args.in_channels} --out {args.out_channels} --size {args.size}: "
-                   f"the check would build a tensor of {n:,} elements, more than {MAX_THEOREM_ELEMENTS:,} "
+        fail(prog, f"{flags}: the check would build a tensor of {n:,} elements, more than {MAX_THEOREM_ELEMENTS:,} "
                    "(MAX_THEOREM_ELEMENTS); use a smaller --size or --kernel")
     if work > MAX_THEOREM_MACS:
-        fail(prog, f"--kernel {args.kernel} --in {args.in_channels} --out {args.out_channels} --size {args.size}: "
-                   f"the check would take {work:,} multiply-adds, more than {MAX_THEOREM_MACS:,} (MAX_THEOREM_MACS)")
+        fail(prog, f"{flags}: the check would take {work:,} multiply-adds, more than {MAX_THEOREM_MACS:,} "
+                   "(MAX_THEOREM_MACS)")
     import torch  # here, not at import: `study --help` and bookkeeping commands stay torch-free
 
     from study.theory import theorem_error

@@ -45,37 +45,29 @@ def export_dict(checkpoint: dict[str, Any], *, study: str = "", trial_id: str = 
 
 def read_export(path: str | os.PathLike, *, map_location: Any = "cpu") -> dict[str, Any]:
     """Load an export, or a raw training checkpoint converted (``weights_only=True``), and
-    check it (:func:`check_export`): a crafted or damaged file is an :class:`ExportError`
-    naming it, never a failure later."""
-    data = load_payload(path, map_location=map_location)
-    if data.get("format") != FORMAT:
-        if "model" in data and "epoch" in data:  # a training checkpoint
-            data = export_dict(data)
-        else:
-            raise ExportError(f"{path}: not a model export (no format {FORMAT!r})")
-    check_export(data, where=str(path))
-    return data
-
-
-def load_payload(source, *, map_location: Any = "cpu", where: str | None = None) -> dict[str, Any]:
-    """``torch.load(source, weights_only=True)`` of a dict; anything else (truncated, code
-    in the pickle, not a dict) is an :class:`ExportError` naming ``where``."""
+    check it (:func:`check_export`): a crafted or damaged file (truncated, code in the
+    pickle, not a dict) is an :class:`ExportError` naming it, never a failure later."""
     import pickle
     import warnings
     import zipfile
 
     import torch
 
-    where = where or str(source)
     try:
         with warnings.catch_warnings():  # torch warns about the pickle protocol of a foreign file
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            data = torch.load(source, map_location=map_location, weights_only=True)
+            data = torch.load(path, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError, AttributeError, TypeError,
             IndexError, OSError, zipfile.BadZipFile, UnicodeDecodeError, MemoryError, OverflowError) as e:
-        raise ExportError(f"{where}: not a model export ({_load_reason(e)})") from None
+        raise ExportError(f"{path}: not a model export ({_load_reason(e)})") from None
     if not isinstance(data, dict):
-        raise ExportError(f"{where}: not a model export (holds a {type(data).__name__}, not a dict)")
+        raise ExportError(f"{path}: not a model export (holds a {type(data).__name__}, not a dict)")
+    if data.get("format") != FORMAT:
+        if "model" in data and "epoch" in data:  # a training checkpoint
+            data = export_dict(data)
+        else:
+            raise ExportError(f"{path}: not a model export (no format {FORMAT!r})")
+    check_export(data, where=str(path))
     return data
 
 
