@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from study.models.dropout import probability_dropout
-from study.models.heads import HeadsLayer, shared_value_heads
+from study.models.heads import HeadsLayer, shared_value_heads, softmax32
 
 
 def _register_flop_formulas() -> None:
@@ -57,13 +57,6 @@ def _register_flop_formulas() -> None:
 
 
 _register_flop_formulas()
-
-
-def _softmax(scores: Tensor) -> Tensor:
-    """Softmax over the last axis in at least float32 (scores may be bf16 under autocast)."""
-    if scores.dtype in (torch.float16, torch.bfloat16):
-        scores = scores.float()
-    return torch.softmax(scores, dim=-1)
 
 
 def kron_probs(p_row: Tensor, p_col: Tensor) -> Tensor:
@@ -90,6 +83,7 @@ class RelativeSelfAttention(HeadsLayer):
         super().__init__()
         self.dim = dim
         self.num_heads = num_heads
+        self.head_dim = dim  # every head averages the raw input (module doc)
         self.positional = positional
         self.content = content
         if content:
@@ -105,10 +99,10 @@ class RelativeSelfAttention(HeadsLayer):
     def _content_scores(self, x: Tensor) -> Tensor:
         """(B, N_h, T, T) content scores in two passes over the T×T matrix: the positional
         bias, then ``baddbmm_`` adds q·kᵀ into it in place.  Eq. 7's 1/√D is folded into
-        the query projection (:meth:`_queries_keys`), so no (B, N_h, T, ·) tensor is scaled."""
+        the query projection (:meth:`queries_keys`), so no (B, N_h, T, ·) tensor is scaled."""
         b, h, w, d = x.shape
         t, n = h * w, self.num_heads
-        q, k = self._queries_keys(x, scaled=True)
+        q, k = self.queries_keys(x, scale=1.0 / math.sqrt(d))
         if self.query_positional:
             bias = self.positional(q, h, w)
         else:
@@ -131,7 +125,7 @@ class RelativeSelfAttention(HeadsLayer):
 
     def attention_probs(self, x: Tensor) -> Tensor:
         """Softmax over all keys of the image, before dropout, in at least float32."""
-        return _softmax(self.attention_scores(x))
+        return softmax32(self.attention_scores(x))
 
     @property
     def separable(self) -> bool:
@@ -159,20 +153,6 @@ class RelativeSelfAttention(HeadsLayer):
             return self._separable_heads(x, return_attention=return_attention)
         return self._shared_dense_heads(x)
 
-    def _queries_keys(self, x: Tensor, *, scaled: bool = False) -> tuple[Tensor, Tensor]:
-        """q, k as (B, N_h, T, D) views; with ``scaled`` q carries Eq. 7's 1/√D, applied to
-        the (N_h·D, D) weight and bias: the same values, one small multiply."""
-        b, h, w, d = x.shape
-        t = h * w
-        if scaled:
-            s = 1.0 / math.sqrt(d)
-            q = F.linear(x, self.query.weight * s, self.query.bias * s)
-        else:
-            q = self.query(x)
-        q = q.view(b, t, self.num_heads, d).transpose(1, 2)
-        k = self.key(x).view(b, t, self.num_heads, d).transpose(1, 2)
-        return q, k  # (B, N_h, T, D)
-
     def _separable_heads(self, x: Tensor, *, return_attention: bool) -> tuple[Tensor, Tensor | None]:
         """docs/design.md §12: softmax_k(s_row(δ1) + s_col(δ2)) = P_row ⊗ P_col over the
         rectangular key grid, so head_n(X)[qr, qc] = Σ_kr P_row[n,qr,kr] Σ_kc P_col[n,qc,kc] X[kr, kc]:
@@ -180,7 +160,7 @@ class RelativeSelfAttention(HeadsLayer):
         b, h, w, d = x.shape
         n = self.num_heads
         rows, cols = self.positional.axis_scores(h, w)  # (N_h, H, H), (N_h, W, W)
-        p_row, p_col = _softmax(rows), _softmax(cols)
+        p_row, p_col = softmax32(rows), softmax32(cols)
         # columns: y[n, qc, b, kr, :] = Σ_kc P_col[n, qc, kc] · X[b, kr, kc, :]
         xc = x.permute(2, 0, 1, 3).reshape(w, b * h * d)
         y = (p_col.to(x.dtype).reshape(n * w, w) @ xc).view(n, w, b, h, d)
@@ -207,7 +187,7 @@ class RelativeSelfAttention(HeadsLayer):
         dropout inside the kernel (one mask per image and head)."""
         b, h, w, d = x.shape
         t, n = h * w, self.num_heads
-        q, k = self._queries_keys(x)
+        q, k = self.queries_keys(x)
         bias = self._positional_bias(q, h, w).expand(b, n, t, t)
         v = x.reshape(b, 1, t, d).to(q.dtype).expand(b, n, t, d)
         p = self.attention_dropout.p if self.training else 0.0

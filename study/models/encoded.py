@@ -68,17 +68,6 @@ class EncodedAttention(HeadsLayer):
     def scale(self) -> float:
         return 1.0 / math.sqrt(self.head_dim)
 
-    def queries_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """q·(1/√d_h) and k as (B, N_h, T, d_h) views; the scale is applied to the query
-        projection's weight and bias (no (B, N_h, T, d_h) tensor scaled)."""
-        b, h, w, _ = x.shape
-        t, n = h * w, self.num_heads
-        s = self.scale
-        bias = self.query.bias * s if self.query.bias is not None else None
-        q = F.linear(x, self.query.weight * s, bias).view(b, t, n, self.head_dim).transpose(1, 2)
-        k = self.key(x).view(b, t, n, self.head_dim).transpose(1, 2)
-        return q, k
-
     def values(self, x: Tensor) -> Tensor:
         b, h, w, d = x.shape
         t = h * w
@@ -100,7 +89,7 @@ class EncodedAttention(HeadsLayer):
 
     def attention_probs(self, x: Tensor) -> Tensor:
         b, h, w, _ = x.shape
-        q, k = self.queries_keys(x)
+        q, k = self.queries_keys(x, scale=self.scale)
         return self.encoding.probs(self, q, k, h, w)
 
     def head_outputs(self, x: Tensor, *, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -108,7 +97,7 @@ class EncodedAttention(HeadsLayer):
         probabilities if asked for."""
         b, h, w, _ = x.shape
         t, n = h * w, self.num_heads
-        q, k = self.queries_keys(x)
+        q, k = self.queries_keys(x, scale=self.scale)
         v = self.values(x)
         if not return_attention and self.uses_fused(x.device):
             q, k, bias = self.encoding.sdpa_inputs(self, q, k, h, w)

@@ -4,7 +4,15 @@ MHSA(X) = concat_h[A_h X W_val] W_out + b_out, W_val folded into ``out_proj``)."
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+
+
+def softmax32(scores: Tensor) -> Tensor:
+    """Softmax over the last axis in at least float32 (scores may be bf16 under autocast)."""
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        scores = scores.float()
+    return torch.softmax(scores, dim=-1)
 
 
 def shared_value_heads(probs: Tensor, x: Tensor) -> Tensor:
@@ -15,9 +23,22 @@ def shared_value_heads(probs: Tensor, x: Tensor) -> Tensor:
 
 class HeadsLayer(nn.Module):
     """A layer with ``head_outputs(x, return_attention) -> ((B, T, ·) heads, probs | None)``
-    and ``out_proj``."""
+    and ``out_proj`` (and, for content attention, ``query``/``key`` of ``num_heads`` heads of
+    width ``head_dim``)."""
 
     out_proj: nn.Linear
+
+    def queries_keys(self, x: Tensor, *, scale: float | None = None) -> tuple[Tensor, Tensor]:
+        """q and k as (B, N_h, T, d_h) views; ``scale`` multiplies the query projection's
+        weight and bias (the same values, one small multiply: no (B, N_h, T, d_h) tensor scaled)."""
+        b, h, w, _ = x.shape
+        t, n = h * w, self.num_heads
+        weight, bias = self.query.weight, self.query.bias
+        if scale is not None:
+            weight, bias = weight * scale, (bias * scale if bias is not None else None)
+        q = F.linear(x, weight, bias).view(b, t, n, self.head_dim).transpose(1, 2)
+        k = self.key(x).view(b, t, n, self.head_dim).transpose(1, 2)
+        return q, k
 
     def forward(self, x: Tensor, *, return_attention: bool = False):
         b, h, w, _ = x.shape

@@ -62,22 +62,10 @@ def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> str:
         if fs.get_file_info(f"{base}/{FILENAME}").type == pafs.FileType.File:
             fs.move(f"{base}/{FILENAME}", f"{base}/{PREVIOUS}")
 
-    if is_remote(directory):
+    if is_remote(directory):  # write_atomic calls before_replace on local files only
         keep_previous()
-        write_atomic(f"{directory}/{FILENAME}", lambda f: torch.save(state, f))
-    else:
-        write_atomic(Path(directory) / FILENAME, lambda f: torch.save(state, f), suffix=".pt",
-                     before_replace=keep_previous)
-    return f"{directory}/{FILENAME}"
-
-
-def _load(fs, path: str, shown: str, map_location) -> dict[str, Any]:
-    with fs.open_input_stream(path) as f:
-        data = f.read()
-    state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
-    if not isinstance(state, dict) or "epoch" not in state or "model" not in state:
-        raise CheckpointError(f"{shown}: not a checkpoint of this project")
-    return state
+    return write_atomic(f"{directory}/{FILENAME}", lambda f: torch.save(state, f), suffix=".pt",
+                        before_replace=keep_previous)
 
 
 def load_checkpoint(directory: str | os.PathLike | None, *, map_location="cpu",
@@ -107,7 +95,10 @@ def load_checkpoint(directory: str | os.PathLike | None, *, map_location="cpu",
             damaged.append(f"{shown} (not a regular file)")
             continue
         try:
-            state = _load(fs, f"{base}/{name}", shown, map_location)
+            with fs.open_input_stream(f"{base}/{name}") as f:
+                state = torch.load(io.BytesIO(f.read()), map_location=map_location, weights_only=True)
+            if not isinstance(state, dict) or "epoch" not in state or "model" not in state:
+                raise CheckpointError(f"{shown}: not a checkpoint of this project")
             if check is not None:
                 check(state, shown)
         except Exception as e:  # truncated, not a zip, refused pickle, wrong content

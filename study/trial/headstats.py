@@ -19,8 +19,6 @@ per-head values (GPSA: ``gate`` = σ(λ_h)).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -107,10 +105,10 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
     map_rows: list[dict] = []
     if not any(layer.content for layer in layers):
         images = images[:1]  # image-independent attention: one image stands for all
-    grid = _grid_pass(model, images)
+    distances, entropies, centres = _grid_pass(model, images)
     for li, layer in enumerate(layers):
         if layer.content:
-            centre = grid.centre[li]  # (N_h, H, W) over key positions
+            centre = centres[li]  # (N_h, H, W) over key positions
             h, w = centre.shape[-2:]
             rows = torch.arange(h, device=centre.device) - h // 2
             cols = torch.arange(w, device=centre.device) - w // 2
@@ -118,14 +116,16 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
             probs = centre
             window = _crop(centre, h // 2, w // 2, radius)
         else:
-            full = max(radius, _reach(layer.positional, model.config.grid))
+            # the largest shift a head reaches on the trained grid (S − 1 per axis)
+            reach = layer.positional.max_size if isinstance(layer.positional, LearnedScores) else model.config.grid
+            full = max(radius, reach - 1)
             scores = positional_shift_scores(layer.positional, full).float()
             probs = torch.softmax(scores.flatten(1), -1).view_as(scores)
             delta = shift_grid(full, device=probs.device)
             window = _crop(probs, full, full, radius)
         stats = distribution_stats(probs, delta)
-        stats["attention_distance"] = grid.distance[li]
-        stats["attention_entropy"] = grid.entropy[li]
+        stats["attention_distance"] = distances[li]
+        stats["attention_entropy"] = entropies[li]
         values = {**stats, **(gaussian_parameters(getattr(layer, "positional", None)) or {}),
                   **(layer.head_columns() if hasattr(layer, "head_columns") else {})}
         for hd in range(layer.num_heads):
@@ -136,30 +136,15 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
     return heads_rows, map_rows
 
 
-class _GridPass(NamedTuple):
-    """Per layer: the grid locality ((N_h,) float64) and the centre query's attention
-    averaged over the images ((N_h, S, S))."""
-
-    distance: list[Tensor]
-    entropy: list[Tensor]
-    centre: list[Tensor]
-
-
-def _reach(positional, grid: int) -> int:
-    """Largest shift a head can reach on the trained grid (S − 1 per axis)."""
-    if isinstance(positional, LearnedScores):
-        return positional.max_size - 1
-    return grid - 1
-
-
 def _crop(maps: Tensor, cy: int, cx: int, radius: int) -> Tensor:
     """(N_h, H, W) → (N_h, 2r+1, 2r+1) window centred at (cy, cx), zero outside."""
     return F.pad(maps, (radius,) * 4)[:, cy : cy + 2 * radius + 1, cx : cx + 2 * radius + 1]
 
 
-def _grid_pass(model, images: Tensor, chunk: int = 10) -> _GridPass:
-    """One chunked forward of ``images`` with ``return_attention=True``, every layer's
-    probabilities reduced to the grid locality and the centre query's distribution."""
+def _grid_pass(model, images: Tensor, chunk: int = 10) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    """One chunked forward of ``images`` with ``return_attention=True``; per layer the grid
+    locality (distance, entropy: (N_h,) float64) and the centre query's attention averaged
+    over the images ((N_h, S, S))."""
     sums = None
     n = len(images)
     for i in range(0, n, chunk):
@@ -176,5 +161,4 @@ def _grid_pass(model, images: Tensor, chunk: int = 10) -> _GridPass:
             part.append((d * weight, e * weight, m[:, :, q].float().sum(0).view(-1, side, side) * weight))
         sums = part if sums is None else [tuple(a + b for a, b in zip(s, p)) for s, p in zip(sums, part)]
     t = side * side
-    return _GridPass(distance=[d / (n * t) for d, _, _ in sums], entropy=[e / (n * t) for _, e, _ in sums],
-                     centre=[c / n for _, _, c in sums])
+    return [d / (n * t) for d, _, _ in sums], [e / (n * t) for _, e, _ in sums], [c / n for _, _, c in sums]

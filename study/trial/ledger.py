@@ -114,15 +114,14 @@ class TrialLedger:
 
         thread = threading.Thread(target=tick, name="trial-ledger-clock", daemon=True)
         thread.start()
+        failed = True
         try:
             yield
-        except BaseException:
-            stop.set()
-            thread.join()
-            with contextlib.suppress(Exception):
-                save()
-            raise
+            failed = False
         finally:
             stop.set()
             thread.join()
+            if failed:
+                with contextlib.suppress(Exception):
+                    save()
             self.running = None  # the epoch's own update follows

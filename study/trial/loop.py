@@ -97,8 +97,10 @@ def train_trial(cfg: TrainConfig, *, trial_id: str, tables: str | os.PathLike | 
     _prepare(t, tables=tables, trial_id=trial_id, study=study, extra_run_fields=extra_run_fields)
     _write_run(t, "running")
     try:
-        if t.start_epoch == 0:
-            _record_init(t, ledger)
+        if t.start_epoch == 0:  # the untrained model's (a restart from scratch rebuilds the same seeded model)
+            if ledger is not None:
+                ledger.ensure_current()
+            _head_stats(t, INIT_EPOCH, maps=bool(t.maps_at))
         _epochs(t, checkpoint_dir=checkpoint_dir, report=report, progress=progress, ledger=ledger,
                 step_progress=step_progress)
     except KeyboardInterrupt:  # Ctrl-C in `study train`: the row says so, the ledger kept the time
@@ -359,14 +361,6 @@ def _evaluate_epoch(t: _Trial, epoch: int, trained: _Trained, t0: float) -> dict
     return {"epoch": epoch, "train_loss": trained.loss, "train_acc": trained.acc, "val_loss": val_loss,
             "val_acc": val_acc, "test_loss": test_loss, "test_acc": test_acc, "lr": trained.lr,
             "seconds": epoch_seconds, "images_per_s": trained.images / trained.seconds}
-
-
-def _record_init(t: _Trial, ledger) -> None:
-    """The untrained model's head statistics (and maps) at ``INIT_EPOCH``; an attempt that
-    restarts from scratch rebuilds the same seeded model and overwrites the same part."""
-    if ledger is not None:
-        ledger.ensure_current()
-    _head_stats(t, INIT_EPOCH, maps=bool(t.maps_at))
 
 
 def _head_stats(t: _Trial, epoch: int, *, maps: bool) -> float:

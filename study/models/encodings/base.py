@@ -134,7 +134,7 @@ class AdditiveEncoding(ContentEncoding):
 def softmax_scores(q, k, bias=None):
     """softmax(q·kᵀ + bias) in at least float32, (B, N_h, T, T); q·kᵀ is added into the
     bias in place (``baddbmm_``): two passes over the T×T matrix."""
-    import torch
+    from study.models.heads import softmax32
 
     b, n, t, d = q.shape
     if bias is None:
@@ -142,6 +142,4 @@ def softmax_scores(q, k, bias=None):
     else:
         scores = bias.to(q.dtype).expand(b, n, t, t).contiguous()
         scores.view(b * n, t, t).baddbmm_(q.reshape(b * n, t, d), k.reshape(b * n, t, d).transpose(1, 2))
-    if scores.dtype in (torch.float16, torch.bfloat16):
-        scores = scores.float()
-    return torch.softmax(scores, dim=-1)
+    return softmax32(scores)

@@ -6,7 +6,7 @@ with ``learned_content`` (the same tables, plus content scores).
 
 from __future__ import annotations
 
-from .base import Encoding, Field
+from .base import Encoding, Field, choice_field
 
 POSITIONAL_SCORES = ("query", "head")
 MIN_LEARNED_POS_DIM = 3
@@ -24,12 +24,12 @@ class LearnedEncoding(Encoding):
     def normalise(self, cfg, set_):
         from study.models.config import ConfigError, int_at_least
 
-        v = cfg.positional_score if cfg.positional_score is not None else self.default_score
-        if v not in POSITIONAL_SCORES:
-            raise ConfigError("positional_score", f"must be one of {', '.join(POSITIONAL_SCORES)}, got {v!r}")
+        if cfg.positional_score is None:
+            set_("positional_score", self.default_score)
+        choice_field(cfg, "positional_score", POSITIONAL_SCORES)
+        v = cfg.positional_score
         if not self.content and v != "head":
             raise ConfigError("positional_score", "query needs content attention (encoding learned_content)")
-        set_("positional_score", v)
         if cfg.pos_dim is None:
             set_("pos_dim", cfg.hidden)
         int_at_least(cfg, "pos_dim")

@@ -33,7 +33,7 @@ class Rope2d(AdditiveEncoding):
     name = "rope2d"
     fields = (
         Field("rope_mode", str, None, "rope2d: axial (fixed frequencies per axis) | mixed (learned per head)",
-              choices=("axial", "mixed")),
+              choices=MODES),
         ROPE_THETA,
     )
     no_weight_decay = ("freqs",)
