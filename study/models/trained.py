@@ -17,6 +17,7 @@ An export (written by ``study export``) is a plain dict loadable with
 from __future__ import annotations
 
 import os
+import pickle
 from types import SimpleNamespace
 from typing import Any
 
@@ -47,7 +48,6 @@ def read_export(path: str | os.PathLike, *, map_location: Any = "cpu") -> dict[s
     """Load an export, or a raw training checkpoint converted (``weights_only=True``), and
     check it (:func:`check_export`): a crafted or damaged file (truncated, code in the
     pickle, not a dict) is an :class:`ExportError` naming it, never a failure later."""
-    import pickle
     import warnings
     import zipfile
 
@@ -55,7 +55,7 @@ def read_export(path: str | os.PathLike, *, map_location: Any = "cpu") -> dict[s
 
     try:
         with warnings.catch_warnings():  # torch warns about the pickle protocol of a foreign file
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            warnings.simplefilter("ignore")
             data = torch.load(path, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError, AttributeError, TypeError,
             IndexError, OSError, zipfile.BadZipFile, UnicodeDecodeError, MemoryError, OverflowError) as e:
@@ -165,9 +165,8 @@ def _number(checkpoint: dict[str, Any], key: str, kind: type, default):
 
 
 def _load_reason(e: BaseException) -> str:
-    """torch.load's failure in a few words (its weights-only message is a paragraph of advice)."""
-    text = " ".join(str(e).split())
-    if "WeightsUnpickler error:" in text:
-        text = "refused by the weights-only unpickler: " + text.split("WeightsUnpickler error:", 1)[1].split(
-            " Check the documentation", 1)[0].split(". ", 1)[0].strip()
-    return text[:200] or ("empty or truncated file" if isinstance(e, EOFError) else type(e).__name__)
+    """torch.load's failure in a few words, by its type (torch's weights-only refusal is a
+    ``pickle.UnpicklingError`` whose message is a paragraph of advice)."""
+    if isinstance(e, pickle.UnpicklingError):
+        return "refused by the weights-only unpickler: it holds more than tensors and plain values"
+    return " ".join(str(e).split())[:200] or ("empty or truncated file" if isinstance(e, EOFError) else type(e).__name__)
