@@ -2,7 +2,7 @@
 module (``ray._private``, ``ray.train._internal``, ``torch._dynamo``, ...), no
 private attribute of a library reached through its module, no assignment to an
 attribute of a library's module, class or object (a patch), and no filter of a
-library's log messages by their text.  The scanner is checked on sources that do
+library's log messages or warnings by their text.  The scanner is checked on sources that do
 each of these, so it cannot pass by finding nothing."""
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ def violations(source: str, where: str = "<source>") -> list[str]:
             found.append(f"{where}:{node.lineno}: {node.func.id} on the library object {root(node.args[0])}")
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "addFilter":
             found.append(f"{where}:{node.lineno}: a filter on a logger (log lines judged by their text)")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "filterwarnings" \
+                and (len(node.args) > 1 or any(k.arg == "message" for k in node.keywords)):
+            found.append(f"{where}:{node.lineno}: a warning filter on the warning's text")
         if isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Attribute) and b.attr == "Filter" for b in node.bases):
             found.append(f"{where}:{node.lineno}: a logging.Filter subclass")
     return found
@@ -91,6 +94,8 @@ def test_the_packages_use_only_public_library_api():
     ("import optuna\noptuna.logging.set_verbosity = print", "assigns set_verbosity"),
     ("import ray.tune as tune\nsetattr(tune.Tuner, 'fit', print)", "setattr on the library object tune"),
     ("import logging\nclass Quiet(logging.Filter):\n    pass", "logging.Filter subclass"),
+    ("import warnings\nwarnings.filterwarnings('ignore', message='Detected pickle protocol')",
+     "a warning filter on the warning's text"),
     ("import logging\nlogging.getLogger('ray.tune').addFilter(lambda r: 'restore' not in r.getMessage())",
      "a filter on a logger"),
 ])
