@@ -168,5 +168,5 @@ def _load_reason(e: BaseException) -> str:
     """torch.load's failure in a few words, by its type (torch's weights-only refusal is a
     ``pickle.UnpicklingError`` whose message is a paragraph of advice)."""
     if isinstance(e, pickle.UnpicklingError):
-        return "refused by the weights-only unpickler: it holds more than tensors and plain values"
+        return "refused by the weights-only unpickler: holds more than tensors"
     return " ".join(str(e).split())[:200] or ("empty or truncated file" if isinstance(e, EOFError) else type(e).__name__)
