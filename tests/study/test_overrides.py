@@ -10,12 +10,6 @@ study they made: ``study resume`` runs that study (not the file as it is now) an
 
 from __future__ import annotations
 
-import json
-import re
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +17,6 @@ import yaml
 
 from study import limits
 from study.spec import SpecError, load_spec
-from study.tables import read_table
 
 TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
 BASE = {"name": "ov", "data": "synthetic:100", "epochs": 1, "batch_size": 25, "training": {"head_images": 4},
@@ -158,53 +151,5 @@ def test_api_raises_the_study_file_error(tmp_path):
     assert info.value.exit_code == 2
 
 
-# ---------------------------------------------------------------- recorded, resumed, shown
-def _study(cwd: Path, *args: str) -> subprocess.Popen:
-    import os
-
-    # Ray's default (token authentication, with its notice) whatever this shell sets
-    env = {**{k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-@pytest.mark.slow
-def test_resumed_study_keeps_its_overrides(tmp_path):
-    """Run with overrides, interrupt, change the study file: resume runs the study that
-    started (its overrides, from study.json), without them on its command line."""
-    doc = {**BASE, "epochs": 2, "data": "synthetic:200", "models": [{"encoding": "quadratic"}], "max_concurrent": 1}
-    f = write(tmp_path, doc)
-    overrides = ["model.hidden=8", "seeds=[0,1,2]", "models[0].isotropic=true"]
-    tables = tmp_path / "results" / "ov" / "tables"
-    driver = _study(tmp_path, "run", str(f), *overrides, "--num-cpus", "2")
-    deadline = time.time() + 240
-    while time.time() < deadline and driver.poll() is None:
-        runs = read_table(tables, "runs")
-        if (runs.status == "finished").any() and len(runs) > (runs.status == "finished").sum():
-            break
-        time.sleep(0.2)
-    assert driver.poll() is None, "study ended before it could be interrupted:\n" + driver.stdout.read()
-    driver.send_signal(signal.SIGINT)
-    out, _ = driver.communicate(timeout=120)
-    assert driver.returncode == 130, out
-    meta = json.loads((tmp_path / "results" / "ov" / "study.json").read_text())
-    assert meta["overrides"] == overrides and meta["raw"]["seeds"] == [0, 1, 2] and meta["raw"]["model"]["hidden"] == 8
-    saved = yaml.safe_load((tmp_path / "results" / "ov" / "study.yaml").read_text())
-    assert saved["model"]["hidden"] == 8 and saved["models"] == [{"encoding": "quadratic", "isotropic": True}]
-    # the file changes after the run started: resume must not read it again
-    f.write_text(yaml.safe_dump({**doc, "model": {**TINY, "hidden": 32}, "seeds": [7]}))
-
-    resumed = _study(tmp_path, "resume", "ov")
-    out, _ = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, out
-    assert "(overrides: model.hidden=8 'seeds=[0,1,2]' 'models[0].isotropic=true')" in out
-    assert not re.search(r"\b(INFO|WARNING|ERROR)\b\s+[\w.]+\.py:\d+ -- |\(pid=", out), out  # Ray's lines: in logs/ray.log
-    assert "Token authentication is enabled" in (tmp_path / "results" / "ov" / "logs" / "ray.log").read_text()
-    after = read_table(tables, "runs")
-    assert len(after) == 3 and (after.status == "finished").all(), after
-    assert sorted(after.seed) == [0, 1, 2] and set(after.hidden) == {8} and set(after.isotropic) == {True}
-
-    status = subprocess.run([sys.executable, "-m", "study", "status", "ov"], cwd=tmp_path, capture_output=True,
-                            text=True)
-    assert status.returncode == 0 and "3 trials recorded of 3 planned: 3 finished" in status.stdout
-    assert "overrides: model.hidden=8 'seeds=[0,1,2]' 'models[0].isotropic=true'" in status.stdout
+# a resumed study keeps the overrides it started with: tests/study/tuning/test_runner.py
+# (test_interrupt_then_resume_keeps_the_study_that_started)

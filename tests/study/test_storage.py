@@ -268,34 +268,5 @@ def test_a_trial_failing_on_a_full_disk_ends_in_one_line_and_resumes(tmp_path, s
     assert read_table(tables, "runs").status.tolist() == ["finished"]
 
 
-@pytest.mark.slow
-def test_a_study_moved_after_its_driver_was_killed_resumes_where_it_is(tmp_path):
-    """SIGKILL the driver mid-study, ``mv`` the storage, ``study resume --storage NEW``:
-    the landed code failed the trial Tune created after the restore three times with
-    "Unable to set up cluster storage … old" (its search generator's pickled experiment
-    still named the old folder), exit 1."""
-    import signal
-
-    from study.tables import read_table
-    from tests.helpers import kill_session, popen, run_cli, wait_for
-
-    f = write_spec(tmp_path, "mv", data="synthetic:400", epochs=3, grid={"num_heads": [1, 2]}, max_concurrent=1)
-    proc = popen("run", str(f), "--storage", "old", "--num-cpus", "1", cwd=tmp_path)
-    try:
-        def an_epoch() -> bool:
-            try:
-                return len(read_table(tmp_path / "old" / "mv" / "tables", "epochs")) >= 1
-            except OSError:  # not created yet
-                return False
-
-        assert wait_for(an_epoch, proc), "no epoch written"
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        kill_session(proc)
-        proc.wait()
-    shutil.move(tmp_path / "old", tmp_path / "new")
-    r = run_cli(tmp_path, "resume", "mv", "--storage", "new", "--num-cpus", "1")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "Unable to set up cluster storage" not in r.stdout + r.stderr
-    assert sorted(read_table(tmp_path / "new" / "mv" / "tables", "runs").status) == ["finished", "finished"]
-    assert not (tmp_path / "old").exists(), "the resumed study wrote into its old place"
+# a study moved after its driver was killed resumes where it is: tests/study/tuning/test_reliability.py
+# (test_killed_driver_then_resume_runs_nothing_twice)

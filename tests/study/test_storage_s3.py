@@ -101,11 +101,19 @@ def test_study_on_s3_run_status_query_figures_and_request_count(tmp_path, s3):
 
 
 @pytest.mark.slow
-def test_killed_driver_on_s3_resumes_without_rerunning_finished_trials(tmp_path, s3):
+def test_killed_driver_on_s3_resumes_from_the_projects_own_objects(tmp_path, s3):
+    """A study on S3 keeps its state in its own objects (study.json, tables, trials/,
+    the Optuna journal): its driver and local Ray SIGKILLed mid-study, and every object
+    of Ray's (``tune/``) then replaced by a pickle carrying code or cut short, `study
+    resume` runs nothing of Ray's files, trains only what was left, and writes each
+    (trial, epoch) row once."""
+    import pyarrow.fs as pafs
+
     from study.tables import read_table
 
     storage = "s3://studies/kill"
-    tables = f"{storage}/drv/tables"
+    root = f"{storage}/drv"
+    tables = f"{root}/tables"
     f = write_spec(tmp_path, "drv", epochs=3, data="synthetic:200", grid={"num_heads": [1, 2, 3]}, max_concurrent=1)
     driver = popen("run", str(f), "--storage", storage, "--num-cpus", "2", cwd=tmp_path)
     try:
@@ -122,8 +130,17 @@ def test_killed_driver_on_s3_resumes_without_rerunning_finished_trials(tmp_path,
         kill_session(driver)
     finished = set(read_table(tables, "runs").query("status == 'finished'").trial_id)
     assert finished
+    names = objects(root)
+    assert "tune/tuner.pkl" in names, names
+    assert any(n.startswith("trials/") and n.endswith("/checkpoint.pt") for n in names), names
+    fs, base = pafs.FileSystem.from_uri(root)
+    marker = tmp_path / "pwned"
+    for i, name in enumerate(n for n in names if n.startswith("tune/")):
+        with fs.open_output_stream(f"{base}/{name}") as fh:
+            fh.write(code_payload(marker) if i % 2 == 0 else b"\x80")
     r = run_cli(tmp_path, "resume", "drv", "--storage", storage, "--num-cpus", "2")
     assert r.returncode == 0, r.stdout + r.stderr
+    assert not marker.exists(), "a pickle payload ran"
     runs = read_table(tables, "runs").set_index("trial_id")
     assert len(runs) == 3 and (runs.status == "finished").all(), runs
     assert (runs.loc[sorted(finished), "attempts"] == 1).all(), "a finished trial ran again"
@@ -132,31 +149,3 @@ def test_killed_driver_on_s3_resumes_without_rerunning_finished_trials(tmp_path,
     heads = read_table(tables, "heads")
     assert not heads.duplicated(["trial_id", "epoch", "layer", "head"]).any()
     assert [p for p in objects(tables) if not p.endswith(("compacted.parquet",)) and not p.startswith("runs/")] == []
-
-
-@pytest.mark.slow
-def test_resume_on_s3_never_loads_rays_files(tmp_path, s3):
-    """A study on S3 keeps its state in its own objects (study.json, tables, trials/,
-    the Optuna journal): with every object of Ray's (``tune/``) replaced by a pickle
-    carrying code or cut short, `study resume` runs nothing of it and changes nothing."""
-    import pyarrow.fs as pafs
-
-    from study.tables import read_table
-
-    storage = "s3://studies/owned"
-    f = write_spec(tmp_path, "own", epochs=1)
-    r = run_cli(tmp_path, "run", str(f), "--storage", storage, "--num-cpus", "1", "--quiet")
-    assert r.returncode == 0, r.stdout + r.stderr
-    root = f"{storage}/own"
-    names = objects(root)
-    assert "tune/tuner.pkl" in names and "trials/c000-s000/checkpoint.pt" in names, names
-    fs, base = pafs.FileSystem.from_uri(root)
-    marker = tmp_path / "pwned"
-    for i, name in enumerate(n for n in names if n.startswith("tune/")):
-        with fs.open_output_stream(f"{base}/{name}") as fh:
-            fh.write(code_payload(marker) if i % 2 == 0 else b"\x80")
-    r = run_cli(tmp_path, "resume", "own", "--storage", storage, "--num-cpus", "1", "--quiet")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert not marker.exists(), "a pickle payload ran"
-    runs = read_table(f"{root}/tables", "runs")
-    assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [1], runs

@@ -5,7 +5,8 @@ Findings -> tests:
   trial failing at start invisible, exit 0            test_failed_trial_then_tamper_move_and_resume
   cause masked by Ray's copy of the exception          test_every_project_exception_pickles, test_cause_survives_rays_copy
   Ctrl-C / SIGTERM: stopped vs interrupted, attempts,  test_sigkill_in_epoch0_sigterm_lock_and_resume
-    device_seconds, Tuner.restore advice, SIGABRT      (+ tests/study/tuning/test_runner.py::test_interrupt_then_resume for SIGINT)
+    device_seconds, Tuner.restore advice, SIGABRT      (+ SIGINT: tests/study/tuning/test_runner.py::
+                                                       test_interrupt_then_resume_keeps_the_study_that_started)
   study train --out reuses another configuration       test_train_refuses_checkpoint_of_another_configuration
   GPU request fails after 72 s; hangs on cpus/address  test_preflight_refusals_are_fast
   pickle payload in Ray's state runs on resume         test_failed_trial_then_tamper_move_and_resume (no Ray file is read back)
@@ -18,7 +19,8 @@ Findings -> tests:
     device_seconds
   storage failing mid-study leaves trials running      test_storage_failure_stops_the_study
   cpus_per_trial beyond every node of a cluster        test_cluster_resources_are_checked_per_node
-  Ray's pickles on S3 never loaded                     tests/study/test_storage_s3.py::test_resume_on_s3_never_loads_rays_files
+  Ray's pickles on S3 never loaded                     tests/study/test_storage_s3.py::
+                                                       test_killed_driver_on_s3_resumes_from_the_projects_own_objects
 """
 
 import json

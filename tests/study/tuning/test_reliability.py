@@ -76,7 +76,21 @@ def test_killed_trial_resumes_from_its_checkpoint(tmp_path):
 
 
 def test_killed_driver_then_resume_runs_nothing_twice(tmp_path):
-    f = write_spec(tmp_path, "drv", data=DATA, epochs=3, grid={"num_heads": [1, 2, 3]}, max_concurrent=1)
+    """SIGKILL the driver and its local Ray mid-study (a grid of two cells, two Optuna
+    samples each), ``mv`` the storage, ``study resume NAME --storage NEW``: finished
+    trials are not run again, every (trial, epoch) row exists once, nothing is written to
+    the old place, and Optuna's own API (as optuna-dashboard opens the journal) finds
+    every finished trial exactly once, told the value the study selects on.  (The landed
+    code once failed the first trial Tune created after a moved study's restore three
+    times with "Unable to set up cluster storage … old": its pickled experiment still
+    named the old folder.)"""
+    import shutil
+
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    f = write_spec(tmp_path, "drv", data="synthetic:200", epochs=2, grid={"num_heads": [1, 2]},
+                   sample={"lr": {"loguniform": [0.01, 0.2]}}, num_samples=2, max_concurrent=1)
     tables = tmp_path / "results" / "drv" / "tables"
     driver = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
     try:
@@ -90,17 +104,41 @@ def test_killed_driver_then_resume_runs_nothing_twice(tmp_path):
     finally:
         kill_session(driver)
     finished = set(read_table(tables, "runs").query("status == 'finished'").trial_id)
-    resumed = popen("resume", "drv", cwd=tmp_path)
+    shutil.move(tmp_path / "results", tmp_path / "moved")
+    root = tmp_path / "moved" / "drv"
+    tables = root / "tables"
+    resumed = popen("resume", "drv", "--storage", "moved", "--num-cpus", "2", cwd=tmp_path)
     try:
         out, _ = resumed.communicate(timeout=300)
     finally:
         kill_session(resumed)
     assert resumed.returncode == 0, out
+    assert "Unable to set up cluster storage" not in out
+    assert not (tmp_path / "results").exists(), "the resumed study wrote into its old place"
     runs = read_table(tables, "runs").set_index("trial_id")
-    assert len(runs) == 3 and (runs.status == "finished").all()
+    assert len(runs) == 4 and (runs.status == "finished").all(), runs
     assert (runs.loc[sorted(finished), "attempts"] == 1).all(), "a finished trial started again"
     epochs = read_table(tables, "epochs")
-    assert not epochs.duplicated(["trial_id", "epoch"]).any() and len(epochs) == 9
+    assert not epochs.duplicated(["trial_id", "epoch"]).any() and len(epochs) == 8
+
+    # Optuna's own API, as optuna-dashboard opens it
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(root / "optuna.journal")))
+    assert sorted(optuna.get_all_study_names(storage)) == ["drv/cell-000", "drv/cell-001"]
+    complete = []
+    for name in ("drv/cell-000", "drv/cell-001"):
+        study = optuna.load_study(study_name=name, storage=storage)
+        assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,)), "a trial was never told"
+        complete += study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+        frame = study.trials_dataframe()
+        assert (frame.state == "COMPLETE").sum() == 2 and "params_lr" in frame
+        assert set(optuna.importance.get_param_importances(study)) == {"lr"}
+    keys = [t.user_attrs["key"] for t in complete]
+    assert sorted(keys) == sorted(runs.index), "every finished trial exactly once"
+    for t in complete:
+        row = runs.loc[t.user_attrs["key"]]
+        # Optuna was told the best value of the metric the study selects on (validation by default)
+        assert row.selection_metric == "val_acc"
+        assert t.params["lr"] == pytest.approx(row.sampled_lr) and t.value == pytest.approx(row.best_val_acc)
 
 
 def test_diverging_trial_is_recorded_and_others_finish(tmp_path):

@@ -65,17 +65,27 @@ def test_grid_axis_times_sampled_axis(tmp_path, ray_local):
 
 
 def _study(tmp_path, *args, **kw):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # Ray's default (token authentication, with its notice) whatever this shell sets
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
-def test_interrupt_then_resume(tmp_path):
-    doc = {**BASE, "epochs": 3, "data": "synthetic:200", "grid": {"num_heads": [1, 2, 3, 4]},
-           "max_concurrent": 1}
+def test_interrupt_then_resume_keeps_the_study_that_started(tmp_path):
+    """Run with command-line overrides, SIGINT once a trial has finished, change the study
+    file: `study resume NAME` (no overrides on its command line) runs the study that
+    started (its overrides, from study.json), trains only what was left (finished trials
+    untouched: same attempts, same epoch parts) and `study status` says so."""
+    import json
+    import re
+
+    doc = {**BASE, "epochs": 2, "data": "synthetic:200", "models": [{"encoding": "quadratic"}],
+           "grid": {"num_heads": [1, 2]}, "max_concurrent": 1}
     f = spec_file(tmp_path, doc, "intr")
-    tables = tmp_path / "results" / "intr" / "tables"
-    driver = _study(tmp_path, "run", str(f), "--num-cpus", "2")
+    overrides = ["model.hidden=8", "seeds=[0,1]", "models[0].isotropic=true"]
+    root = tmp_path / "results" / "intr"
+    tables = root / "tables"
+    driver = _study(tmp_path, "run", str(f), *overrides, "--num-cpus", "2")
     deadline = time.time() + 240
     finished = set()
     while time.time() < deadline and driver.poll() is None:
@@ -94,22 +104,34 @@ def test_interrupt_then_resume(tmp_path):
     # the trial that was running is `interrupted` (not ASHA's `stopped`), none left `running`
     assert set(before.status) <= {"finished", "interrupted"} and (before.status == "interrupted").sum() >= 1
     mtimes = {p: p.stat().st_mtime_ns for t in finished for p in (tables / "epochs" / t).glob("*.parquet")}
+    meta = json.loads((root / "study.json").read_text())
+    assert meta["overrides"] == overrides and meta["raw"]["seeds"] == [0, 1] and meta["raw"]["model"]["hidden"] == 8
+    saved = yaml.safe_load((root / "study.yaml").read_text())
+    assert saved["model"]["hidden"] == 8 and saved["models"] == [{"encoding": "quadratic", "isotropic": True}]
+    # the file changes after the run started: resume must not read it again
+    f.write_text(yaml.safe_dump({"name": "intr", **doc, "model": {**TINY, "hidden": 32}, "seeds": [7]}))
 
     resumed = _study(tmp_path, "resume", "intr")
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out
+    assert "(overrides: model.hidden=8 'seeds=[0,1]' 'models[0].isotropic=true')" in out
+    # Ray's lines: in logs/ray.log
+    assert not re.search(r"\b(INFO|WARNING|ERROR)\b\s+[\w.]+\.py:\d+ -- |\(pid=", out), out
+    assert "Token authentication is enabled" in (root / "logs" / "ray.log").read_text()
     after = read_table(tables, "runs")
     assert len(after) == 4 and (after.status == "finished").all(), after
+    assert sorted(after.seed) == [0, 0, 1, 1] and set(after.hidden) == {8} and set(after.isotropic) == {True}
     # finished trials did not run again: same attempt count, untouched epoch parts
     assert (after.set_index("trial_id").loc[sorted(finished), "attempts"] == 1).all()
     assert all(p.stat().st_mtime_ns == m for p, m in mtimes.items())
     epochs = read_table(tables, "epochs")
     assert not epochs.duplicated(["trial_id", "epoch"]).any()
-    assert len(epochs) == 4 * 3
+    assert len(epochs) == 4 * 2
 
     status = subprocess.run([sys.executable, "-m", "study", "status", "intr"], cwd=tmp_path,
                             capture_output=True, text=True)
     assert status.returncode == 0 and "4 trials recorded of 4 planned: 4 finished" in status.stdout
+    assert "overrides: model.hidden=8 'seeds=[0,1]' 'models[0].isotropic=true'" in status.stdout
 
 
 def test_asha_decisions_survive_a_lost_driver(tmp_path):
