@@ -322,41 +322,37 @@ def _storage(value: str | None) -> str:
     return storage if is_remote(storage) else str(Path(storage).resolve())
 
 
-def _stored_name(name: str, storage: str) -> str:
-    """The NAME of ``--resume``: a study name (as ``study run`` makes them: no control
-    character, '/', or leading '.'), whose folder is directly under the storage."""
-    from study.limits import MAX_NAME_LENGTH
-    from study.spec import _valid_name
-    from study.storage import is_remote, study_root
-
-    if not _valid_name(name):
-        fail(PROG, f"NAME: a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not "
-                   f"starting with '.'; got {name[:120]!r}")
-    root = study_root(storage, name)
-    if not is_remote(storage) and Path(root).resolve().parent != Path(storage):
-        fail(PROG, f"NAME: {root} leads out of {storage} (a link): not a study of this storage")
-    return root
-
-
 def script_for(args: argparse.Namespace) -> str:
     """The sbatch script for ``args`` (checked), every value quoted for bash (``shlex.quote``)
     and, in ``#SBATCH`` lines, for sbatch (:func:`sbatch_quote`)."""
     from study.cliutil import package_version
-    from study.storage import study_exists
+    from study.commands.studies import checked_name
+    from study.limits import MAX_NAME_LENGTH
+    from study.spec import _valid_name, load_spec
+    from study.storage import is_remote, study_exists, study_root
 
     storage = _storage(args.storage)
     sbatch = _sbatch_options(args.sbatch)
-    if args.resume:
+    if args.resume:  # NAME: a name as `study run` makes them (no '/' or leading '.'), a folder directly under storage
         if args.name or args.data:
             fail(PROG, "--resume continues a stored study as it is: no --name or --data")
         name = args.file
-        if not study_exists(_stored_name(name, storage)):
+        if not _valid_name(name):
+            fail(PROG, f"NAME: a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not "
+                       f"starting with '.'; got {name[:120]!r}")
+        root = study_root(storage, name)
+        if not is_remote(storage) and Path(root).resolve().parent != Path(storage):
+            fail(PROG, f"NAME: {root} leads out of {storage} (a link): not a study of this storage")
+        if not study_exists(root):
             fail(PROG, f"no study {name!r} in {storage}")
         run_args = [name]  # not used: the study exists, so the job runs `study resume NAME`
-    else:
-        name = _checked_spec(args, storage)
-        file = str(Path(args.file).resolve())
-        run_args = [file] + (["--data", args.data] if args.data else [])
+    else:  # the file validated against no particular machine; an existing study of its name is refused
+        spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)  # a SpecError: exit 2
+        name = checked_name(args.name if args.name is not None else spec.name)
+        if study_exists(study_root(storage, name)):
+            fail(PROG, f"--name: study {name!r} already exists in {storage} (continue it with "
+                       f"`study slurm {name} --resume` or pick another --name)")
+        run_args = [str(Path(args.file).resolve())] + (["--data", args.data] if args.data else [])
     q = shlex.quote
     if args.ray_logs is None:  # the folder sbatch ran from, known in the job
         ray_logs = '"${SLURM_SUBMIT_DIR:-$PWD}"'
@@ -366,21 +362,6 @@ def script_for(args: argparse.Namespace) -> str:
     return SCRIPT.format(job_name=sbatch_quote(f"study-{name}"), sbatch_lines=lines, version=package_version(),
                          python=q(args.python), storage=q(storage), name=q(name),
                          run_args=" ".join(q(a) for a in run_args), ray_logs=ray_logs)
-
-
-def _checked_spec(args: argparse.Namespace, storage: str) -> str:
-    """The study's name; the file validated (resources against no particular machine);
-    a study of that name already stored is refused."""
-    from study.commands.studies import checked_name
-    from study.spec import load_spec
-    from study.storage import study_exists, study_root
-
-    spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)  # a SpecError: exit 2
-    name = checked_name(args.name if args.name is not None else spec.name)
-    if study_exists(study_root(storage, name)):
-        fail(PROG, f"--name: study {name!r} already exists in {storage} (continue it with "
-                   f"`study slurm {name} --resume` or pick another --name)")
-    return name
 
 
 def run_slurm(args: argparse.Namespace) -> int:
