@@ -254,9 +254,9 @@ def _options_after_separator(parser) -> None:
 
     def parse_known_args(args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
-        rest = args[args.index("--") + 1:] if "--" in args else []
-        ns, extra = parse(args[:len(args) - len(rest) - (1 if "--" in args else 0)], namespace)
-        ns.sbatch = rest
+        cut = args.index("--") if "--" in args else len(args)
+        ns, extra = parse(args[:cut], namespace)
+        ns.sbatch = args[cut + 1:]
         return ns, extra
 
     parser.parse_known_args = parse_known_args
@@ -297,14 +297,11 @@ def _refused_sbatch(option: str) -> str | None:
     return None
 
 
-_SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]")
-
-
 def sbatch_quote(word: str) -> str:
     """``word`` as one argument of an ``#SBATCH`` line: sbatch splits the line at blanks,
     honours quotes and backslashes and ends it at an unescaped ``#``; a backslash before
     every other character keeps the word whole (and reads the same to ``shlex.split``)."""
-    return "".join(c if _SBATCH_PLAIN.fullmatch(c) else "\\" + c for c in word)
+    return re.sub(r"[^A-Za-z0-9_@%+=:,./-]", r"\\\g<0>", word)
 
 
 def _storage(value: str | None) -> str:
