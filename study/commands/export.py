@@ -41,7 +41,7 @@ def register(sub) -> None:
     p.set_defaults(func=run_evaluate)
 
 
-def _choose(prog: str, runs, refs: dict, args) -> str:
+def _choose(prog: str, runs, refs: list[str], args) -> str:
     if args.trial:
         if args.trial not in refs:
             known = ", ".join(refs) or "none"
@@ -95,11 +95,9 @@ def run_export(args: argparse.Namespace) -> int:
     def exportable(state: dict, path: str) -> None:  # what is written must load: config, keys, shapes
         check_export(export_dict(state), where=path)
 
-    def warn(line: str) -> None:
-        print(f"{prog}: warning: {line}", file=sys.stderr, flush=True)
-
     try:
-        state = latest_checkpoint(root, key, check=exportable, warn=warn)
+        state = latest_checkpoint(root, key, check=exportable,
+                                  warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
         export = export_dict(state, study=Path(root).name, trial_id=key)
     except ExportError as e:
         fail(prog, f"trial {key}: {e}")

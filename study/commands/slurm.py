@@ -280,8 +280,7 @@ def _sbatch_options(opts: list[str]) -> list[str]:
 
 
 def _refused_sbatch(option: str) -> str | None:
-    """The refused option sbatch would read ``option`` as (or might: an ambiguous prefix),
-    else None."""
+    """The refused option sbatch would read ``option`` as (or might: an ambiguous prefix), else None."""
     if option.startswith("--"):
         name = option.split("=", 1)[0]
         if name in REFUSED_SBATCH:

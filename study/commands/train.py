@@ -222,7 +222,6 @@ def _check_ledger(prog: str, path: Path) -> None:
 
     if not os.path.lexists(path):
         return
-
     try:
         read_object(path, fields=LEDGER_FIELDS)
     except MetaFileError as e:
