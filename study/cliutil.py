@@ -80,20 +80,11 @@ class DefaultsMixin:
     already says it or there is none to show (None, False, a store_true flag)."""
 
     def _format_action(self, action: argparse.Action) -> str:
-        if not action.help and self._shows_default(action):
-            action.help = "(default: %(default)s)"  # argparse prints nothing for a flag without help
+        default, text = action.default, (action.help or "").strip()  # default: SUPPRESS for --help and --version
+        if (action.option_strings and not (default is None or default is False or default is argparse.SUPPRESS)
+                and "default" not in text.lower()):  # (argparse prints nothing for a flag without help)
+            action.help = f"{text} (default: %(default)s)".lstrip()
         return super()._format_action(action)
-
-    @staticmethod
-    def _shows_default(action: argparse.Action) -> bool:
-        default = action.default  # SUPPRESS for --help and --version
-        return not (default is None or default is False or default is argparse.SUPPRESS or not action.option_strings)
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = (action.help or "").strip()
-        if not self._shows_default(action) or "default" in text.lower():
-            return text
-        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
 
 
 class Parser(argparse.ArgumentParser):

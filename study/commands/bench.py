@@ -121,14 +121,27 @@ def options_from_args(args: argparse.Namespace):
     device = device_from_flag(args.device, error)
     import torch
 
+    from study.bench.references import REFERENCES
     from study.bench.runner import ALL_TARGETS, default_options, is_target
 
     targets = ALL_TARGETS if args.models.strip() == "all" else names_from_flag(
         args.models, flag="--models", what="target", known=is_target, error=error,
         choices=f"{', '.join(ALL_TARGETS)}, attention:KEY or all")
+    if args.references is None:  # --references (default every reference), then --naive/--no-naive
+        refs = list(REFERENCES)
+    elif args.references.strip() == "none":
+        refs = []
+    else:
+        refs = list(names_from_flag(args.references, flag="--references", what="reference",
+                                    known=REFERENCES.__contains__, choices=f"{', '.join(REFERENCES)} or none",
+                                    error=error))
+    if args.naive is False:
+        refs = [r for r in refs if r != "naive"]
+    elif args.naive and "naive" not in refs:
+        refs.insert(0, "naive")
     opts = default_options(device, batch=args.batch, steps=args.steps, warmup=args.warmup, repeats=args.repeats,
                            compile=args.compile, compile_backend=args.compile_backend,
-                           channels_last=args.channels_last, references=references_from_args(args), targets=targets,
+                           channels_last=args.channels_last, references=tuple(dict.fromkeys(refs)), targets=targets,
                            peak_tflops=args.peak_tflops, seed=args.seed, threads=args.threads)
     dtype = args.dtype or ({True: "bfloat16", False: "float32"}.get(args.amp))
     if dtype is not None:
@@ -136,25 +149,6 @@ def options_from_args(args: argparse.Namespace):
     if not args.quiet:
         opts.progress = lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True)
     return opts
-
-
-def references_from_args(args: argparse.Namespace) -> tuple[str, ...]:
-    """``--references`` (default every reference), then ``--naive``/``--no-naive``."""
-    from study.bench.references import REFERENCES
-
-    if args.references is None:
-        refs = list(REFERENCES)
-    elif args.references.strip() == "none":
-        refs = []
-    else:
-        refs = list(names_from_flag(args.references, flag="--references", what="reference",
-                                    known=REFERENCES.__contains__, choices=f"{', '.join(REFERENCES)} or none",
-                                    error=partial(fail, PROG)))
-    if args.naive is False:
-        refs = [r for r in refs if r != "naive"]
-    elif args.naive and "naive" not in refs:
-        refs.insert(0, "naive")
-    return tuple(dict.fromkeys(refs))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from functools import partial
 from pathlib import Path
 
 from study.cliutil import BoundedInt, check_data, fail
@@ -41,7 +42,7 @@ def register(sub) -> None:
     p.set_defaults(func=run_evaluate)
 
 
-def _choose(prog: str, runs, refs: dict, args) -> str:
+def _choose(prog: str, runs, refs: list[str], args) -> str:
     if args.trial:
         if args.trial not in refs:
             known = ", ".join(refs) or "none"
@@ -95,11 +96,9 @@ def run_export(args: argparse.Namespace) -> int:
     def exportable(state: dict, path: str) -> None:  # what is written must load: config, keys, shapes
         check_export(export_dict(state), where=path)
 
-    def warn(line: str) -> None:
-        print(f"{prog}: warning: {line}", file=sys.stderr, flush=True)
-
     try:
-        state = latest_checkpoint(root, key, check=exportable, warn=warn)
+        state = latest_checkpoint(root, key, check=exportable,
+                                  warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
         export = export_dict(state, study=Path(root).name, trial_id=key)
     except ExportError as e:
         fail(prog, f"trial {key}: {e}")
@@ -118,15 +117,14 @@ def run_export(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     prog = "study evaluate"
-    import re
-
     # flags and cheap properties of the file and the source before torch is imported (< 1 s CPU)
     if not args.file.is_file():  # a folder, a FIFO, a device (a /dev/zero symlink) is never opened
         fail(prog, f"{args.file}: {'not a file' if args.file.exists() else 'no such file'}")
-    if args.device is not None and not re.fullmatch(r"(cpu|cuda)(:\d{1,4})?", args.device.strip()):
-        fail(prog, f"--device: only cpu, cuda and cuda:N are supported, got {args.device[:40]!r}")
     if args.data is not None:
         check_data(prog, "--data", args.data)
+    from study.commands.bench import device_from_flag
+
+    device = device_from_flag(args.device, partial(fail, prog))  # imports torch once the flag is accepted
     import torch
 
     from study.data import DataError, DeviceData, load_splits
@@ -134,12 +132,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from study.models.trained import ExportError, read_export
     from study.trial.loop import evaluate
 
-    try:
-        device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("CUDA is not available")
-    except RuntimeError as e:
-        fail(prog, f"--device: {' '.join(str(e).split())}")
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         export = read_export(args.file)
     except ExportError as e:

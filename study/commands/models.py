@@ -42,20 +42,14 @@ def describe(config: ModelConfig) -> dict:
 
 
 def format_table(rows: list[dict]) -> str:
+    import pandas as pd
+
     def cell(k, v):
         if v is None:
             return "-"
-        if k == "n_params":
-            return f"{v:,}"
-        if k in ("flops", "macs"):
-            return f"{v / 1e9:.3f} G"
-        return str(v)
+        return f"{v:,}" if k == "n_params" else f"{v / 1e9:.3f} G" if k in ("flops", "macs") else str(v)
 
-    cells = [[cell(k, r[k]) for k in COLUMNS] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(COLUMNS)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
-    return "\n".join(lines)
+    return pd.DataFrame([{k: cell(k, r[k]) for k in COLUMNS} for r in rows]).to_string(index=False)
 
 
 def run(args: argparse.Namespace) -> int:

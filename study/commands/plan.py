@@ -72,8 +72,7 @@ def read_bench(prog: str, path: str) -> dict:
 
 
 def default_workers(spec) -> tuple[int, str]:
-    """Trials this machine runs at once under the study's resources (at least 1),
-    and a note when it cannot run one."""
+    """Trials this machine runs at once under the study's resources (at least 1), and a note when it cannot run one."""
     from study.cpus import local_cpus
     from study.tuning.preflight import local_gpus
 
@@ -91,8 +90,7 @@ def default_workers(spec) -> tuple[int, str]:
 
 
 def source_sizes(prog: str, spec) -> dict[str, tuple[int, int]]:
-    """(train, test) images of every folder or archive source of the study, listed
-    (not decoded)."""
+    """(train, test) images of every folder or archive source of the study, listed (not decoded)."""
     from study.data.errors import DataError
     from study.data.layout import resolve_layout
     from study.data.sources import ImageFolderSource, check_source

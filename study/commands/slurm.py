@@ -254,9 +254,9 @@ def _options_after_separator(parser) -> None:
 
     def parse_known_args(args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
-        rest = args[args.index("--") + 1:] if "--" in args else []
-        ns, extra = parse(args[:len(args) - len(rest) - (1 if "--" in args else 0)], namespace)
-        ns.sbatch = rest
+        cut = args.index("--") if "--" in args else len(args)
+        ns, extra = parse(args[:cut], namespace)
+        ns.sbatch = args[cut + 1:]
         return ns, extra
 
     parser.parse_known_args = parse_known_args
@@ -280,8 +280,7 @@ def _sbatch_options(opts: list[str]) -> list[str]:
 
 
 def _refused_sbatch(option: str) -> str | None:
-    """The refused option sbatch would read ``option`` as (or might: an ambiguous prefix),
-    else None."""
+    """The refused option sbatch would read ``option`` as (or might: an ambiguous prefix), else None."""
     if option.startswith("--"):
         name = option.split("=", 1)[0]
         if name in REFUSED_SBATCH:
@@ -297,14 +296,11 @@ def _refused_sbatch(option: str) -> str | None:
     return None
 
 
-_SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]")
-
-
 def sbatch_quote(word: str) -> str:
     """``word`` as one argument of an ``#SBATCH`` line: sbatch splits the line at blanks,
     honours quotes and backslashes and ends it at an unescaped ``#``; a backslash before
     every other character keeps the word whole (and reads the same to ``shlex.split``)."""
-    return "".join(c if _SBATCH_PLAIN.fullmatch(c) else "\\" + c for c in word)
+    return re.sub(r"[^A-Za-z0-9_@%+=:,./-]", r"\\\g<0>", word)
 
 
 def _storage(value: str | None) -> str:
@@ -322,41 +318,37 @@ def _storage(value: str | None) -> str:
     return storage if is_remote(storage) else str(Path(storage).resolve())
 
 
-def _stored_name(name: str, storage: str) -> str:
-    """The NAME of ``--resume``: a study name (as ``study run`` makes them: no control
-    character, '/', or leading '.'), whose folder is directly under the storage."""
-    from study.limits import MAX_NAME_LENGTH
-    from study.spec import _valid_name
-    from study.storage import is_remote, study_root
-
-    if not _valid_name(name):
-        fail(PROG, f"NAME: a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not "
-                   f"starting with '.'; got {name[:120]!r}")
-    root = study_root(storage, name)
-    if not is_remote(storage) and Path(root).resolve().parent != Path(storage):
-        fail(PROG, f"NAME: {root} leads out of {storage} (a link): not a study of this storage")
-    return root
-
-
 def script_for(args: argparse.Namespace) -> str:
     """The sbatch script for ``args`` (checked), every value quoted for bash (``shlex.quote``)
     and, in ``#SBATCH`` lines, for sbatch (:func:`sbatch_quote`)."""
     from study.cliutil import package_version
-    from study.storage import study_exists
+    from study.commands.studies import checked_name
+    from study.limits import MAX_NAME_LENGTH
+    from study.spec import _valid_name, load_spec
+    from study.storage import is_remote, study_exists, study_root
 
     storage = _storage(args.storage)
     sbatch = _sbatch_options(args.sbatch)
-    if args.resume:
+    if args.resume:  # NAME: a name as `study run` makes them (no '/' or leading '.'), a folder directly under storage
         if args.name or args.data:
             fail(PROG, "--resume continues a stored study as it is: no --name or --data")
         name = args.file
-        if not study_exists(_stored_name(name, storage)):
+        if not _valid_name(name):
+            fail(PROG, f"NAME: a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not "
+                       f"starting with '.'; got {name[:120]!r}")
+        root = study_root(storage, name)
+        if not is_remote(storage) and Path(root).resolve().parent != Path(storage):
+            fail(PROG, f"NAME: {root} leads out of {storage} (a link): not a study of this storage")
+        if not study_exists(root):
             fail(PROG, f"no study {name!r} in {storage}")
         run_args = [name]  # not used: the study exists, so the job runs `study resume NAME`
-    else:
-        name = _checked_spec(args, storage)
-        file = str(Path(args.file).resolve())
-        run_args = [file] + (["--data", args.data] if args.data else [])
+    else:  # the file validated against no particular machine; an existing study of its name is refused
+        spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)  # a SpecError: exit 2
+        name = checked_name(args.name if args.name is not None else spec.name)
+        if study_exists(study_root(storage, name)):
+            fail(PROG, f"--name: study {name!r} already exists in {storage} (continue it with "
+                       f"`study slurm {name} --resume` or pick another --name)")
+        run_args = [str(Path(args.file).resolve())] + (["--data", args.data] if args.data else [])
     q = shlex.quote
     if args.ray_logs is None:  # the folder sbatch ran from, known in the job
         ray_logs = '"${SLURM_SUBMIT_DIR:-$PWD}"'
@@ -366,21 +358,6 @@ def script_for(args: argparse.Namespace) -> str:
     return SCRIPT.format(job_name=sbatch_quote(f"study-{name}"), sbatch_lines=lines, version=package_version(),
                          python=q(args.python), storage=q(storage), name=q(name),
                          run_args=" ".join(q(a) for a in run_args), ray_logs=ray_logs)
-
-
-def _checked_spec(args: argparse.Namespace, storage: str) -> str:
-    """The study's name; the file validated (resources against no particular machine);
-    a study of that name already stored is refused."""
-    from study.commands.studies import checked_name
-    from study.spec import load_spec
-    from study.storage import study_exists, study_root
-
-    spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)  # a SpecError: exit 2
-    name = checked_name(args.name if args.name is not None else spec.name)
-    if study_exists(study_root(storage, name)):
-        fail(PROG, f"--name: study {name!r} already exists in {storage} (continue it with "
-                   f"`study slurm {name} --resume` or pick another --name)")
-    return name
 
 
 def run_slurm(args: argparse.Namespace) -> int:

@@ -11,14 +11,6 @@ MAX_KERNEL = int(MAX_MODEL_FIELD["num_heads"] ** 0.5)  # 32: K² heads
 BATCH = 2  # images of the check (study.theory.theorem_error's default)
 
 
-def largest_tensor(kernel: int, in_channels: int, out_channels: int, size: int) -> int:
-    """Elements of the largest tensor the check builds: the attention probabilities
-    (batch, K² heads, T, T) over T = (size + K - 1)² zero-padded tokens, or the
-    per-head value maps (K², D_in, D_out)."""
-    tokens = (size + kernel - 1) ** 2
-    return max(BATCH * kernel**2 * tokens**2, kernel**2 * in_channels * out_channels, BATCH * in_channels * tokens)
-
-
 def register(sub) -> None:
     p = sub.add_parser(
         "theorem", help="check that a random conv equals its MHSA construction",
@@ -40,8 +32,10 @@ def run(args: argparse.Namespace) -> int:
     prog = "study theorem"
     if args.kernel % 2 == 0:
         fail(prog, f"--kernel: must be a positive odd integer, got {args.kernel}")
-    n = largest_tensor(args.kernel, args.in_channels, args.out_channels, args.size)
-    work = BATCH * (args.size + args.kernel - 1) ** 2 * args.kernel**2 * args.in_channels * args.out_channels
+    heads, tokens = args.kernel**2, (args.size + args.kernel - 1) ** 2  # T: zero-padded tokens
+    # the largest tensor the check builds: the probabilities (batch, K² heads, T, T) or the value maps (K², D_in, D_out)
+    n = max(BATCH * heads * tokens**2, heads * args.in_channels * args.out_channels, BATCH * args.in_channels * tokens)
+    work = BATCH * tokens * heads * args.in_channels * args.out_channels
     flags = f"--kernel {args.kernel} --in {args.in_channels} --out {args.out_channels} --size {args.size}"
     if n > MAX_THEOREM_ELEMENTS:
         fail(prog, f"{flags}: the check would build a tensor of {n:,} elements, more than {MAX_THEOREM_ELEMENTS:,} "

@@ -91,21 +91,16 @@ def derive_trial_id(out: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     # every flag and what the data source promises are checked before torch is imported
     # (study.trial.config and study.models.config are torch-free): a refusal costs < 1 s CPU
+    from dataclasses import fields
+
     from study.models.config import ConfigError
     from study.trial import TrainConfig
 
     prog = "study train"
     mc = model_config(prog, **model_overrides(args))
+    flags = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}  # same names
     try:
-        cfg = TrainConfig(
-            model=mc, data=args.data, subset=args.subset, epochs=args.epochs, batch_size=args.batch_size,
-            lr=args.lr, weight_decay=args.weight_decay, warmup=args.warmup, schedule=args.schedule,
-            seed=args.seed, compile=args.compile, amp=args.amp, head_stats=args.head_stats,
-            validation=args.validation, cutmix_alpha=args.cutmix_alpha, mixup_alpha=args.mixup_alpha,
-            randaugment_ops=args.randaugment_ops, randaugment_magnitude=args.randaugment_magnitude,
-            autoaugment=args.autoaugment, label_smoothing=args.label_smoothing,
-            map_epochs=_map_epochs(prog, args.map_epochs),
-        )
+        cfg = TrainConfig(**flags | {"model": mc, "map_epochs": _map_epochs(prog, args.map_epochs)})
     except ConfigError as e:
         fail(prog, f"{flag(e.field)}: {e.message}")
     over = limits.over_limit(cfg)  # the same documented limits a study file is held to
@@ -227,7 +222,6 @@ def _check_ledger(prog: str, path: Path) -> None:
 
     if not os.path.lexists(path):
         return
-
     try:
         read_object(path, fields=LEDGER_FIELDS)
     except MetaFileError as e:

@@ -564,7 +564,7 @@ def test_analysis_size_flags(argv, needle, capsys):
     (["evaluate", "missing.pt"], "missing.pt: no such file"),
     (["evaluate", "{fifo}"], "not a file"),
     (["evaluate", "{file}", "--data", "nope"], "--data: nope: no such file or directory"),
-    (["evaluate", "{file}", "--device", "quantum"], "--device: only cpu, cuda and cuda:N"),
+    (["evaluate", "{file}", "--device", "quantum"], "--device: only cuda, cuda:N and cpu"),
     (["bench", "--device", "tpu"], "--device"),
     (["bench", "--amp", "--dtype", "float32"], "--amp/--no-amp"),
     (["bench", "--peak-tflops", "inf"], "--peak-tflops"),
