@@ -22,12 +22,8 @@ MIN_SUBSET_TEST = 100
 
 @dataclass(frozen=True)
 class Splits:
-    """A data source's train and test splits (CPU tensors).
-
-    ``*_images`` are uint8 (N, 3, 32, 32), ``*_labels`` int64 (N,) indices into
-    ``classes``; ``source`` describes where they came from, for reports.  ``val_*``:
-    a validation split held out from the training images
-    (:func:`study.data.validation.hold_out_validation`), or None."""
+    """A data source's splits (CPU): ``*_images`` uint8 (N, 3, 32, 32), ``*_labels`` int64 (N,);
+    ``val_*``: held out from the training images (:func:`~study.data.validation.hold_out_validation`)."""
 
     train_images: Tensor
     train_labels: Tensor
@@ -67,8 +63,7 @@ def load_splits(
     training images and of ``min(len(test), max(k // 5, 100))`` test images, each in
     the original order; a ``subset`` larger than the training split is refused (it
     would silently train on fewer images than recorded).  ``progress`` receives a
-    line before and after a long decode.
-    Raises :class:`DataError` with a one-line message naming the problem."""
+    line before and after a long decode."""
     if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):
         raise DataError(f"subset must be a positive number of training images, got {subset!r}")
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
