@@ -6,17 +6,11 @@ one JSON and one Markdown report.
     python benchmarks/gpu_check.py                      # on the GPU machine (≤ 30 min on one H100)
     python benchmarks/gpu_check.py --device cpu --small # the same parts, CI-sized (tests/benchmarks/test_gpu_check.py)
 
-Each part has a share of ``--budget-minutes`` and sizes its work by the FLOPs it runs
-(``study.flops.forward_flops`` of each model; a training image costs 3 × forward):
-the timed bench steps and the study's models are chosen so that, at an assumed
-achieved throughput (``--assumed-mfu`` of the device's peak, printed in the report),
-each part fits its share; every part records its planned and its measured seconds.
-Parts are independent: one that fails is recorded with its cause and the next runs.
-
-The GPU machine has no Ray by default (docs/design.md §11: install the wheels into /tmp/site
-and ``export PYTHONPATH=/tmp/site``); without Ray the study part says so and is skipped.
-Exit status: 0 every part passed or was skipped for a stated reason, 1 a part failed,
-2 bad arguments.
+Each part sizes its work by its FLOPs (a training image costs 3 × forward) to fit its share of
+``--budget-minutes`` at ``--assumed-mfu`` of the device's peak, and records planned and measured
+seconds; a part that fails is recorded with its cause and the next runs.  Without Ray (the GPU
+machine's default, docs/design.md §11) the study part says so and is skipped.
+Exit status: 0 every part passed or was skipped for a stated reason, 1 a part failed, 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -157,10 +151,8 @@ def _verdict(res: dict, ok: bool, tail: str) -> dict:
 
 # ------------------------------------------------------------------- bench
 def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
-    """``study bench`` (in process) of every model: eager with the naive float32
-    reference, then ``--compile``; each model's timed steps sized by its FLOPs.
-    ``on_row(part)`` receives the part so far after each model (a run cut short by
-    the device's time limit still leaves the models it measured)."""
+    """``study bench`` of every model, eager with the naive float32 reference, then ``--compile``;
+    ``on_row(part)`` gets the part so far after each model (a run cut short keeps what it measured)."""
     import torch
 
     from study.bench.options import default_options
@@ -222,9 +214,8 @@ def _bench_part(rows: list[dict], budget_s: float, t_part: float, args, override
 
 # ------------------------------------------------------------------- study
 def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
-    """The study file (paper models, ``args.epochs`` epochs, the paper's recipe) and
-    its plan: per model the FLOPs and the predicted seconds; models that would not fit
-    the budget (most expensive first) are left out, with the reason."""
+    """The study file (``args.epochs`` epochs of the paper's recipe) and its plan: per model the
+    FLOPs and predicted seconds; models that would not fit the budget are left out, with the reason."""
     from study.flops import forward_flops
     from study.bench.options import BENCH_MODELS
     from study.models import ModelConfig, build_model
@@ -267,8 +258,7 @@ def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
 
 
 def run_study(args, budget_s: float, peak: dict, out: Path) -> dict:
-    """``study run`` of :func:`study_spec` (a subprocess: the command users run), then
-    the ``runs`` table read back."""
+    """``study run`` of :func:`study_spec` (a subprocess: the command users run), then its ``runs`` table."""
     import yaml
 
     spec, plan = study_spec(args, budget_s, peak)

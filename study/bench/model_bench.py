@@ -19,8 +19,7 @@ from study.models import build_model, model_name
 
 
 def _model_variant(name: str, model: nn.Module, opts: BenchOptions, *, paths: DevicePaths, path: str) -> Variant:
-    """One training step of ``model`` on a fixed device-resident batch, taking the
-    device branches ``paths`` (autocast, compile, channels-last)."""
+    """One training step of ``model`` on a fixed device-resident batch, on ``paths``."""
     gen = torch.Generator(device="cpu").manual_seed(opts.seed)
     images = torch.randn(opts.batch, 3, 32, 32, generator=gen).to(opts.device)
     labels = torch.randint(0, 10, (opts.batch,), generator=gen).to(opts.device)
@@ -31,11 +30,8 @@ def _model_variant(name: str, model: nn.Module, opts: BenchOptions, *, paths: De
 
 
 def bench_model(key: str, opts: BenchOptions) -> dict:
-    """Training throughput of ``BENCH_MODELS[key]`` (fast paths) and of its references
-    (attention layers replaced by the naive and/or the einsum formulation, per
-    ``opts.references``, float32, eager; none for ResNet18): each warmed up alone (so that
-    its memory is its own), then their timed windows interleaved, so a change of machine
-    load hits all alike."""
+    """Training throughput of ``BENCH_MODELS[key]`` (fast paths) and of it with the attention layers
+    of ``opts.references`` (float32, eager; none for ResNet18), timed by :func:`~study.bench.timing.measure`."""
     torch.manual_seed(opts.seed)
     model = build_model(opts.model_config(key)).to(opts.device)
     out = {"key": key, "name": model_name(opts.model_config(key)), "n_params": count_parameters(model),

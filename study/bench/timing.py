@@ -58,9 +58,8 @@ def sgd_variant(name: str, module: torch.nn.Module, fn: Callable[[Tensor], Tenso
 
 
 def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> dict[str, dict]:
-    """Warm up each variant (reading its memory), then time ``repeats`` windows of
-    ``steps`` steps per variant, interleaved across variants; ``label`` prefixes their names
-    in messages."""
+    """Warm up each variant (reading its memory), then time ``repeats`` windows of ``steps`` steps
+    per variant, interleaved across variants; ``label`` prefixes their names in messages."""
     dev = opts.device
     warm, memory, last = {}, {}, {}
     for v in variants:

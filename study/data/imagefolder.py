@@ -28,10 +28,8 @@ def load_image_folder(
     progress: Callable[[str], None] | None = None,
     workers: int | None = None,
 ) -> dict[str, Any]:
-    """``{"train_images", "train_labels", "test_images", "test_labels", "classes",
-    "source"}`` for the image folder or archive at ``path``.  Decodes on the first
-    call and caches under ``cache_dir`` keyed by the content's sha256; later calls
-    with the same content load the cache."""
+    """``{"train_images", "train_labels", "test_images", "test_labels", "classes", "source"}``
+    for the image folder or archive at ``path``, decoded once and cached under ``cache_dir``."""
     src = ImageFolderSource(path)
     name = str(path)
     label = KNOWN_ARCHIVES.get(src.digest, "image folder" if src.is_dir else "image archive")
