@@ -32,15 +32,13 @@ def cache_path(cache_dir: Path, *, kind: str, digest: str) -> Path:
     return cache_dir / f"{kind}-v{FORMAT}-{digest}.pt"
 
 
-def load_cached(path: Path) -> dict[str, Any] | None:
-    """The cached dict at ``path``, or None if absent or unreadable (then it is rebuilt)."""
+def load_cached(path: Path, *, keys: tuple[str, ...]) -> dict[str, Any] | None:
+    """The cached dict at ``path`` holding ``keys``, or None if absent or unreadable (then it is rebuilt)."""
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # absent, truncated or foreign file: rebuild it
         return None
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        return None
-    return obj
+    return obj if isinstance(obj, dict) and obj.get("format") == FORMAT and all(k in obj for k in keys) else None
 
 
 def save_atomic(obj: dict[str, Any], path: Path) -> bool:
