@@ -27,14 +27,9 @@ class ImageFolderSource:
         self.path = Path(path).expanduser()
         try:
             st = os.stat(self.path)
-        except FileNotFoundError:
-            raise DataError(f"{path}: no such file or directory") from None
-        except OSError as e:
-            raise DataError(f"{path}: cannot read ({one_line(e.strerror or e)})") from None
-        self.is_dir = stat.S_ISDIR(st.st_mode)
-        if not self.is_dir and not stat.S_ISREG(st.st_mode):
-            raise DataError(f"{path}: not a folder or a regular file ({_kind(st.st_mode)})")
-        try:
+            self.is_dir = stat.S_ISDIR(st.st_mode)
+            if not self.is_dir and not stat.S_ISREG(st.st_mode):
+                raise DataError(f"{path}: not a folder or a regular file ({_kind(st.st_mode)})")
             if self.is_dir:
                 self._listing: Listing | None = _read_tree(self.path, source=str(path))
                 self.digest = _tree_digest(self._listing)
@@ -42,6 +37,8 @@ class ImageFolderSource:
                 with _open_regular(self.path, source=str(path), name=None, limit=limits.MAX_SOURCE_BYTES) as f:
                     self.digest = hashlib.file_digest(f, "sha256").hexdigest()
                 self._listing = None
+        except FileNotFoundError:
+            raise DataError(f"{path}: no such file or directory") from None
         except OSError as e:
             raise DataError(f"{path}: cannot read ({one_line(e.strerror or e)})") from None
 
