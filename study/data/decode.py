@@ -90,10 +90,12 @@ def _decoder_messages() -> Iterator[Callable[[], str]]:
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
         saved = os.dup(2)
-        swapped = None
+        swapped, python_on_fd2 = None, False
         try:
             os.dup2(tmp.fileno(), 2)
-            if _writes_to_fd2(sys.stderr):
+            with contextlib.suppress(AttributeError, OSError, ValueError):  # pytest's capture, a StringIO
+                python_on_fd2 = sys.stderr.fileno() == 2
+            if python_on_fd2:
                 swapped, sys.stderr = sys.stderr, open(os.dup(saved), "w", buffering=1, closefd=True,
                                                        encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
                                                        errors="backslashreplace")
@@ -106,13 +108,6 @@ def _decoder_messages() -> Iterator[Callable[[], str]]:
             os.close(saved)
             tmp.seek(0)
             text = tmp.read(64 * 1024).decode("utf-8", "replace")
-
-
-def _writes_to_fd2(stream) -> bool:
-    try:
-        return stream.fileno() == 2
-    except (AttributeError, OSError, ValueError):  # pytest's capture, a StringIO
-        return False
 
 
 def _refuse_the_file_decoders_complain_about(flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, int]], *,
