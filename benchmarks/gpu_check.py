@@ -298,10 +298,6 @@ def _study_trials(tables: Path) -> list[dict]:
 
 
 # ----------------------------------------------------------------- reports
-def _fmt(v, spec: str = ".1f") -> str:
-    return "n/a" if v is None else format(v, spec)
-
-
 def _table(header: str, rows: list[list]) -> list[str]:
     cells = header.split(",")
     return ["| " + " | ".join(map(str, r)) + " |" for r in [cells, ["---"] * len(cells), *rows]]
@@ -309,16 +305,17 @@ def _table(header: str, rows: list[list]) -> list[str]:
 
 def markdown(report: dict) -> str:
     from study.bench.options import BENCH_MODELS
+    from study.bench.report import or_na
     from study.models import model_name
 
     parts, peak = report["parts"], report["peak"]
     lines = [f"# GPU check: {report['device_name']} ({report['device']})", "",
              f"torch {report['torch']}, budget {report['budget_s'] / 60:.1f} min, "
-             f"took {report['seconds'] / 60:.1f} min; peak bf16 {_fmt(peak['bf16_tflops'], '.3g')} TFLOP/s "
-             f"({peak['bf16_source']}), fp32 {_fmt(peak['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
+             f"took {report['seconds'] / 60:.1f} min; peak bf16 {or_na(peak['bf16_tflops'], '.3g')} TFLOP/s "
+             f"({peak['bf16_source']}), fp32 {or_na(peak['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
              f"{report['assumed_mfu']:.2f}{' (--small)' if report['small'] else ''}", "",
              *_table("part,status,planned s,seconds", [
-                 [name, part["status"], _fmt(part.get("planned_s"), ".3g"), _fmt(part.get("seconds"), ".0f")]
+                 [name, part["status"], or_na(part.get("planned_s"), ".3g"), or_na(part.get("seconds"), ".0f")]
                  for name, part in parts.items()])]
     for name, part in parts.items():
         if part.get("error") or part.get("reason"):
@@ -336,9 +333,9 @@ def markdown(report: dict) -> str:
                     rows.append([*head, label, f"error: {rec['error'][:80]}", "", "", "", ""])
                     continue
                 rows.append([*head, f"{label} ({rec['precision']})", f"{rec['images_per_s']:.1f}",
-                             _fmt(None if rec["mfu"] is None else 100 * rec["mfu"], ".1f") + "%",
-                             _fmt(rec["peak_memory_mb"], ".0f"), _fmt(rec["speedup_vs_naive"], ".2f") + "x",
-                             _fmt(r.get("compile_s") if label == "compiled" else None, ".1f")])
+                             or_na(None if rec["mfu"] is None else 100 * rec["mfu"], ".1f") + "%",
+                             or_na(rec["peak_memory_mb"], ".0f"), or_na(rec["speedup_vs_naive"], ".2f") + "x",
+                             or_na(r.get("compile_s") if label == "compiled" else None, ".1f")])
         lines += ["", "## study bench, training step (forward + backward + SGD)", "",
                   *_table("model,batch,steps,run,img/s,MFU,peak MB,vs naive fp32,compile s", rows)]
     if s := parts.get("study"):
@@ -346,9 +343,9 @@ def markdown(report: dict) -> str:
         rows = []
         for p in s["plan"]:
             tr = trials.get(model_name(BENCH_MODELS[p["key"]]), {})
-            rows.append([p["key"], _fmt(p["planned_s"], ".0f"), "yes" if p["included"] else p["reason"],
-                         tr.get("status", "-"), _fmt(tr.get("final_test_acc"), ".4f"),
-                         _fmt(tr.get("device_seconds"), ".0f"), _fmt(tr.get("images_per_s"), ".0f")])
+            rows.append([p["key"], or_na(p["planned_s"], ".0f"), "yes" if p["included"] else p["reason"],
+                         tr.get("status", "-"), or_na(tr.get("final_test_acc"), ".4f"),
+                         or_na(tr.get("device_seconds"), ".0f"), or_na(tr.get("images_per_s"), ".0f")])
         lines += ["", f"## study run: {s['epochs']} epoch(s) on {s['data']}", "",
                   *([f"`{s['command']}`"] if s.get("command") else []), "",
                   *_table("model,planned s,included,trial status,final test acc,device s,img/s", rows)]

@@ -34,8 +34,8 @@ class Variant:
 
 
 def sgd_variant(name: str, module: torch.nn.Module, fn: Callable[[Tensor], Tensor], x: Tensor, *, opts: BenchOptions,
-                paths: DevicePaths, path: str, training: bool | None, lr: float, loss: Callable[[Tensor], Tensor] | None = None,
-                grad: Tensor | None = None) -> Variant:
+                paths: DevicePaths, path: str, training: bool | None, lr: float,
+                loss: Callable[[Tensor], Tensor] | None = None, grad: Tensor | None = None) -> Variant:
     """A training step: ``fn(x)`` on ``paths`` (autocast, compile), backward of ``loss`` of it (or
     of it against ``grad``), SGD with momentum on ``module``, set to ``training`` (unless None) each
     step: the layer bench's variants share one layer."""
