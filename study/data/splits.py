@@ -47,22 +47,14 @@ def load_splits(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> Splits:
-    """Load the data source ``spec``:
+    """Load the data source ``spec`` (docs/study-files.md, "Data"): ``synthetic[:N_TRAIN]``
+    (generated, the same for every ``seed``), ``cifar10[:ROOT]`` (default ``<cache_dir>/cifar10``,
+    downloaded there if missing), or an image-folder tree or tar archive of one, decoded once and
+    cached under ``cache_dir`` (default :func:`~study.data.cache.default_cache_dir`) by content.
 
-    - ``"synthetic"`` or ``"synthetic:N_TRAIN"``: generated data (10 classes, 2000
-      train / 500 test by default), always the same (it does not depend on ``seed``);
-    - ``"cifar10"`` or ``"cifar10:ROOT"``: the original CIFAR-10 python version under
-      ROOT (default ``<cache_dir>/cifar10``), downloaded there if missing;
-    - any other string: a path to an image-folder tree (``train/<class>/*``,
-      ``test/<class>/*``, optionally inside one wrapping folder) or a tar archive of
-      one (plain, gzip, bzip2 or xz).  Classes are the sorted folder names.  Decoded
-      once and cached under ``cache_dir`` (default ``$STUDY_CACHE_DIR`` or
-      ``~/.cache/attention-cnn-study``), keyed by the content's sha256.
-
-    ``subset=k`` keeps a class-stratified random subset (drawn with ``seed``) of k
-    training images and of ``min(len(test), max(k // 5, 100))`` test images, each in
-    the original order; a ``subset`` larger than the training split is refused (it
-    would silently train on fewer images than recorded).  ``progress`` receives a
+    ``subset=k`` keeps a class-stratified random subset (drawn with ``seed``) of k training
+    images and ``min(len(test), max(k // 5, 100))`` test images, in the original order; a
+    ``subset`` larger than the training split is refused, not capped.  ``progress`` receives a
     line before and after a long decode."""
     if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):
         raise DataError(f"subset must be a positive number of training images, got {subset!r}")
