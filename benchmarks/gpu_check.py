@@ -6,17 +6,11 @@ one JSON and one Markdown report.
     python benchmarks/gpu_check.py                      # on the GPU machine (≤ 30 min on one H100)
     python benchmarks/gpu_check.py --device cpu --small # the same parts, CI-sized (tests/benchmarks/test_gpu_check.py)
 
-Each part has a share of ``--budget-minutes`` and sizes its work by the FLOPs it runs
-(``study.flops.forward_flops`` of each model; a training image costs 3 × forward):
-the timed bench steps and the study's models are chosen so that, at an assumed
-achieved throughput (``--assumed-mfu`` of the device's peak, printed in the report),
-each part fits its share; every part records its planned and its measured seconds.
-Parts are independent: one that fails is recorded with its cause and the next runs.
-
-The GPU machine has no Ray by default (docs/design.md §11: install the wheels into /tmp/site
-and ``export PYTHONPATH=/tmp/site``); without Ray the study part says so and is skipped.
-Exit status: 0 every part passed or was skipped for a stated reason, 1 a part failed,
-2 bad arguments.
+Each part sizes its work by its FLOPs (a training image costs 3 × forward) to fit its share of
+``--budget-minutes`` at ``--assumed-mfu`` of the device's peak, and records planned and measured
+seconds; a part that fails is recorded with its cause and the next runs.  Without Ray (the GPU
+machine's default, docs/design.md §11) the study part says so and is skipped.
+Exit status: 0 every part passed or was skipped for a stated reason, 1 a part failed, 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -157,10 +151,8 @@ def _verdict(res: dict, ok: bool, tail: str) -> dict:
 
 # ------------------------------------------------------------------- bench
 def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
-    """``study bench`` (in process) of every model: eager with the naive float32
-    reference, then ``--compile``; each model's timed steps sized by its FLOPs.
-    ``on_row(part)`` receives the part so far after each model (a run cut short by
-    the device's time limit still leaves the models it measured)."""
+    """``study bench`` of every model, eager with the naive float32 reference, then ``--compile``;
+    ``on_row(part)`` gets the part so far after each model (a run cut short keeps what it measured)."""
     import torch
 
     from study.bench.options import default_options
@@ -222,9 +214,8 @@ def _bench_part(rows: list[dict], budget_s: float, t_part: float, args, override
 
 # ------------------------------------------------------------------- study
 def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
-    """The study file (paper models, ``args.epochs`` epochs, the paper's recipe) and
-    its plan: per model the FLOPs and the predicted seconds; models that would not fit
-    the budget (most expensive first) are left out, with the reason."""
+    """The study file (``args.epochs`` epochs of the paper's recipe) and its plan: per model the
+    FLOPs and predicted seconds; models that would not fit the budget are left out, with the reason."""
     from study.flops import forward_flops
     from study.bench.options import BENCH_MODELS
     from study.models import ModelConfig, build_model
@@ -267,8 +258,7 @@ def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
 
 
 def run_study(args, budget_s: float, peak: dict, out: Path) -> dict:
-    """``study run`` of :func:`study_spec` (a subprocess: the command users run), then
-    the ``runs`` table read back."""
+    """``study run`` of :func:`study_spec` (a subprocess: the command users run), then its ``runs`` table."""
     import yaml
 
     spec, plan = study_spec(args, budget_s, peak)
@@ -308,10 +298,6 @@ def _study_trials(tables: Path) -> list[dict]:
 
 
 # ----------------------------------------------------------------- reports
-def _fmt(v, spec: str = ".1f") -> str:
-    return "n/a" if v is None else format(v, spec)
-
-
 def _table(header: str, rows: list[list]) -> list[str]:
     cells = header.split(",")
     return ["| " + " | ".join(map(str, r)) + " |" for r in [cells, ["---"] * len(cells), *rows]]
@@ -319,16 +305,17 @@ def _table(header: str, rows: list[list]) -> list[str]:
 
 def markdown(report: dict) -> str:
     from study.bench.options import BENCH_MODELS
+    from study.bench.report import or_na
     from study.models import model_name
 
     parts, peak = report["parts"], report["peak"]
     lines = [f"# GPU check: {report['device_name']} ({report['device']})", "",
              f"torch {report['torch']}, budget {report['budget_s'] / 60:.1f} min, "
-             f"took {report['seconds'] / 60:.1f} min; peak bf16 {_fmt(peak['bf16_tflops'], '.3g')} TFLOP/s "
-             f"({peak['bf16_source']}), fp32 {_fmt(peak['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
+             f"took {report['seconds'] / 60:.1f} min; peak bf16 {or_na(peak['bf16_tflops'], '.3g')} TFLOP/s "
+             f"({peak['bf16_source']}), fp32 {or_na(peak['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
              f"{report['assumed_mfu']:.2f}{' (--small)' if report['small'] else ''}", "",
              *_table("part,status,planned s,seconds", [
-                 [name, part["status"], _fmt(part.get("planned_s"), ".3g"), _fmt(part.get("seconds"), ".0f")]
+                 [name, part["status"], or_na(part.get("planned_s"), ".3g"), or_na(part.get("seconds"), ".0f")]
                  for name, part in parts.items()])]
     for name, part in parts.items():
         if part.get("error") or part.get("reason"):
@@ -346,9 +333,9 @@ def markdown(report: dict) -> str:
                     rows.append([*head, label, f"error: {rec['error'][:80]}", "", "", "", ""])
                     continue
                 rows.append([*head, f"{label} ({rec['precision']})", f"{rec['images_per_s']:.1f}",
-                             _fmt(None if rec["mfu"] is None else 100 * rec["mfu"], ".1f") + "%",
-                             _fmt(rec["peak_memory_mb"], ".0f"), _fmt(rec["speedup_vs_naive"], ".2f") + "x",
-                             _fmt(r.get("compile_s") if label == "compiled" else None, ".1f")])
+                             or_na(None if rec["mfu"] is None else 100 * rec["mfu"], ".1f") + "%",
+                             or_na(rec["peak_memory_mb"], ".0f"), or_na(rec["speedup_vs_naive"], ".2f") + "x",
+                             or_na(r.get("compile_s") if label == "compiled" else None, ".1f")])
         lines += ["", "## study bench, training step (forward + backward + SGD)", "",
                   *_table("model,batch,steps,run,img/s,MFU,peak MB,vs naive fp32,compile s", rows)]
     if s := parts.get("study"):
@@ -356,9 +343,9 @@ def markdown(report: dict) -> str:
         rows = []
         for p in s["plan"]:
             tr = trials.get(model_name(BENCH_MODELS[p["key"]]), {})
-            rows.append([p["key"], _fmt(p["planned_s"], ".0f"), "yes" if p["included"] else p["reason"],
-                         tr.get("status", "-"), _fmt(tr.get("final_test_acc"), ".4f"),
-                         _fmt(tr.get("device_seconds"), ".0f"), _fmt(tr.get("images_per_s"), ".0f")])
+            rows.append([p["key"], or_na(p["planned_s"], ".0f"), "yes" if p["included"] else p["reason"],
+                         tr.get("status", "-"), or_na(tr.get("final_test_acc"), ".4f"),
+                         or_na(tr.get("device_seconds"), ".0f"), or_na(tr.get("images_per_s"), ".0f")])
         lines += ["", f"## study run: {s['epochs']} epoch(s) on {s['data']}", "",
                   *([f"`{s['command']}`"] if s.get("command") else []), "",
                   *_table("model,planned s,included,trial status,final test acc,device s,img/s", rows)]

@@ -3,17 +3,11 @@
 
     python benchmarks/tables.py --out /tmp/tables-bench            # 64 x 300
 
-The study: TRIALS trials x EPOCHS epochs, LAYERS x HEADS heads, WINDOW x WINDOW maps,
-written epoch by epoch for all trials (as trials running side by side write them):
-per (trial, epoch) an ``epochs`` row, a ``heads`` row per head, the ``maps`` rows at
-the epochs of the map schedule, and the ``runs`` row rewritten.  It is measured twice:
-while the study is still running (half the epochs written, uncompacted parts present)
-and once every trial has ended.
-
-Prints numbers; asserts nothing.  Query times are wall times of the ``analysis query``
-command (a new process, as a user runs it: Python start-up and imports included), the
-best and the median of ``--repeats``, with its CPU seconds (user + system), which a
-loaded machine does not inflate.
+The study is written epoch by epoch for all trials, as trials running side by side write
+it, and measured twice: half-written (uncompacted parts present) and ended.  Prints numbers;
+asserts nothing.  Query times are of the ``analysis query`` command in a new process (start-up
+included), best and median of ``--repeats``, with its CPU seconds, which a loaded machine does
+not inflate.
 """
 
 from __future__ import annotations

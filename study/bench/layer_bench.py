@@ -11,9 +11,8 @@ from torch import Tensor
 
 from study.bench.options import BENCH_MODELS, BenchOptions
 from study.bench.references import REFERENCES
-from study.bench.timing import Variant, measure, speedups
+from study.bench.timing import Variant, measure, sgd_variant, speedups
 from study.devicepaths import DevicePaths
-from study.flops import count_flops
 from study.models import build_model, model_name
 from study.models.attention import RelativeSelfAttention
 from study.models.encoded import EncodedAttention
@@ -35,32 +34,17 @@ def attention_path(layer) -> str:
 
 def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor], Tensor],
                    opts: BenchOptions, *, training: bool, fast: bool, path: str) -> Variant:
-    dev = opts.device
-    paths = replace(opts.paths(), channels_last=False) if fast else DevicePaths()
     grid = BENCH_MODELS["sa_quadratic"].grid
     gen = torch.Generator(device="cpu").manual_seed(opts.seed)
-    x = torch.randn(opts.batch, grid, grid, layer.dim, generator=gen).to(dev).requires_grad_()
+    x = torch.randn(opts.batch, grid, grid, layer.dim, generator=gen).to(opts.device).requires_grad_()
     layer.train(training)
     with torch.no_grad():
         # the gradient of a mean-like loss: small enough that the variants' SGD steps
         # on the shared layer never push its scores out of range
         y0 = fn(x).float()
         grad_out = torch.randn_like(y0) / y0.numel() ** 0.5
-    fwd_flops = count_flops(lambda: fn(x), opts.batch)
-    opt = torch.optim.SGD(layer.parameters(), lr=1e-3, momentum=0.9)
-    run = paths.compiled(fn)
-
-    def step() -> Tensor:
-        layer.train(training)
-        with paths.autocast(dev):
-            y = run(x)
-        y.backward(grad_out.to(y.dtype))
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        x.grad = None
-        return y.detach()
-
-    return Variant(name=name, path=path, step=step, forward_flops=fwd_flops, precision=paths.precision_name())
+    return sgd_variant(name, layer, fn, x, opts=opts, paths=replace(opts.paths(), channels_last=False) if fast
+                       else DevicePaths(), path=path, training=training, lr=1e-3, grad=grad_out)
 
 
 def bench_attention(key: str, opts: BenchOptions) -> dict:

@@ -7,47 +7,31 @@ from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 
 from study.bench.layer_bench import attention_path
 from study.bench.options import BenchOptions
 from study.bench.references import REFERENCES, reference_model
-from study.bench.timing import Variant, measure, speedups
+from study.bench.timing import Variant, measure, sgd_variant, speedups
 from study.devicepaths import DevicePaths
-from study.flops import count_flops, count_parameters, forward_flops
+from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
 
 
 def _model_variant(name: str, model: nn.Module, opts: BenchOptions, *, paths: DevicePaths, path: str) -> Variant:
-    """One training step of ``model`` on a fixed device-resident batch, taking the
-    device branches ``paths`` (autocast, compile, channels-last)."""
-    dev = opts.device
+    """One training step of ``model`` on a fixed device-resident batch, on ``paths``."""
     gen = torch.Generator(device="cpu").manual_seed(opts.seed)
-    images = torch.randn(opts.batch, 3, 32, 32, generator=gen).to(dev)
-    labels = torch.randint(0, 10, (opts.batch,), generator=gen).to(dev)
+    images = torch.randn(opts.batch, 3, 32, 32, generator=gen).to(opts.device)
+    labels = torch.randint(0, 10, (opts.batch,), generator=gen).to(opts.device)
     model, images = paths.memory_format(model, images)
     model.train()  # the paper's training mode: dropout 0.1 (attention probabilities too)
-    fwd_flops = count_flops(lambda: model(images), opts.batch)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    run = paths.compiled(model)
-
-    def step() -> Tensor:
-        with paths.autocast(dev):
-            loss = F.cross_entropy(run(images), labels)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    return Variant(name=name, path=path, step=step, forward_flops=fwd_flops, precision=paths.precision_name())
+    return sgd_variant(name, model, model, images, opts=opts, paths=paths, path=path, training=None, lr=0.01,
+                       loss=lambda out: F.cross_entropy(out, labels))
 
 
 def bench_model(key: str, opts: BenchOptions) -> dict:
-    """Training throughput of ``BENCH_MODELS[key]`` (fast paths) and of its references
-    (attention layers replaced by the naive and/or the einsum formulation, per
-    ``opts.references``, float32, eager; none for ResNet18): each warmed up alone (so that
-    its memory is its own), then their timed windows interleaved, so a change of machine
-    load hits all alike."""
+    """Training throughput of ``BENCH_MODELS[key]`` (fast paths) and of it with the attention layers
+    of ``opts.references`` (float32, eager; none for ResNet18), timed by :func:`~study.bench.timing.measure`."""
     torch.manual_seed(opts.seed)
     model = build_model(opts.model_config(key)).to(opts.device)
     out = {"key": key, "name": model_name(opts.model_config(key)), "n_params": count_parameters(model),

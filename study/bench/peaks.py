@@ -35,13 +35,6 @@ class Peak:
     cpu_tflops: float | None = None
 
 
-def precision_key(device: torch.device, amp_dtype: torch.dtype | None) -> str:
-    """The precision the matmuls run in: bf16/fp16 under autocast, else tf32 or fp32."""
-    if amp_dtype is not None:
-        return {torch.bfloat16: "bf16", torch.float16: "fp16"}[amp_dtype]
-    return "tf32" if device.type == "cuda" and torch.get_float32_matmul_precision() != "highest" else "fp32"
-
-
 def stated_gpu_peak(device_name: str, precision: str) -> Peak:
     for needle, excluded, label, table in GPU_PEAKS:
         if needle in device_name and not any(e in device_name for e in excluded):
@@ -71,7 +64,10 @@ def measured_matmul_peak(device: torch.device, dtype: torch.dtype, *, size: int 
 def resolve_peak(device: torch.device, amp_dtype: torch.dtype | None, override: float | None) -> Peak:
     """``override`` (from ``--peak-tflops``) if given, else the stated GPU table, else
     a measured matmul ceiling on CPU."""
-    precision = precision_key(device, amp_dtype)
+    if amp_dtype is not None:  # the precision the matmuls run in
+        precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}[amp_dtype]
+    else:
+        precision = "tf32" if device.type == "cuda" and torch.get_float32_matmul_precision() != "highest" else "fp32"
     if override is not None:
         return Peak(float(override), f"given: --peak-tflops ({precision})")
     if device.type == "cuda":

@@ -9,7 +9,8 @@ COLUMNS = (
 CPU_COLUMNS = ("cpu ms/step", "vs naive (cpu time)", "vs einsum (cpu time)")
 
 
-def _num(v, fmt: str) -> str:
+def or_na(v, fmt: str) -> str:
+    """``v`` formatted, or "n/a" for None."""
     return "n/a" if v is None else format(v, fmt)
 
 
@@ -18,12 +19,12 @@ def _row(label: str, run: str, rec: dict | None, naive=(None, None), einsum=(Non
     n = len(COLUMNS) + (len(CPU_COLUMNS) if cpu else 0)
     if rec is None:
         return [label, run, *["-"] * (n - 2)]
-    cells = [label, run, rec["path"], _num(rec["images_per_s"], ".1f"), _num(rec["step_ms"], ".1f"),
-             _num(rec["forward_flops"] / 1e9, ".3f"), _num(rec["tflops"], ".3f"),
+    cells = [label, run, rec["path"], or_na(rec["images_per_s"], ".1f"), or_na(rec["step_ms"], ".1f"),
+             or_na(rec["forward_flops"] / 1e9, ".3f"), or_na(rec["tflops"], ".3f"),
              "n/a" if rec["mfu"] is None else f"{100 * rec['mfu']:.2f}%",
-             _num(rec["peak_memory_mb"], ".0f"), _num(rec["step_memory_mb"], ".0f"),
+             or_na(rec["peak_memory_mb"], ".0f"), or_na(rec["step_memory_mb"], ".0f"),
              _ratio(naive[0]), _ratio(einsum[0])]
-    return cells + ([_num(1e3 * rec["cpu_s_per_step"], ".1f"), _ratio(naive[1]), _ratio(einsum[1])] if cpu else [])
+    return cells + ([or_na(1e3 * rec["cpu_s_per_step"], ".1f"), _ratio(naive[1]), _ratio(einsum[1])] if cpu else [])
 
 
 def _ratio(v) -> str:

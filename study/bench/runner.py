@@ -1,11 +1,9 @@
-"""``study bench``: steady-state training throughput of the paper's models and of
-one attention layer, next to reference formulations of the same equations.
+"""``study bench``: steady-state training throughput of the paper's models and of one attention
+layer, next to reference formulations of the same equations.
 
-One training step = forward + backward + SGD step on a batch resident on the device (no
-data loading), timed by :func:`study.bench.timing.measure`.  The references always run eager
-in float32, so ``speedup_vs_naive`` includes the precision.  FLOPs are counted by
-``torch.utils.flop_counter`` on each record's own path (``train_flops`` = 3 × forward): the
-factorised path does fewer FLOPs than the dense one for the same result, so compare paths by images/s.
+The references always run eager in float32, so ``speedup_vs_naive`` includes the precision.
+FLOPs are counted on each record's own path: the factorised path does fewer FLOPs than the
+dense one for the same result, so compare paths by images/s.
 """
 
 from __future__ import annotations
@@ -37,8 +35,7 @@ def device_name(device: torch.device) -> str:
 
 
 def run_bench(opts: BenchOptions) -> dict:
-    """Benchmark ``opts.targets`` (checked by the caller: ``study bench``'s flags, or
-    ``benchmarks/gpu_check.py``'s): a JSON-serialisable report (see ``study bench --help``)."""
+    """Benchmark ``opts.targets`` (checked by the caller): a JSON-serialisable report (``study bench --help``)."""
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
     opts.peak = resolve_peak(opts.device, opts.amp_dtype, opts.peak_tflops)

@@ -17,7 +17,8 @@ from torch import Tensor
 from study.bench.memory import MemoryProbe
 from study.bench.options import BenchOptions
 from study.bench.peaks import Peak
-from study.devicepaths import synchronize
+from study.devicepaths import DevicePaths, synchronize
+from study.flops import count_flops
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,10 +33,33 @@ class Variant:
     precision: str
 
 
+def sgd_variant(name: str, module: torch.nn.Module, fn: Callable[[Tensor], Tensor], x: Tensor, *, opts: BenchOptions,
+                paths: DevicePaths, path: str, training: bool | None, lr: float,
+                loss: Callable[[Tensor], Tensor] | None = None, grad: Tensor | None = None) -> Variant:
+    """A training step: ``fn(x)`` on ``paths`` (autocast, compile), backward of ``loss`` of it (or
+    of it against ``grad``), SGD with momentum on ``module``, set to ``training`` (unless None) each
+    step: the layer bench's variants share one layer."""
+    fwd_flops = count_flops(lambda: fn(x), opts.batch)
+    opt = torch.optim.SGD(module.parameters(), lr=lr, momentum=0.9)
+    run = paths.compiled(fn)
+
+    def step() -> Tensor:
+        if training is not None:
+            module.train(training)
+        with paths.autocast(opts.device):
+            y = run(x) if loss is None else loss(run(x))
+        y.backward(None if grad is None else grad.to(y.dtype))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        x.grad = None
+        return y.detach()
+
+    return Variant(name=name, path=path, step=step, forward_flops=fwd_flops, precision=paths.precision_name())
+
+
 def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> dict[str, dict]:
-    """Warm up each variant (reading its memory), then time ``repeats`` windows of
-    ``steps`` steps per variant, interleaved across variants; ``label`` prefixes their names
-    in messages."""
+    """Warm up each variant (reading its memory), then time ``repeats`` windows of ``steps`` steps
+    per variant, interleaved across variants; ``label`` prefixes their names in messages."""
     dev = opts.device
     warm, memory, last = {}, {}, {}
     for v in variants:

@@ -1,22 +1,12 @@
 """Reading the images of a (compressed) tar archive into memory, without extracting it.
 
-:func:`read_images` streams the archive through :mod:`tarfile` (mode ``"r|"``: one
-pass, never seeking) over :class:`_Uncompressed`, which decompresses gzip, bzip2 or xz
-in bounded steps.  Only the image members' bytes are kept, back to back in one buffer:
-memory is bounded by what is kept, never by the archive's size.  (tarfile's own
-``"r|*"`` is not used: it decompresses each read without bounding the output, and a
-few kB of bzip2 may hold gigabytes.)
-
-Hostile or damaged archives end in one :class:`DataError` line, never a hang or a
-traceback: decompression stops at :data:`study.limits.MAX_DECOMPRESSED_BYTES` (a
-decompression bomb), and where tarfile is lenient :class:`_Headers` sees each raw
-header first: a negative or malformed size, an extended header (pax, GNU long name)
-over :data:`_MAX_HEADER_BODY` or more than :data:`_MAX_CHAIN` in a row, and malformed
-pax records are refused; an archive must end with tar's end-of-archive marker — one
-cut short, or with a corrupt header, is refused instead of silently giving fewer
-images.  A file or folder member named by an absolute path, with a ``..`` component,
-or twice is refused (nothing is extracted, but such an archive is hostile or
-ambiguous); links, devices and FIFOs are skipped, never followed.
+tarfile streams the archive (mode ``"r|"``: one pass, never seeking) over
+:class:`_Uncompressed`, which decompresses in bounded steps; tarfile's own ``"r|*"``
+bounds no read's output, and a few kB of bzip2 may hold gigabytes.  Only image members
+are kept.  Where tarfile is lenient, :class:`_Headers` checks each raw header first, so
+a hostile or damaged archive ends in one :class:`DataError` line, never a hang, a
+traceback or silently fewer images.  Members named outside the archive or twice are
+refused; links, devices and FIFOs are skipped, never followed.
 """
 
 from __future__ import annotations
@@ -56,11 +46,9 @@ class Listing:
 
 
 def read_images(f, *, path: str, keep) -> Listing:
-    """Stream the (compressed) tar archive of the binary file ``f``: decompressed in
-    bounded steps, at most :data:`study.limits.MAX_DECOMPRESSED_BYTES` in all, and only
-    the regular files whose name ``keep(name)`` accepts held in memory (each at most
-    ``MAX_IMAGE_FILE_BYTES``, all together ``MAX_SOURCE_IMAGE_BYTES``); at most
-    ``MAX_SOURCE_FILES`` members.  A decompression bomb is refused at a few MB of memory."""
+    """The regular files of the tar archive ``f`` whose name ``keep(name)`` accepts, within
+    :mod:`study.limits` (``MAX_DECOMPRESSED_BYTES``, ``MAX_SOURCE_FILES``, ``MAX_IMAGE_FILE_BYTES``,
+    ``MAX_SOURCE_IMAGE_BYTES``): a decompression bomb is refused at a few MB of memory."""
     data = _Uncompressed(f, path=path)
     headers = _Headers(data, path=path)
     checked = type("_CheckedInfo", (_CheckedInfo,), {"__slots__": (), "headers": headers})
@@ -88,8 +76,7 @@ def read_images(f, *, path: str, keep) -> Listing:
 
 
 def _keep(tf: tarfile.TarFile, info: tarfile.TarInfo, buffer: bytearray, files: dict, *, path: str) -> None:
-    """Append the bytes of the regular file member ``info`` to ``buffer`` (``files[name]``
-    says where), within the limits."""
+    """Append member ``info``'s bytes to ``buffer`` (``files[name]`` says where), within the limits."""
     member = tf.extractfile(info)
     if info.size > limits.MAX_IMAGE_FILE_BYTES:
         while member.read(2**20):  # a size past the archive's end is the first thing wrong
@@ -105,11 +92,8 @@ def _keep(tf: tarfile.TarFile, info: tarfile.TarInfo, buffer: bytearray, files: 
 
 
 class _Uncompressed:
-    """The uncompressed bytes of the archive file ``f`` (gzip, bzip2, xz or plain tar,
-    told by its first bytes) as a binary file for tarfile: ``read(n)`` decompresses at
-    most ``n`` bytes; more than :data:`study.limits.MAX_DECOMPRESSED_BYTES` in all is
-    refused as a decompression bomb, and damaged compressed data in one line.  The last
-    bytes read stay at hand (:meth:`bytes_at`) for :class:`_Headers`' checks."""
+    """The uncompressed bytes of ``f`` (gzip, bzip2, xz or plain tar, told by its first bytes):
+    ``read(n)`` decompresses at most ``n`` bytes; the last ones stay at hand (:meth:`bytes_at`)."""
 
     def __init__(self, f, *, path: str):
         self.path, self.total = path, 0
@@ -168,9 +152,8 @@ class _Unread:
 
 
 class _CheckedInfo(tarfile.TarInfo):
-    """tarfile's member class for :func:`read_images`: each raw header goes through
-    ``headers`` before and after tarfile parses it (:meth:`frombuf` is a classmethod,
-    so each archive gets a subclass holding its own :class:`_Headers`)."""
+    """Each raw header goes through ``headers`` before and after tarfile parses it
+    (:meth:`frombuf` is a classmethod: each archive gets a subclass holding its own)."""
 
     __slots__ = ()
     headers: _Headers
@@ -273,9 +256,8 @@ class _Headers:
 
 
 def _check_name(name: str, seen: set[str], *, path: str) -> None:
-    """Refuse a member that names a place outside the archive (absolute, ``..``) or
-    that repeats an earlier member's name (which of the two would be meant?).
-    Nothing is ever extracted, but such an archive is hostile or broken."""
+    """Refuse a member named outside the archive (absolute, ``..``) or twice: nothing is
+    extracted, but such an archive is hostile or ambiguous."""
     parts = name.split("/")
     if name.startswith("/") or ".." in parts or "\0" in name:
         raise DataError(f"{path}: member {name[:200]!r} points outside the archive (absolute path or '..'): "

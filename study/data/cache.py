@@ -32,21 +32,17 @@ def cache_path(cache_dir: Path, *, kind: str, digest: str) -> Path:
     return cache_dir / f"{kind}-v{FORMAT}-{digest}.pt"
 
 
-def load_cached(path: Path) -> dict[str, Any] | None:
-    """The cached dict at ``path``, or None if absent or unreadable (then it is rebuilt)."""
+def load_cached(path: Path, *, keys: tuple[str, ...]) -> dict[str, Any] | None:
+    """The cached dict at ``path`` holding ``keys``, or None if absent or unreadable (then it is rebuilt)."""
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # absent, truncated or foreign file: rebuild it
         return None
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        return None
-    return obj
+    return obj if isinstance(obj, dict) and obj.get("format") == FORMAT and all(k in obj for k in keys) else None
 
 
 def save_atomic(obj: dict[str, Any], path: Path) -> bool:
-    """Write ``obj`` to ``path`` via a temporary file and ``os.replace``.  Returns
-    False (and leaves no file behind) when the cache folder is not writable: the
-    data are still usable, only the next run decodes again."""
+    """Write ``obj`` to ``path`` atomically; False (no file left) when the folder is not writable."""
     try:  # mode 0644: mkstemp's 0600 would hide a shared cache from other users
         write_atomic(path, lambda f: torch.save({**obj, "format": FORMAT}, f), prefix=path.name + ".",
                      suffix=".tmp", mode=0o644)
@@ -57,14 +53,10 @@ def save_atomic(obj: dict[str, Any], path: Path) -> bool:
 
 @contextmanager
 def build_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive advisory lock on ``<path>.lock`` while building ``path``, so
-    trials starting together on one machine decode a source once: the others wait,
-    then find the cache.  Without ``fcntl`` or a writable folder it does not lock.
-
-    The lock file is removed (while still held) when the build ends, whether it
-    succeeded or failed, so a refused source leaves no stale ``.lock`` behind (nor
-    the cache folder, when this call created it and it stayed empty).  A process
-    that waited on the removed file re-checks the cache after taking it."""
+    """Hold an exclusive advisory lock on ``<path>.lock`` while building ``path``, so trials
+    starting together decode a source once (without ``fcntl`` or a writable folder: no lock).
+    The lock file (and a cache folder this call created, if empty) is removed while still
+    held, so a refused source leaves nothing behind; a waiter re-checks the cache after."""
     created = not path.parent.exists()
     lock = path.with_name(path.name + ".lock")
     try:

@@ -1,9 +1,8 @@
 """The original CIFAR-10 in torchvision's python-version layout (``cifar-10-batches-py``).
 
-Files already present are read directly (a restricted unpickler that builds only
-numpy arrays and plain containers); a missing folder is downloaded with
-``torchvision.datasets.CIFAR10(root, train=..., download=True)``, which needs
-internet access.
+Files present are read by a restricted unpickler (numpy arrays and plain containers only:
+torchvision's own reader would run any pickled code); a missing folder is downloaded by
+``torchvision.datasets.CIFAR10``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """Decoding in-memory image files into one uint8 tensor (N, 3, 32, 32).
 
-JPEG files are decoded in batches by ``torchvision.io.decode_jpeg``; other formats
-(PNG, …) by ``decode_image`` and, failing that, PIL.  Chunks run on a small
-thread pool (the decoders release the GIL for part of their work).  An image whose
-header declares more than :data:`study.limits.MAX_IMAGE_PIXELS` pixels is refused
-before it is decoded (:mod:`.imageheader`), so a pixel bomb never allocates.
+JPEG files are decoded in batches by ``torchvision.io.decode_jpeg``, others by
+``decode_image`` or else PIL, on a small thread pool.  A pixel bomb is refused from its
+header before it is decoded (:mod:`.imageheader`).
 
-The C decoders report damage they recover from (libjpeg's ``Corrupt JPEG data: N
-extraneous bytes before marker 0xd9``, ``Premature end of JPEG file``, libpng's
-warnings) by writing a line straight to file descriptor 2, without naming the file,
-and return an image anyway.  Decoding runs with descriptor 2 redirected to a
-temporary file (:func:`_decoder_messages`); when a decoder wrote something, the
-images are decoded again one by one to find which file it was about, and that file
-is refused (:class:`DataError` naming it and quoting the decoder), for archives and
-folder trees alike.  Text that no image reproduces (another thread's) is passed on
-to stderr unchanged.
+The C decoders report damage they recover from (libjpeg's ``Premature end of JPEG
+file``, libpng's warnings) on file descriptor 2, without naming the file, and return an
+image anyway.  So decoding runs with descriptor 2 redirected (:func:`_decoder_messages`);
+when a decoder wrote something, the images are decoded again one by one to find and
+refuse the file; text no image reproduces (another thread's) is passed on to stderr.
 """
 
 from __future__ import annotations
@@ -56,10 +50,8 @@ def decode_images(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Tensor:
-    """Decode ``items`` = ``(name, offset, size)`` slices of ``buffer`` into a uint8
-    tensor (N, 3, 32, 32), in order.  Raises :class:`DataError` naming ``source`` and
-    the file for an undecodable image or one that is not 32×32 RGB.  ``progress``,
-    if given, is called with (images done, total) after each chunk."""
+    """Decode ``items`` = ``(name, offset, size)`` slices of ``buffer`` into a uint8 tensor
+    (N, 3, 32, 32), in order; ``progress(done, total)`` after each chunk."""
     n = len(items)
     out = torch.empty((n, *IMAGE_SHAPE), dtype=torch.uint8)
     if n == 0:
@@ -91,18 +83,19 @@ _FD2_LOCK = threading.Lock()  # one redirection of descriptor 2 at a time in thi
 
 @contextlib.contextmanager
 def _decoder_messages() -> Iterator[Callable[[], str]]:
-    """Descriptor 2 → a temporary file for the block; yields a function returning what
-    was written there (decoded as text).  Python's own ``sys.stderr`` keeps going to
-    the terminal meanwhile (progress lines are not swallowed)."""
+    """Descriptor 2 → a temporary file for the block; yields a function returning what was
+    written there.  ``sys.stderr`` keeps going to the terminal (progress lines are not swallowed)."""
     with _FD2_LOCK, tempfile.TemporaryFile() as tmp:
         text = ""
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
         saved = os.dup(2)
-        swapped = None
+        swapped, python_on_fd2 = None, False
         try:
             os.dup2(tmp.fileno(), 2)
-            if _writes_to_fd2(sys.stderr):
+            with contextlib.suppress(AttributeError, OSError, ValueError):  # pytest's capture, a StringIO
+                python_on_fd2 = sys.stderr.fileno() == 2
+            if python_on_fd2:
                 swapped, sys.stderr = sys.stderr, open(os.dup(saved), "w", buffering=1, closefd=True,
                                                        encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
                                                        errors="backslashreplace")
@@ -117,17 +110,9 @@ def _decoder_messages() -> Iterator[Callable[[], str]]:
             text = tmp.read(64 * 1024).decode("utf-8", "replace")
 
 
-def _writes_to_fd2(stream) -> bool:
-    try:
-        return stream.fileno() == 2
-    except (AttributeError, OSError, ValueError):  # pytest's capture, a StringIO
-        return False
-
-
 def _refuse_the_file_decoders_complain_about(flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, int]], *,
                                              source: str, said: str) -> None:
-    """Decode each image alone until one makes a decoder write: a :class:`DataError`
-    naming it.  None does: the text was not about these images, pass it on."""
+    """Decode each image alone until one makes a decoder write, and refuse it; none does: pass ``said`` on."""
     for item in items:
         with _decoder_messages() as told:
             try:

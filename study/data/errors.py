@@ -4,11 +4,8 @@ from __future__ import annotations
 
 
 class DataError(ValueError):
-    """A data source that cannot be used.
-
-    ``str(error)`` is always ONE line that names the path (and, where it applies,
-    the file inside it) and what is wrong, ready for ``study train: error: <message>``.
-    """
+    """A data source that cannot be used: ``str(error)`` is ONE line naming the path (and the
+    file inside it) and what is wrong, ready for ``study train: error: <message>``."""
 
     def __init__(self, message: str):
         super().__init__(one_line(message))

@@ -28,30 +28,23 @@ def load_image_folder(
     progress: Callable[[str], None] | None = None,
     workers: int | None = None,
 ) -> dict[str, Any]:
-    """``{"train_images", "train_labels", "test_images", "test_labels", "classes",
-    "source"}`` for the image folder or archive at ``path``.  Decodes on the first
-    call and caches under ``cache_dir`` keyed by the content's sha256; later calls
-    with the same content load the cache."""
+    """``{"train_images", "train_labels", "test_images", "test_labels", "classes", "source"}``
+    for the image folder or archive at ``path``, decoded once and cached under ``cache_dir``."""
     src = ImageFolderSource(path)
     name = str(path)
     label = KNOWN_ARCHIVES.get(src.digest, "image folder" if src.is_dir else "image archive")
     target = cache_path(cache_dir, kind="imagefolder", digest=src.digest)
-    data = _cached(target)
+    data = load_cached(target, keys=_KEYS)
     if data is None:
         # a malformed archive or layout is refused before anything is written to the cache
         listing = src.listing()
         layout = resolve_layout(source=name, files=listing.files, dirs=listing.dirs)
         with build_lock(target):
-            data = _cached(target)  # another process may have built it meanwhile
+            data = load_cached(target, keys=_KEYS)  # another process may have built it meanwhile
             if data is None:
                 data = _decode(listing, layout, name=name, target=target, cache_dir=cache_dir,
                                progress=progress, workers=workers)
     return {**{k: data[k] for k in _KEYS}, "classes": tuple(data["classes"]), "source": f"{label} {path}"}
-
-
-def _cached(target: Path) -> dict[str, Any] | None:
-    data = load_cached(target)
-    return data if data is not None and all(k in data for k in _KEYS) else None
 
 
 #: sources with fewer images decode silently (no progress lines before a one-line error)

@@ -31,12 +31,9 @@ class Layout:
 
 
 def resolve_layout(*, source: str, files: Iterable[str], dirs: Iterable[str] = ()) -> Layout:
-    """Map image ``files`` and ``dirs`` (``/``-separated paths) of ``source`` to a
-    :class:`Layout`.  Accepts one wrapping top-level folder.  Non-image and hidden
-    files are ignored.  Raises :class:`DataError` naming ``source`` (and the file)
-    for a missing split, an image outside a class folder, an empty class folder,
-    class folders that differ between the splits, or fewer than two classes (a
-    one-class source trains nothing: every prediction is right)."""
+    """Map image ``files`` and ``dirs`` (``/``-separated paths) of ``source``, optionally in one
+    wrapping folder, to a :class:`Layout`; non-image and hidden files are ignored.  A source with
+    fewer than two classes is refused: it trains nothing (every prediction is right)."""
     entries = [(f, _parts(f)) for f in files if is_image_name(f)]
     dir_parts = [p for p in (_parts(d) for d in dirs) if p and not any(_hidden(x) for x in p)]
     tops = {p[0] for _, p in entries if len(p) > 1} | {p[0] for p in dir_parts}

@@ -33,9 +33,8 @@ PAD = 4
 
 @dataclass(frozen=True)
 class EpochPlan:
-    """One training epoch's randomness (CPU tensors, indexed by position in the epoch):
-    ``order`` the permutation of sample indices, ``offsets`` (N, 2) the crop's top-left
-    (row, column) in the padded image, in ``[0, 2 * PAD]``, ``flips`` (N,) bool."""
+    """One training epoch's randomness (CPU tensors): ``order`` of the samples, ``offsets``
+    (N, 2) the crop's top-left (row, column) in the padded image, ``flips`` (N,) bool."""
 
     order: Tensor
     offsets: Tensor
@@ -57,9 +56,8 @@ def epoch_plan(n: int, *, seed: int, epoch: int) -> EpochPlan:
 
 
 def augment(images: Tensor, *, offsets: Tensor, flips: Tensor) -> Tensor:
-    """Zero-pad ``images`` (B, C, H, W) by :data:`PAD`, crop H×W at ``offsets`` (B, 2)
-    (row, column), then mirror left-right where ``flips`` (B,) is true; one gather,
-    any dtype, on the images' device."""
+    """Zero-pad ``images`` (B, C, H, W) by :data:`PAD`, crop H×W at ``offsets`` (B, 2), then
+    mirror left-right where ``flips`` (B,); one gather on the images' device."""
     b, c, h, w = images.shape
     padded = F.pad(images, (PAD, PAD, PAD, PAD))
     wp = w + 2 * PAD
@@ -72,10 +70,8 @@ def augment(images: Tensor, *, offsets: Tensor, flips: Tensor) -> Tensor:
 
 
 class DeviceData:
-    """``images`` (N, 3, H, W) uint8 and ``labels`` (N,) held on ``device``.
-
-    ``pinned``: each epoch's plan goes to the device through page-locked memory,
-    without blocking the host (default: on CUDA; :func:`study.devicepaths.to_device`)."""
+    """``images`` (N, 3, H, W) uint8 and ``labels`` (N,) held on ``device``; ``pinned``: each
+    epoch's plan goes through page-locked memory (default: on CUDA; :func:`study.devicepaths.to_device`)."""
 
     def __init__(
         self,
@@ -108,9 +104,8 @@ class DeviceData:
         return images.float() * self._scale - self._shift
 
     def num_batches(self, *, batch_size: int, train: bool, rank: int = 0, world_size: int = 1) -> int:
-        """Batches :meth:`batches` yields to ``rank``: training drops the last incomplete
-        global batch (same count on every rank); evaluation keeps it, so a rank may get
-        one batch fewer when the remainder does not reach it."""
+        """Batches :meth:`batches` yields to ``rank`` (evaluation: a rank the last partial
+        global batch does not reach gets one fewer)."""
         _check(batch_size=batch_size, rank=rank, world_size=world_size)
         n, g = len(self), batch_size * world_size
         if train:
@@ -128,13 +123,10 @@ class DeviceData:
         world_size: int = 1,
         policy: Callable[[Tensor], Tensor] | None = None,
     ) -> Iterator[tuple[Tensor, Tensor]]:
-        """Yield ``(images float32 (B, 3, H, W) normalised, labels int64 (B,))`` on the device.
-
-        ``train=True``: shuffled by (``seed``, ``epoch``) — both required — with random
-        crop and flip; ``train=False``: in order, unaugmented, last partial batch
-        included.  Rank ``rank`` of ``world_size`` gets its rows of each global batch.
-        ``policy`` (training only): applied to each cropped and flipped uint8 batch on the
-        device before normalisation (RandAugment / AutoAugment: :mod:`study.trial.protocol`)."""
+        """Yield ``(images float32 normalised, labels int64)`` on the device: training shuffled by
+        (``seed``, ``epoch``), cropped, flipped, then ``policy`` on the uint8 batch (RandAugment /
+        AutoAugment: :mod:`study.trial.protocol`), dropping the last partial global batch;
+        evaluation in order, unaugmented, complete."""
         _check(batch_size=batch_size, rank=rank, world_size=world_size)
         n, g = len(self), batch_size * world_size
         if not train:

@@ -1,15 +1,9 @@
 """Image-folder sources (a directory tree or a tar archive), read into memory.
 
-A source is fingerprinted by its content (the cache key) before anything is
-decoded: sha256 of the archive file's bytes, or for a directory sha256 over the
-sorted relative paths and bytes of its image files.
-
-Only regular files are ever opened: a FIFO, a device (e.g. a ``/dev/zero`` symlink)
-or a socket among the image files is refused with one line before it is read (each
-file is opened non-blocking and checked with ``fstat``), and the bytes held are
-bounded (:data:`study.limits.MAX_SOURCE_IMAGE_BYTES`, ``MAX_IMAGE_FILE_BYTES``).  An
-archive is streamed (hashed, then decompressed and parsed in bounded steps keeping
-only its image members), never read whole into memory.
+A source's cache key is the sha256 of its content: an archive's bytes, or a folder's
+sorted relative paths and image bytes.  Only regular files are ever read (a FIFO or a
+``/dev/zero`` symlink would hang or never end), and the bytes held are bounded by
+:mod:`study.limits`; an archive is streamed, never read whole into memory.
 """
 
 from __future__ import annotations
@@ -27,21 +21,15 @@ from .layout import is_image_name
 
 
 class ImageFolderSource:
-    """An image-folder tree or tar archive at ``path``.  Construction reads the bytes
-    and computes :attr:`digest`; :meth:`listing` gives the files without decoding."""
+    """An image-folder tree or tar archive at ``path``, fingerprinted (:attr:`digest`) on construction."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path).expanduser()
         try:
             st = os.stat(self.path)
-        except FileNotFoundError:
-            raise DataError(f"{path}: no such file or directory") from None
-        except OSError as e:
-            raise DataError(f"{path}: cannot read ({one_line(e.strerror or e)})") from None
-        self.is_dir = stat.S_ISDIR(st.st_mode)
-        if not self.is_dir and not stat.S_ISREG(st.st_mode):
-            raise DataError(f"{path}: not a folder or a regular file ({_kind(st.st_mode)})")
-        try:
+            self.is_dir = stat.S_ISDIR(st.st_mode)
+            if not self.is_dir and not stat.S_ISREG(st.st_mode):
+                raise DataError(f"{path}: not a folder or a regular file ({_kind(st.st_mode)})")
             if self.is_dir:
                 self._listing: Listing | None = _read_tree(self.path, source=str(path))
                 self.digest = _tree_digest(self._listing)
@@ -49,12 +37,13 @@ class ImageFolderSource:
                 with _open_regular(self.path, source=str(path), name=None, limit=limits.MAX_SOURCE_BYTES) as f:
                     self.digest = hashlib.file_digest(f, "sha256").hexdigest()
                 self._listing = None
+        except FileNotFoundError:
+            raise DataError(f"{path}: no such file or directory") from None
         except OSError as e:
             raise DataError(f"{path}: cannot read ({one_line(e.strerror or e)})") from None
 
     def listing(self) -> Listing:
-        """The image files (streaming the archive on first use: only its image members
-        are kept in memory; the archive must still be the one :attr:`digest` names)."""
+        """The image files (an archive is streamed on first use and must still match :attr:`digest`)."""
         if self._listing is None:
             source = str(self.path)
             try:
@@ -119,9 +108,8 @@ class _Hashing:
 
 
 def _open_regular(path: Path, *, source: str, name: str | None, limit: int):
-    """``path`` opened for reading (binary) if it is (or links to) a regular file of at
-    most ``limit`` bytes (its size when opened).  Opened non-blocking and checked with
-    ``fstat`` first, so a FIFO or a device is never read."""
+    """``path`` opened (binary) if it is, or links to, a regular file of at most ``limit`` bytes;
+    opened non-blocking and checked with ``fstat``, so a FIFO or a device is never read."""
     where = f"{source}: {name}" if name else source
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:
@@ -160,11 +148,8 @@ def _tree_digest(listing: Listing) -> str:
 
 
 def check_source(data: str) -> None:
-    """Refuse (:class:`DataError`, one line) a folder or archive source whose layout or
-    image headers are wrong, without decoding an image or importing torch: the listing
-    (an archive's members, a folder's files), :func:`~study.data.layout.resolve_layout`,
-    and each image's declared size (:func:`~study.data.imageheader.refuse_oversized`),
-    as :func:`study.data.load_splits` would find them.  ``synthetic``/``cifar10`` pass."""
+    """Refuse (:class:`DataError`) a folder or archive source whose layout or image headers
+    :func:`study.data.load_splits` would refuse, without decoding an image or importing torch."""
     from .imageheader import refuse_oversized
     from .layout import resolve_layout
 

@@ -22,12 +22,8 @@ MIN_SUBSET_TEST = 100
 
 @dataclass(frozen=True)
 class Splits:
-    """A data source's train and test splits (CPU tensors).
-
-    ``*_images`` are uint8 (N, 3, 32, 32), ``*_labels`` int64 (N,) indices into
-    ``classes``; ``source`` describes where they came from, for reports.  ``val_*``:
-    a validation split held out from the training images
-    (:func:`study.data.validation.hold_out_validation`), or None."""
+    """A data source's splits (CPU): ``*_images`` uint8 (N, 3, 32, 32), ``*_labels`` int64 (N,);
+    ``val_*``: held out from the training images (:func:`~study.data.validation.hold_out_validation`)."""
 
     train_images: Tensor
     train_labels: Tensor
@@ -51,24 +47,15 @@ def load_splits(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> Splits:
-    """Load the data source ``spec``:
+    """Load the data source ``spec`` (docs/study-files.md, "Data"): ``synthetic[:N_TRAIN]``
+    (generated, the same for every ``seed``), ``cifar10[:ROOT]`` (default ``<cache_dir>/cifar10``,
+    downloaded there if missing), or an image-folder tree or tar archive of one, decoded once and
+    cached under ``cache_dir`` (default :func:`~study.data.cache.default_cache_dir`) by content.
 
-    - ``"synthetic"`` or ``"synthetic:N_TRAIN"``: generated data (10 classes, 2000
-      train / 500 test by default), always the same (it does not depend on ``seed``);
-    - ``"cifar10"`` or ``"cifar10:ROOT"``: the original CIFAR-10 python version under
-      ROOT (default ``<cache_dir>/cifar10``), downloaded there if missing;
-    - any other string: a path to an image-folder tree (``train/<class>/*``,
-      ``test/<class>/*``, optionally inside one wrapping folder) or a tar archive of
-      one (plain, gzip, bzip2 or xz).  Classes are the sorted folder names.  Decoded
-      once and cached under ``cache_dir`` (default ``$STUDY_CACHE_DIR`` or
-      ``~/.cache/attention-cnn-study``), keyed by the content's sha256.
-
-    ``subset=k`` keeps a class-stratified random subset (drawn with ``seed``) of k
-    training images and of ``min(len(test), max(k // 5, 100))`` test images, each in
-    the original order; a ``subset`` larger than the training split is refused (it
-    would silently train on fewer images than recorded).  ``progress`` receives a
-    line before and after a long decode.
-    Raises :class:`DataError` with a one-line message naming the problem."""
+    ``subset=k`` keeps a class-stratified random subset (drawn with ``seed``) of k training
+    images and ``min(len(test), max(k // 5, 100))`` test images, in the original order; a
+    ``subset`` larger than the training split is refused, not capped.  ``progress`` receives a
+    line before and after a long decode."""
     if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):
         raise DataError(f"subset must be a positive number of training images, got {subset!r}")
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()

@@ -35,10 +35,9 @@ def validation_size(validation: int | float, n_train: int) -> int:
 
 
 def hold_out_validation(splits: Splits, *, validation: int | float, seed: int) -> Splits:
-    """``splits`` with a class-stratified validation split of ``validation`` images
-    (see :func:`validation_size`) moved out of the training split.  The choice depends
-    only on the training labels and ``seed`` (same on every rank and every retry).
-    Already held out, or ``validation == 0``: returned unchanged."""
+    """``splits`` with a class-stratified validation split of :func:`validation_size` images moved
+    out of the training split, chosen by the training labels and ``seed`` only (the same on every
+    rank and retry); unchanged if already held out or none is asked for."""
     if splits.val_labels is not None:
         return splits
     n_train = len(splits.train_labels)
