@@ -424,8 +424,8 @@ def _only_reads(con, query: str, label: str = "") -> None:
 
 class _Scan:
     """The rows of some Parquet files as an Arrow stream (``__arrow_c_stream__``, which
-    DuckDB calls once per scan), each batch aligned to the unified schema (a column a
-    file lacks is null).  A file that fails is kept in ``failed`` for :meth:`Study._recover`."""
+    DuckDB calls once per scan), each file read as a fragment of the unified schema (a
+    column a file lacks is null).  A file that fails is kept in ``failed`` for :meth:`Study._recover`."""
 
     def __init__(self, files: list[tuple[str, object, object]]):
         import pyarrow as pa
@@ -436,35 +436,19 @@ class _Scan:
 
     def _batches(self):
         import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow.dataset as ds
 
         for path, source, _ in self.files:
             try:
                 if isinstance(source, bytes):
-                    reader = pq.ParquetFile(pa.BufferReader(source))
+                    fragment = ds.ParquetFileFormat().make_fragment(pa.BufferReader(source))
                 else:
                     fs, p = _fs(source)
-                    reader = pq.ParquetFile(fs.open_input_file(p))
-                for batch in reader.iter_batches():
-                    yield self._aligned(batch)
+                    fragment = ds.ParquetFileFormat().make_fragment(p, filesystem=fs)
+                yield from fragment.to_batches(schema=self.schema)
             except (OSError, pa.ArrowException) as exc:
                 self.failed = (path, exc)
                 raise
-
-    def _aligned(self, batch):
-        import pyarrow as pa
-
-        if batch.schema.equals(self.schema):
-            return batch
-        columns = []
-        for f in self.schema:
-            i = batch.schema.get_field_index(f.name)
-            if i < 0:
-                columns.append(pa.nulls(batch.num_rows, f.type))
-            else:
-                col = batch.column(i)
-                columns.append(col if col.type == f.type else col.cast(f.type))
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
     def __arrow_c_stream__(self, requested_schema=None):
         import pyarrow as pa
