@@ -1,12 +1,9 @@
 """Open a study's tables: pandas frames and DuckDB SQL over the Parquet parts.
 
-Only ``study.tables`` is used from the study package (no torch); the layout and its
-invariants are its own.  SQL runs on a DuckDB connection without any file system
-(:data:`CONFINEMENT`): each table is a view over a snapshot of its files that pyarrow
-reads (:meth:`Study._snapshot`), parts preferred over compacted rows of the same
-(trial, epoch), so no statement can write or read a file.  A foreign or damaged file
-is named in a :class:`study.tables.TableWarning` and skipped; a part a compaction
-deletes while it is read is never missed nor counted twice; tables no trial has
+SQL runs on a DuckDB connection without any file system (:data:`CONFINEMENT`): each
+table is a view over a snapshot of its files that pyarrow reads (:meth:`Study._snapshot`),
+parts preferred over compacted rows of the same (trial, epoch).  A foreign or damaged
+file is named in a :class:`study.tables.TableWarning` and skipped; tables no trial has
 written yet are empty, so a running study can be queried at any time.
 """
 
@@ -16,7 +13,6 @@ import os
 import re
 import weakref
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -133,6 +129,7 @@ class Study:
     _con: object = field(default=None, init=False, repr=False)
     _bad: set = field(default_factory=set, init=False, repr=False)
     _sources: dict = field(default_factory=dict, init=False, repr=False)
+    _frames: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -147,30 +144,21 @@ class Study:
         return is_remote(self.root)
 
     def table(self, name: str) -> pd.DataFrame:
+        """The table ``name`` as a DataFrame, read on first use."""
         if name not in TABLES:
             raise AnalysisError(f"unknown table {name!r} (tables: {', '.join(TABLES)})")
-        return getattr(self, name)
+        if name not in self._frames:
+            self._frames[name] = read_table(self.root, name)
+        return self._frames[name]
 
-    @cached_property
-    def runs(self) -> pd.DataFrame:
-        return read_table(self.root, "runs")
-
-    @cached_property
-    def epochs(self) -> pd.DataFrame:
-        return read_table(self.root, "epochs")
-
-    @cached_property
-    def heads(self) -> pd.DataFrame:
-        return read_table(self.root, "heads")
-
-    @cached_property
-    def maps(self) -> pd.DataFrame:
-        return read_table(self.root, "maps")
+    runs = property(lambda self: self.table("runs"))
+    epochs = property(lambda self: self.table("epochs"))
+    heads = property(lambda self: self.table("heads"))
+    maps = property(lambda self: self.table("maps"))
 
     def refresh(self) -> "Study":
         """Forget what was read: the next access reads the tables again."""
-        for name in TABLES:
-            self.__dict__.pop(name, None)
+        self._frames.clear()
         self._forget()
         return self
 
@@ -201,9 +189,10 @@ class Study:
         parts, compacted = self._snapshot(table)
         sources = {}
         for kind, frags in (("compacted", compacted), ("parts", parts)):
-            if frags:
+            if frags:  # a view over the files, scanned with their unified schema
                 sources[kind] = f"_{table}_{kind}"
-                self._register(con, sources[kind], frags)
+                self._sources[sources[kind]] = _Scan(frags)
+                con.register(sources[kind], self._sources[sources[kind]])
         if not sources:
             cols = ", ".join(f'CAST(NULL AS {_sql_type(table, c)}) AS "{c}"' for c in SCHEMA[table])
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")
@@ -228,14 +217,11 @@ class Study:
         """``(parts, compacted)`` of ``table``: ``(path, source, schema)`` each, ``source``
         the part's bytes or the compacted file's path.
 
-        Parts are read into memory now, before any compacted file is opened; compacted
-        files are read when a query scans them.  That order makes the snapshot whole
-        without retries: a compaction writes the trial's new compacted file before it
-        deletes the merged parts, so a listed part that is gone when read has its rows
-        in the compacted file read after it (the trial's compacted file is added when the
-        listing was taken before it existed); a compacted file is only ever replaced, by
-        one holding every row of the old.  Parts beyond :data:`PART_BYTES_IN_MEMORY` are
-        read by path (a part deleted under a query then makes the snapshot be taken again)."""
+        Parts are read into memory now, compacted files when a query scans them: a
+        compaction writes the trial's compacted file before it deletes the merged parts,
+        so a part gone when read has its rows in the compacted file read after it, which
+        makes the snapshot whole without retries.  Parts beyond :data:`PART_BYTES_IN_MEMORY`
+        are read by path (one deleted under a query makes the snapshot be taken again)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -268,13 +254,6 @@ class Study:
             except (OSError, pa.ArrowException) as exc:
                 self._mark_bad(path, exc)
         return parts, compacted
-
-    def _register(self, con, name: str, files: list) -> None:
-        """A view ``name`` over the files, scanned with their unified schema."""
-        scan = _Scan(files)
-        self._sources[name] = scan
-        con.register(f"{name}_arrow", scan)
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}_arrow")
 
     def _mark_bad(self, path: str, exc: Exception) -> bool:
         """Skip ``path`` from now on, named, unless it is gone (a part a compaction
@@ -348,14 +327,11 @@ class Study:
 #: study holds fewer than ``COMPACT_EVERY`` parts per trial and table, kilobytes each.
 PART_BYTES_IN_MEMORY = 256 << 20
 
-#: DuckDB settings of every ``analysis`` connection, in this order (each later one
-#: forbids changing the earlier ones; ``disabled_filesystems`` cannot be given to
-#: ``duckdb.connect``): no spill files (an in-memory database spills to ``./.tmp``), no
-#: local file system (DuckDB's only one: no ``COPY … TO``, ``ATTACH``, ``EXPORT``,
-#: ``read_csv``, ``INSTALL``, log or profile file can reach a file, whatever the statement:
-#: ``EXPLAIN ANALYZE COPY … TO``, a PIVOT, a prepared statement, a pragma …), no external
-#: access (extensions, URLs), then the configuration locked so SQL cannot undo it.  The
-#: tables reach the connection as registered Arrow streams.
+#: DuckDB settings of every ``analysis`` connection, in this order (each later one forbids
+#: changing the earlier ones; ``disabled_filesystems`` cannot be given to ``duckdb.connect``):
+#: no spill files (``./.tmp``), no local file system (so no statement of any kind reaches a
+#: file), no external access (extensions, URLs), then the configuration locked so SQL cannot
+#: undo it.  The tables reach the connection as registered Arrow streams.
 CONFINEMENT = (
     ("temp_directory", "''"),
     ("disabled_filesystems", "'LocalFileSystem'"),
@@ -365,10 +341,6 @@ CONFINEMENT = (
     ("lock_configuration", "true"),
 )
 
-#: Statement types a query may run (:func:`_only_reads`): SELECT (also WITH, FROM-first,
-#: TABLE, VALUES, DESCRIBE, SHOW, SUMMARIZE, UNPIVOT); MULTI, DuckDB's PIVOT (an in-memory
-#: enum type, then a SELECT); EXPLAIN when what it explains is one of these; PRAGMA for
-#: the catalogue pragmas of :data:`READ_PRAGMAS`.
 #: Pragmas that only read the catalogue (``PRAGMA table_info('runs')``, ``PRAGMA show_tables``).
 READ_PRAGMAS = ("table_info", "show", "show_tables", "show_tables_expanded", "show_databases",
                 "database_list", "database_size", "storage_info", "version", "platform", "functions",
@@ -384,10 +356,10 @@ _PRAGMA = re.compile(r"^\s*PRAGMA\s+(\w+)\s*(?:\(.*\))?\s*;?\s*$", re.IGNORECASE
 
 
 def _only_reads(con, query: str, label: str = "") -> None:
-    """Refuse, in one line, any statement but the reads above: a
-    second guard beside :data:`CONFINEMENT` that names what was refused and keeps the
-    session itself unchanged (no ``CREATE``, ``SET``, ``PREPARE`` …); EXPLAIN [ANALYZE]
-    is judged by what it explains (``label``: ``"EXPLAIN "`` inside one)."""
+    """Refuse, in one line, any statement but a SELECT (also WITH, TABLE, VALUES, DESCRIBE,
+    SUMMARIZE …), a PIVOT, a catalogue PRAGMA or an EXPLAIN of one: a second guard beside
+    :data:`CONFINEMENT` that names what was refused and keeps the session unchanged (no
+    ``CREATE``, ``SET``, ``PREPARE`` …); ``label``: ``"EXPLAIN "`` inside one."""
     import duckdb
 
     try:
