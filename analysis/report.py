@@ -1,14 +1,8 @@
-"""One self-contained HTML page of a study: ``analysis report NAME``.
-
-The page holds (from the tables only, like every ``analysis`` command): where the
-study stands (trials per status, epochs recorded), per-trial progress, the failures
-with their cause (``runs.status`` = ``error`` with the ``error`` column when the
-tables have it, ``diverged``, ``interrupted``), Table 1, every figure ``analysis
-figures`` draws (PNG embedded as ``data:`` URIs) and the study file (``study.yaml``).
+"""One self-contained HTML page of a study, from its tables only: ``analysis report NAME``.
 
 A page served by ``analysis report --serve`` (:mod:`analysis.serve`) polls the
-server's ``/version`` (a fingerprint of the table files) every few seconds and
-reloads itself when the tables changed; a page opened as a file does not poll.
+server's ``/version`` and reloads itself when the tables changed; a page opened as a
+file does not poll.
 """
 
 from __future__ import annotations

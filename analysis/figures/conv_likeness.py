@@ -1,16 +1,10 @@
 """Convolution-likeness over training, for layers of N_h = K² heads (K odd): per layer,
 the mean distance of the head centres to the K×K lattice {−K//2..K//2}² after the
 optimal one-to-one assignment (solid, left axis; 0 = the heads sit on a K×K
-convolution's taps) and the heads' mean concentration ``max_prob`` (dashed, right
-axis; 1 = each head attends one pixel), from the untrained model (x = 0, the
-``epoch = -1`` rows) when the study recorded it.  Centres and ``max_prob`` are the
-canvas (centre-query) moments of the ``heads`` table: the Gaussian heads' centres of
-the paper's Fig. 4, not the grid locality ``attention_distance``.
-
-Diffuse heads (:mod:`analysis.concentration`) have no meaningful centre: they are
-left out of the distance (which is then over the concentrated heads only, each
-assigned its own lattice point) and counted; a layer without a concentrated head
-has no distance.  The rule is printed under the figure."""
+convolution's taps) and the heads' mean ``max_prob`` (dashed, right axis), from the
+untrained model (x = 0) when the study recorded it.  Diffuse heads
+(:mod:`analysis.concentration`) have no meaningful centre: the distance is over the
+concentrated heads only, each assigned its own lattice point."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Attention distance vs depth (ViT, Dosovitskiy et al. 2021, Fig. 7): per layer,
 each head's mean attention distance (:func:`~analysis.figures.pooled.distance_metric`)
-at one epoch (default: each trial's last), one panel per model variant, one y scale
-for all panels; what dots, bars and whiskers are is in :func:`data` and the caption."""
+at one epoch (default: each trial's last), one panel per model variant."""
 
 from __future__ import annotations
 

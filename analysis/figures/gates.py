@@ -1,10 +1,7 @@
 """Gates over training (ConViT, d'Ascoli et al. 2021, Fig. 5): per layer, the gate
-σ(λ_h) of its heads (``heads.gate``: the weight of the positional softmax of a gated
-head; 1 = purely positional, 0 = purely content) epoch after epoch, one panel per
-model variant that has gated heads (non-null ``gate``), y from 0 to 1 in every panel
-(up to --epoch when given); lines and bands as :func:`data` computes and the caption
-says.  Variants without gates are named as skipped; a study whose heads table has no
-``gate`` column (older studies) has no gate figure."""
+σ(λ_h) of its heads (``heads.gate``: 1 = purely positional, 0 = purely content) epoch
+after epoch, one panel per model variant with gated heads; variants without gates are
+named as skipped."""
 
 from __future__ import annotations
 

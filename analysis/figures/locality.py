@@ -1,8 +1,6 @@
 """Locality over training: per layer, the mean attention distance of its heads
-(:func:`~analysis.figures.pooled.distance_metric`) from initialisation (x = 0 epochs
-trained: the untrained model's ``epoch = -1`` rows) epoch after epoch, one panel per
-model variant, one y scale and one colour per layer across panels (up to --epoch when
-given); lines and bands are as :func:`layer_series` computes and the caption says."""
+(:func:`~analysis.figures.pooled.distance_metric`) from initialisation (x = 0: the
+untrained model's ``epoch = -1`` rows) epoch after epoch, one panel per model variant."""
 
 from __future__ import annotations
 
