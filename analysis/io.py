@@ -38,6 +38,11 @@ class AnalysisError(Exception):
     """A user-facing error (missing study, bad SQL, …): one line, exit status 2."""
 
 
+def check_table(name: str) -> None:
+    if name not in TABLES:
+        raise AnalysisError(f"unknown table {name!r} (tables: {', '.join(TABLES)})")
+
+
 def _one_line(message: str) -> str:
     """DuckDB messages span lines (a ``LINE 1:`` excerpt, a caret): keep the words."""
     lines = [ln.strip() for ln in str(message).splitlines()]
@@ -145,8 +150,7 @@ class Study:
 
     def table(self, name: str) -> pd.DataFrame:
         """The table ``name`` as a DataFrame, read on first use."""
-        if name not in TABLES:
-            raise AnalysisError(f"unknown table {name!r} (tables: {', '.join(TABLES)})")
+        check_table(name)
         if name not in self._frames:
             self._frames[name] = read_table(self.root, name)
         return self._frames[name]
