@@ -14,9 +14,11 @@ import pandas as pd
 
 # the labels every command shows live below the analysis layer (``study status`` and the
 # end-of-study summary use them too); re-exported for the figures and tables
+from study.models.config import PAPER_MODELS  # torch-free
 from study.variants import column_texts, value_text, variant_labels, varying_columns  # noqa: F401
 
-ENCODING_ORDER = ("quadratic", "learned", "learned_content")
+#: the paper's order of its encodings (its Table 1), as the project records its models
+ENCODING_ORDER = tuple(dict.fromkeys(m.encoding for m in PAPER_MODELS.values() if m.arch == "sa"))
 
 
 def sweep_axes(runs: pd.DataFrame) -> list[str]:
