@@ -168,8 +168,7 @@ class Study:
 
     # -- SQL ---------------------------------------------------------------------------
     def connection(self):
-        """A DuckDB connection with one view per table (created on first use), confined
-        by :data:`CONFINEMENT`."""
+        """A DuckDB connection with one view per table, confined by :data:`CONFINEMENT`."""
         if self._con is None:
             import duckdb
 
@@ -260,8 +259,7 @@ class Study:
         return parts, compacted
 
     def _mark_bad(self, path: str, exc: Exception) -> bool:
-        """Skip ``path`` from now on, named, unless it is gone (a part a compaction
-        deleted): True when it was skipped."""
+        """Skip ``path`` from now on, named, unless a compaction deleted it: True when skipped."""
         import pyarrow.fs as pafs
 
         fs, p = _fs(path)
@@ -275,9 +273,8 @@ class Study:
         return not gone
 
     def _recover(self, exc: Exception) -> bool:
-        """After a DuckDB error: when a scan failed on a file, a damaged file (skipped
-        from now on, named) or one read by path that was deleted since the snapshot.
-        True when the query is worth running again (on a new snapshot)."""
+        """After a DuckDB error: True when a scan failed on a file (a damaged one is
+        skipped from now on) and the query is worth running again on a new snapshot."""
         failed = [scan.failed for scan in self._sources.values() if scan.failed]
         if not failed:
             return False
@@ -399,9 +396,8 @@ def _only_reads(con, query: str, label: str = "") -> None:
 
 
 class _Scan:
-    """The rows of some Parquet files as an Arrow stream (``__arrow_c_stream__``, which
-    DuckDB calls once per scan), each file read as a fragment of the unified schema (a
-    column a file lacks is null).  A file that fails is kept in ``failed`` for :meth:`Study._recover`."""
+    """The rows of some Parquet files as an Arrow stream that DuckDB reads once per scan,
+    in their unified schema; a file that fails is kept in ``failed`` for :meth:`Study._recover`."""
 
     def __init__(self, files: list[tuple[str, object, object]]):
         import pyarrow as pa

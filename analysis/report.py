@@ -89,10 +89,9 @@ _SCRATCH: dict[str, tempfile.TemporaryDirectory] = {}
 
 
 def figure_cache(study: Study) -> Path:
-    """Where the report's figures are drawn and kept between builds: the folder
-    ``analysis figures`` draws into by default (so each reuses the other's figures
-    whose tables did not change), or, where that cannot be written, a temporary
-    folder kept for this process (``--serve`` rebuilds reuse it)."""
+    """Where the report's figures are drawn and kept between builds: ``analysis figures``'
+    default folder (so each reuses the other's figures), or, where that cannot be
+    written, a temporary folder kept for this process (``--serve`` rebuilds reuse it)."""
     from analysis.figures import default_out
 
     out = default_out(study)
@@ -110,8 +109,7 @@ def figure_cache(study: Study) -> Path:
 
 def figures(study: Study, cache: Path | None = None) -> tuple[list[tuple[str, str]], list[str]]:
     """(caption, base64 PNG) of every figure the data supports, and the skip lines;
-    figures whose tables did not change since the last build are reused from ``cache``
-    (default :func:`figure_cache`)."""
+    ``cache``: where they are drawn and reused (default :func:`figure_cache`)."""
     from analysis.figures import draw_all
 
     out = cache if cache is not None else figure_cache(study)

@@ -51,9 +51,7 @@ class Context:
 
     @cached_property
     def trials(self) -> pd.DataFrame:
-        """``runs`` with ``label``, ``slug`` (per trial), ``variant_slug``, ``representative``
-        (one trial per variant: the median of its seeds by best test accuracy) and ``title``
-        per trial, in display order."""
+        """``runs`` as :func:`with_representatives` gives it, in display order."""
         return with_representatives(trial_table(self.study.runs))
 
     def skip(self, kind: str, reason: str, what: str | None = None) -> None:
@@ -135,10 +133,9 @@ def _seed_word(t) -> str:
 
 
 def with_representatives(t: pd.DataFrame) -> pd.DataFrame:
-    """``trial_table`` rows plus ``variant_slug`` (unique per label), ``seeds`` (trials of
-    the variant) and ``representative``: per variant the trial whose best test
-    accuracy is the median of its seeds' (the lower middle one for an even count; ties
-    and missing accuracies by seed), a choice that does not favour the best seed."""
+    """``trial_table`` rows plus ``variant_slug`` (unique per label), ``seeds`` and
+    ``representative``: per variant the trial whose best test accuracy is the median of
+    its seeds' (the lower middle one), a choice that does not favour the best seed."""
     if t.empty:
         return t.assign(variant_slug=pd.Series(dtype=object), seeds=pd.Series(dtype=int),
                         representative=pd.Series(dtype=bool))

@@ -43,10 +43,8 @@ class DistanceMetric:
 
 
 def distance_metric(d: pd.DataFrame, trials: pd.DataFrame) -> DistanceMetric:
-    """The grid locality (``attention_distance``) when every row of ``d`` has it, with
-    the references of uniform attention and a 3×3 convolution on the trials' token
-    grid; else (a study written before the column) the canvas moment ``mean_distance``,
-    whose values depend on how a head was measured, with the figure saying so."""
+    """The grid locality (``attention_distance``) when every row of ``d`` has it; else (a
+    study written before the column) the canvas moment ``mean_distance``, the figure saying so."""
     if GRID_DISTANCE in d and d[GRID_DISTANCE].notna().all():
         h, w = token_grid(trials)
         uniform, conv = uniform_attention_distance(h, w), conv_attention_distance(h, w)
@@ -68,8 +66,8 @@ def distance_metric(d: pd.DataFrame, trials: pd.DataFrame) -> DistanceMetric:
 
 
 def reference_lines(ax, metric: DistanceMetric) -> list:
-    """The metric's reference lines on ``ax`` (the last, the convolution's, dotted; a
-    uniform-attention line before it dashed) and their legend handles."""
+    """The metric's reference lines on ``ax`` (the convolution's dotted, uniform dashed)
+    and their legend handles."""
     from matplotlib.lines import Line2D
 
     styles = ("--", ":")[-len(metric.references):]
@@ -97,8 +95,7 @@ def token_grid(trials: pd.DataFrame) -> tuple[int, int]:
 
 def pooled_heads(ctx, kind: str, *, columns: tuple[str, ...] = ()) -> pd.DataFrame:
     """``heads`` rows of every trial with attention heads, with ``model`` (the variant's
-    label), ``seed`` and ``epochs_trained``; ``columns`` must exist (else :class:`Skip`).
-    Trials without heads are reported as skipped by :meth:`Context.head_trials`."""
+    label), ``seed`` and ``epochs_trained``; ``columns`` must exist (else :class:`Skip`)."""
     parts = []
     for t, rows in ctx.head_trials(kind, every_seed=True):
         missing = [c for c in columns if c not in rows]
