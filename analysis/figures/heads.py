@@ -94,15 +94,10 @@ def draw(ctx) -> list:
         ellipses = [ellipse_head(r) for r in h[h["concentrated"]].itertuples()]
         locality = (h.groupby("layer")[GRID_DISTANCE].mean().to_dict()
                     if GRID_DISTANCE in h and h[GRID_DISTANCE].notna().all() else {})
-        written += ctx.render(_figure, t, epoch, d, missing, gaussian=_all_or_none(ellipses),
-                           n_heads=int(h["head"].nunique()), locality=locality,
-                           window=int(m["window"].iloc[0]) if m is not None and len(m) else None)
+        gaussian = True if ellipses and all(ellipses) else False if not any(ellipses) else None  # None: mixed
+        written += ctx.render(_figure, t, epoch, d, missing, gaussian=gaussian, n_heads=int(h["head"].nunique()),
+                              locality=locality, window=int(m["window"].iloc[0]) if m is not None else None)
     return written
-
-
-def _all_or_none(flags: list[bool]) -> bool | None:
-    """True when every flag is, False when none is, None when mixed."""
-    return True if flags and all(flags) else False if not any(flags) else None
 
 
 def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: bool | None, n_heads: int,
