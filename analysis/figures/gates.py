@@ -22,9 +22,8 @@ COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "gate", "h
 
 
 def data(d: pd.DataFrame, models: list[str]) -> pd.DataFrame:
-    """Per (model, epoch, layer) of gated heads rows ``d``: mean gate over heads and
-    seeds (n values), min / max over the heads of all seeds, min / max over seeds of
-    the per-seed layer mean."""
+    """:func:`~analysis.figures.locality.layer_series` of the gate, with its min / max over
+    the heads of all seeds."""
     s = layer_series(d, "gate", models)
     heads = d.groupby(["model", "epoch", "layer"])["gate"].agg(head_min="min", head_max="max").reset_index()
     heads["epoch"] = heads["epoch"].astype(int)

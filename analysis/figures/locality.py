@@ -21,9 +21,8 @@ COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "distance"
 
 
 def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame:
-    """Per (model, epoch, layer) of heads rows ``d``: the mean of ``value`` over the
-    layer's heads and seeds (n values, ``seeds`` trials) and the min / max over seeds
-    of the per-seed layer mean."""
+    """Per (model, epoch, layer) of heads rows ``d``: the mean of ``value`` over the layer's
+    heads and seeds (n values) and the min / max over seeds of the per-seed layer mean."""
     per_seed = (d.groupby(["model", "epoch", "layer", "trial_id"], sort=False)[value]
                 .agg(["mean", "count", "sum"]).reset_index())
     g = per_seed.groupby(["model", "epoch", "layer"], sort=False)
@@ -40,8 +39,7 @@ def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame
 
 def layer_lines(fig, ax, m: pd.DataFrame, model: str, value: str, palette, *, band) -> None:
     """One variant's panel over training: a line per layer of ``value`` (a ``layer_series``
-    column), an optional band ``(low column, high column, alpha)`` per layer, and a title
-    naming the variant and n (seeds × heads) per point."""
+    column) and an optional band ``(low column, high column, alpha)`` per layer."""
     seeds = int(m["seeds"].max())
     for layer, g in m.groupby("layer"):
         c = palette[int(layer) % len(palette)]
