@@ -13,6 +13,7 @@ import os
 import re
 import weakref
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -134,7 +135,6 @@ class Study:
     _con: object = field(default=None, init=False, repr=False)
     _bad: set = field(default_factory=set, init=False, repr=False)
     _sources: dict = field(default_factory=dict, init=False, repr=False)
-    _frames: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -149,20 +149,29 @@ class Study:
         return is_remote(self.root)
 
     def table(self, name: str) -> pd.DataFrame:
-        """The table ``name`` as a DataFrame, read on first use."""
         check_table(name)
-        if name not in self._frames:
-            self._frames[name] = read_table(self.root, name)
-        return self._frames[name]
+        return getattr(self, name)
 
-    runs = property(lambda self: self.table("runs"))
-    epochs = property(lambda self: self.table("epochs"))
-    heads = property(lambda self: self.table("heads"))
-    maps = property(lambda self: self.table("maps"))
+    @cached_property
+    def runs(self) -> pd.DataFrame:
+        return read_table(self.root, "runs")
+
+    @cached_property
+    def epochs(self) -> pd.DataFrame:
+        return read_table(self.root, "epochs")
+
+    @cached_property
+    def heads(self) -> pd.DataFrame:
+        return read_table(self.root, "heads")
+
+    @cached_property
+    def maps(self) -> pd.DataFrame:
+        return read_table(self.root, "maps")
 
     def refresh(self) -> "Study":
         """Forget what was read: the next access reads the tables again."""
-        self._frames.clear()
+        for name in TABLES:
+            self.__dict__.pop(name, None)
         self._forget()
         return self
 
@@ -397,7 +406,9 @@ def _only_reads(con, query: str, label: str = "") -> None:
 
 class _Scan:
     """The rows of some Parquet files as an Arrow stream that DuckDB reads once per scan,
-    in their unified schema; a file that fails is kept in ``failed`` for :meth:`Study._recover`."""
+    each batch aligned to the unified schema (a column a file lacks is null; not
+    ``pyarrow.dataset``, which would import pandas into ``analysis query``); a file that
+    fails is kept in ``failed`` for :meth:`Study._recover`."""
 
     def __init__(self, files: list[tuple[str, object, object]]):
         import pyarrow as pa
@@ -408,19 +419,35 @@ class _Scan:
 
     def _batches(self):
         import pyarrow as pa
-        import pyarrow.dataset as ds
+        import pyarrow.parquet as pq
 
         for path, source, _ in self.files:
             try:
                 if isinstance(source, bytes):
-                    fragment = ds.ParquetFileFormat().make_fragment(pa.BufferReader(source))
+                    reader = pq.ParquetFile(pa.BufferReader(source))
                 else:
                     fs, p = _fs(source)
-                    fragment = ds.ParquetFileFormat().make_fragment(p, filesystem=fs)
-                yield from fragment.to_batches(schema=self.schema)
+                    reader = pq.ParquetFile(fs.open_input_file(p))
+                for batch in reader.iter_batches():
+                    yield self._aligned(batch)
             except (OSError, pa.ArrowException) as exc:
                 self.failed = (path, exc)
                 raise
+
+    def _aligned(self, batch):
+        import pyarrow as pa
+
+        if batch.schema.equals(self.schema):
+            return batch
+        columns = []
+        for f in self.schema:
+            i = batch.schema.get_field_index(f.name)
+            if i < 0:
+                columns.append(pa.nulls(batch.num_rows, f.type))
+            else:
+                col = batch.column(i)
+                columns.append(col if col.type == f.type else col.cast(f.type))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
     def __arrow_c_stream__(self, requested_schema=None):
         import pyarrow as pa

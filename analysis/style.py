@@ -39,14 +39,16 @@ def head_colors(n: int) -> list:
     return sns.color_palette("tab10" if n <= 10 else "husl", n)
 
 
-def save(fig, data: pd.DataFrame, canvas, stem: str) -> list[Path]:
-    """Write ``stem``.png, .pdf (unless ``canvas.pdf`` is off: the HTML report embeds PNGs only)
-    and .csv (``data``: what the figure plots) under ``canvas.out``."""
-    out = canvas.out
+#: write the PDF next to each PNG (the HTML report, which embeds PNGs only, turns it off)
+PDF = True
+
+
+def save(fig, data: pd.DataFrame, out: Path, stem: str) -> list[Path]:
+    """Write ``stem``.png, .pdf and .csv (``data``: what the figure plots) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.pdf", out / f"{stem}.csv"]
     fig.savefig(paths[0], dpi=DPI, bbox_inches="tight", pad_inches=0.02)
-    if not canvas.pdf:
+    if not PDF:
         paths.pop(1)
     else:
         fig.savefig(paths[1], bbox_inches="tight", pad_inches=0.02, metadata={"CreationDate": None})

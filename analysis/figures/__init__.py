@@ -28,12 +28,11 @@ class Skip(Exception):
 
 @dataclass
 class Canvas:
-    """What drawing a figure needs besides its plotted data: the output folder, the
-    trials table (for captions) and whether to write PDFs.  Small, so it travels to pool workers."""
+    """What drawing a figure needs besides its plotted data: the output folder and the
+    trials table (for captions).  Small, so it travels to pool workers."""
 
     out: Path
     trials: pd.DataFrame
-    pdf: bool = True
 
 
 @dataclass
@@ -46,7 +45,6 @@ class Context:
     only: frozenset | None = None  # trial ids of the figure being drawn (None: every trial)
     defer: bool = False  # queue drawings in ``renders`` instead of drawing them at once
     job: str = ""  # the figure job being drawn (set by draw_all)
-    pdf: bool = True  # write each figure's PDF beside its PNG
     renders: list = field(default_factory=list)  # (job, fn, args, kwargs, canvas) queued when ``defer``
 
     @cached_property
@@ -59,7 +57,7 @@ class Context:
 
     def render(self, fn, *args, **kwargs) -> list:
         """Draw one figure: ``fn(canvas, *args, **kwargs)`` -> paths, now or (``defer``) on the pool."""
-        canvas = Canvas(out=self.out, trials=self.trials, pdf=self.pdf)
+        canvas = Canvas(out=self.out, trials=self.trials)
         if self.defer:
             self.renders.append((self.job, fn, args, kwargs, canvas))
             return []

@@ -132,4 +132,4 @@ def _figure(ctx, t, d: pd.DataFrame, trial_ids: list[str]) -> list:
     notes_under_legend(fig, [note + rule_text()], ax.get_legend(), gap=0.02)
     d = d.assign(trial_id=trial_ids[0] if len(trial_ids) == 1 else "", model=t["label"])
     d = d[["trial_id", "model", *SEED_COLUMNS]]
-    return save(fig, d, ctx, f"conv_likeness_{t['slug']}")
+    return save(fig, d, ctx.out, f"conv_likeness_{t['slug']}")

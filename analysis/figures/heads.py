@@ -147,4 +147,4 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: boo
     fig.text(0.5, -0.01, "\n".join(wrap_note(n, width) for n in notes), ha="center", va="top", fontsize=7)
     d = d.assign(trial_id=t["trial_id"], model=t["label"], epoch=epoch)
     d = d[["trial_id", "model", "epoch", "layer", "head", "kind", "level", "path", "x", "y"]]
-    return save(fig, d, ctx, f"heads_{t['slug']}")
+    return save(fig, d, ctx.out, f"heads_{t['slug']}")

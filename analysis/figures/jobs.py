@@ -46,7 +46,7 @@ def run(study, out: Path, *, modules, epoch: int | None, per_seed: bool, pdf: bo
     from analysis import style
 
     style.setup()
-    ctx = Context(study=study, out=out, epoch=epoch, per_seed=per_seed, defer=True, pdf=pdf)
+    ctx = Context(study=study, out=out, epoch=epoch, per_seed=per_seed, defer=True)
     manifest = Manifest.load(out)
     jobs_plan = plan(ctx, modules, table_files(study.root))
     drawn: dict[str, dict] = {}
@@ -62,7 +62,7 @@ def run(study, out: Path, *, modules, epoch: int | None, per_seed: bool, pdf: bo
         except Skip as why:
             ctx.skip(module.KIND, str(why))
         drawn[key] = {"fp": fp, "files": direct, "skipped": ctx.skipped[first:]}
-    for key, paths in execute(ctx.renders, jobs=jobs).items():
+    for key, paths in execute(ctx.renders, jobs=jobs, pdf=pdf).items():
         drawn[key]["files"] += paths
     for key, d in drawn.items():
         manifest.record(key, Entry(fingerprint=d["fp"], files=[Path(p).name for p in d["files"]],
@@ -80,31 +80,40 @@ def run(study, out: Path, *, modules, epoch: int | None, per_seed: bool, pdf: bo
     return written, skipped
 
 
-def execute(renders: list, *, jobs: int) -> dict[str, list[Path]]:
+def execute(renders: list, *, jobs: int, pdf: bool) -> dict[str, list[Path]]:
     """Draw the queued figures (``(job, fn, args, kwargs, canvas)``): job -> paths."""
     out: dict[str, list[Path]] = {}
+    if not renders:
+        return out
     if jobs <= 1 or len(renders) < MIN_POOL:
-        for key, fn, args, kwargs, canvas in renders:
-            out.setdefault(key, []).extend(fn(canvas, *args, **kwargs))
+        from analysis import style
+
+        before, style.PDF = style.PDF, pdf
+        try:
+            for key, fn, args, kwargs, canvas in renders:
+                out.setdefault(key, []).extend(fn(canvas, *args, **kwargs))
+        finally:
+            style.PDF = before
         return out
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(renders)), mp_context=mp.get_context("spawn"),
-                             initializer=_init) as pool:
+                             initializer=_init, initargs=(pdf,)) as pool:
         futures = [(key, pool.submit(_draw, fn, canvas, args, kwargs)) for key, fn, args, kwargs, canvas in renders]
         for key, f in futures:
             out.setdefault(key, []).extend(f.result())
     return out
 
 
-def _init() -> None:
+def _init(pdf: bool) -> None:
     import warnings
 
     from analysis import style
 
     warnings.simplefilter("ignore")  # as `analysis figures` does: font and layout chatter stays quiet
     style.setup()
+    style.PDF = pdf
 
 
 def _draw(fn, canvas, args, kwargs) -> list[Path]:

@@ -123,4 +123,4 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
     fig.text(0.5, (bottom - 0.2) / height, wrap_note(note, width), ha="center", va="top", fontsize=7)
     d = d.assign(trial_id=t["trial_id"], model=t["label"], epoch=epoch)
     d = d[["trial_id", "model", "epoch", "layer", "head", "x", "y", "prob", "window_mass", "concentrated"]]
-    return save(fig, d, ctx, f"maps_{t['slug']}")
+    return save(fig, d, ctx.out, f"maps_{t['slug']}")

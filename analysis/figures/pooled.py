@@ -139,4 +139,4 @@ def finish(ctx, fig, models: list[str], *, title: str, handles: list, notes: lis
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(ncol, len(handles)),
                frameon=False)
     notes_under_legend(fig, [describe(ctx.trials[ctx.trials["label"].isin(models)]), *notes])
-    return save(fig, data, ctx, stem)
+    return save(fig, data, ctx.out, stem)

@@ -79,4 +79,4 @@ def _figure(ctx, d: pd.DataFrame, a: str, b: str) -> list:
     ax.set_ylabel(a)
     ax.tick_params(axis="y", rotation=0)
     ax.set_title(wrap_note(describe(ctx.trials), max(w, 2.2)), pad=3, fontsize=7)
-    return save(fig, d, ctx, f"heatmap_{a}_x_{b}")
+    return save(fig, d, ctx.out, f"heatmap_{a}_x_{b}")

@@ -56,4 +56,4 @@ def _figure(ctx, t, d: pd.DataFrame) -> list:
                  f"{wrap_note(caption, fig.get_size_inches()[0])}", y=1.1, fontsize=7)
     d = d.assign(trial_id=t["trial_id"], model=t["label"])
     d = d[["trial_id", "model", "layer", "head", "epoch", "center_x", "center_y"]]
-    return save(fig, d, ctx, f"trajectories_{t['slug']}")
+    return save(fig, d, ctx.out, f"trajectories_{t['slug']}")
