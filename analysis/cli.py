@@ -1,9 +1,4 @@
-"""``analysis``: query a study's tables and draw its figures.
-
-    analysis query NAME|PATH "SQL" [--format table|csv|json] [--storage DIR]
-    analysis figures NAME|PATH [--out DIR] [--epoch N] [--per-seed] [--jobs N] [--storage DIR]
-    analysis schema [TABLE]
-    analysis report NAME|PATH [--out FILE] [--serve [--port N] [--interval S]] [--storage DIR]
+"""``analysis``: query a study's tables and draw its figures (``analysis COMMAND --help``).
 
 Errors (missing study, bad SQL, unknown table) are one line on stderr, exit 2.
 """

@@ -1,8 +1,6 @@
 """Contours of a head's attention: analytic ellipses for Gaussian heads, numeric
-mass thresholds on a stored attention window otherwise (docs/design.md §7).
-
-Coordinates are shifts in pixels of the token grid: x = column shift (key − query),
-y = row shift.  Nothing here draws; figures plot the returned coordinates.
+mass thresholds on a stored attention window otherwise (docs/design.md §7), in shifts
+(key − query) of the token grid; nothing here draws.
 """
 
 from __future__ import annotations

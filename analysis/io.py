@@ -1,12 +1,9 @@
 """Open a study's tables: pandas frames and DuckDB SQL over the Parquet parts.
 
-Only ``study.tables`` is used from the study package (no torch); the layout and its
-invariants are its own.  SQL runs on a DuckDB connection without any file system
-(:data:`CONFINEMENT`): each table is a view over a snapshot of its files that pyarrow
-reads (:meth:`Study._snapshot`), parts preferred over compacted rows of the same
-(trial, epoch), so no statement can write or read a file.  A foreign or damaged file
-is named in a :class:`study.tables.TableWarning` and skipped; a part a compaction
-deletes while it is read is never missed nor counted twice; tables no trial has
+SQL runs on a DuckDB connection without any file system (:data:`CONFINEMENT`): each
+table is a view over a snapshot of its files that pyarrow reads (:meth:`Study._snapshot`),
+parts preferred over compacted rows of the same (trial, epoch).  A foreign or damaged
+file is named in a :class:`study.tables.TableWarning` and skipped; tables no trial has
 written yet are empty, so a running study can be queried at any time.
 """
 
@@ -40,6 +37,11 @@ def _sql_type(table: str, column: str) -> str:
 
 class AnalysisError(Exception):
     """A user-facing error (missing study, bad SQL, …): one line, exit status 2."""
+
+
+def check_table(name: str) -> None:
+    if name not in TABLES:
+        raise AnalysisError(f"unknown table {name!r} (tables: {', '.join(TABLES)})")
 
 
 def _one_line(message: str) -> str:
@@ -147,8 +149,7 @@ class Study:
         return is_remote(self.root)
 
     def table(self, name: str) -> pd.DataFrame:
-        if name not in TABLES:
-            raise AnalysisError(f"unknown table {name!r} (tables: {', '.join(TABLES)})")
+        check_table(name)
         return getattr(self, name)
 
     @cached_property
@@ -176,8 +177,7 @@ class Study:
 
     # -- SQL ---------------------------------------------------------------------------
     def connection(self):
-        """A DuckDB connection with one view per table (created on first use), confined
-        by :data:`CONFINEMENT`."""
+        """A DuckDB connection with one view per table, confined by :data:`CONFINEMENT`."""
         if self._con is None:
             import duckdb
 
@@ -201,9 +201,10 @@ class Study:
         parts, compacted = self._snapshot(table)
         sources = {}
         for kind, frags in (("compacted", compacted), ("parts", parts)):
-            if frags:
+            if frags:  # a view over the files, scanned with their unified schema
                 sources[kind] = f"_{table}_{kind}"
-                self._register(con, sources[kind], frags)
+                self._sources[sources[kind]] = _Scan(frags)
+                con.register(sources[kind], self._sources[sources[kind]])
         if not sources:
             cols = ", ".join(f'CAST(NULL AS {_sql_type(table, c)}) AS "{c}"' for c in SCHEMA[table])
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")
@@ -228,14 +229,11 @@ class Study:
         """``(parts, compacted)`` of ``table``: ``(path, source, schema)`` each, ``source``
         the part's bytes or the compacted file's path.
 
-        Parts are read into memory now, before any compacted file is opened; compacted
-        files are read when a query scans them.  That order makes the snapshot whole
-        without retries: a compaction writes the trial's new compacted file before it
-        deletes the merged parts, so a listed part that is gone when read has its rows
-        in the compacted file read after it (the trial's compacted file is added when the
-        listing was taken before it existed); a compacted file is only ever replaced, by
-        one holding every row of the old.  Parts beyond :data:`PART_BYTES_IN_MEMORY` are
-        read by path (a part deleted under a query then makes the snapshot be taken again)."""
+        Parts are read into memory now, compacted files when a query scans them: a
+        compaction writes the trial's compacted file before it deletes the merged parts,
+        so a part gone when read has its rows in the compacted file read after it, which
+        makes the snapshot whole without retries.  Parts beyond :data:`PART_BYTES_IN_MEMORY`
+        are read by path (one deleted under a query makes the snapshot be taken again)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -269,16 +267,8 @@ class Study:
                 self._mark_bad(path, exc)
         return parts, compacted
 
-    def _register(self, con, name: str, files: list) -> None:
-        """A view ``name`` over the files, scanned with their unified schema."""
-        scan = _Scan(files)
-        self._sources[name] = scan
-        con.register(f"{name}_arrow", scan)
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}_arrow")
-
     def _mark_bad(self, path: str, exc: Exception) -> bool:
-        """Skip ``path`` from now on, named, unless it is gone (a part a compaction
-        deleted): True when it was skipped."""
+        """Skip ``path`` from now on, named, unless a compaction deleted it: True when skipped."""
         import pyarrow.fs as pafs
 
         fs, p = _fs(path)
@@ -292,9 +282,8 @@ class Study:
         return not gone
 
     def _recover(self, exc: Exception) -> bool:
-        """After a DuckDB error: when a scan failed on a file, a damaged file (skipped
-        from now on, named) or one read by path that was deleted since the snapshot.
-        True when the query is worth running again (on a new snapshot)."""
+        """After a DuckDB error: True when a scan failed on a file (a damaged one is
+        skipped from now on) and the query is worth running again on a new snapshot."""
         failed = [scan.failed for scan in self._sources.values() if scan.failed]
         if not failed:
             return False
@@ -348,14 +337,11 @@ class Study:
 #: study holds fewer than ``COMPACT_EVERY`` parts per trial and table, kilobytes each.
 PART_BYTES_IN_MEMORY = 256 << 20
 
-#: DuckDB settings of every ``analysis`` connection, in this order (each later one
-#: forbids changing the earlier ones; ``disabled_filesystems`` cannot be given to
-#: ``duckdb.connect``): no spill files (an in-memory database spills to ``./.tmp``), no
-#: local file system (DuckDB's only one: no ``COPY … TO``, ``ATTACH``, ``EXPORT``,
-#: ``read_csv``, ``INSTALL``, log or profile file can reach a file, whatever the statement:
-#: ``EXPLAIN ANALYZE COPY … TO``, a PIVOT, a prepared statement, a pragma …), no external
-#: access (extensions, URLs), then the configuration locked so SQL cannot undo it.  The
-#: tables reach the connection as registered Arrow streams.
+#: DuckDB settings of every ``analysis`` connection, in this order (each later one forbids
+#: changing the earlier ones; ``disabled_filesystems`` cannot be given to ``duckdb.connect``):
+#: no spill files (``./.tmp``), no local file system (so no statement of any kind reaches a
+#: file), no external access (extensions, URLs), then the configuration locked so SQL cannot
+#: undo it.  The tables reach the connection as registered Arrow streams.
 CONFINEMENT = (
     ("temp_directory", "''"),
     ("disabled_filesystems", "'LocalFileSystem'"),
@@ -365,10 +351,6 @@ CONFINEMENT = (
     ("lock_configuration", "true"),
 )
 
-#: Statement types a query may run (:func:`_only_reads`): SELECT (also WITH, FROM-first,
-#: TABLE, VALUES, DESCRIBE, SHOW, SUMMARIZE, UNPIVOT); MULTI, DuckDB's PIVOT (an in-memory
-#: enum type, then a SELECT); EXPLAIN when what it explains is one of these; PRAGMA for
-#: the catalogue pragmas of :data:`READ_PRAGMAS`.
 #: Pragmas that only read the catalogue (``PRAGMA table_info('runs')``, ``PRAGMA show_tables``).
 READ_PRAGMAS = ("table_info", "show", "show_tables", "show_tables_expanded", "show_databases",
                 "database_list", "database_size", "storage_info", "version", "platform", "functions",
@@ -384,10 +366,10 @@ _PRAGMA = re.compile(r"^\s*PRAGMA\s+(\w+)\s*(?:\(.*\))?\s*;?\s*$", re.IGNORECASE
 
 
 def _only_reads(con, query: str, label: str = "") -> None:
-    """Refuse, in one line, any statement but the reads above: a
-    second guard beside :data:`CONFINEMENT` that names what was refused and keeps the
-    session itself unchanged (no ``CREATE``, ``SET``, ``PREPARE`` …); EXPLAIN [ANALYZE]
-    is judged by what it explains (``label``: ``"EXPLAIN "`` inside one)."""
+    """Refuse, in one line, any statement but a SELECT (also WITH, TABLE, VALUES, DESCRIBE,
+    SUMMARIZE …), a PIVOT, a catalogue PRAGMA or an EXPLAIN of one: a second guard beside
+    :data:`CONFINEMENT` that names what was refused and keeps the session unchanged (no
+    ``CREATE``, ``SET``, ``PREPARE`` …); ``label``: ``"EXPLAIN "`` inside one."""
     import duckdb
 
     try:
@@ -423,9 +405,10 @@ def _only_reads(con, query: str, label: str = "") -> None:
 
 
 class _Scan:
-    """The rows of some Parquet files as an Arrow stream (``__arrow_c_stream__``, which
-    DuckDB calls once per scan), each batch aligned to the unified schema (a column a
-    file lacks is null).  A file that fails is kept in ``failed`` for :meth:`Study._recover`."""
+    """The rows of some Parquet files as an Arrow stream that DuckDB reads once per scan,
+    each batch aligned to the unified schema (a column a file lacks is null; not
+    ``pyarrow.dataset``, which would import pandas into ``analysis query``); a file that
+    fails is kept in ``failed`` for :meth:`Study._recover`."""
 
     def __init__(self, files: list[tuple[str, object, object]]):
         import pyarrow as pa

@@ -1,15 +1,8 @@
 """The paper's published Table 1 (Cordonnier et al., ICLR 2020, "On the Relationship
 between Self-Attention and Convolutional Layers"), as data, and which ``runs`` rows
-it may be set beside.
-
-Table 1 reports, for models trained on the full CIFAR-10 training set (50,000
-images) for 300 epochs and tested on its 10,000 test images: test accuracy,
-parameters and FLOPs per image (multiply-adds, the convention of
-:mod:`study.models.cost`), as printed.  A measured row is comparable only when its
-model has the paper's sizes and it trained with the paper's budget; otherwise
-:func:`paper_row` says why not.
-
-Plain data: no training code is imported (``analysis`` reads tables only).
+it may be set beside: only a model with the paper's sizes, trained with its budget
+(full CIFAR-10, 300 epochs); otherwise :func:`paper_row` says why not.  Its FLOPs
+count multiply-adds, the convention of :mod:`study.models.cost`.
 """
 
 from __future__ import annotations
@@ -50,8 +43,7 @@ _IDENTITY = ("arch", "encoding", "isotropic", "pos_dim", "positional_score", *SA
 
 
 def _identity(key: str) -> dict:
-    """The identifying fields of ``study.models.PAPER_MODELS[key]`` (the project's own
-    record of the paper's configurations; fields that do not apply left out)."""
+    """The identifying fields of ``study.models.PAPER_MODELS[key]`` that apply to it."""
     cfg = PAPER_MODELS[key].to_dict()
     keys = _IDENTITY if cfg["arch"] == "sa" else ("arch", "image_size", "in_channels", "num_classes")
     return {k: cfg[k] for k in keys if cfg.get(k) is not None}
@@ -116,8 +108,7 @@ def match_model(row: dict) -> tuple[Published | None, str]:
 
 
 def budget_reason(row: dict) -> str:
-    """Why ``row`` is not the paper's data and budget ('' when it is): full CIFAR-10
-    (50,000 training images, none held out; 10,000 test images), 300 epochs."""
+    """Why ``row`` is not the paper's data and budget ('' when it is)."""
     data = row.get("data")
     if _missing(data) or not data_label(data).startswith("CIFAR-10"):
         return f"not CIFAR-10: {'data not recorded' if _missing(data) else data}"

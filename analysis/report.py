@@ -1,14 +1,8 @@
-"""One self-contained HTML page of a study: ``analysis report NAME``.
-
-The page holds (from the tables only, like every ``analysis`` command): where the
-study stands (trials per status, epochs recorded), per-trial progress, the failures
-with their cause (``runs.status`` = ``error`` with the ``error`` column when the
-tables have it, ``diverged``, ``interrupted``), Table 1, every figure ``analysis
-figures`` draws (PNG embedded as ``data:`` URIs) and the study file (``study.yaml``).
+"""One self-contained HTML page of a study, from its tables only: ``analysis report NAME``.
 
 A page served by ``analysis report --serve`` (:mod:`analysis.serve`) polls the
-server's ``/version`` (a fingerprint of the table files) every few seconds and
-reloads itself when the tables changed; a page opened as a file does not poll.
+server's ``/version`` and reloads itself when the tables changed; a page opened as a
+file does not poll.
 """
 
 from __future__ import annotations
@@ -95,10 +89,9 @@ _SCRATCH: dict[str, tempfile.TemporaryDirectory] = {}
 
 
 def figure_cache(study: Study) -> Path:
-    """Where the report's figures are drawn and kept between builds: the folder
-    ``analysis figures`` draws into by default (so each reuses the other's figures
-    whose tables did not change), or, where that cannot be written, a temporary
-    folder kept for this process (``--serve`` rebuilds reuse it)."""
+    """Where the report's figures are drawn and kept between builds: ``analysis figures``'
+    default folder (so each reuses the other's figures), or, where that cannot be
+    written, a temporary folder kept for this process (``--serve`` rebuilds reuse it)."""
     from analysis.figures import default_out
 
     out = default_out(study)
@@ -116,8 +109,7 @@ def figure_cache(study: Study) -> Path:
 
 def figures(study: Study, cache: Path | None = None) -> tuple[list[tuple[str, str]], list[str]]:
     """(caption, base64 PNG) of every figure the data supports, and the skip lines;
-    figures whose tables did not change since the last build are reused from ``cache``
-    (default :func:`figure_cache`)."""
+    ``cache``: where they are drawn and reused (default :func:`figure_cache`)."""
     from analysis.figures import draw_all
 
     out = cache if cache is not None else figure_cache(study)

@@ -16,17 +16,13 @@ from __future__ import annotations
 from study.models.config import ENCODING_FIELDS  # torch-free
 from study.tables import TABLES
 
-#: the key columns of the per-epoch tables, described once
-KEYS: dict[str, tuple[str, str, str]] = {
-    "trial_id": ("trial_id", "text", "the trial (runs.trial_id)"),
-    "epoch": ("epoch", "int", "0-based epoch after which the row was taken (figures: 'after 1 epoch' is epoch 0)"),
-    "layer": ("layer", "int", "0-based layer (figures: 'layer 1' is layer 0)"),
-    "head": ("head", "int", "0-based head (figures: 'head 1', 'h1' is head 0)"),
-}
-
-
-def _keys(*names: str) -> list[tuple[str, str, str]]:
-    return [KEYS[n] for n in names]
+#: the key columns of the per-epoch tables (epochs: the first two), described once
+KEYS = [
+    ("trial_id", "text", "the trial (runs.trial_id)"),
+    ("epoch", "int", "0-based epoch after which the row was taken (figures: 'after 1 epoch' is epoch 0)"),
+    ("layer", "int", "0-based layer (figures: 'layer 1' is layer 0)"),
+    ("head", "int", "0-based head (figures: 'head 1', 'h1' is head 0)"),
+]
 
 
 #: table → [(column, type, meaning)]
@@ -112,7 +108,7 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("updated_at", "float", "when the row was last written: Unix time in seconds (UTC), fractional"),
     ],
     "epochs": [
-        *_keys("trial_id", "epoch"),
+        *KEYS[:2],
         ("train_loss", "float", "mean cross-entropy over the epoch's training batches (nats), as trained: "
                                 "augmented images, dropout on, weights changing during the epoch"),
         ("train_acc", "float", "accuracy over the same batches"),
@@ -127,7 +123,7 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("head_stats_seconds", "float", "wall seconds spent writing heads and maps after the epoch"),
     ],
     "heads": [
-        *_keys("trial_id", "epoch", "layer", "head"),
+        *KEYS,
         ("attention_distance", "float", "THE locality measure, the same for every encoding: mean attention distance "
                                         "Σ_k P[q,k]·‖p_k − p_q‖ between query and key tokens, in grid cells (tokens "
                                         "of the 16×16 grid), averaged over every query token of the head_images test "
@@ -161,7 +157,7 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
                           "heads without a gate; absent in studies written before the column existed"),
     ],
     "maps": [
-        *_keys("trial_id", "epoch", "layer", "head"),
+        *KEYS,
         ("window", "int", "side 2r+1 of the stored window of shifts −r..r around the query (an SQL keyword: "
                           "quote it, \"window\")"),
         ("probs", "list<float>", "the head's attention probabilities on the window as a flat (2r+1)²-vector, "
@@ -196,10 +192,10 @@ COLUMNS["runs"] += [(f.name, _SQL_TYPE.get(f.type, "text"), f"{f.doc}; null for 
 
 def describe(table: str | None = None) -> str:
     """Text documentation of ``table`` (all tables when None)."""
-    from analysis.io import AnalysisError
+    from analysis.io import check_table
 
-    if table is not None and table not in TABLES:
-        raise AnalysisError(f"unknown table {table!r} (tables: {', '.join(TABLES)})")
+    if table is not None:
+        check_table(table)
     out = []
     for t in ([table] if table else TABLES):
         out.append(f"{t}: {NOTES[t]}")

@@ -1,18 +1,14 @@
 """``analysis report NAME --serve``: the report page on 127.0.0.1, rebuilt as the tables grow.
 
-A ``ThreadingHTTPServer`` bound to the loopback interface only serves ``/`` (the
-last page built) and ``/version`` (the fingerprint of the table files it was built
-from), and only to requests whose ``Host:`` header names it (``127.0.0.1:PORT`` or
-``localhost:PORT``, :func:`allowed_hosts`): a web page that rebinds its own domain to
-127.0.0.1 gets ``421 Misdirected Request``, never the report.  The main thread checks the fingerprint every ``interval`` seconds and
-rebuilds the page when it changed; the page polls ``/version`` and reloads itself.
+Only ``/`` and ``/version`` are served, and only to requests whose ``Host:`` header
+names the server (:func:`allowed_hosts`): a web page that rebinds its own domain to
+127.0.0.1 gets ``421 Misdirected Request``, never the report.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -22,9 +18,8 @@ HOST = "127.0.0.1"
 
 
 def fingerprint(root: str) -> str:
-    """Count, total size and newest modification time of the table files, from the same
-    listing the figure cache fingerprints (``analysis.figures.cache.table_files``: writes in
-    progress, ``.tmp-*``, excluded)."""
+    """Count, total size and newest modification time of the table files that the figure
+    cache fingerprints (``analysis.figures.cache.table_files``)."""
     from analysis.figures.cache import table_files
 
     files = [f for trial in table_files(root).values() for f in trial]
@@ -32,24 +27,21 @@ def fingerprint(root: str) -> str:
 
 
 class _Page:
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.body = b""
-        self.version = ""
+    """The last page built and its version, replaced as one tuple: readers never see a
+    page with another page's version."""
+
+    current: tuple[bytes, str] = (b"", "")
 
     def set(self, body: str, version: str) -> None:
-        with self.lock:
-            self.body, self.version = body.encode(), version
+        self.current = (body.encode(), version)
 
     def get(self) -> tuple[bytes, str]:
-        with self.lock:
-            return self.body, self.version
+        return self.current
 
 
 def allowed_hosts(port: int) -> frozenset[str]:
     """The ``Host:`` values the server answers: the loopback names it serves, with its
-    port (and bare, on port 80).  A page fetched under any other name (DNS rebinding:
-    ``attacker.example`` resolving to 127.0.0.1) gets no answer but an error."""
+    port (and bare, on port 80)."""
     names = (HOST, "localhost")
     hosts = {f"{n}:{port}" for n in names}
     if port == 80:

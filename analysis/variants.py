@@ -12,20 +12,18 @@ import re
 
 import pandas as pd
 
-# the labels every command shows live below the analysis layer (``study status`` and the
-# end-of-study summary use them too); re-exported for the figures and tables
+# the labels every command shows (``study status`` too), re-exported for the figures
+from study.models.config import PAPER_MODELS  # torch-free
 from study.variants import column_texts, value_text, variant_labels, varying_columns  # noqa: F401
 
-ENCODING_ORDER = ("quadratic", "learned", "learned_content")
+#: the paper's order of its encodings (its Table 1), as the project records its models
+ENCODING_ORDER = tuple(dict.fromkeys(m.encoding for m in PAPER_MODELS.values() if m.arch == "sa"))
 
 
 def sweep_axes(runs: pd.DataFrame) -> list[str]:
-    """The independent axes of a grid sweep, in :data:`study.variants.AXIS_ORDER`.
-
-    A varying column is not an axis when it does not apply to every trial (a '-'
-    value, e.g. ``isotropic`` of learned encodings: nested, not crossed) or when it
-    and an axis already chosen determine one another in either direction (``pos_dim``
-    3/5 with ``isotropic``; ``num_heads`` when every encoding has its own)."""
+    """The independent axes of a grid sweep, in :data:`study.variants.AXIS_ORDER`: not a
+    varying column that does not apply to every trial (a '-' value: nested, not crossed)
+    nor one that an axis already chosen determines or is determined by."""
     axes: list[str] = []
     for c in varying_columns(runs):
         tc = column_texts(runs, c)

@@ -1,17 +1,13 @@
-"""Figures of a study: the paper's (Fig. 2, Figs. 4/12/14, Figs. 5/6, Table 1) and
-the ones it lacked (sweep heat-map, head-centre trajectories, convolution-likeness),
-and the locality figures across encodings (attention distance vs depth, locality
-over training, gates).
+"""Figures of a study: the paper's (Fig. 2, Figs. 4/12/14, Figs. 5/6, Table 1), the
+ones it lacked (sweep heat-map, head-centre trajectories, convolution-likeness) and
+the locality figures across encodings (attention distance, locality over training, gates).
 
 Every figure module has ``KIND`` and ``draw(ctx) -> (paths written)``, raises
-:class:`Skip` when the study's data cannot support it, and hands its drawing to
-``ctx.render(fn, ...)`` (``fn(canvas, ...)`` draws one figure from small plotted
-data; :mod:`analysis.figures.jobs` runs those on a process pool).  ``SCOPE``
-says what one figure covers: ``"study"`` (default: one figure of all trials) or
-``"variant"`` (one figure per model variant — one representative seed, or the
-seeds aggregated — or, with ``per_seed``, one per trial).  ``READS``: the tables
-besides ``runs`` it reads (default: all), whose files decide when it is redrawn
-(:mod:`analysis.figures.cache`).
+:class:`Skip` when the data cannot support it, and hands its drawing to
+``ctx.render(fn, ...)`` (run on a process pool by :mod:`analysis.figures.jobs`).
+``SCOPE``: ``"study"`` (default: one figure of all trials) or ``"variant"`` (one per
+model variant, or per trial with ``per_seed``).  ``READS``: the tables besides
+``runs`` it reads (default: all), whose files decide when it is redrawn.
 """
 
 from __future__ import annotations
@@ -53,9 +49,7 @@ class Context:
 
     @cached_property
     def trials(self) -> pd.DataFrame:
-        """``runs`` with ``label``, ``slug`` (per trial), ``variant_slug``, ``representative``
-        (one trial per variant: the median of its seeds by best test accuracy) and ``title``
-        per trial, in display order."""
+        """``runs`` as :func:`with_representatives` gives it, in display order."""
         return with_representatives(trial_table(self.study.runs))
 
     def skip(self, kind: str, reason: str, what: str | None = None) -> None:
@@ -83,10 +77,8 @@ class Context:
         return t if self.only is None else t[t["trial_id"].isin(self.only)]
 
     def head_trials(self, kind: str, *, table: str = "heads", every_seed: bool = False):
-        """(trial row, that trial's rows of ``table``) for every trial with attention
-        heads — by default only each variant's representative seed, whose ``slug`` is
-        the variant's and whose ``title`` says which seed it is; other trials are
-        reported as skipped.  ``every_seed``: every trial (figures that pool the seeds)."""
+        """(trial row, that trial's rows of ``table``) for every trial with attention heads:
+        each variant's representative seed only, unless ``per_seed`` or ``every_seed``."""
         if self.trials.empty:
             raise Skip("no trials in the runs table yet")
         by_trial = self.by_trial(table)
@@ -104,7 +96,7 @@ class Context:
 
     def variant_heads(self, kind: str):
         """(figure row, trials of the variant, their ``heads`` rows) per variant with
-        attention heads — per trial with ``per_seed`` — for figures that aggregate seeds."""
+        attention heads (per trial with ``per_seed``)."""
         if self.trials.empty:
             raise Skip("no trials in the runs table yet")
         by_trial = self.by_trial("heads")
@@ -139,10 +131,9 @@ def _seed_word(t) -> str:
 
 
 def with_representatives(t: pd.DataFrame) -> pd.DataFrame:
-    """``trial_table`` rows plus ``variant_slug`` (unique per label), ``seeds`` (trials of
-    the variant) and ``representative``: per variant the trial whose best test
-    accuracy is the median of its seeds' (the lower middle one for an even count; ties
-    and missing accuracies by seed), a choice that does not favour the best seed."""
+    """``trial_table`` rows plus ``variant_slug`` (unique per label), ``seeds`` and
+    ``representative``: per variant the trial whose best test accuracy is the median of
+    its seeds' (the lower middle one), a choice that does not favour the best seed."""
     if t.empty:
         return t.assign(variant_slug=pd.Series(dtype=object), seeds=pd.Series(dtype=int),
                         representative=pd.Series(dtype=bool))
@@ -194,9 +185,8 @@ def default_out(study: Study) -> Path:
 
 def draw_all(study: Study, out: Path, *, epoch: int | None = None, per_seed: bool = False, pdf: bool = True,
              jobs: int | None = None) -> tuple[list[Path], list[str]]:
-    """Draw every figure ``study`` supports into ``out``: (files, skip lines).  Figures
-    whose inputs did not change since they were drawn there are kept, not redrawn
-    (:mod:`analysis.figures.cache`); the others are drawn on ``jobs`` processes
+    """Draw every figure ``study`` supports into ``out``: (files, skip lines); figures
+    whose inputs did not change are kept; the others are drawn on ``jobs`` processes
     (default: the cores this process may use)."""
     from analysis.figures.jobs import run
     from study.cpus import local_cpus

@@ -1,11 +1,7 @@
 """Figures are redrawn only when their inputs changed: a manifest of input
 fingerprints per figure job in the output folder (``.figures-manifest.json``).
-
-A job's fingerprint hashes the path, size and mtime of every table file of the trials
-it shows (``runs`` and the module's ``READS``), those trials' variant labels and
-representative seed, the options and the code that draws it (the ``analysis`` sources
-and the matplotlib version).  Files of a job no longer drawn that the manifest lists
-are removed; files it does not list are never touched."""
+Files of a job no longer drawn that the manifest lists are removed; files it does
+not list are never touched."""
 
 from __future__ import annotations
 

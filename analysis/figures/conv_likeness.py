@@ -1,16 +1,10 @@
 """Convolution-likeness over training, for layers of N_h = K² heads (K odd): per layer,
 the mean distance of the head centres to the K×K lattice {−K//2..K//2}² after the
 optimal one-to-one assignment (solid, left axis; 0 = the heads sit on a K×K
-convolution's taps) and the heads' mean concentration ``max_prob`` (dashed, right
-axis; 1 = each head attends one pixel), from the untrained model (x = 0, the
-``epoch = -1`` rows) when the study recorded it.  Centres and ``max_prob`` are the
-canvas (centre-query) moments of the ``heads`` table: the Gaussian heads' centres of
-the paper's Fig. 4, not the grid locality ``attention_distance``.
-
-Diffuse heads (:mod:`analysis.concentration`) have no meaningful centre: they are
-left out of the distance (which is then over the concentrated heads only, each
-assigned its own lattice point) and counted; a layer without a concentrated head
-has no distance.  The rule is printed under the figure."""
+convolution's taps) and the heads' mean ``max_prob`` (dashed, right axis), from the
+untrained model (x = 0) when the study recorded it.  Diffuse heads
+(:mod:`analysis.concentration`) have no meaningful centre: the distance is over the
+concentrated heads only, each assigned its own lattice point."""
 
 from __future__ import annotations
 
@@ -20,7 +14,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.concentration import classify, rule_text
-from analysis.figures.panels import wrap_note
+from analysis.figures.panels import notes_under_legend, wrap_note
 from analysis.lattice import kernel_size, lattice_distance
 from analysis.meta import describe
 from analysis.style import COLUMN_WIDTH, save
@@ -135,10 +129,7 @@ def _figure(ctx, t, d: pd.DataFrame, trial_ids: list[str]) -> list:
         width = (d["lattice_distance_max"] - d["lattice_distance_min"]).max()
         note += (f"Lines: mean over {seeds} seeds (of those with a distance); band: min–max over seeds "
                  f"(seed-to-seed noise, up to {width:.2f} px wide). ")
-    note += rule_text()
-    fig.canvas.draw()  # place the note under the legend, wherever it ended
-    box = ax.get_legend().get_window_extent().transformed(fig.transFigure.inverted())
-    fig.text(0.5, box.y0 - 0.02, wrap_note(note, COLUMN_WIDTH), ha="center", va="top", fontsize=7)
+    notes_under_legend(fig, [note + rule_text()], ax.get_legend(), gap=0.02)
     d = d.assign(trial_id=trial_ids[0] if len(trial_ids) == 1 else "", model=t["label"])
     d = d[["trial_id", "model", *SEED_COLUMNS]]
     return save(fig, d, ctx.out, f"conv_likeness_{t['slug']}")

@@ -1,10 +1,6 @@
 """Fig. 2: test accuracy over training, one line per model variant (mean over its
-seeds) with a min–max band over the seeds.
-
-Axes that do not exaggerate: the y-axis spans at least chance level (1/classes) to
-the next 0.1 above the data, and a bar shows what one test image is worth
-(1/n_test); lines differ by colour, marker and line style; the caption names the
-data, subset, sizes, epochs and seeds."""
+seeds) with a min–max band over the seeds, on axes that do not exaggerate (from
+chance level; a bar shows what one test image is worth)."""
 
 from __future__ import annotations
 

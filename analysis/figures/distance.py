@@ -1,7 +1,6 @@
 """Attention distance vs depth (ViT, Dosovitskiy et al. 2021, Fig. 7): per layer,
 each head's mean attention distance (:func:`~analysis.figures.pooled.distance_metric`)
-at one epoch (default: each trial's last), one panel per model variant, one y scale
-for all panels; what dots, bars and whiskers are is in :func:`data` and the caption."""
+at one epoch (default: each trial's last), one panel per model variant."""
 
 from __future__ import annotations
 
@@ -9,11 +8,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures.panels import after, label_grid, notes_under_legend, wrap_note
-from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, at_picked_epoch, distance_metric,
-                                     model_order, pooled_heads, reference_lines, variant_grid)
-from analysis.meta import describe
-from analysis.style import save
+from analysis.figures.panels import after, label_grid, layer_grid, wrap_note
+from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, at_picked_epoch, distance_metric, finish,
+                                     model_order, pooled_heads, reference_lines)
 
 KIND = "attention_distance"
 READS = ("heads",)
@@ -62,7 +59,7 @@ def draw(ctx) -> list:
 
 
 def _figure(ctx, d: pd.DataFrame, models: list[str], metric: DistanceMetric) -> list:
-    fig, axes, grid = variant_grid(len(models))
+    fig, axes, grid = layer_grid(len(models), variants=True)
     heads = d[d["kind"] == "head"]
     top = max([float(d["distance"].max())] + [v for v, _ in metric.references]) * 1.08
     for ax, model in zip(axes, models):
@@ -91,20 +88,14 @@ def _figure(ctx, d: pd.DataFrame, models: list[str], metric: DistanceMetric) -> 
     legend = [Line2D([], [], color=DOT, marker="o", linestyle="none", markersize=3, label="one head of one seed"),
               Line2D([], [], color="black", marker="_", linestyle="none", markersize=10, markeredgewidth=1.2,
                      label="layer mean (n heads × seeds)"), *lines]
-    width = fig.get_size_inches()[0]
     seeds = d.loc[d["kind"] == "layer", "seeds"]
     noise = d.loc[d["kind"] == "layer", "seed_std"].dropna()
-    notes = [describe(ctx.trials[ctx.trials["label"].isin(models)]),
-             "dots: every head of every seed (pooled, as head numbers are not matched across seeds; spread "
+    notes = ["dots: every head of every seed (pooled, as head numbers are not matched across seeds; spread "
              "sideways by head number); bar: the layer's "
              "mean over its n heads × seeds" + ("; whisker: ± std over seeds of the per-seed layer mean" if
                                                  (seeds > 1).any() else ""),
              (f"seed-to-seed noise of a layer mean: std up to {noise.max():.2f} {metric.unit}" if len(noise)
               else "one seed per variant: seed-to-seed noise not measured"),
              metric.note]
-    fig.suptitle("Attention distance per layer", y=1.0)
-    fig.tight_layout(pad=0.3)
-    fig.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(legend)),
-               frameon=False)
-    notes_under_legend(fig, notes, width)
-    return save(fig, d, ctx.out, STEM)
+    return finish(ctx, fig, models, title="Attention distance per layer", handles=legend, notes=notes, data=d,
+                  stem=STEM)

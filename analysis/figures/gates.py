@@ -1,10 +1,7 @@
 """Gates over training (ConViT, d'Ascoli et al. 2021, Fig. 5): per layer, the gate
-σ(λ_h) of its heads (``heads.gate``: the weight of the positional softmax of a gated
-head; 1 = purely positional, 0 = purely content) epoch after epoch, one panel per
-model variant that has gated heads (non-null ``gate``), y from 0 to 1 in every panel
-(up to --epoch when given); lines and bands as :func:`data` computes and the caption
-says.  Variants without gates are named as skipped; a study whose heads table has no
-``gate`` column (older studies) has no gate figure."""
+σ(λ_h) of its heads (``heads.gate``: 1 = purely positional, 0 = purely content) epoch
+after epoch, one panel per model variant with gated heads; variants without gates are
+named as skipped."""
 
 from __future__ import annotations
 
@@ -13,10 +10,8 @@ import pandas as pd
 
 from analysis.figures import Skip
 from analysis.figures.locality import layer_lines, layer_series
-from analysis.figures.panels import label_grid, notes_under_legend
-from analysis.figures.pooled import model_order, pooled_heads, variant_grid
-from analysis.meta import describe
-from analysis.style import save
+from analysis.figures.panels import label_grid, layer_grid
+from analysis.figures.pooled import finish, model_order, pooled_heads
 
 KIND = "gates"
 READS = ("heads",)
@@ -27,9 +22,8 @@ COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "gate", "h
 
 
 def data(d: pd.DataFrame, models: list[str]) -> pd.DataFrame:
-    """Per (model, epoch, layer) of gated heads rows ``d``: mean gate over heads and
-    seeds (n values), min / max over the heads of all seeds, min / max over seeds of
-    the per-seed layer mean."""
+    """:func:`~analysis.figures.locality.layer_series` of the gate, with its min / max over
+    the heads of all seeds."""
     s = layer_series(d, "gate", models)
     heads = d.groupby(["model", "epoch", "layer"])["gate"].agg(head_min="min", head_max="max").reset_index()
     heads["epoch"] = heads["epoch"].astype(int)
@@ -53,24 +47,17 @@ def draw(ctx) -> list:
 
 
 def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
-    fig, axes, grid = variant_grid(len(models))
+    fig, axes, grid = layer_grid(len(models), variants=True)
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, model in zip(axes, models):
         layer_lines(fig, ax, s[s["model"] == model], model, "gate", palette, band=("head_min", "head_max", 0.15))
     label_grid(grid, xlabel="epochs trained", ylabel="gate σ(λ_h)")
     axes[0].set_ylim(-0.02, 1.02)
-    handles, labels = axes[max(range(len(axes)), key=lambda i: len(axes[i].get_lines()))].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(6, len(labels)),
-               frameon=False)
-    width = fig.get_size_inches()[0]
     multi = s["seeds"] > 1
     spread = (s["seed_max"] - s["seed_min"])[multi]
-    notes = [describe(ctx.trials[ctx.trials["label"].isin(models)]),
-             "gate σ(λ_h): weight of the positional softmax of a gated head (1 positional, 0 content); line: mean "
+    notes = ["gate σ(λ_h): weight of the positional softmax of a gated head (1 positional, 0 content); line: mean "
              "over the layer's heads and the variant's seeds; band: min–max over the layer's heads of all seeds",
              (f"seed-to-seed noise: the per-seed layer means differ by up to {spread.max():.2f}" if multi.any()
               else "one seed per variant: seed-to-seed noise not measured")]
-    fig.suptitle("Gates over training", y=1.0)
-    fig.tight_layout(pad=0.3)
-    notes_under_legend(fig, notes, width)
-    return save(fig, s, ctx.out, STEM)
+    return finish(ctx, fig, models, title="Gates over training", notes=notes, data=s, stem=STEM, ncol=6,
+                  handles=max(axes, key=lambda ax: len(ax.get_lines())).get_legend_handles_labels()[0])

@@ -1,20 +1,10 @@
 """Figs. 4/12/14: each head's centre and its 50 % (solid) / 90 % (dotted) contour, one
 panel per layer, at one epoch (default: the trial's last).
 
-Gaussian heads (every ``param_inv_cov_*`` set and no ``gate``): analytic ellipses of
-Σ = (Σ⁻¹ as trained)⁻¹ around the head's mean shift.  Every other head (learned,
-content, gated — whatever its encoding): the smallest set of pixels of the stored
-attention window holding 50 % / 90 % of the head's attention (not drawn when the
-window holds less).
-
-Only concentrated heads (:mod:`analysis.concentration`, the rule printed under the
-figure) get a centre and contours; each dot carries its head number (as in the
-maps figure), and diffuse heads are listed per layer instead of drawn.
-
-Centres and contours are the canvas (centre-query) moments of the ``heads`` table;
-each panel's title also gives the layer's locality on the grid, the mean of
-``heads.attention_distance`` over its heads (grid cells; absent for studies written
-before that column existed)."""
+Gaussian heads: analytic ellipses of Σ = (Σ⁻¹ as trained)⁻¹ (:func:`ellipse_head`);
+every other head: the smallest set of pixels of the stored attention window holding
+50 % / 90 % of its attention.  Only concentrated heads (:mod:`analysis.concentration`)
+get a centre and contours; diffuse heads are listed per layer instead."""
 
 from __future__ import annotations
 
@@ -104,15 +94,10 @@ def draw(ctx) -> list:
         ellipses = [ellipse_head(r) for r in h[h["concentrated"]].itertuples()]
         locality = (h.groupby("layer")[GRID_DISTANCE].mean().to_dict()
                     if GRID_DISTANCE in h and h[GRID_DISTANCE].notna().all() else {})
-        written += ctx.render(_figure, t, epoch, d, missing, gaussian=_all_or_none(ellipses),
-                           n_heads=int(h["head"].nunique()), locality=locality,
-                           window=int(m["window"].iloc[0]) if m is not None and len(m) else None)
+        gaussian = True if ellipses and all(ellipses) else False if not any(ellipses) else None  # None: mixed
+        written += ctx.render(_figure, t, epoch, d, missing, gaussian=gaussian, n_heads=int(h["head"].nunique()),
+                              locality=locality, window=int(m["window"].iloc[0]) if m is not None else None)
     return written
-
-
-def _all_or_none(flags: list[bool]) -> bool | None:
-    """True when every flag is, False when none is, None when mixed."""
-    return True if flags and all(flags) else False if not any(flags) else None
 
 
 def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: bool | None, n_heads: int,

@@ -1,12 +1,8 @@
-"""Plan, reuse and draw a study's figure jobs.
-
-One job per figure of a study-wide module, one per model variant (or, per seed, per
-trial) of a ``SCOPE = "variant"`` module.  A job whose fingerprint is in the output
-folder's manifest is kept as it is (its files and skip lines); the others compute
-their plotted data here, in this process (the tables are read once), and queue
-their drawing, which then runs on a pool of processes (``spawn``: workers that are
-plain children, whose CPU time counts toward this command's).  The manifest is
-written last; files of jobs no longer drawn are removed (:mod:`analysis.figures.cache`)."""
+"""Plan, reuse and draw a study's figure jobs: one per figure of a study-wide module,
+one per model variant (or trial) of a ``SCOPE = "variant"`` module.  Jobs not fresh in
+the manifest (:mod:`analysis.figures.cache`) compute their data here (the tables are
+read once) and draw on a ``spawn`` pool: plain children, whose CPU time counts toward
+this command's."""
 
 from __future__ import annotations
 

@@ -1,19 +1,15 @@
 """Locality over training: per layer, the mean attention distance of its heads
-(:func:`~analysis.figures.pooled.distance_metric`) from initialisation (x = 0 epochs
-trained: the untrained model's ``epoch = -1`` rows) epoch after epoch, one panel per
-model variant, one y scale and one colour per layer across panels (up to --epoch when
-given); lines and bands are as :func:`layer_series` computes and the caption says."""
+(:func:`~analysis.figures.pooled.distance_metric`) from initialisation (x = 0: the
+untrained model's ``epoch = -1`` rows) epoch after epoch, one panel per model variant."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from analysis.figures.panels import label_grid, notes_under_legend, wrap_note
-from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, distance_metric, model_order,
-                                     pooled_heads, reference_lines, variant_grid)
-from analysis.meta import describe
-from analysis.style import save
+from analysis.figures.panels import label_grid, layer_grid, wrap_note
+from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, distance_metric, finish, model_order,
+                                     pooled_heads, reference_lines)
 
 KIND = "locality"
 READS = ("heads",)
@@ -25,9 +21,8 @@ COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "distance"
 
 
 def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame:
-    """Per (model, epoch, layer) of heads rows ``d``: the mean of ``value`` over the
-    layer's heads and seeds (n values, ``seeds`` trials) and the min / max over seeds
-    of the per-seed layer mean."""
+    """Per (model, epoch, layer) of heads rows ``d``: the mean of ``value`` over the layer's
+    heads and seeds (n values) and the min / max over seeds of the per-seed layer mean."""
     per_seed = (d.groupby(["model", "epoch", "layer", "trial_id"], sort=False)[value]
                 .agg(["mean", "count", "sum"]).reset_index())
     g = per_seed.groupby(["model", "epoch", "layer"], sort=False)
@@ -44,8 +39,7 @@ def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame
 
 def layer_lines(fig, ax, m: pd.DataFrame, model: str, value: str, palette, *, band) -> None:
     """One variant's panel over training: a line per layer of ``value`` (a ``layer_series``
-    column), an optional band ``(low column, high column, alpha)`` per layer, and a title
-    naming the variant and n (seeds × heads) per point."""
+    column) and an optional band ``(low column, high column, alpha)`` per layer."""
     seeds = int(m["seeds"].max())
     for layer, g in m.groupby("layer"):
         c = palette[int(layer) % len(palette)]
@@ -73,7 +67,7 @@ def draw(ctx) -> list:
 
 
 def _figure(ctx, s: pd.DataFrame, models: list[str], metric: DistanceMetric) -> list:
-    fig, axes, grid = variant_grid(len(models))
+    fig, axes, grid = layer_grid(len(models), variants=True)
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     top = max([float(s[["distance", "seed_max"]].max().max())] + [v for v, _ in metric.references]) * 1.08
     lines = []
@@ -84,23 +78,15 @@ def _figure(ctx, s: pd.DataFrame, models: list[str], metric: DistanceMetric) -> 
         lines = reference_lines(ax, metric)
     label_grid(grid, xlabel="epochs trained", ylabel=metric.axis)
     axes[0].set_ylim(0, top)
-    handles, labels = axes[max(range(len(axes)), key=lambda i: len(axes[i].get_lines()))].get_legend_handles_labels()
-    handles += lines
-    labels += [h.get_label() for h in lines]
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(labels)),
-               frameon=False)
-    width = fig.get_size_inches()[0]
+    handles = max(axes, key=lambda ax: len(ax.get_lines())).get_legend_handles_labels()[0] + lines
     multi = (s["seeds"] > 1).any()
     spread = (s["seed_max"] - s["seed_min"])[s["seeds"] > 1]
     start = ("x = 0: the untrained model" if (s["epochs_trained"] == 0).any()
              else "no initialisation rows in this study: the lines start after the first epoch")
-    notes = [describe(ctx.trials[ctx.trials["label"].isin(models)]),
-             "line: the layer's mean over its heads and the variant's seeds"
+    notes = ["line: the layer's mean over its heads and the variant's seeds"
              + ("; band: min–max over seeds of the per-seed layer mean" if multi else "") + f"; {start}",
              (f"seed-to-seed noise: the band is up to {spread.max():.2f} {metric.unit} wide" if multi
               else "one seed per variant: seed-to-seed noise not measured"),
              metric.note]
-    fig.suptitle("Locality over training: mean attention distance per layer", y=1.0)
-    fig.tight_layout(pad=0.3)
-    notes_under_legend(fig, notes, width)
-    return save(fig, s, ctx.out, STEM)
+    return finish(ctx, fig, models, title="Locality over training: mean attention distance per layer",
+                  handles=handles, notes=notes, data=s, stem=STEM)

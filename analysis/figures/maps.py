@@ -1,11 +1,7 @@
 """Figs. 5/6: attention probabilities of every head (columns) of every layer (rows):
-the stored (2r+1)×(2r+1) window of shifts around the query pixel (black outline),
-at one epoch (default: the trial's last).  Attention that depends on the image: the
-stored average over the test images of the trial's head statistics (whatever the
-encoding; the caption says so without naming one).  One colour scale for the whole
-figure (the range of the values shown), with a colour bar; under each map the head's
-attention mass inside the window, and diffuse heads (:mod:`analysis.concentration`)
-in a dashed frame."""
+the stored (2r+1)×(2r+1) window of shifts around the query pixel, at one epoch
+(default: the trial's last), one colour scale for the whole figure; diffuse heads
+(:mod:`analysis.concentration`) in a dashed frame."""
 
 from __future__ import annotations
 

@@ -11,17 +11,23 @@ import numpy as np
 from analysis.style import COLUMN_WIDTH, DOUBLE_WIDTH
 
 
-def layer_grid(n_layers: int, *, panel: float = 1.05, cols: int = 3):
-    """Figure and one square axes per layer (at most ``cols`` per row)."""
-    ncols = min(n_layers, cols)
-    nrows = math.ceil(n_layers / ncols)
-    width = min(DOUBLE_WIDTH, max(COLUMN_WIDTH, panel * ncols + 0.35))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, (width - 0.35) / ncols * nrows + 0.45),
-                             squeeze=False, sharex=True, sharey=True)
+def layer_grid(n: int, *, cols: int = 3, variants: bool = False):
+    """Figure, one axes per panel (at most ``cols`` per row) and the 2-D array of axes:
+    square panels per layer sharing both axes, or (``variants``) one panel per variant
+    sharing the y scale."""
+    ncols = min(n, cols)
+    nrows = math.ceil(n / ncols)
+    if variants:
+        width = COLUMN_WIDTH if ncols == 1 else DOUBLE_WIDTH
+        size, share = (width, 1.55 * nrows + 0.5), {"sharey": True}
+    else:
+        width = min(DOUBLE_WIDTH, max(COLUMN_WIDTH, 1.05 * ncols + 0.35))
+        size, share = (width, (width - 0.35) / ncols * nrows + 0.45), {"sharex": True, "sharey": True}
+    fig, axes = plt.subplots(nrows, ncols, figsize=size, squeeze=False, **share)
     flat = list(axes.ravel())
-    for ax in flat[n_layers:]:
+    for ax in flat[n:]:
         ax.set_visible(False)
-    return fig, flat[:n_layers], axes
+    return fig, flat[:n], axes
 
 
 def shift_axes(ax, lim: float) -> None:
@@ -75,9 +81,10 @@ def wrap_note(text: str, width_in: float) -> str:
     return "\n".join(textwrap.wrap(text, max(20, int(width_in * 17))))
 
 
-def notes_under_legend(fig, notes: list[str], width_in: float) -> None:
-    """The figure's notes (data, budget, what lines and bands mean), wrapped to
-    ``width_in`` inches, centred under its first legend (placed below the axes)."""
-    fig.canvas.draw()
-    box = fig.legends[0].get_window_extent().transformed(fig.transFigure.inverted())
-    fig.text(0.5, box.y0 - 0.01, "\n".join(wrap_note(n, width_in) for n in notes), ha="center", va="top", fontsize=7)
+def notes_under_legend(fig, notes: list[str], legend=None, gap: float = 0.01) -> None:
+    """The figure's notes (data, budget, what lines and bands mean), wrapped to the
+    figure's width, centred under ``legend`` (default: its first, placed below the axes)."""
+    width_in = fig.get_size_inches()[0]
+    fig.canvas.draw()  # place the notes under the legend, wherever it ended
+    box = (legend or fig.legends[0]).get_window_extent().transformed(fig.transFigure.inverted())
+    fig.text(0.5, box.y0 - gap, "\n".join(wrap_note(n, width_in) for n in notes), ha="center", va="top", fontsize=7)

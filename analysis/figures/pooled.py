@@ -1,6 +1,6 @@
 """Head statistics of every trial with its variant and seed, for the figures that pool
 the seeds of a variant (attention distance, locality over training, gates), and the
-panel grid they share (one panel per variant, one y scale).
+legend and notes under their panels (:func:`finish`).
 
 Head indices are not matched across seeds (a head of one seed has no counterpart of
 the same number in another), so per-head values are pooled over seeds, never
@@ -8,16 +8,16 @@ averaged head by head; seed-to-seed noise is measured on per-seed layer means.""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from analysis.figures import Skip
+from analysis.figures.panels import notes_under_legend
 from analysis.lattice import lattice
-from analysis.style import COLUMN_WIDTH, DOUBLE_WIDTH
+from analysis.meta import describe
+from analysis.style import save
 from study.locality import conv_attention_distance, uniform_attention_distance  # numpy only
 
 #: E‖δ‖ over the 9 taps of a 3×3 convolution's lattice for an interior query:
@@ -43,10 +43,8 @@ class DistanceMetric:
 
 
 def distance_metric(d: pd.DataFrame, trials: pd.DataFrame) -> DistanceMetric:
-    """The grid locality (``attention_distance``) when every row of ``d`` has it, with
-    the references of uniform attention and a 3×3 convolution on the trials' token
-    grid; else (a study written before the column) the canvas moment ``mean_distance``,
-    whose values depend on how a head was measured, with the figure saying so."""
+    """The grid locality (``attention_distance``) when every row of ``d`` has it; else (a
+    study written before the column) the canvas moment ``mean_distance``, the figure saying so."""
     if GRID_DISTANCE in d and d[GRID_DISTANCE].notna().all():
         h, w = token_grid(trials)
         uniform, conv = uniform_attention_distance(h, w), conv_attention_distance(h, w)
@@ -68,8 +66,8 @@ def distance_metric(d: pd.DataFrame, trials: pd.DataFrame) -> DistanceMetric:
 
 
 def reference_lines(ax, metric: DistanceMetric) -> list:
-    """The metric's reference lines on ``ax`` (the last, the convolution's, dotted; a
-    uniform-attention line before it dashed) and their legend handles."""
+    """The metric's reference lines on ``ax`` (the convolution's dotted, uniform dashed)
+    and their legend handles."""
     from matplotlib.lines import Line2D
 
     styles = ("--", ":")[-len(metric.references):]
@@ -97,8 +95,7 @@ def token_grid(trials: pd.DataFrame) -> tuple[int, int]:
 
 def pooled_heads(ctx, kind: str, *, columns: tuple[str, ...] = ()) -> pd.DataFrame:
     """``heads`` rows of every trial with attention heads, with ``model`` (the variant's
-    label), ``seed`` and ``epochs_trained``; ``columns`` must exist (else :class:`Skip`).
-    Trials without heads are reported as skipped by :meth:`Context.head_trials`."""
+    label), ``seed`` and ``epochs_trained``; ``columns`` must exist (else :class:`Skip`)."""
     parts = []
     for t, rows in ctx.head_trials(kind, every_seed=True):
         missing = [c for c in columns if c not in rows]
@@ -133,14 +130,13 @@ def model_order(ctx, models) -> list[str]:
     return sorted(dict.fromkeys(models), key=lambda m: order.get(m, len(order)))
 
 
-def variant_grid(n: int, *, cols: int = 3, panel_height: float = 1.55):
-    """Figure and one axes per variant (at most ``cols`` per row), one shared y scale."""
-    ncols = min(n, cols)
-    nrows = math.ceil(n / ncols)
-    width = COLUMN_WIDTH if ncols == 1 else DOUBLE_WIDTH
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, panel_height * nrows + 0.5), squeeze=False,
-                             sharey=True)
-    flat = list(axes.ravel())
-    for ax in flat[n:]:
-        ax.set_visible(False)
-    return fig, flat[:n], axes
+def finish(ctx, fig, models: list[str], *, title: str, handles: list, notes: list[str], data: pd.DataFrame,
+           stem: str, ncol: int = 4) -> list:
+    """Save a figure of one panel per variant: its title, one legend under the panels and
+    the notes under that (the variants' data first)."""
+    fig.suptitle(title, y=1.0)
+    fig.tight_layout(pad=0.3)
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(ncol, len(handles)),
+               frameon=False)
+    notes_under_legend(fig, [describe(ctx.trials[ctx.trials["label"].isin(models)]), *notes])
+    return save(fig, data, ctx.out, stem)

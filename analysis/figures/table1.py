@@ -1,12 +1,7 @@
-"""Table 1: per model variant, best and final test accuracy (mean ± sample std over
-the n seeds), validation accuracy when a split was held out, parameters, and the
-model's MACs and FLOPs per image counted from its equations
-(:mod:`study.models.cost`, independent of the code path), beside the FLOPs the
-executed path ran (``runs.flops``) and, where the row is a model of the paper's
-Table 1 trained with its data and budget, the paper's published accuracy,
-parameters and FLOPs (:mod:`analysis.paper`; other rows say why none is shown) —
-Markdown and CSV.  The Markdown says what data,
-subset, test size, epochs and seeds the numbers come from."""
+"""Table 1 as Markdown and CSV: per model variant, test (and validation) accuracy over
+its seeds, parameters, MACs and FLOPs from the model's equations (:mod:`study.models.cost`)
+beside the executed FLOPs, and the paper's published row where comparable
+(:mod:`analysis.paper`)."""
 
 from __future__ import annotations
 
