@@ -15,22 +15,17 @@ import stat
 from typing import Any
 
 from study import limits
-from study.errors import EXIT_USAGE, StudyError
+from study.errors import EXIT_USAGE, PathError
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-class MetaFileError(StudyError, ValueError):
-    """A metadata file that cannot be used: ``PATH: what is wrong`` (one line), bad input (exit 2)."""
+class MetaFileError(PathError, ValueError):
+    """A metadata file that cannot be used: bad input (exit 2)."""
 
     exit_code = EXIT_USAGE
-
-    def __init__(self, path: str, reason: str):
-        super().__init__(f"{path}: {reason}")
-        self._init = (path, reason)
-        self.path, self.reason = str(path), reason
 
 
 def _regular(path: str, mode: int) -> None:

@@ -241,13 +241,8 @@ class Throughput:
         if self.tflops is not None:
             return (t.train_flops + t.eval_flops) / (self.tflops * 1e12), f"{self.tflops:g} TFLOP/s"
         if self.images_per_s is not None:
-            return _image_seconds(t, self.images_per_s), f"{self.images_per_s:g} img/s"
+            return t.passes / TRAIN_FORWARDS / self.images_per_s, f"{self.images_per_s:g} img/s"
         return _bench_seconds(t, self.bench or {}, self.source)
-
-
-def _image_seconds(t: TrialPlan, images_per_s: float) -> float:  # an evaluation image: a third of a training one
-    im = t.images
-    return t.epochs * (im.train + (im.test + im.val) / TRAIN_FORWARDS) / images_per_s
 
 
 def bench_models(report: dict) -> list[tuple[str, dict, float]]:
@@ -284,7 +279,7 @@ def _bench_seconds(t: TrialPlan, report: dict, source: str) -> tuple[float, str]
     where = f" ({source})" if source else ""
     for key, cfg, ips in models:
         if cfg == t.config:
-            return _image_seconds(t, ips), f"bench {key}: {ips:.1f} img/s{where}"
+            return t.passes / TRAIN_FORWARDS / ips, f"bench {key}: {ips:.1f} img/s{where}"
     rates = {key: TRAIN_FORWARDS * 2.0 * model_macs(cfg) * ips for key, cfg, ips in models}
     kin = [key for key, cfg, _ in models if _same_kind(cfg, t.config)]
     keys = kin or list(rates)
@@ -386,9 +381,7 @@ def table(plan: Plan) -> str:
 def to_json(plan: Plan) -> dict[str, Any]:
     return {
         "trials": [{"trial_id": t.key, "cell": t.cell, "sample": t.sample, "model": t.model, "epochs": t.epochs,
-                    "train_images": t.images.train if t.images else None,
-                    "val_images": t.images.val if t.images else None,
-                    "test_images": t.images.test if t.images else None,
+                    **{f"{k}_images": getattr(t.images, k, None) for k in ("train", "val", "test")},
                     "forward_macs": t.macs, "train_flops": t.train_flops, "eval_flops": t.eval_flops,
                     "head_flops": t.head_flops, "upper_bound": t.upper_bound,
                     "device_seconds": t.seconds, "rate": t.rate or None,

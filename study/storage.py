@@ -9,7 +9,7 @@ import os
 import re
 from pathlib import Path
 
-from study.errors import StorageError
+from study.errors import StorageError, StudyError
 from study.metafile import MetaFileError, read_object
 
 STORAGE_ENV = "STUDY_STORAGE"
@@ -155,9 +155,10 @@ def filesystem(uri: str):
 class StorageUnreachable(StorageError, OSError):
     """An object store that did not answer (or refused) within the bounded wait (exit 3)."""
 
+    verbatim = True  # names the URI and the endpoint
+
     def __init__(self, message: str):
-        Exception.__init__(self, message)  # verbatim, naming the URI and the endpoint
-        self._init = (message,)
+        StudyError.__init__(self, message)
         self.path, self.reason = None, message
 
 
@@ -184,12 +185,10 @@ def _bounded(uri: str, work, *, timeout: float):
     t.join(timeout)
     if t.is_alive():
         raise StorageUnreachable(f"cannot reach {uri} at {endpoint(uri)}: no answer within {timeout:.0f} s")
-    if "error" in box:
-        e = box["error"]
-        if isinstance(e, (NoBucket, StorageUnreachable, FileNotFoundError)):
-            raise e
-        if isinstance(e, (OSError, ValueError)):
-            raise StorageUnreachable(f"cannot reach {uri} at {endpoint(uri)}: {_reason(e)}") from None
+    e = box.get("error")
+    if isinstance(e, (OSError, ValueError)) and not isinstance(e, (NoBucket, StorageUnreachable, FileNotFoundError)):
+        raise StorageUnreachable(f"cannot reach {uri} at {endpoint(uri)}: {_reason(e)}") from None
+    if e is not None:
         raise e
     return box.get("value")
 
