@@ -95,17 +95,14 @@ def _skip(path: str, why: str) -> None:
 
 def warnings_as_lines(prog: str) -> None:
     """Show :class:`TableWarning` as one line ``PROG: warning: …`` on stderr."""
-    import sys
+    default = warnings.formatwarning
 
-    default = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):
+    def one_line(message, category, *args, **kwargs):
         if issubclass(category, TableWarning):
-            print(f"{prog}: warning: {message}", file=sys.stderr, flush=True)
-        else:
-            default(message, category, filename, lineno, file, line)
+            return f"{prog}: warning: {message}\n"
+        return default(message, category, *args, **kwargs)
 
-    warnings.showwarning = show
+    warnings.formatwarning = one_line
     warnings.simplefilter("always", TableWarning)
 
 
@@ -194,8 +191,6 @@ def map_epochs(schedule: str | Iterable[int], epochs: int) -> list[int]:
 # --------------------------------------------------------------------------- listing
 @dataclass
 class Listing:
-    """The readable files of one table: compacted files and parts (paths or URIs)."""
-
     compacted: list[str] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
 
