@@ -80,16 +80,14 @@ class TrialPlan:
 
     @property
     def passes(self) -> int:
-        """Forward passes of the trial: 3 per training image, 1 per evaluated image (a
-        training image per epoch where the image counts are unknown)."""
+        """Forward passes of the trial (one training image per epoch where image counts are unknown)."""
         im = self.images
         return self.epochs * (TRAIN_FORWARDS * im.train + im.test + im.val if im else TRAIN_FORWARDS)
 
     @property
     def cost_terms(self) -> tuple[float, float]:
-        """(passes × MACs, passes × per-image attention probabilities): the two kinds
-        of work whose seconds :class:`study.tuning.progress.RemainingWork` fits on the
-        epochs it measures."""
+        """(passes × MACs, passes × per-image attention probabilities): the two kinds of work
+        :class:`study.tuning.progress.RemainingWork` fits seconds to."""
         return float(self.passes) * self.macs, float(self.passes) * self.pairs
 
     @property
@@ -119,8 +117,7 @@ class Plan:
 
 # --------------------------------------------------------------------- images
 def source_sizes(data: str, sizes: dict[str, tuple[int, int]] | None = None) -> tuple[int, int] | None:
-    """(train, test) images of a data source before ``subset``: ``synthetic[:N]`` (N or
-    2,000 / 500), ``cifar10`` (50,000 / 10,000); a folder or archive only from ``sizes``."""
+    """(train, test) images of a data source before ``subset`` (a folder or archive only from ``sizes``)."""
     if sizes and data in sizes:
         return sizes[data]
     kind, _, arg = data.partition(":")
@@ -234,8 +231,7 @@ class Throughput:
     source: str = ""
 
     def seconds(self, t: TrialPlan) -> tuple[float, str]:
-        """Predicted device-seconds of a trial (training + evaluation) and where the
-        rate comes from."""
+        """Predicted device-seconds of a trial (training + evaluation) and where the rate comes from."""
         if t.train_flops is None:
             raise PlanError(f"{t.key}: image counts unknown")
         if self.tflops is not None:
@@ -289,7 +285,6 @@ def _bench_seconds(t: TrialPlan, report: dict, source: str) -> tuple[float, str]
 
 
 def predict(trials: list[TrialPlan], throughput: Throughput) -> list[TrialPlan]:
-    """The trials with predicted device-seconds."""
     from dataclasses import replace
 
     return [replace(t, **dict(zip(("seconds", "rate"), throughput.seconds(t)))) for t in trials]
@@ -332,8 +327,7 @@ def hms(seconds: float) -> str:
 
 
 def total_line(plan: Plan) -> str:
-    """One line: trials, FLOPs (training + evaluation + head statistics), and with a
-    throughput the device-hours and the wall time on the plan's workers."""
+    """One line: trials, FLOPs, and with a throughput the device-hours and the wall time."""
     n = len(plan.trials)
     flops = plan.total("flops")
     bound = " (upper bound: sampled model fields)" if any(t.upper_bound for t in plan.trials) else ""
@@ -387,8 +381,7 @@ def to_json(plan: Plan) -> dict[str, Any]:
                     "device_seconds": t.seconds, "rate": t.rate or None,
                     "measured_device_seconds": plan.measured.get(t.key), "predicted_over_measured": plan.ratio(t)}
                    for t in launch_order(plan.trials)],
-        "total_flops": plan.total("flops"), "train_flops": plan.total("train_flops"),
-        "eval_flops": plan.total("eval_flops"), "head_flops": plan.total("head_flops"),
+        "total_flops": plan.total("flops"), **{k: plan.total(k) for k in ("train_flops", "eval_flops", "head_flops")},
         "device_seconds": plan.total("seconds"), "workers": plan.workers, "wall_seconds": plan.wall_seconds,
         "notes": plan.notes,
     }
@@ -396,8 +389,7 @@ def to_json(plan: Plan) -> dict[str, Any]:
 
 def make_plan(spec, *, throughput: Throughput | None = None, workers: int | None = None,
               sizes: dict[str, tuple[int, int]] | None = None) -> Plan:
-    """The plan of a validated study: FLOPs always; device-seconds and the wall time
-    on ``workers`` when a ``throughput`` is given."""
+    """The plan of a validated study; device-seconds and the wall time need a ``throughput``."""
     trials = plan_trials(spec, sizes=sizes)
     plan = Plan(trials=trials, workers=workers)
     if throughput is not None and all(t.images is not None for t in trials):
