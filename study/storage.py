@@ -227,10 +227,8 @@ def check_study_target(target: str, storage: str | None) -> None:
 
 def file_in_the_way(path: str | os.PathLike) -> Path | None:
     """The nearest existing ancestor of ``path`` if it is not a folder, else None."""
-    for parent in Path(path).absolute().parents:
-        if parent.exists():
-            return None if parent.is_dir() else parent
-    return None
+    parent = next((p for p in Path(path).absolute().parents if p.exists()), None)
+    return None if parent is None or parent.is_dir() else parent
 
 
 def is_remote(storage: str) -> bool:
