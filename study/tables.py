@@ -173,12 +173,9 @@ def map_epochs(schedule: str | Iterable[int], epochs: int) -> list[int]:
     """The 0-based epochs at which a trial of ``epochs`` epochs stores attention maps
     (docs/results.md, "Map schedule"; ``auto``: ≤ 21 epochs)."""
     if isinstance(schedule, str):
-        if schedule == "all":
-            return list(range(epochs))
-        if schedule == "none":
-            return []
-        if schedule == "last":
-            return [epochs - 1]
+        fixed = {"all": range(epochs), "none": (), "last": (epochs - 1,)}
+        if schedule in fixed:
+            return list(fixed[schedule])
         if schedule == "auto":
             first = set(range(min(10, epochs)))
             if epochs > 10:
