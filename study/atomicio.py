@@ -15,15 +15,15 @@ Writer = Callable[[IO[bytes]], object]
 
 
 def write_atomic(path: str | os.PathLike, write: Writer | bytes, *, prefix: str = ".tmp-", suffix: str = "",
-                 mode: int | None = None, filesystem=None, before_replace: Callable[[], object] | None = None) -> str:
+                 mode: int | None = None, before_replace: Callable[[], object] | None = None) -> str:
     """Write ``path`` in one step: ``write`` is the content or a function writing it to a
-    binary file; ``filesystem``: pyarrow's for ``path``.  Local files only: ``mode``
-    (default 0600) and ``before_replace``, called before the new content replaces the old."""
+    binary file.  Local files only: ``mode`` (default 0600) and ``before_replace``, called
+    before the new content replaces the old."""
     fill = (lambda f: f.write(write)) if isinstance(write, (bytes, bytearray)) else write
-    if filesystem is not None or is_remote(path):
+    if is_remote(path):
         import pyarrow.fs as pafs
 
-        fs, p = (filesystem, str(path)) if filesystem is not None else pafs.FileSystem.from_uri(str(path))
+        fs, p = pafs.FileSystem.from_uri(str(path))
         with fs.open_output_stream(p) as f:  # one PUT / multipart upload: appears whole
             fill(f)
         return str(path)

@@ -41,37 +41,37 @@ def shown_status(runs: pd.DataFrame, *, now: float | None = None) -> pd.Series:
     return status
 
 
+def _counts(status: pd.Series) -> str:
+    return ", ".join(f"{n} {s}" for s, n in status.value_counts().items())
+
+
 def status_table(runs: pd.DataFrame, planned: int | None, *, now: float | None = None) -> str:
-    lines = []
     head = f"{len(runs)} trials recorded" + (f" of {planned} planned" if planned else "")
-    if len(runs):
-        runs = runs.assign(status=shown_status(runs, now=now))
-        counts = runs.status.value_counts()
-        head += ": " + ", ".join(f"{n} {s}" for s, n in counts.items())
-    lines.append(head)
-    if len(runs):
-        # each trial's model variant, named as Table 1 and the end-of-study summary name it
-        runs = runs.assign(variant=variant_labels(runs))
-        cols = ["trial_id", "variant", "status", "epochs_done", "epochs", "best_test_acc", "device_seconds"]
-        frame = runs[[c for c in cols if c in runs]].rename(
-            columns={"epochs_done": "epoch", "best_test_acc": "best_acc", "device_seconds": "device_s"})
-        width = int(frame["variant"].str.len().max())
-        lines.append(frame.to_string(index=False, float_format=lambda v: f"{v:.4f}",
-                                     formatters={"variant": lambda v: f"{v:<{width}}"}))
-        if (runs.status == "stale").any():
-            lines.append(f"stale: 'running' but not updated for over {STALE_FACTOR:g}x its epoch time (at least "
-                         f"{STALE_MIN_S:g} s): its driver or node died; `study resume` continues it")
+    if not len(runs):
+        return head
+    runs = runs.assign(status=shown_status(runs, now=now))
+    lines = [f"{head}: {_counts(runs.status)}"]
+    # each trial's model variant, named as Table 1 and the end-of-study summary name it
+    runs = runs.assign(variant=variant_labels(runs))
+    cols = ["trial_id", "variant", "status", "epochs_done", "epochs", "best_test_acc", "device_seconds"]
+    frame = runs[[c for c in cols if c in runs]].rename(
+        columns={"epochs_done": "epoch", "best_test_acc": "best_acc", "device_seconds": "device_s"})
+    width = int(frame["variant"].str.len().max())
+    lines.append(frame.to_string(index=False, float_format=lambda v: f"{v:.4f}",
+                                 formatters={"variant": lambda v: f"{v:<{width}}"}))
+    if (runs.status == "stale").any():
+        lines.append(f"stale: 'running' but not updated for over {STALE_FACTOR:g}x its epoch time (at least "
+                     f"{STALE_MIN_S:g} s): its driver or node died; `study resume` continues it")
     return "\n".join(lines)
 
 
 def study_line(name: str, runs: pd.DataFrame, planned: int | None, *, now: float | None = None) -> dict:
     """One row of ``study list``: name, trials recorded/planned, status counts, last update."""
-    counts = shown_status(runs, now=now).value_counts() if len(runs) else pd.Series(dtype=int)
     last = pd.to_numeric(runs.get("updated_at", pd.Series(dtype=float)), errors="coerce").max() if len(runs) else None
     return {
         "name": name,
         "trials": f"{len(runs)}/{planned}" if planned else str(len(runs)),
-        "statuses": ", ".join(f"{n} {s}" for s, n in counts.items()) or "-",
+        "statuses": _counts(shown_status(runs, now=now)) if len(runs) else "-",
         "last_update": (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last))
                         if last is not None and not pd.isna(last) else "-"),
     }

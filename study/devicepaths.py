@@ -1,10 +1,7 @@
-"""Which device-dependent code paths a run takes, chosen in one place, so that each can
-be selected on any device and tested on CPU against its reference path (docs/performance.md,
-"Device-dependent code paths"): bf16 ``autocast`` (``torch.autocast("cpu", ...)`` runs
-the same branch on CPU), ``torch.compile`` (``aot_eager`` traces the same graphs without
-code generation), channels-last, pinned ``non_blocking`` transfers (``pin_memory`` needs
-a CUDA driver) and the CUDA RNG in checkpoints.  CUDA-only calls with no CPU
-counterpart are small functions here whose decision is tested on CPU.
+"""Which device-dependent code paths a run takes (bf16 ``autocast``, ``torch.compile``,
+channels-last, pinned transfers, the CUDA RNG in checkpoints), chosen in one place so
+that each can be selected on any device and tested on CPU against its reference path
+(docs/performance.md, "Device-dependent code paths").
 """
 
 from __future__ import annotations
@@ -41,15 +38,13 @@ class DevicePaths:
     @classmethod
     def for_device(cls, device: torch.device | str, *, amp: bool = True, compile: bool = False,
                    **overrides: Any) -> "DevicePaths":
-        """A device's defaults: on CUDA every branch (bf16 if ``amp``); on CPU none
-        (float32: CPU bf16 is slower on most CPUs and changes results)."""
+        """On CUDA every branch (bf16 if ``amp``); on CPU none (CPU bf16 is slower on most CPUs)."""
         cuda = torch.device(device).type == "cuda"
         base = dict(autocast_dtype=torch.bfloat16 if (amp and cuda) else None, compile=compile,
                     channels_last=cuda, pinned_transfer=cuda, cuda_rng=cuda)
         return cls(**{**base, **overrides})
 
     def autocast(self, device: torch.device | str) -> contextlib.AbstractContextManager:
-        """The mixed-precision context of ``device``'s type (a no-op in float32)."""
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(torch.device(device).type, dtype=self.autocast_dtype)
@@ -73,7 +68,7 @@ class DevicePaths:
 
 
 def to_device(t: torch.Tensor, device: torch.device, *, pinned: bool) -> torch.Tensor:
-    """``t`` on ``device``; ``pinned``: through page-locked memory, without blocking the host."""
+    """``pinned``: through page-locked memory, without blocking the host."""
     if pinned:
         return t.pin_memory().to(device, non_blocking=True)
     return t.to(device)
@@ -98,8 +93,7 @@ def select_device(device: torch.device) -> None:
 
 def capture_rng(device: torch.device, *, cuda: bool,
                 get_cuda: Callable[[torch.device], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-    """The RNG states a checkpoint carries: ``rng_cpu`` always, ``rng_cuda`` when
-    ``cuda`` (``get_cuda(device)``, by default ``torch.cuda.get_rng_state``)."""
+    """The RNG states a checkpoint carries: ``rng_cpu``, and ``rng_cuda`` when ``cuda``."""
     state = {"rng_cpu": torch.get_rng_state()}
     if cuda:
         state["rng_cuda"] = (get_cuda or torch.cuda.get_rng_state)(device)
@@ -108,8 +102,8 @@ def capture_rng(device: torch.device, *, cuda: bool,
 
 def restore_rng(state: dict[str, Any], device: torch.device, *, cuda: bool,
                 set_cuda: Callable[[torch.Tensor, torch.device], None] | None = None) -> bool:
-    """Restore ``rng_cpu``, and ``rng_cuda`` when ``cuda`` and the checkpoint has it (a
-    CUDA state resumed on CPU is left alone); whether the CUDA state was restored."""
+    """Restore the states :func:`capture_rng` saved (a CUDA state resumed on CPU is left
+    alone); whether the CUDA state was restored."""
     torch.set_rng_state(state["rng_cpu"])
     if cuda and "rng_cuda" in state:
         (set_cuda or torch.cuda.set_rng_state)(state["rng_cuda"], device)

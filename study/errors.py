@@ -16,9 +16,11 @@ class StudyError(Exception):
     driver): ``__reduce__`` rebuilds it from ``self._init``."""
 
     exit_code = EXIT_TRIAL_ERROR
+    #: keep the message as written (a value quoted in it keeps its blanks: `got '   '`); callers write one line
+    verbatim = False
 
     def __init__(self, message: str):
-        super().__init__(_one_line(message))
+        super().__init__(message if self.verbatim else _one_line(message))
         self._init = (message,)
 
     def __reduce__(self):
@@ -29,11 +31,7 @@ class UsageError(StudyError):
     """Bad input (an option, a data source, a storage URI, a study name): nothing started."""
 
     exit_code = EXIT_USAGE
-
-    def __init__(self, message: str):
-        # verbatim: a value quoted in it keeps its blanks (`got '   '`); callers write one line
-        Exception.__init__(self, message)
-        self._init = (message,)
+    verbatim = True
 
 
 class StudyFileError(UsageError):
@@ -41,15 +39,19 @@ class StudyFileError(UsageError):
     ``FILE: path.field: problem`` (:class:`study.spec.SpecError` is one)."""
 
 
-class StorageError(StudyError):
-    """The study's storage failed (disk full, unwritable, vanished): names the path."""
-
-    exit_code = EXIT_STORAGE
+class PathError(StudyError):
+    """``PATH: what is wrong`` (one line)."""
 
     def __init__(self, path: str, reason: str):
         super().__init__(f"{path}: {reason}")
         self._init = (path, reason)
-        self.path, self.reason = path, reason
+        self.path, self.reason = str(path), reason
+
+
+class StorageError(PathError):
+    """The study's storage failed (disk full, unwritable, vanished): names the path."""
+
+    exit_code = EXIT_STORAGE
 
 
 class CheckpointError(StudyError):

@@ -23,8 +23,8 @@ def count_flops(fn: Callable[[], object], batch: int) -> int:
 
 
 def forward_flops(model: nn.Module, *, image_size: int = 32, in_channels: int = 3, batch: int = 2) -> int:
-    """FLOPs of one forward pass divided by the batch (image-independent positional
-    scores are computed once per batch, so they are amortised over ``batch``)."""
+    """FLOPs of one forward pass per image (image-independent positional scores are
+    computed once per batch: amortised over ``batch``)."""
     was_training = model.training
     model.eval()
     p = next(model.parameters())

@@ -9,7 +9,7 @@ import numpy as np
 
 
 def token_positions(height: int, width: int) -> np.ndarray:
-    """(row, col) of every token of the grid, row-major (the models' token order): (T, 2)."""
+    """(row, col) of every token, row-major (the models' token order): (T, 2)."""
     rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
     return np.stack([rows.ravel(), cols.ravel()], axis=-1).astype(np.float64)
 

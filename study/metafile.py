@@ -1,9 +1,7 @@
 """Reading a study's small JSON files (``study.json``, ``trials/*.json`` ledgers) as
 the inputs they are: a truncated write, ``[[[…]]]`` nested 100,000 deep, a FIFO, a
 symlink to ``/dev/zero``, a folder or a 10 GB file is a one-line :class:`MetaFileError`,
-never a block or a read of more than :data:`study.limits.MAX_META_FILE_BYTES` (the type
-is checked with ``stat`` before opening, and ``O_NONBLOCK`` keeps a file swapped for a
-FIFO in between from blocking)."""
+never a block or a read of more than :data:`study.limits.MAX_META_FILE_BYTES`."""
 
 from __future__ import annotations
 
@@ -15,22 +13,17 @@ import stat
 from typing import Any
 
 from study import limits
-from study.errors import EXIT_USAGE, StudyError
+from study.errors import EXIT_USAGE, PathError
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-class MetaFileError(StudyError, ValueError):
-    """A metadata file that cannot be used: ``PATH: what is wrong`` (one line), bad input (exit 2)."""
+class MetaFileError(PathError, ValueError):
+    """A metadata file that cannot be used: bad input (exit 2)."""
 
     exit_code = EXIT_USAGE
-
-    def __init__(self, path: str, reason: str):
-        super().__init__(f"{path}: {reason}")
-        self._init = (path, reason)
-        self.path, self.reason = str(path), reason
 
 
 def _regular(path: str, mode: int) -> None:
@@ -45,8 +38,8 @@ def _too_big(path: str, max_bytes: int, size: int | None = None) -> MetaFileErro
 
 
 def read_bytes(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE_BYTES) -> bytes:
-    """The bytes of a regular file (local or ``scheme://`` URI) of at most ``max_bytes``.
-    Raises FileNotFoundError when it does not exist, :class:`MetaFileError` otherwise."""
+    """The bytes of a regular file (local or a URI) of at most ``max_bytes``: FileNotFoundError
+    when it does not exist, :class:`MetaFileError` otherwise."""
     path = str(path)
     if "://" in path:
         import pyarrow.fs as pafs
@@ -62,11 +55,12 @@ def read_bytes(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE
         with fs.open_input_stream(p) as f:
             data = f.read(max_bytes + 1)
     else:
-        st = os.stat(path)  # follows a symlink: its target is what would be read
+        st = os.stat(path)  # follows a symlink: its target is what would be read; checked before open
         _regular(path, st.st_mode)
         if st.st_size > max_bytes:
             raise _too_big(path, max_bytes, st.st_size)
         try:
+            # O_NONBLOCK: a file swapped for a FIFO since the stat cannot block the open
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except IsADirectoryError:
             raise MetaFileError(path, "is a folder, not a regular file") from None
@@ -86,8 +80,7 @@ def _depth(text: str) -> int:
 
 
 def read_json(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE_BYTES) -> Any:
-    """The JSON value of a metadata file (:func:`read_bytes`), at most
-    :data:`study.limits.MAX_META_DEPTH` deep: else a :class:`MetaFileError`."""
+    """The JSON value of a metadata file at most :data:`study.limits.MAX_META_DEPTH` deep."""
     path = str(path)
     data = read_bytes(path, max_bytes=max_bytes)
     try:
@@ -106,8 +99,7 @@ def read_json(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE_
 
 def read_object(path: str | os.PathLike, *, fields: dict[str, type | tuple[type, ...]] | None = None,
                 max_bytes: int = limits.MAX_META_FILE_BYTES) -> dict[str, Any]:
-    """:func:`read_json` of a file that must hold a JSON object; each of ``fields``
-    present must have its type (``bool`` is not an ``int`` here)."""
+    """:func:`read_json` of a JSON object whose ``fields`` present have their type (a bool is no int)."""
     value = read_json(path, max_bytes=max_bytes)
     if not isinstance(value, dict):
         raise MetaFileError(str(path), f"holds a JSON {type(value).__name__}, not an object")

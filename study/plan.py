@@ -80,16 +80,14 @@ class TrialPlan:
 
     @property
     def passes(self) -> int:
-        """Forward passes of the trial: 3 per training image, 1 per evaluated image (a
-        training image per epoch where the image counts are unknown)."""
+        """Forward passes of the trial (one training image per epoch where image counts are unknown)."""
         im = self.images
         return self.epochs * (TRAIN_FORWARDS * im.train + im.test + im.val if im else TRAIN_FORWARDS)
 
     @property
     def cost_terms(self) -> tuple[float, float]:
-        """(passes × MACs, passes × per-image attention probabilities): the two kinds
-        of work whose seconds :class:`study.tuning.progress.RemainingWork` fits on the
-        epochs it measures."""
+        """(passes × MACs, passes × per-image attention probabilities): the two kinds of work
+        :class:`study.tuning.progress.RemainingWork` fits seconds to."""
         return float(self.passes) * self.macs, float(self.passes) * self.pairs
 
     @property
@@ -119,8 +117,7 @@ class Plan:
 
 # --------------------------------------------------------------------- images
 def source_sizes(data: str, sizes: dict[str, tuple[int, int]] | None = None) -> tuple[int, int] | None:
-    """(train, test) images of a data source before ``subset``: ``synthetic[:N]`` (N or
-    2,000 / 500), ``cifar10`` (50,000 / 10,000); a folder or archive only from ``sizes``."""
+    """(train, test) images of a data source before ``subset`` (a folder or archive only from ``sizes``)."""
     if sizes and data in sizes:
         return sizes[data]
     kind, _, arg = data.partition(":")
@@ -234,20 +231,14 @@ class Throughput:
     source: str = ""
 
     def seconds(self, t: TrialPlan) -> tuple[float, str]:
-        """Predicted device-seconds of a trial (training + evaluation) and where the
-        rate comes from."""
+        """Predicted device-seconds of a trial (training + evaluation) and where the rate comes from."""
         if t.train_flops is None:
             raise PlanError(f"{t.key}: image counts unknown")
         if self.tflops is not None:
             return (t.train_flops + t.eval_flops) / (self.tflops * 1e12), f"{self.tflops:g} TFLOP/s"
         if self.images_per_s is not None:
-            return _image_seconds(t, self.images_per_s), f"{self.images_per_s:g} img/s"
+            return t.passes / TRAIN_FORWARDS / self.images_per_s, f"{self.images_per_s:g} img/s"
         return _bench_seconds(t, self.bench or {}, self.source)
-
-
-def _image_seconds(t: TrialPlan, images_per_s: float) -> float:  # an evaluation image: a third of a training one
-    im = t.images
-    return t.epochs * (im.train + (im.test + im.val) / TRAIN_FORWARDS) / images_per_s
 
 
 def bench_models(report: dict) -> list[tuple[str, dict, float]]:
@@ -284,7 +275,7 @@ def _bench_seconds(t: TrialPlan, report: dict, source: str) -> tuple[float, str]
     where = f" ({source})" if source else ""
     for key, cfg, ips in models:
         if cfg == t.config:
-            return _image_seconds(t, ips), f"bench {key}: {ips:.1f} img/s{where}"
+            return t.passes / TRAIN_FORWARDS / ips, f"bench {key}: {ips:.1f} img/s{where}"
     rates = {key: TRAIN_FORWARDS * 2.0 * model_macs(cfg) * ips for key, cfg, ips in models}
     kin = [key for key, cfg, _ in models if _same_kind(cfg, t.config)]
     keys = kin or list(rates)
@@ -294,7 +285,6 @@ def _bench_seconds(t: TrialPlan, report: dict, source: str) -> tuple[float, str]
 
 
 def predict(trials: list[TrialPlan], throughput: Throughput) -> list[TrialPlan]:
-    """The trials with predicted device-seconds."""
     from dataclasses import replace
 
     return [replace(t, **dict(zip(("seconds", "rate"), throughput.seconds(t)))) for t in trials]
@@ -337,8 +327,7 @@ def hms(seconds: float) -> str:
 
 
 def total_line(plan: Plan) -> str:
-    """One line: trials, FLOPs (training + evaluation + head statistics), and with a
-    throughput the device-hours and the wall time on the plan's workers."""
+    """One line: trials, FLOPs, and with a throughput the device-hours and the wall time."""
     n = len(plan.trials)
     flops = plan.total("flops")
     bound = " (upper bound: sampled model fields)" if any(t.upper_bound for t in plan.trials) else ""
@@ -386,16 +375,13 @@ def table(plan: Plan) -> str:
 def to_json(plan: Plan) -> dict[str, Any]:
     return {
         "trials": [{"trial_id": t.key, "cell": t.cell, "sample": t.sample, "model": t.model, "epochs": t.epochs,
-                    "train_images": t.images.train if t.images else None,
-                    "val_images": t.images.val if t.images else None,
-                    "test_images": t.images.test if t.images else None,
+                    **{f"{k}_images": getattr(t.images, k, None) for k in ("train", "val", "test")},
                     "forward_macs": t.macs, "train_flops": t.train_flops, "eval_flops": t.eval_flops,
                     "head_flops": t.head_flops, "upper_bound": t.upper_bound,
                     "device_seconds": t.seconds, "rate": t.rate or None,
                     "measured_device_seconds": plan.measured.get(t.key), "predicted_over_measured": plan.ratio(t)}
                    for t in launch_order(plan.trials)],
-        "total_flops": plan.total("flops"), "train_flops": plan.total("train_flops"),
-        "eval_flops": plan.total("eval_flops"), "head_flops": plan.total("head_flops"),
+        "total_flops": plan.total("flops"), **{k: plan.total(k) for k in ("train_flops", "eval_flops", "head_flops")},
         "device_seconds": plan.total("seconds"), "workers": plan.workers, "wall_seconds": plan.wall_seconds,
         "notes": plan.notes,
     }
@@ -403,8 +389,7 @@ def to_json(plan: Plan) -> dict[str, Any]:
 
 def make_plan(spec, *, throughput: Throughput | None = None, workers: int | None = None,
               sizes: dict[str, tuple[int, int]] | None = None) -> Plan:
-    """The plan of a validated study: FLOPs always; device-seconds and the wall time
-    on ``workers`` when a ``throughput`` is given."""
+    """The plan of a validated study; device-seconds and the wall time need a ``throughput``."""
     trials = plan_trials(spec, sizes=sizes)
     plan = Plan(trials=trials, workers=workers)
     if throughput is not None and all(t.images is not None for t in trials):

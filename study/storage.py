@@ -1,7 +1,5 @@
-"""Where studies live: the default storage (``$STUDY_STORAGE``, else ``./results``),
-study folders, the studies under a storage.  No torch, no Ray: bookkeeping commands
-start fast.
-"""
+"""Where studies live: the default storage, study folders, the studies under a storage.
+No torch, no Ray: bookkeeping commands start fast."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from study.errors import StorageError
+from study.errors import StorageError, StudyError
 from study.metafile import MetaFileError, read_object
 
 STORAGE_ENV = "STUDY_STORAGE"
@@ -19,8 +17,7 @@ META_FILE = "study.json"
 def default_storage() -> str:
     """``$STUDY_STORAGE`` if set, else ``results`` (a set but empty ``$STUDY_STORAGE`` is
     returned as it is, and refused by :func:`resolve_storage`)."""
-    value = os.environ.get(STORAGE_ENV)
-    return "results" if value is None else value
+    return os.environ.get(STORAGE_ENV, "results")
 
 
 #: object stores a storage URI may name (pyarrow's file systems, which Ray Tune uses too)
@@ -40,10 +37,9 @@ def _shown(text: str) -> str:
 
 
 def storage_problem(storage: str) -> str | None:
-    """Why ``storage`` cannot be a storage (one line), or None: a folder (no control
-    characters or surrounding blanks) or ``s3://``, ``gs://`` or ``gcs://bucket/prefix``
-    and nothing else (no credentials, port, query string or fragment: the endpoint and
-    region come from the environment)."""
+    """Why ``storage`` cannot be a storage (one line), or None: a folder or
+    ``s3://``/``gs://``/``gcs://bucket/prefix`` and nothing else (the endpoint, region and
+    credentials come from the environment)."""
     text = str(storage)
     if not text.strip():
         return f"must be a folder or a URI ({_USE}), got {text!r}"
@@ -93,9 +89,8 @@ def storage_problem(storage: str) -> str | None:
 
 
 def resolve_storage(storage: str | None) -> str:
-    """``--storage`` when given, else :func:`default_storage` (an empty one is refused, never
-    replaced): ``ValueError`` naming where a malformed one came from.  A URI comes back
-    without its trailing ``/``."""
+    """``--storage`` when given, else :func:`default_storage`, without a URI's trailing ``/``:
+    ``ValueError`` naming where a malformed one came from."""
     value = default_storage() if storage is None else storage
     problem = storage_problem(value)
     if problem:
@@ -127,8 +122,7 @@ def endpoint(uri: str) -> str:
 
 
 def filesystem(uri: str):
-    """``(fs, path)`` for an object-storage URI, like ``pyarrow.fs.FileSystem.from_uri``
-    but with the bounded waits above."""
+    """``pyarrow.fs.FileSystem.from_uri(uri)`` with the bounded waits above."""
     import pyarrow.fs as pafs
 
     scheme, rest = uri.split("://", 1)
@@ -155,9 +149,10 @@ def filesystem(uri: str):
 class StorageUnreachable(StorageError, OSError):
     """An object store that did not answer (or refused) within the bounded wait (exit 3)."""
 
+    verbatim = True  # names the URI and the endpoint
+
     def __init__(self, message: str):
-        Exception.__init__(self, message)  # verbatim, naming the URI and the endpoint
-        self._init = (message,)
+        StudyError.__init__(self, message)
         self.path, self.reason = None, message
 
 
@@ -184,12 +179,10 @@ def _bounded(uri: str, work, *, timeout: float):
     t.join(timeout)
     if t.is_alive():
         raise StorageUnreachable(f"cannot reach {uri} at {endpoint(uri)}: no answer within {timeout:.0f} s")
-    if "error" in box:
-        e = box["error"]
-        if isinstance(e, (NoBucket, StorageUnreachable, FileNotFoundError)):
-            raise e
-        if isinstance(e, (OSError, ValueError)):
-            raise StorageUnreachable(f"cannot reach {uri} at {endpoint(uri)}: {_reason(e)}") from None
+    e = box.get("error")
+    if isinstance(e, (OSError, ValueError)) and not isinstance(e, (NoBucket, StorageUnreachable, FileNotFoundError)):
+        raise StorageUnreachable(f"cannot reach {uri} at {endpoint(uri)}: {_reason(e)}") from None
+    if e is not None:
         raise e
     return box.get("value")
 
@@ -203,8 +196,7 @@ def _reason(e: BaseException) -> str:
 
 
 def check_reachable(uri: str, *, timeout: float = REACH_TIMEOUT_S) -> None:
-    """Refuse an object store that cannot be used, within ``timeout`` seconds: :class:`NoBucket`
-    or :class:`StorageUnreachable` (no answer, refused, denied).  A folder is not checked."""
+    """Refuse an object store that cannot be used within ``timeout`` seconds (a folder is not checked)."""
     if not is_remote(uri):
         return
 
@@ -221,8 +213,7 @@ def check_reachable(uri: str, *, timeout: float = REACH_TIMEOUT_S) -> None:
 
 
 def check_study_target(target: str, storage: str | None) -> None:
-    """For a study given as NAME (under ``storage``) or PATH (a folder or a URI): the storage
-    is well formed (``ValueError``) and the object store it is read from reachable."""
+    """A study's NAME (under ``storage``) or PATH: the storage is well formed and reachable."""
     value = resolve_storage(storage)
     if is_remote(target):
         try:
@@ -236,10 +227,8 @@ def check_study_target(target: str, storage: str | None) -> None:
 
 def file_in_the_way(path: str | os.PathLike) -> Path | None:
     """The nearest existing ancestor of ``path`` if it is not a folder, else None."""
-    for parent in Path(path).absolute().parents:
-        if parent.exists():
-            return None if parent.is_dir() else parent
-    return None
+    parent = next((p for p in Path(path).absolute().parents if p.exists()), None)
+    return None if parent is None or parent.is_dir() else parent
 
 
 def is_remote(storage: str) -> bool:
@@ -251,9 +240,8 @@ def study_root(storage: str, name: str) -> str:
 
 
 def list_studies(storage: str) -> list[str]:
-    """Names of the study folders (those holding a ``study.json``, a damaged one too: it
-    is listed as broken, not left out) directly under ``storage``; an object store that
-    cannot be listed raises :class:`StorageUnreachable` (never an empty list: "no
+    """Names of the folders holding a ``study.json`` (a damaged one too: listed as broken)
+    directly under ``storage``; an unlistable store raises (never an empty list: "no
     studies" must mean there are none)."""
     if is_remote(storage):
         import pyarrow.fs as pafs
@@ -309,9 +297,8 @@ META_FIELDS = {"name": str, "file": str, "raw": dict, "num_trials": int, "cpus_p
 
 
 def read_meta(root: str) -> dict | None:
-    """``root``'s ``study.json``, paths resolved under ``root``; None when it has none.
-    A damaged one (not JSON, wrong types, too big or deep, a FIFO, a device, a folder,
-    unreadable) is a :class:`study.metafile.MetaFileError` naming the file."""
+    """``root``'s ``study.json``, paths resolved under ``root``; None when it has none, a
+    :class:`study.metafile.MetaFileError` when damaged."""
     path = f"{root.rstrip('/')}/{META_FILE}"
     try:
         return resolve(root, read_object(path, fields=META_FIELDS))

@@ -1,40 +1,12 @@
-"""Result tables of a study (docs/design.md §8; layout and readers: docs/results.md):
-Parquet files per trial, compacted as it runs.
+"""Result tables of a study (docs/design.md §8): Parquet files per trial, compacted as it runs.
 
-Layout under a table root (``<storage>/<study>/tables`` or ``study train --out DIR``)::
-
-    runs/<trial_id>.parquet                       one row, rewritten (atomically) as the trial runs
-    <table>/<trial_id>/<epoch:05d>.parquet        a *part*: one epoch's rows, written as the epoch ends
-    <table>/<trial_id>/compacted.parquet          the trial's compacted epochs (one file per trial and table)
-
-for ``<table>`` in ``epochs``, ``heads`` (every epoch) and ``maps`` (the epochs of
-:func:`map_epochs`).  ``epoch`` is 0-based (the state after e + 1 epochs); ``heads``
-and ``maps`` also hold the untrained model at :data:`INIT_EPOCH` (part
-``-0001.parquet``, overwritten identically by an attempt that restarts from scratch).
-``heads``: ``attention_distance`` / ``attention_entropy`` are the grid locality, the
-other statistics the canvas (centre-query) moments (:mod:`study.trial.headstats`);
-studies older than ``attention_distance`` lack it and readers fall back to
-``mean_distance``.
-
-Compaction (every :data:`COMPACT_EVERY` parts of a table, and when the trial or the
-study ends) writes a new ``compacted.parquet`` holding the old one and the parts, which
-replaces the old one in one step; only then are the merged parts deleted.  A finished
-study holds one file per (trial, table).
-
-Invariants (what readers may rely on):
-
-* **Whole files only** (:func:`study.atomicio.write_atomic`; ``.tmp-*`` is never read).
-* **One row per key.**  A part is named by its (trial, epoch), so a retried trial
-  overwrites it.  A part and the compacted file may both hold an epoch (a retry after
-  the last compaction, or a crash before the parts' deletion): readers take the part,
-  never older than the compacted copy.
-* **Live reads.**  Parts are read before compacted files, so a part a compaction
-  deletes after the listing has its rows in the compacted file read next.
-* **Foreign or damaged files are skipped** with a :class:`TableWarning` naming them.
-
-Maps are stored as ``probs_q`` (uint16) and ``probs_scale`` (float64), ``probs =
-probs_q * probs_scale`` within ``probs_scale / 2``; readers return ``probs`` as float64.
-DuckDB reads the same files (``analysis.io``).
+Layout under a table root (``<storage>/<study>/tables`` or ``study train --out DIR``),
+compaction, the ``uint16`` map encoding and the invariants readers may rely on (whole
+files only, one row per key with the part winning over the compacted copy, parts read
+before compacted files, foreign or damaged files skipped with a :class:`TableWarning`):
+docs/results.md, "The results store".  ``epoch`` is 0-based; ``heads`` and ``maps`` also
+hold the untrained model at :data:`INIT_EPOCH`.  Studies older than ``heads.attention_distance``
+lack it and readers fall back to ``mean_distance``.
 """
 
 from __future__ import annotations
@@ -123,17 +95,14 @@ def _skip(path: str, why: str) -> None:
 
 def warnings_as_lines(prog: str) -> None:
     """Show :class:`TableWarning` as one line ``PROG: warning: …`` on stderr."""
-    import sys
+    default = warnings.formatwarning
 
-    default = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):
+    def one_line(message, category, *args, **kwargs):
         if issubclass(category, TableWarning):
-            print(f"{prog}: warning: {message}", file=sys.stderr, flush=True)
-        else:
-            default(message, category, filename, lineno, file, line)
+            return f"{prog}: warning: {message}\n"
+        return default(message, category, *args, **kwargs)
 
-    warnings.showwarning = show
+    warnings.formatwarning = one_line
     warnings.simplefilter("always", TableWarning)
 
 
@@ -181,8 +150,7 @@ def encode_maps(rows: list[dict[str, Any]]) -> pa.Table:
 
 
 def decode_maps(table: pa.Table) -> pa.Table:
-    """Inverse of :func:`encode_maps`: ``probs`` as float64 lists (tables written before
-    maps were quantised already hold ``probs`` and pass through)."""
+    """Inverse of :func:`encode_maps` (tables written before maps were quantised hold ``probs``)."""
     import pyarrow.compute as pc
 
     if "probs_q" not in table.column_names:
@@ -202,19 +170,12 @@ def decode_maps(table: pa.Table) -> pa.Table:
 
 
 def map_epochs(schedule: str | Iterable[int], epochs: int) -> list[int]:
-    """The 0-based epochs at which a trial of ``epochs`` epochs stores attention maps.
-
-    ``"auto"`` (the default): the first ten epochs, ten more spaced evenly on a log
-    scale up to the last, and the last (≤ 21 epochs: 21 of 300); ``"all"``; ``"last"``;
-    ``"none"``; or an explicit list of epochs.  Head statistics are stored every epoch
-    regardless."""
+    """The 0-based epochs at which a trial of ``epochs`` epochs stores attention maps
+    (docs/results.md, "Map schedule"; ``auto``: ≤ 21 epochs)."""
     if isinstance(schedule, str):
-        if schedule == "all":
-            return list(range(epochs))
-        if schedule == "none":
-            return []
-        if schedule == "last":
-            return [epochs - 1]
+        fixed = {"all": range(epochs), "none": (), "last": (epochs - 1,)}
+        if schedule in fixed:
+            return list(fixed[schedule])
         if schedule == "auto":
             first = set(range(min(10, epochs)))
             if epochs > 10:
@@ -227,15 +188,12 @@ def map_epochs(schedule: str | Iterable[int], epochs: int) -> list[int]:
 # --------------------------------------------------------------------------- listing
 @dataclass
 class Listing:
-    """The readable files of one table: compacted files and parts (paths or URIs)."""
-
     compacted: list[str] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
 
 
 class LinkOutError(UsageError, ValueError):
-    """A link in a study's tables folder that leads out of the study (or loops): one line,
-    exit 2 (a :class:`~study.errors.UsageError`)."""
+    """A link in a study's tables folder that leads out of the study (or loops)."""
 
 
 def check_links(tables: str | os.PathLike) -> None:
@@ -266,8 +224,7 @@ def check_links(tables: str | os.PathLike) -> None:
 
 def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = None,
                exclude: Iterable[str] = ()) -> Listing:
-    """List ``table``'s files under ``root`` (one trial's with ``trial_id``).  Temporary
-    files are ignored; foreign files are skipped with a :class:`TableWarning`."""
+    """List ``table``'s files under ``root`` (one trial's with ``trial_id``); foreign files are skipped."""
     base = _join(root, table if trial_id is None else f"{table}/{trial_id}")
     check_links(root)
     fs, p = _fs(base)
@@ -316,9 +273,9 @@ def _vanished(path: str) -> bool:
 
 
 def _read_all(root, table: str, *, trial_id: str | None = None) -> tuple[list[pa.Table], list[pa.Table], Listing]:
-    """(compacted tables, part tables, listing of the files read); unreadable files are
-    skipped (warned).  Parts are read first: one a compaction deletes after the listing
-    adds its trial's compacted file, which holds its rows and is read after."""
+    """(compacted tables, part tables, listing of the files read), unreadable files skipped.
+    Parts are read first: one a compaction deletes after the listing adds its trial's
+    compacted file, which holds its rows and is read after."""
     listing = list_table(root, table, trial_id=trial_id)
     read, kept = {"parts": [], "compacted": []}, Listing()
     for kind, paths in (("parts", listing.parts), ("compacted", listing.compacted)):
@@ -343,18 +300,15 @@ def _concat(tables: list[pa.Table | None]) -> pa.Table | None:
 
 def _merge(compacted: list[pa.Table], parts: list[pa.Table]) -> pa.Table | None:
     """Rows of the parts, and of the compacted files for every (trial, epoch) no part holds."""
-    old, new = _concat(compacted), _concat(parts)
-    return _concat([_without(old, new) if old is not None and new is not None else old, new])
-
-
-def _without(old: pa.Table, new: pa.Table) -> pa.Table:
-    """Rows of ``old`` whose (trial, epoch) ``new`` does not hold."""
     import pyarrow.compute as pc  # lazily: 0.2-0.4 s of every command's start-up
 
     def keys(t: pa.Table) -> pa.Array:
         return pc.binary_join_element_wise(pc.cast(t.column("trial_id"), pa.string()),
                                            pc.cast(t.column("epoch"), pa.string()), "\x00")
-    return old.filter(pc.invert(pc.is_in(keys(old), value_set=pc.unique(keys(new)))))
+    old, new = _concat(compacted), _concat(parts)
+    if old is not None and new is not None:
+        old = old.filter(pc.invert(pc.is_in(keys(old), value_set=pc.unique(keys(new)))))
+    return _concat([old, new])
 
 
 def _keys(table: str) -> list[str]:
@@ -362,8 +316,7 @@ def _keys(table: str) -> list[str]:
 
 
 def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
-    """All rows of ``table`` under ``root`` as one DataFrame (empty if none yet), each key
-    once, under the invariants of the module doc; ``maps.probs`` decoded to float64."""
+    """All rows of ``table`` under ``root`` as one DataFrame (empty if none yet), each key once."""
     import pandas as pd
 
     compacted, parts, _ = _read_all(root, table)
@@ -378,13 +331,11 @@ def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- compaction
 def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
-    """Merge ``trial_id``'s parts of ``table`` into its compacted file, then delete them
-    (module doc); the compacted file's path, or None when there was nothing to compact."""
+    """Merge ``trial_id``'s parts of ``table`` into its compacted file, then delete them;
+    the compacted file's path, or None when there was nothing to compact."""
     compacted, parts, listing = _read_all(root, table, trial_id=trial_id)
-    if not listing.parts:
-        return None
     merged = _merge(compacted, parts)
-    if merged is None:
+    if not listing.parts or merged is None:
         return None
     merged = merged.sort_by([(k, "ascending") for k in _keys(table)])
     out = write_part(compacted_path(root, table, trial_id), merged)
@@ -400,8 +351,7 @@ def _delete(path: str) -> None:
 
 
 def compact_all(root: str | os.PathLike) -> int:
-    """Compact every trial's remaining parts (e.g. when a study ends); returns how many
-    (trial, table) pairs were compacted."""
+    """Compact every trial's remaining parts; how many (trial, table) pairs were compacted."""
     n = 0
     for table in EPOCH_TABLES:
         for trial_id in sorted({p.rstrip("/").split("/")[-2] for p in list_table(root, table).parts}):

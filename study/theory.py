@@ -57,20 +57,18 @@ def mhsa_from_conv(conv: nn.Conv2d, *, alpha: float = DEFAULT_ALPHA) -> Relative
     equals ``conv`` on an input zero-padded by K//2 (Lemma 1 + Lemma 2;
     :func:`conv_as_attention`)."""
     k = _check_conv(conv)
-    p = k // 2
-    d_in, d_out = conv.in_channels, conv.out_channels
     w = conv.weight
     positional = GaussianScores(num_heads=k * k, isotropic=True)
-    layer = RelativeSelfAttention(dim=d_in, num_heads=k * k, positional=positional, out_dim=d_out)
+    layer = RelativeSelfAttention(dim=conv.in_channels, num_heads=k * k, positional=positional,
+                                  out_dim=conv.out_channels)
     layer.to(device=w.device, dtype=w.dtype)
     positional.centers.copy_(lattice_offsets(k).to(w.dtype))
     positional.spreads.fill_(math.sqrt(2.0 * alpha))
     # out_proj.weight is (D_out, N_h·D_in): head h's block is the kernel tap at Δ_h
     layer.out_proj.weight.copy_(torch.cat([w[:, :, i, j] for i in range(k) for j in range(k)], dim=1))
+    layer.out_proj.bias.zero_()
     if conv.bias is not None:
         layer.out_proj.bias.copy_(conv.bias)
-    else:
-        layer.out_proj.bias.zero_()
     return layer
 
 
