@@ -1,22 +1,6 @@
-"""Study files: one YAML document describes a study (``search_spaces/*.yaml``).
-
-The schema is :class:`StudyFile` (``study schema`` prints it as JSON Schema,
-``search_spaces/study.schema.json``); only ``data`` is required, e.g.::
-
-    data: synthetic                  # synthetic[:N] | cifar10[:ROOT] | image-folder tree / .tar(.gz)
-    subset: 2000                     # training images (null: all)
-    validation: 200                  # held out for selection: N images or a fraction in (0, 1)
-    optimizer: {lr: 0.1}             # also epochs, batch_size, schedule, training, protocol, maps
-    seeds: [0, 1]                    # grid axis, as are models (each may carry its own `training:` recipe)
-    models: [{arch: resnet18, training: {schedule: {type: step}}}, {encoding: quadratic}]
-    grid: {num_heads: [4, 9]}        # cartesian product over model or training fields (TRAIN_AXES)
-    sample: {lr: {loguniform: [0.01, 0.3]}}   # Optuna TPE, num_samples per grid cell
-    scheduler: {type: asha, grace_period: 10}  # or fifo / null; metric: val_acc
-    resources: {gpus_per_trial: 1, cpus_per_trial: 4}
-
-Trials = seeds × models × grid cells × num_samples.  ``validation`` defaults to 0.1 for
-studies that select (sampled axes or ASHA), 0 for pure grids; a study selects on the
-test set only by asking (``validation: 0``, ``scheduler: {metric: test_acc}``).
+"""Study files: one YAML document describes a study (``search_spaces/*.yaml``; every key,
+default and rule: docs/study-files.md).  The schema is :class:`StudyFile` (``study schema``
+prints it as JSON Schema); only ``data`` is required.
 
 Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`):
 the YAML is read within limits (:mod:`study.specyaml`), pydantic checks keys, types
@@ -52,9 +36,7 @@ TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size", *PROTOCO
 
 
 def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
-    """``kind`` with pydantic ``bounds`` and at most :mod:`study.limits`' ``name`` (a
-    number, a string's characters, a list's entries; in the JSON Schema too): the
-    refusal names the limit."""
+    """``kind`` with pydantic ``bounds`` and at most :mod:`study.limits`' ``name``, which the refusal names."""
     cap = getattr(limits, name)
 
     def check(v):
@@ -304,8 +286,6 @@ class StudyFile(_Strict):
 @dataclass(frozen=True)
 class Cell:
     """One grid cell: a fixed model, fixed training overrides and a seed."""
-
-    index: int
     model: dict[str, Any]
     train: dict[str, Any]
     seed: int
@@ -395,10 +375,10 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     models = [{k: v for k, v in m.items() if k != "training"} for m in raw.get("models", [{}])]
     recipes = [speccheck.flatten(m.get("training", {})) for m in raw.get("models", [{}])]
     grid = raw.get("grid", {})
-    cells = [Cell(index=i, seed=seed, model={**m, **{k: v for k, v in values.items() if k in MODEL_FIELDS}},
+    cells = [Cell(seed=seed, model={**m, **{k: v for k, v in values.items() if k in MODEL_FIELDS}},
                   train={**recipe, **{k: v for k, v in values.items() if k in TRAIN_AXES}})
-             for i, (seed, (m, recipe), values) in enumerate(itertools.product(
-                 study.seeds, zip(models, recipes), (dict(zip(grid, v)) for v in itertools.product(*grid.values()))))]
+             for seed, (m, recipe), values in itertools.product(
+                 study.seeds, zip(models, recipes), (dict(zip(grid, v)) for v in itertools.product(*grid.values())))]
     sections = speccheck.flatten({k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")})
     spec = StudySpec(
         file=file, name=study.name, raw=raw, cells=cells, sample=raw.get("sample", {}), base_train={
