@@ -285,7 +285,8 @@ class StudyFile(_Strict):
 
 @dataclass(frozen=True)
 class Cell:
-    """One grid cell: a fixed model, fixed training overrides and a seed."""
+    """One grid cell: a fixed model, fixed training overrides and a seed; ``entry``: its ``models`` index."""
+    entry: int
     model: dict[str, Any]
     train: dict[str, Any]
     seed: int
@@ -375,10 +376,10 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     models = [{k: v for k, v in m.items() if k != "training"} for m in raw.get("models", [{}])]
     recipes = [speccheck.flatten(m.get("training", {})) for m in raw.get("models", [{}])]
     grid = raw.get("grid", {})
-    cells = [Cell(seed=seed, model={**m, **{k: v for k, v in values.items() if k in MODEL_FIELDS}},
+    cells = [Cell(entry=i, seed=seed, model={**m, **{k: v for k, v in values.items() if k in MODEL_FIELDS}},
                   train={**recipe, **{k: v for k, v in values.items() if k in TRAIN_AXES}})
-             for seed, (m, recipe), values in itertools.product(
-                 study.seeds, zip(models, recipes), (dict(zip(grid, v)) for v in itertools.product(*grid.values())))]
+             for seed, (i, (m, recipe)), values in itertools.product(study.seeds, enumerate(zip(models, recipes)), (
+                 dict(zip(grid, v)) for v in itertools.product(*grid.values())))]
     sections = speccheck.flatten({k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")})
     spec = StudySpec(
         file=file, name=study.name, raw=raw, cells=cells, sample=raw.get("sample", {}), base_train={
