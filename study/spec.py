@@ -68,10 +68,12 @@ Training = create_model("Training", __base__=_Strict, **_fields(
     "amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"))
 Protocol = create_model("Protocol", __base__=_Strict,
                         **_fields(*PROTOCOL_FIELDS, autoaugment=Literal[AUTOAUGMENT_POLICIES]))
-Schedule = create_model("Schedule", __base__=_Strict, type=(Literal[SCHEDULES], TrainConfig.schedule), **_fields("warmup"))
+Schedule = create_model("Schedule", __base__=_Strict, type=(Literal[SCHEDULES], TrainConfig.schedule),
+                        **_fields("warmup"))
 #: a ``models.N.training`` override: the top level's recipe keys
-Recipe = create_model("Recipe", __base__=Training, **_fields("epochs", "batch_size"), optimizer=(Optimizer, Optimizer()),
-                      schedule=(Schedule, Schedule()), protocol=(Protocol, Protocol()))
+Recipe = create_model("Recipe", __base__=Training, **_fields("epochs", "batch_size"),
+                      optimizer=(Optimizer, Optimizer()), schedule=(Schedule, Schedule()),
+                      protocol=(Protocol, Protocol()))
 #: a model's fields, checked by :class:`ModelConfig` (their one home) for every value the study produces
 ModelFields = create_model("ModelFields", __base__=_Strict,
                            **{k: (Any, f.default) for k, f in ModelConfig.__dataclass_fields__.items()})
@@ -328,12 +330,9 @@ class StudySpec:
 
 def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_available: int | None = None,
               cpus_available: int | None = None, overrides: list[str] | tuple[str, ...] = ()) -> StudySpec:
-    """Read and validate a study file (``data`` overrides the file's ``data``).
-
-    ``overrides``: Hydra-syntax ``key.sub=value`` strings (:mod:`study.overrides`)
-    applied to the file's mapping before it is checked; an error they cause names
-    the override's path and the override.  ``gpus_available`` / ``cpus_available``:
-    of the target machine or cluster, if known; a request per trial beyond them is an error."""
+    """Read and validate a study file (``data`` overrides the file's ``data``).  ``overrides``:
+    :mod:`study.overrides` strings applied to the file's mapping first (an error they cause
+    names the override).  ``gpus_available`` / ``cpus_available``: of the target, if known."""
     file, p, overrides = str(path), Path(path), tuple(overrides)
     try:
         raw = load_yaml(read_study_text(p))
