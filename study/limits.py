@@ -1,7 +1,6 @@
-"""Explicit limits on what a study file and a data source may ask for.
+"""Explicit limits on what a study file, a data source or a command may ask for.
 
-A study file or data source beyond one of these is refused before anything runs,
-with one line naming the field (``FILE: path.field: ...`` / a :class:`DataError`),
+An input beyond one is refused before anything runs, with one line naming the field,
 instead of letting the machine find the limit (a hang, an out-of-memory kill, a
 file-system error an hour later).  docs/study-files.md "Limits" lists them; they are plain
 constants so that a deployment that needs more changes one number here.
@@ -14,8 +13,7 @@ from __future__ import annotations
 MAX_STUDY_FILE_BYTES = 1_000_000
 #: YAML nodes after alias expansion (an alias bomb is refused from the event stream, before any node is built)
 MAX_YAML_NODES = 20_000
-#: nesting depth of YAML collections (``[[[...]]]`` 10,000 deep would exhaust Python's
-#: recursion limit while the document is built; the shipped files nest 4 deep)
+#: nesting depth of YAML collections (10,000 deep exhausts Python's recursion; ours nest 4 deep)
 MAX_YAML_DEPTH = 64
 #: digits of an integer literal (Python refuses to convert more than 4,300)
 MAX_INT_DIGITS = 100
@@ -25,11 +23,9 @@ MAX_GRID_CELLS = 10_000
 #: entries of a list in a study file: seeds, models, one grid axis, one choice
 MAX_SEEDS = 1_000
 MAX_LIST_ENTRIES = 1_000
-#: value combinations checked one by one (every cell × every sampled corner value);
-#: above this, sampled axes are checked one at a time against every cell
+#: cell × sampled-value combinations checked one by one; beyond, one axis at a time
 MAX_CHECKED_COMBINATIONS = 5_000
-#: command-line overrides of a study file (``study run FILE key=value ...``): how many,
-#: and characters each (a value is read as YAML within the study file's limits too)
+#: command-line overrides ``key=value`` of a study file: how many, characters each
 MAX_OVERRIDES = 100
 MAX_OVERRIDE_CHARS = 10_000
 #: a seed is given to torch, numpy and Optuna: at most 2**32 - 1 (numpy's limit)
@@ -42,8 +38,8 @@ MAX_FAILURES = 1_000
 MAX_NAME_LENGTH = 100
 #: description text
 MAX_DESCRIPTION_CHARS = 10_000
-#: model sizes (the paper: N_h ≤ 25, D = D_p = 400, 6 layers, 512 intermediate);
-#: generous, but a typo of a few zeros is refused instead of allocating terabytes
+#: model sizes (the paper: N_h ≤ 25, D = D_p = 400, 6 layers, 512 intermediate): a typo
+#: of a few zeros is refused instead of allocating terabytes
 MAX_MODEL_FIELD = {"num_heads": 1_024, "pos_dim": 16_384, "hidden": 16_384, "layers": 256,
                    "intermediate": 65_536, "num_classes": 100_000, "image_size": 1_024, "in_channels": 64,
                    "downsample": 64}
@@ -56,16 +52,13 @@ MAX_GPUS_PER_TRIAL = 1_024
 #: CPUs / GPUs of a target machine or cluster (``study validate --cpus/--gpus``, ``--num-cpus``)
 MAX_CLUSTER_CPUS = 1_000_000
 MAX_CLUSTER_GPUS = 100_000
-#: parameters of a model built from flags (``study models``, ``study train``; counted on
-#: PyTorch's meta device, nothing allocated): 4 GB of float32 weights; the paper's are ≤ 12 M
+#: parameters of a model built from flags: 4 GB of float32 weights; the paper's are ≤ 12 M
 MAX_MODEL_PARAMS = 1_000_000_000
 
 # ---------------------------------------------------------------- other commands
-#: ``study theorem``: the largest tensor it builds, batch × K² heads × T² attention
-#: probabilities, T = (size + K - 1)² padded tokens (2 GiB in float64)
+#: ``study theorem``: elements of its largest tensor (2 GiB in float64), multiply-adds
+#: of its value maps (about a minute of one CPU core)
 MAX_THEOREM_ELEMENTS = 2**28
-#: ``study theorem``: multiply-adds of its per-head value maps, batch × T × K² × D_in × D_out
-#: (about a minute of one CPU core)
 MAX_THEOREM_MACS = 2**36
 #: ``study bench``: images per step, timed / warm-up steps, timed windows
 MAX_BENCH_BATCH = 4_096
@@ -77,9 +70,8 @@ MAX_EVAL_BATCH = 100_000
 MAX_SUBSET = 10_000_000
 #: ``analysis`` flags: an epoch index, a TCP port
 MAX_PORT = 65_535
-#: throughputs `study plan` takes (--tflops, --images-per-s, a bench report's images/s): from a
-#: device far slower than any that trains (a millionth of a TFLOP/s, one image a week) to far
-#: beyond any that exists; outside, a typo (`5e-324`), never a device
+#: throughputs `study plan` takes: far slower than any device that trains to far beyond any
+#: that exists; outside, a typo (`5e-324`), never a device
 MIN_TFLOPS, MAX_TFLOPS = 1e-6, 1e6
 MIN_IMAGES_PER_S, MAX_IMAGES_PER_S = 1e-6, 1e9
 #: RandAugment's operation set (torchvision) has 14 operations; its magnitude has 31 bins (0-30)
@@ -89,8 +81,7 @@ MAX_RANDAUGMENT_MAGNITUDE = 30
 MIN_SERVE_INTERVAL_S, MAX_SERVE_INTERVAL_S = 0.1, 86_400.0
 
 # ---------------------------------------------------------------- study metadata
-#: bytes of one metadata file a command reads (``study.json``, a ``trials/*.json``
-#: ledger; ours are < 100 kB)
+#: bytes of one metadata file (``study.json``, a ``trials/*.json`` ledger; ours are < 100 kB)
 MAX_META_FILE_BYTES = 16 * 2**20
 #: nesting of JSON in a metadata file (study.json holds the study file: MAX_YAML_DEPTH and a few levels)
 MAX_META_DEPTH = 128
@@ -100,8 +91,7 @@ MAX_META_DEPTH = 128
 MAX_SYNTHETIC_TRAIN = 200_000
 #: bytes of an archive file (streamed, never held in memory whole)
 MAX_SOURCE_BYTES = 8 * 2**30
-#: bytes of a source's image files held in memory (all image files of a tree, the image
-#: members of an archive): reading any source stays well under 1 GiB
+#: bytes of a source's image files held in memory: reading any source stays well under 1 GiB
 MAX_SOURCE_IMAGE_BYTES = 512 * 2**20
 #: bytes of an archive after decompression (a decompression bomb stops here)
 MAX_DECOMPRESSED_BYTES = 8 * 2**30
@@ -120,9 +110,8 @@ ALL = {k: v for k, v in dict(globals()).items() if k.isupper() and not k.startsw
 
 
 def over_limit(cfg) -> tuple[str, int, str, int] | None:
-    """The first field of a ``TrainConfig`` (its model's sizes, then its training fields)
-    above its limit, as (field, limit, limit's name, value); None when all are within.
-    One check for a study file's every configuration and for ``study train``'s flags."""
+    """The first field of a ``TrainConfig`` above its limit, as (field, limit, limit's name,
+    value), or None.  One check for a study file's every configuration and ``study train``'s flags."""
     checks = [(cfg.model, f, c, "MAX_MODEL_FIELD") for f, c in MAX_MODEL_FIELD.items()]
     checks += [(cfg, f, c, "MAX_TRAIN_FIELD") for f, c in MAX_TRAIN_FIELD.items()]
     checks += [(cfg, "epochs", MAX_EPOCHS, "MAX_EPOCHS"), (cfg, "batch_size", MAX_BATCH_SIZE, "MAX_BATCH_SIZE"),

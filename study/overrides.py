@@ -19,8 +19,7 @@ _FORMS = "key=VALUE, +key=VALUE, ++key=VALUE or ~key"
 
 
 def parse(text: str) -> tuple[str, list[str | int], str | None]:
-    """``(op, path, value text)`` of one override; ``op`` is ``=``, ``+``, ``++`` or ``~``.
-    ValueError with one line for a form this module does not read."""
+    """``(op, path, value text)`` of one override (``op``: ``=``, ``+``, ``++`` or ``~``), else ValueError."""
     op = "~" if text.startswith("~") else "++" if text.startswith("++") else "+" if text.startswith("+") else "="
     body = text[len(op):] if op != "=" else text
     key, eq, value = body.partition("=")
@@ -54,19 +53,17 @@ def value_of(text: str) -> Any:
 
 
 def apply(raw: dict[str, Any], overrides: list[str], *, err: Callable[[str, str], Exception]) -> dict[str, Any]:
-    """A copy of the study file's mapping ``raw`` with ``overrides`` applied in order;
-    ``err(path, message)`` builds the exception for one that cannot apply (``path`` is
-    the override's, ``""`` for a malformed one)."""
+    """A copy of ``raw`` with ``overrides`` applied in order; ``err(path, message)`` builds the
+    exception for one that cannot apply (``path``: the override's, ``""`` for a malformed one)."""
     if len(overrides) > limits.MAX_OVERRIDES:
         raise err("", f"{len(overrides)} overrides, more than {limits.MAX_OVERRIDES} (MAX_OVERRIDES)")
+    out = copy.deepcopy(raw)
     for text in overrides:
         if not isinstance(text, str):
             raise err("", f"an override must be a string KEY=VALUE, got {type(text).__name__}")
         if len(text) > limits.MAX_OVERRIDE_CHARS:
             raise err("", f"an override of {len(text)} characters, more than {limits.MAX_OVERRIDE_CHARS} "
                           f"(MAX_OVERRIDE_CHARS): {text[:40]!r}...")
-    out = copy.deepcopy(raw)
-    for text in overrides:
         try:
             op, path, value_text = parse(text)
         except ValueError as e:

@@ -1,22 +1,6 @@
-"""Study files: one YAML document describes a study (``search_spaces/*.yaml``).
-
-The schema is :class:`StudyFile` (``study schema`` prints it as JSON Schema,
-``search_spaces/study.schema.json``); only ``data`` is required, e.g.::
-
-    data: synthetic                  # synthetic[:N] | cifar10[:ROOT] | image-folder tree / .tar(.gz)
-    subset: 2000                     # training images (null: all)
-    validation: 200                  # held out for selection: N images or a fraction in (0, 1)
-    optimizer: {lr: 0.1}             # also epochs, batch_size, schedule, training, protocol, maps
-    seeds: [0, 1]                    # grid axis, as are models (each may carry its own `training:` recipe)
-    models: [{arch: resnet18, training: {schedule: {type: step}}}, {encoding: quadratic}]
-    grid: {num_heads: [4, 9]}        # cartesian product over model or training fields (TRAIN_AXES)
-    sample: {lr: {loguniform: [0.01, 0.3]}}   # Optuna TPE, num_samples per grid cell
-    scheduler: {type: asha, grace_period: 10}  # or fifo / null; metric: val_acc
-    resources: {gpus_per_trial: 1, cpus_per_trial: 4}
-
-Trials = seeds × models × grid cells × num_samples.  ``validation`` defaults to 0.1 for
-studies that select (sampled axes or ASHA), 0 for pure grids; a study selects on the
-test set only by asking (``validation: 0``, ``scheduler: {metric: test_acc}``).
+"""Study files: one YAML document describes a study (``search_spaces/*.yaml``; every key,
+default and rule: docs/study-files.md).  The schema is :class:`StudyFile` (``study schema``
+prints it as JSON Schema); only ``data`` is required.
 
 Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`):
 the YAML is read within limits (:mod:`study.specyaml`), pydantic checks keys, types
@@ -52,9 +36,7 @@ TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size", *PROTOCO
 
 
 def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
-    """``kind`` with pydantic ``bounds`` and at most :mod:`study.limits`' ``name`` (a
-    number, a string's characters, a list's entries; in the JSON Schema too): the
-    refusal names the limit."""
+    """``kind`` with pydantic ``bounds`` and at most :mod:`study.limits`' ``name``, which the refusal names."""
     cap = getattr(limits, name)
 
     def check(v):
@@ -86,10 +68,12 @@ Training = create_model("Training", __base__=_Strict, **_fields(
     "amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"))
 Protocol = create_model("Protocol", __base__=_Strict,
                         **_fields(*PROTOCOL_FIELDS, autoaugment=Literal[AUTOAUGMENT_POLICIES]))
-Schedule = create_model("Schedule", __base__=_Strict, type=(Literal[SCHEDULES], TrainConfig.schedule), **_fields("warmup"))
+Schedule = create_model("Schedule", __base__=_Strict, type=(Literal[SCHEDULES], TrainConfig.schedule),
+                        **_fields("warmup"))
 #: a ``models.N.training`` override: the top level's recipe keys
-Recipe = create_model("Recipe", __base__=Training, **_fields("epochs", "batch_size"), optimizer=(Optimizer, Optimizer()),
-                      schedule=(Schedule, Schedule()), protocol=(Protocol, Protocol()))
+Recipe = create_model("Recipe", __base__=Training, **_fields("epochs", "batch_size"),
+                      optimizer=(Optimizer, Optimizer()), schedule=(Schedule, Schedule()),
+                      protocol=(Protocol, Protocol()))
 #: a model's fields, checked by :class:`ModelConfig` (their one home) for every value the study produces
 ModelFields = create_model("ModelFields", __base__=_Strict,
                            **{k: (Any, f.default) for k, f in ModelConfig.__dataclass_fields__.items()})
@@ -303,9 +287,8 @@ class StudyFile(_Strict):
 
 @dataclass(frozen=True)
 class Cell:
-    """One grid cell: a fixed model, fixed training overrides and a seed."""
-
-    index: int
+    """One grid cell: a fixed model, fixed training overrides and a seed; ``entry``: its ``models`` index."""
+    entry: int
     model: dict[str, Any]
     train: dict[str, Any]
     seed: int
@@ -347,12 +330,9 @@ class StudySpec:
 
 def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_available: int | None = None,
               cpus_available: int | None = None, overrides: list[str] | tuple[str, ...] = ()) -> StudySpec:
-    """Read and validate a study file (``data`` overrides the file's ``data``).
-
-    ``overrides``: Hydra-syntax ``key.sub=value`` strings (:mod:`study.overrides`)
-    applied to the file's mapping before it is checked; an error they cause names
-    the override's path and the override.  ``gpus_available`` / ``cpus_available``:
-    of the target machine or cluster, if known; a request per trial beyond them is an error."""
+    """Read and validate a study file (``data`` overrides the file's ``data``).  ``overrides``:
+    :mod:`study.overrides` strings applied to the file's mapping first (an error they cause
+    names the override).  ``gpus_available`` / ``cpus_available``: of the target, if known."""
     file, p, overrides = str(path), Path(path), tuple(overrides)
     try:
         raw = load_yaml(read_study_text(p))
@@ -395,10 +375,10 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     models = [{k: v for k, v in m.items() if k != "training"} for m in raw.get("models", [{}])]
     recipes = [speccheck.flatten(m.get("training", {})) for m in raw.get("models", [{}])]
     grid = raw.get("grid", {})
-    cells = [Cell(index=i, seed=seed, model={**m, **{k: v for k, v in values.items() if k in MODEL_FIELDS}},
+    cells = [Cell(entry=i, seed=seed, model={**m, **{k: v for k, v in values.items() if k in MODEL_FIELDS}},
                   train={**recipe, **{k: v for k, v in values.items() if k in TRAIN_AXES}})
-             for i, (seed, (m, recipe), values) in enumerate(itertools.product(
-                 study.seeds, zip(models, recipes), (dict(zip(grid, v)) for v in itertools.product(*grid.values()))))]
+             for seed, (i, (m, recipe)), values in itertools.product(study.seeds, enumerate(zip(models, recipes)), (
+                 dict(zip(grid, v)) for v in itertools.product(*grid.values())))]
     sections = speccheck.flatten({k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")})
     spec = StudySpec(
         file=file, name=study.name, raw=raw, cells=cells, sample=raw.get("sample", {}), base_train={

@@ -211,24 +211,20 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
 
 
 def _locate(fld: str, cell, raw: dict) -> str:
-    """The study-file path that set ``fld`` for ``cell``."""
-    models = [{k: v for k, v in m.items() if k != "training"} for m in raw.get("models", [{}])]
-    recipes = [flatten(m.get("training", {})) for m in raw.get("models", [{}])]
+    """The study-file path that set ``fld`` for ``cell`` (grid and sample axes are never set in ``models``)."""
     for section in ("grid", "sample"):
         if fld in raw.get(section, {}):
             return f"{section}.{fld}"
-    for i, (m, recipe) in enumerate(zip(models, recipes)):
-        if fld in recipe and m.items() <= cell.model.items() and recipe.items() <= cell.train.items():
-            return f"models.{i}.training.{RECIPE_PATHS.get(fld, fld)}"
-    for i, m in enumerate(models):
-        if fld in m and m.items() <= cell.model.items():
-            return f"models.{i}.{fld}"
+    if fld in cell.train:
+        return f"models.{cell.entry}.training.{RECIPE_PATHS.get(fld, fld)}"
+    if fld in cell.model:
+        return f"models.{cell.entry}.{fld}"
     for section in ("model", "training"):
         if fld in raw.get(section, {}):
             return f"{section}.{fld}"
     if fld in RECIPE_PATHS or fld not in MODEL_FIELDS:
         return RECIPE_PATHS.get(fld, fld)
-    return next((f"models.{i}" for i, m in enumerate(models) if m and m.items() <= cell.model.items()), "model")
+    return f"models.{cell.entry}" if set(raw.get("models", [{}])[cell.entry]) - {"training"} else "model"
 
 
 def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str | None:
@@ -264,14 +260,11 @@ def _check_batch(cfg, *, workers: int, where, context) -> None:
 
 def _check_distinct_models(spec) -> None:
     """No two ``models`` entries give the same trials (same model and recipe, after
-    defaults): compared on the first seed and the first grid cell, since grid axes
-    may not be set in ``models``."""
-    n_models = len(spec.raw.get("models", [{}]))
-    n_grid = len(spec.cells) // (n_models * max(1, len({c.seed for c in spec.cells})))
+    defaults): compared on each one's first cell, since grid axes may not be set in ``models``."""
     seen: dict[str, int] = {}
-    for i in range(n_models if n_models > 1 else 0):
+    for i, cell in sorted({c.entry: c for c in reversed(spec.cells)}.items()):  # first seed, first grid cell
         try:
-            key = repr(spec.train_config(spec.cells[i * n_grid]).to_dict())
+            key = repr(spec.train_config(cell).to_dict())
         except (ConfigError, TypeError, ValueError):  # only valid with sampled values: not compared
             return
         if key in seen:

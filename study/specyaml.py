@@ -19,7 +19,6 @@ import os
 import re
 import stat
 from collections.abc import Hashable
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -36,8 +35,7 @@ _INT = r"[-+]?(?:0|[1-9][0-9_]*)"
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser when PyYAML has it
-    """SafeLoader with YAML 1.2 core-schema implicit types (plus ``<<`` merge keys) that
-    refuses duplicate mapping keys and integers beyond MAX_INT_DIGITS."""
+    """SafeLoader with the module docstring's scalars (plus ``<<`` merge keys) and checks."""
 
     yaml_implicit_resolvers: dict = {}
 
@@ -79,11 +77,9 @@ for _tag, _pattern, _first in (
 
 
 def read_study_text(path: str | os.PathLike) -> str:
-    """The text of the study file at ``path``; :class:`YamlError` for a missing,
-    non-regular, oversized or non-UTF-8 file.  Never opens a FIFO or device."""
-    p = Path(path)
+    """The text of the study file at ``path`` (module docstring); never opens a FIFO or device."""
     try:
-        st = os.stat(p)
+        st = os.stat(path)
     except FileNotFoundError:
         raise YamlError("no such study file") from None
     except OSError as e:
@@ -96,7 +92,7 @@ def read_study_text(path: str | os.PathLike) -> str:
         raise YamlError(f"study file is {st.st_size} bytes, more than the limit of "
                         f"{limits.MAX_STUDY_FILE_BYTES} (MAX_STUDY_FILE_BYTES)")
     try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since the stat
                 raise YamlError("not a regular file")
@@ -113,8 +109,7 @@ def read_study_text(path: str | os.PathLike) -> str:
 
 
 def load_yaml(text: str) -> Any:
-    """The Python value of the single YAML document ``text`` (limits and resolution
-    as in the module docstring).  :class:`YamlError` on invalid or oversized YAML."""
+    """The Python value of the single YAML document ``text`` (module docstring), else :class:`YamlError`."""
     try:
         check_expansion(text)
         loader = _Loader(text)

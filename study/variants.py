@@ -2,29 +2,17 @@
 end-of-study summary, ``study status``, the analysis tables, figures and report).
 
 A *variant* is a model configuration: trials that differ only in ``seed`` are
-repetitions of one variant.  Its label is ``runs.name`` (which already says the
-architecture, encoding, isotropy, N_h and D_p) plus any other configuration column
-that differs between trials of that name (``lr=0.05``, ``hidden=64``, …).  From the
-``runs`` table alone; configuration only (no torch, no Ray).
+repetitions of one variant.  From the ``runs`` table alone (no torch, no Ray).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-#: Columns of ``runs`` that are results or bookkeeping, never configuration (also
-#: when a table has an unknown column: only configuration fields define variants).
-RESULT_COLUMNS = frozenset({
-    "trial_id", "study", "name", "status", "epochs_done", "n_params", "flops", "best_test_acc",
-    "final_test_acc", "device_seconds", "device", "world_size", "attempts", "cell", "updated_at",
-    "sample", "key", "ray_trial_id", "best_val_acc", "final_val_acc", "n_train", "n_val", "n_test",
-    "data_source", "selection_metric", "error",
-})
 #: Fields that run the same model and recipe differently (precision, compilation,
 #: statistics, evaluation batching) or only say where data came from: not a variant.
 EXECUTION_COLUMNS = frozenset({"amp", "compile", "head_stats", "head_images", "map_radius", "map_epochs",
                                "eval_batch_size", "data"})
-
 
 #: Configuration columns that ``runs.name`` already spells out.
 NAME_COLUMNS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim")
@@ -34,13 +22,12 @@ AXIS_ORDER = NAME_COLUMNS + ("hidden", "layers", "intermediate", "lr", "momentum
 
 
 def config_columns(runs: pd.DataFrame) -> list[str]:
-    """Configuration columns of ``runs``: model and training fields only (bookkeeping —
-    Ray ids, cell, sample, attempts, timing, sizes — and the ``sampled_*`` copies of
-    searched values never are)."""
+    """Configuration columns of ``runs``: model and training fields only (never bookkeeping,
+    results or the ``sampled_*`` copies of searched values)."""
     from study.trial.config import TrainConfig  # configuration only: no torch
 
     fields = set(TrainConfig().flat()) - EXECUTION_COLUMNS  # every model and training field
-    cols = [c for c in runs.columns if c in fields and c not in RESULT_COLUMNS]
+    cols = [c for c in runs.columns if c in fields]
     return sorted(cols, key=lambda c: (AXIS_ORDER.index(c) if c in AXIS_ORDER else len(AXIS_ORDER), c))
 
 
@@ -64,11 +51,11 @@ def varying_columns(runs: pd.DataFrame, *, exclude=("seed",)) -> list[str]:
 
 
 def variant_labels(runs: pd.DataFrame, *, within: tuple[str, ...] = ()) -> pd.Series:
-    """One label per trial (index aligned with ``runs``): ``runs.name``, plus the
-    configuration columns (other than ``seed``) that differ between trials of that
-    name, e.g. ``SA quadratic isotropic (N_h=9), lr=0.05`` in a grid over ``lr``.
-    ``within``: more columns whose values vary inside one variant, as ``seed`` does
-    (the end-of-study summary passes the axes Optuna sampled: a search in a variant)."""
+    """One label per trial: ``runs.name`` (which says the architecture, encoding, isotropy,
+    N_h and D_p) plus the configuration columns other than ``seed`` that differ between
+    trials of that name, e.g. ``SA quadratic isotropic (N_h=9), lr=0.05``.  ``within``:
+    more columns that vary inside one variant, as ``seed`` does (the end-of-study
+    summary passes the axes Optuna sampled: a search in a variant)."""
     if runs.empty:
         return pd.Series([], dtype=object, index=runs.index)
     if "name" not in runs:

@@ -1,11 +1,6 @@
 """``study schema``: print the study file's JSON Schema (:class:`study.spec.StudyFile`,
-pydantic's ``model_json_schema()``).
-
-The YAML language server (VS Code, Neovim, Helix, Emacs) reads a first line
-``# yaml-language-server: $schema=study.schema.json`` and then completes keys and
-underlines unknown keys, wrong types and out-of-range numbers as you type; JetBrains
-IDEs map it under Settings | Languages & Frameworks | Schemas and DTDs.  Every
-``search_spaces/*.yaml`` carries that line; ``search_spaces/study.schema.json`` is this
+pydantic's ``model_json_schema()``) for editors.  JetBrains IDEs map it under Settings |
+Languages & Frameworks | Schemas and DTDs; ``search_spaces/study.schema.json`` is this
 command's output (a test checks they agree).
 """
 
@@ -26,13 +21,8 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def schema_text() -> str:
-    """The study file's JSON Schema as the text ``study schema`` prints."""
+def run(args: argparse.Namespace) -> int:
     from study.spec import StudyFile
 
-    return json.dumps(StudyFile.model_json_schema(), indent=2) + "\n"
-
-
-def run(args: argparse.Namespace) -> int:
-    print(schema_text(), end="")
+    print(json.dumps(StudyFile.model_json_schema(), indent=2))
     return 0
