@@ -1,8 +1,6 @@
-"""One self-contained HTML page of a study, from its tables only: ``analysis report NAME``.
+"""One self-contained HTML page of a study, from its tables only (docs/figures.md, "The report").
 
-A page served by ``analysis report --serve`` (:mod:`analysis.serve`) polls the
-server's ``/version`` and reloads itself when the tables changed; a page opened as a
-file does not poll.
+Only a served page polls ``/version`` (:mod:`analysis.serve`); one opened as a file does not.
 """
 
 from __future__ import annotations
