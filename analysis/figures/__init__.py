@@ -182,9 +182,8 @@ def default_out(study: Study) -> Path:
 
 def draw_all(study: Study, out: Path, *, epoch: int | None = None, per_seed: bool = False, pdf: bool = True,
              jobs: int | None = None) -> tuple[list[Path], list[str]]:
-    """Draw every figure ``study`` supports into ``out``: (files, skip lines); figures
-    whose inputs did not change are kept; the others are drawn on ``jobs`` processes
-    (default: the cores this process may use)."""
+    """Draw every figure ``study`` supports into ``out``: (files, skip lines); only what changed is
+    redrawn, on ``jobs`` processes (default: the cores this process may use)."""
     from analysis.figures.jobs import run
     from study.cpus import local_cpus
 
