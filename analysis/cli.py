@@ -174,9 +174,7 @@ def _check_out(out: Path, *, folder: bool) -> None:
 
 
 def _check_storage(args: argparse.Namespace) -> None:
-    """A malformed ``--storage``, ``$STUDY_STORAGE`` or study URI is one line, not
-    pyarrow's traceback (exit 2); an object store that does not answer is one line
-    naming it within a bounded wait (exit 3, as ``study``), never a hang."""
+    """Storage URIs checked as ``study`` checks them (docs/results.md, "Storage URIs are inputs")."""
     from study.storage import NoBucket, StorageUnreachable, check_study_target
 
     try:

@@ -1,17 +1,5 @@
 """Which heads are concentrated enough to have a centre, contours and a lattice
-distance, and which are diffuse.
-
-A head's mean shift (``center_x``, ``center_y``) exists for any distribution, but
-for a near-uniform one it sits near the query and says nothing about where the
-head looks.  The rule, stated on every figure that applies it:
-
-    concentrated  ⇔  mass inside the stored window ≥ MIN_WINDOW_MASS (50 %)
-                     and entropy ≤ MAX_ENTROPY (ln 49 ≈ 3.89 nats, a uniform
-                     distribution over a 7×7 patch)
-
-(without a stored map, the entropy condition alone).  A discretised Gaussian of
-standard deviation σ has entropy ≈ ln(2πe σ²): σ = 1.5 px passes, σ = 2 px does not.
-"""
+distance, and which are diffuse: the rule and why, docs/design.md §7 ("Concentrated or diffuse")."""
 
 from __future__ import annotations
 

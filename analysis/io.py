@@ -1,10 +1,7 @@
 """Open a study's tables: pandas frames and DuckDB SQL over the Parquet parts.
 
-SQL runs on a DuckDB connection without any file system (:data:`CONFINEMENT`): each
-table is a view over a snapshot of its files that pyarrow reads (:meth:`Study._snapshot`),
-parts preferred over compacted rows of the same (trial, epoch).  A foreign or damaged
-file is named in a :class:`study.tables.TableWarning` and skipped; tables no trial has
-written yet are empty, so a running study can be queried at any time.
+Readers' guarantees (live reads, skipped files, read-only SQL): docs/results.md,
+"The results store (`study/tables.py`)" and "Queries".
 """
 
 from __future__ import annotations
@@ -229,10 +226,8 @@ class Study:
         """``(parts, compacted)`` of ``table``: ``(path, source, schema)`` each, ``source``
         the part's bytes or the compacted file's path.
 
-        Parts are read into memory now, compacted files when a query scans them: a
-        compaction writes the trial's compacted file before it deletes the merged parts,
-        so a part gone when read has its rows in the compacted file read after it, which
-        makes the snapshot whole without retries.  Parts beyond :data:`PART_BYTES_IN_MEMORY`
+        Parts are read now, compacted files when scanned: why that is whole without
+        retries is docs/results.md, "Live reads".  Parts beyond :data:`PART_BYTES_IN_MEMORY`
         are read by path (one deleted under a query makes the snapshot be taken again)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -337,11 +332,9 @@ class Study:
 #: study holds fewer than ``COMPACT_EVERY`` parts per trial and table, kilobytes each.
 PART_BYTES_IN_MEMORY = 256 << 20
 
-#: DuckDB settings of every ``analysis`` connection, in this order (each later one forbids
-#: changing the earlier ones; ``disabled_filesystems`` cannot be given to ``duckdb.connect``):
-#: no spill files (``./.tmp``), no local file system (so no statement of any kind reaches a
-#: file), no external access (extensions, URLs), then the configuration locked so SQL cannot
-#: undo it.  The tables reach the connection as registered Arrow streams.
+#: DuckDB settings of every ``analysis`` connection (what each forbids: docs/results.md, "Queries"),
+#: in this order: each later one forbids changing the earlier ones, and ``disabled_filesystems``
+#: cannot be given to ``duckdb.connect``.
 CONFINEMENT = (
     ("temp_directory", "''"),
     ("disabled_filesystems", "'LocalFileSystem'"),
@@ -366,10 +359,8 @@ _PRAGMA = re.compile(r"^\s*PRAGMA\s+(\w+)\s*(?:\(.*\))?\s*;?\s*$", re.IGNORECASE
 
 
 def _only_reads(con, query: str, label: str = "") -> None:
-    """Refuse, in one line, any statement but a SELECT (also WITH, TABLE, VALUES, DESCRIBE,
-    SUMMARIZE …), a PIVOT, a catalogue PRAGMA or an EXPLAIN of one: a second guard beside
-    :data:`CONFINEMENT` that names what was refused and keeps the session unchanged (no
-    ``CREATE``, ``SET``, ``PREPARE`` …); ``label``: ``"EXPLAIN "`` inside one."""
+    """Refuse, in one line, any statement docs/results.md ("Queries") does not list as run: a second
+    guard beside :data:`CONFINEMENT` that names what was refused; ``label``: ``"EXPLAIN "`` inside one."""
     import duckdb
 
     try:
@@ -459,12 +450,8 @@ class _Scan:
 
 def load(target: str | os.PathLike, storage: str | None = None) -> Study:
     """Open a study by NAME (under ``storage``, default ``$STUDY_STORAGE`` or ``./results``) or PATH (a study
-    folder, its ``tables`` folder, or a ``study train --out`` folder; local or a URI).
-
-    >>> s = load("results/smoke")            # doctest: +SKIP
-    >>> s.epochs.groupby("trial_id").test_acc.max()
-    >>> s.sql("SELECT name, best_test_acc FROM runs ORDER BY 2 DESC")
-    """
+    folder, its ``tables`` folder, or a ``study train --out`` folder; local or a URI).  Usage: docs/results.md,
+    "Queries"."""
     root, folder = resolve(str(target), storage)
     from study.tables import LinkOutError, check_links
 

@@ -1,8 +1,6 @@
 """The paper's published Table 1 (Cordonnier et al., ICLR 2020, "On the Relationship
 between Self-Attention and Convolutional Layers"), as data, and which ``runs`` rows
-it may be set beside: only a model with the paper's sizes, trained with its budget
-(full CIFAR-10, 300 epochs); otherwise :func:`paper_row` says why not.  Its FLOPs
-count multiply-adds, the convention of :mod:`study.models.cost`.
+it may be set beside (docs/figures.md, "Beside the paper").
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""One self-contained HTML page of a study, from its tables only: ``analysis report NAME``.
+"""One self-contained HTML page of a study, from its tables only (docs/figures.md, "The report").
 
-A page served by ``analysis report --serve`` (:mod:`analysis.serve`) polls the
-server's ``/version`` and reloads itself when the tables changed; a page opened as a
-file does not poll.
+Only a served page polls ``/version`` (:mod:`analysis.serve`); one opened as a file does not.
 """
 
 from __future__ import annotations
@@ -89,9 +87,8 @@ _SCRATCH: dict[str, tempfile.TemporaryDirectory] = {}
 
 
 def figure_cache(study: Study) -> Path:
-    """Where the report's figures are drawn and kept between builds: ``analysis figures``'
-    default folder (so each reuses the other's figures), or, where that cannot be
-    written, a temporary folder kept for this process (``--serve`` rebuilds reuse it)."""
+    """Where the report's figures are drawn and kept between builds (docs/figures.md, "Only what
+    changed is redrawn"); the temporary folder is kept for this process, so ``--serve`` rebuilds reuse it."""
     from analysis.figures import default_out
 
     out = default_out(study)

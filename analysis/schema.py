@@ -1,14 +1,6 @@
 """What every column of every table means: type, unit, convention (``analysis schema``).
 
-Conventions shared by all tables:
-
-- shifts δ = key position − query position in pixels of the token grid (16×16 for
-  CIFAR-10 after the 2×2 space-to-depth): x = column shift to the right, y = row
-  shift pointing **down** (image orientation);
-- ``epoch``, ``layer``, ``head`` are 0-based as stored; figures label them 1-based
-  ("after 3 epochs" is epoch 2; "layer 1", "head 1" are layer 0, head 0);
-- accuracies are fractions in [0, 1]; losses are mean cross-entropy in nats;
-- entropies are in nats (natural logarithm).
+Conventions shared by all tables: docs/results.md, "What the columns mean".
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """``analysis report NAME --serve``: the report page on 127.0.0.1, rebuilt as the tables grow.
 
-Only ``/`` and ``/version`` are served, and only to requests whose ``Host:`` header
-names the server (:func:`allowed_hosts`): a web page that rebinds its own domain to
-127.0.0.1 gets ``421 Misdirected Request``, never the report.
+Only ``/`` and ``/version``, and only for a ``Host:`` naming the server (:func:`allowed_hosts`), against
+DNS rebinding: docs/figures.md, "The report".
 """
 
 from __future__ import annotations

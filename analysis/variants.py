@@ -1,10 +1,5 @@
-"""Model variants and sweep axes of a study, from the ``runs`` table alone.
-
-A *variant* is a model configuration: trials that differ only in ``seed`` are
-repetitions of one variant.  Its label is ``runs.name`` (which already says the
-architecture, encoding, isotropy, N_h and D_p) plus any other configuration column
-that differs between trials of that name (``lr=0.05``, ``hidden=64``, …).
-"""
+"""Model variants and sweep axes of a study, from the ``runs`` table alone (docs/figures.md,
+"Variants and seeds")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Figures of a study: the paper's (Fig. 2, Figs. 4/12/14, Figs. 5/6, Table 1), the
-ones it lacked (sweep heat-map, head-centre trajectories, convolution-likeness) and
-the locality figures across encodings (attention distance, locality over training, gates).
+"""Figures of a study (each one: docs/figures.md, "`analysis figures`").
 
 Every figure module has ``KIND`` and ``draw(ctx) -> (paths written)``, raises
 :class:`Skip` when the data cannot support it, and hands its drawing to
@@ -132,8 +130,7 @@ def _seed_word(t) -> str:
 
 def with_representatives(t: pd.DataFrame) -> pd.DataFrame:
     """``trial_table`` rows plus ``variant_slug`` (unique per label), ``seeds`` and
-    ``representative``: per variant the trial whose best test accuracy is the median of
-    its seeds' (the lower middle one), a choice that does not favour the best seed."""
+    ``representative`` (docs/figures.md, "Variants and seeds"; of two middle seeds, the lower)."""
     if t.empty:
         return t.assign(variant_slug=pd.Series(dtype=object), seeds=pd.Series(dtype=int),
                         representative=pd.Series(dtype=bool))
@@ -185,9 +182,8 @@ def default_out(study: Study) -> Path:
 
 def draw_all(study: Study, out: Path, *, epoch: int | None = None, per_seed: bool = False, pdf: bool = True,
              jobs: int | None = None) -> tuple[list[Path], list[str]]:
-    """Draw every figure ``study`` supports into ``out``: (files, skip lines); figures
-    whose inputs did not change are kept; the others are drawn on ``jobs`` processes
-    (default: the cores this process may use)."""
+    """Draw every figure ``study`` supports into ``out``: (files, skip lines); only what changed is
+    redrawn, on ``jobs`` processes (default: the cores this process may use)."""
     from analysis.figures.jobs import run
     from study.cpus import local_cpus
 

@@ -1,7 +1,4 @@
-"""Figures are redrawn only when their inputs changed: a manifest of input
-fingerprints per figure job in the output folder (``.figures-manifest.json``).
-Files of a job no longer drawn that the manifest lists are removed; files it does
-not list are never touched."""
+"""Figures are redrawn only when their inputs changed (docs/figures.md, "Only what changed is redrawn")."""
 
 from __future__ import annotations
 

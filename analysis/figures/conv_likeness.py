@@ -1,10 +1,4 @@
-"""Convolution-likeness over training, for layers of N_h = K² heads (K odd): per layer,
-the mean distance of the head centres to the K×K lattice {−K//2..K//2}² after the
-optimal one-to-one assignment (solid, left axis; 0 = the heads sit on a K×K
-convolution's taps) and the heads' mean ``max_prob`` (dashed, right axis), from the
-untrained model (x = 0) when the study recorded it.  Diffuse heads
-(:mod:`analysis.concentration`) have no meaningful centre: the distance is over the
-concentrated heads only, each assigned its own lattice point."""
+"""Convolution-likeness over training, for layers of N_h = K² heads (K odd): docs/figures.md, ``conv_likeness``."""
 
 from __future__ import annotations
 

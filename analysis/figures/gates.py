@@ -1,7 +1,4 @@
-"""Gates over training (ConViT, d'Ascoli et al. 2021, Fig. 5): per layer, the gate
-σ(λ_h) of its heads (``heads.gate``: 1 = purely positional, 0 = purely content) epoch
-after epoch, one panel per model variant with gated heads; variants without gates are
-named as skipped."""
+"""Gates over training (ConViT, d'Ascoli et al. 2021, Fig. 5): docs/figures.md, ``gates_over_training``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Figs. 4/12/14: each head's centre and its 50 % (solid) / 90 % (dotted) contour, one
-panel per layer, at one epoch (default: the trial's last).
-
-Gaussian heads: analytic ellipses of Σ = (Σ⁻¹ as trained)⁻¹ (:func:`ellipse_head`);
-every other head: the smallest set of pixels of the stored attention window holding
-50 % / 90 % of its attention.  Only concentrated heads (:mod:`analysis.concentration`)
-get a centre and contours; diffuse heads are listed per layer instead."""
+"""Figs. 4/12/14: each head's centre and its 50 % / 90 % contour, one panel per layer, at one epoch
+(docs/figures.md, ``heads_<model>``); Gaussian heads' ellipses are of Σ = (Σ⁻¹ as trained)⁻¹."""
 
 from __future__ import annotations
 

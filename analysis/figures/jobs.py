@@ -1,8 +1,6 @@
-"""Plan, reuse and draw a study's figure jobs: one per figure of a study-wide module,
-one per model variant (or trial) of a ``SCOPE = "variant"`` module.  Jobs not fresh in
-the manifest (:mod:`analysis.figures.cache`) compute their data here (the tables are
-read once) and draw on a ``spawn`` pool: plain children, whose CPU time counts toward
-this command's."""
+"""Plan, reuse and draw a study's figure jobs (one per figure, or per variant of a ``SCOPE = "variant"``
+module).  Stale jobs compute their data here and draw on a ``spawn`` pool: plain children, whose CPU
+time counts toward this command's."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Figs. 5/6: attention probabilities of every head (columns) of every layer (rows):
-the stored (2r+1)×(2r+1) window of shifts around the query pixel, at one epoch
-(default: the trial's last), one colour scale for the whole figure; diffuse heads
-(:mod:`analysis.concentration`) in a dashed frame."""
+"""Figs. 5/6: attention probabilities, layers × heads, on the stored window (docs/figures.md, ``maps_<model>``)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Head statistics of every trial with its variant and seed, for the figures that pool
-the seeds of a variant (attention distance, locality over training, gates), and the
-legend and notes under their panels (:func:`finish`).
+the seeds of a variant, and the legend and notes under their panels (:func:`finish`).
 
-Head indices are not matched across seeds (a head of one seed has no counterpart of
-the same number in another), so per-head values are pooled over seeds, never
-averaged head by head; seed-to-seed noise is measured on per-seed layer means."""
+Head numbers are not matched across seeds, so per-head values are pooled, never averaged
+head by head; seed-to-seed noise is measured on per-seed layer means."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Table 1 as Markdown and CSV: per model variant, test (and validation) accuracy over
-its seeds, parameters, MACs and FLOPs from the model's equations (:mod:`study.models.cost`)
-beside the executed FLOPs, and the paper's published row where comparable
-(:mod:`analysis.paper`)."""
+"""Table 1 as Markdown and CSV: docs/figures.md, ``table1.md``, "MACs in Table 1" and "Beside the paper"."""
 
 from __future__ import annotations
 
