@@ -25,9 +25,7 @@ GPU_PEAKS: tuple[tuple[str, tuple[str, ...], str, dict[str, float]], ...] = (
 class Peak:
     tflops: float | None  # None: unknown ("n/a")
     source: str  # where the number comes from, printed next to MFU
-    #: measured CPU peak only: matmul FLOPs per second of process CPU time (all
-    #: threads).  MFU on CPU is taken in CPU time against this, which other jobs'
-    #: load on a shared machine does not distort (wall-clock numbers swing 3-5x).
+    #: measured CPU peak only: per second of process CPU time (docs/performance.md, "`study bench`")
     cpu_tflops: float | None = None
 
 
