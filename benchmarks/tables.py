@@ -3,11 +3,8 @@
 
     python benchmarks/tables.py --out /tmp/tables-bench            # 64 x 300
 
-The study is written epoch by epoch for all trials, as trials running side by side write
-it, and measured twice: half-written (uncompacted parts present) and ended.  Prints numbers;
-asserts nothing.  Query times are of the ``analysis query`` command in a new process (start-up
-included), best and median of ``--repeats``, with its CPU seconds, which a loaded machine does
-not inflate.
+What it measures, and the results: docs/results.md, "The results store" ("Measured").
+Prints numbers; asserts nothing.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""A second reference for ``study bench``: the same equations written as plain
-einsums, the way the original implementation (epfml/attention-cnn) computes them.
-
-Unlike :mod:`study.bench.naive` it is a fair speed baseline for training: it
-applies the attention-probability dropout of the layer's mode, shares the
-positional probabilities over the batch as the original did (one (N_h, T, T)
-matrix, one mask), and builds the query positional scores from per-axis tables
+"""A second reference for ``study bench`` (docs/performance.md, "`study bench`"): the same
+equations as plain einsums, the way the original implementation (epfml/attention-cnn) computes
+them, with the layer's dropout, the positional probabilities shared over the batch (one
+(N_h, T, T) matrix, one mask) and the query positional scores from per-axis tables
 (H, H, D/2) and (W, W, D/2) instead of a (T, T, D) tensor:
 
 * positional only:  P = softmax(pos) (N_h, T, T);  head = einsum('hqk,bkd->bqhd', P, X)

@@ -48,19 +48,10 @@ def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor
 
 
 def bench_attention(key: str, opts: BenchOptions) -> dict:
-    """The first attention layer of ``BENCH_MODELS[key]`` at paper dims (D 400, N_h 9, 16×16);
-    a step is forward + backward (the input requires grad, as inside the network) + SGD on
-    the layer.  Runs (interleaved):
-
-    * ``fast``: eval mode, no probability dropout: the factorised path for separable
-      encodings, the explicit content path on CPU (SDPA on CUDA), the shared dense
-      matrix otherwise;
-    * ``train``: the paper's training setting, dropout 0.1 on the probabilities;
-    * ``naive``: :func:`~study.bench.naive.naive_relative_attention`, float32, eval;
-    * ``einsum``: :func:`~study.bench.einsum_ref.einsum_relative_attention` in
-      training mode (dropout 0.1, as ``train``), float32: compare with ``train``;
-    * ``core_*``: the heads before ``out_proj`` only, which shows how much of the
-      layer the (N_h·D → D) projection takes."""
+    """The first attention layer of ``BENCH_MODELS[key]`` at paper dims (D 400, N_h 9, 16×16); a step is
+    forward + backward (the input requires grad, as inside the network) + SGD on the layer.  Runs,
+    interleaved: ``fast`` (eval, no probability dropout), ``train`` (dropout 0.1), each reference, and
+    ``core_*``: the heads before ``out_proj`` (docs/performance.md, "`study bench`")."""
     torch.manual_seed(opts.seed)
     layer = build_model(BENCH_MODELS[key]).blocks[0].attention.to(opts.device)
     out = {"key": key, "name": model_name(BENCH_MODELS[key]), "batch": opts.batch, "steps": opts.steps}

@@ -27,8 +27,11 @@ def naive_attention_heads(layer: RelativeSelfAttention, x: Tensor) -> Tensor:
         q = layer.query(x).view(b, h * w, layer.num_heads, d)
         k = layer.key(x).view(b, h * w, layer.num_heads, d)
         qk = torch.einsum("bqhd,bkhd->bhqk", q, k)
-        if layer.query_positional:  # [q·r_δ + q·k] / √D
-            scores = (torch.einsum("bqhd,qkd->bhqk", q, naive_relative_embeddings(layer, h, w)) + qk) / math.sqrt(d)
+        if layer.query_positional:  # [q·r_δ + q·k] / √D, r_δ = [r_row(δ1); r_col(δ2)] per pair: dense (T, T, D)
+            pos = layer.positional
+            delta = relative_offsets(h, w, device=pos.row_embeddings.weight.device).long() + pos.max_size - 1
+            r = torch.cat([pos.row_embeddings.weight[delta[..., 0]], pos.col_embeddings.weight[delta[..., 1]]], -1)
+            scores = (torch.einsum("bqhd,qkd->bhqk", q, r) + qk) / math.sqrt(d)
         else:  # w·r_δ + q·k / √D
             scores = layer.positional(h, w).expand(b, -1, -1, -1) + qk / math.sqrt(d)
     else:
@@ -36,14 +39,6 @@ def naive_attention_heads(layer: RelativeSelfAttention, x: Tensor) -> Tensor:
     probs = F.softmax(scores, dim=-1)
     heads = torch.einsum("bhqk,bkd->bqhd", probs, x.reshape(b, h * w, d))
     return heads.reshape(b, h * w, -1)
-
-
-def naive_relative_embeddings(layer: RelativeSelfAttention, h: int, w: int) -> Tensor:
-    """r_δ = [r_row(δ1); r_col(δ2)] for every (query, key) pair, (T, T, D): the
-    query form's tables looked up per pair (a dense tensor on purpose)."""
-    pos = layer.positional
-    delta = relative_offsets(h, w, device=pos.row_embeddings.weight.device).long() + pos.max_size - 1
-    return torch.cat([pos.row_embeddings.weight[delta[..., 0]], pos.col_embeddings.weight[delta[..., 1]]], -1)
 
 
 def naive_relative_attention(layer: RelativeSelfAttention, x: Tensor) -> Tensor:

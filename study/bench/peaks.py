@@ -1,10 +1,6 @@
-"""Peak throughput the benchmark divides by (MFU = achieved / peak).
-
-GPU peaks are the vendor's dense (no 2:4 sparsity) tensor-core figures from the
-data sheets, in TFLOP/s; they are *stated*, not measured.  For a CPU there is no
-meaningful data-sheet number for PyTorch's kernels, so the peak is *measured*: the
-best of a few large square matmuls in the run's precision (a sustained-GEMM
-ceiling, labelled as such).  ``--peak-tflops`` overrides either.
+"""Peak throughput the benchmark divides by (MFU = achieved / peak): a GPU's *stated* dense
+(no 2:4 sparsity) tensor-core figure from its data sheet; on CPU, which has no meaningful
+data-sheet number for PyTorch's kernels, a *measured* sustained-matmul ceiling.
 """
 
 from __future__ import annotations
@@ -29,9 +25,7 @@ GPU_PEAKS: tuple[tuple[str, tuple[str, ...], str, dict[str, float]], ...] = (
 class Peak:
     tflops: float | None  # None: unknown ("n/a")
     source: str  # where the number comes from, printed next to MFU
-    #: measured CPU peak only: matmul FLOPs per second of process CPU time (all
-    #: threads).  MFU on CPU is taken in CPU time against this, which other jobs'
-    #: load on a shared machine does not distort (wall-clock numbers swing 3-5x).
+    #: measured CPU peak only: per second of process CPU time (docs/performance.md, "`study bench`")
     cpu_tflops: float | None = None
 
 

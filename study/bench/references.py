@@ -1,8 +1,5 @@
-"""Reference formulations that ``study bench`` times beside the project's paths:
-``naive`` (:mod:`study.bench.naive`, a correctness reference, deliberately slow) and
-``einsum`` (:mod:`study.bench.einsum_ref`, the speed baseline the project's paths
-must at least match); :func:`reference_model` puts one in every attention layer.
-"""
+"""The reference formulations ``study bench`` times beside the project's paths (docs/performance.md,
+"`study bench`"); :func:`reference_model` puts one in every attention layer."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``study bench``: steady-state training throughput of the paper's models and of one attention
-layer, next to reference formulations of the same equations.
+"""``study bench`` (docs/performance.md, "`study bench`").
 
 The references always run eager in float32, so ``speedup_vs_naive`` includes the precision.
 FLOPs are counted on each record's own path: the factorised path does fewer FLOPs than the

@@ -93,9 +93,7 @@ def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> 
             "path": v.path, "precision": v.precision, "images_per_s": images_per_s,
             "images_per_s_best": opts.batch * opts.steps / min(windows[v.name]),
             "step_ms": 1e3 * opts.batch / images_per_s, "windows_s": windows[v.name],
-            # process CPU seconds per step (all threads): on a CPU shared with other jobs
-            # this, unlike wall time, does not grow with their load; it is what a quiet
-            # machine's step would take times the threads kept busy
+            # process CPU seconds (all threads): other jobs' load does not inflate it
             "cpu_s_per_step": cpu_s, "warmup_s": warm[v.name], "forward_flops": v.forward_flops,
             "train_flops": train_flops, "tflops": tflops,
             "mfu": mfu(opts.peak, tflops, train_flops * opts.batch, cpu_s),
@@ -105,8 +103,7 @@ def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> 
 
 
 def mfu(peak: Peak | None, tflops: float, flops_per_step: float, cpu_s_per_step: float) -> float | None:
-    """Achieved / peak; against a measured CPU peak both sides are taken per second
-    of process CPU time, so that a busy machine does not distort the ratio."""
+    """Achieved / peak; against a measured CPU peak both per second of process CPU time."""
     if peak is None or not peak.tflops:
         return None
     if peak.cpu_tflops and cpu_s_per_step > 0:

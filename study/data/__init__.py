@@ -1,11 +1,6 @@
 """The data layer of one trial: a data source → :class:`Splits` → :class:`DeviceData`.
 
-``load_splits("synthetic" | "cifar10[:ROOT]" | PATH, subset=..., cache_dir=..., seed=...)``
-gives CPU uint8 tensors (decoded image folders are cached by content);
-``DeviceData(images, labels, device=...)`` keeps a split on the training device and
-yields normalised, augmented batches with DDP-consistent sharding;
-``hold_out_validation(splits, validation=N, seed=...)`` moves a stratified
-validation split out of the training images.
+Sources, subsets, validation and the cache: docs/study-files.md, "Data".
 """
 
 from importlib import import_module

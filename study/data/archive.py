@@ -1,12 +1,10 @@
 """Reading the images of a (compressed) tar archive into memory, without extracting it.
+What is refused: docs/study-files.md, "Data".
 
-tarfile streams the archive (mode ``"r|"``: one pass, never seeking) over
-:class:`_Uncompressed`, which decompresses in bounded steps; tarfile's own ``"r|*"``
-bounds no read's output, and a few kB of bzip2 may hold gigabytes.  Only image members
-are kept.  Where tarfile is lenient, :class:`_Headers` checks each raw header first, so
-a hostile or damaged archive ends in one :class:`DataError` line, never a hang, a
-traceback or silently fewer images.  Members named outside the archive or twice are
-refused; links, devices and FIFOs are skipped, never followed.
+WHY the wrappers: tarfile's own ``"r|*"`` bounds no read's output (a few kB of bzip2 may hold
+gigabytes), so :class:`_Uncompressed` decompresses in bounded steps; and Python 3.11's tarfile
+is lenient (signed or ``_``-separated sizes, malformed pax records, a missing end marker read
+as fewer members), so :class:`_Headers` checks each raw header strictly.
 """
 
 from __future__ import annotations

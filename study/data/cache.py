@@ -1,9 +1,5 @@
-"""The on-disk tensor cache: one ``.pt`` file per decoded source, keyed by content.
-
-Files are written atomically (temporary file in the same folder, then
-``os.replace``), so concurrent trials never read half a file, and read back with
-``torch.load(..., weights_only=True)`` (no pickled code runs).
-"""
+"""The on-disk tensor cache: one ``.pt`` file per decoded source, keyed by content
+(docs/study-files.md, "Data"); written atomically, read with ``weights_only=True``."""
 
 from __future__ import annotations
 

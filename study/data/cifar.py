@@ -1,8 +1,6 @@
 """The original CIFAR-10 in torchvision's python-version layout (``cifar-10-batches-py``).
 
-Files present are read by a restricted unpickler (numpy arrays and plain containers only:
-torchvision's own reader would run any pickled code); a missing folder is downloaded by
-``torchvision.datasets.CIFAR10``.
+WHY a restricted unpickler: torchvision's own reader would run any pickled code.
 """
 
 from __future__ import annotations

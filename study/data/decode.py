@@ -1,14 +1,7 @@
 """Decoding in-memory image files into one uint8 tensor (N, 3, 32, 32).
 
-JPEG files are decoded in batches by ``torchvision.io.decode_jpeg``, others by
-``decode_image`` or else PIL, on a small thread pool.  A pixel bomb is refused from its
-header before it is decoded (:mod:`.imageheader`).
-
-The C decoders report damage they recover from (libjpeg's ``Premature end of JPEG
-file``, libpng's warnings) on file descriptor 2, without naming the file, and return an
-image anyway.  So decoding runs with descriptor 2 redirected (:func:`_decoder_messages`);
-when a decoder wrote something, the images are decoded again one by one to find and
-refuse the file; text no image reproduces (another thread's) is passed on to stderr.
+WHY descriptor 2 is redirected: docs/study-files.md, "Data" (damaged images); text no
+image reproduces (another thread's) is passed on to stderr.
 """
 
 from __future__ import annotations

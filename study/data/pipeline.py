@@ -1,15 +1,5 @@
-"""A whole split resident on the training device, batched and augmented there.
-
-The images stay uint8 on the device; each batch is gathered, augmented (pad-4
-random crop + horizontal flip, batched, no per-image Python loop) and normalised
-on the device, with no host synchronisation inside the loop.
-
-DDP: the epoch's permutation, crop offsets and flip bits are drawn once per epoch
-from a CPU generator seeded by (seed, epoch), identical on every rank; the global
-batch is ``batch_size * world_size`` and rank ``r`` takes rows
-``[r * batch_size, (r + 1) * batch_size)`` of it.  So 2 ranks with batch ``b`` see
-exactly the samples and augmentations of 1 rank with batch ``2b``.
-"""
+"""A whole split resident on the training device, batched and augmented there, with no
+host synchronisation inside the loop; DDP sharding: docs/design.md §3, "data pipeline"."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Image-folder sources (a directory tree or a tar archive), read into memory.
-
-A source's cache key is the sha256 of its content: an archive's bytes, or a folder's
-sorted relative paths and image bytes.  Only regular files are ever read (a FIFO or a
-``/dev/zero`` symlink would hang or never end), and the bytes held are bounded by
-:mod:`study.limits`; an archive is streamed, never read whole into memory.
+"""Image-folder sources (a directory tree or a tar archive), read into memory within
+:mod:`study.limits`; what is refused: docs/study-files.md, "Data".  The cache key is the
+sha256 of an archive's bytes, or of a folder's sorted relative paths and image bytes.
 """
 
 from __future__ import annotations

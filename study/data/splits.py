@@ -47,15 +47,9 @@ def load_splits(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> Splits:
-    """Load the data source ``spec`` (docs/study-files.md, "Data"): ``synthetic[:N_TRAIN]``
-    (generated, the same for every ``seed``), ``cifar10[:ROOT]`` (default ``<cache_dir>/cifar10``,
-    downloaded there if missing), or an image-folder tree or tar archive of one, decoded once and
-    cached under ``cache_dir`` (default :func:`~study.data.cache.default_cache_dir`) by content.
-
-    ``subset=k`` keeps a class-stratified random subset (drawn with ``seed``) of k training
-    images and ``min(len(test), max(k // 5, 100))`` test images, in the original order; a
-    ``subset`` larger than the training split is refused, not capped.  ``progress`` receives a
-    line before and after a long decode."""
+    """Load the data source ``spec`` and keep a ``subset`` drawn with ``seed`` (docs/study-files.md,
+    "Data"; synthetic data does not depend on ``seed``); ``progress`` gets a line before and after
+    a long decode."""
     if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):
         raise DataError(f"subset must be a positive number of training images, got {subset!r}")
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()

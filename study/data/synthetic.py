@@ -1,11 +1,7 @@
 """Deterministic synthetic CIFAR-shaped data for tests and CPU smoke runs.
 
-Each class has a fixed smooth random colour pattern (a 4×4 random field per channel,
-upsampled to 32×32) and a fixed mean colour.  A sample is its class's pattern at a
-random small shift and contrast, plus a smooth per-image distortion, a random
-brightness offset and pixel noise.  Both the global colour statistics and the spatial
-structure carry the class, so a tiny attention model learns it in a few CPU seconds
-(well above chance) without reaching 100 % at once.
+Both the colour statistics and the spatial pattern carry the class, so a tiny attention
+model learns it in a few CPU seconds (well above chance) without reaching 100 % at once.
 """
 
 from __future__ import annotations

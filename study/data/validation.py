@@ -1,9 +1,5 @@
-"""A validation split held out from the training images (stratified, deterministic).
-
-Model selection (Optuna's objective, ASHA's stopping decisions, "best trial") must
-not look at the test set: the study holds out ``validation`` training images, the
-model never trains on them, and the tuned metric is the accuracy on them.
-"""
+"""A validation split held out from the training images (stratified, deterministic),
+so that model selection never looks at the test set: docs/study-files.md, "Data"."""
 
 from __future__ import annotations
 
