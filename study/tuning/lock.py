@@ -102,8 +102,7 @@ class StudyLock:
 
         from study.storage import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
 
-        # bounded waits, as every other request of a command (study.storage); boto3 reads
-        # the endpoint from AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL itself
+        # bounded waits, as every request of a command (study.storage); boto3 reads AWS_ENDPOINT_URL(_S3) itself
         client = boto3.client("s3", config=Config(
             connect_timeout=CONNECT_TIMEOUT_S, read_timeout=4 * REQUEST_TIMEOUT_S,
             retries={"max_attempts": 3, "mode": "standard"}))
