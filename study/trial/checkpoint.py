@@ -1,15 +1,9 @@
 """Per-epoch checkpoints: written atomically, loaded with ``weights_only=True``.
 
 A study keeps each trial's checkpoints in ``<study>/trials/<key>/`` (a folder or an
-object-store prefix): the project's own files, which ``study resume``, Tune's retries
-and ``study export`` read; Ray never holds them.
-
-Each save keeps the one before it (``checkpoint.pt`` → ``checkpoint.prev.pt``), so a
-damaged latest checkpoint (truncated by a full disk, a killed copy) falls back to the
-previous epoch with a warning naming the damaged file.  A checkpoint records the
-``model_config`` and ``train_config`` it was written for; continuing it under another
-configuration is refused (:func:`check_config`) instead of silently reusing it or
-failing inside ``load_state_dict``.
+object-store prefix); Ray never holds them.  Each save keeps the one before it
+(``checkpoint.prev.pt``), so a damaged latest checkpoint (truncated by a full disk, a
+killed copy) falls back to the previous epoch.
 """
 
 from __future__ import annotations
@@ -33,9 +27,6 @@ PREVIOUS = "checkpoint.prev.pt"
 #: TrainConfig fields that do not change what a checkpoint continues (how the
 #: trial is executed or observed, not what it trains).
 OPERATIONAL_FIELDS = frozenset({"amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"})
-#: TrainConfig fields added after checkpoints recorded their configuration: absent from
-#: an older checkpoint, they were at their defaults (the training protocol: all off).
-ADDED_FIELDS = PROTOCOL_FIELDS
 
 
 def folder_fs(directory: str):
@@ -48,11 +39,9 @@ def folder_fs(directory: str):
 
 
 def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> str:
-    """Write ``state`` (tensors, numbers, strings, dicts/lists of them) to
-    ``directory/checkpoint.pt`` (a folder or an object-store URI) in one step; the
-    checkpoint it replaces becomes ``checkpoint.prev.pt``.  Locally: a temporary file,
-    fsync and an atomic rename; on object storage: the old object moved aside, then
-    one upload, which appears whole."""
+    """Write ``state`` to ``directory/checkpoint.pt`` in one step; the checkpoint it replaces
+    becomes ``checkpoint.prev.pt``.  On object storage the old object is moved aside, then
+    one upload appears whole."""
     directory = str(directory)
     fs, base = folder_fs(directory)
 
@@ -71,14 +60,12 @@ def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> str:
 def load_checkpoint(directory: str | os.PathLike | None, *, map_location="cpu",
                     warn: Callable[[str], None] | None = None,
                     check: Callable[[dict, str], None] | None = None) -> dict[str, Any] | None:
-    """The latest intact checkpoint in ``directory`` (a folder or an object-store URI),
-    or None if there is none.
+    """The latest intact checkpoint in ``directory``, or None if there is none.
 
-    Only tensors and plain containers are accepted (``weights_only=True``): a pickle
-    carrying code is refused rather than executed.  A damaged latest checkpoint
-    falls back to the previous one (``warn`` is told which file was skipped); if
-    none is intact, :class:`CheckpointError` names the file.  ``check(state, path)``
-    may refuse a checkpoint that loads (by raising): it counts as damaged."""
+    ``weights_only=True``: a pickle carrying code is refused rather than executed.  A
+    damaged latest checkpoint falls back to the previous one (``warn`` is told which file
+    was skipped); if none is intact, :class:`CheckpointError` names the file.
+    ``check(state, path)`` may refuse a checkpoint that loads (by raising): it counts as damaged."""
     import pyarrow.fs as pafs
 
     if directory is None:
@@ -114,11 +101,10 @@ def load_checkpoint(directory: str | os.PathLike | None, *, map_location="cpu",
 
 def check_config(state: dict[str, Any], *, model_config: dict[str, Any], train_config: dict[str, Any],
                  where: str) -> None:
-    """Refuse to continue ``state`` under another configuration: one line naming
-    every differing field (``field: checkpoint value -> this run's value``).
-    Checkpoints older than these keys are not checked; a training field added since a
-    checkpoint was written (the training protocol's) compares as its default, which it
-    had then."""
+    """Refuse to continue ``state`` under another configuration (instead of silently reusing
+    it or failing inside ``load_state_dict``): one line naming every differing field.
+    Checkpoints older than these keys are not checked; the training protocol's fields, added
+    since, compare as their defaults (all off), which they had then."""
     diffs = []
     saved_model = state.get("model_config")
     if isinstance(saved_model, dict):
@@ -126,7 +112,7 @@ def check_config(state: dict[str, Any], *, model_config: dict[str, Any], train_c
     saved_train = state.get("train_config")
     if isinstance(saved_train, dict):
         defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-        saved_train = {**{k: defaults[k] for k in ADDED_FIELDS}, **saved_train}
+        saved_train = {**{k: defaults[k] for k in PROTOCOL_FIELDS}, **saved_train}
         diffs += [f"{k}: {saved_train.get(k)!r} -> {v!r}" for k, v in train_config.items()
                   if k != "model" and k not in OPERATIONAL_FIELDS and saved_train.get(k) != v]
     if diffs:

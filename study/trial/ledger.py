@@ -1,11 +1,10 @@
 """A trial's attempt ledger: ``<study>/trials/<trial_id>.json`` (or ``trial.json``
 beside ``study train --out``'s checkpoint), plain JSON replaced atomically.
 
-Written at the start of every attempt (``attempts`` + 1), after every epoch and, while
-an epoch runs, every :data:`CLOCK_S` seconds (:data:`CLOCK_REMOTE_S` on object storage)
-with where it stands (read by the driver's ETA).  So attempts count even when a worker
-dies before its first checkpoint, and ``device_seconds`` keeps the time of every
-attempt, also of an epoch that never ended, all but at most the last clock period.
+Written at the start of every attempt, after every epoch and, while an epoch runs, every
+:data:`CLOCK_S` seconds (:data:`CLOCK_REMOTE_S` on object storage).  So attempts count
+even when a worker dies before its first checkpoint, and ``device_seconds`` keeps the
+time of every attempt, also of an epoch that never ended.
 
 The count is also a fencing token: an attempt superseded by a newer one (its node cut
 off from Ray while its process lives on; Tune retried the trial elsewhere) finds a
@@ -65,14 +64,13 @@ class TrialLedger:
                            "epoch_seconds": seconds})
         write_atomic(self.uri, text.encode(), suffix=".json")
 
-    def start(self) -> tuple[int, float]:
-        """Count a new attempt; returns (this attempt's number, device-seconds before it)."""
+    def start(self) -> None:
+        """Count a new attempt."""
         data = self.read()
         self.attempts = int(data.get("attempts", 0)) + 1
         self.device_seconds = float(data.get("device_seconds", 0.0))
         self.last_error = None
         self._write()
-        return self.attempts, self.device_seconds
 
     def fail(self, cause: str) -> None:
         """Record why this attempt failed; nothing if a newer attempt has started (this

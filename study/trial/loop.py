@@ -198,8 +198,7 @@ class _Trained:
 
 
 def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: DevicePaths | None) -> _Trial:
-    """Data (validation held out, this rank's shard of the evaluation sets), the seeded
-    model, its size and FLOPs, the optimiser."""
+    """Data (validation held out, this rank's shard of the evaluation sets), the seeded model."""
     rank, world = _rank_world()
     device = device or default_device()
     paths = paths or DevicePaths.for_device(device, amp=cfg.amp, compile=cfg.compile)
@@ -229,34 +228,27 @@ def _resume(t: _Trial, *, checkpoint_dir, ledger, warn) -> TrialResult | None:
     state = load_checkpoint(checkpoint_dir, warn=warn)
     if state is not None:
         check_config(state, model_config=t.mc.to_dict(), train_config=t.cfg.to_dict(), where=str(checkpoint_dir))
-    if state is not None and state["epoch"] >= t.cfg.epochs:
-        return TrialResult(status="finished", epochs_done=state["epoch"], best_test_acc=state["best_test_acc"],
-                           final_test_acc=state["final_test_acc"], device_seconds=state["device_seconds"],
-                           best_val_acc=state.get("best_val_acc", math.nan),
-                           final_val_acc=state.get("final_val_acc", math.nan))
-    if state is not None:
+        t.start_epoch = t.epochs_done = state["epoch"]
+        t.best_acc, t.final_acc = state["best_test_acc"], float(state["final_test_acc"])
+        t.best_val, t.final_val = state.get("best_val_acc", t.best_val), float(state.get("final_val_acc", math.nan))
+        t.device_seconds = state["device_seconds"]
+        if t.start_epoch >= t.cfg.epochs:
+            return _result(t)
         t.attempts = state.get("attempts", 1) + 1
         t.model.load_state_dict(state["model"])
         t.optimizer.load_state_dict(state["optimizer"])
-        t.start_epoch, t.best_acc = state["epoch"], state["best_test_acc"]
-        t.device_seconds = state["device_seconds"]
-        t.best_val = state.get("best_val_acc", t.best_val)
-        t.final_acc = float(state["final_test_acc"])
-        t.final_val = float(state.get("final_val_acc", math.nan))
         restore_rng(state, t.device, cuda=t.paths.cuda_rng)
     if ledger is not None:  # attempts counted at start (ledger.start()), time of every attempt
         if ledger.attempts == 0:  # not started by the caller (study train): count this attempt now
             ledger.start()
         t.attempts = ledger.attempts
         t.device_seconds = max(t.device_seconds, ledger.device_seconds)
-    t.epochs_done = t.start_epoch
     return None
 
 
 def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) -> None:
-    """The model as trained (DDP, ``torch.compile``, autocast: as ``t.paths`` selects), the steps
-    per epoch (a batch larger than the data is an error), the table writer (rank 0),
-    the head-statistics images, the map epochs and the ``runs`` row's constant part."""
+    """The model as trained (DDP, ``torch.compile``, autocast: as ``t.paths`` selects), the
+    table writer (rank 0), the head-statistics images and the ``runs`` row's constant part."""
     cfg, device = t.cfg, t.device
     t.net = t.model
     if t.world > 1:
@@ -414,6 +406,10 @@ def _finish(t: _Trial, ledger) -> TrialResult:
     _write_run(t, t.status)
     if t.writer is not None:
         t.writer.close()  # one compacted file per table for the finished trial
+    return _result(t)
+
+
+def _result(t: _Trial) -> TrialResult:
     return TrialResult(status=t.status, epochs_done=t.epochs_done, best_test_acc=t.best_acc,
                        final_test_acc=t.final_acc, device_seconds=t.device_seconds, best_val_acc=t.best_val,
                        final_val_acc=t.final_val)
@@ -443,7 +439,7 @@ def _reduce(values: torch.Tensor, world: int) -> list[float]:
 
 
 def _nan_to_none(v: float) -> float | None:
-    return None if v is None or math.isnan(v) else v
+    return None if math.isnan(v) else v
 
 
 def _device_name(device: torch.device) -> str:

@@ -1,7 +1,6 @@
 """The training protocol beyond the paper's crop and flip: CutMix, MixUp, RandAugment or
-AutoAugment, and label smoothing (fields of :class:`study.trial.config.TrainConfig`), from
-``torchvision.transforms.v2`` and ``F.cross_entropy`` on the device batch inside the
-training step, with no host synchronisation (the transforms draw from torch's CPU
+AutoAugment, and label smoothing, from ``torchvision.transforms.v2`` and ``F.cross_entropy``
+on the device batch, with no host synchronisation (the transforms draw from torch's CPU
 generator).
 
 - **RandAugment / AutoAugment** act on the uint8 images after crop and flip, before
@@ -10,7 +9,6 @@ generator).
 - **CutMix / MixUp** mix the normalised batch with itself rolled by one into probability
   targets (equal to normalising mixed images: an affine mix or a paste); both on, one
   per batch as timm / DeiT do.  Under DDP every rank mixes within its own shard.
-- **Label smoothing**: ``cross_entropy(label_smoothing=ε)``, on hard or mixed targets.
 
 A mixed batch's training accuracy counts the label with the larger share of the target;
 ``train_loss`` is the loss optimised, ``test_loss``/``val_loss`` plain cross-entropy.

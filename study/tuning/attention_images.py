@@ -39,7 +39,7 @@ def read_epoch_maps(tables: str, key: str, epoch: int):
 
     try:  # a local path or a URI (pyarrow picks the filesystem)
         return decode_maps(pq.read_table(part_path(tables, "maps", key, epoch))).to_pandas()
-    except (FileNotFoundError, OSError):
+    except OSError:  # none written (FileNotFoundError) or unreadable
         return None
 
 

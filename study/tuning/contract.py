@@ -9,6 +9,7 @@ frees them on a storage failure, so a full disk still takes the trials' marks.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -20,6 +21,7 @@ from ray.tune import Callback, Stopper
 from ray.tune.stopper import NoopStopper
 
 from study.errors import EXIT_OK, EXIT_STORAGE, EXIT_TRIAL_ERROR
+from study.storage import is_remote
 from study.tables import compact_all, part_path, read_table, write_part
 
 RESERVE = ".study-reserve"
@@ -68,7 +70,6 @@ class RunContract(Callback):
     def stopper(self) -> Stopper:
         return _StopAll(self)
 
-    # ------------------------------------------------------------------ console
     def say(self, line: str) -> None:
         print(f"{self.prog}: {line}", file=sys.stderr, flush=True)
 
@@ -80,7 +81,7 @@ class RunContract(Callback):
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
-        if "://" not in self.root:
+        if not is_remote(self.root):
             try:
                 with open(os.path.join(self.root, RESERVE), "wb") as f:
                     os.posix_fallocate(f.fileno(), 0, RESERVE_BYTES)
@@ -88,11 +89,9 @@ class RunContract(Callback):
                 self._free_reserve()
 
     def _free_reserve(self) -> None:
-        if "://" not in self.root:
-            try:
+        if not is_remote(self.root):
+            with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.root, RESERVE))
-            except OSError:
-                pass
 
     def uninstall(self) -> None:
         self._free_reserve()
@@ -109,13 +108,15 @@ class RunContract(Callback):
         self.say(f"{signal.Signals(signum).name} received: stopping the study "
                  f"(continue with `study resume {self.meta['name']}`)")
 
-    def storage_failed(self, why: str) -> None:
+    def storage_failed(self, why: str | OSError, *, more: str = "") -> None:
+        """Stop every trial; ``why``: one line, or the ``OSError`` of the tables' storage."""
+        if isinstance(why, OSError):
+            why = f"{why.filename or self.tables}: {why.strerror or why}{more}"
         self._free_reserve()  # room for the trials' marks
         if self.storage_error is None:
             self.storage_error = why
             self.say(f"storage failed: {why}; stopping the study")
 
-    # ------------------------------------------------------------------ exit
     def exit_code(self, runs) -> int:
         if self.storage_error is not None:
             return EXIT_STORAGE
@@ -125,7 +126,6 @@ class RunContract(Callback):
             return EXIT_TRIAL_ERROR
         return EXIT_OK
 
-    # ------------------------------------------------------------------ trials
     def _key(self, trial) -> str | None:
         return (trial.config or {}).get("key")
 
@@ -173,36 +173,29 @@ class RunContract(Callback):
         self.completed.add(key)
         if (trial.last_result or {}).get("status") != "running":
             return  # its final report (finished, diverged) or none: its row is as it wrote it
-        runs = read_table(self.tables, "runs")
-        row = runs[runs.trial_id == key]
+        row = read_table(self.tables, "runs").query("trial_id == @key")
         if len(row) and row.status.iloc[0] == "running" and row.epochs_done.iloc[0] < row.epochs.iloc[0]:
-            self._write({**row.iloc[0].to_dict(), "status": "stopped"})
+            try:
+                _write(self.tables, {**row.iloc[0].to_dict(), "status": "stopped"})
+            except OSError as e:
+                self.storage_failed(e)
 
     def on_step_end(self, iteration, trials, **info):
         if self.lock is not None:
             self.lock.heartbeat()
 
-    # ------------------------------------------------------------------ rows
-    def _write(self, row: dict[str, Any]) -> None:
-        try:
-            write_part(part_path(self.tables, "runs", row["trial_id"]), [_plain({**row, "updated_at": time.time()})])
-        except OSError as e:
-            self.storage_failed(f"{e.filename or self.tables}: {e.strerror or e}")
-
     def _write_row(self, trial, key: str, *, status: str, error: str | None, attempts: int,
                    device_seconds) -> None:
         try:
-            runs = read_table(self.tables, "runs")
+            old = read_table(self.tables, "runs").query("trial_id == @key")
+            row = old.iloc[0].to_dict() if len(old) else {**self._row_from_config(trial.config or {}, key),
+                                                          "ray_trial_id": trial.trial_id}
+            row.update(status=status, error=error, attempts=attempts)
+            if device_seconds is not None:
+                row["device_seconds"] = max(float(device_seconds), float(row.get("device_seconds") or 0.0))
+            _write(self.tables, row)
         except OSError as e:
-            self.storage_failed(f"{e.filename or self.tables}: {e.strerror or e}")
-            return
-        old = runs[runs.trial_id == key]
-        row = old.iloc[0].to_dict() if len(old) else {**self._row_from_config(trial.config or {}, key),
-                                                      "ray_trial_id": trial.trial_id}
-        row.update(status=status, error=error, attempts=attempts)
-        if device_seconds is not None:
-            row["device_seconds"] = max(float(device_seconds), float(row.get("device_seconds") or 0.0))
-        self._write(row)
+            self.storage_failed(e)
 
     def _row_from_config(self, config: dict[str, Any], key: str) -> dict[str, Any]:
         """A ``runs`` row for a trial that failed before it wrote one: the resolved
@@ -237,11 +230,13 @@ class RunContract(Callback):
                     r["device_seconds"] = max(float(spent), float(r.get("device_seconds") or 0.0))
                 if self.storage_error is not None and not r.get("error"):
                     r["error"] = f"StorageError: {self.storage_error}"
-                r["updated_at"] = time.time()
-                write_part(part_path(self.tables, "runs", r["trial_id"]), [_plain(r)])
+                _write(self.tables, r)
         except OSError as e:
-            self.storage_failed(f"{e.filename or self.tables}: {e.strerror or e} "
-                                "(trials could not be marked; `study status` shows them as last written)")
+            self.storage_failed(e, more=" (trials could not be marked; `study status` shows them as last written)")
+
+
+def _write(tables: str, row: dict[str, Any]) -> None:
+    write_part(part_path(tables, "runs", row["trial_id"]), [_plain({**row, "updated_at": time.time()})])
 
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:

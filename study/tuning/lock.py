@@ -98,13 +98,12 @@ class StudyLock:
         u = urlparse(self.root)
         if u.scheme != "s3":
             raise LockError(f"{self.root}: no lock for {u.scheme}:// storage (STUDY_LOCK=none runs without one)")
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         from botocore.config import Config
 
         from study.storage import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
 
-        # bounded waits, as every other request of a command (study.storage)
-        client = boto3.client("s3", endpoint_url=endpoint, config=Config(
+        # bounded waits, as every request of a command (study.storage); boto3 reads AWS_ENDPOINT_URL(_S3) itself
+        client = boto3.client("s3", config=Config(
             connect_timeout=CONNECT_TIMEOUT_S, read_timeout=4 * REQUEST_TIMEOUT_S,
             retries={"max_attempts": 3, "mode": "standard"}))
         return client, u.netloc, f"{u.path.strip('/')}/{LOCK}".lstrip("/")

@@ -1,13 +1,10 @@
 """Quiet, readable progress for ``study run``: one table of trial events on stderr,
 each row followed by ``k of N trials done``, the elapsed time and an ETA.
 
-The ETA (:class:`RemainingWork`) simulates the rest of the schedule: each trial's
-predicted cost (:attr:`study.plan.TrialPlan.weight`) times the seconds per cost unit
-measured so far, plus a trial's measured start-up; a running trial by its own epoch
-times, or before its first report by how far its epoch has gone (its ledger); the
-trials not started yet assigned longest first to the first free worker.  A trial that
-ended early (ASHA, divergence, error) counts as done, so under ASHA the ETA is an
-upper bound.
+The ETA (:class:`RemainingWork`) simulates the rest of the schedule from each trial's
+predicted cost (:attr:`study.plan.TrialPlan.weight`) and the seconds per cost unit
+measured so far.  A trial that ended early (ASHA, divergence, error) counts as done, so
+under ASHA the ETA is an upper bound.
 """
 
 from __future__ import annotations
@@ -62,9 +59,11 @@ class _Rates:
 
 
 class RemainingWork:
-    """Seconds until the last trial ends.  ``costs``: key -> (weight or ``TrialPlan.cost_terms``,
-    epochs[, group]); ``order``: as Tune starts them; ``probe(key)``: ``(epoch, fraction
-    done, seconds into it)`` of a running trial; times are ``time.monotonic()`` values."""
+    """Seconds until the last trial ends: a running trial by its own epoch times (before its
+    first report, by how far its epoch has gone: ``probe``), the others by the measured
+    rates plus a measured start-up, assigned longest first to the first free worker.
+    ``costs``: key -> (weight or ``TrialPlan.cost_terms``, epochs[, group]); ``order``: as
+    Tune starts them; ``probe(key)``: ``(epoch, fraction done, seconds into it)``."""
 
     def __init__(self, *, costs: dict[str, tuple], order: list[str], workers: int | None = None,
                  probe: Callable[[str], tuple[int, float, float] | None] | None = None):
@@ -201,12 +200,11 @@ class ProgressReporter(Callback):
             return
         r = result or {}
         cells = [self._key(trial), str((trial.config or {}).get("cell", "")), state,
-                 str(r.get("epoch", -1) + 1 if "epoch" in r else "-"),
+                 str(r["epoch"] + 1) if "epoch" in r else "-",
                  _f(r.get("test_acc")), _f(r.get("best_test_acc")), _f(r.get("images_per_s"), 0)]
-        lines = [] if self._header else [self.COLUMNS]
-        self._header = True
-        for row in (*lines, cells):
+        for row in ((self.COLUMNS, cells) if not self._header else (cells,)):
             print("  ".join(f"{c:>10}" if i else f"{c:<24}" for i, c in enumerate(row)), file=sys.stderr, flush=True)
+        self._header = True
         print(f"  {self.status_line()}", file=sys.stderr, flush=True)
 
     def on_trial_start(self, iteration, trials, trial, **info):

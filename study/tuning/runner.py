@@ -10,10 +10,12 @@ rows, signals, storage failures) is :mod:`study.tuning.contract`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -110,13 +112,11 @@ def pending(spec: StudySpec, tables: str) -> list[tuple[int, int]]:
     longest-predicted first; grid order where the cost cannot be computed)."""
     n = len(spec.cells)
     order = [(k % n, k // n) for k in range(spec.num_trials)]
-    try:
-        from study.plan import launch_order, plan_trials
-
-        order = [(t.cell, t.sample) for t in launch_order(plan_trials(spec))]
-    except Exception:  # noqa: BLE001 - a cost model failure must not stop the study: grid order
-        pass
+    from study.plan import launch_order, plan_trials
     from study.tuning.searcher import trial_key
+
+    with contextlib.suppress(Exception):  # a cost model failure must not stop the study: grid order
+        order = [(t.cell, t.sample) for t in launch_order(plan_trials(spec))]
 
     ended = set(ended_rows(tables).trial_id)
     return [(c, s) for c, s in order if trial_key(c, s) not in ended]
@@ -264,12 +264,9 @@ def _fit(tuner, contract) -> None:
 def _space_left(root: str) -> str:
     """'No space left on device' when the study's local disk is full, else a guess."""
     if not is_remote(root):
-        try:
-            st = os.statvfs(root)
-            if st.f_bavail * st.f_frsize < (1 << 20):
+        with contextlib.suppress(OSError):
+            if shutil.disk_usage(root).free < (1 << 20):
                 return "No space left on device"
-        except OSError:
-            pass
     return "the storage is full or failing?"
 
 

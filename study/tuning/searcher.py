@@ -1,15 +1,13 @@
 """Grid axes covered exhaustively, sampled axes by Optuna TPE: one Optuna study per
 grid cell behind one Ray Tune ``Searcher`` (Ray's ``OptunaSearch`` cannot take
-``tune.grid_search``).  The driver hands it the trials still to run, in launch order
-(:func:`study.tuning.runner.pending`).
+``tune.grid_search``).
 
 The Optuna studies live in Optuna's ``JournalStorage`` file ``<study>/optuna.journal``
-(study names ``<name>/cell-000``, …; each Optuna trial's user attribute ``key`` is the
-table's ``trial_id``), so Optuna's own tools open it and a resume continues them: a
-trial asked and never told continues with its values, one that ended is told its
-result, one that failed is asked again with the same values.  For ``s3://`` storage the
-driver (its only writer) writes a local copy (``$STUDY_CACHE_DIR/optuna/…``) and uploads
-it after every change.
+(study names ``<name>/cell-000``, …; user attribute ``key``: the table's ``trial_id``),
+so Optuna's own tools open it and a resume continues them: a trial asked and never told
+continues with its values, one that ended is told its result, one that failed is asked
+again with the same values.  For ``s3://`` storage the driver (its only writer) writes a
+local copy (``$STUDY_CACHE_DIR/optuna/…``) and uploads it after every change.
 """
 
 from __future__ import annotations
@@ -29,10 +27,8 @@ JOURNAL_FILE = "optuna.journal"
 
 def optuna_distribution(spec: dict[str, Any]):
     (kind, args), = spec.items()
-    if kind == "uniform":
-        return FloatDistribution(float(args[0]), float(args[1]))
-    if kind == "loguniform":
-        return FloatDistribution(float(args[0]), float(args[1]), log=True)
+    if kind in ("uniform", "loguniform"):
+        return FloatDistribution(float(args[0]), float(args[1]), log=kind == "loguniform")
     if kind == "int":
         return IntDistribution(int(args[0]), int(args[1]))
     return CategoricalDistribution(list(args))
@@ -87,7 +83,6 @@ class GridOptunaSearcher(Searcher):
         self.__dict__.update(state)
         self._studies, self._storage, self._synced = {}, None, None
 
-    # --- Optuna storage ------------------------------------------------------------
     def storage(self):
         if self._storage is None:
             if self.journal is None:
@@ -169,7 +164,6 @@ class GridOptunaSearcher(Searcher):
             study.tell(number, value)
         self._sync()
 
-    # --- Searcher API ----------------------------------------------------------------
     def _config(self, cell: int, sample: int, key: str, sampled: dict[str, Any]) -> dict[str, Any]:
         cfg = self.spec.train_config(self.spec.cells[cell], sampled)
         # fields that do not apply (None, e.g. ``isotropic`` of a learned encoding) are left

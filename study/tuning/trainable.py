@@ -2,15 +2,14 @@
 trial in the Tune actor; ``ddp_study_trial`` runs it under Ray Train (``TorchTrainer``
 with N workers inside the Tune function; gloo on CPU, NCCL on GPU).
 
-A trial receives its configuration resolved by the searcher (``config["train"]``) and
-validates nothing again.  It keeps its own checkpoints in ``<study>/trials/<key>/``
-(a retried or resumed trial continues from there; Tune receives metrics only) and
-counts every attempt in its ledger ``<study>/trials/<key>.json``.  A storage failure
-is raised as :class:`study.errors.StorageError` naming the path.
+A trial takes its configuration as the searcher resolved it (``config["train"]``), keeps
+its own checkpoints in ``<study>/trials/<key>/`` (Tune receives metrics only) and counts
+every attempt in its ledger ``<study>/trials/<key>.json``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -51,10 +50,11 @@ def storage_errors(fn, *args, where: str = "storage", **kwargs):
         raise StorageError(str(path), e.strerror or str(e)) from e
 
 
-def _final(status: str, done, best_test, test, best_val, val) -> dict[str, Any]:
-    """A trial's last report: its status and final metrics."""
-    metrics = {"best_test_acc": best_test, "test_acc": test, "best_val_acc": best_val, "val_acc": val}
-    return _scalars({"status": status, "epoch": int(done) - 1, "epochs_done": int(done),
+def _final(r: dict[str, Any]) -> dict[str, Any]:
+    """A trial's last report from its ``runs`` row or :class:`~study.trial.loop.TrialResult` fields."""
+    metrics = {"best_test_acc": r["best_test_acc"], "test_acc": r["final_test_acc"],
+               "best_val_acc": r.get("best_val_acc"), "val_acc": r.get("final_val_acc")}
+    return _scalars({"status": r["status"], "epoch": int(r["epochs_done"]) - 1, "epochs_done": int(r["epochs_done"]),
                      **{k: float(v) for k, v in metrics.items() if v is not None}})
 
 
@@ -72,8 +72,7 @@ def counted(trainable):
         done = next(iter(rows[rows.trial_id == config["key"]].to_dict("records")), None)
         if done is not None:
             # ended already (a retry after its last report was lost): reported, not re-trained
-            tune.report(_final(done["status"], done["epochs_done"], done["best_test_acc"], done["final_test_acc"],
-                               done.get("best_val_acc"), done.get("final_val_acc")))
+            tune.report(_final(done))
             return
         book = ledger(meta, config["key"])
         storage_errors(book.start, where=book.uri)
@@ -113,8 +112,7 @@ def study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: TrialLedg
     warnings: list[str] = []
     result = _train(meta, config, report=_report(tune.report, warnings), extra_run_fields=_run_fields(config, meta),
                     ledger=book, warn=warnings.append)
-    tune.report(_final(result.status, result.epochs_done, result.best_test_acc, result.final_test_acc,
-                       result.best_val_acc, result.final_val_acc))
+    tune.report(_final(dataclasses.asdict(result)))
 
 
 def _train(meta: dict[str, Any], config: dict[str, Any], **kwargs):

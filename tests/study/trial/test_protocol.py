@@ -337,11 +337,12 @@ def test_protocol_is_a_searchable_per_model_axis(tmp_path):
 
 def test_a_checkpoint_from_before_the_protocol_fields_continues_with_them_off():
     from study.errors import CheckpointError
-    from study.trial.checkpoint import ADDED_FIELDS, check_config
+    from study.trial.checkpoint import check_config
+    from study.trial.config import PROTOCOL_FIELDS
 
     cfg = TrainConfig(model=MODEL, **DATA)
     older = {"model_config": MODEL.to_dict(),
-             "train_config": {k: v for k, v in cfg.to_dict().items() if k not in ADDED_FIELDS}}
+             "train_config": {k: v for k, v in cfg.to_dict().items() if k not in PROTOCOL_FIELDS}}
     check_config(older, model_config=MODEL.to_dict(), train_config=cfg.to_dict(), where="ckpt")  # no error
     with pytest.raises(CheckpointError, match=r"cutmix_alpha: 0\.0 -> 1\.0"):
         check_config(older, model_config=MODEL.to_dict(), train_config=cfg.replace(cutmix_alpha=1.0).to_dict(),
