@@ -1,11 +1,6 @@
 """Self-attention ↔ convolution study framework (Cordonnier, Loukas & Jaggi, ICLR 2020).
 
 ``import study`` is cheap (no torch, no Ray): :func:`run` imports what it needs.
-
->>> import study
->>> s = study.run("search_spaces/smoke.yaml", overrides=["epochs=1", "seeds=[0,1]"],
-...               storage="/tmp/studies", data="synthetic")     # doctest: +SKIP
->>> s.runs[["name", "status", "best_test_acc"]]                # the `analysis.Study` of the run
 """
 
 __version__ = "0.1.0"
@@ -13,15 +8,9 @@ __version__ = "0.1.0"
 
 def run(file, *, overrides=(), storage=None, data=None, name=None, num_cpus=None, address=None,
         shared_storage=False, quiet=False, verbose=False):
-    """Run a study file as ``study run FILE [OVERRIDE ...]`` does (one code path,
-    :func:`study.commands.studies.run_file`), in this process, and return its tables as
-    the :class:`analysis.Study` that ``analysis.load`` gives.  The arguments are the
-    command's (``overrides``: Hydra-syntax ``key.sub=VALUE`` strings).
+    """``study run FILE [OVERRIDE ...]`` in this process; returns the :class:`analysis.Study`.
 
-    Where the command prints its one line and exits, this raises :mod:`study.errors`'
-    types, each with the command's ``exit_code``.  Interrupted: ``KeyboardInterrupt``,
-    state saved for ``study resume``.  Trials that ended in error are rows of ``runs``
-    with ``status == "error"`` and their cause in ``runs.error``, not an exception."""
+    Errors, interruption and failed trials: docs/study-files.md, "From Python (a notebook)"."""
     import sys
 
     from study.errors import EXIT_SIGINT, UsageError

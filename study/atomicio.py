@@ -1,6 +1,4 @@
-"""Whole-file writes: a reader (or a resumed driver) sees the old file or the new one,
-never a part of one (locally: a ``fsync``-ed temporary file ``os.replace``-d onto the
-target; on object storage: one upload, which S3 makes visible only once complete)."""
+"""Whole-file writes: readers see the old file or the new one (docs/reliability.md, "Whole files")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""What ``study status`` and ``study list`` print, from the ``runs`` table alone.
+"""What ``study status`` and ``study list`` print, from the ``runs`` table alone (read-only).
 
-A trial whose driver or node died keeps ``status = running`` forever; it is shown as
-**stale** once not updated for max(STALE_MIN_S, STALE_FACTOR × its mean epoch time),
-the epoch time of a trial with none done being the study's longest (or
-STALE_UNKNOWN_S).  The table is not changed: ``study resume`` continues such trials.
+When a ``running`` trial shows as **stale**: docs/study-files.md, "Running a study".
 """
 
 from __future__ import annotations

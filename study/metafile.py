@@ -1,7 +1,5 @@
-"""Reading a study's small JSON files (``study.json``, ``trials/*.json`` ledgers) as
-the inputs they are: a truncated write, ``[[[…]]]`` nested 100,000 deep, a FIFO, a
-symlink to ``/dev/zero``, a folder or a 10 GB file is a one-line :class:`MetaFileError`,
-never a block or a read of more than :data:`study.limits.MAX_META_FILE_BYTES`."""
+"""Reading a study's small JSON files as the inputs they are: a bad one is a one-line
+:class:`MetaFileError`, never a block or an unbounded read (docs/reliability.md, "Metadata files are inputs")."""
 
 from __future__ import annotations
 

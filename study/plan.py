@@ -1,13 +1,7 @@
-"""A study's compute before anything runs (``study plan``): per trial and in total,
-the FLOPs of its models, the predicted device-seconds at a given throughput, and the
-wall time on N workers with the trials started longest-predicted first (the order
-:class:`~study.tuning.searcher.GridOptunaSearcher` hands them to Tune).
+"""A study's compute before anything runs (``study plan``): FLOPs, device-seconds at a given
+throughput and wall time on N workers, trials started longest-predicted first.
 
-FLOPs = 2 × MACs of the models' equations (:func:`study.models.cost.model_macs`) per
-forward pass: per epoch 3 × forward × training images (backward ≈ 2 × forward),
-forward × (test + validation) images, and forward × ``head_images`` for head
-statistics (listed, but outside ``runs.device_seconds``, whose clock covers training
-and evaluation only).  No torch, no Ray.
+The counting rules and the launch order: docs/performance.md, "Before a study". No torch, no Ray.
 """
 
 from __future__ import annotations
@@ -30,12 +24,8 @@ MIN_SUBSET_TEST = 100  # study.data.splits.MIN_SUBSET_TEST
 TRAIN_FORWARDS = 3
 #: At most this many combinations of sampled model fields are costed per cell.
 MAX_SAMPLED_COMBINATIONS = 256
-#: Cost of one per-image attention probability of content attention (every image
-#: materialises its own N_h × T × T probabilities: memory-bound work the MAC count does
-#: not see), in MAC-equivalents; for the launch order and the ETA only, never in FLOPs.  Fitted on CPU (float32): learned + content over quadratic device time
-#: 6.1× on smoke.yaml (D = 32; issue 24: 141 s vs 23 s; MACs alone say 2.1×),
-#: training step time 2.4× at the paper's D = 400 (MACs: 2.3×), 3.2× at D = 128 and
-#: 5.0× at D = 64 (this weight: 6.1×, 2.5×, 2.9×, 3.9×).
+#: Cost of one per-image attention probability of content attention, in MAC-equivalents
+#: (launch order and ETA only, never in FLOPs; fitted: docs/performance.md, "Launch order").
 PAIR_MAC_EQUIVALENT = 150
 
 

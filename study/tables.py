@@ -1,12 +1,7 @@
 """Result tables of a study (docs/design.md §8): Parquet files per trial, compacted as it runs.
 
-Layout under a table root (``<storage>/<study>/tables`` or ``study train --out DIR``),
-compaction, the ``uint16`` map encoding and the invariants readers may rely on (whole
-files only, one row per key with the part winning over the compacted copy, parts read
-before compacted files, foreign or damaged files skipped with a :class:`TableWarning`):
-docs/results.md, "The results store".  ``epoch`` is 0-based; ``heads`` and ``maps`` also
-hold the untrained model at :data:`INIT_EPOCH`.  Studies older than ``heads.attention_distance``
-lack it and readers fall back to ``mean_distance``.
+Layout, compaction, map encoding, readers' invariants and column conventions (0-based ``epoch``,
+:data:`INIT_EPOCH`): docs/results.md, "The results store" and "What the columns mean".
 """
 
 from __future__ import annotations
@@ -63,9 +58,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "maps": ("trial_id", "epoch", "layer", "head", "window", "probs"),
 }
 
-#: Trial states recorded in ``runs.status``: ``stopped`` is ASHA's early stop,
-#: ``interrupted`` a study stopped by a signal or a storage failure (``study resume``
-#: continues it), ``error`` a trial that failed (``runs.error`` holds the cause).
+#: Trial states recorded in ``runs.status`` (docs/reliability.md says which event leaves which).
 STATUSES = ("running", "finished", "diverged", "stopped", "interrupted", "error")
 
 #: A trial's parts of a table are compacted whenever this many have accumulated.
@@ -312,7 +305,8 @@ def _merge(compacted: list[pa.Table], parts: list[pa.Table]) -> pa.Table | None:
 
 
 def _keys(table: str) -> list[str]:
-    return ["trial_id"] + (["epoch"] if table != "runs" else []) + (["layer", "head"] if table in ("heads", "maps") else [])
+    return (["trial_id"] + (["epoch"] if table != "runs" else [])
+            + (["layer", "head"] if table in ("heads", "maps") else []))
 
 
 def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:

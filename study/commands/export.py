@@ -35,8 +35,9 @@ def register(sub) -> None:
     p.add_argument("file", type=Path, help="a .pt written by `study export` (or a checkpoint.pt)")
     p.add_argument("--data", help="synthetic[:N] | cifar10[:ROOT] | image-folder tree or archive "
                                   "(default: the data the model was trained on)")
-    p.add_argument("--subset", type=BoundedInt(1, MAX_SUBSET, "MAX_SUBSET"), help="the stratified subset of --subset training images "
-                                              "and its max(N/5, 100) test images (default: the whole test split)")
+    p.add_argument("--subset", type=BoundedInt(1, MAX_SUBSET, "MAX_SUBSET"),
+                   help="the stratified subset of --subset training images "
+                   "and its max(N/5, 100) test images (default: the whole test split)")
     p.add_argument("--batch-size", type=BoundedInt(1, MAX_EVAL_BATCH, "MAX_EVAL_BATCH"), default=500)
     p.add_argument("--device", help="cpu, cuda, cuda:1, … (default: cuda when available)")
     p.set_defaults(func=run_evaluate)

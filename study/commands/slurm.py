@@ -106,11 +106,8 @@ ray_node() {{  # ray_node head|worker [HEAD_ADDRESS]: one Ray node in the foregr
     args+=(--address "$2")
   fi
   say "Ray $role node at $ip: $cpus CPUs, $gpus GPUs, temp dir $tmp"
-  # SLURM signals every process of the job at once (scancel, preemption, time limit): Ray must outlive that
-  # SIGTERM until the driver has stopped the study, so it starts with SIGTERM, SIGINT and SIGUSR2 blocked
-  # (inherited by every process Ray starts), in a session of its own (Ray's ports: free ephemeral ones, never
-  # a fixed port another job could hold); SIGKILL by PID stops it: on SIGUSR2 (the script's own "stop"), at
-  # the end of this function, or SLURM's after KillWait.
+  # Ray outlives SLURM's job-wide SIGTERM until the driver has stopped the study (docs/clusters.md, SLURM):
+  # SIGTERM, SIGINT, SIGUSR2 blocked, in a session of its own; SIGKILL by PID stops it (SIGUSR2 or the end here).
   local stopping=""
   trap '' TERM INT
   trap 'stopping=1; kill_marked KILL "$ray_pid" >/dev/null' USR2
@@ -147,10 +144,8 @@ HEAD="$HEAD_IP:$HEAD_PORT"
 say "job $SLURM_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}}) on ${{SLURM_JOB_NUM_NODES:-1}} node(s): $SLURM_JOB_NODELIST; Ray head $HEAD"
 
 signalled="" driver="" wait_pid=""
-on_signal() {{  # SIGTERM/SIGINT: passed on to the driver, which stops the study cleanly (when SLURM signalled
-  # every process of the job the driver has it already, and takes the copy from here, within 2 s, as the
-  # same request; `scancel --batch` and `--signal=B:TERM@N` reach this shell only); SIGUSR1 (time limit
-  # near, sent to this shell only): SIGTERM to the driver, then requeue
+on_signal() {{  # SIGTERM/SIGINT: to the driver, which takes a copy within 2 s of SLURM's own as the same
+  # request; SIGUSR1 (time limit near): the same, then requeue (docs/clusters.md, SLURM)
   signalled=$1
   say "SIG$1 received: stopping the study"
   [ -z "$driver" ] || kill -TERM "$driver" 2>/dev/null
@@ -221,7 +216,8 @@ exit "$status"
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "slurm", usage="study slurm [options] FILE [-- SBATCH_OPTION ...]", help="write or submit an sbatch script that runs a study on a SLURM allocation",
+        "slurm", usage="study slurm [options] FILE [-- SBATCH_OPTION ...]",
+        help="write or submit an sbatch script that runs a study on a SLURM allocation",
         description="Print an sbatch script (or submit it with --submit) that starts one Ray node per "
         "allocated node (the head on the first; `srun` for the others; the allocation's CPUs and GPUs; "
         "token authentication; node-local temp dirs), runs `study run FILE --address HEAD --storage STORAGE "

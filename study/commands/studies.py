@@ -1,7 +1,6 @@
 """``study validate | run | status | resume | list``: studies on Ray Tune.
 
-``validate``, ``status``, ``list`` and every ``--help`` import neither torch nor Ray
-(they read YAML and Parquet only), so they answer in about a second.
+What imports neither torch nor Ray (and so answers in about a second): docs/study-files.md.
 """
 
 from __future__ import annotations

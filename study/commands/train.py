@@ -32,7 +32,8 @@ def register(sub) -> None:
     g = p.add_argument_group("training")
     g.add_argument("--data", default="synthetic",
                    help="synthetic | cifar10[:ROOT] | image-folder tree or .tar/.tar.gz of one")
-    g.add_argument("--subset", type=BoundedInt(1, limits.MAX_SUBSET, "MAX_SUBSET"), help="use this many training images")
+    g.add_argument("--subset", type=BoundedInt(1, limits.MAX_SUBSET, "MAX_SUBSET"),
+                   help="use this many training images")
     g.add_argument("--validation", type=_validation, default=0, metavar="N",
                    help="hold out N training images (or a fraction in (0, 1)), stratified, drawn from --seed; "
                    "their loss/accuracy is recorded every epoch (default 0: none)")
