@@ -1,11 +1,6 @@
-"""The run contract of ``study run`` / ``study resume`` on the driver side, a Tune
-callback and a Tune stopper (docs/design.md §9, docs/reliability.md): a trial that
-fails for good gets its ``runs`` row with ``status = error`` and the one-line cause
-from its ledger (built from its configuration if it wrote none); SIGINT / SIGTERM and
-storage failures stop every trial and mark the running ones ``interrupted``.  On a
-local disk the driver keeps :data:`RESERVE_BYTES` reserved (``.study-reserve``) and
-frees them on a storage failure, so a full disk still takes the trials' marks.
-"""
+"""The run contract of ``study run`` / ``study resume`` on the driver: a Tune callback and a
+Tune stopper writing the ``error`` / ``interrupted`` rows and stopping every trial on a signal
+or a storage failure (docs/design.md §9 "Interrupts and failures"; docs/reliability.md)."""
 
 from __future__ import annotations
 
