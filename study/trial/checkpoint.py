@@ -1,10 +1,5 @@
-"""Per-epoch checkpoints: written atomically, loaded with ``weights_only=True``.
-
-A study keeps each trial's checkpoints in ``<study>/trials/<key>/`` (a folder or an
-object-store prefix); Ray never holds them.  Each save keeps the one before it
-(``checkpoint.prev.pt``), so a damaged latest checkpoint (truncated by a full disk, a
-killed copy) falls back to the previous epoch.
-"""
+"""Per-epoch checkpoints: written atomically, loaded with ``weights_only=True``, the previous
+one kept for a damaged latest (docs/design.md §9 "Checkpoints", docs/reliability.md)."""
 
 from __future__ import annotations
 
