@@ -55,12 +55,9 @@ def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> str:
 def load_checkpoint(directory: str | os.PathLike | None, *, map_location="cpu",
                     warn: Callable[[str], None] | None = None,
                     check: Callable[[dict, str], None] | None = None) -> dict[str, Any] | None:
-    """The latest intact checkpoint in ``directory``, or None if there is none.
-
-    ``weights_only=True``: a pickle carrying code is refused rather than executed.  A
-    damaged latest checkpoint falls back to the previous one (``warn`` is told which file
-    was skipped); if none is intact, :class:`CheckpointError` names the file.
-    ``check(state, path)`` may refuse a checkpoint that loads (by raising): it counts as damaged."""
+    """The latest intact checkpoint in ``directory``, or None if there is none; a damaged
+    latest falls back to the previous one (``warn`` names the skipped file), none intact raises
+    :class:`CheckpointError`.  ``check(state, path)`` may refuse one that loads: it counts as damaged."""
     import pyarrow.fs as pafs
 
     if directory is None:

@@ -96,7 +96,7 @@ class RunContract(Callback):
     def _on_signal(self, signum, frame) -> None:
         if self.signal is not None:
             if time.monotonic() - self._signal_at < DUPLICATE_SIGNAL_S:
-                return  # the same request delivered twice (SLURM signals every process of a job, its script too)
+                return  # the same request delivered twice (DUPLICATE_SIGNAL_S)
             os._exit(128 + signum)  # a second signal: stop now, every table row and checkpoint as last written
         self.signal = signum
         self._signal_at = time.monotonic()

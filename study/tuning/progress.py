@@ -54,9 +54,7 @@ class _Rates:
 
 
 class RemainingWork:
-    """Seconds until the last trial ends: a running trial by its own epoch times (before its
-    first report, by how far its epoch has gone: ``probe``), the others by the measured
-    rates plus a measured start-up, assigned longest first to the first free worker.
+    """Seconds until the last trial ends, simulated as docs/study-files.md "The console" says.
     ``costs``: key -> (weight or ``TrialPlan.cost_terms``, epochs[, group]); ``order``: as
     Tune starts them; ``probe(key)``: ``(epoch, fraction done, seconds into it)``."""
 
