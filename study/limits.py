@@ -1,9 +1,7 @@
-"""Explicit limits on what a study file, a data source or a command may ask for.
-
-An input beyond one is refused before anything runs, with one line naming the field,
-instead of letting the machine find the limit (a hang, an out-of-memory kill, a
-file-system error an hour later).  docs/study-files.md "Limits" lists them; they are plain
-constants so that a deployment that needs more changes one number here.
+"""Explicit limits on what a study file, a data source or a command may ask for (listed in
+docs/study-files.md "Limits").  An input beyond one is refused before anything runs, with one
+line naming the field, instead of a hang, an out-of-memory kill or a file-system error an hour
+later; plain constants, so a deployment that needs more changes one number here.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""Study files: one YAML document describes a study (``search_spaces/*.yaml``; every key,
-default and rule: docs/study-files.md).  The schema is :class:`StudyFile` (``study schema``
-prints it as JSON Schema); only ``data`` is required.
-
-Every error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`):
-the YAML is read within limits (:mod:`study.specyaml`), pydantic checks keys, types
-and bounds (:func:`_refusal` prints its first error), validators the cross-field rules
-and :func:`study.speccheck.check_values` every value the study can produce.
+"""Study files: one YAML document describes a study (every key, default and rule:
+docs/study-files.md).  The schema is :class:`StudyFile`; only ``data`` is required.  Every
+error is one line ``FILE: path.to.field: what is wrong`` (:class:`SpecError`): the YAML read
+within limits (:mod:`study.specyaml`), pydantic's first error (:func:`_refusal`), validators
+for cross-field rules, :func:`study.speccheck.check_values` for every value the study can produce.
 """
 
 from __future__ import annotations

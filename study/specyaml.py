@@ -1,16 +1,7 @@
-"""Reading a study file's YAML safely (what no schema can check, since it happens
-before there is a value to validate):
-
-- a regular file of at most :data:`study.limits.MAX_STUDY_FILE_BYTES` (a FIFO or
-  ``/dev/zero`` is refused before it is opened for reading), UTF-8;
-- at most :data:`study.limits.MAX_YAML_NODES` nodes counting every alias use in full,
-  from the event stream (libyaml when available): a "billion laughs" alias bomb stops
-  before any node graph or Python object is built; no recursive alias; collections
-  nest at most :data:`study.limits.MAX_YAML_DEPTH` deep; integers have at most
-  :data:`study.limits.MAX_INT_DIGITS` digits;
-- YAML 1.2 core-schema scalars: ``true``/``false`` only (``yes``, ``on`` stay strings),
-  decimal integers only (``1:30``, ``010``, ``!!int 0x10`` are not numbers), ``1e-4``
-  is a float, no timestamps; a repeated mapping key is refused.
+"""Reading a study file's YAML safely, before there is a value a schema could check: a regular
+UTF-8 file (a FIFO or ``/dev/zero`` refused before it is opened for reading), nodes, depth and
+integer digits counted on the event stream so an alias bomb stops before any object is built,
+YAML 1.2 core-schema scalars (docs/study-files.md "What `study validate` checks", "Limits").
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""``study schema``: print the study file's JSON Schema (:class:`study.spec.StudyFile`,
-pydantic's ``model_json_schema()``) for editors.  JetBrains IDEs map it under Settings |
-Languages & Frameworks | Schemas and DTDs; ``search_spaces/study.schema.json`` is this
-command's output (a test checks they agree).
-"""
+"""``study schema``: print the study file's JSON Schema (pydantic's ``model_json_schema()`` of
+:class:`study.spec.StudyFile`) for editors (docs/study-files.md "The study file")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Per-epoch checkpoints: written atomically, loaded with ``weights_only=True``.
-
-A study keeps each trial's checkpoints in ``<study>/trials/<key>/`` (a folder or an
-object-store prefix); Ray never holds them.  Each save keeps the one before it
-(``checkpoint.prev.pt``), so a damaged latest checkpoint (truncated by a full disk, a
-killed copy) falls back to the previous epoch.
-"""
+"""Per-epoch checkpoints: written atomically, loaded with ``weights_only=True``, the previous
+one kept for a damaged latest (docs/design.md §9 "Checkpoints", docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -60,12 +55,9 @@ def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> str:
 def load_checkpoint(directory: str | os.PathLike | None, *, map_location="cpu",
                     warn: Callable[[str], None] | None = None,
                     check: Callable[[dict, str], None] | None = None) -> dict[str, Any] | None:
-    """The latest intact checkpoint in ``directory``, or None if there is none.
-
-    ``weights_only=True``: a pickle carrying code is refused rather than executed.  A
-    damaged latest checkpoint falls back to the previous one (``warn`` is told which file
-    was skipped); if none is intact, :class:`CheckpointError` names the file.
-    ``check(state, path)`` may refuse a checkpoint that loads (by raising): it counts as damaged."""
+    """The latest intact checkpoint in ``directory``, or None if there is none; a damaged
+    latest falls back to the previous one (``warn`` names the skipped file), none intact raises
+    :class:`CheckpointError`.  ``check(state, path)`` may refuse one that loads: it counts as damaged."""
     import pyarrow.fs as pafs
 
     if directory is None:

@@ -19,17 +19,9 @@ PROTOCOL_FIELDS = ("cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugmen
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """SGD (lr 0.1, momentum 0.9, weight decay 1e-4 except Gaussian centres/spreads),
-    batch 100, 300 epochs, cosine schedule with linear ``warmup`` stepped per iteration
-    (the original stepped it per *epoch* and so trained epoch 0 at lr 0) or the original
-    ResNet18 ``step`` recipe (:func:`study.trial.schedule.learning_rate`).  ``validation``:
-    training images held out (stratified, drawn with ``seed``), recorded as ``val_*``.
-
-    The training protocol (all off by default, as in the paper; :mod:`study.trial.protocol`):
-    ``cutmix_alpha`` / ``mixup_alpha`` the alpha of the Beta(alpha, alpha) mixing ratio (0:
-    off), ``randaugment_ops`` operations per image (0: off) at ``randaugment_magnitude``
-    (0-30), ``autoaugment`` a policy (not together with RandAugment), ``label_smoothing``.
-    """
+    """One trial's whole configuration; the defaults are the paper's recipe (docs/design.md §3
+    "Recipes" and why the cosine schedule is stepped per iteration; the protocol's fields, all
+    off by default: docs/study-files.md "Training protocol")."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     data: str = "synthetic"

@@ -1,19 +1,11 @@
-"""Per-head attention statistics and compact attention maps.
+"""Per-head attention statistics and compact attention maps (what each measures and why the
+two kinds stay apart: docs/design.md §7).
 
-**Grid locality** (every encoding measured alike), from the model's probabilities on
-the real S×S token grid for every query of the head-statistics images, averaged over
-queries and images: ``attention_distance`` = mean Σ_k P_h[q, k]·‖p_k − p_q‖ in grid
-cells (the "mean attention distance" of Dosovitskiy et al. 2021, Fig. 7; reference
-values in :mod:`study.locality`: uniform 8.33 on 16×16, a 3×3 convolution 1.05) and
-``attention_entropy`` = mean −Σ_k P log P (nats).  Positional-only layers' probabilities
-do not depend on the image, so one image stands for all.
-
-**Canvas (centre-query) moments** (the paper's Fig. 4) of a centre query's distribution
-over shifts (x = column, y = row): on a canvas where no reachable shift is clipped for
-positional attention, averaged over the test images for content attention.  They are
-NOT the grid locality (uniform: 11.86 on the 31×31 canvas, 8.33 over a 16×16 grid).
-
-Gaussian heads also record Δ_h and Σ_h⁻¹; a layer with ``head_columns()`` adds its
+Grid locality, every encoding alike: ``attention_distance`` = mean Σ_k P_h[q, k]·‖p_k − p_q‖
+in grid cells over every query of the head-statistics images (Dosovitskiy et al. 2021, Fig. 7)
+and ``attention_entropy`` = mean −Σ_k P log P (nats); positional-only probabilities do not
+depend on the image, so one image stands for all.  Canvas (centre-query) moments: the paper's
+Fig. 4.  Gaussian heads also record Δ_h and Σ_h⁻¹; a layer with ``head_columns()`` adds its
 per-head values (GPSA: ``gate`` = σ(λ_h)).
 """
 

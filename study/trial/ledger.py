@@ -1,15 +1,11 @@
-"""A trial's attempt ledger: ``<study>/trials/<trial_id>.json`` (or ``trial.json``
-beside ``study train --out``'s checkpoint), plain JSON replaced atomically.
+"""A trial's attempt ledger: ``<study>/trials/<trial_id>.json`` (or ``trial.json`` beside
+``study train --out``'s checkpoint), plain JSON replaced atomically, written when an attempt
+starts, after every epoch and every :data:`CLOCK_S` seconds of one (docs/reliability.md "Faults").
 
-Written at the start of every attempt, after every epoch and, while an epoch runs, every
-:data:`CLOCK_S` seconds (:data:`CLOCK_REMOTE_S` on object storage).  So attempts count
-even when a worker dies before its first checkpoint, and ``device_seconds`` keeps the
-time of every attempt, also of an epoch that never ended.
-
-The count is also a fencing token: an attempt superseded by a newer one (its node cut
-off from Ray while its process lives on; Tune retried the trial elsewhere) finds a
-larger ``attempts`` at its next check and raises :class:`~study.errors.SupersededError`,
-so it writes nothing more than the epoch it was in, and never the ledger.
+(trial, epoch) exactly once: the attempt count is a fencing token.  An attempt superseded by a
+newer one finds a larger ``attempts`` at its next check and raises
+:class:`~study.errors.SupersededError`, so it writes nothing past the epoch it was in, and never
+the ledger; the newer attempt rewrites that epoch under the same part names.
 """
 
 from __future__ import annotations

@@ -81,15 +81,11 @@ def train_trial(cfg: TrainConfig, *, trial_id: str, tables: str | os.PathLike | 
                 extra_run_fields: dict[str, Any] | None = None, splits=None, ledger=None,
                 warn: Callable[[str], None] | None = None, paths: DevicePaths | None = None,
                 step_progress: StepProgress | None = None) -> TrialResult:
-    """Train ``cfg`` for ``cfg.epochs`` epochs, resuming from ``checkpoint_dir`` if it holds
-    a checkpoint (one of another configuration raises ``CheckpointError``).  A trial
-    started from scratch first records the untrained model's ``heads``/``maps`` (epoch
-    −1); after every epoch rank 0 writes the ``epochs``/``heads``/``maps`` parts and the
-    ``runs`` row under ``tables`` and a checkpoint, then every rank calls ``report(metrics,
-    checkpoint_dir or None)``.  ``ledger`` (rank 0) counts attempts and device-seconds, also
-    of an epoch cut short; ``paths``: the device branches (any selectable on CPU);
-    ``step_progress(epoch, images, total)`` after every step.  Ctrl-C leaves the row
-    ``interrupted``."""
+    """Train ``cfg`` for ``cfg.epochs`` epochs, resuming from ``checkpoint_dir`` (one of another
+    configuration raises ``CheckpointError``).  After every epoch rank 0 writes the tables and a
+    checkpoint, then every rank calls ``report(metrics, checkpoint_dir or None)``.  ``ledger``
+    (rank 0) counts attempts and device-seconds, also of an epoch cut short; ``paths``: the
+    device branches (any selectable on CPU); ``step_progress(epoch, images, total)`` after every step."""
     t = _set_up(cfg, splits=splits, device=device, paths=paths)
     done = _resume(t, checkpoint_dir=checkpoint_dir, ledger=ledger, warn=warn)
     if done is not None:
@@ -215,8 +211,9 @@ def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: Dev
     mc = cfg.model.replace(num_classes=len(splits.classes))
     torch.manual_seed(cfg.seed)
     model = build_model(mc).to(device)
-    return _Trial(cfg=cfg, mc=mc, rank=rank, world=world, device=device, paths=paths, splits=splits, train_data=train_data,
-                  val_data=val_data, test_data=test_data, model=model, optimizer=build_optimizer(model, cfg),
+    return _Trial(cfg=cfg, mc=mc, rank=rank, world=world, device=device, paths=paths, splits=splits,
+                  train_data=train_data, val_data=val_data, test_data=test_data, model=model,
+                  optimizer=build_optimizer(model, cfg),
                   n_params=count_parameters(model), protocol=build_protocol(cfg, num_classes=mc.num_classes),
                   flops=forward_flops(model, image_size=mc.image_size, in_channels=mc.in_channels),
                   best_val=math.nan if val_data is None else 0.0)

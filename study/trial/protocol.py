@@ -1,17 +1,9 @@
-"""The training protocol beyond the paper's crop and flip: CutMix, MixUp, RandAugment or
-AutoAugment, and label smoothing, from ``torchvision.transforms.v2`` and ``F.cross_entropy``
-on the device batch, with no host synchronisation (the transforms draw from torch's CPU
-generator).
-
-- **RandAugment / AutoAugment** act on the uint8 images after crop and flip, before
-  normalisation.  On a batch they would draw *one* operation for all; each image gets
-  its own draw here, as the papers define them (22 ms per batch of 100 on one thread).
-- **CutMix / MixUp** mix the normalised batch with itself rolled by one into probability
-  targets (equal to normalising mixed images: an affine mix or a paste); both on, one
-  per batch as timm / DeiT do.  Under DDP every rank mixes within its own shard.
-
-A mixed batch's training accuracy counts the label with the larger share of the target;
-``train_loss`` is the loss optimised, ``test_loss``/``val_loss`` plain cross-entropy.
+"""The training protocol beyond the paper's crop and flip (docs/study-files.md "Training
+protocol"), on the device batch with no host synchronisation (the transforms draw from torch's
+CPU generator).  RandAugment / AutoAugment draw per image, as the papers define them: on a
+batch torchvision would draw one operation for all (22 ms per batch of 100 on one thread).
+CutMix / MixUp mix the normalised batch with itself rolled by one, which equals normalising
+mixed images (an affine mix or a paste).
 """
 
 from __future__ import annotations

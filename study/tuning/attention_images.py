@@ -1,9 +1,5 @@
-"""Per-epoch attention maps of every layer as TensorBoard images: when a trial reports
-an epoch, the driver reads that epoch's ``maps`` part (the (2r+1)² window per layer and
-head) and writes one image per layer, heads side by side on one viridis scale from 0 to
-the layer's largest probability, beside Ray's ``TBXLoggerCallback`` events (tag
-``attention/layer_L``, step = epoch + 1).
-"""
+"""Per-epoch attention maps of every layer as TensorBoard images, written by the driver from
+each reported epoch's ``maps`` part (what they show: docs/figures.md "TensorBoard, MLflow, W&B")."""
 
 from __future__ import annotations
 

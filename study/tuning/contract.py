@@ -1,11 +1,6 @@
-"""The run contract of ``study run`` / ``study resume`` on the driver side, a Tune
-callback and a Tune stopper (docs/design.md §9, docs/reliability.md): a trial that
-fails for good gets its ``runs`` row with ``status = error`` and the one-line cause
-from its ledger (built from its configuration if it wrote none); SIGINT / SIGTERM and
-storage failures stop every trial and mark the running ones ``interrupted``.  On a
-local disk the driver keeps :data:`RESERVE_BYTES` reserved (``.study-reserve``) and
-frees them on a storage failure, so a full disk still takes the trials' marks.
-"""
+"""The run contract of ``study run`` / ``study resume`` on the driver: a Tune callback and a
+Tune stopper writing the ``error`` / ``interrupted`` rows and stopping every trial on a signal
+or a storage failure (docs/design.md §9 "Interrupts and failures"; docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -101,7 +96,7 @@ class RunContract(Callback):
     def _on_signal(self, signum, frame) -> None:
         if self.signal is not None:
             if time.monotonic() - self._signal_at < DUPLICATE_SIGNAL_S:
-                return  # the same request delivered twice (SLURM signals every process of a job, its script too)
+                return  # the same request delivered twice (DUPLICATE_SIGNAL_S)
             os._exit(128 + signum)  # a second signal: stop now, every table row and checkpoint as last written
         self.signal = signum
         self._signal_at = time.monotonic()

@@ -1,16 +1,6 @@
-"""One study name, one driver: ``<study>/.study.lock``.
-
-Local disks: the file is held with ``fcntl.flock`` for the driver's lifetime and records
-``{pid, host, started}``; the kernel drops the lock when the driver dies, so a killed
-driver's lock is stale by construction (NFS: only where the server supports ``flock``).
-
-Object storage (``s3://``): an object created with a conditional PUT (``If-None-Match:
-*``): of two drivers starting together exactly one creates it.  A lock whose heartbeat
-(every minute) is older than :data:`STALE_S`, or whose holder is a dead process on this
-host, is taken over; so a driver paused longer can lose its lock, and of two taking over
-at once one may delete the other's.  Stores without conditional PUT (or boto3) are
-refused rather than locked unsafely, unless ``STUDY_LOCK=none``.
-"""
+"""One study name, one driver: ``<study>/.study.lock``, ``flock`` on local disks, a
+conditional PUT on ``s3://`` (how each behaves and fails: docs/reliability.md "One driver
+per study")."""
 
 from __future__ import annotations
 

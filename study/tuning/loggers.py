@@ -1,9 +1,6 @@
-"""Experiment trackers from the study file: ``loggers: [tensorboard, mlflow, wandb]``,
-each Ray Tune's own callback used as is (``TBXLoggerCallback`` plus the attention maps
-as images, ``MLflowLoggerCallback``, ``WandbLoggerCallback``; the package is the pip
-extra of that name).  The hyper-parameters logged are the trial's whole resolved
-configuration.  No Ray or torch at import time: ``study validate`` checks the packages.
-"""
+"""Experiment trackers from the study file's ``loggers:``, each Ray Tune's own callback used as
+is (docs/figures.md "TensorBoard, MLflow, W&B").  No Ray or torch at import time: ``study
+validate`` checks the packages."""
 
 from __future__ import annotations
 

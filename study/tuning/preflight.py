@@ -40,11 +40,8 @@ def check_local_resources(*, cpus_per_trial: float, workers_per_trial: int, gpus
 def check_cluster_resources(nodes: list[dict], *, cpus_per_trial: float, gpus_per_trial: float,
                             workers_per_trial: int = 1) -> str | None:
     """What no node of the joined cluster can hold now (``nodes``: the ``Resources`` of
-    every alive node, ``ray.nodes()``).  A trial's process runs on one node, so the
-    cluster's total is not enough: a 4-CPU trial on two 2-CPU nodes would wait
-    forever.  A DDP trial's ``workers_per_trial`` workers each take an even share of
-    its CPUs and GPUs, on one node each.  A cluster with an autoscaler may grow: set
-    ``STUDY_SKIP_RESOURCE_CHECK=1`` to start anyway."""
+    every alive node, ``ray.nodes()``).  A trial's process runs on one node (a DDP worker: an
+    even share, one node each), so a 4-CPU trial on two 2-CPU nodes would wait forever."""
     if os.environ.get("STUDY_SKIP_RESOURCE_CHECK") == "1":
         return None
     workers = max(1, int(workers_per_trial))

@@ -1,11 +1,6 @@
-"""Quiet, readable progress for ``study run``: one table of trial events on stderr,
-each row followed by ``k of N trials done``, the elapsed time and an ETA.
-
-The ETA (:class:`RemainingWork`) simulates the rest of the schedule from each trial's
-predicted cost (:attr:`study.plan.TrialPlan.weight`) and the seconds per cost unit
-measured so far.  A trial that ended early (ASHA, divergence, error) counts as done, so
-under ASHA the ETA is an upper bound.
-"""
+"""Quiet progress for ``study run``: one table of trial events on stderr, each row followed by
+``k of N trials done``, the elapsed time and an ETA (how the ETA is simulated:
+docs/study-files.md "The console")."""
 
 from __future__ import annotations
 
@@ -59,9 +54,7 @@ class _Rates:
 
 
 class RemainingWork:
-    """Seconds until the last trial ends: a running trial by its own epoch times (before its
-    first report, by how far its epoch has gone: ``probe``), the others by the measured
-    rates plus a measured start-up, assigned longest first to the first free worker.
+    """Seconds until the last trial ends, simulated as docs/study-files.md "The console" says.
     ``costs``: key -> (weight or ``TrialPlan.cost_terms``, epochs[, group]); ``order``: as
     Tune starts them; ``probe(key)``: ``(epoch, fraction done, seconds into it)``."""
 

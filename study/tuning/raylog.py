@@ -1,12 +1,7 @@
-"""Ray's own log lines: in the study's log file, on the console only with ``--verbose``.
-
-A local ``ray.init`` logs through the driver's ``ray`` logger (its token-authentication
-notice, ``Started a local Ray instance``, Tune's warnings), by default on stderr.
-:func:`capture` (before ``ray.init``) replaces that logger's handlers with one keeping
-the records (and, with ``--verbose``, one printing them); :func:`to_file` writes them and
-every later one to ``STUDY/logs/ray.log`` (a local temporary folder for a study in object
-storage).  Nothing of Ray's is patched; its workers do not print on the driver's console.
-"""
+"""Ray's own log lines: in the study's ``logs/ray.log``, on the console only with ``--verbose``
+(docs/design.md §10 "Quiet output").  :func:`capture` (before ``ray.init``) replaces the ``ray``
+logger's handlers with one keeping the records; :func:`to_file` writes them and every later one.
+Nothing of Ray's is patched."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Launch, resume and summarise a study on Ray Tune.
-
-The project owns the study's state (``study.json``, the tables, ``trials/<key>.json``
-ledgers and ``trials/<key>/`` checkpoints, ``optuna.journal``: docs/design.md §9);
-Ray Tune schedules and retries, and its experiment folder ``tune/`` is never read back.
-``study resume`` starts a new Tune run of the trials whose ``runs`` row has not ended,
-each from its own checkpoint.  The run contract (exit statuses, ``error``/``interrupted``
-rows, signals, storage failures) is :mod:`study.tuning.contract`.
-"""
+"""Launch, resume and summarise a study on Ray Tune.  Whose state a study is and how a resume
+continues: docs/design.md §9; the run contract: :mod:`study.tuning.contract`."""
 
 from __future__ import annotations
 

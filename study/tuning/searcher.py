@@ -1,14 +1,7 @@
-"""Grid axes covered exhaustively, sampled axes by Optuna TPE: one Optuna study per
-grid cell behind one Ray Tune ``Searcher`` (Ray's ``OptunaSearch`` cannot take
-``tune.grid_search``).
-
-The Optuna studies live in Optuna's ``JournalStorage`` file ``<study>/optuna.journal``
-(study names ``<name>/cell-000``, …; user attribute ``key``: the table's ``trial_id``),
-so Optuna's own tools open it and a resume continues them: a trial asked and never told
-continues with its values, one that ended is told its result, one that failed is asked
-again with the same values.  For ``s3://`` storage the driver (its only writer) writes a
-local copy (``$STUDY_CACHE_DIR/optuna/…``) and uploads it after every change.
-"""
+"""Grid axes covered exhaustively, sampled axes by Optuna TPE: one Optuna study per grid cell
+behind one Ray Tune ``Searcher`` (``OptunaSearch`` rejects ``tune.grid_search``, docs/design.md
+§10).  The journal's layout and its ``s3://`` copy: docs/results.md "The Optuna studies"; what
+a resume continues: docs/reliability.md "The scheduler and the sampler across a resume"."""
 
 from __future__ import annotations
 

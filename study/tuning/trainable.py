@@ -1,11 +1,7 @@
-"""Ray Tune adapters around :func:`study.trial.train_trial`: ``study_trial`` runs one
-trial in the Tune actor; ``ddp_study_trial`` runs it under Ray Train (``TorchTrainer``
-with N workers inside the Tune function; gloo on CPU, NCCL on GPU).
-
-A trial takes its configuration as the searcher resolved it (``config["train"]``), keeps
-its own checkpoints in ``<study>/trials/<key>/`` (Tune receives metrics only) and counts
-every attempt in its ledger ``<study>/trials/<key>.json``.
-"""
+"""Ray Tune adapters around :func:`study.trial.train_trial`: ``study_trial`` runs one trial in
+the Tune actor; ``ddp_study_trial`` runs it under Ray Train (``TorchTrainer`` with N workers
+inside the Tune function; gloo on CPU, NCCL on GPU).  Its configuration, checkpoints and
+ledger: docs/design.md §9."""
 
 from __future__ import annotations
 
