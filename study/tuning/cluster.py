@@ -1,7 +1,9 @@
 """Which Ray a study runs on, and what a cluster asks of the storage (docs/clusters.md).
 
 - No ``--address``: a new local Ray for this driver only (``address="local"``) on a
-  loopback node address, dashboard on 127.0.0.1.  Ray 2.60's gRPC servers listen on
+  loopback node address, without Ray's dashboard (a local study is watched through its
+  progress table, ``study status`` and ``analysis report --serve``; the dashboard cost
+  each study ~5 CPU-seconds and added a metrics endpoint open to anyone).  Ray 2.60's gRPC servers listen on
   every interface whatever the node address: Ray's token authentication protects them,
   so a local Ray with ``RAY_AUTH_MODE`` other than ``token`` is refused.
 - ``--address auto``: ``$RAY_ADDRESS`` (set by ``ray job submit``) only; Ray's own
@@ -23,7 +25,6 @@ from study.cpus import local_cpus
 #: network address (``services.resolve_ip_for_localhost``), 127.0.0.2 it keeps
 #: (Linux routes all of 127/8 to the loopback interface).
 LOCAL_NODE_IP = "127.0.0.2" if sys.platform.startswith("linux") else "127.0.0.1"
-LOOPBACK_HOST = "127.0.0.1"
 
 
 class ClusterError(Exception):
@@ -65,8 +66,7 @@ def ray_init_kwargs(address: str | None, *, num_cpus: int | None = None) -> dict
     check_local_auth(address)
     # the CPUs this process may use (study.cpus, as the preflight counted them), not Ray's own count
     return {**kwargs, "address": "local", "num_cpus": num_cpus if num_cpus is not None else local_cpus(),
-            "_node_ip_address": LOCAL_NODE_IP,
-            "dashboard_host": LOOPBACK_HOST}
+            "_node_ip_address": LOCAL_NODE_IP, "include_dashboard": False}
 
 
 def check_storage(storage: str, *, address: str | None, shared: bool) -> None:

@@ -5,6 +5,7 @@ Nothing of Ray's is patched."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import logging.handlers
 import os
@@ -23,6 +24,19 @@ KEPT = 10_000
 
 #: the kept records, the echo to stderr, the file, and the logger's own handlers and propagate
 _STATE = SimpleNamespace(kept=None, echo=None, file=None, saved=None)
+
+
+class _StudyLog(logging.FileHandler):
+    """The study's ``ray.log``.  A record it cannot write (a full or vanished storage) is
+    dropped: logging's default prints a traceback on the console, and the storage failure
+    is the study's to report (one line, exit 3)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # the last flush, on the same full storage
+            super().close()
 
 
 def capture(*, echo: bool = False) -> None:
@@ -64,7 +78,7 @@ def to_file(path: str) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     except OSError:
         return  # never let the log file break the study: the records stay kept
-    _STATE.file = logging.FileHandler(path, delay=True, encoding="utf-8")
+    _STATE.file = _StudyLog(path, delay=True, encoding="utf-8")
     _STATE.file.setFormatter(logging.Formatter(FORMAT))
     for record in list(_STATE.kept.buffer):
         _STATE.file.handle(record)

@@ -317,11 +317,12 @@ def local_ray_sockets():
 
 
 def test_local_ray_binds_only_loopback_addresses(local_ray_sockets):
-    """Every address the local Ray binds *to an address* is loopback (dashboard, its agent,
+    """Every address the local Ray binds *to an address* is loopback (the dashboard agent,
     the runtime-env agent), and its node address is loopback: nothing listens on, or
-    advertises, the host's network address."""
+    advertises, the host's network address.  It starts no dashboard (nothing on its port)."""
     node_ip, sockets, _ = local_ray_sockets
     assert node_ip.startswith("127."), node_ip
+    assert not [a for a, _ in sockets if a.endswith(":8265")], sockets
     assert LISTENERS <= {p for _, p in sockets}, sockets  # GCS, raylet, the agents at least
     specific = [(a, p) for a, p in sockets if _host(a) not in WILDCARD]
     assert specific, sockets
@@ -379,7 +380,7 @@ def test_local_ray_wildcard_sockets_require_the_token(local_ray_sockets):
     driver and worker processes, the dashboard agent) refuses a call without the token
     or with a wrong one; with the token the GCS answers.  The other wildcard sockets are
     Prometheus endpoints (read-only metrics, no token: docs/clusters.md): the agent's, and the
-    dashboard's (44227) and autoscaler monitor's (44217) unless another Ray holds those."""
+    autoscaler monitor's (44217) unless another Ray holds it."""
     import grpc
 
     _, sockets, token = local_ray_sockets

@@ -65,3 +65,25 @@ def test_verbose_also_prints_rays_lines(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"WARNING authentication_token_setup\.py:\d+ -- Token authentication is enabled", done.stderr)
     assert "Token authentication is enabled" in (root / "logs" / "ray.log").read_text()
+
+
+def test_a_log_file_that_cannot_be_written_prints_no_traceback(capfd):
+    """The study's ``ray.log`` lives in the study folder: on a full disk each record Ray logs
+    (its syncer failing, say) failed to flush and Python's logging printed ``--- Logging
+    error ---`` and two tracebacks on the console of a study that then stopped with its own
+    one-line storage error.  ``/dev/full`` fails every write with ENOSPC, as a full disk does."""
+    import logging
+
+    from study.tuning import raylog
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    raylog.capture()
+    try:
+        raylog.to_file("/dev/full")
+        logging.getLogger("ray").error("Ray's syncer failed: [Errno 28] No space left on device")
+        raylog.release()
+    finally:
+        raylog.restore()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Logging error" not in err, err

@@ -258,7 +258,7 @@ def test_cache_and_checkpoint_refuse_pickled_code(tmp_path):
     assert not (tmp_path / "pwned").exists()
 
 
-def test_local_ray_dashboard_binds_loopback(monkeypatch):
+def test_local_ray_is_loopback_and_starts_no_dashboard(monkeypatch):
     import ray
 
     from study.tuning import runner
@@ -268,7 +268,7 @@ def test_local_ray_dashboard_binds_loopback(monkeypatch):
     monkeypatch.setattr(ray, "init", lambda **kw: seen.update(kw))
     runner.init_ray(None, num_cpus=1)
     # a new local Ray (never an existing cluster or $RAY_ADDRESS) on loopback addresses
-    assert seen["dashboard_host"] == "127.0.0.1" and seen["address"] == "local"
+    assert seen["include_dashboard"] is False and seen["address"] == "local"
     assert seen["_node_ip_address"].startswith("127.")
 
 
