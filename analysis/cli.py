@@ -202,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         _fail(prog, str(exc))
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM to a served report) while it draws: one line
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

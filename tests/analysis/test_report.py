@@ -216,3 +216,54 @@ def test_report_serve_interval_out_of_bounds_is_one_line_exit_2(tmp_path, interv
                         "--interval", interval], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--interval: must be" in r.stderr, r.stderr
     assert _files(study) == before
+
+
+def test_report_serve_stopped_by_sigterm_leaves_no_process_behind(tmp_path):
+    """SIGTERM (``kill``, a service manager) stops ``analysis report --serve`` as Ctrl-C does,
+    also while it draws figures on its ``spawn`` pool: the pool's workers end with it.  The
+    landed code died at once and its workers stayed, blocked, for good (found after the
+    served-report test: three orphans of the killed server, 800 s later)."""
+    from study.cpus import local_cpus
+
+    if local_cpus() < 2:
+        pytest.skip("figures are drawn in this process on one CPU: no pool to leave behind")
+
+    def descendants(pid: int) -> set[int]:
+        found, todo = set(), [pid]
+        while todo:
+            p = todo.pop()
+            try:
+                kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+            except OSError:
+                continue
+            found.update(int(k) for k in kids)
+            todo.extend(int(k) for k in kids)
+        return found
+
+    def alive(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    r = subprocess.run([sys.executable, "-m", "study", "train", "--hidden", "16", "--layers", "1", "--intermediate", "16",
+                        "--num-heads", "2", "--data", "synthetic:100", "--batch-size", "25", "--epochs", "1", "--quiet",
+                        "--out", "t"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr  # a trained model's tables: every figure of the report, drawn on a pool
+    server = subprocess.Popen([sys.executable, "-m", "analysis", "report", "t", "--serve", "--port", "0"],
+                              cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline, kids = time.monotonic() + 120, set()
+        while time.monotonic() < deadline and server.poll() is None and len(kids) < 2:
+            kids = descendants(server.pid)  # the pool's workers (and its resource tracker)
+            time.sleep(0.02)
+        assert len(kids) >= 2, "the first build drew on no pool: the case was not exercised"
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=120)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(alive(k) for k in kids):
+            time.sleep(0.1)
+        assert not [k for k in kids if alive(k)], "the server's workers outlived it"
+        assert "Traceback" not in server.stderr.read()
+    finally:
+        kill_session(server.pid)
