@@ -6,6 +6,7 @@ Errors (missing study, bad SQL, unknown table) are one line on stderr, exit 2.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -194,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     prog = f"analysis {args.command}"
     warnings_as_lines(prog)
+    # SIGTERM (`kill`, a service manager) stops a command as Ctrl-C does: a figure pool drawing
+    # at that moment is shut down with it (Python's default dies at once, its workers blocked for good)
+    before = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if hasattr(args, "storage"):
             _check_storage(args)
@@ -202,9 +206,15 @@ def main(argv: list[str] | None = None) -> int:
         _fail(prog, str(exc))
     except BrokenPipeError:
         return 0
-    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM to a served report) while it draws: one line
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while it works: one line
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -6,8 +6,6 @@ DNS rebinding: docs/figures.md, "The report".
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -90,34 +88,9 @@ def _handler(page: _Page, hosts: frozenset[str]):
     return Handler
 
 
-@contextlib.contextmanager
-def _sigterm_as_ctrl_c():
-    """SIGTERM (``kill``, a service manager) stops the server as Ctrl-C does: a figure pool
-    drawing at that moment is shut down with it (Python's default for SIGTERM is to die at
-    once, leaving the pool's workers blocked for good)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    before = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
-
-
 def serve(target: str, storage: str, *, port: int, interval: float, out: Path | None = None,
           stop: threading.Event | None = None) -> None:
     """Serve the report of ``target`` until interrupted (or ``stop`` is set)."""
-    with _sigterm_as_ctrl_c():
-        _serve(target, storage, port=port, interval=interval, out=out, stop=stop)
-
-
-def _serve(target: str, storage: str, *, port: int, interval: float, out: Path | None,
-           stop: threading.Event | None) -> None:
     from analysis.report import render
 
     study = load(target, storage)

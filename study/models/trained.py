@@ -169,4 +169,5 @@ def _load_reason(e: BaseException) -> str:
     ``pickle.UnpicklingError`` whose message is a paragraph of advice)."""
     if isinstance(e, pickle.UnpicklingError):
         return "refused by the weights-only unpickler: holds more than tensors"
-    return " ".join(str(e).split())[:200] or ("empty or truncated file" if isinstance(e, EOFError) else type(e).__name__)
+    words = " ".join(str(e).split())[:200]
+    return words or ("empty or truncated file" if isinstance(e, EOFError) else type(e).__name__)

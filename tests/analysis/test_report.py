@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from study.tables import part_path, read_table, write_part
-from tests.helpers import kill_session, popen, processes
+from tests.helpers import kill_session, popen, processes, session_pids
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars"]
@@ -228,26 +228,14 @@ def test_report_serve_stopped_by_sigterm_leaves_no_process_behind(tmp_path):
     if local_cpus() < 2:
         pytest.skip("figures are drawn in this process on one CPU: no pool to leave behind")
 
-    def descendants(pid: int) -> set[int]:
-        found, todo = set(), [pid]
-        while todo:
-            p = todo.pop()
-            try:
-                kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-            except OSError:
-                continue
-            found.update(int(k) for k in kids)
-            todo.extend(int(k) for k in kids)
-        return found
-
     def alive(pid: int) -> bool:
         try:
             return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
         except OSError:
             return False
 
-    r = subprocess.run([sys.executable, "-m", "study", "train", "--hidden", "16", "--layers", "1", "--intermediate", "16",
-                        "--num-heads", "2", "--data", "synthetic:100", "--batch-size", "25", "--epochs", "1", "--quiet",
+    r = subprocess.run([sys.executable, "-m", "study", "train", "--hidden", "16", "--layers", "1",
+                        "--intermediate", "16", "--num-heads", "2", "--data", "synthetic:100", "--batch-size", "25", "--epochs", "1", "--quiet",
                         "--out", "t"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr  # a trained model's tables: every figure of the report, drawn on a pool
     server = subprocess.Popen([sys.executable, "-m", "analysis", "report", "t", "--serve", "--port", "0"],
@@ -255,7 +243,7 @@ def test_report_serve_stopped_by_sigterm_leaves_no_process_behind(tmp_path):
     try:
         deadline, kids = time.monotonic() + 120, set()
         while time.monotonic() < deadline and server.poll() is None and len(kids) < 2:
-            kids = descendants(server.pid)  # the pool's workers (and its resource tracker)
+            kids = set(session_pids(server.pid)) - {server.pid}  # the pool's workers and resource tracker
             time.sleep(0.02)
         assert len(kids) >= 2, "the first build drew on no pool: the case was not exercised"
         server.send_signal(signal.SIGTERM)
