@@ -10,12 +10,13 @@ import heapq
 import itertools
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from study import limits
 from study.data.synthetic import DEFAULT_TEST as SYNTHETIC_TEST, DEFAULT_TRAIN as SYNTHETIC_TRAIN
-from study.models.cost import model_macs
+from study.models.config import PAPER_MODELS, ModelConfig, model_name
+from study.models.cost import config_from_row, model_macs
 
 #: Image counts of the built-in sources: (train, test).
 CIFAR10_SIZES = (50_000, 10_000)
@@ -143,8 +144,6 @@ def _sampled_candidates(dist: dict) -> list:
 def costed_model(cfg, sample: dict[str, dict]) -> tuple[dict, bool]:
     """The model fields to cost: the cell's, or with sampled model fields the most
     expensive combination of their candidate values (an upper bound)."""
-    from study.models.config import ModelConfig
-
     base = cfg.model.to_dict()
     fields = [k for k in sample if k in ModelConfig.__dataclass_fields__]
     if not fields:
@@ -167,8 +166,6 @@ def attention_pairs(model: dict) -> int:
     """Per-image attention probabilities that depend on the image: layers × N_h × T²
     for an encoding with content scores (``Encoding.content``), 0 otherwise (ResNet18,
     positional attention, whose probabilities one batch shares)."""
-    from study.models.cost import config_from_row
-
     cfg = config_from_row(model)
     if cfg.arch == "resnet18" or not cfg.spec.content:
         return 0
@@ -178,8 +175,6 @@ def attention_pairs(model: dict) -> int:
 def plan_trials(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> list[TrialPlan]:
     """One :class:`TrialPlan` per trial of a validated study (``StudySpec``), in
     grid order (trial k: cell k mod n_cells, sample k // n_cells)."""
-    from study.models.config import ModelConfig, model_name
-
     per_cell = []
     for cell in spec.cells:
         cfg = spec.train_config(cell)
@@ -195,11 +190,8 @@ def plan_trials(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> lis
         per_cell.append(dict(model=model_name(ModelConfig.from_dict(model)), config=model, epochs=cfg.epochs,
                              images=images, macs=macs, pairs=attention_pairs(model), upper_bound=bound, **flops))
     n = len(spec.cells)
-    out = []
-    for k in range(spec.num_trials):
-        cell, sample = k % n, k // n
-        out.append(TrialPlan(key=f"c{cell:03d}-s{sample:03d}", cell=cell, sample=sample, **per_cell[cell]))
-    return out
+    return [TrialPlan(key=f"c{k % n:03d}-s{k // n:03d}", cell=k % n, sample=k // n, **per_cell[k % n])
+            for k in range(spec.num_trials)]
 
 
 def launch_order(trials: list[TrialPlan]) -> list[TrialPlan]:
@@ -234,8 +226,6 @@ class Throughput:
 def bench_models(report: dict) -> list[tuple[str, dict, float]]:
     """(bench key, model fields, training images/s) of every model a ``study bench
     --json`` report timed (its fast path)."""
-    from study.models.config import PAPER_MODELS
-
     if not isinstance(report, dict) or not isinstance(report.get("models"), list):
         raise PlanError("not a `study bench --json` report (no 'models' list)")
     out = []
@@ -275,8 +265,6 @@ def _bench_seconds(t: TrialPlan, report: dict, source: str) -> tuple[float, str]
 
 
 def predict(trials: list[TrialPlan], throughput: Throughput) -> list[TrialPlan]:
-    from dataclasses import replace
-
     return [replace(t, **dict(zip(("seconds", "rate"), throughput.seconds(t)))) for t in trials]
 
 

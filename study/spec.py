@@ -20,6 +20,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from pydantic_core import PydanticCustomError
 
 from study import limits, overrides as cli_overrides, speccheck
+from study.plan import source_sizes
 from study.speccheck import MODEL_FIELDS, SpecError, err as _refuse
 from study.models.config import ModelConfig
 from study.specyaml import YamlError, load_yaml, read_study_text
@@ -259,7 +260,7 @@ class StudyFile(_Strict):
         held = self.validation = (0.1 if choosing else 0) if self.validation is None else self.validation
         if held < 0 or (isinstance(held, float) and not 0 < held < 1):
             raise _refuse("validation", f"must be a number of training images >= 0 or a fraction in (0, 1), got {held}")
-        n_train = self.subset or speccheck.known_train_size(self.data)
+        n_train = self.subset or (source_sizes(self.data) or [None])[0]
         if isinstance(held, int) and n_train is not None and held >= n_train:
             raise _refuse("validation", f"{held} held-out images leave none of the {n_train} training images (use "
                                         "fewer, or validation: 0)")

@@ -15,15 +15,14 @@ from typing import Any
 
 from study import limits
 from study.errors import StudyFileError
-from study.data.synthetic import DEFAULT_TRAIN as SYNTHETIC_DEFAULT_TRAIN
 from study.models.config import ConfigError, ModelConfig
+from study.plan import source_sizes, trial_images
 from study.trial.config import PROTOCOL_FIELDS
 
 #: metrics every trial reports to Tune each epoch (study/trial/loop.py) ...
 TUNED_METRICS = ("test_acc", "best_test_acc", "test_loss", "train_acc", "train_loss")
 #: ... and those it reports when the study has a validation split
 VALIDATION_METRICS = ("val_acc", "best_val_acc", "val_loss")
-CIFAR10_TRAIN = 50_000
 #: an ``int`` range on a model field with at most this many values is enumerated
 #: (every model it can build is checked and counted); a longer one is checked at its ends
 ENUMERATE_INT_RANGE = 64
@@ -73,14 +72,6 @@ def flatten(recipe: dict[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
-
-
-def known_train_size(data: str) -> int | None:
-    """Training images of a built-in source (None for a path: known once loaded)."""
-    kind, _, arg = data.partition(":")
-    if kind == "synthetic":
-        return int(arg) if arg.isdigit() else SYNTHETIC_DEFAULT_TRAIN
-    return CIFAR10_TRAIN if kind == "cifar10" else None
 
 
 def check_data_source(data: str, *, exists: bool = False) -> str:
@@ -240,20 +231,19 @@ def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str |
 
 def _check_batch(cfg, *, workers: int, where, context) -> None:
     """The subset fits the data, and one step's batch fits the training images left
-    once the validation split is held out (:mod:`study.data.validation`)."""
-    known = known_train_size(cfg.data)
-    if cfg.subset is not None and known is not None and cfg.subset > known:
-        raise err("subset", f"{cfg.subset} is more than the {known} training images of {cfg.data}")
-    n = cfg.subset if cfg.subset is not None else known
-    if n is None:
+    once the validation split is held out (:func:`study.plan.trial_images`)."""
+    whole = source_sizes(cfg.data)
+    if whole is None:
         return
-    held = cfg.validation and (max(1, int(cfg.validation * n)) if isinstance(cfg.validation, float)
-                               else cfg.validation)
-    if held >= n:
+    if cfg.subset is not None and cfg.subset > whole[0]:
+        raise err("subset", f"{cfg.subset} is more than the {whole[0]} training images of {cfg.data}")
+    im = trial_images(cfg)
+    if im.train <= 0:
         return  # refused by the validation check, naming `validation`
+    n, held = im.train + im.val, im.val
     what = (f"subset {n}" if cfg.subset is not None else f"the {n} training images of {cfg.data}") + (
         f" less {held} held out for validation" if held else "")
-    why = batch_overflow(cfg.batch_size, workers, n - held, what)
+    why = batch_overflow(cfg.batch_size, workers, im.train, what)
     if why:
         raise err(where("batch_size"), why + context("batch_size"))
 
