@@ -65,9 +65,7 @@ class TrialPlan:
 
     @property
     def flops(self) -> float | None:
-        if self.train_flops is None:
-            return None
-        return self.train_flops + self.eval_flops + self.head_flops
+        return None if self.train_flops is None else self.train_flops + self.eval_flops + self.head_flops
 
     @property
     def passes(self) -> int:
