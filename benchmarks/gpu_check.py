@@ -231,7 +231,7 @@ def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
                      "planned_s": planned_seconds(flops, peak["bf16_tflops"], args.assumed_mfu)})
         entries.append(entry)
     total = 0.0
-    for item, entry in sorted(zip(plan, entries), key=lambda pe: pe[0]["flops"]):
+    for item in sorted(plan, key=lambda p: p["flops"]):
         item["included"] = args.small or item["planned_s"] is None or total + item["planned_s"] <= 0.8 * budget_s
         if item["included"]:
             total += item["planned_s"] or 0.0
