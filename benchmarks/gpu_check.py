@@ -1,15 +1,12 @@
 #!/usr/bin/env python
 """One command for a lent GPU: the CUDA tests, ``study bench`` of every paper model and today's encodings
 (with and without ``--compile``) and a 2-epoch full-CIFAR study through ``study run``;
-one JSON and one Markdown report.
+one JSON and one Markdown report (docs/performance.md, "One command for a lent GPU").
 
     python benchmarks/gpu_check.py                      # on the GPU machine (≤ 30 min on one H100)
     python benchmarks/gpu_check.py --device cpu --small # the same parts, CI-sized (tests/benchmarks/test_gpu_check.py)
 
-Each part sizes its work by its FLOPs (a training image costs 3 × forward) to fit its share of
-``--budget-minutes`` at ``--assumed-mfu`` of the device's peak, and records planned and measured
-seconds; a part that fails is recorded with its cause and the next runs.  Without Ray (the GPU
-machine's default, docs/design.md §11) the study part says so and is skipped.
+A part that fails is recorded with its cause and the next runs.
 Exit status: 0 every part passed or was skipped for a stated reason, 1 a part failed, 2 bad arguments.
 """
 
@@ -37,7 +34,6 @@ CUDA_TESTS = ("tests/study/test_devicepaths.py", "tests/study/models/test_fast_p
 DEFAULT_DATA = "../shared/data/cifar10-jpeg.tar.gz"
 #: a smoke run's models (--small): the paper's architectures at toy sizes
 SMALL_MODEL = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
-CIFAR_TRAIN, CIFAR_TEST = 50_000, 10_000
 #: the fields of a bench run's fast record the report keeps
 FAST_FIELDS = ("images_per_s", "mfu", "tflops", "peak_memory_mb", "step_memory_mb", "path", "warmup_s")
 
@@ -88,10 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("budget_minutes", "assumed_mfu"):
         if not getattr(args, name) > 0:
             p.error(f"--{name.replace('_', '-')}: must be > 0, got {getattr(args, name)}")
-    if args.epochs is None:
-        args.epochs = 1 if args.small else 2
-    if args.batch is None:
-        args.batch = 2 if args.small else (128 if args.device.type == "cuda" else 8)
+    args.epochs = args.epochs or (1 if args.small else 2)  # both >= 1 when given
+    args.batch = args.batch or (2 if args.small else (128 if args.device.type == "cuda" else 8))
     return args
 
 
@@ -119,7 +113,7 @@ def run_tests(args, budget_s: float, out: Path) -> dict:
     xml = out / "tests.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *nodes]
     t0 = time.perf_counter()
-    rc, tail = _subprocess(cmd, budget_s, with_output=True)
+    rc, tail = _subprocess(cmd, budget_s)
     failures, skips, cases = [], [], list(ET.parse(xml).iter("testcase")) if xml.is_file() else []
     for case in cases:
         if case.find("failure") is not None or case.find("error") is not None:
@@ -133,7 +127,7 @@ def run_tests(args, budget_s: float, out: Path) -> dict:
     return _verdict(res, rc == 0 and res["failed"] == 0, tail)
 
 
-def _subprocess(cmd: list[str], timeout: float, *, with_output: bool = False) -> tuple[int | None, str]:
+def _subprocess(cmd: list[str], timeout: float) -> tuple[int | None, str]:
     """Exit status (None: timed out) and the output's tail of ``cmd`` run in this checkout."""
     # the subprocess imports this checkout (and what PYTHONPATH already adds, e.g. /tmp/site)
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
@@ -142,7 +136,7 @@ def _subprocess(cmd: list[str], timeout: float, *, with_output: bool = False) ->
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
         return proc.returncode, (proc.stdout + proc.stderr)[-3000:]
     except subprocess.TimeoutExpired as e:
-        return None, f"timed out after {timeout:.0f} s" + (f": {(e.stdout or b'')[-2000:]!r}" if with_output else "")
+        return None, f"timed out after {timeout:.0f} s: {(e.stdout or b'')[-2000:]!r}"
 
 
 def _verdict(res: dict, ok: bool, tail: str) -> dict:
@@ -163,15 +157,13 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
     overrides = dict(SMALL_MODEL) if args.small else {}
     probe = default_options(args.device, model_overrides=overrides)
     plan = [(key, forward_flops(build_model(probe.model_config(key)))) for key in args.models]
-    share = budget_s / len(plan)  # per model: eager (fast + naive) and compiled (fast)
+    timed = 0.5 * budget_s / len(plan)  # per model: half for timed steps, half for warm-up and compilation
     rows, t_part = [], time.perf_counter()
     for key, fwd in plan:
         step_flops = 3 * fwd * args.batch
-        # the naive reference runs float32: plan its steps at the fp32 peak
-        fast_s = planned_seconds(step_flops, peak["bf16_tflops"], args.assumed_mfu) or 0.0
-        naive_s = planned_seconds(step_flops, peak["fp32_tflops"], args.assumed_mfu) or 0.0
-        per_step = 2 * fast_s + naive_s  # eager fast, naive, compiled fast
-        timed = 0.5 * share  # half for timed steps, half for warm-up and compilation
+        # eager fast, compiled fast and the naive reference (float32: planned at the fp32 peak)
+        per_step = sum(planned_seconds(step_flops, peak[p], args.assumed_mfu) or 0.0
+                       for p in ("bf16_tflops", "bf16_tflops", "fp32_tflops"))
         steps = 1 if args.small else max(5, min(200, int(timed / per_step) if per_step else 50))
         warmup = 1 if args.small else 3
         row = {"key": key, "forward_flops": fwd, "batch": args.batch, "steps": steps, "warmup": warmup,
@@ -216,11 +208,12 @@ def _bench_part(rows: list[dict], budget_s: float, t_part: float, args, override
 def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
     """The study file (``args.epochs`` epochs of the paper's recipe) and its plan: per model the
     FLOPs and predicted seconds; models that would not fit the budget are left out, with the reason."""
-    from study.flops import forward_flops
     from study.bench.options import BENCH_MODELS
+    from study.flops import forward_flops
     from study.models import ModelConfig, build_model
+    from study.plan import CIFAR10_SIZES
 
-    n_train, n_test = (200, 100) if args.small else (CIFAR_TRAIN, CIFAR_TEST)
+    n_train, n_test = (200, 100) if args.small else CIFAR10_SIZES
     entries, plan = [], []
     for key in args.models:
         cfg = BENCH_MODELS[key]
@@ -238,7 +231,7 @@ def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
                      "planned_s": planned_seconds(flops, peak["bf16_tflops"], args.assumed_mfu)})
         entries.append(entry)
     total = 0.0
-    for item, entry in sorted(zip(plan, entries), key=lambda pe: pe[0]["flops"]):
+    for item in sorted(plan, key=lambda p: p["flops"]):
         item["included"] = args.small or item["planned_s"] is None or total + item["planned_s"] <= 0.8 * budget_s
         if item["included"]:
             total += item["planned_s"] or 0.0
@@ -374,24 +367,23 @@ def main(argv=None) -> int:
     report = {"device": str(args.device), "device_name": device_name(args.device), "torch": torch.__version__,
               "cuda": torch.version.cuda, "ray": importlib.util.find_spec("ray") is not None, "small": args.small,
               "budget_s": budget_s, "assumed_mfu": args.assumed_mfu, "peak": peak, "parts": {}}
-    def partial_bench(part: dict) -> None:
-        report["parts"]["bench"] = part
+
+    def record(name: str, part: dict) -> None:  # after every part: a run cut short still leaves its reports
+        report["parts"][name] = part
         report["seconds"] = time.perf_counter() - t0
         write_reports(report, out)
 
-    runners = {"tests": lambda b: run_tests(args, b, out), "bench": lambda b: run_benches(args, b, peak, partial_bench),
+    runners = {"tests": lambda b: run_tests(args, b, out),
+               "bench": lambda b: run_benches(args, b, peak, lambda part: record("bench", part)),
                "study": lambda b: run_study(args, b, peak, out)}
-    for name in PARTS:
-        if name not in args.parts:
-            continue
+    for name in (n for n in PARTS if n in args.parts):
         part_budget = SHARES[name] * budget_s
         print(f"[gpu_check] {name} (budget {part_budget:.0f} s)", file=sys.stderr, flush=True)
         try:
-            report["parts"][name] = runners[name](part_budget)
+            part = runners[name](part_budget)
         except Exception as e:  # a broken part is recorded; the others still run
-            report["parts"][name] = {"status": "failed", "error": f"{type(e).__name__}: {e}", "seconds": None}
-        report["seconds"] = time.perf_counter() - t0
-        write_reports(report, out)  # after every part: a run cut short still leaves its reports
+            part = {"status": "failed", "error": f"{type(e).__name__}: {e}", "seconds": None}
+        record(name, part)
     status = {n: p["status"] for n, p in report["parts"].items()}
     print(f"[gpu_check] {status}; reports: {out / 'gpu_check.json'}, {out / 'gpu_check.md'}", file=sys.stderr)
     return 1 if "failed" in status.values() else 0

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy.special import softmax
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -54,34 +55,28 @@ class Generator:
 
     def map_rows(self) -> list[dict]:
         n, k = self.layers * self.heads, self.window * self.window
-        logits = self.rng.normal(scale=3.0, size=(n, k))
-        p = np.exp(logits - logits.max(1, keepdims=True))
-        p /= p.sum(1, keepdims=True)
+        p = softmax(self.rng.normal(scale=3.0, size=(n, k)), axis=1)
         return [{"layer": i // self.heads, "head": i % self.heads, "window": self.window, "probs": p[i].tolist()}
                 for i in range(n)]
 
 
-def write_study(writers: dict, gen: Generator, *, epochs: int, start: int, stop: int, maps_at) -> None:
+def _write_trials(job: tuple) -> None:
+    """One worker's share of the trials (``--jobs``), epochs ``start`` to ``stop``, with this tree's writer."""
+    tables, ids, gen_args, epochs, start, stop, maps_at, close = job
+    from study.tables import TableWriter
+
+    gen = Generator(**gen_args, seed=hash(ids[0]) % 2**32)
+    writers = [TableWriter(tables, trial_id=t) for t in ids]
     for epoch in range(start, stop):
-        for tid, w in writers.items():
+        for w in writers:
             w.rows("epochs", epoch, [gen.epoch_row(epoch)])
             w.rows("heads", epoch, gen.head_rows())
             if epoch in maps_at:
                 w.rows("maps", epoch, gen.map_rows())
             w.run({"study": "bench", "name": "SA bench", "status": "running" if epoch + 1 < epochs else "finished",
                    "epochs_done": epoch + 1, "epochs": epochs, "best_test_acc": 0.5, "final_test_acc": 0.5})
-
-
-def _write_trials(job: tuple) -> None:
-    """One worker's share of the trials (``--jobs``), with this tree's writer."""
-    tables, ids, gen_args, epochs, start, stop, maps_at, close = job
-    from study.tables import TableWriter
-
-    gen = Generator(**gen_args, seed=hash(ids[0]) % 2**32)
-    writers = {t: TableWriter(tables, trial_id=t) for t in ids}
-    write_study(writers, gen, epochs=epochs, start=start, stop=stop, maps_at=maps_at)
     if close:
-        for w in writers.values():
+        for w in writers:
             w.close()
 
 
@@ -93,11 +88,6 @@ def write_parallel(tables: Path, ids: list[str], gen_args: dict, *, jobs: int, e
     shares = [ids[i::jobs] for i in range(jobs) if ids[i::jobs]]
     with get_context("spawn").Pool(len(shares)) as pool:
         pool.map(_write_trials, [(tables, share, gen_args, epochs, start, stop, maps_at, close) for share in shares])
-
-
-def disk(root: Path) -> tuple[int, int]:
-    files = [p for p in root.rglob("*") if p.is_file()]
-    return len(files), sum(p.stat().st_size for p in files)
 
 
 def time_queries(study: Path, repeats: int) -> dict:
@@ -125,10 +115,12 @@ def time_queries(study: Path, repeats: int) -> dict:
 
 
 def measure(label: str, study: Path, repeats: int) -> dict:
-    files, size = disk(study / "tables")
+    """The files and bytes of ``study``'s tables and its query times, printed as one JSON line."""
+    files = [p for p in (study / "tables").rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
     load = os.getloadavg()[0]
     queries = time_queries(study, repeats)
-    result = {"state": label, "files": files, "bytes": size, "MB": round(size / 1e6, 1),
+    result = {"state": label, "files": len(files), "bytes": size, "MB": round(size / 1e6, 1),
               "load_1min_before": round(load, 2), "load_1min_after": round(os.getloadavg()[0], 2),
               "queries": queries}
     print(json.dumps(result), flush=True)

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from study.bench.memory import MemoryProbe
+from study.bench.memory import memory_probe
 from study.bench.options import BenchOptions
 from study.bench.peaks import Peak
 from study.devicepaths import DevicePaths, synchronize
@@ -64,7 +64,7 @@ def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> 
     warm, memory, last = {}, {}, {}
     for v in variants:
         opts.progress(f"warm-up {label}{v.name} ({v.path})")
-        with MemoryProbe(dev) as memory[v.name]:
+        with memory_probe(dev) as memory[v.name]:
             t = time.perf_counter()
             for _ in range(max(opts.warmup, 1)):
                 last[v.name] = v.step()
@@ -97,7 +97,7 @@ def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> 
             "cpu_s_per_step": cpu_s, "warmup_s": warm[v.name], "forward_flops": v.forward_flops,
             "train_flops": train_flops, "tflops": tflops,
             "mfu": mfu(opts.peak, tflops, train_flops * opts.batch, cpu_s),
-            "peak_memory_mb": memory[v.name].peak_mb, "step_memory_mb": memory[v.name].step_mb,
+            "peak_memory_mb": memory[v.name]["peak_mb"], "step_memory_mb": memory[v.name]["step_mb"],
         }
     return records
 
