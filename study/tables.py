@@ -115,7 +115,8 @@ def compacted_path(root: str | os.PathLike, table: str, trial_id: str) -> str:
     return _join(root, f"{table}/{trial_id}/{COMPACTED}")
 
 
-def _fs(path: str) -> tuple[pafs.FileSystem, str]:
+def file_system(path: str) -> tuple[pafs.FileSystem, str]:
+    """(pyarrow file system, path on it) of a local path or a URI."""
     if is_remote(path):
         return pafs.FileSystem.from_uri(str(path))
     return pafs.LocalFileSystem(), str(path)
@@ -215,17 +216,15 @@ def check_links(tables: str | os.PathLike) -> None:
                 raise LinkOutError(f"{path}: a link to a folder it is in (to {target}): the tables would never end")
 
 
-def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = None,
-               exclude: Iterable[str] = ()) -> Listing:
+def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = None) -> Listing:
     """List ``table``'s files under ``root`` (one trial's with ``trial_id``); foreign files are skipped."""
     base = _join(root, table if trial_id is None else f"{table}/{trial_id}")
     check_links(root)
-    fs, p = _fs(base)
+    fs, p = file_system(base)
     try:
         infos = fs.get_file_info(pafs.FileSelector(p, recursive=True, allow_not_found=True))
     except (FileNotFoundError, NotADirectoryError):
         return Listing()
-    exclude = set(exclude)
     out = Listing()
     prefix = base.rstrip("/")
     for info in sorted(infos, key=lambda i: i.path):
@@ -234,8 +233,8 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
         rel = info.path[len(p.rstrip("/")) + 1:] if info.path.startswith(p.rstrip("/")) else info.base_name
         parts = rel.split("/")
         full = f"{prefix}/{rel}"
-        if any(x.startswith(SKIPPED_PREFIXES) for x in parts) or full in exclude:
-            continue  # a write in progress (``.tmp-*``), hidden bookkeeping, or excluded
+        if any(x.startswith(SKIPPED_PREFIXES) for x in parts):
+            continue  # a write in progress (``.tmp-*``) or hidden bookkeeping
         if table == "runs":
             kind = "parts" if trial_id is None and len(parts) == 1 and rel.endswith(".parquet") else None
         elif len(parts) != (1 if trial_id is not None else 2):
@@ -252,38 +251,49 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
 def _read_file(path: str) -> pa.Table:
     """One file, read through one open handle: a compacted file replaced meanwhile is
     read whole, old or new (``pq.read_table(path)`` opens it twice, footer and pages)."""
-    fs, p = _fs(path)
+    fs, p = file_system(path)
     with fs.open_input_file(p) as f:
         return pq.ParquetFile(f).read()
 
 
-def _vanished(path: str) -> bool:
-    fs, p = _fs(path)
+def _damaged(path: str, exc: Exception) -> bool:
+    """True, and ``path`` named once in a warning, unless it failed because it is gone (compacted)."""
+    fs, p = file_system(path)
     try:
-        return fs.get_file_info(p).type == pafs.FileType.NotFound
+        gone = isinstance(exc, FileNotFoundError) or fs.get_file_info(p).type == pafs.FileType.NotFound
     except OSError:
-        return False
+        gone = False
+    if not gone:
+        _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
+    return not gone
 
 
-def _read_all(root, table: str, *, trial_id: str | None = None) -> tuple[list[pa.Table], list[pa.Table], Listing]:
-    """(compacted tables, part tables, listing of the files read), unreadable files skipped.
+def read_file(path: str, *, schema: bool = False) -> pa.Table | pa.Schema | None:
+    """``path`` read whole (:func:`_read_file`) or its schema; None when gone or damaged (named in a warning)."""
+    try:
+        fs, p = file_system(path)
+        return pq.read_schema(p, filesystem=fs) if schema else _read_file(path)
+    except (OSError, pa.ArrowException) as exc:
+        _damaged(path, exc)
+        return None
+
+
+def read_parts(root, table: str, *, trial_id: str | None = None) -> tuple[list[str], list[pa.Table], list[str]]:
+    """(compacted files, to read after; the tables of the parts; the parts read), damaged files skipped.
     Parts are read first: one a compaction deletes after the listing adds its trial's
-    compacted file, which holds its rows and is read after."""
+    compacted file, which holds its rows (docs/results.md, "Live reads")."""
     listing = list_table(root, table, trial_id=trial_id)
-    read, kept = {"parts": [], "compacted": []}, Listing()
-    for kind, paths in (("parts", listing.parts), ("compacted", listing.compacted)):
-        for path in paths:
-            try:
-                read[kind].append(_read_file(path))
-                getattr(kept, kind).append(path)
-            except (FileNotFoundError, OSError, pa.ArrowException) as exc:
-                if not (isinstance(exc, FileNotFoundError) or _vanished(path)):
-                    _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
-                elif kind == "parts" and table != "runs":  # compacted since the listing
-                    c = _join(root, f"{table}/{path.rstrip('/').split('/')[-2]}/{COMPACTED}")
-                    if c not in listing.compacted:
-                        listing.compacted.append(c)
-    return read["compacted"], read["parts"], kept
+    parts, read = [], []
+    for path in listing.parts:
+        try:
+            parts.append(_read_file(path))
+            read.append(path)
+        except (OSError, pa.ArrowException) as exc:
+            if not _damaged(path, exc) and table != "runs":  # compacted since the listing
+                c = compacted_path(root, table, path.rstrip("/").split("/")[-2])
+                if c not in listing.compacted:
+                    listing.compacted.append(c)
+    return listing.compacted, parts, read
 
 
 def _concat(tables: list[pa.Table | None]) -> pa.Table | None:
@@ -313,7 +323,8 @@ def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
     """All rows of ``table`` under ``root`` as one DataFrame (empty if none yet), each key once."""
     import pandas as pd
 
-    compacted, parts, _ = _read_all(root, table)
+    compacted, parts, _ = read_parts(root, table)
+    compacted = [t for t in map(read_file, compacted) if t is not None]
     if table == "maps":
         compacted, parts = [decode_maps(t) for t in compacted], [decode_maps(t) for t in parts]
     merged = _merge(compacted, parts)
@@ -327,19 +338,19 @@ def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
 def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
     """Merge ``trial_id``'s parts of ``table`` into its compacted file, then delete them;
     the compacted file's path, or None when there was nothing to compact."""
-    compacted, parts, listing = _read_all(root, table, trial_id=trial_id)
-    merged = _merge(compacted, parts)
-    if not listing.parts or merged is None:
+    compacted, parts, read = read_parts(root, table, trial_id=trial_id)
+    merged = _merge([t for t in map(read_file, compacted) if t is not None], parts)
+    if not read or merged is None:
         return None
     merged = merged.sort_by([(k, "ascending") for k in _keys(table)])
     out = write_part(compacted_path(root, table, trial_id), merged)
-    for path in listing.parts:
+    for path in read:
         _delete(path)
     return out
 
 
 def _delete(path: str) -> None:
-    fs, p = _fs(path)
+    fs, p = file_system(path)
     with contextlib.suppress(FileNotFoundError):
         fs.delete_file(p)
 
