@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from study.storage import default_storage, is_remote
-from study.tables import SCHEMA, TABLES, read_file, read_parts, read_table
+from study.tables import SCHEMA, TABLES, file_system, read_file, read_parts, read_table
 
 if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never needs pandas
     import pandas as pd
@@ -68,23 +68,18 @@ def _sql_error(exc: Exception, query: str = "") -> str:
     return text
 
 
-def _remote_kind(uri: str) -> str | None:
-    """'study' / 'tables' / None for a storage URI."""
+def _kind(folder: str) -> str | None:
+    """'study' / 'tables' / None for a local folder or a storage URI."""
     import pyarrow.fs as pafs
 
     try:
-        fs, p = pafs.FileSystem.from_uri(uri)
-        infos = fs.get_file_info([f"{p}/tables"] + [f"{p}/{t}" for t in TABLES] + [f"{p}/study.json"])
+        fs, p = file_system(folder)
+        infos = fs.get_file_info([f"{p}/{name}" for name in ("tables", *TABLES, "study.json", "study.yaml")])
     except Exception as exc:  # bad scheme, no credentials, …
-        raise AnalysisError(f"cannot open {uri}: {_one_line(exc)}") from None
-    is_dir = [i.type == pafs.FileType.Directory for i in infos]
-    if is_dir[0]:
+        raise AnalysisError(f"cannot open {folder}: {_one_line(exc)}") from None
+    if infos[0].type == pafs.FileType.Directory or any(i.type == pafs.FileType.File for i in infos[-2:]):
         return "study"
-    if any(is_dir[1:1 + len(TABLES)]):
-        return "tables"
-    if infos[-1].type == pafs.FileType.File:
-        return "study"
-    return None
+    return "tables" if any(i.type == pafs.FileType.Directory for i in infos[1:-2]) else None
 
 
 def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
@@ -103,18 +98,11 @@ def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
             if under not in candidates:
                 candidates.append(under)
     for c in candidates:
-        if is_remote(c):
-            kind = _remote_kind(c)
-            if kind == "study":
-                return f"{c}/tables", c
-            if kind == "tables":
-                return c, c.rsplit("/", 1)[0]
-            continue
-        p = Path(c)
-        if (p / "tables").is_dir() or (p / "study.json").is_file() or (p / "study.yaml").is_file():
-            return str(p / "tables"), str(p)
-        if any((p / t).is_dir() for t in TABLES):
-            return str(p), str(p.parent)
+        kind = _kind(c)
+        if kind == "study":
+            return f"{c}/tables", c
+        if kind == "tables":
+            return c, c.rsplit("/", 1)[0]
     if is_remote(target):
         raise AnalysisError(f"no study tables at {target}")
     if Path(target).is_dir():
@@ -133,11 +121,10 @@ class Study:
 
     @property
     def name(self) -> str:
-        runs = self.runs
-        if "study" in runs and runs["study"].notna().any() and str(runs["study"].dropna().iloc[0]):
-            return str(runs["study"].dropna().iloc[0])
-        base = self.folder.rstrip("/").rsplit("/", 1)[-1] if self.folder else ""
-        return base or "study"
+        studies = self.runs["study"].dropna() if "study" in self.runs else ()
+        if len(studies) and str(studies.iloc[0]):
+            return str(studies.iloc[0])
+        return self.folder.rstrip("/").rsplit("/", 1)[-1] or "study"
 
     @property
     def remote(self) -> bool:
@@ -147,21 +134,10 @@ class Study:
         check_table(name)
         return getattr(self, name)
 
-    @cached_property
-    def runs(self) -> pd.DataFrame:
-        return read_table(self.root, "runs")
-
-    @cached_property
-    def epochs(self) -> pd.DataFrame:
-        return read_table(self.root, "epochs")
-
-    @cached_property
-    def heads(self) -> pd.DataFrame:
-        return read_table(self.root, "heads")
-
-    @cached_property
-    def maps(self) -> pd.DataFrame:
-        return read_table(self.root, "maps")
+    runs = cached_property(lambda self: read_table(self.root, "runs"))
+    epochs = cached_property(lambda self: read_table(self.root, "epochs"))
+    heads = cached_property(lambda self: read_table(self.root, "heads"))
+    maps = cached_property(lambda self: read_table(self.root, "maps"))
 
     def refresh(self) -> "Study":
         """Forget what was read: the next access reads the tables again."""
@@ -196,10 +172,9 @@ class Study:
         read now, compacted files when scanned): the parts, and the compacted rows of every
         (trial, epoch) no part holds (``study.tables`` invariants)."""
         compacted, parts, _ = read_parts(self.root, table)
+        compacted = [(path, schema) for path in compacted if (schema := read_file(path, schema=True)) is not None]
         sources = {}
-        for kind, files in (("compacted", [(p, read_file(p, schema=True)) for p in compacted]),
-                            ("parts", [(t, t.schema) for t in parts])):
-            files = [(source, schema) for source, schema in files if schema is not None]
+        for kind, files in (("compacted", compacted), ("parts", [(t, t.schema) for t in parts])):
             if files:  # a view over the files, scanned with their unified schema
                 sources[kind] = f"_{table}_{kind}"
                 con.register(sources[kind], _Scan(files))

@@ -11,7 +11,6 @@ import math
 import os
 import re
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -180,12 +179,6 @@ def map_epochs(schedule: str | Iterable[int], epochs: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------- listing
-@dataclass
-class Listing:
-    compacted: list[str] = field(default_factory=list)
-    parts: list[str] = field(default_factory=list)
-
-
 class LinkOutError(UsageError, ValueError):
     """A link in a study's tables folder that leads out of the study (or loops)."""
 
@@ -216,16 +209,16 @@ def check_links(tables: str | os.PathLike) -> None:
                 raise LinkOutError(f"{path}: a link to a folder it is in (to {target}): the tables would never end")
 
 
-def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = None) -> Listing:
-    """List ``table``'s files under ``root`` (one trial's with ``trial_id``); foreign files are skipped."""
+def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = None) -> tuple[list[str], list[str]]:
+    """(compacted files, parts) of ``table`` under ``root`` (one trial's with ``trial_id``); foreign files skipped."""
     base = _join(root, table if trial_id is None else f"{table}/{trial_id}")
     check_links(root)
     fs, p = file_system(base)
     try:
         infos = fs.get_file_info(pafs.FileSelector(p, recursive=True, allow_not_found=True))
     except (FileNotFoundError, NotADirectoryError):
-        return Listing()
-    out = Listing()
+        return [], []
+    out = {"compacted": [], "parts": []}
     prefix = base.rstrip("/")
     for info in sorted(infos, key=lambda i: i.path):
         if info.type != pafs.FileType.File:
@@ -242,10 +235,10 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
         else:
             kind = "compacted" if parts[-1] == COMPACTED else "parts" if _PART.match(parts[-1]) else None
         if kind:
-            getattr(out, kind).append(full)
+            out[kind].append(full)
         else:
             _skip(full, f"not a file of the {table} table")
-    return out
+    return out["compacted"], out["parts"]
 
 
 def _read_file(path: str) -> pa.Table:
@@ -282,18 +275,18 @@ def read_parts(root, table: str, *, trial_id: str | None = None) -> tuple[list[s
     """(compacted files, to read after; the tables of the parts; the parts read), damaged files skipped.
     Parts are read first: one a compaction deletes after the listing adds its trial's
     compacted file, which holds its rows (docs/results.md, "Live reads")."""
-    listing = list_table(root, table, trial_id=trial_id)
+    compacted, listed = list_table(root, table, trial_id=trial_id)
     parts, read = [], []
-    for path in listing.parts:
+    for path in listed:
         try:
             parts.append(_read_file(path))
             read.append(path)
         except (OSError, pa.ArrowException) as exc:
             if not _damaged(path, exc) and table != "runs":  # compacted since the listing
                 c = compacted_path(root, table, path.rstrip("/").split("/")[-2])
-                if c not in listing.compacted:
-                    listing.compacted.append(c)
-    return listing.compacted, parts, read
+                if c not in compacted:
+                    compacted.append(c)
+    return compacted, parts, read
 
 
 def _concat(tables: list[pa.Table | None]) -> pa.Table | None:
@@ -324,13 +317,10 @@ def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
     import pandas as pd
 
     compacted, parts, _ = read_parts(root, table)
-    compacted = [t for t in map(read_file, compacted) if t is not None]
-    if table == "maps":
-        compacted, parts = [decode_maps(t) for t in compacted], [decode_maps(t) for t in parts]
-    merged = _merge(compacted, parts)
+    merged = _merge([t for t in map(read_file, compacted) if t is not None], parts)
     if merged is None or merged.num_rows == 0:
         return pd.DataFrame(columns=list(SCHEMA[table]))
-    frame = merged.to_pandas()
+    frame = (decode_maps(merged) if table == "maps" else merged).to_pandas()
     return frame.sort_values(_keys(table), kind="stable").reset_index(drop=True)
 
 
@@ -359,7 +349,7 @@ def compact_all(root: str | os.PathLike) -> int:
     """Compact every trial's remaining parts; how many (trial, table) pairs were compacted."""
     n = 0
     for table in EPOCH_TABLES:
-        for trial_id in sorted({p.rstrip("/").split("/")[-2] for p in list_table(root, table).parts}):
+        for trial_id in sorted({p.rstrip("/").split("/")[-2] for p in list_table(root, table)[1]}):
             n += compact(root, table, trial_id) is not None
     return n
 
@@ -384,7 +374,7 @@ class TableWriter:
         data = encode_maps(rows) if table == "maps" else rows
         path = write_part(part_path(self.root, table, self.trial_id, epoch), data)
         if table not in self._pending:  # parts left by an earlier attempt count too
-            self._pending[table] = len(list_table(self.root, table, trial_id=self.trial_id).parts)
+            self._pending[table] = len(list_table(self.root, table, trial_id=self.trial_id)[1])
         else:
             self._pending[table] += 1
         if self.compact_every and self._pending[table] >= self.compact_every:
