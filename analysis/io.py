@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from study.storage import default_storage, is_remote
-from study.tables import SCHEMA, TABLES, _fs, _skip, compacted_path, list_table, read_table
+from study.tables import SCHEMA, TABLES, file_system, read_file, read_parts, read_table
 
 if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never needs pandas
     import pandas as pd
@@ -68,23 +68,18 @@ def _sql_error(exc: Exception, query: str = "") -> str:
     return text
 
 
-def _remote_kind(uri: str) -> str | None:
-    """'study' / 'tables' / None for a storage URI."""
+def _kind(folder: str) -> str | None:
+    """'study' / 'tables' / None for a local folder or a storage URI."""
     import pyarrow.fs as pafs
 
     try:
-        fs, p = pafs.FileSystem.from_uri(uri)
-        infos = fs.get_file_info([f"{p}/tables"] + [f"{p}/{t}" for t in TABLES] + [f"{p}/study.json"])
+        fs, p = file_system(folder)
+        infos = fs.get_file_info([f"{p}/{name}" for name in ("tables", *TABLES, "study.json", "study.yaml")])
     except Exception as exc:  # bad scheme, no credentials, …
-        raise AnalysisError(f"cannot open {uri}: {_one_line(exc)}") from None
-    is_dir = [i.type == pafs.FileType.Directory for i in infos]
-    if is_dir[0]:
+        raise AnalysisError(f"cannot open {folder}: {_one_line(exc)}") from None
+    if infos[0].type == pafs.FileType.Directory or any(i.type == pafs.FileType.File for i in infos[-2:]):
         return "study"
-    if any(is_dir[1:1 + len(TABLES)]):
-        return "tables"
-    if infos[-1].type == pafs.FileType.File:
-        return "study"
-    return None
+    return "tables" if any(i.type == pafs.FileType.Directory for i in infos[1:-2]) else None
 
 
 def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
@@ -103,18 +98,11 @@ def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
             if under not in candidates:
                 candidates.append(under)
     for c in candidates:
-        if is_remote(c):
-            kind = _remote_kind(c)
-            if kind == "study":
-                return f"{c}/tables", c
-            if kind == "tables":
-                return c, c.rsplit("/", 1)[0]
-            continue
-        p = Path(c)
-        if (p / "tables").is_dir() or (p / "study.json").is_file() or (p / "study.yaml").is_file():
-            return str(p / "tables"), str(p)
-        if any((p / t).is_dir() for t in TABLES):
-            return str(p), str(p.parent)
+        kind = _kind(c)
+        if kind == "study":
+            return f"{c}/tables", c
+        if kind == "tables":
+            return c, c.rsplit("/", 1)[0]
     if is_remote(target):
         raise AnalysisError(f"no study tables at {target}")
     if Path(target).is_dir():
@@ -130,16 +118,13 @@ class Study:
     root: str
     folder: str = ""
     _con: object = field(default=None, init=False, repr=False)
-    _bad: set = field(default_factory=set, init=False, repr=False)
-    _sources: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def name(self) -> str:
-        runs = self.runs
-        if "study" in runs and runs["study"].notna().any() and str(runs["study"].dropna().iloc[0]):
-            return str(runs["study"].dropna().iloc[0])
-        base = self.folder.rstrip("/").rsplit("/", 1)[-1] if self.folder else ""
-        return base or "study"
+        studies = self.runs["study"].dropna() if "study" in self.runs else ()
+        if len(studies) and str(studies.iloc[0]):
+            return str(studies.iloc[0])
+        return self.folder.rstrip("/").rsplit("/", 1)[-1] or "study"
 
     @property
     def remote(self) -> bool:
@@ -149,27 +134,18 @@ class Study:
         check_table(name)
         return getattr(self, name)
 
-    @cached_property
-    def runs(self) -> pd.DataFrame:
-        return read_table(self.root, "runs")
-
-    @cached_property
-    def epochs(self) -> pd.DataFrame:
-        return read_table(self.root, "epochs")
-
-    @cached_property
-    def heads(self) -> pd.DataFrame:
-        return read_table(self.root, "heads")
-
-    @cached_property
-    def maps(self) -> pd.DataFrame:
-        return read_table(self.root, "maps")
+    runs = cached_property(lambda self: read_table(self.root, "runs"))
+    epochs = cached_property(lambda self: read_table(self.root, "epochs"))
+    heads = cached_property(lambda self: read_table(self.root, "heads"))
+    maps = cached_property(lambda self: read_table(self.root, "maps"))
 
     def refresh(self) -> "Study":
         """Forget what was read: the next access reads the tables again."""
         for name in TABLES:
             self.__dict__.pop(name, None)
-        self._forget()
+        if self._con is not None:
+            self._con.close()
+            self._con = None
         return self
 
     # -- SQL ---------------------------------------------------------------------------
@@ -182,7 +158,6 @@ class Study:
             for name, value in CONFINEMENT:
                 con.execute(f"SET {name} = {value}")
             try:
-                self._sources = {}
                 for table in TABLES:
                     self._view(con, table)
             except BaseException:
@@ -193,15 +168,16 @@ class Study:
         return self._con
 
     def _view(self, con, table: str) -> None:
-        """``table`` as a view over a snapshot of its files: the parts, and the compacted
-        rows of every (trial, epoch) no part holds (``study.tables`` invariants)."""
-        parts, compacted = self._snapshot(table)
+        """``table`` as a view over a snapshot of its files (:func:`study.tables.read_parts`: parts
+        read now, compacted files when scanned): the parts, and the compacted rows of every
+        (trial, epoch) no part holds (``study.tables`` invariants)."""
+        compacted, parts, _ = read_parts(self.root, table)
+        compacted = [(path, schema) for path in compacted if (schema := read_file(path, schema=True)) is not None]
         sources = {}
-        for kind, frags in (("compacted", compacted), ("parts", parts)):
-            if frags:  # a view over the files, scanned with their unified schema
+        for kind, files in (("compacted", compacted), ("parts", [(t, t.schema) for t in parts])):
+            if files:  # a view over the files, scanned with their unified schema
                 sources[kind] = f"_{table}_{kind}"
-                self._sources[sources[kind]] = _Scan(frags)
-                con.register(sources[kind], self._sources[sources[kind]])
+                con.register(sources[kind], _Scan(files))
         if not sources:
             cols = ", ".join(f'CAST(NULL AS {_sql_type(table, c)}) AS "{c}"' for c in SCHEMA[table])
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")
@@ -222,96 +198,16 @@ class Study:
                 body = f"SELECT * EXCLUDE ({keep}), {decoded} AS probs FROM ({body})"
         con.execute(f"CREATE OR REPLACE VIEW {table} AS {body}")
 
-    def _snapshot(self, table: str) -> tuple[list, list]:
-        """``(parts, compacted)`` of ``table``: ``(path, source, schema)`` each, ``source``
-        the part's bytes or the compacted file's path.
-
-        Parts are read now, compacted files when scanned: why that is whole without
-        retries is docs/results.md, "Live reads".  Parts beyond :data:`PART_BYTES_IN_MEMORY`
-        are read by path (one deleted under a query makes the snapshot be taken again)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        listing = list_table(self.root, table, exclude=self._bad)
-        compacted_paths = list(listing.compacted)
-        parts, budget = [], PART_BYTES_IN_MEMORY
-        for path in listing.parts:
-            fs, p = _fs(path)
-            try:
-                if budget > 0:
-                    with fs.open_input_stream(p) as f:
-                        source = f.read()
-                    budget -= len(source)
-                    schema = pq.ParquetFile(pa.BufferReader(source)).schema_arrow
-                else:
-                    source, schema = path, pq.read_schema(p, filesystem=fs)
-                parts.append((path, source, schema))
-            except (OSError, pa.ArrowException) as exc:
-                # gone: compacted, so its rows are in the trial's compacted file
-                if not self._mark_bad(path, exc) and table != "runs":
-                    trial_id = path.rstrip("/").split("/")[-2]
-                    c = compacted_path(self.root, table, trial_id)
-                    if c not in compacted_paths and c not in self._bad:
-                        compacted_paths.append(c)
-        compacted = []
-        for path in compacted_paths:
-            fs, p = _fs(path)
-            try:
-                compacted.append((path, path, pq.read_schema(p, filesystem=fs)))
-            except (OSError, pa.ArrowException) as exc:
-                self._mark_bad(path, exc)
-        return parts, compacted
-
-    def _mark_bad(self, path: str, exc: Exception) -> bool:
-        """Skip ``path`` from now on, named, unless a compaction deleted it: True when skipped."""
-        import pyarrow.fs as pafs
-
-        fs, p = _fs(path)
-        try:
-            gone = isinstance(exc, FileNotFoundError) or fs.get_file_info(p).type == pafs.FileType.NotFound
-        except OSError:
-            gone = False
-        if not gone:
-            self._bad.add(path)
-            _skip(path, f"not readable Parquet ({_one_line(exc)})")
-        return not gone
-
-    def _recover(self, exc: Exception) -> bool:
-        """After a DuckDB error: True when a scan failed on a file (a damaged one is
-        skipped from now on) and the query is worth running again on a new snapshot."""
-        failed = [scan.failed for scan in self._sources.values() if scan.failed]
-        if not failed:
-            return False
-        for path, err in failed:
-            self._mark_bad(path, err)
-        self._forget()
-        return True
-
-    def _forget(self) -> None:
-        """Drop the connection: the next query takes a new snapshot."""
-        if self._con is not None:
-            self._con.close()
-            self._con = None
-        self._sources = {}
-
-    def _run(self, fn, query: str = ""):
+    def _query(self, query: str, convert, empty):
         import duckdb
 
-        for _ in range(20):
-            try:
-                return fn(self.connection())
-            except duckdb.Error as exc:
-                if not self._recover(exc):
-                    raise AnalysisError(_sql_error(exc, query)) from None
-        raise AnalysisError("tables kept changing while being queried; try again")
-
-    def _query(self, query: str, convert, empty):
-        def go(con):
-            _only_reads(con, query)
+        con = self.connection()
+        _only_reads(con, query)
+        try:
             result = con.sql(query)
             return empty() if result is None else convert(result)  # None: a statement without a result
-
-        return self._run(go, query)
+        except duckdb.Error as exc:
+            raise AnalysisError(_sql_error(exc, query)) from None
 
     def sql(self, query: str) -> pd.DataFrame:
         """Run ``query`` (DuckDB SQL over ``runs``, ``epochs``, ``heads``, ``maps``)."""
@@ -327,10 +223,6 @@ class Study:
 
         return self._query(query, records, lambda: ([], []))
 
-
-#: Bytes of parts a snapshot holds in memory (see :meth:`Study._snapshot`): a running
-#: study holds fewer than ``COMPACT_EVERY`` parts per trial and table, kilobytes each.
-PART_BYTES_IN_MEMORY = 256 << 20
 
 #: DuckDB settings of every ``analysis`` connection (what each forbids: docs/results.md, "Queries"),
 #: in this order: each later one forbids changing the earlier ones, and ``disabled_filesystems``
@@ -396,34 +288,21 @@ def _only_reads(con, query: str, label: str = "") -> None:
 
 
 class _Scan:
-    """The rows of some Parquet files as an Arrow stream that DuckDB reads once per scan,
-    each batch aligned to the unified schema (a column a file lacks is null; not
-    ``pyarrow.dataset``, which would import pandas into ``analysis query``); a file that
-    fails is kept in ``failed`` for :meth:`Study._recover`."""
+    """Tables, or compacted files read whole one at a time when scanned, as an Arrow stream that
+    DuckDB reads once per scan, each batch aligned to the unified schema (a column a file lacks
+    is null; not ``pyarrow.dataset``, which would import pandas into ``analysis query``)."""
 
-    def __init__(self, files: list[tuple[str, object, object]]):
+    def __init__(self, files: list[tuple[object, object]]):
         import pyarrow as pa
 
-        self.files = files
-        self.schema = pa.unify_schemas([s for _, _, s in files], promote_options="permissive")
-        self.failed: tuple[str, Exception] | None = None
+        self.sources = [source for source, _ in files]
+        self.schema = pa.unify_schemas([schema for _, schema in files], promote_options="permissive")
 
     def _batches(self):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        for path, source, _ in self.files:
-            try:
-                if isinstance(source, bytes):
-                    reader = pq.ParquetFile(pa.BufferReader(source))
-                else:
-                    fs, p = _fs(source)
-                    reader = pq.ParquetFile(fs.open_input_file(p))
-                for batch in reader.iter_batches():
-                    yield self._aligned(batch)
-            except (OSError, pa.ArrowException) as exc:
-                self.failed = (path, exc)
-                raise
+        for source in self.sources:
+            table = read_file(source) if isinstance(source, str) else source  # None: damaged since, named
+            for batch in table.to_batches() if table is not None else ():
+                yield self._aligned(batch)
 
     def _aligned(self, batch):
         import pyarrow as pa

@@ -73,9 +73,9 @@ def study_file(study: Study) -> str | None:
     """The study file saved next to the tables (``study.yaml``), or None."""
     if not study.folder:
         return None
-    from study.tables import _fs
+    from study.tables import file_system
 
-    fs, path = _fs(f"{study.folder.rstrip('/')}/study.yaml")
+    fs, path = file_system(f"{study.folder.rstrip('/')}/study.yaml")
     try:
         with fs.open_input_stream(path) as f:
             return f.read().decode()

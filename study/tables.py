@@ -11,7 +11,6 @@ import math
 import os
 import re
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -115,7 +114,8 @@ def compacted_path(root: str | os.PathLike, table: str, trial_id: str) -> str:
     return _join(root, f"{table}/{trial_id}/{COMPACTED}")
 
 
-def _fs(path: str) -> tuple[pafs.FileSystem, str]:
+def file_system(path: str) -> tuple[pafs.FileSystem, str]:
+    """(pyarrow file system, path on it) of a local path or a URI."""
     if is_remote(path):
         return pafs.FileSystem.from_uri(str(path))
     return pafs.LocalFileSystem(), str(path)
@@ -179,12 +179,6 @@ def map_epochs(schedule: str | Iterable[int], epochs: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------- listing
-@dataclass
-class Listing:
-    compacted: list[str] = field(default_factory=list)
-    parts: list[str] = field(default_factory=list)
-
-
 class LinkOutError(UsageError, ValueError):
     """A link in a study's tables folder that leads out of the study (or loops)."""
 
@@ -215,18 +209,16 @@ def check_links(tables: str | os.PathLike) -> None:
                 raise LinkOutError(f"{path}: a link to a folder it is in (to {target}): the tables would never end")
 
 
-def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = None,
-               exclude: Iterable[str] = ()) -> Listing:
-    """List ``table``'s files under ``root`` (one trial's with ``trial_id``); foreign files are skipped."""
+def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = None) -> tuple[list[str], list[str]]:
+    """(compacted files, parts) of ``table`` under ``root`` (one trial's with ``trial_id``); foreign files skipped."""
     base = _join(root, table if trial_id is None else f"{table}/{trial_id}")
     check_links(root)
-    fs, p = _fs(base)
+    fs, p = file_system(base)
     try:
         infos = fs.get_file_info(pafs.FileSelector(p, recursive=True, allow_not_found=True))
     except (FileNotFoundError, NotADirectoryError):
-        return Listing()
-    exclude = set(exclude)
-    out = Listing()
+        return [], []
+    out = {"compacted": [], "parts": []}
     prefix = base.rstrip("/")
     for info in sorted(infos, key=lambda i: i.path):
         if info.type != pafs.FileType.File:
@@ -234,8 +226,8 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
         rel = info.path[len(p.rstrip("/")) + 1:] if info.path.startswith(p.rstrip("/")) else info.base_name
         parts = rel.split("/")
         full = f"{prefix}/{rel}"
-        if any(x.startswith(SKIPPED_PREFIXES) for x in parts) or full in exclude:
-            continue  # a write in progress (``.tmp-*``), hidden bookkeeping, or excluded
+        if any(x.startswith(SKIPPED_PREFIXES) for x in parts):
+            continue  # a write in progress (``.tmp-*``) or hidden bookkeeping
         if table == "runs":
             kind = "parts" if trial_id is None and len(parts) == 1 and rel.endswith(".parquet") else None
         elif len(parts) != (1 if trial_id is not None else 2):
@@ -243,47 +235,58 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
         else:
             kind = "compacted" if parts[-1] == COMPACTED else "parts" if _PART.match(parts[-1]) else None
         if kind:
-            getattr(out, kind).append(full)
+            out[kind].append(full)
         else:
             _skip(full, f"not a file of the {table} table")
-    return out
+    return out["compacted"], out["parts"]
 
 
 def _read_file(path: str) -> pa.Table:
     """One file, read through one open handle: a compacted file replaced meanwhile is
     read whole, old or new (``pq.read_table(path)`` opens it twice, footer and pages)."""
-    fs, p = _fs(path)
+    fs, p = file_system(path)
     with fs.open_input_file(p) as f:
         return pq.ParquetFile(f).read()
 
 
-def _vanished(path: str) -> bool:
-    fs, p = _fs(path)
+def _damaged(path: str, exc: Exception) -> bool:
+    """True, and ``path`` named once in a warning, unless it failed because it is gone (compacted)."""
+    fs, p = file_system(path)
     try:
-        return fs.get_file_info(p).type == pafs.FileType.NotFound
+        gone = isinstance(exc, FileNotFoundError) or fs.get_file_info(p).type == pafs.FileType.NotFound
     except OSError:
-        return False
+        gone = False
+    if not gone:
+        _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
+    return not gone
 
 
-def _read_all(root, table: str, *, trial_id: str | None = None) -> tuple[list[pa.Table], list[pa.Table], Listing]:
-    """(compacted tables, part tables, listing of the files read), unreadable files skipped.
+def read_file(path: str, *, schema: bool = False) -> pa.Table | pa.Schema | None:
+    """``path`` read whole (:func:`_read_file`) or its schema; None when gone or damaged (named in a warning)."""
+    try:
+        fs, p = file_system(path)
+        return pq.read_schema(p, filesystem=fs) if schema else _read_file(path)
+    except (OSError, pa.ArrowException) as exc:
+        _damaged(path, exc)
+        return None
+
+
+def read_parts(root, table: str, *, trial_id: str | None = None) -> tuple[list[str], list[pa.Table], list[str]]:
+    """(compacted files, to read after; the tables of the parts; the parts read), damaged files skipped.
     Parts are read first: one a compaction deletes after the listing adds its trial's
-    compacted file, which holds its rows and is read after."""
-    listing = list_table(root, table, trial_id=trial_id)
-    read, kept = {"parts": [], "compacted": []}, Listing()
-    for kind, paths in (("parts", listing.parts), ("compacted", listing.compacted)):
-        for path in paths:
-            try:
-                read[kind].append(_read_file(path))
-                getattr(kept, kind).append(path)
-            except (FileNotFoundError, OSError, pa.ArrowException) as exc:
-                if not (isinstance(exc, FileNotFoundError) or _vanished(path)):
-                    _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
-                elif kind == "parts" and table != "runs":  # compacted since the listing
-                    c = _join(root, f"{table}/{path.rstrip('/').split('/')[-2]}/{COMPACTED}")
-                    if c not in listing.compacted:
-                        listing.compacted.append(c)
-    return read["compacted"], read["parts"], kept
+    compacted file, which holds its rows (docs/results.md, "Live reads")."""
+    compacted, listed = list_table(root, table, trial_id=trial_id)
+    parts, read = [], []
+    for path in listed:
+        try:
+            parts.append(_read_file(path))
+            read.append(path)
+        except (OSError, pa.ArrowException) as exc:
+            if not _damaged(path, exc) and table != "runs":  # compacted since the listing
+                c = compacted_path(root, table, path.rstrip("/").split("/")[-2])
+                if c not in compacted:
+                    compacted.append(c)
+    return compacted, parts, read
 
 
 def _concat(tables: list[pa.Table | None]) -> pa.Table | None:
@@ -313,13 +316,11 @@ def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
     """All rows of ``table`` under ``root`` as one DataFrame (empty if none yet), each key once."""
     import pandas as pd
 
-    compacted, parts, _ = _read_all(root, table)
-    if table == "maps":
-        compacted, parts = [decode_maps(t) for t in compacted], [decode_maps(t) for t in parts]
-    merged = _merge(compacted, parts)
+    compacted, parts, _ = read_parts(root, table)
+    merged = _merge([t for t in map(read_file, compacted) if t is not None], parts)
     if merged is None or merged.num_rows == 0:
         return pd.DataFrame(columns=list(SCHEMA[table]))
-    frame = merged.to_pandas()
+    frame = (decode_maps(merged) if table == "maps" else merged).to_pandas()
     return frame.sort_values(_keys(table), kind="stable").reset_index(drop=True)
 
 
@@ -327,19 +328,19 @@ def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
 def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
     """Merge ``trial_id``'s parts of ``table`` into its compacted file, then delete them;
     the compacted file's path, or None when there was nothing to compact."""
-    compacted, parts, listing = _read_all(root, table, trial_id=trial_id)
-    merged = _merge(compacted, parts)
-    if not listing.parts or merged is None:
+    compacted, parts, read = read_parts(root, table, trial_id=trial_id)
+    merged = _merge([t for t in map(read_file, compacted) if t is not None], parts)
+    if not read or merged is None:
         return None
     merged = merged.sort_by([(k, "ascending") for k in _keys(table)])
     out = write_part(compacted_path(root, table, trial_id), merged)
-    for path in listing.parts:
+    for path in read:
         _delete(path)
     return out
 
 
 def _delete(path: str) -> None:
-    fs, p = _fs(path)
+    fs, p = file_system(path)
     with contextlib.suppress(FileNotFoundError):
         fs.delete_file(p)
 
@@ -348,7 +349,7 @@ def compact_all(root: str | os.PathLike) -> int:
     """Compact every trial's remaining parts; how many (trial, table) pairs were compacted."""
     n = 0
     for table in EPOCH_TABLES:
-        for trial_id in sorted({p.rstrip("/").split("/")[-2] for p in list_table(root, table).parts}):
+        for trial_id in sorted({p.rstrip("/").split("/")[-2] for p in list_table(root, table)[1]}):
             n += compact(root, table, trial_id) is not None
     return n
 
@@ -373,7 +374,7 @@ class TableWriter:
         data = encode_maps(rows) if table == "maps" else rows
         path = write_part(part_path(self.root, table, self.trial_id, epoch), data)
         if table not in self._pending:  # parts left by an earlier attempt count too
-            self._pending[table] = len(list_table(self.root, table, trial_id=self.trial_id).parts)
+            self._pending[table] = len(list_table(self.root, table, trial_id=self.trial_id)[1])
         else:
             self._pending[table] += 1
         if self.compact_every and self._pending[table] >= self.compact_every:

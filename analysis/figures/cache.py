@@ -30,9 +30,9 @@ def table_files(root: str) -> dict[str, list[tuple[str, int, int]]]:
     (writes in progress, ``.tmp-*``, excluded); one listing of the whole root."""
     import pyarrow.fs as pafs
 
-    from study.tables import _fs
+    from study.tables import file_system
 
-    fs, base = _fs(root if "://" in root else str(Path(root).resolve()))
+    fs, base = file_system(root if "://" in root else str(Path(root).resolve()))
     try:
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     except OSError:
