@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from study.cliutil import fail
+from study.errors import UsageError
 
 PROG = "study slurm"
 
@@ -264,14 +264,14 @@ def _sbatch_options(opts: list[str]) -> list[str]:
     if it is, or may be, one the script sets (:data:`REFUSED_SBATCH`)."""
     for o in opts:
         if any(ord(c) < 32 or ord(c) == 127 for c in o):
-            fail(PROG, f"sbatch options: {o!r} holds a control character (a line break ends an #SBATCH line)")
+            raise UsageError(f"sbatch options: {o!r} holds a control character (a line break ends an #SBATCH line)")
         if not o.startswith("-") or o in ("-", "--"):
-            fail(PROG, f"sbatch options: {o!r} is not an option (give them after `--`, as --key=value)")
+            raise UsageError(f"sbatch options: {o!r} is not an option (give them after `--`, as --key=value)")
         refused = _refused_sbatch(o)
         if refused:
             read = "" if o.split("=", 1)[0] == refused else f"; sbatch reads {o[:60]!r} as {refused}"
-            fail(PROG, f"sbatch options: {refused} is set by the script (one Ray node per node, one study "
-                       f"per job{read})")
+            raise UsageError(f"sbatch options: {refused} is set by the script (one Ray node per node, one study "
+                             f"per job{read})")
     return opts
 
 
@@ -308,7 +308,7 @@ def _storage(value: str | None) -> str:
     from study.storage import STORAGE_ENV, is_remote
 
     if value is None and not os.environ.get(STORAGE_ENV):
-        fail(PROG, f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
+        raise UsageError(f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
     storage = resolved_storage(value)
     check_storage_writable(storage)
     return storage if is_remote(storage) else str(Path(storage).resolve())
@@ -327,23 +327,23 @@ def script_for(args: argparse.Namespace) -> str:
     sbatch = _sbatch_options(args.sbatch)
     if args.resume:  # NAME: a name as `study run` makes them (no '/' or leading '.'), a folder directly under storage
         if args.name or args.data:
-            fail(PROG, "--resume continues a stored study as it is: no --name or --data")
+            raise UsageError("--resume continues a stored study as it is: no --name or --data")
         name = args.file
         if not _valid_name(name):
-            fail(PROG, f"NAME: a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not "
-                       f"starting with '.'; got {name[:120]!r}")
+            raise UsageError(f"NAME: a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not "
+                             f"starting with '.'; got {name[:120]!r}")
         root = study_root(storage, name)
         if not is_remote(storage) and Path(root).resolve().parent != Path(storage):
-            fail(PROG, f"NAME: {root} leads out of {storage} (a link): not a study of this storage")
+            raise UsageError(f"NAME: {root} leads out of {storage} (a link): not a study of this storage")
         if not study_exists(root):
-            fail(PROG, f"no study {name!r} in {storage}")
+            raise UsageError(f"no study {name!r} in {storage}")
         run_args = [name]  # not used: the study exists, so the job runs `study resume NAME`
     else:  # the file validated against no particular machine; an existing study of its name is refused
         spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)  # a SpecError: exit 2
         name = checked_name(args.name if args.name is not None else spec.name)
         if study_exists(study_root(storage, name)):
-            fail(PROG, f"--name: study {name!r} already exists in {storage} (continue it with "
-                       f"`study slurm {name} --resume` or pick another --name)")
+            raise UsageError(f"--name: study {name!r} already exists in {storage} (continue it with "
+                             f"`study slurm {name} --resume` or pick another --name)")
         run_args = [str(Path(args.file).resolve())] + (["--data", args.data] if args.data else [])
     q = shlex.quote
     if args.ray_logs is None:  # the folder sbatch ran from, known in the job
@@ -364,7 +364,8 @@ def run_slurm(args: argparse.Namespace) -> int:
     try:
         r = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True)
     except FileNotFoundError:
-        fail(PROG, "--submit: sbatch is not on PATH (run this on a SLURM login node, or print the script)")
+        raise UsageError("--submit: sbatch is not on PATH (run this on a SLURM login node, or print the "
+                         "script)") from None
     if r.returncode != 0:
         print(f"{PROG}: error: sbatch: {' '.join(r.stderr.split())}", file=sys.stderr)
         return 1

@@ -243,7 +243,7 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
     if not quiet:  # the study's compute, one line (`study plan` gives the details)
         from study.commands.plan import plan_line
 
-        print(plan_line(prog, spec), file=sys.stderr, flush=True)
+        print(plan_line(spec), file=sys.stderr, flush=True)
     runs = _storage_errors(lambda: run_study(spec, storage=storage, address=address, num_cpus=num_cpus,
                                              verbose=not quiet, show_tracebacks=verbose, prog=prog))
     runs.attrs["root"] = root
