@@ -94,11 +94,8 @@ def run_export(args: argparse.Namespace) -> int:
     key = _choose(runs, refs, args)
     from study.models.trained import ExportError, check_export, export_dict
 
-    def exportable(state: dict, path: str) -> None:  # what is written must load: config, keys, shapes
-        check_export(export_dict(state), where=path)
-
-    try:
-        state = latest_checkpoint(root, key, check=exportable,
+    try:  # the checkpoint taken is one whose export loads (config, keys, shapes)
+        state = latest_checkpoint(root, key, check=lambda state, path: check_export(export_dict(state), where=path),
                                   warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
         export = export_dict(state, study=Path(root).name, trial_id=key)
     except ExportError as e:

@@ -241,21 +241,16 @@ def register(sub) -> None:
                    "DIR/ray-JOBID-RESTART/NODE (default: the folder sbatch was run from); '' keeps them nowhere")
     p.add_argument("--submit", action="store_true", help="submit the script with sbatch and print the job id")
     p.set_defaults(func=run_slurm, sbatch=[])
-    _options_after_separator(p)
+    parse = p.parse_known_args
 
-
-def _options_after_separator(parser) -> None:
-    """Everything after the first ``--`` is sbatch's (``args.sbatch``), never this parser's."""
-    parse = parser.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):
+    def parse_known_args(args=None, namespace=None):  # everything after the first `--` is sbatch's, never ours
         args = list(sys.argv[1:] if args is None else args)
         cut = args.index("--") if "--" in args else len(args)
         ns, extra = parse(args[:cut], namespace)
         ns.sbatch = args[cut + 1:]
         return ns, extra
 
-    parser.parse_known_args = parse_known_args
+    p.parse_known_args = parse_known_args
 
 
 def _sbatch_options(opts: list[str]) -> list[str]:

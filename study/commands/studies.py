@@ -9,6 +9,7 @@ import argparse
 import os
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from study.cliutil import BoundedInt
@@ -228,7 +229,7 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
     spec = load_checked(file, data=data, overrides=overrides,
                         cpus=None if address else (num_cpus if num_cpus is not None else local_cpus()))
     if name is not None:  # an explicit --name '' is refused, not replaced by the file's name
-        object.__setattr__(spec, "name", checked_name(name))
+        spec = replace(spec, name=checked_name(name))
     check_storage_writable(storage)
     cluster_checks(address=address, storage=storage, shared_storage=shared_storage)
     from study.tuning.runner import run_study
@@ -414,10 +415,9 @@ def run_resume(args: argparse.Namespace) -> int:
     check_loggers_of(meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
     from study.spec import validate
 
-    # the study file it stored (raw, overrides applied), validated once: the resumed trials get configurations from it
-    spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"])
-    object.__setattr__(spec, "name", meta["name"])  # a study run with --name keeps it
-    object.__setattr__(spec, "overrides", tuple(meta.get("overrides") or ()))
+    # the study file it stored (overrides applied), validated once; a study run with --name keeps that name
+    spec = replace(validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"]), name=meta["name"],
+                   overrides=tuple(meta.get("overrides") or ()))
     if args.address:  # a local Ray was checked when the study ran
         preflight(meta.get("file", root), args.address, args.num_cpus, cpus=meta["cpus_per_trial"],
                   gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])
