@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 
 from study.cliutil import BoundedInt, check_data
-from study.commands.studies import _storage
+from study.commands.studies import _root, _storage, resolved_storage
 from study.errors import UsageError
 from study.limits import MAX_EVAL_BATCH, MAX_SUBSET
+from study.storage import file_in_the_way
 
 
 def register(sub) -> None:
@@ -61,10 +63,6 @@ def _choose(runs, refs: list[str], args) -> str:
 def _check_out(out: Path) -> None:
     """``--out`` can be written (not a folder, no file in its path like ``/etc/passwd/x.pt``,
     its nearest existing folder writable), checked before anything is read."""
-    import os
-
-    from study.storage import file_in_the_way
-
     if out.is_dir():
         raise UsageError(f"--out: {out} is a directory")
     blocker = file_in_the_way(out)
@@ -79,7 +77,6 @@ def _check_out(out: Path) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     prog = "study export"
-    from study.commands.studies import _root, resolved_storage
     from study.tables import read_table
     from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
 

@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from study import limits
 from study.cliutil import BoundedFloat, BoundedInt
+from study.commands.studies import add_overrides, load_checked
+from study.cpus import local_cpus
 from study.errors import UsageError
+from study.metafile import MetaFileError, read_json
+from study.storage import resolve_storage, study_root
 
 #: A `study bench --json` report is a few kilobytes; refuse anything far larger.
 MAX_BENCH_BYTES = 16 * 2**20
@@ -27,8 +32,6 @@ def register(sub) -> None:
         epilog="Without a throughput only FLOPs are printed (no timing is guessed). A folder or archive "
         "data source is listed (not decoded) to count its images.")
     p.add_argument("file", help="study file (search_spaces/*.yaml)")
-    from study.commands.studies import add_overrides
-
     add_overrides(p)
     p.add_argument("--data", help="override the file's data source")
     rate = p.add_mutually_exclusive_group()
@@ -53,8 +56,6 @@ def read_bench(path: str) -> dict:
     """A ``study bench --json`` report, or one line naming what is wrong (exit 2): read as
     the input it is (:mod:`study.metafile`: a FIFO, a device or a folder is refused
     without blocking, nesting and size are bounded)."""
-    from study.metafile import MetaFileError, read_json
-
     try:
         report = read_json(path, max_bytes=MAX_BENCH_BYTES)
     except FileNotFoundError:
@@ -74,7 +75,6 @@ def read_bench(path: str) -> dict:
 
 def default_workers(spec) -> tuple[int, str]:
     """Trials this machine runs at once under the study's resources (at least 1), and a note when it cannot run one."""
-    from study.cpus import local_cpus
     from study.tuning.preflight import local_gpus
 
     n = int(local_cpus() // max(spec.cpus_per_trial * spec.workers_per_trial, 1e-9))
@@ -122,10 +122,6 @@ def plan_line(spec) -> str:
 
 def measured_seconds(study: str) -> dict[str, float]:
     """runs.device_seconds of every finished trial of a study (folder or name)."""
-    from pathlib import Path
-
-    from study.storage import resolve_storage, study_root
-
     try:
         root = study if Path(study, "tables").is_dir() else study_root(resolve_storage(None), study)
     except ValueError as e:
@@ -146,7 +142,6 @@ def measured_seconds(study: str) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from study.commands.studies import load_checked
     from study.plan import PlanError, Throughput, make_plan, table, to_json, total_line
 
     spec = load_checked(args.file, data=args.data, overrides=args.overrides)

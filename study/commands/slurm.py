@@ -4,13 +4,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from study.cliutil import package_version
+from study.commands.studies import check_storage_writable, checked_name, resolved_storage
 from study.errors import UsageError
+from study.limits import MAX_NAME_LENGTH
+from study.storage import STORAGE_ENV, is_remote, study_exists, study_root
 
 PROG = "study slurm"
 
@@ -297,11 +304,6 @@ def sbatch_quote(word: str) -> str:
 def _storage(value: str | None) -> str:
     """``--storage`` (or ``$STUDY_STORAGE``) as ``study run`` checks it: malformed, a regular
     file or an unwritable folder is exit 2; an object store that does not answer, exit 3."""
-    import os
-
-    from study.commands.studies import check_storage_writable, resolved_storage
-    from study.storage import STORAGE_ENV, is_remote
-
     if value is None and not os.environ.get(STORAGE_ENV):
         raise UsageError(f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
     storage = resolved_storage(value)
@@ -312,11 +314,7 @@ def _storage(value: str | None) -> str:
 def script_for(args: argparse.Namespace) -> str:
     """The sbatch script for ``args`` (checked), every value quoted for bash (``shlex.quote``)
     and, in ``#SBATCH`` lines, for sbatch (:func:`sbatch_quote`)."""
-    from study.cliutil import package_version
-    from study.commands.studies import checked_name
-    from study.limits import MAX_NAME_LENGTH
     from study.spec import _valid_name, load_spec
-    from study.storage import is_remote, study_exists, study_root
 
     storage = _storage(args.storage)
     sbatch = _sbatch_options(args.sbatch)
@@ -371,10 +369,6 @@ def run_slurm(args: argparse.Namespace) -> int:
 def wait_for_nodes(head: str, nodes: int, timeout: float, head_pid: int) -> int:
     """Inside the job: wait until the Ray cluster at ``head`` has ``nodes`` alive nodes
     (0), the head's ``ray start`` (``head_pid``) died (1), or ``timeout`` passed (2)."""
-    import os
-    import socket
-    import time
-
     import ray
 
     deadline = time.time() + timeout

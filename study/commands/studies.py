@@ -17,6 +17,7 @@ from study.cpus import local_cpus
 from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError
 from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS, MAX_NAME_LENGTH
 from study.metafile import MetaFileError
+from study.speccheck import batch_overflow, short
 from study.storage import (STORAGE_ENV, NoBucket, StorageUnreachable, check_reachable, list_studies, read_meta,
                            resolve_storage, study_exists, study_root)
 
@@ -254,7 +255,6 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
 def checked_name(name) -> str:
     """A study name as ``--name`` must give it: :class:`UsageError` if not."""
     from study.spec import _valid_name
-    from study.speccheck import short
 
     if not isinstance(name, str) or not _valid_name(name):
         raise UsageError(f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', got {short(name)}")
@@ -317,7 +317,6 @@ def check_data(spec, *, quiet: bool = False) -> None:
         except DataError as e:
             raise UsageError(f"{spec.file}: data: {e}") from None
     from study.data import hold_out_validation, load_splits
-    from study.speccheck import batch_overflow
 
     progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     for source, subset, validation in sorted({(c.data, c.subset, c.validation) for c in configs}, key=str):

@@ -7,14 +7,18 @@ import os
 import re
 import sys
 import uuid
+from dataclasses import fields
 from pathlib import Path
 
 from study import limits
 from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, flag, model_config,
                            model_overrides)
 from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, UsageError
+from study.metafile import MetaFileError, read_object
+from study.models.config import ConfigError
 from study.speccheck import batch_overflow
 from study.storage import file_in_the_way
+from study.trial import TrainConfig
 
 #: a trial id names its table parts (tables/runs/<id>.parquet): no '/' or '..', and no
 #: first character the table readers skip (study.tables.SKIPPED_PREFIXES: '.', '_')
@@ -93,11 +97,6 @@ def derive_trial_id(out: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     # every flag and what the data source promises are checked before torch is imported
     # (study.trial.config and study.models.config are torch-free): a refusal costs < 1 s CPU
-    from dataclasses import fields
-
-    from study.models.config import ConfigError
-    from study.trial import TrainConfig
-
     prog = "study train"
     mc = model_config(**model_overrides(args))
     flags = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}  # same names
@@ -216,7 +215,6 @@ class _EpochBar:
 
 def _check_ledger(path: Path) -> None:
     """The attempt ledger of an earlier run in --out is an input too: one line if damaged."""
-    from study.metafile import MetaFileError, read_object
     from study.trial.ledger import LEDGER_FIELDS
 
     if not os.path.lexists(path):
