@@ -145,13 +145,9 @@ def run(args: argparse.Namespace) -> int:
     from study.plan import PlanError, Throughput, make_plan, table, to_json, total_line
 
     spec = load_checked(args.file, data=args.data, overrides=args.overrides)
-    throughput = None
-    if args.tflops is not None:
-        throughput = Throughput(tflops=args.tflops)
-    elif args.images_per_s is not None:
-        throughput = Throughput(images_per_s=args.images_per_s)
-    elif args.bench is not None:
-        throughput = Throughput(bench=read_bench(args.bench), source=args.bench)
+    rates = dict(tflops=args.tflops, images_per_s=args.images_per_s,  # at most one: a mutually exclusive group
+                 bench=None if args.bench is None else read_bench(args.bench))
+    throughput = Throughput(**rates, source=args.bench or "") if any(v is not None for v in rates.values()) else None
     workers, note = (args.workers, "") if args.workers else default_workers(spec)
     try:
         plan = make_plan(spec, throughput=throughput, workers=workers, sizes=source_sizes(spec))

@@ -183,9 +183,7 @@ class _EpochBar:
     before each epoch's summary line (:data:`study.trial.loop.StepProgress`)."""
 
     def __init__(self, *, epochs: int, stream):
-        self.epochs, self.stream = epochs, stream
-        self.bar = None
-        self.epoch = -1
+        self.epochs, self.stream, self.bar, self.epoch = epochs, stream, None, -1
 
     def step(self, epoch: int, done: int, total: int) -> None:
         if self.bar is None or epoch != self.epoch:
