@@ -68,9 +68,7 @@ def _check_out(out: Path) -> None:
     blocker = file_in_the_way(out)
     if blocker is not None:
         raise UsageError(f"--out: {out}: {blocker} is not a folder")
-    folder = out.absolute().parent
-    while not folder.exists():
-        folder = folder.parent
+    folder = next(p for p in out.absolute().parents if p.exists())  # a folder: no file is in the way
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"--out: {out}: cannot write in {folder}")
 

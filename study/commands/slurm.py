@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shlex
@@ -339,10 +340,8 @@ def script_for(args: argparse.Namespace) -> str:
                              f"`study slurm {name} --resume` or pick another --name)")
         run_args = [str(Path(args.file).resolve())] + (["--data", args.data] if args.data else [])
     q = shlex.quote
-    if args.ray_logs is None:  # the folder sbatch ran from, known in the job
-        ray_logs = '"${SLURM_SUBMIT_DIR:-$PWD}"'
-    else:
-        ray_logs = q(str(Path(args.ray_logs).resolve()) if args.ray_logs else "")
+    ray_logs = ('"${SLURM_SUBMIT_DIR:-$PWD}"' if args.ray_logs is None  # default: the folder sbatch ran from
+                else q(str(Path(args.ray_logs).resolve()) if args.ray_logs else ""))
     lines = "\n".join(f"#SBATCH {sbatch_quote(o)}" for o in (*DEFAULT_SBATCH, *sbatch))
     return SCRIPT.format(job_name=sbatch_quote(f"study-{name}"), sbatch_lines=lines, version=package_version(),
                          python=q(args.python), storage=q(storage), name=q(name),
@@ -375,12 +374,10 @@ def wait_for_nodes(head: str, nodes: int, timeout: float, head_pid: int) -> int:
     alive: list[str] = []
     try:
         while time.time() < deadline:
-            try:
-                os.kill(head_pid, 0)
-            except ProcessLookupError:
+            if not os.path.exists(f"/proc/{head_pid}"):
                 print(f"{PROG}: the Ray head exited before {nodes} node(s) joined", file=sys.stderr)
                 return 1
-            try:
+            with contextlib.suppress(Exception):  # not up yet: OSError, or Ray's ConnectionError/RuntimeError
                 if not ray.is_initialized():
                     host, port = head.rsplit(":", 1)
                     socket.create_connection((host, int(port)), timeout=5).close()  # the GCS listens
@@ -389,8 +386,6 @@ def wait_for_nodes(head: str, nodes: int, timeout: float, head_pid: int) -> int:
                 if len(alive) >= nodes:
                     print(f"{PROG}: {len(alive)} Ray node(s) up: {' '.join(alive)}", file=sys.stderr)
                     return 0
-            except Exception:  # noqa: BLE001 - not up yet: OSError, or Ray's ConnectionError/RuntimeError
-                pass
             time.sleep(1)
     finally:
         if ray.is_initialized():

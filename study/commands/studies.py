@@ -170,9 +170,8 @@ def check_storage_writable(storage: str) -> None:
     """A local ``--storage`` that can be created or written: :class:`UsageError` if not."""
     if "://" in storage:
         return
-    probe = Path(storage).resolve()
-    while not probe.exists():
-        probe = probe.parent
+    path = Path(storage).resolve()
+    probe = next(p for p in (path, *path.parents) if p.exists())
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"--storage: cannot write to {storage} ({probe} is not a writable folder)")
 
