@@ -9,7 +9,7 @@ from pathlib import Path
 
 from study import limits
 from study.cliutil import BoundedFloat, BoundedInt
-from study.commands.studies import add_overrides, load_checked
+from study.commands.studies import add_study_file, load_checked
 from study.cpus import local_cpus
 from study.errors import UsageError
 from study.metafile import MetaFileError, read_json
@@ -31,9 +31,7 @@ def register(sub) -> None:
         "listed in that order.",
         epilog="Without a throughput only FLOPs are printed (no timing is guessed). A folder or archive "
         "data source is listed (not decoded) to count its images.")
-    p.add_argument("file", help="study file (search_spaces/*.yaml)")
-    add_overrides(p)
-    p.add_argument("--data", help="override the file's data source")
+    add_study_file(p)
     rate = p.add_mutually_exclusive_group()
     rate.add_argument("--tflops", type=BoundedFloat(limits.MIN_TFLOPS, limits.MAX_TFLOPS, "MIN/MAX_TFLOPS"),
                       help="sustained throughput in TFLOP/s of the counted FLOPs (e.g. 150 on one H100 in bf16)")

@@ -70,9 +70,7 @@ def register(sub) -> None:
     p = sub.add_parser("validate", help="check a study file and count its trials",
                        description="Validate a study file without running it: print the number of "
                        "trials and the distinct models. Errors: 'FILE: path.to.field: message', exit 2.")
-    p.add_argument("file")
-    add_overrides(p)
-    p.add_argument("--data", help="override the file's data source")
+    add_study_file(p)
     p.add_argument("--gpus", type=BoundedInt(0, MAX_CLUSTER_GPUS, "MAX_CLUSTER_GPUS"),
                    help="GPUs of the target cluster (checks GPU requests)")
     p.add_argument("--cpus", type=BoundedInt(0, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS"),
@@ -83,11 +81,9 @@ def register(sub) -> None:
                        description="Run every trial of a study file on a local Ray (default) or a "
                        "cluster (--address auto under `ray job submit`); tables stream into "
                        "STORAGE/NAME/tables while it runs.", epilog=EXIT_CODES)
-    p.add_argument("file")
-    add_overrides(p)
+    add_study_file(p)
     p.add_argument("--name", help="study name (default: the file's `name` or stem)")
     _storage(p)
-    p.add_argument("--data", help="override the file's data source")
     _cluster_flags(p)
     p.set_defaults(func=run_run)
 
@@ -117,10 +113,12 @@ def register(sub) -> None:
     p.set_defaults(func=run_resume)
 
 
-def add_overrides(parser) -> None:
-    """The ``KEY=VALUE`` overrides after the study file (:mod:`study.overrides`); they may
-    also follow the options (``study.cli.main`` collects them)."""
+def add_study_file(parser) -> None:
+    """FILE, its ``KEY=VALUE`` overrides (:mod:`study.overrides`; they may also follow the
+    options: ``study.cli.main`` collects them) and ``--data``."""
+    parser.add_argument("file", help="study file (search_spaces/*.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
+    parser.add_argument("--data", help="override the file's data source")
 
 
 def load_checked(file: str, *, data: str | None = None, gpus: int | None = None, cpus: int | None = None,
