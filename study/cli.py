@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
-from study.cliutil import EXIT_USAGE, Parser, package_version
+from study.cliutil import Parser, package_version
 from study.commands import bench, export, models, plan, schema, slurm, studies, theorem, train
+from study.errors import EXIT_USAGE, StorageError, StudyError
 
 COMMANDS = (models, theorem, train, studies, plan, export, bench, slurm, schema)
 
@@ -24,7 +26,6 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from study.errors import StorageError, StudyError
     from study.tables import warnings_as_lines
 
     parser = build_parser()
@@ -44,8 +45,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"study {args.command}: error: {where}{e}", file=sys.stderr, flush=True)
         raise SystemExit(e.exit_code) from None
     except BrokenPipeError:  # `study status … | head`: the reader left; no traceback
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush must not fail again
         return 128 + 13  # as a process ended by SIGPIPE
 

@@ -1,4 +1,4 @@
-"""Shared command-line plumbing: one-line errors with exit 2, model flags."""
+"""Shared command-line plumbing: one-line errors with exit 2 (:class:`UsageError`), model flags."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from typing import NoReturn
 
 from study import limits
-from study.errors import EXIT_USAGE
+from study.errors import EXIT_USAGE, UsageError
 from study.models.config import ENCODING_FIELDS, ENCODINGS, ConfigError, ModelConfig  # torch-free
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -39,9 +39,6 @@ class BoundedInt:
             raise argparse.ArgumentTypeError(f"must be >= {self.low}, got {text[:40]}")
         return value
 
-    def __repr__(self) -> str:
-        return f"BoundedInt({self.low}, {self.high}, {self.limit!r})"
-
 
 class BoundedFloat:
     """An argparse ``type``: a finite number from ``low`` to ``high`` (the limit ``limit``):
@@ -62,9 +59,6 @@ class BoundedFloat:
             raise argparse.ArgumentTypeError(f"must be from {self.low:g} to {self.high:g} ({self.limit}), "
                                              f"got {text[:40]}")
         return v
-
-    def __repr__(self) -> str:
-        return f"BoundedFloat({self.low}, {self.high}, {self.limit!r})"
 
 
 def model_int(field: str) -> BoundedInt:
@@ -139,33 +133,33 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--intermediate", type=model_int("intermediate"), help="feed-forward size (512)")
 
 
-def check_data(prog: str, option: str, data: str) -> None:
+def check_data(option: str, data: str) -> None:
     """What a data source promises that can be checked without decoding it or importing
     torch (:func:`study.speccheck.check_data_source`, a folder's or archive's layout and
-    image headers): one line, exit 2, well under a second."""
+    image headers): :class:`UsageError`, well under a second."""
     from study.speccheck import SpecError, check_data_source
 
     try:
         check_data_source(data)
     except SpecError as e:
-        fail(prog, f"{option}: {e.message}")
+        raise UsageError(f"{option}: {e.message}") from None
     kind, _, arg = data.partition(":")
     if kind in ("synthetic", "cifar10"):
         return
     if not os.path.exists(os.path.expanduser(data)):  # (an unknown ~user was refused above)
         if re.fullmatch(r"[A-Za-z][\w.-]+", kind) and arg:
-            fail(prog, f"{option}: {data}: unknown data source kind {kind!r}")
-        fail(prog, f"{option}: {data}: no such file or directory")
+            raise UsageError(f"{option}: {data}: unknown data source kind {kind!r}")
+        raise UsageError(f"{option}: {data}: no such file or directory")
     from study.data.errors import DataError
     from study.data.sources import check_source
 
     try:  # a folder or archive: its layout and image headers, still without torch
         check_source(data)
     except DataError as e:
-        fail(prog, f"{option}: {e}")
+        raise UsageError(f"{option}: {e}") from None
 
 
-def check_model_params(prog: str, config: ModelConfig) -> None:
+def check_model_params(config: ModelConfig) -> None:
     """Refuse a model of more than ``MAX_MODEL_PARAMS`` parameters, counted on PyTorch's
     meta device (nothing allocated): each size within its limit can still multiply into
     terabytes (``--hidden 16384 --layers 256``)."""
@@ -174,10 +168,10 @@ def check_model_params(prog: str, config: ModelConfig) -> None:
     try:
         n = sum(math.prod(s) for s in state_shapes(config).values())
     except (ConfigError, RuntimeError, ValueError) as e:
-        fail(prog, f"model: {' '.join(str(e).split())[:160]}")
+        raise UsageError(f"model: {' '.join(str(e).split())[:160]}") from None
     if n > limits.MAX_MODEL_PARAMS:
-        fail(prog, f"model: {n:,} parameters, more than {limits.MAX_MODEL_PARAMS:,} (MAX_MODEL_PARAMS); "
-                   "use a smaller --hidden/--layers/--intermediate/--num-heads")
+        raise UsageError(f"model: {n:,} parameters, more than {limits.MAX_MODEL_PARAMS:,} (MAX_MODEL_PARAMS); "
+                         "use a smaller --hidden/--layers/--intermediate/--num-heads")
 
 
 def model_overrides(args: argparse.Namespace) -> dict:
@@ -185,9 +179,9 @@ def model_overrides(args: argparse.Namespace) -> dict:
     return {k: getattr(args, k) for k in flags if getattr(args, k, None) is not None}
 
 
-def model_config(prog: str, base: ModelConfig | None = None, **overrides) -> ModelConfig:
-    """Build a config, turning a ConfigError into ``prog: error: --flag: message``."""
+def model_config(**overrides) -> ModelConfig:
+    """Build a config, turning a ConfigError into ``--flag: message`` (:class:`UsageError`)."""
     try:
-        return ModelConfig(**overrides) if base is None else base.replace(**overrides)
+        return ModelConfig(**overrides)
     except ConfigError as e:
-        fail(prog, f"{flag(e.field)}: {e.message}")
+        raise UsageError(f"{flag(e.field)}: {e.message}") from None

@@ -8,15 +8,14 @@ import argparse
 import json
 import re
 import sys
-from functools import partial
 from typing import Callable, NoReturn
 
-from study.cliutil import SEED, BoundedInt, fail
+from study.cliutil import SEED, BoundedInt
+from study.errors import UsageError
 from study.limits import MAX_BENCH_BATCH, MAX_BENCH_REPEATS, MAX_BENCH_STEPS, MAX_CPUS_PER_TRIAL
 
 _STEPS = BoundedInt(1, MAX_BENCH_STEPS, "MAX_BENCH_STEPS")
 
-PROG = "study bench"
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -87,8 +86,13 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def refuse(message: str) -> NoReturn:
+    """The default ``error`` of the flag readers below: a refusal ``study.cli.main`` prints, exit 2."""
+    raise UsageError(message)
+
+
 def names_from_flag(text: str, *, flag: str, what: str, known: Callable[[str], bool], choices: str,
-                    error: Callable[[str], NoReturn]) -> tuple[str, ...]:
+                    error: Callable[[str], NoReturn] = refuse) -> tuple[str, ...]:
     """The comma-separated names of ``text``, each ``known``, else ``error`` one line."""
     names = tuple(t.strip() for t in text.split(",") if t.strip())
     bad = [t for t in names if not known(t)]
@@ -97,7 +101,7 @@ def names_from_flag(text: str, *, flag: str, what: str, known: Callable[[str], b
     return names
 
 
-def device_from_flag(text: str | None, error: Callable[[str], NoReturn]):
+def device_from_flag(text: str | None, error: Callable[[str], NoReturn] = refuse):
     """``--device``: cuda, cuda:N or cpu (checked before torch is imported), else one line; None if not given."""
     if text is not None and not re.fullmatch(r"(cpu|cuda)(:\d{1,4})?", text.strip()):
         error(f"--device: only cuda, cuda:N and cpu are supported, got {text[:40]!r}")
@@ -111,21 +115,20 @@ def device_from_flag(text: str | None, error: Callable[[str], NoReturn]):
 
 def options_from_args(args: argparse.Namespace):
     # what needs no torch first (sizes are bounded by their argparse types): a refusal costs < 1 s CPU
-    error = partial(fail, PROG)
     if args.peak_tflops is not None and not 0 < args.peak_tflops < float("inf"):
-        error(f"--peak-tflops: must be > 0 and finite, got {args.peak_tflops}")
+        raise UsageError(f"--peak-tflops: must be > 0 and finite, got {args.peak_tflops}")
     if args.dtype is not None and args.amp is not None:
-        error("--amp/--no-amp: give either --dtype or --amp, not both")
+        raise UsageError("--amp/--no-amp: give either --dtype or --amp, not both")
     if args.compile_backend is not None and not args.compile:
-        error("--compile-backend: only with --compile")
-    device = device_from_flag(args.device, error)
+        raise UsageError("--compile-backend: only with --compile")
+    device = device_from_flag(args.device)
     import torch
 
     from study.bench.references import REFERENCES
     from study.bench.runner import ALL_TARGETS, default_options, is_target
 
     targets = ALL_TARGETS if args.models.strip() == "all" else names_from_flag(
-        args.models, flag="--models", what="target", known=is_target, error=error,
+        args.models, flag="--models", what="target", known=is_target,
         choices=f"{', '.join(ALL_TARGETS)}, attention:KEY or all")
     if args.references is None:  # --references (default every reference), then --naive/--no-naive
         refs = list(REFERENCES)
@@ -133,8 +136,7 @@ def options_from_args(args: argparse.Namespace):
         refs = []
     else:
         refs = list(names_from_flag(args.references, flag="--references", what="reference",
-                                    known=REFERENCES.__contains__, choices=f"{', '.join(REFERENCES)} or none",
-                                    error=error))
+                                    known=REFERENCES.__contains__, choices=f"{', '.join(REFERENCES)} or none"))
     if args.naive is False:
         refs = [r for r in refs if r != "naive"]
     elif args.naive and "naive" not in refs:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
-from functools import partial
 from pathlib import Path
 
-from study.cliutil import BoundedInt, check_data, fail
-from study.commands.studies import _storage
+from study.cliutil import BoundedInt, check_data
+from study.commands.studies import _root, _storage, resolved_storage
+from study.errors import UsageError
 from study.limits import MAX_EVAL_BATCH, MAX_SUBSET
+from study.storage import file_in_the_way
 
 
 def register(sub) -> None:
@@ -43,14 +45,14 @@ def register(sub) -> None:
     p.set_defaults(func=run_evaluate)
 
 
-def _choose(prog: str, runs, refs: list[str], args) -> str:
+def _choose(runs, refs: list[str], args) -> str:
     if args.trial:
         if args.trial not in refs:
             known = ", ".join(refs) or "none"
-            fail(prog, f"--trial: no checkpoint of trial {args.trial!r} (trials with checkpoints: {known})")
+            raise UsageError(f"--trial: no checkpoint of trial {args.trial!r} (trials with checkpoints: {known})")
         return args.trial
     if not refs:
-        fail(prog, f"study {args.name!r} has no trial checkpoint")
+        raise UsageError(f"study {args.name!r} has no trial checkpoint")
     cand = runs[runs.trial_id.isin(list(refs))] if not runs.empty else runs
     if cand.empty:
         return refs[0]
@@ -58,51 +60,41 @@ def _choose(prog: str, runs, refs: list[str], args) -> str:
     return str(cand.sort_values(col, ascending=False, na_position="last").iloc[0]["trial_id"])
 
 
-def _check_out(prog: str, out: Path) -> None:
+def _check_out(out: Path) -> None:
     """``--out`` can be written (not a folder, no file in its path like ``/etc/passwd/x.pt``,
     its nearest existing folder writable), checked before anything is read."""
-    import os
-
-    from study.storage import file_in_the_way
-
     if out.is_dir():
-        fail(prog, f"--out: {out} is a directory")
+        raise UsageError(f"--out: {out} is a directory")
     blocker = file_in_the_way(out)
     if blocker is not None:
-        fail(prog, f"--out: {out}: {blocker} is not a folder")
-    folder = out.absolute().parent
-    while not folder.exists():
-        folder = folder.parent
+        raise UsageError(f"--out: {out}: {blocker} is not a folder")
+    folder = next(p for p in out.absolute().parents if p.exists())  # a folder: no file is in the way
     if not os.access(folder, os.W_OK | os.X_OK):
-        fail(prog, f"--out: {out}: cannot write in {folder}")
+        raise UsageError(f"--out: {out}: cannot write in {folder}")
 
 
 def run_export(args: argparse.Namespace) -> int:
     prog = "study export"
-    from study.commands.studies import _root, resolved_storage
     from study.tables import read_table
     from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
 
     args.storage = resolved_storage(args.storage)
     root = _root(args.storage, args.name)
     if "://" not in root and not Path(root).is_dir():
-        fail(prog, f"no study {args.name!r} in {args.storage}")
+        raise UsageError(f"no study {args.name!r} in {args.storage}")
     if args.out is not None:
-        _check_out(prog, args.out)
+        _check_out(args.out)
     refs = find_checkpoints(root)
     runs = read_table(f"{root}/tables", "runs")
-    key = _choose(prog, runs, refs, args)
+    key = _choose(runs, refs, args)
     from study.models.trained import ExportError, check_export, export_dict
 
-    def exportable(state: dict, path: str) -> None:  # what is written must load: config, keys, shapes
-        check_export(export_dict(state), where=path)
-
-    try:
-        state = latest_checkpoint(root, key, check=exportable,
+    try:  # the checkpoint taken is one whose export loads (config, keys, shapes)
+        state = latest_checkpoint(root, key, check=lambda state, path: check_export(export_dict(state), where=path),
                                   warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
         export = export_dict(state, study=Path(root).name, trial_id=key)
     except ExportError as e:
-        fail(prog, f"trial {key}: {e}")
+        raise UsageError(f"trial {key}: {e}") from None
     out = args.out or Path(f"{Path(root).name}-{key}.pt")
     import torch
 
@@ -111,21 +103,20 @@ def run_export(args: argparse.Namespace) -> int:
     try:
         write_atomic(out, lambda f: torch.save(export, f), suffix=".pt")
     except OSError as e:
-        fail(prog, f"--out: cannot write {out} ({e.strerror or ' '.join(str(e).split())[:160]})")
+        raise UsageError(f"--out: cannot write {out} ({e.strerror or ' '.join(str(e).split())[:160]})") from None
     print(f"{out}: trial {key}, {export['epoch']} epochs, final test acc {export['final_test_acc']:.4f}")
     return 0
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    prog = "study evaluate"
     # flags and cheap properties of the file and the source before torch is imported (< 1 s CPU)
     if not args.file.is_file():  # a folder, a FIFO, a device (a /dev/zero symlink) is never opened
-        fail(prog, f"{args.file}: {'not a file' if args.file.exists() else 'no such file'}")
+        raise UsageError(f"{args.file}: {'not a file' if args.file.exists() else 'no such file'}")
     if args.data is not None:
-        check_data(prog, "--data", args.data)
+        check_data("--data", args.data)
     from study.commands.bench import device_from_flag
 
-    device = device_from_flag(args.device, partial(fail, prog))  # imports torch once the flag is accepted
+    device = device_from_flag(args.device)  # imports torch once the flag is accepted
     import torch
 
     from study.data import DataError, DeviceData, load_splits
@@ -137,25 +128,25 @@ def run_evaluate(args: argparse.Namespace) -> int:
     try:
         export = read_export(args.file)
     except ExportError as e:
-        fail(prog, str(e))
+        raise UsageError(str(e)) from None
     train = export.get("train_config") or {}
     source = args.data or train.get("data")
     if not source:
-        fail(prog, "--data: required (the export does not name its training data)")
+        raise UsageError("--data: required (the export does not name its training data)")
     if not args.data:
-        check_data(prog, f"{args.file}: train_config.data", source)
+        check_data(f"{args.file}: train_config.data", source)
     try:
         splits = load_splits(source, subset=args.subset, seed=int(train.get("seed") or 0))
     except DataError as e:
-        fail(prog, f"--data: {e}")
+        raise UsageError(f"--data: {e}") from None
     n_classes = export["model_config"].get("num_classes")
     if n_classes != len(splits.classes):
-        fail(prog, f"--data: {source} has {len(splits.classes)} classes, the model {n_classes}")
+        raise UsageError(f"--data: {source} has {len(splits.classes)} classes, the model {n_classes}")
     try:  # read_export checked every key and shape against the model; this cannot disagree
         model = build_model(export["model_config"])
         model.load_state_dict(export["state_dict"])
     except (RuntimeError, ValueError, MemoryError) as e:
-        fail(prog, f"{args.file}: cannot load its weights ({' '.join(str(e).split())[:160]})")
+        raise UsageError(f"{args.file}: cannot load its weights ({' '.join(str(e).split())[:160]})") from None
     model.to(device).eval()
     data = DeviceData(splits.test_images, splits.test_labels, device=device)
     from study.devicepaths import DevicePaths

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from study.cliutil import add_model_flags, check_model_params, fail, model_config, model_overrides
+from study.cliutil import add_model_flags, check_model_params, model_config, model_overrides
+from study.errors import UsageError
 from study.models import ENCODING_MODELS, PAPER_MODELS, ModelConfig, build_model, model_name
 from study.models.config import ENCODING_FIELDS
 
@@ -53,16 +54,15 @@ def format_table(rows: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    prog = "study models"
     overrides = model_overrides(args)
     if overrides:
-        configs = [model_config(prog, **overrides)]
-        check_model_params(prog, configs[0])  # counted on the meta device before anything is allocated
+        configs = [model_config(**overrides)]
+        check_model_params(configs[0])  # counted on the meta device before anything is allocated
     else:
         configs = [*PAPER_MODELS.values(), *ENCODING_MODELS.values()]
     try:
         rows = [describe(c) for c in configs]
     except (MemoryError, RuntimeError) as e:  # this machine's memory, not a limit of the tool
-        fail(prog, f"model: cannot be built here ({' '.join(str(e).split())[:160]})")
+        raise UsageError(f"model: cannot be built here ({' '.join(str(e).split())[:160]})") from None
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 0

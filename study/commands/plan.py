@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from study import limits
-from study.cliutil import BoundedFloat, BoundedInt, fail
+from study.cliutil import BoundedFloat, BoundedInt
+from study.commands.studies import add_study_file, load_checked
+from study.cpus import local_cpus
+from study.errors import UsageError
+from study.metafile import MetaFileError, read_json
+from study.storage import resolve_storage, study_root
 
 #: A `study bench --json` report is a few kilobytes; refuse anything far larger.
 MAX_BENCH_BYTES = 16 * 2**20
@@ -25,11 +31,7 @@ def register(sub) -> None:
         "listed in that order.",
         epilog="Without a throughput only FLOPs are printed (no timing is guessed). A folder or archive "
         "data source is listed (not decoded) to count its images.")
-    p.add_argument("file", help="study file (search_spaces/*.yaml)")
-    from study.commands.studies import add_overrides
-
-    add_overrides(p)
-    p.add_argument("--data", help="override the file's data source")
+    add_study_file(p)
     rate = p.add_mutually_exclusive_group()
     rate.add_argument("--tflops", type=BoundedFloat(limits.MIN_TFLOPS, limits.MAX_TFLOPS, "MIN/MAX_TFLOPS"),
                       help="sustained throughput in TFLOP/s of the counted FLOPs (e.g. 150 on one H100 in bf16)")
@@ -48,32 +50,29 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def read_bench(prog: str, path: str) -> dict:
+def read_bench(path: str) -> dict:
     """A ``study bench --json`` report, or one line naming what is wrong (exit 2): read as
     the input it is (:mod:`study.metafile`: a FIFO, a device or a folder is refused
     without blocking, nesting and size are bounded)."""
-    from study.metafile import MetaFileError, read_json
-
     try:
         report = read_json(path, max_bytes=MAX_BENCH_BYTES)
     except FileNotFoundError:
-        fail(prog, f"--bench: cannot read {path} (No such file or directory)")
+        raise UsageError(f"--bench: cannot read {path} (No such file or directory)") from None
     except MetaFileError as e:
-        fail(prog, f"--bench: {e}")
+        raise UsageError(f"--bench: {e}") from None
     except OSError as e:
-        fail(prog, f"--bench: cannot read {path} ({e.strerror or e})")
+        raise UsageError(f"--bench: cannot read {path} ({e.strerror or e})") from None
     from study.plan import PlanError, bench_models
 
     try:
         bench_models(report)
     except PlanError as e:
-        fail(prog, f"--bench: {path}: {e}")
+        raise UsageError(f"--bench: {path}: {e}") from None
     return report
 
 
 def default_workers(spec) -> tuple[int, str]:
     """Trials this machine runs at once under the study's resources (at least 1), and a note when it cannot run one."""
-    from study.cpus import local_cpus
     from study.tuning.preflight import local_gpus
 
     n = int(local_cpus() // max(spec.cpus_per_trial * spec.workers_per_trial, 1e-9))
@@ -89,7 +88,7 @@ def default_workers(spec) -> tuple[int, str]:
     return max(n, 1), note
 
 
-def source_sizes(prog: str, spec) -> dict[str, tuple[int, int]]:
+def source_sizes(spec) -> dict[str, tuple[int, int]]:
     """(train, test) images of every folder or archive source of the study, listed (not decoded)."""
     from study.data.errors import DataError
     from study.data.layout import resolve_layout
@@ -105,68 +104,59 @@ def source_sizes(prog: str, spec) -> dict[str, tuple[int, int]]:
             listing = ImageFolderSource(data).listing()
             layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
         except DataError as e:
-            fail(prog, f"{spec.file}: data: {e}")
+            raise UsageError(f"{spec.file}: data: {e}") from None
         out[data] = len(layout.train), len(layout.test)
     return out
 
 
-def plan_line(prog: str, spec) -> str:
+def plan_line(spec) -> str:
     """The one-line total ``study run`` prints before it starts: trials and FLOPs
     (no throughput is known there; `study plan --tflops/--bench` predicts the time)."""
     from study.plan import make_plan, total_line
 
-    plan = make_plan(spec, sizes=source_sizes(prog, spec))
+    plan = make_plan(spec, sizes=source_sizes(spec))
     return total_line(plan) + " (device-hours: `study plan FILE --bench REPORT`)"
 
 
-def measured_seconds(prog: str, study: str) -> dict[str, float]:
+def measured_seconds(study: str) -> dict[str, float]:
     """runs.device_seconds of every finished trial of a study (folder or name)."""
-    from pathlib import Path
-
-    from study.storage import resolve_storage, study_root
-
     try:
         root = study if Path(study, "tables").is_dir() else study_root(resolve_storage(None), study)
     except ValueError as e:
-        fail(prog, f"--against: {e}")
+        raise UsageError(f"--against: {e}") from None
     if "://" not in root and not Path(root, "tables").is_dir():
-        fail(prog, f"--against: no study at {root} (a study folder, or a name under $STUDY_STORAGE / ./results)")
+        raise UsageError(f"--against: no study at {root} (a study folder, or a name under $STUDY_STORAGE / ./results)")
     from study.tables import read_table
 
     try:
         runs = read_table(f"{root}/tables", "runs")
     except (OSError, ValueError) as e:
-        fail(prog, f"--against: cannot read the runs table of {study} ({' '.join(str(e).split())[:160]})")
+        raise UsageError(f"--against: cannot read the runs table of {study} "
+                         f"({' '.join(str(e).split())[:160]})") from None
     if runs.empty or "device_seconds" not in runs:
-        fail(prog, f"--against: {study}: no trials with device_seconds in its runs table")
+        raise UsageError(f"--against: {study}: no trials with device_seconds in its runs table")
     done = runs[runs["status"] == "finished"]
     return {str(k): float(v) for k, v in zip(done["trial_id"], done["device_seconds"]) if v == v and v > 0}
 
 
 def run(args: argparse.Namespace) -> int:
-    from study.commands.studies import load_checked
     from study.plan import PlanError, Throughput, make_plan, table, to_json, total_line
 
-    prog = "study plan"
     spec = load_checked(args.file, data=args.data, overrides=args.overrides)
-    throughput = None
-    if args.tflops is not None:
-        throughput = Throughput(tflops=args.tflops)
-    elif args.images_per_s is not None:
-        throughput = Throughput(images_per_s=args.images_per_s)
-    elif args.bench is not None:
-        throughput = Throughput(bench=read_bench(prog, args.bench), source=args.bench)
+    rates = dict(tflops=args.tflops, images_per_s=args.images_per_s,  # at most one: a mutually exclusive group
+                 bench=None if args.bench is None else read_bench(args.bench))
+    throughput = Throughput(**rates, source=args.bench or "") if any(v is not None for v in rates.values()) else None
     workers, note = (args.workers, "") if args.workers else default_workers(spec)
     try:
-        plan = make_plan(spec, throughput=throughput, workers=workers, sizes=source_sizes(prog, spec))
+        plan = make_plan(spec, throughput=throughput, workers=workers, sizes=source_sizes(spec))
     except PlanError as e:
-        fail(prog, f"{spec.file}: {e}")
+        raise UsageError(f"{spec.file}: {e}") from None
     if note:
         plan.notes.append(note)
     if args.against is not None:
-        plan.measured = measured_seconds(prog, args.against)
+        plan.measured = measured_seconds(args.against)
         if not set(plan.measured) & {t.key for t in plan.trials}:
-            fail(prog, f"--against: {args.against} has no finished trial of {spec.file} (trial ids differ)")
+            raise UsageError(f"--against: {args.against} has no finished trial of {spec.file} (trial ids differ)")
     if throughput is None:
         plan.notes.append("device-hours and wall time need a throughput: --tflops, --images-per-s or --bench "
                           "(a `study bench --json` report)")

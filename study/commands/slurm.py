@@ -4,13 +4,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from study.cliutil import fail
+from study.cliutil import package_version
+from study.commands.studies import check_storage_writable, checked_name, resolved_storage
+from study.errors import UsageError
+from study.limits import MAX_NAME_LENGTH
+from study.storage import STORAGE_ENV, is_remote, study_exists, study_root
 
 PROG = "study slurm"
 
@@ -241,21 +249,16 @@ def register(sub) -> None:
                    "DIR/ray-JOBID-RESTART/NODE (default: the folder sbatch was run from); '' keeps them nowhere")
     p.add_argument("--submit", action="store_true", help="submit the script with sbatch and print the job id")
     p.set_defaults(func=run_slurm, sbatch=[])
-    _options_after_separator(p)
+    parse = p.parse_known_args
 
-
-def _options_after_separator(parser) -> None:
-    """Everything after the first ``--`` is sbatch's (``args.sbatch``), never this parser's."""
-    parse = parser.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):
+    def parse_known_args(args=None, namespace=None):  # everything after the first `--` is sbatch's, never ours
         args = list(sys.argv[1:] if args is None else args)
         cut = args.index("--") if "--" in args else len(args)
         ns, extra = parse(args[:cut], namespace)
         ns.sbatch = args[cut + 1:]
         return ns, extra
 
-    parser.parse_known_args = parse_known_args
+    p.parse_known_args = parse_known_args
 
 
 def _sbatch_options(opts: list[str]) -> list[str]:
@@ -264,14 +267,14 @@ def _sbatch_options(opts: list[str]) -> list[str]:
     if it is, or may be, one the script sets (:data:`REFUSED_SBATCH`)."""
     for o in opts:
         if any(ord(c) < 32 or ord(c) == 127 for c in o):
-            fail(PROG, f"sbatch options: {o!r} holds a control character (a line break ends an #SBATCH line)")
+            raise UsageError(f"sbatch options: {o!r} holds a control character (a line break ends an #SBATCH line)")
         if not o.startswith("-") or o in ("-", "--"):
-            fail(PROG, f"sbatch options: {o!r} is not an option (give them after `--`, as --key=value)")
+            raise UsageError(f"sbatch options: {o!r} is not an option (give them after `--`, as --key=value)")
         refused = _refused_sbatch(o)
         if refused:
             read = "" if o.split("=", 1)[0] == refused else f"; sbatch reads {o[:60]!r} as {refused}"
-            fail(PROG, f"sbatch options: {refused} is set by the script (one Ray node per node, one study "
-                       f"per job{read})")
+            raise UsageError(f"sbatch options: {refused} is set by the script (one Ray node per node, one study "
+                             f"per job{read})")
     return opts
 
 
@@ -302,13 +305,8 @@ def sbatch_quote(word: str) -> str:
 def _storage(value: str | None) -> str:
     """``--storage`` (or ``$STUDY_STORAGE``) as ``study run`` checks it: malformed, a regular
     file or an unwritable folder is exit 2; an object store that does not answer, exit 3."""
-    import os
-
-    from study.commands.studies import check_storage_writable, resolved_storage
-    from study.storage import STORAGE_ENV, is_remote
-
     if value is None and not os.environ.get(STORAGE_ENV):
-        fail(PROG, f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
+        raise UsageError(f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
     storage = resolved_storage(value)
     check_storage_writable(storage)
     return storage if is_remote(storage) else str(Path(storage).resolve())
@@ -317,39 +315,33 @@ def _storage(value: str | None) -> str:
 def script_for(args: argparse.Namespace) -> str:
     """The sbatch script for ``args`` (checked), every value quoted for bash (``shlex.quote``)
     and, in ``#SBATCH`` lines, for sbatch (:func:`sbatch_quote`)."""
-    from study.cliutil import package_version
-    from study.commands.studies import checked_name
-    from study.limits import MAX_NAME_LENGTH
     from study.spec import _valid_name, load_spec
-    from study.storage import is_remote, study_exists, study_root
 
     storage = _storage(args.storage)
     sbatch = _sbatch_options(args.sbatch)
     if args.resume:  # NAME: a name as `study run` makes them (no '/' or leading '.'), a folder directly under storage
         if args.name or args.data:
-            fail(PROG, "--resume continues a stored study as it is: no --name or --data")
+            raise UsageError("--resume continues a stored study as it is: no --name or --data")
         name = args.file
         if not _valid_name(name):
-            fail(PROG, f"NAME: a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not "
-                       f"starting with '.'; got {name[:120]!r}")
+            raise UsageError(f"NAME: a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not "
+                             f"starting with '.'; got {name[:120]!r}")
         root = study_root(storage, name)
         if not is_remote(storage) and Path(root).resolve().parent != Path(storage):
-            fail(PROG, f"NAME: {root} leads out of {storage} (a link): not a study of this storage")
+            raise UsageError(f"NAME: {root} leads out of {storage} (a link): not a study of this storage")
         if not study_exists(root):
-            fail(PROG, f"no study {name!r} in {storage}")
+            raise UsageError(f"no study {name!r} in {storage}")
         run_args = [name]  # not used: the study exists, so the job runs `study resume NAME`
     else:  # the file validated against no particular machine; an existing study of its name is refused
         spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)  # a SpecError: exit 2
         name = checked_name(args.name if args.name is not None else spec.name)
         if study_exists(study_root(storage, name)):
-            fail(PROG, f"--name: study {name!r} already exists in {storage} (continue it with "
-                       f"`study slurm {name} --resume` or pick another --name)")
+            raise UsageError(f"--name: study {name!r} already exists in {storage} (continue it with "
+                             f"`study slurm {name} --resume` or pick another --name)")
         run_args = [str(Path(args.file).resolve())] + (["--data", args.data] if args.data else [])
     q = shlex.quote
-    if args.ray_logs is None:  # the folder sbatch ran from, known in the job
-        ray_logs = '"${SLURM_SUBMIT_DIR:-$PWD}"'
-    else:
-        ray_logs = q(str(Path(args.ray_logs).resolve()) if args.ray_logs else "")
+    ray_logs = ('"${SLURM_SUBMIT_DIR:-$PWD}"' if args.ray_logs is None  # default: the folder sbatch ran from
+                else q(str(Path(args.ray_logs).resolve()) if args.ray_logs else ""))
     lines = "\n".join(f"#SBATCH {sbatch_quote(o)}" for o in (*DEFAULT_SBATCH, *sbatch))
     return SCRIPT.format(job_name=sbatch_quote(f"study-{name}"), sbatch_lines=lines, version=package_version(),
                          python=q(args.python), storage=q(storage), name=q(name),
@@ -364,7 +356,8 @@ def run_slurm(args: argparse.Namespace) -> int:
     try:
         r = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True)
     except FileNotFoundError:
-        fail(PROG, "--submit: sbatch is not on PATH (run this on a SLURM login node, or print the script)")
+        raise UsageError("--submit: sbatch is not on PATH (run this on a SLURM login node, or print the "
+                         "script)") from None
     if r.returncode != 0:
         print(f"{PROG}: error: sbatch: {' '.join(r.stderr.split())}", file=sys.stderr)
         return 1
@@ -375,22 +368,16 @@ def run_slurm(args: argparse.Namespace) -> int:
 def wait_for_nodes(head: str, nodes: int, timeout: float, head_pid: int) -> int:
     """Inside the job: wait until the Ray cluster at ``head`` has ``nodes`` alive nodes
     (0), the head's ``ray start`` (``head_pid``) died (1), or ``timeout`` passed (2)."""
-    import os
-    import socket
-    import time
-
     import ray
 
     deadline = time.time() + timeout
     alive: list[str] = []
     try:
         while time.time() < deadline:
-            try:
-                os.kill(head_pid, 0)
-            except ProcessLookupError:
+            if not os.path.exists(f"/proc/{head_pid}"):
                 print(f"{PROG}: the Ray head exited before {nodes} node(s) joined", file=sys.stderr)
                 return 1
-            try:
+            with contextlib.suppress(Exception):  # not up yet: OSError, or Ray's ConnectionError/RuntimeError
                 if not ray.is_initialized():
                     host, port = head.rsplit(":", 1)
                     socket.create_connection((host, int(port)), timeout=5).close()  # the GCS listens
@@ -399,8 +386,6 @@ def wait_for_nodes(head: str, nodes: int, timeout: float, head_pid: int) -> int:
                 if len(alive) >= nodes:
                     print(f"{PROG}: {len(alive)} Ray node(s) up: {' '.join(alive)}", file=sys.stderr)
                     return 0
-            except Exception:  # noqa: BLE001 - not up yet: OSError, or Ray's ConnectionError/RuntimeError
-                pass
             time.sleep(1)
     finally:
         if ray.is_initialized():

@@ -9,6 +9,7 @@ import argparse
 import os
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from study.cliutil import BoundedInt
@@ -16,6 +17,7 @@ from study.cpus import local_cpus
 from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError
 from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS, MAX_NAME_LENGTH
 from study.metafile import MetaFileError
+from study.speccheck import batch_overflow, short
 from study.storage import (STORAGE_ENV, NoBucket, StorageUnreachable, check_reachable, list_studies, read_meta,
                            resolve_storage, study_exists, study_root)
 
@@ -68,9 +70,7 @@ def register(sub) -> None:
     p = sub.add_parser("validate", help="check a study file and count its trials",
                        description="Validate a study file without running it: print the number of "
                        "trials and the distinct models. Errors: 'FILE: path.to.field: message', exit 2.")
-    p.add_argument("file")
-    add_overrides(p)
-    p.add_argument("--data", help="override the file's data source")
+    add_study_file(p)
     p.add_argument("--gpus", type=BoundedInt(0, MAX_CLUSTER_GPUS, "MAX_CLUSTER_GPUS"),
                    help="GPUs of the target cluster (checks GPU requests)")
     p.add_argument("--cpus", type=BoundedInt(0, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS"),
@@ -81,11 +81,9 @@ def register(sub) -> None:
                        description="Run every trial of a study file on a local Ray (default) or a "
                        "cluster (--address auto under `ray job submit`); tables stream into "
                        "STORAGE/NAME/tables while it runs.", epilog=EXIT_CODES)
-    p.add_argument("file")
-    add_overrides(p)
+    add_study_file(p)
     p.add_argument("--name", help="study name (default: the file's `name` or stem)")
     _storage(p)
-    p.add_argument("--data", help="override the file's data source")
     _cluster_flags(p)
     p.set_defaults(func=run_run)
 
@@ -115,10 +113,12 @@ def register(sub) -> None:
     p.set_defaults(func=run_resume)
 
 
-def add_overrides(parser) -> None:
-    """The ``KEY=VALUE`` overrides after the study file (:mod:`study.overrides`); they may
-    also follow the options (``study.cli.main`` collects them)."""
+def add_study_file(parser) -> None:
+    """FILE, its ``KEY=VALUE`` overrides (:mod:`study.overrides`; they may also follow the
+    options: ``study.cli.main`` collects them) and ``--data``."""
+    parser.add_argument("file", help="study file (search_spaces/*.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
+    parser.add_argument("--data", help="override the file's data source")
 
 
 def load_checked(file: str, *, data: str | None = None, gpus: int | None = None, cpus: int | None = None,
@@ -168,9 +168,8 @@ def check_storage_writable(storage: str) -> None:
     """A local ``--storage`` that can be created or written: :class:`UsageError` if not."""
     if "://" in storage:
         return
-    probe = Path(storage).resolve()
-    while not probe.exists():
-        probe = probe.parent
+    path = Path(storage).resolve()
+    probe = next(p for p in (path, *path.parents) if p.exists())
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"--storage: cannot write to {storage} ({probe} is not a writable folder)")
 
@@ -228,7 +227,7 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
     spec = load_checked(file, data=data, overrides=overrides,
                         cpus=None if address else (num_cpus if num_cpus is not None else local_cpus()))
     if name is not None:  # an explicit --name '' is refused, not replaced by the file's name
-        object.__setattr__(spec, "name", checked_name(name))
+        spec = replace(spec, name=checked_name(name))
     check_storage_writable(storage)
     cluster_checks(address=address, storage=storage, shared_storage=shared_storage)
     from study.tuning.runner import run_study
@@ -243,7 +242,7 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
     if not quiet:  # the study's compute, one line (`study plan` gives the details)
         from study.commands.plan import plan_line
 
-        print(plan_line(prog, spec), file=sys.stderr, flush=True)
+        print(plan_line(spec), file=sys.stderr, flush=True)
     runs = _storage_errors(lambda: run_study(spec, storage=storage, address=address, num_cpus=num_cpus,
                                              verbose=not quiet, show_tracebacks=verbose, prog=prog))
     runs.attrs["root"] = root
@@ -253,7 +252,6 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
 def checked_name(name) -> str:
     """A study name as ``--name`` must give it: :class:`UsageError` if not."""
     from study.spec import _valid_name
-    from study.speccheck import short
 
     if not isinstance(name, str) or not _valid_name(name):
         raise UsageError(f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', got {short(name)}")
@@ -316,7 +314,6 @@ def check_data(spec, *, quiet: bool = False) -> None:
         except DataError as e:
             raise UsageError(f"{spec.file}: data: {e}") from None
     from study.data import hold_out_validation, load_splits
-    from study.speccheck import batch_overflow
 
     progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     for source, subset, validation in sorted({(c.data, c.subset, c.validation) for c in configs}, key=str):
@@ -414,10 +411,9 @@ def run_resume(args: argparse.Namespace) -> int:
     check_loggers_of(meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
     from study.spec import validate
 
-    # the study file it stored (raw, overrides applied), validated once: the resumed trials get configurations from it
-    spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"])
-    object.__setattr__(spec, "name", meta["name"])  # a study run with --name keeps it
-    object.__setattr__(spec, "overrides", tuple(meta.get("overrides") or ()))
+    # the study file it stored (overrides applied), validated once; a study run with --name keeps that name
+    spec = replace(validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"]), name=meta["name"],
+                   overrides=tuple(meta.get("overrides") or ()))
     if args.address:  # a local Ray was checked when the study ran
         preflight(meta.get("file", root), args.address, args.num_cpus, cpus=meta["cpus_per_trial"],
                   gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from study.cliutil import SEED, BoundedInt, fail, model_int
+from study.cliutil import SEED, BoundedInt, model_int
+from study.errors import UsageError
 from study.limits import MAX_MODEL_FIELD, MAX_THEOREM_ELEMENTS, MAX_THEOREM_MACS
 
 MAX_KERNEL = int(MAX_MODEL_FIELD["num_heads"] ** 0.5)  # 32: K² heads
@@ -29,20 +30,19 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    prog = "study theorem"
     if args.kernel % 2 == 0:
-        fail(prog, f"--kernel: must be a positive odd integer, got {args.kernel}")
+        raise UsageError(f"--kernel: must be a positive odd integer, got {args.kernel}")
     heads, tokens = args.kernel**2, (args.size + args.kernel - 1) ** 2  # T: zero-padded tokens
     # the largest tensor the check builds: probabilities (batch, K² heads, T, T) or value maps (K², D_in, D_out)
     n = max(BATCH * heads * tokens**2, heads * args.in_channels * args.out_channels, BATCH * args.in_channels * tokens)
     work = BATCH * tokens * heads * args.in_channels * args.out_channels
     flags = f"--kernel {args.kernel} --in {args.in_channels} --out {args.out_channels} --size {args.size}"
     if n > MAX_THEOREM_ELEMENTS:
-        fail(prog, f"{flags}: the check would build a tensor of {n:,} elements, more than {MAX_THEOREM_ELEMENTS:,} "
-                   "(MAX_THEOREM_ELEMENTS); use a smaller --size or --kernel")
+        raise UsageError(f"{flags}: the check would build a tensor of {n:,} elements, more than "
+                         f"{MAX_THEOREM_ELEMENTS:,} (MAX_THEOREM_ELEMENTS); use a smaller --size or --kernel")
     if work > MAX_THEOREM_MACS:
-        fail(prog, f"{flags}: the check would take {work:,} multiply-adds, more than {MAX_THEOREM_MACS:,} "
-                   "(MAX_THEOREM_MACS)")
+        raise UsageError(f"{flags}: the check would take {work:,} multiply-adds, more than {MAX_THEOREM_MACS:,} "
+                         "(MAX_THEOREM_MACS)")
     import torch  # here, not at import: `study --help` and bookkeeping commands stay torch-free
 
     from study.theory import theorem_error

@@ -7,14 +7,18 @@ import os
 import re
 import sys
 import uuid
+from dataclasses import fields
 from pathlib import Path
 
 from study import limits
-from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, fail, flag, model_config,
+from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, flag, model_config,
                            model_overrides)
-from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, SupersededError
+from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, UsageError
+from study.metafile import MetaFileError, read_object
+from study.models.config import ConfigError
 from study.speccheck import batch_overflow
 from study.storage import file_in_the_way
+from study.trial import TrainConfig
 
 #: a trial id names its table parts (tables/runs/<id>.parquet): no '/' or '..', and no
 #: first character the table readers skip (study.tables.SKIPPED_PREFIXES: '.', '_')
@@ -72,13 +76,14 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _map_epochs(prog: str, value: str):
+def _map_epochs(value: str):
     if value in ("auto", "all", "last", "none"):
         return value
     try:
         return tuple(int(v) for v in value.split(","))
     except ValueError:
-        fail(prog, f"--map-epochs: must be auto, all, last, none or a comma-separated list of epochs, got {value!r}")
+        raise UsageError(f"--map-epochs: must be auto, all, last, none or a comma-separated list of epochs, "
+                         f"got {value!r}") from None
 
 
 def derive_trial_id(out: Path) -> str:
@@ -92,34 +97,29 @@ def derive_trial_id(out: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     # every flag and what the data source promises are checked before torch is imported
     # (study.trial.config and study.models.config are torch-free): a refusal costs < 1 s CPU
-    from dataclasses import fields
-
-    from study.models.config import ConfigError
-    from study.trial import TrainConfig
-
     prog = "study train"
-    mc = model_config(prog, **model_overrides(args))
+    mc = model_config(**model_overrides(args))
     flags = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}  # same names
     try:
-        cfg = TrainConfig(**flags | {"model": mc, "map_epochs": _map_epochs(prog, args.map_epochs)})
+        cfg = TrainConfig(**flags | {"model": mc, "map_epochs": _map_epochs(args.map_epochs)})
     except ConfigError as e:
-        fail(prog, f"{flag(e.field)}: {e.message}")
+        raise UsageError(f"{flag(e.field)}: {e.message}") from None
     over = limits.over_limit(cfg)  # the same documented limits a study file is held to
     if over is not None:
-        fail(prog, f"{flag(over[0])}: must be <= {over[1]} ({over[2]}), got {over[3]}")
+        raise UsageError(f"{flag(over[0])}: must be <= {over[1]} ({over[2]}), got {over[3]}")
     out: Path = args.out
     if out.exists() and not out.is_dir():
-        fail(prog, f"--out: {out} exists and is not a directory")
+        raise UsageError(f"--out: {out} exists and is not a directory")
     blocker = file_in_the_way(out)
     if blocker is not None:
-        fail(prog, f"--out: {blocker} is not a directory")
+        raise UsageError(f"--out: {blocker} is not a directory")
     if args.trial_id is not None and not _TRIAL_ID.fullmatch(args.trial_id):
-        fail(prog, f"--trial-id: must be 1 to 128 letters, digits, '.', '_' or '-' (not starting with '.' or '_'), "
-                   f"got {args.trial_id[:60]!r}")
+        raise UsageError(f"--trial-id: must be 1 to 128 letters, digits, '.', '_' or '-' (not starting with '.' "
+                         f"or '_'), got {args.trial_id[:60]!r}")
     trial_id = args.trial_id or derive_trial_id(out)
-    check_data(prog, "--data", cfg.data)
-    _check_ledger(prog, out / "trial.json")
-    check_model_params(prog, cfg.model)
+    check_data("--data", cfg.data)
+    _check_ledger(out / "trial.json")
+    check_model_params(cfg.model)
     bar = None if args.quiet or not sys.stderr.isatty() else _EpochBar(epochs=cfg.epochs, stream=sys.stderr)
     progress = None if args.quiet else (bar.line if bar is not None else
                                         (lambda line: print(line, file=sys.stderr, flush=True)))
@@ -129,19 +129,19 @@ def run(args: argparse.Namespace) -> int:
     try:  # errors before anything is written; the first decode of an archive prints its progress
         splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed, progress=progress)
     except DataError as e:
-        fail(prog, f"--data: {e}")
+        raise UsageError(f"--data: {e}") from None
     try:
         splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
     except DataError as e:
-        fail(prog, f"--{e}")
+        raise UsageError(f"--{e}") from None
     n = len(splits.train_labels)
     why = batch_overflow(cfg.batch_size, 1, n, f"the {n} training images of {cfg.data}")
     if why:
-        fail(prog, f"--batch-size: {why}")
+        raise UsageError(f"--batch-size: {why}")
     try:  # the first write: after every input was accepted, so a refused one creates no folder
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        fail(prog, f"--out: cannot create {out} ({e.strerror or e})")
+        raise UsageError(f"--out: cannot create {out} ({e.strerror or e})") from None
     from study.trial.ledger import TrialLedger
     from study.tuning.lock import StudyLock
 
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         lock.acquire()
     except LockError as e:
-        fail(prog, str(e))
+        raise UsageError(str(e)) from None
     book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
     try:
         try:
@@ -162,10 +162,7 @@ def run(args: argparse.Namespace) -> int:
             if bar is not None:
                 bar.close()
     except CheckpointError as e:
-        fail(prog, f"--out: {e}")
-    except SupersededError as e:  # another machine trains into the same (shared) folder
-        print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
-        return 1
+        raise UsageError(f"--out: {e}") from None
     except (StorageError, OSError) as e:  # disk full, unwritable, vanished: the path and why
         why = e if isinstance(e, StorageError) else StorageError(str(e.filename or out), e.strerror or str(e))
         print(f"{prog}: error: {why}", file=sys.stderr, flush=True)
@@ -186,9 +183,7 @@ class _EpochBar:
     before each epoch's summary line (:data:`study.trial.loop.StepProgress`)."""
 
     def __init__(self, *, epochs: int, stream):
-        self.epochs, self.stream = epochs, stream
-        self.bar = None
-        self.epoch = -1
+        self.epochs, self.stream, self.bar, self.epoch = epochs, stream, None, -1
 
     def step(self, epoch: int, done: int, total: int) -> None:
         if self.bar is None or epoch != self.epoch:
@@ -216,9 +211,8 @@ class _EpochBar:
             self.bar = None
 
 
-def _check_ledger(prog: str, path: Path) -> None:
+def _check_ledger(path: Path) -> None:
     """The attempt ledger of an earlier run in --out is an input too: one line if damaged."""
-    from study.metafile import MetaFileError, read_object
     from study.trial.ledger import LEDGER_FIELDS
 
     if not os.path.lexists(path):
@@ -226,9 +220,9 @@ def _check_ledger(prog: str, path: Path) -> None:
     try:
         read_object(path, fields=LEDGER_FIELDS)
     except MetaFileError as e:
-        fail(prog, f"--out: {e} (the attempt ledger of an earlier run; remove it to start over)")
+        raise UsageError(f"--out: {e} (the attempt ledger of an earlier run; remove it to start over)") from None
     except OSError as e:
-        fail(prog, f"--out: {path}: cannot be read ({e.strerror or e})")
+        raise UsageError(f"--out: {path}: cannot be read ({e.strerror or e})") from None
 
 
 def _validation(text: str) -> int | float:
