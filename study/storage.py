@@ -127,18 +127,16 @@ def filesystem(uri: str):
 
     scheme, rest = uri.split("://", 1)
     path = rest.strip("/")
-    bucket = path.split("/", 1)[0]
     if scheme.lower() == "s3":
         custom = _custom_s3()
-        # from_uri asks AWS for the bucket's region unless an endpoint is set; so do we
-        region = None if custom else pafs.resolve_s3_region(bucket)
-        where = {}
         if custom:
             from urllib.parse import urlsplit
 
             u = urlsplit(custom if "://" in custom else f"https://{custom}")
             where = {"endpoint_override": u.netloc + u.path.rstrip("/"), "scheme": u.scheme or "https"}
-        fs = pafs.S3FileSystem(region=region, connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
+        else:  # from_uri asks AWS for the bucket's region unless an endpoint is set; so do we
+            where = {"region": pafs.resolve_s3_region(path.split("/", 1)[0])}
+        fs = pafs.S3FileSystem(connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
                                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS), **where)
         return fs, path
     import datetime

@@ -37,7 +37,7 @@ class _StopAll(Stopper):
         self.contract = contract
 
     def __call__(self, trial_id, result) -> bool:
-        return self.stop_all()
+        return self.contract.stopping
 
     def stop_all(self) -> bool:
         return self.contract.stopping
@@ -54,6 +54,7 @@ class RunContract(Callback):
         self.storage_error: str | None = None
         self.completed: set[str] = set()
         self._signal_at = 0.0
+        self.stopper = _StopAll(self)
 
     def __reduce__(self):  # Tune pickles its run config; nothing reads it back
         return (Callback, ())
@@ -61,9 +62,6 @@ class RunContract(Callback):
     @property
     def stopping(self) -> bool:
         return self.signal is not None or self.storage_error is not None
-
-    def stopper(self) -> Stopper:
-        return _StopAll(self)
 
     def say(self, line: str) -> None:
         print(f"{self.prog}: {line}", file=sys.stderr, flush=True)
@@ -236,11 +234,7 @@ def _write(tables: str, row: dict[str, Any]) -> None:
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:
     """A row's values as plain Python (NumPy scalars unwrapped; a NaN ``error`` is None)."""
-    out = {}
-    for k, v in row.items():
-        if hasattr(v, "item"):
-            v = v.item()
-        if k == "error" and isinstance(v, float) and math.isnan(v):
-            v = None
-        out[k] = v
+    out = {k: v.item() if hasattr(v, "item") else v for k, v in row.items()}
+    if isinstance(out.get("error"), float) and math.isnan(out["error"]):
+        out["error"] = None
     return out

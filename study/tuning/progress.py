@@ -8,6 +8,7 @@ import heapq
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -38,19 +39,16 @@ class _Rates:
     a mispredicted kind of model skews no other), else of the other kind."""
 
     def __init__(self, samples: list[tuple[_Trial, float]]):
-        self.sums: dict[Any, tuple[float, float]] = {}
+        self.secs, self.weight = Counter(), Counter()
         for t, wall in samples:  # (trial, one epoch's wall seconds)
             for k in (t.group, t.paired):
-                s, w = self.sums.get(k, (0.0, 0.0))
-                self.sums[k] = (s + wall, w + t.weight / t.epochs)
+                self.secs[k] += wall
+                self.weight[k] += t.weight / t.epochs
 
     def epoch(self, t: _Trial) -> float | None:
         """Predicted wall seconds of one epoch of ``t``."""
-        for k in (t.group, t.paired, not t.paired):
-            secs, weight = self.sums.get(k, (0.0, 0.0))
-            if weight > 0:
-                return secs / weight * t.weight / t.epochs
-        return None
+        k = next((k for k in (t.group, t.paired, not t.paired) if self.weight[k] > 0), None)
+        return None if k is None else self.secs[k] / self.weight[k] * t.weight / t.epochs
 
 
 class RemainingWork:
@@ -140,7 +138,7 @@ class RemainingWork:
         inside = self._inside()
         rates = _Rates([(t, w) for t in self.trials.values() for w in t.walls]
                        + [(self.trials[k], wall) for k, (_, _, wall) in inside.items()])
-        if not rates.sums:
+        if not rates.weight:
             return None
         # start-up of a trial not started yet: the shortest measured (Tune reuses a
         # finished trial's worker, so only the first wave pays the process start)
@@ -160,13 +158,10 @@ class ProgressReporter(Callback):
 
     COLUMNS = ("trial", "cell", "state", "epoch", "test_acc", "best_acc", "img/s")
 
-    def __init__(self, *, spec=None, meta: dict[str, Any], pending: list[str] | None = None, enabled: bool = True,
+    def __init__(self, *, spec, meta: dict[str, Any], pending: list[str] | None = None, enabled: bool = True,
                  interval: float = 30.0):
-        self.enabled = enabled
-        self.interval = interval
-        self.total = meta.get("num_trials")
-        self.done = 0
-        self._last: dict[str, float] = {}
+        self.enabled, self.interval, self.total, self.done = enabled, interval, meta.get("num_trials"), 0
+        self._last: dict[str, float] = {}  # trial id -> when its last row was printed
         self._header = False
         costs, order = _costs(spec)
         if pending is not None:  # a resumed study: the trials that ended already are done
@@ -179,7 +174,6 @@ class ProgressReporter(Callback):
         self._start = time.monotonic()
 
     def status_line(self) -> str:
-        """``k of N trials done, elapsed H:MM:SS, ETA H:MM:SS``."""
         now = time.monotonic()
         eta = self.work.eta(now)
         return (f"{self.done} of {self.total} trials done, elapsed {_hms(now - self._start)}, "
@@ -238,8 +232,6 @@ def _f(v, digits: int = 4) -> str:
 
 def _costs(spec) -> tuple[dict[str, tuple], list[str]]:
     """Predicted cost, epochs and configuration of every trial (by table key), and the launch order."""
-    if spec is None:
-        return {}, []
     from study.plan import launch_order, plan_trials
 
     try:

@@ -154,7 +154,7 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], todo: list[tuple[int, int]], *
         run_config=tune.RunConfig(
             name=TUNE_DIR, storage_path=root, verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
-            stop=contract.stopper(),
+            stop=contract.stopper,
             callbacks=[ProgressReporter(spec=spec, meta=meta, pending=[trial_key(c, s) for c, s in todo],
                                         enabled=verbose), contract,
                        *logger_callbacks(spec.loggers, root=root, study=spec.name, tables=meta["tables"])],
@@ -173,24 +173,16 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
     """Run every trial of ``spec`` (validated: :func:`study.spec.load_spec`); returns the
     ``runs`` table at the end (with the exit status of the run contract as
     ``runs.attrs["exit_code"]``)."""
-    from study.tuning import raylog
-    from study.tuning.lock import StudyLock
-
     root = study_root(storage, spec.name)
     # first: a Ray that does not start leaves no study behind (its log lines are kept until the lock)
     init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
-    lock = StudyLock(root=root, name=spec.name).acquire()
-    raylog.to_file(raylog.log_path(root, spec.name))
-    try:
+    with _locked(root, spec.name, echo=show_tracebacks) as lock:
         meta = _meta(spec)
         _write_meta(root, meta)
         _say(verbose, f"study {spec.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
                       f"{spec.num_samples} samples), storage {root}")
         return _start(spec, resolve(root, meta), prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,
                       lock=lock)
-    finally:
-        raylog.release()
-        lock.release()
 
 
 def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verbose: bool = True,
@@ -199,19 +191,26 @@ def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verb
     run again, each from its own latest checkpoint (attempts counted, device-seconds
     accumulated); Optuna continues its journal.  ``spec``: the study's stored file,
     validated by the caller."""
-    from study.tuning import raylog
-    from study.tuning.lock import StudyLock
-
     meta = read_meta(root)
     # the lock first: a second driver is refused before Ray and torch are even imported
-    lock = StudyLock(root=root, name=meta["name"]).acquire()
-    try:
-        raylog.capture(echo=show_tracebacks)
-        raylog.to_file(raylog.log_path(root, meta["name"]))
+    with _locked(root, meta["name"], echo=show_tracebacks) as lock:
         init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
         shown = " ".join(shlex.quote(o) for o in meta.get("overrides") or [])
         _say(verbose, f"resuming study {meta['name']} from {root}" + (f" (overrides: {shown})" if shown else ""))
         return _start(spec, meta, prog=prog, verbose=verbose, show_tracebacks=show_tracebacks, lock=lock)
+
+
+@contextlib.contextmanager
+def _locked(root: str, name: str, *, echo: bool):
+    """The study's lock held, and Ray's log lines going to the study's log file."""
+    from study.tuning import raylog
+    from study.tuning.lock import StudyLock
+
+    lock = StudyLock(root=root, name=name).acquire()
+    try:
+        raylog.capture(echo=echo)
+        raylog.to_file(raylog.log_path(root, name))
+        yield lock
     finally:
         raylog.release()
         lock.release()

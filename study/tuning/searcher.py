@@ -70,11 +70,7 @@ class GridOptunaSearcher(Searcher):
 
     def __getstate__(self) -> dict:
         # Tune pickles the searcher with its run (never read back); the Optuna storage (file locks) stays out
-        return {k: v for k, v in self.__dict__.items() if k not in ("_studies", "_storage", "_synced")}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._studies, self._storage, self._synced = {}, None, None
+        return {**self.__dict__, "_studies": {}, "_storage": None, "_synced": None}
 
     def storage(self):
         if self._storage is None:

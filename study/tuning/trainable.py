@@ -5,6 +5,7 @@ ledger: docs/design.md §9."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -15,9 +16,6 @@ from study.trial import train_trial
 from study.trial.config import TrainConfig
 from study.trial.ledger import TrialLedger
 
-SCALAR_TYPES = (int, float, str, bool)
-
-
 def checkpoint_dir(meta: dict[str, Any], key: str) -> str:
     """Where trial ``key`` keeps its checkpoints."""
     return f"{meta['root']}/trials/{key}"
@@ -26,7 +24,7 @@ def checkpoint_dir(meta: dict[str, Any], key: str) -> str:
 def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
     """Reportable metrics: scalars, without NaN (a trial without a validation split
     reports no ``val_*``)."""
-    return {k: v for k, v in metrics.items() if isinstance(v, SCALAR_TYPES) and v == v}
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool)) and v == v}
 
 
 def ledger(meta: dict[str, Any], key: str) -> TrialLedger:
@@ -75,10 +73,8 @@ def counted(trainable):
         try:
             trainable(config, meta=meta, book=book)
         except Exception as e:
-            try:
+            with contextlib.suppress(Exception):  # the storage may be what failed
                 book.fail(cause(e))
-            except Exception:  # noqa: BLE001 - the storage may be what failed
-                pass
             raise
 
     run.__name__ = run.__qualname__ = trainable.__name__

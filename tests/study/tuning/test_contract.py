@@ -573,7 +573,7 @@ def test_a_signal_delivered_twice_is_one_request_a_later_one_stops_at_once(monke
     c = contract.RunContract(root="unused", meta={"name": "s", "tables": "unused"}, prog="study run")
     said = []
     c.say = said.append
-    stopper = c.stopper()
+    stopper = c.stopper
     assert not stopper.stop_all() and not stopper("trial", {})
     c._on_signal(signals.SIGTERM, None)
     assert c.signal == signals.SIGTERM and stopper.stop_all() and stopper("trial", {}) and not exits
