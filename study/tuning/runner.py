@@ -28,6 +28,7 @@ os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
 import pandas as pd
 import yaml
 
+from study.atomicio import write_atomic
 from study.spec import StudySpec, selects
 from study.storage import META_FILE, is_remote, read_meta, resolve, study_root
 from study.tables import STATUSES, read_table
@@ -89,14 +90,6 @@ def tuned_metric(spec: StudySpec) -> tuple[str, str]:
     default = "val_acc" if spec.base_train.get("validation") else "test_acc"
     metric = sched.get("metric", default)
     return metric, sched.get("mode", "min" if metric.endswith("loss") else "max")
-
-
-def _write_meta(root: str, meta: dict[str, Any]) -> None:
-    from study.atomicio import write_atomic
-
-    write_atomic(f"{root}/{META_FILE}", json.dumps(meta, indent=2, default=str).encode())
-    if not is_remote(root):
-        write_atomic(f"{root}/study.yaml", yaml.safe_dump(meta["raw"], sort_keys=False).encode())
 
 
 def pending(spec: StudySpec, tables: str) -> list[tuple[int, int]]:
@@ -178,7 +171,9 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
     init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
     with _locked(root, spec.name, echo=show_tracebacks) as lock:
         meta = _meta(spec)
-        _write_meta(root, meta)
+        write_atomic(f"{root}/{META_FILE}", json.dumps(meta, indent=2, default=str).encode())
+        if not is_remote(root):
+            write_atomic(f"{root}/study.yaml", yaml.safe_dump(meta["raw"], sort_keys=False).encode())
         _say(verbose, f"study {spec.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
                       f"{spec.num_samples} samples), storage {root}")
         return _start(spec, resolve(root, meta), prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pyarrow.fs as pafs
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
@@ -73,41 +74,30 @@ class GridOptunaSearcher(Searcher):
         return {**self.__dict__, "_studies": {}, "_storage": None, "_synced": None}
 
     def storage(self):
-        if self._storage is None:
-            if self.journal is None:
-                self._storage = optuna.storages.InMemoryStorage()
-            else:
-                from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+        if self._storage is None and self.journal is None:
+            self._storage = optuna.storages.InMemoryStorage()
+        elif self._storage is None:
+            from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
-                local = _local_journal(self.journal)
-                Path(local).parent.mkdir(parents=True, exist_ok=True)
-                if local != self.journal:
-                    self._download(local)
-                self._storage = optuna.storages.JournalStorage(
-                    JournalFileBackend(local, lock_obj=JournalFileOpenLock(local)))
+            local = _local_journal(self.journal)
+            Path(local).parent.mkdir(parents=True, exist_ok=True)
+            if local != self.journal:  # a URI: continue from the journal stored there, if any
+                fs, path = pafs.FileSystem.from_uri(self.journal)
+                if fs.get_file_info(path).type == pafs.FileType.File:
+                    pafs.copy_files(path, local, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+            backend = JournalFileBackend(local, lock_obj=JournalFileOpenLock(local))
+            self._storage = optuna.storages.JournalStorage(backend)
         return self._storage
-
-    def _download(self, local: str) -> None:
-        import pyarrow.fs as pafs
-
-        fs, path = pafs.FileSystem.from_uri(self.journal)
-        if fs.get_file_info(path).type == pafs.FileType.File:
-            pafs.copy_files(path, local, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
 
     def _sync(self) -> None:
         """Upload the local journal to a URI journal when it changed."""
         if self.journal is None or "://" not in self.journal:
             return
-        import pyarrow.fs as pafs
-
-        local = Path(_local_journal(self.journal))
-        stat = local.stat()
-        mark = (stat.st_size, stat.st_mtime_ns)
-        if mark == self._synced:
-            return
-        fs, path = pafs.FileSystem.from_uri(self.journal)
-        pafs.copy_files(str(local), path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
-        self._synced = mark
+        local = _local_journal(self.journal)
+        stat = Path(local).stat()
+        if (stat.st_size, stat.st_mtime_ns) != self._synced:
+            pafs.copy_files(local, self.journal, source_filesystem=pafs.LocalFileSystem())
+            self._synced = (stat.st_size, stat.st_mtime_ns)
 
     def _study(self, cell: int) -> optuna.Study:
         if cell not in self._studies:
