@@ -101,8 +101,7 @@ def restore() -> None:
         return
     logger = logging.getLogger("ray")
     for h in (_STATE.kept, _STATE.echo):
-        if h is not None:
-            logger.removeHandler(h)
+        logger.removeHandler(h)  # None: nothing to remove
     handlers, propagate = _STATE.saved
     for h in handlers:
         logger.addHandler(h)

@@ -116,24 +116,22 @@ def ended_rows(tables: str) -> pd.DataFrame:
 
 def _tuner(spec: StudySpec, meta: dict[str, Any], todo: list[tuple[int, int]], *, verbose: bool, contract):
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.schedulers import ASHAScheduler
 
     from study.tuning.loggers import logger_callbacks
     from study.tuning.progress import ProgressReporter
     from study.tuning.searcher import GridOptunaSearcher, trial_key
     from study.tuning.trainable import make_trainable
 
-    sched_cfg = spec.scheduler or {"type": "fifo"}
+    sched_cfg = spec.scheduler or {}
     metric, mode = tuned_metric(spec)
-    if sched_cfg["type"] == "asha":
-        epochs = max(spec.train_config(c).epochs for c in spec.cells)
+    scheduler = None  # Tune's default: FIFO
+    if sched_cfg.get("type") == "asha":
         # epochs, not Tune's iteration count: a resumed trial reports its own epochs,
         # so its rungs are those of the epochs it trained (its iterations restart at 1)
-        scheduler = ASHAScheduler(time_attr="epochs_done", max_t=epochs,
+        scheduler = ASHAScheduler(time_attr="epochs_done", max_t=max(spec.train_config(c).epochs for c in spec.cells),
                                   grace_period=sched_cfg.get("grace_period", 1),
                                   reduction_factor=sched_cfg.get("reduction_factor", 3))
-    else:
-        scheduler = FIFOScheduler()
     searcher = GridOptunaSearcher(spec=spec, todo=todo, metric=metric, mode=mode, tables=meta["tables"],
                                   journal=meta["optuna_journal"])
     root = meta["root"]

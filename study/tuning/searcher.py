@@ -34,11 +34,6 @@ def trial_key(cell: int, sample: int) -> str:
     return f"c{cell:03d}-s{sample:03d}"
 
 
-def cell_study_name(name: str, cell: int) -> str:
-    """The Optuna study of grid cell ``cell`` in study ``name``."""
-    return f"{name}/cell-{cell:03d}"
-
-
 def _local_journal(journal: str) -> str:
     """Where the driver writes the journal: the path itself, or a local copy of a URI."""
     if "://" not in journal:
@@ -103,7 +98,7 @@ class GridOptunaSearcher(Searcher):
         if cell not in self._studies:
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             study = optuna.create_study(
-                study_name=cell_study_name(self.name, cell), storage=self.storage(), load_if_exists=True,
+                study_name=f"{self.name}/cell-{cell:03d}", storage=self.storage(), load_if_exists=True,
                 direction="maximize" if self._mode != "min" else "minimize",
                 sampler=optuna.samplers.TPESampler(seed=self.seed + cell),
             )

@@ -32,9 +32,8 @@ def ledger(meta: dict[str, Any], key: str) -> TrialLedger:
 
 
 def storage_errors(fn, *args, where: str = "storage", **kwargs):
-    """Call ``fn``; an ``OSError`` (what a full, read-only or vanished storage raises,
-    locally or from pyarrow's S3) becomes a :class:`StorageError` naming the path (the
-    file where the error says, else ``where``: pyarrow's messages name no file)."""
+    """Call ``fn``; an ``OSError`` (a full, read-only or vanished storage) becomes a :class:`StorageError`
+    naming its file, else ``where`` (pyarrow's S3 messages name none)."""
     try:
         return fn(*args, **kwargs)
     except StorageError:
@@ -116,9 +115,7 @@ def _train(meta: dict[str, Any], config: dict[str, Any], **kwargs):
 
 
 def _run_fields(config: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    """Extra ``runs`` columns: grid cell, sample index, Ray's trial id, the metric the
-    study selects on (None: nothing selects), the Ray node the (latest attempt of the)
-    trial ran on, sampled values."""
+    """Extra ``runs`` columns (``node_ip``: the Ray node of the trial's latest attempt)."""
     import ray
     from ray import tune
 
