@@ -124,11 +124,6 @@ class GridOptunaSearcher(Searcher):
                 value = row.get(f"best_{self._metric}", row.get(self._metric))
                 self._tell(study, t.number, None if value is None or value != value else float(value))
 
-    def _trial_of(self, study: optuna.Study, key: str):
-        """The latest Optuna trial of table trial ``key`` (None if never asked)."""
-        found = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("key") == key]
-        return found[-1] if found else None
-
     def _tell(self, study: optuna.Study, number: int, value: float | None) -> None:
         if study.trials[number].state != TrialState.RUNNING:
             return  # told already (by an earlier driver)
@@ -152,12 +147,14 @@ class GridOptunaSearcher(Searcher):
         self.suggested += 1
         key = trial_key(cell, sample)
         study = self._study(cell) if self.sample else None
-        earlier = self._trial_of(study, key) if study is not None else None
-        running = earlier.number if earlier is not None and earlier.state == TrialState.RUNNING else None
         sampled, number = {}, None
         if study is not None:
-            if running is not None:  # asked by an earlier driver that died: the same Optuna trial
-                sampled, number = dict(earlier.params), running
+            # the latest Optuna trial of this key (None if never asked)
+            earlier = next((t for t in reversed(study.get_trials(deepcopy=False)) if t.user_attrs.get("key") == key),
+                           None)
+            if earlier is not None and earlier.state == TrialState.RUNNING:
+                # asked by an earlier driver that died: the same Optuna trial
+                sampled, number = dict(earlier.params), earlier.number
             else:
                 if earlier is not None:  # failed earlier: try the same values again
                     study.enqueue_trial(dict(earlier.params), skip_if_exists=False)
