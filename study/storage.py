@@ -158,17 +158,17 @@ class NoBucket(ValueError):
     """The URI's bucket does not exist at its endpoint (bad input, not a failure)."""
 
 
-def _bounded(uri: str, work, *, timeout: float):
-    """``work()`` in a helper thread, given up after ``timeout`` seconds: an object
-    store's client may retry longer than its own time-outs say (credential look-ups,
-    name resolution), and a command must never hang on it."""
+def _bounded(uri: str, work, *, timeout: float = REACH_TIMEOUT_S):
+    """``work(fs, path)`` on :func:`filesystem` of ``uri`` in a helper thread, given up after
+    ``timeout`` seconds: an object store's client may retry longer than its own time-outs say
+    (credential look-ups, name resolution), and a command must never hang on it."""
     import threading
 
     box: dict = {}
 
     def target():
         try:
-            box["value"] = work()
+            box["value"] = work(*filesystem(uri))
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             box["error"] = e
 
@@ -198,10 +198,9 @@ def check_reachable(uri: str, *, timeout: float = REACH_TIMEOUT_S) -> None:
     if not is_remote(uri):
         return
 
-    def work():
+    def work(fs, path):
         import pyarrow.fs as pafs
 
-        fs, path = filesystem(uri)
         bucket = path.split("/", 1)[0]
         if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
             raise NoBucket(f"no bucket {bucket!r} at {endpoint(uri)} ({uri})")
@@ -244,14 +243,13 @@ def list_studies(storage: str) -> list[str]:
     if is_remote(storage):
         import pyarrow.fs as pafs
 
-        def work():
-            fs, base = filesystem(storage)
+        def work(fs, base):
             infos = fs.get_file_info(pafs.FileSelector(base, recursive=False, allow_not_found=True))
             names = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
             metas = fs.get_file_info([f"{base}/{n}/{META_FILE}" for n in names])
             return sorted(n for n, m in zip(names, metas) if m.type == pafs.FileType.File)
 
-        return _bounded(storage, work, timeout=REACH_TIMEOUT_S)
+        return _bounded(storage, work)
     names = []
     for p in Path(storage).iterdir() if Path(storage).is_dir() else ():
         try:
@@ -271,16 +269,15 @@ def resolve(root: str, meta: dict) -> dict:
 
 def study_exists(root: str) -> bool:
     """Whether anything is stored under a study's folder (:class:`StorageUnreachable` if it cannot be read)."""
-    def work():
+    def work(fs, path):
         import pyarrow.fs as pafs
 
-        fs, path = filesystem(root)
         return bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
 
     try:
         if not is_remote(root):
             return Path(root).exists() and any(Path(root).iterdir())
-        return _bounded(root, work, timeout=REACH_TIMEOUT_S)
+        return _bounded(root, work)
     except StorageUnreachable:
         raise
     except OSError as e:
