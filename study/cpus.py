@@ -6,8 +6,7 @@ import os
 
 
 def local_cpus() -> int:
-    """CPUs this process may use: its CPU affinity where the OS has one (Linux), else
-    every CPU of the machine; at least 1."""
+    """CPUs this process may use: its CPU affinity on Linux, else every CPU of the machine; at least 1."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux

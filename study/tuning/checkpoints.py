@@ -30,10 +30,9 @@ def find_checkpoints(root: str) -> list[str]:
 
 def latest_checkpoint(root: str, key: str, *, check: Callable[[dict, str], None] | None = None,
                       warn: Callable[[str], None] | None = None) -> dict[str, Any] | None:
-    """The latest intact checkpoint of trial ``key`` (None if it has none): a damaged
-    one, or one ``check(state, path)`` refuses, falls back to the previous epoch's
-    (``warn`` names the file skipped); when none is intact, ``ExportError`` names the
-    damaged file."""
+    """The latest intact checkpoint of trial ``key`` (None if it has none): a damaged one, or one
+    ``check(state, path)`` refuses, falls back to the previous epoch's (``warn`` names the file
+    skipped); when none is intact, ``ExportError`` names the damaged file."""
     from study.errors import CheckpointError
     from study.models.trained import ExportError
     from study.trial.checkpoint import load_checkpoint

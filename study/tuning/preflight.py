@@ -68,9 +68,8 @@ def _largest(nodes: list[dict], key: str) -> str:
 
 
 def check_address(address: str, *, timeout: float = 3.0) -> str | None:
-    """Whether a Ray address answers: ``host:port`` / ``ray://host:port`` must accept a
-    TCP connection (``auto`` without ``RAY_ADDRESS`` was refused by
-    :func:`study.tuning.cluster.resolve_address` before)."""
+    """Whether ``host:port`` / ``ray://host:port`` accepts a TCP connection (``auto`` without
+    ``RAY_ADDRESS`` was refused by :func:`study.tuning.cluster.resolve_address` before)."""
     if address in ("auto", "local"):
         return None
     target = address.split("://", 1)[-1].rstrip("/")

@@ -44,9 +44,8 @@ TUNE_DIR = "tune"
 
 
 def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = False) -> None:
-    """Connect to ``address`` or start a local, loopback-only Ray (``study.tuning.cluster``);
-    Ray's own log lines are kept for the study's log file, and printed only with ``echo``
-    (``--verbose``; :mod:`study.tuning.raylog`)."""
+    """Connect to ``address`` or start a local, loopback-only Ray (``study.tuning.cluster``); Ray's own
+    log lines are kept for the study's log file, printed only with ``echo`` (:mod:`study.tuning.raylog`)."""
     import ray
 
     from study.tuning import raylog
@@ -93,9 +92,8 @@ def tuned_metric(spec: StudySpec) -> tuple[str, str]:
 
 
 def pending(spec: StudySpec, tables: str) -> list[tuple[int, int]]:
-    """The (cell, sample) of every trial still to run (its ``runs`` row does not say
-    finished, diverged or stopped), in launch order (:func:`study.plan.launch_order`:
-    longest-predicted first; grid order where the cost cannot be computed)."""
+    """The (cell, sample) of every trial whose ``runs`` row has not ended, longest-predicted first
+    (:func:`study.plan.launch_order`; grid order where the cost cannot be computed)."""
     n = len(spec.cells)
     order = [(k % n, k // n) for k in range(spec.num_trials)]
     from study.plan import launch_order, plan_trials
@@ -161,9 +159,8 @@ def trial_dirname(trial) -> str:
 
 def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verbose: bool = True,
               num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study run"):
-    """Run every trial of ``spec`` (validated: :func:`study.spec.load_spec`); returns the
-    ``runs`` table at the end (with the exit status of the run contract as
-    ``runs.attrs["exit_code"]``)."""
+    """Run every trial of ``spec`` (validated: :func:`study.spec.load_spec`); returns the ``runs``
+    table, with the run contract's exit status as ``runs.attrs["exit_code"]``."""
     root = study_root(storage, spec.name)
     # first: a Ray that does not start leaves no study behind (its log lines are kept until the lock)
     init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
@@ -180,9 +177,8 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
 
 def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verbose: bool = True,
                  num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study resume"):
-    """Continue a study from what it stored: the trials whose ``runs`` row has not ended
-    run again, each from its own latest checkpoint (attempts counted, device-seconds
-    accumulated); Optuna continues its journal.  ``spec``: the study's stored file,
+    """Continue a study from what it stored: the trials whose ``runs`` row has not ended run again, each
+    from its own latest checkpoint; Optuna continues its journal.  ``spec``: the study's stored file,
     validated by the caller."""
     meta = read_meta(root)
     # the lock first: a second driver is refused before Ray and torch are even imported
