@@ -139,8 +139,7 @@ class RunContract(Callback):
         attempts = int(book.get("attempts") or trial.num_failures or 1)
         if final:
             self.say(f"trial {key} error after {attempts} attempt(s): {why}")
-            self._write_row(trial, key, status="error", error=why, attempts=attempts,
-                            device_seconds=book.get("device_seconds"))
+            self._write_error(trial, key, error=why, attempts=attempts, spent=book.get("device_seconds"))
         else:
             self.say(f"trial {key} failed (attempt {attempts}): {why}; retrying from its last checkpoint")
         if why.startswith("StorageError"):
@@ -177,16 +176,12 @@ class RunContract(Callback):
         if self.lock is not None:
             self.lock.heartbeat()
 
-    def _write_row(self, trial, key: str, *, status: str, error: str | None, attempts: int,
-                   device_seconds) -> None:
+    def _write_error(self, trial, key: str, *, error: str, attempts: int, spent) -> None:
         try:
             old = read_table(self.tables, "runs").query("trial_id == @key")
             row = old.iloc[0].to_dict() if len(old) else {**self._row_from_config(trial.config or {}, key),
                                                           "ray_trial_id": trial.trial_id}
-            row.update(status=status, error=error, attempts=attempts)
-            if device_seconds is not None:
-                row["device_seconds"] = max(float(device_seconds), float(row.get("device_seconds") or 0.0))
-            _write(self.tables, row)
+            _write(self.tables, {**row, "status": "error", "error": error, "attempts": attempts}, spent=spent)
         except OSError as e:
             self.storage_failed(e)
 
@@ -217,18 +212,18 @@ class RunContract(Callback):
                 stopped_early = (r["trial_id"] in self.completed and not self.stopping
                                  and r["epochs_done"] < r["epochs"])
                 r["status"] = "stopped" if stopped_early else "interrupted"
-                # the time of an epoch cut short is only in the ledger (its clock ran while it did)
-                spent = self._ledger(r["trial_id"]).get("device_seconds")
-                if spent is not None:
-                    r["device_seconds"] = max(float(spent), float(r.get("device_seconds") or 0.0))
                 if self.storage_error is not None and not r.get("error"):
                     r["error"] = f"StorageError: {self.storage_error}"
-                _write(self.tables, r)
+                # the time of an epoch cut short is only in the ledger (its clock ran while it did)
+                _write(self.tables, r, spent=self._ledger(r["trial_id"]).get("device_seconds"))
         except OSError as e:
             self.storage_failed(e, more=" (trials could not be marked; `study status` shows them as last written)")
 
 
-def _write(tables: str, row: dict[str, Any]) -> None:
+def _write(tables: str, row: dict[str, Any], *, spent: float | None = None) -> None:
+    """``spent``: the ledger's device-seconds, kept where more than the row's."""
+    if spent is not None:
+        row = {**row, "device_seconds": max(float(spent), float(row.get("device_seconds") or 0.0))}
     write_part(part_path(tables, "runs", row["trial_id"]), [_plain({**row, "updated_at": time.time()})])
 
 
