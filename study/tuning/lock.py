@@ -124,12 +124,8 @@ class StudyLock:
         raise LockError(f"could not take the lock s3://{bucket}/{key}")
 
     def acquire(self) -> "StudyLock":
-        if os.environ.get("STUDY_LOCK") == "none":
-            return self
-        if "://" in self.root:
-            self._acquire_s3()
-        else:
-            self._acquire_local()
+        if os.environ.get("STUDY_LOCK") != "none":
+            (self._acquire_s3 if "://" in self.root else self._acquire_local)()
         return self
 
     def heartbeat(self) -> None:
