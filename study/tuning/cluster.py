@@ -1,16 +1,7 @@
-"""Which Ray a study runs on, and what a cluster asks of the storage (docs/clusters.md).
-
-- No ``--address``: a new local Ray for this driver only (``address="local"``) on a
-  loopback node address, without Ray's dashboard (a local study is watched through its
-  progress table, ``study status`` and ``analysis report --serve``; the dashboard cost
-  each study ~5 CPU-seconds and added a metrics endpoint open to anyone).  Ray 2.60's gRPC servers listen on
-  every interface whatever the node address: Ray's token authentication protects them,
-  so a local Ray with ``RAY_AUTH_MODE`` other than ``token`` is refused.
-- ``--address auto``: ``$RAY_ADDRESS`` (set by ``ray job submit``) only; Ray's own
-  ``auto`` would also pick whichever cluster was started last on a shared host.
-- ``--address HOST:PORT`` / ``ray://…``: that cluster.  A local ``--storage`` must then
-  be mounted at the same path on every node: refused unless ``--shared-storage``.
-"""
+"""Which Ray a study runs on, and what a cluster asks of the storage (why each: docs/clusters.md):
+a local Ray of this driver's own on a loopback node address, without dashboard, and only with
+token authentication; ``--address auto`` is ``$RAY_ADDRESS`` only; a cluster's storage is one
+every node reaches (``s3://…``, or a folder said to be mounted everywhere: ``--shared-storage``)."""
 
 from __future__ import annotations
 
@@ -45,8 +36,8 @@ def resolve_address(address: str | None) -> str | None:
 
 
 def check_local_auth(address: str | None) -> None:
-    """Refuse a local Ray without token authentication (module doc); a cluster's owner
-    decides for the cluster."""
+    """Refuse a local Ray without token authentication (Ray 2.60's gRPC servers listen on every
+    interface whatever the node address); a cluster's owner decides for the cluster."""
     mode = os.environ.get("RAY_AUTH_MODE")
     if resolve_address(address) is None and mode is not None and mode.lower() != "token":
         raise ClusterError(f"RAY_AUTH_MODE={mode}: the local Ray's gRPC servers listen on every network "

@@ -1,7 +1,5 @@
 """Ray's own log lines: in the study's ``logs/ray.log``, on the console only with ``--verbose``
-(docs/design.md §10 "Quiet output").  :func:`capture` (before ``ray.init``) replaces the ``ray``
-logger's handlers with one keeping the records; :func:`to_file` writes them and every later one.
-Nothing of Ray's is patched."""
+(docs/design.md §10 "Quiet output"), through the ``ray`` logger's handlers alone (nothing of Ray's is patched)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Ray Tune adapters around :func:`study.trial.train_trial`: ``study_trial`` runs one trial in
-the Tune actor; ``ddp_study_trial`` runs it under Ray Train (``TorchTrainer`` with N workers
-inside the Tune function; gloo on CPU, NCCL on GPU).  Its configuration, checkpoints and
-ledger: docs/design.md §9."""
+"""Ray Tune adapters around :func:`study.trial.train_trial`, in the Tune actor or under Ray Train
+(DDP); their configuration, checkpoints and ledger: docs/design.md §9."""
 
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ def storage_errors(fn, *args, where: str = "storage", **kwargs):
     except StorageError:
         raise
     except OSError as e:
-        path = e.filename or where
-        raise StorageError(str(path), e.strerror or str(e)) from e
+        raise StorageError(str(e.filename or where), e.strerror or str(e)) from e
 
 
 def _final(r: dict[str, Any]) -> dict[str, Any]:
