@@ -34,10 +34,6 @@ class Splits:
     val_images: Tensor | None = None
     val_labels: Tensor | None = None
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
-
 
 def load_splits(
     spec: str,
