@@ -30,11 +30,6 @@ IMAGE_SHAPE = (3, 32, 32)
 _CHUNK = 2048
 
 
-def default_workers() -> int:
-    """Decoder threads: the CPUs this process may use, at most 4."""
-    return min(4, local_cpus())
-
-
 def decode_images(
     buffer: bytes,
     items: Sequence[tuple[str, int, int]],
@@ -44,7 +39,8 @@ def decode_images(
     progress: Callable[[int, int], None] | None = None,
 ) -> Tensor:
     """Decode ``items`` = ``(name, offset, size)`` slices of ``buffer`` into a uint8 tensor
-    (N, 3, 32, 32), in order; ``progress(done, total)`` after each chunk."""
+    (N, 3, 32, 32), in order, on ``workers`` threads (default: the CPUs this process may use, at most 4);
+    ``progress(done, total)`` after each chunk."""
     n = len(items)
     out = torch.empty((n, *IMAGE_SHAPE), dtype=torch.uint8)
     if n == 0:
@@ -60,7 +56,7 @@ def decode_images(
         return hi - lo
 
     done = 0
-    with _decoder_messages() as said, ThreadPoolExecutor(workers or default_workers(), "decode") as pool:
+    with _decoder_messages() as said, ThreadPoolExecutor(workers or min(4, local_cpus()), "decode") as pool:
         # in order: the first bad file is reported, and map's iterator cancels the chunks not started
         for k in pool.map(run, range(0, n, _CHUNK)):
             done += k
