@@ -19,15 +19,11 @@ DEFAULT_VALIDATION_FRACTION = 0.1
 def validation_size(validation: int | float, n_train: int) -> int:
     """Images to hold out: ``validation`` itself if an integer (0: none), or that
     fraction of ``n_train`` (a float in (0, 1), rounded down, at least 1)."""
-    if isinstance(validation, bool) or not isinstance(validation, (int, float)):
-        raise DataError(f"validation must be a number of images or a fraction, got {validation!r}")
-    if isinstance(validation, float):
-        if not 0 < validation < 1:
-            raise DataError(f"validation fraction must be in (0, 1), got {validation!r}")
+    if isinstance(validation, float) and 0 < validation < 1:
         return max(1, int(validation * n_train))
-    if validation < 0:
-        raise DataError(f"validation must be >= 0 images, got {validation}")
-    return validation
+    if isinstance(validation, int) and not isinstance(validation, bool) and validation >= 0:
+        return validation
+    raise DataError(f"validation must be a number of images >= 0 or a fraction in (0, 1), got {validation!r}")
 
 
 def hold_out_validation(splits: Splits, *, validation: int | float, seed: int) -> Splits:
