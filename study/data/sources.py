@@ -47,10 +47,11 @@ class ImageFolderSource:
                 with _open_regular(self.path, source=source, name=None, limit=limits.MAX_SOURCE_BYTES) as f:
                     hashed = _Hashing(f)
                     listing = read_images(hashed, path=source, keep=is_image_name)
-                    hashed.drain()
+                    while hashed.read(2**20):  # the bytes after the archive's end
+                        pass
             except OSError as e:
                 raise DataError(f"{source}: cannot read ({one_line(e.strerror or e)})") from None
-            if hashed.hexdigest() != self.digest:
+            if hashed.sha256.hexdigest() != self.digest:
                 raise DataError(f"{source}: the archive changed while it was read; read it again")
             self._listing = listing
         return self._listing
@@ -88,20 +89,12 @@ class _Hashing:
     """A binary file whose bytes are hashed (sha256) as they are read."""
 
     def __init__(self, f):
-        self._f, self._h = f, hashlib.sha256()
+        self._f, self.sha256 = f, hashlib.sha256()
 
     def read(self, n: int = -1) -> bytes:
         data = self._f.read(n)
-        self._h.update(data)
+        self.sha256.update(data)
         return data
-
-    def drain(self) -> None:
-        """Hash the archive's bytes after its end."""
-        while self.read(2**20):
-            pass
-
-    def hexdigest(self) -> str:
-        return self._h.hexdigest()
 
 
 def _open_regular(path: Path, *, source: str, name: str | None, limit: int):
