@@ -37,14 +37,14 @@ def resolve_layout(*, source: str, files: Iterable[str], dirs: Iterable[str] = (
     entries = [(f, _parts(f)) for f in files if is_image_name(f)]
     dir_parts = [p for p in (_parts(d) for d in dirs) if p and not any(_hidden(x) for x in p)]
     tops = {p[0] for _, p in entries if len(p) > 1} | {p[0] for p in dir_parts}
-    root: tuple[str, ...] = ()
-    if not tops & set(SPLITS) and len(tops) == 1:
-        root = (next(iter(tops)),)  # one wrapping folder
-    k = len(root)
-    prefix = "".join(f"{r}/" for r in root)
+    prefix = ""
+    if not tops & set(SPLITS) and len(tops) == 1:  # one wrapping folder: paths below it from here on
+        root = next(iter(tops))
+        prefix = f"{root}/"
+        entries = [(name, p[1:]) for name, p in entries if p[0] == root]
+        dir_parts = [p[1:] for p in dir_parts if p[0] == root]
 
-    present = {p[k] for _, p in entries if len(p) > k + 1 and p[:k] == root}
-    present |= {p[k] for p in dir_parts if len(p) > k and p[:k] == root}
+    present = {p[0] for _, p in entries if len(p) > 1} | {p[0] for p in dir_parts if p}
     missing = [s for s in SPLITS if s not in present]
     if missing:
         what = " and ".join(f"{prefix}{s}/" for s in missing)
@@ -53,16 +53,13 @@ def resolve_layout(*, source: str, files: Iterable[str], dirs: Iterable[str] = (
 
     per_split: dict[str, dict[str, list[str]]] = {s: {} for s in SPLITS}
     for p in dir_parts:
-        if len(p) >= k + 2 and p[:k] == root and p[k] in per_split:
-            per_split[p[k]].setdefault(p[k + 1], [])
+        if len(p) >= 2 and p[0] in per_split:
+            per_split[p[0]].setdefault(p[1], [])
     for name, p in entries:
-        if len(p) < k + 2 or p[:k] != root or p[k] not in per_split:
-            continue
-        if len(p) == k + 2:
-            raise DataError(
-                f"{source}: {name}: image outside a class folder (expected {prefix}{p[k]}/<class>/<image>)"
-            )
-        per_split[p[k]].setdefault(p[k + 1], []).append(name)
+        if len(p) == 2 and p[0] in per_split:
+            raise DataError(f"{source}: {name}: image outside a class folder (expected {prefix}{p[0]}/<class>/<image>)")
+        if len(p) > 2 and p[0] in per_split:
+            per_split[p[0]].setdefault(p[1], []).append(name)
 
     train_cls, test_cls = set(per_split["train"]), set(per_split["test"])
     if train_cls != test_cls:
