@@ -63,16 +63,13 @@ def _download(root: Path) -> None:
                 p.rmdir()
             except OSError:
                 break
-        raise DataError(
-            f"cifar10: {root / FOLDER} is missing and downloading CIFAR-10 into {root} failed "
-            f"(no network?): {one_line(e, limit=150)}"
-        ) from None
+        raise DataError(f"cifar10: {root / FOLDER} is missing and downloading CIFAR-10 into {root} failed "
+                        f"(no network?): {one_line(e, limit=150)}") from None
 
 
 def _batch(path: Path, *, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     entry = _unpickle(path)
-    data = entry.get("data") if isinstance(entry, dict) else None
-    labels = entry.get("labels") if isinstance(entry, dict) else None
+    data, labels = (entry.get("data"), entry.get("labels")) if isinstance(entry, dict) else (None, None)
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
         raise DataError(f"{path}: 'data' is not a uint8 array (N, 3072)")
     labels = np.asarray(labels, dtype=np.int64) if labels is not None else None

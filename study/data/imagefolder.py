@@ -21,13 +21,8 @@ KNOWN_ARCHIVES = {
 _KEYS = ("train_images", "train_labels", "test_images", "test_labels", "classes")
 
 
-def load_image_folder(
-    path: str | Path,
-    *,
-    cache_dir: Path,
-    progress: Callable[[str], None] | None = None,
-    workers: int | None = None,
-) -> dict[str, Any]:
+def load_image_folder(path: str | Path, *, cache_dir: Path, progress: Callable[[str], None] | None = None,
+                      workers: int | None = None) -> dict[str, Any]:
     """``{"train_images", "train_labels", "test_images", "test_labels", "classes", "source"}``
     for the image folder or archive at ``path``, decoded once and cached under ``cache_dir``."""
     src = ImageFolderSource(path)
@@ -47,17 +42,14 @@ def load_image_folder(
     return {**{k: data[k] for k in _KEYS}, "classes": tuple(data["classes"]), "source": f"{label} {path}"}
 
 
-#: sources with fewer images decode silently (no progress lines before a one-line error)
+#: sources with fewer images decode silently, in well under a second (no progress lines before a one-line error)
 PROGRESS_MIN_IMAGES = 5000
 
 
-def _decode(
-    listing: Listing, layout: Layout, *, name: str, target: Path, cache_dir: Path,
-    progress: Callable[[str], None] | None, workers: int | None,
-) -> dict[str, Any]:
+def _decode(listing: Listing, layout: Layout, *, name: str, target: Path, cache_dir: Path,
+            progress: Callable[[str], None] | None, workers: int | None) -> dict[str, Any]:
     t0 = time.perf_counter()
     data: dict[str, Any] = {"classes": list(layout.classes)}
-    # a small source decodes in well under a second: progress only where it takes a while
     if len(layout.train) + len(layout.test) < PROGRESS_MIN_IMAGES:
         progress = None
     for split, pairs in (("train", layout.train), ("test", layout.test)):
