@@ -83,14 +83,11 @@ class TrainConfig:
             object.__setattr__(self, "map_epochs", tuple(sorted(set(v))))
         for k in ("cutmix_alpha", "mixup_alpha"):
             number_in(self, k, 0, float("inf"), "must be a finite Beta alpha >= 0 (0: off)")
-        int_at_least(self, "randaugment_ops", 0)
-        if self.randaugment_ops > MAX_RANDAUGMENT_OPS:
-            raise ConfigError("randaugment_ops", f"must be <= {MAX_RANDAUGMENT_OPS} (RandAugment's operations), "
-                                                 f"got {self.randaugment_ops}")
-        int_at_least(self, "randaugment_magnitude", 0)
-        if self.randaugment_magnitude > MAX_RANDAUGMENT_MAGNITUDE:
-            raise ConfigError("randaugment_magnitude", f"must be <= {MAX_RANDAUGMENT_MAGNITUDE} (RandAugment's 31 "
-                                                       f"magnitude bins), got {self.randaugment_magnitude}")
+        for k, cap, what in (("randaugment_ops", MAX_RANDAUGMENT_OPS, "RandAugment's operations"),
+                             ("randaugment_magnitude", MAX_RANDAUGMENT_MAGNITUDE, "RandAugment's 31 magnitude bins")):
+            int_at_least(self, k, 0)
+            if getattr(self, k) > cap:
+                raise ConfigError(k, f"must be <= {cap} ({what}), got {getattr(self, k)}")
         if self.autoaugment not in AUTOAUGMENT_POLICIES:
             raise ConfigError("autoaugment", f"must be one of {', '.join(AUTOAUGMENT_POLICIES)}, "
                                              f"got {self.autoaugment!r}")
