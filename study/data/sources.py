@@ -68,21 +68,18 @@ def _read_tree(root: Path, *, source: str) -> Listing:
         names.extend(rel + f for f in sorted(filenames) if is_image_name(rel + f))
         if len(names) > limits.MAX_SOURCE_FILES:
             raise DataError(f"{source}: more than {limits.MAX_SOURCE_FILES} image files (MAX_SOURCE_FILES)")
-    chunks: list[bytes] = []
-    files: dict[str, tuple[int, int]] = {}
-    off = 0
+    buffer, files = bytearray(), {}
     for name in sorted(names):
         with _open_regular(root / name, source=source, name=name, limit=limits.MAX_IMAGE_FILE_BYTES) as f:
             b = f.read(limits.MAX_IMAGE_FILE_BYTES + 1)
         if len(b) > limits.MAX_IMAGE_FILE_BYTES:  # it grew since it was opened: refused, not read on
             raise DataError(f"{source}: {name}: more than the limit of {limits.MAX_IMAGE_FILE_BYTES} bytes")
-        if off + len(b) > limits.MAX_SOURCE_IMAGE_BYTES:
+        if len(buffer) + len(b) > limits.MAX_SOURCE_IMAGE_BYTES:
             raise DataError(f"{source}: its image files hold more than {limits.MAX_SOURCE_IMAGE_BYTES} bytes "
                             "(MAX_SOURCE_IMAGE_BYTES)")
-        files[name] = (off, len(b))
-        chunks.append(b)
-        off += len(b)
-    return Listing(buffer=b"".join(chunks), files=files, dirs=tuple(dirs))
+        files[name] = (len(buffer), len(b))
+        buffer += b
+    return Listing(buffer=buffer, files=files, dirs=tuple(dirs))
 
 
 class _Hashing:
