@@ -103,11 +103,8 @@ def _refuse_the_file_decoders_complain_about(flat: Tensor, buffer: bytes, items:
                                              source: str, said: str) -> None:
     """Decode each image alone until one makes a decoder write, and refuse it; none does: pass ``said`` on."""
     for item in items:
-        with _decoder_messages() as told:
-            try:
-                _decode_chunk(flat, buffer, [item], source=source)
-            except DataError:
-                pass
+        with _decoder_messages() as told, contextlib.suppress(DataError):
+            _decode_chunk(flat, buffer, [item], source=source)
         if told().strip():
             quoted = one_line("; ".join(ln.strip() for ln in told().splitlines() if ln.strip()), limit=160)
             raise DataError(f"{source}: {item[0]}: damaged image, its decoder reports: {quoted} "
