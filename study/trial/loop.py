@@ -7,6 +7,7 @@ counts accumulate on the device and are read once per epoch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import time
@@ -49,27 +50,13 @@ class TrialResult:
     final_val_acc: float = math.nan
 
 
-def _rank_world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def default_device() -> torch.device:
-    if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", 0))
-        return torch.device("cuda", local % torch.cuda.device_count())
-    return torch.device("cpu")
-
-
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.SGD:
     """SGD with momentum; weight decay on every parameter except Gaussian centres
     and spreads (``model.no_weight_decay()``)."""
     skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (no_decay if name in skip else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}]
+    named = list(model.named_parameters())
+    no_decay = [p for name, p in named if name in skip]
+    groups = [{"params": [p for name, p in named if name not in skip], "weight_decay": cfg.weight_decay}]
     if no_decay:
         groups.append({"params": no_decay, "weight_decay": 0.0})
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
@@ -106,12 +93,16 @@ def train_trial(cfg: TrainConfig, *, trial_id: str, tables: str | os.PathLike | 
             _write_run(t, "interrupted")
         raise
     finally:
-        # The DDP wrapper's reducer holds the process group.  Release it now, not when
-        # the cycle collector finds ``t`` (a frame kept by any reference cycle keeps it):
-        # a gloo group still alive at interpreter exit aborts the rank (SIGABRT,
-        # "terminate called without an active exception") after the trial finished.
+        # The DDP wrapper's reducer holds the process group: release it now, not when the cycle collector finds
+        # ``t``; a gloo group alive at interpreter exit aborts the finished rank (SIGABRT, "terminate called
+        # without an active exception").
         t.net = None
-    return _finish(t, ledger)
+    if ledger is not None:  # the final row and the compacted tables, unless a newer attempt has started
+        ledger.ensure_current()
+    _write_run(t, t.status)
+    if t.writer is not None:
+        t.writer.close()  # one compacted file per table for the finished trial
+    return _result(t)
 
 
 def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger, step_progress=None) -> None:
@@ -124,7 +115,7 @@ def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger, step_progr
                  if ledger is not None else contextlib.nullcontext())
         with clock:
             trained = _train_epoch(t, epoch, t0, step_progress=step_progress)
-            if not math.isfinite(trained.loss):
+            if not math.isfinite(trained["train_loss"]):
                 t.status = "diverged"
                 return
             metrics = _evaluate_epoch(t, epoch, trained, t0)
@@ -184,19 +175,12 @@ class _Trial:
         return self.epoch_done / total if total > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class _Trained:
-    loss: float
-    acc: float
-    images: float
-    lr: float
-    seconds: float
-
-
 def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: DevicePaths | None) -> _Trial:
     """Data (validation held out, this rank's shard of the evaluation sets), the seeded model."""
-    rank, world = _rank_world()
-    device = device or default_device()
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+    if device is None:  # rank LOCAL_RANK's GPU, if any
+        device = (torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+                  if torch.cuda.is_available() else torch.device("cpu"))
     paths = paths or DevicePaths.for_device(device, amp=cfg.amp, compile=cfg.compile)
     select_device(device)
     if splits is None:
@@ -263,13 +247,13 @@ def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) 
                            device=device, pinned=t.paths.pinned_transfer)
     t.x_heads = head_data.normalise(head_data.images)
     t.maps_at = frozenset(map_epochs(cfg.map_epochs, cfg.epochs))
-    # the whole resolved configuration (every model field of the model built, every
-    # training field), then what the data actually gave (sizes after capping)
+    # every field of the configuration (the model as built), then what the data gave (sizes after capping)
     t.run_row = {
         "study": study, "name": model_name(t.mc), **cfg.replace(model=t.mc).flat(),
         "data_source": splits.source, "n_train": len(splits.train_labels),
         "n_val": 0 if splits.val_labels is None else len(splits.val_labels), "n_test": len(splits.test_labels),
-        "n_params": t.n_params, "flops": t.flops, "device": _device_name(device),
+        "n_params": t.n_params, "flops": t.flops,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "world_size": t.world, "attempts": t.attempts, "error": None, **(extra_run_fields or {}),
     }
 
@@ -282,9 +266,9 @@ def _write_run(t: _Trial, status: str) -> None:
                       "device_seconds": t.device_seconds, "updated_at": time.time()})
 
 
-def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgress | None = None) -> _Trained:
-    """One pass over this rank's shard; losses and correct counts stay on the device until
-    the epoch's one read."""
+def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgress | None = None) -> dict[str, float]:
+    """One pass over this rank's shard (``train_loss``, ``train_acc``, ``lr``, ``images_per_s``);
+    losses and correct counts stay on the device until the epoch's one read."""
     cfg, device, optimizer = t.cfg, t.device, t.optimizer
     t.net.train()
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
@@ -307,8 +291,8 @@ def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgres
     totals = _reduce(torch.stack([loss_sum, correct.double(),
                                   torch.tensor(float(seen), device=device, dtype=torch.float64)]), t.world)
     synchronize(device)
-    return _Trained(loss=totals[0] / totals[2], acc=totals[1] / totals[2], images=totals[2], lr=lr,
-                    seconds=time.perf_counter() - t0)
+    return {"train_loss": totals[0] / totals[2], "train_acc": totals[1] / totals[2], "lr": lr,
+            "images_per_s": totals[2] / (time.perf_counter() - t0)}
 
 
 def _train_batches(t: _Trial, epoch: int):
@@ -331,15 +315,13 @@ def _train_step(t: _Trial, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tens
     return loss.detach(), (logits.detach().argmax(-1) == Protocol.hard_labels(target)).sum()
 
 
-def _evaluate_epoch(t: _Trial, epoch: int, trained: _Trained, t0: float) -> dict[str, Any]:
-    cfg = t.cfg
-    test_loss, test_acc = evaluate(t.net, t.test_data, batch_size=cfg.eval_batch_size, world=t.world,
-                                   autocast=t.autocast)
+def _evaluate_epoch(t: _Trial, epoch: int, trained: dict[str, float], t0: float) -> dict[str, Any]:
+    run = functools.partial(evaluate, t.net, batch_size=t.cfg.eval_batch_size, world=t.world, autocast=t.autocast)
+    test_loss, test_acc = run(t.test_data)
     t.epoch_done += len(t.test_data)
     val_loss = val_acc = None
     if t.val_data is not None:
-        val_loss, val_acc = evaluate(t.net, t.val_data, batch_size=cfg.eval_batch_size, world=t.world,
-                                     autocast=t.autocast)
+        val_loss, val_acc = run(t.val_data)
         t.epoch_done += len(t.val_data)
         t.best_val, t.final_val = max(t.best_val, val_acc), val_acc
     epoch_seconds = time.perf_counter() - t0
@@ -347,9 +329,9 @@ def _evaluate_epoch(t: _Trial, epoch: int, trained: _Trained, t0: float) -> dict
     t.best_acc = max(t.best_acc, test_acc)
     t.final_acc = test_acc
     t.epochs_done = epoch + 1
-    return {"epoch": epoch, "train_loss": trained.loss, "train_acc": trained.acc, "val_loss": val_loss,
-            "val_acc": val_acc, "test_loss": test_loss, "test_acc": test_acc, "lr": trained.lr,
-            "seconds": epoch_seconds, "images_per_s": trained.images / trained.seconds}
+    return {"epoch": epoch, "train_loss": trained["train_loss"], "train_acc": trained["train_acc"],
+            "val_loss": val_loss, "val_acc": val_acc, "test_loss": test_loss, "test_acc": test_acc,
+            "lr": trained["lr"], "seconds": epoch_seconds, "images_per_s": trained["images_per_s"]}
 
 
 def _head_stats(t: _Trial, epoch: int, *, maps: bool) -> float:
@@ -396,16 +378,6 @@ def _checkpoint(t: _Trial, checkpoint_dir) -> str | None:
     return str(checkpoint_dir)
 
 
-def _finish(t: _Trial, ledger) -> TrialResult:
-    """The final ``runs`` row and the tables compacted, unless a newer attempt has started."""
-    if ledger is not None:
-        ledger.ensure_current()
-    _write_run(t, t.status)
-    if t.writer is not None:
-        t.writer.close()  # one compacted file per table for the finished trial
-    return _result(t)
-
-
 def _result(t: _Trial) -> TrialResult:
     return TrialResult(status=t.status, epochs_done=t.epochs_done, best_test_acc=t.best_acc,
                        final_test_acc=t.final_acc, device_seconds=t.device_seconds, best_val_acc=t.best_val,
@@ -437,7 +409,3 @@ def _reduce(values: torch.Tensor, world: int) -> list[float]:
 
 def _nan_to_none(v: float) -> float | None:
     return None if math.isnan(v) else v
-
-
-def _device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -97,8 +97,8 @@ def test_cutmix_pastes_a_box_and_its_mixed_labels_reach_the_loss():
         losses.append(F.cross_entropy(logits.double(), target).item())
         hard.append(F.cross_entropy(logits.double(), y).item())
     assert sum(b is not None and b.sum() > 0 for b in [cutmix_box(x, m) for (x, _), (m, _) in zip(batches, seen)]) >= 2
-    assert trained.loss == pytest.approx(sum(losses) / len(losses), rel=1e-5)
-    assert abs(trained.loss - sum(hard) / len(hard)) > 0.1  # the hard labels would give another loss
+    assert trained["train_loss"] == pytest.approx(sum(losses) / len(losses), rel=1e-5)
+    assert abs(trained["train_loss"] - sum(hard) / len(hard)) > 0.1  # the hard labels would give another loss
 
 
 def test_mixup_blends_the_batch_and_its_mixed_labels_reach_the_loss():
@@ -116,8 +116,8 @@ def test_mixup_blends_the_batch_and_its_mixed_labels_reach_the_loss():
         losses.append(F.cross_entropy(logits.double(), target).item())
         hard.append(F.cross_entropy(logits.double(), y).item())
     assert all(0 <= r <= 1 for r in ratios) and max(min(r, 1 - r) for r in ratios) > 0.01  # really mixed
-    assert trained.loss == pytest.approx(sum(losses) / len(losses), rel=1e-5)
-    assert abs(trained.loss - sum(hard) / len(hard)) > 0.1
+    assert trained["train_loss"] == pytest.approx(sum(losses) / len(losses), rel=1e-5)
+    assert abs(trained["train_loss"] - sum(hard) / len(hard)) > 0.1
 
 
 def test_cutmix_and_mixup_together_pick_one_of_the_two_per_batch():
@@ -179,8 +179,8 @@ def test_label_smoothing_changes_the_loss_by_the_expected_amount():
         nll = -logp.gather(1, y[:, None]).mean()
         expected.append(((1 - eps) * nll + eps * (-logp.mean(-1)).mean()).item())
         hard.append(nll.item())
-    assert trained.loss == pytest.approx(sum(expected) / len(expected), rel=1e-5)
-    assert abs(trained.loss - sum(hard) / len(hard)) > 0.1
+    assert trained["train_loss"] == pytest.approx(sum(expected) / len(expected), rel=1e-5)
+    assert abs(trained["train_loss"] - sum(hard) / len(hard)) > 0.1
 
 
 PROTOCOL = dict(cutmix_alpha=1.0, mixup_alpha=0.5, randaugment_ops=2, randaugment_magnitude=7, label_smoothing=0.1)
