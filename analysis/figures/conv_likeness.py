@@ -66,12 +66,11 @@ def draw(ctx) -> list:
     written = []
     maps_by = ctx.by_trial("maps")
     by_trial = ctx.by_trial("heads")
-    for t, trials, rows in ctx.variant_heads(KIND):
-        n = int(rows.groupby(["trial_id", "epoch", "layer"]).size().max())
+    for t, ids in ctx.variant_heads(KIND):
+        n = max(int(by_trial[tid].groupby(["epoch", "layer"]).size().max()) for tid in ids)
         if kernel_size(n) is None:
             ctx.skip(KIND, f"needs N_h = K² heads with K odd, has {n}", t["label"])
             continue
-        ids = [tid for tid in trials["trial_id"] if tid in by_trial]
         per_trial = [p for p in (data(by_trial[tid], ctx.epoch, maps_by.get(tid)) for tid in ids) if not p.empty]
         if not per_trial:
             ctx.skip(KIND, f"no head statistics up to epoch {ctx.epoch}", t["label"])
