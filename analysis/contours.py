@@ -67,7 +67,3 @@ def window_contours(probs, side: int, p: float) -> list[tuple[np.ndarray, np.nda
     axis = np.arange(-r - 1, r + 2, dtype=float)
     gen = contourpy.contour_generator(axis, axis, padded)  # z[row, col] at (x=col, y=row)
     return [(line[:, 0].copy(), line[:, 1].copy()) for line in gen.lines(level) if len(line) > 1]
-
-
-def window_mass(probs) -> float:
-    return float(np.asarray(probs, dtype=float).sum())

@@ -67,8 +67,7 @@ def render(columns: list[str], rows: list[tuple], fmt: str) -> str:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(columns)
-        for r in rows:
-            w.writerow([_cell(v) for v in r])
+        w.writerows([_cell(v) for v in r] for r in rows)
         return buf.getvalue()
     if not columns:
         return ""

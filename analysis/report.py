@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.io import Study
+from analysis.meta import describe
 from analysis.variants import variant_labels
 
 FAILED = ("error", "diverged", "interrupted")
@@ -129,16 +130,12 @@ def _table1(study: Study) -> str:
         d = t1.data(ctx)
     except Skip as why:
         return f"<p class='skipped'>{_e(why)}</p>"
-    rows = []
-    for _, r in d.iterrows():
-        rows.append(f"<tr><td>{_e(r['model'])}</td><td class=num>{r['seeds']}</td>"
-                    f"<td class=num>{r['epochs_done']}/{r['epochs']}</td>"
-                    f"<td class=num>{_e(t1._acc(r['best_test_acc'], r['best_test_acc_std']))}</td>"
-                    f"<td class=num>{_e(t1._acc(r['final_test_acc'], r['final_test_acc_std']))}</td>"
-                    f"<td class=num>{_e(t1._count(r['n_params']))}</td><td class=num>{_e(t1._flops(r['macs']))}</td>"
-                    f"<td class=num>{_e(t1._flops(r['flops']))}</td></tr>")
-    from analysis.meta import describe
-
+    rows = [f"<tr><td>{_e(r['model'])}</td><td class=num>{r['seeds']}</td>"
+            f"<td class=num>{r['epochs_done']}/{r['epochs']}</td>"
+            f"<td class=num>{_e(t1._acc(r['best_test_acc'], r['best_test_acc_std']))}</td>"
+            f"<td class=num>{_e(t1._acc(r['final_test_acc'], r['final_test_acc_std']))}</td>"
+            f"<td class=num>{_e(t1._count(r['n_params']))}</td><td class=num>{_e(t1._flops(r['macs']))}</td>"
+            f"<td class=num>{_e(t1._flops(r['flops']))}</td></tr>" for _, r in d.iterrows()]
     return (f"<p>{_e(describe(ctx.trials))}</p>"
             "<table><tr><th>Model</th><th class=num>Seeds (n)</th><th class=num>Epochs</th>"
             "<th class=num>Best test acc. (%)</th><th class=num>Final test acc. (%)</th>"

@@ -34,18 +34,12 @@ class _Page:
     def set(self, body: str, version: str) -> None:
         self.current = (body.encode(), version)
 
-    def get(self) -> tuple[bytes, str]:
-        return self.current
-
 
 def allowed_hosts(port: int) -> frozenset[str]:
     """The ``Host:`` values the server answers: the loopback names it serves, with its
     port (and bare, on port 80)."""
-    names = (HOST, "localhost")
-    hosts = {f"{n}:{port}" for n in names}
-    if port == 80:
-        hosts |= set(names)
-    return frozenset(hosts)
+    names = {HOST, "localhost"}
+    return frozenset({f"{n}:{port}" for n in names} | (names if port == 80 else set()))
 
 
 def _handler(page: _Page, hosts: frozenset[str]):
@@ -65,7 +59,7 @@ def _handler(page: _Page, hosts: frozenset[str]):
         def do_GET(self):  # noqa: N802 (http.server API)
             if not self._host_ok():
                 return
-            body, version = page.get()
+            body, version = page.current
             path = self.path.split("?", 1)[0]
             if path == "/version":
                 self._send(version.encode(), "text/plain; charset=utf-8")
@@ -119,7 +113,7 @@ def serve(target: str, storage: str, *, port: int, interval: float, out: Path | 
     stop = stop or threading.Event()
     try:
         while not stop.wait(interval):
-            if fingerprint(study.root) != page.get()[1]:
+            if fingerprint(study.root) != page.current[1]:
                 build()
     except KeyboardInterrupt:
         pass

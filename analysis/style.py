@@ -46,11 +46,9 @@ PDF = True
 def save(fig, data: pd.DataFrame, out: Path, stem: str) -> list[Path]:
     """Write ``stem``.png, .pdf and .csv (``data``: what the figure plots) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{stem}.png", out / f"{stem}.pdf", out / f"{stem}.csv"]
+    paths = [out / f"{stem}.{ext}" for ext in (("png", "pdf", "csv") if PDF else ("png", "csv"))]
     fig.savefig(paths[0], dpi=DPI, bbox_inches="tight", pad_inches=0.02)
-    if not PDF:
-        paths.pop(1)
-    else:
+    if PDF:
         fig.savefig(paths[1], bbox_inches="tight", pad_inches=0.02, metadata={"CreationDate": None})
     plt.close(fig)
     data.to_csv(paths[-1], index=False)

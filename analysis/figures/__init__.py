@@ -70,50 +70,44 @@ class Context:
         return cache[table]
 
     def selected(self) -> pd.DataFrame:
-        """The trials of the figure being drawn."""
+        """The trials of the figure being drawn (:class:`Skip` when there is no trial)."""
+        if self.trials.empty:
+            raise Skip("no trials in the runs table yet")
         t = self.trials
         return t if self.only is None else t[t["trial_id"].isin(self.only)]
+
+    def _has_heads(self, kind: str, t: pd.Series, found: bool, table: str, what: str) -> bool:
+        """Whether figure row ``t`` has attention heads and ``table`` rows (else one skip line)."""
+        if t.get("arch") == "resnet18":
+            self.skip(kind, "no attention heads (ResNet18)", t["label"])
+            return False
+        if not found:
+            self.skip(kind, f"no {table} rows yet", what)
+        return found
 
     def head_trials(self, kind: str, *, table: str = "heads", every_seed: bool = False):
         """(trial row, that trial's rows of ``table``) for every trial with attention heads:
         each variant's representative seed only, unless ``per_seed`` or ``every_seed``."""
-        if self.trials.empty:
-            raise Skip("no trials in the runs table yet")
         by_trial = self.by_trial(table)
         for _, t in self.selected().iterrows():
-            if not (self.per_seed or every_seed) and not t["representative"]:
-                continue
-            t = as_figure(t, per_seed=self.per_seed or every_seed)
-            rows = by_trial.get(t["trial_id"])
-            if t.get("arch") == "resnet18":
-                self.skip(kind, "no attention heads (ResNet18)", t["label"])
-            elif rows is None or rows.empty:
-                self.skip(kind, f"no {table} rows yet", f"{t['label']} ({t['trial_id']})")
-            else:
-                yield t, rows
+            if self.per_seed or every_seed or t["representative"]:
+                t = as_figure(t, per_seed=self.per_seed or every_seed)
+                rows = by_trial.get(t["trial_id"])
+                if self._has_heads(kind, t, rows is not None, table, f"{t['label']} ({t['trial_id']})"):
+                    yield t, rows
 
     def variant_heads(self, kind: str):
-        """(figure row, trials of the variant, their ``heads`` rows) per variant with
-        attention heads (per trial with ``per_seed``)."""
-        if self.trials.empty:
-            raise Skip("no trials in the runs table yet")
+        """(figure row, ids of its trials with ``heads`` rows) per variant with attention heads
+        (per trial with ``per_seed``)."""
         by_trial = self.by_trial("heads")
-        sel = self.selected()
-        groups = ([(r["trial_id"], sel[sel["trial_id"] == r["trial_id"]]) for _, r in sel.iterrows()]
-                  if self.per_seed else list(sel.groupby("label", sort=False)))
-        for _, trials in groups:
-            rep = trials[trials["representative"]] if not self.per_seed else trials
+        for _, trials in self.selected().groupby("trial_id" if self.per_seed else "label", sort=False):
+            rep = trials[trials["representative"] | self.per_seed]
             t = as_figure((rep if len(rep) else trials).iloc[0], per_seed=self.per_seed, aggregate=True,
                           seeds=len(trials))
-            if t.get("arch") == "resnet18":
-                self.skip(kind, "no attention heads (ResNet18)", t["label"])
-                continue
-            rows = [by_trial[tid] for tid in trials["trial_id"] if tid in by_trial and not by_trial[tid].empty]
-            if not rows:
-                self.skip(kind, "no heads rows yet", t["label"] if not self.per_seed
-                          else f"{t['label']} ({t['trial_id']})")
-                continue
-            yield t, trials, pd.concat(rows, ignore_index=True)
+            ids = [tid for tid in trials["trial_id"] if tid in by_trial]
+            if self._has_heads(kind, t, bool(ids), "heads",
+                               f"{t['label']} ({t['trial_id']})" if self.per_seed else t["label"]):
+                yield t, ids
 
     def pick_epoch(self, rows: pd.DataFrame) -> int | None:
         """The requested epoch if ``rows`` have it, else None; each trial's last by default."""
@@ -143,14 +137,11 @@ def with_representatives(t: pd.DataFrame) -> pd.DataFrame:
         slugs[label] = s
     t["variant_slug"] = t["label"].map(slugs)
     t["seeds"] = t.groupby("label")["trial_id"].transform("count").astype(int)
-    acc = pd.to_numeric(t["best_test_acc"], errors="coerce") if "best_test_acc" in t else pd.Series(float("nan"),
-                                                                                                    index=t.index)
-    rep = pd.Series(False, index=t.index)
+    acc = pd.to_numeric(t.get("best_test_acc", pd.Series(float("nan"), index=t.index)), errors="coerce")
+    t["representative"] = False
     for _, g in t.groupby("label", sort=False):
-        a = acc[g.index]
-        known = a.dropna().sort_values(kind="stable")  # g is in seed order already
-        rep[known.index[(len(known) - 1) // 2] if len(known) else g.index[0]] = True
-    t["representative"] = rep
+        known = acc[g.index].dropna().sort_values(kind="stable")  # g is in seed order already
+        t.loc[known.index[(len(known) - 1) // 2] if len(known) else g.index[0], "representative"] = True
     return t
 
 

@@ -61,11 +61,8 @@ def fingerprint(*, kind: str, key: str, options: dict, files: dict, trials, tabl
     """The fingerprint of one figure job; ``every_trial``: a study-wide figure, which also
     depends on table files no runs row names yet."""
     wanted = ("runs",) + tuple(tables)
-    ids = list(files) if every_trial else []
-    ids += [str(t) for t in trials["trial_id"]]
-    inputs = []
-    for tid in sorted(set(ids)):
-        inputs.append([tid, sorted(f for f in files.get(tid, []) if f[0].split("/", 1)[0] in wanted)])
+    ids = {str(t) for t in trials["trial_id"]} | (set(files) if every_trial else set())
+    inputs = [[tid, sorted(f for f in files.get(tid, []) if f[0].split("/", 1)[0] in wanted)] for tid in sorted(ids)]
     rows = [[str(r.get("trial_id")), str(r.get("label")), str(r.get("variant_slug")), bool(r.get("representative")),
              str(r.get("slug"))] for _, r in trials.iterrows()]
     payload = json.dumps([VERSION, code_version(), kind, key, options, rows, inputs], sort_keys=True, default=str)
@@ -99,14 +96,11 @@ class Manifest:
             pass  # none yet, or unreadable: everything is drawn
         return m
 
-    def fresh(self, key: str, fp: str, *, pdf: bool) -> Entry | None:
-        """The entry of ``key`` when it can be reused as it is."""
+    def fresh(self, key: str, fp: str, *, pdf: bool) -> bool:
+        """Whether the files of ``key`` can be reused as they are."""
         e = self.entries.get(key)
-        if e is None or e.fingerprint != fp or (pdf and not e.pdf):
-            return None
-        if not all((self.out / f).is_file() for f in e.files):
-            return None
-        return e
+        return (e is not None and e.fingerprint == fp and (e.pdf or not pdf)
+                and all((self.out / f).is_file() for f in e.files))
 
     def record(self, key: str, entry: Entry) -> None:
         old = self.entries.get(key)
@@ -123,10 +117,7 @@ class Manifest:
 
     def _remove(self, names: set[str]) -> None:
         for name in names:
-            try:
-                (self.out / name).unlink()
-            except FileNotFoundError:
-                pass
+            (self.out / name).unlink(missing_ok=True)
 
     def save(self) -> None:
         from study.atomicio import write_atomic

@@ -66,12 +66,11 @@ def draw(ctx) -> list:
     written = []
     maps_by = ctx.by_trial("maps")
     by_trial = ctx.by_trial("heads")
-    for t, trials, rows in ctx.variant_heads(KIND):
-        n = int(rows.groupby(["trial_id", "epoch", "layer"]).size().max())
+    for t, ids in ctx.variant_heads(KIND):
+        n = max(int(by_trial[tid].groupby(["epoch", "layer"]).size().max()) for tid in ids)
         if kernel_size(n) is None:
             ctx.skip(KIND, f"needs N_h = K² heads with K odd, has {n}", t["label"])
             continue
-        ids = [tid for tid in trials["trial_id"] if tid in by_trial]
         per_trial = [p for p in (data(by_trial[tid], ctx.epoch, maps_by.get(tid)) for tid in ids) if not p.empty]
         if not per_trial:
             ctx.skip(KIND, f"no head statistics up to epoch {ctx.epoch}", t["label"])
@@ -110,10 +109,9 @@ def _figure(ctx, t, d: pd.DataFrame, trial_ids: list[str]) -> list:
     style = [Line2D([], [], color="0.3", linestyle="-", label="distance (left)"),
              Line2D([], [], color="0.3", linestyle="--", linewidth=0.8, label="max prob. (right)")]
     handles, _ = ax.get_legend_handles_labels()
-    per = "mean over the seeds" if seeds > 1 else ""
     ax.legend(handles=handles + style, loc="upper center", bbox_to_anchor=(0.5, -0.22),
               ncol=2 if len(handles) <= 2 else 3,
-              title=f"(concentrated heads / all at the last epoch{', ' + per if per else ''})")
+              title=f"(concentrated heads / all at the last epoch{', mean over the seeds' if seeds > 1 else ''})")
     note = ("distance over the concentrated heads only, each to its own lattice point; diffuse heads "
             "excluded; no point: no concentrated head. Centres and max prob.: the canvas moments of one centre "
             "query (heads.center_*, max_prob), not the grid attention distance. ")

@@ -87,7 +87,7 @@ def _figure(ctx, d: pd.DataFrame) -> list:
     ax.set_ylabel("test accuracy" + (f" (n_test = {'/'.join(map(str, sizes))})" if sizes else ""))
     if n_epochs <= 12:
         ax.set_xticks(sorted(d["epochs_trained"].unique()))
-    ax.set_xlim(0.5 if n_epochs > 1 else 0.5, n_epochs + (1.0 if n_epochs > 1 else 1.5))
+    ax.set_xlim(0.5, n_epochs + (1.0 if n_epochs > 1 else 1.5))
     ax.grid(True, linewidth=0.4, alpha=0.5)
     note = "line: mean over n seeds; band: min–max" if (d["seeds"] > 1).any() else "line: one seed per model"
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1, title=note)

@@ -22,9 +22,8 @@ def data(d: pd.DataFrame, models: list[str]) -> pd.DataFrame:
     """:func:`~analysis.figures.locality.layer_series` of the gate, with its min / max over
     the heads of all seeds."""
     s = layer_series(d, "gate", models)
-    heads = d.groupby(["model", "epoch", "layer"])["gate"].agg(head_min="min", head_max="max").reset_index()
-    heads["epoch"] = heads["epoch"].astype(int)
-    heads["layer"] = heads["layer"].astype(int)
+    heads = (d.groupby(["model", "epoch", "layer"])["gate"].agg(head_min="min", head_max="max").reset_index()
+             .astype({"epoch": int, "layer": int}))
     return s.merge(heads, on=["model", "epoch", "layer"], how="left")[COLUMNS]
 
 

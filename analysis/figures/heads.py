@@ -82,8 +82,7 @@ def draw(ctx) -> list:
             ctx.skip(KIND, f"no head statistics at epoch {ctx.epoch}", t["label"])
             continue
         m = maps_by.get(t["trial_id"])
-        m = m[m["epoch"] == epoch] if m is not None else None
-        m = m if m is not None and len(m) else None
+        m = m[m["epoch"] == epoch] if m is not None and (m["epoch"] == epoch).any() else None
         h = classify(rows[rows["epoch"] == epoch], m)
         d, missing = curves(h, m)
         ellipses = [ellipse_head(r) for r in h[h["concentrated"]].itertuples()]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.figures import Context, Skip
-from analysis.figures.cache import Entry, Manifest, fingerprint, table_files
+from analysis.figures.cache import MANIFEST, Entry, Manifest, fingerprint, table_files
 
 #: tables a module reads besides runs when it does not say (``READS``)
 ALL_TABLES = ("epochs", "heads", "maps")
@@ -47,9 +47,9 @@ def run(study, out: Path, *, modules, epoch: int | None, per_seed: bool, pdf: bo
     ctx = Context(study=study, out=out, epoch=epoch, per_seed=per_seed, defer=True)
     manifest = Manifest.load(out)
     jobs_plan = plan(ctx, modules, table_files(study.root))
-    drawn: dict[str, dict] = {}
+    drawn: dict[str, Entry] = {}
     for module, key, ids, fp in jobs_plan:
-        if manifest.fresh(key, fp, pdf=pdf) is not None:
+        if manifest.fresh(key, fp, pdf=pdf):
             continue
         ctx.only = frozenset(ids) if ids is not None else None
         ctx.job = key
@@ -59,49 +59,35 @@ def run(study, out: Path, *, modules, epoch: int | None, per_seed: bool, pdf: bo
             direct = list(module.draw(ctx) or [])
         except Skip as why:
             ctx.skip(module.KIND, str(why))
-        drawn[key] = {"fp": fp, "files": direct, "skipped": ctx.skipped[first:]}
-    for key, paths in execute(ctx.renders, jobs=jobs, pdf=pdf).items():
-        drawn[key]["files"] += paths
-    for key, d in drawn.items():
-        manifest.record(key, Entry(fingerprint=d["fp"], files=[Path(p).name for p in d["files"]],
-                                   skipped=d["skipped"], pdf=pdf, per_seed=per_seed))
+        drawn[key] = Entry(fingerprint=fp, files=direct, skipped=ctx.skipped[first:], pdf=pdf, per_seed=per_seed)
+    for (key, *_), paths in zip(ctx.renders, execute(ctx.renders, jobs=jobs, pdf=pdf)):
+        drawn[key].files += paths
+    for key, e in drawn.items():
+        e.files = [Path(p).name for p in e.files]
+        manifest.record(key, e)
     manifest.forget_others({key for _, key, _, _ in jobs_plan}, per_seed=per_seed)
-    if drawn or (out / ".figures-manifest.json").exists():
+    if drawn or (out / MANIFEST).exists():
         manifest.save()
-    written: list[Path] = []
-    skipped: list[str] = []
-    for _, key, _, _ in jobs_plan:
-        e = manifest.entries.get(key)
-        if e is not None:
-            written += [out / f for f in e.files]
-            skipped += e.skipped
-    return written, skipped
+    entries = [manifest.entries[key] for _, key, _, _ in jobs_plan if key in manifest.entries]
+    return [out / f for e in entries for f in e.files], [line for e in entries for line in e.skipped]
 
 
-def execute(renders: list, *, jobs: int, pdf: bool) -> dict[str, list[Path]]:
-    """Draw the queued figures (``(job, fn, args, kwargs, canvas)``): job -> paths."""
-    out: dict[str, list[Path]] = {}
-    if not renders:
-        return out
+def execute(renders: list, *, jobs: int, pdf: bool) -> list[list[Path]]:
+    """Draw the queued figures (``(job, fn, args, kwargs, canvas)``): the paths of each, in order."""
     if jobs <= 1 or len(renders) < MIN_POOL:
         from analysis import style
 
         before, style.PDF = style.PDF, pdf
         try:
-            for key, fn, args, kwargs, canvas in renders:
-                out.setdefault(key, []).extend(fn(canvas, *args, **kwargs))
+            return [_draw(*r) for r in renders]
         finally:
             style.PDF = before
-        return out
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(renders)), mp_context=mp.get_context("spawn"),
                              initializer=_init, initargs=(pdf,)) as pool:
-        futures = [(key, pool.submit(_draw, fn, canvas, args, kwargs)) for key, fn, args, kwargs, canvas in renders]
-        for key, f in futures:
-            out.setdefault(key, []).extend(f.result())
-    return out
+        return list(pool.map(_draw, *zip(*renders)))
 
 
 def _init(pdf: bool) -> None:
@@ -114,7 +100,7 @@ def _init(pdf: bool) -> None:
     style.PDF = pdf
 
 
-def _draw(fn, canvas, args, kwargs) -> list[Path]:
+def _draw(job: str, fn, args, kwargs, canvas) -> list[Path]:
     import matplotlib.pyplot as plt
 
     try:

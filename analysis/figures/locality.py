@@ -29,8 +29,7 @@ def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame
     out = g.agg(seeds=("trial_id", "count"), n=("count", "sum"), total=("sum", "sum"),
                 seed_min=("mean", "min"), seed_max=("mean", "max")).reset_index()
     out[value] = out["total"] / out["n"]
-    out["epoch"] = out["epoch"].astype(int)
-    out["layer"] = out["layer"].astype(int)
+    out = out.astype({"epoch": int, "layer": int})
     out["epochs_trained"] = out["epoch"] + 1
     rank = {m: i for i, m in enumerate(models)}
     out = out.assign(_m=out["model"].map(rank)).sort_values(["_m", "layer", "epoch"]).drop(columns=["_m", "total"])

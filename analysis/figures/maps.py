@@ -39,11 +39,9 @@ def draw(ctx) -> list:
             ctx.skip(KIND, f"no attention maps at epoch {ctx.epoch}", t["label"])
             continue
         m = rows[rows["epoch"] == epoch]
-        d = long_form(m)
         h = heads_by.get(t["trial_id"])
         h = h[h["epoch"] == epoch] if h is not None else None
-        per_head = _per_head(m, h)
-        d = d.merge(per_head, on=["layer", "head"], how="left")
+        d = long_form(m).merge(_per_head(m, h), on=["layer", "head"], how="left")
         written += ctx.render(_figure, t, epoch, d, window=int(m["window"].iloc[0]))
     return written
 

@@ -45,17 +45,14 @@ def shift_axes(ax, lim: float) -> None:
 
 
 def label_grid(axes_2d, *, xlabel: str = "x: column shift", ylabel: str = "y: row shift (down)") -> None:
-    for ax in axes_2d[-1, :]:
+    for c, ax in enumerate(axes_2d[-1, :]):
         if ax.get_visible():
             ax.set_xlabel(xlabel)
-    for row in axes_2d:
-        row[0].set_ylabel(ylabel)
-    # a hidden panel in the last row leaves the column above it unlabelled: label that one
-    nrows, ncols = axes_2d.shape
-    for c in range(ncols):
-        if not axes_2d[-1, c].get_visible() and nrows > 1:
+        elif len(axes_2d) > 1:  # a hidden panel in the last row: label the panel above it
             axes_2d[-2, c].set_xlabel(xlabel)
             axes_2d[-2, c].tick_params(labelbottom=True)
+    for row in axes_2d:
+        row[0].set_ylabel(ylabel)
 
 
 def limit(values, *, low: float = 3.5, high: float = 15.5) -> float:

@@ -111,7 +111,7 @@ def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
         cells = [str(r["model"]), str(r["seeds"]), f"{r['epochs_done']}/{r['epochs']}{_unfinished(r)}",
                  _acc(r["best_test_acc"], r["best_test_acc_std"]), _acc(r["final_test_acc"], r["final_test_acc_std"])]
         cells += [_acc(r["best_val_acc"], r["best_val_acc_std"])] if has_val else []
-        cells += [f"{r['n_params']:,}" if r["n_params"] is not pd.NA else "–", _flops(r["macs"]),
+        cells += [_count(r["n_params"]), _flops(r["macs"]),
                   _flops(r["flops_math"]), _flops(r["flops"])]
         cells += [_paper(r)]
         lines.append("| " + " | ".join(cells) + " |")
