@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.io import Study
+from analysis.meta import describe
 from analysis.variants import slug as _slug, trial_table
 
 
@@ -31,6 +32,17 @@ class Canvas:
 
     out: Path
     trials: pd.DataFrame
+
+    def caption(self, values, by: str = "trial_id") -> str:
+        """:func:`analysis.meta.describe` of the trials whose ``by`` is one of ``values``."""
+        return describe(self.trials[self.trials[by].isin(values)])
+
+    def save_trial(self, fig, t: pd.Series, d: pd.DataFrame, stem: str, *, trial_id=None, **lead) -> list:
+        """Save ``<stem>_<slug>`` of figure row ``t``, its data led by trial_id, model and ``lead`` columns."""
+        from analysis.style import save
+
+        lead = {"trial_id": t["trial_id"] if trial_id is None else trial_id, "model": t["label"], **lead}
+        return save(fig, d.assign(**lead)[[*lead, *d.columns]], self.out, f"{stem}_{t['slug']}")
 
 
 @dataclass

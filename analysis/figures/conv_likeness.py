@@ -10,8 +10,7 @@ from matplotlib.lines import Line2D
 from analysis.concentration import classify, rule_text
 from analysis.figures.panels import notes_under_legend, wrap_note
 from analysis.lattice import kernel_size, lattice_distance
-from analysis.meta import describe
-from analysis.style import COLUMN_WIDTH, save
+from analysis.style import COLUMN_WIDTH
 
 KIND = "conv_likeness"
 SCOPE = "variant"
@@ -104,8 +103,7 @@ def _figure(ctx, t, d: pd.DataFrame, trial_ids: list[str]) -> list:
     ax2.set_ylim(0, 1.02)
     if d["epochs_trained"].max() <= 12:
         ax.set_xticks(sorted(d["epochs_trained"].unique()))
-    ax.set_title(t["title"] + "\n" + wrap_note(describe(ctx.trials[ctx.trials["trial_id"].isin(trial_ids)]),
-                                               COLUMN_WIDTH), pad=3)
+    ax.set_title(t["title"] + "\n" + wrap_note(ctx.caption(trial_ids), COLUMN_WIDTH), pad=3)
     style = [Line2D([], [], color="0.3", linestyle="-", label="distance (left)"),
              Line2D([], [], color="0.3", linestyle="--", linewidth=0.8, label="max prob. (right)")]
     handles, _ = ax.get_legend_handles_labels()
@@ -122,6 +120,4 @@ def _figure(ctx, t, d: pd.DataFrame, trial_ids: list[str]) -> list:
         note += (f"Lines: mean over {seeds} seeds (of those with a distance); band: min–max over seeds "
                  f"(seed-to-seed noise, up to {width:.2f} px wide). ")
     notes_under_legend(fig, [note + rule_text()], ax.get_legend(), gap=0.02)
-    d = d.assign(trial_id=trial_ids[0] if len(trial_ids) == 1 else "", model=t["label"])
-    d = d[["trial_id", "model", *SEED_COLUMNS]]
-    return save(fig, d, ctx.out, f"conv_likeness_{t['slug']}")
+    return ctx.save_trial(fig, t, d, "conv_likeness", trial_id=trial_ids[0] if len(trial_ids) == 1 else "")

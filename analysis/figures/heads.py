@@ -9,10 +9,9 @@ from matplotlib import patheffects
 
 from analysis.concentration import classify, rule_text
 from analysis.contours import LEVELS, gaussian_ellipse, window_contours
-from analysis.meta import describe
 from analysis.figures.panels import after, label_grid, layer_grid, limit, shift_axes, wrap_note
 from analysis.figures.pooled import GRID_DISTANCE
-from analysis.style import head_colors, save
+from analysis.style import head_colors
 
 KIND = "heads"
 SCOPE = "variant"
@@ -125,7 +124,7 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: boo
     fig.suptitle(f"{t['title']}, {after(epoch)}", y=1.0)
     kind = {True: "ellipses of Σ (Gaussian heads)", False: "mass contours of the attention map",
             None: "ellipses of Σ for Gaussian heads, mass contours of the attention map for the others"}[gaussian]
-    notes = [describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]]),
+    notes = [ctx.caption([t["trial_id"]]),
              f"dots: centres of concentrated heads (numbered); 50 % solid, 90 % dotted: {kind}; ■ query",
              rule_text(window) + " (listed as 'diffuse', not drawn)",
              "centres and contours: the attention of one centre query (canvas moments)"
@@ -139,6 +138,4 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: boo
         notes.append("not drawn: " + "; ".join(gone))
     width = fig.get_size_inches()[0]
     fig.text(0.5, -0.01, "\n".join(wrap_note(n, width) for n in notes), ha="center", va="top", fontsize=7)
-    d = d.assign(trial_id=t["trial_id"], model=t["label"], epoch=epoch)
-    d = d[["trial_id", "model", "epoch", "layer", "head", "kind", "level", "path", "x", "y"]]
-    return save(fig, d, ctx.out, f"heads_{t['slug']}")
+    return ctx.save_trial(fig, t, d, "heads", epoch=epoch)

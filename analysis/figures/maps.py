@@ -9,8 +9,7 @@ from matplotlib.patches import Rectangle
 
 from analysis.concentration import MIN_WINDOW_MASS, classify, rule_text
 from analysis.figures.panels import after, wrap_note
-from analysis.meta import describe
-from analysis.style import COLUMN_WIDTH, DOUBLE_WIDTH, save
+from analysis.style import COLUMN_WIDTH, DOUBLE_WIDTH
 
 KIND = "maps"
 SCOPE = "variant"
@@ -61,7 +60,7 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
     heads = sorted(d["head"].unique())
     nl, nh = len(layers), len(heads)
     width = min(DOUBLE_WIDTH, max(COLUMN_WIDTH, 0.42 * nh + 0.75))
-    caption = wrap_note(describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]]), width)
+    caption = wrap_note(ctx.caption([t["trial_id"]]), width)
     left, right, gap, vgap = 0.3, 0.5, 0.04, 0.16  # inches
     top = 0.42 + 0.13 * (caption.count("\n") + 1)
     bottom = 0.62
@@ -116,6 +115,4 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
             f"the head's attention mass inside the window; 'd', dashed frame: diffuse "
             f"({rule_text(window)}).")
     fig.text(0.5, (bottom - 0.2) / height, wrap_note(note, width), ha="center", va="top", fontsize=7)
-    d = d.assign(trial_id=t["trial_id"], model=t["label"], epoch=epoch)
-    d = d[["trial_id", "model", "epoch", "layer", "head", "x", "y", "prob", "window_mass", "concentrated"]]
-    return save(fig, d, ctx.out, f"maps_{t['slug']}")
+    return ctx.save_trial(fig, t, d, "maps", epoch=epoch)

@@ -14,7 +14,6 @@ import pandas as pd
 from analysis.figures import Skip
 from analysis.figures.panels import notes_under_legend
 from analysis.lattice import lattice
-from analysis.meta import describe
 from analysis.style import save
 from study.locality import conv_attention_distance, uniform_attention_distance  # numpy only
 
@@ -136,5 +135,5 @@ def finish(ctx, fig, models: list[str], *, title: str, handles: list, notes: lis
     fig.tight_layout(pad=0.3)
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(ncol, len(handles)),
                frameon=False)
-    notes_under_legend(fig, [describe(ctx.trials[ctx.trials["label"].isin(models)]), *notes])
+    notes_under_legend(fig, [ctx.caption(models, by="label"), *notes])
     return save(fig, data, ctx.out, stem)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.figures.panels import after, label_grid, layer_grid, limit, shift_axes, wrap_note
-from analysis.meta import describe
-from analysis.style import head_colors, save
+from analysis.style import head_colors
 
 KIND = "trajectories"
 SCOPE = "variant"
@@ -51,9 +50,6 @@ def _figure(ctx, t, d: pd.DataFrame) -> list:
         shift_axes(ax, lim)
         ax.set_title(f"layer {layer + 1}", pad=2)
     label_grid(grid)
-    caption = describe(ctx.trials[ctx.trials["trial_id"] == t["trial_id"]])
     fig.suptitle(f"{t['title']}\nhead centres {after(first)} (○) to {after(last)} (●), numbered by head\n"
-                 f"{wrap_note(caption, fig.get_size_inches()[0])}", y=1.1, fontsize=7)
-    d = d.assign(trial_id=t["trial_id"], model=t["label"])
-    d = d[["trial_id", "model", "layer", "head", "epoch", "center_x", "center_y"]]
-    return save(fig, d, ctx.out, f"trajectories_{t['slug']}")
+                 f"{wrap_note(ctx.caption([t['trial_id']]), fig.get_size_inches()[0])}", y=1.1, fontsize=7)
+    return ctx.save_trial(fig, t, d, "trajectories")
