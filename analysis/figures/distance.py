@@ -28,27 +28,19 @@ def data(d: pd.DataFrame, models: list[str], column: str) -> pd.DataFrame:
     the order of ``models``: kind 'head' (a dot: one head of one seed, n = 1) and kind
     'layer' (the mean over the layer's heads and seeds, n values, and the std over
     seeds of the per-seed layer means); ``distance`` is the heads column ``column``."""
-    out = []
-    for model in models:
-        m = d[d["model"] == model]
-        n_heads = int(m["head"].max()) + 1
-        for layer, g in m.groupby("layer"):
-            x0 = int(layer) + 1
-            heads = g.sort_values(["head", "seed", "trial_id"])
-            offset = (heads["head"].astype(float) - (n_heads - 1) / 2) * (SPREAD / max(n_heads, 1))
-            out.append(pd.DataFrame({
-                "model": model, "kind": "head", "trial_id": heads["trial_id"].to_numpy(),
-                "seed": heads["seed"].to_numpy(), "epoch": heads["epoch"].astype(int).to_numpy(),
-                "layer": int(layer), "head": heads["head"].astype(int).to_numpy(),
-                "x": x0 + offset.to_numpy(), "distance": heads[column].astype(float).to_numpy(),
-                "n": 1, "seeds": 1, "seed_std": np.nan}))
-            per_seed = g.groupby("trial_id")[column].mean()
-            out.append(pd.DataFrame([{
-                "model": model, "kind": "layer", "trial_id": "", "seed": np.nan, "epoch": int(g["epoch"].max()),
-                "layer": int(layer), "head": -1, "x": float(x0),
-                "distance": float(g[column].astype(float).mean()), "n": int(len(g)),
-                "seeds": int(len(per_seed)), "seed_std": float(per_seed.std()) if len(per_seed) > 1 else np.nan}]))
-    return pd.concat(out, ignore_index=True).assign(metric=column)[COLUMNS]
+    d = d[d["model"].isin(models)].astype({"epoch": int, "layer": int, "head": int})
+    d = d.assign(distance=d[column].astype(float), x=d["layer"] + 1.0, n=1, seeds=1, seed_std=np.nan)
+    n_heads = d.groupby("model")["head"].transform("max") + 1
+    heads = d.assign(kind="head", x=d["x"] + (d["head"] - (n_heads - 1) / 2) * (SPREAD / n_heads))
+    per_seed = d.groupby(["model", "layer", "trial_id"])["distance"].mean().groupby(["model", "layer"])
+    layers = (d.groupby(["model", "layer"]).agg(epoch=("epoch", "max"), x=("x", "first"),
+                                                distance=("distance", "mean"), n=("distance", "size"))
+              .join(per_seed.agg(seeds="size", seed_std="std")).reset_index()
+              .assign(kind="layer", trial_id="", seed=np.nan, head=-1))
+    out = pd.concat([heads, layers], ignore_index=True)
+    out = out.assign(_m=out["model"].map({m: i for i, m in enumerate(models)}), _k=out["kind"] == "layer")
+    out = out.sort_values(["_m", "layer", "_k", "head", "seed", "trial_id"])
+    return out.assign(metric=column)[COLUMNS].reset_index(drop=True)
 
 
 def draw(ctx) -> list:
