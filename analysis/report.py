@@ -70,6 +70,16 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
+def _table(head: list, rows: list[list]) -> str:
+    """An HTML table; a cell is its HTML or (class, HTML), a header cell's class its column's (``num``: numbers)."""
+    cols = [h[0] if isinstance(h, tuple) else "" for h in head]
+    html_rows = []
+    for tag, cells in [("th", head), *(("td", r) for r in rows)]:
+        cells = [c if isinstance(c, tuple) else (k, c) for c, k in zip(cells, cols)]
+        html_rows.append("".join(f"<{tag} class='{k}'>{v}</{tag}>" if k else f"<{tag}>{v}</{tag}>" for k, v in cells))
+    return "<table>" + "".join(f"<tr>{r}</tr>" for r in html_rows) + "</table>"
+
+
 def study_file(study: Study) -> str | None:
     """The study file saved next to the tables (``study.yaml``), or None."""
     if not study.folder:
@@ -130,17 +140,13 @@ def _table1(study: Study) -> str:
         d = t1.data(ctx)
     except Skip as why:
         return f"<p class='skipped'>{_e(why)}</p>"
-    rows = [f"<tr><td>{_e(r['model'])}</td><td class=num>{r['seeds']}</td>"
-            f"<td class=num>{r['epochs_done']}/{r['epochs']}</td>"
-            f"<td class=num>{_e(t1._acc(r['best_test_acc'], r['best_test_acc_std']))}</td>"
-            f"<td class=num>{_e(t1._acc(r['final_test_acc'], r['final_test_acc_std']))}</td>"
-            f"<td class=num>{_e(t1._count(r['n_params']))}</td><td class=num>{_e(t1._flops(r['macs']))}</td>"
-            f"<td class=num>{_e(t1._flops(r['flops']))}</td></tr>" for _, r in d.iterrows()]
-    return (f"<p>{_e(describe(ctx.trials))}</p>"
-            "<table><tr><th>Model</th><th class=num>Seeds (n)</th><th class=num>Epochs</th>"
-            "<th class=num>Best test acc. (%)</th><th class=num>Final test acc. (%)</th>"
-            "<th class=num>Params</th><th class=num>MACs/image (model's equations)</th>"
-            "<th class=num>FLOPs executed/image</th></tr>" + "".join(rows) + "</table>")
+    rows = [[_e(r["model"]), r["seeds"], f"{r['epochs_done']}/{r['epochs']}",
+             _e(t1._acc(r["best_test_acc"], r["best_test_acc_std"])),
+             _e(t1._acc(r["final_test_acc"], r["final_test_acc_std"])), _e(t1._count(r["n_params"])),
+             _e(t1._flops(r["macs"])), _e(t1._flops(r["flops"]))] for _, r in d.iterrows()]
+    head = ["Model", *(("num", h) for h in ("Seeds (n)", "Epochs", "Best test acc. (%)", "Final test acc. (%)",
+                                             "Params", "MACs/image (model's equations)", "FLOPs executed/image"))]
+    return f"<p>{_e(describe(ctx.trials))}</p>" + _table(head, rows)
 
 
 def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:
@@ -158,15 +164,12 @@ def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:
         secs = last.loc[tid, "seconds"] if tid in last.index and "seconds" in last else None
         updated = getattr(r, "updated_at", None)
         age = f"{now - float(updated):.0f} s ago" if updated is not None and updated == updated else "–"
-        rows.append(
-            f"<tr><td>{_e(tid)}</td><td>{_e(r.variant)}</td><td class='status-{_e(r.status)}'>{_e(r.status)}</td>"
-            f"<td><span class=bar><div style='width:{pct:.0f}%'></div></span> {done}/{total}</td>"
-            f"<td class=num>{_num(r.best_test_acc)}</td><td class=num>{_num(r.final_test_acc)}</td>"
-            f"<td class=num>{_num(secs, 1)}</td><td class=num>{_num(getattr(r, 'device_seconds', None), 0)}</td>"
-            f"<td>{_e(age)}</td></tr>")
-    return ("<table><tr><th>Trial</th><th>Model</th><th>Status</th><th>Epochs</th><th class=num>Best acc.</th>"
-            "<th class=num>Last acc.</th><th class=num>Last epoch (s)</th><th class=num>Device-s</th>"
-            "<th>Updated</th></tr>" + "".join(rows) + "</table>")
+        rows.append([_e(tid), _e(r.variant), (f"status-{_e(r.status)}", _e(r.status)),
+                     f"<span class=bar><div style='width:{pct:.0f}%'></div></span> {done}/{total}",
+                     _num(r.best_test_acc), _num(r.final_test_acc), _num(secs, 1),
+                     _num(getattr(r, "device_seconds", None), 0), _e(age)])
+    return _table(["Trial", "Model", "Status", "Epochs", ("num", "Best acc."), ("num", "Last acc."),
+                   ("num", "Last epoch (s)"), ("num", "Device-s"), "Updated"], rows)
 
 
 def _failures(runs: pd.DataFrame) -> str:
@@ -179,11 +182,9 @@ def _failures(runs: pd.DataFrame) -> str:
         cause = r.get("error") if "error" in failed else None
         if cause is None or cause != cause or not str(cause):
             cause = _CAUSE.get(r["status"], "(no cause recorded in the tables)")
-        rows.append(f"<tr><td>{_e(r['trial_id'])}</td><td>{_e(r['variant'])}</td>"
-                    f"<td class='status-{_e(r['status'])}'>{_e(r['status'])}</td>"
-                    f"<td class=num>{int(r.get('epochs_done', 0) or 0)}</td><td>{_e(cause)}</td></tr>")
-    return ("<table><tr><th>Trial</th><th>Model</th><th>Status</th><th class=num>Epochs done</th><th>Cause</th>"
-            "</tr>" + "".join(rows) + "</table>")
+        rows.append([_e(r["trial_id"]), _e(r["variant"]), (f"status-{_e(r['status'])}", _e(r["status"])),
+                     int(r.get("epochs_done", 0) or 0), _e(cause)])
+    return _table(["Trial", "Model", "Status", ("num", "Epochs done"), "Cause"], rows)
 
 
 def render(study: Study, *, version: str = "", poll_ms: int = 0) -> str:
