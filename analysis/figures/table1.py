@@ -14,10 +14,6 @@ KIND = "table1"
 STEM = "table1"
 
 
-def _std(s: pd.Series) -> float:
-    return float(s.std()) if len(s) > 1 else float("nan")
-
-
 def data(ctx) -> pd.DataFrame:
     t = ctx.trials
     if t.empty:
@@ -40,11 +36,11 @@ def data(ctx) -> pd.DataFrame:
             "epochs": int(s["epochs"].max()) if "epochs" in s else pd.NA,
             "status": ",".join(sorted(set(s["status"].astype(str)))),
             "best_test_acc": float(s["best_test_acc"].mean()),
-            "best_test_acc_std": _std(s["best_test_acc"]),
+            "best_test_acc_std": float(s["best_test_acc"].std()),  # NaN for one seed (ddof=1)
             "final_test_acc": float(s["final_test_acc"].mean()),
-            "final_test_acc_std": _std(s["final_test_acc"]),
+            "final_test_acc_std": float(s["final_test_acc"].std()),
             "best_val_acc": float(val.mean()) if val.notna().any() else float("nan"),
-            "best_val_acc_std": _std(val.dropna()),
+            "best_val_acc_std": float(val.std()),
             "n_test": int(s["n_test"].iloc[0]) if "n_test" in s and s["n_test"].notna().any() else pd.NA,
             "n_params": _first_int(s, "n_params"),
             "macs": int(macs),
@@ -111,9 +107,7 @@ def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
         cells = [str(r["model"]), str(r["seeds"]), f"{r['epochs_done']}/{r['epochs']}{_unfinished(r)}",
                  _acc(r["best_test_acc"], r["best_test_acc_std"]), _acc(r["final_test_acc"], r["final_test_acc_std"])]
         cells += [_acc(r["best_val_acc"], r["best_val_acc_std"])] if has_val else []
-        cells += [_count(r["n_params"]), _flops(r["macs"]),
-                  _flops(r["flops_math"]), _flops(r["flops"])]
-        cells += [_paper(r)]
+        cells += [_count(r["n_params"]), _flops(r["macs"]), _flops(r["flops_math"]), _flops(r["flops"]), _paper(r)]
         lines.append("| " + " | ".join(cells) + " |")
     n_test = [int(v) for v in d["n_test"].dropna().unique()] if "n_test" in d else []
     one = (" One test image is worth " + "/".join(f"{100 / n:.2g}" for n in n_test) + " pp (percentage points) of "
