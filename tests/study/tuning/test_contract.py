@@ -192,9 +192,10 @@ DEEP = {**TINY, "layers": 3}
 
 
 def _epoch_images(batch_size: int) -> int:
-    """Images for an epoch of DEEP that lasts ~10 s or more here (measured now): long
-    enough to see its clock saved twice and stop it, on a fast machine or a loaded one."""
-    return images_lasting(10.0, model=DEEP, batch_size=batch_size, least=500)
+    """Images for an epoch of DEEP that lasts ~6 s or more here (measured now; a trial's epoch
+    lasts ~1.8x the measured time, a quiet machine's included): long enough to see its clock
+    (saved every second) saved twice and stop it, on a fast machine or a loaded one."""
+    return images_lasting(6.0, model=DEEP, batch_size=batch_size, least=500)
 
 
 @pytest.mark.slow
@@ -515,7 +516,7 @@ def test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds(tmp_path):
     the signal, so the epoch is cut short whatever the machine's speed).  The time that
     attempt trained is in `device_seconds` (of the `interrupted` row, and after `study
     resume` beside the resumed attempt's epoch); `attempts` counts both.  Events, not
-    sleeps: the epoch is sized by measured throughput (~10 s or more), Ctrl-C comes once
+    sleeps: the epoch is sized by measured throughput (~6 s or more), Ctrl-C comes once
     its clock has been saved twice (the trial is inside the epoch), the kill once the
     driver has said it received SIGINT (so Tune does not retry the killed trial)."""
     f = write_spec(tmp_path, "midep", data=f"synthetic:{_epoch_images(25)}", model=DEEP, epochs=1, max_failures=1)
