@@ -9,7 +9,6 @@ Prints numbers; asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -128,16 +127,20 @@ def measure(label: str, study: Path, repeats: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    from study import limits
+    from study.cliutil import BoundedInt, Parser, model_int
+
+    ap = Parser(prog="tables.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for the synthetic study (replaced)")
-    ap.add_argument("--trials", type=int, default=64)
-    ap.add_argument("--epochs", type=int, default=300)
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--heads", type=int, default=9)
-    ap.add_argument("--window", type=int, default=15)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--jobs", type=int, default=1, help="processes writing trials side by side")
+    ap.add_argument("--trials", type=BoundedInt(1, limits.MAX_TRIALS, "MAX_TRIALS"), default=64)
+    ap.add_argument("--epochs", type=BoundedInt(1, limits.MAX_EPOCHS, "MAX_EPOCHS"), default=300)
+    ap.add_argument("--layers", type=model_int("layers"), default=6)
+    ap.add_argument("--heads", type=model_int("num_heads"), default=9)
+    ap.add_argument("--window", type=BoundedInt(1, limits.MAX_MODEL_FIELD["image_size"], "MAX_MODEL_FIELD"),
+                    default=15)
+    ap.add_argument("--repeats", type=BoundedInt(1, limits.MAX_BENCH_REPEATS, "MAX_BENCH_REPEATS"), default=3)
+    ap.add_argument("--jobs", type=BoundedInt(1, limits.MAX_CPUS_PER_TRIAL, "MAX_CPUS_PER_TRIAL"), default=1,
+                    help="processes writing trials side by side")
     ap.add_argument("--keep", action="store_true", help="keep the study folder afterwards")
     args = ap.parse_args(argv)
 
@@ -152,7 +155,8 @@ def main(argv=None) -> int:
     print(f"{args.trials} trials x {args.epochs} epochs, {args.layers} x {args.heads} heads, "
           f"{args.window}x{args.window} maps -> {study}", file=sys.stderr, flush=True)
     maps_at = set(map_epochs("auto", args.epochs))
-    half = args.epochs // 2 + 5  # mid-way between two compactions: parts present
+    # mid-way between two compactions (parts present), within the run: a short one is all parts
+    half = min(args.epochs // 2 + 5, args.epochs)
     gen_args = {"layers": args.layers, "heads": args.heads, "window": args.window}
     t0 = time.time()
     write_parallel(tables, ids, gen_args, jobs=args.jobs, epochs=args.epochs, start=0, stop=half,
