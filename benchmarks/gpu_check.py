@@ -33,7 +33,7 @@ SHARES = {"tests": 0.15, "bench": 0.45, "study": 0.3}
 CUDA_TESTS = ("tests/study/test_devicepaths.py", "tests/study/models/test_fast_paths.py")
 DEFAULT_DATA = "../shared/data/cifar10-jpeg.tar.gz"
 #: a smoke run's models (--small): the paper's architectures at toy sizes
-SMALL_MODEL = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
+SMALL_MODEL = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 4}  # N_h square: gpsa's lattice
 #: the fields of a bench run's fast record the report keeps
 FAST_FIELDS = ("images_per_s", "mfu", "tflops", "peak_memory_mb", "step_memory_mb", "path", "warmup_s")
 

@@ -114,3 +114,19 @@ def test_bench_report_is_written_after_each_model(tmp_path, monkeypatch):
     assert rc == 0
     assert seen == [("running", ["sa_quadratic"]), ("passed", ["sa_quadratic", "sa_relative_bias"])]
     assert "| sa_quadratic |" in (out / "gpu_check.md").read_text()
+
+
+def test_small_sizes_build_every_default_model():
+    """``--small`` with the default model list: every model of the bench part and the
+    study part builds at the toy sizes (gpsa's lattice needs a square N_h: with 2 heads
+    its bench and study entries failed)."""
+    from study.bench.options import default_options
+    from study.models import build_model
+
+    args = gpu_check.parse_args(["--device", "cpu", "--small"])
+    probe = default_options("cpu", model_overrides=dict(gpu_check.SMALL_MODEL))
+    for key in args.models:
+        assert build_model(probe.model_config(key)) is not None, key
+    peak = {f"{p}_{k}": None for p in ("bf16", "fp32") for k in ("tflops", "source")}  # device_peak's keys, unknown
+    _, plan = gpu_check.study_spec(args, budget_s=600.0, peak=peak)
+    assert [p["key"] for p in plan] == list(args.models)
