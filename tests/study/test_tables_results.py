@@ -103,7 +103,11 @@ def _capture(monkeypatch, module):
         figures.append((fig, data))
         return [out / f"{stem}.png"]
 
-    monkeypatch.setattr(module, "save", keep)
+    import analysis.style
+
+    monkeypatch.setattr(analysis.style, "save", keep)  # what Canvas.save_trial calls
+    if hasattr(module, "save"):  # a figure that saves by itself
+        monkeypatch.setattr(module, "save", keep)
     return figures
 
 
