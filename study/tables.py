@@ -294,14 +294,14 @@ def _concat(tables: list[pa.Table | None]) -> pa.Table | None:
     return pa.concat_tables(tables, promote_options="permissive") if tables else None
 
 
-def _merge(compacted: list[pa.Table], parts: list[pa.Table]) -> pa.Table | None:
-    """Rows of the parts, and of the compacted files for every (trial, epoch) no part holds."""
+def _merge(compacted: list[str], parts: list[pa.Table]) -> pa.Table | None:
+    """Rows of the parts, and of the compacted files (read now) for every (trial, epoch) no part holds."""
     import pyarrow.compute as pc  # lazily: 0.2-0.4 s of every command's start-up
 
     def keys(t: pa.Table) -> pa.Array:
         return pc.binary_join_element_wise(pc.cast(t.column("trial_id"), pa.string()),
                                            pc.cast(t.column("epoch"), pa.string()), "\x00")
-    old, new = _concat(compacted), _concat(parts)
+    old, new = _concat([t for t in map(read_file, compacted) if t is not None]), _concat(parts)
     if old is not None and new is not None:
         old = old.filter(pc.invert(pc.is_in(keys(old), value_set=pc.unique(keys(new)))))
     return _concat([old, new])
@@ -317,7 +317,7 @@ def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
     import pandas as pd
 
     compacted, parts, _ = read_parts(root, table)
-    merged = _merge([t for t in map(read_file, compacted) if t is not None], parts)
+    merged = _merge(compacted, parts)
     if merged is None or merged.num_rows == 0:
         return pd.DataFrame(columns=list(SCHEMA[table]))
     frame = (decode_maps(merged) if table == "maps" else merged).to_pandas()
@@ -329,7 +329,7 @@ def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
     """Merge ``trial_id``'s parts of ``table`` into its compacted file, then delete them;
     the compacted file's path, or None when there was nothing to compact."""
     compacted, parts, read = read_parts(root, table, trial_id=trial_id)
-    merged = _merge([t for t in map(read_file, compacted) if t is not None], parts)
+    merged = _merge(compacted, parts)
     if not read or merged is None:
         return None
     merged = merged.sort_by([(k, "ascending") for k in _keys(table)])
