@@ -98,6 +98,10 @@ def warnings_as_lines(prog: str) -> None:
     warnings.simplefilter("always", TableWarning)
 
 
+#: reads of a remote file before it counts as damaged (:func:`_read_file`)
+_REMOTE_READS = 3
+
+
 def _join(root: str | os.PathLike, rel: str) -> str:
     if is_remote(root):
         return f"{str(root).rstrip('/')}/{rel}"
@@ -242,11 +246,21 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
 
 
 def _read_file(path: str) -> pa.Table:
-    """One file, read through one open handle: a compacted file replaced meanwhile is
-    read whole, old or new (``pq.read_table(path)`` opens it twice, footer and pages)."""
+    """One file, one version of it: a file replaced meanwhile is read whole, old or new.  Locally
+    through one open handle (``pq.read_table(path)`` opens it twice, footer and pages); remotely in
+    one GET parsed from memory, read again when that GET and the size request before it straddled
+    a replacement (an object store replaces an object whole, but ranged reads see each version)."""
     fs, p = file_system(path)
-    with fs.open_input_file(p) as f:
-        return pq.ParquetFile(f).read()
+    if not is_remote(path):
+        with fs.open_input_file(p) as f:
+            return pq.ParquetFile(f).read()
+    for attempt in range(_REMOTE_READS):
+        try:
+            with fs.open_input_stream(p) as f:
+                return pq.ParquetFile(pa.BufferReader(f.read())).read()
+        except (OSError, pa.ArrowException) as exc:
+            if isinstance(exc, FileNotFoundError) or attempt + 1 == _REMOTE_READS:
+                raise
 
 
 def _damaged(path: str, exc: Exception) -> bool:
