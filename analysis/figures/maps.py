@@ -71,10 +71,11 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
                         top=1 - top / height, wspace=gap / cell, hspace=vgap / cell)
     rad = int(d["x"].max())
     side = 2 * rad + 1
-    # one colour scale for the whole figure: exactly the range of the plotted values
+    # one colour scale for the whole figure: exactly the range of the plotted values; equal values
+    # (uniform heads) get a scale just around them and one tick at the value, not ticks of a 1e-12 range
     vmin, vmax = float(d["prob"].min()), float(d["prob"].max())
-    if vmax <= vmin:
-        vmax = vmin + 1e-12
+    flat = vmax <= vmin
+    pad = 1e-9 * max(abs(vmin), 1e-3) if flat else 0.0
     image = None
     for i, layer in enumerate(layers):
         for j, head in enumerate(heads):
@@ -82,7 +83,7 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
             s = d[(d["layer"] == layer) & (d["head"] == head)]
             img = np.full((side, side), np.nan)
             img[s["y"].to_numpy() + rad, s["x"].to_numpy() + rad] = s["prob"].to_numpy()
-            image = ax.imshow(img, cmap="Blues", vmin=vmin, vmax=vmax, interpolation="nearest",
+            image = ax.imshow(img, cmap="Blues", vmin=vmin - pad, vmax=vmax + pad, interpolation="nearest",
                               extent=(-rad - 0.5, rad + 0.5, rad + 0.5, -rad - 0.5))  # row 0 = y −r at the top
             ax.add_patch(Rectangle((-0.5, -0.5), 1, 1, fill=False, edgecolor="black", linewidth=0.6))
             ax.set_xticks([])
@@ -104,14 +105,19 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
     bar = fig.colorbar(image, cax=cax)
     bar.set_label("attention probability", fontsize=7, labelpad=2)
     bar.ax.tick_params(labelsize=7)
+    if flat:
+        bar.set_ticks([vmin], labels=[f"{vmin:.2g}"])
+    else:
+        bar.formatter.set_useOffset(False)  # probabilities: plain values, never "1e-12 + …"
     images = t.get("head_images")
     images = f"{int(images)} " if images is not None and images == images else ""
     what = (f"heads whose attention depends on the image: the mean over {images}test images, a query at the "
             "image centre; purely positional heads: the exact distribution")
     fig.suptitle(f"{t['title']}, {after(epoch)}", y=1 - 0.04 / height, va="top")
     fig.text(0.5, 1 - 0.24 / height, caption, ha="center", va="top", fontsize=7)
+    scale = f"all {vmin:.2g}" if flat else f"{vmin:.2g} to {vmax:.2g}"
     note = (f"{side}×{side} shifts around the query (outlined), y down; {what}. One colour scale for all "
-            f"heads, from the smallest to the largest value shown ({vmin:.2g} to {vmax:.2g}). Under each map: "
+            f"heads, from the smallest to the largest value shown ({scale}). Under each map: "
             f"the head's attention mass inside the window; 'd', dashed frame: diffuse "
             f"({rule_text(window)}).")
     fig.text(0.5, (bottom - 0.2) / height, wrap_note(note, width), ha="center", va="top", fontsize=7)
