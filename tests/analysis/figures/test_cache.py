@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +30,25 @@ def small(tmp_path) -> Path:
     return write_study(tmp_path / "small", SMALL, epochs=2)
 
 
+@pytest.fixture(scope="module")
+def _drawn_once(tmp_path_factory) -> tuple[Path, Path, list[str]]:
+    root = tmp_path_factory.mktemp("drawn")
+    study = write_study(root / "small", SMALL, epochs=2)
+    code, lines = _figures(study, "--out", root / "figs", "--jobs", "1")
+    assert code == 0
+    return study, root / "figs", lines
+
+
+@pytest.fixture
+def drawn(_drawn_once, tmp_path) -> tuple[Path, Path, list[str]]:
+    """(study, its figures drawn by a default run, that run's output lines, naming the copy): a
+    copy of one drawing per module (copies keep mtimes, which the fingerprints and the tests compare)."""
+    study, out, lines = _drawn_once
+    shutil.copytree(study, tmp_path / "small")
+    shutil.copytree(out, tmp_path / "figs")
+    return tmp_path / "small", tmp_path / "figs", [ln.replace(str(out), str(tmp_path / "figs")) for ln in lines]
+
+
 def _stamps(out: Path) -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != MANIFEST}
 
@@ -40,10 +60,8 @@ def _figures(*argv) -> tuple[int, list[str]]:
     return code, buf.getvalue().splitlines()
 
 
-def test_one_figure_per_variant_and_a_second_run_redraws_nothing(small, tmp_path, monkeypatch):
-    out = tmp_path / "figs"
-    code, first = _figures(small, "--out", out, "--jobs", "1")
-    assert code == 0
+def test_one_figure_per_variant_and_a_second_run_redraws_nothing(drawn, monkeypatch):
+    small, out, first = drawn
     names = {Path(x).name for x in first if not x.startswith("skipped ")}
     # 3 seeds of the quadratic variant: one heads / maps / trajectories / conv-likeness figure for the variant
     assert {n for n in names if n.startswith("heads_")} == {"heads_sa-quadratic-isotropic-nh9.png",
@@ -62,9 +80,8 @@ def test_one_figure_per_variant_and_a_second_run_redraws_nothing(small, tmp_path
     assert _stamps(out) == before
 
 
-def test_a_changed_trial_redraws_its_variant_and_the_study_wide_figures_only(small, tmp_path):
-    out = tmp_path / "figs"
-    _figures(small, "--out", out, "--jobs", "1")
+def test_a_changed_trial_redraws_its_variant_and_the_study_wide_figures_only(drawn):
+    small, out, _ = drawn
     before = _stamps(out)
     # the learned trial trains one more epoch
     w = TableWriter(small / "tables", trial_id="l-s0")
@@ -79,11 +96,9 @@ def test_a_changed_trial_redraws_its_variant_and_the_study_wide_figures_only(sma
     assert pd.read_csv(out / "attention_distance.csv").query("model == 'SA learned (N_h=4, D_p=8)'").epoch.max() == 2
 
 
-def test_files_of_figures_no_longer_drawn_are_removed_and_foreign_files_kept(small, tmp_path):
-    out = tmp_path / "figs"
-    out.mkdir()
+def test_files_of_figures_no_longer_drawn_are_removed_and_foreign_files_kept(drawn):
+    small, out, _ = drawn
     (out / "notes.txt").write_text("mine")
-    _figures(small, "--out", out, "--jobs", "1")
     assert (out / "heads_sa-learned-nh4-dp8.png").exists()
     for p in (small / "tables").rglob("*"):  # the learned trial is deleted from the study
         if p.is_file() and "l-s0" in str(p):
@@ -123,9 +138,9 @@ def test_per_seed_and_per_variant_figures_live_side_by_side(small, tmp_path):
     assert (out / "heads_sa-quadratic-isotropic-nh9-seed1.csv").exists(), "a default run keeps per-seed figures"
 
 
-def test_pool_draws_the_same_data_as_one_process(small, tmp_path):
-    one, two = tmp_path / "one", tmp_path / "two"
-    draw_all(analysis.load(small), one, jobs=1)
+def test_pool_draws_the_same_data_as_one_process(drawn, tmp_path):
+    small, one, _ = drawn
+    two = tmp_path / "two"
     written, _ = draw_all(analysis.load(small), two, jobs=2)
     assert sorted(p.name for p in written) == sorted(p.name for p in one.iterdir() if p.name != MANIFEST)
     for csv in one.glob("*.csv"):
