@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -31,6 +32,8 @@ from study.trial.config import AUTOAUGMENT_POLICIES, PROTOCOL_FIELDS, SCHEDULES,
 LOGGERS = {"tensorboard": ("tensorboardX", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 DEFAULT_LOGGERS = ("tensorboard",)
 TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size", *PROTOCOL_FIELDS)
+#: is ``name`` a study name (a folder name on local disks and in object storage)?
+valid_name = re.compile(rf"(?!\.)[\w.-]{{1,{limits.MAX_NAME_LENGTH}}}", re.ASCII).fullmatch
 
 
 def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
@@ -224,7 +227,7 @@ class StudyFile(_Strict):
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo):
         self.name = self.name or (info.context or {}).get("default_name", "study")
-        if not _valid_name(self.name):
+        if not valid_name(self.name):
             raise _refuse("name", f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
                                   f"got {speccheck.short(self.name)}")
         axes = {k: len(v) for k, v in self.grid.model_dump(exclude_unset=True).items()}
@@ -450,8 +453,3 @@ def selects(raw: dict[str, Any]) -> bool:
     """Does the study choose among trials (Optuna over sampled axes, or ASHA)?"""
     sched = raw.get("scheduler") or {}
     return bool(raw.get("sample")) or (bool(raw.get("scheduler")) and sched.get("type", "asha") == "asha")
-
-
-def _valid_name(name: str) -> bool:
-    return (0 < len(name) <= limits.MAX_NAME_LENGTH and not name.startswith(".")
-            and all(c.isascii() and (c.isalnum() or c in "-_.") for c in name))

@@ -44,11 +44,8 @@ class SpecError(StudyFileError, ValueError):
     ``file=""`` inside a validator, its ``path`` relative to the validated value."""
 
     def __init__(self, file: str, path: str, message: str):
-        self.file, self.path, self.message = file, path, message
         super().__init__(f"{file}: {path}: {message}" if path else f"{file}: {message}")
-
-    def __reduce__(self):  # picklable/copyable (Ray copies exceptions of failed trials)
-        return (SpecError, (self.file, self.path, self.message))
+        self._init = self.file, self.path, self.message = file, path, message  # for StudyError.__reduce__
 
 
 def err(path: str, message: str) -> SpecError:
