@@ -382,14 +382,11 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
                  dict(zip(grid, v)) for v in itertools.product(*grid.values())))]
     sections = speccheck.flatten({k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")})
     spec = StudySpec(
-        file=file, name=study.name, raw=raw, cells=cells, sample=raw.get("sample", {}), base_train={
-            "data": study.data, "subset": study.subset, "validation": study.validation, "epochs": study.epochs,
-            "batch_size": study.batch_size, **sections, **({"map_epochs": study.maps.epochs} if "epochs" in raw.get(
-                "maps", {}) else {})},
-        num_samples=study.num_samples, max_failures=study.max_failures, max_concurrent=study.max_concurrent,
+        file=file, name=study.name, raw=raw, cells=cells, sample=raw.get("sample", {}), loggers=tuple(study.loggers),
+        base_train={**study.model_dump(include={"data", "subset", "validation", "epochs", "batch_size"}), **sections,
+                    **({"map_epochs": study.maps.epochs} if "epochs" in raw.get("maps", {}) else {})},
         scheduler=study.scheduler and {"type": study.scheduler.type, **study.scheduler.model_dump(exclude_unset=True)},
-        gpus_per_trial=study.resources.gpus_per_trial, cpus_per_trial=study.resources.cpus_per_trial,
-        workers_per_trial=study.resources.workers_per_trial, loggers=tuple(study.loggers))
+        **study.resources.model_dump(), **study.model_dump(include={"num_samples", "max_failures", "max_concurrent"}))
     try:
         seen, complete = speccheck.check_values(spec)
     except SpecError as e:

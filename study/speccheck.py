@@ -62,13 +62,8 @@ def short(value: Any, limit: int = 60) -> str:
 def flatten(recipe: dict[str, Any]) -> dict[str, Any]:
     """A recipe mapping (``optimizer``/``schedule``/``training``/``protocol`` sections and
     plain keys) as :class:`study.trial.config.TrainConfig` fields."""
-    out = {}
-    for k, v in recipe.items():
-        if isinstance(v, dict):
-            out.update({("schedule" if k == "schedule" and kk == "type" else kk): vv for kk, vv in v.items()})
-        else:
-            out[k] = v
-    return out
+    return {("schedule" if (k, kk) == ("schedule", "type") else kk): vv
+            for k, v in recipe.items() for kk, vv in (v.items() if isinstance(v, dict) else [(k, v)])}
 
 
 def check_data_source(data: str, *, exists: bool = False) -> str:
