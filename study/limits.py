@@ -1,7 +1,8 @@
 """Explicit limits on what a study file, a data source or a command may ask for (what each
-bounds: docs/study-files.md "Limits"; a comment here says why a value is what it is).  An input beyond one is refused before anything runs, with one
-line naming the field, instead of a hang, an out-of-memory kill or a file-system error an hour
-later; plain constants, so a deployment that needs more changes one number here.
+bounds: docs/study-files.md "Limits"; a comment here says why a value is what it is).  An input
+beyond one is refused before anything runs, with one line naming the field, instead of a hang,
+an out-of-memory kill or a file-system error an hour later; plain constants, so a deployment
+that needs more changes one number here.
 """
 
 from __future__ import annotations

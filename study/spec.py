@@ -18,7 +18,6 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
                       WithJsonSchema, create_model, field_validator, model_validator)
-from pydantic_core import PydanticCustomError
 
 from study import limits, overrides as cli_overrides, speccheck
 from study.plan import source_sizes
@@ -41,12 +40,10 @@ def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
     cap = getattr(limits, name)
 
     def check(v):
-        n = len(v) if isinstance(v, (str, list)) else v
-        if n > cap:
-            over = (f"is {n} characters, more than" if isinstance(v, str) else f"lists {n} entries, more than"
-                    if isinstance(v, list) else "must be <=")
-            got = "" if isinstance(v, (str, list)) else f", got {v if isinstance(v, int) else format(v, 'g')}"
-            raise PydanticCustomError("limit", "{m}", {"m": f"{over} {cap} ({name}){got}"})
+        if (len(v) if isinstance(v, (str, list)) else v) > cap:
+            raise _refuse("", f"is {len(v)} characters, more than {cap} ({name})" if isinstance(v, str) else
+                          f"lists {len(v)} entries, more than {cap} ({name})" if isinstance(v, list) else
+                          f"must be <= {cap} ({name}), got {v if isinstance(v, int) else format(v, 'g')}")
         return v
     key = {str: "maxLength", list: "maxItems"}.get(getattr(kind, "__origin__", kind), "maximum")
     return Annotated[kind, Field(**bounds, json_schema_extra={key: cap, "x-limit": name}), AfterValidator(check)]

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -48,9 +49,8 @@ class SpecError(StudyFileError, ValueError):
         self._init = self.file, self.path, self.message = file, path, message  # for StudyError.__reduce__
 
 
-def err(path: str, message: str) -> SpecError:
-    """A :class:`SpecError` whose file :func:`study.spec.validate` fills in."""
-    return SpecError("", path, message)
+#: ``err(path, message)``: a :class:`SpecError` whose file :func:`study.spec.validate` fills in
+err = functools.partial(SpecError, "")
 
 
 def short(value: Any, limit: int = 60) -> str:
