@@ -130,9 +130,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def check_data(option: str, data: str) -> None:
-    """What a data source promises that can be checked without decoding it or importing
-    torch (:func:`study.speccheck.check_data_source`, a folder's or archive's layout and
-    image headers): :class:`UsageError`, well under a second."""
+    """What a data source promises that can be checked without decoding it or importing torch (its
+    kind, a folder's or archive's layout and image headers): :class:`UsageError`, well under a second."""
     from study.speccheck import SpecError, check_data_source
 
     try:
@@ -156,9 +155,8 @@ def check_data(option: str, data: str) -> None:
 
 
 def check_model_params(config: ModelConfig) -> None:
-    """Refuse a model of more than ``MAX_MODEL_PARAMS`` parameters, counted on PyTorch's
-    meta device (nothing allocated): each size within its limit can still multiply into
-    terabytes (``--hidden 16384 --layers 256``)."""
+    """Refuse a model of more than ``MAX_MODEL_PARAMS`` parameters, counted on PyTorch's meta device: each
+    size within its limit can still multiply into terabytes (``--hidden 16384 --layers 256``)."""
     from study.models.trained import state_shapes
 
     try:

@@ -370,12 +370,11 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     except ValidationError as e:
         raise _refusal(file, e) from None
     raw = {**raw, "data": study.data}
-    models = [{k: v for k, v in m.items() if k != "training"} for m in raw.get("models", [{}])]
-    recipes = [speccheck.flatten(m.get("training", {})) for m in raw.get("models", [{}])]
     grid = raw.get("grid", {})
-    cells = [Cell(entry=i, seed=seed, model={**m, **{k: v for k, v in values.items() if k in MODEL_FIELDS}},
-                  train={**recipe, **{k: v for k, v in values.items() if k in TRAIN_AXES}})
-             for seed, (i, (m, recipe)), values in itertools.product(study.seeds, enumerate(zip(models, recipes)), (
+    cells = [Cell(entry=i, seed=seed, model={k: v for k, v in {**m, **values}.items() if k in MODEL_FIELDS},
+                  train={**speccheck.flatten(m.get("training", {})),
+                         **{k: v for k, v in values.items() if k in TRAIN_AXES}})
+             for seed, (i, m), values in itertools.product(study.seeds, enumerate(raw.get("models", [{}])), (
                  dict(zip(grid, v)) for v in itertools.product(*grid.values())))]
     sections = speccheck.flatten({k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")})
     spec = StudySpec(

@@ -1,7 +1,5 @@
-"""Checks of a study file beyond one field's type and bounds (those are pydantic's,
-:class:`study.spec.StudyFile`): the data source, distinct list entries, and
-:func:`check_values`, every value the study can produce.  Each raises a one-line
-:class:`SpecError`.
+"""Checks of a study file beyond one field's type and bounds (pydantic's, :class:`study.spec.StudyFile`):
+the data source, distinct list entries, every value the study can produce; each a one-line :class:`SpecError`.
 """
 
 from __future__ import annotations
@@ -142,10 +140,9 @@ def corner_values(kind: str, args: list, *, enumerate_ints: bool) -> tuple[list,
 
 
 def check_values(spec) -> tuple[list[ModelConfig], bool]:
-    """Build and check every grid cell of ``spec`` (a :class:`study.spec.StudySpec`) with every
-    checked value of the sampled axes (all combinations up to MAX_CHECKED_COMBINATIONS, else
-    each value against every cell's first combination), then :func:`_check_distinct_models`.
-    Returns the distinct models and whether that list is complete."""
+    """Build and check every grid cell of ``spec`` with every checked value of the sampled axes (all
+    combinations up to MAX_CHECKED_COMBINATIONS, else each value against every cell's first combination);
+    returns the distinct models and whether that list is complete."""
     axes = list(spec.sample)
     kinds = {k: next(iter(spec.sample[k])) for k in axes}
     corners, complete = {}, True
@@ -211,10 +208,8 @@ def _locate(fld: str, cell, raw: dict) -> str:
 
 
 def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str | None:
-    """Why no training step would run, or None: training drops the last incomplete
-    batch, so one step's ``batch`` x ``workers`` (DDP) images must fit the ``n_train``
-    training images (described by ``images``).  The one check of ``study validate``,
-    ``study run`` (once a folder's size is known) and a trial."""
+    """Why no training step would run, or None: training drops the last incomplete batch, so one step's
+    ``batch`` x ``workers`` (DDP) images must fit the ``n_train`` training images (described by ``images``)."""
     if batch * workers <= n_train:
         return None
     per_step = f"{batch} x {workers} workers" if workers > 1 else f"{batch}"
