@@ -103,11 +103,7 @@ def load_yaml(text: str) -> Any:
     """The Python value of the single YAML document ``text`` (module docstring), else :class:`YamlError`."""
     try:
         check_expansion(text)
-        loader = _Loader(text)
-        try:
-            return loader.get_single_data()
-        finally:
-            loader.dispose()
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as e:
         text = " ".join(str(e).replace('in "<unicode string>", ', "").split())
         raise YamlError("invalid YAML: " + text) from None
@@ -121,39 +117,35 @@ def check_expansion(text: str) -> None:
     cap = limits.MAX_YAML_NODES
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (expanded size, nesting height)
     stack: list[list] = []  # [expanded size so far, anchor, height of the deepest child] of each open collection
-    total, loader = 0, _Loader(text)
+    total = 0
     deep = f"collections nested more than {limits.MAX_YAML_DEPTH} deep (MAX_YAML_DEPTH)"
-    try:
-        while loader.check_event():
-            ev = loader.get_event()
-            line = ev.start_mark.line + 1 if ev.start_mark else "?"
-            if isinstance(ev, CollectionStartEvent):
-                stack.append([1, ev.anchor, 0])  # its size joins its parent's at its end
-                if len(stack) > limits.MAX_YAML_DEPTH:
-                    raise YamlError(f"line {line}: {deep}")
-                total += 1
-            elif isinstance(ev, (CollectionEndEvent, ScalarEvent, AliasEvent)):
-                if isinstance(ev, CollectionEndEvent):
-                    n, anchor, height = stack.pop()
-                    height, added = height + 1, 0
-                elif isinstance(ev, ScalarEvent):
-                    n, anchor, height, added = 1, ev.anchor, 0, 1
-                elif ev.anchor in sizes:
-                    (n, height), anchor, added = sizes[ev.anchor], None, sizes[ev.anchor][0]
-                    if len(stack) + height > limits.MAX_YAML_DEPTH:  # aliases of aliases nest too
-                        raise YamlError(f"line {line}: {deep} (aliases expanded)")
-                elif any(a == ev.anchor for _, a, _ in stack):
-                    raise YamlError(f"line {line}: alias *{ev.anchor} refers to a node that contains it (recursive)")
-                else:
-                    continue  # undefined: the loader reports it
-                if anchor is not None:
-                    sizes[anchor] = (n, height)
-                if stack:
-                    stack[-1][0] += n
-                    stack[-1][2] = max(stack[-1][2], height)
-                total += added
-            if total > cap:
-                raise YamlError(f"line {line}: the document expands to more than {cap} YAML nodes (aliases counted "
-                                "in full; limit MAX_YAML_NODES)")
-    finally:
-        loader.dispose()
+    for ev in yaml.parse(text, Loader=_Loader):
+        line = ev.start_mark.line + 1 if ev.start_mark else "?"
+        if isinstance(ev, CollectionStartEvent):
+            stack.append([1, ev.anchor, 0])  # its size joins its parent's at its end
+            if len(stack) > limits.MAX_YAML_DEPTH:
+                raise YamlError(f"line {line}: {deep}")
+            total += 1
+        elif isinstance(ev, (CollectionEndEvent, ScalarEvent, AliasEvent)):
+            if isinstance(ev, CollectionEndEvent):
+                n, anchor, height = stack.pop()
+                height, added = height + 1, 0
+            elif isinstance(ev, ScalarEvent):
+                n, anchor, height, added = 1, ev.anchor, 0, 1
+            elif ev.anchor in sizes:
+                (n, height), anchor, added = sizes[ev.anchor], None, sizes[ev.anchor][0]
+                if len(stack) + height > limits.MAX_YAML_DEPTH:  # aliases of aliases nest too
+                    raise YamlError(f"line {line}: {deep} (aliases expanded)")
+            elif any(a == ev.anchor for _, a, _ in stack):
+                raise YamlError(f"line {line}: alias *{ev.anchor} refers to a node that contains it (recursive)")
+            else:
+                continue  # undefined: the loader reports it
+            if anchor is not None:
+                sizes[anchor] = (n, height)
+            if stack:
+                stack[-1][0] += n
+                stack[-1][2] = max(stack[-1][2], height)
+            total += added
+        if total > cap:
+            raise YamlError(f"line {line}: the document expands to more than {cap} YAML nodes (aliases counted "
+                            "in full; limit MAX_YAML_NODES)")
