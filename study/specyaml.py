@@ -71,23 +71,20 @@ def read_study_text(path: str | os.PathLike) -> str:
     """The text of the study file at ``path`` (module docstring); never opens a FIFO or device."""
     try:
         st = os.stat(path)
-    except FileNotFoundError:
-        raise YamlError("no such study file") from None
-    except OSError as e:
-        raise YamlError(f"cannot read ({e.strerror})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise YamlError("is a folder, not a study file")
-    if not stat.S_ISREG(st.st_mode):
-        raise YamlError("not a regular file")
-    if st.st_size > limits.MAX_STUDY_FILE_BYTES:
-        raise YamlError(f"study file is {st.st_size} bytes, more than the limit of "
-                        f"{limits.MAX_STUDY_FILE_BYTES} (MAX_STUDY_FILE_BYTES)")
-    try:
+        if stat.S_ISDIR(st.st_mode):
+            raise YamlError("is a folder, not a study file")
+        if not stat.S_ISREG(st.st_mode):
+            raise YamlError("not a regular file")
+        if st.st_size > limits.MAX_STUDY_FILE_BYTES:
+            raise YamlError(f"study file is {st.st_size} bytes, more than the limit of "
+                            f"{limits.MAX_STUDY_FILE_BYTES} (MAX_STUDY_FILE_BYTES)")
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since the stat
                 raise YamlError("not a regular file")
             data = f.read(limits.MAX_STUDY_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise YamlError("no such study file") from None
     except OSError as e:
         raise YamlError(f"cannot read ({e.strerror})") from None
     if len(data) > limits.MAX_STUDY_FILE_BYTES:
