@@ -17,10 +17,8 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 class BoundedInt:
-    """An argparse ``type``: an integer from ``low`` to ``high`` (the documented limit
-    ``limit`` of :mod:`study.limits`), else one line, exit 2, before anything is imported.
-    Every integer flag of every command uses one (tests/study/test_damaged_files.py checks):
-    a size a typo made a million times too large is refused by its flag."""
+    """An argparse ``type``: an integer from ``low`` to ``high`` (the :mod:`study.limits` constant
+    ``limit``), else one line, exit 2; every integer flag has one (tests/study/test_damaged_files.py)."""
 
     def __init__(self, low: int, high: int, limit: str):
         self.low, self.high, self.limit = low, high, limit
@@ -52,7 +50,7 @@ class BoundedFloat:
         try:
             v = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a positive number, got {text[:40]!r}") from None
+            v = math.nan
         if not (v > 0 and math.isfinite(v)):
             raise argparse.ArgumentTypeError(f"must be a positive number, got {text[:40]!r}")
         if not self.low <= v <= self.high:
@@ -85,12 +83,10 @@ class Parser(argparse.ArgumentParser):
     """ArgumentParser whose errors are a single line (no usage dump), exit 2, and
     whose ``--help`` shows the defaults."""
 
-    def __init__(self, *args, **kwargs):
-        fc = kwargs.get("formatter_class", argparse.HelpFormatter)
-        if not issubclass(fc, DefaultsMixin):  # e.g. RawDescriptionHelpFormatter: keep it, add defaults
-            fc = type(f"Defaults{fc.__name__}", (DefaultsMixin, fc), {})
-        kwargs["formatter_class"] = fc
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, formatter_class=argparse.HelpFormatter, **kwargs):
+        if not issubclass(formatter_class, DefaultsMixin):  # e.g. RawDescriptionHelpFormatter: keep it, add defaults
+            formatter_class = type(f"Defaults{formatter_class.__name__}", (DefaultsMixin, formatter_class), {})
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
@@ -134,9 +130,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def check_data(option: str, data: str) -> None:
-    """What a data source promises that can be checked without decoding it or importing
-    torch (:func:`study.speccheck.check_data_source`, a folder's or archive's layout and
-    image headers): :class:`UsageError`, well under a second."""
+    """What a data source promises that can be checked without decoding it or importing torch (its
+    kind, a folder's or archive's layout and image headers): :class:`UsageError`, well under a second."""
     from study.speccheck import SpecError, check_data_source
 
     try:
@@ -160,9 +155,8 @@ def check_data(option: str, data: str) -> None:
 
 
 def check_model_params(config: ModelConfig) -> None:
-    """Refuse a model of more than ``MAX_MODEL_PARAMS`` parameters, counted on PyTorch's
-    meta device (nothing allocated): each size within its limit can still multiply into
-    terabytes (``--hidden 16384 --layers 256``)."""
+    """Refuse a model of more than ``MAX_MODEL_PARAMS`` parameters, counted on PyTorch's meta device: each
+    size within its limit can still multiply into terabytes (``--hidden 16384 --layers 256``)."""
     from study.models.trained import state_shapes
 
     try:

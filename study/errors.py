@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from study.data.errors import one_line
+
 EXIT_OK = 0  # every trial finished (or diverged / was stopped by ASHA)
 EXIT_TRIAL_ERROR = 1  # at least one trial ended in ``error`` (see ``runs.error``)
 EXIT_USAGE = 2  # bad input (study file, flags, data source): nothing started
@@ -20,7 +22,7 @@ class StudyError(Exception):
     verbatim = False
 
     def __init__(self, message: str):
-        super().__init__(message if self.verbatim else _one_line(message))
+        super().__init__(message if self.verbatim else one_line(message, limit=500))
         self._init = (message,)
 
     def __reduce__(self):
@@ -81,11 +83,6 @@ class LockError(StudyError):
     exit_code = EXIT_USAGE
 
 
-def _one_line(text: object, limit: int = 500) -> str:
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
 def _chain(exc: BaseException):
     """``exc`` and every exception it wraps (Ray's ``cause``, ``__cause__``, ``__context__``)."""
     seen, todo = set(), [exc]
@@ -111,6 +108,6 @@ def cause(exc: BaseException) -> str:
     message = str(pick)
     if _is_ray(pick) and "\n" in message:  # Ray's text trace: keep its last line (the error)
         message = [ln for ln in message.splitlines() if ln.strip()][-1]
-    return _one_line(f"{type(pick).__name__}: {message}")
+    return one_line(f"{type(pick).__name__}: {message}", limit=500)
 
 

@@ -20,9 +20,8 @@ _FORMS = "key=VALUE, +key=VALUE, ++key=VALUE or ~key"
 
 def parse(text: str) -> tuple[str, list[str | int], str | None]:
     """``(op, path, value text)`` of one override (``op``: ``=``, ``+``, ``++`` or ``~``), else ValueError."""
-    op = "~" if text.startswith("~") else "++" if text.startswith("++") else "+" if text.startswith("+") else "="
-    body = text[len(op):] if op != "=" else text
-    key, eq, value = body.partition("=")
+    op = re.match(r"~|\+\+|\+|", text)[0]  # "": key=VALUE
+    key, eq, value = text[len(op):].partition("=")
     if op == "~" and eq:
         raise ValueError(f"override {text!r}: ~key=VALUE (delete if equal) is not supported: use ~{key}")
     if op != "~" and not eq:
@@ -32,7 +31,7 @@ def parse(text: str) -> tuple[str, list[str | int], str | None]:
     if not _PATH.fullmatch(key):
         raise ValueError(f"override {text!r}: {key!r} is not a field path (name.name, list[0].name)")
     path = [int(t) if t.isdigit() else t for t in re.findall(rf"{_KEY}|[0-9]+", key)]
-    return op, path, (value if eq else None)
+    return op or "=", path, (value if eq else None)
 
 
 def dotted(path: Iterable[str | int]) -> str:

@@ -11,13 +11,13 @@ import dataclasses
 import itertools
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
                       WithJsonSchema, create_model, field_validator, model_validator)
-from pydantic_core import PydanticCustomError
 
 from study import limits, overrides as cli_overrides, speccheck
 from study.plan import source_sizes
@@ -31,6 +31,8 @@ from study.trial.config import AUTOAUGMENT_POLICIES, PROTOCOL_FIELDS, SCHEDULES,
 LOGGERS = {"tensorboard": ("tensorboardX", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 DEFAULT_LOGGERS = ("tensorboard",)
 TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size", *PROTOCOL_FIELDS)
+#: is ``name`` a study name (a folder name on local disks and in object storage)?
+valid_name = re.compile(rf"(?!\.)[\w.-]{{1,{limits.MAX_NAME_LENGTH}}}", re.ASCII).fullmatch
 
 
 def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
@@ -38,12 +40,10 @@ def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
     cap = getattr(limits, name)
 
     def check(v):
-        n = len(v) if isinstance(v, (str, list)) else v
-        if n > cap:
-            over = (f"is {n} characters, more than" if isinstance(v, str) else f"lists {n} entries, more than"
-                    if isinstance(v, list) else "must be <=")
-            got = "" if isinstance(v, (str, list)) else f", got {v if isinstance(v, int) else format(v, 'g')}"
-            raise PydanticCustomError("limit", "{m}", {"m": f"{over} {cap} ({name}){got}"})
+        if (len(v) if isinstance(v, (str, list)) else v) > cap:
+            raise _refuse("", f"is {len(v)} characters, more than {cap} ({name})" if isinstance(v, str) else
+                          f"lists {len(v)} entries, more than {cap} ({name})" if isinstance(v, list) else
+                          f"must be <= {cap} ({name}), got {v if isinstance(v, int) else format(v, 'g')}")
         return v
     key = {str: "maxLength", list: "maxItems"}.get(getattr(kind, "__origin__", kind), "maximum")
     return Annotated[kind, Field(**bounds, json_schema_extra={key: cap, "x-limit": name}), AfterValidator(check)]
@@ -224,7 +224,7 @@ class StudyFile(_Strict):
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo):
         self.name = self.name or (info.context or {}).get("default_name", "study")
-        if not _valid_name(self.name):
+        if not valid_name(self.name):
             raise _refuse("name", f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
                                   f"got {speccheck.short(self.name)}")
         axes = {k: len(v) for k, v in self.grid.model_dump(exclude_unset=True).items()}
@@ -370,23 +370,19 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
     except ValidationError as e:
         raise _refusal(file, e) from None
     raw = {**raw, "data": study.data}
-    models = [{k: v for k, v in m.items() if k != "training"} for m in raw.get("models", [{}])]
-    recipes = [speccheck.flatten(m.get("training", {})) for m in raw.get("models", [{}])]
     grid = raw.get("grid", {})
-    cells = [Cell(entry=i, seed=seed, model={**m, **{k: v for k, v in values.items() if k in MODEL_FIELDS}},
-                  train={**recipe, **{k: v for k, v in values.items() if k in TRAIN_AXES}})
-             for seed, (i, (m, recipe)), values in itertools.product(study.seeds, enumerate(zip(models, recipes)), (
+    cells = [Cell(entry=i, seed=seed, model={k: v for k, v in {**m, **values}.items() if k in MODEL_FIELDS},
+                  train={**speccheck.flatten(m.get("training", {})),
+                         **{k: v for k, v in values.items() if k in TRAIN_AXES}})
+             for seed, (i, m), values in itertools.product(study.seeds, enumerate(raw.get("models", [{}])), (
                  dict(zip(grid, v)) for v in itertools.product(*grid.values())))]
     sections = speccheck.flatten({k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")})
     spec = StudySpec(
-        file=file, name=study.name, raw=raw, cells=cells, sample=raw.get("sample", {}), base_train={
-            "data": study.data, "subset": study.subset, "validation": study.validation, "epochs": study.epochs,
-            "batch_size": study.batch_size, **sections, **({"map_epochs": study.maps.epochs} if "epochs" in raw.get(
-                "maps", {}) else {})},
-        num_samples=study.num_samples, max_failures=study.max_failures, max_concurrent=study.max_concurrent,
+        file=file, name=study.name, raw=raw, cells=cells, sample=raw.get("sample", {}), loggers=tuple(study.loggers),
+        base_train={**study.model_dump(include={"data", "subset", "validation", "epochs", "batch_size"}), **sections,
+                    **({"map_epochs": study.maps.epochs} if "epochs" in raw.get("maps", {}) else {})},
         scheduler=study.scheduler and {"type": study.scheduler.type, **study.scheduler.model_dump(exclude_unset=True)},
-        gpus_per_trial=study.resources.gpus_per_trial, cpus_per_trial=study.resources.cpus_per_trial,
-        workers_per_trial=study.resources.workers_per_trial, loggers=tuple(study.loggers))
+        **study.resources.model_dump(), **study.model_dump(include={"num_samples", "max_failures", "max_concurrent"}))
     try:
         seen, complete = speccheck.check_values(spec)
     except SpecError as e:
@@ -450,8 +446,3 @@ def selects(raw: dict[str, Any]) -> bool:
     """Does the study choose among trials (Optuna over sampled axes, or ASHA)?"""
     sched = raw.get("scheduler") or {}
     return bool(raw.get("sample")) or (bool(raw.get("scheduler")) and sched.get("type", "asha") == "asha")
-
-
-def _valid_name(name: str) -> bool:
-    return (0 < len(name) <= limits.MAX_NAME_LENGTH and not name.startswith(".")
-            and all(c.isascii() and (c.isalnum() or c in "-_.") for c in name))

@@ -1,11 +1,10 @@
-"""Checks of a study file beyond one field's type and bounds (those are pydantic's,
-:class:`study.spec.StudyFile`): the data source, distinct list entries, and
-:func:`check_values`, every value the study can produce.  Each raises a one-line
-:class:`SpecError`.
+"""Checks of a study file beyond one field's type and bounds (pydantic's, :class:`study.spec.StudyFile`):
+the data source, distinct list entries, every value the study can produce; each a one-line :class:`SpecError`.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -44,16 +43,12 @@ class SpecError(StudyFileError, ValueError):
     ``file=""`` inside a validator, its ``path`` relative to the validated value."""
 
     def __init__(self, file: str, path: str, message: str):
-        self.file, self.path, self.message = file, path, message
         super().__init__(f"{file}: {path}: {message}" if path else f"{file}: {message}")
-
-    def __reduce__(self):  # picklable/copyable (Ray copies exceptions of failed trials)
-        return (SpecError, (self.file, self.path, self.message))
+        self._init = self.file, self.path, self.message = file, path, message  # for StudyError.__reduce__
 
 
-def err(path: str, message: str) -> SpecError:
-    """A :class:`SpecError` whose file :func:`study.spec.validate` fills in."""
-    return SpecError("", path, message)
+#: ``err(path, message)``: a :class:`SpecError` whose file :func:`study.spec.validate` fills in
+err = functools.partial(SpecError, "")
 
 
 def short(value: Any, limit: int = 60) -> str:
@@ -65,13 +60,8 @@ def short(value: Any, limit: int = 60) -> str:
 def flatten(recipe: dict[str, Any]) -> dict[str, Any]:
     """A recipe mapping (``optimizer``/``schedule``/``training``/``protocol`` sections and
     plain keys) as :class:`study.trial.config.TrainConfig` fields."""
-    out = {}
-    for k, v in recipe.items():
-        if isinstance(v, dict):
-            out.update({("schedule" if k == "schedule" and kk == "type" else kk): vv for kk, vv in v.items()})
-        else:
-            out[k] = v
-    return out
+    return {("schedule" if (k, kk) == ("schedule", "type") else kk): vv
+            for k, v in recipe.items() for kk, vv in (v.items() if isinstance(v, dict) else [(k, v)])}
 
 
 def check_data_source(data: str, *, exists: bool = False) -> str:
@@ -150,10 +140,9 @@ def corner_values(kind: str, args: list, *, enumerate_ints: bool) -> tuple[list,
 
 
 def check_values(spec) -> tuple[list[ModelConfig], bool]:
-    """Build and check every grid cell of ``spec`` (a :class:`study.spec.StudySpec`) with every
-    checked value of the sampled axes (all combinations up to MAX_CHECKED_COMBINATIONS, else
-    each value against every cell's first combination), then :func:`_check_distinct_models`.
-    Returns the distinct models and whether that list is complete."""
+    """Build and check every grid cell of ``spec`` with every checked value of the sampled axes (all
+    combinations up to MAX_CHECKED_COMBINATIONS, else each value against every cell's first combination);
+    returns the distinct models and whether that list is complete."""
     axes = list(spec.sample)
     kinds = {k: next(iter(spec.sample[k])) for k in axes}
     corners, complete = {}, True
@@ -219,10 +208,8 @@ def _locate(fld: str, cell, raw: dict) -> str:
 
 
 def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str | None:
-    """Why no training step would run, or None: training drops the last incomplete
-    batch, so one step's ``batch`` x ``workers`` (DDP) images must fit the ``n_train``
-    training images (described by ``images``).  The one check of ``study validate``,
-    ``study run`` (once a folder's size is known) and a trial."""
+    """Why no training step would run, or None: training drops the last incomplete batch, so one step's
+    ``batch`` x ``workers`` (DDP) images must fit the ``n_train`` training images (described by ``images``)."""
     if batch * workers <= n_train:
         return None
     per_step = f"{batch} x {workers} workers" if workers > 1 else f"{batch}"

@@ -71,23 +71,20 @@ def read_study_text(path: str | os.PathLike) -> str:
     """The text of the study file at ``path`` (module docstring); never opens a FIFO or device."""
     try:
         st = os.stat(path)
-    except FileNotFoundError:
-        raise YamlError("no such study file") from None
-    except OSError as e:
-        raise YamlError(f"cannot read ({e.strerror})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise YamlError("is a folder, not a study file")
-    if not stat.S_ISREG(st.st_mode):
-        raise YamlError("not a regular file")
-    if st.st_size > limits.MAX_STUDY_FILE_BYTES:
-        raise YamlError(f"study file is {st.st_size} bytes, more than the limit of "
-                        f"{limits.MAX_STUDY_FILE_BYTES} (MAX_STUDY_FILE_BYTES)")
-    try:
+        if stat.S_ISDIR(st.st_mode):
+            raise YamlError("is a folder, not a study file")
+        if not stat.S_ISREG(st.st_mode):
+            raise YamlError("not a regular file")
+        if st.st_size > limits.MAX_STUDY_FILE_BYTES:
+            raise YamlError(f"study file is {st.st_size} bytes, more than the limit of "
+                            f"{limits.MAX_STUDY_FILE_BYTES} (MAX_STUDY_FILE_BYTES)")
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since the stat
                 raise YamlError("not a regular file")
             data = f.read(limits.MAX_STUDY_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise YamlError("no such study file") from None
     except OSError as e:
         raise YamlError(f"cannot read ({e.strerror})") from None
     if len(data) > limits.MAX_STUDY_FILE_BYTES:
@@ -103,11 +100,7 @@ def load_yaml(text: str) -> Any:
     """The Python value of the single YAML document ``text`` (module docstring), else :class:`YamlError`."""
     try:
         check_expansion(text)
-        loader = _Loader(text)
-        try:
-            return loader.get_single_data()
-        finally:
-            loader.dispose()
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as e:
         text = " ".join(str(e).replace('in "<unicode string>", ', "").split())
         raise YamlError("invalid YAML: " + text) from None
@@ -121,39 +114,35 @@ def check_expansion(text: str) -> None:
     cap = limits.MAX_YAML_NODES
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (expanded size, nesting height)
     stack: list[list] = []  # [expanded size so far, anchor, height of the deepest child] of each open collection
-    total, loader = 0, _Loader(text)
+    total = 0
     deep = f"collections nested more than {limits.MAX_YAML_DEPTH} deep (MAX_YAML_DEPTH)"
-    try:
-        while loader.check_event():
-            ev = loader.get_event()
-            line = ev.start_mark.line + 1 if ev.start_mark else "?"
-            if isinstance(ev, CollectionStartEvent):
-                stack.append([1, ev.anchor, 0])  # its size joins its parent's at its end
-                if len(stack) > limits.MAX_YAML_DEPTH:
-                    raise YamlError(f"line {line}: {deep}")
-                total += 1
-            elif isinstance(ev, (CollectionEndEvent, ScalarEvent, AliasEvent)):
-                if isinstance(ev, CollectionEndEvent):
-                    n, anchor, height = stack.pop()
-                    height, added = height + 1, 0
-                elif isinstance(ev, ScalarEvent):
-                    n, anchor, height, added = 1, ev.anchor, 0, 1
-                elif ev.anchor in sizes:
-                    (n, height), anchor, added = sizes[ev.anchor], None, sizes[ev.anchor][0]
-                    if len(stack) + height > limits.MAX_YAML_DEPTH:  # aliases of aliases nest too
-                        raise YamlError(f"line {line}: {deep} (aliases expanded)")
-                elif any(a == ev.anchor for _, a, _ in stack):
-                    raise YamlError(f"line {line}: alias *{ev.anchor} refers to a node that contains it (recursive)")
-                else:
-                    continue  # undefined: the loader reports it
-                if anchor is not None:
-                    sizes[anchor] = (n, height)
-                if stack:
-                    stack[-1][0] += n
-                    stack[-1][2] = max(stack[-1][2], height)
-                total += added
-            if total > cap:
-                raise YamlError(f"line {line}: the document expands to more than {cap} YAML nodes (aliases counted "
-                                "in full; limit MAX_YAML_NODES)")
-    finally:
-        loader.dispose()
+    for ev in yaml.parse(text, Loader=_Loader):
+        line = ev.start_mark.line + 1 if ev.start_mark else "?"
+        if isinstance(ev, CollectionStartEvent):
+            stack.append([1, ev.anchor, 0])  # its size joins its parent's at its end
+            if len(stack) > limits.MAX_YAML_DEPTH:
+                raise YamlError(f"line {line}: {deep}")
+            total += 1
+        elif isinstance(ev, (CollectionEndEvent, ScalarEvent, AliasEvent)):
+            if isinstance(ev, CollectionEndEvent):
+                n, anchor, height = stack.pop()
+                height, added = height + 1, 0
+            elif isinstance(ev, ScalarEvent):
+                n, anchor, height, added = 1, ev.anchor, 0, 1
+            elif ev.anchor in sizes:
+                (n, height), anchor, added = sizes[ev.anchor], None, sizes[ev.anchor][0]
+                if len(stack) + height > limits.MAX_YAML_DEPTH:  # aliases of aliases nest too
+                    raise YamlError(f"line {line}: {deep} (aliases expanded)")
+            elif any(a == ev.anchor for _, a, _ in stack):
+                raise YamlError(f"line {line}: alias *{ev.anchor} refers to a node that contains it (recursive)")
+            else:
+                continue  # undefined: the loader reports it
+            if anchor is not None:
+                sizes[anchor] = (n, height)
+            if stack:
+                stack[-1][0] += n
+                stack[-1][2] = max(stack[-1][2], height)
+            total += added
+        if total > cap:
+            raise YamlError(f"line {line}: the document expands to more than {cap} YAML nodes (aliases counted "
+                            "in full; limit MAX_YAML_NODES)")

@@ -315,7 +315,7 @@ def _storage(value: str | None) -> str:
 def script_for(args: argparse.Namespace) -> str:
     """The sbatch script for ``args`` (checked), every value quoted for bash (``shlex.quote``)
     and, in ``#SBATCH`` lines, for sbatch (:func:`sbatch_quote`)."""
-    from study.spec import _valid_name, load_spec
+    from study.spec import load_spec, valid_name
 
     storage = _storage(args.storage)
     sbatch = _sbatch_options(args.sbatch)
@@ -323,7 +323,7 @@ def script_for(args: argparse.Namespace) -> str:
         if args.name or args.data:
             raise UsageError("--resume continues a stored study as it is: no --name or --data")
         name = args.file
-        if not _valid_name(name):
+        if not valid_name(name):
             raise UsageError(f"NAME: a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not "
                              f"starting with '.'; got {name[:120]!r}")
         root = study_root(storage, name)

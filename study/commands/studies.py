@@ -251,9 +251,9 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
 
 def checked_name(name) -> str:
     """A study name as ``--name`` must give it: :class:`UsageError` if not."""
-    from study.spec import _valid_name
+    from study.spec import valid_name
 
-    if not isinstance(name, str) or not _valid_name(name):
+    if not isinstance(name, str) or not valid_name(name):
         raise UsageError(f"--name: must be 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', got {short(name)}")
     return name
 
