@@ -3,9 +3,14 @@ No torch, no Ray: bookkeeping commands start fast."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
+import threading
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import pyarrow.fs as pafs
 
 from study.errors import StorageError, StudyError
 from study.metafile import MetaFileError, read_object
@@ -123,15 +128,11 @@ def endpoint(uri: str) -> str:
 
 def filesystem(uri: str):
     """``pyarrow.fs.FileSystem.from_uri(uri)`` with the bounded waits above."""
-    import pyarrow.fs as pafs
-
     scheme, rest = uri.split("://", 1)
     path = rest.strip("/")
     if scheme.lower() == "s3":
         custom = _custom_s3()
         if custom:
-            from urllib.parse import urlsplit
-
             u = urlsplit(custom if "://" in custom else f"https://{custom}")
             where = {"endpoint_override": u.netloc + u.path.rstrip("/"), "scheme": u.scheme or "https"}
         else:  # from_uri asks AWS for the bucket's region unless an endpoint is set; so do we
@@ -139,8 +140,6 @@ def filesystem(uri: str):
         fs = pafs.S3FileSystem(connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
                                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS), **where)
         return fs, path
-    import datetime
-
     return pafs.GcsFileSystem(retry_time_limit=datetime.timedelta(seconds=REQUEST_TIMEOUT_S)), path
 
 
@@ -162,8 +161,6 @@ def _bounded(uri: str, work, *, timeout: float = REACH_TIMEOUT_S):
     """``work(fs, path)`` on :func:`filesystem` of ``uri`` in a helper thread, given up after
     ``timeout`` seconds: an object store's client may retry longer than its own time-outs say
     (credential look-ups, name resolution), and a command must never hang on it."""
-    import threading
-
     box: dict = {}
 
     def target():
@@ -199,8 +196,6 @@ def check_reachable(uri: str, *, timeout: float = REACH_TIMEOUT_S) -> None:
         return
 
     def work(fs, path):
-        import pyarrow.fs as pafs
-
         bucket = path.split("/", 1)[0]
         if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
             raise NoBucket(f"no bucket {bucket!r} at {endpoint(uri)} ({uri})")
@@ -241,8 +236,6 @@ def list_studies(storage: str) -> list[str]:
     directly under ``storage``; an unlistable store raises (never an empty list: "no
     studies" must mean there are none)."""
     if is_remote(storage):
-        import pyarrow.fs as pafs
-
         def work(fs, base):
             infos = fs.get_file_info(pafs.FileSelector(base, recursive=False, allow_not_found=True))
             names = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
@@ -269,15 +262,10 @@ def resolve(root: str, meta: dict) -> dict:
 
 def study_exists(root: str) -> bool:
     """Whether anything is stored under a study's folder (:class:`StorageUnreachable` if it cannot be read)."""
-    def work(fs, path):
-        import pyarrow.fs as pafs
-
-        return bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
-
     try:
         if not is_remote(root):
             return Path(root).exists() and any(Path(root).iterdir())
-        return _bounded(root, work)
+        return _bounded(root, lambda fs, path: bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))))
     except StorageUnreachable:
         raise
     except OSError as e:
