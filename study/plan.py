@@ -373,7 +373,3 @@ def make_plan(spec, *, throughput: Throughput | None = None, workers: int | None
         if workers:
             plan.wall_seconds = wall_seconds([t.seconds for t in plan.trials], workers)
     return plan
-
-
-__all__ = ["Images", "Plan", "PlanError", "Throughput", "TrialPlan", "bench_models", "launch_order",
-           "make_plan", "plan_trials", "predict", "table", "to_json", "total_line", "trial_images", "wall_seconds"]
