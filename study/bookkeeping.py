@@ -64,11 +64,10 @@ def status_table(runs: pd.DataFrame, planned: int | None, *, now: float | None =
 
 def study_line(name: str, runs: pd.DataFrame, planned: int | None, *, now: float | None = None) -> dict:
     """One row of ``study list``: name, trials recorded/planned, status counts, last update."""
-    last = pd.to_numeric(runs.get("updated_at", pd.Series(dtype=float)), errors="coerce").max() if len(runs) else None
+    last = pd.to_numeric(runs.get("updated_at", pd.Series(dtype=float)), errors="coerce").max()
     return {
         "name": name,
         "trials": f"{len(runs)}/{planned}" if planned else str(len(runs)),
         "statuses": _counts(shown_status(runs, now=now)) if len(runs) else "-",
-        "last_update": (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last))
-                        if last is not None and not pd.isna(last) else "-"),
+        "last_update": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if pd.notna(last) else "-",
     }
