@@ -82,8 +82,7 @@ def storage_problem(storage: str) -> str | None:
     if not _BUCKET.fullmatch(bucket) or ".." in bucket or (scheme == "s3" and "_" in bucket):
         return (f"{where}: {bucket[:80]!r} is not a valid bucket name (3 to 63 lower-case letters, digits, "
                 f"'.' or '-'{', or _' if scheme != 's3' else ''}, starting and ending with a letter or digit)")
-    parts = prefix.rstrip("/").split("/") if prefix.rstrip("/") else []
-    for part in parts:
+    for part in prefix.rstrip("/").split("/") if prefix.rstrip("/") else ():
         if part in ("", ".", ".."):
             return f"{where}: the prefix has an empty, '.' or '..' part"
         bad = next((c for c in part if not _KEY_CHARS.fullmatch(c)), None)
