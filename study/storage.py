@@ -207,11 +207,9 @@ def check_study_target(target: str, storage: str | None) -> None:
     """A study's NAME (under ``storage``) or PATH: the storage is well formed and reachable."""
     value = resolve_storage(storage)
     if is_remote(target):
-        try:
-            uri = resolve_storage(target)
-        except ValueError as e:
-            raise ValueError(str(e).replace("--storage: ", "", 1)) from None
-        check_reachable(uri)
+        if problem := storage_problem(target):
+            raise ValueError(problem)
+        check_reachable(resolve_storage(target))
     elif is_remote(value) and not Path(target).exists():
         check_reachable(value)
 
