@@ -16,14 +16,6 @@ STALE_MIN_S = 300.0
 STALE_UNKNOWN_S = 3600.0
 
 
-def epoch_seconds(runs: pd.DataFrame) -> pd.Series:
-    """Mean wall seconds per epoch of each trial (NaN before its first epoch)."""
-    done = pd.to_numeric(runs["epochs_done"], errors="coerce")
-    world = pd.to_numeric(runs.get("world_size", pd.Series(1, index=runs.index)), errors="coerce").fillna(1)
-    secs = pd.to_numeric(runs["device_seconds"], errors="coerce")
-    return (secs / (done * world.clip(lower=1))).where(done > 0)
-
-
 def shown_status(runs: pd.DataFrame, *, now: float | None = None) -> pd.Series:
     """``runs.status`` with ``running`` trials that stopped updating shown as ``stale``."""
     status = runs["status"].astype(str).copy()
@@ -31,7 +23,10 @@ def shown_status(runs: pd.DataFrame, *, now: float | None = None) -> pd.Series:
         return status
     now = time.time() if now is None else now
     age = now - pd.to_numeric(runs["updated_at"], errors="coerce")
-    per_epoch = epoch_seconds(runs)  # seconds without an update after which a trial is stale:
+    done = pd.to_numeric(runs["epochs_done"], errors="coerce")
+    world = pd.to_numeric(runs.get("world_size", pd.Series(1, index=runs.index)), errors="coerce").fillna(1)
+    # mean wall seconds per epoch (NaN before the first); stale after STALE_FACTOR of them without an update:
+    per_epoch = (pd.to_numeric(runs["device_seconds"], errors="coerce") / (done * world.clip(lower=1))).where(done > 0)
     fallback = STALE_UNKNOWN_S if pd.isna(per_epoch.max()) else max(STALE_MIN_S, STALE_FACTOR * per_epoch.max())
     stale = (status == "running") & (age > (STALE_FACTOR * per_epoch).clip(lower=STALE_MIN_S).fillna(fallback))
     status[stale] = "stale"
@@ -64,11 +59,10 @@ def status_table(runs: pd.DataFrame, planned: int | None, *, now: float | None =
 
 def study_line(name: str, runs: pd.DataFrame, planned: int | None, *, now: float | None = None) -> dict:
     """One row of ``study list``: name, trials recorded/planned, status counts, last update."""
-    last = pd.to_numeric(runs.get("updated_at", pd.Series(dtype=float)), errors="coerce").max() if len(runs) else None
+    last = pd.to_numeric(runs.get("updated_at", pd.Series(dtype=float)), errors="coerce").max()
     return {
         "name": name,
         "trials": f"{len(runs)}/{planned}" if planned else str(len(runs)),
         "statuses": _counts(shown_status(runs, now=now)) if len(runs) else "-",
-        "last_update": (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last))
-                        if last is not None and not pd.isna(last) else "-"),
+        "last_update": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if pd.notna(last) else "-",
     }

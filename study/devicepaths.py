@@ -69,9 +69,7 @@ class DevicePaths:
 
 def to_device(t: torch.Tensor, device: torch.device, *, pinned: bool) -> torch.Tensor:
     """``pinned``: through page-locked memory, without blocking the host."""
-    if pinned:
-        return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True) if pinned else t.to(device)
 
 
 def ddp_device_ids(device: torch.device) -> list[int] | None:

@@ -227,9 +227,8 @@ def bench_models(report: dict) -> list[tuple[str, dict, float]]:
     if not isinstance(report, dict) or not isinstance(report.get("models"), list):
         raise PlanError("not a `study bench --json` report (no 'models' list)")
     out = []
-    for m in report["models"]:
-        fast = m.get("fast") if isinstance(m, dict) else None
-        key = m.get("key") if isinstance(m, dict) else None
+    for m in (m for m in report["models"] if isinstance(m, dict)):
+        key, fast = m.get("key"), m.get("fast")
         ips = fast.get("images_per_s") if isinstance(fast, dict) else None
         if key in PAPER_MODELS and isinstance(ips, (int, float)) and not isinstance(ips, bool):
             if not (math.isfinite(ips) and limits.MIN_IMAGES_PER_S <= ips <= limits.MAX_IMAGES_PER_S):
@@ -242,10 +241,6 @@ def bench_models(report: dict) -> list[tuple[str, dict, float]]:
     return out
 
 
-def _same_kind(a: dict, b: dict) -> bool:
-    return a.get("arch") == b.get("arch") and (a.get("arch") == "resnet18" or a.get("encoding") == b.get("encoding"))
-
-
 def _bench_seconds(t: TrialPlan, report: dict, source: str) -> tuple[float, str]:
     """The bench's images/s of the same model; else the counted-FLOP rate of a bench
     model of the same architecture and encoding (median over them), else of all."""
@@ -255,7 +250,8 @@ def _bench_seconds(t: TrialPlan, report: dict, source: str) -> tuple[float, str]
         if cfg == t.config:
             return t.passes / TRAIN_FORWARDS / ips, f"bench {key}: {ips:.1f} img/s{where}"
     rates = {key: TRAIN_FORWARDS * 2.0 * model_macs(cfg) * ips for key, cfg, ips in models}
-    kin = [key for key, cfg, _ in models if _same_kind(cfg, t.config)]
+    kin = [key for key, cfg, _ in models if cfg.get("arch") == t.config.get("arch")
+           and (cfg.get("arch") == "resnet18" or cfg.get("encoding") == t.config.get("encoding"))]
     keys = kin or list(rates)
     rate = statistics.median(rates[k] for k in keys)
     what = "bench " + "/".join(keys) + (" (same encoding)" if kin else " (all models)")
@@ -373,7 +369,3 @@ def make_plan(spec, *, throughput: Throughput | None = None, workers: int | None
         if workers:
             plan.wall_seconds = wall_seconds([t.seconds for t in plan.trials], workers)
     return plan
-
-
-__all__ = ["Images", "Plan", "PlanError", "Throughput", "TrialPlan", "bench_models", "launch_order",
-           "make_plan", "plan_trials", "predict", "table", "to_json", "total_line", "trial_images", "wall_seconds"]

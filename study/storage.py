@@ -3,9 +3,14 @@ No torch, no Ray: bookkeeping commands start fast."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
+import threading
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import pyarrow.fs as pafs
 
 from study.errors import StorageError, StudyError
 from study.metafile import MetaFileError, read_object
@@ -77,8 +82,7 @@ def storage_problem(storage: str) -> str | None:
     if not _BUCKET.fullmatch(bucket) or ".." in bucket or (scheme == "s3" and "_" in bucket):
         return (f"{where}: {bucket[:80]!r} is not a valid bucket name (3 to 63 lower-case letters, digits, "
                 f"'.' or '-'{', or _' if scheme != 's3' else ''}, starting and ending with a letter or digit)")
-    parts = prefix.rstrip("/").split("/") if prefix.rstrip("/") else []
-    for part in parts:
+    for part in prefix.rstrip("/").split("/") if prefix.rstrip("/") else ():
         if part in ("", ".", ".."):
             return f"{where}: the prefix has an empty, '.' or '..' part"
         bad = next((c for c in part if not _KEY_CHARS.fullmatch(c)), None)
@@ -123,15 +127,11 @@ def endpoint(uri: str) -> str:
 
 def filesystem(uri: str):
     """``pyarrow.fs.FileSystem.from_uri(uri)`` with the bounded waits above."""
-    import pyarrow.fs as pafs
-
     scheme, rest = uri.split("://", 1)
     path = rest.strip("/")
     if scheme.lower() == "s3":
         custom = _custom_s3()
         if custom:
-            from urllib.parse import urlsplit
-
             u = urlsplit(custom if "://" in custom else f"https://{custom}")
             where = {"endpoint_override": u.netloc + u.path.rstrip("/"), "scheme": u.scheme or "https"}
         else:  # from_uri asks AWS for the bucket's region unless an endpoint is set; so do we
@@ -139,8 +139,6 @@ def filesystem(uri: str):
         fs = pafs.S3FileSystem(connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
                                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS), **where)
         return fs, path
-    import datetime
-
     return pafs.GcsFileSystem(retry_time_limit=datetime.timedelta(seconds=REQUEST_TIMEOUT_S)), path
 
 
@@ -162,8 +160,6 @@ def _bounded(uri: str, work, *, timeout: float = REACH_TIMEOUT_S):
     """``work(fs, path)`` on :func:`filesystem` of ``uri`` in a helper thread, given up after
     ``timeout`` seconds: an object store's client may retry longer than its own time-outs say
     (credential look-ups, name resolution), and a command must never hang on it."""
-    import threading
-
     box: dict = {}
 
     def target():
@@ -199,8 +195,6 @@ def check_reachable(uri: str, *, timeout: float = REACH_TIMEOUT_S) -> None:
         return
 
     def work(fs, path):
-        import pyarrow.fs as pafs
-
         bucket = path.split("/", 1)[0]
         if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
             raise NoBucket(f"no bucket {bucket!r} at {endpoint(uri)} ({uri})")
@@ -213,11 +207,9 @@ def check_study_target(target: str, storage: str | None) -> None:
     """A study's NAME (under ``storage``) or PATH: the storage is well formed and reachable."""
     value = resolve_storage(storage)
     if is_remote(target):
-        try:
-            uri = resolve_storage(target)
-        except ValueError as e:
-            raise ValueError(str(e).replace("--storage: ", "", 1)) from None
-        check_reachable(uri)
+        if problem := storage_problem(target):
+            raise ValueError(problem)
+        check_reachable(resolve_storage(target))
     elif is_remote(value) and not Path(target).exists():
         check_reachable(value)
 
@@ -241,8 +233,6 @@ def list_studies(storage: str) -> list[str]:
     directly under ``storage``; an unlistable store raises (never an empty list: "no
     studies" must mean there are none)."""
     if is_remote(storage):
-        import pyarrow.fs as pafs
-
         def work(fs, base):
             infos = fs.get_file_info(pafs.FileSelector(base, recursive=False, allow_not_found=True))
             names = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
@@ -269,15 +259,10 @@ def resolve(root: str, meta: dict) -> dict:
 
 def study_exists(root: str) -> bool:
     """Whether anything is stored under a study's folder (:class:`StorageUnreachable` if it cannot be read)."""
-    def work(fs, path):
-        import pyarrow.fs as pafs
-
-        return bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
-
     try:
         if not is_remote(root):
             return Path(root).exists() and any(Path(root).iterdir())
-        return _bounded(root, work)
+        return _bounded(root, lambda fs, path: bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))))
     except StorageUnreachable:
         raise
     except OSError as e:

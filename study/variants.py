@@ -21,16 +21,6 @@ AXIS_ORDER = NAME_COLUMNS + ("hidden", "layers", "intermediate", "lr", "momentum
                               "batch_size", "epochs")
 
 
-def config_columns(runs: pd.DataFrame) -> list[str]:
-    """Configuration columns of ``runs``: model and training fields only (never bookkeeping,
-    results or the ``sampled_*`` copies of searched values)."""
-    from study.trial.config import TrainConfig  # configuration only: no torch
-
-    fields = set(TrainConfig().flat()) - EXECUTION_COLUMNS  # every model and training field
-    cols = [c for c in runs.columns if c in fields]
-    return sorted(cols, key=lambda c: (AXIS_ORDER.index(c) if c in AXIS_ORDER else len(AXIS_ORDER), c))
-
-
 def value_text(v) -> str:
     """A configuration value as text (missing → '-', 0.05 → '0.05', True → 'True')."""
     if v is None or (isinstance(v, float) and v != v) or v is pd.NA:
@@ -46,8 +36,14 @@ def column_texts(runs: pd.DataFrame, col: str) -> pd.Series:
 
 
 def varying_columns(runs: pd.DataFrame, *, exclude=("seed",)) -> list[str]:
-    """Configuration columns with more than one value across ``runs``."""
-    return [c for c in config_columns(runs) if c not in exclude and column_texts(runs, c).nunique() > 1]
+    """Configuration columns (model and training fields only: never bookkeeping, results or the
+    ``sampled_*`` copies of searched values) with more than one value across ``runs``, in axis order."""
+    from study.trial.config import TrainConfig  # configuration only: no torch
+
+    fields = set(TrainConfig().flat()) - EXECUTION_COLUMNS - set(exclude)
+    cols = sorted((c for c in runs.columns if c in fields),
+                  key=lambda c: (AXIS_ORDER.index(c) if c in AXIS_ORDER else len(AXIS_ORDER), c))
+    return [c for c in cols if column_texts(runs, c).nunique() > 1]
 
 
 def variant_labels(runs: pd.DataFrame, *, within: tuple[str, ...] = ()) -> pd.Series:
