@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from study.cliutil import BoundedInt
+from study.commands import refused
 from study.cpus import local_cpus
 from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError
 from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS, MAX_NAME_LENGTH
@@ -32,10 +33,8 @@ def resolved_storage(storage: str | None, flag: str = "--storage") -> str:
         value = resolve_storage(storage)
     except ValueError as e:
         raise UsageError(str(e).replace("--storage: ", f"{flag}: ", 1)) from None
-    try:
+    with refused(NoBucket, "--storage: "):
         check_reachable(value)
-    except NoBucket as e:
-        raise UsageError(f"--storage: {e}") from None
     return value
 
 
@@ -193,12 +192,10 @@ def cluster_checks(*, address: str | None, storage: str, shared_storage: bool) -
     (study.tuning.cluster): :class:`UsageError` before Ray starts."""
     from study.tuning.cluster import ClusterError, check_local_auth, check_storage, resolve_address
 
-    try:
+    with refused(ClusterError):
         resolve_address(address)
         check_local_auth(address)
         check_storage(storage, address=address, shared=shared_storage)
-    except ClusterError as e:
-        raise UsageError(str(e)) from None
 
 
 def run_run(args: argparse.Namespace) -> int:
@@ -309,22 +306,16 @@ def check_data(spec, *, quiet: bool = False) -> None:
 
     configs = [spec.train_config(cell) for cell in spec.cells]
     for source in sorted({c.data for c in configs}):
-        try:  # layout and headers first, without torch: a malformed source is refused in well under a second
+        with refused(DataError, f"{spec.file}: data: "):  # layout and headers first, without torch: well under 1 s
             check_source(source)
-        except DataError as e:
-            raise UsageError(f"{spec.file}: data: {e}") from None
     from study.data import hold_out_validation, load_splits
 
     progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     for source, subset, validation in sorted({(c.data, c.subset, c.validation) for c in configs}, key=str):
-        try:
+        with refused(DataError, f"{spec.file}: data: "):
             splits = load_splits(source, subset=subset, progress=progress)
-        except DataError as e:
-            raise UsageError(f"{spec.file}: data: {e}") from None
-        try:
+        with refused(DataError, f"{spec.file}: "):
             splits = hold_out_validation(splits, validation=validation, seed=0)
-        except DataError as e:
-            raise UsageError(f"{spec.file}: {e}") from None
         n = len(splits.train_labels)  # what trains, after the validation split is held out
         # the size of a folder or archive is known only now: one step's batch must fit it
         dist = spec.sample.get("batch_size", {})
