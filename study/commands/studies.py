@@ -339,13 +339,10 @@ def run_status(args: argparse.Namespace) -> int:
     from study.bookkeeping import status_table
     from study.tables import read_table
 
-    root = _study_root(args)
-    remote = "://" in root
-    if not remote and not Path(root).is_dir():
-        raise UsageError(f"{root} is not a study (not a folder)")
+    root = _study_root(args)  # a local one is a folder (study_exists listed it)
     planned, overrides = None, None
     # a `study train --out` folder has its ledger and tables, no study.json
-    if remote or not ((Path(root) / "trial.json").is_file() and (Path(root) / "tables").is_dir()):
+    if "://" in root or not ((Path(root) / "trial.json").is_file() and (Path(root) / "tables").is_dir()):
         meta = read_meta(root)
         if meta is None:
             raise UsageError(f"{root} is not a study (no study.json: neither `study run` nor `study train` wrote it)")
