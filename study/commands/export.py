@@ -22,8 +22,7 @@ def register(sub) -> None:
                        description="Write the weights and model/training configuration of one trial "
                        "(its latest checkpoint: the last epoch trained) to a .pt file loadable with "
                        "torch.load(weights_only=True) and study.models.load_trained.")
-    p.add_argument("name", help="study name (under --storage) or path to a study folder")
-    _storage(p)
+    _storage(p, study=True)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--trial", metavar="ID", help="trial id as in the tables (e.g. c000-s000)")
     which.add_argument("--best", action="store_true",

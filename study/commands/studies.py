@@ -38,7 +38,9 @@ def resolved_storage(storage: str | None, flag: str = "--storage") -> str:
     return value
 
 
-def _storage(parser) -> None:
+def _storage(parser, *, study: bool = False) -> None:
+    if study:
+        parser.add_argument("name", help="study name (under --storage) or path to a study folder")
     parser.add_argument("--storage", default=None,
                         help=f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./results)")
 
@@ -90,8 +92,7 @@ def register(sub) -> None:
                        description="Read a study's tables and print its trials. A trial still "
                        "'running' with no update for over 3x its epoch time (at least 300 s) is "
                        "shown as 'stale': its driver or node died (`study resume` continues it).")
-    p.add_argument("name", help="study name (under --storage) or path to a study folder")
-    _storage(p)
+    _storage(p, study=True)
     p.set_defaults(func=run_status)
 
     p = sub.add_parser("list", help="the studies under a storage",
@@ -106,8 +107,7 @@ def register(sub) -> None:
                        "are kept, every other one continues from its last checkpoint (attempts counted, "
                        "device-seconds accumulated). Works on a moved or copied study folder.",
                        epilog=EXIT_CODES)
-    p.add_argument("name", help="study name (under --storage) or path to a study folder")
-    _storage(p)
+    _storage(p, study=True)
     _cluster_flags(p)
     p.set_defaults(func=run_resume)
 
