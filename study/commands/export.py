@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from study.cliutil import BoundedInt, check_data
+from study.commands import refused
 from study.commands.studies import _root, _storage, resolved_storage
 from study.errors import UsageError
 from study.limits import MAX_EVAL_BATCH, MAX_SUBSET
@@ -21,8 +22,7 @@ def register(sub) -> None:
                        description="Write the weights and model/training configuration of one trial "
                        "(its latest checkpoint: the last epoch trained) to a .pt file loadable with "
                        "torch.load(weights_only=True) and study.models.load_trained.")
-    p.add_argument("name", help="study name (under --storage) or path to a study folder")
-    _storage(p)
+    _storage(p, study=True)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--trial", metavar="ID", help="trial id as in the tables (e.g. c000-s000)")
     which.add_argument("--best", action="store_true",
@@ -89,12 +89,10 @@ def run_export(args: argparse.Namespace) -> int:
     key = _choose(runs, refs, args)
     from study.models.trained import ExportError, check_export, export_dict
 
-    try:  # the checkpoint taken is one whose export loads (config, keys, shapes)
+    with refused(ExportError, f"trial {key}: "):  # the checkpoint taken is one whose export loads (config, shapes)
         state = latest_checkpoint(root, key, check=lambda state, path: check_export(export_dict(state), where=path),
                                   warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
         export = export_dict(state, study=Path(root).name, trial_id=key)
-    except ExportError as e:
-        raise UsageError(f"trial {key}: {e}") from None
     out = args.out or Path(f"{Path(root).name}-{key}.pt")
     import torch
 
@@ -125,20 +123,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from study.trial.loop import evaluate
 
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
+    with refused(ExportError):
         export = read_export(args.file)
-    except ExportError as e:
-        raise UsageError(str(e)) from None
     train = export.get("train_config") or {}
     source = args.data or train.get("data")
     if not source:
         raise UsageError("--data: required (the export does not name its training data)")
     if not args.data:
         check_data(f"{args.file}: train_config.data", source)
-    try:
+    with refused(DataError, "--data: "):
         splits = load_splits(source, subset=args.subset, seed=int(train.get("seed") or 0))
-    except DataError as e:
-        raise UsageError(f"--data: {e}") from None
     n_classes = export["model_config"].get("num_classes")
     if n_classes != len(splits.classes):
         raise UsageError(f"--data: {source} has {len(splits.classes)} classes, the model {n_classes}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from study import limits
 from study.cliutil import BoundedFloat, BoundedInt
+from study.commands import refused
 from study.commands.studies import add_study_file, load_checked
 from study.cpus import local_cpus
 from study.errors import UsageError
@@ -64,10 +65,8 @@ def read_bench(path: str) -> dict:
         raise UsageError(f"--bench: cannot read {path} ({e.strerror or e})") from None
     from study.plan import PlanError, bench_models
 
-    try:
+    with refused(PlanError, f"--bench: {path}: "):
         bench_models(report)
-    except PlanError as e:
-        raise UsageError(f"--bench: {path}: {e}") from None
     return report
 
 
@@ -99,12 +98,10 @@ def source_sizes(spec) -> dict[str, tuple[int, int]]:
     for data in sorted({spec.train_config(c).data for c in spec.cells}):
         if known(data) is not None:
             continue
-        try:
+        with refused(DataError, f"{spec.file}: data: "):
             check_source(data)  # what `study run` refuses (layout, image headers), plan refuses too
             listing = ImageFolderSource(data).listing()
             layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
-        except DataError as e:
-            raise UsageError(f"{spec.file}: data: {e}") from None
         out[data] = len(layout.train), len(layout.test)
     return out
 
@@ -120,10 +117,8 @@ def plan_line(spec) -> str:
 
 def measured_seconds(study: str) -> dict[str, float]:
     """runs.device_seconds of every finished trial of a study (folder or name)."""
-    try:
+    with refused(ValueError, "--against: "):
         root = study if Path(study, "tables").is_dir() else study_root(resolve_storage(None), study)
-    except ValueError as e:
-        raise UsageError(f"--against: {e}") from None
     if "://" not in root and not Path(root, "tables").is_dir():
         raise UsageError(f"--against: no study at {root} (a study folder, or a name under $STUDY_STORAGE / ./results)")
     from study.tables import read_table
@@ -147,10 +142,8 @@ def run(args: argparse.Namespace) -> int:
                  bench=None if args.bench is None else read_bench(args.bench))
     throughput = Throughput(**rates, source=args.bench or "") if any(v is not None for v in rates.values()) else None
     workers, note = (args.workers, "") if args.workers else default_workers(spec)
-    try:
+    with refused(PlanError, f"{spec.file}: "):
         plan = make_plan(spec, throughput=throughput, workers=workers, sizes=source_sizes(spec))
-    except PlanError as e:
-        raise UsageError(f"{spec.file}: {e}") from None
     if note:
         plan.notes.append(note)
     if args.against is not None:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from study.cliutil import BoundedInt
+from study.commands import refused
 from study.cpus import local_cpus
 from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError
 from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS, MAX_NAME_LENGTH
@@ -32,14 +33,14 @@ def resolved_storage(storage: str | None, flag: str = "--storage") -> str:
         value = resolve_storage(storage)
     except ValueError as e:
         raise UsageError(str(e).replace("--storage: ", f"{flag}: ", 1)) from None
-    try:
+    with refused(NoBucket, "--storage: "):
         check_reachable(value)
-    except NoBucket as e:
-        raise UsageError(f"--storage: {e}") from None
     return value
 
 
-def _storage(parser) -> None:
+def _storage(parser, *, study: bool = False) -> None:
+    if study:
+        parser.add_argument("name", help="study name (under --storage) or path to a study folder")
     parser.add_argument("--storage", default=None,
                         help=f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./results)")
 
@@ -91,8 +92,7 @@ def register(sub) -> None:
                        description="Read a study's tables and print its trials. A trial still "
                        "'running' with no update for over 3x its epoch time (at least 300 s) is "
                        "shown as 'stale': its driver or node died (`study resume` continues it).")
-    p.add_argument("name", help="study name (under --storage) or path to a study folder")
-    _storage(p)
+    _storage(p, study=True)
     p.set_defaults(func=run_status)
 
     p = sub.add_parser("list", help="the studies under a storage",
@@ -107,8 +107,7 @@ def register(sub) -> None:
                        "are kept, every other one continues from its last checkpoint (attempts counted, "
                        "device-seconds accumulated). Works on a moved or copied study folder.",
                        epilog=EXIT_CODES)
-    p.add_argument("name", help="study name (under --storage) or path to a study folder")
-    _storage(p)
+    _storage(p, study=True)
     _cluster_flags(p)
     p.set_defaults(func=run_resume)
 
@@ -193,12 +192,10 @@ def cluster_checks(*, address: str | None, storage: str, shared_storage: bool) -
     (study.tuning.cluster): :class:`UsageError` before Ray starts."""
     from study.tuning.cluster import ClusterError, check_local_auth, check_storage, resolve_address
 
-    try:
+    with refused(ClusterError):
         resolve_address(address)
         check_local_auth(address)
         check_storage(storage, address=address, shared=shared_storage)
-    except ClusterError as e:
-        raise UsageError(str(e)) from None
 
 
 def run_run(args: argparse.Namespace) -> int:
@@ -309,22 +306,16 @@ def check_data(spec, *, quiet: bool = False) -> None:
 
     configs = [spec.train_config(cell) for cell in spec.cells]
     for source in sorted({c.data for c in configs}):
-        try:  # layout and headers first, without torch: a malformed source is refused in well under a second
+        with refused(DataError, f"{spec.file}: data: "):  # layout and headers first, without torch: well under 1 s
             check_source(source)
-        except DataError as e:
-            raise UsageError(f"{spec.file}: data: {e}") from None
     from study.data import hold_out_validation, load_splits
 
     progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     for source, subset, validation in sorted({(c.data, c.subset, c.validation) for c in configs}, key=str):
-        try:
+        with refused(DataError, f"{spec.file}: data: "):
             splits = load_splits(source, subset=subset, progress=progress)
-        except DataError as e:
-            raise UsageError(f"{spec.file}: data: {e}") from None
-        try:
+        with refused(DataError, f"{spec.file}: "):
             splits = hold_out_validation(splits, validation=validation, seed=0)
-        except DataError as e:
-            raise UsageError(f"{spec.file}: {e}") from None
         n = len(splits.train_labels)  # what trains, after the validation split is held out
         # the size of a folder or archive is known only now: one step's batch must fit it
         dist = spec.sample.get("batch_size", {})
@@ -348,13 +339,10 @@ def run_status(args: argparse.Namespace) -> int:
     from study.bookkeeping import status_table
     from study.tables import read_table
 
-    root = _study_root(args)
-    remote = "://" in root
-    if not remote and not Path(root).is_dir():
-        raise UsageError(f"{root} is not a study (not a folder)")
+    root = _study_root(args)  # a local one is a folder (study_exists listed it)
     planned, overrides = None, None
     # a `study train --out` folder has its ledger and tables, no study.json
-    if remote or not ((Path(root) / "trial.json").is_file() and (Path(root) / "tables").is_dir()):
+    if "://" in root or not ((Path(root) / "trial.json").is_file() and (Path(root) / "tables").is_dir()):
         meta = read_meta(root)
         if meta is None:
             raise UsageError(f"{root} is not a study (no study.json: neither `study run` nor `study train` wrote it)")

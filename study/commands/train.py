@@ -13,6 +13,7 @@ from pathlib import Path
 from study import limits
 from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, flag, model_config,
                            model_overrides)
+from study.commands import refused
 from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, UsageError
 from study.metafile import MetaFileError, read_object
 from study.models.config import ConfigError
@@ -126,14 +127,10 @@ def run(args: argparse.Namespace) -> int:
     from study.data import DataError, hold_out_validation, load_splits
     from study.trial import train_trial
 
-    try:  # errors before anything is written; the first decode of an archive prints its progress
+    with refused(DataError, "--data: "):  # errors before anything is written; an archive's first decode prints progress
         splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed, progress=progress)
-    except DataError as e:
-        raise UsageError(f"--data: {e}") from None
-    try:
+    with refused(DataError, "--"):
         splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
-    except DataError as e:
-        raise UsageError(f"--{e}") from None
     n = len(splits.train_labels)
     why = batch_overflow(cfg.batch_size, 1, n, f"the {n} training images of {cfg.data}")
     if why:
@@ -147,10 +144,8 @@ def run(args: argparse.Namespace) -> int:
 
     # one `study train` per --out folder (a second would train the same trial into it)
     lock = StudyLock(root=str(out), name=trial_id, busy=f"--out: {out} is being trained into by another study train")
-    try:
+    with refused(LockError):
         lock.acquire()
-    except LockError as e:
-        raise UsageError(str(e)) from None
     book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
     try:
         try:
