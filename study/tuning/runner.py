@@ -91,17 +91,23 @@ def tuned_metric(spec: StudySpec) -> tuple[str, str]:
     return metric, sched.get("mode", "min" if metric.endswith("loss") else "max")
 
 
-def pending(spec: StudySpec, tables: str) -> list[tuple[int, int]]:
-    """The (cell, sample) of every trial whose ``runs`` row has not ended, longest-predicted first
-    (:func:`study.plan.launch_order`; grid order where the cost cannot be computed)."""
-    n = len(spec.cells)
-    order = [(k % n, k // n) for k in range(spec.num_trials)]
+def launch_plan(spec: StudySpec) -> list:
+    """Every trial's ``TrialPlan``, longest-predicted first (:func:`study.plan.launch_order`); [] where the
+    cost model fails: the study must not stop for that, it runs in grid order without an ETA."""
     from study.plan import launch_order, plan_trials
+
+    with contextlib.suppress(Exception):
+        return launch_order(plan_trials(spec))
+    return []
+
+
+def pending(spec: StudySpec, tables: str, plan: list) -> list[tuple[int, int]]:
+    """The (cell, sample) of every trial whose ``runs`` row has not ended, in the order of ``plan``
+    (:func:`launch_plan`; grid order where it is empty)."""
     from study.tuning.searcher import trial_key
 
-    with contextlib.suppress(Exception):  # a cost model failure must not stop the study: grid order
-        order = [(t.cell, t.sample) for t in launch_order(plan_trials(spec))]
-
+    n = len(spec.cells)
+    order = [(t.cell, t.sample) for t in plan] or [(k % n, k // n) for k in range(spec.num_trials)]
     ended = set(ended_rows(tables).trial_id)
     return [(c, s) for c, s in order if trial_key(c, s) not in ended]
 
@@ -112,7 +118,8 @@ def ended_rows(tables: str) -> pd.DataFrame:
     return runs[runs.status.isin(ENDED)]
 
 
-def _tuner(spec: StudySpec, meta: dict[str, Any], todo: list[tuple[int, int]], *, verbose: bool, contract):
+def _tuner(spec: StudySpec, meta: dict[str, Any], plan: list, todo: list[tuple[int, int]], *, verbose: bool,
+           contract):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
@@ -144,7 +151,7 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], todo: list[tuple[int, int]], *
             name=TUNE_DIR, storage_path=root, verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
             stop=contract.stopper,
-            callbacks=[ProgressReporter(spec=spec, meta=meta, pending=[trial_key(c, s) for c, s in todo],
+            callbacks=[ProgressReporter(plan=plan, meta=meta, pending=[trial_key(c, s) for c, s in todo],
                                         enabled=verbose), contract,
                        *logger_callbacks(spec.loggers, root=root, study=spec.name, tables=meta["tables"])],
         ),
@@ -208,12 +215,13 @@ def _locked(root: str, name: str, *, echo: bool):
 def _start(spec: StudySpec, meta: dict[str, Any], *, prog: str, verbose: bool, show_tracebacks: bool, lock):
     from study.tuning.contract import RunContract
 
-    todo = pending(spec, meta["tables"])
+    plan = launch_plan(spec)
+    todo = pending(spec, meta["tables"], plan)
     contract = RunContract(root=meta["root"], meta=meta, prog=prog, show_tracebacks=show_tracebacks, lock=lock)
     contract.install()
     try:
         if todo:
-            _fit(_tuner(spec, meta, todo, verbose=verbose, contract=contract), contract)
+            _fit(_tuner(spec, meta, plan, todo, verbose=verbose, contract=contract), contract)
         contract.settle()
         runs = read_table(contract.tables, "runs")
     finally:
