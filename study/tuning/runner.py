@@ -171,7 +171,7 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
     root = study_root(storage, spec.name)
     # first: a Ray that does not start leaves no study behind (its log lines are kept until the lock)
     init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
-    with _locked(root, spec.name, echo=show_tracebacks) as lock:
+    with _locked(root, spec.name) as lock:
         meta = _meta(spec)
         write_atomic(f"{root}/{META_FILE}", json.dumps(meta, indent=2, default=str).encode())
         if not is_remote(root):
@@ -189,7 +189,7 @@ def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verb
     validated by the caller."""
     meta = read_meta(root)
     # the lock first: a second driver is refused before Ray and torch are even imported
-    with _locked(root, meta["name"], echo=show_tracebacks) as lock:
+    with _locked(root, meta["name"]) as lock:
         init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
         shown = " ".join(shlex.quote(o) for o in meta.get("overrides") or [])
         _say(verbose, f"resuming study {meta['name']} from {root}" + (f" (overrides: {shown})" if shown else ""))
@@ -197,14 +197,13 @@ def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verb
 
 
 @contextlib.contextmanager
-def _locked(root: str, name: str, *, echo: bool):
-    """The study's lock held, and Ray's log lines going to the study's log file."""
+def _locked(root: str, name: str):
+    """The study's lock held, and Ray's log lines going to the study's log file (``init_ray`` sets their echo)."""
     from study.tuning import raylog
     from study.tuning.lock import StudyLock
 
     lock = StudyLock(root=root, name=name).acquire()
     try:
-        raylog.capture(echo=echo)
         raylog.to_file(raylog.log_path(root, name))
         yield lock
     finally:
