@@ -216,7 +216,7 @@ def _start(spec: StudySpec, meta: dict[str, Any], *, prog: str, verbose: bool, s
 
     plan = launch_plan(spec)
     todo = pending(spec, meta["tables"], plan)
-    contract = RunContract(root=meta["root"], meta=meta, prog=prog, show_tracebacks=show_tracebacks, lock=lock)
+    contract = RunContract(meta=meta, prog=prog, show_tracebacks=show_tracebacks, lock=lock)
     contract.install()
     try:
         if todo:
