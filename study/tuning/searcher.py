@@ -52,11 +52,10 @@ class GridOptunaSearcher(Searcher):
                  tables: str | None = None, journal: str | None = None):
         super().__init__(metric=metric, mode=mode)
         self.spec = spec
-        self.todo = [tuple(t) for t in todo]
+        self.todo = [tuple(t) for t in todo]  # the trials not suggested yet
         self.tables = tables
         self.journal = journal  # None: in memory only (tests of the searcher alone)
         self.seed = min(c.seed for c in spec.cells)
-        self.suggested = 0
         self.assigned: dict[str, tuple[int, int | None]] = {}  # Ray trial id -> (cell, Optuna number)
         self._studies: dict[int, optuna.Study] = {}
         self._storage = None
@@ -139,10 +138,9 @@ class GridOptunaSearcher(Searcher):
                 "hparams": {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool))}}
 
     def suggest(self, trial_id: str) -> dict | None:
-        if self.suggested >= len(self.todo):
+        if not self.todo:
             return Searcher.FINISHED
-        cell, sample = self.todo[self.suggested]
-        self.suggested += 1
+        cell, sample = self.todo.pop(0)
         key = trial_key(cell, sample)
         study = self._study(cell) if self.spec.sample else None
         sampled, number = {}, None
