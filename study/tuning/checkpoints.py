@@ -20,12 +20,8 @@ def find_checkpoints(root: str) -> list[str]:
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     except OSError:
         return []
-    keys = set()
-    for info in infos:
-        parts = info.path[len(base):].strip("/").split("/")
-        if len(parts) == 2 and parts[1] in (FILENAME, PREVIOUS) and info.type == pafs.FileType.File:
-            keys.add(parts[0])
-    return sorted(keys)
+    parts = [i.path[len(base):].strip("/").split("/") for i in infos if i.type == pafs.FileType.File]
+    return sorted({p[0] for p in parts if len(p) == 2 and p[1] in (FILENAME, PREVIOUS)})
 
 
 def latest_checkpoint(root: str, key: str, *, check: Callable[[dict, str], None] | None = None,

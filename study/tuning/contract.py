@@ -47,9 +47,9 @@ class _StopAll(Stopper):
 
 
 class RunContract(Callback):
-    def __init__(self, *, root: str, meta: dict[str, Any], prog: str, show_tracebacks: bool = False, lock=None):
-        self.root, self.meta, self.prog, self.show_tracebacks, self.lock = root, meta, prog, show_tracebacks, lock
-        self.tables = meta["tables"]
+    def __init__(self, *, meta: dict[str, Any], prog: str, show_tracebacks: bool = False, lock=None):
+        self.meta, self.prog, self.show_tracebacks, self.lock = meta, prog, show_tracebacks, lock
+        self.root, self.tables = meta["root"], meta["tables"]
         self.signal: int | None = None
         self.storage_error: str | None = None
         self.completed: set[str] = set()

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ray.tune import Callback
 
-from study.plan import PAIR_MAC_EQUIVALENT
+from study.plan import PAIR_MAC_EQUIVALENT, hms
 
 #: a running trial's ``epoch_fraction`` is trusted from this share on (before, start-up dominates)
 MIN_FRACTION = 0.02
@@ -154,16 +154,18 @@ class RemainingWork:
 
 class ProgressReporter(Callback):
     """A header once, then a row when a trial finishes an epoch (at most one per trial
-    every ``interval`` seconds) or ends, each followed by :meth:`status_line`."""
+    every ``interval`` seconds) or ends, each followed by :meth:`status_line`.  ``plan``:
+    :func:`study.tuning.runner.launch_plan` (``[]``: no ETA)."""
 
     COLUMNS = ("trial", "cell", "state", "epoch", "test_acc", "best_acc", "img/s")
 
-    def __init__(self, *, spec, meta: dict[str, Any], pending: list[str] | None = None, enabled: bool = True,
+    def __init__(self, *, plan: list, meta: dict[str, Any], pending: list[str] | None = None, enabled: bool = True,
                  interval: float = 30.0):
         self.enabled, self.interval, self.total, self.done = enabled, interval, meta.get("num_trials"), 0
         self._last: dict[str, float] = {}  # trial id -> when its last row was printed
         self._header = False
-        costs, order = _costs(spec)
+        costs = {t.key: (t.cost_terms, t.epochs, json.dumps(t.config, sort_keys=True, default=str)) for t in plan}
+        order = [t.key for t in plan]
         if pending is not None:  # a resumed study: the trials that ended already are done
             self.done = len(order) - len(pending) if order else 0
             order = [k for k in order if k in set(pending)]
@@ -176,8 +178,8 @@ class ProgressReporter(Callback):
     def status_line(self) -> str:
         now = time.monotonic()
         eta = self.work.eta(now)
-        return (f"{self.done} of {self.total} trials done, elapsed {_hms(now - self._start)}, "
-                f"ETA {_hms(eta) if eta is not None else 'after the first epoch'}")
+        return (f"{self.done} of {self.total} trials done, elapsed {hms(now - self._start)}, "
+                f"ETA {hms(eta) if eta is not None else 'after the first epoch'}")
 
     def _key(self, trial) -> str:
         return str((trial.config or {}).get("key", trial.trial_id))
@@ -221,25 +223,8 @@ class ProgressReporter(Callback):
         self._row(trial, state, trial.last_result)
 
 
-def _hms(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
 def _f(v, digits: int = 4) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
-
-
-def _costs(spec) -> tuple[dict[str, tuple], list[str]]:
-    """Predicted cost, epochs and configuration of every trial (by table key), and the launch order."""
-    from study.plan import launch_order, plan_trials
-
-    try:
-        trials = plan_trials(spec)
-    except Exception:  # noqa: BLE001 - progress lines must never stop a study: no ETA then
-        return {}, []
-    return ({t.key: (t.cost_terms, t.epochs, json.dumps(t.config, sort_keys=True, default=str)) for t in trials},
-            [t.key for t in launch_order(trials)])
 
 
 def _ledger_probe(meta: dict[str, Any]) -> Callable[[str], tuple[int, float, float] | None] | None:

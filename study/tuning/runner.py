@@ -91,17 +91,23 @@ def tuned_metric(spec: StudySpec) -> tuple[str, str]:
     return metric, sched.get("mode", "min" if metric.endswith("loss") else "max")
 
 
-def pending(spec: StudySpec, tables: str) -> list[tuple[int, int]]:
-    """The (cell, sample) of every trial whose ``runs`` row has not ended, longest-predicted first
-    (:func:`study.plan.launch_order`; grid order where the cost cannot be computed)."""
-    n = len(spec.cells)
-    order = [(k % n, k // n) for k in range(spec.num_trials)]
+def launch_plan(spec: StudySpec) -> list:
+    """Every trial's ``TrialPlan``, longest-predicted first (:func:`study.plan.launch_order`); [] where the
+    cost model fails: the study must not stop for that, it runs in grid order without an ETA."""
     from study.plan import launch_order, plan_trials
+
+    with contextlib.suppress(Exception):
+        return launch_order(plan_trials(spec))
+    return []
+
+
+def pending(spec: StudySpec, tables: str, plan: list) -> list[tuple[int, int]]:
+    """The (cell, sample) of every trial whose ``runs`` row has not ended, in the order of ``plan``
+    (:func:`launch_plan`; grid order where it is empty)."""
     from study.tuning.searcher import trial_key
 
-    with contextlib.suppress(Exception):  # a cost model failure must not stop the study: grid order
-        order = [(t.cell, t.sample) for t in launch_order(plan_trials(spec))]
-
+    n = len(spec.cells)
+    order = [(t.cell, t.sample) for t in plan] or [(k % n, k // n) for k in range(spec.num_trials)]
     ended = set(ended_rows(tables).trial_id)
     return [(c, s) for c, s in order if trial_key(c, s) not in ended]
 
@@ -112,7 +118,8 @@ def ended_rows(tables: str) -> pd.DataFrame:
     return runs[runs.status.isin(ENDED)]
 
 
-def _tuner(spec: StudySpec, meta: dict[str, Any], todo: list[tuple[int, int]], *, verbose: bool, contract):
+def _tuner(spec: StudySpec, meta: dict[str, Any], plan: list, todo: list[tuple[int, int]], *, verbose: bool,
+           contract):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
@@ -144,7 +151,7 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], todo: list[tuple[int, int]], *
             name=TUNE_DIR, storage_path=root, verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
             stop=contract.stopper,
-            callbacks=[ProgressReporter(spec=spec, meta=meta, pending=[trial_key(c, s) for c, s in todo],
+            callbacks=[ProgressReporter(plan=plan, meta=meta, pending=[trial_key(c, s) for c, s in todo],
                                         enabled=verbose), contract,
                        *logger_callbacks(spec.loggers, root=root, study=spec.name, tables=meta["tables"])],
         ),
@@ -164,7 +171,7 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
     root = study_root(storage, spec.name)
     # first: a Ray that does not start leaves no study behind (its log lines are kept until the lock)
     init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
-    with _locked(root, spec.name, echo=show_tracebacks) as lock:
+    with _locked(root, spec.name) as lock:
         meta = _meta(spec)
         write_atomic(f"{root}/{META_FILE}", json.dumps(meta, indent=2, default=str).encode())
         if not is_remote(root):
@@ -182,7 +189,7 @@ def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verb
     validated by the caller."""
     meta = read_meta(root)
     # the lock first: a second driver is refused before Ray and torch are even imported
-    with _locked(root, meta["name"], echo=show_tracebacks) as lock:
+    with _locked(root, meta["name"]) as lock:
         init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
         shown = " ".join(shlex.quote(o) for o in meta.get("overrides") or [])
         _say(verbose, f"resuming study {meta['name']} from {root}" + (f" (overrides: {shown})" if shown else ""))
@@ -190,14 +197,13 @@ def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verb
 
 
 @contextlib.contextmanager
-def _locked(root: str, name: str, *, echo: bool):
-    """The study's lock held, and Ray's log lines going to the study's log file."""
+def _locked(root: str, name: str):
+    """The study's lock held, and Ray's log lines going to the study's log file (``init_ray`` sets their echo)."""
     from study.tuning import raylog
     from study.tuning.lock import StudyLock
 
     lock = StudyLock(root=root, name=name).acquire()
     try:
-        raylog.capture(echo=echo)
         raylog.to_file(raylog.log_path(root, name))
         yield lock
     finally:
@@ -208,12 +214,13 @@ def _locked(root: str, name: str, *, echo: bool):
 def _start(spec: StudySpec, meta: dict[str, Any], *, prog: str, verbose: bool, show_tracebacks: bool, lock):
     from study.tuning.contract import RunContract
 
-    todo = pending(spec, meta["tables"])
-    contract = RunContract(root=meta["root"], meta=meta, prog=prog, show_tracebacks=show_tracebacks, lock=lock)
+    plan = launch_plan(spec)
+    todo = pending(spec, meta["tables"], plan)
+    contract = RunContract(meta=meta, prog=prog, show_tracebacks=show_tracebacks, lock=lock)
     contract.install()
     try:
         if todo:
-            _fit(_tuner(spec, meta, todo, verbose=verbose, contract=contract), contract)
+            _fit(_tuner(spec, meta, plan, todo, verbose=verbose, contract=contract), contract)
         contract.settle()
         runs = read_table(contract.tables, "runs")
     finally:

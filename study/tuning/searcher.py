@@ -6,7 +6,6 @@ a resume continues: docs/reliability.md "The scheduler and the sampler across a 
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +37,10 @@ def _local_journal(journal: str) -> str:
     """Where the driver writes the journal: the path itself, or a local copy of a URI."""
     if "://" not in journal:
         return journal
-    cache = Path(os.environ.get("STUDY_CACHE_DIR") or Path.home() / ".cache" / "attention-cnn-study")
+    from study.data.cache import default_cache_dir
+
     digest = hashlib.sha256(journal.encode()).hexdigest()[:16]
-    return str(cache / "optuna" / digest / JOURNAL_FILE)
+    return str(default_cache_dir() / "optuna" / digest / JOURNAL_FILE)
 
 
 class GridOptunaSearcher(Searcher):
@@ -52,13 +52,10 @@ class GridOptunaSearcher(Searcher):
                  tables: str | None = None, journal: str | None = None):
         super().__init__(metric=metric, mode=mode)
         self.spec = spec
-        self.todo = [tuple(t) for t in todo]
+        self.todo = [tuple(t) for t in todo]  # the trials not suggested yet
         self.tables = tables
         self.journal = journal  # None: in memory only (tests of the searcher alone)
-        self.name = spec.name
-        self.sample = spec.sample
         self.seed = min(c.seed for c in spec.cells)
-        self.suggested = 0
         self.assigned: dict[str, tuple[int, int | None]] = {}  # Ray trial id -> (cell, Optuna number)
         self._studies: dict[int, optuna.Study] = {}
         self._storage = None
@@ -98,7 +95,7 @@ class GridOptunaSearcher(Searcher):
         if cell not in self._studies:
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             study = optuna.create_study(
-                study_name=f"{self.name}/cell-{cell:03d}", storage=self.storage(), load_if_exists=True,
+                study_name=f"{self.spec.name}/cell-{cell:03d}", storage=self.storage(), load_if_exists=True,
                 direction="maximize" if self._mode != "min" else "minimize",
                 sampler=optuna.samplers.TPESampler(seed=self.seed + cell),
             )
@@ -119,18 +116,18 @@ class GridOptunaSearcher(Searcher):
 
         rows = {r["trial_id"]: r for r in ended_rows(self.tables).to_dict("records")}
         for t in asked:
-            row = rows.get(t.user_attrs.get("key"))
-            if row is not None:
-                value = row.get(f"best_{self._metric}", row.get(self._metric))
-                self._tell(study, t.number, None if value is None or value != value else float(value))
+            if t.user_attrs.get("key") in rows:
+                self._tell(study, t.number, rows[t.user_attrs["key"]])
 
-    def _tell(self, study: optuna.Study, number: int, value: float | None) -> None:
+    def _tell(self, study: optuna.Study, number: int, result: dict | None) -> None:
+        """Tell Optuna ``best_<metric>`` (else ``<metric>``) of ``result``; none or NaN: a failed trial."""
         if study.trials[number].state != TrialState.RUNNING:
             return  # told already (by an earlier driver)
-        if value is None:
+        value = None if result is None else result.get("best_" + self._metric, result.get(self._metric))
+        if value is None or value != value:
             study.tell(number, state=TrialState.FAIL)
         else:
-            study.tell(number, value)
+            study.tell(number, float(value))
         self._sync()
 
     def _config(self, cell: int, sample: int, key: str, sampled: dict[str, Any]) -> dict[str, Any]:
@@ -141,12 +138,11 @@ class GridOptunaSearcher(Searcher):
                 "hparams": {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool))}}
 
     def suggest(self, trial_id: str) -> dict | None:
-        if self.suggested >= len(self.todo):
+        if not self.todo:
             return Searcher.FINISHED
-        cell, sample = self.todo[self.suggested]
-        self.suggested += 1
+        cell, sample = self.todo.pop(0)
         key = trial_key(cell, sample)
-        study = self._study(cell) if self.sample else None
+        study = self._study(cell) if self.spec.sample else None
         sampled, number = {}, None
         if study is not None:
             # the latest Optuna trial of this key (None if never asked)
@@ -158,7 +154,7 @@ class GridOptunaSearcher(Searcher):
             else:
                 if earlier is not None:  # failed earlier: try the same values again
                     study.enqueue_trial(dict(earlier.params), skip_if_exists=False)
-                trial = study.ask({k: optuna_distribution(v) for k, v in self.sample.items()})
+                trial = study.ask({k: optuna_distribution(v) for k, v in self.spec.sample.items()})
                 trial.set_user_attr("key", key)
                 sampled, number = dict(trial.params), trial.number
                 self._sync()
@@ -171,8 +167,4 @@ class GridOptunaSearcher(Searcher):
         cell, number = self.assigned.pop(trial_id)
         if number is None:
             return
-        value = None
-        if not error and result and self._metric in result:
-            value = float(result.get("best_" + self._metric, result[self._metric]))
-            value = value if value == value else None  # NaN: a failed trial for Optuna
-        self._tell(self._study(cell), number, value)
+        self._tell(self._study(cell), number, result if not error and result and self._metric in result else None)

@@ -14,10 +14,6 @@ from study.trial import train_trial
 from study.trial.config import TrainConfig
 from study.trial.ledger import TrialLedger
 
-def checkpoint_dir(meta: dict[str, Any], key: str) -> str:
-    """Where trial ``key`` keeps its checkpoints."""
-    return f"{meta['root']}/trials/{key}"
-
 
 def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
     """Reportable metrics: scalars, without NaN (a trial without a validation split
@@ -107,7 +103,7 @@ def _train(meta: dict[str, Any], config: dict[str, Any], **kwargs):
     """:func:`train_trial` of the trial ``config`` of the study ``meta``."""
     key = config["key"]
     return storage_errors(train_trial, TrainConfig.from_dict(config["train"]), where=meta["root"], trial_id=key,
-                          tables=meta["tables"], checkpoint_dir=checkpoint_dir(meta, key), study=meta["name"],
+                          tables=meta["tables"], checkpoint_dir=f"{meta['root']}/trials/{key}", study=meta["name"],
                           **kwargs)
 
 

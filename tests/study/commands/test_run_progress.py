@@ -123,8 +123,9 @@ def test_progress_counts_trials_and_estimates_from_epoch_times(monkeypatch):
     raw = {"data": "synthetic", "epochs": 4, "model": {"hidden": 16, "layers": 1, "intermediate": 16}}
     raw2 = {**raw, "seeds": [0, 1, 2, 3]}
     from study.spec import validate
+    from study.tuning.runner import launch_plan
 
-    rep = progress.ProgressReporter(spec=validate(raw2, file="f.yaml", default_name="p"),
+    rep = progress.ProgressReporter(plan=launch_plan(validate(raw2, file="f.yaml", default_name="p")),
                                     meta={"num_trials": 4}, enabled=False)
     t = [SimpleNamespace(trial_id=f"r{i}", config={"cell": i, "key": f"c{i:03d}-s000"}, last_result={})
          for i in range(4)]

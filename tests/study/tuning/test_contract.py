@@ -571,7 +571,7 @@ def test_a_signal_delivered_twice_is_one_request_a_later_one_stops_at_once(monke
     monkeypatch.setattr(contract.time, "monotonic", lambda: clock[0])
     exits = []
     monkeypatch.setattr(contract.os, "_exit", lambda code: exits.append(code))
-    c = contract.RunContract(root="unused", meta={"name": "s", "tables": "unused"}, prog="study run")
+    c = contract.RunContract(meta={"name": "s", "root": "unused", "tables": "unused"}, prog="study run")
     said = []
     c.say = said.append
     stopper = c.stopper

@@ -44,7 +44,7 @@ def _etas(monkeypatch, meta, events, *, interval=0.0, probe=None):
     now = [0.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     spec = validate(meta["raw"], file=meta.get("file", "f.yaml"), default_name=meta.get("name", "p"))
-    rep = progress.ProgressReporter(spec=spec, meta=meta, enabled=False, interval=interval)
+    rep = progress.ProgressReporter(plan=launch_order(plan_trials(spec)), meta=meta, enabled=False, interval=interval)
     if probe is not None:
         rep.work.probe = lambda key: probe(key, now[0])
     rep.setup()
@@ -214,12 +214,13 @@ def test_trials_go_longest_predicted_first_and_a_resume_leaves_out_the_ended(tmp
     """The driver hands the searcher the trials still to run, longest predicted first;
     the searcher gives each its configuration resolved from the validated study."""
     from study.tables import part_path, write_part
-    from study.tuning.runner import pending
+    from study.tuning.runner import launch_plan, pending
     from study.tuning.searcher import GridOptunaSearcher
 
     spec = load_spec(SMOKE)
     tables = str(tmp_path / "tables")
-    todo = pending(spec, tables)
+    plan = launch_plan(spec)
+    todo = pending(spec, tables, plan)
     assert todo[0] == (3, 0), "learned + content (6.1x the others) first"
     assert sorted(todo) == [(c, 0) for c in range(4)]
     s = GridOptunaSearcher(spec=spec, todo=todo)
@@ -229,7 +230,7 @@ def test_trials_go_longest_predicted_first_and_a_resume_leaves_out_the_ended(tmp
     assert s.suggest("t4") == GridOptunaSearcher.FINISHED
     for key, status in (("c003-s000", "finished"), ("c001-s000", "interrupted"), ("c002-s000", "stopped")):
         write_part(part_path(tables, "runs", key), [{"trial_id": key, "status": status}])
-    assert pending(spec, tables) == [t for t in todo if t not in ((3, 0), (2, 0))]
+    assert pending(spec, tables, plan) == [t for t in todo if t not in ((3, 0), (2, 0))]
 
 
 def test_equal_costs_keep_round_robin_and_unequal_go_longest_first():
