@@ -14,8 +14,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from study.storage import default_storage, is_remote
-from study.tables import SCHEMA, TABLES, file_system, read_file, read_parts, read_table
+from study.storage import default_storage, is_remote, study_root
+from study.tables import SCHEMA, TABLES, decode_maps, file_system, read_file, read_parts, read_table
 
 if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never needs pandas
     import pandas as pd
@@ -94,8 +94,7 @@ def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
         if Path(target).is_dir():
             candidates.append(str(Path(target).resolve()))
         if target and "/" not in target and target not in (".", ".."):
-            under = f"{storage.rstrip('/')}/{target}" if is_remote(storage) else str(Path(storage).resolve() / target)
-            if under not in candidates:
+            if (under := study_root(storage, target)) not in candidates:
                 candidates.append(under)
     for c in candidates:
         kind = _kind(c)
@@ -188,14 +187,6 @@ class Study:
             c, p = sources["compacted"], sources["parts"]
             body = (f"SELECT * FROM {p} UNION ALL BY NAME SELECT c.* FROM {c} c ANTI JOIN "
                     f"(SELECT DISTINCT trial_id, epoch FROM {p}) k ON c.trial_id = k.trial_id AND c.epoch = k.epoch")
-        if table == "maps":  # quantised windows back to probabilities
-            cols = {r[0] for r in con.execute(f"DESCRIBE {body}").fetchall()}
-            if "probs_q" in cols:
-                decoded = 'list_transform(probs_q, lambda x: CAST(x AS DOUBLE) * probs_scale)'
-                if "probs" in cols:
-                    decoded = f"coalesce({decoded}, probs)"
-                keep = "probs_q, probs_scale" + (", probs" if "probs" in cols else "")
-                body = f"SELECT * EXCLUDE ({keep}), {decoded} AS probs FROM ({body})"
         con.execute(f"CREATE OR REPLACE VIEW {table} AS {body}")
 
     def _query(self, query: str, convert, empty):
@@ -289,40 +280,31 @@ def _only_reads(con, query: str, label: str = "") -> None:
 
 class _Scan:
     """Tables, or compacted files read whole one at a time when scanned, as an Arrow stream that
-    DuckDB reads once per scan, each batch aligned to the unified schema (a column a file lacks
-    is null; not ``pyarrow.dataset``, which would import pandas into ``analysis query``)."""
+    DuckDB reads once per scan, maps decoded as :func:`study.tables.read_table` decodes them, each
+    batch aligned to the unified schema (a column a file lacks is null; not ``pyarrow.dataset``,
+    which would import pandas into ``analysis query``)."""
 
     def __init__(self, files: list[tuple[object, object]]):
         import pyarrow as pa
 
         self.sources = [source for source, _ in files]
-        self.schema = pa.unify_schemas([schema for _, schema in files], promote_options="permissive")
+        self.schema = pa.unify_schemas([decode_maps(schema.empty_table()).schema for _, schema in files],
+                                       promote_options="permissive")
 
     def _batches(self):
-        for source in self.sources:
-            table = read_file(source) if isinstance(source, str) else source  # None: damaged since, named
-            for batch in table.to_batches() if table is not None else ():
-                yield self._aligned(batch)
-
-    def _aligned(self, batch):
         import pyarrow as pa
 
-        if batch.schema.equals(self.schema):
-            return batch
-        columns = []
-        for f in self.schema:
-            i = batch.schema.get_field_index(f.name)
-            if i < 0:
-                columns.append(pa.nulls(batch.num_rows, f.type))
-            else:
-                col = batch.column(i)
-                columns.append(col if col.type == f.type else col.cast(f.type))
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        for source in self.sources:
+            table = read_file(source) if isinstance(source, str) else source  # None: damaged since, named
+            for batch in decode_maps(table).to_batches() if table is not None else ():
+                names = batch.schema.names
+                yield batch if batch.schema.equals(self.schema) else pa.RecordBatch.from_arrays(
+                    [batch.column(f.name).cast(f.type) if f.name in names else pa.nulls(batch.num_rows, f.type)
+                     for f in self.schema], schema=self.schema)
 
     def __arrow_c_stream__(self, requested_schema=None):
         import pyarrow as pa
 
-        self.failed = None
         reader = pa.RecordBatchReader.from_batches(self.schema, self._batches())
         return reader.__arrow_c_stream__(requested_schema)
 
