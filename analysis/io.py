@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from study.storage import default_storage, is_remote, study_root
-from study.tables import SCHEMA, TABLES, decode_maps, file_system, read_file, read_parts, read_table
+from study.tables import (SCHEMA, TABLES, LinkOutError, check_links, file_system, read_file, read_parts,
+                          read_table)
 
 if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never needs pandas
     import pandas as pd
@@ -24,12 +25,6 @@ if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never
 #: DuckDB types of the documented column types (:mod:`analysis.schema`; others DOUBLE),
 #: used for tables with no part yet.
 _SQL_TYPES = {"text": "VARCHAR", "int": "BIGINT", "bool": "BOOLEAN", "list<float>": "DOUBLE[]"}
-
-
-def _sql_type(table: str, column: str) -> str:
-    from analysis.schema import COLUMNS
-
-    return _SQL_TYPES.get(next((ty for c, ty, _ in COLUMNS[table] if c == column), ""), "DOUBLE")
 
 
 class AnalysisError(Exception):
@@ -87,16 +82,13 @@ def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
     a study folder, a ``study train --out`` folder or a tables folder."""
     storage = storage or default_storage()
     target = str(target)
-    candidates: list[str] = []
     if is_remote(target):
-        candidates.append(target.rstrip("/"))
+        candidates = [target.rstrip("/")]
     else:
-        if Path(target).is_dir():
-            candidates.append(str(Path(target).resolve()))
+        candidates = [str(Path(target).resolve())] if Path(target).is_dir() else []
         if target and "/" not in target and target not in (".", ".."):
-            if (under := study_root(storage, target)) not in candidates:
-                candidates.append(under)
-    for c in candidates:
+            candidates.append(study_root(storage, target))
+    for c in dict.fromkeys(candidates):
         kind = _kind(c)
         if kind == "study":
             return f"{c}/tables", c
@@ -178,7 +170,10 @@ class Study:
                 sources[kind] = f"_{table}_{kind}"
                 con.register(sources[kind], _Scan(files))
         if not sources:
-            cols = ", ".join(f'CAST(NULL AS {_sql_type(table, c)}) AS "{c}"' for c in SCHEMA[table])
+            from analysis.schema import COLUMNS
+
+            types = {c: _SQL_TYPES.get(ty, "DOUBLE") for c, ty, _ in COLUMNS[table]}
+            cols = ", ".join(f'CAST(NULL AS {types.get(c, "DOUBLE")}) AS "{c}"' for c in SCHEMA[table])
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")
             return
         if len(sources) == 1:
@@ -187,6 +182,14 @@ class Study:
             c, p = sources["compacted"], sources["parts"]
             body = (f"SELECT * FROM {p} UNION ALL BY NAME SELECT c.* FROM {c} c ANTI JOIN "
                     f"(SELECT DISTINCT trial_id, epoch FROM {p}) k ON c.trial_id = k.trial_id AND c.epoch = k.epoch")
+        if table == "maps":  # quantised windows back to probabilities, in SQL: pyarrow.compute would import pandas
+            cols = {r[0] for r in con.execute(f"DESCRIBE {body}").fetchall()}
+            if "probs_q" in cols:
+                decoded = 'list_transform(probs_q, lambda x: CAST(x AS DOUBLE) * probs_scale)'
+                if "probs" in cols:
+                    decoded = f"coalesce({decoded}, probs)"
+                keep = "probs_q, probs_scale" + (", probs" if "probs" in cols else "")
+                body = f"SELECT * EXCLUDE ({keep}), {decoded} AS probs FROM ({body})"
         con.execute(f"CREATE OR REPLACE VIEW {table} AS {body}")
 
     def _query(self, query: str, convert, empty):
@@ -280,27 +283,29 @@ def _only_reads(con, query: str, label: str = "") -> None:
 
 class _Scan:
     """Tables, or compacted files read whole one at a time when scanned, as an Arrow stream that
-    DuckDB reads once per scan, maps decoded as :func:`study.tables.read_table` decodes them, each
-    batch aligned to the unified schema (a column a file lacks is null; not ``pyarrow.dataset``,
-    which would import pandas into ``analysis query``)."""
+    DuckDB reads once per scan, each batch aligned to the unified schema (a column a file lacks
+    is null; not ``pyarrow.dataset``, which would import pandas into ``analysis query``)."""
 
     def __init__(self, files: list[tuple[object, object]]):
         import pyarrow as pa
 
         self.sources = [source for source, _ in files]
-        self.schema = pa.unify_schemas([decode_maps(schema.empty_table()).schema for _, schema in files],
-                                       promote_options="permissive")
+        self.schema = pa.unify_schemas([schema for _, schema in files], promote_options="permissive")
 
     def _batches(self):
-        import pyarrow as pa
-
         for source in self.sources:
             table = read_file(source) if isinstance(source, str) else source  # None: damaged since, named
-            for batch in decode_maps(table).to_batches() if table is not None else ():
-                names = batch.schema.names
-                yield batch if batch.schema.equals(self.schema) else pa.RecordBatch.from_arrays(
-                    [batch.column(f.name).cast(f.type) if f.name in names else pa.nulls(batch.num_rows, f.type)
-                     for f in self.schema], schema=self.schema)
+            for batch in table.to_batches() if table is not None else ():
+                yield batch if batch.schema.equals(self.schema) else self._aligned(batch)
+
+    def _aligned(self, batch):
+        import pyarrow as pa
+
+        columns = []
+        for f in self.schema:
+            col = batch.column(f.name) if f.name in batch.schema.names else pa.nulls(batch.num_rows, f.type)
+            columns.append(col if col.type == f.type else col.cast(f.type))  # a cast imports pyarrow.compute
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
     def __arrow_c_stream__(self, requested_schema=None):
         import pyarrow as pa
@@ -314,8 +319,6 @@ def load(target: str | os.PathLike, storage: str | None = None) -> Study:
     folder, its ``tables`` folder, or a ``study train --out`` folder; local or a URI).  Usage: docs/results.md,
     "Queries"."""
     root, folder = resolve(str(target), storage)
-    from study.tables import LinkOutError, check_links
-
     try:
         check_links(root)
     except LinkOutError as e:
