@@ -6,6 +6,7 @@ Only a served page polls ``/version`` (:mod:`analysis.serve`); one opened as a f
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import tempfile
 import time
@@ -94,7 +95,9 @@ def study_file(study: Study) -> str | None:
         return None
 
 
-_SCRATCH: dict[str, tempfile.TemporaryDirectory] = {}
+@functools.cache
+def _scratch(root: str) -> tempfile.TemporaryDirectory:
+    return tempfile.TemporaryDirectory(prefix="report-figures-")
 
 
 def figure_cache(study: Study) -> Path:
@@ -105,14 +108,10 @@ def figure_cache(study: Study) -> Path:
     out = default_out(study)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(prefix=".tmp-", dir=out)
-        probe.close()
+        tempfile.NamedTemporaryFile(prefix=".tmp-", dir=out).close()
         return out
     except OSError:
-        key = study.root
-        if key not in _SCRATCH:
-            _SCRATCH[key] = tempfile.TemporaryDirectory(prefix="report-figures-")
-        return Path(_SCRATCH[key].name)
+        return Path(_scratch(study.root).name)
 
 
 def figures(study: Study, cache: Path | None = None) -> tuple[list[tuple[str, str]], list[str]]:
@@ -179,8 +178,8 @@ def _failures(runs: pd.DataFrame) -> str:
         return "<p class='skipped'>no failed trial</p>"
     rows = []
     for _, r in failed.sort_values("trial_id").iterrows():
-        cause = r.get("error") if "error" in failed else None
-        if cause is None or cause != cause or not str(cause):
+        cause = r.get("error")
+        if pd.isna(cause) or not str(cause):
             cause = _CAUSE.get(r["status"], "(no cause recorded in the tables)")
         rows.append([_e(r["trial_id"]), _e(r["variant"]), (f"status-{_e(r['status'])}", _e(r["status"])),
                      int(r.get("epochs_done", 0) or 0), _e(cause)])
