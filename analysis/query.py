@@ -47,7 +47,7 @@ def _short(value: Any) -> str:
         return f"{value:.6g}"
     if isinstance(value, (list, tuple)):
         head = ", ".join(_short(v) for v in value[:4])
-        return f"[{head}{', …' if len(value) > 4 else ''}] ({len(value)})" if len(value) > 4 else f"[{head}]"
+        return f"[{head}, …] ({len(value)})" if len(value) > 4 else f"[{head}]"
     return str(value)
 
 

@@ -85,13 +85,11 @@ def study_file(study: Study) -> str | None:
     """The study file saved next to the tables (``study.yaml``), or None."""
     if not study.folder:
         return None
-    from study.tables import file_system
+    from study.metafile import read_bytes
 
-    fs, path = file_system(f"{study.folder.rstrip('/')}/study.yaml")
     try:
-        with fs.open_input_stream(path) as f:
-            return f.read().decode()
-    except (OSError, ValueError):  # missing, unreadable, not UTF-8
+        return read_bytes(f"{study.folder.rstrip('/')}/study.yaml").decode()
+    except (OSError, ValueError):  # missing, unreadable, not a file, too big (MetaFileError), not UTF-8
         return None
 
 
