@@ -69,7 +69,7 @@ def _value(row: dict, key: str) -> Any:
     try:
         return config_from_row(row).to_dict().get(key)
     except ValueError:  # a row too damaged to be a configuration: compare with the paper's sizes
-        return SA_SIZES.get(key, {"arch": "sa", "image_size": 32, "in_channels": 3, "num_classes": 10}.get(key))
+        return {"arch": "sa", **SA_SIZES}.get(key)
 
 
 def _same(a: Any, b: Any) -> bool:
