@@ -129,9 +129,7 @@ def budget_reason(row: dict) -> str:
 def paper_row(row: dict) -> tuple[Published | None, str]:
     """(the Table 1 model to set beside ``row``, '') or (None, why none is shown)."""
     pub, why = match_model(row)
-    if pub is None:
-        return None, why
-    why = budget_reason(row)
+    why = why or budget_reason(row)  # a model of the paper first, then its data and budget
     return (None, why) if why else (pub, "")
 
 
