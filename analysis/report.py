@@ -149,21 +149,19 @@ def _table1(study: Study) -> str:
 def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:
     if runs.empty:
         return "<p class='skipped'>no trial recorded yet</p>"
-    last = (epochs.sort_values("epoch").groupby("trial_id").tail(1).set_index("trial_id")
-            if not epochs.empty else pd.DataFrame())
+    last_secs = (epochs.sort_values("epoch").groupby("trial_id").tail(1).set_index("trial_id")["seconds"]
+                 if not epochs.empty and "seconds" in epochs else {})
     rows = []
     now = time.time()
     runs = runs.assign(variant=variant_labels(runs))  # named as Table 1 and `study status` name it
     for r in runs.sort_values("trial_id").itertuples(index=False):
         done, total = int(getattr(r, "epochs_done", 0) or 0), int(getattr(r, "epochs", 0) or 0)
         pct = 100 * done / total if total else 0
-        tid = r.trial_id
-        secs = last.loc[tid, "seconds"] if tid in last.index and "seconds" in last else None
         updated = getattr(r, "updated_at", None)
         age = f"{now - float(updated):.0f} s ago" if updated is not None and updated == updated else "–"
-        rows.append([_e(tid), _e(r.variant), (f"status-{_e(r.status)}", _e(r.status)),
+        rows.append([_e(r.trial_id), _e(r.variant), (f"status-{_e(r.status)}", _e(r.status)),
                      f"<span class=bar><div style='width:{pct:.0f}%'></div></span> {done}/{total}",
-                     _num(r.best_test_acc), _num(r.final_test_acc), _num(secs, 1),
+                     _num(r.best_test_acc), _num(r.final_test_acc), _num(last_secs.get(r.trial_id), 1),
                      _num(getattr(r, "device_seconds", None), 0), _e(age)])
     return _table(["Trial", "Model", "Status", "Epochs", ("num", "Best acc."), ("num", "Last acc."),
                    ("num", "Last epoch (s)"), ("num", "Device-s"), "Updated"], rows)
