@@ -159,8 +159,7 @@ def _check_out(out: Path, *, folder: bool) -> None:
 
     if out.exists() and out.is_dir() != folder:
         raise AnalysisError(f"--out: {out} is {'a file, not a folder' if folder else 'a folder, not a file'}")
-    blocker = file_in_the_way(out)
-    if blocker is not None:
+    if (blocker := file_in_the_way(out)) is not None:
         raise AnalysisError(f"--out: {blocker} is not a folder")
     if not folder and out.parent.is_dir():
         # a report file is written last, after figures were drawn into the study's cache:
@@ -168,8 +167,7 @@ def _check_out(out: Path, *, folder: bool) -> None:
         import tempfile
 
         try:
-            with tempfile.NamedTemporaryFile(dir=out.parent, prefix=".tmp-"):
-                pass
+            tempfile.NamedTemporaryFile(dir=out.parent, prefix=".tmp-").close()
         except OSError as exc:
             raise AnalysisError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
 

@@ -18,17 +18,10 @@ def rule_text(window: int | None = None) -> str:
             f"{MAX_ENTROPY:.2f} nats (uniform over 7×7); otherwise diffuse")
 
 
-def window_masses(maps: pd.DataFrame | None) -> dict[tuple[int, int, int], float]:
-    """(epoch, layer, head) → mass inside the stored window."""
-    if maps is None or maps.empty:
-        return {}
-    return {(int(r.epoch), int(r.layer), int(r.head)): float(np.sum(np.asarray(r.probs, dtype=float)))
-            for r in maps.itertuples()}
-
-
 def classify(heads: pd.DataFrame, maps: pd.DataFrame | None) -> pd.DataFrame:
-    """``heads`` with ``window_mass`` (NaN without a map) and ``concentrated`` (bool)."""
-    mass = window_masses(maps)
+    """``heads`` with ``window_mass`` (mass inside the stored window; NaN without a map) and ``concentrated`` (bool)."""
+    mass = {(int(r.epoch), int(r.layer), int(r.head)): float(np.sum(np.asarray(r.probs, dtype=float)))
+            for r in (maps.itertuples() if maps is not None else ())}
     keys = zip(heads["epoch"].astype(int), heads["layer"].astype(int), heads["head"].astype(int))
     m = np.array([mass.get(k, np.nan) for k in keys], dtype=float)
     entropy = heads["entropy"].astype(float).to_numpy()

@@ -46,8 +46,7 @@ def mass_level(probs: np.ndarray, p: float) -> float | None:
     c = np.cumsum(v)
     if len(v) == 0 or c[-1] < p - 1e-9:
         return None
-    k = int(np.searchsorted(c, p - 1e-12))
-    k = min(k, len(v) - 1)
+    k = min(int(np.searchsorted(c, p - 1e-12)), len(v) - 1)
     nxt = v[k + 1] if k + 1 < len(v) else 0.0
     return 0.5 * (v[k] + nxt) if v[k] > nxt else v[k] * (1 - 1e-9)
 

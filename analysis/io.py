@@ -14,8 +14,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from study.storage import default_storage, is_remote
-from study.tables import SCHEMA, TABLES, file_system, read_file, read_parts, read_table
+from study.storage import default_storage, is_remote, study_root
+from study.tables import (SCHEMA, TABLES, LinkOutError, check_links, file_system, read_file, read_parts,
+                          read_table)
 
 if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never needs pandas
     import pandas as pd
@@ -24,12 +25,6 @@ if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never
 #: DuckDB types of the documented column types (:mod:`analysis.schema`; others DOUBLE),
 #: used for tables with no part yet.
 _SQL_TYPES = {"text": "VARCHAR", "int": "BIGINT", "bool": "BOOLEAN", "list<float>": "DOUBLE[]"}
-
-
-def _sql_type(table: str, column: str) -> str:
-    from analysis.schema import COLUMNS
-
-    return _SQL_TYPES.get(next((ty for c, ty, _ in COLUMNS[table] if c == column), ""), "DOUBLE")
 
 
 class AnalysisError(Exception):
@@ -87,17 +82,13 @@ def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
     a study folder, a ``study train --out`` folder or a tables folder."""
     storage = storage or default_storage()
     target = str(target)
-    candidates: list[str] = []
     if is_remote(target):
-        candidates.append(target.rstrip("/"))
+        candidates = [target.rstrip("/")]
     else:
-        if Path(target).is_dir():
-            candidates.append(str(Path(target).resolve()))
+        candidates = [str(Path(target).resolve())] if Path(target).is_dir() else []
         if target and "/" not in target and target not in (".", ".."):
-            under = f"{storage.rstrip('/')}/{target}" if is_remote(storage) else str(Path(storage).resolve() / target)
-            if under not in candidates:
-                candidates.append(under)
-    for c in candidates:
+            candidates.append(study_root(storage, target))
+    for c in dict.fromkeys(candidates):
         kind = _kind(c)
         if kind == "study":
             return f"{c}/tables", c
@@ -179,7 +170,10 @@ class Study:
                 sources[kind] = f"_{table}_{kind}"
                 con.register(sources[kind], _Scan(files))
         if not sources:
-            cols = ", ".join(f'CAST(NULL AS {_sql_type(table, c)}) AS "{c}"' for c in SCHEMA[table])
+            from analysis.schema import COLUMNS
+
+            types = {c: _SQL_TYPES.get(ty, "DOUBLE") for c, ty, _ in COLUMNS[table]}
+            cols = ", ".join(f'CAST(NULL AS {types.get(c, "DOUBLE")}) AS "{c}"' for c in SCHEMA[table])
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")
             return
         if len(sources) == 1:
@@ -188,7 +182,7 @@ class Study:
             c, p = sources["compacted"], sources["parts"]
             body = (f"SELECT * FROM {p} UNION ALL BY NAME SELECT c.* FROM {c} c ANTI JOIN "
                     f"(SELECT DISTINCT trial_id, epoch FROM {p}) k ON c.trial_id = k.trial_id AND c.epoch = k.epoch")
-        if table == "maps":  # quantised windows back to probabilities
+        if table == "maps":  # quantised windows back to probabilities, in SQL: pyarrow.compute would import pandas
             cols = {r[0] for r in con.execute(f"DESCRIBE {body}").fetchall()}
             if "probs_q" in cols:
                 decoded = 'list_transform(probs_q, lambda x: CAST(x AS DOUBLE) * probs_scale)'
@@ -302,27 +296,20 @@ class _Scan:
         for source in self.sources:
             table = read_file(source) if isinstance(source, str) else source  # None: damaged since, named
             for batch in table.to_batches() if table is not None else ():
-                yield self._aligned(batch)
+                yield batch if batch.schema.equals(self.schema) else self._aligned(batch)
 
     def _aligned(self, batch):
         import pyarrow as pa
 
-        if batch.schema.equals(self.schema):
-            return batch
         columns = []
         for f in self.schema:
-            i = batch.schema.get_field_index(f.name)
-            if i < 0:
-                columns.append(pa.nulls(batch.num_rows, f.type))
-            else:
-                col = batch.column(i)
-                columns.append(col if col.type == f.type else col.cast(f.type))
+            col = batch.column(f.name) if f.name in batch.schema.names else pa.nulls(batch.num_rows, f.type)
+            columns.append(col if col.type == f.type else col.cast(f.type))  # a cast imports pyarrow.compute
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
     def __arrow_c_stream__(self, requested_schema=None):
         import pyarrow as pa
 
-        self.failed = None
         reader = pa.RecordBatchReader.from_batches(self.schema, self._batches())
         return reader.__arrow_c_stream__(requested_schema)
 
@@ -332,8 +319,6 @@ def load(target: str | os.PathLike, storage: str | None = None) -> Study:
     folder, its ``tables`` folder, or a ``study train --out`` folder; local or a URI).  Usage: docs/results.md,
     "Queries"."""
     root, folder = resolve(str(target), storage)
-    from study.tables import LinkOutError, check_links
-
     try:
         check_links(root)
     except LinkOutError as e:

@@ -61,11 +61,8 @@ def describe(runs: pd.DataFrame, *, seeds_per_variant: bool = True) -> str:
     data = " + ".join(data_label(d) for d in (_values(runs, "data") or [None]))
     parts = [data]
     subsets = _values(runs, "subset")
-    sizes = []
-    for col, word in (("n_train", "train"), ("n_val", "val"), ("n_test", "test")):
-        v = _values(runs, col)
-        if v and not (col == "n_val" and v == [0]):
-            sizes.append(f"{word} {_ints(v)}")
+    sizes = [f"{word} {_ints(v)}" for col, word in (("n_train", "train"), ("n_val", "val"), ("n_test", "test"))
+             if (v := _values(runs, col)) and not (col == "n_val" and v == [0])]
     if "n_test" not in runs:
         sizes.append("test size not recorded")
     head = f"subset {_ints(subsets)}" if subsets else "all images"

@@ -69,7 +69,7 @@ def _value(row: dict, key: str) -> Any:
     try:
         return config_from_row(row).to_dict().get(key)
     except ValueError:  # a row too damaged to be a configuration: compare with the paper's sizes
-        return SA_SIZES.get(key, {"arch": "sa", "image_size": 32, "in_channels": 3, "num_classes": 10}.get(key))
+        return {"arch": "sa", **SA_SIZES}.get(key)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -129,9 +129,7 @@ def budget_reason(row: dict) -> str:
 def paper_row(row: dict) -> tuple[Published | None, str]:
     """(the Table 1 model to set beside ``row``, '') or (None, why none is shown)."""
     pub, why = match_model(row)
-    if pub is None:
-        return None, why
-    why = budget_reason(row)
+    why = why or budget_reason(row)  # a model of the paper first, then its data and budget
     return (None, why) if why else (pub, "")
 
 

@@ -18,31 +18,23 @@ def _plain(value: Any) -> Any:
     """JSON-safe value: numbers stay numbers (DuckDB's exact DECIMAL results, e.g. of
     ``sum`` over integers, become int when integral, else float), NaN/inf become null,
     lists recurse, other objects (dates, …) become text."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
+    if isinstance(value, (Decimal, float)) and not math.isfinite(value):
+        return None
     if isinstance(value, Decimal):
-        if not value.is_finite():
-            return None
         return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
-    return str(value)
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
 def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, Decimal):
-        return str(_plain(value))
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else ("" if value != value else str(value))
-    if isinstance(value, (list, tuple, dict)):
-        return json.dumps(_plain(value))
-    return str(value)
+    """A CSV cell: NULL and NaN empty, ±inf as ``inf``, lists JSON."""
+    if isinstance(value, float) and math.isinf(value):
+        return str(value)
+    plain = _plain(value)
+    return json.dumps(plain) if isinstance(value, (list, tuple, dict)) else ("" if plain is None else str(plain))
 
 
 def _short(value: Any) -> str:
@@ -55,7 +47,7 @@ def _short(value: Any) -> str:
         return f"{value:.6g}"
     if isinstance(value, (list, tuple)):
         head = ", ".join(_short(v) for v in value[:4])
-        return f"[{head}{', …' if len(value) > 4 else ''}] ({len(value)})" if len(value) > 4 else f"[{head}]"
+        return f"[{head}, …] ({len(value)})" if len(value) > 4 else f"[{head}]"
     return str(value)
 
 

@@ -6,6 +6,7 @@ Only a served page polls ``/version`` (:mod:`analysis.serve`); one opened as a f
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import tempfile
 import time
@@ -84,17 +85,17 @@ def study_file(study: Study) -> str | None:
     """The study file saved next to the tables (``study.yaml``), or None."""
     if not study.folder:
         return None
-    from study.tables import file_system
+    from study.metafile import read_bytes
 
-    fs, path = file_system(f"{study.folder.rstrip('/')}/study.yaml")
     try:
-        with fs.open_input_stream(path) as f:
-            return f.read().decode()
-    except (OSError, ValueError):  # missing, unreadable, not UTF-8
+        return read_bytes(f"{study.folder.rstrip('/')}/study.yaml").decode()
+    except (OSError, ValueError):  # missing, unreadable, not a file, too big (MetaFileError), not UTF-8
         return None
 
 
-_SCRATCH: dict[str, tempfile.TemporaryDirectory] = {}
+@functools.cache
+def _scratch(root: str) -> tempfile.TemporaryDirectory:
+    return tempfile.TemporaryDirectory(prefix="report-figures-")
 
 
 def figure_cache(study: Study) -> Path:
@@ -105,14 +106,10 @@ def figure_cache(study: Study) -> Path:
     out = default_out(study)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(prefix=".tmp-", dir=out)
-        probe.close()
+        tempfile.NamedTemporaryFile(prefix=".tmp-", dir=out).close()
         return out
     except OSError:
-        key = study.root
-        if key not in _SCRATCH:
-            _SCRATCH[key] = tempfile.TemporaryDirectory(prefix="report-figures-")
-        return Path(_SCRATCH[key].name)
+        return Path(_scratch(study.root).name)
 
 
 def figures(study: Study, cache: Path | None = None) -> tuple[list[tuple[str, str]], list[str]]:
@@ -152,21 +149,19 @@ def _table1(study: Study) -> str:
 def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:
     if runs.empty:
         return "<p class='skipped'>no trial recorded yet</p>"
-    last = (epochs.sort_values("epoch").groupby("trial_id").tail(1).set_index("trial_id")
-            if not epochs.empty else pd.DataFrame())
+    last_secs = (epochs.sort_values("epoch").groupby("trial_id").tail(1).set_index("trial_id")["seconds"]
+                 if not epochs.empty and "seconds" in epochs else {})
     rows = []
     now = time.time()
     runs = runs.assign(variant=variant_labels(runs))  # named as Table 1 and `study status` name it
     for r in runs.sort_values("trial_id").itertuples(index=False):
         done, total = int(getattr(r, "epochs_done", 0) or 0), int(getattr(r, "epochs", 0) or 0)
         pct = 100 * done / total if total else 0
-        tid = r.trial_id
-        secs = last.loc[tid, "seconds"] if tid in last.index and "seconds" in last else None
         updated = getattr(r, "updated_at", None)
         age = f"{now - float(updated):.0f} s ago" if updated is not None and updated == updated else "–"
-        rows.append([_e(tid), _e(r.variant), (f"status-{_e(r.status)}", _e(r.status)),
+        rows.append([_e(r.trial_id), _e(r.variant), (f"status-{_e(r.status)}", _e(r.status)),
                      f"<span class=bar><div style='width:{pct:.0f}%'></div></span> {done}/{total}",
-                     _num(r.best_test_acc), _num(r.final_test_acc), _num(secs, 1),
+                     _num(r.best_test_acc), _num(r.final_test_acc), _num(last_secs.get(r.trial_id), 1),
                      _num(getattr(r, "device_seconds", None), 0), _e(age)])
     return _table(["Trial", "Model", "Status", "Epochs", ("num", "Best acc."), ("num", "Last acc."),
                    ("num", "Last epoch (s)"), ("num", "Device-s"), "Updated"], rows)
@@ -179,8 +174,8 @@ def _failures(runs: pd.DataFrame) -> str:
         return "<p class='skipped'>no failed trial</p>"
     rows = []
     for _, r in failed.sort_values("trial_id").iterrows():
-        cause = r.get("error") if "error" in failed else None
-        if cause is None or cause != cause or not str(cause):
+        cause = r.get("error")
+        if pd.isna(cause) or not str(cause):
             cause = _CAUSE.get(r["status"], "(no cause recorded in the tables)")
         rows.append([_e(r["trial_id"]), _e(r["variant"]), (f"status-{_e(r['status'])}", _e(r["status"])),
                      int(r.get("epochs_done", 0) or 0), _e(cause)])

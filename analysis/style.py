@@ -30,8 +30,7 @@ _RC = {
 
 def setup() -> None:
     """Apply the style (seaborn 'ticks', paper sizes)."""
-    sns.set_theme(context="paper", style="ticks", rc=_RC)
-    plt.rcParams.update(_RC)
+    sns.set_theme(context="paper", style="ticks", rc=_RC)  # rc: applied last, over the theme's
 
 
 def head_colors(n: int) -> list:

@@ -8,17 +8,16 @@ import socket
 
 import pytest
 
-from analysis.serve import _Page, bind, run
+from analysis.serve import bind, run
 
 SECRET = "<html><body>report of study s: best_test_acc 0.15</body></html>"
 
 
 @pytest.fixture(scope="module")
 def server():
-    page = _Page()
-    page.set(SECRET, "v1")
     srv = bind(0)
-    run(srv, page)
+    srv.set(SECRET, "v1")
+    run(srv)
     yield srv.server_address[1]
     srv.shutdown()
     srv.server_close()
@@ -91,8 +90,8 @@ def test_the_served_report_refuses_a_foreign_host(tmp_path, monkeypatch):
     started, stop = {}, threading.Event()
     real_run = S.run
 
-    def spy(server, page):
-        real_run(server, page)
+    def spy(server):
+        real_run(server)
         started["server"] = server
 
     monkeypatch.setattr(S, "run", spy)
