@@ -69,20 +69,18 @@ class DeviceData:
         labels: Tensor,
         *,
         device: torch.device | str = "cpu",
-        mean: tuple[float, ...] = CIFAR_MEAN,
-        std: tuple[float, ...] = CIFAR_STD,
         pinned: bool | None = None,
     ):
-        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != len(mean):
-            raise ValueError(f"images must be uint8 (N, {len(mean)}, H, W), got {images.dtype} {tuple(images.shape)}")
+        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
+            raise ValueError(f"images must be uint8 (N, 3, H, W), got {images.dtype} {tuple(images.shape)}")
         if labels.ndim != 1 or len(labels) != len(images):
             raise ValueError(f"labels must be ({len(images)},), got {tuple(labels.shape)}")
         self.device = torch.device(device)
         self.pinned = self.device.type == "cuda" if pinned is None else bool(pinned)
         self.images = images.to(self.device).contiguous()
         self.labels = labels.to(self.device, torch.int64)
-        m = torch.tensor(mean, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
-        s = torch.tensor(std, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
+        m = torch.tensor(CIFAR_MEAN, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
+        s = torch.tensor(CIFAR_STD, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
         self._scale = 1.0 / (255.0 * s)
         self._shift = m / s
 
@@ -97,10 +95,8 @@ class DeviceData:
         """Batches :meth:`batches` yields to ``rank`` (evaluation: a rank the last partial
         global batch does not reach gets one fewer)."""
         _check(batch_size=batch_size, rank=rank, world_size=world_size)
-        n, g = len(self), batch_size * world_size
-        if train:
-            return n // g
-        return sum(1 for lo in range(0, n, g) if lo + rank * batch_size < n)
+        g = batch_size * world_size
+        return len(self) // g if train else len(range(rank * batch_size, len(self), g))
 
     def batches(
         self,
