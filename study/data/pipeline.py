@@ -94,9 +94,7 @@ class DeviceData:
     def num_batches(self, *, batch_size: int, train: bool, rank: int = 0, world_size: int = 1) -> int:
         """Batches :meth:`batches` yields to ``rank`` (evaluation: a rank the last partial
         global batch does not reach gets one fewer)."""
-        _check(batch_size=batch_size, rank=rank, world_size=world_size)
-        g = batch_size * world_size
-        return len(self) // g if train else len(range(rank * batch_size, len(self), g))
+        return len(self._starts(batch_size=batch_size, train=train, rank=rank, world_size=world_size))
 
     def batches(
         self,
@@ -113,20 +111,17 @@ class DeviceData:
         (``seed``, ``epoch``), cropped, flipped, then ``policy`` on the uint8 batch (RandAugment /
         AutoAugment: :mod:`study.trial.protocol`), dropping the last partial global batch;
         evaluation in order, unaugmented, complete."""
-        _check(batch_size=batch_size, rank=rank, world_size=world_size)
-        n, g = len(self), batch_size * world_size
+        starts = self._starts(batch_size=batch_size, train=train, rank=rank, world_size=world_size)
         if not train:
-            for lo in range(rank * batch_size, n, g):
-                hi = min(lo + batch_size, n)
-                yield self.normalise(self.images[lo:hi]), self.labels[lo:hi]
+            for lo in starts:
+                yield self.normalise(self.images[lo : lo + batch_size]), self.labels[lo : lo + batch_size]
             return
         if epoch is None or seed is None:
             raise ValueError("batches(train=True) needs epoch= and seed=")
-        plan = epoch_plan(n, seed=seed, epoch=epoch)
+        plan = epoch_plan(len(self), seed=seed, epoch=epoch)
         order, offsets, flips = (to_device(t, self.device, pinned=self.pinned)
                                  for t in (plan.order, plan.offsets, plan.flips))
-        for step in range(n // g):
-            lo = step * g + rank * batch_size
+        for lo in starts:
             idx = order[lo : lo + batch_size]
             x = augment(self.images.index_select(0, idx), offsets=offsets[lo : lo + batch_size],
                         flips=flips[lo : lo + batch_size])
@@ -134,9 +129,11 @@ class DeviceData:
                 x = policy(x)
             yield self.normalise(x), self.labels.index_select(0, idx)
 
-
-def _check(*, batch_size: int, rank: int, world_size: int) -> None:
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"need 0 <= rank < world_size, got rank {rank}, world_size {world_size}")
+    def _starts(self, *, batch_size: int, train: bool, rank: int, world_size: int) -> range:
+        """Where ``rank``'s batches start (training: positions in the epoch's order, whole global batches only)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank {rank}, world_size {world_size}")
+        g = batch_size * world_size
+        return range(rank * batch_size, len(self) // g * g if train else len(self), g)
