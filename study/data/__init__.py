@@ -13,8 +13,7 @@ _WHERE = {
     "augment": "pipeline", "epoch_plan": "pipeline",
     "Splits": "splits", "load_splits": "splits", "stratified_subset": "splits",
     "make_synthetic": "synthetic",
-    "DEFAULT_VALIDATION_FRACTION": "validation", "hold_out_validation": "validation",
-    "validation_size": "validation",
+    "hold_out_validation": "validation", "validation_size": "validation",
 }
 
 __all__ = sorted(_WHERE)

@@ -66,27 +66,21 @@ def read_images(f, *, path: str, keep) -> Listing:
                 if info.isdir():
                     dirs.append(info.name)
                 elif info.isfile() and keep(info.name):
-                    _keep(tf, info, buffer, files, path=path)
+                    member = tf.extractfile(info)
+                    if info.size > limits.MAX_IMAGE_FILE_BYTES:
+                        while member.read(2**20):  # a size past the archive's end is the first thing wrong
+                            pass
+                        raise DataError(f"{path}: {info.name[:200]}: {info.size} bytes, more than the limit of "
+                                        f"{limits.MAX_IMAGE_FILE_BYTES} (MAX_IMAGE_FILE_BYTES)")
+                    if len(buffer) + info.size > limits.MAX_SOURCE_IMAGE_BYTES:
+                        raise DataError(f"{path}: its image files hold more than {limits.MAX_SOURCE_IMAGE_BYTES} "
+                                        "bytes (MAX_SOURCE_IMAGE_BYTES)")
+                    files[info.name] = (len(buffer), info.size)
+                    buffer += member.read(info.size)
     except tarfile.TarError:
         raise headers.refusal() from None
     headers.check_end()
     return Listing(buffer=buffer, files=files, dirs=tuple(dirs))
-
-
-def _keep(tf: tarfile.TarFile, info: tarfile.TarInfo, buffer: bytearray, files: dict, *, path: str) -> None:
-    """Append member ``info``'s bytes to ``buffer`` (``files[name]`` says where), within the limits."""
-    member = tf.extractfile(info)
-    if info.size > limits.MAX_IMAGE_FILE_BYTES:
-        while member.read(2**20):  # a size past the archive's end is the first thing wrong
-            pass
-        raise DataError(f"{path}: {info.name[:200]}: {info.size} bytes, more than the limit of "
-                        f"{limits.MAX_IMAGE_FILE_BYTES} (MAX_IMAGE_FILE_BYTES)")
-    start = len(buffer)
-    if start + info.size > limits.MAX_SOURCE_IMAGE_BYTES:
-        raise DataError(f"{path}: its image files hold more than {limits.MAX_SOURCE_IMAGE_BYTES} bytes "
-                        "(MAX_SOURCE_IMAGE_BYTES)")
-    buffer += member.read(info.size)
-    files[info.name] = (start, info.size)
 
 
 class _Uncompressed:

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .errors import DataError, one_line
+from .splits import Splits
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -26,9 +27,8 @@ _ALLOWED = {
 }
 
 
-def load_cifar10(root: str | Path) -> dict[str, Any]:
-    """``{"train_images", "train_labels", "test_images", "test_labels", "classes",
-    "source"}`` from ``root/cifar-10-batches-py``, downloading it there if absent."""
+def load_cifar10(root: str | Path) -> Splits:
+    """The splits in ``root/cifar-10-batches-py``, downloading them there if absent."""
     root = Path(root).expanduser()
     folder = root / FOLDER
     names = (*TRAIN_FILES, *TEST_FILES, META_FILE)
@@ -43,12 +43,12 @@ def load_cifar10(root: str | Path) -> dict[str, Any]:
         raise DataError(f"{folder / META_FILE}: no label_names list")
     if len(classes) < 2 or len(set(classes)) != len(classes):
         raise DataError(f"{folder / META_FILE}: label_names must list at least 2 distinct classes, got {classes[:5]!r}")
-    out: dict[str, Any] = {"classes": tuple(classes), "source": f"CIFAR-10 {folder}"}
+    out = {}
     for split, files in (("train", TRAIN_FILES), ("test", TEST_FILES)):
         images, labels = zip(*(_batch(folder / f, num_classes=len(classes)) for f in files))
         out[f"{split}_images"] = torch.from_numpy(np.concatenate(images))
         out[f"{split}_labels"] = torch.from_numpy(np.concatenate(labels))
-    return out
+    return Splits(**out, classes=tuple(classes), source=f"CIFAR-10 {folder}")
 
 
 def _download(root: Path) -> None:

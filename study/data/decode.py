@@ -17,7 +17,6 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -148,11 +147,10 @@ def _decode_one(name: str, data: Tensor, *, source: str) -> Tensor:
         pass
     try:
         from PIL import Image
+        from torchvision.transforms.functional import pil_to_tensor
 
         with Image.open(io.BytesIO(data.numpy().tobytes())) as im:
-            arr = np.asarray(im)
+            return pil_to_tensor(im)  # (C, H, W), one channel for a grey image
     except Exception as e:  # PIL raises many types for bad files
         why = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", one_line(e, limit=160))  # not the file's name
         raise DataError(f"{source}: {name}: cannot decode image ({why[:120]})") from None
-    arr = arr[:, :, None] if arr.ndim == 2 else arr
-    return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))

@@ -13,6 +13,7 @@ from . import decode
 from .cache import build_lock, cache_path, load_cached, save_atomic
 from .layout import Layout, resolve_layout
 from .sources import ImageFolderSource, Listing
+from .splits import Splits
 
 # sha256 of well-known archives → how to report them (docs/study-files.md, "Data")
 KNOWN_ARCHIVES = {
@@ -21,10 +22,8 @@ KNOWN_ARCHIVES = {
 _KEYS = ("train_images", "train_labels", "test_images", "test_labels", "classes")
 
 
-def load_image_folder(path: str | Path, *, cache_dir: Path, progress: Callable[[str], None] | None = None,
-                      workers: int | None = None) -> dict[str, Any]:
-    """``{"train_images", "train_labels", "test_images", "test_labels", "classes", "source"}``
-    for the image folder or archive at ``path``, decoded once and cached under ``cache_dir``."""
+def load_image_folder(path: str | Path, *, cache_dir: Path, progress: Callable[[str], None] | None = None) -> Splits:
+    """The splits of the image folder or archive at ``path``, decoded once and cached under ``cache_dir``."""
     src = ImageFolderSource(path)
     name = str(path)
     label = KNOWN_ARCHIVES.get(src.digest, "image folder" if src.is_dir else "image archive")
@@ -34,20 +33,19 @@ def load_image_folder(path: str | Path, *, cache_dir: Path, progress: Callable[[
         # a malformed archive or layout is refused before anything is written to the cache
         listing = src.listing()
         layout = resolve_layout(source=name, files=listing.files, dirs=listing.dirs)
-        with build_lock(target):
-            data = load_cached(target, keys=_KEYS)  # another process may have built it meanwhile
-            if data is None:
-                data = _decode(listing, layout, name=name, target=target, cache_dir=cache_dir,
-                               progress=progress, workers=workers)
-    return {**{k: data[k] for k in _KEYS}, "classes": tuple(data["classes"]), "source": f"{label} {path}"}
+        with build_lock(target):  # another process may have built it meanwhile
+            data = load_cached(target, keys=_KEYS) or _decode(listing, layout, name=name, target=target,
+                                                              progress=progress)
+    return Splits(train_images=data["train_images"], train_labels=data["train_labels"], test_images=data["test_images"],
+                  test_labels=data["test_labels"], classes=tuple(data["classes"]), source=f"{label} {path}")
 
 
 #: sources with fewer images decode silently, in well under a second (no progress lines before a one-line error)
 PROGRESS_MIN_IMAGES = 5000
 
 
-def _decode(listing: Listing, layout: Layout, *, name: str, target: Path, cache_dir: Path,
-            progress: Callable[[str], None] | None, workers: int | None) -> dict[str, Any]:
+def _decode(listing: Listing, layout: Layout, *, name: str, target: Path,
+            progress: Callable[[str], None] | None) -> dict[str, Any]:
     t0 = time.perf_counter()
     data: dict[str, Any] = {"classes": list(layout.classes)}
     if len(layout.train) + len(layout.test) < PROGRESS_MIN_IMAGES:
@@ -56,26 +54,26 @@ def _decode(listing: Listing, layout: Layout, *, name: str, target: Path, cache_
         items = [(n, *listing.files[n]) for n, _ in pairs]
         if progress:
             progress(f"decoding {len(items)} {split} images of {name}")
-        data[f"{split}_images"] = decode.decode_images(listing.buffer, items, source=name, workers=workers,
+        data[f"{split}_images"] = decode.decode_images(listing.buffer, items, source=name,
                                                        progress=_percent(progress, f"{split} images"))
         data[f"{split}_labels"] = torch.tensor([lab for _, lab in pairs], dtype=torch.int64)
     saved = save_atomic(data, target)
     if progress:
-        where = f"cached in {target}" if saved else f"not cached ({cache_dir} not writable)"
+        where = f"cached in {target}" if saved else f"not cached ({target.parent} not writable)"
         progress(f"decoded {name} in {time.perf_counter() - t0:.1f} s; {where}")
     return data
 
 
-def _percent(progress: Callable[[str], None] | None, what: str, *, step: int = 10):
-    """A ``decode_images`` progress callback printing one line per ``step`` % done."""
+def _percent(progress: Callable[[str], None] | None, what: str):
+    """A ``decode_images`` progress callback printing one line per 10 % done (100 % at the end)."""
     if progress is None:
         return None
-    last = [0]
+    last = 0
 
-    def report(done: int, total: int) -> None:
-        pct = 100 * done // max(total, 1)
-        if pct // step > last[0] // step or (done == total and last[0] < 100):
-            last[0] = pct
+    def report(done: int, total: int) -> None:  # total > 0: decode_images reports no empty split
+        nonlocal last
+        if (pct := 100 * done // total) // 10 > last // 10:
+            last = pct
             progress(f"  {what}: {pct}% ({done}/{total})")
 
     return report

@@ -16,8 +16,7 @@ _EXPECTED = "expected train/<class>/<image> and test/<class>/<image>"
 
 def is_image_name(name: str) -> bool:
     """True for a visible file with an image extension (``.jpg``, ``.png``, …)."""
-    parts = name.split("/")
-    return name.lower().endswith(IMAGE_EXTENSIONS) and not any(_hidden(p) for p in parts)
+    return name.lower().endswith(IMAGE_EXTENSIONS) and not any(map(_hidden, name.split("/")))
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ def resolve_layout(*, source: str, files: Iterable[str], dirs: Iterable[str] = (
     wrapping folder, to a :class:`Layout`; non-image and hidden files are ignored.  A source with
     fewer than two classes is refused: it trains nothing (every prediction is right)."""
     entries = [(f, _parts(f)) for f in files if is_image_name(f)]
-    dir_parts = [p for p in (_parts(d) for d in dirs) if p and not any(_hidden(x) for x in p)]
+    dir_parts = [p for p in map(_parts, dirs) if p and not any(map(_hidden, p))]
     tops = {p[0] for _, p in entries if len(p) > 1} | {p[0] for p in dir_parts}
     prefix = ""
     if not tops & set(SPLITS) and len(tops) == 1:  # one wrapping folder: paths below it from here on
@@ -79,11 +78,8 @@ def resolve_layout(*, source: str, files: Iterable[str], dirs: Iterable[str] = (
         for c in classes:
             if not per_split[s][c]:
                 raise DataError(f"{source}: {prefix}{s}/{c}/ holds no image files")
-    pairs = {
-        s: [(name, label) for label, c in enumerate(classes) for name in sorted(per_split[s][c])]
-        for s in SPLITS
-    }
-    return Layout(classes=classes, train=pairs["train"], test=pairs["test"])
+    pairs = {s: [(name, label) for label, c in enumerate(classes) for name in sorted(per_split[s][c])] for s in SPLITS}
+    return Layout(classes=classes, **pairs)
 
 
 def _parts(name: str) -> tuple[str, ...]:

@@ -69,20 +69,18 @@ class DeviceData:
         labels: Tensor,
         *,
         device: torch.device | str = "cpu",
-        mean: tuple[float, ...] = CIFAR_MEAN,
-        std: tuple[float, ...] = CIFAR_STD,
         pinned: bool | None = None,
     ):
-        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != len(mean):
-            raise ValueError(f"images must be uint8 (N, {len(mean)}, H, W), got {images.dtype} {tuple(images.shape)}")
+        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
+            raise ValueError(f"images must be uint8 (N, 3, H, W), got {images.dtype} {tuple(images.shape)}")
         if labels.ndim != 1 or len(labels) != len(images):
             raise ValueError(f"labels must be ({len(images)},), got {tuple(labels.shape)}")
         self.device = torch.device(device)
         self.pinned = self.device.type == "cuda" if pinned is None else bool(pinned)
         self.images = images.to(self.device).contiguous()
         self.labels = labels.to(self.device, torch.int64)
-        m = torch.tensor(mean, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
-        s = torch.tensor(std, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
+        m = torch.tensor(CIFAR_MEAN, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
+        s = torch.tensor(CIFAR_STD, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
         self._scale = 1.0 / (255.0 * s)
         self._shift = m / s
 
@@ -96,11 +94,7 @@ class DeviceData:
     def num_batches(self, *, batch_size: int, train: bool, rank: int = 0, world_size: int = 1) -> int:
         """Batches :meth:`batches` yields to ``rank`` (evaluation: a rank the last partial
         global batch does not reach gets one fewer)."""
-        _check(batch_size=batch_size, rank=rank, world_size=world_size)
-        n, g = len(self), batch_size * world_size
-        if train:
-            return n // g
-        return sum(1 for lo in range(0, n, g) if lo + rank * batch_size < n)
+        return len(self._starts(batch_size=batch_size, train=train, rank=rank, world_size=world_size))
 
     def batches(
         self,
@@ -117,20 +111,17 @@ class DeviceData:
         (``seed``, ``epoch``), cropped, flipped, then ``policy`` on the uint8 batch (RandAugment /
         AutoAugment: :mod:`study.trial.protocol`), dropping the last partial global batch;
         evaluation in order, unaugmented, complete."""
-        _check(batch_size=batch_size, rank=rank, world_size=world_size)
-        n, g = len(self), batch_size * world_size
+        starts = self._starts(batch_size=batch_size, train=train, rank=rank, world_size=world_size)
         if not train:
-            for lo in range(rank * batch_size, n, g):
-                hi = min(lo + batch_size, n)
-                yield self.normalise(self.images[lo:hi]), self.labels[lo:hi]
+            for lo in starts:
+                yield self.normalise(self.images[lo : lo + batch_size]), self.labels[lo : lo + batch_size]
             return
         if epoch is None or seed is None:
             raise ValueError("batches(train=True) needs epoch= and seed=")
-        plan = epoch_plan(n, seed=seed, epoch=epoch)
+        plan = epoch_plan(len(self), seed=seed, epoch=epoch)
         order, offsets, flips = (to_device(t, self.device, pinned=self.pinned)
                                  for t in (plan.order, plan.offsets, plan.flips))
-        for step in range(n // g):
-            lo = step * g + rank * batch_size
+        for lo in starts:
             idx = order[lo : lo + batch_size]
             x = augment(self.images.index_select(0, idx), offsets=offsets[lo : lo + batch_size],
                         flips=flips[lo : lo + batch_size])
@@ -138,9 +129,11 @@ class DeviceData:
                 x = policy(x)
             yield self.normalise(x), self.labels.index_select(0, idx)
 
-
-def _check(*, batch_size: int, rank: int, world_size: int) -> None:
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"need 0 <= rank < world_size, got rank {rank}, world_size {world_size}")
+    def _starts(self, *, batch_size: int, train: bool, rank: int, world_size: int) -> range:
+        """Where ``rank``'s batches start (training: positions in the epoch's order, whole global batches only)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank {rank}, world_size {world_size}")
+        g = batch_size * world_size
+        return range(rank * batch_size, len(self) // g * g if train else len(self), g)

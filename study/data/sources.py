@@ -14,7 +14,8 @@ from study import limits
 
 from .archive import Listing, read_images
 from .errors import DataError, one_line
-from .layout import is_image_name
+from .imageheader import refuse_oversized
+from .layout import is_image_name, resolve_layout
 
 
 class ImageFolderSource:
@@ -27,13 +28,12 @@ class ImageFolderSource:
             self.is_dir = stat.S_ISDIR(st.st_mode)
             if not self.is_dir and not stat.S_ISREG(st.st_mode):
                 raise DataError(f"{path}: not a folder or a regular file ({_kind(st.st_mode)})")
+            self._listing: Listing | None = None
             if self.is_dir:
-                self._listing: Listing | None = _read_tree(self.path, source=str(path))
-                self.digest = _tree_digest(self._listing)
+                self._listing, self.digest = _read_tree(self.path, source=str(path))
             else:
                 with _open_regular(self.path, source=str(path), name=None, limit=limits.MAX_SOURCE_BYTES) as f:
                     self.digest = hashlib.file_digest(f, "sha256").hexdigest()
-                self._listing = None
         except FileNotFoundError:
             raise DataError(f"{path}: no such file or directory") from None
         except OSError as e:
@@ -57,7 +57,7 @@ class ImageFolderSource:
         return self._listing
 
 
-def _read_tree(root: Path, *, source: str) -> Listing:
+def _read_tree(root: Path, *, source: str) -> tuple[Listing, str]:
     names: list[str] = []
     dirs: list[str] = []
     for cur, subdirs, filenames in os.walk(root):
@@ -68,7 +68,7 @@ def _read_tree(root: Path, *, source: str) -> Listing:
         names.extend(rel + f for f in sorted(filenames) if is_image_name(rel + f))
         if len(names) > limits.MAX_SOURCE_FILES:
             raise DataError(f"{source}: more than {limits.MAX_SOURCE_FILES} image files (MAX_SOURCE_FILES)")
-    buffer, files = bytearray(), {}
+    buffer, files, h = bytearray(), {}, hashlib.sha256()
     for name in sorted(names):
         with _open_regular(root / name, source=source, name=name, limit=limits.MAX_IMAGE_FILE_BYTES) as f:
             b = f.read(limits.MAX_IMAGE_FILE_BYTES + 1)
@@ -79,7 +79,9 @@ def _read_tree(root: Path, *, source: str) -> Listing:
                             "(MAX_SOURCE_IMAGE_BYTES)")
         files[name] = (len(buffer), len(b))
         buffer += b
-    return Listing(buffer=buffer, files=files, dirs=tuple(dirs))
+        encoded = name.encode("utf-8", "surrogateescape")
+        h.update(len(encoded).to_bytes(8, "little") + encoded + len(b).to_bytes(8, "little") + b)
+    return Listing(buffer=buffer, files=files, dirs=tuple(dirs)), h.hexdigest()
 
 
 class _Hashing:
@@ -123,23 +125,9 @@ def _kind(mode: int) -> str:
     return next((word for test, word in kinds if test(mode)), "not a regular file")
 
 
-def _tree_digest(listing: Listing) -> str:
-    h = hashlib.sha256()
-    view = memoryview(listing.buffer)
-    for name in sorted(listing.files):
-        off, size = listing.files[name]
-        encoded = name.encode("utf-8", "surrogateescape")
-        h.update(len(encoded).to_bytes(8, "little") + encoded + size.to_bytes(8, "little"))
-        h.update(view[off : off + size])
-    return h.hexdigest()
-
-
 def check_source(data: str) -> None:
     """Refuse (:class:`DataError`) a folder or archive source whose layout or image headers
     :func:`study.data.load_splits` would refuse, without decoding an image or importing torch."""
-    from .imageheader import refuse_oversized
-    from .layout import resolve_layout
-
     if data.partition(":")[0] in ("synthetic", "cifar10"):
         return
     listing = ImageFolderSource(data).listing()

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -49,24 +48,20 @@ def load_splits(
     if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):
         raise DataError(f"subset must be a positive number of training images, got {subset!r}")
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    data = _load(spec, cache_dir=cache_dir, progress=progress)
-    source = data["source"]
-    if subset is not None and subset > len(data["train_labels"]):
-        raise DataError(f"{spec}: subset {subset} is more than the {len(data['train_labels'])} training images "
+    splits = _load(spec, cache_dir=cache_dir, progress=progress)
+    if subset is None:
+        return splits
+    if subset > len(splits.train_labels):
+        raise DataError(f"{spec}: subset {subset} is more than the {len(splits.train_labels)} training images "
                         "of this source")
-    if subset is not None:
-        gen = torch.Generator().manual_seed(seed)
-        n_test = min(len(data["test_labels"]), max(subset // 5, MIN_SUBSET_TEST))
-        for split, k in (("train", subset), ("test", n_test)):
-            keep = stratified_subset(data[f"{split}_labels"], k=k, generator=gen)
-            data[f"{split}_images"] = data[f"{split}_images"][keep]
-            data[f"{split}_labels"] = data[f"{split}_labels"][keep]
-        source += (f", subset {len(data['train_labels'])} train / {len(data['test_labels'])} test"
-                   f" (seed {seed})")
-    return Splits(
-        train_images=data["train_images"], train_labels=data["train_labels"],
-        test_images=data["test_images"], test_labels=data["test_labels"],
-        classes=tuple(data["classes"]), source=source,
+    gen = torch.Generator().manual_seed(seed)
+    train = stratified_subset(splits.train_labels, k=subset, generator=gen)
+    n_test = min(len(splits.test_labels), max(subset // 5, MIN_SUBSET_TEST))
+    test = stratified_subset(splits.test_labels, k=n_test, generator=gen)
+    return replace(
+        splits, train_images=splits.train_images[train], train_labels=splits.train_labels[train],
+        test_images=splits.test_images[test], test_labels=splits.test_labels[test],
+        source=f"{splits.source}, subset {len(train)} train / {len(test)} test (seed {seed})",
     )
 
 
@@ -90,7 +85,7 @@ def stratified_subset(labels: Tensor, *, k: int, generator: torch.Generator) -> 
     return perm[torch.argsort(key)[:k]].sort().values
 
 
-def _load(spec: str, *, cache_dir: Path, progress: Callable[[str], None] | None) -> dict[str, Any]:
+def _load(spec: str, *, cache_dir: Path, progress: Callable[[str], None] | None) -> Splits:
     if not isinstance(spec, str) or not spec.strip():
         raise DataError(f"empty data source (use {SPEC_HELP})")
     kind, _, arg = spec.partition(":")
@@ -104,8 +99,8 @@ def _load(spec: str, *, cache_dir: Path, progress: Callable[[str], None] | None)
                                 f"(MAX_SYNTHETIC_TRAIN), got {arg!r}")
             n_train = int(arg)
         tr_x, tr_y, te_x, te_y = make_synthetic(n_train=n_train)
-        return {"train_images": tr_x, "train_labels": tr_y, "test_images": te_x, "test_labels": te_y,
-                "classes": CLASSES, "source": f"synthetic ({n_train} train / {len(te_y)} test)"}
+        return Splits(train_images=tr_x, train_labels=tr_y, test_images=te_x, test_labels=te_y, classes=CLASSES,
+                      source=f"synthetic ({n_train} train / {len(te_y)} test)")
     if kind == "cifar10":  # a folder named cifar10 is "./cifar10"
         from .cifar import load_cifar10
 

@@ -11,10 +11,6 @@ from .errors import DataError
 from .pipeline import seeded
 from .splits import Splits, stratified_subset
 
-#: Fraction of the training images held out when a study that selects (sampled axes
-#: or ASHA) does not say ``validation:`` (10 %, e.g. 5,000 of CIFAR-10's 50,000).
-DEFAULT_VALIDATION_FRACTION = 0.1
-
 
 def validation_size(validation: int | float, n_train: int) -> int:
     """Images to hold out: ``validation`` itself if an integer (0: none), or that

@@ -625,5 +625,5 @@ def test_clean_jpegs_decode_silently(tmp_path, capfd):
     source = _jpeg_tree(tmp_path / "tree", lambda b: b)
     capfd.readouterr()
     data = load_image_folder(source, cache_dir=tmp_path / "cache")
-    assert data["train_images"].shape == (10, 3, 32, 32)
+    assert data.train_images.shape == (10, 3, 32, 32)
     assert capfd.readouterr().err == ""
