@@ -204,24 +204,21 @@ def _bench_part(rows: list[dict], budget_s: float, t_part: float, args, override
 def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
     """The study file (``args.epochs`` epochs of the paper's recipe) and its plan: per model the
     FLOPs and predicted seconds; models that would not fit the budget are left out, with the reason."""
-    from study.bench.options import BENCH_MODELS
+    from study.bench.options import default_options
     from study.flops import forward_flops
     from study.models import ModelConfig, build_model
     from study.plan import CIFAR10_SIZES
 
     n_train, n_test = (200, 100) if args.small else CIFAR10_SIZES
+    probe = default_options(args.device, model_overrides=dict(SMALL_MODEL) if args.small else {})
     entries, plan = [], []
     for key in args.models:
-        cfg = BENCH_MODELS[key]
+        cfg = probe.model_config(key)  # the bench part's model (--small: its toy sizes)
         base = ModelConfig(arch=cfg.arch).to_dict()
         entry = {k: v for k, v in cfg.to_dict().items() if v != base[k] or k == "arch"}
-        if args.small and cfg.arch == "sa":
-            entry = {**{k: v for k, v in entry.items() if k != "pos_dim"}, **SMALL_MODEL,
-                     **({"pos_dim": 8} if cfg.encoding == "learned" else {})}
         if cfg.arch == "resnet18":
             entry["training"] = {"schedule": {"type": "step"}}
-        built = build_model({k: v for k, v in entry.items() if k != "training"})
-        fwd = forward_flops(built)
+        fwd = forward_flops(build_model(cfg))
         flops = args.epochs * (3 * fwd * n_train + fwd * n_test)
         plan.append({"key": key, "forward_flops": fwd, "flops": flops,
                      "planned_s": planned_seconds(flops, peak["bf16_tflops"], args.assumed_mfu)})
