@@ -3,8 +3,8 @@
 (with and without ``--compile``) and a 2-epoch full-CIFAR study through ``study run``;
 one JSON and one Markdown report (docs/performance.md, "One command for a lent GPU").
 
-    python benchmarks/gpu_check.py                      # on the GPU machine (≤ 30 min on one H100)
-    python benchmarks/gpu_check.py --device cpu --small # the same parts, CI-sized (tests/benchmarks/test_gpu_check.py)
+    python benchmarks/gpu_check.py --data cifar10-jpeg.tar.gz                # the GPU machine (≤ 30 min, one H100)
+    python benchmarks/gpu_check.py --device cpu --small --data synthetic:300 # the same parts, CI-sized
 
 A part that fails is recorded with its cause and the next runs.
 Exit status: 0 every part passed or was skipped for a stated reason, 1 a part failed, 2 bad arguments.
@@ -31,7 +31,6 @@ PARTS = ("tests", "bench", "study")
 SHARES = {"tests": 0.15, "bench": 0.45, "study": 0.3}
 #: the tests that exercise the CUDA branches (skipped without CUDA)
 CUDA_TESTS = ("tests/study/test_devicepaths.py", "tests/study/models/test_fast_paths.py")
-DEFAULT_DATA = "../shared/data/cifar10-jpeg.tar.gz"
 #: a smoke run's models (--small): the paper's architectures at toy sizes
 SMALL_MODEL = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 4}  # N_h square: gpsa's lattice
 #: the fields of a bench run's fast record the report keeps
@@ -47,9 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
-    p.add_argument("--data", default=DEFAULT_DATA,
-                   help=f"the study's data: the CIFAR-10 JPEG archive (default {DEFAULT_DATA}) or any source "
-                   "`study run --data` takes (synthetic:N for a smoke run)")
+    p.add_argument("--data", help="the study part's data (required with it): the CIFAR-10 JPEG archive or any "
+                   "source `study run --data` takes (synthetic:N for a smoke run)")
     p.add_argument("--out", type=Path, default=Path("gpu-check"), help="report folder (default ./gpu-check)")
     p.add_argument("--budget-minutes", type=float, default=25.0,
                    help="device time for all parts (default 25: 30 minutes minus the machine's start)")
@@ -84,6 +82,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("budget_minutes", "assumed_mfu"):
         if not getattr(args, name) > 0:
             p.error(f"--{name.replace('_', '-')}: must be > 0, got {getattr(args, name)}")
+    if "study" in args.parts and args.data is None:
+        p.error("--data: the study part needs its data (the CIFAR-10 JPEG archive, or synthetic:N for a smoke run)")
     args.epochs = args.epochs or (1 if args.small else 2)  # both >= 1 when given
     args.batch = args.batch or (2 if args.small else (128 if args.device.type == "cuda" else 8))
     return args
@@ -114,12 +114,9 @@ def run_tests(args, budget_s: float, out: Path) -> dict:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *nodes]
     t0 = time.perf_counter()
     rc, tail = _subprocess(cmd, budget_s)
-    failures, skips, cases = [], [], list(ET.parse(xml).iter("testcase")) if xml.is_file() else []
-    for case in cases:
-        if case.find("failure") is not None or case.find("error") is not None:
-            failures.append(f"{case.get('classname')}::{case.get('name')}")
-        elif case.find("skipped") is not None:
-            skips.append(case.find("skipped").get("message", ""))
+    cases = list(ET.parse(xml).iter("testcase")) if xml.is_file() else []
+    failures = [f"{c.get('classname')}::{c.get('name')}" for c in cases if {"failure", "error"} & {e.tag for e in c}]
+    skips = [s.get("message", "") for c in cases if (s := c.find("skipped")) is not None]
     res = {"command": " ".join(["python", *cmd[1:]]), "nodes": nodes, "planned_s": budget_s,
            "seconds": time.perf_counter() - t0, "exit_status": rc, "passed": len(cases) - len(failures) - len(skips),
            "failed": len(failures), "skipped": len(skips), "failures": failures,
@@ -177,16 +174,15 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
                 torch.compiler.reset()  # each model compiles afresh
                 report = run_bench(opts)
                 m = report["models"][0]
-                row[label] = {**{k: m["fast"][k] for k in FAST_FIELDS}, "seconds": time.perf_counter() - t0,
-                              **{k: report[k] for k in ("precision", "peak_tflops", "peak_source")}}
                 if not compiled:
                     row.update(naive_images_per_s=m["naive"] and m["naive"]["images_per_s"], n_params=m["n_params"],
                                name=m["name"])
+                naive = row.get("naive_images_per_s")  # the eager run's reference (a compiled run times none)
+                row[label] = {**{k: m["fast"][k] for k in FAST_FIELDS}, "seconds": time.perf_counter() - t0,
+                              **{k: report[k] for k in ("precision", "peak_tflops", "peak_source")},
+                              "speedup_vs_naive": m["fast"]["images_per_s"] / naive if naive else None}
             except Exception as e:  # one model's failure is recorded; the others still run
                 row[label] = {"error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - t0}
-        naive = row.get("naive_images_per_s")
-        for rec in (r for r in (row["eager"], row["compiled"]) if "error" not in r):
-            rec["speedup_vs_naive"] = rec["images_per_s"] / naive if naive else None
         if "error" not in row["eager"] and "error" not in row["compiled"]:
             row["compile_speedup"] = row["compiled"]["images_per_s"] / row["eager"]["images_per_s"]
             row["compile_s"] = row["compiled"]["warmup_s"]  # warm-up = compilation + the warm-up steps
@@ -208,24 +204,21 @@ def _bench_part(rows: list[dict], budget_s: float, t_part: float, args, override
 def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
     """The study file (``args.epochs`` epochs of the paper's recipe) and its plan: per model the
     FLOPs and predicted seconds; models that would not fit the budget are left out, with the reason."""
-    from study.bench.options import BENCH_MODELS
+    from study.bench.options import default_options
     from study.flops import forward_flops
     from study.models import ModelConfig, build_model
     from study.plan import CIFAR10_SIZES
 
     n_train, n_test = (200, 100) if args.small else CIFAR10_SIZES
+    probe = default_options(args.device, model_overrides=dict(SMALL_MODEL) if args.small else {})
     entries, plan = [], []
     for key in args.models:
-        cfg = BENCH_MODELS[key]
+        cfg = probe.model_config(key)  # the bench part's model (--small: its toy sizes)
         base = ModelConfig(arch=cfg.arch).to_dict()
         entry = {k: v for k, v in cfg.to_dict().items() if v != base[k] or k == "arch"}
-        if args.small and cfg.arch == "sa":
-            entry = {**{k: v for k, v in entry.items() if k != "pos_dim"}, **SMALL_MODEL,
-                     **({"pos_dim": 8} if cfg.encoding == "learned" else {})}
         if cfg.arch == "resnet18":
             entry["training"] = {"schedule": {"type": "step"}}
-        built = build_model({k: v for k, v in entry.items() if k != "training"})
-        fwd = forward_flops(built)
+        fwd = forward_flops(build_model(cfg))
         flops = args.epochs * (3 * fwd * n_train + fwd * n_test)
         plan.append({"key": key, "forward_flops": fwd, "flops": flops,
                      "planned_s": planned_seconds(flops, peak["bf16_tflops"], args.assumed_mfu)})

@@ -59,9 +59,9 @@ class Generator:
                 for i in range(n)]
 
 
-def _write_trials(job: tuple) -> None:
+def _write_trials(tables: Path, ids: list[str], gen_args: dict, epochs: int, start: int, stop: int, maps_at,
+                  close: bool) -> None:
     """One worker's share of the trials (``--jobs``), epochs ``start`` to ``stop``, with this tree's writer."""
-    tables, ids, gen_args, epochs, start, stop, maps_at, close = job
     from study.tables import TableWriter
 
     gen = Generator(**gen_args, seed=hash(ids[0]) % 2**32)
@@ -86,7 +86,7 @@ def write_parallel(tables: Path, ids: list[str], gen_args: dict, *, jobs: int, e
 
     shares = [ids[i::jobs] for i in range(jobs) if ids[i::jobs]]
     with get_context("spawn").Pool(len(shares)) as pool:
-        pool.map(_write_trials, [(tables, share, gen_args, epochs, start, stop, maps_at, close) for share in shares])
+        pool.starmap(_write_trials, [(tables, s, gen_args, epochs, start, stop, maps_at, close) for s in shares])
 
 
 def time_queries(study: Path, repeats: int) -> dict:
@@ -107,7 +107,8 @@ def time_queries(study: Path, repeats: int) -> dict:
             cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             if r.returncode != 0:
                 raise SystemExit(f"analysis query failed: {r.stderr.strip()}")
-            answer = r.stdout.strip().splitlines()[1] if label == "count epochs" else f"{len(r.stdout.splitlines()) - 1} rows"
+            rows = r.stdout.strip().splitlines()
+            answer = rows[1] if label == "count epochs" else f"{len(rows) - 1} rows"
         out[label] = {"wall_best_s": round(min(walls), 2), "wall_median_s": round(statistics.median(walls), 2),
                       "cpu_best_s": round(min(cpus), 2), "answer": answer}
     return out

@@ -20,11 +20,9 @@ MAX_README_LINES = 300
 #: written in two pieces so that this file does not contain what it looks for
 OUTSIDE = ("DESIGN" + ".md", "../" + "shared")
 #: the only lines allowed to name the data folder beside the repository: the default
-#: data of two study files and of the GPU check, and a test of the label it gets
-#: (data inputs, not documents)
+#: data of two study files, and a test of the label it gets (data inputs, not documents)
 DATA_PATH = "../" + "shared/data/cifar10-jpeg.tar.gz"
 ALLOWED = {
-    ("benchmarks/gpu_check.py", f'DEFAULT_DATA = "{DATA_PATH}"'),
     ("search_spaces/locality.yaml", f"data: {DATA_PATH}"),
     ("search_spaces/repro_cpu.yaml", f"data: {DATA_PATH}"),
     ("tests/analysis/figures/test_table1.py", f'"data": "{DATA_PATH}"}})'),

@@ -29,7 +29,11 @@ def memory_probe(device: torch.device) -> Iterator[dict[str, float | None]]:
     else:
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6").malloc_trim(0)
-        rss0 = _proc_status_kb("VmRSS") if _reset_peak_rss() else None
+        try:  # reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)
+            Path("/proc/self/clear_refs").write_text("5")
+            rss0 = _proc_status_kb("VmRSS")
+        except OSError:
+            rss0 = None
     yield mem
     synchronize(device)
     if device.type == "cuda":
@@ -45,12 +49,3 @@ def _proc_status_kb(key: str) -> int | None:
             return next((int(line.split()[1]) for line in f if line.startswith(key + ":")), None)
     except OSError:
         return None
-
-
-def _reset_peak_rss() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False

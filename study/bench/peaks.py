@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -36,19 +37,23 @@ def stated_gpu_peak(device_name: str, precision: str) -> Peak:
     return Peak(None, f"n/a: no stated peak for {device_name!r} (use --peak-tflops)")
 
 
+def timed(device: torch.device, fn: Callable[[], object], steps: int = 1) -> tuple[float, float, object]:
+    """Wall and process CPU seconds of ``steps`` calls of ``fn``, synchronised on ``device``, and its last result."""
+    synchronize(device)
+    t, c = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        out = fn()
+    synchronize(device)
+    return time.perf_counter() - t, time.process_time() - c, out
+
+
 def measured_matmul_peak(device: torch.device, dtype: torch.dtype, *, size: int = 1024, repeats: int = 10) -> Peak:
     """Best TFLOP/s of ``repeats`` (size×size)·(size×size) matmuls on ``device``."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     a @ b  # warm-up (allocations, kernel selection)
-    best = best_cpu = float("inf")
-    for _ in range(repeats):
-        synchronize(device)
-        t, c = time.perf_counter(), time.process_time()
-        a @ b
-        synchronize(device)
-        best = min(best, time.perf_counter() - t)
-        best_cpu = min(best_cpu, time.process_time() - c)
+    walls, cpus, _ = zip(*(timed(device, lambda: a @ b) for _ in range(repeats)))
+    best, best_cpu = min(walls), min(cpus)
     name = str(dtype).removeprefix("torch.")
     flops = 2 * size**3
     return Peak(flops / best / 1e12, f"measured: best {size}x{size} {name} matmul on this machine",

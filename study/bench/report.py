@@ -7,6 +7,16 @@ COLUMNS = (
     "vs einsum",
 )
 CPU_COLUMNS = ("cpu ms/step", "vs naive (cpu time)", "vs einsum (cpu time)")
+#: (run, record, its speedup over naive, over einsum): the key of the speedup in the report's row, 1 for the
+#: reference itself, None for none; a model's missing reference is left out, the layer's printed as "-"
+MODEL_RUNS = (("fast", "fast", "speedup_vs_naive", "speedup_vs_einsum"), ("naive", "naive", 1, None),
+              ("einsum", "einsum", None, 1))
+ATTENTION_RUNS = (
+    ("fast p=0", "fast", "speedup_vs_naive", None),
+    ("train p=0.1", "train", "train_speedup_vs_naive", "train_speedup_vs_einsum"),
+    ("einsum p=0.1", "einsum", None, 1), ("naive", "naive", 1, None),
+    ("core fast", "core_fast", "core_speedup_vs_naive", None), ("core naive", "core_naive", 1, None),
+)
 
 
 def or_na(v, fmt: str) -> str:
@@ -14,11 +24,12 @@ def or_na(v, fmt: str) -> str:
     return "n/a" if v is None else format(v, fmt)
 
 
-def _row(label: str, run: str, rec: dict | None, naive=(None, None), einsum=(None, None), *, cpu: bool) -> list:
-    """One table row; ``naive`` and ``einsum``: the (images/s, CPU-time) speedups against them."""
-    n = len(COLUMNS) + (len(CPU_COLUMNS) if cpu else 0)
+def _row(label: str, row: dict, run: str, key: str, naive, einsum, *, cpu: bool) -> list:
+    """The table row of record ``row[key]``; ``naive``, ``einsum``: as in :data:`MODEL_RUNS`."""
+    n, rec = len(COLUMNS) + (len(CPU_COLUMNS) if cpu else 0), row.get(key)
     if rec is None:
         return [label, run, *["-"] * (n - 2)]
+    naive, einsum = ((1.0, 1.0) if k == 1 else (row.get(k), row.get(f"{k}_cpu_time")) for k in (naive, einsum))
     cells = [label, run, rec["path"], or_na(rec["images_per_s"], ".1f"), or_na(rec["step_ms"], ".1f"),
              or_na(rec["forward_flops"] / 1e9, ".3f"), or_na(rec["tflops"], ".3f"),
              "n/a" if rec["mfu"] is None else f"{100 * rec['mfu']:.2f}%",
@@ -59,34 +70,15 @@ def format_report(report: dict) -> str:
     ]
     if cpu:
         lines.append("cpu ms/step = process CPU time per step, all threads (insensitive to other jobs' load)")
-    def vs(row: dict, key: str) -> tuple:
-        return row.get(key), row.get(key + "_cpu_time")
-
-    def one(rec: dict | None) -> tuple:
-        return (1.0, 1.0) if rec else (None, None)
-
     if report["models"]:
-        rows = []
-        for m in report["models"]:
-            rows.append(_row(m["name"], "fast", m["fast"], vs(m, "speedup_vs_naive"), vs(m, "speedup_vs_einsum"),
-                             cpu=cpu))
-            rows += [_row("", "naive", m["naive"], (1.0, 1.0), cpu=cpu)] if m["naive"] is not None else []
-            rows += [_row("", "einsum", m["einsum"], einsum=(1.0, 1.0), cpu=cpu)] if m.get("einsum") else []
+        rows = [_row("" if i else m["name"], m, *run, cpu=cpu) for m in report["models"]
+                for i, run in enumerate(MODEL_RUNS) if m.get(run[1]) is not None]
         lines += ["", "Whole model, training mode (paper dropout 0.1 everywhere)", _table(rows, columns)]
         lines.append("forward FLOPs per image, eval path (study.flops.forward_flops): " + "; ".join(
             f"{m['name']} {m['forward_flops'] / 1e9:.3f} G" for m in report["models"]))
     if report["attention"]:
-        rows = []
-        for a in report["attention"]:
-            rows += [
-                _row(a["name"], "fast p=0", a["fast"], vs(a, "speedup_vs_naive"), cpu=cpu),
-                _row("", "train p=0.1", a["train"], vs(a, "train_speedup_vs_naive"),
-                     vs(a, "train_speedup_vs_einsum"), cpu=cpu),
-                _row("", "einsum p=0.1", a.get("einsum"), einsum=one(a.get("einsum")), cpu=cpu),
-                _row("", "naive", a["naive"], one(a["naive"]), cpu=cpu),
-                _row("", "core fast", a["core_fast"], vs(a, "core_speedup_vs_naive"), cpu=cpu),
-                _row("", "core naive", a["core_naive"], one(a["core_naive"]), cpu=cpu),
-            ]
+        rows = [_row("" if i else a["name"], a, *run, cpu=cpu) for a in report["attention"]
+                for i, run in enumerate(ATTENTION_RUNS)]
         lines += [
             "",
             "Attention layer alone (D=400, N_h=9, 16x16 grid; input requires grad as inside the network).",

@@ -7,6 +7,7 @@ dense one for the same result, so compare paths by images/s.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 from dataclasses import replace
 
@@ -25,11 +26,8 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
     return f"{cpu}, {torch.get_num_threads()} threads"
 
 

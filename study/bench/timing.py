@@ -7,7 +7,6 @@ reads process CPU time (MFU on a shared CPU, below), and Timer pins torch to one
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -16,8 +15,8 @@ from torch import Tensor
 
 from study.bench.memory import memory_probe
 from study.bench.options import BenchOptions
-from study.bench.peaks import Peak
-from study.devicepaths import DevicePaths, synchronize
+from study.bench.peaks import Peak, timed
+from study.devicepaths import DevicePaths
 from study.flops import count_flops
 
 
@@ -60,39 +59,28 @@ def sgd_variant(name: str, module: torch.nn.Module, fn: Callable[[Tensor], Tenso
 def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> dict[str, dict]:
     """Warm up each variant (reading its memory), then time ``repeats`` windows of ``steps`` steps
     per variant, interleaved across variants; ``label`` prefixes their names in messages."""
-    dev = opts.device
-    warm, memory, last = {}, {}, {}
+    warm, memory, last, windows = {}, {}, {}, {v.name: [] for v in variants}
     for v in variants:
         opts.progress(f"warm-up {label}{v.name} ({v.path})")
-        with memory_probe(dev) as memory[v.name]:
-            t = time.perf_counter()
-            for _ in range(max(opts.warmup, 1)):
-                last[v.name] = v.step()
-            synchronize(dev)
-        warm[v.name] = time.perf_counter() - t
-    windows: dict[str, list[float]] = {v.name: [] for v in variants}
-    cpu: dict[str, list[float]] = {v.name: [] for v in variants}
+        with memory_probe(opts.device) as memory[v.name]:
+            warm[v.name], _, last[v.name] = timed(opts.device, v.step, max(opts.warmup, 1))
     for _ in range(opts.repeats):
         for v in variants:
-            synchronize(dev)
-            t, c = time.perf_counter(), time.process_time()
-            for _ in range(opts.steps):
-                last[v.name] = v.step()
-            synchronize(dev)
-            windows[v.name].append(time.perf_counter() - t)
-            cpu[v.name].append(time.process_time() - c)
+            wall, cpu, last[v.name] = timed(opts.device, v.step, opts.steps)
+            windows[v.name].append((wall, cpu))
     records = {}
     for v in variants:
+        walls, cpus = (list(x) for x in zip(*windows[v.name]))
         if not bool(torch.isfinite(last[v.name]).all()):
             raise RuntimeError(f"non-finite values while timing {label}{v.name} ({v.path})")
-        images_per_s = opts.batch * opts.steps / statistics.median(windows[v.name])
+        images_per_s = opts.batch * opts.steps / statistics.median(walls)
         train_flops = 3 * v.forward_flops
         tflops = train_flops * images_per_s / 1e12
-        cpu_s = statistics.median(cpu[v.name]) / opts.steps
+        cpu_s = statistics.median(cpus) / opts.steps
         records[v.name] = {
             "path": v.path, "precision": v.precision, "images_per_s": images_per_s,
-            "images_per_s_best": opts.batch * opts.steps / min(windows[v.name]),
-            "step_ms": 1e3 * opts.batch / images_per_s, "windows_s": windows[v.name],
+            "images_per_s_best": opts.batch * opts.steps / min(walls),
+            "step_ms": 1e3 * opts.batch / images_per_s, "windows_s": walls,
             # process CPU seconds (all threads): other jobs' load does not inflate it
             "cpu_s_per_step": cpu_s, "warmup_s": warm[v.name], "forward_flops": v.forward_flops,
             "train_flops": train_flops, "tflops": tflops,

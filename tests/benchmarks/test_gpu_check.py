@@ -72,7 +72,8 @@ def test_study_part_says_so_without_ray(tmp_path, monkeypatch):
 def test_study_plan_leaves_out_what_the_budget_cannot_hold(tmp_path):
     """Budgeted by FLOPs: with a peak that fits only the cheaper of two models, the
     more expensive one is left out with the reason."""
-    args = gpu_check.parse_args(["--device", "cpu", "--out", str(tmp_path), "--models", "resnet18,sa_learned_content"])
+    args = gpu_check.parse_args(["--device", "cpu", "--out", str(tmp_path), "--models", "resnet18,sa_learned_content",
+                                 "--data", "synthetic:300"])
     peak = {"bf16_tflops": 1.0, "fp32_tflops": 1.0}
     _, plan = gpu_check.study_spec(args, 1.0, peak)
     by_key = {p["key"]: p for p in plan}
@@ -88,7 +89,8 @@ def test_study_plan_leaves_out_what_the_budget_cannot_hold(tmp_path):
 
 @pytest.mark.parametrize("argv,message", [(["--parts", "nope"], "--parts"), (["--models", "vgg"], "--models"),
                                           (["--budget-minutes", "0"], "--budget-minutes"),
-                                          (["--device", "cpu", "--batch", "0"], "--batch")])
+                                          (["--device", "cpu", "--batch", "0"], "--batch"),
+                                          (["--device", "cpu"], "--data")])  # no default outside the repository
 def test_bad_arguments_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         gpu_check.parse_args(argv)
@@ -123,7 +125,7 @@ def test_small_sizes_build_every_default_model():
     from study.bench.options import default_options
     from study.models import build_model
 
-    args = gpu_check.parse_args(["--device", "cpu", "--small"])
+    args = gpu_check.parse_args(["--device", "cpu", "--small", "--data", "synthetic:300"])
     probe = default_options("cpu", model_overrides=dict(gpu_check.SMALL_MODEL))
     for key in args.models:
         assert build_model(probe.model_config(key)) is not None, key
