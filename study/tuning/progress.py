@@ -166,9 +166,10 @@ class ProgressReporter(Callback):
         self._header = False
         costs = {t.key: (t.cost_terms, t.epochs, json.dumps(t.config, sort_keys=True, default=str)) for t in plan}
         order = [t.key for t in plan]
-        if pending is not None:  # a resumed study: the trials that ended already are done
+        if pending is not None:  # a resumed study: the trials that ended already are done, and cost nothing
             self.done = len(order) - len(pending) if order else 0
             order = [k for k in order if k in set(pending)]
+            costs = {k: costs[k] for k in order}
         self.work = RemainingWork(costs=costs, order=order, probe=_ledger_probe(meta))
         self._start = time.monotonic()
 

@@ -303,3 +303,29 @@ def test_a_trial_tells_its_clock_the_share_of_its_epoch_done(tmp_path):
     assert [(e, w) for e, w, _ in seen] == [(0, "start"), (0, "end"), (1, "start"), (1, "end")]
     assert [f for _, w, f in seen if w == "start"] == [0.0, 0.0]
     assert all(f == pytest.approx(1.0) for _, w, f in seen if w == "end"), seen
+
+
+def test_a_resumed_studys_eta_counts_only_the_trials_left(monkeypatch):
+    """``study resume`` of a study whose other trials ended: the ETA is the pending trial's
+    remaining time, the same as for a study of that trial alone (not the ended trials' too)."""
+    import study.tuning.progress as progress
+
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    plan = launch_order(plan_trials(load_spec(SMOKE)))
+    assert len(plan) > 2
+    last = plan[-1]
+    meta = {"num_trials": len(plan), "root": "/nonexistent"}
+    resumed = progress.ProgressReporter(plan=plan, meta=meta, pending=[last.key], enabled=False)
+    alone = progress.ProgressReporter(plan=[last], meta=meta, enabled=False)
+    trial = SimpleNamespace(trial_id="r", config={"key": last.key, "cell": last.cell}, last_result={})
+    for rep in (resumed, alone):
+        now[0] = 0.0
+        rep.setup()
+        rep.on_trial_start(0, [], trial)
+        now[0] = 10.0
+        trial.last_result = {"epoch": 0, "seconds": 8.0, "status": "running"}
+        rep.on_trial_result(0, [], trial, trial.last_result)
+    assert last.epochs > 1, "the trial must have epochs left for an ETA to compare"
+    assert resumed.work.eta(10.0) == pytest.approx(alone.work.eta(10.0)) and alone.work.eta(10.0) > 0
+    assert resumed.status_line().startswith(f"{len(plan) - 1} of {len(plan)} trials done")
