@@ -28,9 +28,7 @@ def data(rows: pd.DataFrame, last: int | None = None, maps: pd.DataFrame | None 
     d = rows if last is None else rows[rows["epoch"] <= last]
     if d.empty:
         return pd.DataFrame(columns=COLUMNS)
-    if "concentrated" not in d:
-        d = classify(d, maps)
-    d = d.sort_values(["epoch", "layer", "head"], kind="stable")
+    d = classify(d, maps).sort_values(["epoch", "layer", "head"], kind="stable")
     epoch, layer = d["epoch"].to_numpy(dtype=int), d["layer"].to_numpy(dtype=int)
     starts = np.flatnonzero(np.r_[True, (epoch[1:] != epoch[:-1]) | (layer[1:] != layer[:-1])])
     ends = np.r_[starts[1:], len(d)]

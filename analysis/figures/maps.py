@@ -33,9 +33,8 @@ def draw(ctx) -> list:
     written = []
     heads_by = ctx.by_trial("heads")
     for t, rows in ctx.head_trials(KIND, table="maps"):
-        epoch = ctx.pick_epoch(rows)
+        epoch = ctx.pick_epoch(rows, KIND, t["label"], "attention maps")
         if epoch is None:
-            ctx.skip(KIND, f"no attention maps at epoch {ctx.epoch}", t["label"])
             continue
         m = rows[rows["epoch"] == epoch]
         h = heads_by.get(t["trial_id"])
