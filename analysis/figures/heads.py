@@ -36,9 +36,7 @@ def curves(heads: pd.DataFrame, maps: pd.DataFrame | None) -> tuple[pd.DataFrame
     ``concentrated`` column (:func:`analysis.concentration.classify`)."""
     rows: list[dict] = []
     missing: dict[tuple[float, str], int] = {}
-    windows = {}
-    if maps is not None and not maps.empty:
-        windows = {(int(r.layer), int(r.head)): (int(r.window), r.probs) for r in maps.itertuples()}
+    windows = {} if maps is None else {(int(r.layer), int(r.head)): (int(r.window), r.probs) for r in maps.itertuples()}
     for r in heads.sort_values(["layer", "head"]).itertuples():
         key = (int(r.layer), int(r.head))
         base = {"layer": key[0], "head": key[1]}
@@ -90,8 +88,7 @@ def draw(ctx) -> list:
 
 
 def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: bool | None, n_heads: int,
-            window: int | None = None, locality: dict | None = None) -> list:
-    locality = locality or {}
+            window: int | None, locality: dict) -> list:
     layers = sorted(d["layer"].unique())
     fig, axes, grid = layer_grid(len(layers))
     colours = head_colors(max(n_heads, int(d["head"].max()) + 1))

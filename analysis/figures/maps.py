@@ -85,14 +85,12 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
             image = ax.imshow(img, cmap="Blues", vmin=vmin - pad, vmax=vmax + pad, interpolation="nearest",
                               extent=(-rad - 0.5, rad + 0.5, rad + 0.5, -rad - 0.5))  # row 0 = y −r at the top
             ax.add_patch(Rectangle((-0.5, -0.5), 1, 1, fill=False, edgecolor="black", linewidth=0.6))
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set(xticks=[], yticks=[])
             concentrated = bool(s["concentrated"].iloc[0]) if len(s) else True
             mass = float(s["window_mass"].iloc[0]) if len(s) else float("nan")
             for spine in ax.spines.values():
-                spine.set_linewidth(0.3 if concentrated else 0.8)
-                spine.set_linestyle("-" if concentrated else (0, (2, 1.5)))
-                spine.set_edgecolor("black" if concentrated else "0.45")
+                spine.set(linewidth=0.3 if concentrated else 0.8, linestyle="-" if concentrated else (0, (2, 1.5)),
+                          edgecolor="black" if concentrated else "0.45")
             ax.set_xlabel(f"{100 * mass:.0f}%" + ("" if concentrated else " d"), fontsize=7, labelpad=1,
                           color="black" if concentrated else "0.4")
             if i == 0:
