@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Rectangle
 
-from analysis.concentration import MIN_WINDOW_MASS, classify, rule_text
+from analysis.concentration import classify, rule_text
 from analysis.figures.panels import after, wrap_note
 from analysis.style import COLUMN_WIDTH, DOUBLE_WIDTH
 
@@ -45,12 +45,9 @@ def draw(ctx) -> list:
 
 
 def _per_head(maps: pd.DataFrame, heads: pd.DataFrame | None) -> pd.DataFrame:
-    """(layer, head) → window_mass, concentrated (entropy from ``heads`` when present)."""
-    if heads is None or heads.empty:
-        mass = maps["probs"].map(lambda p: float(np.sum(np.asarray(p, dtype=float))))
-        return pd.DataFrame({"layer": maps["layer"].astype(int), "head": maps["head"].astype(int),
-                             "window_mass": mass.to_numpy(), "concentrated": (mass >= MIN_WINDOW_MASS).to_numpy()})
-    c = classify(heads, maps)
+    """(layer, head) → window_mass, concentrated (without ``heads`` rows, by the window mass alone:
+    their entropy taken as 0, which passes its test)."""
+    c = classify(maps.assign(entropy=0.0) if heads is None or heads.empty else heads, maps)
     return c[["layer", "head", "window_mass", "concentrated"]].astype({"layer": int, "head": int})
 
 
