@@ -121,17 +121,15 @@ class Context:
                                f"{t['label']} ({t['trial_id']})" if self.per_seed else t["label"]):
                 yield t, ids
 
-    def pick_epoch(self, rows: pd.DataFrame) -> int | None:
-        """The requested epoch if ``rows`` have it, else None; each trial's last by default."""
+    def pick_epoch(self, rows: pd.DataFrame, kind: str, what: str, table: str = "head statistics") -> int | None:
+        """The requested epoch if ``rows`` have it, else None (one skip line); each trial's last by default."""
         epochs = rows["epoch"].astype(int)
         if self.epoch is None:
             return int(epochs.max())
-        return self.epoch if (epochs == self.epoch).any() else None
-
-
-def _seed_word(t) -> str:
-    seed = t.get("seed")
-    return f"seed {int(seed)}" if seed is not None and seed == seed else f"trial {t['trial_id']}"
+        if (epochs == self.epoch).any():
+            return self.epoch
+        self.skip(kind, f"no {table} at epoch {self.epoch}", what)
+        return None
 
 
 def with_representatives(t: pd.DataFrame) -> pd.DataFrame:
@@ -165,8 +163,9 @@ def as_figure(t: pd.Series, *, per_seed: bool, aggregate: bool = False, seeds: i
         t["title"] = t["label"]
         return t
     t["slug"] = t["variant_slug"]
+    seed = f"seed {int(t['seed'])}" if pd.notna(t.get("seed")) else f"trial {t['trial_id']}"
     t["title"] = (f"{t['label']}, {n} seeds" if aggregate
-                  else f"{t['label']}, {_seed_word(t)} (the median of {n} seeds by best test accuracy)")
+                  else f"{t['label']}, {seed} (the median of {n} seeds by best test accuracy)")
     return t
 
 

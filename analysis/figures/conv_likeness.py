@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
@@ -26,26 +25,18 @@ SEED_COLUMNS = ["epoch", "epochs_trained", "layer", "K", "seeds", "concentrated_
 def data(rows: pd.DataFrame, last: int | None = None, maps: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (epoch, layer) of one trial: K, concentrated heads, their lattice distance, mean max_prob."""
     d = rows if last is None else rows[rows["epoch"] <= last]
-    if d.empty:
-        return pd.DataFrame(columns=COLUMNS)
-    if "concentrated" not in d:
-        d = classify(d, maps)
-    d = d.sort_values(["epoch", "layer", "head"], kind="stable")
-    epoch, layer = d["epoch"].to_numpy(dtype=int), d["layer"].to_numpy(dtype=int)
-    starts = np.flatnonzero(np.r_[True, (epoch[1:] != epoch[:-1]) | (layer[1:] != layer[:-1])])
-    ends = np.r_[starts[1:], len(d)]
+    d = classify(d, maps).sort_values(["epoch", "layer", "head"], kind="stable")
     xy = d[["center_x", "center_y"]].to_numpy(dtype=float)
-    conc = d["concentrated"].to_numpy(dtype=bool)
-    max_prob = np.add.reduceat(d["max_prob"].to_numpy(dtype=float), starts) / (ends - starts)
+    conc, max_prob = d["concentrated"].to_numpy(dtype=bool), d["max_prob"].to_numpy(dtype=float)
     out = []
-    for i, (a, b) in enumerate(zip(starts, ends)):
-        k = kernel_size(b - a)
+    for (epoch, layer), i in d.groupby(["epoch", "layer"]).indices.items():  # positions: no frame per group
+        k = kernel_size(len(i))
         if k is None:
             continue
-        c = xy[a:b][conc[a:b]]
-        out.append({"epoch": int(epoch[a]), "epochs_trained": int(epoch[a]) + 1, "layer": int(layer[a]), "K": k,
+        c = xy[i][conc[i]]
+        out.append({"epoch": int(epoch), "epochs_trained": int(epoch) + 1, "layer": int(layer), "K": k,
                     "concentrated_heads": len(c), "lattice_distance": lattice_distance(c, k),
-                    "max_prob_mean": float(max_prob[i])})
+                    "max_prob_mean": float(max_prob[i].mean())})
     return pd.DataFrame(out, columns=COLUMNS)
 
 
@@ -96,11 +87,9 @@ def _figure(ctx, t, d: pd.DataFrame, trial_ids: list[str]) -> list:
                             alpha=0.18, linewidth=0)
         ax2.plot(s["epochs_trained"], s["max_prob_mean"], "--", color=c, marker="^" if few else None,
                  markersize=2.5, linewidth=0.8)
-    ax.set_xlabel("epochs trained")
-    ax.set_ylabel(f"distance to {k}×{k} lattice (px)")
-    ax2.set_ylabel("mean max. attention prob.")
+    ax.set(xlabel="epochs trained", ylabel=f"distance to {k}×{k} lattice (px)")
+    ax2.set(ylabel="mean max. attention prob.", ylim=(0, 1.02))
     ax.set_ylim(bottom=0)
-    ax2.set_ylim(0, 1.02)
     if d["epochs_trained"].max() <= 12:
         ax.set_xticks(sorted(d["epochs_trained"].unique()))
     ax.set_title(t["title"] + "\n" + wrap_note(ctx.caption(trial_ids), COLUMN_WIDTH), pad=3)

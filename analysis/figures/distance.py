@@ -68,8 +68,7 @@ def _figure(ctx, d: pd.DataFrame, models: list[str], metric: DistanceMetric) -> 
                         xycoords=("data", "axes fraction"))
         lines = reference_lines(ax, metric)
         layers = sorted(int(v) + 1 for v in means["layer"])
-        ax.set_xticks(layers)
-        ax.set_xlim(min(layers) - 0.6, max(layers) + 0.6)
+        ax.set(xticks=layers, xlim=(min(layers) - 0.6, max(layers) + 0.6))
         epochs = sorted(set(h["epoch"].astype(int)))
         when = after(epochs[0]) if len(epochs) == 1 else f"{after(epochs[0])} to {after(epochs[-1])}"
         ax.set_title(wrap_note(f"{model} ({seeds} seed{'s' if seeds != 1 else ''}, {when})",

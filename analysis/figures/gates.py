@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from analysis.figures import Skip
-from analysis.figures.locality import layer_lines, layer_series
-from analysis.figures.panels import label_grid, layer_grid
-from analysis.figures.pooled import finish, model_order, pooled_heads
+from analysis.figures.locality import layer_series, over_training
+from analysis.figures.pooled import model_order, pooled_heads
 
 KIND = "gates"
 READS = ("heads",)
@@ -43,17 +41,12 @@ def draw(ctx) -> list:
 
 
 def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
-    fig, axes, grid = layer_grid(len(models), variants=True)
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, model in zip(axes, models):
-        layer_lines(fig, ax, s[s["model"] == model], model, "gate", palette, band=("head_min", "head_max", 0.15))
-    label_grid(grid, xlabel="epochs trained", ylabel="gate σ(λ_h)")
-    axes[0].set_ylim(-0.02, 1.02)
     multi = s["seeds"] > 1
     spread = (s["seed_max"] - s["seed_min"])[multi]
     notes = ["gate σ(λ_h): weight of the positional softmax of a gated head (1 positional, 0 content); line: mean "
              "over the layer's heads and the variant's seeds; band: min–max over the layer's heads of all seeds",
              (f"seed-to-seed noise: the per-seed layer means differ by up to {spread.max():.2f}" if multi.any()
               else "one seed per variant: seed-to-seed noise not measured")]
-    return finish(ctx, fig, models, title="Gates over training", notes=notes, data=s, stem=STEM, ncol=6,
-                  handles=max(axes, key=lambda ax: len(ax.get_lines())).get_legend_handles_labels()[0])
+    return over_training(ctx, s, models, "gate", band=lambda m: ("head_min", "head_max", 0.15),
+                         ylabel="gate σ(λ_h)", ylim=(-0.02, 1.02), title="Gates over training", notes=notes,
+                         stem=STEM, ncol=6)

@@ -25,10 +25,7 @@ def ellipse_head(r) -> bool:
     """A head whose attention is the Gaussian of its stored Σ⁻¹ (all ``param_inv_cov_*``
     set) and nothing else: not a gated head (a non-null ``gate`` mixes the positional
     softmax with content attention, so Σ describes only one of the two parts)."""
-    inv = [getattr(r, k, np.nan) for k in PARAMS]
-    gate = getattr(r, "gate", None)
-    gated = gate is not None and gate is not pd.NA and gate == gate
-    return all(v is not None and v == v for v in inv) and not gated
+    return all(pd.notna(getattr(r, k, None)) for k in PARAMS) and not pd.notna(getattr(r, "gate", None))
 
 
 def curves(heads: pd.DataFrame, maps: pd.DataFrame | None) -> tuple[pd.DataFrame, dict]:
@@ -39,9 +36,7 @@ def curves(heads: pd.DataFrame, maps: pd.DataFrame | None) -> tuple[pd.DataFrame
     ``concentrated`` column (:func:`analysis.concentration.classify`)."""
     rows: list[dict] = []
     missing: dict[tuple[float, str], int] = {}
-    windows = {}
-    if maps is not None and not maps.empty:
-        windows = {(int(r.layer), int(r.head)): (int(r.window), r.probs) for r in maps.itertuples()}
+    windows = {} if maps is None else {(int(r.layer), int(r.head)): (int(r.window), r.probs) for r in maps.itertuples()}
     for r in heads.sort_values(["layer", "head"]).itertuples():
         key = (int(r.layer), int(r.head))
         base = {"layer": key[0], "head": key[1]}
@@ -76,9 +71,8 @@ def draw(ctx) -> list:
     written = []
     maps_by = ctx.by_trial("maps")
     for t, rows in ctx.head_trials(KIND):
-        epoch = ctx.pick_epoch(rows)
+        epoch = ctx.pick_epoch(rows, KIND, t["label"])
         if epoch is None:
-            ctx.skip(KIND, f"no head statistics at epoch {ctx.epoch}", t["label"])
             continue
         m = maps_by.get(t["trial_id"])
         m = m[m["epoch"] == epoch] if m is not None and (m["epoch"] == epoch).any() else None
@@ -94,8 +88,7 @@ def draw(ctx) -> list:
 
 
 def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: bool | None, n_heads: int,
-            window: int | None = None, locality: dict | None = None) -> list:
-    locality = locality or {}
+            window: int | None, locality: dict) -> list:
     layers = sorted(d["layer"].unique())
     fig, axes, grid = layer_grid(len(layers))
     colours = head_colors(max(n_heads, int(d["head"].max()) + 1))

@@ -23,14 +23,10 @@ def plan(ctx: Context, modules, files: dict) -> list[tuple]:
     for module in modules:
         kind = module.KIND
         reads = tuple(getattr(module, "READS", ALL_TABLES))
+        groups = [(kind, None)]  # slug: unique per trial, variant_slug: per variant (label)
         if getattr(module, "SCOPE", "study") == "variant" and not t.empty:
-            if ctx.per_seed:
-                groups = [(f"{kind}/{r['slug']}", [r["trial_id"]]) for _, r in t.iterrows()]
-            else:
-                groups = [(f"{kind}/{g['variant_slug'].iloc[0]}", list(g["trial_id"]))
-                          for _, g in t.groupby("label", sort=False)]
-        else:
-            groups = [(kind, None)]
+            groups = [(f"{kind}/{slug}", list(g["trial_id"]))
+                      for slug, g in t.groupby("slug" if ctx.per_seed else "variant_slug", sort=False)]
         for key, ids in groups:
             trials = t if ids is None else t[t["trial_id"].isin(ids)]
             fp = fingerprint(kind=kind, key=key, options=options, files=files, trials=trials, tables=reads,

@@ -36,23 +36,35 @@ def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame
     return out.reset_index(drop=True)
 
 
-def layer_lines(fig, ax, m: pd.DataFrame, model: str, value: str, palette, *, band) -> None:
-    """One variant's panel over training: a line per layer of ``value`` (a ``layer_series``
-    column) and an optional band ``(low column, high column, alpha)`` per layer."""
-    seeds = int(m["seeds"].max())
-    for layer, g in m.groupby("layer"):
-        c = palette[int(layer) % len(palette)]
-        ax.plot(g["epochs_trained"], g[value], "-", color=c, marker="o" if len(g) <= 12 else None,
-                markersize=2.5, label=f"layer {int(layer) + 1}")
-        if band is not None:
-            low, high, alpha = band
-            ax.fill_between(g["epochs_trained"], g[low], g[high], color=c, alpha=alpha, linewidth=0)
-    heads = int((m["n"] / m["seeds"]).max())
-    ax.set_title(wrap_note(model, ax.get_position().width * fig.get_size_inches()[0] * 1.25)
-                 + f"\nn = {seeds} seed{'s' if seeds != 1 else ''} × {heads} heads per point", fontsize=7, pad=3)
-    if m["epochs_trained"].max() <= 12:
-        ax.set_xticks(sorted(m["epochs_trained"].unique()))
-    ax.grid(True, linewidth=0.4, alpha=0.5)
+def over_training(ctx, s: pd.DataFrame, models: list[str], value: str, *, band, ylabel: str, ylim: tuple,
+                  title: str, notes: list[str], stem: str, ncol: int = 4, metric: DistanceMetric | None = None) -> list:
+    """One panel per variant of :func:`layer_series` rows ``s``: a line per layer of ``value``,
+    ``band(panel rows)`` (``(low column, high column, alpha)`` or None) around it, and the
+    ``metric``'s reference lines; saved by :func:`~analysis.figures.pooled.finish`."""
+    fig, axes, grid = layer_grid(len(models), variants=True)
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    lines = []
+    for ax, model in zip(axes, models):
+        m = s[s["model"] == model]
+        seeds, bounds = int(m["seeds"].max()), band(m)
+        for layer, g in m.groupby("layer"):
+            c = palette[int(layer) % len(palette)]
+            ax.plot(g["epochs_trained"], g[value], "-", color=c, marker="o" if len(g) <= 12 else None,
+                    markersize=2.5, label=f"layer {int(layer) + 1}")
+            if bounds is not None:
+                low, high, alpha = bounds
+                ax.fill_between(g["epochs_trained"], g[low], g[high], color=c, alpha=alpha, linewidth=0)
+        heads = int((m["n"] / m["seeds"]).max())
+        ax.set_title(wrap_note(model, ax.get_position().width * fig.get_size_inches()[0] * 1.25)
+                     + f"\nn = {seeds} seed{'s' if seeds != 1 else ''} × {heads} heads per point", fontsize=7, pad=3)
+        if m["epochs_trained"].max() <= 12:
+            ax.set_xticks(sorted(m["epochs_trained"].unique()))
+        ax.grid(True, linewidth=0.4, alpha=0.5)
+        lines = reference_lines(ax, metric) if metric is not None else []
+    label_grid(grid, xlabel="epochs trained", ylabel=ylabel)
+    axes[0].set_ylim(*ylim)
+    handles = max(axes, key=lambda ax: len(ax.get_lines())).get_legend_handles_labels()[0] + lines
+    return finish(ctx, fig, models, title=title, handles=handles, notes=notes, data=s, stem=stem, ncol=ncol)
 
 
 def draw(ctx) -> list:
@@ -66,18 +78,7 @@ def draw(ctx) -> list:
 
 
 def _figure(ctx, s: pd.DataFrame, models: list[str], metric: DistanceMetric) -> list:
-    fig, axes, grid = layer_grid(len(models), variants=True)
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     top = max([float(s[["distance", "seed_max"]].max().max())] + [v for v, _ in metric.references]) * 1.08
-    lines = []
-    for ax, model in zip(axes, models):
-        m = s[s["model"] == model]
-        band = ("seed_min", "seed_max", 0.18) if int(m["seeds"].max()) > 1 else None
-        layer_lines(fig, ax, m, model, "distance", palette, band=band)
-        lines = reference_lines(ax, metric)
-    label_grid(grid, xlabel="epochs trained", ylabel=metric.axis)
-    axes[0].set_ylim(0, top)
-    handles = max(axes, key=lambda ax: len(ax.get_lines())).get_legend_handles_labels()[0] + lines
     multi = (s["seeds"] > 1).any()
     spread = (s["seed_max"] - s["seed_min"])[s["seeds"] > 1]
     start = ("x = 0: the untrained model" if (s["epochs_trained"] == 0).any()
@@ -87,5 +88,6 @@ def _figure(ctx, s: pd.DataFrame, models: list[str], metric: DistanceMetric) -> 
              (f"seed-to-seed noise: the band is up to {spread.max():.2f} {metric.unit} wide" if multi
               else "one seed per variant: seed-to-seed noise not measured"),
              metric.note]
-    return finish(ctx, fig, models, title="Locality over training: mean attention distance per layer",
-                  handles=handles, notes=notes, data=s, stem=STEM)
+    return over_training(ctx, s, models, "distance", ylabel=metric.axis, ylim=(0, top), metric=metric,
+                         band=lambda m: ("seed_min", "seed_max", 0.18) if int(m["seeds"].max()) > 1 else None,
+                         title="Locality over training: mean attention distance per layer", notes=notes, stem=STEM)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Rectangle
 
-from analysis.concentration import MIN_WINDOW_MASS, classify, rule_text
+from analysis.concentration import classify, rule_text
 from analysis.figures.panels import after, wrap_note
 from analysis.style import COLUMN_WIDTH, DOUBLE_WIDTH
 
@@ -33,9 +33,8 @@ def draw(ctx) -> list:
     written = []
     heads_by = ctx.by_trial("heads")
     for t, rows in ctx.head_trials(KIND, table="maps"):
-        epoch = ctx.pick_epoch(rows)
+        epoch = ctx.pick_epoch(rows, KIND, t["label"], "attention maps")
         if epoch is None:
-            ctx.skip(KIND, f"no attention maps at epoch {ctx.epoch}", t["label"])
             continue
         m = rows[rows["epoch"] == epoch]
         h = heads_by.get(t["trial_id"])
@@ -46,12 +45,9 @@ def draw(ctx) -> list:
 
 
 def _per_head(maps: pd.DataFrame, heads: pd.DataFrame | None) -> pd.DataFrame:
-    """(layer, head) → window_mass, concentrated (entropy from ``heads`` when present)."""
-    if heads is None or heads.empty:
-        mass = maps["probs"].map(lambda p: float(np.sum(np.asarray(p, dtype=float))))
-        return pd.DataFrame({"layer": maps["layer"].astype(int), "head": maps["head"].astype(int),
-                             "window_mass": mass.to_numpy(), "concentrated": (mass >= MIN_WINDOW_MASS).to_numpy()})
-    c = classify(heads, maps)
+    """(layer, head) → window_mass, concentrated (without ``heads`` rows, by the window mass alone:
+    their entropy taken as 0, which passes its test)."""
+    c = classify(maps.assign(entropy=0.0) if heads is None or heads.empty else heads, maps)
     return c[["layer", "head", "window_mass", "concentrated"]].astype({"layer": int, "head": int})
 
 
@@ -86,14 +82,12 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, *, window: int) -> list:
             image = ax.imshow(img, cmap="Blues", vmin=vmin - pad, vmax=vmax + pad, interpolation="nearest",
                               extent=(-rad - 0.5, rad + 0.5, rad + 0.5, -rad - 0.5))  # row 0 = y −r at the top
             ax.add_patch(Rectangle((-0.5, -0.5), 1, 1, fill=False, edgecolor="black", linewidth=0.6))
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set(xticks=[], yticks=[])
             concentrated = bool(s["concentrated"].iloc[0]) if len(s) else True
             mass = float(s["window_mass"].iloc[0]) if len(s) else float("nan")
             for spine in ax.spines.values():
-                spine.set_linewidth(0.3 if concentrated else 0.8)
-                spine.set_linestyle("-" if concentrated else (0, (2, 1.5)))
-                spine.set_edgecolor("black" if concentrated else "0.45")
+                spine.set(linewidth=0.3 if concentrated else 0.8, linestyle="-" if concentrated else (0, (2, 1.5)),
+                          edgecolor="black" if concentrated else "0.45")
             ax.set_xlabel(f"{100 * mass:.0f}%" + ("" if concentrated else " d"), fontsize=7, labelpad=1,
                           color="black" if concentrated else "0.4")
             if i == 0:

@@ -32,16 +32,13 @@ def layer_grid(n: int, *, cols: int = 3, variants: bool = False):
 
 def shift_axes(ax, lim: float) -> None:
     """Square axes over [−lim, lim]², y pointing down, the query as a black square."""
-    ax.set_xlim(-lim, lim)
-    ax.set_ylim(lim, -lim)  # image orientation: rows grow downwards
-    ax.set_aspect("equal")
+    ax.set(xlim=(-lim, lim), ylim=(lim, -lim), aspect="equal")  # image orientation: rows grow downwards
     ax.axhline(0, color="0.85", linewidth=0.4, zorder=0)
     ax.axvline(0, color="0.85", linewidth=0.4, zorder=0)
     ax.plot([0], [0], marker="s", color="black", markersize=4, linestyle="none", zorder=5)
     step = 1 if lim <= 3 else 2 if lim <= 6 else 4
     ticks = np.arange(-math.floor(lim / step) * step, lim + 1e-9, step)
-    ax.set_xticks(ticks)
-    ax.set_yticks(ticks)
+    ax.set(xticks=ticks, yticks=ticks)
 
 
 def label_grid(axes_2d, *, xlabel: str = "x: column shift", ylabel: str = "y: row shift (down)") -> None:

@@ -78,11 +78,8 @@ def reference_lines(ax, metric: DistanceMetric) -> list:
 def token_grid(trials: pd.DataFrame) -> tuple[int, int]:
     """The token grid (rows, columns) of the trials: image_size / downsample (16×16 for
     studies whose runs table lacks them: the paper's 32×32 images, 2×2 blocks)."""
-    sides = set()
-    for _, t in trials.iterrows():
-        size, block = t.get("image_size"), t.get("downsample")
-        ok = all(v is not None and v == v for v in (size, block))
-        sides.add(int(size) // int(block) if ok else 16)
+    grid = trials.reindex(columns=["image_size", "downsample"])  # absent columns: NaN
+    sides = {int(s) // int(b) if pd.notna(s) and pd.notna(b) else 16 for s, b in grid.itertuples(index=False)}
     if len(sides) > 1:
         raise Skip(f"trials on different token grids ({', '.join(map(str, sorted(sides)))}): one figure cannot "
                    "share their reference lines")
@@ -111,11 +108,9 @@ def at_picked_epoch(ctx, kind: str, d: pd.DataFrame) -> pd.DataFrame:
     trials without that epoch are reported as skipped."""
     keep = []
     for tid, rows in d.groupby("trial_id", sort=False):
-        epoch = ctx.pick_epoch(rows)
-        if epoch is None:
-            ctx.skip(kind, f"no head statistics at epoch {ctx.epoch}", f"{rows['model'].iloc[0]} ({tid})")
-            continue
-        keep.append(rows[rows["epoch"] == epoch])
+        epoch = ctx.pick_epoch(rows, kind, f"{rows['model'].iloc[0]} ({tid})")
+        if epoch is not None:
+            keep.append(rows[rows["epoch"] == epoch])
     if not keep:
         raise Skip(f"no head statistics at epoch {ctx.epoch}")
     return pd.concat(keep, ignore_index=True)

@@ -75,8 +75,7 @@ def _figure(ctx, d: pd.DataFrame, a: str, b: str) -> list:
     for (i, j), v in np.ndenumerate(m.to_numpy(dtype=float)):
         if v != v:
             ax.text(j + 0.5, i + 0.5, "n/a", ha="center", va="center", fontsize=7, color="0.4")
-    ax.set_xlabel(b)
-    ax.set_ylabel(a)
+    ax.set(xlabel=b, ylabel=a)
     ax.tick_params(axis="y", rotation=0)
     ax.set_title(wrap_note(describe(ctx.trials), max(w, 2.2)), pad=3, fontsize=7)
     return save(fig, d, ctx.out, f"heatmap_{a}_x_{b}")

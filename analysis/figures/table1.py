@@ -39,9 +39,9 @@ def data(ctx) -> pd.DataFrame:
             "best_test_acc_std": float(s["best_test_acc"].std()),  # NaN for one seed (ddof=1)
             "final_test_acc": float(s["final_test_acc"].mean()),
             "final_test_acc_std": float(s["final_test_acc"].std()),
-            "best_val_acc": float(val.mean()) if val.notna().any() else float("nan"),
+            "best_val_acc": float(val.mean()),  # NaN when no trial has a validation split
             "best_val_acc_std": float(val.std()),
-            "n_test": int(s["n_test"].iloc[0]) if "n_test" in s and s["n_test"].notna().any() else pd.NA,
+            "n_test": _first_int(s, "n_test"),
             "n_params": _first_int(s, "n_params"),
             "macs": int(macs),
             "flops_math": int(2 * macs),
