@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from study.data.errors import one_line
-
 EXIT_OK = 0  # every trial finished (or diverged / was stopped by ASHA)
 EXIT_TRIAL_ERROR = 1  # at least one trial ended in ``error`` (see ``runs.error``)
 EXIT_USAGE = 2  # bad input (study file, flags, data source): nothing started
 EXIT_STORAGE = 3  # storage failed (full, unwritable, vanished, or failed a check)
 EXIT_RAY = 4  # Ray could not be started or reached (nothing ran)
 EXIT_SIGINT = 130  # interrupted (SIGINT; SIGTERM is 143): state saved, ``study resume NAME``
+
+
+def one_line(text: object, *, limit: int = 300) -> str:
+    """``text`` squeezed onto one line (whitespace runs → one space), at most ``limit`` chars."""
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
 class StudyError(Exception):

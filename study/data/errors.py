@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from study.errors import one_line
+
 
 class DataError(ValueError):
     """A data source that cannot be used: ``str(error)`` is ONE line naming the path (and the
@@ -10,8 +12,3 @@ class DataError(ValueError):
     def __init__(self, message: str):
         super().__init__(one_line(message))
 
-
-def one_line(text: object, *, limit: int = 300) -> str:
-    """``text`` squeezed onto one line (whitespace runs → one space), at most ``limit`` chars."""
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 1] + "…"
