@@ -74,16 +74,16 @@ def default_workers(spec) -> tuple[int, str]:
     """Trials this machine runs at once under the study's resources (at least 1), and a note when it cannot run one."""
     from study.tuning.preflight import local_gpus
 
-    n = int(local_cpus() // max(spec.cpus_per_trial * spec.workers_per_trial, 1e-9))
-    note = ""
-    if spec.gpus_per_trial:
+    res, note = spec.study.resources, ""
+    n = int(local_cpus() // max(res.cpus_per_trial * res.workers_per_trial, 1e-9))
+    if res.gpus_per_trial:
         gpus = local_gpus()
-        n = min(n, int(gpus // (spec.gpus_per_trial * spec.workers_per_trial)))
+        n = min(n, int(gpus // (res.gpus_per_trial * res.workers_per_trial)))
         if n < 1:
-            note = (f"this machine has {gpus} GPU(s) for gpus_per_trial {spec.gpus_per_trial:g}: "
+            note = (f"this machine has {gpus} GPU(s) for gpus_per_trial {res.gpus_per_trial:g}: "
                     "wall time for 1 worker (give --workers)")
-    if spec.max_concurrent:
-        n = min(n, spec.max_concurrent)
+    if spec.study.max_concurrent:
+        n = min(n, spec.study.max_concurrent)
     return max(n, 1), note
 
 

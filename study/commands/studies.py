@@ -126,7 +126,7 @@ def load_checked(file: str, *, data: str | None = None, gpus: int | None = None,
     from study.spec import load_spec
 
     spec = load_spec(file, data=data, gpus_available=gpus, cpus_available=cpus, overrides=tuple(overrides))
-    check_loggers_of(spec.file, spec.loggers)
+    check_loggers_of(spec.file, spec.study.loggers)
     return spec
 
 
@@ -145,14 +145,14 @@ def run_validate(args: argparse.Namespace) -> int:
     spec = load_checked(args.file, data=args.data, gpus=args.gpus, overrides=args.overrides,
                         cpus=args.cpus if args.cpus is not None else local_cpus())
     count = f"{len(spec.models)}" if spec.models_complete else f"at least {len(spec.models)}"
-    print(f"{spec.file}: {spec.num_trials} trials ({len(spec.cells)} grid cells x {spec.num_samples} "
+    print(f"{spec.file}: {spec.num_trials} trials ({len(spec.cells)} grid cells x {spec.study.num_samples} "
           f"samples), {count} distinct models:")
     shown = 50
     for m in spec.models[:shown]:
         print(f"  {model_name(m)}")
     if len(spec.models) > shown:
         print(f"  ... and {len(spec.models) - shown} more")
-    print(f"loggers: {', '.join(spec.loggers) or 'none'}")
+    print(f"loggers: {', '.join(spec.study.loggers) or 'none'}")
     if spec.overrides:
         print(f"overrides: {overrides_text(spec.overrides)}")
     return 0
@@ -224,17 +224,16 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
     spec = load_checked(file, data=data, overrides=overrides,
                         cpus=None if address else (num_cpus if num_cpus is not None else local_cpus()))
     if name is not None:  # an explicit --name '' is refused, not replaced by the file's name
-        spec = replace(spec, name=checked_name(name))
+        spec = replace(spec, study=spec.study.model_copy(update={"name": checked_name(name)}))
     check_storage_writable(storage)
     cluster_checks(address=address, storage=storage, shared_storage=shared_storage)
     from study.tuning.runner import run_study
 
-    root = study_root(storage, spec.name)
+    root, name = study_root(storage, spec.study.name), spec.study.name
     if study_exists(root):
-        raise UsageError(f"--name: study {spec.name!r} already exists in {storage} "
-                         f"(continue it with `study resume {spec.name}` or pick another --name)")
-    preflight(spec.file, address, num_cpus, cpus=spec.cpus_per_trial, gpus=spec.gpus_per_trial,
-              workers=spec.workers_per_trial)
+        raise UsageError(f"--name: study {name!r} already exists in {storage} "
+                         f"(continue it with `study resume {name}` or pick another --name)")
+    preflight(spec.file, address, num_cpus, spec.study.resources)
     check_data(spec, quiet=quiet)
     if not quiet:  # the study's compute, one line (`study plan` gives the details)
         from study.commands.plan import plan_line
@@ -266,15 +265,14 @@ def _storage_errors(start):
         raise (StorageError(str(where), e.strerror or str(e)) if where else StorageUnreachable(str(e))) from None
 
 
-def preflight(file: str, address: str | None, num_cpus: int | None, *, cpus: float, gpus: float,
-              workers: int) -> None:
+def preflight(file: str, address: str | None, num_cpus: int | None, resources) -> None:
     """Refuse what Ray cannot do before starting it, or what no node of the cluster at
-    ``address`` can hold once joined (:class:`UsageError`, fast)."""
+    ``address`` can hold once joined, for a trial's ``resources`` (:class:`study.spec.Resources`;
+    :class:`UsageError`, fast)."""
     from study.tuning import preflight as checks
 
     if not address:
-        why = checks.check_local_resources(cpus_per_trial=cpus, workers_per_trial=workers, gpus_per_trial=gpus,
-                                           num_cpus=num_cpus)
+        why = checks.check_local_resources(**resources.model_dump(), num_cpus=num_cpus)
         if why:
             raise UsageError(f"{file}: {why}")
         return
@@ -290,8 +288,7 @@ def preflight(file: str, address: str | None, num_cpus: int | None, *, cpus: flo
     import ray
 
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-    why = checks.check_cluster_resources(nodes, cpus_per_trial=cpus, gpus_per_trial=gpus,
-                                         workers_per_trial=workers)
+    why = checks.check_cluster_resources(nodes, **resources.model_dump())
     if why:
         ray.shutdown()
         raise UsageError(f"{file}: {why}")
@@ -321,7 +318,7 @@ def check_data(spec, *, quiet: bool = False) -> None:
         dist = spec.sample.get("batch_size", {})
         sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
         batch = max([c.batch_size for c in configs if (c.data, c.subset) == (source, subset)] + [sampled])
-        why = batch_overflow(batch, spec.workers_per_trial, n, f"the {n} training images of {source}")
+        why = batch_overflow(batch, spec.study.resources.workers_per_trial, n, f"the {n} training images of {source}")
         if why:
             raise UsageError(f"{spec.file}: batch_size: {why}")
 
@@ -400,11 +397,11 @@ def run_resume(args: argparse.Namespace) -> int:
     from study.spec import validate
 
     # the study file it stored (overrides applied), validated once; a study run with --name keeps that name
-    spec = replace(validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"]), name=meta["name"],
+    spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"])
+    spec = replace(spec, study=spec.study.model_copy(update={"name": meta["name"]}),
                    overrides=tuple(meta.get("overrides") or ()))
     if args.address:  # a local Ray was checked when the study ran
-        preflight(meta.get("file", root), args.address, args.num_cpus, cpus=meta["cpus_per_trial"],
-                  gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])
+        preflight(meta.get("file", root), args.address, args.num_cpus, spec.study.resources)
     from study.tuning.runner import resume_study
 
     runs = _storage_errors(lambda: resume_study(root, spec, address=args.address, num_cpus=args.num_cpus,
