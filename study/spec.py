@@ -332,14 +332,13 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
         raise SpecError(file, "", f"must be a mapping of study fields, got {type(raw).__name__}")
     raw = cli_overrides.apply(raw or {}, list(overrides), err=lambda where, m: SpecError(file, where, m))
     try:
-        spec = validate(raw if data is None else {**raw, "data": data}, file=file, default_name=p.stem,
-                        gpus_available=gpus_available, cpus_available=cpus_available)
+        return validate(raw if data is None else {**raw, "data": data}, file=file, default_name=p.stem,
+                        gpus_available=gpus_available, cpus_available=cpus_available, overrides=overrides)
     except SpecError as e:
         culprit = _override_of(e.path, overrides)
         if culprit is None:
             raise
         raise SpecError(file, e.path, f"{e.message} (override {culprit})") from None
-    return dataclasses.replace(spec, overrides=overrides)
 
 
 def _override_of(path: str, overrides: tuple[str, ...]) -> str | None:
@@ -353,9 +352,9 @@ def _override_of(path: str, overrides: tuple[str, ...]) -> str | None:
 
 
 def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None,
-             cpus_available: int | None = None) -> StudySpec:
-    """Check the study file's mapping ``raw`` (:class:`StudyFile`), expand its grid and
-    check every value it can produce (:func:`study.speccheck.check_values`)."""
+             cpus_available: int | None = None, overrides: tuple[str, ...] = ()) -> StudySpec:
+    """Check the study file's mapping ``raw`` (:class:`StudyFile`; ``overrides``: those applied
+    to it), expand its grid and check every value it can produce (:func:`study.speccheck.check_values`)."""
     try:
         study = StudyFile.model_validate(raw, context={"default_name": default_name, "gpus": gpus_available,
                                                        "cpus": cpus_available})
@@ -370,7 +369,7 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
                  dict(zip(grid, v)) for v in itertools.product(*grid.values())))]
     sections = speccheck.flatten({k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")})
     spec = StudySpec(
-        file=file, study=study, raw=raw, cells=cells, sample=raw.get("sample", {}),
+        file=file, study=study, raw=raw, cells=cells, sample=raw.get("sample", {}), overrides=overrides,
         base_train={**study.model_dump(include={"data", "subset", "validation", "epochs", "batch_size"}), **sections,
                     **({"map_epochs": study.maps.epochs} if "epochs" in raw.get("maps", {}) else {})})
     try:

@@ -88,22 +88,20 @@ def default_workers(spec) -> tuple[int, str]:
 
 
 def source_sizes(spec) -> dict[str, tuple[int, int]]:
-    """(train, test) images of every folder or archive source of the study, listed (not decoded)."""
+    """(train, test) images of the study's source if a folder or archive, listed (not decoded)."""
     from study.data.errors import DataError
     from study.data.layout import resolve_layout
     from study.data.sources import ImageFolderSource, check_source
     from study.plan import source_sizes as known
 
-    out = {}
-    for data in sorted({spec.train_config(c).data for c in spec.cells}):
-        if known(data) is not None:
-            continue
-        with refused(DataError, f"{spec.file}: data: "):
-            check_source(data)  # what `study run` refuses (layout, image headers), plan refuses too
-            listing = ImageFolderSource(data).listing()
-            layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
-        out[data] = len(layout.train), len(layout.test)
-    return out
+    data = spec.study.data  # every trial's (no grid, sample or models entry sets it)
+    if known(data) is not None:
+        return {}
+    with refused(DataError, f"{spec.file}: data: "):
+        check_source(data)  # what `study run` refuses (layout, image headers), plan refuses too
+        listing = ImageFolderSource(data).listing()
+        layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
+    return {data: (len(layout.train), len(layout.test))}
 
 
 def plan_line(spec) -> str:

@@ -301,26 +301,24 @@ def check_data(spec, *, quiet: bool = False) -> None:
     from study.data.errors import DataError
     from study.data.sources import check_source
 
-    configs = [spec.train_config(cell) for cell in spec.cells]
-    for source in sorted({c.data for c in configs}):
-        with refused(DataError, f"{spec.file}: data: "):  # layout and headers first, without torch: well under 1 s
-            check_source(source)
+    study = spec.study  # its data, subset and validation are every trial's (no grid, sample or models entry sets them)
+    with refused(DataError, f"{spec.file}: data: "):  # layout and headers first, without torch: well under 1 s
+        check_source(study.data)
     from study.data import hold_out_validation, load_splits
 
     progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    for source, subset, validation in sorted({(c.data, c.subset, c.validation) for c in configs}, key=str):
-        with refused(DataError, f"{spec.file}: data: "):
-            splits = load_splits(source, subset=subset, progress=progress)
-        with refused(DataError, f"{spec.file}: "):
-            splits = hold_out_validation(splits, validation=validation, seed=0)
-        n = len(splits.train_labels)  # what trains, after the validation split is held out
-        # the size of a folder or archive is known only now: one step's batch must fit it
-        dist = spec.sample.get("batch_size", {})
-        sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
-        batch = max([c.batch_size for c in configs if (c.data, c.subset) == (source, subset)] + [sampled])
-        why = batch_overflow(batch, spec.study.resources.workers_per_trial, n, f"the {n} training images of {source}")
-        if why:
-            raise UsageError(f"{spec.file}: batch_size: {why}")
+    with refused(DataError, f"{spec.file}: data: "):
+        splits = load_splits(study.data, subset=study.subset, progress=progress)
+    with refused(DataError, f"{spec.file}: "):
+        splits = hold_out_validation(splits, validation=study.validation, seed=0)
+    n = len(splits.train_labels)  # what trains, after the validation split is held out
+    # the size of a folder or archive is known only now: one step's batch must fit it
+    dist = spec.sample.get("batch_size", {})
+    sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
+    batch = max([spec.train_config(c).batch_size for c in spec.cells] + [sampled])
+    why = batch_overflow(batch, study.resources.workers_per_trial, n, f"the {n} training images of {study.data}")
+    if why:
+        raise UsageError(f"{spec.file}: batch_size: {why}")
 
 
 def _study_root(args: argparse.Namespace) -> str:
@@ -397,9 +395,9 @@ def run_resume(args: argparse.Namespace) -> int:
     from study.spec import validate
 
     # the study file it stored (overrides applied), validated once; a study run with --name keeps that name
-    spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"])
-    spec = replace(spec, study=spec.study.model_copy(update={"name": meta["name"]}),
-                   overrides=tuple(meta.get("overrides") or ()))
+    spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"],
+                    overrides=tuple(meta.get("overrides") or ()))
+    spec = replace(spec, study=spec.study.model_copy(update={"name": meta["name"]}))
     if args.address:  # a local Ray was checked when the study ran
         preflight(meta.get("file", root), args.address, args.num_cpus, spec.study.resources)
     from study.tuning.runner import resume_study
