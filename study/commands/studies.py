@@ -233,7 +233,7 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
     if study_exists(root):
         raise UsageError(f"--name: study {name!r} already exists in {storage} "
                          f"(continue it with `study resume {name}` or pick another --name)")
-    preflight(spec.file, address, num_cpus, spec.study.resources)
+    preflight(spec.file, address, num_cpus, spec.study.resources.model_dump())
     check_data(spec, quiet=quiet)
     if not quiet:  # the study's compute, one line (`study plan` gives the details)
         from study.commands.plan import plan_line
@@ -265,14 +265,14 @@ def _storage_errors(start):
         raise (StorageError(str(where), e.strerror or str(e)) if where else StorageUnreachable(str(e))) from None
 
 
-def preflight(file: str, address: str | None, num_cpus: int | None, resources) -> None:
-    """Refuse what Ray cannot do before starting it, or what no node of the cluster at
-    ``address`` can hold once joined, for a trial's ``resources`` (:class:`study.spec.Resources`;
+def preflight(file: str, address: str | None, num_cpus: int | None, resources: dict) -> None:
+    """Refuse what Ray cannot do before starting it, or what no node of the cluster at ``address``
+    can hold once joined, for a trial's ``resources`` (the fields of :class:`study.spec.Resources`;
     :class:`UsageError`, fast)."""
     from study.tuning import preflight as checks
 
     if not address:
-        why = checks.check_local_resources(**resources.model_dump(), num_cpus=num_cpus)
+        why = checks.check_local_resources(**resources, num_cpus=num_cpus)
         if why:
             raise UsageError(f"{file}: {why}")
         return
@@ -288,7 +288,7 @@ def preflight(file: str, address: str | None, num_cpus: int | None, resources) -
     import ray
 
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-    why = checks.check_cluster_resources(nodes, **resources.model_dump())
+    why = checks.check_cluster_resources(nodes, **resources)
     if why:
         ray.shutdown()
         raise UsageError(f"{file}: {why}")
@@ -392,14 +392,14 @@ def run_resume(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
     check_loggers_of(meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
-    from study.spec import validate
+    from study.spec import Resources, validate
 
     # the study file it stored (overrides applied), validated once; a study run with --name keeps that name
     spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"],
                     overrides=tuple(meta.get("overrides") or ()))
     spec = replace(spec, study=spec.study.model_copy(update={"name": meta["name"]}))
-    if args.address:  # a local Ray was checked when the study ran
-        preflight(meta.get("file", root), args.address, args.num_cpus, spec.study.resources)
+    if args.address:  # a local Ray was checked when the study ran; the trials request study.json's resources
+        preflight(meta.get("file", root), args.address, args.num_cpus, {k: meta[k] for k in Resources.model_fields})
     from study.tuning.runner import resume_study
 
     runs = _storage_errors(lambda: resume_study(root, spec, address=args.address, num_cpus=args.num_cpus,
