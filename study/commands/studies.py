@@ -382,8 +382,6 @@ def run_list(args: argparse.Namespace) -> int:
 def run_resume(args: argparse.Namespace) -> int:
     root = _study_root(args)
     cluster_checks(address=args.address, storage=root, shared_storage=args.shared_storage)
-    from study.tuning.loggers import DEFAULT_LOGGERS
-
     meta = read_meta(root)
     if meta is None:
         raise UsageError(f"{root} is not a study (no study.json)")
@@ -391,12 +389,12 @@ def run_resume(args: argparse.Namespace) -> int:
                            "workers_per_trial") if meta.get(k) is None]
     if missing:
         raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
-    check_loggers_of(meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
     from study.spec import Resources, validate
 
     # the study file it stored (overrides applied), validated once; a study run with --name keeps that name
     spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"],
                     overrides=tuple(meta.get("overrides") or ()))
+    check_loggers_of(meta.get("file", root), spec.study.loggers)
     spec = replace(spec, study=spec.study.model_copy(update={"name": meta["name"]}))
     if args.address:  # a local Ray was checked when the study ran; the trials request study.json's resources
         preflight(meta.get("file", root), args.address, args.num_cpus, {k: meta[k] for k in Resources.model_fields})
