@@ -294,29 +294,21 @@ class Cell:
 
 @dataclass(frozen=True)
 class StudySpec:
-    """A checked study file (:class:`StudyFile`) expanded into its grid cells."""
+    """A checked study file: ``study`` (:class:`StudyFile`, its defaults resolved) expanded into its grid cells."""
     file: str
-    name: str
+    study: StudyFile
     raw: dict[str, Any]
-    base_train: dict[str, Any]
+    base_train: dict[str, Any]  # the recipe every cell starts from, as TrainConfig fields
     cells: list[Cell]
-    sample: dict[str, dict[str, list]]
-    num_samples: int
-    scheduler: dict[str, Any] | None
-    gpus_per_trial: float
-    cpus_per_trial: float
-    workers_per_trial: int
-    max_failures: int
-    max_concurrent: int | None
+    sample: dict[str, dict[str, list]]  # ``raw``'s sampled axes: {axis: {distribution: arguments}}
     models: list[ModelConfig] = field(default_factory=list)
     models_complete: bool = True  # False: a model field is sampled from a range, or too many to enumerate
-    loggers: tuple[str, ...] = DEFAULT_LOGGERS
     #: the command-line overrides applied to the file's mapping (``raw`` holds the result)
     overrides: tuple[str, ...] = ()
 
     @property
     def num_trials(self) -> int:
-        return len(self.cells) * self.num_samples
+        return len(self.cells) * self.study.num_samples
 
     def train_config(self, cell: Cell, sampled: dict[str, Any] | None = None) -> TrainConfig:
         """The full training configuration of one trial."""
@@ -340,14 +332,13 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
         raise SpecError(file, "", f"must be a mapping of study fields, got {type(raw).__name__}")
     raw = cli_overrides.apply(raw or {}, list(overrides), err=lambda where, m: SpecError(file, where, m))
     try:
-        spec = validate(raw if data is None else {**raw, "data": data}, file=file, default_name=p.stem,
-                        gpus_available=gpus_available, cpus_available=cpus_available)
+        return validate(raw if data is None else {**raw, "data": data}, file=file, default_name=p.stem,
+                        gpus_available=gpus_available, cpus_available=cpus_available, overrides=overrides)
     except SpecError as e:
         culprit = _override_of(e.path, overrides)
         if culprit is None:
             raise
         raise SpecError(file, e.path, f"{e.message} (override {culprit})") from None
-    return dataclasses.replace(spec, overrides=overrides)
 
 
 def _override_of(path: str, overrides: tuple[str, ...]) -> str | None:
@@ -361,9 +352,9 @@ def _override_of(path: str, overrides: tuple[str, ...]) -> str | None:
 
 
 def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None,
-             cpus_available: int | None = None) -> StudySpec:
-    """Check the study file's mapping ``raw`` (:class:`StudyFile`), expand its grid and
-    check every value it can produce (:func:`study.speccheck.check_values`)."""
+             cpus_available: int | None = None, overrides: tuple[str, ...] = ()) -> StudySpec:
+    """Check the study file's mapping ``raw`` (:class:`StudyFile`; ``overrides``: those applied
+    to it), expand its grid and check every value it can produce (:func:`study.speccheck.check_values`)."""
     try:
         study = StudyFile.model_validate(raw, context={"default_name": default_name, "gpus": gpus_available,
                                                        "cpus": cpus_available})
@@ -378,11 +369,9 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
                  dict(zip(grid, v)) for v in itertools.product(*grid.values())))]
     sections = speccheck.flatten({k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")})
     spec = StudySpec(
-        file=file, name=study.name, raw=raw, cells=cells, sample=raw.get("sample", {}), loggers=tuple(study.loggers),
+        file=file, study=study, raw=raw, cells=cells, sample=raw.get("sample", {}), overrides=overrides,
         base_train={**study.model_dump(include={"data", "subset", "validation", "epochs", "batch_size"}), **sections,
-                    **({"map_epochs": study.maps.epochs} if "epochs" in raw.get("maps", {}) else {})},
-        scheduler=study.scheduler and {"type": study.scheduler.type, **study.scheduler.model_dump(exclude_unset=True)},
-        **study.resources.model_dump(), **study.model_dump(include={"num_samples", "max_failures", "max_concurrent"}))
+                    **({"map_epochs": study.maps.epochs} if "epochs" in raw.get("maps", {}) else {})})
     try:
         seen, complete = speccheck.check_values(spec)
     except SpecError as e:

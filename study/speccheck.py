@@ -184,7 +184,7 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
         if over is not None:
             fld, cap, name, v = over
             raise err(where(fld), f"must be <= {cap} ({name}), got {v}{context(fld)}")
-        _check_batch(cfg, workers=spec.workers_per_trial, where=where, context=context)
+        _check_batch(cfg, workers=spec.study.resources.workers_per_trial, where=where, context=context)
         seen.setdefault(cfg.model, None)
     _check_distinct_models(spec)
     return list(seen), complete

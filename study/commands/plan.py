@@ -74,36 +74,34 @@ def default_workers(spec) -> tuple[int, str]:
     """Trials this machine runs at once under the study's resources (at least 1), and a note when it cannot run one."""
     from study.tuning.preflight import local_gpus
 
-    n = int(local_cpus() // max(spec.cpus_per_trial * spec.workers_per_trial, 1e-9))
-    note = ""
-    if spec.gpus_per_trial:
+    res, note = spec.study.resources, ""
+    n = int(local_cpus() // max(res.cpus_per_trial * res.workers_per_trial, 1e-9))
+    if res.gpus_per_trial:
         gpus = local_gpus()
-        n = min(n, int(gpus // (spec.gpus_per_trial * spec.workers_per_trial)))
+        n = min(n, int(gpus // (res.gpus_per_trial * res.workers_per_trial)))
         if n < 1:
-            note = (f"this machine has {gpus} GPU(s) for gpus_per_trial {spec.gpus_per_trial:g}: "
+            note = (f"this machine has {gpus} GPU(s) for gpus_per_trial {res.gpus_per_trial:g}: "
                     "wall time for 1 worker (give --workers)")
-    if spec.max_concurrent:
-        n = min(n, spec.max_concurrent)
+    if spec.study.max_concurrent:
+        n = min(n, spec.study.max_concurrent)
     return max(n, 1), note
 
 
 def source_sizes(spec) -> dict[str, tuple[int, int]]:
-    """(train, test) images of every folder or archive source of the study, listed (not decoded)."""
+    """(train, test) images of the study's source if a folder or archive, listed (not decoded)."""
     from study.data.errors import DataError
     from study.data.layout import resolve_layout
     from study.data.sources import ImageFolderSource, check_source
     from study.plan import source_sizes as known
 
-    out = {}
-    for data in sorted({spec.train_config(c).data for c in spec.cells}):
-        if known(data) is not None:
-            continue
-        with refused(DataError, f"{spec.file}: data: "):
-            check_source(data)  # what `study run` refuses (layout, image headers), plan refuses too
-            listing = ImageFolderSource(data).listing()
-            layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
-        out[data] = len(layout.train), len(layout.test)
-    return out
+    data = spec.study.data  # every trial's (no grid, sample or models entry sets it)
+    if known(data) is not None:
+        return {}
+    with refused(DataError, f"{spec.file}: data: "):
+        check_source(data)  # what `study run` refuses (layout, image headers), plan refuses too
+        listing = ImageFolderSource(data).listing()
+        layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
+    return {data: (len(layout.train), len(layout.test))}
 
 
 def plan_line(spec) -> str:

@@ -334,7 +334,7 @@ def script_for(args: argparse.Namespace) -> str:
         run_args = [name]  # not used: the study exists, so the job runs `study resume NAME`
     else:  # the file validated against no particular machine; an existing study of its name is refused
         spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)  # a SpecError: exit 2
-        name = checked_name(args.name if args.name is not None else spec.name)
+        name = checked_name(args.name if args.name is not None else spec.study.name)
         if study_exists(study_root(storage, name)):
             raise UsageError(f"--name: study {name!r} already exists in {storage} (continue it with "
                              f"`study slurm {name} --resume` or pick another --name)")

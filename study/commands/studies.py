@@ -126,7 +126,7 @@ def load_checked(file: str, *, data: str | None = None, gpus: int | None = None,
     from study.spec import load_spec
 
     spec = load_spec(file, data=data, gpus_available=gpus, cpus_available=cpus, overrides=tuple(overrides))
-    check_loggers_of(spec.file, spec.loggers)
+    check_loggers_of(spec.file, spec.study.loggers)
     return spec
 
 
@@ -145,14 +145,14 @@ def run_validate(args: argparse.Namespace) -> int:
     spec = load_checked(args.file, data=args.data, gpus=args.gpus, overrides=args.overrides,
                         cpus=args.cpus if args.cpus is not None else local_cpus())
     count = f"{len(spec.models)}" if spec.models_complete else f"at least {len(spec.models)}"
-    print(f"{spec.file}: {spec.num_trials} trials ({len(spec.cells)} grid cells x {spec.num_samples} "
+    print(f"{spec.file}: {spec.num_trials} trials ({len(spec.cells)} grid cells x {spec.study.num_samples} "
           f"samples), {count} distinct models:")
     shown = 50
     for m in spec.models[:shown]:
         print(f"  {model_name(m)}")
     if len(spec.models) > shown:
         print(f"  ... and {len(spec.models) - shown} more")
-    print(f"loggers: {', '.join(spec.loggers) or 'none'}")
+    print(f"loggers: {', '.join(spec.study.loggers) or 'none'}")
     if spec.overrides:
         print(f"overrides: {overrides_text(spec.overrides)}")
     return 0
@@ -224,17 +224,16 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
     spec = load_checked(file, data=data, overrides=overrides,
                         cpus=None if address else (num_cpus if num_cpus is not None else local_cpus()))
     if name is not None:  # an explicit --name '' is refused, not replaced by the file's name
-        spec = replace(spec, name=checked_name(name))
+        spec = replace(spec, study=spec.study.model_copy(update={"name": checked_name(name)}))
     check_storage_writable(storage)
     cluster_checks(address=address, storage=storage, shared_storage=shared_storage)
     from study.tuning.runner import run_study
 
-    root = study_root(storage, spec.name)
+    root, name = study_root(storage, spec.study.name), spec.study.name
     if study_exists(root):
-        raise UsageError(f"--name: study {spec.name!r} already exists in {storage} "
-                         f"(continue it with `study resume {spec.name}` or pick another --name)")
-    preflight(spec.file, address, num_cpus, cpus=spec.cpus_per_trial, gpus=spec.gpus_per_trial,
-              workers=spec.workers_per_trial)
+        raise UsageError(f"--name: study {name!r} already exists in {storage} "
+                         f"(continue it with `study resume {name}` or pick another --name)")
+    preflight(spec.file, address, num_cpus, spec.study.resources.model_dump())
     check_data(spec, quiet=quiet)
     if not quiet:  # the study's compute, one line (`study plan` gives the details)
         from study.commands.plan import plan_line
@@ -266,15 +265,14 @@ def _storage_errors(start):
         raise (StorageError(str(where), e.strerror or str(e)) if where else StorageUnreachable(str(e))) from None
 
 
-def preflight(file: str, address: str | None, num_cpus: int | None, *, cpus: float, gpus: float,
-              workers: int) -> None:
-    """Refuse what Ray cannot do before starting it, or what no node of the cluster at
-    ``address`` can hold once joined (:class:`UsageError`, fast)."""
+def preflight(file: str, address: str | None, num_cpus: int | None, resources: dict) -> None:
+    """Refuse what Ray cannot do before starting it, or what no node of the cluster at ``address``
+    can hold once joined, for a trial's ``resources`` (the fields of :class:`study.spec.Resources`;
+    :class:`UsageError`, fast)."""
     from study.tuning import preflight as checks
 
     if not address:
-        why = checks.check_local_resources(cpus_per_trial=cpus, workers_per_trial=workers, gpus_per_trial=gpus,
-                                           num_cpus=num_cpus)
+        why = checks.check_local_resources(**resources, num_cpus=num_cpus)
         if why:
             raise UsageError(f"{file}: {why}")
         return
@@ -290,8 +288,7 @@ def preflight(file: str, address: str | None, num_cpus: int | None, *, cpus: flo
     import ray
 
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-    why = checks.check_cluster_resources(nodes, cpus_per_trial=cpus, gpus_per_trial=gpus,
-                                         workers_per_trial=workers)
+    why = checks.check_cluster_resources(nodes, **resources)
     if why:
         ray.shutdown()
         raise UsageError(f"{file}: {why}")
@@ -304,26 +301,24 @@ def check_data(spec, *, quiet: bool = False) -> None:
     from study.data.errors import DataError
     from study.data.sources import check_source
 
-    configs = [spec.train_config(cell) for cell in spec.cells]
-    for source in sorted({c.data for c in configs}):
-        with refused(DataError, f"{spec.file}: data: "):  # layout and headers first, without torch: well under 1 s
-            check_source(source)
+    study = spec.study  # its data, subset and validation are every trial's (no grid, sample or models entry sets them)
+    with refused(DataError, f"{spec.file}: data: "):  # layout and headers first, without torch: well under 1 s
+        check_source(study.data)
     from study.data import hold_out_validation, load_splits
 
     progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    for source, subset, validation in sorted({(c.data, c.subset, c.validation) for c in configs}, key=str):
-        with refused(DataError, f"{spec.file}: data: "):
-            splits = load_splits(source, subset=subset, progress=progress)
-        with refused(DataError, f"{spec.file}: "):
-            splits = hold_out_validation(splits, validation=validation, seed=0)
-        n = len(splits.train_labels)  # what trains, after the validation split is held out
-        # the size of a folder or archive is known only now: one step's batch must fit it
-        dist = spec.sample.get("batch_size", {})
-        sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
-        batch = max([c.batch_size for c in configs if (c.data, c.subset) == (source, subset)] + [sampled])
-        why = batch_overflow(batch, spec.workers_per_trial, n, f"the {n} training images of {source}")
-        if why:
-            raise UsageError(f"{spec.file}: batch_size: {why}")
+    with refused(DataError, f"{spec.file}: data: "):
+        splits = load_splits(study.data, subset=study.subset, progress=progress)
+    with refused(DataError, f"{spec.file}: "):
+        splits = hold_out_validation(splits, validation=study.validation, seed=0)
+    n = len(splits.train_labels)  # what trains, after the validation split is held out
+    # the size of a folder or archive is known only now: one step's batch must fit it
+    dist = spec.sample.get("batch_size", {})
+    sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
+    batch = max([spec.train_config(c).batch_size for c in spec.cells] + [sampled])
+    why = batch_overflow(batch, study.resources.workers_per_trial, n, f"the {n} training images of {study.data}")
+    if why:
+        raise UsageError(f"{spec.file}: batch_size: {why}")
 
 
 def _study_root(args: argparse.Namespace) -> str:
@@ -387,8 +382,6 @@ def run_list(args: argparse.Namespace) -> int:
 def run_resume(args: argparse.Namespace) -> int:
     root = _study_root(args)
     cluster_checks(address=args.address, storage=root, shared_storage=args.shared_storage)
-    from study.tuning.loggers import DEFAULT_LOGGERS
-
     meta = read_meta(root)
     if meta is None:
         raise UsageError(f"{root} is not a study (no study.json)")
@@ -396,15 +389,15 @@ def run_resume(args: argparse.Namespace) -> int:
                            "workers_per_trial") if meta.get(k) is None]
     if missing:
         raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
-    check_loggers_of(meta.get("file", root), meta["raw"].get("loggers", DEFAULT_LOGGERS))
-    from study.spec import validate
+    from study.spec import Resources, validate
 
     # the study file it stored (overrides applied), validated once; a study run with --name keeps that name
-    spec = replace(validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"]), name=meta["name"],
-                   overrides=tuple(meta.get("overrides") or ()))
-    if args.address:  # a local Ray was checked when the study ran
-        preflight(meta.get("file", root), args.address, args.num_cpus, cpus=meta["cpus_per_trial"],
-                  gpus=meta["gpus_per_trial"], workers=meta["workers_per_trial"])
+    spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"],
+                    overrides=tuple(meta.get("overrides") or ()))
+    check_loggers_of(meta.get("file", root), spec.study.loggers)
+    spec = replace(spec, study=spec.study.model_copy(update={"name": meta["name"]}))
+    if args.address:  # a local Ray was checked when the study ran; the trials request study.json's resources
+        preflight(meta.get("file", root), args.address, args.num_cpus, {k: meta[k] for k in Resources.model_fields})
     from study.tuning.runner import resume_study
 
     runs = _storage_errors(lambda: resume_study(root, spec, address=args.address, num_cpus=args.num_cpus,

@@ -70,10 +70,8 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = F
 def _meta(spec: StudySpec) -> dict[str, Any]:
     """``study.json``: every path in it is relative to the study folder."""
     return {
-        "name": spec.name, "file": spec.file, "raw": spec.raw, "tables": "tables",
-        "ddp_storage": "ddp", "cpus_per_trial": spec.cpus_per_trial,
-        "gpus_per_trial": spec.gpus_per_trial, "workers_per_trial": spec.workers_per_trial,
-        "max_failures": spec.max_failures, "num_trials": spec.num_trials,
+        "name": spec.study.name, "file": spec.file, "raw": spec.raw, "tables": "tables", "ddp_storage": "ddp",
+        **spec.study.resources.model_dump(), "max_failures": spec.study.max_failures, "num_trials": spec.num_trials,
         # the metric Optuna and ASHA select on, None when nothing selects (a pure grid)
         "selection_metric": tuned_metric(spec)[0] if selects(spec.raw) else None,
         "optuna_journal": "optuna.journal",
@@ -85,10 +83,9 @@ def _meta(spec: StudySpec) -> dict[str, Any]:
 def tuned_metric(spec: StudySpec) -> tuple[str, str]:
     """(metric, mode) reported to Tune: the scheduler's ``metric`` if the study file
     sets it, else ``val_acc`` when a validation split exists, else ``test_acc``."""
-    sched = spec.scheduler or {}
-    default = "val_acc" if spec.base_train.get("validation") else "test_acc"
-    metric = sched.get("metric", default)
-    return metric, sched.get("mode", "min" if metric.endswith("loss") else "max")
+    sched = spec.study.scheduler
+    metric = sched.metric if sched and sched.metric is not None else "val_acc" if spec.study.validation else "test_acc"
+    return metric, (sched and sched.mode) or ("min" if metric.endswith("loss") else "max")
 
 
 def launch_plan(spec: StudySpec) -> list:
@@ -128,15 +125,13 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], plan: list, todo: list[tuple[i
     from study.tuning.searcher import GridOptunaSearcher, trial_key
     from study.tuning.trainable import make_trainable
 
-    sched_cfg = spec.scheduler or {}
-    metric, mode = tuned_metric(spec)
+    sched, (metric, mode) = spec.study.scheduler, tuned_metric(spec)
     scheduler = None  # Tune's default: FIFO
-    if sched_cfg.get("type") == "asha":
+    if sched and sched.type == "asha":
         # epochs, not Tune's iteration count: a resumed trial reports its own epochs,
         # so its rungs are those of the epochs it trained (its iterations restart at 1)
         scheduler = ASHAScheduler(time_attr="epochs_done", max_t=max(spec.train_config(c).epochs for c in spec.cells),
-                                  grace_period=sched_cfg.get("grace_period", 1),
-                                  reduction_factor=sched_cfg.get("reduction_factor", 3))
+                                  grace_period=sched.grace_period, reduction_factor=sched.reduction_factor)
     searcher = GridOptunaSearcher(spec=spec, todo=todo, metric=metric, mode=mode, tables=meta["tables"],
                                   journal=meta["optuna_journal"])
     root = meta["root"]
@@ -145,15 +140,15 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], plan: list, todo: list[tuple[i
         tune_config=tune.TuneConfig(
             metric=metric, mode=mode, search_alg=searcher, scheduler=scheduler,
             num_samples=len(todo), reuse_actors=meta["workers_per_trial"] == 1,
-            max_concurrent_trials=spec.max_concurrent, trial_dirname_creator=trial_dirname,
+            max_concurrent_trials=spec.study.max_concurrent, trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(
             name=TUNE_DIR, storage_path=root, verbose=0,
-            failure_config=tune.FailureConfig(max_failures=spec.max_failures),
+            failure_config=tune.FailureConfig(max_failures=spec.study.max_failures),
             stop=contract.stopper,
             callbacks=[ProgressReporter(plan=plan, meta=meta, pending=[trial_key(c, s) for c, s in todo],
                                         enabled=verbose), contract,
-                       *logger_callbacks(spec.loggers, root=root, study=spec.name, tables=meta["tables"])],
+                       *logger_callbacks(spec.study.loggers, root=root, study=meta["name"], tables=meta["tables"])],
         ),
     )
 
@@ -168,16 +163,16 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
               num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study run"):
     """Run every trial of ``spec`` (validated: :func:`study.spec.load_spec`); returns the ``runs``
     table, with the run contract's exit status as ``runs.attrs["exit_code"]``."""
-    root = study_root(storage, spec.name)
+    root = study_root(storage, spec.study.name)
     # first: a Ray that does not start leaves no study behind (its log lines are kept until the lock)
     init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
-    with _locked(root, spec.name) as lock:
+    with _locked(root, spec.study.name) as lock:
         meta = _meta(spec)
         write_atomic(f"{root}/{META_FILE}", json.dumps(meta, indent=2, default=str).encode())
         if not is_remote(root):
             write_atomic(f"{root}/study.yaml", yaml.safe_dump(meta["raw"], sort_keys=False).encode())
-        _say(verbose, f"study {spec.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
-                      f"{spec.num_samples} samples), storage {root}")
+        _say(verbose, f"study {spec.study.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
+                      f"{spec.study.num_samples} samples), storage {root}")
         return _start(spec, resolve(root, meta), prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,
                       lock=lock)
 

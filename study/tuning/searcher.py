@@ -95,7 +95,7 @@ class GridOptunaSearcher(Searcher):
         if cell not in self._studies:
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             study = optuna.create_study(
-                study_name=f"{self.spec.name}/cell-{cell:03d}", storage=self.storage(), load_if_exists=True,
+                study_name=f"{self.spec.study.name}/cell-{cell:03d}", storage=self.storage(), load_if_exists=True,
                 direction="maximize" if self._mode != "min" else "minimize",
                 sampler=optuna.samplers.TPESampler(seed=self.seed + cell),
             )

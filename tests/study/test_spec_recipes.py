@@ -115,5 +115,5 @@ def test_cpu_reproduction_study_covers_the_paper_variants():
         ("quadratic", True, None), ("quadratic", False, None), ("learned", None, "head"),
         ("learned_content", None, "query")}
     assert [c.schedule for c in configs if c.model.arch == "resnet18"] == ["step"]
-    assert (spec.cpus_per_trial, spec.gpus_per_trial) == (1, 0)
+    assert (spec.study.resources.cpus_per_trial, spec.study.resources.gpus_per_trial) == (1, 0)
     assert models[0].encoding == "learned_content"  # the longest trial starts first

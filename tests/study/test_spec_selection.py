@@ -44,14 +44,14 @@ def test_validation_split_is_stratified_disjoint_and_seeded():
 def test_spec_validation_defaults_and_errors(tmp_path):
     sampled = load_spec(spec_file(tmp_path, {"sample": {"lr": {"loguniform": [0.01, 0.2]}}}))
     cfg = sampled.train_config(sampled.cells[0])
-    assert cfg.validation == 0.1 and sampled.scheduler["metric"] == "val_acc"
+    assert cfg.validation == 0.1 and sampled.study.scheduler.metric == "val_acc"
     asha = load_spec(spec_file(tmp_path, {"scheduler": {"type": "asha"}}))
-    assert asha.train_config(asha.cells[0]).validation == 0.1 and asha.scheduler["metric"] == "val_acc"
+    assert asha.train_config(asha.cells[0]).validation == 0.1 and asha.study.scheduler.metric == "val_acc"
     grid = load_spec(spec_file(tmp_path, {"grid": {"num_heads": [1, 2]}}))
     assert grid.train_config(grid.cells[0]).validation == 0
     explicit = load_spec(spec_file(tmp_path, {"sample": {"lr": {"uniform": [0.01, 0.2]}}, "validation": 0,
                                               "scheduler": {"type": "fifo", "metric": "test_acc"}}))
-    assert explicit.scheduler["metric"] == "test_acc"
+    assert explicit.study.scheduler.metric == "test_acc"
     bad = [
         ({"sample": {"lr": {"uniform": [0.01, 0.2]}}, "validation": 0}, "validation: is 0 but the study selects"),
         ({"validation": 100}, "validation: 100 held-out images leave none of the 100 training images"),

@@ -88,9 +88,9 @@ def _spec_file(tmp_path, **extra):
 def test_loggers_key_validated(tmp_path):
     from study.spec import SpecError, load_spec
 
-    assert load_spec(_spec_file(tmp_path)).loggers == ("tensorboard",)
-    assert load_spec(_spec_file(tmp_path, loggers=["mlflow"])).loggers == ("mlflow",)
-    assert load_spec(_spec_file(tmp_path, loggers=[])).loggers == ()
+    assert load_spec(_spec_file(tmp_path)).study.loggers == ["tensorboard"]
+    assert load_spec(_spec_file(tmp_path, loggers=["mlflow"])).study.loggers == ["mlflow"]
+    assert load_spec(_spec_file(tmp_path, loggers=[])).study.loggers == []
     with pytest.raises(SpecError, match=r"loggers\.1: unknown logger 'comet'"):
         load_spec(_spec_file(tmp_path, loggers=["tensorboard", "comet"]))
     with pytest.raises(SpecError, match="loggers: repeats"):
