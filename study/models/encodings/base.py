@@ -62,33 +62,6 @@ class Encoding:
         return f"<encoding {self.name}>"
 
 
-def bool_field(cfg: "ModelConfig", name: str) -> None:
-    from study.models.config import ConfigError
-
-    v = getattr(cfg, name)
-    if not isinstance(v, bool):
-        raise ConfigError(name, f"must be true or false, got {v!r}")
-
-
-def bounded(cfg: "ModelConfig", field: Field) -> None:
-    """``cfg.<field>`` is a number within ``field.bounds`` (NaN and infinities are not)."""
-    from study.models.config import ConfigError
-
-    v = getattr(cfg, field.name)
-    low, high = field.bounds
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
-        raise ConfigError(field.name, f"must be a number from {low:g} to {high:g} (what the encoding's equation "
-                                      f"carries), got {v!r}")
-
-
-def choice_field(cfg: "ModelConfig", name: str, choices: tuple[str, ...]) -> None:
-    from study.models.config import ConfigError
-
-    v = getattr(cfg, name)
-    if v not in choices:
-        raise ConfigError(name, f"must be one of {', '.join(choices)}, got {v!r}")
-
-
 class ContentEncoding(Encoding):
     """An encoding of :class:`~study.models.encoded.EncodedAttention`: parameters in the
     layer's ``positional`` (:meth:`init_parameters`), :meth:`probs` (B, N_h, T, T) from the

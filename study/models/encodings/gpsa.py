@@ -17,7 +17,7 @@ Lemma 1 (tested).  ConViT's W_v = I is the paper's layout without W_v, the same 
 
 from __future__ import annotations
 
-from .base import ContentEncoding, Field, bounded
+from .base import ContentEncoding, Field
 
 
 #: α initialises v_h = α (2Δ_h, −1) so the positional score is α (2Δ_h·δ − ‖δ‖²): on the paper's
@@ -40,7 +40,7 @@ class Gpsa(ContentEncoding):
     equation = "(1 − σ(λ_h)) softmax(q_h·k_h/√d) + σ(λ_h) softmax(v_hᵀ r_δ), r_δ = (δx, δy, ‖δ‖²)"
 
     def normalise(self, cfg, set_):
-        from study.models.config import ConfigError
+        from study.models.config import ConfigError, bounded
 
         if cfg.pos_dim is None:
             set_("pos_dim", 3)
