@@ -105,14 +105,7 @@ class AdditiveEncoding(ContentEncoding):
 
 
 def softmax_scores(q, k, bias=None):
-    """softmax(q·kᵀ + bias) in at least float32, (B, N_h, T, T); q·kᵀ is added into the
-    bias in place (``baddbmm_``): two passes over the T×T matrix."""
-    from study.models.heads import softmax32
+    """softmax(q·kᵀ + bias) in at least float32, (B, N_h, T, T)."""
+    from study.models.heads import content_scores, softmax32
 
-    b, n, t, d = q.shape
-    if bias is None:
-        scores = q @ k.transpose(-1, -2)
-    else:
-        scores = bias.to(q.dtype).expand(b, n, t, t).contiguous()
-        scores.view(b * n, t, t).baddbmm_(q.reshape(b * n, t, d), k.reshape(b * n, t, d).transpose(1, 2))
-    return softmax32(scores)
+    return softmax32(content_scores(q, k, bias))
