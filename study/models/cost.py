@@ -60,8 +60,6 @@ def self_attention_macs(cfg) -> int:
     I = intermediate): ``Encoding.positional_macs``; for content q_h·k_h per pair and the
     query/key projections; the weighted average N_h·T²·D; Linear(N_h·D → D),
     Linear(D → D), feed-forward 2·T·D·I.  Heads of width D (the layout the study trains)."""
-    if isinstance(cfg, dict):
-        cfg = config_from_row(cfg)
     spec = cfg.spec
     side = cfg.grid
     t = side * side

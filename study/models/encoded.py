@@ -68,13 +68,6 @@ class EncodedAttention(HeadsLayer):
     def scale(self) -> float:
         return 1.0 / math.sqrt(self.head_dim)
 
-    def values(self, x: Tensor) -> Tensor:
-        b, h, w, d = x.shape
-        t = h * w
-        if self.value is None:
-            return x.reshape(b, 1, t, d)
-        return self.value(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-
     def uses_fused(self, device: torch.device) -> bool:
         if not hasattr(self.encoding, "sdpa_inputs"):
             return False
@@ -98,7 +91,7 @@ class EncodedAttention(HeadsLayer):
         b, h, w, _ = x.shape
         t, n = h * w, self.num_heads
         q, k = self.queries_keys(x, scale=self.scale)
-        v = self.values(x)
+        v = x.reshape(b, 1, t, -1) if self.value is None else self.value(x).view(b, t, n, self.head_dim).transpose(1, 2)
         if not return_attention and self.uses_fused(x.device):
             q, k, bias = self.encoding.sdpa_inputs(self, q, k, h, w)
             if bias is not None:

@@ -118,8 +118,7 @@ class LearnedScores(nn.Module):
     def _axis(self, table: nn.Embedding, keys: nn.Linear, size: int) -> Tensor:
         if size > self.max_size:
             raise ValueError(f"grid side {size} exceeds the learned table's {self.max_size}")
-        r = torch.arange(size, device=table.weight.device)
-        idx = r[None, :] - r[:, None] + self.max_size - 1  # δ + S − 1 ∈ [0, 2S−2]
+        idx = relative_index(size, device=table.weight.device) + self.max_size - size  # δ + S − 1 ∈ [0, 2S−2]
         return keys(table(idx)).permute(2, 0, 1)  # (N_h, size, size)
 
     def axis_scores(self, height: int, width: int) -> tuple[Tensor, Tensor]:

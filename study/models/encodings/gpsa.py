@@ -85,10 +85,9 @@ class Gpsa(ContentEncoding):
         """r_δ = (δx, δy, δx² + δy²) for every (query, key) pair: (T, T, 3), row-major tokens."""
         import torch
 
-        rows = torch.arange(height, device=device).repeat_interleave(width)
-        cols = torch.arange(width, device=device).repeat(height)
-        dy = (rows[None, :] - rows[:, None]).to(dtype)
-        dx = (cols[None, :] - cols[:, None]).to(dtype)
+        from study.models.positional import relative_offsets
+
+        dy, dx = relative_offsets(height, width, device=device).to(dtype).unbind(-1)  # exact integers
         return torch.stack([dx, dy, dx * dx + dy * dy], dim=-1)
 
     def positional_probs(self, layer, height: int, width: int):
