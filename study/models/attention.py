@@ -8,21 +8,14 @@ into ``out_proj``, ``Linear(N_h·D → D_out)``, as in the original code and Lem
 with A_h = positional scores plus, for content attention, q·k/√D (``query``/``key`` =
 ``Linear(D → N_h·D)``; Eq. 7).
 
-The same equations are evaluated by one of three exact paths (docs/design.md §12); every
-one is checked against :func:`study.bench.naive.naive_relative_attention`:
-
-* **separable** (isotropic quadratic, learned without content; no dropout on the
-  probabilities): softmax(s_row ⊕ s_col) = P_row ⊗ P_col, so the weighted average is
-  one (W×W) product along the columns and one (H×H) along the rows.
-* **shared dense** (non-isotropic quadratic, and every positional variant while
-  attention dropout is active): one (N_h, T, T) matrix serves the batch, one dropout
-  mask per step on it as in the original (the mask would not factorise).
-* **content**: SDPA with the positional scores as additive float bias (Eq. 7), by
-  default on CUDA only (``fused_content``): on CPU the trainable bias sends SDPA to its
-  math fallback, no faster than the explicit form and 12 % more memory.
-
-``return_attention=True`` returns the full probabilities on every path.  No path
-synchronises with the host.
+Three exact paths (docs/design.md §12), each checked against
+:func:`study.bench.naive.naive_relative_attention`: **separable** (softmax(s_row ⊕ s_col) =
+P_row ⊗ P_col, no dropout on the probabilities), **shared dense** (one (N_h, T, T) matrix and
+one dropout mask per step for the batch, as the original: the mask would not factorise),
+**content** (SDPA with the positional scores as additive bias, by default on CUDA only,
+``fused_content``: on CPU the trainable bias sends SDPA to its math fallback, no faster than
+the explicit form and 12 % more memory).  ``return_attention=True`` returns the full
+probabilities on every path; no path synchronises with the host.
 """
 
 from __future__ import annotations

@@ -8,17 +8,12 @@ Per head h, with queries and keys of width d_h (``head_dim``):
 
 where the encoding (an :class:`~study.models.encodings.base.Encoding`) turns queries,
 keys and shifts δ = key − query into probabilities; its parameters live in this layer's
-``positional`` container.  Two head layouts:
-
-* **paper** (``head_dim = dim``, the default): the layout of the
-  paper's models (docs/design.md §3) — each head averages the **raw input** (W_val folded into
-  ``out_proj``); the study trains every encoding so, to differ in their scores only.
-* **timm** (``head_dim = dim // num_heads``, ``value=True``): ConViT's ``GPSA``, Swin's
-  ``WindowAttention``, EVA's rotary attention; the tests compare it with timm's layers.
-
-Two exact paths: explicit (B, N_h, T, T) probabilities, and
-``scaled_dot_product_attention`` for encodings whose scores are q'·k'ᵀ/√d_h plus an
-optional bias (default on CUDA only, ``fused``).
+``positional`` container.  Head layouts (docs/design.md §5): **paper** (``head_dim = dim``,
+the default: each head averages the raw input, W_val folded into ``out_proj``) and **timm**
+(``head_dim = dim // num_heads``, ``value=True``: ConViT's ``GPSA``, Swin's
+``WindowAttention``, EVA's rotary attention, compared with timm's layers in the tests).
+Two exact paths: explicit (B, N_h, T, T) probabilities, and SDPA for encodings whose
+scores are q'·k'ᵀ/√d_h plus an optional bias (default on CUDA only, ``fused``).
 """
 
 from __future__ import annotations
