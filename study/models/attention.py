@@ -114,9 +114,7 @@ class RelativeSelfAttention(HeadsLayer):
         return self.factorise and self.separable and not dropping
 
     def uses_fused_content(self, device: torch.device) -> bool:
-        if not self.content:
-            return False
-        return self.fused_content if self.fused_content is not None else device.type == "cuda"
+        return self.content and (device.type == "cuda" if self.fused_content is None else self.fused_content)
 
     def head_outputs(self, x: Tensor, *, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
         """The concatenated heads before ``out_proj``, (B, T, N_h·D), and the

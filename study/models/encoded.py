@@ -64,9 +64,7 @@ class EncodedAttention(HeadsLayer):
         return 1.0 / math.sqrt(self.head_dim)
 
     def uses_fused(self, device: torch.device) -> bool:
-        if not hasattr(self.encoding, "sdpa_inputs"):
-            return False
-        return self.fused if self.fused is not None else device.type == "cuda"
+        return hasattr(self.encoding, "sdpa_inputs") and (device.type == "cuda" if self.fused is None else self.fused)
 
     def path_name(self) -> str:
         """Which exact path ``forward`` takes in the current mode (``study bench``)."""

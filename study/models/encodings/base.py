@@ -67,7 +67,6 @@ class ContentEncoding(Encoding):
     layer's ``positional`` (:meth:`init_parameters`), :meth:`probs` (B, N_h, T, T) from the
     scaled queries q/√d_h and keys (B, N_h, T, d_h)."""
 
-    content = True
     #: names under ``positional`` trained without weight decay
     no_weight_decay: tuple[str, ...] = ()
 
