@@ -6,7 +6,6 @@ naming the field (``--flag: message`` or ``file: path.field: message``).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 from study.models.encodings import PAPER_ENCODINGS, REGISTRY, Field, encoding_fields, variants
@@ -86,8 +85,10 @@ class _ModelConfigMethods:
 #: the encoding-specific fields, declared by the encodings themselves
 ENCODING_FIELDS = encoding_fields()
 
-_COMMON_HEAD = [("arch", str, "sa"), ("encoding", "str | None", "quadratic"), ("num_heads", "int | None", 9)]
-_COMMON_TAIL = [
+#: (name, type, default) in column order, the encodings' fields (nullable) after num_heads
+_FIELDS = [
+    ("arch", str, "sa"), ("encoding", "str | None", "quadratic"), ("num_heads", "int | None", 9),
+    *((f.name, f"{getattr(f.type, '__name__', f.type)} | None", f.default) for f in ENCODING_FIELDS.values()),
     ("hidden", int, 400), ("layers", int, 6), ("intermediate", int, 512), ("dropout", float, 0.1),
     ("attention_dropout", float, 0.1), ("image_size", int, 32), ("in_channels", int, 3),
     ("num_classes", int, 10), ("downsample", int, 2), ("center_init_std", float, 2.0),
@@ -95,11 +96,7 @@ _COMMON_TAIL = [
 ]
 
 ModelConfig = dataclasses.make_dataclass(
-    "ModelConfig",
-    [(n, t, dataclasses.field(default=d)) for n, t, d in _COMMON_HEAD]
-    + [(f.name, f"{getattr(f.type, '__name__', f.type)} | None", dataclasses.field(default=f.default))
-       for f in ENCODING_FIELDS.values()]
-    + [(n, t, dataclasses.field(default=d)) for n, t, d in _COMMON_TAIL],
+    "ModelConfig", [(n, t, dataclasses.field(default=d)) for n, t, d in _FIELDS],
     bases=(_ModelConfigMethods,), frozen=True, kw_only=True,
     namespace={"__module__": __name__, "__doc__": _ModelConfigMethods.__doc__})
 

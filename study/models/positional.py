@@ -5,9 +5,8 @@ Each module maps a ``height × width`` token grid to image-independent scores
 δ = pos(k) − pos(q) = (δ1, δ2) (row, column) in grid pixels; :class:`QueryScores`
 scores the learned embeddings with each image's queries (a batch axis).  Isotropic
 Gaussian and learned scores are ``separable``, s(δ) = s_row(δ1) + s_col(δ2)
-(:meth:`axis_scores`), so the attention layer can factorise the softmax
-(``P = P_row ⊗ P_col``, docs/design.md §12).  A non-isotropic Gaussian adds the cross term
-−Σ⁻¹₁₂ (δ1−Δ1)(δ2−Δ2), which a softmax does not split.
+(:meth:`axis_scores`): the softmax factorises, P = P_row ⊗ P_col (docs/design.md §12);
+a non-isotropic Gaussian's cross term −Σ⁻¹₁₂ (δ1−Δ1)(δ2−Δ2) does not.
 """
 
 from __future__ import annotations
