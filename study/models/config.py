@@ -51,11 +51,8 @@ class _ModelConfigMethods:
             raise ConfigError("downsample", f"must divide image_size {self.image_size}, got {self.downsample}")
         spec = REGISTRY[self.encoding]
         mine = {f.name for f in spec.fields}
-        for name, fld in ENCODING_FIELDS.items():
-            if name in mine:
-                continue
-            v = getattr(self, name)
-            if v is not None and v != fld.default:
+        for name, fld in ((n, f) for n, f in ENCODING_FIELDS.items() if n not in mine):
+            if getattr(self, name) not in (None, fld.default):
                 owners = ", ".join(e.name for e in REGISTRY.values() if any(f.name == name for f in e.fields))
                 raise ConfigError(name, f"applies only to encoding {owners}")
             set_(name, None)

@@ -96,10 +96,7 @@ class EncodedAttention(HeadsLayer):
             return heads.transpose(1, 2).reshape(b, t, -1), None
         probs = self.encoding.probs(self, q, k, h, w)
         dropped = probability_dropout(probs, self.attention_dropout.p, training=self.training).to(v.dtype)
-        if self.value is None:  # every head averages the same input
-            heads = shared_value_heads(dropped, v)
-        else:
-            heads = dropped @ v
+        heads = shared_value_heads(dropped, v) if self.value is None else dropped @ v  # no W_v: one input for all
         return heads.transpose(1, 2).reshape(b, t, -1), probs
 
     def head_columns(self) -> dict[str, Tensor]:
