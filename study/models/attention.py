@@ -8,21 +8,14 @@ into ``out_proj``, ``Linear(N_h·D → D_out)``, as in the original code and Lem
 with A_h = positional scores plus, for content attention, q·k/√D (``query``/``key`` =
 ``Linear(D → N_h·D)``; Eq. 7).
 
-The same equations are evaluated by one of three exact paths (docs/design.md §12); every
-one is checked against :func:`study.bench.naive.naive_relative_attention`:
-
-* **separable** (isotropic quadratic, learned without content; no dropout on the
-  probabilities): softmax(s_row ⊕ s_col) = P_row ⊗ P_col, so the weighted average is
-  one (W×W) product along the columns and one (H×H) along the rows.
-* **shared dense** (non-isotropic quadratic, and every positional variant while
-  attention dropout is active): one (N_h, T, T) matrix serves the batch, one dropout
-  mask per step on it as in the original (the mask would not factorise).
-* **content**: SDPA with the positional scores as additive float bias (Eq. 7), by
-  default on CUDA only (``fused_content``): on CPU the trainable bias sends SDPA to its
-  math fallback, no faster than the explicit form and 12 % more memory.
-
-``return_attention=True`` returns the full probabilities on every path.  No path
-synchronises with the host.
+Three exact paths (docs/design.md §12), each checked against
+:func:`study.bench.naive.naive_relative_attention`: **separable** (softmax(s_row ⊕ s_col) =
+P_row ⊗ P_col, no dropout on the probabilities), **shared dense** (one (N_h, T, T) matrix and
+one dropout mask per step for the batch, as the original: the mask would not factorise),
+**content** (SDPA with the positional scores as additive bias, by default on CUDA only,
+``fused_content``: on CPU the trainable bias sends SDPA to its math fallback, no faster than
+the explicit form and 12 % more memory).  ``return_attention=True`` returns the full
+probabilities on every path; no path synchronises with the host.
 """
 
 from __future__ import annotations
@@ -34,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from study.models.dropout import probability_dropout
-from study.models.heads import HeadsLayer, shared_value_heads, softmax32
+from study.models.heads import HeadsLayer, content_scores, shared_value_heads, softmax32
 
 
 def _register_flop_formulas() -> None:
@@ -93,35 +86,18 @@ class RelativeSelfAttention(HeadsLayer):
         self.out_proj = nn.Linear(num_heads * dim, out_dim or dim)
 
     def attention_scores(self, x: Tensor) -> Tensor:
-        """Pre-softmax scores: (N_h, T, T) positional, or (B, N_h, T, T) with content."""
-        return self._content_scores(x) if self.content else self.positional(*x.shape[1:3])
-
-    def _content_scores(self, x: Tensor) -> Tensor:
-        """(B, N_h, T, T) content scores in two passes over the T×T matrix: the positional
-        bias, then ``baddbmm_`` adds q·kᵀ into it in place.  Eq. 7's 1/√D is folded into
-        the query projection (:meth:`queries_keys`), so no (B, N_h, T, ·) tensor is scaled."""
-        b, h, w, d = x.shape
-        t, n = h * w, self.num_heads
+        """Pre-softmax scores: (N_h, T, T) positional, or (B, N_h, T, T) with content, the positional
+        bias plus q·kᵀ (Eq. 7's 1/√D folded into the query projection: no (B, N_h, T, ·) tensor scaled)."""
+        _, h, w, d = x.shape
+        if not self.content:
+            return self.positional(h, w)
         q, k = self.queries_keys(x, scale=1.0 / math.sqrt(d))
-        if self.query_positional:
-            bias = self.positional(q, h, w)
-        else:
-            bias = self.positional(h, w).to(q.dtype).expand(b, n, t, t).contiguous()
-        flat = bias.view(b * n, t, t)
-        flat.baddbmm_(q.reshape(b * n, t, d), k.reshape(b * n, t, d).transpose(1, 2))
-        return flat.view(b, n, t, t)
+        return content_scores(q, k, self.positional(q, h, w) if self.query_positional else self.positional(h, w))
 
     @property
     def query_positional(self) -> bool:
         """Positional scores from the queries (q·r_δ, ``positional_score: query``)."""
         return bool(getattr(self.positional, "needs_query", False))
-
-    def _positional_bias(self, q: Tensor, h: int, w: int) -> Tensor:
-        """The positional part of content scores: q·r_δ/√D (B, N_h, T, T), the scale on the
-        small offset tables, or w·r_δ (1, N_h, T, T)."""
-        if self.query_positional:
-            return self.positional(q, h, w, scale=1.0 / math.sqrt(q.shape[-1]))
-        return self.positional(h, w).to(q.dtype)[None]
 
     def attention_probs(self, x: Tensor) -> Tensor:
         """Softmax over all keys of the image, before dropout, in at least float32."""
@@ -138,9 +114,7 @@ class RelativeSelfAttention(HeadsLayer):
         return self.factorise and self.separable and not dropping
 
     def uses_fused_content(self, device: torch.device) -> bool:
-        if not self.content:
-            return False
-        return self.fused_content if self.fused_content is not None else device.type == "cuda"
+        return self.content and (device.type == "cuda" if self.fused_content is None else self.fused_content)
 
     def head_outputs(self, x: Tensor, *, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
         """The concatenated heads before ``out_proj``, (B, T, N_h·D), and the
@@ -188,7 +162,9 @@ class RelativeSelfAttention(HeadsLayer):
         b, h, w, d = x.shape
         t, n = h * w, self.num_heads
         q, k = self.queries_keys(x)
-        bias = self._positional_bias(q, h, w).expand(b, n, t, t)
+        # the positional scores: q·r_δ/√D (the scale on the small offset tables) or w·r_δ
+        bias = (self.positional(q, h, w, scale=1.0 / math.sqrt(q.shape[-1])) if self.query_positional
+                else self.positional(h, w).to(q.dtype)[None]).expand(b, n, t, t)
         v = x.reshape(b, 1, t, d).to(q.dtype).expand(b, n, t, d)
         p = self.attention_dropout.p if self.training else 0.0
         heads = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)

@@ -6,10 +6,9 @@ naming the field (``--flag: message`` or ``file: path.field: message``).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
-from study.models.encodings import PAPER_ENCODINGS, REGISTRY, encoding_fields, owners, variants
+from study.models.encodings import PAPER_ENCODINGS, REGISTRY, Field, encoding_fields, variants
 
 ARCHS = ("sa", "resnet18")
 #: every registered encoding (``study.models.encodings``), the paper's first
@@ -35,18 +34,15 @@ class _ModelConfigMethods:
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
-        if self.arch not in ARCHS:
-            raise ConfigError("arch", f"must be one of {', '.join(ARCHS)}, got {self.arch!r}")
-        int_at_least(self, "num_classes")
-        int_at_least(self, "image_size")
-        int_at_least(self, "in_channels")
+        choice_field(self, "arch", ARCHS)
+        for k in ("num_classes", "image_size", "in_channels"):
+            int_at_least(self, k)
         if self.arch == "resnet18":
             # attention-only fields do not apply to the baseline
             for k in ("encoding", "num_heads", *ENCODING_FIELDS):
                 set_(k, None)
             return
-        if self.encoding not in REGISTRY:
-            raise ConfigError("encoding", f"must be one of {', '.join(ENCODINGS)}, got {self.encoding!r}")
+        choice_field(self, "encoding", ENCODINGS)
         for k in ("num_heads", "hidden", "layers", "intermediate", "downsample"):
             int_at_least(self, k)
         for k in ("dropout", "attention_dropout"):
@@ -55,12 +51,10 @@ class _ModelConfigMethods:
             raise ConfigError("downsample", f"must divide image_size {self.image_size}, got {self.downsample}")
         spec = REGISTRY[self.encoding]
         mine = {f.name for f in spec.fields}
-        for name, fld in ENCODING_FIELDS.items():
-            if name in mine:
-                continue
-            v = getattr(self, name)
-            if v is not None and v != fld.default:
-                raise ConfigError(name, f"applies only to encoding {', '.join(owners(name))}")
+        for name, fld in ((n, f) for n, f in ENCODING_FIELDS.items() if n not in mine):
+            if getattr(self, name) not in (None, fld.default):
+                owners = ", ".join(e.name for e in REGISTRY.values() if any(f.name == name for f in e.fields))
+                raise ConfigError(name, f"applies only to encoding {owners}")
             set_(name, None)
         spec.normalise(self, set_)
 
@@ -88,8 +82,10 @@ class _ModelConfigMethods:
 #: the encoding-specific fields, declared by the encodings themselves
 ENCODING_FIELDS = encoding_fields()
 
-_COMMON_HEAD = [("arch", str, "sa"), ("encoding", "str | None", "quadratic"), ("num_heads", "int | None", 9)]
-_COMMON_TAIL = [
+#: (name, type, default) in column order, the encodings' fields (nullable) after num_heads
+_FIELDS = [
+    ("arch", str, "sa"), ("encoding", "str | None", "quadratic"), ("num_heads", "int | None", 9),
+    *((f.name, f"{getattr(f.type, '__name__', f.type)} | None", f.default) for f in ENCODING_FIELDS.values()),
     ("hidden", int, 400), ("layers", int, 6), ("intermediate", int, 512), ("dropout", float, 0.1),
     ("attention_dropout", float, 0.1), ("image_size", int, 32), ("in_channels", int, 3),
     ("num_classes", int, 10), ("downsample", int, 2), ("center_init_std", float, 2.0),
@@ -97,11 +93,7 @@ _COMMON_TAIL = [
 ]
 
 ModelConfig = dataclasses.make_dataclass(
-    "ModelConfig",
-    [(n, t, dataclasses.field(default=d)) for n, t, d in _COMMON_HEAD]
-    + [(f.name, f"{getattr(f.type, '__name__', f.type)} | None", dataclasses.field(default=f.default))
-       for f in ENCODING_FIELDS.values()]
-    + [(n, t, dataclasses.field(default=d)) for n, t, d in _COMMON_TAIL],
+    "ModelConfig", [(n, t, dataclasses.field(default=d)) for n, t, d in _FIELDS],
     bases=(_ModelConfigMethods,), frozen=True, kw_only=True,
     namespace={"__module__": __name__, "__doc__": _ModelConfigMethods.__doc__})
 
@@ -127,6 +119,27 @@ def number_in(cfg, key: str, low: float, high: float, message: str) -> None:
     v = getattr(cfg, key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v < high:
         raise ConfigError(key, f"{message}, got {v!r}")
+
+
+def bool_field(cfg: ModelConfig, name: str) -> None:
+    v = getattr(cfg, name)
+    if not isinstance(v, bool):
+        raise ConfigError(name, f"must be true or false, got {v!r}")
+
+
+def bounded(cfg: ModelConfig, field: Field) -> None:
+    """``cfg.<field>`` is a number within ``field.bounds`` (NaN and infinities are not)."""
+    v = getattr(cfg, field.name)
+    low, high = field.bounds
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
+        raise ConfigError(field.name, f"must be a number from {low:g} to {high:g} (what the encoding's equation "
+                                      f"carries), got {v!r}")
+
+
+def choice_field(cfg: ModelConfig, name: str, choices: tuple[str, ...]) -> None:
+    v = getattr(cfg, name)
+    if v not in choices:
+        raise ConfigError(name, f"must be one of {', '.join(choices)}, got {v!r}")
 
 
 def model_name(cfg: ModelConfig) -> str:

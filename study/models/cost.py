@@ -1,11 +1,8 @@
 """Multiply-accumulates (MACs) of one forward pass of one image, counted from the
-model's equations (docs/design.md §3-5), not from the code path a forward takes.
-
-As the paper's Table 1: one MAC per multiply-add of a matrix product, convolution or
-dot product; every head averages all T keys for all T queries (no factorisation);
-image-dependent scores (q·k, q·r_δ) count per (query, key) pair, a purely positional
-score once per distinct shift and head (Eq. 9, Section 4.2).  Not counted: biases,
-element-wise ops, softmax, LayerNorm, GELU, pooling.  FLOPs = 2 × MACs.
+model's equations (docs/design.md §3-5), not from the code path a forward takes, as the
+paper's Table 1 (docs/figures.md "MACs in Table 1"): all T keys for all T queries,
+image-dependent scores (q·k, q·r_δ) per (query, key) pair, a purely positional score
+once per distinct shift and head (Eq. 9, Section 4.2).  FLOPs = 2 × MACs.
 
 Pure Python (no torch): ``analysis`` uses it on the configuration columns of ``runs``.
 """
@@ -13,9 +10,6 @@ Pure Python (no torch): ``analysis`` uses it on the configuration columns of ``r
 from __future__ import annotations
 
 from typing import Any
-
-def _present(v: Any) -> bool:
-    return v is not None and not (isinstance(v, float) and v != v)
 
 
 def config_from_row(cfg: dict[str, Any]):
@@ -26,7 +20,8 @@ def config_from_row(cfg: dict[str, Any]):
     from study.models.encodings import REGISTRY
 
     fields = ModelConfig.__dataclass_fields__
-    known = {k: v for k, v in cfg.items() if k in fields and _present(v)}
+    # null or NaN (a null of a numeric column): not set
+    known = {k: v for k, v in cfg.items() if k in fields and v is not None and not (isinstance(v, float) and v != v)}
     spec = REGISTRY.get(known.get("encoding", "quadratic"))
     if spec is not None:
         # a row's value of another encoding's field (an old table's isotropic of a learned
@@ -35,13 +30,11 @@ def config_from_row(cfg: dict[str, Any]):
         known = {k: v for k, v in known.items() if k not in ENCODING_FIELDS or k in mine}
         if hasattr(spec, "legacy_defaults"):
             known = {**spec.legacy_defaults(cfg), **known}
-    for k, v in list(known.items()):
-        if hasattr(v, "item"):  # a runs row read by pandas holds numpy scalars
-            v = v.item()
-        if isinstance(v, float) and v.is_integer() and "int" in str(fields[k].type) \
-                and "float" not in str(fields[k].type):
-            v = int(v)  # an integer column with nulls (another encoding's rows) reads as float
-        known[k] = v
+    ints = {k for k, f in fields.items() if "int" in str(f.type) and "float" not in str(f.type)}
+    for k, v in known.items():
+        v = v.item() if hasattr(v, "item") else v  # a runs row read by pandas holds numpy scalars
+        # an integer column with nulls (another encoding's rows) reads as float
+        known[k] = int(v) if k in ints and isinstance(v, float) and v.is_integer() else v
     return ModelConfig(**known)
 
 
@@ -60,8 +53,6 @@ def self_attention_macs(cfg) -> int:
     I = intermediate): ``Encoding.positional_macs``; for content q_h·k_h per pair and the
     query/key projections; the weighted average N_h·T²·D; Linear(N_h·D → D),
     Linear(D → D), feed-forward 2·T·D·I.  Heads of width D (the layout the study trains)."""
-    if isinstance(cfg, dict):
-        cfg = config_from_row(cfg)
     spec = cfg.spec
     side = cfg.grid
     t = side * side

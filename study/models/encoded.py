@@ -8,17 +8,12 @@ Per head h, with queries and keys of width d_h (``head_dim``):
 
 where the encoding (an :class:`~study.models.encodings.base.Encoding`) turns queries,
 keys and shifts δ = key − query into probabilities; its parameters live in this layer's
-``positional`` container.  Two head layouts:
-
-* **paper** (``head_dim = dim``, the default): the layout of the
-  paper's models (docs/design.md §3) — each head averages the **raw input** (W_val folded into
-  ``out_proj``); the study trains every encoding so, to differ in their scores only.
-* **timm** (``head_dim = dim // num_heads``, ``value=True``): ConViT's ``GPSA``, Swin's
-  ``WindowAttention``, EVA's rotary attention; the tests compare it with timm's layers.
-
-Two exact paths: explicit (B, N_h, T, T) probabilities, and
-``scaled_dot_product_attention`` for encodings whose scores are q'·k'ᵀ/√d_h plus an
-optional bias (default on CUDA only, ``fused``).
+``positional`` container.  Head layouts (docs/design.md §5): **paper** (``head_dim = dim``,
+the default: each head averages the raw input, W_val folded into ``out_proj``) and **timm**
+(``head_dim = dim // num_heads``, ``value=True``: ConViT's ``GPSA``, Swin's
+``WindowAttention``, EVA's rotary attention, compared with timm's layers in the tests).
+Two exact paths: explicit (B, N_h, T, T) probabilities, and SDPA for encodings whose
+scores are q'·k'ᵀ/√d_h plus an optional bias (default on CUDA only, ``fused``).
 """
 
 from __future__ import annotations
@@ -68,17 +63,8 @@ class EncodedAttention(HeadsLayer):
     def scale(self) -> float:
         return 1.0 / math.sqrt(self.head_dim)
 
-    def values(self, x: Tensor) -> Tensor:
-        b, h, w, d = x.shape
-        t = h * w
-        if self.value is None:
-            return x.reshape(b, 1, t, d)
-        return self.value(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-
     def uses_fused(self, device: torch.device) -> bool:
-        if not hasattr(self.encoding, "sdpa_inputs"):
-            return False
-        return self.fused if self.fused is not None else device.type == "cuda"
+        return hasattr(self.encoding, "sdpa_inputs") and (device.type == "cuda" if self.fused is None else self.fused)
 
     def path_name(self) -> str:
         """Which exact path ``forward`` takes in the current mode (``study bench``)."""
@@ -98,7 +84,7 @@ class EncodedAttention(HeadsLayer):
         b, h, w, _ = x.shape
         t, n = h * w, self.num_heads
         q, k = self.queries_keys(x, scale=self.scale)
-        v = self.values(x)
+        v = x.reshape(b, 1, t, -1) if self.value is None else self.value(x).view(b, t, n, self.head_dim).transpose(1, 2)
         if not return_attention and self.uses_fused(x.device):
             q, k, bias = self.encoding.sdpa_inputs(self, q, k, h, w)
             if bias is not None:
@@ -110,10 +96,7 @@ class EncodedAttention(HeadsLayer):
             return heads.transpose(1, 2).reshape(b, t, -1), None
         probs = self.encoding.probs(self, q, k, h, w)
         dropped = probability_dropout(probs, self.attention_dropout.p, training=self.training).to(v.dtype)
-        if self.value is None:  # every head averages the same input
-            heads = shared_value_heads(dropped, v)
-        else:
-            heads = dropped @ v
+        heads = shared_value_heads(dropped, v) if self.value is None else dropped @ v  # no W_v: one input for all
         return heads.transpose(1, 2).reshape(b, t, -1), probs
 
     def head_columns(self) -> dict[str, Tensor]:

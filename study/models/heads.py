@@ -15,6 +15,17 @@ def softmax32(scores: Tensor) -> Tensor:
     return torch.softmax(scores, dim=-1)
 
 
+def content_scores(q: Tensor, k: Tensor, bias: Tensor | None = None) -> Tensor:
+    """q·kᵀ + bias, (B, N_h, T, T): q·kᵀ is added into the bias (broadcast to B, N_h) in place
+    (``baddbmm_``): two passes over the T×T matrix."""
+    b, n, t, d = q.shape
+    if bias is None:
+        return q @ k.transpose(-1, -2)
+    scores = bias.to(q.dtype).expand(b, n, t, t).contiguous()
+    scores.view(b * n, t, t).baddbmm_(q.reshape(b * n, t, d), k.reshape(b * n, t, d).transpose(1, 2))
+    return scores
+
+
 def shared_value_heads(probs: Tensor, x: Tensor) -> Tensor:
     """(B, N_h, T, T) probabilities applied to one (B, T, D) input: (B, N_h, T, D)."""
     b, n, t, _ = probs.shape

@@ -5,9 +5,8 @@ Each module maps a ``height × width`` token grid to image-independent scores
 δ = pos(k) − pos(q) = (δ1, δ2) (row, column) in grid pixels; :class:`QueryScores`
 scores the learned embeddings with each image's queries (a batch axis).  Isotropic
 Gaussian and learned scores are ``separable``, s(δ) = s_row(δ1) + s_col(δ2)
-(:meth:`axis_scores`), so the attention layer can factorise the softmax
-(``P = P_row ⊗ P_col``, docs/design.md §12).  A non-isotropic Gaussian adds the cross term
-−Σ⁻¹₁₂ (δ1−Δ1)(δ2−Δ2), which a softmax does not split.
+(:meth:`axis_scores`): the softmax factorises, P = P_row ⊗ P_col (docs/design.md §12);
+a non-isotropic Gaussian's cross term −Σ⁻¹₁₂ (δ1−Δ1)(δ2−Δ2) does not.
 """
 
 from __future__ import annotations
@@ -25,10 +24,11 @@ def relative_offsets(height: int, width: int, *, device=None) -> Tensor:
     return pos[None, :, :] - pos[:, None, :]
 
 
-def axis_offsets(size: int, *, device=None) -> Tensor:
-    """δ[q, k] = k − q along one axis, shape (size, size), float."""
-    r = torch.arange(size, device=device, dtype=torch.float32)
-    return r[None, :] - r[:, None]
+def relative_index(size: int, *, device=None) -> Tensor:
+    """idx[q, k] = k − q + size − 1 ∈ [0, 2·size−2]: the column of δ = k − q in a
+    table of the 2·size−1 offsets −(size−1) … size−1."""
+    r = torch.arange(size, device=device)
+    return r[None, :] - r[:, None] + size - 1
 
 
 class GaussianScores(nn.Module):
@@ -66,9 +66,9 @@ class GaussianScores(nn.Module):
     def axis_offsets(self, height: int, width: int) -> tuple[Tensor, Tensor]:
         """e1[h, qr, kr] = δ1 − Δ_h,1 (N_h, H, H) and e2[h, qc, kc] = δ2 − Δ_h,2 (N_h, W, W):
         the two coordinates of δ − Δ_h depend on one axis each."""
-        d_row = axis_offsets(height, device=self.centers.device).to(self.centers.dtype)
-        d_col = axis_offsets(width, device=self.centers.device).to(self.centers.dtype)
-        return d_row[None] - self.centers[:, 0, None, None], d_col[None] - self.centers[:, 1, None, None]
+        c = self.centers
+        d_row, d_col = ((relative_index(n, device=c.device) - (n - 1)).to(c.dtype) for n in (height, width))  # k − q
+        return d_row[None] - c[:, 0, None, None], d_col[None] - c[:, 1, None, None]
 
     def forward(self, height: int, width: int) -> Tensor:
         """Scores (N_h, T, T) assembled from per-axis terms (no (N_h, T, T, 2) tensor):
@@ -118,8 +118,7 @@ class LearnedScores(nn.Module):
     def _axis(self, table: nn.Embedding, keys: nn.Linear, size: int) -> Tensor:
         if size > self.max_size:
             raise ValueError(f"grid side {size} exceeds the learned table's {self.max_size}")
-        r = torch.arange(size, device=table.weight.device)
-        idx = r[None, :] - r[:, None] + self.max_size - 1  # δ + S − 1 ∈ [0, 2S−2]
+        idx = relative_index(size, device=table.weight.device) + self.max_size - size  # δ + S − 1 ∈ [0, 2S−2]
         return keys(table(idx)).permute(2, 0, 1)  # (N_h, size, size)
 
     def axis_scores(self, height: int, width: int) -> tuple[Tensor, Tensor]:
@@ -131,13 +130,6 @@ class LearnedScores(nn.Module):
         h = self.num_heads
         s = row[:, :, None, :, None] + col[:, None, :, None, :]  # (N_h, qr, qc, kr, kc)
         return s.reshape(h, height * width, height * width)
-
-
-def relative_index(size: int, *, device=None) -> Tensor:
-    """idx[q, k] = k − q + size − 1 ∈ [0, 2·size−2]: the column of δ = k − q in a
-    table of the 2·size−1 offsets −(size−1) … size−1."""
-    r = torch.arange(size, device=device)
-    return r[None, :] - r[:, None] + size - 1
 
 
 class QueryScores(nn.Module):

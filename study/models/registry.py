@@ -25,11 +25,8 @@ def register_model(arch: str):
 def build_model(config: ModelConfig | dict[str, Any] | None = None, **overrides: Any) -> "nn.Module":
     """Build the model described by ``config`` (a :class:`ModelConfig` or plain dict),
     with keyword ``overrides`` applied.  Raises ``ConfigError`` for invalid values."""
-    if config is None:
-        config = ModelConfig(**overrides)
-    else:
-        base = config.to_dict() if isinstance(config, ModelConfig) else dict(config)
-        config = ModelConfig.from_dict({**base, **overrides})
+    base = config.to_dict() if isinstance(config, ModelConfig) else dict(config or {})
+    config = ModelConfig.from_dict({**base, **overrides})
     _register_builtins()
     return _BUILDERS[config.arch](config=config)
 

@@ -9,9 +9,7 @@ An export (written by ``study export``) is a plain dict loadable with
      "state_dict": {...}, "study": ..., "trial_id": ..., "epoch": epochs trained,
      "final_test_acc": ..., "best_test_acc": ...}
 
->>> from study.models import load_trained
->>> model = load_trained("best.pt")          # eval mode, on the CPU
->>> logits = model(images)
+Loaded by :func:`load_trained` (docs/results.md "Taking a model away").
 """
 
 from __future__ import annotations

@@ -25,14 +25,9 @@ def encoding_fields() -> dict[str, Field]:
     return out
 
 
-def owners(field: str) -> list[str]:
-    return [e.name for e in REGISTRY.values() if any(f.name == field for f in e.fields)]
-
-
 def variants() -> list[tuple[str, dict]]:
     """(id, config overrides incl. ``encoding``) of every form of every encoding."""
     return [(vid, {"encoding": e.name, **over}) for e in REGISTRY.values() for vid, over in e.variants]
 
 
-__all__ = ["REGISTRY", "PAPER_ENCODINGS", "ContentEncoding", "Encoding", "Field", "encoding_fields", "owners",
-           "variants"]
+__all__ = ["REGISTRY", "PAPER_ENCODINGS", "ContentEncoding", "Encoding", "Field", "encoding_fields", "variants"]

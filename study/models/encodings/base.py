@@ -62,39 +62,11 @@ class Encoding:
         return f"<encoding {self.name}>"
 
 
-def bool_field(cfg: "ModelConfig", name: str) -> None:
-    from study.models.config import ConfigError
-
-    v = getattr(cfg, name)
-    if not isinstance(v, bool):
-        raise ConfigError(name, f"must be true or false, got {v!r}")
-
-
-def bounded(cfg: "ModelConfig", field: Field) -> None:
-    """``cfg.<field>`` is a number within ``field.bounds`` (NaN and infinities are not)."""
-    from study.models.config import ConfigError
-
-    v = getattr(cfg, field.name)
-    low, high = field.bounds
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
-        raise ConfigError(field.name, f"must be a number from {low:g} to {high:g} (what the encoding's equation "
-                                      f"carries), got {v!r}")
-
-
-def choice_field(cfg: "ModelConfig", name: str, choices: tuple[str, ...]) -> None:
-    from study.models.config import ConfigError
-
-    v = getattr(cfg, name)
-    if v not in choices:
-        raise ConfigError(name, f"must be one of {', '.join(choices)}, got {v!r}")
-
-
 class ContentEncoding(Encoding):
     """An encoding of :class:`~study.models.encoded.EncodedAttention`: parameters in the
     layer's ``positional`` (:meth:`init_parameters`), :meth:`probs` (B, N_h, T, T) from the
     scaled queries q/√d_h and keys (B, N_h, T, d_h)."""
 
-    content = True
     #: names under ``positional`` trained without weight decay
     no_weight_decay: tuple[str, ...] = ()
 
@@ -132,14 +104,7 @@ class AdditiveEncoding(ContentEncoding):
 
 
 def softmax_scores(q, k, bias=None):
-    """softmax(q·kᵀ + bias) in at least float32, (B, N_h, T, T); q·kᵀ is added into the
-    bias in place (``baddbmm_``): two passes over the T×T matrix."""
-    from study.models.heads import softmax32
+    """softmax(q·kᵀ + bias) in at least float32, (B, N_h, T, T)."""
+    from study.models.heads import content_scores, softmax32
 
-    b, n, t, d = q.shape
-    if bias is None:
-        scores = q @ k.transpose(-1, -2)
-    else:
-        scores = bias.to(q.dtype).expand(b, n, t, t).contiguous()
-        scores.view(b * n, t, t).baddbmm_(q.reshape(b * n, t, d), k.reshape(b * n, t, d).transpose(1, 2))
-    return softmax32(scores)
+    return softmax32(content_scores(q, k, bias))

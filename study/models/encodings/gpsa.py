@@ -17,7 +17,7 @@ Lemma 1 (tested).  ConViT's W_v = I is the paper's layout without W_v, the same 
 
 from __future__ import annotations
 
-from .base import ContentEncoding, Field, bounded
+from .base import ContentEncoding, Field
 
 
 #: α initialises v_h = α (2Δ_h, −1) so the positional score is α (2Δ_h·δ − ‖δ‖²): on the paper's
@@ -40,7 +40,7 @@ class Gpsa(ContentEncoding):
     equation = "(1 − σ(λ_h)) softmax(q_h·k_h/√d) + σ(λ_h) softmax(v_hᵀ r_δ), r_δ = (δx, δy, ‖δ‖²)"
 
     def normalise(self, cfg, set_):
-        from study.models.config import ConfigError
+        from study.models.config import ConfigError, bounded
 
         if cfg.pos_dim is None:
             set_("pos_dim", 3)
@@ -85,10 +85,9 @@ class Gpsa(ContentEncoding):
         """r_δ = (δx, δy, δx² + δy²) for every (query, key) pair: (T, T, 3), row-major tokens."""
         import torch
 
-        rows = torch.arange(height, device=device).repeat_interleave(width)
-        cols = torch.arange(width, device=device).repeat(height)
-        dy = (rows[None, :] - rows[:, None]).to(dtype)
-        dx = (cols[None, :] - cols[:, None]).to(dtype)
+        from study.models.positional import relative_offsets
+
+        dy, dx = relative_offsets(height, width, device=device).to(dtype).unbind(-1)  # exact integers
         return torch.stack([dx, dy, dx * dx + dy * dy], dim=-1)
 
     def positional_probs(self, layer, height: int, width: int):

@@ -6,7 +6,7 @@ with ``learned_content`` (the same tables, plus content scores).
 
 from __future__ import annotations
 
-from .base import Encoding, Field, choice_field
+from .base import Encoding, Field
 
 POSITIONAL_SCORES = ("query", "head")
 MIN_LEARNED_POS_DIM = 3
@@ -22,7 +22,7 @@ class LearnedEncoding(Encoding):
     default_score = "head"
 
     def normalise(self, cfg, set_):
-        from study.models.config import ConfigError, int_at_least
+        from study.models.config import ConfigError, choice_field, int_at_least
 
         if cfg.positional_score is None:
             set_("positional_score", self.default_score)

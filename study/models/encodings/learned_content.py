@@ -14,7 +14,6 @@ from .learned import LearnedEncoding
 
 class LearnedContent(LearnedEncoding):
     name = "learned_content"
-    content = True
     default_score = "query"
     variants = (("learned_content", {}),)
     equation = "[q_h[:D/2]·r_row[δ1] + q_h[D/2:]·r_col[δ2] + q_h·k_h]/√D (query form)"

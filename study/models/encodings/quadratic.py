@@ -4,7 +4,7 @@ centre per head, positional scores only (:class:`~study.models.positional.Gaussi
 
 from __future__ import annotations
 
-from .base import Encoding, Field, bool_field
+from .base import Encoding, Field
 
 
 class Quadratic(Encoding):
@@ -18,7 +18,7 @@ class Quadratic(Encoding):
     equation = "−½ s_h² ‖δ − Δ_h‖² (isotropic) or −½ (δ − Δ_h)ᵀ A_h A_hᵀ (δ − Δ_h)"
 
     def normalise(self, cfg, set_):
-        from study.models.config import ConfigError
+        from study.models.config import ConfigError, bool_field
 
         if cfg.isotropic is None:
             set_("isotropic", True)

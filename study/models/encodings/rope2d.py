@@ -15,7 +15,7 @@ Pairs are interleaved (channels 2i, 2i+1) as in timm's ``apply_rot_embed``; d_h 
 
 from __future__ import annotations
 
-from .base import AdditiveEncoding, Field, bounded, choice_field
+from .base import AdditiveEncoding, Field
 
 MODES = ("axial", "mixed")
 DEFAULT_THETA = {"axial": 100.0, "mixed": 10.0}
@@ -41,7 +41,7 @@ class Rope2d(AdditiveEncoding):
     equation = "R(θ(p_q)) q_h · R(θ(p_k)) k_h / √d, angles x·f, y·f (axial) or f_x·x + f_y·y (mixed, learned)"
 
     def normalise(self, cfg, set_):
-        from study.models.config import ConfigError
+        from study.models.config import ConfigError, bounded, choice_field
 
         if cfg.rope_mode is None:
             set_("rope_mode", "axial")
