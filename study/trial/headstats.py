@@ -130,8 +130,8 @@ def _grid_pass(model, images: Tensor, chunk: int = 10) -> tuple[list[Tensor], li
         part = []
         for m in maps:
             weight = len(x) / m.shape[0]  # a map shared by the batch (1, N_h, T, T) counts once per image
-            p = m.double()  # Σ_k P[q, k]·‖p_k − p_q‖ and −Σ_k P ln P, summed over images and queries
-            d, e = torch.einsum("bhqk,qk->h", p, distances), -torch.special.xlogy(p, p).sum(dim=(0, 2, 3))
+            p64 = m.double()  # Σ_k P[q, k]·‖p_k − p_q‖ and −Σ_k P ln P, summed over images and queries
+            d, e = torch.einsum("bhqk,qk->h", p64, distances), -torch.special.xlogy(p64, p64).sum(dim=(0, 2, 3))
             part.append((d * weight, e * weight, m[:, :, q].float().sum(0).view(-1, side, side) * weight))
         sums = part if sums is None else [tuple(a + b for a, b in zip(s, p)) for s, p in zip(sums, part)]
     t = side * side
