@@ -38,25 +38,20 @@ def lattice_offsets(kernel: int) -> Tensor:
     return torch.stack(torch.meshgrid(r, r, indexing="ij"), dim=-1).reshape(-1, 2)
 
 
-def _check_conv(conv: nn.Conv2d) -> int:
-    if not isinstance(conv, nn.Conv2d):
-        raise TypeError(f"expected torch.nn.Conv2d, got {type(conv).__name__}")
-    kh, kw = conv.kernel_size
-    if kh != kw or kh % 2 == 0:
-        raise ValueError(f"kernel must be square and odd, got {conv.kernel_size}")
-    if conv.stride != (1, 1) or conv.dilation != (1, 1) or conv.groups != 1:
-        raise ValueError("only stride 1, dilation 1, groups 1 convolutions are attention layers")
-    if conv.padding not in ((kh // 2, kh // 2), "same") or conv.padding_mode != "zeros":
-        raise ValueError(f"padding must be zero padding of K//2 = {kh // 2}, got {conv.padding}")
-    return kh
-
-
 @torch.no_grad()
 def mhsa_from_conv(conv: nn.Conv2d, *, alpha: float = DEFAULT_ALPHA) -> RelativeSelfAttention:
     """The :class:`RelativeSelfAttention` layer (quadratic isotropic, N_h = K²) that
     equals ``conv`` on an input zero-padded by K//2 (Lemma 1 + Lemma 2;
     :func:`conv_as_attention`)."""
-    k = _check_conv(conv)
+    if not isinstance(conv, nn.Conv2d):
+        raise TypeError(f"expected torch.nn.Conv2d, got {type(conv).__name__}")
+    k, kw = conv.kernel_size
+    if k != kw or k % 2 == 0:
+        raise ValueError(f"kernel must be square and odd, got {conv.kernel_size}")
+    if conv.stride != (1, 1) or conv.dilation != (1, 1) or conv.groups != 1:
+        raise ValueError("only stride 1, dilation 1, groups 1 convolutions are attention layers")
+    if conv.padding not in ((k // 2, k // 2), "same") or conv.padding_mode != "zeros":
+        raise ValueError(f"padding must be zero padding of K//2 = {k // 2}, got {conv.padding}")
     w = conv.weight
     positional = GaussianScores(num_heads=k * k, isotropic=True)
     layer = RelativeSelfAttention(dim=conv.in_channels, num_heads=k * k, positional=positional,

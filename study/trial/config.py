@@ -55,10 +55,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):
             object.__setattr__(self, "model", ModelConfig.from_dict(self.model))
-        for k in ("epochs", "batch_size", "head_images", "eval_batch_size"):
-            int_at_least(self, k)
-        int_at_least(self, "map_radius", 0)
-        int_at_least(self, "seed", 0)
+        for k, low in (("epochs", 1), ("batch_size", 1), ("head_images", 1), ("eval_batch_size", 1),
+                       ("map_radius", 0), ("seed", 0)):
+            int_at_least(self, k, low)
         if self.subset is not None:
             int_at_least(self, "subset", 10)
         for k in ("lr", "momentum", "weight_decay"):

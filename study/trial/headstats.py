@@ -32,15 +32,6 @@ def token_distances(height: int, width: int, *, device=None) -> Tensor:
     return torch.cdist(pos, pos)
 
 
-def grid_locality_sums(probs: Tensor, distances: Tensor) -> tuple[Tensor, Tensor]:
-    """Per head, the sums over the maps' images and queries of Σ_k P[q, k]·‖p_k − p_q‖
-    and of −Σ_k P[q, k] ln P[q, k]: ``probs`` (B, N_h, T, T), float64 results (N_h,)."""
-    p = probs.double()
-    distance = torch.einsum("bhqk,qk->h", p, distances.to(p.device))
-    entropy = -torch.special.xlogy(p, p).sum(dim=(0, 2, 3))
-    return distance, entropy
-
-
 def shift_grid(radius: int, *, device=None) -> Tensor:
     """δ = (row, col) for a (2r+1)² window, shape (2r+1, 2r+1, 2), float."""
     side = 2 * radius + 1
@@ -79,14 +70,6 @@ def distribution_stats(probs: Tensor, delta: Tensor) -> dict[str, Tensor]:
             "max_prob": p.max(-1).values}
 
 
-def gaussian_parameters(positional) -> dict[str, Tensor] | None:
-    if not isinstance(positional, GaussianScores):
-        return None
-    prec = positional.inv_covariance().detach().double()
-    c = positional.centers.detach().double()
-    return dict(zip(PARAM_COLUMNS, (c[:, 1], c[:, 0], prec[:, 1, 1], prec[:, 0, 1], prec[:, 0, 0])))
-
-
 @torch.no_grad()
 def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict], list[dict]]:
     """Rows of the ``heads`` and ``maps`` tables for every layer and head, from the
@@ -102,9 +85,7 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
         if layer.content:
             centre = centres[li]  # (N_h, H, W) over key positions
             h, w = centre.shape[-2:]
-            rows = torch.arange(h, device=centre.device) - h // 2
-            cols = torch.arange(w, device=centre.device) - w // 2
-            delta = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), -1).float()
+            delta = torch.from_numpy(token_positions(h, w) - (h // 2, w // 2)).to(centre.device)
             probs = centre
             window = _crop(centre, h // 2, w // 2, radius)
         else:
@@ -116,10 +97,11 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
             delta = shift_grid(full, device=probs.device)
             window = _crop(probs, full, full, radius)
         stats = distribution_stats(probs, delta)
-        stats["attention_distance"] = distances[li]
-        stats["attention_entropy"] = entropies[li]
-        values = {**stats, **(gaussian_parameters(getattr(layer, "positional", None)) or {}),
-                  **(layer.head_columns() if hasattr(layer, "head_columns") else {})}
+        stats.update(attention_distance=distances[li], attention_entropy=entropies[li])
+        values = {**stats, **(layer.head_columns() if hasattr(layer, "head_columns") else {})}
+        if isinstance(positional := getattr(layer, "positional", None), GaussianScores):
+            c, prec = positional.centers.double(), positional.inv_covariance().double()
+            values.update(zip(PARAM_COLUMNS, (c[:, 1], c[:, 0], prec[:, 1, 1], prec[:, 0, 1], prec[:, 0, 0])))
         for hd in range(layer.num_heads):
             heads_rows.append({"layer": li, "head": hd, **{k: float(values[k][hd]) if k in values else NAN
                                                            for k in (*stats, *PARAM_COLUMNS, *HEAD_COLUMNS)}})
@@ -142,14 +124,14 @@ def _grid_pass(model, images: Tensor, chunk: int = 10) -> tuple[list[Tensor], li
     for i in range(0, n, chunk):
         x = images[i : i + chunk]
         _, maps = model(x, return_attention=True)
-        t = maps[0].shape[-1]
-        side = int(round(t**0.5))
+        side = int(round(maps[0].shape[-1] ** 0.5))
         distances = token_distances(side, side, device=maps[0].device)
         q = (side // 2) * side + side // 2
         part = []
         for m in maps:
             weight = len(x) / m.shape[0]  # a map shared by the batch (1, N_h, T, T) counts once per image
-            d, e = grid_locality_sums(m, distances)
+            p64 = m.double()  # Σ_k P[q, k]·‖p_k − p_q‖ and −Σ_k P ln P, summed over images and queries
+            d, e = torch.einsum("bhqk,qk->h", p64, distances), -torch.special.xlogy(p64, p64).sum(dim=(0, 2, 3))
             part.append((d * weight, e * weight, m[:, :, q].float().sum(0).view(-1, side, side) * weight))
         sums = part if sums is None else [tuple(a + b for a, b in zip(s, p)) for s, p in zip(sums, part)]
     t = side * side

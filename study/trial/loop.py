@@ -11,7 +11,7 @@ import functools
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 import torch
@@ -128,7 +128,7 @@ def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger, step_progr
         else:
             metrics = {k: metrics[k] for k in ("epoch", "test_acc", "val_acc", "train_loss")}
         if report is not None:
-            report({**metrics, "best_test_acc": t.best_acc, "best_val_acc": _nan_to_none(t.best_val),
+            report({**metrics, "best_test_acc": t.best_test_acc, "best_val_acc": _nan_to_none(t.best_val_acc),
                     "status": "running", "device_seconds": t.device_seconds}, ckpt)
 
 
@@ -159,10 +159,10 @@ class _Trial:
     run_row: dict[str, Any] = field(default_factory=dict)
     start_epoch: int = 0
     epochs_done: int = 0
-    best_acc: float = 0.0
-    final_acc: float = math.nan
-    best_val: float = math.nan
-    final_val: float = math.nan
+    best_test_acc: float = 0.0
+    final_test_acc: float = math.nan
+    best_val_acc: float = math.nan
+    final_val_acc: float = math.nan
     device_seconds: float = 0.0
     attempts: int = 1
     status: str = "finished"
@@ -200,7 +200,7 @@ def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: Dev
                   optimizer=build_optimizer(model, cfg),
                   n_params=count_parameters(model), protocol=build_protocol(cfg, num_classes=mc.num_classes),
                   flops=forward_flops(model, image_size=mc.image_size, in_channels=mc.in_channels),
-                  best_val=math.nan if val_data is None else 0.0)
+                  best_val_acc=math.nan if val_data is None else 0.0)
 
 
 def _resume(t: _Trial, *, checkpoint_dir, ledger, warn) -> TrialResult | None:
@@ -210,8 +210,9 @@ def _resume(t: _Trial, *, checkpoint_dir, ledger, warn) -> TrialResult | None:
     if state is not None:
         check_config(state, model_config=t.mc.to_dict(), train_config=t.cfg.to_dict(), where=str(checkpoint_dir))
         t.start_epoch = t.epochs_done = state["epoch"]
-        t.best_acc, t.final_acc = state["best_test_acc"], float(state["final_test_acc"])
-        t.best_val, t.final_val = state.get("best_val_acc", t.best_val), float(state.get("final_val_acc", math.nan))
+        t.best_test_acc, t.final_test_acc = state["best_test_acc"], float(state["final_test_acc"])
+        t.best_val_acc = state.get("best_val_acc", t.best_val_acc)
+        t.final_val_acc = float(state.get("final_val_acc", math.nan))
         t.device_seconds = state["device_seconds"]
         if t.start_epoch >= t.cfg.epochs:
             return _result(t)
@@ -261,8 +262,8 @@ def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) 
 def _write_run(t: _Trial, status: str) -> None:
     if t.writer is not None:
         t.writer.run({**t.run_row, "status": status, "epochs_done": t.epochs_done,
-                      "best_test_acc": t.best_acc, "final_test_acc": t.final_acc,
-                      "best_val_acc": _nan_to_none(t.best_val), "final_val_acc": _nan_to_none(t.final_val),
+                      "best_test_acc": t.best_test_acc, "final_test_acc": t.final_test_acc,
+                      "best_val_acc": _nan_to_none(t.best_val_acc), "final_val_acc": _nan_to_none(t.final_val_acc),
                       "device_seconds": t.device_seconds, "updated_at": time.time()})
 
 
@@ -323,11 +324,11 @@ def _evaluate_epoch(t: _Trial, epoch: int, trained: dict[str, float], t0: float)
     if t.val_data is not None:
         val_loss, val_acc = run(t.val_data)
         t.epoch_done += len(t.val_data)
-        t.best_val, t.final_val = max(t.best_val, val_acc), val_acc
+        t.best_val_acc, t.final_val_acc = max(t.best_val_acc, val_acc), val_acc
     epoch_seconds = time.perf_counter() - t0
     t.device_seconds += epoch_seconds * t.world
-    t.best_acc = max(t.best_acc, test_acc)
-    t.final_acc = test_acc
+    t.best_test_acc = max(t.best_test_acc, test_acc)
+    t.final_test_acc = test_acc
     t.epochs_done = epoch + 1
     return {"epoch": epoch, "train_loss": trained["train_loss"], "train_acc": trained["train_acc"],
             "val_loss": val_loss, "val_acc": val_acc, "test_loss": test_loss, "test_acc": test_acc,
@@ -368,10 +369,10 @@ def _checkpoint(t: _Trial, checkpoint_dir) -> str | None:
         return None
     save_checkpoint(checkpoint_dir, {
         "model": t.model.state_dict(), "optimizer": t.optimizer.state_dict(),
-        "epoch": t.epochs_done, "best_test_acc": t.best_acc, "final_test_acc": t.final_acc,
+        "epoch": t.epochs_done, "best_test_acc": t.best_test_acc, "final_test_acc": t.final_test_acc,
         "device_seconds": t.device_seconds, "attempts": t.attempts,
         **capture_rng(t.device, cuda=t.paths.cuda_rng),
-        "best_val_acc": t.best_val, "final_val_acc": t.final_val,
+        "best_val_acc": t.best_val_acc, "final_val_acc": t.final_val_acc,
         # what the model is: `study export` / `load_trained` rebuild it from these
         "model_config": t.mc.to_dict(), "train_config": t.cfg.to_dict(),
     })
@@ -379,9 +380,7 @@ def _checkpoint(t: _Trial, checkpoint_dir) -> str | None:
 
 
 def _result(t: _Trial) -> TrialResult:
-    return TrialResult(status=t.status, epochs_done=t.epochs_done, best_test_acc=t.best_acc,
-                       final_test_acc=t.final_acc, device_seconds=t.device_seconds, best_val_acc=t.best_val,
-                       final_val_acc=t.final_val)
+    return TrialResult(**{f.name: getattr(t, f.name) for f in fields(TrialResult)})
 
 
 @torch.no_grad()

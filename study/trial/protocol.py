@@ -29,9 +29,7 @@ class Protocol:
     num_classes: int = 10
 
     def images(self, x: Tensor) -> Tensor:
-        """The image policy applied to each uint8 image of ``x`` (B, 3, H, W) separately."""
-        if self.policy is None:
-            return x
+        """The image policy (not None) applied to each uint8 image of ``x`` (B, 3, H, W) separately."""
         return torch.stack([self.policy(image) for image in x.unbind(0)])
 
     def targets(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
