@@ -245,17 +245,20 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
     return out["compacted"], out["parts"]
 
 
-def _read_file(path: str) -> pa.Table:
-    """One file, one version of it: a file replaced meanwhile is read whole, old or new.  Locally
-    through one open handle (``pq.read_table(path)`` opens it twice, footer and pages); remotely in
-    one GET parsed from memory, read again when that GET and the size request before it straddled
-    a replacement (an object store replaces an object whole, but ranged reads see each version)."""
+def _read_file(path: str, *, schema: bool = False) -> pa.Table | pa.Schema:
+    """One file (or its schema), one version of it: a file replaced meanwhile is read whole, old or
+    new.  Locally through one open handle (``pq.read_table(path)`` opens it twice, footer and pages);
+    remotely a table in one GET parsed from memory, and either read again when its requests straddled
+    a replacement (an object store replaces an object whole, but a size request and ranged reads see
+    each version)."""
     fs, p = file_system(path)
     if not is_remote(path):
         with fs.open_input_file(p) as f:
-            return pq.ParquetFile(f).read()
+            return pq.read_schema(f) if schema else pq.ParquetFile(f).read()
     for attempt in range(_REMOTE_READS):
         try:
+            if schema:
+                return pq.read_schema(p, filesystem=fs)
             with fs.open_input_stream(p) as f:
                 return pq.ParquetFile(pa.BufferReader(f.read())).read()
         except (OSError, pa.ArrowException) as exc:
@@ -276,10 +279,9 @@ def _damaged(path: str, exc: Exception) -> bool:
 
 
 def read_file(path: str, *, schema: bool = False) -> pa.Table | pa.Schema | None:
-    """``path`` read whole (:func:`_read_file`) or its schema; None when gone or damaged (named in a warning)."""
+    """``path`` read whole or its schema (:func:`_read_file`); None when gone or damaged (named in a warning)."""
     try:
-        fs, p = file_system(path)
-        return pq.read_schema(p, filesystem=fs) if schema else _read_file(path)
+        return _read_file(path, schema=schema)
     except (OSError, pa.ArrowException) as exc:
         _damaged(path, exc)
         return None

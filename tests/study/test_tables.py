@@ -96,11 +96,11 @@ def test_readers_survive_a_compaction_between_listing_and_reading(tmp_path, monk
     real = T._read_file
     fired = []
 
-    def racing(path):
+    def racing(path, **kw):
         if not fired:
             fired.append(path)
             compact(root, "epochs", "a")
-        return real(path)
+        return real(path, **kw)
 
     monkeypatch.setattr(T, "_read_file", racing)
     assert len(read_table(root, "epochs")) == 4 and fired
