@@ -241,7 +241,7 @@ class StudyFile(_Strict):
             raise _refuse("num_samples", f"{self.num_samples} samples per cell but nothing is sampled (no sample "
                                          "axes): every sample would repeat the same trial (repeat with seeds instead)")
         grid, sample = self.grid.model_fields_set, self.sample.model_fields_set
-        for k in grid | sample:
+        for k in sorted(grid | sample):  # the same axis named on every run (a set's order follows string hashing)
             where = f"grid.{k}" if k in grid else f"sample.{k}"
             if k in grid and k in sample:
                 raise _refuse(f"sample.{k}", "duplicate axis: also a grid axis")

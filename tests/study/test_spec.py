@@ -209,3 +209,19 @@ def test_every_shipped_study_file_names_and_meets_the_schema():
 def test_schema_command_has_help(study_in_process):
     code, out, _, _ = study_in_process("schema", "--help")
     assert code == 0 and "yaml-language-server" in out
+
+
+def test_several_duplicate_axes_name_the_same_one_on_every_run(tmp_path):
+    """A file with two duplicate axes is refused naming the same one whatever Python's string
+    hashing (the axes were walked as a set, so the named one changed from run to run)."""
+    f = write(tmp_path, {**BASE, "models": [{"num_heads": 2, "training": {"optimizer": {"lr": 0.1}}}],
+                         "grid": {"num_heads": [1, 2], "lr": [0.1, 0.2], "momentum": [0.0, 0.9]},
+                         "sample": {"weight_decay": {"loguniform": [1e-5, 1e-3]}, "momentum": {"choice": [0.5]}}})
+    seen = set()
+    for seed in ("0", "1", "2", "3", "4", "5"):
+        r = subprocess.run([sys.executable, "-m", "study", "validate", str(f)], capture_output=True, text=True,
+                           cwd=REPO_ROOT, env={**__import__("os").environ, "PYTHONHASHSEED": seed}, timeout=120)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        seen.add(r.stderr)
+    assert len(seen) == 1, seen
+    assert "duplicate axis" in seen.pop()
