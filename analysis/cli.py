@@ -14,7 +14,8 @@ from pathlib import Path
 from analysis.io import AnalysisError, load
 from analysis.query import FORMATS, run_query
 
-from study.cliutil import BoundedFloat, BoundedInt, Parser as _Parser, fail as _fail, package_version as _version  # torch-free
+from study.cliutil import (BoundedFloat, BoundedInt, Parser as _Parser, exit_without_final_collections, fail as _fail,
+                           package_version as _version)  # torch-free
 from study.limits import (MAX_CPUS_PER_TRIAL, MAX_EPOCHS, MAX_PORT, MAX_SERVE_INTERVAL_S,
                           MIN_SERVE_INTERVAL_S)
 from study.tables import TableWarning, warnings_as_lines
@@ -186,6 +187,7 @@ def _check_storage(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    exit_without_final_collections()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:  # `analysis` alone: the list of commands, on stderr, usage status

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from study.cliutil import Parser, package_version
+from study.cliutil import Parser, exit_without_final_collections, package_version
 from study.commands import bench, export, models, plan, schema, slurm, studies, theorem, train
 from study.errors import EXIT_USAGE, StorageError, StudyError
 
@@ -28,6 +28,7 @@ def build_parser() -> Parser:
 def main(argv: list[str] | None = None) -> int:
     from study.tables import warnings_as_lines
 
+    exit_without_final_collections()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # overrides after the options (`study run FILE --storage S epochs=5`) are overrides too

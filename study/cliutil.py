@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import math
 import os
 import re
@@ -90,6 +92,14 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def exit_without_final_collections() -> None:
+    """Freeze the heap once every other exit handler has run (Ray's shutdown, logging's flush): Python's
+    final garbage collections then skip the millions of objects torch and Ray leave behind, which took
+    1.7 s of every `study run`'s exit (0.3 s frozen).  Registered first, so it runs last."""
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
 
 
 def package_version() -> str:
