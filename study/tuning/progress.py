@@ -27,8 +27,8 @@ class _Trial:
     epochs: int
     group: str = ""  # trials of one model configuration run at one rate
     started: float | None = None
-    reports: list[float] = field(default_factory=list)  # times of the epoch reports
     walls: list[float] = field(default_factory=list)  # wall seconds of each reported epoch
+    reported: float = 0.0  # time of the last epoch report
     setup: float | None = None  # start to first report, less that epoch
     ended: bool = False
 
@@ -63,7 +63,7 @@ class RemainingWork:
             macs, pairs = (float(c[0][0]), float(c[0][1])) if isinstance(c[0], (tuple, list)) else (float(c[0]), 0.0)
             self.trials[k] = _Trial(weight=macs + PAIR_MAC_EQUIVALENT * pairs, paired=pairs > 0, epochs=int(c[1]),
                                     group=str(c[2]) if len(c) > 2 else "")
-        self.order = [k for k in order if k in self.trials] + [k for k in self.trials if k not in order]
+        self.order = order
         self.workers = workers or 1
         self.probe = probe
         self._running: set[str] = set()
@@ -73,7 +73,7 @@ class RemainingWork:
         if t is None or t.ended:
             return
         if t.started is None or key not in self._running:
-            t.started, t.reports, t.walls, t.setup = now, [], [], None  # a retry starts over
+            t.started, t.walls, t.setup = now, [], None  # a retry starts over
         self._running.add(key)
         self.workers = max(self.workers, len(self._running))
 
@@ -84,13 +84,13 @@ class RemainingWork:
             return
         if key not in self._running:
             self.start(key, now if seconds is None else now - seconds)
-        if t.reports:
-            t.walls.append(now - t.reports[-1])
+        if t.walls:
+            t.walls.append(now - t.reported)
         else:
             wall = seconds if seconds is not None and 0 <= seconds <= now - t.started else now - t.started
             t.walls.append(wall)
             t.setup = now - t.started - wall
-        t.reports.append(now)
+        t.reported = now
 
     def end(self, key: str) -> None:
         if key in self.trials:
@@ -120,7 +120,7 @@ class RemainingWork:
             return 0.0
         if t.walls:  # its own epoch times
             left = t.epochs - len(t.walls)
-            return max(left * sum(t.walls) / len(t.walls) - (now - t.reports[-1]), 0.0)
+            return max(left * sum(t.walls) / len(t.walls) - (now - t.reported), 0.0)
         if t.started is not None and inside is not None:  # its own first epoch, as far as it has gone
             after, so_far, wall = inside
             return max(wall - so_far, 0.0) + after * wall
@@ -164,13 +164,11 @@ class ProgressReporter(Callback):
         self.enabled, self.interval, self.total, self.done = enabled, interval, meta.get("num_trials"), 0
         self._last: dict[str, float] = {}  # trial id -> when its last row was printed
         self._header = False
+        if pending is not None and plan:  # a resumed study: the trials that ended already are done, and cost nothing
+            self.done = len(plan) - len(pending)
         costs = {t.key: (t.cost_terms, t.epochs, json.dumps(t.config, sort_keys=True, default=str)) for t in plan}
-        order = [t.key for t in plan]
-        if pending is not None:  # a resumed study: the trials that ended already are done, and cost nothing
-            self.done = len(order) - len(pending) if order else 0
-            order = [k for k in order if k in set(pending)]
-            costs = {k: costs[k] for k in order}
-        self.work = RemainingWork(costs=costs, order=order, probe=_ledger_probe(meta))
+        self.work = RemainingWork(costs=costs, order=[k for k in costs if pending is None or k in pending],
+                                  probe=_ledger_probe(meta))
         self._start = time.monotonic()
 
     def setup(self, **info):
@@ -203,9 +201,7 @@ class ProgressReporter(Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         now = time.monotonic()
         if result.get("status", "running") == "running" and isinstance(result.get("epoch"), int):
-            secs, heads = result.get("seconds"), result.get("head_stats_seconds")
-            secs = float(secs) + (float(heads) if isinstance(heads, (int, float)) else 0.0) \
-                if isinstance(secs, (int, float)) else None
+            secs = result["seconds"] + result.get("head_stats_seconds", 0.0) if "seconds" in result else None
             self.work.epoch(self._key(trial), now, seconds=secs)
         if now - self._last.get(trial.trial_id, -1e9) >= self.interval:
             self._last[trial.trial_id] = now
