@@ -137,11 +137,17 @@ class RunContract(Callback):
         book = self._ledger(key)
         why = book.get("last_error") or DIED
         attempts = int(book.get("attempts") or trial.num_failures or 1)
-        if final:
-            self.say(f"trial {key} error after {attempts} attempt(s): {why}")
-            self._write_error(trial, key, error=why, attempts=attempts, spent=book.get("device_seconds"))
-        else:
+        if not final:
             self.say(f"trial {key} failed (attempt {attempts}): {why}; retrying from its last checkpoint")
+        else:
+            self.say(f"trial {key} error after {attempts} attempt(s): {why}")
+            try:
+                old = read_table(self.tables, "runs").query("trial_id == @key")
+                row = old.iloc[0].to_dict() if len(old) else self._row_from_config(trial, key)
+                _write(self.tables, {**row, "status": "error", "error": why, "attempts": attempts},
+                       spent=book.get("device_seconds"))
+            except OSError as e:
+                self.storage_failed(e)
         if why.startswith("StorageError"):
             self.storage_failed(why.split(":", 1)[1].strip())
 
@@ -176,24 +182,16 @@ class RunContract(Callback):
         if self.lock is not None:
             self.lock.heartbeat()
 
-    def _write_error(self, trial, key: str, *, error: str, attempts: int, spent) -> None:
-        try:
-            old = read_table(self.tables, "runs").query("trial_id == @key")
-            row = old.iloc[0].to_dict() if len(old) else {**self._row_from_config(trial.config or {}, key),
-                                                          "ray_trial_id": trial.trial_id}
-            _write(self.tables, {**row, "status": "error", "error": error, "attempts": attempts}, spent=spent)
-        except OSError as e:
-            self.storage_failed(e)
-
-    def _row_from_config(self, config: dict[str, Any], key: str) -> dict[str, Any]:
+    def _row_from_config(self, trial, key: str) -> dict[str, Any]:
         """A ``runs`` row for a trial that failed before it wrote one: the resolved
         configuration the searcher gave it (``config["train"]``)."""
         from study.models import model_name
         from study.trial.config import TrainConfig
 
-        row: dict[str, Any] = {"trial_id": key, "study": self.meta["name"], "cell": config.get("cell"),
-                               "sample": config.get("sample"), "epochs_done": 0, "best_test_acc": math.nan,
-                               "final_test_acc": math.nan, "device_seconds": 0.0,
+        config = trial.config or {}
+        row: dict[str, Any] = {"trial_id": key, "ray_trial_id": trial.trial_id, "study": self.meta["name"],
+                               "cell": config.get("cell"), "sample": config.get("sample"), "epochs_done": 0,
+                               "best_test_acc": math.nan, "final_test_acc": math.nan, "device_seconds": 0.0,
                                **{f"sampled_{k}": v for k, v in (config.get("sampled") or {}).items()}}
         if "train" in config:
             cfg = TrainConfig.from_dict(config["train"])
@@ -209,9 +207,8 @@ class RunContract(Callback):
             compact_all(self.tables)  # what trials left uncompacted (stopped early, killed)
             runs = read_table(self.tables, "runs")
             for r in runs[runs.status == "running"].to_dict("records"):
-                stopped_early = (r["trial_id"] in self.completed and not self.stopping
-                                 and r["epochs_done"] < r["epochs"])
-                r["status"] = "stopped" if stopped_early else "interrupted"
+                early = r["trial_id"] in self.completed and not self.stopping and r["epochs_done"] < r["epochs"]
+                r["status"] = "stopped" if early else "interrupted"
                 if self.storage_error is not None and not r.get("error"):
                     r["error"] = f"StorageError: {self.storage_error}"
                 # the time of an epoch cut short is only in the ledger (its clock ran while it did)
@@ -221,15 +218,11 @@ class RunContract(Callback):
 
 
 def _write(tables: str, row: dict[str, Any], *, spent: float | None = None) -> None:
-    """``spent``: the ledger's device-seconds, kept where more than the row's."""
+    """``row`` as plain Python (NumPy scalars unwrapped; a NaN ``error`` is None); ``spent``: the
+    ledger's device-seconds, kept where more than the row's."""
     if spent is not None:
         row = {**row, "device_seconds": max(float(spent), float(row.get("device_seconds") or 0.0))}
-    write_part(part_path(tables, "runs", row["trial_id"]), [_plain({**row, "updated_at": time.time()})])
-
-
-def _plain(row: dict[str, Any]) -> dict[str, Any]:
-    """A row's values as plain Python (NumPy scalars unwrapped; a NaN ``error`` is None)."""
-    out = {k: v.item() if hasattr(v, "item") else v for k, v in row.items()}
-    if isinstance(out.get("error"), float) and math.isnan(out["error"]):
-        out["error"] = None
-    return out
+    row = {k: v.item() if hasattr(v, "item") else v for k, v in row.items()}
+    if isinstance(row.get("error"), float) and math.isnan(row["error"]):
+        row["error"] = None
+    write_part(part_path(tables, "runs", row["trial_id"]), [{**row, "updated_at": time.time()}])

@@ -8,9 +8,7 @@ import importlib.util
 import os
 from typing import Any
 
-# the names a study file may use are the spec layer's (the study-file reader does not
-# depend on this module); re-exported here beside the callbacks they select
-from study.spec import DEFAULT_LOGGERS, LOGGERS
+from study.spec import LOGGERS  # the names a study file may use: the study-file reader does not import this module
 
 
 def check_loggers(names) -> tuple[int, str] | None:
@@ -69,4 +67,4 @@ def logger_callbacks(names, *, root: str, study: str, tables: str) -> list[Any]:
     return callbacks
 
 
-__all__ = ["DEFAULT_LOGGERS", "LOGGERS", "check_loggers", "logger_callbacks", "mlflow_tracking_uri"]
+__all__ = ["check_loggers", "logger_callbacks", "mlflow_tracking_uri"]

@@ -29,6 +29,7 @@ import pandas as pd
 import yaml
 
 from study.atomicio import write_atomic
+from study.errors import one_line
 from study.spec import StudySpec, selects
 from study.storage import META_FILE, is_remote, read_meta, resolve, study_root
 from study.tables import STATUSES, read_table
@@ -64,7 +65,7 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = F
         from study.errors import RayStartError
 
         what = f"cannot join the Ray cluster at {address}" if address else "the local Ray did not start"
-        raise RayStartError(f"{what}: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from None
+        raise RayStartError(f"{what}: {type(e).__name__}: {one_line(e)}") from None
 
 
 def _meta(spec: StudySpec) -> dict[str, Any]:
@@ -236,21 +237,16 @@ def _fit(tuner, contract) -> None:
     except (EOFError, pickle.UnpicklingError) as e:
         # Tune reading back a file it wrote on a full disk (a trial's error.pkl, at the
         # end of fit): the storage failed; the study's own state is intact for `study resume`
+        full = False
+        if not is_remote(contract.root):
+            with contextlib.suppress(OSError):
+                full = shutil.disk_usage(contract.root).free < (1 << 20)
         contract.storage_failed(f"{contract.root}: Ray could not read back a file it wrote "
-                                f"({type(e).__name__}: {' '.join(str(e).split())[:200]}): "
-                                f"{_space_left(contract.root)}")
+                                f"({type(e).__name__}: {one_line(e, limit=200)}): "
+                                + ("No space left on device" if full else "the storage is full or failing?"))
     except Exception:  # noqa: BLE001 - a consequence of a storage failure already reported
         if contract.storage_error is None:
             raise
-
-
-def _space_left(root: str) -> str:
-    """'No space left on device' when the study's local disk is full, else a guess."""
-    if not is_remote(root):
-        with contextlib.suppress(OSError):
-            if shutil.disk_usage(root).free < (1 << 20):
-                return "No space left on device"
-    return "the storage is full or failing?"
 
 
 def summary(runs: pd.DataFrame) -> str:
@@ -281,13 +277,10 @@ def summary(runs: pd.DataFrame) -> str:
             searched = "".join(f"{c}={value_text(r[c])}  " for c in sampled)
             lines.append(f"  {r.variant:<{width}}  {r.trial_id}  {searched}{val_txt}best test acc "
                          f"{r.best_test_acc:.4f}  ({r.epochs_done}/{r.epochs} epochs, {r.status})")
-    errors = runs[runs.status == "error"]
-    if len(errors):
-        lines.append("errors:")
-        for r in errors.itertuples(index=False):
-            lines.append(f"  {r.trial_id}  {getattr(r, 'error', None) or 'unknown error'}  "
-                         f"({int(r.attempts) if r.attempts == r.attempts else '?'} attempts)")
-    return "\n".join(lines)
+    errors = [f"  {r.trial_id}  {getattr(r, 'error', None) or 'unknown error'}  "
+              f"({int(r.attempts) if r.attempts == r.attempts else '?'} attempts)"
+              for r in runs[runs.status == "error"].itertuples(index=False)]
+    return "\n".join(lines + (["errors:", *errors] if errors else []))
 
 
 def _say(verbose: bool, line: str) -> None:
