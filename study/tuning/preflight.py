@@ -47,7 +47,8 @@ def check_cluster_resources(nodes: list[dict], *, cpus_per_trial: float, gpus_pe
     workers = max(1, int(workers_per_trial))
     cpu, gpu = cpus_per_trial / workers, gpus_per_trial / workers
     what = "a trial" if workers == 1 else f"each of a trial's {workers} workers"
-    summary = (f"{len(nodes)} node(s), largest {_largest(nodes, 'CPU')} CPUs / {_largest(nodes, 'GPU')} GPUs, "
+    largest = {k: f"{max((n.get(k, 0) for n in nodes), default=0):g}" for k in ("CPU", "GPU")}
+    summary = (f"{len(nodes)} node(s), largest {largest['CPU']} CPUs / {largest['GPU']} GPUs, "
                f"{sum(n.get('CPU', 0) for n in nodes):g} CPUs in all")
     if not any(n.get("CPU", 0) >= cpu for n in nodes):
         return f"resources.cpus_per_trial: {what} needs {cpu:g} CPUs on one node; the cluster has {summary}"
@@ -61,10 +62,6 @@ def check_cluster_resources(nodes: list[dict], *, cpus_per_trial: float, gpus_pe
             return (f"resources.workers_per_trial: the cluster's nodes hold {fit} of a trial's {workers} workers "
                     f"({cpu:g} CPUs{f', {gpu:g} GPU(s)' if gpu else ''} each); the cluster has {summary}")
     return None
-
-
-def _largest(nodes: list[dict], key: str) -> str:
-    return f"{max((n.get(key, 0) for n in nodes), default=0):g}"
 
 
 def check_address(address: str, *, timeout: float = 3.0) -> str | None:

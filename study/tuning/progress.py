@@ -53,8 +53,8 @@ class _Rates:
 
 class RemainingWork:
     """Seconds until the last trial ends, simulated as docs/study-files.md "The console" says.
-    ``costs``: key -> (weight or ``TrialPlan.cost_terms``, epochs[, group]); ``order``: as
-    Tune starts them; ``probe(key)``: ``(epoch, fraction done, seconds into it)``."""
+    ``costs``: key -> (weight or ``TrialPlan.cost_terms``, epochs[, group]); ``order``: those
+    left to run, as Tune starts them; ``probe(key)``: ``(epoch, fraction done, seconds into it)``."""
 
     def __init__(self, *, costs: dict[str, tuple], order: list[str], workers: int | None = None,
                  probe: Callable[[str], tuple[int, float, float] | None] | None = None):
@@ -63,19 +63,15 @@ class RemainingWork:
             macs, pairs = (float(c[0][0]), float(c[0][1])) if isinstance(c[0], (tuple, list)) else (float(c[0]), 0.0)
             self.trials[k] = _Trial(weight=macs + PAIR_MAC_EQUIVALENT * pairs, paired=pairs > 0, epochs=int(c[1]),
                                     group=str(c[2]) if len(c) > 2 else "")
-        self.order = order
-        self.workers = workers or 1
-        self.probe = probe
+        self.order, self.workers, self.probe = order, workers or 1, probe
         self._running: set[str] = set()
 
     def start(self, key: str, now: float) -> None:
         t = self.trials.get(key)
-        if t is None or t.ended:
-            return
-        if t.started is None or key not in self._running:
-            t.started, t.walls, t.setup = now, [], None  # a retry starts over
-        self._running.add(key)
-        self.workers = max(self.workers, len(self._running))
+        if t is not None and not t.ended and key not in self._running:
+            t.started, t.walls, t.setup = now, [], None
+            self._running.add(key)
+            self.workers = max(self.workers, len(self._running))
 
     def epoch(self, key: str, now: float, *, seconds: float | None = None) -> None:
         """A trial reported an epoch; ``seconds``: that epoch's time as the trial measured it."""
@@ -103,7 +99,7 @@ class RemainingWork:
         out = {}
         for k in self._running if self.probe is not None else ():
             t = self.trials[k]
-            if t.ended or t.walls:
+            if t.walls:
                 continue
             try:
                 p = self.probe(k)
@@ -115,13 +111,11 @@ class RemainingWork:
 
     def remaining(self, key: str, now: float, rates: _Rates, setup: float,
                   inside: tuple[float, float, float] | None = None) -> float:
-        t = self.trials[key]
-        if t.ended:
-            return 0.0
+        t = self.trials[key]  # running, or not started yet
         if t.walls:  # its own epoch times
             left = t.epochs - len(t.walls)
             return max(left * sum(t.walls) / len(t.walls) - (now - t.reported), 0.0)
-        if t.started is not None and inside is not None:  # its own first epoch, as far as it has gone
+        if inside is not None:  # its own first epoch, as far as it has gone
             after, so_far, wall = inside
             return max(wall - so_far, 0.0) + after * wall
         epoch = rates.epoch(t) or 0.0

@@ -55,6 +55,7 @@ class GridOptunaSearcher(Searcher):
         self.todo = [tuple(t) for t in todo]  # the trials not suggested yet
         self.tables = tables
         self.journal = journal  # None: in memory only (tests of the searcher alone)
+        self._local = None if journal is None else _local_journal(journal)
         self.seed = min(c.seed for c in spec.cells)
         self.assigned: dict[str, tuple[int, int | None]] = {}  # Ray trial id -> (cell, Optuna number)
         self._studies: dict[int, optuna.Study] = {}
@@ -71,24 +72,23 @@ class GridOptunaSearcher(Searcher):
         elif self._storage is None:
             from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
-            local = _local_journal(self.journal)
-            Path(local).parent.mkdir(parents=True, exist_ok=True)
-            if local != self.journal:  # a URI: continue from the journal stored there, if any
+            Path(self._local).parent.mkdir(parents=True, exist_ok=True)
+            if self._local != self.journal:  # a URI: continue from the journal stored there, if any
                 fs, path = pafs.FileSystem.from_uri(self.journal)
                 if fs.get_file_info(path).type == pafs.FileType.File:
-                    pafs.copy_files(path, local, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
-            backend = JournalFileBackend(local, lock_obj=JournalFileOpenLock(local))
+                    pafs.copy_files(path, self._local, source_filesystem=fs,
+                                    destination_filesystem=pafs.LocalFileSystem())
+            backend = JournalFileBackend(self._local, lock_obj=JournalFileOpenLock(self._local))
             self._storage = optuna.storages.JournalStorage(backend)
         return self._storage
 
     def _sync(self) -> None:
         """Upload the local journal to a URI journal when it changed."""
-        if self.journal is None or "://" not in self.journal:
+        if self._local == self.journal:
             return
-        local = _local_journal(self.journal)
-        stat = Path(local).stat()
+        stat = Path(self._local).stat()
         if (stat.st_size, stat.st_mtime_ns) != self._synced:
-            pafs.copy_files(local, self.journal, source_filesystem=pafs.LocalFileSystem())
+            pafs.copy_files(self._local, self.journal, source_filesystem=pafs.LocalFileSystem())
             self._synced = (stat.st_size, stat.st_mtime_ns)
 
     def _study(self, cell: int) -> optuna.Study:
@@ -142,9 +142,9 @@ class GridOptunaSearcher(Searcher):
             return Searcher.FINISHED
         cell, sample = self.todo.pop(0)
         key = trial_key(cell, sample)
-        study = self._study(cell) if self.spec.sample else None
         sampled, number = {}, None
-        if study is not None:
+        if self.spec.sample:
+            study = self._study(cell)
             # the latest Optuna trial of this key (None if never asked)
             earlier = next((t for t in reversed(study.get_trials(deepcopy=False)) if t.user_attrs.get("key") == key),
                            None)
