@@ -30,6 +30,8 @@ def storage_errors(fn, *args, where: str = "storage", **kwargs):
     naming its file, else ``where`` (pyarrow's S3 messages name none)."""
     try:
         return fn(*args, **kwargs)
+    except StorageError:  # StorageUnreachable is an OSError too: already one line naming its path
+        raise
     except OSError as e:
         raise StorageError(str(e.filename or where), e.strerror or str(e)) from e
 
