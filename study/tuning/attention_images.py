@@ -4,7 +4,10 @@ each reported epoch's ``maps`` part (what they show: docs/figures.md "TensorBoar
 from __future__ import annotations
 
 import numpy as np
+import pyarrow.parquet as pq
 from ray.tune.logger import LoggerCallback
+
+from study.tables import decode_maps, part_path
 
 SCALE = 6  # screen pixels per attention-map cell
 GAP = 2
@@ -27,18 +30,6 @@ def layer_images(maps) -> dict[int, np.ndarray]:
     return out
 
 
-def read_epoch_maps(tables: str, key: str, epoch: int):
-    """The ``maps`` rows of (trial ``key``, ``epoch``), or None when there are none."""
-    import pyarrow.parquet as pq
-
-    from study.tables import decode_maps, part_path
-
-    try:  # a local path or a URI (pyarrow picks the filesystem)
-        return decode_maps(pq.read_table(part_path(tables, "maps", key, epoch))).to_pandas()
-    except OSError:  # none written (FileNotFoundError) or unreadable
-        return None
-
-
 class AttentionImagesCallback(LoggerCallback):
     def __init__(self, *, tables: str):
         self.tables = tables
@@ -46,33 +37,31 @@ class AttentionImagesCallback(LoggerCallback):
         self._broken: set = set()
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
-        if trial in self._broken:  # images are a view of the tables: never stop the study
+        key, epoch = (trial.config or {}).get("key"), result.get("epoch")
+        if (trial in self._broken or key is None or not isinstance(epoch, int)
+                or result.get("status", "running") != "running"):
             return
         try:
-            self._log(trial, result)
-        except Exception as e:  # noqa: BLE001
+            try:  # the epoch's ``maps`` part, a local path or a URI (pyarrow picks the filesystem)
+                maps = decode_maps(pq.read_table(part_path(self.tables, "maps", key, epoch))).to_pandas()
+            except OSError:  # none written (FileNotFoundError) or unreadable
+                return
+            if maps.empty:
+                return
+            writer = self._writers.get(trial)
+            if writer is None:
+                from tensorboardX import SummaryWriter
+
+                writer = self._writers[trial] = SummaryWriter(logdir=trial.local_path, filename_suffix=".attention")
+            for layer, image in layer_images(maps).items():
+                writer.add_image(f"attention/layer_{layer}", image, global_step=epoch + 1, dataformats="HWC")
+            writer.flush()
+        except Exception as e:  # noqa: BLE001 - images are a view of the tables: never stop the study
             self._broken.add(trial)
             import sys
 
-            print(f"study: warning: TensorBoard attention images of trial {(trial.config or {}).get('key')} "
+            print(f"study: warning: TensorBoard attention images of trial {key} "
                   f"turned off: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-
-    def _log(self, trial, result: dict) -> None:
-        key = (trial.config or {}).get("key")
-        epoch = result.get("epoch")
-        if key is None or not isinstance(epoch, int) or result.get("status", "running") != "running":
-            return
-        maps = read_epoch_maps(self.tables, key, epoch)
-        if maps is None or maps.empty:
-            return
-        if trial not in self._writers:
-            from tensorboardX import SummaryWriter
-
-            self._writers[trial] = SummaryWriter(logdir=trial.local_path, filename_suffix=".attention")
-        writer = self._writers[trial]
-        for layer, image in layer_images(maps).items():
-            writer.add_image(f"attention/layer_{layer}", image, global_step=epoch + 1, dataformats="HWC")
-        writer.flush()
 
     def log_trial_end(self, trial, failed: bool = False) -> None:
         writer = self._writers.pop(trial, None)

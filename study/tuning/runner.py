@@ -172,8 +172,9 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
         write_atomic(f"{root}/{META_FILE}", json.dumps(meta, indent=2, default=str).encode())
         if not is_remote(root):
             write_atomic(f"{root}/study.yaml", yaml.safe_dump(meta["raw"], sort_keys=False).encode())
-        _say(verbose, f"study {spec.study.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
-                      f"{spec.study.num_samples} samples), storage {root}")
+        if verbose:
+            print(f"study {spec.study.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
+                  f"{spec.study.num_samples} samples), storage {root}", file=sys.stderr, flush=True)
         return _start(spec, resolve(root, meta), prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,
                       lock=lock)
 
@@ -188,7 +189,9 @@ def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verb
     with _locked(root, meta["name"]) as lock:
         init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
         shown = " ".join(shlex.quote(o) for o in meta.get("overrides") or [])
-        _say(verbose, f"resuming study {meta['name']} from {root}" + (f" (overrides: {shown})" if shown else ""))
+        if verbose:
+            print(f"resuming study {meta['name']} from {root}" + (f" (overrides: {shown})" if shown else ""),
+                  file=sys.stderr, flush=True)
         return _start(spec, meta, prog=prog, verbose=verbose, show_tracebacks=show_tracebacks, lock=lock)
 
 
@@ -281,11 +284,6 @@ def summary(runs: pd.DataFrame) -> str:
               f"({int(r.attempts) if r.attempts == r.attempts else '?'} attempts)"
               for r in runs[runs.status == "error"].itertuples(index=False)]
     return "\n".join(lines + (["errors:", *errors] if errors else []))
-
-
-def _say(verbose: bool, line: str) -> None:
-    if verbose:
-        print(line, file=sys.stderr, flush=True)
 
 
 __all__ = ["init_ray", "read_meta", "resolve", "resume_study", "run_study", "study_root", "summary"]
