@@ -64,17 +64,13 @@ class StudyLock:
                     info = {}
                 os.close(fd)
                 raise LockError(f"{self.busy} ({_holder(info)}); lock {path}")
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:  # released and removed between our open and our lock: retry
-                os.close(fd)
-                continue
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(_me()).encode(), 0)
-            self._fd = fd
-            return
+            with contextlib.suppress(FileNotFoundError):
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, json.dumps(_me()).encode(), 0)
+                    self._fd = fd
+                    return
+            os.close(fd)  # released and removed between our open and our lock: retry
         raise LockError(f"could not take the lock {path}")
 
     def _client(self):

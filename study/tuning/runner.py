@@ -10,7 +10,6 @@ import pickle
 import shlex
 import shutil
 import sys
-from pathlib import Path
 from typing import Any
 
 # Ray's documented environment settings, before it is imported: no new-style console
