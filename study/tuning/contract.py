@@ -36,11 +36,10 @@ class _StopAll(Stopper):
     def __init__(self, contract: "RunContract"):
         self.contract = contract
 
-    def __call__(self, trial_id, result) -> bool:
+    def __call__(self, trial_id=None, result=None) -> bool:
         return self.contract.stopping
 
-    def stop_all(self) -> bool:
-        return self.contract.stopping
+    stop_all = __call__  # every trial, as one
 
     def __reduce__(self):  # Tune pickles its run config: the stopper is only live in this driver
         return (NoopStopper, ())
@@ -96,8 +95,7 @@ class RunContract(Callback):
             if time.monotonic() - self._signal_at < DUPLICATE_SIGNAL_S:
                 return  # the same request delivered twice (DUPLICATE_SIGNAL_S)
             os._exit(128 + signum)  # a second signal: stop now, every table row and checkpoint as last written
-        self.signal = signum
-        self._signal_at = time.monotonic()
+        self.signal, self._signal_at = signum, time.monotonic()
         self.say(f"{signal.Signals(signum).name} received: stopping the study "
                  f"(continue with `study resume {self.meta['name']}`)")
 

@@ -30,10 +30,8 @@ def check_local_resources(*, cpus_per_trial: float, workers_per_trial: int, gpus
     if need > cpus:
         return (f"resources.cpus_per_trial: a trial needs {need:g} CPUs but the local Ray has {cpus} "
                 f"({'--num-cpus' if num_cpus is not None else 'this machine'})")
-    if gpus_per_trial:
-        have = local_gpus()
-        if have < min(gpus_per_trial, 1) or (gpus_per_trial > 1 and have < gpus_per_trial):
-            return f"resources.gpus_per_trial: requests {gpus_per_trial:g} GPU(s) per trial but this machine has {have}"
+    if gpus_per_trial and (have := local_gpus()) < gpus_per_trial:  # a fraction needs one GPU, more need as many
+        return f"resources.gpus_per_trial: requests {gpus_per_trial:g} GPU(s) per trial but this machine has {have}"
     return None
 
 

@@ -141,11 +141,8 @@ def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: Trial
     from ray.train.torch import TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    workers = int(meta["workers_per_trial"])
-    gpus = meta["gpus_per_trial"]
-    per_worker = {"CPU": max(meta["cpus_per_trial"] / workers, 0.01)}
-    if gpus:
-        per_worker["GPU"] = gpus / workers
+    workers, gpus = int(meta["workers_per_trial"]), meta["gpus_per_trial"]
+    per_worker = {"CPU": max(meta["cpus_per_trial"] / workers, 0.01), **({"GPU": gpus / workers} if gpus else {})}
     trainer = TorchTrainer(
         _ddp_worker,
         train_loop_config={"meta": meta, "config": config, "fields": _run_fields(config, meta)},
