@@ -1,6 +1,5 @@
-"""A study's trial checkpoints, where the trials keep them: ``<study>/trials/<key>/``
-(a local folder or an object-store prefix; :mod:`study.trial.checkpoint` writes and
-reads them)."""
+"""A study's trial checkpoints in ``<study>/trials/<key>/``, a local folder or an object-store
+prefix (:mod:`study.trial.checkpoint` writes and reads them)."""
 
 from __future__ import annotations
 
@@ -26,9 +25,7 @@ def find_checkpoints(root: str) -> list[str]:
 
 def latest_checkpoint(root: str, key: str, *, check: Callable[[dict, str], None] | None = None,
                       warn: Callable[[str], None] | None = None) -> dict[str, Any] | None:
-    """The latest intact checkpoint of trial ``key`` (None if it has none): a damaged one, or one
-    ``check(state, path)`` refuses, falls back to the previous epoch's (``warn`` names the file
-    skipped); when none is intact, ``ExportError`` names the damaged file."""
+    """:func:`~study.trial.checkpoint.load_checkpoint` of trial ``key``; none intact: ``ExportError``."""
     from study.errors import CheckpointError
     from study.models.trained import ExportError
     from study.trial.checkpoint import load_checkpoint

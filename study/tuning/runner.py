@@ -218,7 +218,24 @@ def _start(spec: StudySpec, meta: dict[str, Any], *, prog: str, verbose: bool, s
     contract.install()
     try:
         if todo:
-            _fit(_tuner(spec, meta, plan, todo, verbose=verbose, contract=contract), contract)
+            tuner = _tuner(spec, meta, plan, todo, verbose=verbose, contract=contract)
+            try:
+                tuner.fit()
+            except OSError as e:
+                contract.storage_failed(f"{e.filename or contract.root}: {e.strerror or e}")
+            except (EOFError, pickle.UnpicklingError) as e:
+                # Tune reading back a file it wrote on a full disk (a trial's error.pkl, at the
+                # end of fit): the storage failed; the study's own state is intact for `study resume`
+                full = False
+                if not is_remote(contract.root):
+                    with contextlib.suppress(OSError):
+                        full = shutil.disk_usage(contract.root).free < (1 << 20)
+                contract.storage_failed(f"{contract.root}: Ray could not read back a file it wrote "
+                                        f"({type(e).__name__}: {one_line(e, limit=200)}): "
+                                        + ("No space left on device" if full else "the storage is full or failing?"))
+            except Exception:  # noqa: BLE001 - a consequence of a storage failure already reported
+                if contract.storage_error is None:
+                    raise
         contract.settle()
         runs = read_table(contract.tables, "runs")
     finally:
@@ -229,26 +246,6 @@ def _start(spec: StudySpec, meta: dict[str, Any], *, prog: str, verbose: bool, s
         contract.say(f"interrupted; continue with `study resume {contract.meta['name']}`")
     runs.attrs["exit_code"] = contract.exit_code(runs)
     return runs
-
-
-def _fit(tuner, contract) -> None:
-    try:
-        tuner.fit()
-    except OSError as e:
-        contract.storage_failed(f"{e.filename or contract.root}: {e.strerror or e}")
-    except (EOFError, pickle.UnpicklingError) as e:
-        # Tune reading back a file it wrote on a full disk (a trial's error.pkl, at the
-        # end of fit): the storage failed; the study's own state is intact for `study resume`
-        full = False
-        if not is_remote(contract.root):
-            with contextlib.suppress(OSError):
-                full = shutil.disk_usage(contract.root).free < (1 << 20)
-        contract.storage_failed(f"{contract.root}: Ray could not read back a file it wrote "
-                                f"({type(e).__name__}: {one_line(e, limit=200)}): "
-                                + ("No space left on device" if full else "the storage is full or failing?"))
-    except Exception:  # noqa: BLE001 - a consequence of a storage failure already reported
-        if contract.storage_error is None:
-            raise
 
 
 def summary(runs: pd.DataFrame) -> str:

@@ -130,13 +130,6 @@ class GridOptunaSearcher(Searcher):
             study.tell(number, float(value))
         self._sync()
 
-    def _config(self, cell: int, sample: int, key: str, sampled: dict[str, Any]) -> dict[str, Any]:
-        cfg = self.spec.train_config(self.spec.cells[cell], sampled)
-        # fields that do not apply (None, e.g. ``isotropic`` of a learned encoding) are left
-        # out of hparams: TensorBoard's HParams cannot hold a null
-        return {"cell": cell, "sample": sample, "key": key, "sampled": sampled, "train": cfg.to_dict(),
-                "hparams": {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool))}}
-
     def suggest(self, trial_id: str) -> dict | None:
         if not self.todo:
             return Searcher.FINISHED
@@ -159,7 +152,11 @@ class GridOptunaSearcher(Searcher):
                 sampled, number = dict(trial.params), trial.number
                 self._sync()
         self.assigned[trial_id] = (cell, number)
-        return self._config(cell, sample, key, sampled)
+        cfg = self.spec.train_config(self.spec.cells[cell], sampled)
+        # fields that do not apply (None, e.g. ``isotropic`` of a learned encoding) are left
+        # out of hparams: TensorBoard's HParams cannot hold a null
+        return {"cell": cell, "sample": sample, "key": key, "sampled": sampled, "train": cfg.to_dict(),
+                "hparams": {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool))}}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self.assigned:
