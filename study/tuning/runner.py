@@ -28,7 +28,7 @@ import pandas as pd
 import yaml
 
 from study.atomicio import write_atomic
-from study.errors import one_line
+from study.errors import RayStartError, one_line
 from study.spec import StudySpec, selects
 from study.storage import META_FILE, is_remote, read_meta, resolve, study_root
 from study.tables import STATUSES, read_table
@@ -61,8 +61,6 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = F
     try:
         ray.init(**kwargs)
     except Exception as e:  # noqa: BLE001 - Ray raises bare Exceptions on start-up time-outs
-        from study.errors import RayStartError
-
         what = f"cannot join the Ray cluster at {address}" if address else "the local Ray did not start"
         raise RayStartError(f"{what}: {type(e).__name__}: {one_line(e)}") from None
 

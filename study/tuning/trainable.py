@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from study.errors import StorageError
+from study.errors import StorageError, cause
 from study.trial import train_trial
 from study.trial.config import TrainConfig
 from study.trial.ledger import TrialLedger
@@ -47,7 +47,6 @@ def _final(r: dict[str, Any]) -> dict[str, Any]:
 def counted(trainable):
     """Count the attempt in the trial's ledger before anything can fail, and record
     the one-line cause of a failure there (the driver puts it in ``runs.error``)."""
-    from study.errors import cause
 
     def run(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
         from ray import tune
