@@ -16,6 +16,9 @@ from study.cpus import local_cpus
 #: network address (``services.resolve_ip_for_localhost``), 127.0.0.2 it keeps
 #: (Linux routes all of 127/8 to the loopback interface).
 LOCAL_NODE_IP = "127.0.0.2" if sys.platform.startswith("linux") else "127.0.0.1"
+#: Environment variables naming an S3-compatible endpoint (read by pyarrow, and so by
+#: Ray's storage and the tables); passed on to the workers of a cluster.
+ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
 
 
 class ClusterError(Exception):
@@ -52,8 +55,9 @@ def ray_init_kwargs(address: str | None, *, num_cpus: int | None = None) -> dict
     # its workers' lines stay in Ray's session folder (log_to_driver=False)
     kwargs: dict[str, Any] = dict(configure_logging=True, logging_level=logging.INFO, log_to_driver=False)
     resolved = resolve_address(address)
-    if resolved is not None:
-        return {**kwargs, "address": resolved}
+    if resolved is not None:  # a cluster's workers do not inherit this process's environment
+        endpoint = {k: os.environ[k] for k in ENDPOINT_VARS if os.environ.get(k)}
+        return {**kwargs, "address": resolved, **({"runtime_env": {"env_vars": endpoint}} if endpoint else {})}
     check_local_auth(address)
     # the CPUs this process may use (study.cpus, as the preflight counted them), not Ray's own count
     return {**kwargs, "address": "local", "num_cpus": num_cpus if num_cpus is not None else local_cpus(),

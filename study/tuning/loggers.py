@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 from typing import Any
 
 from study.spec import LOGGERS  # the names a study file may use: the study-file reader does not import this module
@@ -31,8 +32,6 @@ def mlflow_tracking_uri(root: str) -> str | None:
         return os.environ["MLFLOW_TRACKING_URI"]
     if "://" in root:
         return None  # mlflow's own default; a remote study names its server by the variable
-    from pathlib import Path
-
     # MLflow 3 keeps its file store in maintenance mode and refuses it unless told;
     # a file store next to the tables needs no server (point the variable at one)
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")

@@ -34,9 +34,6 @@ from study.storage import META_FILE, is_remote, read_meta, resolve, study_root
 from study.tables import STATUSES, read_table
 from study.variants import value_text, variant_labels
 
-#: Environment variables naming an S3-compatible endpoint (read by pyarrow, and so by
-#: Ray's storage and the tables); passed on to the workers of a cluster.
-ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
 #: ``runs.status`` values of a trial that ended: a resume does not run it again
 ENDED = ("finished", "diverged", "stopped")
 #: Ray Tune's experiment folder inside the study folder
@@ -55,9 +52,6 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = F
     if ray.is_initialized():
         return
     kwargs = ray_init_kwargs(address, num_cpus=num_cpus)
-    endpoint = {k: os.environ[k] for k in ENDPOINT_VARS if os.environ.get(k)}
-    if address and endpoint:  # workers of an existing cluster do not inherit this process's environment
-        kwargs["runtime_env"] = {"env_vars": endpoint}
     try:
         ray.init(**kwargs)
     except Exception as e:  # noqa: BLE001 - Ray raises bare Exceptions on start-up time-outs
@@ -269,8 +263,7 @@ def summary(runs: pd.DataFrame) -> str:
                         if metric.startswith("test") and selected else "") + "):")
         width = max(len(v) for v in best.variant)
         for _, r in best.iterrows():
-            val = r.get("best_val_acc")
-            val_txt = f"best val acc {val:.4f}  " if val is not None and val == val else ""
+            val_txt = f"best val acc {r['best_val_acc']:.4f}  " if pd.notna(r.get("best_val_acc")) else ""
             searched = "".join(f"{c}={value_text(r[c])}  " for c in sampled)
             lines.append(f"  {r.variant:<{width}}  {r.trial_id}  {searched}{val_txt}best test acc "
                          f"{r.best_test_acc:.4f}  ({r.epochs_done}/{r.epochs} epochs, {r.status})")
