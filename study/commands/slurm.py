@@ -248,17 +248,7 @@ def register(sub) -> None:
                    help="folder (every node sees it) to copy each node's Ray logs to when the job ends, as "
                    "DIR/ray-JOBID-RESTART/NODE (default: the folder sbatch was run from); '' keeps them nowhere")
     p.add_argument("--submit", action="store_true", help="submit the script with sbatch and print the job id")
-    p.set_defaults(func=run_slurm, sbatch=[])
-    parse = p.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):  # everything after the first `--` is sbatch's, never ours
-        args = list(sys.argv[1:] if args is None else args)
-        cut = args.index("--") if "--" in args else len(args)
-        ns, extra = parse(args[:cut], namespace)
-        ns.sbatch = args[cut + 1:]
-        return ns, extra
-
-    p.parse_known_args = parse_known_args
+    p.set_defaults(func=run_slurm)  # args.sbatch: what follows the first `--` (study.cli.main)
 
 
 def _sbatch_options(opts: list[str]) -> list[str]:
