@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import gc
 import math
 import os
@@ -111,6 +112,15 @@ def package_version() -> str:
         return "unknown"
 
 
+@contextlib.contextmanager
+def refused(errors, prefix: str = ""):
+    """An exception of ``errors`` raised inside as the command's one-line refusal: ``prefix`` + its text, exit 2."""
+    try:
+        yield
+    except errors as e:
+        raise UsageError(f"{prefix}{e}") from None
+
+
 def fail(prog: str, message: str) -> NoReturn:
     print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(EXIT_USAGE)
@@ -158,10 +168,8 @@ def check_data(option: str, data: str) -> None:
     from study.data.errors import DataError
     from study.data.sources import check_source
 
-    try:  # a folder or archive: its layout and image headers, still without torch
+    with refused(DataError, f"{option}: "):  # a folder or archive: its layout and image headers, still without torch
         check_source(data)
-    except DataError as e:
-        raise UsageError(f"{option}: {e}") from None
 
 
 def check_model_params(config: ModelConfig) -> None:

@@ -9,8 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from study.cliutil import BoundedInt, check_data
-from study.commands import refused
+from study.cliutil import BoundedInt, check_data, refused
 from study.commands.studies import _root, _storage, resolved_storage
 from study.errors import UsageError
 from study.limits import MAX_EVAL_BATCH, MAX_SUBSET

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 from study import limits
-from study.cliutil import BoundedFloat, BoundedInt
-from study.commands import refused
+from study.cliutil import BoundedFloat, BoundedInt, refused
 from study.commands.studies import add_study_file, load_checked
 from study.cpus import local_cpus
 from study.errors import UsageError

@@ -12,8 +12,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from study.cliutil import BoundedInt
-from study.commands import refused
+from study.cliutil import BoundedInt, refused
 from study.cpus import local_cpus
 from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError
 from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS, MAX_NAME_LENGTH

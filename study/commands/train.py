@@ -12,8 +12,7 @@ from pathlib import Path
 
 from study import limits
 from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, flag, model_config,
-                           model_overrides)
-from study.commands import refused
+                           model_overrides, refused)
 from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, UsageError
 from study.metafile import MetaFileError, read_object
 from study.models.config import ConfigError
