@@ -191,9 +191,9 @@ def model_overrides(args: argparse.Namespace) -> dict:
     return {k: getattr(args, k) for k in flags if getattr(args, k, None) is not None}
 
 
-def model_config(**overrides) -> ModelConfig:
-    """Build a config, turning a ConfigError into ``--flag: message`` (:class:`UsageError`)."""
+def config_from_flags(cls=ModelConfig, **fields):
+    """``cls(**fields)`` (a ModelConfig or TrainConfig), a ConfigError as ``--flag: message`` (:class:`UsageError`)."""
     try:
-        return ModelConfig(**overrides)
+        return cls(**fields)
     except ConfigError as e:
         raise UsageError(f"{flag(e.field)}: {e.message}") from None

@@ -11,11 +11,10 @@ from dataclasses import fields
 from pathlib import Path
 
 from study import limits
-from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, flag, model_config,
+from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, config_from_flags, flag,
                            model_overrides, refused)
 from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, UsageError
 from study.metafile import MetaFileError, read_object
-from study.models.config import ConfigError
 from study.speccheck import batch_overflow
 from study.storage import file_in_the_way
 from study.trial import TrainConfig
@@ -98,12 +97,9 @@ def run(args: argparse.Namespace) -> int:
     # every flag and what the data source promises are checked before torch is imported
     # (study.trial.config and study.models.config are torch-free): a refusal costs < 1 s CPU
     prog = "study train"
-    mc = model_config(**model_overrides(args))
+    mc = config_from_flags(**model_overrides(args))
     flags = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}  # same names
-    try:
-        cfg = TrainConfig(**flags | {"model": mc, "map_epochs": _map_epochs(args.map_epochs)})
-    except ConfigError as e:
-        raise UsageError(f"{flag(e.field)}: {e.message}") from None
+    cfg = config_from_flags(TrainConfig, **flags | {"model": mc, "map_epochs": _map_epochs(args.map_epochs)})
     over = limits.over_limit(cfg)  # the same documented limits a study file is held to
     if over is not None:
         raise UsageError(f"{flag(over[0])}: must be <= {over[1]} ({over[2]}), got {over[3]}")
