@@ -172,6 +172,23 @@ def check_data(option: str, data: str) -> None:
         check_source(data)
 
 
+def checked_splits(data: str, *, subset, validation, seed: int, batch: int, workers: int, progress, where):
+    """The training data loaded (and cached) and its validation split held out before anything starts, so
+    a broken archive is one line (:class:`UsageError`); ``where(field)`` names a field in the message."""
+    from study.data import DataError, hold_out_validation, load_splits
+    from study.speccheck import batch_overflow
+
+    with refused(DataError, f"{where('data')}: "):  # an archive's first decode prints its progress
+        splits = load_splits(data, subset=subset, seed=seed, progress=progress)
+    with refused(DataError, where("")):  # (its messages begin with the field: validation)
+        splits = hold_out_validation(splits, validation=validation, seed=seed)
+    n = len(splits.train_labels)  # what trains
+    why = batch_overflow(batch, workers, n, f"the {n} training images of {data}")
+    if why:
+        raise UsageError(f"{where('batch_size')}: {why}")
+    return splits
+
+
 def check_model_params(config: ModelConfig) -> None:
     """Refuse a model of more than ``MAX_MODEL_PARAMS`` parameters, counted on PyTorch's meta device: each
     size within its limit can still multiply into terabytes (``--hidden 16384 --layers 256``)."""

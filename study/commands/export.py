@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from study.cliutil import BoundedInt, check_data, refused
-from study.commands.studies import _root, _storage, resolved_storage
+from study.commands.studies import _storage, _study_root
 from study.errors import UsageError
 from study.limits import MAX_EVAL_BATCH, MAX_SUBSET
 from study.storage import file_in_the_way
@@ -77,10 +77,7 @@ def run_export(args: argparse.Namespace) -> int:
     from study.tables import read_table
     from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
 
-    args.storage = resolved_storage(args.storage)
-    root = _root(args.storage, args.name)
-    if "://" not in root and not Path(root).is_dir():
-        raise UsageError(f"no study {args.name!r} in {args.storage}")
+    root = _study_root(args)
     if args.out is not None:
         _check_out(args.out)
     refs = find_checkpoints(root)

@@ -12,12 +12,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from study.cliutil import BoundedInt, refused
+from study.cliutil import BoundedInt, checked_splits, refused
 from study.cpus import local_cpus
 from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError
 from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS, MAX_NAME_LENGTH
 from study.metafile import MetaFileError
-from study.speccheck import batch_overflow, short
+from study.speccheck import short
 from study.storage import (STORAGE_ENV, NoBucket, StorageUnreachable, check_reachable, list_studies, read_meta,
                            resolve_storage, study_exists, study_root)
 
@@ -294,30 +294,21 @@ def preflight(file: str, address: str | None, num_cpus: int | None, resources: d
 
 
 def check_data(spec, *, quiet: bool = False) -> None:
-    """Load (and cache) every data source the trials will read before anything
-    starts, so a broken archive is one error line, not a study of failed trials.
-    The first decode of an archive can take minutes: its progress goes to stderr."""
+    """Every data source the trials will read, loaded (and cached) before anything starts: a broken archive is
+    one line, not a study of failed trials; an archive's first decode (minutes) prints progress on stderr."""
     from study.data.errors import DataError
     from study.data.sources import check_source
 
     study = spec.study  # its data, subset and validation are every trial's (no grid, sample or models entry sets them)
     with refused(DataError, f"{spec.file}: data: "):  # layout and headers first, without torch: well under 1 s
         check_source(study.data)
-    from study.data import hold_out_validation, load_splits
-
-    progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    with refused(DataError, f"{spec.file}: data: "):
-        splits = load_splits(study.data, subset=study.subset, progress=progress)
-    with refused(DataError, f"{spec.file}: "):
-        splits = hold_out_validation(splits, validation=study.validation, seed=0)
-    n = len(splits.train_labels)  # what trains, after the validation split is held out
-    # the size of a folder or archive is known only now: one step's batch must fit it
+    # the size of a folder or archive is known only once loaded: one step of the largest batch must fit it
     dist = spec.sample.get("batch_size", {})
     sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
-    batch = max([spec.train_config(c).batch_size for c in spec.cells] + [sampled])
-    why = batch_overflow(batch, study.resources.workers_per_trial, n, f"the {n} training images of {study.data}")
-    if why:
-        raise UsageError(f"{spec.file}: batch_size: {why}")
+    checked_splits(study.data, subset=study.subset, validation=study.validation, seed=0,
+                   batch=max([spec.train_config(c).batch_size for c in spec.cells] + [sampled]),
+                   workers=study.resources.workers_per_trial, where=lambda field: f"{spec.file}: {field}",
+                   progress=None if quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
 
 
 def _study_root(args: argparse.Namespace) -> str:

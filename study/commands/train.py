@@ -11,11 +11,10 @@ from dataclasses import fields
 from pathlib import Path
 
 from study import limits
-from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, config_from_flags, flag,
-                           model_overrides, refused)
+from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, checked_splits,
+                           config_from_flags, flag, model_overrides, refused)
 from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, UsageError
 from study.metafile import MetaFileError, read_object
-from study.speccheck import batch_overflow
 from study.storage import file_in_the_way
 from study.trial import TrainConfig
 
@@ -104,9 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if over is not None:
         raise UsageError(f"{flag(over[0])}: must be <= {over[1]} ({over[2]}), got {over[3]}")
     out: Path = args.out
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out: {out} exists and is not a directory")
-    blocker = file_in_the_way(out)
+    blocker = file_in_the_way(out / "tables")  # --out itself, or a folder above it
     if blocker is not None:
         raise UsageError(f"--out: {blocker} is not a directory")
     if args.trial_id is not None and not _TRIAL_ID.fullmatch(args.trial_id):
@@ -119,21 +116,13 @@ def run(args: argparse.Namespace) -> int:
     bar = None if args.quiet or not sys.stderr.isatty() else _EpochBar(epochs=cfg.epochs, stream=sys.stderr)
     progress = None if args.quiet else (bar.line if bar is not None else
                                         (lambda line: print(line, file=sys.stderr, flush=True)))
-    from study.data import DataError, hold_out_validation, load_splits
-    from study.trial import train_trial
-
-    with refused(DataError, "--data: "):  # errors before anything is written; an archive's first decode prints progress
-        splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed, progress=progress)
-    with refused(DataError, "--"):
-        splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
-    n = len(splits.train_labels)
-    why = batch_overflow(cfg.batch_size, 1, n, f"the {n} training images of {cfg.data}")
-    if why:
-        raise UsageError(f"--batch-size: {why}")
+    splits = checked_splits(cfg.data, subset=cfg.subset, validation=cfg.validation, seed=cfg.seed,
+                            batch=cfg.batch_size, workers=1, progress=progress, where=flag)
     try:  # the first write: after every input was accepted, so a refused one creates no folder
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"--out: cannot create {out} ({e.strerror or e})") from None
+    from study.trial import train_trial
     from study.trial.ledger import TrialLedger
     from study.tuning.lock import StudyLock
 
