@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
     _check_ledger(out / "trial.json")
     check_model_params(cfg.model)
     bar = None if args.quiet or not sys.stderr.isatty() else _EpochBar(epochs=cfg.epochs, stream=sys.stderr)
-    progress = None if args.quiet else (bar.line if bar is not None else
-                                        (lambda line: print(line, file=sys.stderr, flush=True)))
+    say = bar.line if bar is not None else (lambda line: print(line, file=sys.stderr, flush=True))
+    progress = None if args.quiet else say
     splits = checked_splits(cfg.data, subset=cfg.subset, validation=cfg.validation, seed=cfg.seed,
                             batch=cfg.batch_size, workers=1, progress=progress, where=flag)
     try:  # the first write: after every input was accepted, so a refused one creates no folder
@@ -131,25 +131,23 @@ def run(args: argparse.Namespace) -> int:
     with refused(LockError):
         lock.acquire()
     book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
-    try:
-        try:
-            result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
-                                 progress=progress, splits=splits, ledger=book,
-                                 warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True),
-                                 step_progress=bar.step if bar is not None else None)
-        finally:  # no half-drawn bar above an error or the result line
-            if bar is not None:
-                bar.close()
+    try:  # each line below goes through say(): no half-drawn bar above it
+        result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
+                             progress=progress, splits=splits, ledger=book,
+                             warn=lambda line: say(f"{prog}: warning: {line}"),
+                             step_progress=bar.step if bar is not None else None)
     except CheckpointError as e:
         raise UsageError(f"--out: {e}") from None
     except (StorageError, OSError) as e:  # disk full, unwritable, vanished: the path and why
         why = e if isinstance(e, StorageError) else StorageError(str(e.filename or out), e.strerror or str(e))
-        print(f"{prog}: error: {why}", file=sys.stderr, flush=True)
+        say(f"{prog}: error: {why}")
         return EXIT_STORAGE
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted; the same command continues from the last checkpoint in {out}",
-              file=sys.stderr, flush=True)
+        say(f"{prog}: interrupted; the same command continues from the last checkpoint in {out}")
         return EXIT_SIGINT
+    finally:  # (main prints a refusal raised above only after this)
+        if bar is not None:
+            bar.close()
     val = "" if result.best_val_acc != result.best_val_acc else f"best val acc {result.best_val_acc:.4f}, "
     print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")
