@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from study.cliutil import package_version
-from study.commands.studies import check_storage_writable, checked_name, resolved_storage
+from study.commands.studies import check_writable, checked_name, resolved_storage
 from study.errors import UsageError
 from study.limits import MAX_NAME_LENGTH
 from study.storage import STORAGE_ENV, is_remote, study_exists, study_root
@@ -298,7 +298,7 @@ def _storage(value: str | None) -> str:
     if value is None and not os.environ.get(STORAGE_ENV):
         raise UsageError(f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
     storage = resolved_storage(value)
-    check_storage_writable(storage)
+    check_writable(storage)
     return storage if is_remote(storage) else str(Path(storage).resolve())
 
 

@@ -162,28 +162,14 @@ def overrides_text(overrides) -> str:
     return " ".join(shlex.quote(str(o)) for o in overrides)
 
 
-def check_storage_writable(storage: str) -> None:
-    """A local ``--storage`` that can be created or written: :class:`UsageError` if not."""
-    if "://" in storage:
+def check_writable(path, option: str = "--storage", *, file: bool = False) -> None:
+    """A local folder (``file``: a file) that can be created or written: :class:`UsageError` if not."""
+    if "://" in str(path):
         return
-    path = Path(storage).resolve()
-    probe = next(p for p in (path, *path.parents) if p.exists())
+    full = Path(path).resolve()
+    probe = next(p for p in (full.parents if file else (full, *full.parents)) if p.exists())
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"--storage: cannot write to {storage} ({probe} is not a writable folder)")
-
-
-def _root(storage: str, name: str) -> str:
-    """The study folder of NAME: a study under ``storage``, a local study folder, or a
-    study's URI (checked like ``--storage``)."""
-    if "://" in name:
-        return resolved_storage(name, "NAME")
-    if Path(name).is_dir():
-        marked = os.path.lexists(Path(name) / "study.json") or (Path(name) / "trial.json").is_file()
-        # a study name never holds a '/' or starts with '.': such a NAME is a path, study or not
-        if marked or "/" in name or name.startswith(".") or (
-                "://" not in storage and not os.path.lexists(study_root(storage, name))):
-            return str(Path(name).resolve())
-    return study_root(storage, name)
+        raise UsageError(f"{option}: cannot write to {path} ({probe} is not a writable folder)")
 
 
 def cluster_checks(*, address: str | None, storage: str, shared_storage: bool) -> None:
@@ -224,7 +210,7 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
                         cpus=None if address else (num_cpus if num_cpus is not None else local_cpus()))
     if name is not None:  # an explicit --name '' is refused, not replaced by the file's name
         spec = replace(spec, study=spec.study.model_copy(update={"name": checked_name(name)}))
-    check_storage_writable(storage)
+    check_writable(storage)
     cluster_checks(address=address, storage=storage, shared_storage=shared_storage)
     from study.tuning.runner import run_study
 
@@ -312,9 +298,17 @@ def check_data(spec, *, quiet: bool = False) -> None:
 
 
 def _study_root(args: argparse.Namespace) -> str:
-    """The folder of the study NAME names; :class:`UsageError` if nothing is stored there."""
-    args.storage = resolved_storage(args.storage)
-    root = _root(args.storage, args.name)
+    """The folder of the study NAME names (a study under --storage, a local study folder, or a study's URI
+    checked like --storage); :class:`UsageError` if nothing is stored there."""
+    args.storage, name = resolved_storage(args.storage), args.name
+    root = study_root(args.storage, name)
+    if "://" in name:
+        root = resolved_storage(name, "NAME")
+    elif Path(name).is_dir() and (os.path.lexists(Path(name) / "study.json") or (Path(name) / "trial.json").is_file()
+                                  # a study name never holds a '/' or starts with '.': such a NAME is a path
+                                  or "/" in name or name.startswith(".")
+                                  or ("://" not in args.storage and not os.path.lexists(root))):
+        root = str(Path(name).resolve())
     if not study_exists(root):
         raise UsageError(f"no study {args.name!r} in {args.storage}")
     return root
