@@ -98,14 +98,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from study.commands.bench import device_from_flag
 
     device = device_from_flag(args.device)  # imports torch once the flag is accepted
-    import torch
-
     from study.data import DataError, DeviceData, load_splits
     from study.models import build_model
     from study.models.trained import ExportError, read_export
     from study.trial.loop import evaluate
 
-    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with refused(ExportError):
         export = read_export(args.file)
     train = export.get("train_config") or {}

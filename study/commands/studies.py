@@ -1,7 +1,6 @@
-"""``study validate | run | status | resume | list``: studies on Ray Tune.
-
-What imports neither torch nor Ray (and so answers in about a second): docs/study-files.md.
-"""
+"""``study validate | run | status | resume | list``: studies on Ray Tune (what stays torch- and Ray-free:
+docs/study-files.md).  Refusals and failures raise study.errors' types: `study.run` lets them through,
+study.cli.main prints each as one line with its exit status."""
 
 from __future__ import annotations
 
@@ -20,9 +19,6 @@ from study.metafile import MetaFileError
 from study.speccheck import short
 from study.storage import (STORAGE_ENV, NoBucket, StorageUnreachable, check_reachable, list_studies, read_meta,
                            resolve_storage, study_exists, study_root)
-
-# Refusals and failures raise study.errors' types (StorageUnreachable is a StorageError):
-# `study.run` lets them through, study.cli.main prints each as one line with its exit status.
 
 
 def resolved_storage(storage: str | None, flag: str = "--storage") -> str:
@@ -153,13 +149,8 @@ def run_validate(args: argparse.Namespace) -> int:
         print(f"  ... and {len(spec.models) - shown} more")
     print(f"loggers: {', '.join(spec.study.loggers) or 'none'}")
     if spec.overrides:
-        print(f"overrides: {overrides_text(spec.overrides)}")
+        print(f"overrides: {shlex.join(map(str, spec.overrides))}")  # as a shell takes them back
     return 0
-
-
-def overrides_text(overrides) -> str:
-    """The overrides as a shell would take them back (quoted where needed)."""
-    return " ".join(shlex.quote(str(o)) for o in overrides)
 
 
 def check_writable(path, option: str = "--storage", *, file: bool = False) -> None:
@@ -220,10 +211,12 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
                          f"(continue it with `study resume {name}` or pick another --name)")
     preflight(spec.file, address, num_cpus, spec.study.resources.model_dump())
     check_data(spec, quiet=quiet)
-    if not quiet:  # the study's compute, one line (`study plan` gives the details)
-        from study.commands.plan import plan_line
+    if not quiet:  # the study's compute, one line (no throughput is known here: `study plan` predicts the time)
+        from study.commands.plan import source_sizes
+        from study.plan import make_plan, total_line
 
-        print(plan_line(spec), file=sys.stderr, flush=True)
+        print(f"{total_line(make_plan(spec, sizes=source_sizes(spec)))} (device-hours: `study plan FILE --bench "
+              "REPORT`)", file=sys.stderr, flush=True)
     runs = _storage_errors(lambda: run_study(spec, storage=storage, address=address, num_cpus=num_cpus,
                                              verbose=not quiet, show_tracebacks=verbose, prog=prog))
     runs.attrs["root"] = root
@@ -251,9 +244,8 @@ def _storage_errors(start):
 
 
 def preflight(file: str, address: str | None, num_cpus: int | None, resources: dict) -> None:
-    """Refuse what Ray cannot do before starting it, or what no node of the cluster at ``address``
-    can hold once joined, for a trial's ``resources`` (the fields of :class:`study.spec.Resources`;
-    :class:`UsageError`, fast)."""
+    """Refuse (:class:`UsageError`) a trial's ``resources`` (:class:`study.spec.Resources`' fields) that a local
+    Ray cannot give before it starts, or that no node of the cluster at ``address`` can hold once joined."""
     from study.tuning import preflight as checks
 
     if not address:
@@ -328,7 +320,7 @@ def run_status(args: argparse.Namespace) -> int:
         planned, overrides = meta.get("num_trials"), meta.get("overrides")
     print(status_table(read_table(f"{root}/tables", "runs"), planned))
     if overrides:  # the study that ran is its file with these (study.yaml holds the result)
-        print(f"overrides: {overrides_text(overrides)}")
+        print(f"overrides: {shlex.join(map(str, overrides))}")
     return 0
 
 
@@ -369,12 +361,11 @@ def run_resume(args: argparse.Namespace) -> int:
     meta = read_meta(root)
     if meta is None:
         raise UsageError(f"{root} is not a study (no study.json)")
-    missing = [k for k in ("name", "raw", "num_trials", "cpus_per_trial", "gpus_per_trial",
-                           "workers_per_trial") if meta.get(k) is None]
-    if missing:
-        raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
     from study.spec import Resources, validate
 
+    missing = [k for k in ("name", "raw", "num_trials", *Resources.model_fields) if meta.get(k) is None]
+    if missing:
+        raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
     # the study file it stored (overrides applied), validated once; a study run with --name keeps that name
     spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"],
                     overrides=tuple(meta.get("overrides") or ()))

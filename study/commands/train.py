@@ -85,9 +85,7 @@ def _map_epochs(value: str):
 
 
 def derive_trial_id(out: Path) -> str:
-    """The trial id of an ``--out`` folder: its name with every character a trial id
-    cannot hold replaced by '-' and the leading ones the readers skip removed
-    (``.hidden_out`` → ``hidden_out``); a random one when nothing is left."""
+    """The trial id of an ``--out`` folder: its name made into one (``.hidden_out`` → ``hidden_out``), else random."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", out.resolve().name).lstrip("._")[:128]
     return name if _TRIAL_ID.fullmatch(name) else uuid.uuid4().hex[:8]
 
@@ -155,9 +153,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _EpochBar:
-    """The running epoch's progress on a terminal, in place (``tqdm``): images done of
-    the epoch's total, images/s and ETA, redrawn at most 4 times a second and cleared
-    before each epoch's summary line (:data:`study.trial.loop.StepProgress`)."""
+    """The running epoch's progress on a terminal, in place (``tqdm``): images done of the epoch's total, images/s
+    and ETA, redrawn at most 4 times a second, cleared before any line (:data:`study.trial.loop.StepProgress`)."""
 
     def __init__(self, *, epochs: int, stream):
         self.epochs, self.stream, self.bar, self.epoch = epochs, stream, None, -1
