@@ -183,8 +183,7 @@ def checked_splits(data: str, *, subset, validation, seed: int, batch: int, work
     with refused(DataError, where("")):  # (its messages begin with the field: validation)
         splits = hold_out_validation(splits, validation=validation, seed=seed)
     n = len(splits.train_labels)  # what trains
-    why = batch_overflow(batch, workers, n, f"the {n} training images of {data}")
-    if why:
+    if why := batch_overflow(batch, workers, n, f"the {n} training images of {data}"):
         raise UsageError(f"{where('batch_size')}: {why}")
     return splits
 

@@ -260,8 +260,7 @@ def _sbatch_options(opts: list[str]) -> list[str]:
             raise UsageError(f"sbatch options: {o!r} holds a control character (a line break ends an #SBATCH line)")
         if not o.startswith("-") or o in ("-", "--"):
             raise UsageError(f"sbatch options: {o!r} is not an option (give them after `--`, as --key=value)")
-        refused = _refused_sbatch(o)
-        if refused:
+        if refused := _refused_sbatch(o):
             read = "" if o.split("=", 1)[0] == refused else f"; sbatch reads {o[:60]!r} as {refused}"
             raise UsageError(f"sbatch options: {refused} is set by the script (one Ray node per node, one study "
                              f"per job{read})")

@@ -129,8 +129,7 @@ def check_loggers_of(file: str, loggers) -> None:
     """A logger whose package is missing: :class:`StudyFileError` naming the extra."""
     from study.tuning.loggers import check_loggers
 
-    missing = check_loggers(loggers)
-    if missing:
+    if missing := check_loggers(loggers):
         raise StudyFileError(f"{file}: loggers.{missing[0]}: {missing[1]}")
 
 
@@ -249,12 +248,10 @@ def preflight(file: str, address: str | None, num_cpus: int | None, resources: d
     from study.tuning import preflight as checks
 
     if not address:
-        why = checks.check_local_resources(**resources, num_cpus=num_cpus)
-        if why:
+        if why := checks.check_local_resources(**resources, num_cpus=num_cpus):
             raise UsageError(f"{file}: {why}")
         return
-    why = checks.check_address(address)
-    if why:
+    if why := checks.check_address(address):
         raise UsageError(why)
     from study.tuning.runner import init_ray
 
@@ -265,8 +262,7 @@ def preflight(file: str, address: str | None, num_cpus: int | None, resources: d
     import ray
 
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-    why = checks.check_cluster_resources(nodes, **resources)
-    if why:
+    if why := checks.check_cluster_resources(nodes, **resources):
         ray.shutdown()
         raise UsageError(f"{file}: {why}")
 
@@ -363,8 +359,7 @@ def run_resume(args: argparse.Namespace) -> int:
         raise UsageError(f"{root} is not a study (no study.json)")
     from study.spec import Resources, validate
 
-    missing = [k for k in ("name", "raw", "num_trials", *Resources.model_fields) if meta.get(k) is None]
-    if missing:
+    if missing := [k for k in ("name", "raw", "num_trials", *Resources.model_fields) if meta.get(k) is None]:
         raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
     # the study file it stored (overrides applied), validated once; a study run with --name keeps that name
     spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"],
