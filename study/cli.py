@@ -30,7 +30,11 @@ def main(argv: list[str] | None = None) -> int:
 
     exit_without_final_collections()
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `study slurm FILE [options] -- SBATCH_OPTION ...`: everything after the first `--` is sbatch's, never ours
+    cut = argv.index("--") if argv[:1] == ["slurm"] and "--" in argv else len(argv)
+    args, extra = parser.parse_known_args(argv[:cut])
+    args.sbatch = argv[cut + 1:]
     if extra:  # overrides after the options (`study run FILE --storage S epochs=5`) are overrides too
         if getattr(args, "overrides", None) is None or any(a.startswith("-") for a in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")

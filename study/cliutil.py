@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import gc
 import math
 import os
@@ -111,6 +112,15 @@ def package_version() -> str:
         return "unknown"
 
 
+@contextlib.contextmanager
+def refused(errors, prefix: str = ""):
+    """An exception of ``errors`` raised inside as the command's one-line refusal: ``prefix`` + its text, exit 2."""
+    try:
+        yield
+    except errors as e:
+        raise UsageError(f"{prefix}{e}") from None
+
+
 def fail(prog: str, message: str) -> NoReturn:
     print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(EXIT_USAGE)
@@ -158,10 +168,24 @@ def check_data(option: str, data: str) -> None:
     from study.data.errors import DataError
     from study.data.sources import check_source
 
-    try:  # a folder or archive: its layout and image headers, still without torch
+    with refused(DataError, f"{option}: "):  # a folder or archive: its layout and image headers, still without torch
         check_source(data)
-    except DataError as e:
-        raise UsageError(f"{option}: {e}") from None
+
+
+def checked_splits(data: str, *, subset, validation, seed: int, batch: int, workers: int, progress, where):
+    """The training data loaded (and cached) and its validation split held out before anything starts, so
+    a broken archive is one line (:class:`UsageError`); ``where(field)`` names a field in the message."""
+    from study.data import DataError, hold_out_validation, load_splits
+    from study.speccheck import batch_overflow
+
+    with refused(DataError, f"{where('data')}: "):  # an archive's first decode prints its progress
+        splits = load_splits(data, subset=subset, seed=seed, progress=progress)
+    with refused(DataError, where("")):  # (its messages begin with the field: validation)
+        splits = hold_out_validation(splits, validation=validation, seed=seed)
+    n = len(splits.train_labels)  # what trains
+    if why := batch_overflow(batch, workers, n, f"the {n} training images of {data}"):
+        raise UsageError(f"{where('batch_size')}: {why}")
+    return splits
 
 
 def check_model_params(config: ModelConfig) -> None:
@@ -183,9 +207,9 @@ def model_overrides(args: argparse.Namespace) -> dict:
     return {k: getattr(args, k) for k in flags if getattr(args, k, None) is not None}
 
 
-def model_config(**overrides) -> ModelConfig:
-    """Build a config, turning a ConfigError into ``--flag: message`` (:class:`UsageError`)."""
+def config_from_flags(cls=ModelConfig, **fields):
+    """``cls(**fields)`` (a ModelConfig or TrainConfig), a ConfigError as ``--flag: message`` (:class:`UsageError`)."""
     try:
-        return ModelConfig(**overrides)
+        return cls(**fields)
     except ConfigError as e:
         raise UsageError(f"{flag(e.field)}: {e.message}") from None

@@ -16,8 +16,6 @@ from study.limits import MAX_BENCH_BATCH, MAX_BENCH_REPEATS, MAX_BENCH_STEPS, MA
 
 _STEPS = BoundedInt(1, MAX_BENCH_STEPS, "MAX_BENCH_STEPS")
 
-DTYPES = ("float32", "bfloat16", "float16")
-
 
 def register(sub) -> None:
     from study.bench import COMPILE_BACKENDS
@@ -61,7 +59,7 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=BoundedInt(1, MAX_BENCH_REPEATS, "MAX_BENCH_REPEATS"), default=None,
                    help="timed windows of --steps steps per variant; img/s from the median window "
                    "(default 1); attention-layer variants interleave their windows")
-    p.add_argument("--dtype", choices=DTYPES, default=None,
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
                    help="autocast dtype of the fast paths; float32 = no autocast "
                    "(default: bfloat16 on CUDA, float32 on CPU); the naive reference is always float32")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
@@ -102,13 +100,13 @@ def names_from_flag(text: str, *, flag: str, what: str, known: Callable[[str], b
 
 
 def device_from_flag(text: str | None, error: Callable[[str], NoReturn] = refuse):
-    """``--device``: cuda, cuda:N or cpu (checked before torch is imported), else one line; None if not given."""
+    """``--device``: cuda, cuda:N or cpu (checked before torch is imported), else one line; default cuda if any."""
     if text is not None and not re.fullmatch(r"(cpu|cuda)(:\d{1,4})?", text.strip()):
         error(f"--device: only cuda, cuda:N and cpu are supported, got {text[:40]!r}")
     import torch
 
-    device = torch.device(text.strip()) if text else None
-    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
+    device = torch.device(text.strip() if text else "cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
         error("--device: CUDA is not available on this machine")
     return device
 

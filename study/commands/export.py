@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from pathlib import Path
 
-from study.cliutil import BoundedInt, check_data
-from study.commands import refused
-from study.commands.studies import _root, _storage, resolved_storage
+from study.cliutil import BoundedInt, check_data, refused
+from study.commands.studies import _storage, _study_root, check_writable
 from study.errors import UsageError
 from study.limits import MAX_EVAL_BATCH, MAX_SUBSET
-from study.storage import file_in_the_way
 
 
 def register(sub) -> None:
@@ -60,30 +57,16 @@ def _choose(runs, refs: list[str], args) -> str:
     return str(cand.sort_values(col, ascending=False, na_position="last").iloc[0]["trial_id"])
 
 
-def _check_out(out: Path) -> None:
-    """``--out`` can be written (not a folder, no file in its path like ``/etc/passwd/x.pt``,
-    its nearest existing folder writable), checked before anything is read."""
-    if out.is_dir():
-        raise UsageError(f"--out: {out} is a directory")
-    blocker = file_in_the_way(out)
-    if blocker is not None:
-        raise UsageError(f"--out: {out}: {blocker} is not a folder")
-    folder = next(p for p in out.absolute().parents if p.exists())  # a folder: no file is in the way
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"--out: {out}: cannot write in {folder}")
-
-
 def run_export(args: argparse.Namespace) -> int:
     prog = "study export"
     from study.tables import read_table
     from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
 
-    args.storage = resolved_storage(args.storage)
-    root = _root(args.storage, args.name)
-    if "://" not in root and not Path(root).is_dir():
-        raise UsageError(f"no study {args.name!r} in {args.storage}")
-    if args.out is not None:
-        _check_out(args.out)
+    root = _study_root(args)
+    if args.out is not None:  # before anything is read (`--out /etc/passwd/x.pt`)
+        if args.out.is_dir():
+            raise UsageError(f"--out: {args.out} is a directory")
+        check_writable(args.out, "--out", file=True)
     refs = find_checkpoints(root)
     runs = read_table(f"{root}/tables", "runs")
     key = _choose(runs, refs, args)
@@ -115,14 +98,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from study.commands.bench import device_from_flag
 
     device = device_from_flag(args.device)  # imports torch once the flag is accepted
-    import torch
-
     from study.data import DataError, DeviceData, load_splits
     from study.models import build_model
     from study.models.trained import ExportError, read_export
     from study.trial.loop import evaluate
 
-    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with refused(ExportError):
         export = read_export(args.file)
     train = export.get("train_config") or {}

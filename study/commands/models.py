@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from study.cliutil import add_model_flags, check_model_params, model_config, model_overrides
+from study.cliutil import add_model_flags, check_model_params, config_from_flags, model_overrides
 from study.errors import UsageError
 from study.models import ENCODING_MODELS, PAPER_MODELS, ModelConfig, build_model, model_name
 from study.models.config import ENCODING_FIELDS
@@ -56,7 +56,7 @@ def format_table(rows: list[dict]) -> str:
 def run(args: argparse.Namespace) -> int:
     overrides = model_overrides(args)
     if overrides:
-        configs = [model_config(**overrides)]
+        configs = [config_from_flags(**overrides)]
         check_model_params(configs[0])  # counted on the meta device before anything is allocated
     else:
         configs = [*PAPER_MODELS.values(), *ENCODING_MODELS.values()]

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 from study import limits
-from study.cliutil import BoundedFloat, BoundedInt
-from study.commands import refused
+from study.cliutil import BoundedFloat, BoundedInt, refused
 from study.commands.studies import add_study_file, load_checked
 from study.cpus import local_cpus
 from study.errors import UsageError
@@ -52,9 +51,8 @@ def register(sub) -> None:
 
 
 def read_bench(path: str) -> dict:
-    """A ``study bench --json`` report, or one line naming what is wrong (exit 2): read as
-    the input it is (:mod:`study.metafile`: a FIFO, a device or a folder is refused
-    without blocking, nesting and size are bounded)."""
+    """A ``study bench --json`` report, or one line naming what is wrong (exit 2); :mod:`study.metafile` refuses
+    a FIFO, a device or a folder without blocking and bounds nesting and size."""
     try:
         report = read_json(path, max_bytes=MAX_BENCH_BYTES)
     except FileNotFoundError:
@@ -102,15 +100,6 @@ def source_sizes(spec) -> dict[str, tuple[int, int]]:
         listing = ImageFolderSource(data).listing()
         layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
     return {data: (len(layout.train), len(layout.test))}
-
-
-def plan_line(spec) -> str:
-    """The one-line total ``study run`` prints before it starts: trials and FLOPs
-    (no throughput is known there; `study plan --tflops/--bench` predicts the time)."""
-    from study.plan import make_plan, total_line
-
-    plan = make_plan(spec, sizes=source_sizes(spec))
-    return total_line(plan) + " (device-hours: `study plan FILE --bench REPORT`)"
 
 
 def measured_seconds(study: str) -> dict[str, float]:

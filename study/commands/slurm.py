@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from study.cliutil import package_version
-from study.commands.studies import check_storage_writable, checked_name, resolved_storage
+from study.commands.studies import check_writable, checked_name, resolved_storage
 from study.errors import UsageError
 from study.limits import MAX_NAME_LENGTH
 from study.storage import STORAGE_ENV, is_remote, study_exists, study_root
@@ -248,17 +248,7 @@ def register(sub) -> None:
                    help="folder (every node sees it) to copy each node's Ray logs to when the job ends, as "
                    "DIR/ray-JOBID-RESTART/NODE (default: the folder sbatch was run from); '' keeps them nowhere")
     p.add_argument("--submit", action="store_true", help="submit the script with sbatch and print the job id")
-    p.set_defaults(func=run_slurm, sbatch=[])
-    parse = p.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):  # everything after the first `--` is sbatch's, never ours
-        args = list(sys.argv[1:] if args is None else args)
-        cut = args.index("--") if "--" in args else len(args)
-        ns, extra = parse(args[:cut], namespace)
-        ns.sbatch = args[cut + 1:]
-        return ns, extra
-
-    p.parse_known_args = parse_known_args
+    p.set_defaults(func=run_slurm)  # args.sbatch: what follows the first `--` (study.cli.main)
 
 
 def _sbatch_options(opts: list[str]) -> list[str]:
@@ -270,8 +260,7 @@ def _sbatch_options(opts: list[str]) -> list[str]:
             raise UsageError(f"sbatch options: {o!r} holds a control character (a line break ends an #SBATCH line)")
         if not o.startswith("-") or o in ("-", "--"):
             raise UsageError(f"sbatch options: {o!r} is not an option (give them after `--`, as --key=value)")
-        refused = _refused_sbatch(o)
-        if refused:
+        if refused := _refused_sbatch(o):
             read = "" if o.split("=", 1)[0] == refused else f"; sbatch reads {o[:60]!r} as {refused}"
             raise UsageError(f"sbatch options: {refused} is set by the script (one Ray node per node, one study "
                              f"per job{read})")
@@ -308,7 +297,7 @@ def _storage(value: str | None) -> str:
     if value is None and not os.environ.get(STORAGE_ENV):
         raise UsageError(f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
     storage = resolved_storage(value)
-    check_storage_writable(storage)
+    check_writable(storage)
     return storage if is_remote(storage) else str(Path(storage).resolve())
 
 

@@ -1,7 +1,6 @@
-"""``study validate | run | status | resume | list``: studies on Ray Tune.
-
-What imports neither torch nor Ray (and so answers in about a second): docs/study-files.md.
-"""
+"""``study validate | run | status | resume | list``: studies on Ray Tune (what stays torch- and Ray-free:
+docs/study-files.md).  Refusals and failures raise study.errors' types: `study.run` lets them through,
+study.cli.main prints each as one line with its exit status."""
 
 from __future__ import annotations
 
@@ -12,18 +11,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from study.cliutil import BoundedInt
-from study.commands import refused
+from study.cliutil import BoundedInt, checked_splits, refused
 from study.cpus import local_cpus
 from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError
 from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS, MAX_NAME_LENGTH
 from study.metafile import MetaFileError
-from study.speccheck import batch_overflow, short
+from study.speccheck import short
 from study.storage import (STORAGE_ENV, NoBucket, StorageUnreachable, check_reachable, list_studies, read_meta,
                            resolve_storage, study_exists, study_root)
-
-# Refusals and failures raise study.errors' types (StorageUnreachable is a StorageError):
-# `study.run` lets them through, study.cli.main prints each as one line with its exit status.
 
 
 def resolved_storage(storage: str | None, flag: str = "--storage") -> str:
@@ -134,8 +129,7 @@ def check_loggers_of(file: str, loggers) -> None:
     """A logger whose package is missing: :class:`StudyFileError` naming the extra."""
     from study.tuning.loggers import check_loggers
 
-    missing = check_loggers(loggers)
-    if missing:
+    if missing := check_loggers(loggers):
         raise StudyFileError(f"{file}: loggers.{missing[0]}: {missing[1]}")
 
 
@@ -154,37 +148,18 @@ def run_validate(args: argparse.Namespace) -> int:
         print(f"  ... and {len(spec.models) - shown} more")
     print(f"loggers: {', '.join(spec.study.loggers) or 'none'}")
     if spec.overrides:
-        print(f"overrides: {overrides_text(spec.overrides)}")
+        print(f"overrides: {shlex.join(map(str, spec.overrides))}")  # as a shell takes them back
     return 0
 
 
-def overrides_text(overrides) -> str:
-    """The overrides as a shell would take them back (quoted where needed)."""
-    return " ".join(shlex.quote(str(o)) for o in overrides)
-
-
-def check_storage_writable(storage: str) -> None:
-    """A local ``--storage`` that can be created or written: :class:`UsageError` if not."""
-    if "://" in storage:
+def check_writable(path, option: str = "--storage", *, file: bool = False) -> None:
+    """A local folder (``file``: a file) that can be created or written: :class:`UsageError` if not."""
+    if "://" in str(path):
         return
-    path = Path(storage).resolve()
-    probe = next(p for p in (path, *path.parents) if p.exists())
+    full = Path(path).resolve()
+    probe = next(p for p in (full.parents if file else (full, *full.parents)) if p.exists())
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"--storage: cannot write to {storage} ({probe} is not a writable folder)")
-
-
-def _root(storage: str, name: str) -> str:
-    """The study folder of NAME: a study under ``storage``, a local study folder, or a
-    study's URI (checked like ``--storage``)."""
-    if "://" in name:
-        return resolved_storage(name, "NAME")
-    if Path(name).is_dir():
-        marked = os.path.lexists(Path(name) / "study.json") or (Path(name) / "trial.json").is_file()
-        # a study name never holds a '/' or starts with '.': such a NAME is a path, study or not
-        if marked or "/" in name or name.startswith(".") or (
-                "://" not in storage and not os.path.lexists(study_root(storage, name))):
-            return str(Path(name).resolve())
-    return study_root(storage, name)
+        raise UsageError(f"{option}: cannot write to {path} ({probe} is not a writable folder)")
 
 
 def cluster_checks(*, address: str | None, storage: str, shared_storage: bool) -> None:
@@ -225,7 +200,7 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
                         cpus=None if address else (num_cpus if num_cpus is not None else local_cpus()))
     if name is not None:  # an explicit --name '' is refused, not replaced by the file's name
         spec = replace(spec, study=spec.study.model_copy(update={"name": checked_name(name)}))
-    check_storage_writable(storage)
+    check_writable(storage)
     cluster_checks(address=address, storage=storage, shared_storage=shared_storage)
     from study.tuning.runner import run_study
 
@@ -235,10 +210,12 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
                          f"(continue it with `study resume {name}` or pick another --name)")
     preflight(spec.file, address, num_cpus, spec.study.resources.model_dump())
     check_data(spec, quiet=quiet)
-    if not quiet:  # the study's compute, one line (`study plan` gives the details)
-        from study.commands.plan import plan_line
+    if not quiet:  # the study's compute, one line (no throughput is known here: `study plan` predicts the time)
+        from study.commands.plan import source_sizes
+        from study.plan import make_plan, total_line
 
-        print(plan_line(spec), file=sys.stderr, flush=True)
+        print(f"{total_line(make_plan(spec, sizes=source_sizes(spec)))} (device-hours: `study plan FILE --bench "
+              "REPORT`)", file=sys.stderr, flush=True)
     runs = _storage_errors(lambda: run_study(spec, storage=storage, address=address, num_cpus=num_cpus,
                                              verbose=not quiet, show_tracebacks=verbose, prog=prog))
     runs.attrs["root"] = root
@@ -266,18 +243,15 @@ def _storage_errors(start):
 
 
 def preflight(file: str, address: str | None, num_cpus: int | None, resources: dict) -> None:
-    """Refuse what Ray cannot do before starting it, or what no node of the cluster at ``address``
-    can hold once joined, for a trial's ``resources`` (the fields of :class:`study.spec.Resources`;
-    :class:`UsageError`, fast)."""
+    """Refuse (:class:`UsageError`) a trial's ``resources`` (:class:`study.spec.Resources`' fields) that a local
+    Ray cannot give before it starts, or that no node of the cluster at ``address`` can hold once joined."""
     from study.tuning import preflight as checks
 
     if not address:
-        why = checks.check_local_resources(**resources, num_cpus=num_cpus)
-        if why:
+        if why := checks.check_local_resources(**resources, num_cpus=num_cpus):
             raise UsageError(f"{file}: {why}")
         return
-    why = checks.check_address(address)
-    if why:
+    if why := checks.check_address(address):
         raise UsageError(why)
     from study.tuning.runner import init_ray
 
@@ -288,43 +262,41 @@ def preflight(file: str, address: str | None, num_cpus: int | None, resources: d
     import ray
 
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-    why = checks.check_cluster_resources(nodes, **resources)
-    if why:
+    if why := checks.check_cluster_resources(nodes, **resources):
         ray.shutdown()
         raise UsageError(f"{file}: {why}")
 
 
 def check_data(spec, *, quiet: bool = False) -> None:
-    """Load (and cache) every data source the trials will read before anything
-    starts, so a broken archive is one error line, not a study of failed trials.
-    The first decode of an archive can take minutes: its progress goes to stderr."""
+    """Every data source the trials will read, loaded (and cached) before anything starts: a broken archive is
+    one line, not a study of failed trials; an archive's first decode (minutes) prints progress on stderr."""
     from study.data.errors import DataError
     from study.data.sources import check_source
 
     study = spec.study  # its data, subset and validation are every trial's (no grid, sample or models entry sets them)
     with refused(DataError, f"{spec.file}: data: "):  # layout and headers first, without torch: well under 1 s
         check_source(study.data)
-    from study.data import hold_out_validation, load_splits
-
-    progress = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    with refused(DataError, f"{spec.file}: data: "):
-        splits = load_splits(study.data, subset=study.subset, progress=progress)
-    with refused(DataError, f"{spec.file}: "):
-        splits = hold_out_validation(splits, validation=study.validation, seed=0)
-    n = len(splits.train_labels)  # what trains, after the validation split is held out
-    # the size of a folder or archive is known only now: one step's batch must fit it
+    # the size of a folder or archive is known only once loaded: one step of the largest batch must fit it
     dist = spec.sample.get("batch_size", {})
     sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
-    batch = max([spec.train_config(c).batch_size for c in spec.cells] + [sampled])
-    why = batch_overflow(batch, study.resources.workers_per_trial, n, f"the {n} training images of {study.data}")
-    if why:
-        raise UsageError(f"{spec.file}: batch_size: {why}")
+    checked_splits(study.data, subset=study.subset, validation=study.validation, seed=0,
+                   batch=max([spec.train_config(c).batch_size for c in spec.cells] + [sampled]),
+                   workers=study.resources.workers_per_trial, where=lambda field: f"{spec.file}: {field}",
+                   progress=None if quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
 
 
 def _study_root(args: argparse.Namespace) -> str:
-    """The folder of the study NAME names; :class:`UsageError` if nothing is stored there."""
-    args.storage = resolved_storage(args.storage)
-    root = _root(args.storage, args.name)
+    """The folder of the study NAME names (a study under --storage, a local study folder, or a study's URI
+    checked like --storage); :class:`UsageError` if nothing is stored there."""
+    args.storage, name = resolved_storage(args.storage), args.name
+    root = study_root(args.storage, name)
+    if "://" in name:
+        root = resolved_storage(name, "NAME")
+    elif Path(name).is_dir() and (os.path.lexists(Path(name) / "study.json") or (Path(name) / "trial.json").is_file()
+                                  # a study name never holds a '/' or starts with '.': such a NAME is a path
+                                  or "/" in name or name.startswith(".")
+                                  or ("://" not in args.storage and not os.path.lexists(root))):
+        root = str(Path(name).resolve())
     if not study_exists(root):
         raise UsageError(f"no study {args.name!r} in {args.storage}")
     return root
@@ -344,7 +316,7 @@ def run_status(args: argparse.Namespace) -> int:
         planned, overrides = meta.get("num_trials"), meta.get("overrides")
     print(status_table(read_table(f"{root}/tables", "runs"), planned))
     if overrides:  # the study that ran is its file with these (study.yaml holds the result)
-        print(f"overrides: {overrides_text(overrides)}")
+        print(f"overrides: {shlex.join(map(str, overrides))}")
     return 0
 
 
@@ -385,12 +357,10 @@ def run_resume(args: argparse.Namespace) -> int:
     meta = read_meta(root)
     if meta is None:
         raise UsageError(f"{root} is not a study (no study.json)")
-    missing = [k for k in ("name", "raw", "num_trials", "cpus_per_trial", "gpus_per_trial",
-                           "workers_per_trial") if meta.get(k) is None]
-    if missing:
-        raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
     from study.spec import Resources, validate
 
+    if missing := [k for k in ("name", "raw", "num_trials", *Resources.model_fields) if meta.get(k) is None]:
+        raise UsageError(f"{root}/study.json: {missing[0]}: missing (a study.json `study run` did not write)")
     # the study file it stored (overrides applied), validated once; a study run with --name keeps that name
     spec = validate(meta["raw"], file=f"{root}/study.json", default_name=meta["name"],
                     overrides=tuple(meta.get("overrides") or ()))

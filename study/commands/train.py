@@ -11,13 +11,10 @@ from dataclasses import fields
 from pathlib import Path
 
 from study import limits
-from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, flag, model_config,
-                           model_overrides)
-from study.commands import refused
+from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, checked_splits,
+                           config_from_flags, flag, model_overrides, refused)
 from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, UsageError
 from study.metafile import MetaFileError, read_object
-from study.models.config import ConfigError
-from study.speccheck import batch_overflow
 from study.storage import file_in_the_way
 from study.trial import TrainConfig
 
@@ -88,9 +85,7 @@ def _map_epochs(value: str):
 
 
 def derive_trial_id(out: Path) -> str:
-    """The trial id of an ``--out`` folder: its name with every character a trial id
-    cannot hold replaced by '-' and the leading ones the readers skip removed
-    (``.hidden_out`` → ``hidden_out``); a random one when nothing is left."""
+    """The trial id of an ``--out`` folder: its name made into one (``.hidden_out`` → ``hidden_out``), else random."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", out.resolve().name).lstrip("._")[:128]
     return name if _TRIAL_ID.fullmatch(name) else uuid.uuid4().hex[:8]
 
@@ -99,19 +94,14 @@ def run(args: argparse.Namespace) -> int:
     # every flag and what the data source promises are checked before torch is imported
     # (study.trial.config and study.models.config are torch-free): a refusal costs < 1 s CPU
     prog = "study train"
-    mc = model_config(**model_overrides(args))
+    mc = config_from_flags(**model_overrides(args))
     flags = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}  # same names
-    try:
-        cfg = TrainConfig(**flags | {"model": mc, "map_epochs": _map_epochs(args.map_epochs)})
-    except ConfigError as e:
-        raise UsageError(f"{flag(e.field)}: {e.message}") from None
+    cfg = config_from_flags(TrainConfig, **flags | {"model": mc, "map_epochs": _map_epochs(args.map_epochs)})
     over = limits.over_limit(cfg)  # the same documented limits a study file is held to
     if over is not None:
         raise UsageError(f"{flag(over[0])}: must be <= {over[1]} ({over[2]}), got {over[3]}")
     out: Path = args.out
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out: {out} exists and is not a directory")
-    blocker = file_in_the_way(out)
+    blocker = file_in_the_way(out / "tables")  # --out itself, or a folder above it
     if blocker is not None:
         raise UsageError(f"--out: {blocker} is not a directory")
     if args.trial_id is not None and not _TRIAL_ID.fullmatch(args.trial_id):
@@ -122,23 +112,15 @@ def run(args: argparse.Namespace) -> int:
     _check_ledger(out / "trial.json")
     check_model_params(cfg.model)
     bar = None if args.quiet or not sys.stderr.isatty() else _EpochBar(epochs=cfg.epochs, stream=sys.stderr)
-    progress = None if args.quiet else (bar.line if bar is not None else
-                                        (lambda line: print(line, file=sys.stderr, flush=True)))
-    from study.data import DataError, hold_out_validation, load_splits
-    from study.trial import train_trial
-
-    with refused(DataError, "--data: "):  # errors before anything is written; an archive's first decode prints progress
-        splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed, progress=progress)
-    with refused(DataError, "--"):
-        splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
-    n = len(splits.train_labels)
-    why = batch_overflow(cfg.batch_size, 1, n, f"the {n} training images of {cfg.data}")
-    if why:
-        raise UsageError(f"--batch-size: {why}")
+    say = bar.line if bar is not None else (lambda line: print(line, file=sys.stderr, flush=True))
+    progress = None if args.quiet else say
+    splits = checked_splits(cfg.data, subset=cfg.subset, validation=cfg.validation, seed=cfg.seed,
+                            batch=cfg.batch_size, workers=1, progress=progress, where=flag)
     try:  # the first write: after every input was accepted, so a refused one creates no folder
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"--out: cannot create {out} ({e.strerror or e})") from None
+    from study.trial import train_trial
     from study.trial.ledger import TrialLedger
     from study.tuning.lock import StudyLock
 
@@ -147,25 +129,23 @@ def run(args: argparse.Namespace) -> int:
     with refused(LockError):
         lock.acquire()
     book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
-    try:
-        try:
-            result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
-                                 progress=progress, splits=splits, ledger=book,
-                                 warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True),
-                                 step_progress=bar.step if bar is not None else None)
-        finally:  # no half-drawn bar above an error or the result line
-            if bar is not None:
-                bar.close()
+    try:  # each line below goes through say(): no half-drawn bar above it
+        result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
+                             progress=progress, splits=splits, ledger=book,
+                             warn=lambda line: say(f"{prog}: warning: {line}"),
+                             step_progress=bar.step if bar is not None else None)
     except CheckpointError as e:
         raise UsageError(f"--out: {e}") from None
     except (StorageError, OSError) as e:  # disk full, unwritable, vanished: the path and why
         why = e if isinstance(e, StorageError) else StorageError(str(e.filename or out), e.strerror or str(e))
-        print(f"{prog}: error: {why}", file=sys.stderr, flush=True)
+        say(f"{prog}: error: {why}")
         return EXIT_STORAGE
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted; the same command continues from the last checkpoint in {out}",
-              file=sys.stderr, flush=True)
+        say(f"{prog}: interrupted; the same command continues from the last checkpoint in {out}")
         return EXIT_SIGINT
+    finally:  # (main prints a refusal raised above only after this)
+        if bar is not None:
+            bar.close()
     val = "" if result.best_val_acc != result.best_val_acc else f"best val acc {result.best_val_acc:.4f}, "
     print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")
@@ -173,9 +153,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _EpochBar:
-    """The running epoch's progress on a terminal, in place (``tqdm``): images done of
-    the epoch's total, images/s and ETA, redrawn at most 4 times a second and cleared
-    before each epoch's summary line (:data:`study.trial.loop.StepProgress`)."""
+    """The running epoch's progress on a terminal, in place (``tqdm``): images done of the epoch's total, images/s
+    and ETA, redrawn at most 4 times a second, cleared before any line (:data:`study.trial.loop.StepProgress`)."""
 
     def __init__(self, *, epochs: int, stream):
         self.epochs, self.stream, self.bar, self.epoch = epochs, stream, None, -1
