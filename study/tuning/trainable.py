@@ -10,7 +10,6 @@ from typing import Any
 import torch
 
 from study.errors import StorageError, cause
-from study.trial import train_trial
 from study.trial.config import TrainConfig
 from study.trial.ledger import TrialLedger
 
@@ -100,6 +99,8 @@ def study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: TrialLedg
 
 def _train(meta: dict[str, Any], config: dict[str, Any], **kwargs):
     """:func:`train_trial` of the trial ``config`` of the study ``meta``."""
+    from study.trial import train_trial  # here, not in the driver: torchvision's import costs 1.6 CPU-s
+
     key = config["key"]
     return storage_errors(train_trial, TrainConfig.from_dict(config["train"]), where=meta["root"], trial_id=key,
                           tables=meta["tables"], checkpoint_dir=f"{meta['root']}/trials/{key}", study=meta["name"],
