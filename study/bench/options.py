@@ -9,7 +9,6 @@ from typing import Callable
 
 import torch
 
-from study.bench.peaks import Peak
 from study.bench.references import REFERENCES
 from study.devicepaths import DevicePaths
 from study.models import ENCODING_MODELS, PAPER_MODELS, ModelConfig
@@ -55,7 +54,6 @@ class BenchOptions:
     #: model fields replaced in every benchmarked model (a smoke run's small models,
     #: e.g. benchmarks/gpu_check.py --device cpu); empty: the paper's sizes
     model_overrides: dict = field(default_factory=dict)
-    peak: Peak | None = field(default=None, init=False)
 
     def model_config(self, key: str) -> ModelConfig:
         """``BENCH_MODELS[key]`` with ``model_overrides`` (self-attention models only: a

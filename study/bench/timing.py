@@ -1,5 +1,5 @@
 """Timing of benchmark variants: warm-up (memory read there), interleaved timed
-windows, and each variant's record (images/s, TFLOP/s, MFU, memory).
+windows, and each variant's record (images/s, TFLOP/s, memory; MFU: the runner).
 
 Not ``torch.utils.benchmark.Timer``: the variants' windows interleave, each window also
 reads process CPU time (MFU on a shared CPU, below), and Timer pins torch to one thread."""
@@ -15,7 +15,7 @@ from torch import Tensor
 
 from study.bench.memory import memory_probe
 from study.bench.options import BenchOptions
-from study.bench.peaks import Peak, timed
+from study.bench.peaks import timed
 from study.devicepaths import DevicePaths
 from study.flops import count_flops
 
@@ -84,19 +84,9 @@ def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> 
             # process CPU seconds (all threads): other jobs' load does not inflate it
             "cpu_s_per_step": cpu_s, "warmup_s": warm[v.name], "forward_flops": v.forward_flops,
             "train_flops": train_flops, "tflops": tflops,
-            "mfu": mfu(opts.peak, tflops, train_flops * opts.batch, cpu_s),
             "peak_memory_mb": memory[v.name]["peak_mb"], "step_memory_mb": memory[v.name]["step_mb"],
         }
     return records
-
-
-def mfu(peak: Peak | None, tflops: float, flops_per_step: float, cpu_s_per_step: float) -> float | None:
-    """Achieved / peak; against a measured CPU peak both per second of process CPU time."""
-    if peak is None or not peak.tflops:
-        return None
-    if peak.cpu_tflops and cpu_s_per_step > 0:
-        return flops_per_step / cpu_s_per_step / 1e12 / peak.cpu_tflops
-    return tflops / peak.tflops
 
 
 def speedups(out: dict, name: str, fast: str, ref: str, *, best: bool = False) -> dict[str, float | None]:
