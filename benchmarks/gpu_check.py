@@ -39,17 +39,17 @@ FAST_FIELDS = ("images_per_s", "mfu", "tflops", "peak_memory_mb", "step_memory_m
 
 def parse_args(argv=None) -> argparse.Namespace:
     from study.bench import COMPILE_BACKENDS
-    from study.cliutil import BoundedInt
+    from study.cliutil import BoundedFloat, BoundedInt, Parser
     from study.commands.bench import device_from_flag, names_from_flag
     from study.limits import MAX_BENCH_BATCH, MAX_EPOCHS
 
-    p = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = Parser(prog="gpu_check.py", description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
     p.add_argument("--data", help="the study part's data (required with it): the CIFAR-10 JPEG archive or any "
                    "source `study run --data` takes (synthetic:N for a smoke run)")
     p.add_argument("--out", type=Path, default=Path("gpu-check"), help="report folder (default ./gpu-check)")
-    p.add_argument("--budget-minutes", type=float, default=25.0,
+    p.add_argument("--budget-minutes", type=BoundedFloat(0, 24 * 60, "a day"), default=25.0,
                    help="device time for all parts (default 25: 30 minutes minus the machine's start)")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     p.add_argument("--small", action="store_true",
@@ -63,7 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="bench batch (default 128 on CUDA, 8 on CPU, 2 --small)")
     p.add_argument("--compile-backend", default="inductor", choices=COMPILE_BACKENDS,
                    help="backend of the --compile bench runs")
-    p.add_argument("--assumed-mfu", type=float, default=0.15,
+    p.add_argument("--assumed-mfu", type=BoundedFloat(0, 1, "a fraction of the peak"), default=0.15,
                    help="achieved / peak assumed when sizing each part by its FLOPs (default 0.15)")
     p.add_argument("--epochs", type=BoundedInt(1, MAX_EPOCHS, "MAX_EPOCHS"), default=None,
                    help="study epochs (default 2; 1 with --small)")
@@ -79,13 +79,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.models, flag="--models", what="model", known=BENCH_MODELS.__contains__, choices=", ".join(BENCH_MODELS),
         error=p.error)
     args.device = device_from_flag(args.device, p.error) or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    for name in ("budget_minutes", "assumed_mfu"):
-        if not getattr(args, name) > 0:
-            p.error(f"--{name.replace('_', '-')}: must be > 0, got {getattr(args, name)}")
     if "study" in args.parts and args.data is None:
         p.error("--data: the study part needs its data (the CIFAR-10 JPEG archive, or synthetic:N for a smoke run)")
     args.epochs = args.epochs or (1 if args.small else 2)  # both >= 1 when given
     args.batch = args.batch or (2 if args.small else (128 if args.device.type == "cuda" else 8))
+    args.model_overrides = dict(SMALL_MODEL) if args.small else {}
     return args
 
 
@@ -151,8 +149,7 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
     from study.flops import forward_flops
     from study.models import build_model
 
-    overrides = dict(SMALL_MODEL) if args.small else {}
-    probe = default_options(args.device, model_overrides=overrides)
+    probe = default_options(args.device, model_overrides=args.model_overrides)
     plan = [(key, forward_flops(build_model(probe.model_config(key)))) for key in args.models]
     timed = 0.5 * budget_s / len(plan)  # per model: half for timed steps, half for warm-up and compilation
     rows, t_part = [], time.perf_counter()
@@ -168,7 +165,7 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
         for label, compiled in (("eager", False), ("compiled", True)):
             opts = default_options(args.device, batch=args.batch, steps=steps, warmup=warmup, targets=(key,),
                                    references=() if compiled else ("naive",), compile=compiled,
-                                   compile_backend=args.compile_backend, model_overrides=overrides, threads=None)
+                                   compile_backend=args.compile_backend, model_overrides=args.model_overrides)
             t0 = time.perf_counter()
             try:
                 torch.compiler.reset()  # each model compiles afresh
@@ -188,16 +185,16 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
             row["compile_s"] = row["compiled"]["warmup_s"]  # warm-up = compilation + the warm-up steps
         rows.append(row)
         if on_row is not None and len(rows) < len(plan):
-            on_row({**_bench_part(rows, budget_s, t_part, args, overrides), "status": "running"})
-    return _bench_part(rows, budget_s, t_part, args, overrides)
+            on_row({**_bench_part(rows, budget_s, t_part, args), "status": "running"})
+    return _bench_part(rows, budget_s, t_part, args)
 
 
-def _bench_part(rows: list[dict], budget_s: float, t_part: float, args, overrides: dict) -> dict:
+def _bench_part(rows: list[dict], budget_s: float, t_part: float, args) -> dict:
     failed = [f"{r['key']} {lab}: {r[lab]['error']}" for r in rows for lab in ("eager", "compiled")
               if "error" in r[lab]]
     return {"status": "failed" if failed else "passed", "planned_s": sum(r["planned_s"] for r in rows),
             "budget_s": budget_s, "seconds": time.perf_counter() - t_part, "compile_backend": args.compile_backend,
-            "model_overrides": overrides, "models": rows, **({"error": "; ".join(failed)} if failed else {})}
+            "model_overrides": args.model_overrides, "models": rows, **({"error": "; ".join(failed)} if failed else {})}
 
 
 # ------------------------------------------------------------------- study
@@ -210,7 +207,7 @@ def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
     from study.plan import CIFAR10_SIZES
 
     n_train, n_test = (200, 100) if args.small else CIFAR10_SIZES
-    probe = default_options(args.device, model_overrides=dict(SMALL_MODEL) if args.small else {})
+    probe = default_options(args.device, model_overrides=args.model_overrides)
     entries, plan = [], []
     for key in args.models:
         cfg = probe.model_config(key)  # the bench part's model (--small: its toy sizes)
@@ -319,7 +316,7 @@ def markdown(report: dict) -> str:
                     rows.append([*head, label, f"error: {rec['error'][:80]}", "", "", "", ""])
                     continue
                 rows.append([*head, f"{label} ({rec['precision']})", f"{rec['images_per_s']:.1f}",
-                             or_na(None if rec["mfu"] is None else 100 * rec["mfu"], ".1f") + "%",
+                             or_na(rec["mfu"], ".1%"),
                              or_na(rec["peak_memory_mb"], ".0f"), or_na(rec["speedup_vs_naive"], ".2f") + "x",
                              or_na(r.get("compile_s") if label == "compiled" else None, ".1f")])
         lines += ["", "## study bench, training step (forward + backward + SGD)", "",
