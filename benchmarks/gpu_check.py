@@ -54,7 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     p.add_argument("--small", action="store_true",
                    help="CI size: toy model dims, batch 2, one timed step, a study of 1 epoch on 200 images")
-    p.add_argument("--tests", nargs="*", default=None, metavar="NODE",
+    p.add_argument("--tests", nargs="*", default=list(CUDA_TESTS), metavar="NODE",
                    help=f"pytest node ids of the tests part (default: {' '.join(CUDA_TESTS)})")
     p.add_argument("--models", default=None, metavar="LIST",
                    help="comma-separated keys of study.bench.options.BENCH_MODELS to bench and study "
@@ -70,7 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     import torch
 
-    from study.bench.options import BENCH_MODELS
+    from study.bench.options import BENCH_MODELS, default_options
     from study.models import ENCODING_MODELS, PAPER_MODELS
 
     args.parts = names_from_flag(args.parts, flag="--parts", what="part", known=PARTS.__contains__,
@@ -84,6 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.epochs = args.epochs or (1 if args.small else 2)  # both >= 1 when given
     args.batch = args.batch or (2 if args.small else (128 if args.device.type == "cuda" else 8))
     args.model_overrides = dict(SMALL_MODEL) if args.small else {}
+    probe = default_options(args.device, model_overrides=args.model_overrides)
+    args.configs = {key: probe.model_config(key) for key in args.models}  # both parts' models (--small: toy sizes)
     return args
 
 
@@ -107,15 +109,14 @@ def planned_seconds(flops: float, tflops: float | None, mfu: float) -> float | N
 # ------------------------------------------------------------------- tests
 def run_tests(args, budget_s: float, out: Path) -> dict:
     """The CUDA tests in a subprocess (pytest, JUnit XML read back)."""
-    nodes = list(args.tests) if args.tests is not None else list(CUDA_TESTS)
     xml = out / "tests.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *nodes]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *args.tests]
     t0 = time.perf_counter()
     rc, tail = _subprocess(cmd, budget_s)
     cases = list(ET.parse(xml).iter("testcase")) if xml.is_file() else []
     failures = [f"{c.get('classname')}::{c.get('name')}" for c in cases if {"failure", "error"} & {e.tag for e in c}]
     skips = [s.get("message", "") for c in cases if (s := c.find("skipped")) is not None]
-    res = {"command": " ".join(["python", *cmd[1:]]), "nodes": nodes, "planned_s": budget_s,
+    res = {"command": " ".join(["python", *cmd[1:]]), "nodes": args.tests, "planned_s": budget_s,
            "seconds": time.perf_counter() - t0, "exit_status": rc, "passed": len(cases) - len(failures) - len(skips),
            "failed": len(failures), "skipped": len(skips), "failures": failures,
            "skip_reasons": list(dict.fromkeys(skips))}
@@ -149,8 +150,7 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
     from study.flops import forward_flops
     from study.models import build_model
 
-    probe = default_options(args.device, model_overrides=args.model_overrides)
-    plan = [(key, forward_flops(build_model(probe.model_config(key)))) for key in args.models]
+    plan = [(key, forward_flops(build_model(cfg))) for key, cfg in args.configs.items()]
     timed = 0.5 * budget_s / len(plan)  # per model: half for timed steps, half for warm-up and compilation
     rows, t_part = [], time.perf_counter()
     for key, fwd in plan:
@@ -158,8 +158,7 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
         # eager fast, compiled fast and the naive reference (float32: planned at the fp32 peak)
         per_step = sum(planned_seconds(step_flops, peak[p], args.assumed_mfu) or 0.0
                        for p in ("bf16_tflops", "bf16_tflops", "fp32_tflops"))
-        steps = 1 if args.small else max(5, min(200, int(timed / per_step) if per_step else 50))
-        warmup = 1 if args.small else 3
+        steps, warmup = (1, 1) if args.small else (max(5, min(200, int(timed / per_step) if per_step else 50)), 3)
         row = {"key": key, "forward_flops": fwd, "batch": args.batch, "steps": steps, "warmup": warmup,
                "planned_s": (steps + warmup) * per_step, "train_flops_per_step": step_flops}
         for label, compiled in (("eager", False), ("compiled", True)):
@@ -201,16 +200,13 @@ def _bench_part(rows: list[dict], budget_s: float, t_part: float, args) -> dict:
 def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
     """The study file (``args.epochs`` epochs of the paper's recipe) and its plan: per model the
     FLOPs and predicted seconds; models that would not fit the budget are left out, with the reason."""
-    from study.bench.options import default_options
     from study.flops import forward_flops
     from study.models import ModelConfig, build_model
     from study.plan import CIFAR10_SIZES
 
     n_train, n_test = (200, 100) if args.small else CIFAR10_SIZES
-    probe = default_options(args.device, model_overrides=args.model_overrides)
     entries, plan = [], []
-    for key in args.models:
-        cfg = probe.model_config(key)  # the bench part's model (--small: its toy sizes)
+    for key, cfg in args.configs.items():
         base = ModelConfig(arch=cfg.arch).to_dict()
         entry = {k: v for k, v in cfg.to_dict().items() if v != base[k] or k == "arch"}
         if cfg.arch == "resnet18":
@@ -317,7 +313,7 @@ def markdown(report: dict) -> str:
                     continue
                 rows.append([*head, f"{label} ({rec['precision']})", f"{rec['images_per_s']:.1f}",
                              or_na(rec["mfu"], ".1%"),
-                             or_na(rec["peak_memory_mb"], ".0f"), or_na(rec["speedup_vs_naive"], ".2f") + "x",
+                             or_na(rec["peak_memory_mb"], ".0f"), or_na(rec["speedup_vs_naive"], ".2f", "x"),
                              or_na(r.get("compile_s") if label == "compiled" else None, ".1f")])
         lines += ["", "## study bench, training step (forward + backward + SGD)", "",
                   *_table("model,batch,steps,run,img/s,MFU,peak MB,vs naive fp32,compile s", rows)]

@@ -78,7 +78,6 @@ def default_options(device: str | torch.device | None = None, **overrides) -> Be
     after 1 warm-up, float32, contiguous.  ``None`` overrides are ignored."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     paths = DevicePaths.for_device(dev)
-    base = dict(amp_dtype=paths.autocast_dtype, channels_last=paths.channels_last)
-    base.update(dict(batch=128, steps=50, warmup=10) if dev.type == "cuda" else dict(batch=8, steps=3, warmup=1))
-    base.update({k: v for k, v in overrides.items() if v is not None})
-    return BenchOptions(device=dev, **base)
+    sizes = dict(batch=128, steps=50, warmup=10) if dev.type == "cuda" else dict(batch=8, steps=3, warmup=1)
+    base = dict(amp_dtype=paths.autocast_dtype, channels_last=paths.channels_last, **sizes)
+    return BenchOptions(device=dev, **(base | {k: v for k, v in overrides.items() if v is not None}))
