@@ -39,22 +39,22 @@ FAST_FIELDS = ("images_per_s", "mfu", "tflops", "peak_memory_mb", "step_memory_m
 
 def parse_args(argv=None) -> argparse.Namespace:
     from study.bench import COMPILE_BACKENDS
-    from study.cliutil import BoundedInt
+    from study.cliutil import BoundedFloat, BoundedInt, Parser
     from study.commands.bench import device_from_flag, names_from_flag
     from study.limits import MAX_BENCH_BATCH, MAX_EPOCHS
 
-    p = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = Parser(prog="gpu_check.py", description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
     p.add_argument("--data", help="the study part's data (required with it): the CIFAR-10 JPEG archive or any "
                    "source `study run --data` takes (synthetic:N for a smoke run)")
     p.add_argument("--out", type=Path, default=Path("gpu-check"), help="report folder (default ./gpu-check)")
-    p.add_argument("--budget-minutes", type=float, default=25.0,
+    p.add_argument("--budget-minutes", type=BoundedFloat(0, 24 * 60, "a day"), default=25.0,
                    help="device time for all parts (default 25: 30 minutes minus the machine's start)")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     p.add_argument("--small", action="store_true",
                    help="CI size: toy model dims, batch 2, one timed step, a study of 1 epoch on 200 images")
-    p.add_argument("--tests", nargs="*", default=None, metavar="NODE",
+    p.add_argument("--tests", nargs="*", default=list(CUDA_TESTS), metavar="NODE",
                    help=f"pytest node ids of the tests part (default: {' '.join(CUDA_TESTS)})")
     p.add_argument("--models", default=None, metavar="LIST",
                    help="comma-separated keys of study.bench.options.BENCH_MODELS to bench and study "
@@ -63,14 +63,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="bench batch (default 128 on CUDA, 8 on CPU, 2 --small)")
     p.add_argument("--compile-backend", default="inductor", choices=COMPILE_BACKENDS,
                    help="backend of the --compile bench runs")
-    p.add_argument("--assumed-mfu", type=float, default=0.15,
+    p.add_argument("--assumed-mfu", type=BoundedFloat(0, 1, "a fraction of the peak"), default=0.15,
                    help="achieved / peak assumed when sizing each part by its FLOPs (default 0.15)")
     p.add_argument("--epochs", type=BoundedInt(1, MAX_EPOCHS, "MAX_EPOCHS"), default=None,
                    help="study epochs (default 2; 1 with --small)")
     args = p.parse_args(argv)
     import torch
 
-    from study.bench.options import BENCH_MODELS
+    from study.bench.options import BENCH_MODELS, default_options
     from study.models import ENCODING_MODELS, PAPER_MODELS
 
     args.parts = names_from_flag(args.parts, flag="--parts", what="part", known=PARTS.__contains__,
@@ -79,13 +79,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.models, flag="--models", what="model", known=BENCH_MODELS.__contains__, choices=", ".join(BENCH_MODELS),
         error=p.error)
     args.device = device_from_flag(args.device, p.error) or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    for name in ("budget_minutes", "assumed_mfu"):
-        if not getattr(args, name) > 0:
-            p.error(f"--{name.replace('_', '-')}: must be > 0, got {getattr(args, name)}")
     if "study" in args.parts and args.data is None:
         p.error("--data: the study part needs its data (the CIFAR-10 JPEG archive, or synthetic:N for a smoke run)")
     args.epochs = args.epochs or (1 if args.small else 2)  # both >= 1 when given
     args.batch = args.batch or (2 if args.small else (128 if args.device.type == "cuda" else 8))
+    args.model_overrides = dict(SMALL_MODEL) if args.small else {}
+    probe = default_options(args.device, model_overrides=args.model_overrides)
+    args.configs = {key: probe.model_config(key) for key in args.models}  # both parts' models (--small: toy sizes)
     return args
 
 
@@ -109,15 +109,14 @@ def planned_seconds(flops: float, tflops: float | None, mfu: float) -> float | N
 # ------------------------------------------------------------------- tests
 def run_tests(args, budget_s: float, out: Path) -> dict:
     """The CUDA tests in a subprocess (pytest, JUnit XML read back)."""
-    nodes = list(args.tests) if args.tests is not None else list(CUDA_TESTS)
     xml = out / "tests.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *nodes]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *args.tests]
     t0 = time.perf_counter()
     rc, tail = _subprocess(cmd, budget_s)
     cases = list(ET.parse(xml).iter("testcase")) if xml.is_file() else []
     failures = [f"{c.get('classname')}::{c.get('name')}" for c in cases if {"failure", "error"} & {e.tag for e in c}]
     skips = [s.get("message", "") for c in cases if (s := c.find("skipped")) is not None]
-    res = {"command": " ".join(["python", *cmd[1:]]), "nodes": nodes, "planned_s": budget_s,
+    res = {"command": " ".join(["python", *cmd[1:]]), "nodes": args.tests, "planned_s": budget_s,
            "seconds": time.perf_counter() - t0, "exit_status": rc, "passed": len(cases) - len(failures) - len(skips),
            "failed": len(failures), "skipped": len(skips), "failures": failures,
            "skip_reasons": list(dict.fromkeys(skips))}
@@ -151,9 +150,7 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
     from study.flops import forward_flops
     from study.models import build_model
 
-    overrides = dict(SMALL_MODEL) if args.small else {}
-    probe = default_options(args.device, model_overrides=overrides)
-    plan = [(key, forward_flops(build_model(probe.model_config(key)))) for key in args.models]
+    plan = [(key, forward_flops(build_model(cfg))) for key, cfg in args.configs.items()]
     timed = 0.5 * budget_s / len(plan)  # per model: half for timed steps, half for warm-up and compilation
     rows, t_part = [], time.perf_counter()
     for key, fwd in plan:
@@ -161,14 +158,13 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
         # eager fast, compiled fast and the naive reference (float32: planned at the fp32 peak)
         per_step = sum(planned_seconds(step_flops, peak[p], args.assumed_mfu) or 0.0
                        for p in ("bf16_tflops", "bf16_tflops", "fp32_tflops"))
-        steps = 1 if args.small else max(5, min(200, int(timed / per_step) if per_step else 50))
-        warmup = 1 if args.small else 3
+        steps, warmup = (1, 1) if args.small else (max(5, min(200, int(timed / per_step) if per_step else 50)), 3)
         row = {"key": key, "forward_flops": fwd, "batch": args.batch, "steps": steps, "warmup": warmup,
                "planned_s": (steps + warmup) * per_step, "train_flops_per_step": step_flops}
         for label, compiled in (("eager", False), ("compiled", True)):
             opts = default_options(args.device, batch=args.batch, steps=steps, warmup=warmup, targets=(key,),
                                    references=() if compiled else ("naive",), compile=compiled,
-                                   compile_backend=args.compile_backend, model_overrides=overrides, threads=None)
+                                   compile_backend=args.compile_backend, model_overrides=args.model_overrides)
             t0 = time.perf_counter()
             try:
                 torch.compiler.reset()  # each model compiles afresh
@@ -188,32 +184,29 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
             row["compile_s"] = row["compiled"]["warmup_s"]  # warm-up = compilation + the warm-up steps
         rows.append(row)
         if on_row is not None and len(rows) < len(plan):
-            on_row({**_bench_part(rows, budget_s, t_part, args, overrides), "status": "running"})
-    return _bench_part(rows, budget_s, t_part, args, overrides)
+            on_row({**_bench_part(rows, budget_s, t_part, args), "status": "running"})
+    return _bench_part(rows, budget_s, t_part, args)
 
 
-def _bench_part(rows: list[dict], budget_s: float, t_part: float, args, overrides: dict) -> dict:
+def _bench_part(rows: list[dict], budget_s: float, t_part: float, args) -> dict:
     failed = [f"{r['key']} {lab}: {r[lab]['error']}" for r in rows for lab in ("eager", "compiled")
               if "error" in r[lab]]
     return {"status": "failed" if failed else "passed", "planned_s": sum(r["planned_s"] for r in rows),
             "budget_s": budget_s, "seconds": time.perf_counter() - t_part, "compile_backend": args.compile_backend,
-            "model_overrides": overrides, "models": rows, **({"error": "; ".join(failed)} if failed else {})}
+            "model_overrides": args.model_overrides, "models": rows, **({"error": "; ".join(failed)} if failed else {})}
 
 
 # ------------------------------------------------------------------- study
 def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
     """The study file (``args.epochs`` epochs of the paper's recipe) and its plan: per model the
     FLOPs and predicted seconds; models that would not fit the budget are left out, with the reason."""
-    from study.bench.options import default_options
     from study.flops import forward_flops
     from study.models import ModelConfig, build_model
     from study.plan import CIFAR10_SIZES
 
     n_train, n_test = (200, 100) if args.small else CIFAR10_SIZES
-    probe = default_options(args.device, model_overrides=dict(SMALL_MODEL) if args.small else {})
     entries, plan = [], []
-    for key in args.models:
-        cfg = probe.model_config(key)  # the bench part's model (--small: its toy sizes)
+    for key, cfg in args.configs.items():
         base = ModelConfig(arch=cfg.arch).to_dict()
         entry = {k: v for k, v in cfg.to_dict().items() if v != base[k] or k == "arch"}
         if cfg.arch == "resnet18":
@@ -319,8 +312,8 @@ def markdown(report: dict) -> str:
                     rows.append([*head, label, f"error: {rec['error'][:80]}", "", "", "", ""])
                     continue
                 rows.append([*head, f"{label} ({rec['precision']})", f"{rec['images_per_s']:.1f}",
-                             or_na(None if rec["mfu"] is None else 100 * rec["mfu"], ".1f") + "%",
-                             or_na(rec["peak_memory_mb"], ".0f"), or_na(rec["speedup_vs_naive"], ".2f") + "x",
+                             or_na(rec["mfu"], ".1%"),
+                             or_na(rec["peak_memory_mb"], ".0f"), or_na(rec["speedup_vs_naive"], ".2f", "x"),
                              or_na(r.get("compile_s") if label == "compiled" else None, ".1f")])
         lines += ["", "## study bench, training step (forward + backward + SGD)", "",
                   *_table("model,batch,steps,run,img/s,MFU,peak MB,vs naive fp32,compile s", rows)]

@@ -30,33 +30,24 @@ QUERIES = {
 }
 
 
-class Generator:
-    """Synthetic rows shaped like the trial loop's."""
-
-    def __init__(self, *, layers: int, heads: int, window: int, seed: int = 0):
-        self.layers, self.heads, self.window = layers, heads, window
-        self.rng = np.random.default_rng(seed)
-
-    def epoch_row(self, epoch: int) -> dict:
-        r = self.rng.random(6)
-        return {"train_loss": 2.3 * r[0], "train_acc": r[1], "test_loss": 2.3 * r[2], "test_acc": r[3],
-                "lr": 0.1 * r[4], "seconds": 30 + r[5], "images_per_s": 2000.0, "head_stats_seconds": 0.1}
-
-    def head_rows(self) -> list[dict]:
-        n = self.layers * self.heads
-        v = self.rng.normal(size=(n, 8))
-        nan = float("nan")
-        return [{"layer": i // self.heads, "head": i % self.heads, "center_x": v[i, 0], "center_y": v[i, 1],
-                 "cov_xx": abs(v[i, 2]), "cov_xy": v[i, 3], "cov_yy": abs(v[i, 4]), "entropy": abs(v[i, 5]),
-                 "mean_distance": abs(v[i, 6]), "max_prob": abs(v[i, 7]) % 1, "param_center_x": nan,
-                 "param_center_y": nan, "param_inv_cov_xx": nan, "param_inv_cov_xy": nan, "param_inv_cov_yy": nan}
-                for i in range(n)]
-
-    def map_rows(self) -> list[dict]:
-        n, k = self.layers * self.heads, self.window * self.window
-        p = softmax(self.rng.normal(scale=3.0, size=(n, k)), axis=1)
-        return [{"layer": i // self.heads, "head": i % self.heads, "window": self.window, "probs": p[i].tolist()}
-                for i in range(n)]
+def synthetic_rows(rng: np.random.Generator, *, layers: int, heads: int, window: int, maps: bool) -> dict:
+    """One epoch of one trial, shaped like the trial loop's rows: table -> rows."""
+    n, nan = layers * heads, float("nan")
+    r, v = rng.random(6), rng.normal(size=(n, 8))
+    rows = {
+        "epochs": [{"train_loss": 2.3 * r[0], "train_acc": r[1], "test_loss": 2.3 * r[2], "test_acc": r[3],
+                    "lr": 0.1 * r[4], "seconds": 30 + r[5], "images_per_s": 2000.0, "head_stats_seconds": 0.1}],
+        "heads": [{"layer": i // heads, "head": i % heads, "center_x": v[i, 0], "center_y": v[i, 1],
+                   "cov_xx": abs(v[i, 2]), "cov_xy": v[i, 3], "cov_yy": abs(v[i, 4]), "entropy": abs(v[i, 5]),
+                   "mean_distance": abs(v[i, 6]), "max_prob": abs(v[i, 7]) % 1, "param_center_x": nan,
+                   "param_center_y": nan, "param_inv_cov_xx": nan, "param_inv_cov_xy": nan, "param_inv_cov_yy": nan}
+                  for i in range(n)],
+    }
+    if maps:
+        p = softmax(rng.normal(scale=3.0, size=(n, window * window)), axis=1)
+        rows["maps"] = [{"layer": i // heads, "head": i % heads, "window": window, "probs": p[i].tolist()}
+                        for i in range(n)]
+    return rows
 
 
 def _write_trials(tables: Path, ids: list[str], gen_args: dict, epochs: int, start: int, stop: int, maps_at,
@@ -64,14 +55,12 @@ def _write_trials(tables: Path, ids: list[str], gen_args: dict, epochs: int, sta
     """One worker's share of the trials (``--jobs``), epochs ``start`` to ``stop``, with this tree's writer."""
     from study.tables import TableWriter
 
-    gen = Generator(**gen_args, seed=hash(ids[0]) % 2**32)
+    rng = np.random.default_rng(hash(ids[0]) % 2**32)
     writers = [TableWriter(tables, trial_id=t) for t in ids]
     for epoch in range(start, stop):
         for w in writers:
-            w.rows("epochs", epoch, [gen.epoch_row(epoch)])
-            w.rows("heads", epoch, gen.head_rows())
-            if epoch in maps_at:
-                w.rows("maps", epoch, gen.map_rows())
+            for table, rows in synthetic_rows(rng, **gen_args, maps=epoch in maps_at).items():
+                w.rows(table, epoch, rows)
             w.run({"study": "bench", "name": "SA bench", "status": "running" if epoch + 1 < epochs else "finished",
                    "epochs_done": epoch + 1, "epochs": epochs, "best_test_acc": 0.5, "final_test_acc": 0.5})
     if close:

@@ -4,6 +4,7 @@ model at paper dims, its fast paths against the references."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Callable
 
 import torch
@@ -33,7 +34,7 @@ def attention_path(layer) -> str:
 
 
 def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor], Tensor],
-                   opts: BenchOptions, *, training: bool, fast: bool, path: str) -> Variant:
+                   opts: BenchOptions, *, training: bool, paths: DevicePaths, path: str) -> Variant:
     grid = BENCH_MODELS["sa_quadratic"].grid
     gen = torch.Generator(device="cpu").manual_seed(opts.seed)
     x = torch.randn(opts.batch, grid, grid, layer.dim, generator=gen).to(opts.device).requires_grad_()
@@ -43,8 +44,8 @@ def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor
         # on the shared layer never push its scores out of range
         y0 = fn(x).float()
         grad_out = torch.randn_like(y0) / y0.numel() ** 0.5
-    return sgd_variant(name, layer, fn, x, opts=opts, paths=replace(opts.paths(), channels_last=False) if fast
-                       else DevicePaths(), path=path, training=training, lr=1e-3, grad=grad_out)
+    return sgd_variant(name, layer, fn, x, opts=opts, paths=paths, path=path, training=training, lr=1e-3,
+                       grad=grad_out)
 
 
 def bench_attention(key: str, opts: BenchOptions) -> dict:
@@ -57,20 +58,16 @@ def bench_attention(key: str, opts: BenchOptions) -> dict:
     out = {"key": key, "name": model_name(BENCH_MODELS[key]), "batch": opts.batch, "steps": opts.steps}
     opts.progress(f"attention layer {key}")
     fast_path, train_path = attention_path(layer.eval()), attention_path(layer.train())
-    variants = [
-        _layer_variant("fast", layer, layer, opts, training=False, fast=True, path=fast_path),
-        _layer_variant("train", layer, layer, opts, training=True, fast=True, path=train_path),
-        _layer_variant("core_fast", layer, lambda x: layer.head_outputs(x)[0], opts, training=False,
-                       fast=True, path="core: " + fast_path),
-    ]
+    fast = replace(opts.paths(), channels_last=False)
+    # (name, function of the input, training mode, device paths, path): the references float32, eager
+    runs = [("fast", layer, False, fast, fast_path), ("train", layer, True, fast, train_path),
+            ("core_fast", lambda x: layer.head_outputs(x)[0], False, fast, "core: " + fast_path)]
     for name, (fn, heads_fn, path, dropout) in REFERENCES.items():
         if name in opts.references:
-            variants += [
-                _layer_variant(name, layer, lambda x, fn=fn: fn(layer, x), opts, training=dropout, fast=False,
-                               path=path),
-                _layer_variant(f"core_{name}", layer, lambda x, fn=heads_fn: fn(layer, x), opts,
-                               training=dropout, fast=False, path=f"core: {name}"),
-            ]
+            runs += [(name, partial(fn, layer), dropout, DevicePaths(), path),
+                     (f"core_{name}", partial(heads_fn, layer), dropout, DevicePaths(), f"core: {name}")]
+    variants = [_layer_variant(name, layer, fn, opts, training=training, paths=paths, path=path)
+                for name, fn, training, paths, path in runs]
     out.update(dict.fromkeys(("fast", "train", "core_fast", *REFERENCES, *(f"core_{r}" for r in REFERENCES))))
     out.update(measure(variants, opts))
     return {

@@ -29,11 +29,10 @@ def memory_probe(device: torch.device) -> Iterator[dict[str, float | None]]:
     else:
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6").malloc_trim(0)
-        try:  # reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)
+        rss0 = None
+        with contextlib.suppress(OSError):  # reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)
             Path("/proc/self/clear_refs").write_text("5")
             rss0 = _proc_status_kb("VmRSS")
-        except OSError:
-            rss0 = None
     yield mem
     synchronize(device)
     if device.type == "cuda":

@@ -24,8 +24,8 @@ def _model_variant(name: str, model: nn.Module, opts: BenchOptions, *, paths: De
     images = torch.randn(opts.batch, 3, 32, 32, generator=gen).to(opts.device)
     labels = torch.randint(0, 10, (opts.batch,), generator=gen).to(opts.device)
     model, images = paths.memory_format(model, images)
-    model.train()  # the paper's training mode: dropout 0.1 (attention probabilities too)
-    return sgd_variant(name, model, model, images, opts=opts, paths=paths, path=path, training=None, lr=0.01,
+    # the paper's training mode: dropout 0.1 (attention probabilities too)
+    return sgd_variant(name, model, model, images, opts=opts, paths=paths, path=path, training=True, lr=0.01,
                        loss=lambda out: F.cross_entropy(out, labels))
 
 
@@ -41,11 +41,9 @@ def bench_model(key: str, opts: BenchOptions) -> dict:
         path, paths = attention_path(model.blocks[0].attention.train()), replace(paths, channels_last=False)
     else:
         path = "convolutions" + (", channels_last" if paths.channels_last else "")
-    variants = [_model_variant("fast", model, opts, paths=paths, path=path)]
-    for name in REFERENCES:
-        ref = reference_model(model, name) if name in opts.references else None
-        if ref is not None:
-            variants.append(_model_variant(name, ref, opts, paths=DevicePaths(), path=REFERENCES[name][2]))
+    variants = [_model_variant("fast", model, opts, paths=paths, path=path)] + [
+        _model_variant(name, reference_model(model, name), opts, paths=DevicePaths(), path=REFERENCES[name][2])
+        for name in REFERENCES if name in opts.references and hasattr(model, "blocks")]  # none for ResNet18
     opts.progress(f"{key}")
     out.update({"fast": None, **dict.fromkeys(REFERENCES), **measure(variants, opts, label=f"{key} ")})
     del model, variants

@@ -9,7 +9,6 @@ from typing import Callable
 
 import torch
 
-from study.bench.peaks import Peak
 from study.bench.references import REFERENCES
 from study.devicepaths import DevicePaths
 from study.models import ENCODING_MODELS, PAPER_MODELS, ModelConfig
@@ -55,7 +54,6 @@ class BenchOptions:
     #: model fields replaced in every benchmarked model (a smoke run's small models,
     #: e.g. benchmarks/gpu_check.py --device cpu); empty: the paper's sizes
     model_overrides: dict = field(default_factory=dict)
-    peak: Peak | None = field(default=None, init=False)
 
     def model_config(self, key: str) -> ModelConfig:
         """``BENCH_MODELS[key]`` with ``model_overrides`` (self-attention models only: a
@@ -80,7 +78,6 @@ def default_options(device: str | torch.device | None = None, **overrides) -> Be
     after 1 warm-up, float32, contiguous.  ``None`` overrides are ignored."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     paths = DevicePaths.for_device(dev)
-    base = dict(amp_dtype=paths.autocast_dtype, channels_last=paths.channels_last)
-    base.update(dict(batch=128, steps=50, warmup=10) if dev.type == "cuda" else dict(batch=8, steps=3, warmup=1))
-    base.update({k: v for k, v in overrides.items() if v is not None})
-    return BenchOptions(device=dev, **base)
+    sizes = dict(batch=128, steps=50, warmup=10) if dev.type == "cuda" else dict(batch=8, steps=3, warmup=1)
+    base = dict(amp_dtype=paths.autocast_dtype, channels_last=paths.channels_last, **sizes)
+    return BenchOptions(device=dev, **(base | {k: v for k, v in overrides.items() if v is not None}))

@@ -49,24 +49,19 @@ def timed(device: torch.device, fn: Callable[[], object], steps: int = 1) -> tup
 
 def measured_matmul_peak(device: torch.device, dtype: torch.dtype, *, size: int = 1024, repeats: int = 10) -> Peak:
     """Best TFLOP/s of ``repeats`` (size×size)·(size×size) matmuls on ``device``."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
+    a, b = torch.randn(2, size, size, device=device, dtype=dtype)
     a @ b  # warm-up (allocations, kernel selection)
     walls, cpus, _ = zip(*(timed(device, lambda: a @ b) for _ in range(repeats)))
-    best, best_cpu = min(walls), min(cpus)
-    name = str(dtype).removeprefix("torch.")
-    flops = 2 * size**3
-    return Peak(flops / best / 1e12, f"measured: best {size}x{size} {name} matmul on this machine",
-                cpu_tflops=flops / best_cpu / 1e12 if best_cpu > 0 else None)
+    flops, name = 2 * size**3, str(dtype).removeprefix("torch.")
+    return Peak(flops / min(walls) / 1e12, f"measured: best {size}x{size} {name} matmul on this machine",
+                cpu_tflops=flops / min(cpus) / 1e12 if min(cpus) > 0 else None)
 
 
 def resolve_peak(device: torch.device, amp_dtype: torch.dtype | None, override: float | None) -> Peak:
     """``override`` (from ``--peak-tflops``) if given, else the stated GPU table, else
     a measured matmul ceiling on CPU."""
-    if amp_dtype is not None:  # the precision the matmuls run in
-        precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}[amp_dtype]
-    else:
-        precision = "tf32" if device.type == "cuda" and torch.get_float32_matmul_precision() != "highest" else "fp32"
+    fp32 = "tf32" if device.type == "cuda" and torch.get_float32_matmul_precision() != "highest" else "fp32"
+    precision = {torch.bfloat16: "bf16", torch.float16: "fp16", None: fp32}[amp_dtype]  # what the matmuls run in
     if override is not None:
         return Peak(float(override), f"given: --peak-tflops ({precision})")
     if device.type == "cuda":

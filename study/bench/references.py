@@ -33,11 +33,8 @@ class ReferenceAttention(nn.Module):
         return self.fn(self.layer, x)
 
 
-def reference_model(model: nn.Module, name: str) -> nn.Module | None:
-    """A copy of ``model`` whose attention layers run reference ``name``; ``None``
-    for a model without attention (ResNet18)."""
-    if not hasattr(model, "blocks"):
-        return None
+def reference_model(model: nn.Module, name: str) -> nn.Module:
+    """A copy of ``model`` (a self-attention one) whose attention layers run reference ``name``."""
     ref = copy.deepcopy(model)
     fn = REFERENCES[name][0]
     for block in ref.blocks:

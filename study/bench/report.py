@@ -19,9 +19,9 @@ ATTENTION_RUNS = (
 )
 
 
-def or_na(v, fmt: str) -> str:
-    """``v`` formatted, or "n/a" for None."""
-    return "n/a" if v is None else format(v, fmt)
+def or_na(v, fmt: str, unit: str = "") -> str:
+    """``v`` formatted with ``unit`` after it, or "n/a" for None."""
+    return "n/a" if v is None else format(v, fmt) + unit
 
 
 def _row(label: str, row: dict, run: str, key: str, naive, einsum, *, cpu: bool) -> list:
@@ -32,23 +32,15 @@ def _row(label: str, row: dict, run: str, key: str, naive, einsum, *, cpu: bool)
     naive, einsum = ((1.0, 1.0) if k == 1 else (row.get(k), row.get(f"{k}_cpu_time")) for k in (naive, einsum))
     cells = [label, run, rec["path"], or_na(rec["images_per_s"], ".1f"), or_na(rec["step_ms"], ".1f"),
              or_na(rec["forward_flops"] / 1e9, ".3f"), or_na(rec["tflops"], ".3f"),
-             "n/a" if rec["mfu"] is None else f"{100 * rec['mfu']:.2f}%",
-             or_na(rec["peak_memory_mb"], ".0f"), or_na(rec["step_memory_mb"], ".0f"),
-             _ratio(naive[0]), _ratio(einsum[0])]
-    return cells + ([or_na(1e3 * rec["cpu_s_per_step"], ".1f"), _ratio(naive[1]), _ratio(einsum[1])] if cpu else [])
-
-
-def _ratio(v) -> str:
-    return "n/a" if v is None else f"{v:.2f}x"
-
-
-def _table(rows: list[list[str]], columns: tuple[str, ...]) -> str:
-    import pandas as pd
-
-    return pd.DataFrame(rows, columns=list(columns)).to_string(index=False)
+             or_na(rec["mfu"], ".2%"), or_na(rec["peak_memory_mb"], ".0f"), or_na(rec["step_memory_mb"], ".0f"),
+             or_na(naive[0], ".2f", "x"), or_na(einsum[0], ".2f", "x")]
+    cpu_cells = [or_na(1e3 * rec["cpu_s_per_step"], ".1f"), or_na(naive[1], ".2f", "x"), or_na(einsum[1], ".2f", "x")]
+    return cells + (cpu_cells if cpu else [])
 
 
 def format_report(report: dict) -> str:
+    import pandas as pd
+
     cpu = report["device"] == "cpu"
     columns = COLUMNS + (CPU_COLUMNS if cpu else ())
     peak = report["peak_tflops"]
@@ -73,7 +65,8 @@ def format_report(report: dict) -> str:
     if report["models"]:
         rows = [_row("" if i else m["name"], m, *run, cpu=cpu) for m in report["models"]
                 for i, run in enumerate(MODEL_RUNS) if m.get(run[1]) is not None]
-        lines += ["", "Whole model, training mode (paper dropout 0.1 everywhere)", _table(rows, columns)]
+        lines += ["", "Whole model, training mode (paper dropout 0.1 everywhere)",
+                  pd.DataFrame(rows, columns=columns).to_string(index=False)]
         lines.append("forward FLOPs per image, eval path (study.flops.forward_flops): " + "; ".join(
             f"{m['name']} {m['forward_flops'] / 1e9:.3f} G" for m in report["models"]))
     if report["attention"]:
@@ -84,6 +77,6 @@ def format_report(report: dict) -> str:
             "Attention layer alone (D=400, N_h=9, 16x16 grid; input requires grad as inside the network).",
             "fast p=0: eval / no probability dropout (every exact fast path); train p=0.1: the paper's "
             "dropout, dense exact path; core = heads before the (N_h*D -> D) output projection",
-            _table(rows, columns),
+            pd.DataFrame(rows, columns=columns).to_string(index=False),
         ]
     return "\n".join(lines)

@@ -16,8 +16,7 @@ import torch
 from study.bench.layer_bench import bench_attention
 from study.bench.model_bench import bench_model
 from study.bench.options import ALL_TARGETS, ATTENTION, ATTENTION_VARIANTS, BenchOptions, default_options, is_target
-from study.bench.peaks import resolve_peak
-from study.bench.timing import mfu
+from study.bench.peaks import Peak, resolve_peak
 
 __all__ = ["ALL_TARGETS", "default_options", "device_name", "is_target", "run_bench"]
 
@@ -35,32 +34,38 @@ def run_bench(opts: BenchOptions) -> dict:
     """Benchmark ``opts.targets`` (checked by the caller): a JSON-serialisable report (``study bench --help``)."""
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
-    opts.peak = resolve_peak(opts.device, opts.amp_dtype, opts.peak_tflops)
-    report = {
+    peak = resolve_peak(opts.device, opts.amp_dtype, opts.peak_tflops)
+    models, attention = [], []
+    for target in opts.targets:
+        head, _, key = target.partition(":")
+        if head == ATTENTION:
+            attention += [bench_attention(k, opts) for k in ((key,) if key else ATTENTION_VARIANTS)]
+        else:
+            models.append(bench_model(target, opts))
+    if peak.source.startswith("measured"):
+        # a measured ceiling is only as good as the quietest moment it saw: measure
+        # again at the end and keep the larger, so MFU is not inflated by a busy start
+        again = resolve_peak(opts.device, opts.amp_dtype, None)
+        peak = replace(peak, tflops=max(peak.tflops, again.tflops),
+                       source=peak.source + " (best of start and end of the run; MFU per CPU-second)",
+                       cpu_tflops=max(peak.cpu_tflops or 0.0, again.cpu_tflops or 0.0) or None)
+    for row in models + attention:
+        for rec in (v for v in row.values() if isinstance(v, dict)):  # the runs' records
+            rec["mfu"] = mfu(peak, rec["tflops"], rec["train_flops"] * opts.batch, rec["cpu_s_per_step"])
+    return {
         "device": str(opts.device), "device_name": device_name(opts.device), "torch": torch.__version__,
         "precision": opts.paths().precision_name(), "compile": opts.compile,
         "compile_backend": opts.compile_backend if opts.compile else None, "channels_last": opts.channels_last,
         "model_overrides": dict(opts.model_overrides), "batch": opts.batch, "steps": opts.steps,
-        "warmup": opts.warmup, "repeats": opts.repeats, "peak_tflops": opts.peak.tflops,
-        "peak_source": opts.peak.source, "peak_cpu_tflops": opts.peak.cpu_tflops, "models": [], "attention": [],
+        "warmup": opts.warmup, "repeats": opts.repeats, "peak_tflops": peak.tflops,
+        "peak_source": peak.source, "peak_cpu_tflops": peak.cpu_tflops, "models": models, "attention": attention,
     }
-    for target in opts.targets:
-        if target == ATTENTION or target.startswith(ATTENTION + ":"):
-            keys = ATTENTION_VARIANTS if target == ATTENTION else (target.split(":", 1)[1],)
-            report["attention"] += [bench_attention(key, opts) for key in keys]
-        else:
-            report["models"].append(bench_model(target, opts))
-    if opts.peak.source.startswith("measured"):
-        # a measured ceiling is only as good as the quietest moment it saw: measure
-        # again at the end and keep the larger, so MFU is not inflated by a busy start
-        again = resolve_peak(opts.device, opts.amp_dtype, None)
-        opts.peak = replace(
-            opts.peak, tflops=max(opts.peak.tflops, again.tflops),
-            source=opts.peak.source + " (best of start and end of the run; MFU per CPU-second)",
-            cpu_tflops=max(opts.peak.cpu_tflops or 0.0, again.cpu_tflops or 0.0) or None)
-        report.update(peak_tflops=opts.peak.tflops, peak_cpu_tflops=opts.peak.cpu_tflops,
-                      peak_source=opts.peak.source)
-        for row in report["models"] + report["attention"]:
-            for rec in (v for v in row.values() if isinstance(v, dict)):  # the runs' records
-                rec["mfu"] = mfu(opts.peak, rec["tflops"], rec["train_flops"] * opts.batch, rec["cpu_s_per_step"])
-    return report
+
+
+def mfu(peak: Peak, tflops: float, flops_per_step: float, cpu_s_per_step: float) -> float | None:
+    """Achieved / peak; against a measured CPU peak both per second of process CPU time."""
+    if not peak.tflops:
+        return None
+    if peak.cpu_tflops and cpu_s_per_step > 0:
+        return flops_per_step / cpu_s_per_step / 1e12 / peak.cpu_tflops
+    return tflops / peak.tflops

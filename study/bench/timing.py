@@ -1,8 +1,8 @@
 """Timing of benchmark variants: warm-up (memory read there), interleaved timed
-windows, and each variant's record (images/s, TFLOP/s, MFU, memory).
+windows, and each variant's record (images/s, TFLOP/s, memory; MFU: the runner).
 
 Not ``torch.utils.benchmark.Timer``: the variants' windows interleave, each window also
-reads process CPU time (MFU on a shared CPU, below), and Timer pins torch to one thread."""
+reads process CPU time (MFU on a shared CPU: runner.mfu), and Timer pins torch to one thread."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from torch import Tensor
 
 from study.bench.memory import memory_probe
 from study.bench.options import BenchOptions
-from study.bench.peaks import Peak, timed
+from study.bench.peaks import timed
 from study.devicepaths import DevicePaths
 from study.flops import count_flops
 
@@ -33,18 +33,17 @@ class Variant:
 
 
 def sgd_variant(name: str, module: torch.nn.Module, fn: Callable[[Tensor], Tensor], x: Tensor, *, opts: BenchOptions,
-                paths: DevicePaths, path: str, training: bool | None, lr: float,
+                paths: DevicePaths, path: str, training: bool, lr: float,
                 loss: Callable[[Tensor], Tensor] | None = None, grad: Tensor | None = None) -> Variant:
     """A training step: ``fn(x)`` on ``paths`` (autocast, compile), backward of ``loss`` of it (or
-    of it against ``grad``), SGD with momentum on ``module``, set to ``training`` (unless None) each
-    step: the layer bench's variants share one layer."""
+    of it against ``grad``), SGD with momentum on ``module``, set to ``training`` each step: the
+    layer bench's variants share one layer."""
     fwd_flops = count_flops(lambda: fn(x), opts.batch)
     opt = torch.optim.SGD(module.parameters(), lr=lr, momentum=0.9)
     run = paths.compiled(fn)
 
     def step() -> Tensor:
-        if training is not None:
-            module.train(training)
+        module.train(training)
         with paths.autocast(opts.device):
             y = run(x) if loss is None else loss(run(x))
         y.backward(None if grad is None else grad.to(y.dtype))
@@ -74,29 +73,17 @@ def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> 
         if not bool(torch.isfinite(last[v.name]).all()):
             raise RuntimeError(f"non-finite values while timing {label}{v.name} ({v.path})")
         images_per_s = opts.batch * opts.steps / statistics.median(walls)
-        train_flops = 3 * v.forward_flops
-        tflops = train_flops * images_per_s / 1e12
-        cpu_s = statistics.median(cpus) / opts.steps
         records[v.name] = {
             "path": v.path, "precision": v.precision, "images_per_s": images_per_s,
             "images_per_s_best": opts.batch * opts.steps / min(walls),
             "step_ms": 1e3 * opts.batch / images_per_s, "windows_s": walls,
             # process CPU seconds (all threads): other jobs' load does not inflate it
-            "cpu_s_per_step": cpu_s, "warmup_s": warm[v.name], "forward_flops": v.forward_flops,
-            "train_flops": train_flops, "tflops": tflops,
-            "mfu": mfu(opts.peak, tflops, train_flops * opts.batch, cpu_s),
+            "cpu_s_per_step": statistics.median(cpus) / opts.steps, "warmup_s": warm[v.name],
+            "forward_flops": v.forward_flops, "train_flops": 3 * v.forward_flops,
+            "tflops": 3 * v.forward_flops * images_per_s / 1e12,
             "peak_memory_mb": memory[v.name]["peak_mb"], "step_memory_mb": memory[v.name]["step_mb"],
         }
     return records
-
-
-def mfu(peak: Peak | None, tflops: float, flops_per_step: float, cpu_s_per_step: float) -> float | None:
-    """Achieved / peak; against a measured CPU peak both per second of process CPU time."""
-    if peak is None or not peak.tflops:
-        return None
-    if peak.cpu_tflops and cpu_s_per_step > 0:
-        return flops_per_step / cpu_s_per_step / 1e12 / peak.cpu_tflops
-    return tflops / peak.tflops
 
 
 def speedups(out: dict, name: str, fast: str, ref: str, *, best: bool = False) -> dict[str, float | None]:
