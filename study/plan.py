@@ -20,7 +20,7 @@ from study.models.cost import config_from_row, model_macs
 
 #: Image counts of the built-in sources: (train, test).
 CIFAR10_SIZES = (50_000, 10_000)
-MIN_SUBSET_TEST = 100  # study.data.splits.MIN_SUBSET_TEST
+MIN_SUBSET_TEST = 100  # test images a ``subset`` keeps at least (also study.data.splits')
 #: A forward pass is a third of a training step (forward + backward ≈ 3 forwards).
 TRAIN_FORWARDS = 3
 #: At most this many combinations of sampled model fields are costed per cell.
@@ -132,13 +132,6 @@ def trial_images(cfg, sizes: dict[str, tuple[int, int]] | None = None) -> Images
 
 
 # ---------------------------------------------------------------------- FLOPs
-def _sampled_candidates(dist: dict) -> list:
-    (kind, args), = dist.items()
-    if kind in ("uniform", "loguniform", "int"):
-        return [args[1]]  # the cost grows with every model field: its upper end
-    return list(args)
-
-
 def costed_model(cfg, sample: dict[str, dict]) -> tuple[dict, bool]:
     """The model fields to cost: the cell's, or with sampled model fields the most
     expensive combination of their candidate values (an upper bound)."""
@@ -146,18 +139,17 @@ def costed_model(cfg, sample: dict[str, dict]) -> tuple[dict, bool]:
     fields = [k for k in sample if k in ModelConfig.__dataclass_fields__]
     if not fields:
         return base, False
-    best, best_macs = base, None
-    combos = itertools.islice(itertools.product(*(_sampled_candidates(sample[k]) for k in fields)),
-                              MAX_SAMPLED_COMBINATIONS)
-    for values in combos:
+
+    def built(values) -> dict | None:
         try:
-            d = ModelConfig.from_dict({**base, **dict(zip(fields, values))}).to_dict()
+            return ModelConfig.from_dict({**base, **dict(zip(fields, values))}).to_dict()
         except Exception:  # noqa: BLE001 - a combination the model refuses is never trained
-            continue
-        m = model_macs(d)
-        if best_macs is None or m > best_macs:
-            best, best_macs = d, m
-    return best, True
+            return None
+    # every choice; of a range its upper end (the cost grows with every model field)
+    combos = itertools.product(*(list(a) if kind == "choice" else [a[1]] for k in fields
+                                 for kind, a in sample[k].items()))
+    valid = filter(None, map(built, itertools.islice(combos, MAX_SAMPLED_COMBINATIONS)))
+    return max(valid, key=model_macs, default=base), True
 
 
 def attention_pairs(model: dict) -> int:
