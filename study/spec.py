@@ -8,6 +8,7 @@ for cross-field rules, :func:`study.speccheck.check_values` for every value the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
-                      WithJsonSchema, create_model, field_validator, model_validator)
+                      WithJsonSchema, create_model, model_validator)
 
 from study import limits, overrides as cli_overrides, speccheck
 from study.plan import source_sizes
@@ -191,7 +192,8 @@ class StudyFile(_Strict):
     ``default_name`` and, if known, the target's ``cpus`` and ``gpus``."""
     name: Capped(str, "MAX_NAME_LENGTH", min_length=1) = None  # default: the file's stem
     description: Capped(str, "MAX_DESCRIPTION_CHARS") = ""
-    data: str
+    #: the source exists; a path becomes absolute (trials run in other working directories, and on other nodes)
+    data: Annotated[str, AfterValidator(functools.partial(speccheck.check_data_source, exists=True))]
     subset: Annotated[int, Field(ge=1)] | None = None
     validation: int | float = None  # default: 0.1 if the study selects, else 0
     epochs: Capped(int, "MAX_EPOCHS", ge=1) = 300
@@ -213,13 +215,6 @@ class StudyFile(_Strict):
     max_failures: Capped(int, "MAX_FAILURES", ge=0) = 2
     max_concurrent: Capped(int, "MAX_TRIALS", ge=1) | None = None
     loggers: Annotated[list[Logger], _distinct("a logger")] = list(DEFAULT_LOGGERS)
-
-    @field_validator("data")
-    @classmethod
-    def _source(cls, data: str) -> str:
-        """The source exists (:func:`study.speccheck.check_data_source`); a path becomes
-        absolute (trials run in other working directories, and on other nodes)."""
-        return speccheck.check_data_source(data, exists=True)
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo):
