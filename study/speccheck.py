@@ -15,7 +15,7 @@ from typing import Any
 from study import limits
 from study.errors import StudyFileError
 from study.models.config import ConfigError, ModelConfig
-from study.plan import source_sizes, trial_images
+from study.plan import trial_images
 from study.trial.config import PROTOCOL_FIELDS
 
 #: metrics every trial reports to Tune each epoch (study/trial/loop.py) ...
@@ -184,17 +184,18 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
         if over is not None:
             fld, cap, name, v = over
             raise err(where(fld), f"must be <= {cap} ({name}), got {v}{context(fld)}")
-        _check_batch(cfg, workers=spec.study.resources.workers_per_trial, where=where, context=context)
+        why = _batch_problem(cfg, workers=spec.study.resources.workers_per_trial)
+        if why:
+            raise err(where("batch_size"), why + context("batch_size"))
         seen.setdefault(cfg.model, None)
     _check_distinct_models(spec)
     return list(seen), complete
 
 
 def _locate(fld: str, cell, raw: dict) -> str:
-    """The study-file path that set ``fld`` for ``cell`` (grid and sample axes are never set in ``models``)."""
-    for section in ("grid", "sample"):
-        if fld in raw.get(section, {}):
-            return f"{section}.{fld}"
+    """The study-file path that set ``fld`` for ``cell``, not a sampled axis (an axis is never set in ``models``)."""
+    if fld in raw.get("grid", {}):
+        return f"grid.{fld}"
     if fld in cell.train:
         return f"models.{cell.entry}.training.{RECIPE_PATHS.get(fld, fld)}"
     if fld in cell.model:
@@ -216,23 +217,16 @@ def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str |
     return f"{per_step} images per step is more than {images}: no training step would run"
 
 
-def _check_batch(cfg, *, workers: int, where, context) -> None:
-    """The subset fits the data, and one step's batch fits the training images left
-    once the validation split is held out (:func:`study.plan.trial_images`)."""
-    whole = source_sizes(cfg.data)
-    if whole is None:
-        return
-    if cfg.subset is not None and cfg.subset > whole[0]:
-        raise err("subset", f"{cfg.subset} is more than the {whole[0]} training images of {cfg.data}")
+def _batch_problem(cfg, *, workers: int) -> str | None:
+    """Why one step's batch does not fit the training images left once the validation split
+    is held out (:func:`study.plan.trial_images`), or None (also where image counts are unknown)."""
     im = trial_images(cfg)
-    if im.train <= 0:
-        return  # refused by the validation check, naming `validation`
+    if im is None or im.train <= 0:
+        return None  # unknown, or refused by the validation check, naming `validation`
     n, held = im.train + im.val, im.val
     what = (f"subset {n}" if cfg.subset is not None else f"the {n} training images of {cfg.data}") + (
         f" less {held} held out for validation" if held else "")
-    why = batch_overflow(cfg.batch_size, workers, im.train, what)
-    if why:
-        raise err(where("batch_size"), why + context("batch_size"))
+    return batch_overflow(cfg.batch_size, workers, im.train, what)
 
 
 def _check_distinct_models(spec) -> None:
