@@ -203,9 +203,8 @@ class Throughput:
     source: str = ""
 
     def seconds(self, t: TrialPlan) -> tuple[float, str]:
-        """Predicted device-seconds of a trial (training + evaluation) and where the rate comes from."""
-        if t.train_flops is None:
-            raise PlanError(f"{t.key}: image counts unknown")
+        """Predicted device-seconds of a trial whose images are counted (:func:`make_plan` checks)
+        and where the rate comes from."""
         if self.tflops is not None:
             return (t.train_flops + t.eval_flops) / (self.tflops * 1e12), f"{self.tflops:g} TFLOP/s"
         if self.images_per_s is not None:
@@ -265,14 +264,11 @@ def wall_seconds(seconds: list[float], workers: int) -> float:
 
 # ------------------------------------------------------------------------ text
 def _si(flops: float | None) -> str:
-    if flops is None:
-        return "?"
-    if flops == 0:
-        return "0"
-    for unit, scale in (("EFLOP", 1e18), ("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9)):
-        if flops >= scale:
-            return f"{flops / scale:.3g} {unit}"
-    return f"{flops / 1e6:.3g} MFLOP"
+    if not flops:
+        return "?" if flops is None else "0"
+    scale, unit = next((s for s in ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"))
+                        if flops >= s[0]), (1e6, "MFLOP"))
+    return f"{flops / scale:.3g} {unit}"
 
 
 #: durations from here on are written in years: H:MM:SS of them is a wall of digits
