@@ -249,16 +249,13 @@ class StudyFile(_Strict):
         return self
 
     def _select(self) -> None:
-        """The subset fits the source; resolve ``validation`` and the metric selection sees
-        (``scheduler``: a fifo one when only Optuna selects); the metric is one the trials report."""
+        """Resolve ``validation`` and the metric selection sees (``scheduler``: a fifo one
+        when only Optuna selects); the metric is one the trials report."""
         choosing = selects(self.model_dump(include={"sample", "scheduler"}, exclude_unset=True))
         held = self.validation = (0.1 if choosing else 0) if self.validation is None else self.validation
         if held < 0 or (isinstance(held, float) and not 0 < held < 1):
             raise _refuse("validation", f"must be a number of training images >= 0 or a fraction in (0, 1), got {held}")
-        whole = (source_sizes(self.data) or [None])[0]
-        if self.subset is not None and whole is not None and self.subset > whole:
-            raise _refuse("subset", f"{self.subset} is more than the {whole} training images of {self.data}")
-        n_train = self.subset or whole
+        n_train = self.subset or (source_sizes(self.data) or [None])[0]
         if isinstance(held, int) and n_train is not None and held >= n_train:
             raise _refuse("validation", f"{held} held-out images leave none of the {n_train} training images (use "
                                         "fewer, or validation: 0)")

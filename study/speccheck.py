@@ -15,7 +15,7 @@ from typing import Any
 from study import limits
 from study.errors import StudyFileError
 from study.models.config import ConfigError, ModelConfig
-from study.plan import trial_images
+from study.plan import source_sizes, trial_images
 from study.trial.config import PROTOCOL_FIELDS
 
 #: metrics every trial reports to Tune each epoch (study/trial/loop.py) ...
@@ -160,33 +160,16 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
             ((cells[0], firsts[:i] + (v,) + firsts[i + 1:]) for i, k in enumerate(axes) for v in corners[k][1:]))
     seen: dict[ModelConfig, None] = {}
     for cell, values in combos:
-        def where(fld: str) -> str:
-            return f"sample.{fld}.{kinds[fld]}" if fld in spec.sample else _locate(fld, cell, spec.raw)
-
-        def context(fld: str) -> str:
-            extra = [f"{k}={v!r}" for k, v, f in zip(axes, values, firsts) if k != fld and v != f]
-            return f" (with sampled {', '.join(extra)})" if extra else ""
-
         try:
             cfg = spec.train_config(cell, dict(zip(axes, values)))
+            problem = _problem(cfg, workers=spec.study.resources.workers_per_trial)
         except ConfigError as e:
-            raise err(where(e.field), f"{e.message}{context(e.field)}") from None
-        for fld, want, what in (("in_channels", IMAGE_CHANNELS, f"RGB images ({IMAGE_CHANNELS} channels)"),
-                                ("image_size", IMAGE_SIDE, f"{IMAGE_SIDE}x{IMAGE_SIDE} images")):
-            if getattr(cfg.model, fld) != want:
-                raise err(where(fld), f"every data source gives {what}, got {short(getattr(cfg.model, fld))}"
-                                      f"{context(fld)}")
-        for fld in INIT_STD_FIELDS:
-            v = getattr(cfg.model, fld, None)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
-                raise err(where(fld), f"must be a finite number >= 0, got {short(v)}{context(fld)}")
-        over = limits.over_limit(cfg)
-        if over is not None:
-            fld, cap, name, v = over
-            raise err(where(fld), f"must be <= {cap} ({name}), got {v}{context(fld)}")
-        why = _batch_problem(cfg, workers=spec.study.resources.workers_per_trial)
-        if why:
-            raise err(where("batch_size"), why + context("batch_size"))
+            problem = e.field, e.message
+        if problem:  # named where the study file set the field, with the other sampled values it met
+            fld, message = problem
+            extra = [f"{k}={v!r}" for k, v, f in zip(axes, values, firsts) if k != fld and v != f]
+            raise err(f"sample.{fld}.{kinds[fld]}" if fld in spec.sample else _locate(fld, cell, spec.raw),
+                      message + (f" (with sampled {', '.join(extra)})" if extra else ""))
         seen.setdefault(cfg.model, None)
     _check_distinct_models(spec)
     return list(seen), complete
@@ -217,16 +200,36 @@ def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str |
     return f"{per_step} images per step is more than {images}: no training step would run"
 
 
-def _batch_problem(cfg, *, workers: int) -> str | None:
-    """Why one step's batch does not fit the training images left once the validation split
-    is held out (:func:`study.plan.trial_images`), or None (also where image counts are unknown)."""
+def _problem(cfg, *, workers: int) -> tuple[str, str] | None:
+    """The first (field, problem) of a configuration that its classes do not check: the
+    data's image shape, initialisation spreads, limits, the subset against the source, and one
+    step's batch against the training images left once the validation split is held out
+    (:func:`study.plan.trial_images`)."""
+    for fld, want, what in (("in_channels", IMAGE_CHANNELS, f"RGB images ({IMAGE_CHANNELS} channels)"),
+                            ("image_size", IMAGE_SIDE, f"{IMAGE_SIDE}x{IMAGE_SIDE} images")):
+        if getattr(cfg.model, fld) != want:
+            return fld, f"every data source gives {what}, got {short(getattr(cfg.model, fld))}"
+    for fld in INIT_STD_FIELDS:
+        v = getattr(cfg.model, fld, None)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
+            return fld, f"must be a finite number >= 0, got {short(v)}"
+    over = limits.over_limit(cfg)
+    if over is not None:
+        fld, cap, name, v = over
+        return fld, f"must be <= {cap} ({name}), got {v}"
+    whole = source_sizes(cfg.data)
+    if whole is None:
+        return None
+    if cfg.subset is not None and cfg.subset > whole[0]:
+        return "subset", f"{cfg.subset} is more than the {whole[0]} training images of {cfg.data}"
     im = trial_images(cfg)
-    if im is None or im.train <= 0:
-        return None  # unknown, or refused by the validation check, naming `validation`
+    if im.train <= 0:
+        return None  # refused by the validation check, naming `validation`
     n, held = im.train + im.val, im.val
     what = (f"subset {n}" if cfg.subset is not None else f"the {n} training images of {cfg.data}") + (
         f" less {held} held out for validation" if held else "")
-    return batch_overflow(cfg.batch_size, workers, im.train, what)
+    why = batch_overflow(cfg.batch_size, workers, im.train, what)
+    return ("batch_size", why) if why else None
 
 
 def _check_distinct_models(spec) -> None:
