@@ -367,10 +367,7 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         file=file, study=study, raw=raw, cells=cells, sample=raw.get("sample", {}), overrides=overrides,
         base_train={**study.model_dump(include={"data", "subset", "validation", "epochs", "batch_size"}), **sections,
                     **({"map_epochs": study.maps.epochs} if "epochs" in raw.get("maps", {}) else {})})
-    try:
-        seen, complete = speccheck.check_values(spec)
-    except SpecError as e:
-        raise SpecError(file, e.path, e.message) from None
+    seen, complete = speccheck.check_values(spec)
     return dataclasses.replace(spec, models=seen, models_complete=complete)
 
 

@@ -47,7 +47,7 @@ class SpecError(StudyFileError, ValueError):
         self._init = self.file, self.path, self.message = file, path, message  # for StudyError.__reduce__
 
 
-#: ``err(path, message)``: a :class:`SpecError` whose file :func:`study.spec.validate` fills in
+#: ``err(path, message)``: a :class:`SpecError` raised in a pydantic validator (``study.spec._refusal`` adds the file)
 err = functools.partial(SpecError, "")
 
 
@@ -168,8 +168,8 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
         if problem:  # named where the study file set the field, with the other sampled values it met
             fld, message = problem
             extra = [f"{k}={v!r}" for k, v, f in zip(axes, values, firsts) if k != fld and v != f]
-            raise err(f"sample.{fld}.{kinds[fld]}" if fld in spec.sample else _locate(fld, cell, spec.raw),
-                      message + (f" (with sampled {', '.join(extra)})" if extra else ""))
+            where = f"sample.{fld}.{kinds[fld]}" if fld in spec.sample else _locate(fld, cell, spec.raw)
+            raise SpecError(spec.file, where, message + (f" (with sampled {', '.join(extra)})" if extra else ""))
         seen.setdefault(cfg.model, None)
     _check_distinct_models(spec)
     return list(seen), complete
@@ -242,6 +242,6 @@ def _check_distinct_models(spec) -> None:
         except (ConfigError, TypeError, ValueError):  # only valid with sampled values: not compared
             return
         if key in seen:
-            raise err(f"models.{i}", f"builds the same model and recipe as models.{seen[key]}: "
-                                     "every trial would run twice")
+            raise SpecError(spec.file, f"models.{i}", f"builds the same model and recipe as models.{seen[key]}: "
+                                                      "every trial would run twice")
         seen[key] = i
