@@ -271,16 +271,12 @@ def _si(flops: float | None) -> str:
     return f"{flops / scale:.3g} {unit}"
 
 
-#: durations from here on are written in years: H:MM:SS of them is a wall of digits
-_HMS_UP_TO_S = 10_000 * 3600
-
-
 def hms(seconds: float) -> str:
     """``H:MM:SS``; past 10,000 hours the years, to three figures; never fails (an
     infinite or undefined duration is written as such)."""
     if not math.isfinite(seconds):
         return "unbounded" if seconds > 0 else "undefined"
-    if seconds >= _HMS_UP_TO_S:
+    if seconds >= 10_000 * 3600:  # H:MM:SS of more is a wall of digits
         return f"{seconds / (365.25 * 86400):.3g} years"
     s = int(round(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
@@ -312,8 +308,7 @@ def table(plan: Plan) -> str:
             "eval FLOP", "heads FLOP"]
     has_s = all(t.seconds is not None for t in plan.trials)
     cols += ["device-s", "rate"] if has_s else []
-    against = bool(plan.measured)
-    cols += ["measured s", "pred/meas"] if against else []
+    cols += ["measured s", "pred/meas"] if plan.measured else []
     rows = []
     for t in launch_order(plan.trials):
         im = t.images
@@ -321,7 +316,7 @@ def table(plan: Plan) -> str:
                *(f"{v:,}" if im else "?" for v in ((im.train, im.val, im.test) if im else (0, 0, 0))),
                f"{t.macs / 1e9:.4g}", _si(t.train_flops), _si(t.eval_flops), _si(t.head_flops)]
         row += [f"{t.seconds:,.0f}" if t.seconds >= 100 else f"{t.seconds:.1f}", t.rate] if has_s else []
-        if against:
+        if plan.measured:
             m, r = plan.measured.get(t.key), plan.ratio(t)
             row += [f"{m:,.1f}" if m else "-", f"{r:.2f}" if r else "-"]
         rows.append(row)

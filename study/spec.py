@@ -329,21 +329,13 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
     try:
         return validate(raw if data is None else {**raw, "data": data}, file=file, default_name=p.stem,
                         gpus_available=gpus_available, cpus_available=cpus_available, overrides=overrides)
-    except SpecError as e:
-        culprit = _override_of(e.path, overrides)
+    except SpecError as e:  # blame the last override that set the field, one under it or the one it is in
+        at, sets = f"{e.path}.", {t: cli_overrides.dotted(cli_overrides.parse(t)[1]) + "." for t in overrides}
+        culprit = next((t for t in reversed(overrides)
+                        if e.path and (at.startswith(sets[t]) or sets[t].startswith(at))), None)
         if culprit is None:
             raise
         raise SpecError(file, e.path, f"{e.message} (override {culprit})") from None
-
-
-def _override_of(path: str, overrides: tuple[str, ...]) -> str | None:
-    """The last override that set ``path``, a field under it, or the field it is in (each
-    one parses: :func:`study.overrides.apply` refused any that does not)."""
-    for text in reversed(overrides):
-        where = cli_overrides.dotted(cli_overrides.parse(text)[1])
-        if path and (path == where or path.startswith(where + ".") or where.startswith(path + ".")):
-            return text
-    return None
 
 
 def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None,
