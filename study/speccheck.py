@@ -125,20 +125,6 @@ def check_choice(path: str, entries: list) -> None:
     check_distinct(path, entries)
 
 
-def corner_values(kind: str, args: list, *, enumerate_ints: bool) -> tuple[list, bool]:
-    """The checked values of a distribution (every ``choice`` entry, a range's ends as the
-    type it samples, every integer of a short ``int`` range when ``enumerate_ints``) and
-    whether these are all the values it can take."""
-    if kind == "choice":
-        return list(args), True
-    low, high = args
-    if kind == "int":
-        if enumerate_ints and high - low < ENUMERATE_INT_RANGE:
-            return list(range(low, high + 1)), True
-        return [low, high], high - low <= 1
-    return [float(low), float(high)], False
-
-
 def check_values(spec) -> tuple[list[ModelConfig], bool]:
     """Build and check every grid cell of ``spec`` with every checked value of the sampled axes (all
     combinations up to MAX_CHECKED_COMBINATIONS, else each value against every cell's first combination);
@@ -146,9 +132,13 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
     axes = list(spec.sample)
     kinds = {k: next(iter(spec.sample[k])) for k in axes}
     corners, complete = {}, True
-    for k in axes:
-        corners[k], every = corner_values(kinds[k], spec.sample[k][kinds[k]], enumerate_ints=k in MODEL_FIELDS)
-        complete &= every or k not in MODEL_FIELDS
+    for k, kind in kinds.items():
+        args = spec.sample[k][kind]
+        if kind == "choice" or (kind == "int" and k in MODEL_FIELDS and args[1] - args[0] < ENUMERATE_INT_RANGE):
+            corners[k] = list(args) if kind == "choice" else list(range(args[0], args[1] + 1))  # every value
+        else:  # a range's ends, as the type it samples: a model field's other values are not all checked
+            corners[k] = [args[0], args[1]] if kind == "int" else [float(args[0]), float(args[1])]
+            complete &= k not in MODEL_FIELDS or (kind == "int" and args[1] - args[0] <= 1)
     cells = list({(repr(sorted(c.model.items())), repr(sorted(c.train.items()))): c for c in spec.cells}.values())
     firsts = tuple(corners[k][0] for k in axes)
     if len(cells) * math.prod(len(v) for v in corners.values()) <= limits.MAX_CHECKED_COMBINATIONS:
@@ -201,10 +191,8 @@ def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str |
 
 
 def _problem(cfg, *, workers: int) -> tuple[str, str] | None:
-    """The first (field, problem) of a configuration that its classes do not check: the
-    data's image shape, initialisation spreads, limits, the subset against the source, and one
-    step's batch against the training images left once the validation split is held out
-    (:func:`study.plan.trial_images`)."""
+    """The first (field, problem) of a configuration that its classes do not check: image shape, initialisation
+    spreads, limits, and the subset and one step's batch against the data (:func:`study.plan.trial_images`)."""
     for fld, want, what in (("in_channels", IMAGE_CHANNELS, f"RGB images ({IMAGE_CHANNELS} channels)"),
                             ("image_size", IMAGE_SIDE, f"{IMAGE_SIDE}x{IMAGE_SIDE} images")):
         if getattr(cfg.model, fld) != want:
