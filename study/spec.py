@@ -330,7 +330,7 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
         return validate(raw if data is None else {**raw, "data": data}, file=file, default_name=p.stem,
                         gpus_available=gpus_available, cpus_available=cpus_available, overrides=overrides)
     except SpecError as e:  # blame the last override that set the field, one under it or the one it is in
-        at, sets = f"{e.path}.", {t: cli_overrides.dotted(cli_overrides.parse(t)[1]) + "." for t in overrides}
+        at, sets = f"{e.path}.", {t: ".".join(map(str, cli_overrides.parse(t)[1])) + "." for t in overrides}
         culprit = next((t for t in reversed(overrides)
                         if e.path and (at.startswith(sets[t]) or sets[t].startswith(at))), None)
         if culprit is None:
@@ -389,7 +389,8 @@ _TYPES = {"int_type": "int", "float_type": "float", "string_type": "str", "bool_
 def _refusal(file: str, e: ValidationError) -> SpecError:
     """Pydantic's first error as one line ``FILE: path.field: problem``."""
     errors = e.errors()
-    same = [x for x in errors if _where(x["loc"])[0] == _where(errors[0]["loc"])[0]]  # a union's members: one each
+    path = _where(errors[0]["loc"])[0]
+    same = [x for x in errors if _where(x["loc"])[0] == path]  # a union's members: one each
     first = next((x for x in same if isinstance((x.get("ctx") or {}).get("error"), SpecError)), errors[0])
     kind, ctx, value, loc = first["type"], first.get("ctx") or {}, first.get("input"), first["loc"]
     if kind == "extra_forbidden":
@@ -397,7 +398,6 @@ def _refusal(file: str, e: ValidationError) -> SpecError:
         return SpecError(file, ".".join(filter(None, (parent, str(loc[-1])))), "unknown model field" if issubclass(
             cls, ModelFields) else f"unknown axis (model fields or {', '.join(TRAIN_AXES)})" if cls in (Grid, Sample)
             else f"unknown key (allowed: {', '.join(cls.model_fields)})")
-    path = _where(loc)[0]
     if isinstance(ctx.get("error"), SpecError):  # a validator's refusal
         return SpecError(file, ".".join(filter(None, (path, ctx["error"].path))), ctx["error"].message)
     if kind in _TYPES or kind == "literal_error":  # each member of a union rejects the value: name them all
