@@ -157,9 +157,7 @@ def attention_pairs(model: dict) -> int:
     for an encoding with content scores (``Encoding.content``), 0 otherwise (ResNet18,
     positional attention, whose probabilities one batch shares)."""
     cfg = config_from_row(model)
-    if cfg.arch == "resnet18" or not cfg.spec.content:
-        return 0
-    return cfg.layers * cfg.num_heads * cfg.grid ** 4
+    return 0 if cfg.arch == "resnet18" or not cfg.spec.content else cfg.layers * cfg.num_heads * cfg.grid ** 4
 
 
 def plan_trials(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> list[TrialPlan]:

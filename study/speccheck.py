@@ -205,14 +205,11 @@ def _problem(cfg, *, workers: int) -> tuple[str, str] | None:
     if over is not None:
         fld, cap, name, v = over
         return fld, f"must be <= {cap} ({name}), got {v}"
-    whole = source_sizes(cfg.data)
-    if whole is None:
-        return None
-    if cfg.subset is not None and cfg.subset > whole[0]:
+    whole, im = source_sizes(cfg.data), trial_images(cfg)
+    if whole is not None and cfg.subset is not None and cfg.subset > whole[0]:
         return "subset", f"{cfg.subset} is more than the {whole[0]} training images of {cfg.data}"
-    im = trial_images(cfg)
-    if im.train <= 0:
-        return None  # refused by the validation check, naming `validation`
+    if im is None or im.train <= 0:
+        return None  # unknown, or refused by the validation check, naming `validation`
     n, held = im.train + im.val, im.val
     what = (f"subset {n}" if cfg.subset is not None else f"the {n} training images of {cfg.data}") + (
         f" less {held} held out for validation" if held else "")
