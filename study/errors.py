@@ -87,18 +87,6 @@ class LockError(StudyError):
     exit_code = EXIT_USAGE
 
 
-def _chain(exc: BaseException):
-    """``exc`` and every exception it wraps (Ray's ``cause``, ``__cause__``, ``__context__``)."""
-    seen, todo = set(), [exc]
-    while todo:
-        e = todo.pop(0)
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        yield e
-        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
-
-
 def _is_ray(e: BaseException) -> bool:
     return type(e).__module__.split(".")[0] == "ray" or type(e).__name__.startswith("RayTaskError")
 
@@ -106,7 +94,12 @@ def _is_ray(e: BaseException) -> bool:
 def cause(exc: BaseException) -> str:
     """``ExceptionType: message`` of the innermost project error wrapped in ``exc``,
     else of the innermost non-Ray error, else of ``exc`` itself; one line."""
-    chain = [e for e in _chain(exc) if isinstance(e, BaseException)]
+    chain, todo = [], [exc]  # exc and every exception it wraps (Ray's ``cause``, ``__cause__``, ``__context__``)
+    while todo:
+        e = todo.pop(0)
+        if isinstance(e, BaseException) and all(e is not c for c in chain):
+            chain.append(e)
+            todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
     pick = (next((e for e in reversed(chain) if type(e).__module__.split(".")[0] in ("study", "analysis")), None)
             or next((e for e in reversed(chain) if not _is_ray(e)), exc))
     message = str(pick)

@@ -82,8 +82,5 @@ def over_limit(cfg) -> tuple[str, int, str, int] | None:
     checks += [(cfg, f, c, "MAX_TRAIN_FIELD") for f, c in MAX_TRAIN_FIELD.items()]
     checks += [(cfg, "epochs", MAX_EPOCHS, "MAX_EPOCHS"), (cfg, "batch_size", MAX_BATCH_SIZE, "MAX_BATCH_SIZE"),
                (cfg, "seed", MAX_SEED, "MAX_SEED")]
-    for obj, fld, cap, name in checks:
-        v = getattr(obj, fld, None)
-        if isinstance(v, int) and not isinstance(v, bool) and v > cap:
-            return fld, cap, name, v
-    return None
+    return next(((fld, cap, name, v) for obj, fld, cap, name in checks
+                 if isinstance(v := getattr(obj, fld, None), int) and not isinstance(v, bool) and v > cap), None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from study import limits
 from study.specyaml import YamlError, load_yaml
@@ -32,11 +32,6 @@ def parse(text: str) -> tuple[str, list[str | int], str | None]:
         raise ValueError(f"override {text!r}: {key!r} is not a field path (name.name, list[0].name)")
     path = [int(t) if t.isdigit() else t for t in re.findall(rf"{_KEY}|[0-9]+", key)]
     return op or "=", path, (value if eq else None)
-
-
-def dotted(path: Iterable[str | int]) -> str:
-    """``models.0.num_heads``: a path as the study file's errors name it."""
-    return ".".join(str(p) for p in path)
 
 
 def value_of(text: str) -> Any:
@@ -69,7 +64,7 @@ def apply(raw: dict[str, Any], overrides: list[str], *, err: Callable[[str, str]
             raise err("", str(e)) from None
         node: Any = out
         for depth, key in enumerate(path):
-            where, parent = dotted(path[:depth + 1]), dotted(path[:depth]) or "the study file"
+            where, parent = ".".join(map(str, path[:depth + 1])), ".".join(map(str, path[:depth])) or "the study file"
             last = depth == len(path) - 1
             if isinstance(key, int) and not isinstance(node, list):
                 raise err(where, f"{parent} is {_kind(node)}, not a list: no entry [{key}] (override {text})")

@@ -20,7 +20,7 @@ from study.models.cost import config_from_row, model_macs
 
 #: Image counts of the built-in sources: (train, test).
 CIFAR10_SIZES = (50_000, 10_000)
-MIN_SUBSET_TEST = 100  # study.data.splits.MIN_SUBSET_TEST
+MIN_SUBSET_TEST = 100  # test images a ``subset`` keeps at least (also study.data.splits')
 #: A forward pass is a third of a training step (forward + backward ≈ 3 forwards).
 TRAIN_FORWARDS = 3
 #: At most this many combinations of sampled model fields are costed per cell.
@@ -132,13 +132,6 @@ def trial_images(cfg, sizes: dict[str, tuple[int, int]] | None = None) -> Images
 
 
 # ---------------------------------------------------------------------- FLOPs
-def _sampled_candidates(dist: dict) -> list:
-    (kind, args), = dist.items()
-    if kind in ("uniform", "loguniform", "int"):
-        return [args[1]]  # the cost grows with every model field: its upper end
-    return list(args)
-
-
 def costed_model(cfg, sample: dict[str, dict]) -> tuple[dict, bool]:
     """The model fields to cost: the cell's, or with sampled model fields the most
     expensive combination of their candidate values (an upper bound)."""
@@ -146,18 +139,17 @@ def costed_model(cfg, sample: dict[str, dict]) -> tuple[dict, bool]:
     fields = [k for k in sample if k in ModelConfig.__dataclass_fields__]
     if not fields:
         return base, False
-    best, best_macs = base, None
-    combos = itertools.islice(itertools.product(*(_sampled_candidates(sample[k]) for k in fields)),
-                              MAX_SAMPLED_COMBINATIONS)
-    for values in combos:
+
+    def built(values) -> dict | None:
         try:
-            d = ModelConfig.from_dict({**base, **dict(zip(fields, values))}).to_dict()
+            return ModelConfig.from_dict({**base, **dict(zip(fields, values))}).to_dict()
         except Exception:  # noqa: BLE001 - a combination the model refuses is never trained
-            continue
-        m = model_macs(d)
-        if best_macs is None or m > best_macs:
-            best, best_macs = d, m
-    return best, True
+            return None
+    # every choice; of a range its upper end (the cost grows with every model field)
+    combos = itertools.product(*(list(a) if kind == "choice" else [a[1]] for k in fields
+                                 for kind, a in sample[k].items()))
+    valid = filter(None, map(built, itertools.islice(combos, MAX_SAMPLED_COMBINATIONS)))
+    return max(valid, key=model_macs, default=base), True
 
 
 def attention_pairs(model: dict) -> int:
@@ -165,9 +157,7 @@ def attention_pairs(model: dict) -> int:
     for an encoding with content scores (``Encoding.content``), 0 otherwise (ResNet18,
     positional attention, whose probabilities one batch shares)."""
     cfg = config_from_row(model)
-    if cfg.arch == "resnet18" or not cfg.spec.content:
-        return 0
-    return cfg.layers * cfg.num_heads * cfg.grid ** 4
+    return 0 if cfg.arch == "resnet18" or not cfg.spec.content else cfg.layers * cfg.num_heads * cfg.grid ** 4
 
 
 def plan_trials(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> list[TrialPlan]:
@@ -211,9 +201,8 @@ class Throughput:
     source: str = ""
 
     def seconds(self, t: TrialPlan) -> tuple[float, str]:
-        """Predicted device-seconds of a trial (training + evaluation) and where the rate comes from."""
-        if t.train_flops is None:
-            raise PlanError(f"{t.key}: image counts unknown")
+        """Predicted device-seconds of a trial whose images are counted (:func:`make_plan` checks)
+        and where the rate comes from."""
         if self.tflops is not None:
             return (t.train_flops + t.eval_flops) / (self.tflops * 1e12), f"{self.tflops:g} TFLOP/s"
         if self.images_per_s is not None:
@@ -273,18 +262,11 @@ def wall_seconds(seconds: list[float], workers: int) -> float:
 
 # ------------------------------------------------------------------------ text
 def _si(flops: float | None) -> str:
-    if flops is None:
-        return "?"
-    if flops == 0:
-        return "0"
-    for unit, scale in (("EFLOP", 1e18), ("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9)):
-        if flops >= scale:
-            return f"{flops / scale:.3g} {unit}"
-    return f"{flops / 1e6:.3g} MFLOP"
-
-
-#: durations from here on are written in years: H:MM:SS of them is a wall of digits
-_HMS_UP_TO_S = 10_000 * 3600
+    if not flops:
+        return "?" if flops is None else "0"
+    scale, unit = next((s for s in ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"))
+                        if flops >= s[0]), (1e6, "MFLOP"))
+    return f"{flops / scale:.3g} {unit}"
 
 
 def hms(seconds: float) -> str:
@@ -292,7 +274,7 @@ def hms(seconds: float) -> str:
     infinite or undefined duration is written as such)."""
     if not math.isfinite(seconds):
         return "unbounded" if seconds > 0 else "undefined"
-    if seconds >= _HMS_UP_TO_S:
+    if seconds >= 10_000 * 3600:  # H:MM:SS of more is a wall of digits
         return f"{seconds / (365.25 * 86400):.3g} years"
     s = int(round(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
@@ -324,8 +306,7 @@ def table(plan: Plan) -> str:
             "eval FLOP", "heads FLOP"]
     has_s = all(t.seconds is not None for t in plan.trials)
     cols += ["device-s", "rate"] if has_s else []
-    against = bool(plan.measured)
-    cols += ["measured s", "pred/meas"] if against else []
+    cols += ["measured s", "pred/meas"] if plan.measured else []
     rows = []
     for t in launch_order(plan.trials):
         im = t.images
@@ -333,7 +314,7 @@ def table(plan: Plan) -> str:
                *(f"{v:,}" if im else "?" for v in ((im.train, im.val, im.test) if im else (0, 0, 0))),
                f"{t.macs / 1e9:.4g}", _si(t.train_flops), _si(t.eval_flops), _si(t.head_flops)]
         row += [f"{t.seconds:,.0f}" if t.seconds >= 100 else f"{t.seconds:.1f}", t.rate] if has_s else []
-        if against:
+        if plan.measured:
             m, r = plan.measured.get(t.key), plan.ratio(t)
             row += [f"{m:,.1f}" if m else "-", f"{r:.2f}" if r else "-"]
         rows.append(row)

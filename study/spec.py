@@ -8,6 +8,7 @@ for cross-field rules, :func:`study.speccheck.check_values` for every value the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
-                      WithJsonSchema, create_model, field_validator, model_validator)
+                      WithJsonSchema, create_model, model_validator)
 
 from study import limits, overrides as cli_overrides, speccheck
 from study.plan import source_sizes
@@ -191,7 +192,8 @@ class StudyFile(_Strict):
     ``default_name`` and, if known, the target's ``cpus`` and ``gpus``."""
     name: Capped(str, "MAX_NAME_LENGTH", min_length=1) = None  # default: the file's stem
     description: Capped(str, "MAX_DESCRIPTION_CHARS") = ""
-    data: str
+    #: the source exists; a path becomes absolute (trials run in other working directories, and on other nodes)
+    data: Annotated[str, AfterValidator(functools.partial(speccheck.check_data_source, exists=True))]
     subset: Annotated[int, Field(ge=1)] | None = None
     validation: int | float = None  # default: 0.1 if the study selects, else 0
     epochs: Capped(int, "MAX_EPOCHS", ge=1) = 300
@@ -213,13 +215,6 @@ class StudyFile(_Strict):
     max_failures: Capped(int, "MAX_FAILURES", ge=0) = 2
     max_concurrent: Capped(int, "MAX_TRIALS", ge=1) | None = None
     loggers: Annotated[list[Logger], _distinct("a logger")] = list(DEFAULT_LOGGERS)
-
-    @field_validator("data")
-    @classmethod
-    def _source(cls, data: str) -> str:
-        """The source exists (:func:`study.speccheck.check_data_source`); a path becomes
-        absolute (trials run in other working directories, and on other nodes)."""
-        return speccheck.check_data_source(data, exists=True)
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo):
@@ -334,21 +329,13 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
     try:
         return validate(raw if data is None else {**raw, "data": data}, file=file, default_name=p.stem,
                         gpus_available=gpus_available, cpus_available=cpus_available, overrides=overrides)
-    except SpecError as e:
-        culprit = _override_of(e.path, overrides)
+    except SpecError as e:  # blame the last override that set the field, one under it or the one it is in
+        at, sets = f"{e.path}.", {t: ".".join(map(str, cli_overrides.parse(t)[1])) + "." for t in overrides}
+        culprit = next((t for t in reversed(overrides)
+                        if e.path and (at.startswith(sets[t]) or sets[t].startswith(at))), None)
         if culprit is None:
             raise
         raise SpecError(file, e.path, f"{e.message} (override {culprit})") from None
-
-
-def _override_of(path: str, overrides: tuple[str, ...]) -> str | None:
-    """The last override that set ``path``, a field under it, or the field it is in (each
-    one parses: :func:`study.overrides.apply` refused any that does not)."""
-    for text in reversed(overrides):
-        where = cli_overrides.dotted(cli_overrides.parse(text)[1])
-        if path and (path == where or path.startswith(where + ".") or where.startswith(path + ".")):
-            return text
-    return None
 
 
 def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None,
@@ -372,10 +359,7 @@ def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_availabl
         file=file, study=study, raw=raw, cells=cells, sample=raw.get("sample", {}), overrides=overrides,
         base_train={**study.model_dump(include={"data", "subset", "validation", "epochs", "batch_size"}), **sections,
                     **({"map_epochs": study.maps.epochs} if "epochs" in raw.get("maps", {}) else {})})
-    try:
-        seen, complete = speccheck.check_values(spec)
-    except SpecError as e:
-        raise SpecError(file, e.path, e.message) from None
+    seen, complete = speccheck.check_values(spec)
     return dataclasses.replace(spec, models=seen, models_complete=complete)
 
 
@@ -405,7 +389,8 @@ _TYPES = {"int_type": "int", "float_type": "float", "string_type": "str", "bool_
 def _refusal(file: str, e: ValidationError) -> SpecError:
     """Pydantic's first error as one line ``FILE: path.field: problem``."""
     errors = e.errors()
-    same = [x for x in errors if _where(x["loc"])[0] == _where(errors[0]["loc"])[0]]  # a union's members: one each
+    path = _where(errors[0]["loc"])[0]
+    same = [x for x in errors if _where(x["loc"])[0] == path]  # a union's members: one each
     first = next((x for x in same if isinstance((x.get("ctx") or {}).get("error"), SpecError)), errors[0])
     kind, ctx, value, loc = first["type"], first.get("ctx") or {}, first.get("input"), first["loc"]
     if kind == "extra_forbidden":
@@ -413,7 +398,6 @@ def _refusal(file: str, e: ValidationError) -> SpecError:
         return SpecError(file, ".".join(filter(None, (parent, str(loc[-1])))), "unknown model field" if issubclass(
             cls, ModelFields) else f"unknown axis (model fields or {', '.join(TRAIN_AXES)})" if cls in (Grid, Sample)
             else f"unknown key (allowed: {', '.join(cls.model_fields)})")
-    path = _where(loc)[0]
     if isinstance(ctx.get("error"), SpecError):  # a validator's refusal
         return SpecError(file, ".".join(filter(None, (path, ctx["error"].path))), ctx["error"].message)
     if kind in _TYPES or kind == "literal_error":  # each member of a union rejects the value: name them all

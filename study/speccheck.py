@@ -47,7 +47,7 @@ class SpecError(StudyFileError, ValueError):
         self._init = self.file, self.path, self.message = file, path, message  # for StudyError.__reduce__
 
 
-#: ``err(path, message)``: a :class:`SpecError` whose file :func:`study.spec.validate` fills in
+#: ``err(path, message)``: a :class:`SpecError` raised in a pydantic validator (``study.spec._refusal`` adds the file)
 err = functools.partial(SpecError, "")
 
 
@@ -125,20 +125,6 @@ def check_choice(path: str, entries: list) -> None:
     check_distinct(path, entries)
 
 
-def corner_values(kind: str, args: list, *, enumerate_ints: bool) -> tuple[list, bool]:
-    """The checked values of a distribution (every ``choice`` entry, a range's ends as the
-    type it samples, every integer of a short ``int`` range when ``enumerate_ints``) and
-    whether these are all the values it can take."""
-    if kind == "choice":
-        return list(args), True
-    low, high = args
-    if kind == "int":
-        if enumerate_ints and high - low < ENUMERATE_INT_RANGE:
-            return list(range(low, high + 1)), True
-        return [low, high], high - low <= 1
-    return [float(low), float(high)], False
-
-
 def check_values(spec) -> tuple[list[ModelConfig], bool]:
     """Build and check every grid cell of ``spec`` with every checked value of the sampled axes (all
     combinations up to MAX_CHECKED_COMBINATIONS, else each value against every cell's first combination);
@@ -146,9 +132,13 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
     axes = list(spec.sample)
     kinds = {k: next(iter(spec.sample[k])) for k in axes}
     corners, complete = {}, True
-    for k in axes:
-        corners[k], every = corner_values(kinds[k], spec.sample[k][kinds[k]], enumerate_ints=k in MODEL_FIELDS)
-        complete &= every or k not in MODEL_FIELDS
+    for k, kind in kinds.items():
+        args = spec.sample[k][kind]
+        if kind == "choice" or (kind == "int" and k in MODEL_FIELDS and args[1] - args[0] < ENUMERATE_INT_RANGE):
+            corners[k] = list(args) if kind == "choice" else list(range(args[0], args[1] + 1))  # every value
+        else:  # a range's ends, as the type it samples: a model field's other values are not all checked
+            corners[k] = [args[0], args[1]] if kind == "int" else [float(args[0]), float(args[1])]
+            complete &= k not in MODEL_FIELDS or (kind == "int" and args[1] - args[0] <= 1)
     cells = list({(repr(sorted(c.model.items())), repr(sorted(c.train.items()))): c for c in spec.cells}.values())
     firsts = tuple(corners[k][0] for k in axes)
     if len(cells) * math.prod(len(v) for v in corners.values()) <= limits.MAX_CHECKED_COMBINATIONS:
@@ -160,41 +150,25 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
             ((cells[0], firsts[:i] + (v,) + firsts[i + 1:]) for i, k in enumerate(axes) for v in corners[k][1:]))
     seen: dict[ModelConfig, None] = {}
     for cell, values in combos:
-        def where(fld: str) -> str:
-            return f"sample.{fld}.{kinds[fld]}" if fld in spec.sample else _locate(fld, cell, spec.raw)
-
-        def context(fld: str) -> str:
-            extra = [f"{k}={v!r}" for k, v, f in zip(axes, values, firsts) if k != fld and v != f]
-            return f" (with sampled {', '.join(extra)})" if extra else ""
-
         try:
             cfg = spec.train_config(cell, dict(zip(axes, values)))
+            problem = _problem(cfg, workers=spec.study.resources.workers_per_trial)
         except ConfigError as e:
-            raise err(where(e.field), f"{e.message}{context(e.field)}") from None
-        for fld, want, what in (("in_channels", IMAGE_CHANNELS, f"RGB images ({IMAGE_CHANNELS} channels)"),
-                                ("image_size", IMAGE_SIDE, f"{IMAGE_SIDE}x{IMAGE_SIDE} images")):
-            if getattr(cfg.model, fld) != want:
-                raise err(where(fld), f"every data source gives {what}, got {short(getattr(cfg.model, fld))}"
-                                      f"{context(fld)}")
-        for fld in INIT_STD_FIELDS:
-            v = getattr(cfg.model, fld, None)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
-                raise err(where(fld), f"must be a finite number >= 0, got {short(v)}{context(fld)}")
-        over = limits.over_limit(cfg)
-        if over is not None:
-            fld, cap, name, v = over
-            raise err(where(fld), f"must be <= {cap} ({name}), got {v}{context(fld)}")
-        _check_batch(cfg, workers=spec.study.resources.workers_per_trial, where=where, context=context)
+            problem = e.field, e.message
+        if problem:  # named where the study file set the field, with the other sampled values it met
+            fld, message = problem
+            extra = [f"{k}={v!r}" for k, v, f in zip(axes, values, firsts) if k != fld and v != f]
+            where = f"sample.{fld}.{kinds[fld]}" if fld in spec.sample else _locate(fld, cell, spec.raw)
+            raise SpecError(spec.file, where, message + (f" (with sampled {', '.join(extra)})" if extra else ""))
         seen.setdefault(cfg.model, None)
     _check_distinct_models(spec)
     return list(seen), complete
 
 
 def _locate(fld: str, cell, raw: dict) -> str:
-    """The study-file path that set ``fld`` for ``cell`` (grid and sample axes are never set in ``models``)."""
-    for section in ("grid", "sample"):
-        if fld in raw.get(section, {}):
-            return f"{section}.{fld}"
+    """The study-file path that set ``fld`` for ``cell``, not a sampled axis (an axis is never set in ``models``)."""
+    if fld in raw.get("grid", {}):
+        return f"grid.{fld}"
     if fld in cell.train:
         return f"models.{cell.entry}.training.{RECIPE_PATHS.get(fld, fld)}"
     if fld in cell.model:
@@ -216,23 +190,31 @@ def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str |
     return f"{per_step} images per step is more than {images}: no training step would run"
 
 
-def _check_batch(cfg, *, workers: int, where, context) -> None:
-    """The subset fits the data, and one step's batch fits the training images left
-    once the validation split is held out (:func:`study.plan.trial_images`)."""
-    whole = source_sizes(cfg.data)
-    if whole is None:
-        return
-    if cfg.subset is not None and cfg.subset > whole[0]:
-        raise err("subset", f"{cfg.subset} is more than the {whole[0]} training images of {cfg.data}")
-    im = trial_images(cfg)
-    if im.train <= 0:
-        return  # refused by the validation check, naming `validation`
+def _problem(cfg, *, workers: int) -> tuple[str, str] | None:
+    """The first (field, problem) of a configuration that its classes do not check: image shape, initialisation
+    spreads, limits, and the subset and one step's batch against the data (:func:`study.plan.trial_images`)."""
+    for fld, want, what in (("in_channels", IMAGE_CHANNELS, f"RGB images ({IMAGE_CHANNELS} channels)"),
+                            ("image_size", IMAGE_SIDE, f"{IMAGE_SIDE}x{IMAGE_SIDE} images")):
+        if getattr(cfg.model, fld) != want:
+            return fld, f"every data source gives {what}, got {short(getattr(cfg.model, fld))}"
+    for fld in INIT_STD_FIELDS:
+        v = getattr(cfg.model, fld, None)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
+            return fld, f"must be a finite number >= 0, got {short(v)}"
+    over = limits.over_limit(cfg)
+    if over is not None:
+        fld, cap, name, v = over
+        return fld, f"must be <= {cap} ({name}), got {v}"
+    whole, im = source_sizes(cfg.data), trial_images(cfg)
+    if whole is not None and cfg.subset is not None and cfg.subset > whole[0]:
+        return "subset", f"{cfg.subset} is more than the {whole[0]} training images of {cfg.data}"
+    if im is None or im.train <= 0:
+        return None  # unknown, or refused by the validation check, naming `validation`
     n, held = im.train + im.val, im.val
     what = (f"subset {n}" if cfg.subset is not None else f"the {n} training images of {cfg.data}") + (
         f" less {held} held out for validation" if held else "")
     why = batch_overflow(cfg.batch_size, workers, im.train, what)
-    if why:
-        raise err(where("batch_size"), why + context("batch_size"))
+    return ("batch_size", why) if why else None
 
 
 def _check_distinct_models(spec) -> None:
@@ -245,6 +227,6 @@ def _check_distinct_models(spec) -> None:
         except (ConfigError, TypeError, ValueError):  # only valid with sampled values: not compared
             return
         if key in seen:
-            raise err(f"models.{i}", f"builds the same model and recipe as models.{seen[key]}: "
-                                     "every trial would run twice")
+            raise SpecError(spec.file, f"models.{i}", f"builds the same model and recipe as models.{seen[key]}: "
+                                                      "every trial would run twice")
         seen[key] = i

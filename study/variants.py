@@ -25,9 +25,7 @@ def value_text(v) -> str:
     """A configuration value as text (missing → '-', 0.05 → '0.05', True → 'True')."""
     if v is None or (isinstance(v, float) and v != v) or v is pd.NA:
         return "-"
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def column_texts(runs: pd.DataFrame, col: str) -> pd.Series:

@@ -11,12 +11,12 @@ import torch
 from torch import Tensor
 
 from study import limits
+from study.plan import MIN_SUBSET_TEST  # torch-free: `study plan` counts the same test subset
 
 from .cache import default_cache_dir
 from .errors import DataError
 
 SPEC_HELP = "synthetic[:N_TRAIN], cifar10[:ROOT], an image-folder directory or a .tar/.tar.gz/.tgz archive of one"
-MIN_SUBSET_TEST = 100
 
 
 @dataclass(frozen=True)
