@@ -42,7 +42,9 @@ def read_bytes(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE
     if "://" in path:
         import pyarrow.fs as pafs
 
-        fs, p = pafs.FileSystem.from_uri(path)
+        from study.storage import file_system  # not at the top: study.storage reads study.json through this module
+
+        fs, p = file_system(path)
         info = fs.get_file_info(p)
         if info.type == pafs.FileType.NotFound:
             raise FileNotFoundError(path)

@@ -125,7 +125,7 @@ def endpoint(uri: str) -> str:
     return "https://storage.googleapis.com"
 
 
-def filesystem(uri: str):
+def _bounded_fs(uri: str):
     """``pyarrow.fs.FileSystem.from_uri(uri)`` with the bounded waits above."""
     scheme, rest = uri.split("://", 1)
     path = rest.strip("/")
@@ -157,14 +157,14 @@ class NoBucket(ValueError):
 
 
 def _bounded(uri: str, work, *, timeout: float = REACH_TIMEOUT_S):
-    """``work(fs, path)`` on :func:`filesystem` of ``uri`` in a helper thread, given up after
+    """``work(fs, path)`` on :func:`_bounded_fs` of ``uri`` in a helper thread, given up after
     ``timeout`` seconds: an object store's client may retry longer than its own time-outs say
     (credential look-ups, name resolution), and a command must never hang on it."""
     box: dict = {}
 
     def target():
         try:
-            box["value"] = work(*filesystem(uri))
+            box["value"] = work(*_bounded_fs(uri))
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             box["error"] = e
 
@@ -224,6 +224,13 @@ def is_remote(storage: str) -> bool:
     return "://" in str(storage)
 
 
+def file_system(path: str | os.PathLike) -> tuple[pafs.FileSystem, str]:
+    """(pyarrow file system, path on it) of a local path or a URI (pyarrow's waits, unlike :func:`_bounded_fs`)."""
+    if is_remote(path):
+        return pafs.FileSystem.from_uri(str(path))
+    return pafs.LocalFileSystem(), str(path)
+
+
 def study_root(storage: str, name: str) -> str:
     return f"{storage.rstrip('/')}/{name}" if is_remote(storage) else str(Path(storage).resolve() / name)
 
@@ -259,12 +266,10 @@ def resolve(root: str, meta: dict) -> dict:
 
 def study_exists(root: str) -> bool:
     """Whether anything is stored under a study's folder (:class:`StorageUnreachable` if it cannot be read)."""
-    try:
-        if not is_remote(root):
-            return Path(root).exists() and any(Path(root).iterdir())
+    if is_remote(root):  # _bounded raises StorageUnreachable itself
         return _bounded(root, lambda fs, path: bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))))
-    except StorageUnreachable:
-        raise
+    try:
+        return Path(root).exists() and any(Path(root).iterdir())
     except OSError as e:
         raise StorageUnreachable(f"cannot read {root}: {' '.join(str(e).split())[:300]}") from None
 
