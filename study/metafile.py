@@ -104,9 +104,8 @@ def read_object(path: str | os.PathLike, *, fields: dict[str, type | tuple[type,
     if not isinstance(value, dict):
         raise MetaFileError(str(path), f"holds a JSON {type(value).__name__}, not an object")
     for name, types in (fields or {}).items():
-        if name not in value or value[name] is None:
+        if (v := value.get(name)) is None:
             continue
-        v = value[name]
         types = types if isinstance(types, tuple) else (types,)
         if (isinstance(v, bool) and bool not in types) or not isinstance(v, types):
             want = " or ".join({int: "an integer", float: "a number", str: "a string", dict: "an object",

@@ -52,9 +52,8 @@ def storage_problem(storage: str) -> str | None:
         return f"{_shown(text)} contains a control character"
     if text != text.strip():
         return f"{_shown(text)} starts or ends with a blank"
-    m = _SCHEME_PREFIX.match(text)
     if "://" not in text:
-        if m and m.group(1).lower() in REMOTE_SCHEMES + _OTHER_SCHEMES:
+        if (m := _SCHEME_PREFIX.match(text)) and m.group(1).lower() in REMOTE_SCHEMES + _OTHER_SCHEMES:
             return f"{_shown(text)} is not a URI of the form scheme://bucket/prefix ({_USE})"
         return None
     scheme, rest = text.split("://", 1)
@@ -96,8 +95,7 @@ def resolve_storage(storage: str | None) -> str:
     """``--storage`` when given, else :func:`default_storage`, without a URI's trailing ``/``:
     ``ValueError`` naming where a malformed one came from."""
     value = default_storage() if storage is None else storage
-    problem = storage_problem(value)
-    if problem:
+    if problem := storage_problem(value):
         raise ValueError(f"--storage: {problem}" if storage is not None else f"${STORAGE_ENV}: {problem}")
     if is_remote(value):
         scheme, rest = value.split("://", 1)
@@ -136,9 +134,8 @@ def _bounded_fs(uri: str):
             where = {"endpoint_override": u.netloc + u.path.rstrip("/"), "scheme": u.scheme or "https"}
         else:  # from_uri asks AWS for the bucket's region unless an endpoint is set; so do we
             where = {"region": pafs.resolve_s3_region(path.split("/", 1)[0])}
-        fs = pafs.S3FileSystem(connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
-                               retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS), **where)
-        return fs, path
+        return pafs.S3FileSystem(connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
+                                 retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS), **where), path
     return pafs.GcsFileSystem(retry_time_limit=datetime.timedelta(seconds=REQUEST_TIMEOUT_S)), path
 
 

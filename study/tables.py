@@ -1,8 +1,6 @@
 """Result tables of a study (docs/design.md §8): Parquet files per trial, compacted as it runs.
-
 Layout, compaction, map encoding, readers' invariants and column conventions (0-based ``epoch``,
-:data:`INIT_EPOCH`): docs/results.md, "The results store" and "What the columns mean".
-"""
+:data:`INIT_EPOCH`): docs/results.md, "The results store" and "What the columns mean"."""
 
 from __future__ import annotations
 
@@ -56,6 +54,9 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     ),
     "maps": ("trial_id", "epoch", "layer", "head", "window", "probs"),
 }
+#: the columns that name a row of each table: a key is read once
+_KEYS = {"runs": ["trial_id"], "epochs": ["trial_id", "epoch"], "heads": ["trial_id", "epoch", "layer", "head"],
+        "maps": ["trial_id", "epoch", "layer", "head"]}
 
 #: Trial states recorded in ``runs.status`` (docs/reliability.md says which event leaves which).
 STATUSES = ("running", "finished", "diverged", "stopped", "interrupted", "error")
@@ -103,9 +104,7 @@ _REMOTE_READS = 3
 
 
 def _join(root: str | os.PathLike, rel: str) -> str:
-    if is_remote(root):
-        return f"{str(root).rstrip('/')}/{rel}"
-    return str(Path(root) / rel)
+    return f"{str(root).rstrip('/')}/{rel}" if is_remote(root) else str(Path(root) / rel)
 
 
 def part_path(root: str | os.PathLike, table: str, trial_id: str, epoch: int | None = None) -> str:
@@ -166,11 +165,9 @@ def map_epochs(schedule: str | Iterable[int], epochs: int) -> list[int]:
         fixed = {"all": range(epochs), "none": (), "last": (epochs - 1,)}
         if schedule in fixed:
             return list(fixed[schedule])
-        if schedule == "auto":
-            first = set(range(min(10, epochs)))
-            if epochs > 10:
-                first |= {int(round(x)) for x in np.geomspace(10, epochs - 1, num=10)}
-            return sorted(first | {epochs - 1})
+        if schedule == "auto":  # the first 10, then 10 spaced geometrically up to the last
+            later = np.geomspace(10, epochs - 1, num=10) if epochs > 10 else ()
+            return sorted(set(range(min(10, epochs))) | {int(round(x)) for x in later} | {epochs - 1})
         raise ValueError(f"unknown map schedule {schedule!r} (auto, all, last, none or a list of epochs)")
     return sorted({int(e) for e in schedule if 0 <= int(e) < epochs})
 
@@ -185,19 +182,12 @@ def check_links(tables: str | os.PathLike) -> None:
     folder that leads out of the study folder (its parent) or back to a folder it is in.
     The walk never follows a link, so a link to ``/`` costs one ``readlink``, not a walk
     of the disk (pyarrow's recursive listing follows them)."""
-    if "://" in str(tables):
+    if is_remote(tables):
         return
-    base = Path(tables)
-    if not base.is_dir():
-        return
-    study = base.resolve().parent
-    for folder, dirs, files in os.walk(base, followlinks=False):
-        for name in dirs + files:
-            path = Path(folder, name)
-            if not path.is_symlink():
-                continue
-            target = path.resolve()
-            if not target.is_dir():
+    study = Path(tables).resolve().parent
+    for folder, dirs, files in os.walk(tables, followlinks=False):  # nothing when there is no folder
+        for path in (Path(folder, name) for name in dirs + files):
+            if not path.is_symlink() or not (target := path.resolve()).is_dir():
                 continue  # a file's link is listed like any file (never a walk): a damaged part at worst
             if not target.is_relative_to(study):
                 raise LinkOutError(f"{path}: a link out of the study (to {target}); a study's tables are its own "
@@ -261,11 +251,10 @@ def read_file(path: str, *, schema: bool = False) -> pa.Table | pa.Schema | None
     try:
         return _read_file(path, schema=schema)
     except (OSError, pa.ArrowException) as exc:
-        fs, p = file_system(path)
-        try:
-            gone = isinstance(exc, FileNotFoundError) or fs.get_file_info(p).type == pafs.FileType.NotFound
-        except OSError:
-            gone = False
+        gone = isinstance(exc, FileNotFoundError)
+        with contextlib.suppress(OSError):  # not known to be gone: named
+            fs, p = file_system(path)
+            gone = gone or fs.get_file_info(p).type == pafs.FileType.NotFound
         if not gone:
             _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
         return None
@@ -305,11 +294,6 @@ def _merge(root: str | os.PathLike, table: str, *, trial_id: str | None = None) 
     return _concat([old, new]), read
 
 
-def _keys(table: str) -> list[str]:
-    return (["trial_id"] + (["epoch"] if table != "runs" else [])
-            + (["layer", "head"] if table in ("heads", "maps") else []))
-
-
 def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
     """All rows of ``table`` under ``root`` as one DataFrame (empty if none yet), each key once."""
     import pandas as pd
@@ -318,7 +302,7 @@ def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
     if merged is None or merged.num_rows == 0:
         return pd.DataFrame(columns=list(SCHEMA[table]))
     frame = (decode_maps(merged) if table == "maps" else merged).to_pandas()
-    return frame.sort_values(_keys(table), kind="stable").reset_index(drop=True)
+    return frame.sort_values(_KEYS[table], kind="stable").reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- compaction
@@ -328,8 +312,7 @@ def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
     merged, read = _merge(root, table, trial_id=trial_id)
     if not read or merged is None:
         return None
-    merged = merged.sort_by([(k, "ascending") for k in _keys(table)])
-    out = write_part(compacted_path(root, table, trial_id), merged)
+    out = write_part(compacted_path(root, table, trial_id), merged.sort_by([(k, "ascending") for k in _KEYS[table]]))
     for path in read:
         _delete(path)
     return out
@@ -374,13 +357,11 @@ class TableWriter:
         else:
             self._pending[table] += 1
         if self.compact_every and self._pending[table] >= self.compact_every:
-            self.compact(table)
+            compact(self.root, table, self.trial_id)
+            self._pending[table] = 0
         return path
 
-    def compact(self, table: str | None = None) -> None:
-        for t in [table] if table else EPOCH_TABLES:
-            compact(self.root, t, self.trial_id)
-            self._pending[t] = 0
-
     def close(self) -> None:
-        self.compact()
+        for table in EPOCH_TABLES:
+            compact(self.root, table, self.trial_id)
+        self._pending.clear()
