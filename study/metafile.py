@@ -14,8 +14,7 @@ from study import limits
 from study.errors import EXIT_USAGE, PathError
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = {"d": "a folder", "p": "a FIFO", "c": "a character device", "b": "a block device", "s": "a socket"}
 
 
 class MetaFileError(PathError, ValueError):
@@ -26,8 +25,7 @@ class MetaFileError(PathError, ValueError):
 
 def _regular(path: str, mode: int) -> None:
     if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-        raise MetaFileError(path, f"is {kind}, not a regular file")
+        raise MetaFileError(path, f"is {_KINDS.get(stat.filemode(mode)[0], 'not a regular file')}, not a regular file")
 
 
 def _too_big(path: str, max_bytes: int, size: int | None = None) -> MetaFileError:

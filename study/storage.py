@@ -181,8 +181,7 @@ def _bounded(uri: str, work, *, timeout: float = REACH_TIMEOUT_S):
 def _reason(e: BaseException) -> str:
     text = " ".join(str(e).split())
     for marker in ("Details: ", "last message of "):
-        if marker in text:
-            text = text.split(marker, 1)[1]
+        text = text.split(marker, 1)[-1]
     return text[:240]
 
 

@@ -326,11 +326,8 @@ def _delete(path: str) -> None:
 
 def compact_all(root: str | os.PathLike) -> int:
     """Compact every trial's remaining parts; how many (trial, table) pairs were compacted."""
-    n = 0
-    for table in EPOCH_TABLES:
-        for trial_id in sorted({p.split("/")[-2] for p in list_table(root, table)[1]}):
-            n += compact(root, table, trial_id) is not None
-    return n
+    return sum(compact(root, table, trial_id) is not None for table in EPOCH_TABLES
+               for trial_id in sorted({p.split("/")[-2] for p in list_table(root, table)[1]}))
 
 
 class TableWriter:
