@@ -246,8 +246,7 @@ def _read_file(path: str, *, schema: bool = False) -> pa.Table | pa.Schema:
 
 
 def read_file(path: str, *, schema: bool = False) -> pa.Table | pa.Schema | None:
-    """``path`` read whole or its schema (:func:`_read_file`); None when gone (compacted) or damaged (named
-    once in a warning)."""
+    """``path`` read whole or its schema (:func:`_read_file`); None when gone or damaged (named in a warning)."""
     try:
         return _read_file(path, schema=schema)
     except (OSError, pa.ArrowException) as exc:
