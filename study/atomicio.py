@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Callable
 
-from study.storage import is_remote
+from study.storage import file_system, is_remote
 
 Writer = Callable[[IO[bytes]], object]
 
@@ -19,9 +19,7 @@ def write_atomic(path: str | os.PathLike, write: Writer | bytes, *, prefix: str 
     before the new content replaces the old."""
     fill = (lambda f: f.write(write)) if isinstance(write, (bytes, bytearray)) else write
     if is_remote(path):
-        import pyarrow.fs as pafs
-
-        fs, p = pafs.FileSystem.from_uri(str(path))
+        fs, p = file_system(path)
         with fs.open_output_stream(p) as f:  # one PUT / multipart upload: appears whole
             fill(f)
         return str(path)

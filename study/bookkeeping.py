@@ -1,7 +1,5 @@
-"""What ``study status`` and ``study list`` print, from the ``runs`` table alone (read-only).
-
-When a ``running`` trial shows as **stale**: docs/study-files.md, "Running a study".
-"""
+"""What ``study status`` and ``study list`` print, from the ``runs`` table alone (read-only); when a
+``running`` trial shows as **stale**: docs/study-files.md, "Running a study"."""
 
 from __future__ import annotations
 

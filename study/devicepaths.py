@@ -40,9 +40,8 @@ class DevicePaths:
                    **overrides: Any) -> "DevicePaths":
         """On CUDA every branch (bf16 if ``amp``); on CPU none (CPU bf16 is slower on most CPUs)."""
         cuda = torch.device(device).type == "cuda"
-        base = dict(autocast_dtype=torch.bfloat16 if (amp and cuda) else None, compile=compile,
-                    channels_last=cuda, pinned_transfer=cuda, cuda_rng=cuda)
-        return cls(**{**base, **overrides})
+        return cls(**{**dict(autocast_dtype=torch.bfloat16 if (amp and cuda) else None, compile=compile,
+                             channels_last=cuda, pinned_transfer=cuda, cuda_rng=cuda), **overrides})
 
     def autocast(self, device: torch.device | str) -> contextlib.AbstractContextManager:
         if self.autocast_dtype is None:
@@ -63,8 +62,7 @@ class DevicePaths:
         return model, (None if x is None else x.contiguous(memory_format=torch.channels_last))
 
     def precision_name(self) -> str:
-        dtype = str(self.autocast_dtype).removeprefix("torch.")
-        return "float32" if self.autocast_dtype is None else f"{dtype} autocast"
+        return f"{str(self.autocast_dtype).removeprefix('torch.')} autocast" if self.autocast_dtype else "float32"
 
 
 def to_device(t: torch.Tensor, device: torch.device, *, pinned: bool) -> torch.Tensor:
@@ -74,9 +72,7 @@ def to_device(t: torch.Tensor, device: torch.device, *, pinned: bool) -> torch.T
 
 def ddp_device_ids(device: torch.device) -> list[int] | None:
     """DDP's ``device_ids``: this rank's CUDA device; ``None`` on CPU (DDP refuses them there)."""
-    if device.type == "cuda":
-        return [device.index if device.index is not None else 0]
-    return None
+    return [device.index or 0] if device.type == "cuda" else None
 
 
 def synchronize(device: torch.device) -> None:

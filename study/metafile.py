@@ -14,8 +14,7 @@ from study import limits
 from study.errors import EXIT_USAGE, PathError
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = {"d": "a folder", "p": "a FIFO", "c": "a character device", "b": "a block device", "s": "a socket"}
 
 
 class MetaFileError(PathError, ValueError):
@@ -26,8 +25,7 @@ class MetaFileError(PathError, ValueError):
 
 def _regular(path: str, mode: int) -> None:
     if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-        raise MetaFileError(path, f"is {kind}, not a regular file")
+        raise MetaFileError(path, f"is {_KINDS.get(stat.filemode(mode)[0], 'not a regular file')}, not a regular file")
 
 
 def _too_big(path: str, max_bytes: int, size: int | None = None) -> MetaFileError:
@@ -42,7 +40,9 @@ def read_bytes(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE
     if "://" in path:
         import pyarrow.fs as pafs
 
-        fs, p = pafs.FileSystem.from_uri(path)
+        from study.storage import file_system  # not at the top: study.storage reads study.json through this module
+
+        fs, p = file_system(path)
         info = fs.get_file_info(p)
         if info.type == pafs.FileType.NotFound:
             raise FileNotFoundError(path)
@@ -102,9 +102,8 @@ def read_object(path: str | os.PathLike, *, fields: dict[str, type | tuple[type,
     if not isinstance(value, dict):
         raise MetaFileError(str(path), f"holds a JSON {type(value).__name__}, not an object")
     for name, types in (fields or {}).items():
-        if name not in value or value[name] is None:
+        if (v := value.get(name)) is None:
             continue
-        v = value[name]
         types = types if isinstance(types, tuple) else (types,)
         if (isinstance(v, bool) and bool not in types) or not isinstance(v, types):
             want = " or ".join({int: "an integer", float: "a number", str: "a string", dict: "an object",

@@ -52,9 +52,8 @@ def storage_problem(storage: str) -> str | None:
         return f"{_shown(text)} contains a control character"
     if text != text.strip():
         return f"{_shown(text)} starts or ends with a blank"
-    m = _SCHEME_PREFIX.match(text)
     if "://" not in text:
-        if m and m.group(1).lower() in REMOTE_SCHEMES + _OTHER_SCHEMES:
+        if (m := _SCHEME_PREFIX.match(text)) and m.group(1).lower() in REMOTE_SCHEMES + _OTHER_SCHEMES:
             return f"{_shown(text)} is not a URI of the form scheme://bucket/prefix ({_USE})"
         return None
     scheme, rest = text.split("://", 1)
@@ -96,8 +95,7 @@ def resolve_storage(storage: str | None) -> str:
     """``--storage`` when given, else :func:`default_storage`, without a URI's trailing ``/``:
     ``ValueError`` naming where a malformed one came from."""
     value = default_storage() if storage is None else storage
-    problem = storage_problem(value)
-    if problem:
+    if problem := storage_problem(value):
         raise ValueError(f"--storage: {problem}" if storage is not None else f"${STORAGE_ENV}: {problem}")
     if is_remote(value):
         scheme, rest = value.split("://", 1)
@@ -125,7 +123,7 @@ def endpoint(uri: str) -> str:
     return "https://storage.googleapis.com"
 
 
-def filesystem(uri: str):
+def _bounded_fs(uri: str):
     """``pyarrow.fs.FileSystem.from_uri(uri)`` with the bounded waits above."""
     scheme, rest = uri.split("://", 1)
     path = rest.strip("/")
@@ -136,9 +134,8 @@ def filesystem(uri: str):
             where = {"endpoint_override": u.netloc + u.path.rstrip("/"), "scheme": u.scheme or "https"}
         else:  # from_uri asks AWS for the bucket's region unless an endpoint is set; so do we
             where = {"region": pafs.resolve_s3_region(path.split("/", 1)[0])}
-        fs = pafs.S3FileSystem(connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
-                               retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS), **where)
-        return fs, path
+        return pafs.S3FileSystem(connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
+                                 retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS), **where), path
     return pafs.GcsFileSystem(retry_time_limit=datetime.timedelta(seconds=REQUEST_TIMEOUT_S)), path
 
 
@@ -157,14 +154,14 @@ class NoBucket(ValueError):
 
 
 def _bounded(uri: str, work, *, timeout: float = REACH_TIMEOUT_S):
-    """``work(fs, path)`` on :func:`filesystem` of ``uri`` in a helper thread, given up after
+    """``work(fs, path)`` on :func:`_bounded_fs` of ``uri`` in a helper thread, given up after
     ``timeout`` seconds: an object store's client may retry longer than its own time-outs say
     (credential look-ups, name resolution), and a command must never hang on it."""
     box: dict = {}
 
     def target():
         try:
-            box["value"] = work(*filesystem(uri))
+            box["value"] = work(*_bounded_fs(uri))
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             box["error"] = e
 
@@ -184,8 +181,7 @@ def _bounded(uri: str, work, *, timeout: float = REACH_TIMEOUT_S):
 def _reason(e: BaseException) -> str:
     text = " ".join(str(e).split())
     for marker in ("Details: ", "last message of "):
-        if marker in text:
-            text = text.split(marker, 1)[1]
+        text = text.split(marker, 1)[-1]
     return text[:240]
 
 
@@ -224,6 +220,13 @@ def is_remote(storage: str) -> bool:
     return "://" in str(storage)
 
 
+def file_system(path: str | os.PathLike) -> tuple[pafs.FileSystem, str]:
+    """(pyarrow file system, path on it) of a local path or a URI (pyarrow's waits, unlike :func:`_bounded_fs`)."""
+    if is_remote(path):
+        return pafs.FileSystem.from_uri(str(path))
+    return pafs.LocalFileSystem(), str(path)
+
+
 def study_root(storage: str, name: str) -> str:
     return f"{storage.rstrip('/')}/{name}" if is_remote(storage) else str(Path(storage).resolve() / name)
 
@@ -259,12 +262,10 @@ def resolve(root: str, meta: dict) -> dict:
 
 def study_exists(root: str) -> bool:
     """Whether anything is stored under a study's folder (:class:`StorageUnreachable` if it cannot be read)."""
-    try:
-        if not is_remote(root):
-            return Path(root).exists() and any(Path(root).iterdir())
+    if is_remote(root):  # _bounded raises StorageUnreachable itself
         return _bounded(root, lambda fs, path: bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))))
-    except StorageUnreachable:
-        raise
+    try:
+        return Path(root).exists() and any(Path(root).iterdir())
     except OSError as e:
         raise StorageUnreachable(f"cannot read {root}: {' '.join(str(e).split())[:300]}") from None
 

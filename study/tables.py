@@ -1,8 +1,6 @@
 """Result tables of a study (docs/design.md §8): Parquet files per trial, compacted as it runs.
-
 Layout, compaction, map encoding, readers' invariants and column conventions (0-based ``epoch``,
-:data:`INIT_EPOCH`): docs/results.md, "The results store" and "What the columns mean".
-"""
+:data:`INIT_EPOCH`): docs/results.md, "The results store" and "What the columns mean"."""
 
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ import pyarrow.parquet as pq
 
 from study.atomicio import write_atomic
 from study.errors import UsageError
-from study.storage import is_remote
+from study.storage import file_system, is_remote
 
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is built: `analysis query` never needs it
     import pandas as pd
@@ -56,6 +54,9 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     ),
     "maps": ("trial_id", "epoch", "layer", "head", "window", "probs"),
 }
+#: the columns that name a row of each table: a key is read once
+_KEYS = {"runs": ["trial_id"], "epochs": ["trial_id", "epoch"], "heads": ["trial_id", "epoch", "layer", "head"],
+        "maps": ["trial_id", "epoch", "layer", "head"]}
 
 #: Trial states recorded in ``runs.status`` (docs/reliability.md says which event leaves which).
 STATUSES = ("running", "finished", "diverged", "stopped", "interrupted", "error")
@@ -103,9 +104,7 @@ _REMOTE_READS = 3
 
 
 def _join(root: str | os.PathLike, rel: str) -> str:
-    if is_remote(root):
-        return f"{str(root).rstrip('/')}/{rel}"
-    return str(Path(root) / rel)
+    return f"{str(root).rstrip('/')}/{rel}" if is_remote(root) else str(Path(root) / rel)
 
 
 def part_path(root: str | os.PathLike, table: str, trial_id: str, epoch: int | None = None) -> str:
@@ -116,13 +115,6 @@ def part_path(root: str | os.PathLike, table: str, trial_id: str, epoch: int | N
 
 def compacted_path(root: str | os.PathLike, table: str, trial_id: str) -> str:
     return _join(root, f"{table}/{trial_id}/{COMPACTED}")
-
-
-def file_system(path: str) -> tuple[pafs.FileSystem, str]:
-    """(pyarrow file system, path on it) of a local path or a URI."""
-    if is_remote(path):
-        return pafs.FileSystem.from_uri(str(path))
-    return pafs.LocalFileSystem(), str(path)
 
 
 def write_part(path: str | os.PathLike, rows: list[dict[str, Any]] | pa.Table) -> str:
@@ -173,11 +165,9 @@ def map_epochs(schedule: str | Iterable[int], epochs: int) -> list[int]:
         fixed = {"all": range(epochs), "none": (), "last": (epochs - 1,)}
         if schedule in fixed:
             return list(fixed[schedule])
-        if schedule == "auto":
-            first = set(range(min(10, epochs)))
-            if epochs > 10:
-                first |= {int(round(x)) for x in np.geomspace(10, epochs - 1, num=10)}
-            return sorted(first | {epochs - 1})
+        if schedule == "auto":  # the first 10, then 10 spaced geometrically up to the last
+            later = np.geomspace(10, epochs - 1, num=10) if epochs > 10 else ()
+            return sorted(set(range(min(10, epochs))) | {int(round(x)) for x in later} | {epochs - 1})
         raise ValueError(f"unknown map schedule {schedule!r} (auto, all, last, none or a list of epochs)")
     return sorted({int(e) for e in schedule if 0 <= int(e) < epochs})
 
@@ -192,19 +182,12 @@ def check_links(tables: str | os.PathLike) -> None:
     folder that leads out of the study folder (its parent) or back to a folder it is in.
     The walk never follows a link, so a link to ``/`` costs one ``readlink``, not a walk
     of the disk (pyarrow's recursive listing follows them)."""
-    if "://" in str(tables):
+    if is_remote(tables):
         return
-    base = Path(tables)
-    if not base.is_dir():
-        return
-    study = base.resolve().parent
-    for folder, dirs, files in os.walk(base, followlinks=False):
-        for name in dirs + files:
-            path = Path(folder, name)
-            if not path.is_symlink():
-                continue
-            target = path.resolve()
-            if not target.is_dir():
+    study = Path(tables).resolve().parent
+    for folder, dirs, files in os.walk(tables, followlinks=False):  # nothing when there is no folder
+        for path in (Path(folder, name) for name in dirs + files):
+            if not path.is_symlink() or not (target := path.resolve()).is_dir():
                 continue  # a file's link is listed like any file (never a walk): a damaged part at worst
             if not target.is_relative_to(study):
                 raise LinkOutError(f"{path}: a link out of the study (to {target}); a study's tables are its own "
@@ -222,16 +205,12 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
         infos = fs.get_file_info(pafs.FileSelector(p, recursive=True, allow_not_found=True))
     except (FileNotFoundError, NotADirectoryError):
         return [], []
-    out = {"compacted": [], "parts": []}
-    prefix = base.rstrip("/")
+    out, listed, prefix = {"compacted": [], "parts": []}, p.rstrip("/"), base.rstrip("/")
     for info in sorted(infos, key=lambda i: i.path):
-        if info.type != pafs.FileType.File:
-            continue
-        rel = info.path[len(p.rstrip("/")) + 1:] if info.path.startswith(p.rstrip("/")) else info.base_name
+        rel = info.path[len(listed) + 1:] if info.path.startswith(listed) else info.base_name
         parts = rel.split("/")
-        full = f"{prefix}/{rel}"
-        if any(x.startswith(SKIPPED_PREFIXES) for x in parts):
-            continue  # a write in progress (``.tmp-*``) or hidden bookkeeping
+        if info.type != pafs.FileType.File or any(x.startswith(SKIPPED_PREFIXES) for x in parts):
+            continue  # a folder, a write in progress (``.tmp-*``) or hidden bookkeeping
         if table == "runs":
             kind = "parts" if trial_id is None and len(parts) == 1 and rel.endswith(".parquet") else None
         elif len(parts) != (1 if trial_id is not None else 2):
@@ -239,9 +218,9 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
         else:
             kind = "compacted" if parts[-1] == COMPACTED else "parts" if _PART.match(parts[-1]) else None
         if kind:
-            out[kind].append(full)
+            out[kind].append(f"{prefix}/{rel}")
         else:
-            _skip(full, f"not a file of the {table} table")
+            _skip(f"{prefix}/{rel}", f"not a file of the {table} table")
     return out["compacted"], out["parts"]
 
 
@@ -266,42 +245,32 @@ def _read_file(path: str, *, schema: bool = False) -> pa.Table | pa.Schema:
                 raise
 
 
-def _damaged(path: str, exc: Exception) -> bool:
-    """True, and ``path`` named once in a warning, unless it failed because it is gone (compacted)."""
-    fs, p = file_system(path)
-    try:
-        gone = isinstance(exc, FileNotFoundError) or fs.get_file_info(p).type == pafs.FileType.NotFound
-    except OSError:
-        gone = False
-    if not gone:
-        _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
-    return not gone
-
-
 def read_file(path: str, *, schema: bool = False) -> pa.Table | pa.Schema | None:
     """``path`` read whole or its schema (:func:`_read_file`); None when gone or damaged (named in a warning)."""
     try:
         return _read_file(path, schema=schema)
     except (OSError, pa.ArrowException) as exc:
-        _damaged(path, exc)
+        gone = isinstance(exc, FileNotFoundError)
+        with contextlib.suppress(OSError):  # not known to be gone: named
+            fs, p = file_system(path)
+            gone = gone or fs.get_file_info(p).type == pafs.FileType.NotFound
+        if not gone:
+            _skip(path, f"not readable Parquet ({' '.join(str(exc).split())})")
         return None
 
 
 def read_parts(root, table: str, *, trial_id: str | None = None) -> tuple[list[str], list[pa.Table], list[str]]:
-    """(compacted files, to read after; the tables of the parts; the parts read), damaged files skipped.
-    Parts are read first: one a compaction deletes after the listing adds its trial's
-    compacted file, which holds its rows (docs/results.md, "Live reads")."""
+    """(compacted files, to read after; the tables of the parts; the parts read), damaged files skipped. Parts
+    are read first: one unread (compacted since the listing: docs/results.md, "Live reads") adds its trial's
+    compacted file, which holds its rows (a damaged part's may not exist: it reads as none)."""
     compacted, listed = list_table(root, table, trial_id=trial_id)
     parts, read = [], []
     for path in listed:
-        try:
-            parts.append(_read_file(path))
+        if (part := read_file(path)) is not None:
+            parts.append(part)
             read.append(path)
-        except (OSError, pa.ArrowException) as exc:
-            if not _damaged(path, exc) and table != "runs":  # compacted since the listing
-                c = compacted_path(root, table, path.rstrip("/").split("/")[-2])
-                if c not in compacted:
-                    compacted.append(c)
+        elif table != "runs" and (c := compacted_path(root, table, path.split("/")[-2])) not in compacted:
+            compacted.append(c)
     return compacted, parts, read
 
 
@@ -310,46 +279,39 @@ def _concat(tables: list[pa.Table | None]) -> pa.Table | None:
     return pa.concat_tables(tables, promote_options="permissive") if tables else None
 
 
-def _merge(compacted: list[str], parts: list[pa.Table]) -> pa.Table | None:
-    """Rows of the parts, and of the compacted files (read now) for every (trial, epoch) no part holds."""
+def _merge(root: str | os.PathLike, table: str, *, trial_id: str | None = None) -> tuple[pa.Table | None, list[str]]:
+    """(rows of the parts, and of the compacted files for every (trial, epoch) no part holds; the parts read)."""
     import pyarrow.compute as pc  # lazily: 0.2-0.4 s of every command's start-up
 
     def keys(t: pa.Table) -> pa.Array:
         return pc.binary_join_element_wise(pc.cast(t.column("trial_id"), pa.string()),
                                            pc.cast(t.column("epoch"), pa.string()), "\x00")
-    old, new = _concat([t for t in map(read_file, compacted) if t is not None]), _concat(parts)
+    compacted, parts, read = read_parts(root, table, trial_id=trial_id)
+    old, new = _concat([read_file(path) for path in compacted]), _concat(parts)
     if old is not None and new is not None:
         old = old.filter(pc.invert(pc.is_in(keys(old), value_set=pc.unique(keys(new)))))
-    return _concat([old, new])
-
-
-def _keys(table: str) -> list[str]:
-    return (["trial_id"] + (["epoch"] if table != "runs" else [])
-            + (["layer", "head"] if table in ("heads", "maps") else []))
+    return _concat([old, new]), read
 
 
 def read_table(root: str | os.PathLike, table: str) -> pd.DataFrame:
     """All rows of ``table`` under ``root`` as one DataFrame (empty if none yet), each key once."""
     import pandas as pd
 
-    compacted, parts, _ = read_parts(root, table)
-    merged = _merge(compacted, parts)
+    merged, _ = _merge(root, table)
     if merged is None or merged.num_rows == 0:
         return pd.DataFrame(columns=list(SCHEMA[table]))
     frame = (decode_maps(merged) if table == "maps" else merged).to_pandas()
-    return frame.sort_values(_keys(table), kind="stable").reset_index(drop=True)
+    return frame.sort_values(_KEYS[table], kind="stable").reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- compaction
 def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
     """Merge ``trial_id``'s parts of ``table`` into its compacted file, then delete them;
     the compacted file's path, or None when there was nothing to compact."""
-    compacted, parts, read = read_parts(root, table, trial_id=trial_id)
-    merged = _merge(compacted, parts)
+    merged, read = _merge(root, table, trial_id=trial_id)
     if not read or merged is None:
         return None
-    merged = merged.sort_by([(k, "ascending") for k in _keys(table)])
-    out = write_part(compacted_path(root, table, trial_id), merged)
+    out = write_part(compacted_path(root, table, trial_id), merged.sort_by([(k, "ascending") for k in _KEYS[table]]))
     for path in read:
         _delete(path)
     return out
@@ -363,11 +325,8 @@ def _delete(path: str) -> None:
 
 def compact_all(root: str | os.PathLike) -> int:
     """Compact every trial's remaining parts; how many (trial, table) pairs were compacted."""
-    n = 0
-    for table in EPOCH_TABLES:
-        for trial_id in sorted({p.rstrip("/").split("/")[-2] for p in list_table(root, table)[1]}):
-            n += compact(root, table, trial_id) is not None
-    return n
+    return sum(compact(root, table, trial_id) is not None for table in EPOCH_TABLES
+               for trial_id in sorted({p.split("/")[-2] for p in list_table(root, table)[1]}))
 
 
 class TableWriter:
@@ -394,13 +353,11 @@ class TableWriter:
         else:
             self._pending[table] += 1
         if self.compact_every and self._pending[table] >= self.compact_every:
-            self.compact(table)
+            compact(self.root, table, self.trial_id)
+            self._pending[table] = 0
         return path
 
-    def compact(self, table: str | None = None) -> None:
-        for t in [table] if table else EPOCH_TABLES:
-            compact(self.root, t, self.trial_id)
-            self._pending[t] = 0
-
     def close(self) -> None:
-        self.compact()
+        for table in EPOCH_TABLES:
+            compact(self.root, table, self.trial_id)
+        self._pending.clear()
