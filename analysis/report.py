@@ -134,16 +134,11 @@ def _table1(study: Study) -> str:
 
     ctx = Context(study=study, out=Path("."))
     try:
-        d = t1.data(ctx)
+        head, rows = t1.cells(t1.data(ctx))
     except Skip as why:
         return f"<p class='skipped'>{_e(why)}</p>"
-    rows = [[_e(r["model"]), r["seeds"], f"{r['epochs_done']}/{r['epochs']}",
-             _e(t1._acc(r["best_test_acc"], r["best_test_acc_std"])),
-             _e(t1._acc(r["final_test_acc"], r["final_test_acc_std"])), _e(t1._count(r["n_params"])),
-             _e(t1._flops(r["macs"])), _e(t1._flops(r["flops"]))] for _, r in d.iterrows()]
-    head = ["Model", *(("num", h) for h in ("Seeds (n)", "Epochs", "Best test acc. (%)", "Final test acc. (%)",
-                                             "Params", "MACs/image (model's equations)", "FLOPs executed/image"))]
-    return f"<p>{_e(describe(ctx.trials))}</p>" + _table(head, rows)
+    head = [head[0], *(("num", h) for h in head[1:])]  # right-aligned, as in table1.md
+    return f"<p>{_e(describe(ctx.trials))}</p>" + _table(head, [[_e(c) for c in row] for row in rows])
 
 
 def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:
