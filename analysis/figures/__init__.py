@@ -32,6 +32,7 @@ class Canvas:
 
     out: Path
     trials: pd.DataFrame
+    pdf: bool = True  # a PDF beside each PNG (the HTML report, which embeds PNGs only, draws none)
 
     def caption(self, values, by: str = "trial_id") -> str:
         """:func:`analysis.meta.describe` of the trials whose ``by`` is one of ``values``."""
@@ -39,10 +40,13 @@ class Canvas:
 
     def save_trial(self, fig, t: pd.Series, d: pd.DataFrame, stem: str, *, trial_id=None, **lead) -> list:
         """Save ``<stem>_<slug>`` of figure row ``t``, its data led by trial_id, model and ``lead`` columns."""
+        lead = {"trial_id": t["trial_id"] if trial_id is None else trial_id, "model": t["label"], **lead}
+        return self.save(fig, d.assign(**lead)[[*lead, *d.columns]], f"{stem}_{t['slug']}")
+
+    def save(self, fig, data: pd.DataFrame, stem: str) -> list:
         from analysis.style import save
 
-        lead = {"trial_id": t["trial_id"] if trial_id is None else trial_id, "model": t["label"], **lead}
-        return save(fig, d.assign(**lead)[[*lead, *d.columns]], self.out, f"{stem}_{t['slug']}")
+        return save(fig, data, self.out, stem, pdf=self.pdf)
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Context:
     out: Path
     epoch: int | None = None  # epoch (as stored) of head/map figures; None: each trial's last
     per_seed: bool = False  # variant figures per trial instead of per variant
+    pdf: bool = True
     skipped: list[str] = field(default_factory=list)
     only: frozenset | None = None  # trial ids of the figure being drawn (None: every trial)
     defer: bool = False  # queue drawings in ``renders`` instead of drawing them at once
@@ -67,7 +72,7 @@ class Context:
 
     def render(self, fn, *args, **kwargs) -> list:
         """Draw one figure: ``fn(canvas, *args, **kwargs)`` -> paths, now or (``defer``) on the pool."""
-        canvas = Canvas(out=self.out, trials=self.trials)
+        canvas = Canvas(out=self.out, trials=self.trials, pdf=self.pdf)
         if self.defer:
             self.renders.append((self.job, fn, args, kwargs, canvas))
             return []

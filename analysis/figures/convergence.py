@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.figures import Skip
 from analysis.figures.panels import wrap_note
 from analysis.meta import describe, test_sizes
-from analysis.style import COLUMN_WIDTH, save
+from analysis.style import COLUMN_WIDTH
 from analysis.variants import variant_order
 
 KIND = "accuracy"
@@ -92,4 +92,4 @@ def _figure(ctx, d: pd.DataFrame) -> list:
     note = "line: mean over n seeds; band: min–max" if (d["seeds"] > 1).any() else "line: one seed per model"
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1, title=note)
     ax.set_title(wrap_note(describe(runs), COLUMN_WIDTH), fontsize=7, pad=3)
-    return save(fig, d.assign(n_test=min(sizes) if sizes else pd.NA), ctx.out, STEM)
+    return ctx.save(fig, d.assign(n_test=min(sizes) if sizes else pd.NA), STEM)

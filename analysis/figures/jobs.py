@@ -40,7 +40,7 @@ def run(study, out: Path, *, modules, epoch: int | None, per_seed: bool, pdf: bo
     from analysis import style
 
     style.setup()
-    ctx = Context(study=study, out=out, epoch=epoch, per_seed=per_seed, defer=True)
+    ctx = Context(study=study, out=out, epoch=epoch, per_seed=per_seed, pdf=pdf, defer=True)
     manifest = Manifest.load(out)
     jobs_plan = plan(ctx, modules, table_files(study.root))
     drawn: dict[str, Entry] = {}
@@ -56,7 +56,7 @@ def run(study, out: Path, *, modules, epoch: int | None, per_seed: bool, pdf: bo
         except Skip as why:
             ctx.skip(module.KIND, str(why))
         drawn[key] = Entry(fingerprint=fp, files=direct, skipped=ctx.skipped[first:], pdf=pdf, per_seed=per_seed)
-    for (key, *_), paths in zip(ctx.renders, execute(ctx.renders, jobs=jobs, pdf=pdf)):
+    for (key, *_), paths in zip(ctx.renders, execute(ctx.renders, jobs=jobs)):
         drawn[key].files += paths
     for key, e in drawn.items():
         e.files = [Path(p).name for p in e.files]
@@ -68,32 +68,25 @@ def run(study, out: Path, *, modules, epoch: int | None, per_seed: bool, pdf: bo
     return [out / f for e in entries for f in e.files], [line for e in entries for line in e.skipped]
 
 
-def execute(renders: list, *, jobs: int, pdf: bool) -> list[list[Path]]:
+def execute(renders: list, *, jobs: int) -> list[list[Path]]:
     """Draw the queued figures (``(job, fn, args, kwargs, canvas)``): the paths of each, in order."""
     if jobs <= 1 or len(renders) < MIN_POOL:
-        from analysis import style
-
-        before, style.PDF = style.PDF, pdf
-        try:
-            return [_draw(*r) for r in renders]
-        finally:
-            style.PDF = before
+        return [_draw(*r) for r in renders]
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(renders)), mp_context=mp.get_context("spawn"),
-                             initializer=_init, initargs=(pdf,)) as pool:
+                             initializer=_init) as pool:
         return list(pool.map(_draw, *zip(*renders)))
 
 
-def _init(pdf: bool) -> None:
+def _init() -> None:
     import warnings
 
     from analysis import style
 
     warnings.simplefilter("ignore")  # as `analysis figures` does: font and layout chatter stays quiet
     style.setup()
-    style.PDF = pdf
 
 
 def _draw(job: str, fn, args, kwargs, canvas) -> list[Path]:

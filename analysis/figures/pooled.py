@@ -14,7 +14,6 @@ import pandas as pd
 from analysis.figures import Skip
 from analysis.figures.panels import notes_under_legend
 from analysis.lattice import lattice
-from analysis.style import save
 from study.locality import conv_attention_distance, uniform_attention_distance  # numpy only
 
 #: E‖δ‖ over the 9 taps of a 3×3 convolution's lattice for an interior query:
@@ -131,4 +130,4 @@ def finish(ctx, fig, models: list[str], *, title: str, handles: list, notes: lis
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(ncol, len(handles)),
                frameon=False)
     notes_under_legend(fig, [ctx.caption(models, by="label"), *notes])
-    return save(fig, data, ctx.out, stem)
+    return ctx.save(fig, data, stem)
