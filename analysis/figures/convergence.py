@@ -55,12 +55,11 @@ def _figure(ctx, d: pd.DataFrame) -> list:
     runs = ctx.trials
     models = list(dict.fromkeys(d["model"]))
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.3))
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     n_epochs = d["epochs_trained"].max()
     every = max(1, int(n_epochs) // 12)
     for i, m in enumerate(models):
         s = d[d["model"] == m]
-        colour = palette[i % len(palette)]
+        colour = f"C{i}"  # the style's colour cycle
         seeds = int(s["seeds"].max())
         label = f"{m} (n={seeds})"
         ax.plot(s["epochs_trained"], s["test_acc_mean"], color=colour, label=label,

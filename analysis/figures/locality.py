@@ -4,7 +4,6 @@ untrained model's ``epoch = -1`` rows) epoch after epoch, one panel per model va
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from analysis.figures.panels import label_grid, layer_grid, wrap_note
@@ -42,13 +41,12 @@ def over_training(ctx, s: pd.DataFrame, models: list[str], value: str, *, band, 
     ``band(panel rows)`` (``(low column, high column, alpha)`` or None) around it, and the
     ``metric``'s reference lines; saved by :func:`~analysis.figures.pooled.finish`."""
     fig, axes, grid = layer_grid(len(models), variants=True)
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     lines = []
     for ax, model in zip(axes, models):
         m = s[s["model"] == model]
         seeds, bounds = int(m["seeds"].max()), band(m)
         for layer, g in m.groupby("layer"):
-            c = palette[int(layer) % len(palette)]
+            c = f"C{int(layer)}"  # the style's colour cycle
             ax.plot(g["epochs_trained"], g[value], "-", color=c, marker="o" if len(g) <= 12 else None,
                     markersize=2.5, label=f"layer {int(layer) + 1}")
             if bounds is not None:
