@@ -41,7 +41,6 @@ def over_training(ctx, s: pd.DataFrame, models: list[str], value: str, *, band, 
     ``band(panel rows)`` (``(low column, high column, alpha)`` or None) around it, and the
     ``metric``'s reference lines; saved by :func:`~analysis.figures.pooled.finish`."""
     fig, axes, grid = layer_grid(len(models), variants=True)
-    lines = []
     for ax, model in zip(axes, models):
         m = s[s["model"] == model]
         seeds, bounds = int(m["seeds"].max()), band(m)
@@ -58,10 +57,11 @@ def over_training(ctx, s: pd.DataFrame, models: list[str], value: str, *, band, 
         if m["epochs_trained"].max() <= 12:
             ax.set_xticks(sorted(m["epochs_trained"].unique()))
         ax.grid(True, linewidth=0.4, alpha=0.5)
-        lines = reference_lines(ax, metric) if metric is not None else []
+        if metric is not None:
+            reference_lines(ax, metric)
     label_grid(grid, xlabel="epochs trained", ylabel=ylabel)
     axes[0].set_ylim(*ylim)
-    handles = max(axes, key=lambda ax: len(ax.get_lines())).get_legend_handles_labels()[0] + lines
+    handles = max(axes, key=lambda ax: len(ax.get_lines())).get_legend_handles_labels()[0]  # layers, references
     return finish(ctx, fig, models, title=title, handles=handles, notes=notes, data=s, stem=stem, ncol=ncol)
 
 

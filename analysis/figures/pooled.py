@@ -62,16 +62,11 @@ def distance_metric(d: pd.DataFrame, trials: pd.DataFrame) -> DistanceMetric:
 
 
 def reference_lines(ax, metric: DistanceMetric) -> list:
-    """The metric's reference lines on ``ax`` (the convolution's dotted, uniform dashed)
-    and their legend handles."""
-    from matplotlib.lines import Line2D
-
+    """The metric's reference lines on ``ax`` (the convolution's dotted, uniform dashed),
+    labelled: they are their own legend handles."""
     styles = ("--", ":")[-len(metric.references):]
-    handles = []
-    for (value, label), style in zip(metric.references, styles):
-        ax.axhline(value, color="0.3", linestyle=style, linewidth=0.8, zorder=1)
-        handles.append(Line2D([], [], color="0.3", linestyle=style, linewidth=0.8, label=label))
-    return handles
+    return [ax.axhline(value, color="0.3", linestyle=style, linewidth=0.8, zorder=1, label=label)
+            for (value, label), style in zip(metric.references, styles)]
 
 
 def token_grid(trials: pd.DataFrame) -> tuple[int, int]:
