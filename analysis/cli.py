@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings_as_lines(prog)
     # SIGTERM (`kill`, a service manager) stops a command as Ctrl-C does: a figure pool drawing
     # at that moment is shut down with it (Python's default dies at once, its workers blocked for good)
-    before = signal.signal(signal.SIGTERM, _interrupt)
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
     try:
         if hasattr(args, "storage"):
             _check_storage(args)
@@ -211,10 +211,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, before)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

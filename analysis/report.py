@@ -122,10 +122,7 @@ def figures(study: Study, cache: Path | None = None) -> tuple[list[tuple[str, st
         warnings.simplefilter("ignore")
         written, skipped = draw_all(study, out, pdf=False)  # the page embeds PNGs only
         pngs = [(p.stem, base64.b64encode(p.read_bytes()).decode()) for p in written if p.suffix == ".png"]
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
-    return pngs, skipped
+    return pngs, skipped  # every figure is closed once drawn (analysis.figures.jobs)
 
 
 def _table1(study: Study) -> str:
