@@ -194,8 +194,8 @@ def draw_all(study: Study, out: Path, *, epoch: int | None = None, per_seed: boo
     from analysis.figures.jobs import run
     from study.cpus import local_cpus
 
-    return run(study, Path(out), modules=_modules(), epoch=epoch, per_seed=per_seed, pdf=pdf,
-               jobs=jobs if jobs is not None else local_cpus())
+    ctx = Context(study=study, out=Path(out), epoch=epoch, per_seed=per_seed, pdf=pdf, defer=True)
+    return run(ctx, _modules(), jobs=jobs if jobs is not None else local_cpus())
 
 
 __all__ = ["Canvas", "Context", "Skip", "default_out", "draw_all"]
