@@ -112,15 +112,13 @@ def figure_cache(study: Study) -> Path:
         return Path(_scratch(study.root).name)
 
 
-def figures(study: Study, cache: Path | None = None) -> tuple[list[tuple[str, str]], list[str]]:
-    """(caption, base64 PNG) of every figure the data supports, and the skip lines;
-    ``cache``: where they are drawn and reused (default :func:`figure_cache`)."""
+def figures(study: Study) -> tuple[list[tuple[str, str]], list[str]]:
+    """(caption, base64 PNG) of every figure the data supports, drawn in :func:`figure_cache`, and the skip lines."""
     from analysis.figures import draw_all
 
-    out = cache if cache is not None else figure_cache(study)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        written, skipped = draw_all(study, out, pdf=False)  # the page embeds PNGs only
+        written, skipped = draw_all(study, figure_cache(study), pdf=False)  # the page embeds PNGs only
         pngs = [(p.stem, base64.b64encode(p.read_bytes()).decode()) for p in written if p.suffix == ".png"]
     return pngs, skipped  # every figure is closed once drawn (analysis.figures.jobs)
 
