@@ -18,7 +18,7 @@ import pandas as pd
 
 from analysis.io import Study
 from analysis.meta import describe
-from analysis.variants import slug as _slug, trial_table
+from analysis.variants import trial_table
 
 
 class Skip(Exception):
@@ -64,8 +64,8 @@ class Context:
 
     @cached_property
     def trials(self) -> pd.DataFrame:
-        """``runs`` as :func:`with_representatives` gives it, in display order."""
-        return with_representatives(trial_table(self.study.runs))
+        """``runs`` as :func:`analysis.variants.trial_table` gives it, in display order."""
+        return trial_table(self.study.runs)
 
     def skip(self, kind: str, reason: str, what: str | None = None) -> None:
         self.skipped.append(f"skipped {kind}{f' for {what}' if what else ''}: {reason}")
@@ -135,29 +135,6 @@ class Context:
             return self.epoch
         self.skip(kind, f"no {table} at epoch {self.epoch}", what)
         return None
-
-
-def with_representatives(t: pd.DataFrame) -> pd.DataFrame:
-    """``trial_table`` rows plus ``variant_slug`` (unique per label), ``seeds`` and
-    ``representative`` (docs/figures.md, "Variants and seeds"; of two middle seeds, the lower)."""
-    if t.empty:
-        return t.assign(variant_slug=pd.Series(dtype=object), seeds=pd.Series(dtype=int),
-                        representative=pd.Series(dtype=bool))
-    t = t.copy()
-    slugs: dict[str, str] = {}
-    for label in dict.fromkeys(t["label"]):
-        s = _slug(str(label))
-        while s in slugs.values():
-            s += "-v"
-        slugs[label] = s
-    t["variant_slug"] = t["label"].map(slugs)
-    t["seeds"] = t.groupby("label")["trial_id"].transform("count").astype(int)
-    acc = pd.to_numeric(t.get("best_test_acc", pd.Series(float("nan"), index=t.index)), errors="coerce")
-    t["representative"] = False
-    for _, g in t.groupby("label", sort=False):
-        known = acc[g.index].dropna().sort_values(kind="stable")  # g is in seed order already
-        t.loc[known.index[(len(known) - 1) // 2] if len(known) else g.index[0], "representative"] = True
-    return t
 
 
 def as_figure(t: pd.Series, *, per_seed: bool, aggregate: bool = False, seeds: int | None = None) -> pd.Series:
