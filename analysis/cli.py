@@ -139,9 +139,7 @@ def _report(args: argparse.Namespace) -> int:
     from analysis.serve import write_page
 
     study = load(args.study, args.storage)
-    out = args.out
-    if out is None:
-        out = Path(f"{study.name}-report.html") if study.remote else Path(study.folder) / "report.html"
+    out = args.out or (Path(f"{study.name}-report.html") if study.remote else Path(study.folder) / "report.html")
     with _writing(Path(out), folder=False):
         write_page(out, render(study))
     print(out)

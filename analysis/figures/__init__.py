@@ -118,9 +118,8 @@ class Context:
         (per trial with ``per_seed``)."""
         by_trial = self.by_trial("heads")
         for _, trials in self.selected().groupby("trial_id" if self.per_seed else "label", sort=False):
-            rep = trials[trials["representative"] | self.per_seed]
-            t = as_figure((rep if len(rep) else trials).iloc[0], per_seed=self.per_seed, aggregate=True,
-                          seeds=len(trials))
+            t = as_figure(trials[trials["representative"] | self.per_seed].iloc[0], per_seed=self.per_seed,
+                          aggregate=True)
             ids = [tid for tid in trials["trial_id"] if tid in by_trial]
             if self._has_heads(kind, t, bool(ids), "heads",
                                f"{t['label']} ({t['trial_id']})" if self.per_seed else t["label"]):
@@ -137,10 +136,10 @@ class Context:
         return None
 
 
-def as_figure(t: pd.Series, *, per_seed: bool, aggregate: bool = False, seeds: int | None = None) -> pd.Series:
+def as_figure(t: pd.Series, *, per_seed: bool, aggregate: bool = False) -> pd.Series:
     """The trial row as a figure sees it: ``slug`` (file name) and ``title``."""
     t = t.copy()
-    n = int(seeds if seeds is not None else t.get("seeds", 1))
+    n = int(t["seeds"])
     if per_seed or n <= 1:
         t["title"] = t["label"]
         return t
