@@ -21,12 +21,14 @@ COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "distance"
 
 def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame:
     """Per (model, epoch, layer) of heads rows ``d``: the mean of ``value`` over the layer's
-    heads and seeds (n values) and the min / max over seeds of the per-seed layer mean."""
+    heads and seeds (n values), the min / max over seeds of the per-seed layer mean and over
+    the heads of all seeds (head_min, head_max)."""
     per_seed = (d.groupby(["model", "epoch", "layer", "trial_id"], sort=False)[value]
-                .agg(["mean", "count", "sum"]).reset_index())
+                .agg(["mean", "count", "sum", "min", "max"]).reset_index())
     g = per_seed.groupby(["model", "epoch", "layer"], sort=False)
     out = g.agg(seeds=("trial_id", "count"), n=("count", "sum"), total=("sum", "sum"),
-                seed_min=("mean", "min"), seed_max=("mean", "max")).reset_index()
+                seed_min=("mean", "min"), seed_max=("mean", "max"), head_min=("min", "min"),
+                head_max=("max", "max")).reset_index()
     out[value] = out["total"] / out["n"]
     out = out.astype({"epoch": int, "layer": int})
     out["epochs_trained"] = out["epoch"] + 1
