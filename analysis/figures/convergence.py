@@ -39,14 +39,6 @@ def data(ctx) -> pd.DataFrame:
     return agg.reset_index(drop=True)
 
 
-def y_range(low: float, high: float, *, chance: float) -> tuple[float, float]:
-    """At least [chance, next 0.1 above the data]: differences of a few test images
-    are not blown up to the figure's height."""
-    lo = min(chance, math.floor(low * 10) / 10)
-    hi = min(1.0, max(lo + 0.2, math.ceil(high * 10 + 1e-9) / 10))
-    return max(0.0, lo), hi
-
-
 def draw(ctx) -> list:
     return ctx.render(_figure, data(ctx))
 
@@ -70,7 +62,9 @@ def _figure(ctx, d: pd.DataFrame) -> list:
                             alpha=0.18, linewidth=0)
     classes = runs["num_classes"].dropna() if "num_classes" in runs else pd.Series(dtype=float)
     chance = 1.0 / float(classes.max()) if len(classes) else 0.1
-    lo, hi = y_range(float(d["test_acc_min"].min()), float(d["test_acc_max"].max()), chance=chance)
+    # at least [chance, next 0.1 above the data]: differences of a few test images are not blown up to the height
+    lo = max(0.0, min(chance, math.floor(float(d["test_acc_min"].min()) * 10) / 10))
+    hi = min(1.0, max(lo + 0.2, math.ceil(float(d["test_acc_max"].max()) * 10 + 1e-9) / 10))
     ax.set_ylim(lo, hi)
     ax.axhline(chance, color="0.6", linewidth=0.5, linestyle=":", zorder=0)
     ax.text(1.0, chance, " chance", transform=ax.get_yaxis_transform(), fontsize=7, color="0.4", va="center")
