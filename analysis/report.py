@@ -132,7 +132,7 @@ def _table1(study: Study) -> str:
         head, rows = t1.cells(t1.data(ctx))
     except Skip as why:
         return f"<p class='skipped'>{_e(why)}</p>"
-    head = [head[0], *(("num", h) for h in head[1:])]  # right-aligned, as in table1.md
+    head = [head[0], *(("num", h) for h in head[1:-1]), head[-1]]  # numbers right-aligned, the paper's text not
     return f"<p>{_e(describe(ctx.trials))}</p>" + _table(head, [[_e(c) for c in row] for row in rows])
 
 
