@@ -6,8 +6,10 @@ Errors (missing study, bad SQL, unknown table) are one line on stderr, exit 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -116,14 +118,10 @@ def _figures(args: argparse.Namespace) -> int:
 
     study = load(args.study, args.storage)
     out = args.out if args.out is not None else default_out(study)
-    _check_out(Path(out), folder=True)
-    with warnings.catch_warnings():
+    with _writing(Path(out), folder=True), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         warnings.simplefilter("always", TableWarning)  # skipped files are named, always
-        try:
-            written, skipped = draw_all(study, out, epoch=args.epoch, per_seed=args.per_seed, jobs=args.jobs)
-        except OSError as exc:
-            raise AnalysisError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
+        written, skipped = draw_all(study, out, epoch=args.epoch, per_seed=args.per_seed, jobs=args.jobs)
     for line in skipped:
         print(line)
     for path in written:
@@ -141,36 +139,31 @@ def _report(args: argparse.Namespace) -> int:
     from analysis.serve import write_page
 
     study = load(args.study, args.storage)
-    out = args.out
-    if out is None:
-        out = Path(f"{study.name}-report.html") if study.remote else Path(study.folder) / "report.html"
-    _check_out(Path(out), folder=False)
-    try:
+    out = args.out or (Path(f"{study.name}-report.html") if study.remote else Path(study.folder) / "report.html")
+    with _writing(Path(out), folder=False):
         write_page(out, render(study))
-    except OSError as exc:
-        raise AnalysisError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
     print(out)
     return 0
 
 
-def _check_out(out: Path, *, folder: bool) -> None:
-    """``--out`` can be what is written there (a folder of figures, or one report file):
-    one line before anything is drawn, instead of a traceback after."""
+@contextlib.contextmanager
+def _writing(out: Path, *, folder: bool):
+    """Write to ``--out`` (a folder of figures, or one report file) inside: a path that cannot be
+    that is one line before anything is drawn, an OSError writing it one line, not a traceback."""
     from study.storage import file_in_the_way
 
     if out.exists() and out.is_dir() != folder:
         raise AnalysisError(f"--out: {out} is {'a file, not a folder' if folder else 'a folder, not a file'}")
     if (blocker := file_in_the_way(out)) is not None:
         raise AnalysisError(f"--out: {blocker} is not a folder")
-    if not folder and out.parent.is_dir():
-        # a report file is written last, after figures were drawn into the study's cache:
-        # try its folder first (/proc, a read-only mount), so a refusal leaves nothing behind
-        import tempfile
-
-        try:
+    try:
+        if not folder and out.parent.is_dir():
+            # a report file is written last, after figures were drawn into the study's cache:
+            # try its folder first (/proc, a read-only mount), so a refusal leaves nothing behind
             tempfile.NamedTemporaryFile(dir=out.parent, prefix=".tmp-").close()
-        except OSError as exc:
-            raise AnalysisError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
+        yield
+    except OSError as exc:
+        raise AnalysisError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
 
 
 def _check_storage(args: argparse.Namespace) -> None:
@@ -197,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings_as_lines(prog)
     # SIGTERM (`kill`, a service manager) stops a command as Ctrl-C does: a figure pool drawing
     # at that moment is shut down with it (Python's default dies at once, its workers blocked for good)
-    before = signal.signal(signal.SIGTERM, _interrupt)
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
     try:
         if hasattr(args, "storage"):
             _check_storage(args)
@@ -211,10 +204,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, before)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -41,18 +41,6 @@ def _ints(values: list) -> str:
     return "/".join(f"{int(v):,}" for v in values)
 
 
-def seeds_text(seeds: list) -> str:
-    """'seed 0', 'seeds 0–2', 'seeds 0, 3, 7'."""
-    s = sorted(int(v) for v in seeds)
-    if not s:
-        return "seeds not recorded"
-    if len(s) == 1:
-        return f"seed {s[0]}"
-    if s == list(range(s[0], s[-1] + 1)) and len(s) > 2:
-        return f"seeds {s[0]}–{s[-1]}"
-    return "seeds " + ", ".join(map(str, s))
-
-
 def describe(runs: pd.DataFrame, *, seeds_per_variant: bool = True) -> str:
     """One line: data; subset; train/val/test sizes; epochs; seeds, e.g.
     ``CIFAR-10 (JPEG copy), subset 1,000: train 900 / val 100 / test 200; 300 epochs; seeds 0–2``."""
@@ -70,7 +58,11 @@ def describe(runs: pd.DataFrame, *, seeds_per_variant: bool = True) -> str:
     epochs = _values(runs, "epochs")
     if epochs:
         parts.append(f"{_ints(epochs)} epoch{'' if epochs == [1] else 's'}")
-    parts.append(seeds_text(_values(runs, "seed")))
+    s = sorted(int(v) for v in _values(runs, "seed"))  # 'seed 0', 'seeds 0–2', 'seeds 0, 3, 7'
+    if len(s) > 2 and s == list(range(s[0], s[-1] + 1)):
+        parts.append(f"seeds {s[0]}–{s[-1]}")
+    else:
+        parts.append(f"seed{'s' if len(s) > 1 else ''} {', '.join(map(str, s))}" if s else "seeds not recorded")
     return "; ".join(parts)
 
 

@@ -112,20 +112,15 @@ def figure_cache(study: Study) -> Path:
         return Path(_scratch(study.root).name)
 
 
-def figures(study: Study, cache: Path | None = None) -> tuple[list[tuple[str, str]], list[str]]:
-    """(caption, base64 PNG) of every figure the data supports, and the skip lines;
-    ``cache``: where they are drawn and reused (default :func:`figure_cache`)."""
+def figures(study: Study) -> tuple[list[tuple[str, str]], list[str]]:
+    """(caption, base64 PNG) of every figure the data supports, drawn in :func:`figure_cache`, and the skip lines."""
     from analysis.figures import draw_all
 
-    out = cache if cache is not None else figure_cache(study)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        written, skipped = draw_all(study, out, pdf=False)  # the page embeds PNGs only
+        written, skipped = draw_all(study, figure_cache(study), pdf=False)  # the page embeds PNGs only
         pngs = [(p.stem, base64.b64encode(p.read_bytes()).decode()) for p in written if p.suffix == ".png"]
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
-    return pngs, skipped
+    return pngs, skipped  # every figure is closed once drawn (analysis.figures.jobs)
 
 
 def _table1(study: Study) -> str:
@@ -134,16 +129,11 @@ def _table1(study: Study) -> str:
 
     ctx = Context(study=study, out=Path("."))
     try:
-        d = t1.data(ctx)
+        head, rows = t1.cells(t1.data(ctx))
     except Skip as why:
         return f"<p class='skipped'>{_e(why)}</p>"
-    rows = [[_e(r["model"]), r["seeds"], f"{r['epochs_done']}/{r['epochs']}",
-             _e(t1._acc(r["best_test_acc"], r["best_test_acc_std"])),
-             _e(t1._acc(r["final_test_acc"], r["final_test_acc_std"])), _e(t1._count(r["n_params"])),
-             _e(t1._flops(r["macs"])), _e(t1._flops(r["flops"]))] for _, r in d.iterrows()]
-    head = ["Model", *(("num", h) for h in ("Seeds (n)", "Epochs", "Best test acc. (%)", "Final test acc. (%)",
-                                             "Params", "MACs/image (model's equations)", "FLOPs executed/image"))]
-    return f"<p>{_e(describe(ctx.trials))}</p>" + _table(head, rows)
+    head = [head[0], *(("num", h) for h in head[1:-1]), head[-1]]  # numbers right-aligned, the paper's text not
+    return f"<p>{_e(describe(ctx.trials))}</p>" + _table(head, [[_e(c) for c in row] for row in rows])
 
 
 def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:

@@ -38,16 +38,12 @@ def head_colors(n: int) -> list:
     return sns.color_palette("tab10" if n <= 10 else "husl", n)
 
 
-#: write the PDF next to each PNG (the HTML report, which embeds PNGs only, turns it off)
-PDF = True
-
-
-def save(fig, data: pd.DataFrame, out: Path, stem: str) -> list[Path]:
-    """Write ``stem``.png, .pdf and .csv (``data``: what the figure plots) under ``out``."""
+def save(fig, data: pd.DataFrame, out: Path, stem: str, *, pdf: bool = True) -> list[Path]:
+    """Write ``stem``.png, .pdf (unless not ``pdf``) and .csv (``data``: what the figure plots) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{stem}.{ext}" for ext in (("png", "pdf", "csv") if PDF else ("png", "csv"))]
+    paths = [out / f"{stem}.{ext}" for ext in (("png", "pdf", "csv") if pdf else ("png", "csv"))]
     fig.savefig(paths[0], dpi=DPI, bbox_inches="tight", pad_inches=0.02)
-    if PDF:
+    if pdf:
         fig.savefig(paths[1], bbox_inches="tight", pad_inches=0.02, metadata={"CreationDate": None})
     plt.close(fig)
     data.to_csv(paths[-1], index=False)

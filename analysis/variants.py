@@ -53,10 +53,13 @@ def slug(text: str) -> str:
 
 
 def trial_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` with ``label`` (variant) and ``slug`` (unique per trial) columns, sorted
-    by variant then seed."""
+    """``runs`` sorted by variant then seed, with ``label`` (variant), ``slug`` (unique per trial),
+    ``variant_slug`` (unique per label), ``seeds`` and ``representative`` (docs/figures.md,
+    "Variants and seeds"; of two middle seeds, the lower)."""
     if runs.empty:
-        return runs.assign(label=pd.Series(dtype=object), slug=pd.Series(dtype=object))
+        return runs.assign(label=pd.Series(dtype=object), slug=pd.Series(dtype=object),
+                           variant_slug=pd.Series(dtype=object), seeds=pd.Series(dtype=int),
+                           representative=pd.Series(dtype=bool))
     t = runs.copy()
     t["label"] = variant_labels(t)
     t["_key"] = [order_key(r) for _, r in t.iterrows()]
@@ -68,6 +71,19 @@ def trial_table(runs: pd.DataFrame) -> pd.DataFrame:
         slugs = slugs.where(~repeated, slugs + "-seed" + t["seed"].astype(object).map(value_text))
     repeated = slugs.duplicated(keep=False)
     t["slug"] = slugs.where(~repeated, slugs + "-" + t["trial_id"].astype(str))
+    variant_slugs: dict[str, str] = {}
+    for label in dict.fromkeys(t["label"]):
+        s = slug(str(label))
+        while s in variant_slugs.values():
+            s += "-v"
+        variant_slugs[label] = s
+    t["variant_slug"] = t["label"].map(variant_slugs)
+    t["seeds"] = t.groupby("label")["trial_id"].transform("count").astype(int)
+    acc = pd.to_numeric(t.get("best_test_acc", pd.Series(float("nan"), index=t.index)), errors="coerce")
+    t["representative"] = False
+    for _, g in t.groupby("label", sort=False):
+        known = acc[g.index].dropna().sort_values(kind="stable")  # g is in seed order already
+        t.loc[known.index[(len(known) - 1) // 2] if len(known) else g.index[0], "representative"] = True
     return t
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from analysis.io import Study
 from analysis.meta import describe
-from analysis.variants import slug as _slug, trial_table
+from analysis.variants import trial_table
 
 
 class Skip(Exception):
@@ -32,6 +32,7 @@ class Canvas:
 
     out: Path
     trials: pd.DataFrame
+    pdf: bool = True  # a PDF beside each PNG (the HTML report, which embeds PNGs only, draws none)
 
     def caption(self, values, by: str = "trial_id") -> str:
         """:func:`analysis.meta.describe` of the trials whose ``by`` is one of ``values``."""
@@ -39,10 +40,13 @@ class Canvas:
 
     def save_trial(self, fig, t: pd.Series, d: pd.DataFrame, stem: str, *, trial_id=None, **lead) -> list:
         """Save ``<stem>_<slug>`` of figure row ``t``, its data led by trial_id, model and ``lead`` columns."""
+        lead = {"trial_id": t["trial_id"] if trial_id is None else trial_id, "model": t["label"], **lead}
+        return self.save(fig, d.assign(**lead)[[*lead, *d.columns]], f"{stem}_{t['slug']}")
+
+    def save(self, fig, data: pd.DataFrame, stem: str) -> list:
         from analysis.style import save
 
-        lead = {"trial_id": t["trial_id"] if trial_id is None else trial_id, "model": t["label"], **lead}
-        return save(fig, d.assign(**lead)[[*lead, *d.columns]], self.out, f"{stem}_{t['slug']}")
+        return save(fig, data, self.out, stem, pdf=self.pdf)
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Context:
     out: Path
     epoch: int | None = None  # epoch (as stored) of head/map figures; None: each trial's last
     per_seed: bool = False  # variant figures per trial instead of per variant
+    pdf: bool = True
     skipped: list[str] = field(default_factory=list)
     only: frozenset | None = None  # trial ids of the figure being drawn (None: every trial)
     defer: bool = False  # queue drawings in ``renders`` instead of drawing them at once
@@ -59,15 +64,15 @@ class Context:
 
     @cached_property
     def trials(self) -> pd.DataFrame:
-        """``runs`` as :func:`with_representatives` gives it, in display order."""
-        return with_representatives(trial_table(self.study.runs))
+        """``runs`` as :func:`analysis.variants.trial_table` gives it, in display order."""
+        return trial_table(self.study.runs)
 
     def skip(self, kind: str, reason: str, what: str | None = None) -> None:
         self.skipped.append(f"skipped {kind}{f' for {what}' if what else ''}: {reason}")
 
     def render(self, fn, *args, **kwargs) -> list:
         """Draw one figure: ``fn(canvas, *args, **kwargs)`` -> paths, now or (``defer``) on the pool."""
-        canvas = Canvas(out=self.out, trials=self.trials)
+        canvas = Canvas(out=self.out, trials=self.trials, pdf=self.pdf)
         if self.defer:
             self.renders.append((self.job, fn, args, kwargs, canvas))
             return []
@@ -113,9 +118,8 @@ class Context:
         (per trial with ``per_seed``)."""
         by_trial = self.by_trial("heads")
         for _, trials in self.selected().groupby("trial_id" if self.per_seed else "label", sort=False):
-            rep = trials[trials["representative"] | self.per_seed]
-            t = as_figure((rep if len(rep) else trials).iloc[0], per_seed=self.per_seed, aggregate=True,
-                          seeds=len(trials))
+            t = as_figure(trials[trials["representative"] | self.per_seed].iloc[0], per_seed=self.per_seed,
+                          aggregate=True)
             ids = [tid for tid in trials["trial_id"] if tid in by_trial]
             if self._has_heads(kind, t, bool(ids), "heads",
                                f"{t['label']} ({t['trial_id']})" if self.per_seed else t["label"]):
@@ -132,33 +136,10 @@ class Context:
         return None
 
 
-def with_representatives(t: pd.DataFrame) -> pd.DataFrame:
-    """``trial_table`` rows plus ``variant_slug`` (unique per label), ``seeds`` and
-    ``representative`` (docs/figures.md, "Variants and seeds"; of two middle seeds, the lower)."""
-    if t.empty:
-        return t.assign(variant_slug=pd.Series(dtype=object), seeds=pd.Series(dtype=int),
-                        representative=pd.Series(dtype=bool))
-    t = t.copy()
-    slugs: dict[str, str] = {}
-    for label in dict.fromkeys(t["label"]):
-        s = _slug(str(label))
-        while s in slugs.values():
-            s += "-v"
-        slugs[label] = s
-    t["variant_slug"] = t["label"].map(slugs)
-    t["seeds"] = t.groupby("label")["trial_id"].transform("count").astype(int)
-    acc = pd.to_numeric(t.get("best_test_acc", pd.Series(float("nan"), index=t.index)), errors="coerce")
-    t["representative"] = False
-    for _, g in t.groupby("label", sort=False):
-        known = acc[g.index].dropna().sort_values(kind="stable")  # g is in seed order already
-        t.loc[known.index[(len(known) - 1) // 2] if len(known) else g.index[0], "representative"] = True
-    return t
-
-
-def as_figure(t: pd.Series, *, per_seed: bool, aggregate: bool = False, seeds: int | None = None) -> pd.Series:
+def as_figure(t: pd.Series, *, per_seed: bool, aggregate: bool = False) -> pd.Series:
     """The trial row as a figure sees it: ``slug`` (file name) and ``title``."""
     t = t.copy()
-    n = int(seeds if seeds is not None else t.get("seeds", 1))
+    n = int(t["seeds"])
     if per_seed or n <= 1:
         t["title"] = t["label"]
         return t
@@ -189,8 +170,8 @@ def draw_all(study: Study, out: Path, *, epoch: int | None = None, per_seed: boo
     from analysis.figures.jobs import run
     from study.cpus import local_cpus
 
-    return run(study, Path(out), modules=_modules(), epoch=epoch, per_seed=per_seed, pdf=pdf,
-               jobs=jobs if jobs is not None else local_cpus())
+    ctx = Context(study=study, out=Path(out), epoch=epoch, per_seed=per_seed, pdf=pdf, defer=True)
+    return run(ctx, _modules(), jobs=jobs if jobs is not None else local_cpus())
 
 
 __all__ = ["Canvas", "Context", "Skip", "default_out", "draw_all"]

@@ -30,7 +30,7 @@ def table_files(root: str) -> dict[str, list[tuple[str, int, int]]]:
     (writes in progress, ``.tmp-*``, excluded); one listing of the whole root."""
     import pyarrow.fs as pafs
 
-    from study.tables import file_system
+    from study.tables import SKIPPED_PREFIXES, file_system
 
     fs, base = file_system(root if "://" in root else str(Path(root).resolve()))
     try:
@@ -44,7 +44,7 @@ def table_files(root: str) -> dict[str, list[tuple[str, int, int]]]:
             continue
         rel = i.path[len(prefix):]
         parts = rel.split("/")
-        if any(p.startswith((".", "_")) for p in parts):
+        if any(p.startswith(SKIPPED_PREFIXES) for p in parts):
             continue
         if len(parts) == 2 and parts[0] == "runs":
             trial = parts[1].rsplit(".", 1)[0]

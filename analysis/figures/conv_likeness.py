@@ -72,14 +72,13 @@ def draw(ctx) -> list:
 def _figure(ctx, t, d: pd.DataFrame, trial_ids: list[str]) -> list:
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.2))
     ax2 = ax.twinx()
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     layers = sorted(d["layer"].unique())
     k = int(d["K"].iloc[0])
     few = d["epoch"].nunique() <= 12
     seeds = int(d["seeds"].max())
     for layer in layers:
         s = d[d["layer"] == layer].sort_values("epoch")
-        c = palette[layer % len(palette)]
+        c = f"C{layer}"  # the style's colour cycle
         ax.plot(s["epochs_trained"], s["lattice_distance"], "-", color=c, marker="o" if few else None,
                 markersize=2.5, label=f"layer {layer + 1} ({s['concentrated_heads'].iloc[-1]:.3g}/{k * k})")
         if seeds > 1:

@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.figures import Skip
 from analysis.figures.panels import wrap_note
 from analysis.meta import describe, test_sizes
-from analysis.style import COLUMN_WIDTH, save
+from analysis.style import COLUMN_WIDTH
 from analysis.variants import variant_order
 
 KIND = "accuracy"
@@ -39,14 +39,6 @@ def data(ctx) -> pd.DataFrame:
     return agg.reset_index(drop=True)
 
 
-def y_range(low: float, high: float, *, chance: float) -> tuple[float, float]:
-    """At least [chance, next 0.1 above the data]: differences of a few test images
-    are not blown up to the figure's height."""
-    lo = min(chance, math.floor(low * 10) / 10)
-    hi = min(1.0, max(lo + 0.2, math.ceil(high * 10 + 1e-9) / 10))
-    return max(0.0, lo), hi
-
-
 def draw(ctx) -> list:
     return ctx.render(_figure, data(ctx))
 
@@ -55,12 +47,11 @@ def _figure(ctx, d: pd.DataFrame) -> list:
     runs = ctx.trials
     models = list(dict.fromkeys(d["model"]))
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.3))
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     n_epochs = d["epochs_trained"].max()
     every = max(1, int(n_epochs) // 12)
     for i, m in enumerate(models):
         s = d[d["model"] == m]
-        colour = palette[i % len(palette)]
+        colour = f"C{i}"  # the style's colour cycle
         seeds = int(s["seeds"].max())
         label = f"{m} (n={seeds})"
         ax.plot(s["epochs_trained"], s["test_acc_mean"], color=colour, label=label,
@@ -71,7 +62,9 @@ def _figure(ctx, d: pd.DataFrame) -> list:
                             alpha=0.18, linewidth=0)
     classes = runs["num_classes"].dropna() if "num_classes" in runs else pd.Series(dtype=float)
     chance = 1.0 / float(classes.max()) if len(classes) else 0.1
-    lo, hi = y_range(float(d["test_acc_min"].min()), float(d["test_acc_max"].max()), chance=chance)
+    # at least [chance, next 0.1 above the data]: differences of a few test images are not blown up to the height
+    lo = max(0.0, min(chance, math.floor(float(d["test_acc_min"].min()) * 10) / 10))
+    hi = min(1.0, max(lo + 0.2, math.ceil(float(d["test_acc_max"].max()) * 10 + 1e-9) / 10))
     ax.set_ylim(lo, hi)
     ax.axhline(chance, color="0.6", linewidth=0.5, linestyle=":", zorder=0)
     ax.text(1.0, chance, " chance", transform=ax.get_yaxis_transform(), fontsize=7, color="0.4", va="center")
@@ -92,4 +85,4 @@ def _figure(ctx, d: pd.DataFrame) -> list:
     note = "line: mean over n seeds; band: min–max" if (d["seeds"] > 1).any() else "line: one seed per model"
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1, title=note)
     ax.set_title(wrap_note(describe(runs), COLUMN_WIDTH), fontsize=7, pad=3)
-    return save(fig, d.assign(n_test=min(sizes) if sizes else pd.NA), ctx.out, STEM)
+    return ctx.save(fig, d.assign(n_test=min(sizes) if sizes else pd.NA), STEM)

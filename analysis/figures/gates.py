@@ -16,15 +16,6 @@ COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "gate", "h
            "seed_min", "seed_max"]
 
 
-def data(d: pd.DataFrame, models: list[str]) -> pd.DataFrame:
-    """:func:`~analysis.figures.locality.layer_series` of the gate, with its min / max over
-    the heads of all seeds."""
-    s = layer_series(d, "gate", models)
-    heads = (d.groupby(["model", "epoch", "layer"])["gate"].agg(head_min="min", head_max="max").reset_index()
-             .astype({"epoch": int, "layer": int}))
-    return s.merge(heads, on=["model", "epoch", "layer"], how="left")[COLUMNS]
-
-
 def draw(ctx) -> list:
     d = pooled_heads(ctx, KIND, columns=("gate",))
     d = d.assign(gate=pd.to_numeric(d["gate"], errors="coerce"))
@@ -37,7 +28,7 @@ def draw(ctx) -> list:
     for model in model_order(ctx, gated.index[~gated]):
         ctx.skip(KIND, "no gated heads (gate is null)", model)
     d = d[d["model"].isin(models) & d["gate"].notna()]
-    return ctx.render(_figure, data(d, models), models)
+    return ctx.render(_figure, layer_series(d, "gate", models)[COLUMNS], models)
 
 
 def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:

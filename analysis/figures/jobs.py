@@ -35,14 +35,14 @@ def plan(ctx: Context, modules, files: dict) -> list[tuple]:
     return out
 
 
-def run(study, out: Path, *, modules, epoch: int | None, per_seed: bool, pdf: bool,
-        jobs: int) -> tuple[list[Path], list[str]]:
+def run(ctx: Context, modules, *, jobs: int) -> tuple[list[Path], list[str]]:
+    """Draw the jobs of ``modules`` that are not fresh in ``ctx.out`` (``ctx.defer``: queued, then drawn here)."""
     from analysis import style
 
     style.setup()
-    ctx = Context(study=study, out=out, epoch=epoch, per_seed=per_seed, defer=True)
+    out, pdf = ctx.out, ctx.pdf
     manifest = Manifest.load(out)
-    jobs_plan = plan(ctx, modules, table_files(study.root))
+    jobs_plan = plan(ctx, modules, table_files(ctx.study.root))
     drawn: dict[str, Entry] = {}
     for module, key, ids, fp in jobs_plan:
         if manifest.fresh(key, fp, pdf=pdf):
@@ -55,45 +55,38 @@ def run(study, out: Path, *, modules, epoch: int | None, per_seed: bool, pdf: bo
             direct = list(module.draw(ctx) or [])
         except Skip as why:
             ctx.skip(module.KIND, str(why))
-        drawn[key] = Entry(fingerprint=fp, files=direct, skipped=ctx.skipped[first:], pdf=pdf, per_seed=per_seed)
-    for (key, *_), paths in zip(ctx.renders, execute(ctx.renders, jobs=jobs, pdf=pdf)):
+        drawn[key] = Entry(fingerprint=fp, files=direct, skipped=ctx.skipped[first:], pdf=pdf, per_seed=ctx.per_seed)
+    for (key, *_), paths in zip(ctx.renders, execute(ctx.renders, jobs=jobs)):
         drawn[key].files += paths
     for key, e in drawn.items():
         e.files = [Path(p).name for p in e.files]
         manifest.record(key, e)
-    manifest.forget_others({key for _, key, _, _ in jobs_plan}, per_seed=per_seed)
+    manifest.forget_others({key for _, key, _, _ in jobs_plan}, per_seed=ctx.per_seed)
     if drawn or (out / MANIFEST).exists():
         manifest.save()
     entries = [manifest.entries[key] for _, key, _, _ in jobs_plan if key in manifest.entries]
     return [out / f for e in entries for f in e.files], [line for e in entries for line in e.skipped]
 
 
-def execute(renders: list, *, jobs: int, pdf: bool) -> list[list[Path]]:
+def execute(renders: list, *, jobs: int) -> list[list[Path]]:
     """Draw the queued figures (``(job, fn, args, kwargs, canvas)``): the paths of each, in order."""
     if jobs <= 1 or len(renders) < MIN_POOL:
-        from analysis import style
-
-        before, style.PDF = style.PDF, pdf
-        try:
-            return [_draw(*r) for r in renders]
-        finally:
-            style.PDF = before
+        return [_draw(*r) for r in renders]
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(renders)), mp_context=mp.get_context("spawn"),
-                             initializer=_init, initargs=(pdf,)) as pool:
+                             initializer=_init) as pool:
         return list(pool.map(_draw, *zip(*renders)))
 
 
-def _init(pdf: bool) -> None:
+def _init() -> None:
     import warnings
 
     from analysis import style
 
     warnings.simplefilter("ignore")  # as `analysis figures` does: font and layout chatter stays quiet
     style.setup()
-    style.PDF = pdf
 
 
 def _draw(job: str, fn, args, kwargs, canvas) -> list[Path]:

@@ -4,7 +4,6 @@ untrained model's ``epoch = -1`` rows) epoch after epoch, one panel per model va
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from analysis.figures.panels import label_grid, layer_grid, wrap_note
@@ -22,12 +21,14 @@ COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "distance"
 
 def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame:
     """Per (model, epoch, layer) of heads rows ``d``: the mean of ``value`` over the layer's
-    heads and seeds (n values) and the min / max over seeds of the per-seed layer mean."""
+    heads and seeds (n values), the min / max over seeds of the per-seed layer mean and over
+    the heads of all seeds (head_min, head_max)."""
     per_seed = (d.groupby(["model", "epoch", "layer", "trial_id"], sort=False)[value]
-                .agg(["mean", "count", "sum"]).reset_index())
+                .agg(["mean", "count", "sum", "min", "max"]).reset_index())
     g = per_seed.groupby(["model", "epoch", "layer"], sort=False)
     out = g.agg(seeds=("trial_id", "count"), n=("count", "sum"), total=("sum", "sum"),
-                seed_min=("mean", "min"), seed_max=("mean", "max")).reset_index()
+                seed_min=("mean", "min"), seed_max=("mean", "max"), head_min=("min", "min"),
+                head_max=("max", "max")).reset_index()
     out[value] = out["total"] / out["n"]
     out = out.astype({"epoch": int, "layer": int})
     out["epochs_trained"] = out["epoch"] + 1
@@ -42,13 +43,11 @@ def over_training(ctx, s: pd.DataFrame, models: list[str], value: str, *, band, 
     ``band(panel rows)`` (``(low column, high column, alpha)`` or None) around it, and the
     ``metric``'s reference lines; saved by :func:`~analysis.figures.pooled.finish`."""
     fig, axes, grid = layer_grid(len(models), variants=True)
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    lines = []
     for ax, model in zip(axes, models):
         m = s[s["model"] == model]
         seeds, bounds = int(m["seeds"].max()), band(m)
         for layer, g in m.groupby("layer"):
-            c = palette[int(layer) % len(palette)]
+            c = f"C{int(layer)}"  # the style's colour cycle
             ax.plot(g["epochs_trained"], g[value], "-", color=c, marker="o" if len(g) <= 12 else None,
                     markersize=2.5, label=f"layer {int(layer) + 1}")
             if bounds is not None:
@@ -60,10 +59,11 @@ def over_training(ctx, s: pd.DataFrame, models: list[str], value: str, *, band, 
         if m["epochs_trained"].max() <= 12:
             ax.set_xticks(sorted(m["epochs_trained"].unique()))
         ax.grid(True, linewidth=0.4, alpha=0.5)
-        lines = reference_lines(ax, metric) if metric is not None else []
+        if metric is not None:
+            reference_lines(ax, metric)
     label_grid(grid, xlabel="epochs trained", ylabel=ylabel)
     axes[0].set_ylim(*ylim)
-    handles = max(axes, key=lambda ax: len(ax.get_lines())).get_legend_handles_labels()[0] + lines
+    handles = max(axes, key=lambda ax: len(ax.get_lines())).get_legend_handles_labels()[0]  # layers, references
     return finish(ctx, fig, models, title=title, handles=handles, notes=notes, data=s, stem=stem, ncol=ncol)
 
 

@@ -14,7 +14,6 @@ import pandas as pd
 from analysis.figures import Skip
 from analysis.figures.panels import notes_under_legend
 from analysis.lattice import lattice
-from analysis.style import save
 from study.locality import conv_attention_distance, uniform_attention_distance  # numpy only
 
 #: E‖δ‖ over the 9 taps of a 3×3 convolution's lattice for an interior query:
@@ -63,16 +62,11 @@ def distance_metric(d: pd.DataFrame, trials: pd.DataFrame) -> DistanceMetric:
 
 
 def reference_lines(ax, metric: DistanceMetric) -> list:
-    """The metric's reference lines on ``ax`` (the convolution's dotted, uniform dashed)
-    and their legend handles."""
-    from matplotlib.lines import Line2D
-
+    """The metric's reference lines on ``ax`` (the convolution's dotted, uniform dashed),
+    labelled: they are their own legend handles."""
     styles = ("--", ":")[-len(metric.references):]
-    handles = []
-    for (value, label), style in zip(metric.references, styles):
-        ax.axhline(value, color="0.3", linestyle=style, linewidth=0.8, zorder=1)
-        handles.append(Line2D([], [], color="0.3", linestyle=style, linewidth=0.8, label=label))
-    return handles
+    return [ax.axhline(value, color="0.3", linestyle=style, linewidth=0.8, zorder=1, label=label)
+            for (value, label), style in zip(metric.references, styles)]
 
 
 def token_grid(trials: pd.DataFrame) -> tuple[int, int]:
@@ -131,4 +125,4 @@ def finish(ctx, fig, models: list[str], *, title: str, handles: list, notes: lis
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(ncol, len(handles)),
                frameon=False)
     notes_under_legend(fig, [ctx.caption(models, by="label"), *notes])
-    return save(fig, data, ctx.out, stem)
+    return ctx.save(fig, data, stem)

@@ -11,7 +11,7 @@ import seaborn as sns
 from analysis.figures import Skip
 from analysis.figures.panels import wrap_note
 from analysis.meta import describe
-from analysis.style import COLUMN_WIDTH, save
+from analysis.style import COLUMN_WIDTH
 from analysis.variants import sweep_axes, value_text
 
 KIND = "heatmap"
@@ -78,4 +78,4 @@ def _figure(ctx, d: pd.DataFrame, a: str, b: str) -> list:
     ax.set(xlabel=b, ylabel=a)
     ax.tick_params(axis="y", rotation=0)
     ax.set_title(wrap_note(describe(ctx.trials), max(w, 2.2)), pad=3, fontsize=7)
-    return save(fig, d, ctx.out, f"heatmap_{a}_x_{b}")
+    return ctx.save(fig, d, f"heatmap_{a}_x_{b}")

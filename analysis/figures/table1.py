@@ -95,20 +95,23 @@ def _unfinished(r) -> str:
     return f" ({', '.join(why) or 'running'})"
 
 
+def cells(d: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Table 1's header and rows as text (``table1.md`` and the report's Table 1)."""
+    val = d["best_val_acc"].notna().any()
+    head = ["Model", "n", "Epochs", "Best test acc. (%)", "Final test acc. (%)",
+            *(["Best val. acc. (%)"] if val else []), "Params", "MACs/image", "FLOPs/image (= 2 MACs)",
+            "FLOPs executed", "Paper (Table 1): acc. (%) / params / FLOPs"]
+    rows = [[str(r["model"]), str(r["seeds"]), f"{r['epochs_done']}/{r['epochs']}{_unfinished(r)}",
+             _acc(r["best_test_acc"], r["best_test_acc_std"]), _acc(r["final_test_acc"], r["final_test_acc_std"]),
+             *([_acc(r["best_val_acc"], r["best_val_acc_std"])] if val else []), _count(r["n_params"]),
+             _flops(r["macs"]), _flops(r["flops_math"]), _flops(r["flops"]), _paper(r)] for _, r in d.iterrows()]
+    return head, rows
+
+
 def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
-    has_val = d["best_val_acc"].notna().any()
-    head = ["Model", "n", "Epochs", "Best test acc. (%)", "Final test acc. (%)"]
-    head += ["Best val. acc. (%)"] if has_val else []
-    head += ["Params", "MACs/image", "FLOPs/image (= 2 MACs)", "FLOPs executed"]
-    head += ["Paper (Table 1): acc. (%) / params / FLOPs"]
+    head, rows = cells(d)
     lines = [f"Data: {describe(runs)}.", "", "| " + " | ".join(head) + " |",
-             "|---|" + "---:|" * (len(head) - 1)]
-    for _, r in d.iterrows():
-        cells = [str(r["model"]), str(r["seeds"]), f"{r['epochs_done']}/{r['epochs']}{_unfinished(r)}",
-                 _acc(r["best_test_acc"], r["best_test_acc_std"]), _acc(r["final_test_acc"], r["final_test_acc_std"])]
-        cells += [_acc(r["best_val_acc"], r["best_val_acc_std"])] if has_val else []
-        cells += [_count(r["n_params"]), _flops(r["macs"]), _flops(r["flops_math"]), _flops(r["flops"]), _paper(r)]
-        lines.append("| " + " | ".join(cells) + " |")
+             "|---|" + "---:|" * (len(head) - 1), *("| " + " | ".join(row) + " |" for row in rows)]
     n_test = [int(v) for v in d["n_test"].dropna().unique()] if "n_test" in d else []
     one = (" One test image is worth " + "/".join(f"{100 / n:.2g}" for n in n_test) + " pp (percentage points) of "
            "accuracy." if n_test else "")
@@ -123,8 +126,7 @@ def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
               "Paper: the accuracy, parameters and FLOPs its Table 1 publishes for the same model (full CIFAR-10, "
               "300 epochs; its FLOPs count multiply-adds, so compare them with MACs/image), shown only where the "
               "row has that model's sizes, data and budget (analysis/paper.py)."]
-    note = selection_note(runs)
-    if note:
+    if note := selection_note(runs):
         lines.append(note)
     return "\n".join(lines) + "\n"
 
@@ -138,4 +140,4 @@ def draw(ctx) -> list:
     return [md, csv]
 
 
-__all__ = ["data", "draw", "markdown"]
+__all__ = ["cells", "data", "draw", "markdown"]

@@ -94,26 +94,24 @@ def test_three_seeds_are_one_variant_everywhere(seeds, tmp_path):
         sweeps.data(ctx.study.runs)  # the only configuration axis: no Ray id, no cell, no sample
 
 
-def _capture(monkeypatch, module):
+def _capture(monkeypatch):
     """Keep the figures a module draws instead of writing them (test_analysis opens
     the written files)."""
     figures = []
 
-    def keep(fig, data, out, stem):
+    def keep(fig, data, out, stem, **_):
         figures.append((fig, data))
         return [out / f"{stem}.png"]
 
     import analysis.style
 
-    monkeypatch.setattr(analysis.style, "save", keep)  # what Canvas.save_trial calls
-    if hasattr(module, "save"):  # a figure that saves by itself
-        monkeypatch.setattr(module, "save", keep)
+    monkeypatch.setattr(analysis.style, "save", keep)  # what Canvas.save calls, for every figure
     return figures
 
 
 @pytest.mark.slow
 def test_maps_one_colour_scale_equal_to_the_data_and_diffuse_heads_marked(seeds, tmp_path, monkeypatch):
-    figures = _capture(monkeypatch, maps_fig)
+    figures = _capture(monkeypatch)
     ctx = _ctx(seeds, tmp_path)
     ctx.per_seed = True  # one figure per trial
     maps_fig.draw(ctx)
@@ -148,7 +146,7 @@ def test_maps_one_colour_scale_equal_to_the_data_and_diffuse_heads_marked(seeds,
 
 @pytest.mark.slow
 def test_heads_figure_draws_only_concentrated_heads_numbered(seeds, tmp_path, monkeypatch):
-    figures = _capture(monkeypatch, heads_fig)
+    figures = _capture(monkeypatch)
     heads_fig.draw(_ctx(seeds, tmp_path))
     learned = [(f, d) for f, d in figures if d.model.iloc[0].startswith("SA learned")]
     (fig, d), = learned
@@ -163,7 +161,7 @@ def test_heads_figure_draws_only_concentrated_heads_numbered(seeds, tmp_path, mo
 
 @pytest.mark.slow
 def test_fig2_axes_and_labels_carry_the_test_size(seeds, tmp_path, monkeypatch):
-    figures = _capture(monkeypatch, convergence)
+    figures = _capture(monkeypatch)
     convergence.draw(_ctx(seeds, tmp_path))
     (fig, d), = figures
     ax = fig.axes[0]

@@ -33,7 +33,7 @@ def _study(root: Path, probs_of) -> Path:
 
 def _drawn(root: Path, out: Path, monkeypatch) -> plt.Figure:
     figures = []
-    monkeypatch.setattr(style, "save", lambda fig, data, out, stem: figures.append(fig) or [out / f"{stem}.png"])
+    monkeypatch.setattr(style, "save", lambda fig, data, out, stem, **_: figures.append(fig) or [out / f"{stem}.png"])
     style.setup()
     maps_fig.draw(Context(study=analysis.load(root), out=out))
     assert len(figures) == 1
