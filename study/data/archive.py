@@ -84,21 +84,21 @@ def read_images(f, *, path: str, keep) -> Listing:
 
 
 class _Uncompressed:
-    """The uncompressed bytes of ``f`` (gzip, bzip2, xz or plain tar, told by its first bytes):
-    ``read(n)`` decompresses at most ``n`` bytes; the last ones stay at hand (:meth:`bytes_at`)."""
+    """The uncompressed bytes of the buffered file ``f`` (gzip, bzip2, xz or plain tar, told by its first
+    bytes, peeked): ``read(n)`` decompresses at most ``n`` bytes; the last ones stay at hand (:meth:`bytes_at`)."""
 
     def __init__(self, f, *, path: str):
         self.path, self.total = path, 0
-        head = _Unread(f.read(6), f)
-        if head.head[:2] == b"\x1f\x8b":
-            self._src = gzip.GzipFile(fileobj=head)
-        elif head.head[:3] == b"BZh":
-            self._src = bz2.BZ2File(head)
-        elif head.head == b"\xfd7zXZ\x00":
-            self._src = lzma.LZMAFile(head, format=lzma.FORMAT_XZ)  # then stream padding ends it, as xz(1)
+        head = f.peek(6)[:6]
+        if head[:2] == b"\x1f\x8b":
+            self._src = gzip.GzipFile(fileobj=f)
+        elif head[:3] == b"BZh":
+            self._src = bz2.BZ2File(f)
+        elif head == b"\xfd7zXZ\x00":
+            self._src = lzma.LZMAFile(f, format=lzma.FORMAT_XZ)  # then stream padding ends it, as xz(1)
         else:
-            self._src = head
-        self.compressed = self._src is not head
+            self._src = f
+        self.compressed = self._src is not f
         self._recent: collections.deque[tuple[int, bytes]] = collections.deque()
         self._recent_bytes = 0
 
@@ -128,19 +128,6 @@ class _Uncompressed:
         """Bytes ``start:end`` of the uncompressed archive (among the last
         :data:`_MAX_HEADER_BODY` + a few reads: an extended header just parsed)."""
         return b"".join(d[max(0, start - at) : end - at] for at, d in self._recent if at < end and at + len(d) > start)
-
-
-class _Unread:
-    """The binary file ``f`` with its first bytes ``head``, already read, given back."""
-
-    def __init__(self, head: bytes, f):
-        self.head, self._rest, self._f = head, head, f
-
-    def read(self, n: int) -> bytes:
-        if not self._rest:
-            return self._f.read(n)
-        out, self._rest = self._rest[:n], self._rest[n:]
-        return out + self._f.read(n - len(out)) if len(out) < n else out
 
 
 class _CheckedInfo(tarfile.TarInfo):

@@ -6,6 +6,7 @@ sha256 of an archive's bytes, or of a folder's sorted relative paths and image b
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 from pathlib import Path
@@ -45,13 +46,13 @@ class ImageFolderSource:
             source = str(self.path)
             try:
                 with _open_regular(self.path, source=source, name=None, limit=limits.MAX_SOURCE_BYTES) as f:
-                    hashed = _Hashing(f)
+                    hashed = io.BufferedReader(hashing := _Hashing(f))  # read_images peeks
                     listing = read_images(hashed, path=source, keep=is_image_name)
                     while hashed.read(2**20):  # the bytes after the archive's end
                         pass
             except OSError as e:
                 raise DataError(f"{source}: cannot read ({one_line(e.strerror or e)})") from None
-            if hashed.sha256.hexdigest() != self.digest:
+            if hashing.sha256.hexdigest() != self.digest:
                 raise DataError(f"{source}: the archive changed while it was read; read it again")
             self._listing = listing
         return self._listing
@@ -84,16 +85,19 @@ def _read_tree(root: Path, *, source: str) -> tuple[Listing, str]:
     return Listing(buffer=buffer, files=files, dirs=tuple(dirs)), h.hexdigest()
 
 
-class _Hashing:
+class _Hashing(io.RawIOBase):
     """A binary file whose bytes are hashed (sha256) as they are read."""
 
     def __init__(self, f):
         self._f, self.sha256 = f, hashlib.sha256()
 
-    def read(self, n: int = -1) -> bytes:
-        data = self._f.read(n)
-        self.sha256.update(data)
-        return data
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self._f.readinto(b)
+        self.sha256.update(memoryview(b)[:n])
+        return n
 
 
 def _open_regular(path: Path, *, source: str, name: str | None, limit: int):

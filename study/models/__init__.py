@@ -4,8 +4,8 @@ today's GPSA, relative bias and 2-D RoPE), and the CIFAR ResNet18 baseline, behi
 factory."""
 
 from .config import ENCODING_MODELS, ENCODINGS, PAPER_MODELS, ConfigError, ModelConfig, model_name
-from .registry import available_models, build_model, register_model
+from .registry import build_model
 from .trained import ExportError, load_trained, read_export
 
 __all__ = ["ENCODINGS", "ENCODING_MODELS", "PAPER_MODELS", "ConfigError", "ExportError", "ModelConfig",
-           "available_models", "build_model", "load_trained", "model_name", "read_export", "register_model"]
+           "build_model", "load_trained", "model_name", "read_export"]

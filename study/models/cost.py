@@ -40,28 +40,23 @@ def config_from_row(cfg: dict[str, Any]):
 
 def model_macs(cfg: dict[str, Any]) -> int:
     """MACs per image of the model a configuration describes (a ``ModelConfig.to_dict()``
-    or a ``runs`` row; missing fields take the paper's defaults)."""
+    or a ``runs`` row; missing fields take the paper's defaults).  The attention-only model
+    (docs/design.md §3): space-to-depth + Linear embedding, L post-LN blocks, mean pool, Linear
+    classifier.  Per block (T tokens, D = hidden, N_h heads, I = intermediate):
+    ``Encoding.positional_macs``; for content q_h·k_h per pair and the query/key projections;
+    the weighted average N_h·T²·D; Linear(N_h·D → D), Linear(D → D), feed-forward 2·T·D·I.
+    Heads of width D (the layout the study trains)."""
     mc = config_from_row(cfg)
     if mc.arch == "resnet18":
         return resnet18_macs(image_size=mc.image_size, in_channels=mc.in_channels, num_classes=mc.num_classes)
-    return self_attention_macs(mc)
-
-
-def self_attention_macs(cfg) -> int:
-    """The attention-only model (docs/design.md §3): space-to-depth + Linear embedding, L post-LN
-    blocks, mean pool, Linear classifier.  Per block (T tokens, D = hidden, N_h heads,
-    I = intermediate): ``Encoding.positional_macs``; for content q_h·k_h per pair and the
-    query/key projections; the weighted average N_h·T²·D; Linear(N_h·D → D),
-    Linear(D → D), feed-forward 2·T·D·I.  Heads of width D (the layout the study trains)."""
-    spec = cfg.spec
-    side = cfg.grid
+    spec, side = mc.spec, mc.grid
     t = side * side
-    c_in = cfg.in_channels * cfg.downsample ** 2
-    d, h, inter = cfg.hidden, cfg.num_heads, cfg.intermediate
-    positional = spec.positional_macs(cfg, tokens=t, side=side)
+    c_in = mc.in_channels * mc.downsample ** 2
+    d, h, inter = mc.hidden, mc.num_heads, mc.intermediate
+    positional = spec.positional_macs(mc, tokens=t, side=side)
     content = 2 * t * d * h * d + h * t * t * d if spec.content else 0
     block = positional + content + h * t * t * d + t * h * d * d + t * d * d + 2 * t * d * inter
-    return t * c_in * d + cfg.layers * block + d * cfg.num_classes
+    return t * c_in * d + mc.layers * block + d * mc.num_classes
 
 
 def resnet18_macs(*, image_size: int = 32, in_channels: int = 3, num_classes: int = 10) -> int:

@@ -10,10 +10,8 @@ from torch import nn
 from torchvision.models import resnet18
 
 from .config import ModelConfig
-from .registry import register_model
 
 
-@register_model("resnet18")
 def cifar_resnet18(*, config: ModelConfig) -> nn.Module:
     model = resnet18(weights=None, num_classes=config.num_classes)
     model.conv1 = nn.Conv2d(config.in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)

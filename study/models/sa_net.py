@@ -11,10 +11,8 @@ from torch import Tensor, nn
 
 from .blocks import EncoderBlock, SpaceToDepth
 from .config import ModelConfig
-from .registry import register_model
 
 
-@register_model("sa")
 class SelfAttentionNet(nn.Module):
     """Attention-only classifier; every layer is its encoding's (``config.spec.attention``)."""
 

@@ -14,6 +14,7 @@ import torch
 from study.atomicio import write_atomic
 from study.errors import CheckpointError, cause
 from study.storage import is_remote
+from study.tables import file_system
 from study.trial.config import PROTOCOL_FIELDS, TrainConfig
 
 FILENAME = "checkpoint.pt"
@@ -25,12 +26,8 @@ OPERATIONAL_FIELDS = frozenset({"amp", "compile", "head_stats", "head_images", "
 
 
 def folder_fs(directory: str):
-    """(pyarrow file system, path on it) of a checkpoint folder: local or ``s3://…``."""
-    import pyarrow.fs as pafs
-
-    if is_remote(directory):
-        return pafs.FileSystem.from_uri(directory)
-    return pafs.LocalFileSystem(), str(Path(directory).absolute())
+    """(pyarrow file system, path on it) of a checkpoint folder: local (made absolute) or ``s3://…``."""
+    return file_system(directory if is_remote(directory) else str(Path(directory).absolute()))
 
 
 def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> str:

@@ -186,12 +186,11 @@ def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: Dev
     if splits is None:
         splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)
     splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
-    pinned = paths.pinned_transfer
-    val_data = None if splits.val_labels is None else DeviceData(
-        splits.val_images[rank::world], splits.val_labels[rank::world], device=device, pinned=pinned)
-    train_data = DeviceData(splits.train_images, splits.train_labels, device=device, pinned=pinned)
-    test_data = DeviceData(splits.test_images[rank::world], splits.test_labels[rank::world], device=device,
-                           pinned=pinned)
+    on_device = functools.partial(DeviceData, device=device, pinned=paths.pinned_transfer)
+    val_data = None if splits.val_labels is None else on_device(splits.val_images[rank::world],
+                                                                splits.val_labels[rank::world])
+    train_data = on_device(splits.train_images, splits.train_labels)
+    test_data = on_device(splits.test_images[rank::world], splits.test_labels[rank::world])
     mc = cfg.model.replace(num_classes=len(splits.classes))
     torch.manual_seed(cfg.seed)
     model = build_model(mc).to(device)

@@ -239,7 +239,7 @@ PNGS = {f"{split}/{c}/{i}.png": bytes([i]) * 100 for split in ("train", "test") 
 def read_error(raw: bytes) -> str:
     """The one-line refusal of the archive bytes ``raw`` by read_images."""
     with pytest.raises(DataError) as info:
-        read_images(io.BytesIO(raw), path="a.tar", keep=lambda name: name.endswith(".png"))
+        read_images(io.BufferedReader(io.BytesIO(raw)), path="a.tar", keep=lambda name: name.endswith(".png"))
     msg = str(info.value)
     assert "\n" not in msg and msg.startswith("a.tar: "), msg
     return msg
@@ -296,7 +296,7 @@ def test_archive_links_are_skipped_never_followed(tmp_path):
     raw = tar_bytes(PNGS, links={"train/a/sym.png": (tarfile.SYMTYPE, str(secret)),
                               "train/a/hard.png": (tarfile.LNKTYPE, "train/a/0.png"),
                               "train/a/up.png": (tarfile.SYMTYPE, "../../../secret.png")})
-    images = read_images(io.BytesIO(raw), path="a.tar", keep=lambda name: name.endswith(".png"))
+    images = read_images(io.BufferedReader(io.BytesIO(raw)), path="a.tar", keep=lambda name: name.endswith(".png"))
     assert sorted(images.files) == sorted(PNGS)
     assert b"secret" not in images.buffer
 
@@ -312,7 +312,8 @@ def test_archive_extended_header_bounds():
     raw = tar_bytes(PNGS, pax={"comment": "x" * 2**20})
     assert read_error(raw).startswith("a.tar: extended header at byte 0 of 10485")
     assert read_error(raw).endswith(" bytes, more than 1048576: refusing the archive")
-    assert len(read_images(io.BytesIO(gnu_long_name_chain(8)), path="a.tar", keep=bool).files) == 1
+    chain = io.BufferedReader(io.BytesIO(gnu_long_name_chain(8)))
+    assert len(read_images(chain, path="a.tar", keep=bool).files) == 1
     assert read_error(gnu_long_name_chain(9)) == ("a.tar: extended header at byte 8192: more than 8 in a row "
                                                   "before one member: refusing the archive")
 
@@ -336,7 +337,8 @@ def test_compressed_archive_in_several_streams_with_zero_padding():
     raw = tar_bytes(PNGS)
     for compress in (gzip.compress, bz2.compress, lzma.compress):
         data = compress(raw[:2048]) + compress(raw[2048:]) + bytes(1000)
-        images = read_images(io.BytesIO(data), path="a.tar", keep=lambda name: name.endswith(".png"))
+        images = read_images(io.BufferedReader(io.BytesIO(data)), path="a.tar",
+                             keep=lambda name: name.endswith(".png"))
         assert {n: bytes(images.buffer[o : o + s]) for n, (o, s) in images.files.items()} == PNGS, compress
 
 
