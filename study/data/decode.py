@@ -29,8 +29,14 @@ IMAGE_SHAPE = (3, 32, 32)
 _CHUNK = 2048
 
 
-def decode_images(buffer: bytes, items: Sequence[tuple[str, int, int]], *, source: str, workers: int | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> Tensor:
+def decode_images(
+    buffer: bytes,
+    items: Sequence[tuple[str, int, int]],
+    *,
+    source: str,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Tensor:
     """Decode ``items`` = ``(name, offset, size)`` slices of ``buffer`` into a uint8 tensor
     (N, 3, 32, 32), in order, on ``workers`` threads (default: the CPUs this process may use, at most 4);
     ``progress(done, total)`` after each chunk."""
@@ -126,7 +132,9 @@ def _decode_chunk(flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, i
                             "expected one 32x32 frame with 3 channels (RGB)")
         if tuple(img.shape) != IMAGE_SHAPE:
             c, h, w = img.shape
-            raise DataError(f"{source}: {name}: image is {w}x{h} with {c} channel(s), expected 32x32 with 3 (RGB)")
+            raise DataError(
+                f"{source}: {name}: image is {w}x{h} with {c} channel(s), expected 32x32 with 3 (RGB)"
+            )
     return images
 
 

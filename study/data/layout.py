@@ -64,8 +64,10 @@ def resolve_layout(*, source: str, files: Iterable[str], dirs: Iterable[str] = (
     if train_cls != test_cls:
         only_train = ", ".join(sorted(train_cls - test_cls)) or "none"
         only_test = ", ".join(sorted(test_cls - train_cls)) or "none"
-        raise DataError(f"{source}: class folders differ between {prefix}train/ and {prefix}test/ "
-                        f"(only in train: {only_train}; only in test: {only_test})")
+        raise DataError(
+            f"{source}: class folders differ between {prefix}train/ and {prefix}test/ "
+            f"(only in train: {only_train}; only in test: {only_test})"
+        )
     classes = tuple(sorted(train_cls))
     if len(classes) < limits.MIN_CLASSES:
         found = f"only {prefix}train/{classes[0]}/" if classes else "no class folder"

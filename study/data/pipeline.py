@@ -63,8 +63,14 @@ class DeviceData:
     """``images`` (N, 3, H, W) uint8 and ``labels`` (N,) held on ``device``; ``pinned``: each
     epoch's plan goes through page-locked memory (default: on CUDA; :func:`study.devicepaths.to_device`)."""
 
-    def __init__(self, images: Tensor, labels: Tensor, *, device: torch.device | str = "cpu",
-                 pinned: bool | None = None):
+    def __init__(
+        self,
+        images: Tensor,
+        labels: Tensor,
+        *,
+        device: torch.device | str = "cpu",
+        pinned: bool | None = None,
+    ):
         if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
             raise ValueError(f"images must be uint8 (N, 3, H, W), got {images.dtype} {tuple(images.shape)}")
         if labels.ndim != 1 or len(labels) != len(images):
@@ -90,9 +96,17 @@ class DeviceData:
         global batch does not reach gets one fewer)."""
         return len(self._starts(batch_size=batch_size, train=train, rank=rank, world_size=world_size))
 
-    def batches(self, *, batch_size: int, train: bool, epoch: int | None = None, seed: int | None = None,
-                rank: int = 0, world_size: int = 1,
-                policy: Callable[[Tensor], Tensor] | None = None) -> Iterator[tuple[Tensor, Tensor]]:
+    def batches(
+        self,
+        *,
+        batch_size: int,
+        train: bool,
+        epoch: int | None = None,
+        seed: int | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        policy: Callable[[Tensor], Tensor] | None = None,
+    ) -> Iterator[tuple[Tensor, Tensor]]:
         """Yield ``(images float32 normalised, labels int64)`` on the device: training shuffled by
         (``seed``, ``epoch``), cropped, flipped, then ``policy`` on the uint8 batch (RandAugment /
         AutoAugment: :mod:`study.trial.protocol`), dropping the last partial global batch;

@@ -34,8 +34,14 @@ class Splits:
     val_labels: Tensor | None = None
 
 
-def load_splits(spec: str, *, subset: int | None = None, cache_dir: str | Path | None = None, seed: int = 0,
-                progress: Callable[[str], None] | None = None) -> Splits:
+def load_splits(
+    spec: str,
+    *,
+    subset: int | None = None,
+    cache_dir: str | Path | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> Splits:
     """Load the data source ``spec`` and keep a ``subset`` drawn with ``seed`` (docs/study-files.md,
     "Data"; synthetic data does not depend on ``seed``); ``progress`` gets a line before and after
     a long decode."""

@@ -19,8 +19,9 @@ DEFAULT_TEST = 500
 SIZE = 32
 
 
-def make_synthetic(*, n_train: int = DEFAULT_TRAIN, n_test: int = DEFAULT_TEST,
-                   seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def make_synthetic(
+    *, n_train: int = DEFAULT_TRAIN, n_test: int = DEFAULT_TEST, seed: int = 0
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(train_images, train_labels, test_images, test_labels)``: uint8 (N, 3, 32, 32)
     and int64 (N,), balanced over :data:`NUM_CLASSES` classes.  The same ``seed`` gives
     the same data; the test split does not depend on ``n_train``."""
