@@ -7,15 +7,15 @@ Findings -> tests:
   Ctrl-C / SIGTERM: stopped vs interrupted, attempts,  test_sigkill_in_epoch0_sigterm_lock_and_resume
     device_seconds, Tuner.restore advice, SIGABRT      (+ SIGINT: tests/study/tuning/test_runner.py::
                                                        test_interrupt_then_resume_keeps_the_study_that_started)
-  study train --out reuses another configuration       test_train_refuses_a_second_train_and_another_configuration_
-                                                       and_falls_back_to_the_previous_checkpoint
+  study train --out reuses another configuration       test_train_refuses_another_configuration_and_falls_
+                                                       back_to_the_previous_checkpoint
   GPU request fails after 72 s; hangs on cpus/address  test_preflight_refusals_are_fast
   pickle payload in Ray's state runs on resume         test_failed_trial_then_tamper_move_and_resume (no Ray file is read back)
   two drivers of one study                             test_sigkill_in_epoch0_sigterm_lock_and_resume, test_lock_*
   moved study writes into its old place                test_failed_trial_then_tamper_move_and_resume
   0-byte experiment state after a full disk            test_failed_trial_then_tamper_move_and_resume
-  truncated last checkpoint not falling back           test_train_refuses_a_second_train_and_another_configuration_
-                                                       and_falls_back_to_the_previous_checkpoint
+  truncated last checkpoint not falling back           test_train_refuses_another_configuration_and_falls_
+                                                       back_to_the_previous_checkpoint
   worker SIGKILLed in epoch 0 keeps attempts 1         test_sigkill_in_epoch0_sigterm_lock_and_resume
   Ctrl-C mid-epoch: its time missing from              test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds
     device_seconds
@@ -121,26 +121,61 @@ def test_cause_survives_rays_copy():
 
 
 # ---------------------------------------------------------------- study train checkpoints
-@pytest.mark.slow
-def test_train_refuses_a_second_train_and_another_configuration_and_falls_back_to_the_previous_checkpoint(
-        tmp_path):
-    """One `study train --out DIR` folder, trained once:
-    - two at once would train one trial twice into one folder (the second superseding the
-      first): the second is refused in one line, exit 2, and the first finishes as if alone;
-    - a train of another configuration into it is refused (one line, exit 2, no size
-      mismatch), nothing rewritten, an unfinished folder too;
-    - its last checkpoint cut short (as by a full disk): the same command falls back to the
-      previous one with one warning; both damaged: one line naming the file, exit 2."""
+def test_train_refuses_another_configuration_and_falls_back_to_the_previous_checkpoint(tmp_path):
+    """One `study train --out DIR` folder, trained once (N_h=4): a train of another
+    configuration into it is refused (one line, exit 2, no size mismatch), nothing
+    rewritten, an unfinished folder too; then its last checkpoint cut short (as by a full
+    disk): the same command falls back to the previous one with one warning; both
+    damaged: one line naming the file, exit 2."""
     from study.trial.checkpoint import load_checkpoint
 
     out = tmp_path / "t"
-    # 2000 images, 3 epochs: the first is still training when the second starts
-    same = [*TRAIN[:-1], "3", "--data", "synthetic:2000", "--num-heads", "4"]
-    args = [sys.executable, "-m", "study", "train", *same, "--out", str(out)]
+    r = study("train", *TRAIN, "--num-heads", "4", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    ckpt = (out / "checkpoint" / "checkpoint.pt").read_bytes()
+    runs = read_table(out / "tables", "runs")
+    for flags, field in ((["--num-heads", "9"], "num_heads: 4 -> 9"), (["--lr", "0.05"], "lr: 0.1 -> 0.05")):
+        r = study("train", *TRAIN, "--num-heads", "4", *flags, "--out", str(out), cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert error_lines(r.stderr) == r.stderr.strip().splitlines() and len(error_lines(r.stderr)) == 1, r.stderr
+        assert field in r.stderr and "size mismatch" not in r.stderr
+        # nothing rewritten: the checkpoint and the tables are those of the N_h=4 run
+        assert (out / "checkpoint" / "checkpoint.pt").read_bytes() == ckpt
+        assert read_table(out / "tables", "runs").equals(runs)
+    # an unfinished folder too (no silent reuse, no size mismatch)
+    r = study("train", *TRAIN[:-1], "4", "--num-heads", "9", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 2 and "num_heads: 4 -> 9" in r.stderr, r.stderr
+
+    # the same folder's last checkpoint cut short: the previous one
+    ckpt = out / "checkpoint" / "checkpoint.pt"
+    assert load_checkpoint(out / "checkpoint")["model_config"]["num_classes"] == 10
+    assert set(load_checkpoint(out / "checkpoint")["train_config"]) >= {"lr", "epochs", "batch_size"}
+    ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])  # cut short, as by a full disk
+    r = study("train", *TRAIN, "--num-heads", "4", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    warning = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert len(warning) == 1 and str(ckpt) in warning[0] and "checkpoint.prev.pt" in warning[0], r.stderr
+    runs = read_table(out / "tables", "runs")
+    assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [2]
+    assert len(read_table(out / "tables", "epochs")) == 2
+    # both damaged: one line naming the file, exit 2
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):
+        (out / "checkpoint" / name).write_bytes(b"PK\x03\x04 cut")
+    r = study("train", *TRAIN, "--num-heads", "4", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and str(ckpt) in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_train_refuses_a_second_train_into_the_same_folder(tmp_path):
+    """Two `study train --out DIR` at once would train one trial twice into one folder
+    (the second superseding the first): the second is refused in one line, exit 2,
+    and the first finishes as if alone."""
+    out = tmp_path / "t"
+    args = [sys.executable, "-m", "study", "train", *TRAIN[:-1], "3", "--data", "synthetic:2000", "--out", str(out)]
     first = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: (out / "tables" / "runs").exists(), first), "the first train did not start"
-        second = study("train", *same, "--out", str(out), cwd=tmp_path)
+        second = study("train", *TRAIN[:-1], "3", "--data", "synthetic:2000", "--out", str(out), cwd=tmp_path)
         _, err = first.communicate(timeout=300)
     finally:
         first.kill()
@@ -153,38 +188,6 @@ def test_train_refuses_a_second_train_and_another_configuration_and_falls_back_t
     runs = read_table(out / "tables", "runs")
     assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [1]
     assert sorted(read_table(out / "tables", "epochs").epoch) == [0, 1, 2]
-
-    # another configuration into the finished folder
-    ckpt = (out / "checkpoint" / "checkpoint.pt").read_bytes()
-    for flags, field in ((["--num-heads", "9"], "num_heads: 4 -> 9"), (["--lr", "0.05"], "lr: 0.1 -> 0.05")):
-        r = study("train", *same, *flags, "--out", str(out), cwd=tmp_path)
-        assert r.returncode == 2, r.stderr
-        assert error_lines(r.stderr) == r.stderr.strip().splitlines() and len(error_lines(r.stderr)) == 1, r.stderr
-        assert field in r.stderr and "size mismatch" not in r.stderr
-        # nothing rewritten: the checkpoint and the tables are those of the N_h=4 run
-        assert (out / "checkpoint" / "checkpoint.pt").read_bytes() == ckpt
-        assert read_table(out / "tables", "runs").equals(runs)
-    # an unfinished folder too (no silent reuse, no size mismatch): 4 epochs asked of a 3-epoch folder
-    r = study("train", *same[:-2], "--epochs", "4", "--num-heads", "9", "--out", str(out), cwd=tmp_path)
-    assert r.returncode == 2 and "num_heads: 4 -> 9" in r.stderr, r.stderr
-
-    # the last checkpoint cut short: the previous one
-    ckpt = out / "checkpoint" / "checkpoint.pt"
-    assert load_checkpoint(out / "checkpoint")["model_config"]["num_classes"] == 10
-    assert set(load_checkpoint(out / "checkpoint")["train_config"]) >= {"lr", "epochs", "batch_size"}
-    ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])  # cut short, as by a full disk
-    r = study("train", *same, "--out", str(out), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    warning = [ln for ln in r.stderr.splitlines() if "warning" in ln]
-    assert len(warning) == 1 and str(ckpt) in warning[0] and "checkpoint.prev.pt" in warning[0], r.stderr
-    runs = read_table(out / "tables", "runs")
-    assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [2]
-    assert len(read_table(out / "tables", "epochs")) == 3
-    # both damaged: one line naming the file, exit 2
-    for name in ("checkpoint.pt", "checkpoint.prev.pt"):
-        (out / "checkpoint" / name).write_bytes(b"PK\x03\x04 cut")
-    r = study("train", *same, "--out", str(out), cwd=tmp_path)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and str(ckpt) in r.stderr, r.stderr
 
 
 #: a model about ten times the cost per image of TINY (three layers): the interrupted
