@@ -34,7 +34,7 @@ echo "== smoke: ${SECONDS}s"
 for t in tests/study/tuning/test_runner.py::test_interrupt_then_resume_keeps_the_study_that_started \
          tests/study/tuning/test_runner.py::test_asha_decisions_survive_a_lost_driver \
          tests/study/tuning/test_reliability.py::test_killed_driver_then_resume_runs_nothing_twice \
-         tests/study/tuning/test_reliability.py::test_killed_trial_resumes_from_its_checkpoint; do
+         tests/study/tuning/test_reliability.py::test_killed_trial_resumes_from_its_checkpoint_and_queries_meanwhile_never_see_half_written_parts; do
     echo "== pytest $t"
     SECONDS=0
     "$venv/bin/python" -m pytest -q -p no:cacheprovider "$t" || failed+=("${t#tests/}")

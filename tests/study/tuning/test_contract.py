@@ -7,13 +7,15 @@ Findings -> tests:
   Ctrl-C / SIGTERM: stopped vs interrupted, attempts,  test_sigkill_in_epoch0_sigterm_lock_and_resume
     device_seconds, Tuner.restore advice, SIGABRT      (+ SIGINT: tests/study/tuning/test_runner.py::
                                                        test_interrupt_then_resume_keeps_the_study_that_started)
-  study train --out reuses another configuration       test_train_refuses_checkpoint_of_another_configuration
+  study train --out reuses another configuration       test_train_refuses_another_configuration_and_falls_
+                                                       back_to_the_previous_checkpoint
   GPU request fails after 72 s; hangs on cpus/address  test_preflight_refusals_are_fast
   pickle payload in Ray's state runs on resume         test_failed_trial_then_tamper_move_and_resume (no Ray file is read back)
   two drivers of one study                             test_sigkill_in_epoch0_sigterm_lock_and_resume, test_lock_*
   moved study writes into its old place                test_failed_trial_then_tamper_move_and_resume
   0-byte experiment state after a full disk            test_failed_trial_then_tamper_move_and_resume
-  truncated last checkpoint not falling back           test_train_falls_back_to_previous_checkpoint
+  truncated last checkpoint not falling back           test_train_refuses_another_configuration_and_falls_
+                                                       back_to_the_previous_checkpoint
   worker SIGKILLed in epoch 0 keeps attempts 1         test_sigkill_in_epoch0_sigterm_lock_and_resume
   Ctrl-C mid-epoch: its time missing from              test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds
     device_seconds
@@ -119,7 +121,14 @@ def test_cause_survives_rays_copy():
 
 
 # ---------------------------------------------------------------- study train checkpoints
-def test_train_refuses_checkpoint_of_another_configuration(tmp_path):
+def test_train_refuses_another_configuration_and_falls_back_to_the_previous_checkpoint(tmp_path):
+    """One `study train --out DIR` folder, trained once (N_h=4): a train of another
+    configuration into it is refused (one line, exit 2, no size mismatch), nothing
+    rewritten, an unfinished folder too; then its last checkpoint cut short (as by a full
+    disk): the same command falls back to the previous one with one warning; both
+    damaged: one line naming the file, exit 2."""
+    from study.trial.checkpoint import load_checkpoint
+
     out = tmp_path / "t"
     r = study("train", *TRAIN, "--num-heads", "4", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -137,17 +146,12 @@ def test_train_refuses_checkpoint_of_another_configuration(tmp_path):
     r = study("train", *TRAIN[:-1], "4", "--num-heads", "9", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 2 and "num_heads: 4 -> 9" in r.stderr, r.stderr
 
-
-def test_train_falls_back_to_previous_checkpoint(tmp_path):
-    from study.trial.checkpoint import load_checkpoint
-
-    out = tmp_path / "t"
-    assert study("train", *TRAIN, "--out", str(out), cwd=tmp_path).returncode == 0
+    # the same folder's last checkpoint cut short: the previous one
     ckpt = out / "checkpoint" / "checkpoint.pt"
     assert load_checkpoint(out / "checkpoint")["model_config"]["num_classes"] == 10
     assert set(load_checkpoint(out / "checkpoint")["train_config"]) >= {"lr", "epochs", "batch_size"}
     ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])  # cut short, as by a full disk
-    r = study("train", *TRAIN, "--out", str(out), cwd=tmp_path)
+    r = study("train", *TRAIN, "--num-heads", "4", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     warning = [ln for ln in r.stderr.splitlines() if "warning" in ln]
     assert len(warning) == 1 and str(ckpt) in warning[0] and "checkpoint.prev.pt" in warning[0], r.stderr
@@ -157,7 +161,7 @@ def test_train_falls_back_to_previous_checkpoint(tmp_path):
     # both damaged: one line naming the file, exit 2
     for name in ("checkpoint.pt", "checkpoint.prev.pt"):
         (out / "checkpoint" / name).write_bytes(b"PK\x03\x04 cut")
-    r = study("train", *TRAIN, "--out", str(out), cwd=tmp_path)
+    r = study("train", *TRAIN, "--num-heads", "4", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and str(ckpt) in r.stderr, r.stderr
 
 

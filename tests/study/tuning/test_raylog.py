@@ -30,21 +30,22 @@ OWN = re.compile(r"plan: 1 trial, |study q: 1 trials |trial +cell +state |c000-s
                  r"  SA quadratic isotropic \(N_h=2\) +c000-s000 +best test acc ")
 
 
-def _run(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
-    f = tmp_path / "q.yaml"
-    f.write_text(yaml.safe_dump(DOC))
+def _study(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}  # Ray's default: token auth, with its notice
     env["PYTHONUNBUFFERED"] = "1"
-    storage = tmp_path / f"st{len(extra)}"
-    done = subprocess.run([sys.executable, "-m", "study", "run", str(f), "--storage", str(storage),
-                           "--num-cpus", "2", *extra], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=400)
-    return done, storage / "q"
+    return subprocess.run([sys.executable, "-m", "study", *args, "--storage", str(tmp_path / "st"),
+                           "--num-cpus", "2"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
 
 
 @pytest.mark.slow
-def test_console_has_only_the_projects_lines_and_ray_lines_go_to_the_study_log(tmp_path):
-    done, root = _run(tmp_path)
+def test_console_has_only_the_projects_lines_ray_lines_go_to_the_study_log_and_verbose_prints_them(tmp_path):
+    """One study: ``study run`` (quiet) prints only the project's lines, Ray's go to
+    ``logs/ray.log``; then ``study resume --verbose`` of it (which starts Ray again, as
+    every resume does) also prints Ray's lines on the console, and adds them to the log."""
+    f = tmp_path / "q.yaml"
+    f.write_text(yaml.safe_dump(DOC))
+    root = tmp_path / "st" / "q"
+    done = _study(tmp_path, "run", str(f))
     console = (done.stdout + done.stderr).splitlines()
     assert done.returncode == 0, "\n".join(console)
     ray_lines = [ln for ln in console if RAY_LINE.search(ln)]
@@ -58,13 +59,11 @@ def test_console_has_only_the_projects_lines_and_ray_lines_go_to_the_study_log(t
     # token authentication is still on: the notice says so, and the driver's environment asks for it
     assert "RAY_AUTH_MODE=disabled to opt out" in log
 
-
-@pytest.mark.slow
-def test_verbose_also_prints_rays_lines(tmp_path):
-    done, root = _run(tmp_path, "--verbose")
+    # --verbose: Ray's lines on the console too, and still in the study's log (appended: now twice)
+    done = _study(tmp_path, "resume", "q", "--verbose")
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"WARNING authentication_token_setup\.py:\d+ -- Token authentication is enabled", done.stderr)
-    assert "Token authentication is enabled" in (root / "logs" / "ray.log").read_text()
+    assert (root / "logs" / "ray.log").read_text().count("Token authentication is enabled") == 2
 
 
 def test_a_log_file_that_cannot_be_written_prints_no_traceback(capfd):

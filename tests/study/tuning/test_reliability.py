@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -26,10 +27,53 @@ BAD = REPO_ROOT / "tests" / "bad_inputs"
 DATA = "synthetic:400"  # the studies here train a few epochs: enough images to kill a trial mid-way
 
 
-def test_killed_trial_resumes_from_its_checkpoint(tmp_path):
+def _query_while_it_runs(root: Path, driver, seen: dict) -> None:
+    """Readers during writes: the study's tables queried (in this process and, every tenth
+    time, by ``analysis query`` as a user runs it) until the driver ends; each query sees
+    whole parts only (no missing value, each (trial, epoch) once)."""
+    import analysis
+
+    while driver.poll() is None:
+        if (root / "study.json").exists():
+            study = analysis.load(str(root))
+            epochs = study.sql("SELECT trial_id, epoch, test_acc, train_loss FROM epochs")
+            assert epochs.test_acc.notna().all() and epochs.train_loss.notna().all()
+            assert not epochs.duplicated(["trial_id", "epoch"]).any()
+            heads = study.sql("SELECT count(*) AS n, count(entropy) AS e FROM heads")
+            assert heads.n.iloc[0] == heads.e.iloc[0]
+            study.sql("SELECT trial_id, status, epochs_done FROM runs")
+            seen["queries"] += 1
+            seen["rows"] = max(seen["rows"], len(epochs))
+            if seen["queries"] % 10 == 0:  # the command line too, as a user runs it
+                r = subprocess.run([sys.executable, "-m", "analysis", "query", str(root),
+                                    "SELECT count(*) FROM epochs", "--format", "csv"],
+                                   capture_output=True, text=True, timeout=60)
+                assert r.returncode == 0, r.stderr
+                seen["cli_runs"] += 1
+        time.sleep(0.05)
+
+
+def test_killed_trial_resumes_from_its_checkpoint_and_queries_meanwhile_never_see_half_written_parts(tmp_path):
+    """A trial's process SIGKILLed after 2 epochs: Tune retries it from its checkpoint (its
+    earlier epochs' rows untouched) and the study finishes.  All the while (before the kill,
+    through the retry, to the end) the study's tables are queried: no query sees a
+    half-written part."""
+    import analysis
+
     f = write_spec(tmp_path, "kill", data=DATA, epochs=6, grid={"num_heads": [1, 2]}, max_failures=2)
-    tables = tmp_path / "results" / "kill" / "tables"
+    root = tmp_path / "results" / "kill"
+    tables = root / "tables"
     driver = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
+    seen, failed = {"queries": 0, "rows": 0, "cli_runs": 0}, []
+
+    def readers():
+        try:
+            _query_while_it_runs(root, driver, seen)
+        except BaseException as e:  # noqa: BLE001 - raised again in the test's thread
+            failed.append(e)
+
+    reader = threading.Thread(target=readers, daemon=True)
+    reader.start()
     try:
         victims: list[int] = []
 
@@ -54,8 +98,12 @@ def test_killed_trial_resumes_from_its_checkpoint(tmp_path):
         os.kill(victims[0], signal.SIGKILL)
         out, _ = driver.communicate(timeout=300)
         assert driver.returncode == 0, out
+        reader.join(timeout=120)
     finally:
         kill_session(driver)
+    if failed:
+        raise failed[0]
+    assert not reader.is_alive()
     runs = read_table(tables, "runs")
     epochs = read_table(tables, "epochs")
     assert len(runs) == 2 and (runs.status == "finished").all(), runs
@@ -73,6 +121,10 @@ def test_killed_trial_resumes_from_its_checkpoint(tmp_path):
     new = epochs[(epochs.trial_id == killed) & epochs.epoch.isin(old.epoch)][cols]
     assert len(old) >= 1
     pd.testing.assert_frame_equal(new.sort_values("epoch").reset_index(drop=True), old)
+    # the readers: queries and `analysis query` runs while it wrote, and what they saw
+    assert seen["queries"] >= 20 and seen["cli_runs"] >= 1 and 0 < seen["rows"]
+    final = analysis.load(str(root))
+    assert len(final.epochs) == 2 * 6 and not final.epochs.duplicated(["trial_id", "epoch"]).any()
 
 
 def test_killed_driver_then_resume_runs_nothing_twice(tmp_path):
@@ -280,38 +332,3 @@ def test_cluster_yaml_holds_no_secrets():
                 r"(?i)secret\s*:", r"(?i)token\s*:", r"-----BEGIN [A-Z ]*PRIVATE KEY-----", r"ssh_private_key"]
     for p in patterns:
         assert not re.search(p, text), p
-
-
-# ---------------------------------------------------------------- readers during writes
-def test_queries_while_a_study_writes_never_see_half_written_parts(tmp_path):
-    import analysis
-
-    f = write_spec(tmp_path, "live", data=DATA, epochs=4, grid={"num_heads": [1, 2]})
-    root = tmp_path / "results" / "live"
-    driver = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
-    queries, seen_rows, cli_runs = 0, 0, 0
-    try:
-        while driver.poll() is None:
-            if (root / "study.json").exists():
-                study = analysis.load(str(root))
-                epochs = study.sql("SELECT trial_id, epoch, test_acc, train_loss FROM epochs")
-                assert epochs.test_acc.notna().all() and epochs.train_loss.notna().all()
-                assert not epochs.duplicated(["trial_id", "epoch"]).any()
-                heads = study.sql("SELECT count(*) AS n, count(entropy) AS e FROM heads")
-                assert heads.n.iloc[0] == heads.e.iloc[0]
-                study.sql("SELECT trial_id, status, epochs_done FROM runs")
-                queries += 1
-                seen_rows = max(seen_rows, len(epochs))
-                if queries % 10 == 0:  # the command line too, as a user runs it
-                    r = subprocess.run([sys.executable, "-m", "analysis", "query", str(root),
-                                        "SELECT count(*) FROM epochs", "--format", "csv"],
-                                       capture_output=True, text=True, timeout=60)
-                    assert r.returncode == 0, r.stderr
-                    cli_runs += 1
-            time.sleep(0.05)
-        assert driver.returncode == 0, driver.stdout.read()
-    finally:
-        kill_session(driver)
-    assert queries >= 20 and cli_runs >= 1 and 0 < seen_rows
-    final = analysis.load(str(root))
-    assert len(final.epochs) == 8 and not final.epochs.duplicated(["trial_id", "epoch"]).any()
