@@ -117,6 +117,9 @@ def slurm_cluster(root: Path, *, cpus: int, timeout: float = 120):
     ctld_port, slurmd_port = free_ports(2, "127.0.0.1")
     host = socket.gethostname().split(".")[0]
     conf = root / "slurm.conf"
+    # sched_interval=1: SLURM's main scheduling pass every second (its default: every 60 s); a job
+    # becomes eligible at its StartTime without an event that schedules it, so a requeued job whose
+    # start the tests move up waited for the next pass, up to a minute, each time
     conf.write_text(f"""\
 ClusterName=studytest
 SlurmctldHost={host}(127.0.0.1)
@@ -138,6 +141,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=1
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
