@@ -86,20 +86,15 @@ def default_workers(spec) -> tuple[int, str]:
 
 
 def source_sizes(spec) -> dict[str, tuple[int, int]]:
-    """(train, test) images of the study's source if a folder or archive, listed (not decoded)."""
+    """(train, test) images of the study's source if a folder or archive, listed (not decoded), as
+    :func:`study.plan.plan_trials` takes them; checked as `study run` checks it (layout, image headers)."""
     from study.data.errors import DataError
-    from study.data.layout import resolve_layout
-    from study.data.sources import ImageFolderSource, check_source
-    from study.plan import source_sizes as known
+    from study.data.sources import check_source
 
     data = spec.study.data  # every trial's (no grid, sample or models entry sets it)
-    if known(data) is not None:
-        return {}
     with refused(DataError, f"{spec.file}: data: "):
-        check_source(data)  # what `study run` refuses (layout, image headers), plan refuses too
-        listing = ImageFolderSource(data).listing()
-        layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
-    return {data: (len(layout.train), len(layout.test))}
+        counted = check_source(data)
+    return {} if counted is None else {data: counted}
 
 
 def measured_seconds(study: str) -> dict[str, float]:

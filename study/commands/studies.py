@@ -202,21 +202,20 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
         spec = replace(spec, study=spec.study.model_copy(update={"name": checked_name(name)}))
     check_writable(storage)
     cluster_checks(address=address, storage=storage, shared_storage=shared_storage)
-    from study.tuning.runner import run_study
+    from study.tuning.runner import launch_plan, run_study
 
     root, name = study_root(storage, spec.study.name), spec.study.name
     if study_exists(root):
         raise UsageError(f"--name: study {name!r} already exists in {storage} "
                          f"(continue it with `study resume {name}` or pick another --name)")
     preflight(spec.file, address, num_cpus, spec.study.resources.model_dump())
-    check_data(spec, quiet=quiet)
-    if not quiet:  # the study's compute, one line (no throughput is known here: `study plan` predicts the time)
-        from study.commands.plan import source_sizes
-        from study.plan import make_plan, total_line
+    plan = launch_plan(spec, sizes=check_data(spec, quiet=quiet))  # one plan: the line below and the launch order
+    if not quiet and plan:  # the study's compute, one line (no throughput here: `study plan` predicts the time)
+        from study.plan import Plan, total_line
 
-        print(f"{total_line(make_plan(spec, sizes=source_sizes(spec)))} (device-hours: `study plan FILE --bench "
-              "REPORT`)", file=sys.stderr, flush=True)
-    runs = _storage_errors(lambda: run_study(spec, storage=storage, address=address, num_cpus=num_cpus,
+        print(f"{total_line(Plan(trials=plan))} (device-hours: `study plan FILE --bench REPORT`)", file=sys.stderr,
+              flush=True)
+    runs = _storage_errors(lambda: run_study(spec, storage=storage, address=address, num_cpus=num_cpus, plan=plan,
                                              verbose=not quiet, show_tracebacks=verbose, prog=prog))
     runs.attrs["root"] = root
     return runs
@@ -267,15 +266,16 @@ def preflight(file: str, address: str | None, num_cpus: int | None, resources: d
         raise UsageError(f"{file}: {why}")
 
 
-def check_data(spec, *, quiet: bool = False) -> None:
+def check_data(spec, *, quiet: bool = False) -> dict[str, tuple[int, int]]:
     """Every data source the trials will read, loaded (and cached) before anything starts: a broken archive is
-    one line, not a study of failed trials; an archive's first decode (minutes) prints progress on stderr."""
+    one line, not a study of failed trials; an archive's first decode (minutes) prints progress on stderr.
+    Returns the source's listed (train, test) sizes as :func:`study.plan.plan_trials` takes them."""
     from study.data.errors import DataError
     from study.data.sources import check_source
 
     study = spec.study  # its data, subset and validation are every trial's (no grid, sample or models entry sets them)
     with refused(DataError, f"{spec.file}: data: "):  # layout and headers first, without torch: well under 1 s
-        check_source(study.data)
+        counted = check_source(study.data)
     # the size of a folder or archive is known only once loaded: one step of the largest batch must fit it
     dist = spec.sample.get("batch_size", {})
     sampled = max((v for v in (dist.get("choice") or dist.get("int") or []) if isinstance(v, int)), default=0)
@@ -283,6 +283,7 @@ def check_data(spec, *, quiet: bool = False) -> None:
                    batch=max([spec.train_config(c).batch_size for c in spec.cells] + [sampled]),
                    workers=study.resources.workers_per_trial, where=lambda field: f"{spec.file}: {field}",
                    progress=None if quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
+    return {} if counted is None else {study.data: counted}
 
 
 def _study_root(args: argparse.Namespace) -> str:

@@ -129,14 +129,16 @@ def _kind(mode: int) -> str:
     return next((word for test, word in kinds if test(mode)), "not a regular file")
 
 
-def check_source(data: str) -> None:
+def check_source(data: str) -> tuple[int, int] | None:
     """Refuse (:class:`DataError`) a folder or archive source whose layout or image headers
-    :func:`study.data.load_splits` would refuse, without decoding an image or importing torch."""
+    :func:`study.data.load_splits` would refuse, without decoding an image or importing torch; its
+    (train, test) image counts, as listed (None for ``synthetic``/``cifar10``, whose sizes are known)."""
     if data.partition(":")[0] in ("synthetic", "cifar10"):
-        return
+        return None
     listing = ImageFolderSource(data).listing()
     layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
     view = memoryview(listing.buffer)
     for name, _ in layout.train + layout.test:
         off, size = listing.files[name]
         refuse_oversized(view[off:off + size], source=data, name=name)
+    return len(layout.train), len(layout.test)

@@ -80,13 +80,14 @@ def tuned_metric(spec: StudySpec) -> tuple[str, str]:
     return metric, (sched and sched.mode) or ("min" if metric.endswith("loss") else "max")
 
 
-def launch_plan(spec: StudySpec) -> list:
-    """Every trial's ``TrialPlan``, longest-predicted first (:func:`study.plan.launch_order`); [] where the
-    cost model fails: the study must not stop for that, it runs in grid order without an ETA."""
+def launch_plan(spec: StudySpec, *, sizes: dict[str, tuple[int, int]] | None = None) -> list:
+    """Every trial's ``TrialPlan``, longest-predicted first (:func:`study.plan.launch_order`; ``sizes``: as
+    :func:`study.plan.plan_trials`); [] where the cost model fails: the study must not stop for that, it
+    runs in grid order without an ETA."""
     from study.plan import launch_order, plan_trials
 
     with contextlib.suppress(Exception):
-        return launch_order(plan_trials(spec))
+        return launch_order(plan_trials(spec, sizes=sizes))
     return []
 
 
@@ -152,9 +153,11 @@ def trial_dirname(trial) -> str:
 
 
 def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verbose: bool = True,
-              num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study run"):
-    """Run every trial of ``spec`` (validated: :func:`study.spec.load_spec`); returns the ``runs``
-    table, with the run contract's exit status as ``runs.attrs["exit_code"]``."""
+              num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study run",
+              plan: list | None = None):
+    """Run every trial of ``spec`` (validated: :func:`study.spec.load_spec`; ``plan``: its :func:`launch_plan`
+    if the caller made it); returns the ``runs`` table, with the run contract's exit status as
+    ``runs.attrs["exit_code"]``."""
     root = study_root(storage, spec.study.name)
     # first: a Ray that does not start leaves no study behind (its log lines are kept until the lock)
     init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
@@ -166,8 +169,8 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
         if verbose:
             print(f"study {spec.study.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
                   f"{spec.study.num_samples} samples), storage {root}", file=sys.stderr, flush=True)
-        return _start(spec, resolve(root, meta), prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,
-                      lock=lock)
+        return _start(spec, resolve(root, meta), launch_plan(spec) if plan is None else plan, prog=prog,
+                      verbose=verbose, show_tracebacks=show_tracebacks, lock=lock)
 
 
 def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verbose: bool = True,
@@ -183,7 +186,8 @@ def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verb
         if verbose:
             print(f"resuming study {meta['name']} from {root}" + (f" (overrides: {shown})" if shown else ""),
                   file=sys.stderr, flush=True)
-        return _start(spec, meta, prog=prog, verbose=verbose, show_tracebacks=show_tracebacks, lock=lock)
+        return _start(spec, meta, launch_plan(spec), prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,
+                      lock=lock)
 
 
 @contextlib.contextmanager
@@ -201,10 +205,10 @@ def _locked(root: str, name: str):
         lock.release()
 
 
-def _start(spec: StudySpec, meta: dict[str, Any], *, prog: str, verbose: bool, show_tracebacks: bool, lock):
+def _start(spec: StudySpec, meta: dict[str, Any], plan: list, *, prog: str, verbose: bool, show_tracebacks: bool,
+           lock):
     from study.tuning.contract import RunContract
 
-    plan = launch_plan(spec)
     todo = pending(spec, meta["tables"], plan)
     contract = RunContract(meta=meta, prog=prog, show_tracebacks=show_tracebacks, lock=lock)
     contract.install()
