@@ -11,7 +11,7 @@ import yaml
 
 from study.spec import load_spec
 from study.tables import read_table
-from tests.helpers import kill_session, popen
+from tests.helpers import Output, default_sigint, kill_session, popen, processes, wait_for
 
 TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
 BASE = {"data": "synthetic:100", "epochs": 1, "batch_size": 25, "training": {"head_images": 4},
@@ -85,18 +85,43 @@ def test_interrupt_then_resume_keeps_the_study_that_started(tmp_path):
     overrides = ["model.hidden=8", "seeds=[0,1]", "models[0].isotropic=true"]
     root = tmp_path / "results" / "intr"
     tables = root / "tables"
-    driver = _study(tmp_path, "run", str(f), *overrides, "--num-cpus", "2")
-    deadline = time.time() + 240
-    finished = set()
-    while time.time() < deadline and driver.poll() is None:
+    driver = _study(tmp_path, "run", str(f), *overrides, "--num-cpus", "2", start_new_session=True,
+                    preexec_fn=default_sigint)
+    output = Output(driver)
+    finished, frozen = set(), []
+
+    def one_finished_one_frozen_running():
+        """A trial takes well under a second here, less than the driver may take to act on
+        SIGINT: the running trial's process is frozen (SIGSTOP) first, and kept frozen only
+        if its row still says `running` once it is (else thawed, and the next one tried)."""
+        nonlocal finished, frozen
+        runs = read_table(tables, "runs")
+        if not ((runs.status == "finished").any() and (runs.status == "running").any()):
+            return False
+        frozen = processes("ray::ImplicitFunc.train", session=driver.pid)
+        for p in frozen:
+            os.kill(p, signal.SIGSTOP)
         runs = read_table(tables, "runs")
         finished = set(runs.trial_id[runs.status == "finished"])
-        if finished and len(runs) > len(finished):
-            break
-        time.sleep(0.2)
-    assert driver.poll() is None, "study ended before it could be interrupted:\n" + driver.stdout.read()
-    driver.send_signal(signal.SIGINT)
-    out, _ = driver.communicate(timeout=120)
+        if frozen and (runs.status == "running").any():
+            return True
+        for p in frozen:
+            os.kill(p, signal.SIGCONT)
+        return False
+
+    try:
+        if not wait_for(one_finished_one_frozen_running, driver, timeout=240, every=0.05):
+            kill_session(driver)
+            pytest.fail("study ended before it could be interrupted:\n" + output.text())
+        driver.send_signal(signal.SIGINT)
+        # Tune would stop the trial after its grace period; the frozen process is killed at once
+        assert output.wait_for_line("SIGINT received"), output.text()
+        for p in frozen:
+            os.kill(p, signal.SIGKILL)
+        driver.wait(timeout=120)
+        out = output.text()
+    finally:
+        kill_session(driver)
     assert driver.returncode == 130, out  # interrupted by SIGINT (study.errors)
     assert "study resume intr" in out and "Tuner.restore" not in out
     before = read_table(tables, "runs")
