@@ -14,7 +14,6 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torchvision.transforms import v2
 
 from study.trial.config import TrainConfig
 
@@ -51,6 +50,12 @@ class Protocol:
 
 
 def build_protocol(cfg: TrainConfig, *, num_classes: int) -> Protocol:
+    """The protocol of ``cfg``; torchvision (an import of ~1 s in each trial process) is imported only
+    by a protocol that uses its transforms, not by the paper's (crop and flip are the loop's own)."""
+    if not (cfg.randaugment_ops or cfg.autoaugment != "none" or cfg.cutmix_alpha > 0 or cfg.mixup_alpha > 0):
+        return Protocol(label_smoothing=float(cfg.label_smoothing), num_classes=num_classes)
+    from torchvision.transforms import v2
+
     policy = None
     if cfg.randaugment_ops:
         policy = v2.RandAugment(num_ops=cfg.randaugment_ops, magnitude=cfg.randaugment_magnitude)

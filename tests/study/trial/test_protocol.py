@@ -347,3 +347,22 @@ def test_a_checkpoint_from_before_the_protocol_fields_continues_with_them_off():
     with pytest.raises(CheckpointError, match=r"cutmix_alpha: 0\.0 -> 1\.0"):
         check_config(older, model_config=MODEL.to_dict(), train_config=cfg.replace(cutmix_alpha=1.0).to_dict(),
                      where="ckpt")
+
+
+
+def test_only_a_protocol_with_torchvision_transforms_imports_torchvision():
+    """A trial of the paper's protocol (crop and flip are the loop's own; label smoothing is the
+    loss's) trains without importing torchvision, whose import costs each trial process about a
+    second; a protocol that uses its transforms imports it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; from study.models import ModelConfig; from study.trial import TrainConfig, train_trial; "
+            "from study.trial.protocol import build_protocol; "
+            "cfg = TrainConfig(model=ModelConfig(hidden=16, layers=1, intermediate=24, num_heads=2), "
+            "data='synthetic:40', epochs=1, batch_size=20, amp=False, head_stats=False, label_smoothing=0.1); "
+            "train_trial(cfg, trial_id='p', device=torch.device('cpu')); print('torchvision' in sys.modules); "
+            "build_protocol(TrainConfig(cutmix_alpha=1.0), num_classes=10); print('torchvision' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True"], r.stdout
