@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of one per model variant")
     f.add_argument("--jobs", type=BoundedInt(1, MAX_CPUS_PER_TRIAL, "MAX_CPUS_PER_TRIAL"), default=None, metavar="N",
                    help="processes drawing figures (default: the cores this process may use)")
+    f.add_argument("--pdf", action=argparse.BooleanOptionalAction, default=True,
+                   help="a PDF beside each PNG (default; --no-pdf: PNG and CSV only, in about half the time)")
     f.set_defaults(func=_figures)
 
     sc = sub.add_parser("schema", help="what every column of the tables means (type, unit, convention)",
@@ -121,7 +123,8 @@ def _figures(args: argparse.Namespace) -> int:
     with _writing(Path(out), folder=True), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         warnings.simplefilter("always", TableWarning)  # skipped files are named, always
-        written, skipped = draw_all(study, out, epoch=args.epoch, per_seed=args.per_seed, jobs=args.jobs)
+        written, skipped = draw_all(study, out, epoch=args.epoch, per_seed=args.per_seed, pdf=args.pdf,
+                                     jobs=args.jobs)
     for line in skipped:
         print(line)
     for path in written:

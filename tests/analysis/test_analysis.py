@@ -397,7 +397,9 @@ def test_per_seed_flag_draws_one_figure_per_trial(paper, tmp_path, monkeypatch, 
     seen = {}
     monkeypatch.setattr("analysis.figures.draw_all", lambda study, out, **kw: seen.update(kw) or ([], []))
     assert run_cli(capsys, "figures", paper, "--out", tmp_path / "f", "--per-seed", "--jobs", "1")[0] == 0
-    assert seen["per_seed"] is True and seen["jobs"] == 1
+    assert seen["per_seed"] is True and seen["jobs"] == 1 and seen["pdf"] is True
+    assert run_cli(capsys, "figures", paper, "--out", tmp_path / "f", "--no-pdf")[0] == 0
+    assert seen["pdf"] is False and seen["per_seed"] is False
     code, _, err = run_cli(capsys, "figures", paper, "--out", tmp_path / "f", "--jobs", "0")
     assert code == 2 and "--jobs: must be >= 1, got 0" in err
 

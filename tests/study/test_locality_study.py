@@ -22,7 +22,7 @@ def test_a_study_of_all_seven_encodings_runs_and_draws_the_locality_figures(tmp_
     spec = write_spec(tmp_path, "seven", epochs=2, model={**TINY, "num_heads": 4}, models=SEVEN)
     r = run_cli(tmp_path, "run", str(spec), "--storage", "st", "--num-cpus", "2", "--quiet", timeout=1500)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    r = run_cli(tmp_path, "figures", "st/seven", "--out", "figs", module="analysis", timeout=900)
+    r = run_cli(tmp_path, "figures", "st/seven", "--out", "figs", "--no-pdf", module="analysis", timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     figs = tmp_path / "figs"
     runs = read_table(tmp_path / "st/seven/tables", "runs")

@@ -121,7 +121,7 @@ def test_options_and_formats_are_part_of_the_fingerprint(small, tmp_path):
     stamps = _stamps(out)
     draw_all(analysis.load(small), out, pdf=False, jobs=1)  # PNGs only: the PNG+PDF entries serve
     assert _stamps(out) == stamps
-    draw_all(analysis.load(small), out, epoch=0, jobs=1)  # another epoch: redrawn
+    draw_all(analysis.load(small), out, epoch=0, pdf=False, jobs=1)  # another epoch: redrawn
     assert set(pd.read_csv(out / "attention_distance.csv").epoch) == {0}
     doc = json.loads((out / MANIFEST).read_text())
     assert all(e["per_seed"] is False for e in doc["jobs"].values())
@@ -129,11 +129,11 @@ def test_options_and_formats_are_part_of_the_fingerprint(small, tmp_path):
 
 def test_per_seed_and_per_variant_figures_live_side_by_side(small, tmp_path):
     out = tmp_path / "figs"
-    _figures(small, "--out", out, "--jobs", "1", "--per-seed")
+    _figures(small, "--out", out, "--jobs", "1", "--per-seed", "--no-pdf")
     assert {p.name for p in out.glob("heads_*.csv")} == {
         "heads_sa-quadratic-isotropic-nh9-seed0.csv", "heads_sa-quadratic-isotropic-nh9-seed1.csv",
         "heads_sa-quadratic-isotropic-nh9-seed2.csv", "heads_sa-learned-nh4-dp8.csv"}
-    _figures(small, "--out", out, "--jobs", "1")
+    _figures(small, "--out", out, "--jobs", "1", "--no-pdf")
     assert "heads_sa-quadratic-isotropic-nh9.csv" in {p.name for p in out.glob("heads_*.csv")}
     assert (out / "heads_sa-quadratic-isotropic-nh9-seed1.csv").exists(), "a default run keeps per-seed figures"
 

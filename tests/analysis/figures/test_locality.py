@@ -357,7 +357,8 @@ def test_epoch_minus_one_draws_the_untrained_model(study_dir, tmp_path, capsys):
     from analysis.figures.panels import after
 
     assert after(-1) == "at initialisation" and after(2) == "after 3 epochs"
-    assert cli.main(["figures", str(study_dir), "--out", str(tmp_path), "--epoch", "-1"]) == 0
+    assert cli.main(["figures", str(study_dir), "--out", str(tmp_path), "--epoch", "-1", "--no-pdf"]) == 0
+    assert (tmp_path / "attention_distance.png").exists() and not list(tmp_path.glob("*.pdf"))  # --no-pdf
     got = pd.read_csv(tmp_path / "attention_distance.csv")
     _, heads = _tables(study_dir)
     init = heads[heads.epoch == -1]
