@@ -28,10 +28,15 @@ def register(sub) -> None:
 
 
 def describe(config: ModelConfig) -> dict:
+    """Its row: parameters and FLOPs counted on PyTorch's meta device (shapes only: nothing is
+    initialised or computed, and a model too large for this machine is still described)."""
+    import torch
+
     from study.flops import count_parameters, forward_flops
     from study.models.cost import model_macs
 
-    model = build_model(config)
+    with torch.device("meta"):
+        model = build_model(config)
     fields = config.to_dict()
     return {
         "name": model_name(config),
@@ -62,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         configs = [*PAPER_MODELS.values(), *ENCODING_MODELS.values()]
     try:
         rows = [describe(c) for c in configs]
-    except (MemoryError, RuntimeError) as e:  # this machine's memory, not a limit of the tool
+    except (MemoryError, RuntimeError) as e:  # a model the meta device cannot run
         raise UsageError(f"model: cannot be built here ({' '.join(str(e).split())[:160]})") from None
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 0

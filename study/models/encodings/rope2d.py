@@ -130,9 +130,14 @@ class Rope2d(AdditiveEncoding):
         return torch.softmax(scores * layer.scale, -1)
 
     def sdpa_inputs(self, layer, q, k, height, width):
+        import contextlib
+
         import torch
 
-        with torch.autocast(q.device.type, enabled=False):
+        # the angles in float32 under autocast; the meta device (FLOPs counted, `study models`) has no autocast
+        exact = torch.autocast(q.device.type, enabled=False) if torch.amp.is_autocast_available(q.device.type) \
+            else contextlib.nullcontext()
+        with exact:
             a = self.angles(layer, height, width)
         cos, sin = a.cos().to(q.dtype), a.sin().to(q.dtype)
         return self.rotate(q, cos, sin), self.rotate(k, cos, sin), None

@@ -89,3 +89,36 @@ def test_every_command_has_help():
     for cmd in ([], ["models"], ["theorem"], ["train"], ["validate"], ["run"], ["status"], ["resume"], ["bench"]):
         r = study(*cmd, "--help")
         assert r.returncode == 0 and "usage:" in r.stdout
+
+
+def test_meta_device_counts_equal_a_built_models(encoding_variant):
+    """`study models` builds each model on the meta device (nothing initialised or computed): its
+    parameter and FLOP counts equal those of the model built and run on the CPU, for every encoding."""
+    import torch
+
+    from study.commands.models import describe
+    from study.flops import count_parameters, forward_flops
+    from study.models import ModelConfig
+    from study.models.registry import build_model
+
+    config = ModelConfig(**{"hidden": 16, "layers": 2, "intermediate": 16, "num_heads": 4,
+                            "pos_dim": 8 if encoding_variant["encoding"] == "learned" else None, **encoding_variant})
+    model = build_model(config)
+    row = describe(config)
+    assert row["n_params"] == count_parameters(model) > 0
+    assert row["flops"] == forward_flops(model) > 0
+    assert next(model.parameters()).device == torch.device("cpu")
+
+
+def test_models_describes_a_model_of_a_billion_parameters_without_allocating_it():
+    """Near MAX_MODEL_PARAMS (3.2 GB of float32 weights) `study models` answers at once: the model
+    is built on the meta device, so the process never holds its weights."""
+    code = ("import resource; from study.cli import main; "
+            "main(['models', '--json', '--hidden', '4096', '--intermediate', '4096', '--layers', '4']); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out, _, maxrss_kb = r.stdout.strip().rpartition("\n")
+    (row,) = json.loads(out)
+    assert row["n_params"] > 800_000_000 and row["flops"] > 1e11
+    assert int(maxrss_kb) < 2_000_000, f"peak RSS {int(maxrss_kb) // 1024} MiB"
