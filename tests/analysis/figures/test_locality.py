@@ -269,7 +269,7 @@ def test_gate_figure_skipped_when_every_gate_is_null(tmp_path):
 
 def test_epoch_option_stops_the_locality_figures(study_dir, tmp_path):
     style.setup()
-    ctx = Context(study=analysis.load(study_dir), out=tmp_path, epoch=1)
+    ctx = Context(study=analysis.load(study_dir), out=tmp_path, epoch=1, pdf=False)  # CSVs read
     distance.draw(ctx)
     locality.draw(ctx)
     gates.draw(ctx)
@@ -285,7 +285,7 @@ def test_head_centres_of_every_concentrated_head_whatever_its_encoding(study_dir
     the positional part's Σ."""
     out = tmp_path
     style.setup()
-    heads_fig.draw(Context(study=analysis.load(study_dir), out=out, per_seed=True))
+    heads_fig.draw(Context(study=analysis.load(study_dir), out=out, per_seed=True, pdf=False))  # CSVs read
     _, heads = _tables(study_dir)
     last = heads[heads.epoch == EPOCHS - 1]
     for tid, stem in [("g-s0", None), ("b-s0", "heads_sa-relative-bias-nh4"), ("r-s0", "heads_sa-rope2d-nh4"),
