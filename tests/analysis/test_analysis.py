@@ -388,7 +388,7 @@ def test_per_seed_flag_draws_one_figure_per_trial(paper, tmp_path, monkeypatch, 
     from analysis.figures import Context
 
     style.setup()
-    ctx = Context(study=analysis.load(paper), out=tmp_path, per_seed=True)
+    ctx = Context(study=analysis.load(paper), out=tmp_path, per_seed=True, pdf=False)  # CSVs read
     heads_fig.draw(ctx)
     names = sorted(p.name for p in tmp_path.glob("heads_*.csv"))
     assert names == ["heads_sa-learned-content-nh4-dp16.csv", "heads_sa-learned-nh4-dp8.csv",
@@ -452,7 +452,7 @@ def test_epoch_option_picks_the_stored_epoch(paper, tmp_path):
     trials = study.runs[study.runs.trial_id != "learned"].trial_id  # draw only the learned trial
     study.heads = study.heads[~study.heads.trial_id.isin(trials)]
     study.maps = study.maps[~study.maps.trial_id.isin(trials)]
-    ctx = Context(study=study, out=tmp_path, epoch=0)
+    ctx = Context(study=study, out=tmp_path, epoch=0, pdf=False)  # CSVs read
     heads_fig.draw(ctx)
     maps_fig.draw(ctx)
     assert set(pd.read_csv(tmp_path / "heads_sa-learned-nh4-dp8.csv").epoch) == {0}
