@@ -83,6 +83,7 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
 # ---------------------------------------------------------------------------- loading
 
 
+@pytest.mark.slow
 def test_load_by_folder_tables_name_and_uri(paper):
     tables = paper / "tables"
     want = {t: read_table(tables, t) for t in ("runs", "epochs", "heads", "maps")}
@@ -199,6 +200,7 @@ class _Stop(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_running_study_partial_tables(tmp_path, capsys, monkeypatch):
     """A study caught mid-run, written by the real trial code: one trial stopped after
     its first epoch, one stopped before finishing any, and a temporary part being
@@ -286,6 +288,7 @@ def _check_image(png: Path) -> None:
     assert png.with_suffix(".csv").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_figures_cli_lists_files_and_skips(paper_figures):
     out, stdout = paper_figures
     lines = stdout.splitlines()

@@ -151,6 +151,7 @@ def test_einsum_reference_equals_naive_positional(variant):
     torch.testing.assert_close(einsum_relative_attention(layer, x), naive_relative_attention(layer, x), **TOL)
 
 
+@pytest.mark.slow
 def test_bench_times_the_einsum_reference_beside_the_training_path():
     from study.bench.runner import default_options, run_bench
 

@@ -218,6 +218,7 @@ def test_report_serve_interval_out_of_bounds_is_one_line_exit_2(tmp_path, interv
     assert _files(study) == before
 
 
+@pytest.mark.slow
 def test_report_serve_stopped_by_sigterm_leaves_no_process_behind(tmp_path):
     """SIGTERM (``kill``, a service manager) stops ``analysis report --serve`` as Ctrl-C does,
     also while it draws figures on its ``spawn`` pool: the pool's workers end with it.  The

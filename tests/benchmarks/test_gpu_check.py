@@ -22,6 +22,7 @@ BENCH_RUN_FIELDS = {"images_per_s", "mfu", "tflops", "peak_memory_mb", "step_mem
 TRIAL_FIELDS = {"name", "status", "epochs_done", "final_test_acc", "device_seconds", "images_per_s", "n_train"}
 
 
+@pytest.mark.slow
 def test_cpu_run_fills_every_field_of_the_gpu_report(tmp_path):
     """The three parts, small: one test node, one model benched eager + compiled
     (aot_eager), a 1-epoch study of it through ``study run`` (Ray, local)."""
@@ -97,6 +98,7 @@ def test_bad_arguments_exit_2(argv, message, capsys):
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_report_is_written_after_each_model(tmp_path, monkeypatch):
     """A run cut short by the device's time limit keeps the models it measured: the report
     is rewritten after each benched model, through ``main`` (on the lent H200 the first

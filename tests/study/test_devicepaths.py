@@ -149,6 +149,7 @@ def test_export_evaluation_selects_autocast_from_the_trial():
 
 
 # -------------------------------------------------------------------- compile
+@pytest.mark.slow
 def test_compiled_step_matches_eager(encoding_variant, tmp_path):
     """``--compile`` (torch.compile of the model as trained), one training step and
     the evaluation, on CPU, against eager."""

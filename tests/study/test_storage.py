@@ -118,6 +118,7 @@ def silent_server():
     return s
 
 
+@pytest.mark.slow
 def test_an_endpoint_that_never_answers_is_given_up_within_a_bounded_wait(tmp_path):
     from study.storage import REACH_TIMEOUT_S
 
@@ -141,6 +142,7 @@ def _in_netns_without_network() -> list[str]:
 
 
 @pytest.mark.parametrize("storage", ["gs://studies/x", "s3://studies/x"])
+@pytest.mark.slow
 def test_no_network_at_all_is_one_line_exit_3_not_a_hang(tmp_path, storage):
     """gs:// (and AWS without an endpoint) on a machine without a network: the landed
     ``study run`` hung with no output (Google's client retries for 15 minutes)."""
@@ -206,6 +208,7 @@ def load_in_4gib(tmp_path, *sources) -> tuple[list[str], int]:
     return lines, int(last.split()[-1])
 
 
+@pytest.mark.slow
 def test_archives_are_read_and_refused_in_bounded_memory_under_a_4gib_limit(tmp_path):
     """The landed code read every archive with ``f.read(MAX_SOURCE_BYTES + 1)``: under a
     4 GiB address-space limit every archive, good ones included, failed with a

@@ -116,6 +116,7 @@ def writing(tmp_path):
     assert writer.error is None, writer.error
 
 
+@pytest.mark.slow
 def test_every_reader_sees_whole_tables_while_a_writer_compacts(writing, capsys):
     folder, writer = writing
     kept = analysis.load(folder)  # one Study refreshed round after round, as the live report does

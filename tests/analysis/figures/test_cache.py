@@ -60,6 +60,7 @@ def _figures(*argv) -> tuple[int, list[str]]:
     return code, buf.getvalue().splitlines()
 
 
+@pytest.mark.slow
 def test_one_figure_per_variant_and_a_second_run_redraws_nothing(drawn, monkeypatch):
     small, out, first = drawn
     names = {Path(x).name for x in first if not x.startswith("skipped ")}
@@ -110,6 +111,7 @@ def test_files_of_figures_no_longer_drawn_are_removed_and_foreign_files_kept(dra
     assert listed == {p.name for p in out.iterdir()} - {"notes.txt", MANIFEST}
 
 
+@pytest.mark.slow
 def test_options_and_formats_are_part_of_the_fingerprint(small, tmp_path):
     out = tmp_path / "figs"
     study = analysis.load(small)
@@ -127,6 +129,7 @@ def test_options_and_formats_are_part_of_the_fingerprint(small, tmp_path):
     assert all(e["per_seed"] is False for e in doc["jobs"].values())
 
 
+@pytest.mark.slow
 def test_per_seed_and_per_variant_figures_live_side_by_side(small, tmp_path):
     out = tmp_path / "figs"
     _figures(small, "--out", out, "--jobs", "1", "--per-seed", "--no-pdf")
@@ -138,6 +141,7 @@ def test_per_seed_and_per_variant_figures_live_side_by_side(small, tmp_path):
     assert (out / "heads_sa-quadratic-isotropic-nh9-seed1.csv").exists(), "a default run keeps per-seed figures"
 
 
+@pytest.mark.slow
 def test_pool_draws_the_same_data_as_one_process(drawn, tmp_path):
     small, one, _ = drawn
     two = tmp_path / "two"
@@ -147,6 +151,7 @@ def test_pool_draws_the_same_data_as_one_process(drawn, tmp_path):
         pd.testing.assert_frame_equal(pd.read_csv(csv), pd.read_csv(two / csv.name))
 
 
+@pytest.mark.slow
 def test_report_reuses_the_figures_folder(small, monkeypatch):
     from analysis.report import render
 

@@ -132,6 +132,7 @@ def _tables(study_dir):
     return runs, heads
 
 
+@pytest.mark.slow
 def test_attention_distance_csv_is_every_head_and_the_layer_means(study_dir, drawn):
     out, lines = drawn
     got = pd.read_csv(out / "attention_distance.csv")
@@ -357,6 +358,7 @@ def test_schema_documents_gate(capsys):
     assert "σ(λ_h)" in line and "null" in line
 
 
+@pytest.mark.slow
 def test_epoch_minus_one_draws_the_untrained_model(study_dir, tmp_path, capsys):
     """``--epoch -1``: the initialisation rows, titled 'at initialisation'."""
     from analysis.figures.panels import after

@@ -39,6 +39,7 @@ def report():
     return run_bench(opts)
 
 
+@pytest.mark.slow
 def test_report_header(report):
     assert report["device"] == "cpu"
     assert report["precision"] == "float32"
@@ -100,6 +101,7 @@ def test_cli_json_resnet_without_naive_counterpart(capsys):
 
 
 @pytest.mark.parametrize("encoding", ["quadratic", "learned", "learned_content"])
+@pytest.mark.slow
 def test_references_option_times_only_the_chosen_references_interleaved(encoding, capsys):
     """``--references einsum``: the model and the layer are timed against the einsum
     formulation only, every record on the same windows count (interleaved in one

@@ -454,6 +454,7 @@ def test_slurm_passes_options_sbatch_reads_as_allowed_ones(tmp_path, capsys, mon
     assert code == 0 and err == "" and sbatch_directives(out)[-1] == option, err
 
 
+@pytest.mark.slow
 def test_slurm_refuses_a_storage_that_is_a_regular_file(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("STUDY_STORAGE", raising=False)
     spec = _spec(tmp_path, "filed", 2)

@@ -28,6 +28,7 @@ def read(root, table):
 
 
 @pytest.mark.parametrize("encoding,isotropic", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.slow
 def test_tiny_model_learns_synthetic_data(encoding, isotropic, tmp_path):
     cfg = TrainConfig(model=tiny(encoding, isotropic, hidden=16, layers=1, intermediate=32, num_heads=2),
                       data="synthetic:500", epochs=3, batch_size=25, lr=0.1, warmup=0.1, head_images=10)
@@ -56,6 +57,7 @@ def _config(**kw):
     return TrainConfig(model=tiny(), data="synthetic:200", epochs=4, batch_size=20, head_images=10, **kw)
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(tmp_path):
     straight, resumed = tmp_path / "a", tmp_path / "b"
     train_trial(_config(), trial_id="t", tables=straight / "tables", checkpoint_dir=straight / "ckpt")
@@ -116,6 +118,7 @@ def test_heads_table_records_the_untrained_model_once_per_head(encoding, isotrop
     assert not np.allclose(trained.attention_distance, init.attention_distance, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_init_row_is_written_once_across_a_kill_and_resume(tmp_path):
     """Killed in epoch 0 (before any checkpoint), the trial restarts from scratch and
     rewrites the same init part; resumed from a later checkpoint it does not record

@@ -121,6 +121,7 @@ def test_cause_survives_rays_copy():
 
 
 # ---------------------------------------------------------------- study train checkpoints
+@pytest.mark.slow
 def test_train_refuses_another_configuration_and_falls_back_to_the_previous_checkpoint(tmp_path):
     """One `study train --out DIR` folder, trained once (N_h=4): a train of another
     configuration into it is refused (one line, exit 2, no size mismatch), nothing

@@ -53,6 +53,7 @@ def _query_while_it_runs(root: Path, driver, seen: dict) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_killed_trial_resumes_from_its_checkpoint_and_queries_meanwhile_never_see_half_written_parts(tmp_path):
     """A trial's process SIGKILLed after 2 epochs: Tune retries it from its checkpoint (its
     earlier epochs' rows untouched) and the study finishes.  All the while (before the kill,
@@ -127,6 +128,7 @@ def test_killed_trial_resumes_from_its_checkpoint_and_queries_meanwhile_never_se
     assert len(final.epochs) == 2 * 6 and not final.epochs.duplicated(["trial_id", "epoch"]).any()
 
 
+@pytest.mark.slow
 def test_killed_driver_then_resume_runs_nothing_twice(tmp_path):
     """SIGKILL the driver and its local Ray mid-study (a grid of two cells, two Optuna
     samples each), ``mv`` the storage, ``study resume NAME --storage NEW``: finished
@@ -193,6 +195,7 @@ def test_killed_driver_then_resume_runs_nothing_twice(tmp_path):
         assert t.params["lr"] == pytest.approx(row.sampled_lr) and t.value == pytest.approx(row.best_val_acc)
 
 
+@pytest.mark.slow
 def test_diverging_trial_is_recorded_and_others_finish(tmp_path):
     from study.spec import load_spec
     from study.tuning.runner import init_ray, run_study
