@@ -1,7 +1,6 @@
 import os
 import shutil
 import tempfile
-from collections import Counter
 
 import pytest
 import torch
@@ -46,20 +45,6 @@ def pytest_configure(config):
         threads = max(1, len(os.sched_getaffinity(0)) // workers)
         os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
-
-
-def pytest_collection_modifyitems(config, items):
-    """Files with the most ``slow`` tests first, then the most tests; a file's tests keep their
-    order.  xdist hands whole files to its workers in this order (``--dist loadfile
-    --no-loadscope-reorder``): the long study files start early and short files fill the end.
-    By test count alone a study file of one to four slow tests started last, and one worker
-    waited ~26 s for the other."""
-    slow, count, first = Counter(), Counter(), {}
-    for i, item in enumerate(items):
-        count[item.path] += 1
-        slow[item.path] += item.get_closest_marker("slow") is not None
-        first.setdefault(item.path, i)
-    items.sort(key=lambda item: (-slow[item.path], -count[item.path], first[item.path]))
 
 
 def pytest_unconfigure(config):
