@@ -1,6 +1,7 @@
 """DDP: 2 gloo ranks with per-rank batch b equal 1 rank with batch 2b (docs/design.md §10)."""
 
 import gc
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -20,6 +21,15 @@ def config(batch_size):
                        head_stats=False)
 
 
+def _both_ranks_done() -> None:
+    """Wait for the other rank before this one tears its group down.  A rank that destroys
+    its gloo group and exits while the other still finishes its trial (rank 0 writes the
+    checkpoint) aborted at exit ("terminate called without an active exception",
+    SIGABRT) in about one run in six; a monitored barrier fails in a minute, naming the
+    missing rank, instead of hanging if the other rank died."""
+    dist.monitored_barrier(timeout=timedelta(seconds=60))
+
+
 def _rank(rank, world, init_file, ckpt):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -31,6 +41,7 @@ def _rank(rank, world, init_file, ckpt):
         # the rank aborts at exit (SIGABRT) about one run in six.
         alive = [o for o in gc.get_objects() if isinstance(o, nn.parallel.DistributedDataParallel)]
         assert not alive, f"rank {rank}: {len(alive)} DistributedDataParallel wrapper(s) alive after the trial"
+        _both_ranks_done()
     finally:
         gc.enable()
         dist.destroy_process_group()
@@ -65,6 +76,7 @@ def _protocol_rank(rank, world, init_file, ckpt):
         result = train_trial(config(10).replace(**PROTOCOL), trial_id="ddp", checkpoint_dir=ckpt,
                              device=torch.device("cpu"))
         assert result.status == "finished" and result.epochs_done == 1, (rank, result)
+        _both_ranks_done()
     finally:
         dist.destroy_process_group()
 
