@@ -1,19 +1,35 @@
-"""``study models`` and ``study theorem`` as a user runs them."""
+"""``study models`` and ``study theorem`` as a user runs them: the command line through
+``study.cli.main`` in this process (no interpreter and torch start-up per call), and the
+``python -m study`` entry point itself for ``--help``."""
 
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from study.models import PAPER_MODELS
 
 
-def study(*args):
-    return subprocess.run([sys.executable, "-m", "study", *args], capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def study(capsys):
+    """``study ARGS`` in this process: its exit status, stdout and stderr."""
+    from study.cli import main
+
+    def run(*args):
+        capsys.readouterr()
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:
+            code = e.code
+        out, err = capsys.readouterr()
+        return SimpleNamespace(returncode=code or 0, stdout=out, stderr=err)
+
+    return run
 
 
-def test_models_json_lists_paper_configs_and_todays_encodings():
+def test_models_json_lists_paper_configs_and_todays_encodings(study):
     from study.commands.models import COLUMNS
     from study.models import ENCODING_MODELS
 
@@ -40,14 +56,14 @@ def test_models_json_lists_paper_configs_and_todays_encodings():
     assert content["flops"] > 2 * learned["flops"] > 0
 
 
-def test_models_flags_size_one_model():
+def test_models_flags_size_one_model(study):
     r = study("models", "--json", "--num-heads", "16", "--encoding", "learned", "--pos-dim", "64")
     assert r.returncode == 0, r.stderr
     (row,) = json.loads(r.stdout)
     assert (row["num_heads"], row["pos_dim"], row["encoding"]) == (16, 64, "learned")
 
 
-def test_models_table_output():
+def test_models_table_output(study):
     r = study("models", "--arch", "resnet18")
     assert r.returncode == 0
     assert "11,173,962" in r.stdout and "resnet18" in r.stdout
@@ -64,7 +80,7 @@ def test_models_table_output():
         (["--num-heads", "x"], "--num-heads"),
     ],
 )
-def test_models_bad_flags_one_line_exit_2(args, flag):
+def test_models_bad_flags_one_line_exit_2(study, args, flag):
     r = study("models", *args)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
@@ -73,22 +89,24 @@ def test_models_bad_flags_one_line_exit_2(args, flag):
 
 
 @pytest.mark.parametrize("kernel", [1, 3, 5])
-def test_theorem_command(kernel):
+def test_theorem_command(study, kernel):
     r = study("theorem", "--kernel", str(kernel), "--in", "3", "--out", "5")
     assert r.returncode == 0, r.stderr
     err = float(r.stdout.rsplit("=", 1)[1])
     assert err <= 1e-9
 
 
-def test_theorem_rejects_even_kernel():
+def test_theorem_rejects_even_kernel(study):
     r = study("theorem", "--kernel", "4")
     assert r.returncode == 2 and "--kernel" in r.stderr
 
 
-def test_every_command_has_help():
-    for cmd in ([], ["models"], ["theorem"], ["train"], ["validate"], ["run"], ["status"], ["resume"], ["bench"]):
+def test_every_command_has_help(study):
+    r = subprocess.run([sys.executable, "-m", "study", "--help"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "usage:" in r.stdout, r.stderr  # the entry point a user types
+    for cmd in (["models"], ["theorem"], ["train"], ["validate"], ["run"], ["status"], ["resume"], ["bench"]):
         r = study(*cmd, "--help")
-        assert r.returncode == 0 and "usage:" in r.stdout
+        assert r.returncode == 0 and "usage:" in r.stdout, (cmd, r.stderr)
 
 
 def test_meta_device_counts_equal_a_built_models(encoding_variant):
