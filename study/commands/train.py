@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
     finally:  # (main prints a refusal raised above only after this)
         if bar is not None:
             bar.close()
+        lock.release()  # the folder is free when the command ends, not only once this process has
     val = "" if result.best_val_acc != result.best_val_acc else f"best val acc {result.best_val_acc:.4f}, "
     print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")

@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,7 @@ def test_cause_survives_rays_copy():
 
 # ---------------------------------------------------------------- study train checkpoints
 @pytest.mark.slow
-def test_train_refuses_another_configuration_and_falls_back_to_the_previous_checkpoint(tmp_path):
+def test_train_refuses_another_configuration_and_falls_back_to_the_previous_checkpoint(tmp_path, capsys):
     """One `study train --out DIR` folder, trained once (N_h=4): a train of another
     configuration into it is refused (one line, exit 2, no size mismatch), nothing
     rewritten, an unfinished folder too; then its last checkpoint cut short (as by a full
@@ -130,9 +131,21 @@ def test_train_refuses_another_configuration_and_falls_back_to_the_previous_chec
     damaged: one line naming the file, exit 2."""
     from study.trial.checkpoint import load_checkpoint
 
+    def study(*args, cwd):  # `study train` through study.cli.main here: no interpreter start-up per call
+        from study.cli import main
+
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as e:
+            code = e.code
+        return SimpleNamespace(returncode=code or 0, stderr=capsys.readouterr().err)
+
     out = tmp_path / "t"
     r = study("train", *TRAIN, "--num-heads", "4", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+    # its lock is released when the command ends (not left for the next one to take over)
+    assert not (out / ".study.lock").exists()
     ckpt = (out / "checkpoint" / "checkpoint.pt").read_bytes()
     runs = read_table(out / "tables", "runs")
     for flags, field in ((["--num-heads", "9"], "num_heads: 4 -> 9"), (["--lr", "0.05"], "lr: 0.1 -> 0.05")):
