@@ -135,3 +135,16 @@ def study_in_process(capsys, monkeypatch, tmp_path):
         return code, out, err.strip().splitlines(), cpu
 
     return run
+
+
+@pytest.fixture
+def study_here(study_in_process):
+    """``study ARGS`` in this process, as ``subprocess.run`` reports a CLI run (no interpreter
+    start-up per call): ``run(*args)`` gives ``.returncode``, ``.stdout``, ``.stderr``."""
+    from types import SimpleNamespace
+
+    def run(*args):
+        code, out, err, _ = study_in_process(*args)
+        return SimpleNamespace(returncode=code or 0, stdout=out, stderr="\n".join(err))
+
+    return run

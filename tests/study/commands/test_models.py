@@ -5,35 +5,17 @@
 import json
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 
 from study.models import PAPER_MODELS
 
 
-@pytest.fixture
-def study(capsys):
-    """``study ARGS`` in this process: its exit status, stdout and stderr."""
-    from study.cli import main
-
-    def run(*args):
-        capsys.readouterr()
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code
-        out, err = capsys.readouterr()
-        return SimpleNamespace(returncode=code or 0, stdout=out, stderr=err)
-
-    return run
-
-
-def test_models_json_lists_paper_configs_and_todays_encodings(study):
+def test_models_json_lists_paper_configs_and_todays_encodings(study_here):
     from study.commands.models import COLUMNS
     from study.models import ENCODING_MODELS
 
-    r = study("models", "--json")
+    r = study_here("models", "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     assert len(rows) == len(PAPER_MODELS) + len(ENCODING_MODELS)
@@ -56,15 +38,15 @@ def test_models_json_lists_paper_configs_and_todays_encodings(study):
     assert content["flops"] > 2 * learned["flops"] > 0
 
 
-def test_models_flags_size_one_model(study):
-    r = study("models", "--json", "--num-heads", "16", "--encoding", "learned", "--pos-dim", "64")
+def test_models_flags_size_one_model(study_here):
+    r = study_here("models", "--json", "--num-heads", "16", "--encoding", "learned", "--pos-dim", "64")
     assert r.returncode == 0, r.stderr
     (row,) = json.loads(r.stdout)
     assert (row["num_heads"], row["pos_dim"], row["encoding"]) == (16, 64, "learned")
 
 
-def test_models_table_output(study):
-    r = study("models", "--arch", "resnet18")
+def test_models_table_output(study_here):
+    r = study_here("models", "--arch", "resnet18")
     assert r.returncode == 0
     assert "11,173,962" in r.stdout and "resnet18" in r.stdout
 
@@ -80,8 +62,8 @@ def test_models_table_output(study):
         (["--num-heads", "x"], "--num-heads"),
     ],
 )
-def test_models_bad_flags_one_line_exit_2(study, args, flag):
-    r = study("models", *args)
+def test_models_bad_flags_one_line_exit_2(study_here, args, flag):
+    r = study_here("models", *args)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0], r.stderr
@@ -89,23 +71,23 @@ def test_models_bad_flags_one_line_exit_2(study, args, flag):
 
 
 @pytest.mark.parametrize("kernel", [1, 3, 5])
-def test_theorem_command(study, kernel):
-    r = study("theorem", "--kernel", str(kernel), "--in", "3", "--out", "5")
+def test_theorem_command(study_here, kernel):
+    r = study_here("theorem", "--kernel", str(kernel), "--in", "3", "--out", "5")
     assert r.returncode == 0, r.stderr
     err = float(r.stdout.rsplit("=", 1)[1])
     assert err <= 1e-9
 
 
-def test_theorem_rejects_even_kernel(study):
-    r = study("theorem", "--kernel", "4")
+def test_theorem_rejects_even_kernel(study_here):
+    r = study_here("theorem", "--kernel", "4")
     assert r.returncode == 2 and "--kernel" in r.stderr
 
 
-def test_every_command_has_help(study):
+def test_every_command_has_help(study_here):
     r = subprocess.run([sys.executable, "-m", "study", "--help"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "usage:" in r.stdout, r.stderr  # the entry point a user types
     for cmd in (["models"], ["theorem"], ["train"], ["validate"], ["run"], ["status"], ["resume"], ["bench"]):
-        r = study(*cmd, "--help")
+        r = study_here(*cmd, "--help")
         assert r.returncode == 0 and "usage:" in r.stdout, (cmd, r.stderr)
 
 

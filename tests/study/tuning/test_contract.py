@@ -33,7 +33,6 @@ import signal
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -123,7 +122,7 @@ def test_cause_survives_rays_copy():
 
 # ---------------------------------------------------------------- study train checkpoints
 @pytest.mark.slow
-def test_train_refuses_another_configuration_and_falls_back_to_the_previous_checkpoint(tmp_path, capsys):
+def test_train_refuses_another_configuration_and_falls_back_to_the_previous_checkpoint(tmp_path, study_here):
     """One `study train --out DIR` folder, trained once (N_h=4): a train of another
     configuration into it is refused (one line, exit 2, no size mismatch), nothing
     rewritten, an unfinished folder too; then its last checkpoint cut short (as by a full
@@ -131,25 +130,15 @@ def test_train_refuses_another_configuration_and_falls_back_to_the_previous_chec
     damaged: one line naming the file, exit 2."""
     from study.trial.checkpoint import load_checkpoint
 
-    def study(*args, cwd):  # `study train` through study.cli.main here: no interpreter start-up per call
-        from study.cli import main
-
-        capsys.readouterr()
-        try:
-            code = main(list(args))
-        except SystemExit as e:
-            code = e.code
-        return SimpleNamespace(returncode=code or 0, stderr=capsys.readouterr().err)
-
     out = tmp_path / "t"
-    r = study("train", *TRAIN, "--num-heads", "4", "--out", str(out), cwd=tmp_path)
+    r = study_here("train", *TRAIN, "--num-heads", "4", "--out", str(out))
     assert r.returncode == 0, r.stderr
     # its lock is released when the command ends (not left for the next one to take over)
     assert not (out / ".study.lock").exists()
     ckpt = (out / "checkpoint" / "checkpoint.pt").read_bytes()
     runs = read_table(out / "tables", "runs")
     for flags, field in ((["--num-heads", "9"], "num_heads: 4 -> 9"), (["--lr", "0.05"], "lr: 0.1 -> 0.05")):
-        r = study("train", *TRAIN, "--num-heads", "4", *flags, "--out", str(out), cwd=tmp_path)
+        r = study_here("train", *TRAIN, "--num-heads", "4", *flags, "--out", str(out))
         assert r.returncode == 2, r.stderr
         assert error_lines(r.stderr) == r.stderr.strip().splitlines() and len(error_lines(r.stderr)) == 1, r.stderr
         assert field in r.stderr and "size mismatch" not in r.stderr
@@ -157,7 +146,7 @@ def test_train_refuses_another_configuration_and_falls_back_to_the_previous_chec
         assert (out / "checkpoint" / "checkpoint.pt").read_bytes() == ckpt
         assert read_table(out / "tables", "runs").equals(runs)
     # an unfinished folder too (no silent reuse, no size mismatch)
-    r = study("train", *TRAIN[:-1], "4", "--num-heads", "9", "--out", str(out), cwd=tmp_path)
+    r = study_here("train", *TRAIN[:-1], "4", "--num-heads", "9", "--out", str(out))
     assert r.returncode == 2 and "num_heads: 4 -> 9" in r.stderr, r.stderr
 
     # the same folder's last checkpoint cut short: the previous one
@@ -165,7 +154,7 @@ def test_train_refuses_another_configuration_and_falls_back_to_the_previous_chec
     assert load_checkpoint(out / "checkpoint")["model_config"]["num_classes"] == 10
     assert set(load_checkpoint(out / "checkpoint")["train_config"]) >= {"lr", "epochs", "batch_size"}
     ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])  # cut short, as by a full disk
-    r = study("train", *TRAIN, "--num-heads", "4", "--out", str(out), cwd=tmp_path)
+    r = study_here("train", *TRAIN, "--num-heads", "4", "--out", str(out))
     assert r.returncode == 0, r.stderr
     warning = [ln for ln in r.stderr.splitlines() if "warning" in ln]
     assert len(warning) == 1 and str(ckpt) in warning[0] and "checkpoint.prev.pt" in warning[0], r.stderr
@@ -175,7 +164,7 @@ def test_train_refuses_another_configuration_and_falls_back_to_the_previous_chec
     # both damaged: one line naming the file, exit 2
     for name in ("checkpoint.pt", "checkpoint.prev.pt"):
         (out / "checkpoint" / name).write_bytes(b"PK\x03\x04 cut")
-    r = study("train", *TRAIN, "--num-heads", "4", "--out", str(out), cwd=tmp_path)
+    r = study_here("train", *TRAIN, "--num-heads", "4", "--out", str(out))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and str(ckpt) in r.stderr, r.stderr
 
 
