@@ -109,8 +109,9 @@ def small_disk(tmp_path):
 
 @pytest.fixture
 def study_in_process(capsys, monkeypatch, tmp_path):
-    """``study ARGS`` in this process, for refusals: ``run(*args)`` gives (exit status,
-    stdout, stderr lines, CPU seconds); starting Ray fails the test (nothing may start)."""
+    """``study ARGS`` in this process (refusals, and commands that need no Ray: ``train``,
+    ``models``, ``theorem``): ``run(*args)`` gives (exit status, stdout, stderr lines, CPU
+    seconds); starting Ray fails the test."""
     import time
 
     from study.cli import main
