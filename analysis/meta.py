@@ -63,7 +63,20 @@ def describe(runs: pd.DataFrame, *, seeds_per_variant: bool = True) -> str:
         parts.append(f"seeds {s[0]}–{s[-1]}")
     else:
         parts.append(f"seed{'s' if len(s) > 1 else ''} {', '.join(map(str, s))}" if s else "seeds not recorded")
+    failed = int(did_not_train(runs).sum())
+    if failed:
+        parts.append(f"DID NOT TRAIN: {failed} of {len(runs)} trial{'s' if len(runs) > 1 else ''} at chance or "
+                     "diverging after the warm-up (runs.failed_to_train), not results")
     return "; ".join(parts)
+
+
+def did_not_train(runs: pd.DataFrame) -> pd.Series:
+    """Whether each trial did not train after its warm-up (``runs.failed_to_train``, written by the
+    trial; tables written before the column have none)."""
+    if "failed_to_train" not in runs:
+        return pd.Series(False, index=runs.index)
+    why = runs["failed_to_train"]
+    return why.notna() & (why.astype(str) != "")
 
 
 def test_sizes(runs: pd.DataFrame) -> list[int]:

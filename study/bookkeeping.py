@@ -31,6 +31,13 @@ def shown_status(runs: pd.DataFrame, *, now: float | None = None) -> pd.Series:
     return status
 
 
+def _failed(runs: pd.DataFrame) -> pd.Series:
+    """Trials that did not train (:mod:`study.trial.verdict`; tables written before the column have none)."""
+    if "failed_to_train" not in runs:
+        return pd.Series(False, index=runs.index)
+    return runs["failed_to_train"].notna() & (runs["failed_to_train"].astype(str) != "")
+
+
 def _counts(status: pd.Series) -> str:
     return ", ".join(f"{n} {s}" for s, n in status.value_counts().items())
 
@@ -41,15 +48,23 @@ def status_table(runs: pd.DataFrame, planned: int | None, *, now: float | None =
         return head
     runs = runs.assign(status=shown_status(runs, now=now))
     lines = [f"{head}: {_counts(runs.status)}"]
+    stale = (runs.status == "stale").any()
     # each trial's model variant, named as Table 1 and the end-of-study summary name it
     runs = runs.assign(variant=variant_labels(runs))
     cols = ["trial_id", "variant", "status", "epochs_done", "epochs", "best_test_acc", "device_seconds"]
+    # a trial that did not train shows so beside its state (its accuracy is not a result)
+    runs = runs.assign(status=runs.status.where(~_failed(runs), runs.status + " (did not train)"))
     frame = runs[[c for c in cols if c in runs]].rename(
         columns={"epochs_done": "epoch", "best_test_acc": "best_acc", "device_seconds": "device_s"})
     width = int(frame["variant"].str.len().max())
     lines.append(frame.to_string(index=False, float_format=lambda v: f"{v:.4f}",
                                  formatters={"variant": lambda v: f"{v:<{width}}"}))
-    if (runs.status == "stale").any():
+    failed = _failed(runs)
+    if failed.any():
+        lines.append(f"did not train: {int(failed.sum())} of {len(runs)} trials (runs.failed_to_train): their "
+                     "accuracies are not results")
+        lines += [f"  {tid}: {why}" for tid, why in zip(runs.trial_id[failed], runs.failed_to_train[failed])]
+    if stale:
         lines.append(f"stale: 'running' but not updated for over {STALE_FACTOR:g}x its epoch time (at least "
                      f"{STALE_MIN_S:g} s): its driver or node died; `study resume` continues it")
     return "\n".join(lines)

@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis.figures import Skip
 from analysis.figures.panels import wrap_note
-from analysis.meta import describe, test_sizes
+from analysis.meta import describe, did_not_train, test_sizes
 from analysis.style import COLUMN_WIDTH
 from analysis.variants import variant_order
 
@@ -53,7 +53,8 @@ def _figure(ctx, d: pd.DataFrame) -> list:
         s = d[d["model"] == m]
         colour = f"C{i}"  # the style's colour cycle
         seeds = int(s["seeds"].max())
-        label = f"{m} (n={seeds})"
+        failed = int(did_not_train(runs[runs["label"] == m]).sum())
+        label = f"{m} (n={seeds}" + (f"; DID NOT TRAIN: {failed})" if failed else ")")
         ax.plot(s["epochs_trained"], s["test_acc_mean"], color=colour, label=label,
                 linestyle=LINESTYLES[i % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)],
                 markevery=every, markersize=3, markerfacecolor="none" if i % 2 else colour)

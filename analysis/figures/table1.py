@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.figures import Skip
-from analysis.meta import describe, selection_note
+from analysis.meta import describe, did_not_train, selection_note
 from analysis.paper import paper_row
 from analysis.variants import variant_order
 from study.models.cost import model_macs  # pure Python: no torch
@@ -23,8 +23,11 @@ def data(ctx) -> pd.DataFrame:
         raise Skip("no trial has finished an epoch yet")
     rows = []
     for label in variant_order(t):
-        s = t[t["label"] == label]
-        first = s.iloc[0].to_dict()
+        every = t[t["label"] == label]
+        # a trial that did not train is no result: its accuracy is left out, and the row says so
+        failed = did_not_train(every)
+        s = every[~failed] if not failed.all() else every.iloc[:0]
+        first = every.iloc[0].to_dict()
         macs = model_macs(first)
         paper, paper_why = paper_row(first)
         val = s["best_val_acc"].astype(float) if "best_val_acc" in s else pd.Series(dtype=float)
@@ -32,20 +35,21 @@ def data(ctx) -> pd.DataFrame:
             "model": label,
             "seeds": len(s),  # n, the number of seeds averaged
             "seed_values": ",".join(str(int(v)) for v in sorted(s["seed"])) if "seed" in s else "",
-            "epochs_done": int(s["epochs_done"].min()),
-            "epochs": int(s["epochs"].max()) if "epochs" in s else pd.NA,
-            "status": ",".join(sorted(set(s["status"].astype(str)))),
+            "did_not_train": int(failed.sum()),
+            "epochs_done": int(every["epochs_done"].min()),
+            "epochs": int(every["epochs"].max()) if "epochs" in every else pd.NA,
+            "status": ",".join(sorted(set(every["status"].astype(str)))),
             "best_test_acc": float(s["best_test_acc"].mean()),
             "best_test_acc_std": float(s["best_test_acc"].std()),  # NaN for one seed (ddof=1)
             "final_test_acc": float(s["final_test_acc"].mean()),
             "final_test_acc_std": float(s["final_test_acc"].std()),
             "best_val_acc": float(val.mean()),  # NaN when no trial has a validation split
             "best_val_acc_std": float(val.std()),
-            "n_test": _first_int(s, "n_test"),
-            "n_params": _first_int(s, "n_params"),
+            "n_test": _first_int(every, "n_test"),
+            "n_params": _first_int(every, "n_params"),
             "macs": int(macs),
             "flops_math": int(2 * macs),
-            "flops": _first_int(s, "flops"),  # executed path (runs.flops)
+            "flops": _first_int(every, "flops"),  # executed path (runs.flops)
             # the paper's Table 1, where this row has its model, data and budget
             "paper_model": paper.model if paper else "",
             "paper_acc": paper.accuracy if paper else float("nan"),
@@ -66,6 +70,12 @@ def _acc(mean: float, std: float) -> str:
     if mean != mean:
         return "–"
     return f"{100 * mean:.2f}" + ("" if std != std else f" ± {100 * std:.2f}")
+
+
+def _seeds(r) -> str:
+    """n, the seeds averaged, and how many more did not train (left out)."""
+    failed = int(r.get("did_not_train", 0) or 0)
+    return str(r["seeds"]) + (f" (+{failed} did not train)" if failed else "")
 
 
 def _count(n) -> str:
@@ -101,7 +111,7 @@ def cells(d: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     head = ["Model", "n", "Epochs", "Best test acc. (%)", "Final test acc. (%)",
             *(["Best val. acc. (%)"] if val else []), "Params", "MACs/image", "FLOPs/image (= 2 MACs)",
             "FLOPs executed", "Paper (Table 1): acc. (%) / params / FLOPs"]
-    rows = [[str(r["model"]), str(r["seeds"]), f"{r['epochs_done']}/{r['epochs']}{_unfinished(r)}",
+    rows = [[str(r["model"]), _seeds(r), f"{r['epochs_done']}/{r['epochs']}{_unfinished(r)}",
              _acc(r["best_test_acc"], r["best_test_acc_std"]), _acc(r["final_test_acc"], r["final_test_acc_std"]),
              *([_acc(r["best_val_acc"], r["best_val_acc_std"])] if val else []), _count(r["n_params"]),
              _flops(r["macs"]), _flops(r["flops_math"]), _flops(r["flops"]), _paper(r)] for _, r in d.iterrows()]
@@ -126,6 +136,10 @@ def markdown(d: pd.DataFrame, runs: pd.DataFrame) -> str:
               "Paper: the accuracy, parameters and FLOPs its Table 1 publishes for the same model (full CIFAR-10, "
               "300 epochs; its FLOPs count multiply-adds, so compare them with MACs/image), shown only where the "
               "row has that model's sizes, data and budget (analysis/paper.py)."]
+    if d["did_not_train"].any():
+        lines.append("Did not train: a trial whose training loss exceeds ln C (chance's) or whose test accuracy is "
+                     "within 3 σ of chance after its warm-up (runs.failed_to_train, the latest epoch's verdict) "
+                     "is left out of its row's accuracy; a row none of whose trials trained shows –.")
     if note := selection_note(runs):
         lines.append(note)
     return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from study.bookkeeping import STALE_MIN_S, shown_status, status_table
@@ -198,3 +199,18 @@ def test_output_into_a_closed_pipe_is_quiet(storage, args):
     finally:
         os.close(write)
     assert r.returncode == 141 and r.stderr == "", r.stderr
+
+
+def test_status_marks_a_trial_that_did_not_train_and_says_why():
+    """runs.failed_to_train (study.trial.verdict) shows beside the trial's state and under the table."""
+    why = "test accuracy 10.0 % within noise of chance (10 % ± 0.9 pp on 10000 images) after the warm-up"
+    runs = pd.DataFrame([_run_row("c0-s0", failed_to_train=why), _run_row("c1-s0", failed_to_train=None)])
+    text = status_table(runs, 2)
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("c0-s0"))
+    assert "finished (did not train)" in row
+    assert "did not train" not in next(line for line in text.splitlines() if line.lstrip().startswith("c1-s0"))
+    assert "did not train: 1 of 2 trials" in text and f"c0-s0: {why}" in text
+
+
+def test_status_of_tables_written_before_the_verdict_marks_nothing():
+    assert "did not train" not in status_table(pd.DataFrame([_run_row("c0-s0")]), 1)

@@ -94,3 +94,26 @@ def test_a_row_short_of_its_epochs_says_why_from_its_status(status):
     md = table1.markdown(_table(rows), trial_table(pd.DataFrame(rows)))
     assert f"| 1/300 ({status}) |" in md
     assert status == "running" or "(running)" not in md
+
+
+def test_a_trial_that_did_not_train_is_left_out_of_its_rows_accuracy():
+    """runs.failed_to_train: the seed at chance is not averaged in; the row, the note and the data
+    line say so; a row none of whose trials trained shows no accuracy."""
+    from analysis.meta import describe
+
+    learned = {**SA, "encoding": "learned", "pos_dim": 400}
+    quad = {**SA, "encoding": "quadratic", "isotropic": True}
+    why = "test accuracy 10.0 % within noise of chance (10 % ± 0.9 pp on 10000 images) after the warm-up"
+    rows = [_row("c0-s0", learned, FULL, 0.80) | {"name": "SA learned", "failed_to_train": None},
+            _row("c0-s1", learned, FULL, 0.10) | {"name": "SA learned", "seed": 1, "failed_to_train": why},
+            _row("c1-s0", quad, FULL, 0.10) | {"name": "SA quadratic", "failed_to_train": why}]
+    d = _table(rows)
+    assert len(d) == 2, d["model"].tolist()
+    trained, at_chance = (d[d["model"].str.contains(m)].iloc[0] for m in ("learned", "quadratic"))
+    assert trained["best_test_acc"] == pytest.approx(0.80) and trained["seeds"] == 1
+    assert trained["did_not_train"] == 1 and at_chance["did_not_train"] == 1
+    assert at_chance["best_test_acc"] != at_chance["best_test_acc"]  # NaN: no result
+    runs = trial_table(pd.DataFrame(rows))
+    md = table1.markdown(d, runs)
+    assert "| 1 (+1 did not train) |" in md and "| 0 (+1 did not train) |" in md
+    assert "Did not train:" in md and "DID NOT TRAIN: 2 of 3 trials" in describe(runs)
