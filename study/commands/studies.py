@@ -202,23 +202,36 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
         spec = replace(spec, study=spec.study.model_copy(update={"name": checked_name(name)}))
     check_writable(storage)
     cluster_checks(address=address, storage=storage, shared_storage=shared_storage)
-    from study.tuning.runner import launch_plan, run_study
-
     root, name = study_root(storage, spec.study.name), spec.study.name
-    if study_exists(root):
-        raise UsageError(f"--name: study {name!r} already exists in {storage} "
-                         f"(continue it with `study resume {name}` or pick another --name)")
-    preflight(spec.file, address, num_cpus, spec.study.resources.model_dump())
-    plan = launch_plan(spec, sizes=check_data(spec, quiet=quiet))  # one plan: the line below and the launch order
-    if not quiet and plan:  # the study's compute, one line (no throughput here: `study plan` predicts the time)
-        from study.plan import Plan, total_line
+    with new_study_lock(root, name, storage) as lock:  # before Ray, torch or the data: a second driver costs < 1 s
+        from study.tuning.runner import launch_plan, run_study
 
-        print(f"{total_line(Plan(trials=plan))} (device-hours: `study plan FILE --bench REPORT`)", file=sys.stderr,
-              flush=True)
-    runs = _storage_errors(lambda: run_study(spec, storage=storage, address=address, num_cpus=num_cpus, plan=plan,
-                                             verbose=not quiet, show_tracebacks=verbose, prog=prog))
+        preflight(spec.file, address, num_cpus, spec.study.resources.model_dump())
+        plan = launch_plan(spec, sizes=check_data(spec, quiet=quiet))  # one plan: the line below and the launch order
+        if not quiet and plan:  # the study's compute, one line (no throughput here: `study plan` predicts the time)
+            from study.plan import Plan, total_line
+
+            print(f"{total_line(Plan(trials=plan))} (device-hours: `study plan FILE --bench REPORT`)",
+                  file=sys.stderr, flush=True)
+        runs = _storage_errors(lambda: run_study(spec, storage=storage, address=address, num_cpus=num_cpus,
+                                                 plan=plan, verbose=not quiet, show_tracebacks=verbose, prog=prog,
+                                                 lock=lock))
     runs.attrs["root"] = root
     return runs
+
+
+def new_study_lock(root: str, name: str, storage: str):
+    """The lock of the study ``name`` to be created at ``root`` (a :class:`study.tuning.lock.StudyLock` to enter),
+    checked before anything heavy is imported: one held by another driver is a :class:`LockError` naming it (the
+    folder of a study starting holds only its lock); a study stored there, a :class:`UsageError`."""
+    from study.tuning.lock import StudyLock
+
+    lock = StudyLock(root=root, name=name)
+    if study_exists(root):
+        lock.check_free()
+        raise UsageError(f"--name: study {name!r} already exists in {storage} "
+                         f"(continue it with `study resume {name}` or pick another --name)")
+    return lock
 
 
 def checked_name(name) -> str:
@@ -282,6 +295,7 @@ def check_data(spec, *, quiet: bool = False) -> dict[str, tuple[int, int]]:
     checked_splits(study.data, subset=study.subset, validation=study.validation, seed=0,
                    batch=max([spec.train_config(c).batch_size for c in spec.cells] + [sampled]),
                    workers=study.resources.workers_per_trial, where=lambda field: f"{spec.file}: {field}",
+                   sizes=counted,
                    progress=None if quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
     return {} if counted is None else {study.data: counted}
 
@@ -354,10 +368,18 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_resume(args: argparse.Namespace) -> int:
     root = _study_root(args)
-    cluster_checks(address=args.address, storage=root, shared_storage=args.shared_storage)
     meta = read_meta(root)
     if meta is None:
         raise UsageError(f"{root} is not a study (no study.json)")
+    from study.tuning.lock import StudyLock
+
+    # the lock before the study file is validated, Ray joined or torch imported: a second driver costs < 1 s
+    with StudyLock(root=root, name=str(meta.get("name") or Path(root).name)) as lock:
+        return _resume(args, root, meta, lock)
+
+
+def _resume(args: argparse.Namespace, root: str, meta: dict, lock) -> int:
+    cluster_checks(address=args.address, storage=root, shared_storage=args.shared_storage)
     from study.spec import Resources, validate
 
     if missing := [k for k in ("name", "raw", "num_trials", *Resources.model_fields) if meta.get(k) is None]:
@@ -373,5 +395,5 @@ def run_resume(args: argparse.Namespace) -> int:
 
     runs = _storage_errors(lambda: resume_study(root, spec, address=args.address, num_cpus=args.num_cpus,
                                                 verbose=not args.quiet, show_tracebacks=args.verbose,
-                                                prog="study resume"))
+                                                prog="study resume", lock=lock))
     return _finish(runs, args.quiet)

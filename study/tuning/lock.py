@@ -32,6 +32,26 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _read_holder(fd: int) -> dict:
+    """What the holder of the lock open on ``fd`` wrote; a holder that has just taken it writes within
+    microseconds of its ``flock``: read again for up to 0.5 s before naming it unknown."""
+    for _ in range(50):
+        try:
+            info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        except ValueError:
+            info = {}
+        if info:
+            return info
+        time.sleep(0.01)
+    return {}
+
+
+def _stale(info: dict) -> bool:
+    """An object-storage lock to take over: no heartbeat for :data:`STALE_S`, or a dead process on this host."""
+    return time.time() - float(info.get("heartbeat", 0)) > STALE_S or (
+        info.get("host") == socket.gethostname() and not _alive(int(info.get("pid", -1))))
+
+
 def _holder(info: dict) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("started", 0)))
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, since {when}"
@@ -47,23 +67,30 @@ class StudyLock:
         self._fd: int | None = None
         self._s3: tuple | None = None
         self._beat = self._started = 0.0
+        self._made: list[Path] = []  # the folders acquire() created, deepest first: release() removes them if empty
+
+    def _mkdirs(self, folder: Path) -> None:
+        missing = [p for p in (folder, *folder.parents) if not p.exists()]
+        folder.mkdir(parents=True, exist_ok=True)
+        self._made += [p for p in missing if p not in self._made]
 
     def _acquire_local(self) -> None:
         import fcntl
 
         path = Path(self.root) / LOCK
-        path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(5):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._mkdirs(path.parent)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # the folder was removed by a holder releasing it: retry
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                try:
-                    info = json.loads(os.read(fd, 4096) or b"{}")
-                except ValueError:
-                    info = {}
+                info = _read_holder(fd)
                 os.close(fd)
-                raise LockError(f"{self.busy} ({_holder(info)}); lock {path}")
+                self._remove_made()
+                raise LockError(f"{self.busy} ({_holder(info)}); lock {path}") from None
             with contextlib.suppress(FileNotFoundError):
                 if os.fstat(fd).st_ino == os.stat(path).st_ino:
                     os.ftruncate(fd, 0)
@@ -71,7 +98,16 @@ class StudyLock:
                     self._fd = fd
                     return
             os.close(fd)  # released and removed between our open and our lock: retry
+        self._remove_made()
         raise LockError(f"could not take the lock {path}")
+
+    def _remove_made(self) -> None:
+        for folder in self._made:  # deepest first; one that holds anything stays, and so do those above it
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self._made = []
 
     def _client(self):
         try:
@@ -112,9 +148,7 @@ class StudyLock:
                 info = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read() or b"{}")
             except (ClientError, ValueError):
                 info = {}
-            stale = time.time() - float(info.get("heartbeat", 0)) > STALE_S or (
-                info.get("host") == socket.gethostname() and not _alive(int(info.get("pid", -1))))
-            if not stale:
+            if not _stale(info):
                 raise LockError(f"{self.busy} ({_holder(info)}); lock s3://{bucket}/{key}")
             client.delete_object(Bucket=bucket, Key=key)
         raise LockError(f"could not take the lock s3://{bucket}/{key}")
@@ -124,6 +158,47 @@ class StudyLock:
             (self._acquire_s3 if "://" in self.root else self._acquire_local)()
         return self
 
+    def __enter__(self) -> "StudyLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def check_free(self) -> None:
+        """Raise :meth:`acquire`'s :class:`LockError` if another driver holds the lock, writing nothing (a
+        refused command leaves an existing study as it was)."""
+        if os.environ.get("STUDY_LOCK") == "none":
+            return
+        if "://" in self.root:
+            from botocore.exceptions import ClientError
+
+            client, bucket, key = self._client()
+            try:
+                info = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read() or b"{}")
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                    return
+                raise LockError(f"s3://{bucket}/{key}: cannot read the study lock "
+                                f"({e.response.get('Error', {}).get('Code')})") from None
+            except ValueError:
+                info = {}
+            if not _stale(info):
+                raise LockError(f"{self.busy} ({_holder(info)}); lock s3://{bucket}/{key}")
+            return
+        import fcntl
+
+        path = Path(self.root) / LOCK
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # dropped by the close below
+        except BlockingIOError:
+            raise LockError(f"{self.busy} ({_holder(_read_holder(fd))}); lock {path}") from None
+        finally:
+            os.close(fd)
+
     def heartbeat(self) -> None:
         """Refresh an object-storage lock (every :data:`HEARTBEAT_S`); no-op locally."""
         if self._s3 is not None and time.time() - self._beat > HEARTBEAT_S:
@@ -132,11 +207,14 @@ class StudyLock:
             self._beat = time.time()
 
     def release(self) -> None:
+        """Drop the lock; the folders :meth:`acquire` created go too if nothing was written into them (a driver
+        refused once it held the lock leaves no study folder behind)."""
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 os.unlink(Path(self.root) / LOCK)
             os.close(self._fd)  # closing drops the flock
             self._fd = None
+            self._remove_made()
         if self._s3 is not None:
             client, bucket, key = self._s3
             with contextlib.suppress(Exception):  # a lock left behind goes stale by its heartbeat

@@ -154,14 +154,12 @@ def trial_dirname(trial) -> str:
 
 def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verbose: bool = True,
               num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study run",
-              plan: list | None = None):
+              plan: list | None = None, lock=None):
     """Run every trial of ``spec`` (validated: :func:`study.spec.load_spec`; ``plan``: its :func:`launch_plan`
-    if the caller made it); returns the ``runs`` table, with the run contract's exit status as
-    ``runs.attrs["exit_code"]``."""
+    if the caller made it; ``lock``: the study's :class:`study.tuning.lock.StudyLock` if the caller holds it);
+    returns the ``runs`` table, with the run contract's exit status as ``runs.attrs["exit_code"]``."""
     root = study_root(storage, spec.study.name)
-    # first: a Ray that does not start leaves no study behind (its log lines are kept until the lock)
-    init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
-    with _locked(root, spec.study.name) as lock:
+    with _locked(root, spec.study.name, lock, address=address, num_cpus=num_cpus, echo=show_tracebacks) as lock:
         meta = _meta(spec)
         write_atomic(f"{root}/{META_FILE}", json.dumps(meta, indent=2, default=str).encode())
         if not is_remote(root):
@@ -174,14 +172,13 @@ def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verb
 
 
 def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verbose: bool = True,
-                 num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study resume"):
+                 num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study resume",
+                 lock=None):
     """Continue a study from what it stored: the trials whose ``runs`` row has not ended run again, each
     from its own latest checkpoint; Optuna continues its journal.  ``spec``: the study's stored file,
-    validated by the caller."""
+    validated by the caller; ``lock``: as :func:`run_study`'s."""
     meta = read_meta(root)
-    # the lock first: a second driver is refused before Ray and torch are even imported
-    with _locked(root, meta["name"]) as lock:
-        init_ray(address, num_cpus=num_cpus, echo=show_tracebacks)
+    with _locked(root, meta["name"], lock, address=address, num_cpus=num_cpus, echo=show_tracebacks) as lock:
         shown = " ".join(shlex.quote(o) for o in meta.get("overrides") or [])
         if verbose:
             print(f"resuming study {meta['name']} from {root}" + (f" (overrides: {shown})" if shown else ""),
@@ -191,18 +188,25 @@ def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verb
 
 
 @contextlib.contextmanager
-def _locked(root: str, name: str):
-    """The study's lock held, and Ray's log lines going to the study's log file (``init_ray`` sets their echo)."""
+def _locked(root: str, name: str, lock, *, address: str | None, num_cpus: int | None, echo: bool):
+    """The study's lock held (taken here unless the caller holds ``lock``): first, so a second driver is refused
+    before Ray is even imported; then Ray started or joined (``echo``: :func:`init_ray`'s) and only then Ray's
+    log lines going to the study's log file: a Ray that does not start leaves no study behind (the lock
+    removes the folder it created)."""
     from study.tuning import raylog
     from study.tuning.lock import StudyLock
 
-    lock = StudyLock(root=root, name=name).acquire()
+    mine = lock is None
+    if mine:
+        lock = StudyLock(root=root, name=name).acquire()
     try:
+        init_ray(address, num_cpus=num_cpus, echo=echo)
         raylog.to_file(raylog.log_path(root, name))
         yield lock
     finally:
         raylog.release()
-        lock.release()
+        if mine:
+            lock.release()
 
 
 def _start(spec: StudySpec, meta: dict[str, Any], plan: list, *, prog: str, verbose: bool, show_tracebacks: bool,
