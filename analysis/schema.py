@@ -56,7 +56,12 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("lr", "float", "base (peak) learning rate of the schedule"),
         ("momentum", "float", "SGD momentum"),
         ("weight_decay", "float", "weight decay (not on Gaussian centres/spreads)"),
-        ("warmup", "float", "linear warm-up, fraction of all training steps"),
+        ("warmup", "float", "linear warm-up, fraction of all training steps (the paper's 0.05 where no form is "
+                            "given); null when warmup_epochs or warmup_steps gives it"),
+        ("warmup_epochs", "float", "linear warm-up in epochs, where given so (else null; absent in studies "
+                                   "written before the column)"),
+        ("warmup_steps", "int", "linear warm-up in optimisation steps, where given so (else null; absent in "
+                                "studies written before the column)"),
         ("schedule", "text", "cosine (stepped per iteration) | step (ResNet18 recipe)"),
         ("seed", "int", "seed of initialisation, data order, augmentation, subset and validation split"),
         ("cutmix_alpha", "float", "training protocol: CutMix, box ratio ~ Beta(α, α) on each training batch (0: off)"),

@@ -31,7 +31,8 @@ MAX_DESCRIPTION_CHARS = 10_000
 MAX_MODEL_FIELD = {"num_heads": 1_024, "pos_dim": 16_384, "hidden": 16_384, "layers": 256,
                    "intermediate": 65_536, "num_classes": 100_000, "image_size": 1_024, "in_channels": 64,
                    "downsample": 64}
-MAX_TRAIN_FIELD = {"head_images": 100_000, "eval_batch_size": 1_000_000, "map_radius": 1_024}
+MAX_TRAIN_FIELD = {"head_images": 100_000, "eval_batch_size": 1_000_000, "map_radius": 1_024,
+                   "warmup_steps": 10**12}  # no run is longer: MAX_EPOCHS of at most MAX_SOURCE_FILES steps
 MAX_CPUS_PER_TRIAL = 1_024
 MAX_GPUS_PER_TRIAL = 1_024
 MAX_CLUSTER_CPUS = 1_000_000

@@ -25,13 +25,13 @@ from study.plan import source_sizes
 from study.speccheck import MODEL_FIELDS, SpecError, err as _refuse
 from study.models.config import ModelConfig
 from study.specyaml import YamlError, load_yaml, read_study_text
-from study.trial.config import AUTOAUGMENT_POLICIES, PROTOCOL_FIELDS, SCHEDULES, TrainConfig
+from study.trial.config import AUTOAUGMENT_POLICIES, PROTOCOL_FIELDS, SCHEDULES, WARMUP_FIELDS, TrainConfig
 
 #: experiment trackers a study file may name in ``loggers:`` -> (the module each needs,
 #: the extra that installs it); Ray Tune's callbacks for them: :mod:`study.tuning.loggers`
 LOGGERS = {"tensorboard": ("tensorboardX", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 DEFAULT_LOGGERS = ("tensorboard",)
-TRAIN_AXES = ("lr", "momentum", "weight_decay", "warmup", "batch_size", *PROTOCOL_FIELDS)
+TRAIN_AXES = ("lr", "momentum", "weight_decay", *WARMUP_FIELDS, "batch_size", *PROTOCOL_FIELDS)
 #: is ``name`` a study name (a folder name on local disks and in object storage)?
 valid_name = re.compile(rf"(?!\.)[\w.-]{{1,{limits.MAX_NAME_LENGTH}}}", re.ASCII).fullmatch
 
@@ -58,8 +58,8 @@ class _Strict(BaseModel):
 def _fields(*names: str, **types) -> dict[str, Any]:
     """:class:`TrainConfig`'s fields ``names`` as pydantic fields: its types and defaults (their one home)."""
     tc = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    return {n: (types.get(n, {"int": int, "float": float, "bool": bool, "str": str}[tc[n].type]), tc[n].default)
-            for n in names}
+    scalar = {"int": int, "float": float, "bool": bool, "str": str}
+    return {n: (types[n] if n in types else scalar[tc[n].type], tc[n].default) for n in names}
 
 
 Optimizer = create_model("Optimizer", __base__=_Strict, **_fields("lr", "momentum", "weight_decay"))
@@ -67,8 +67,9 @@ Training = create_model("Training", __base__=_Strict, **_fields(
     "amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"))
 Protocol = create_model("Protocol", __base__=_Strict,
                         **_fields(*PROTOCOL_FIELDS, autoaugment=Literal[AUTOAUGMENT_POLICIES]))
+#: the warm-up in one of three forms (none: the paper's 5 % of all steps; :class:`TrainConfig`)
 Schedule = create_model("Schedule", __base__=_Strict, type=(Literal[SCHEDULES], TrainConfig.schedule),
-                        **_fields("warmup"))
+                        **_fields(*WARMUP_FIELDS, warmup=float, warmup_epochs=float, warmup_steps=int))
 #: a ``models.N.training`` override: the top level's recipe keys
 Recipe = create_model("Recipe", __base__=Training, **_fields("epochs", "batch_size"),
                       optimizer=(Optimizer, Optimizer()), schedule=(Schedule, Schedule()),
@@ -245,8 +246,27 @@ class StudyFile(_Strict):
                     raise _refuse(where, "duplicate axis: also set in models")
                 if k in speccheck.flatten(m.training.model_dump(exclude_unset=True)):
                     raise _refuse(where, f"duplicate axis: also set in models.{i}.training")
+        self._one_warmup()
         self._select()
         return self
+
+    def _one_warmup(self) -> None:
+        """A trial's warm-up is given in one form (:data:`WARMUP_FIELDS`), wherever the file sets it:
+        ``schedule``, its model's ``training.schedule``, a grid or a sample axis."""
+        common = [(f"schedule.{k}", k) for k in WARMUP_FIELDS if k in self.schedule.model_fields_set]
+        common += [(f"{axes}.{k}", k) for axes in ("grid", "sample") for k in WARMUP_FIELDS
+                   if k in getattr(self, axes).model_fields_set]
+        for i, m in enumerate(self.models):
+            own = [(f"models.{i}.training.schedule.{k}", k) for k in WARMUP_FIELDS
+                   if k in m.training.schedule.model_fields_set]
+            given = common + own
+            if len(given) > 1:
+                (first, a), (where, b) = given[:2]
+                section = where.rpartition(".")[0]
+                if first.rpartition(".")[0] == section and section.endswith("schedule"):  # one mapping: name it
+                    where, first = section, a
+                raise _refuse(where, f"{b} and {first} both set the warm-up: give one (warmup: a fraction of all "
+                                     "steps, warmup_epochs or warmup_steps)")
 
     def _select(self) -> None:
         """Resolve ``validation`` and the metric selection sees (``scheduler``: a fifo one

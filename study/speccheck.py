@@ -34,7 +34,8 @@ INIT_STD_FIELDS = ("center_init_std", "spread_init_std")
 MODEL_FIELDS = tuple(ModelConfig.__dataclass_fields__)
 #: where each TrainConfig field sits in a recipe mapping (for error paths)
 RECIPE_PATHS = {"lr": "optimizer.lr", "momentum": "optimizer.momentum", "weight_decay": "optimizer.weight_decay",
-                "warmup": "schedule.warmup", "schedule": "schedule.type", "map_epochs": "maps.epochs",
+                "warmup": "schedule.warmup", "warmup_epochs": "schedule.warmup_epochs",
+                "warmup_steps": "schedule.warmup_steps", "schedule": "schedule.type", "map_epochs": "maps.epochs",
                 **{k: f"protocol.{k}" for k in PROTOCOL_FIELDS}}
 
 

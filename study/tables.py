@@ -41,6 +41,8 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         # the training protocol (study.trial.protocol; all off in a study written before it)
         "cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugment_magnitude", "autoaugment",
         "label_smoothing",
+        # the warm-up's other two forms (null unless given; absent in a study written before them)
+        "warmup_epochs", "warmup_steps",
     ),
     "epochs": (
         "trial_id", "epoch", "train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "lr",

@@ -18,7 +18,7 @@ EXECUTION_COLUMNS = frozenset({"amp", "compile", "head_stats", "head_images", "m
 NAME_COLUMNS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim")
 #: Preferred order of sweep axes (others follow alphabetically).
 AXIS_ORDER = NAME_COLUMNS + ("hidden", "layers", "intermediate", "lr", "momentum", "weight_decay", "warmup",
-                              "batch_size", "epochs")
+                              "warmup_epochs", "warmup_steps", "batch_size", "epochs")
 
 
 def value_text(v) -> str:

@@ -43,7 +43,13 @@ def register(sub) -> None:
     g.add_argument("--batch-size", type=BoundedInt(1, limits.MAX_BATCH_SIZE, "MAX_BATCH_SIZE"), default=100)
     g.add_argument("--lr", type=float, default=0.1)
     g.add_argument("--weight-decay", type=float, default=1e-4)
-    g.add_argument("--warmup", type=float, default=0.05, help="warm-up fraction of all steps")
+    w = g.add_mutually_exclusive_group()  # one form of the warm-up (study.trial.config.WARMUP_FIELDS)
+    w.add_argument("--warmup", type=float, metavar="FRACTION",
+                   help="linear warm-up over this fraction of all steps, in [0, 1) (default: the paper's 0.05)")
+    w.add_argument("--warmup-epochs", type=float, metavar="E", help="linear warm-up over E epochs (E <= --epochs)")
+    w.add_argument("--warmup-steps", type=BoundedInt(0, limits.MAX_TRAIN_FIELD["warmup_steps"],
+                                                     "MAX_TRAIN_FIELD[warmup_steps]"),
+                   metavar="N", help="linear warm-up over N optimisation steps")
     g.add_argument("--schedule", choices=["cosine", "step"], default="cosine")
     g.add_argument("--seed", type=SEED, default=0)
     g.add_argument("--compile", action="store_true", help="torch.compile the model")

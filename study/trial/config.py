@@ -15,6 +15,10 @@ AUTOAUGMENT_POLICIES = ("none", "cifar10", "imagenet", "svhn")
 #: the training protocol's fields (see :class:`TrainConfig`): a study file's ``protocol:`` section
 PROTOCOL_FIELDS = ("cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugment_magnitude", "autoaugment",
                    "label_smoothing")
+#: the three forms of the warm-up (:meth:`TrainConfig.warmup_steps_for`): a trial gives at most one
+WARMUP_FIELDS = ("warmup", "warmup_epochs", "warmup_steps")
+#: the paper's warm-up, 5 % of all steps (Appendix B), where no form is given
+PAPER_WARMUP = 0.05
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,7 +35,11 @@ class TrainConfig:
     lr: float = 0.1
     momentum: float = 0.9
     weight_decay: float = 1e-4
-    warmup: float = 0.05
+    #: linear warm-up (one of the three; none given: the paper's 5 % of all steps, held as
+    #: ``warmup`` = 0.05): a fraction of all steps in [0, 1), epochs (<= ``epochs``) or steps
+    warmup: float | None = None
+    warmup_epochs: float | None = None
+    warmup_steps: int | None = None
     schedule: str = "cosine"
     seed: int = 0
     amp: bool = True
@@ -64,7 +72,7 @@ class TrainConfig:
             number_in(self, k, 0, float("inf"), "must be a finite non-negative number")
         if self.lr == 0:
             raise ConfigError("lr", "must be > 0")
-        number_in(self, "warmup", 0, 1, "must be a fraction in [0, 1)")
+        self._check_warmup()
         if self.schedule not in SCHEDULES:
             raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         v = self.validation
@@ -97,6 +105,36 @@ class TrainConfig:
         if not isinstance(self.data, str) or not self.data:
             raise ConfigError("data", f"must be a data source string, got {self.data!r}")
 
+    def _check_warmup(self) -> None:
+        """At most one of :data:`WARMUP_FIELDS`, within its bounds; none: the paper's 5 %."""
+        given = [k for k in WARMUP_FIELDS if getattr(self, k) is not None]
+        if len(given) > 1:
+            a, b = given[:2]
+            raise ConfigError(b, f"{b} {getattr(self, b)!r} and {a} {getattr(self, a)!r} both set the warm-up: "
+                                 "give one (warmup: a fraction of all steps, warmup_epochs or warmup_steps)")
+        if not given:
+            object.__setattr__(self, "warmup", PAPER_WARMUP)
+        elif given == ["warmup"]:
+            number_in(self, "warmup", 0, 1, "must be a fraction in [0, 1)")
+        elif given == ["warmup_epochs"]:
+            number_in(self, "warmup_epochs", 0, float("inf"), "must be a finite number of epochs >= 0")
+            if self.warmup_epochs > self.epochs:
+                raise ConfigError("warmup_epochs", f"must be at most the {self.epochs} epochs of the run, "
+                                                   f"got {self.warmup_epochs!r}")
+            object.__setattr__(self, "warmup_epochs", float(self.warmup_epochs))  # one column type
+        else:
+            int_at_least(self, "warmup_steps", 0)
+
+    def warmup_steps_for(self, steps_per_epoch: int) -> int:
+        """Optimisation steps of the linear warm-up of a run of ``steps_per_epoch`` steps an epoch
+        (:func:`study.trial.schedule.learning_rate`): ``warmup_steps``, ``warmup_epochs`` x
+        ``steps_per_epoch`` or ``warmup`` x all steps, rounded to the nearest step."""
+        if self.warmup_steps is not None:
+            return self.warmup_steps
+        if self.warmup_epochs is not None:
+            return int(round(self.warmup_epochs * steps_per_epoch))
+        return int(round(self.warmup * steps_per_epoch * self.epochs))
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -111,4 +149,7 @@ class TrainConfig:
         return strict_from_dict(cls, d, "training")
 
     def replace(self, **changes: Any) -> "TrainConfig":
+        """A copy with ``changes``; a warm-up form among them replaces this one's (whichever form it had)."""
+        if any(k in changes for k in WARMUP_FIELDS):
+            changes = {**dict.fromkeys(WARMUP_FIELDS), **changes}
         return dataclasses.replace(self, **changes)

@@ -278,7 +278,8 @@ def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgres
     lr = cfg.lr
     for i, (x, y) in enumerate(_train_batches(t, epoch)):
         lr = learning_rate(step=epoch * t.steps_per_epoch + i, steps_per_epoch=t.steps_per_epoch,
-                           epochs=cfg.epochs, base_lr=cfg.lr, schedule=cfg.schedule, warmup=cfg.warmup)
+                           epochs=cfg.epochs, base_lr=cfg.lr, schedule=cfg.schedule,
+                           warmup_steps=cfg.warmup_steps_for(t.steps_per_epoch))
         for group in optimizer.param_groups:
             group["lr"] = lr
         loss, right = _train_step(t, x, y)

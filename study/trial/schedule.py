@@ -27,17 +27,17 @@ def step_drop_epochs(epochs: int) -> tuple[int, ...]:
 
 
 def learning_rate(*, step: int, steps_per_epoch: int, epochs: int, base_lr: float,
-                  schedule: str = "cosine", warmup: float = 0.05) -> float:
+                  schedule: str = "cosine", warmup_steps: int = 0) -> float:
     """lr for optimisation step ``step`` (0-based).  ``cosine``: linear warm-up over the
-    first ``warmup`` fraction of all steps (base_lr/warmup_steps up to base_lr), then cosine
-    decay to 0 at the last step.  ``step``: the original ResNet18 recipe,
-    ``MultiStepLR(milestones=[80, 150, 250], gamma=0.1)`` stepped per epoch
-    (:func:`step_drop_epochs`)."""
+    first ``warmup_steps`` steps (base_lr/warmup_steps up to base_lr; the number of steps:
+    :meth:`study.trial.config.TrainConfig.warmup_steps_for`), then cosine decay to 0 at the
+    last step.  ``step``: the original ResNet18 recipe, ``MultiStepLR(milestones=[80, 150,
+    250], gamma=0.1)`` stepped per epoch (:func:`step_drop_epochs`)."""
     total = steps_per_epoch * epochs
     if schedule == "step":
         epoch = step // steps_per_epoch
         return base_lr * STEP_GAMMA ** sum(epoch >= d for d in step_drop_epochs(epochs))
-    warm = int(round(warmup * total))
+    warm = warmup_steps
     if step < warm:
         return base_lr * (step + 1) / warm
     progress = (step - warm) / max(1, total - warm)

@@ -176,7 +176,7 @@ def test_checkpoint_refuses_code(tmp_path):
 
 
 def test_cosine_schedule_with_warmup():
-    kw = dict(steps_per_epoch=10, epochs=10, base_lr=0.1, warmup=0.05)
+    kw = dict(steps_per_epoch=10, epochs=10, base_lr=0.1, warmup_steps=TrainConfig(epochs=10).warmup_steps_for(10))
     lrs = [learning_rate(step=s, **kw) for s in range(100)]
     assert lrs[0] == pytest.approx(0.1 / 5) and lrs[4] == pytest.approx(0.1)
     assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
