@@ -10,9 +10,18 @@ EXIT_RAY = 4  # Ray could not be started or reached (nothing ran)
 EXIT_SIGINT = 130  # interrupted (SIGINT; SIGTERM is 143): state saved, ``study resume NAME``
 
 
+def printable(text: object) -> str:
+    """``str(text)`` with every character that would end or restyle a line of a terminal (line breaks, control
+    and format characters: ``\\n``, ``\\r``, ``\\x1b``, ``\\x00``, ``\\u2028``, ...) escaped as ``repr`` escapes it:
+    the one home of how an error shows user text, so an error is always one line."""
+    s = str(text)
+    return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+
+
 def one_line(text: object, *, limit: int = 300) -> str:
-    """``text`` squeezed onto one line (whitespace runs → one space), at most ``limit`` chars."""
-    s = " ".join(str(text).split())
+    """``text`` squeezed onto one line (whitespace runs → one space, other control characters escaped:
+    :func:`printable`), at most ``limit`` chars."""
+    s = printable(" ".join(str(text).split()))
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
@@ -22,11 +31,12 @@ class StudyError(Exception):
     driver): ``__reduce__`` rebuilds it from ``self._init``."""
 
     exit_code = EXIT_TRIAL_ERROR
-    #: keep the message as written (a value quoted in it keeps its blanks: `got '   '`); callers write one line
+    #: keep the message as written (a value quoted in it keeps its blanks: `got '   '`), its line breaks and other
+    #: control characters escaped (:func:`printable`); else squeezed by :func:`one_line`
     verbatim = False
 
     def __init__(self, message: str):
-        super().__init__(message if self.verbatim else one_line(message, limit=500))
+        super().__init__(printable(message) if self.verbatim else one_line(message, limit=500))
         self._init = (message,)
 
     def __reduce__(self):
