@@ -10,19 +10,27 @@ def run(file, *, overrides=(), storage=None, data=None, name=None, num_cpus=None
         shared_storage=False, quiet=False, verbose=False):
     """``study run FILE [OVERRIDE ...]`` in this process; returns the :class:`analysis.Study`.
 
-    Errors, interruption and failed trials: docs/study-files.md, "From Python (a notebook)"."""
+    Every argument is checked here, as the command's parser checks its flags: a wrong type or value is a
+    :class:`study.errors.UsageError` naming it.  Errors, interruption and failed trials: docs/study-files.md,
+    "From Python (a notebook)"."""
     import sys
 
-    from study.errors import EXIT_SIGINT, UsageError
+    from study.errors import EXIT_SIGINT
 
-    if isinstance(overrides, (str, bytes)):
-        raise UsageError(f"overrides: a list of KEY=VALUE strings, got the string {str(overrides)[:40]!r}")
-    from study.commands.studies import run_file
+    # each override's own type and form: study.overrides; the name's: --name's rule (studies.checked_name)
+    _check_type("overrides", overrides, (list, tuple), "a list of KEY=VALUE strings")
+    for arg, value in (("shared_storage", shared_storage), ("quiet", quiet), ("verbose", verbose)):
+        _check_type(arg, value, bool, "must be True or False")
+    _check_type("address", address, (str, type(None)), "must be a string or None")  # its form: tuning.cluster
+    file, storage, data = _path("file", file, none=False), _path("storage", storage), _path("data", data)
+    from study.commands.studies import NUM_CPUS, run_file
 
+    if num_cpus is not None:
+        num_cpus = _bounded("num_cpus", num_cpus, NUM_CPUS)
     try:
-        runs = run_file(str(file), overrides=list(overrides), storage=storage, data=data, name=name,
-                        address=address, shared_storage=shared_storage, num_cpus=num_cpus, quiet=quiet,
-                        verbose=verbose, prog="study.run")
+        runs = run_file(file, overrides=list(overrides), storage=storage, data=data, name=name, address=address,
+                        shared_storage=shared_storage, num_cpus=num_cpus, quiet=quiet, verbose=verbose,
+                        prog="study.run")
     finally:
         if "study.tuning.raylog" in sys.modules:  # Ray's lines print as Ray prints them again
             sys.modules["study.tuning.raylog"].restore()
@@ -31,3 +39,45 @@ def run(file, *, overrides=(), storage=None, data=None, name=None, num_cpus=None
     import analysis
 
     return analysis.load(runs.attrs["root"])
+
+
+def _shown(value) -> str:
+    from study.errors import printable
+
+    text = repr(value)
+    return f"{type(value).__name__} {printable(text if len(text) <= 60 else text[:57] + '...')}"
+
+
+def _check_type(arg: str, value, kinds, what: str) -> None:
+    """``value`` an instance of ``kinds`` (a bool only where ``bool`` is named), else
+    :class:`study.errors.UsageError` ``ARG: WHAT, got TYPE VALUE``."""
+    from study.errors import UsageError
+
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise UsageError(f"{arg}: {what}, got {_shown(value)}")
+
+
+def _path(arg: str, value, *, none: bool = True) -> str | None:
+    """A path argument as text: a ``str`` or an ``os.PathLike`` of one (or None, where ``none``)."""
+    import os
+
+    if value is None and none:
+        return None
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    _check_type(arg, text, str, "must be a path (a str or os.PathLike)" + (" or None" if none else ""))
+    return text
+
+
+def _bounded(arg: str, value, bound) -> int:
+    """An integer argument within the bounds of its command-line flag (a :class:`study.cliutil.BoundedInt`)."""
+    import argparse
+    import numbers
+
+    from study.errors import UsageError
+
+    _check_type(arg, value, numbers.Integral, "must be an integer")
+    try:
+        return bound(str(int(value)))
+    except argparse.ArgumentTypeError as e:
+        raise UsageError(f"{arg}: {e}") from None

@@ -33,6 +33,10 @@ def resolved_storage(storage: str | None, flag: str = "--storage") -> str:
     return value
 
 
+#: ``--num-cpus`` (and ``study.run``'s ``num_cpus``): the CPUs of a local Ray
+NUM_CPUS = BoundedInt(1, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS")
+
+
 def _storage(parser, *, study: bool = False) -> None:
     if study:
         parser.add_argument("name", help="study name (under --storage) or path to a study folder")
@@ -46,8 +50,7 @@ def _cluster_flags(parser) -> None:
     parser.add_argument("--shared-storage", action="store_true",
                         help="--storage is a folder every node of the cluster mounts at the same path "
                         "(required for a local folder with --address)")
-    parser.add_argument("--num-cpus", type=BoundedInt(1, MAX_CLUSTER_CPUS, "MAX_CLUSTER_CPUS"),
-                        help="CPUs of the local Ray (default: all)")
+    parser.add_argument("--num-cpus", type=NUM_CPUS, help="CPUs of the local Ray (default: all)")
     parser.add_argument("--quiet", action="store_true", help="print only the final summary")
     parser.add_argument("--verbose", action="store_true",
                         help="also print Ray's own log lines and the tracebacks of failed trials "
@@ -207,8 +210,9 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
         from study.tuning.runner import launch_plan, run_study
 
         preflight(spec.file, address, num_cpus, spec.study.resources.model_dump())
-        plan = launch_plan(spec, sizes=check_data(spec, quiet=quiet))  # one plan: the line below and the launch order
-        if not quiet and plan:  # the study's compute, one line (no throughput here: `study plan` predicts the time)
+        # one plan: the line below and the launch order
+        plan = launch_plan(spec, sizes=check_data(spec, quiet=quiet))
+        if not quiet and plan:  # the study's compute in one line (no throughput: `study plan` predicts the time)
             from study.plan import Plan, total_line
 
             print(f"{total_line(Plan(trials=plan))} (device-hours: `study plan FILE --bench REPORT`)",

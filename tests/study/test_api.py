@@ -106,3 +106,49 @@ def test_import_study_is_cheap():
     code = "import sys, study; print(callable(study.run), 'torch' in sys.modules, 'ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "False", "False"]
+
+
+#: a wrong type or value for each argument of study.run (issue 45, finding 6): a path as an int, bytes or a
+#: list, a number as a str, a bool, a float, NaN, inf, negative, zero or huge, a flag as a str, an int or None
+WRONG = {
+    "file": [123, None, b"api.yaml", ["api.yaml"], 1.5],
+    "overrides": [None, 5, "epochs=2", b"epochs=2", {"epochs": 2}, [1], [["epochs=2"]], [None]],
+    "storage": [123, b"st", ["st"], True, 1.5],
+    "data": [123, b"synthetic:100", ["synthetic:100"], True],
+    "name": [5, ["api"], True, b"api"],
+    "num_cpus": ["two", "2", True, 2.0, -1, 0, float("nan"), float("inf"), 10**12, [2]],
+    "address": [123, ["auto"], True, b"auto"],
+    "shared_storage": ["yes", 1, None, [True]],
+    "quiet": ["no", 0, None],
+    "verbose": ["true", 1.0, [True]],
+}
+
+
+def test_every_argument_of_run_has_wrong_values_tested():
+    import inspect
+
+    assert set(WRONG) == set(inspect.signature(study.run).parameters)
+
+
+@pytest.mark.parametrize("arg,value", [(a, v) for a, vs in WRONG.items() for v in vs],
+                         ids=[f"{a}={v!r}"[:40] for a, vs in WRONG.items() for v in vs])
+def test_a_wrong_argument_is_a_typed_error_naming_it(study_file, tmp_path, capsys, monkeypatch, arg, value):
+    """Not Python's TypeError from deep inside (`expected str, bytes or os.PathLike object, not int`,
+    `'>' not supported between instances of 'float' and 'str'`): the project's UsageError (or
+    StudyFileError for an override), exit 2, naming the argument; nothing printed or written."""
+    from study.errors import StudyError
+    from study.tuning import runner
+
+    def no_ray(*a, **k):
+        raise AssertionError("a refused study started Ray")
+
+    monkeypatch.setattr(runner, "init_ray", no_ray)
+    kwargs = {"storage": str(tmp_path / "st"), arg: value}
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(StudyError) as info:
+        study.run(kwargs.pop("file", study_file), **kwargs)
+    assert isinstance(info.value, UsageError) and info.value.exit_code == 2, repr(info.value)
+    named = ("override",) if arg == "overrides" else (f"{arg}:", f"--{arg.replace('_', '-')}:")
+    assert any(n in str(info.value) for n in named), str(info.value)
+    assert capsys.readouterr().err == ""
+    assert sorted(tmp_path.rglob("*")) == before
