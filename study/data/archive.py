@@ -2,9 +2,12 @@
 What is refused: docs/study-files.md, "Data".
 
 WHY the wrappers: tarfile's own ``"r|*"`` bounds no read's output (a few kB of bzip2 may hold
-gigabytes), so :class:`_Uncompressed` decompresses in bounded steps; and Python 3.11's tarfile
-is lenient (signed or ``_``-separated sizes, malformed pax records, a missing end marker read
-as fewer members), so :class:`_Headers` checks each raw header strictly.
+gigabytes), so :class:`_Uncompressed` decompresses in bounded steps; and tarfile is lenient
+(signed or ``_``-separated sizes, malformed pax records, a missing end marker read as fewer
+members) and parses headers through internals that change between Python releases, so
+:class:`_Headers` checks each raw header strictly in the bytes this module decompressed itself,
+before tarfile is handed them, and then matches each member tarfile gives against them through
+what tarfile publishes (``offset``, ``offset_data``, ``size``).
 """
 
 from __future__ import annotations
@@ -31,29 +34,34 @@ _MAX_CHAIN = 8
 #: typeflags of extended headers: pax (local, global, Solaris), GNU long name / link
 _EXTENDED = (b"x", b"g", b"X", b"L", b"K")
 _PAX = (b"x", b"g", b"X")
+_GLOBAL = b"g"
+_SPARSE = b"S"  # an old GNU sparse member: its map follows in blocks of its own
+_OCTAL = b"01234567"
+_HIGH_BYTES = bytes(range(128, 256))
 
 
 @dataclass(frozen=True)
 class Listing:
     """A source's image files in memory: ``files[name] = (offset, size)`` into ``buffer``;
-    ``dirs`` are the folder names (so empty class folders are seen too)."""
+    ``dirs`` are the folder names (so empty class folders are seen too); ``tar_headers`` is
+    how many raw tar headers were checked (0 for a folder tree)."""
 
     buffer: bytes
     files: dict[str, tuple[int, int]]
     dirs: tuple[str, ...]
+    tar_headers: int = 0
 
 
 def read_images(f, *, path: str, keep) -> Listing:
     """The regular files of the tar archive ``f`` whose name ``keep(name)`` accepts, within
     :mod:`study.limits` (``MAX_DECOMPRESSED_BYTES``, ``MAX_SOURCE_FILES``, ``MAX_IMAGE_FILE_BYTES``,
     ``MAX_SOURCE_IMAGE_BYTES``): a decompression bomb is refused at a few MB of memory."""
-    data = _Uncompressed(f, path=path)
-    headers = _Headers(data, path=path)
-    checked = type("_CheckedInfo", (_CheckedInfo,), {"__slots__": (), "headers": headers})
+    headers = _Headers(path=path)
+    data = _Uncompressed(f, path=path, headers=headers)
     buffer, files, dirs = bytearray(), {}, []
     seen: set[str] = set()
     try:
-        with tarfile.open(fileobj=data, mode="r|", tarinfo=checked, bufsize=_BUFSIZE, encoding="utf-8",
+        with tarfile.open(fileobj=data, mode="r|", bufsize=_BUFSIZE, encoding="utf-8",
                           errors="surrogateescape") as tf:
             for info in tf:
                 headers.member_read(info)
@@ -80,15 +88,15 @@ def read_images(f, *, path: str, keep) -> Listing:
     except tarfile.TarError:
         raise headers.refusal() from None
     headers.check_end()
-    return Listing(buffer=buffer, files=files, dirs=tuple(dirs))
+    return Listing(buffer=buffer, files=files, dirs=tuple(dirs), tar_headers=headers.checked)
 
 
 class _Uncompressed:
     """The uncompressed bytes of the buffered file ``f`` (gzip, bzip2, xz or plain tar, told by its first
-    bytes, peeked): ``read(n)`` decompresses at most ``n`` bytes; the last ones stay at hand (:meth:`bytes_at`)."""
+    bytes, peeked): ``read(n)`` decompresses at most ``n`` bytes and shows them to ``headers`` first."""
 
-    def __init__(self, f, *, path: str):
-        self.path, self.total = path, 0
+    def __init__(self, f, *, path: str, headers: _Headers):
+        self.path, self.headers, self.total = path, headers, 0
         head = f.peek(6)[:6]
         if head[:2] == b"\x1f\x8b":
             self._src = gzip.GzipFile(fileobj=f)
@@ -99,8 +107,6 @@ class _Uncompressed:
         else:
             self._src = f
         self.compressed = self._src is not f
-        self._recent: collections.deque[tuple[int, bytes]] = collections.deque()
-        self._recent_bytes = 0
 
     def read(self, n: int) -> bytes:
         try:
@@ -117,121 +123,199 @@ class _Uncompressed:
                 raise DataError(f"{self.path}: decompresses to more than {cap} bytes (MAX_DECOMPRESSED_BYTES): "
                                 "refusing a possible decompression bomb")
             raise DataError(f"{self.path}: archive is more than {cap} bytes (MAX_DECOMPRESSED_BYTES)")
-        self._recent.append((self.total, data))
-        self._recent_bytes += len(data)
-        while self._recent_bytes - len(self._recent[0][1]) > _MAX_HEADER_BODY + 4 * _BUFSIZE:
-            self._recent_bytes -= len(self._recent.popleft()[1])
         self.total += len(data)
+        self.headers.feed(data)
         return data
 
-    def bytes_at(self, start: int, end: int) -> bytes:
-        """Bytes ``start:end`` of the uncompressed archive (among the last
-        :data:`_MAX_HEADER_BODY` + a few reads: an extended header just parsed)."""
-        return b"".join(d[max(0, start - at) : end - at] for at, d in self._recent if at < end and at + len(d) > start)
 
+@dataclass(frozen=True)
+class _Member:
+    """Where one member lies, as its raw headers say: ``offset`` is its first header (an
+    extended one, a global pax header aside), ``offset_data`` its data, of ``size`` bytes."""
 
-class _CheckedInfo(tarfile.TarInfo):
-    """Each raw header goes through ``headers`` before and after tarfile parses it
-    (:meth:`frombuf` is a classmethod: each archive gets a subclass holding its own)."""
-
-    __slots__ = ()
-    headers: _Headers
-
-    @classmethod
-    def frombuf(cls, buf, encoding, errors):
-        cls.headers.before(buf)
-        info = super().frombuf(buf, encoding, errors)
-        cls.headers.after(buf, info)
-        return info
+    offset: int
+    offset_data: int
+    size: int
 
 
 class _Headers:
-    """The raw headers of one archive as tarfile reads them, checked where tarfile is
-    lenient, and where the archive's members and headers lie (for one-line errors)."""
+    """The raw headers of one archive (POSIX.1-2001 ustar/pax, and GNU tar's long names and
+    base-256 sizes), walked in the uncompressed bytes as they are read and checked where
+    tarfile is lenient; then each member tarfile gives must lie where they say (:meth:`member_read`).
 
-    def __init__(self, data: _Uncompressed, *, path: str):
-        self.data, self.path = data, path
-        self.pos = 0  # where the header tarfile reads next starts
-        self.members = 0
-        self.last = b""  # the last header block tarfile read
+    The walk keeps only the bytes from the next header on (and a pax header's body, at most
+    :data:`_MAX_HEADER_BODY`): a member's data is skipped by its size."""
+
+    def __init__(self, *, path: str):
+        self.path = path
+        self.total = 0  # bytes walked
+        self.at = 0  # where the next header (or the pax body :attr:`pax`) starts
+        self.pending = b""  # the bytes from :attr:`at` to :attr:`total`
+        #: (offset, size, global?) of the pax header whose body is at :attr:`at`
+        self.pax: tuple[int, int, bool] | None = None
         self.chain = 0  # extended headers since the last member
-        self.pax: tuple[int, int] | None = None  # (offset, size) of a pax header not yet checked
-        self.member: str | None = None  # a member whose data is being read
+        self.chain_at: int | None = None  # the first of them, a global pax header aside
+        self.pax_size: int | None = None  # the member's size, from a pax header of the chain
+        self.walked: collections.deque[_Member] = collections.deque()  # members tarfile has not given yet
+        self.checked = 0  # raw headers checked
+        self.end: int | None = None  # where the end-of-archive marker is
+        self.sparse: int | None = None  # an old GNU sparse member's header: the walk stops there
+        self.members = 0  # members tarfile gave
+        self.member: str | None = None  # the last of them
+        self.member_end = 0  # where its data, padded to a block, end
 
-    def before(self, buf: bytes) -> None:
-        """A header block at :attr:`pos`: the pax header before it, now read whole, is checked."""
-        self.member = None
-        self._check_pax()
-        self.last = buf
-
-    def after(self, buf: bytes, info: tarfile.TarInfo) -> None:
-        """A header block tarfile accepted: refuse a size tarfile would read leniently,
-        and an extended header too large or in too long a chain."""
-        off = self.pos
-        size = buf[124:136]
-        if size[0] == 0xFF:  # GNU base-256 in two's complement: negative
-            raise DataError(f"{self.path}: corrupt tar header at byte {off} (negative size)")
-        digits = size.split(b"\0", 1)[0].strip()
-        if not size[0] & 0x80 and digits.translate(None, b"01234567"):  # int() would take '-', '+', '_'
-            raise DataError(f"{self.path}: corrupt tar header at byte {off} (size {digits[:12]!r})")
-        if buf[156:157] not in _EXTENDED:
-            self.chain = 0
+    def feed(self, data: bytes) -> None:
+        """The next uncompressed bytes: check every header (and pax body) they complete."""
+        start = self.total
+        self.total += len(data)
+        if self.end is not None or self.sparse is not None or self.total <= self.at:
             return
-        self.chain += 1
-        if info.size > _MAX_HEADER_BODY:
-            raise DataError(f"{self.path}: extended header at byte {off} of {info.size} bytes, more than "
-                            f"{_MAX_HEADER_BODY}: refusing the archive")
-        if self.chain > _MAX_CHAIN:
-            raise DataError(f"{self.path}: extended header at byte {off}: more than {_MAX_CHAIN} in a row "
-                            "before one member: refusing the archive")
-        if buf[156:157] in _PAX:
-            self.pax = (off, info.size)
-        self.pos += _BLOCK + _round_up(info.size)
+        buf = self.pending + data[max(0, self.at - start):]
+        i = 0
+        while self.end is None and self.sparse is None:
+            need = _BLOCK if self.pax is None else self.pax[1]
+            if len(buf) - i < need:
+                break
+            if self.pax is None:
+                step = self._header(buf[i : i + _BLOCK])
+            else:
+                step = self._pax_body(buf[i : i + need])
+            self.at += step
+            i += step
+        self.pending = buf[i:] if self.end is None and self.sparse is None else b""
 
-    def member_read(self, info: tarfile.TarInfo) -> None:
-        """tarfile gave the member ``info``: the next header follows its data."""
-        self.members += 1
-        self.member = info.name
-        skipped = info.isreg() or not (info.isdir() or info.issym() or info.islnk() or info.isdev())
-        self.pos = info.offset_data + (_round_up(info.size) if skipped else 0)
+    def _header(self, block: bytes) -> int:
+        """Check the header ``block`` at :attr:`at`; how far the next header (or pax body) is."""
+        off = self.at
+        if block.count(0) == _BLOCK:
+            if self.chain:
+                raise DataError(f"{self.path}: extended header with no member before the end-of-archive "
+                                f"marker at byte {off}: refusing the archive")
+            self.end = off
+            return 0
+        if not _checksum_ok(block):
+            where = "" if off else " (no tar header at the start)"
+            raise DataError(f"{self.path}: not a tar archive or corrupt at byte {off}{where}")
+        size = _size(block[124:136], path=self.path, off=off)
+        kind = block[156:157]
+        self.checked += 1
+        if kind in _EXTENDED:
+            self.chain += 1
+            if size > _MAX_HEADER_BODY:
+                raise DataError(f"{self.path}: extended header at byte {off} of {size} bytes, more than "
+                                f"{_MAX_HEADER_BODY}: refusing the archive")
+            if self.chain > _MAX_CHAIN:
+                raise DataError(f"{self.path}: extended header at byte {off}: more than {_MAX_CHAIN} in a row "
+                                "before one member: refusing the archive")
+            if kind != _GLOBAL and self.chain_at is None:
+                self.chain_at = off
+            if kind in _PAX:
+                self.pax = (off, size, kind == _GLOBAL)
+                return _BLOCK
+            return _BLOCK + _round_up(size)
+        if kind == _SPARSE:
+            self.sparse = off
+            return 0
+        if self.pax_size is not None:
+            size = self.pax_size
+        self.walked.append(_Member(offset=self.chain_at if self.chain_at is not None else off,
+                                   offset_data=off + _BLOCK, size=size))
+        self.chain, self.chain_at, self.pax_size = 0, None, None
+        return _BLOCK + _round_up(size)
 
-    def check_end(self) -> None:
-        """tarfile found no more members: refuse unless the end-of-archive marker ended it."""
-        self._check_pax()
-        if len(self.last) == _BLOCK and self.last.count(0) != _BLOCK:
-            raise self.refusal()
-        if len(self.last) < _BLOCK:
-            raise DataError(f"{self.path}: truncated tar archive: no end-of-archive marker after {self.members} "
-                            f"members at byte {self.pos} (the file was cut short?)")
-
-    def refusal(self) -> DataError:
-        """The one line for tarfile's refusal of the archive at :attr:`pos`."""
-        self._check_pax()
-        if self.member is not None:  # its data end early: tarfile refuses only that there
-            return DataError(f"{self.path}: truncated tar archive ({self.member[:200]} is cut short)")
-        if len(self.last) < _BLOCK:
-            if self.pos == 0:
-                return DataError(f"{self.path}: not a tar archive (only {self.data.total} bytes)")
-            return DataError(f"{self.path}: truncated tar archive (header at byte {self.pos})")
-        where = "" if self.pos else " (no tar header at the start)"
-        return DataError(f"{self.path}: not a tar archive or corrupt at byte {self.pos}{where}")
-
-    def _check_pax(self) -> None:
-        """Parse the body of the pax header :attr:`pax` strictly (tarfile skips what it
-        cannot parse): a malformed record, or a size that is not a number, is refused."""
-        if self.pax is None:
-            return
-        off, size = self.pax
+    def _pax_body(self, body: bytes) -> int:
+        """Parse the body of the pax header :attr:`pax` strictly (tarfile skips what it cannot
+        parse): a malformed record, a size that is not a number, a sparse map are refused."""
+        off, size, is_global = self.pax
         self.pax = None
-        body = self.data.bytes_at(off + _BLOCK, off + _BLOCK + size)
-        if len(body) < size:
-            return  # cut short: tarfile refuses it
         records = _pax_records(body, path=self.path, off=off)
         if any(key.startswith("GNU.sparse.") for key in records):  # tarfile would parse its map unchecked
             raise DataError(f"{self.path}: member at byte {off} is a sparse file: refusing the archive")
         value = records.get("size")
-        if value is not None and not (value.isascii() and value.isdigit()):
-            raise DataError(f"{self.path}: corrupt pax header at byte {off} (size {value[:30]!r})")
+        if value is not None:
+            if not (value.isascii() and value.isdigit()):
+                raise DataError(f"{self.path}: corrupt pax header at byte {off} (size {value[:30]!r})")
+            if is_global:  # tarfile would give every later member this size, skipping the header's
+                raise DataError(f"{self.path}: corrupt pax header at byte {off} (a global size record)")
+            if self.pax_size is None:  # tarfile applies the chain's pax headers last to first
+                self.pax_size = int(value)
+        return _round_up(size)
+
+    def member_read(self, info: tarfile.TarInfo) -> None:
+        """tarfile gave the member ``info``: it must lie where its raw headers say, and a
+        member whose data tarfile does not skip (a folder, a link, a device) must have none."""
+        self.members += 1
+        if not self.walked and self.sparse is not None:
+            return  # read_images refuses it by name
+        if not self.walked:
+            raise DataError(f"{self.path}: not a tar archive or corrupt at byte {info.offset}")
+        m = self.walked.popleft()
+        if (info.offset, info.offset_data, info.size) != (m.offset, m.offset_data, m.size):
+            raise DataError(f"{self.path}: corrupt tar header at byte {m.offset} (its member read as "
+                            f"{info.size} bytes at byte {info.offset_data}, its headers say {m.size} "
+                            f"at {m.offset_data})")
+        if m.size and (info.isdir() or info.issym() or info.islnk() or info.isdev()):
+            raise DataError(f"{self.path}: corrupt tar header at byte {m.offset} (member "
+                            f"{info.name[:200]!r} is no regular file but has {m.size} bytes of data)")
+        self.member = info.name
+        self.member_end = m.offset_data + _round_up(m.size)
+
+    def check_end(self) -> None:
+        """tarfile found no more members: refuse unless the end-of-archive marker follows the last."""
+        if self.walked:  # tarfile stopped at a header it could not read, as if the archive ended there
+            raise self.refusal()
+        if self.end is None:
+            at = self._next_header()
+            raise DataError(f"{self.path}: truncated tar archive: no end-of-archive marker after {self.members} "
+                            f"members at byte {at} (the file was cut short?)")
+
+    def refusal(self) -> DataError:
+        """The one line for tarfile's refusal of the archive, told from the bytes walked."""
+        if self.total < self.member_end:  # its data end early: tarfile refuses only there
+            return DataError(f"{self.path}: truncated tar archive ({self.member[:200]} is cut short)")
+        if self.sparse is not None:
+            return DataError(f"{self.path}: member at byte {self.sparse} is a sparse file: "
+                             "refusing the archive")
+        if self.walked or self.end is not None:  # a header tarfile refused, whole
+            at = self.walked[0].offset if self.walked else self.member_end
+            where = "" if at else " (no tar header at the start)"
+            return DataError(f"{self.path}: not a tar archive or corrupt at byte {at}{where}")
+        at = self._next_header()
+        if at == 0:
+            return DataError(f"{self.path}: not a tar archive (only {self.total} bytes)")
+        return DataError(f"{self.path}: truncated tar archive (header at byte {at})")
+
+    def _next_header(self) -> int:
+        """Where the header the walk waits for starts (after the pax body it may wait for)."""
+        return self.at if self.pax is None else self.at + _round_up(self.pax[1])
+
+
+def _checksum_ok(block: bytes) -> bool:
+    """The header checksum (POSIX.1 ustar: the octal sum of the header's bytes, its checksum
+    field read as spaces; summed as unsigned or, as some old tars did, signed bytes)."""
+    field = block[148:156].split(b"\0", 1)[0].strip()
+    if not field or field.translate(None, _OCTAL):
+        return False
+    rest = block[:148] + block[156:]
+    stored = int(field, 8)
+    unsigned = 8 * ord(" ") + sum(rest)
+    if stored == unsigned:
+        return True
+    high = len(rest) - len(rest.translate(None, _HIGH_BYTES))  # bytes that are negative when signed
+    return stored == unsigned - 256 * high
+
+
+def _size(field: bytes, *, path: str, off: int) -> int:
+    """The size field of the header at ``off``: octal digits (POSIX.1 ustar) or GNU tar's
+    base-256, strictly (``int`` would take ``-``, ``+``, ``_``; a base-256 ``0xff`` is negative)."""
+    if field[0] == 0x80:
+        return int.from_bytes(field[1:], "big")
+    if field[0] == 0xFF:
+        raise DataError(f"{path}: corrupt tar header at byte {off} (negative size)")
+    digits = field.split(b"\0", 1)[0].strip()
+    if digits.translate(None, _OCTAL):
+        raise DataError(f"{path}: corrupt tar header at byte {off} (size {digits[:12]!r})")
+    return int(digits or b"0", 8)
 
 
 def _check_name(name: str, seen: set[str], *, path: str) -> None:
