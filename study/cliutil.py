@@ -149,9 +149,10 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--intermediate", type=model_int("intermediate"), help="feed-forward size (512)")
 
 
-def check_data(option: str, data: str) -> None:
-    """What a data source promises that can be checked without decoding it or importing torch (its
-    kind, a folder's or archive's layout and image headers): :class:`UsageError`, well under a second."""
+def check_data(option: str, data: str) -> tuple[int, int] | None:
+    """What a data source promises that can be checked without importing torch (its kind, a folder's or
+    archive's layout and images as Pillow reads them): :class:`UsageError`, well under a second for a
+    small source.  A folder's or archive's (train, test) image counts (None for synthetic, cifar10)."""
     from study.speccheck import SpecError, check_data_source
 
     try:
@@ -160,7 +161,7 @@ def check_data(option: str, data: str) -> None:
         raise UsageError(f"{option}: {e.message}") from None
     kind, _, arg = data.partition(":")
     if kind in ("synthetic", "cifar10"):
-        return
+        return None
     if not os.path.exists(os.path.expanduser(data)):  # (an unknown ~user was refused above)
         if re.fullmatch(r"[A-Za-z][\w.-]+", kind) and arg:
             raise UsageError(f"{option}: {data}: unknown data source kind {kind!r}")
@@ -168,16 +169,39 @@ def check_data(option: str, data: str) -> None:
     from study.data.errors import DataError
     from study.data.sources import check_source
 
-    with refused(DataError, f"{option}: "):  # a folder or archive: its layout and image headers, still without torch
-        check_source(data)
+    with refused(DataError, f"{option}: "):  # a folder or archive: its layout and images, still without torch
+        return check_source(data)
 
 
-def checked_splits(data: str, *, subset, validation, seed: int, batch: int, workers: int, progress, where):
+def check_sizes(data: str, *, sizes=None, subset, validation, batch: int, workers: int, where) -> None:
+    """``subset``, ``validation`` and one step's ``batch`` against the source's (train, test) ``sizes`` (default:
+    counted, :func:`study.data.sources.source_counts`), refused as :func:`checked_splits` refuses them after
+    loading, but before anything is decoded or torch is imported (:class:`UsageError`)."""
+    from study.data.errors import DataError
+    from study.data.sources import source_counts
+    from study.data.splits import check_subset
+    from study.data.validation import held_out
+    from study.speccheck import batch_overflow
+
+    with refused(DataError, f"{where('data')}: "):
+        n = (sizes or source_counts(data))[0]
+        check_subset(data, subset=subset, n_train=n)
+    n = min(n, subset or n)
+    with refused(DataError, where("")):  # (its messages begin with the field: validation)
+        n -= held_out(validation, n)
+    if why := batch_overflow(batch, workers, n, f"the {n} training images of {data}"):
+        raise UsageError(f"{where('batch_size')}: {why}")
+
+
+def checked_splits(data: str, *, subset, validation, seed: int, batch: int, workers: int, progress, where,
+                   sizes=None):
     """The training data loaded (and cached) and its validation split held out before anything starts, so
-    a broken archive is one line (:class:`UsageError`); ``where(field)`` names a field in the message."""
+    a broken archive is one line (:class:`UsageError`); ``where(field)`` names a field in the message.  The
+    sizes are checked first (:func:`check_sizes`): a refused source is not decoded and leaves no cache entry."""
     from study.data import DataError, hold_out_validation, load_splits
     from study.speccheck import batch_overflow
 
+    check_sizes(data, sizes=sizes, subset=subset, validation=validation, batch=batch, workers=workers, where=where)
     with refused(DataError, f"{where('data')}: "):  # an archive's first decode prints its progress
         splits = load_splits(data, subset=subset, seed=seed, progress=progress)
     with refused(DataError, where("")):  # (its messages begin with the field: validation)

@@ -94,7 +94,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if not args.file.is_file():  # a folder, a FIFO, a device (a /dev/zero symlink) is never opened
         raise UsageError(f"{args.file}: {'not a file' if args.file.exists() else 'no such file'}")
     if args.data is not None:
-        check_data("--data", args.data)
+        sizes = check_data("--data", args.data)
+        from study.data.errors import DataError
+        from study.data.sources import source_counts
+        from study.data.splits import check_subset
+
+        with refused(DataError, "--data: "):  # as load_splits refuses it below, but before torch
+            check_subset(args.data, subset=args.subset, n_train=(sizes or source_counts(args.data))[0])
     from study.commands.bench import device_from_flag
 
     device = device_from_flag(args.device)  # imports torch once the flag is accepted

@@ -300,6 +300,7 @@ def check_data(spec, *, quiet: bool = False) -> dict[str, tuple[int, int]]:
                    batch=max([spec.train_config(c).batch_size for c in spec.cells] + [sampled]),
                    workers=study.resources.workers_per_trial, where=lambda field: f"{spec.file}: {field}",
                    sizes=counted,
+                   sizes=counted,
                    progress=None if quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
     return {} if counted is None else {study.data: counted}
 

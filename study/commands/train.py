@@ -11,8 +11,8 @@ from dataclasses import fields
 from pathlib import Path
 
 from study import limits
-from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, checked_splits,
-                           config_from_flags, flag, model_overrides, refused)
+from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, check_sizes,
+                           checked_splits, config_from_flags, flag, model_overrides, refused)
 from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, UsageError
 from study.metafile import MetaFileError, read_object
 from study.storage import file_in_the_way
@@ -114,14 +114,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--trial-id: must be 1 to 128 letters, digits, '.', '_' or '-' (not starting with '.' "
                          f"or '_'), got {args.trial_id[:60]!r}")
     trial_id = args.trial_id or derive_trial_id(out)
-    check_data("--data", cfg.data)
+    sizes = check_data("--data", cfg.data)
     _check_ledger(out / "trial.json")
-    check_model_params(cfg.model)
+    check_sizes(cfg.data, sizes=sizes, subset=cfg.subset, validation=cfg.validation, batch=cfg.batch_size, workers=1,
+                where=flag)
+    check_model_params(cfg.model)  # (imports torch: it builds the model on the meta device)
     bar = None if args.quiet or not sys.stderr.isatty() else _EpochBar(epochs=cfg.epochs, stream=sys.stderr)
     say = bar.line if bar is not None else (lambda line: print(line, file=sys.stderr, flush=True))
     progress = None if args.quiet else say
     splits = checked_splits(cfg.data, subset=cfg.subset, validation=cfg.validation, seed=cfg.seed,
-                            batch=cfg.batch_size, workers=1, progress=progress, where=flag)
+                            batch=cfg.batch_size, workers=1, progress=progress, where=flag, sizes=sizes)
     try:  # the first write: after every input was accepted, so a refused one creates no folder
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

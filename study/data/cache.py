@@ -1,5 +1,6 @@
 """The on-disk tensor cache: one ``.pt`` file per decoded source, keyed by content
-(docs/study-files.md, "Data"); written atomically, read with ``weights_only=True``."""
+(docs/study-files.md, "Data"); written atomically, read with ``weights_only=True``.  torch is
+imported on first use (and pyarrow, by study.atomicio): :func:`cache_path` serves the quick checks of a source."""
 
 from __future__ import annotations
 
@@ -8,10 +9,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
-
-import torch
-
-from study.atomicio import write_atomic
 
 ENV_VAR = "STUDY_CACHE_DIR"
 FORMAT = 1  # bump when the cached content changes meaning
@@ -30,6 +27,8 @@ def cache_path(cache_dir: Path, *, kind: str, digest: str) -> Path:
 
 def load_cached(path: Path, *, keys: tuple[str, ...]) -> dict[str, Any] | None:
     """The cached dict at ``path`` holding ``keys``, or None if absent or unreadable (then it is rebuilt)."""
+    import torch
+
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # absent, truncated or foreign file: rebuild it
@@ -39,6 +38,10 @@ def load_cached(path: Path, *, keys: tuple[str, ...]) -> dict[str, Any] | None:
 
 def save_atomic(obj: dict[str, Any], path: Path) -> bool:
     """Write ``obj`` to ``path`` atomically; False (no file left) when the folder is not writable."""
+    import torch
+
+    from study.atomicio import write_atomic
+
     try:  # mode 0644: mkstemp's 0600 would hide a shared cache from other users
         write_atomic(path, lambda f: torch.save({**obj, "format": FORMAT}, f), prefix=path.name + ".",
                      suffix=".tmp", mode=0o644)

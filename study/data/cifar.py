@@ -1,24 +1,41 @@
 """The original CIFAR-10 in torchvision's python-version layout (``cifar-10-batches-py``).
 
-WHY a restricted unpickler: torchvision's own reader would run any pickled code.
+WHY a restricted unpickler: torchvision's own reader would run any pickled code.  WHY numpy, and
+an own download: the batches are read, and a missing copy fetched, before torch is imported, so
+that a damaged batch or a failed download is refused in well under a second (docs/study-files.md,
+"Data"); the arrays read are kept for the load that follows in the same process.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import pickle
+import shutil
+import tarfile
+import tempfile
+import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from .errors import DataError, one_line
-from .splits import Splits
+
+if TYPE_CHECKING:
+    from .splits import Splits
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILES = ("test_batch",)
 META_FILE = "batches.meta"
+#: where torchvision's CIFAR10 downloads it from, and that file's md5 (torchvision.datasets.CIFAR10);
+#: ``$STUDY_CIFAR10_URL`` names a mirror of the same file (a cluster without internet access)
+URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+URL_ENV = "STUDY_CIFAR10_URL"
+MD5 = "c58f30108f718f92721af3b95e74349a"
+_TIMEOUT_S = 30
+_READ: dict[Path, tuple[tuple, dict[str, Any]]] = {}  # the last folder read: (its files' stat, arrays)
 
 _ALLOWED = {
     ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
@@ -29,6 +46,25 @@ _ALLOWED = {
 
 def load_cifar10(root: str | Path) -> Splits:
     """The splits in ``root/cifar-10-batches-py``, downloading them there if absent."""
+    import torch
+
+    from .splits import Splits
+
+    arrays = read_cifar10(root)
+    out = {k: torch.from_numpy(v) for k, v in arrays.items() if k != "classes"}
+    return Splits(**out, classes=arrays["classes"], source=f"CIFAR-10 {Path(root).expanduser() / FOLDER}")
+
+
+def cifar10_sizes(root: str | Path) -> tuple[int, int]:
+    """(train, test) images in ``root/cifar-10-batches-py`` (downloaded if absent), read and checked
+    without torch; refused (:class:`DataError`) as :func:`load_cifar10` would refuse them."""
+    arrays = read_cifar10(root)
+    return len(arrays["train_labels"]), len(arrays["test_labels"])
+
+
+def read_cifar10(root: str | Path) -> dict[str, Any]:
+    """The numpy arrays (``train_images``, …) and ``classes`` of ``root/cifar-10-batches-py``; the last folder
+    read is kept while its files are unchanged, so checking a source and loading it read it once."""
     root = Path(root).expanduser()
     folder = root / FOLDER
     names = (*TRAIN_FILES, *TEST_FILES, META_FILE)
@@ -37,27 +73,49 @@ def load_cifar10(root: str | Path) -> Splits:
         raise DataError(f"{folder / odd[0]}: not a regular file (expected a CIFAR-10 python batch file)")
     if not all((folder / f).is_file() for f in names):
         _download(root)
+    stamp = tuple((st.st_ino, st.st_mtime_ns, st.st_size) for st in (os.stat(folder / f) for f in names))
+    key = folder.resolve()
+    if key in _READ and _READ[key][0] == stamp:
+        return _READ[key][1]
     meta = _unpickle(folder / META_FILE)
     classes = meta.get("label_names") if isinstance(meta, dict) else None
     if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
         raise DataError(f"{folder / META_FILE}: no label_names list")
     if len(classes) < 2 or len(set(classes)) != len(classes):
         raise DataError(f"{folder / META_FILE}: label_names must list at least 2 distinct classes, got {classes[:5]!r}")
-    out = {}
+    out: dict[str, Any] = {"classes": tuple(classes)}
     for split, files in (("train", TRAIN_FILES), ("test", TEST_FILES)):
         images, labels = zip(*(_batch(folder / f, num_classes=len(classes)) for f in files))
-        out[f"{split}_images"] = torch.from_numpy(np.concatenate(images))
-        out[f"{split}_labels"] = torch.from_numpy(np.concatenate(labels))
-    return Splits(**out, classes=tuple(classes), source=f"CIFAR-10 {folder}")
+        out[f"{split}_images"] = np.concatenate(images)
+        out[f"{split}_labels"] = np.concatenate(labels)
+    _READ.clear()
+    _READ[key] = (stamp, out)
+    return out
 
 
 def _download(root: Path) -> None:
+    """Fetch :data:`URL` (or ``$STUDY_CIFAR10_URL``) into a temporary folder in ``root``, check its md5, and
+    move the batch folder into ``root`` (as torchvision's CIFAR10(download=True) does); nothing is left
+    behind if any step fails."""
     missing = [p for p in (root, *root.parents) if not p.exists()]  # folders the download would create
+    url = os.environ.get(URL_ENV) or URL
     try:
-        from torchvision.datasets import CIFAR10
-
-        CIFAR10(str(root), train=True, download=True)
-    except Exception as e:  # URLError, OSError, RuntimeError: report in one line
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".cifar10-", dir=root) as tmp:
+            archive = Path(tmp) / "cifar-10-python.tar.gz"
+            md5 = hashlib.md5(usedforsecurity=False)
+            with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as r, open(archive, "wb") as f:
+                while block := r.read(2**20):
+                    md5.update(block)
+                    f.write(block)
+            if md5.hexdigest() != MD5:
+                raise OSError(f"{url}: md5 {md5.hexdigest()}, expected {MD5}")
+            with tarfile.open(archive, "r:gz") as tf:
+                tf.extractall(tmp, members=[m for m in tf.getmembers() if m.name.startswith(f"{FOLDER}/")],
+                              filter="data")
+            shutil.rmtree(root / FOLDER, ignore_errors=True)  # a partial copy: replaced whole
+            os.replace(Path(tmp) / FOLDER, root / FOLDER)
+    except Exception as e:  # URLError, OSError, tarfile errors: report in one line
         for p in missing:  # deepest first: leave no empty folder tree behind
             try:
                 p.rmdir()

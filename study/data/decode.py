@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -23,9 +22,10 @@ from torch import Tensor
 from study.cpus import local_cpus
 
 from .errors import DataError, one_line
-from .imageheader import refuse_oversized
+from .imageheader import (IMAGE_CHANNELS, IMAGE_SIDE, cannot_decode, refuse_animation, refuse_oversized,
+                          refuse_shape)
 
-IMAGE_SHAPE = (3, 32, 32)
+IMAGE_SHAPE = (IMAGE_CHANNELS, IMAGE_SIDE, IMAGE_SIDE)
 _CHUNK = 2048
 
 
@@ -127,14 +127,10 @@ def _decode_chunk(flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, i
     if images is None:
         images = [_decode_one(name, v, source=source) for (name, _, _), v in zip(items, views)]
     for (name, _, _), img in zip(items, images):
-        if img.ndim != 3:  # an animated GIF/WebP decodes to (frames, C, H, W)
-            raise DataError(f"{source}: {name}: image has shape {tuple(img.shape)} (an animation?), "
-                            "expected one 32x32 frame with 3 channels (RGB)")
-        if tuple(img.shape) != IMAGE_SHAPE:
-            c, h, w = img.shape
-            raise DataError(
-                f"{source}: {name}: image is {w}x{h} with {c} channel(s), expected 32x32 with 3 (RGB)"
-            )
+        if img.ndim != 3:  # an animated GIF decodes to (frames, C, H, W)
+            refuse_animation(source=source, name=name, shape=tuple(img.shape))
+        c, h, w = img.shape
+        refuse_shape(source=source, name=name, channels=c, height=h, width=w)
     return images
 
 
@@ -152,5 +148,4 @@ def _decode_one(name: str, data: Tensor, *, source: str) -> Tensor:
         with Image.open(io.BytesIO(data.numpy().tobytes())) as im:
             return pil_to_tensor(im)  # (C, H, W), one channel for a grey image
     except Exception as e:  # PIL raises many types for bad files
-        why = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", one_line(e, limit=160))  # not the file's name
-        raise DataError(f"{source}: {name}: cannot decode image ({why[:120]})") from None
+        raise cannot_decode(e, source=source, name=name) from None

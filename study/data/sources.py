@@ -14,8 +14,9 @@ from pathlib import Path
 from study import limits
 
 from .archive import Listing, read_images
+from .cache import cache_path, default_cache_dir
 from .errors import DataError, one_line
-from .imageheader import refuse_oversized
+from .imageheader import refuse_oversized, refuse_unusable
 from .layout import is_image_name, resolve_layout
 
 
@@ -129,16 +130,37 @@ def _kind(mode: int) -> str:
     return next((word for test, word in kinds if test(mode)), "not a regular file")
 
 
-def check_source(data: str) -> tuple[int, int] | None:
-    """Refuse (:class:`DataError`) a folder or archive source whose layout or image headers
-    :func:`study.data.load_splits` would refuse, without decoding an image or importing torch; its
-    (train, test) image counts, as listed (None for ``synthetic``/``cifar10``, whose sizes are known)."""
+def check_source(data: str, *, cache_dir: Path | None = None) -> tuple[int, int] | None:
+    """Refuse (:class:`DataError`) a folder or archive source that :func:`study.data.load_splits` would
+    refuse, without importing torch: its layout, and each image as Pillow decodes it
+    (:func:`~study.data.imageheader.refuse_unusable`; only the headers once the source is in the cache
+    under ``cache_dir``, default ``$STUDY_CACHE_DIR``, as its images passed then).  Its (train, test)
+    image counts, as listed (None for ``synthetic``/``cifar10``: :func:`source_counts`)."""
     if data.partition(":")[0] in ("synthetic", "cifar10"):
         return None
-    listing = ImageFolderSource(data).listing()
+    src = ImageFolderSource(data)
+    listing = src.listing()
     layout = resolve_layout(source=data, files=listing.files, dirs=listing.dirs)
+    cached = cache_path(cache_dir or default_cache_dir(), kind="imagefolder", digest=src.digest).is_file()
+    refuse = refuse_oversized if cached else refuse_unusable
     view = memoryview(listing.buffer)
     for name, _ in layout.train + layout.test:
         off, size = listing.files[name]
-        refuse_oversized(view[off:off + size], source=data, name=name)
+        refuse(view[off:off + size], source=data, name=name)
     return len(layout.train), len(layout.test)
+
+
+def source_counts(data: str, *, cache_dir: Path | None = None) -> tuple[int, int]:
+    """(train, test) images of the source ``data`` before a subset, without torch: ``synthetic[:N]`` by its
+    definition, ``cifar10[:ROOT]`` read (downloaded if missing) and checked, a folder or archive checked by
+    :func:`check_source`; refused (:class:`DataError`) as :func:`study.data.load_splits` would refuse it."""
+    kind, _, arg = data.partition(":")
+    if kind == "synthetic":
+        from .synthetic import DEFAULT_TEST, DEFAULT_TRAIN
+
+        return (int(arg) if arg else DEFAULT_TRAIN), DEFAULT_TEST
+    if kind == "cifar10":
+        from .cifar import cifar10_sizes
+
+        return cifar10_sizes(Path(arg) if arg else (cache_dir or default_cache_dir()) / "cifar10")
+    return check_source(data, cache_dir=cache_dir)  # a folder or an archive: never None

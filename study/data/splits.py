@@ -6,15 +6,17 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from study import limits
 from study.plan import MIN_SUBSET_TEST  # torch-free: `study plan` counts the same test subset
 
 from .cache import default_cache_dir
 from .errors import DataError
+
+if TYPE_CHECKING:  # torch is imported on first use: check_subset serves torch-free checks of a source
+    import torch
+    from torch import Tensor
 
 SPEC_HELP = "synthetic[:N_TRAIN], cifar10[:ROOT], an image-folder directory or a .tar/.tar.gz/.tgz archive of one"
 
@@ -47,13 +49,13 @@ def load_splits(
     a long decode."""
     if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):
         raise DataError(f"subset must be a positive number of training images, got {subset!r}")
+    import torch
+
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     splits = _load(spec, cache_dir=cache_dir, progress=progress)
     if subset is None:
         return splits
-    if subset > len(splits.train_labels):
-        raise DataError(f"{spec}: subset {subset} is more than the {len(splits.train_labels)} training images "
-                        "of this source")
+    check_subset(spec, subset=subset, n_train=len(splits.train_labels))
     gen = torch.Generator().manual_seed(seed)
     train = stratified_subset(splits.train_labels, k=subset, generator=gen)
     n_test = min(len(splits.test_labels), max(subset // 5, MIN_SUBSET_TEST))
@@ -65,10 +67,19 @@ def load_splits(
     )
 
 
+def check_subset(spec: str, *, subset: int | None, n_train: int) -> None:
+    """Refuse a ``subset`` larger than the ``n_train`` training images of ``spec``: refused, not capped
+    (docs/study-files.md, "Data")."""
+    if subset is not None and subset > n_train:
+        raise DataError(f"{spec}: subset {subset} is more than the {n_train} training images of this source")
+
+
 def stratified_subset(labels: Tensor, *, k: int, generator: torch.Generator) -> Tensor:
     """Sorted indices of ``k`` samples (all if ``k >= len(labels)``) spread evenly over
     the classes: a random order within each class, then round-robin over the classes
     (in a random class order) until ``k`` are taken; classes that run out are skipped."""
+    import torch
+
     n = len(labels)
     if k >= n:
         return torch.arange(n)

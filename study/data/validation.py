@@ -4,12 +4,12 @@ so that model selection never looks at the test set: docs/study-files.md, "Data"
 from __future__ import annotations
 
 import dataclasses
-
-import torch
+from typing import TYPE_CHECKING
 
 from .errors import DataError
-from .pipeline import seeded
-from .splits import Splits, stratified_subset
+
+if TYPE_CHECKING:  # torch is imported on first use: the size rules serve torch-free checks of a source
+    from .splits import Splits
 
 
 def validation_size(validation: int | float, n_train: int) -> int:
@@ -22,19 +22,31 @@ def validation_size(validation: int | float, n_train: int) -> int:
     raise DataError(f"validation must be a number of images >= 0 or a fraction in (0, 1), got {validation!r}")
 
 
+def held_out(validation: int | float, n_train: int) -> int:
+    """:func:`validation_size` of ``n_train`` training images, refused (:class:`DataError`) if it leaves
+    none to train on."""
+    n_val = validation_size(validation, n_train)
+    if n_val and n_val >= n_train:
+        raise DataError(f"validation: {n_val} held-out images leave none of the {n_train} training images "
+                        f"to train on (use fewer, or validation: 0)")
+    return n_val
+
+
 def hold_out_validation(splits: Splits, *, validation: int | float, seed: int) -> Splits:
     """``splits`` with a class-stratified validation split of :func:`validation_size` images moved
     out of the training split, chosen by the training labels and ``seed`` only (the same on every
     rank and retry); unchanged if already held out or none is asked for."""
     if splits.val_labels is not None:
         return splits
+    import torch
+
+    from .pipeline import seeded
+    from .splits import stratified_subset
+
     n_train = len(splits.train_labels)
-    n_val = validation_size(validation, n_train)
+    n_val = held_out(validation, n_train)
     if n_val == 0:
         return splits
-    if n_val >= n_train:
-        raise DataError(f"validation: {n_val} held-out images leave none of the {n_train} training images "
-                        f"to train on (use fewer, or validation: 0)")
     val = stratified_subset(splits.train_labels, k=n_val, generator=seeded(f"study.data.validation:{seed}"))
     keep = torch.ones(n_train, dtype=torch.bool)
     keep[val] = False
