@@ -6,7 +6,6 @@ import shutil
 import sys
 import tarfile
 import threading
-import urllib.error
 
 import numpy as np
 import pytest
