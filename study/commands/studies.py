@@ -227,12 +227,15 @@ def run_file(file: str, *, overrides=(), storage: str | None = None, data: str |
 def new_study_lock(root: str, name: str, storage: str):
     """The lock of the study ``name`` to be created at ``root`` (a :class:`study.tuning.lock.StudyLock` to enter),
     checked before anything heavy is imported: one held by another driver is a :class:`LockError` naming it (the
-    folder of a study starting holds only its lock); a study stored there, a :class:`UsageError`."""
+    folder of a study starting holds only its lock); a study stored there, a :class:`UsageError` (a lock file
+    alone, left by a driver killed before it wrote anything, is no study)."""
     from study.tuning.lock import StudyLock
 
     lock = StudyLock(root=root, name=name)
     if study_exists(root):
         lock.check_free()
+        if lock.stores_only_the_lock():  # a driver killed before it wrote its study: no study, the name is free
+            return lock
         raise UsageError(f"--name: study {name!r} already exists in {storage} "
                          f"(continue it with `study resume {name}` or pick another --name)")
     return lock
@@ -299,7 +302,6 @@ def check_data(spec, *, quiet: bool = False) -> dict[str, tuple[int, int]]:
     checked_splits(study.data, subset=study.subset, validation=study.validation, seed=0,
                    batch=max([spec.train_config(c).batch_size for c in spec.cells] + [sampled]),
                    workers=study.resources.workers_per_trial, where=lambda field: f"{spec.file}: {field}",
-                   sizes=counted,
                    sizes=counted,
                    progress=None if quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
     return {} if counted is None else {study.data: counted}

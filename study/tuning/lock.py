@@ -67,7 +67,7 @@ class StudyLock:
         self._fd: int | None = None
         self._s3: tuple | None = None
         self._beat = self._started = 0.0
-        self._made: list[Path] = []  # the folders acquire() created, deepest first: release() removes them if empty
+        self._made: list[Path] = []  # folders acquire() created, deepest first: release() removes the empty ones
 
     def _mkdirs(self, folder: Path) -> None:
         missing = [p for p in (folder, *folder.parents) if not p.exists()]
@@ -198,6 +198,23 @@ class StudyLock:
             raise LockError(f"{self.busy} ({_holder(_read_holder(fd))}); lock {path}") from None
         finally:
             os.close(fd)
+
+    def stores_only_the_lock(self) -> bool:
+        """Whether the study's folder holds nothing but the lock's file: what a driver killed after taking the
+        lock and before writing its study leaves (no study to resume; :meth:`check_free` says it is free)."""
+        if "://" in self.root:
+            from botocore.exceptions import ClientError
+
+            client, bucket, key = self._client()
+            try:
+                listed = client.list_objects_v2(Bucket=bucket, Prefix=key[: -len(LOCK)], MaxKeys=2)
+            except ClientError:
+                return False
+            return [o["Key"] for o in listed.get("Contents", [])] == [key]
+        try:
+            return [p.name for p in Path(self.root).iterdir()] == [LOCK]
+        except OSError:
+            return False
 
     def heartbeat(self) -> None:
         """Refresh an object-storage lock (every :data:`HEARTBEAT_S`); no-op locally."""

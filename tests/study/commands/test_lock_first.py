@@ -61,7 +61,7 @@ def refused_under_locks(tmp_path, roots, commands, *, cpu: float):
         assert holder in lines[0] and lines[0].endswith(f"; lock {root / LOCK}"), run
     assert report["imported"] == [], "a refused second driver imported " + " and ".join(report["imported"])
     child_cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
-    assert child_cpu < cpu, f"{len(commands)} refusals took {child_cpu:.2f} s CPU (the interpreter's start included)"
+    assert child_cpu < cpu, f"{len(commands)} refusals took {child_cpu:.2f} s CPU (with the interpreter's start)"
     assert after == before, "a refused driver wrote something"
 
 
@@ -80,3 +80,22 @@ def test_a_locked_study_is_refused_before_ray(tmp_path):
                         [["run", str(f), *storage], ["run", str(f), *storage, *cluster],
                          ["resume", "old", *storage], ["resume", "old", *storage, *cluster]], cpu=1.5)
 
+
+
+def test_a_folder_holding_only_a_dead_drivers_lock_is_no_study(study_in_process, tmp_path):
+    """A driver killed after taking the lock (while it checked the data, now after the lock) leaves the
+    folder with its lock file only: the next `study run` of that name goes on (here to the data check,
+    which refuses an empty folder), not "already exists" with no study.json to resume."""
+    f = tmp_path / "lk.yaml"
+    f.write_text(yaml.safe_dump(DOC))
+    (tmp_path / "empty").mkdir()
+    root = tmp_path / "st" / "lk"
+    root.mkdir(parents=True)
+    (root / LOCK).write_text(json.dumps({"pid": 1, "host": "elsewhere", "started": 0}))
+    code, out, err, _ = study_in_process("run", f, "--data", tmp_path / "empty", "--storage", tmp_path / "st")
+    assert code == 2 and len(err) == 1 and f"{f}: data: " in err[0], err
+    assert list(root.iterdir()) == []
+    (root / "study.json").write_text("{}")  # a study that started: kept
+    code, out, err, _ = study_in_process("run", f, "--storage", tmp_path / "st")
+    assert code == 2 and err == [f"study run: error: --name: study 'lk' already exists in {tmp_path / 'st'} "
+                                 "(continue it with `study resume lk` or pick another --name)"], err

@@ -48,10 +48,13 @@ def test_check_free_on_a_local_study_writes_nothing(tmp_path):
         assert (root / LOCK).read_bytes() == before
     (root / LOCK).write_text("{}")  # a lock file its dead holder left: free, and left as it is
     StudyLock(root=str(root), name="s").check_free()
-    assert (root / LOCK).read_text() == "{}"
+    assert (root / LOCK).read_text() == "{}" and StudyLock(root=str(root), name="s").stores_only_the_lock()
+    (root / "study.json").write_text("{}")
+    assert not StudyLock(root=str(root), name="s").stores_only_the_lock()
 
 
 def test_check_free_on_object_storage_writes_nothing(monkeypatch):
+    """check_free and stores_only_the_lock on S3 (moto in this process): the same answers, nothing written."""
     moto = pytest.importorskip("moto")
     import boto3
 
@@ -67,6 +70,10 @@ def test_check_free_on_object_storage_writes_nothing(monkeypatch):
         with StudyLock(root=root, name="x"):
             with pytest.raises(LockError, match=f"already being run by another driver .pid {os.getpid()} "):
                 StudyLock(root=root, name="x").check_free()
+            assert StudyLock(root=root, name="x").stores_only_the_lock()
+            s3.put_object(Bucket="study-bucket", Key="studies/x/study.json", Body=b"{}")
+            assert not StudyLock(root=root, name="x").stores_only_the_lock()
+            s3.delete_object(Bucket="study-bucket", Key="studies/x/study.json")
         assert "Contents" not in s3.list_objects_v2(Bucket="study-bucket", Prefix="studies/x/")
         stale = {"pid": 1, "host": "elsewhere", "started": 0, "heartbeat": time.time() - 10 * STALE_S}
         s3.put_object(Bucket="study-bucket", Key=f"studies/x/{LOCK}", Body=json.dumps(stale).encode())
