@@ -13,7 +13,7 @@ import sys
 from typing import NoReturn
 
 from study import limits
-from study.errors import EXIT_USAGE, UsageError
+from study.errors import EXIT_USAGE, UsageError, printable
 from study.models.config import ENCODING_FIELDS, ENCODINGS, ConfigError, ModelConfig  # torch-free
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -92,7 +92,7 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {printable(message)}\n")  # an argument's newline, escaped
 
 
 def exit_without_final_collections() -> None:
@@ -122,7 +122,7 @@ def refused(errors, prefix: str = ""):
 
 
 def fail(prog: str, message: str) -> NoReturn:
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    print(f"{prog}: error: {printable(message)}", file=sys.stderr)
     raise SystemExit(EXIT_USAGE)
 
 

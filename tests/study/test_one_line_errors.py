@@ -1,5 +1,5 @@
 """An error is always one line (issue 45, finding 5): user text quoted in an error (an
-override's key or value, a study-file value, a data path, --name) has its
+override's key or value, a study-file value, a data path, --name, an unknown option) has its
 line breaks and other control or format characters escaped as ``repr`` escapes them, so
 stderr holds exactly one printable line and the exit status is 2."""
 
@@ -24,7 +24,7 @@ DOC = {"name": "ol", "data": "synthetic:100", "epochs": 1, "batch_size": 25, "tr
 def test_printable_escapes_every_breaker_as_repr_does():
     for c in BREAKERS:
         assert printable(f"a{c}b") == "a" + repr(c)[1:-1] + "b"
-    assert printable("plain, 'quoted', é → …") == "plain, 'quoted', é → …"  # printable text is kept as is
+    assert printable("plain, 'quoted', é → …") == "plain, 'quoted', é → …"  # kept as is
     assert printable(printable(BREAKERS)) == printable(BREAKERS)  # an escaped text stays as it is
     assert one_line(f"a \n\t b{BREAKERS}c").isprintable()
 
@@ -38,7 +38,7 @@ def test_every_project_error_is_one_printable_line(cls):
 
 
 def routes(tmp_path):
-    """(what, study argv) of each way user text reaches an error of `study run`, each text holding every breaker."""
+    """(what, study argv) of each way user text reaches an error of `study run`, each holding every breaker."""
     good = tmp_path / "ol.yaml"
     good.write_text(yaml.safe_dump(DOC))
     bad_name, bad_data = tmp_path / "name.yaml", tmp_path / "data.yaml"
@@ -51,7 +51,8 @@ def routes(tmp_path):
             ("study-file value", [bad_name, *storage]),
             ("study-file data path", [bad_data, *storage]),
             ("--data", [good, "--data", f"/nonexistent{BREAKERS}x", *storage]),
-            ("--name", [good, "--name", f"a{BREAKERS}b", *storage])]
+            ("--name", [good, "--name", f"a{BREAKERS}b", *storage]),
+            ("unknown option", [good, f"--bo{BREAKERS}gus", *storage])]
 
 
 def test_user_text_in_an_error_is_one_line(study_in_process, tmp_path):
@@ -62,7 +63,7 @@ def test_user_text_in_an_error_is_one_line(study_in_process, tmp_path):
         code, out, err, _ = study_in_process("run", *argv)
         assert code == 2 and out == "", (what, code, out, err)
         assert len(err) == 1 and err[0].isprintable(), (what, err)
-        assert err[0].startswith("study run: error: "), (what, err)
+        assert err[0].startswith(("study run: error: ", "study: error: unrecognized arguments: --bo")), (what, err)
         assert sorted(tmp_path.rglob("*")) == before, what
 
 
