@@ -40,7 +40,9 @@ class _StudyLog(logging.FileHandler):
 def capture(*, echo: bool = False) -> None:
     """Take over the ``ray`` logger (before ``ray.init``); ``echo`` (``--verbose``) also
     prints on stderr.  Idempotent; a later call may turn ``echo`` on or off."""
-    import ray  # noqa: F401 - importing Ray adds its console handler to the `ray` logger: first, then replace it
+    from study.tuning.cluster import import_ray
+
+    import_ray()  # importing Ray adds its console handler to the `ray` logger: first, then replace it
 
     logger = logging.getLogger("ray")
     if _STATE.saved is None:

@@ -43,12 +43,12 @@ TUNE_DIR = "tune"
 def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = False) -> None:
     """Connect to ``address`` or start a local, loopback-only Ray (``study.tuning.cluster``); Ray's own
     log lines are kept for the study's log file, printed only with ``echo`` (:mod:`study.tuning.raylog`)."""
-    import ray
-
     from study.tuning import raylog
     from study.tuning.cluster import ray_init_kwargs
 
-    raylog.capture(echo=echo)
+    raylog.capture(echo=echo)  # first: it imports Ray with the settings Ray reads then (study.tuning.cluster)
+    import ray
+
     if ray.is_initialized():
         return
     kwargs = ray_init_kwargs(address, num_cpus=num_cpus)

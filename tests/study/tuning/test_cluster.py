@@ -20,6 +20,7 @@ from tests.helpers import REPO_ROOT
 
 import contextlib
 import ctypes
+import ipaddress
 import os
 import re
 import secrets
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -36,6 +38,7 @@ import pytest
 import yaml
 
 from study.tables import read_table
+from study.tuning.cluster import IMPORT_ENV, RAY_ENV
 from tests.helpers import TINY, free_ports, kill_session, process_name, session_pids
 
 PROJECT = REPO_ROOT
@@ -265,11 +268,12 @@ def test_cluster_yaml_is_a_launcher_file_with_the_documented_set_up():
 
 
 # ---------------------------------------------------------------- the local Ray's sockets
+#: a local Ray as `study run` starts it: Ray first imported by init_ray (study.tuning.raylog)
 LOCAL_RAY = """
 import sys
 from study.tuning.runner import init_ray
-import ray
 init_ray(None, num_cpus=1)
+import ray
 print(ray.get(ray.remote(lambda: ray.util.get_node_ip_address()).remote()), flush=True)
 sys.stdin.read()
 """
@@ -291,60 +295,71 @@ def _host(address: str) -> str:
     return address.rsplit(":", 1)[0].strip("[]")
 
 
-WILDCARD = ("*", "0.0.0.0", "::")
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+def _loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1, or an IPv4 loopback address in IPv6 form (``::ffff:127.0.0.1``); not ``*``."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or (ip.version == 6 and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback)
+
+
 #: the processes of a local Ray node that listen: GCS, raylet and the node's two agents
 LISTENERS = {"gcs_server", "raylet", "ray::DashboardAgent", "ray::RuntimeEnvAgent"}
 
 
 @pytest.fixture(scope="module")
-def local_ray_sockets():
+def local_ray_sockets(tmp_path_factory):
     """A local Ray as ``study run`` starts it, in the default token mode (``RAY_AUTH_MODE``
-    unset) with a token of its own: (node address, listening sockets, token)."""
+    unset) with a token of its own: (node address, listening sockets, token, the console
+    of the process that started it)."""
     if shutil.which("ss") is None:
         pytest.fail("`ss` (iproute2) is needed by this test: tests/install-system-deps.sh installs it")
     token = secrets.token_hex(32)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_TOKEN": token}
-    for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"):
-        env.pop(k, None)
-    proc = subprocess.Popen([sys.executable, "-c", LOCAL_RAY], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", *IMPORT_ENV, *RAY_ENV):
+        env.pop(k, None)  # the study's own settings, not the shell's
+    console = tmp_path_factory.mktemp("local-ray") / "stderr"
+    with open(console, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", LOCAL_RAY], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
     try:
         node_ip = proc.stdout.readline().strip()
-        assert node_ip, "the local Ray did not start"
+        assert node_ip, "the local Ray did not start:\n" + console.read_text()
         # every server of the node listens (the agents bind after the node is up): an event, not a sleep
         deadline = time.monotonic() + 120
         while not LISTENERS <= {p for _, p in _listening(proc.pid)} and time.monotonic() < deadline:
             time.sleep(0.2)
-        yield node_ip, _listening(proc.pid), token
+        yield node_ip, _listening(proc.pid), token, console.read_text()
     finally:
         kill_session(proc.pid)
         proc.wait(timeout=30)
 
 
-def test_local_ray_binds_only_loopback_addresses(local_ray_sockets):
-    """Every address the local Ray binds *to an address* is loopback (the dashboard agent,
-    the runtime-env agent), and its node address is loopback: nothing listens on, or
-    advertises, the host's network address.  It starts no dashboard (nothing on its port)."""
-    node_ip, sockets, _ = local_ray_sockets
-    assert node_ip.startswith("127."), node_ip
-    assert not [a for a, _ in sockets if a.endswith(":8265")], sockets
-    assert LISTENERS <= {p for _, p in sockets}, sockets  # GCS, raylet, the agents at least
-    specific = [(a, p) for a, p in sockets if _host(a) not in WILDCARD]
-    assert specific, sockets
-    assert all(_host(a).startswith("127.") or _host(a) == "::1" for a, _ in specific), specific
-
-
-@pytest.mark.xfail(strict=True, reason="Ray 2.60 binds its C++ gRPC servers (GCS, raylet, object manager, core "
-                   "workers) and its Prometheus endpoints to every interface whatever the node address; "
-                   "no ray.init/ray start option or RAY_* setting chooses their address. They require the token "
-                   "(test_local_ray_wildcard_sockets_require_the_token)")
 def test_local_ray_listens_on_loopback_only(local_ray_sockets):
-    _, sockets, _ = local_ray_sockets
-    wildcard = [(a, p) for a, p in sockets if _host(a) in WILDCARD]
-    assert not wildcard, wildcard
+    """Every TCP socket the local Ray listens on (GCS, raylet, object manager, driver and
+    worker processes, both agents, the metrics endpoints: 13 on Ray 2.60) is bound to a
+    loopback address, and its node address is loopback: nothing listens on, or advertises,
+    the host's network address.  It starts no dashboard (nothing on its port)."""
+    node_ip, sockets, _, _ = local_ray_sockets
+    assert _loopback(node_ip), node_ip
+    assert LISTENERS <= {p for _, p in sockets}, sockets  # GCS, raylet, the agents at least
+    assert not [a for a, _ in sockets if _port(a) == 8265], sockets
+    assert [(a, p) for a, p in sockets if not _loopback(_host(a))] == [], sockets
 
 
-#: one method of each gRPC service a local Ray serves on a wildcard socket
+def test_local_ray_start_prints_nothing(local_ray_sockets):
+    """Starting the local Ray puts nothing on the console: no FutureWarning (Ray 2.50's
+    tip about visible devices), no Ray log line (those go to the study's log file)."""
+    *_, console = local_ray_sockets
+    assert console == "", console
+
+
+#: one method of each gRPC service a local Ray serves
 GRPC_PROBES = ("/ray.rpc.NodeInfoGcsService/GetAllNodeInfo", "/ray.rpc.NodeManagerService/GetSystemConfig",
                "/ray.rpc.ObjectManagerService/Pull", "/ray.rpc.CoreWorkerService/NumPendingTasks",
                "/ray.rpc.ReporterService/GetTraceback", "/ray.rpc.LogService/ListLogs")
@@ -379,27 +394,30 @@ def _grpc_codes(address: str, metadata=None) -> dict[str, str]:
         return codes
 
 
-def test_local_ray_wildcard_sockets_require_the_token(local_ray_sockets):
-    """The mitigation docs/clusters.md states, checked from the host's network address: every
-    gRPC server the local Ray lets listen on all interfaces (GCS, raylet, object manager,
-    driver and worker processes, the dashboard agent) refuses a call without the token
-    or with a wrong one; with the token the GCS answers.  The other wildcard sockets are
-    Prometheus endpoints (read-only metrics, no token: docs/clusters.md): the agent's, and the
-    autoscaler monitor's (44217) unless another Ray holds it."""
+def test_local_ray_refuses_the_network_and_requires_the_token(local_ray_sockets):
+    """What docs/clusters.md states: from the host's network address every port of the local
+    Ray refuses the connection; on loopback (where every user of the host reaches it) each
+    of its gRPC servers (GCS, raylet, object manager, driver and worker processes, the
+    dashboard agent) refuses a call without the token or with a wrong one, and with the token
+    the GCS answers; its HTTP servers answer 401 without the token (403 with a wrong one), but
+    for its Prometheus endpoints (read-only metrics, no token)."""
     import grpc
 
-    _, sockets, token = local_ray_sockets
+    _, sockets, token, _ = local_ray_sockets
     host = _host_address()
-    wildcard = [(int(a.rsplit(":", 1)[1]), p) for a, p in sockets if _host(a) in WILDCARD]
-    assert wildcard, sockets
-    gcs = [port for port, p in wildcard if p == "gcs_server"]
-    assert len(gcs) == 1, wildcard
-    with grpc.insecure_channel(f"{host}:{gcs[0]}") as channel:  # the token opens it: the probe is sound
+    ports = sorted({(_port(a), p) for a, p in sockets})
+    if not _loopback(host):  # a host with a network address: nothing of the local Ray answers on it
+        for port, proc in ports:
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection((host, port), timeout=15).close()
+    gcs = [port for port, p in ports if p == "gcs_server"]
+    assert len(gcs) == 1, ports
+    with grpc.insecure_channel(f"127.0.0.1:{gcs[0]}") as channel:  # the token opens it: the probe is sound
         channel.unary_unary(GRPC_PROBES[0])(b"", metadata=[("authorization", f"Bearer {token}")], timeout=15)
     refused, other = [], []
-    for port, proc in wildcard:
+    for port, proc in ports:
         for metadata in (None, [("authorization", f"Bearer {secrets.token_hex(32)}")]):
-            codes = set(_grpc_codes(f"{host}:{port}", metadata).values())
+            codes = set(_grpc_codes(f"127.0.0.1:{port}", metadata).values())
             if codes == {"UNAVAILABLE"}:  # not a gRPC server, or a worker process gone since
                 if _still_listening(port):
                     other.append((port, proc))
@@ -408,6 +426,22 @@ def test_local_ray_wildcard_sockets_require_the_token(local_ray_sockets):
         else:
             refused.append(proc)
     assert {"gcs_server", "raylet"} <= set(refused), refused
-    for port, proc in other:  # each of them a Prometheus endpoint: read-only metrics
-        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=15) as r:
-            assert r.status == 200 and b"# TYPE " in r.read(), (port, proc)
+    metrics = []
+    for port, proc in other:  # HTTP: a server that requires the token, or a Prometheus endpoint
+        status, body = _http_get(f"http://127.0.0.1:{port}/metrics")
+        if status == 401:
+            wrong = _http_get(f"http://127.0.0.1:{port}/metrics", token=secrets.token_hex(32))[0]
+            assert wrong in (401, 403), (port, proc, wrong)  # unauthenticated, forbidden
+        else:
+            assert status == 200 and b"# TYPE " in body, (port, proc, status)
+            metrics.append(proc)
+    assert len(metrics) <= 3, other  # the agent's, the monitor's, the dashboard's metrics: nothing else
+
+
+def _http_get(url: str, token: str | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=15) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, b""
