@@ -23,7 +23,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from study import limits, overrides as cli_overrides, speccheck
 from study.plan import source_sizes
 from study.speccheck import MODEL_FIELDS, SpecError, err as _refuse
-from study.models.config import ModelConfig
+from study.models.config import ENCODING_FIELDS, Bounds, ModelConfig, bounds_of
 from study.specyaml import YamlError, load_yaml, read_study_text
 from study.trial.config import AUTOAUGMENT_POLICIES, PROTOCOL_FIELDS, SCHEDULES, WARMUP_FIELDS, TrainConfig
 
@@ -55,11 +55,29 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
+def _published(kind, bounds: Bounds | None, **schema):
+    """``kind`` whose JSON Schema also states ``bounds`` (checked by the configuration classes, their one home)."""
+    extra = {**schema, **(bounds.json_schema() if bounds else {})}
+    return Annotated[kind, Field(json_schema_extra=extra)] if extra else kind
+
+
 def _fields(*names: str, **types) -> dict[str, Any]:
-    """:class:`TrainConfig`'s fields ``names`` as pydantic fields: its types and defaults (their one home)."""
+    """:class:`TrainConfig`'s fields ``names`` as pydantic fields: its types, defaults and published bounds
+    (their one home)."""
     tc = {f.name: f for f in dataclasses.fields(TrainConfig)}
     scalar = {"int": int, "float": float, "bool": bool, "str": str}
-    return {n: (types[n] if n in types else scalar[tc[n].type], tc[n].default) for n in names}
+    return {n: (_published(types[n] if n in types else scalar[tc[n].type], bounds_of(tc[n])), tc[n].default)
+            for n in names}
+
+
+def _model_field(f: dataclasses.Field):
+    """A model field for pydantic: any value (:class:`ModelConfig` checks it), its bounds published."""
+    if bounds_of(f) is not None:
+        return _published(Any, bounds_of(f), type="number")
+    enc = ENCODING_FIELDS.get(f.name)
+    if enc is not None and enc.bounds is not None:  # (an encoding's own range: study.models.encodings)
+        return _published(Any, None, type=["number", "null"], minimum=enc.bounds[0], maximum=enc.bounds[1])
+    return Any
 
 
 Optimizer = create_model("Optimizer", __base__=_Strict, **_fields("lr", "momentum", "weight_decay"))
@@ -76,7 +94,7 @@ Recipe = create_model("Recipe", __base__=Training, **_fields("epochs", "batch_si
                       protocol=(Protocol, Protocol()))
 #: a model's fields, checked by :class:`ModelConfig` (their one home) for every value the study produces
 ModelFields = create_model("ModelFields", __base__=_Strict,
-                           **{k: (Any, f.default) for k, f in ModelConfig.__dataclass_fields__.items()})
+                           **{k: (_model_field(f), f.default) for k, f in ModelConfig.__dataclass_fields__.items()})
 ModelEntry = create_model("ModelEntry", __base__=ModelFields, training=(Recipe, Recipe()))
 
 

@@ -28,8 +28,6 @@ ENUMERATE_INT_RANGE = 64
 #: channels and side of the images of every data source (``study.data.decode.IMAGE_SHAPE``,
 #: ``study.data.synthetic``, CIFAR-10): a model built for others fails its first step
 IMAGE_CHANNELS, IMAGE_SIDE = 3, 32
-#: model fields that are standard deviations of an initialisation (ModelConfig does not check them)
-INIT_STD_FIELDS = ("center_init_std", "spread_init_std")
 
 MODEL_FIELDS = tuple(ModelConfig.__dataclass_fields__)
 #: where each TrainConfig field sits in a recipe mapping (for error paths)
@@ -192,16 +190,11 @@ def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str |
 
 
 def _problem(cfg, *, workers: int) -> tuple[str, str] | None:
-    """The first (field, problem) of a configuration that its classes do not check: image shape, initialisation
-    spreads, limits, and the subset and one step's batch against the data (:func:`study.plan.trial_images`)."""
+    """The first (field, problem) of a configuration that its classes do not check: image shape, limits, and the subset and one step's batch against the data (:func:`study.plan.trial_images`)."""
     for fld, want, what in (("in_channels", IMAGE_CHANNELS, f"RGB images ({IMAGE_CHANNELS} channels)"),
                             ("image_size", IMAGE_SIDE, f"{IMAGE_SIDE}x{IMAGE_SIDE} images")):
         if getattr(cfg.model, fld) != want:
             return fld, f"every data source gives {what}, got {short(getattr(cfg.model, fld))}"
-    for fld in INIT_STD_FIELDS:
-        v = getattr(cfg.model, fld, None)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
-            return fld, f"must be a finite number >= 0, got {short(v)}"
     over = limits.over_limit(cfg)
     if over is not None:
         fld, cap, name, v = over

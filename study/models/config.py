@@ -6,6 +6,7 @@ naming the field (``--flag: message`` or ``file: path.field: message``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from study.models.encodings import PAPER_ENCODINGS, REGISTRY, Field, encoding_fields, variants
@@ -27,6 +28,77 @@ class ConfigError(ValueError):
         return (type(self), (self.field, self.message))
 
 
+#: float32's largest finite value and its smallest normal one.  torch takes a float field that it
+#: multiplies float32 tensors by (an lr, a weight decay, a Beta concentration) as a float32 scalar:
+#: above the largest it refuses ("value cannot be converted to type float without overflow") or
+#: gives inf; below the smallest normal it is a subnormal or 0, the field silently off
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 2.0 ** -126
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Bounds:
+    """The range of a number field, declared beside the field with its reason (the field's one
+    home): :class:`ModelConfig` and ``TrainConfig`` check it for a study file, an override and a
+    flag alike; :func:`json_schema` publishes it in the study file's schema.  ``low``..``high``,
+    open at an end with ``low_open``/``high_open``; ``off``: 0 (the feature off) is admitted too
+    below a positive ``low``; ``integer``: an int field.  A refusal says the field ``must be``
+    ``refusal``; a value that is no finite number, or negative, ``must be`` ``finite`` (if given)."""
+    low: float
+    high: float
+    refusal: str
+    low_open: bool = False
+    high_open: bool = False
+    off: bool = False
+    integer: bool = False
+    finite: str | None = None
+
+    def admits(self, v: float) -> bool:
+        above = self.low < v if self.low_open else self.low <= v
+        below = v < self.high if self.high_open else v <= self.high
+        return (self.off and v == 0) or (above and below)
+
+    def check(self, cfg, key: str) -> None:
+        v = getattr(cfg, key)
+        if self.integer:
+            int_at_least(cfg, key, int(self.low))
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 <= self.low:
+            raise ConfigError(key, f"must be {self.finite or self.refusal}, got {v!r}")
+        if not self.admits(v):
+            raise ConfigError(key, f"must be {self.refusal}, got {v!r}")
+
+    def json_schema(self) -> dict[str, Any]:
+        """JSON Schema's keywords for the range: ``minimum``/``exclusiveMinimum``, ``maximum``/
+        ``exclusiveMaximum``, and with ``off`` a ``not`` of the gap between 0 and ``low``."""
+        low, high = ("exclusiveMinimum" if self.low_open else "minimum"), ("exclusiveMaximum" if self.high_open
+                                                                          else "maximum")
+        if self.off and self.low > 0:
+            gap = {"exclusiveMinimum": 0, ("maximum" if self.low_open else "exclusiveMaximum"): self.low}
+            return {"minimum": 0, high: self.high, "not": gap}
+        return {low: self.low, high: self.high}
+
+
+def bounds_of(field: dataclasses.Field) -> Bounds | None:
+    """The :class:`Bounds` a dataclass field declares (``metadata={"bounds": ...}``), or None."""
+    return field.metadata.get("bounds")
+
+
+def check_bounds(cfg) -> None:
+    """Every declared :class:`Bounds` of ``cfg``'s fields (an optional field left None is not given)."""
+    for f in dataclasses.fields(cfg):
+        b = bounds_of(f)
+        if b is not None and not (getattr(cfg, f.name) is None and f.default is None):
+            b.check(cfg, f.name)
+
+
+#: a probability of dropping (``torch.nn.functional.dropout``'s p): 1 would zero every activation
+PROBABILITY = Bounds(low=0.0, high=1.0, high_open=True, refusal="a probability in [0, 1)")
+#: a standard deviation of an initialisation, times float32 noise (torch.randn(...) * std); at most
+#: float32's largest, beyond which every initial value is ±inf (0: the initial value itself)
+INIT_STD = Bounds(low=FLOAT32_TINY, high=FLOAT32_MAX, off=True, finite="a finite number >= 0",
+                  refusal="0 or from 2**-126 to 3.40282e+38 (a float32 scale: below, a subnormal; above, inf)")
+
+
 class _ModelConfigMethods:
     """Hyper-parameters of one model (paper defaults, Cordonnier et al. 2020, Table 2).
     ``encoding`` (``study.models.encodings``) declares its own fields; another encoding's
@@ -37,6 +109,7 @@ class _ModelConfigMethods:
         choice_field(self, "arch", ARCHS)
         for k in ("num_classes", "image_size", "in_channels"):
             int_at_least(self, k)
+        check_bounds(self)  # dropout, attention_dropout, the initialisations' spreads (declared in _FIELDS)
         if self.arch == "resnet18":
             # attention-only fields do not apply to the baseline
             for k in ("encoding", "num_heads", *ENCODING_FIELDS):
@@ -45,8 +118,6 @@ class _ModelConfigMethods:
         choice_field(self, "encoding", ENCODINGS)
         for k in ("num_heads", "hidden", "layers", "intermediate", "downsample"):
             int_at_least(self, k)
-        for k in ("dropout", "attention_dropout"):
-            number_in(self, k, 0.0, 1.0, "must be a probability in [0, 1)")
         if self.image_size % self.downsample:
             raise ConfigError("downsample", f"must divide image_size {self.image_size}, got {self.downsample}")
         spec = REGISTRY[self.encoding]
@@ -86,14 +157,15 @@ ENCODING_FIELDS = encoding_fields()
 _FIELDS = [
     ("arch", str, "sa"), ("encoding", "str | None", "quadratic"), ("num_heads", "int | None", 9),
     *((f.name, f"{getattr(f.type, '__name__', f.type)} | None", f.default) for f in ENCODING_FIELDS.values()),
-    ("hidden", int, 400), ("layers", int, 6), ("intermediate", int, 512), ("dropout", float, 0.1),
-    ("attention_dropout", float, 0.1), ("image_size", int, 32), ("in_channels", int, 3),
-    ("num_classes", int, 10), ("downsample", int, 2), ("center_init_std", float, 2.0),
-    ("spread_init_std", float, 0.01),
+    ("hidden", int, 400), ("layers", int, 6), ("intermediate", int, 512), ("dropout", float, 0.1, PROBABILITY),
+    ("attention_dropout", float, 0.1, PROBABILITY), ("image_size", int, 32), ("in_channels", int, 3),
+    ("num_classes", int, 10), ("downsample", int, 2), ("center_init_std", float, 2.0, INIT_STD),
+    ("spread_init_std", float, 0.01, INIT_STD),
 ]
 
 ModelConfig = dataclasses.make_dataclass(
-    "ModelConfig", [(n, t, dataclasses.field(default=d)) for n, t, d in _FIELDS],
+    "ModelConfig", [(n, t, dataclasses.field(default=d, metadata={"bounds": b[0]} if b else {}))
+                    for n, t, d, *b in _FIELDS],
     bases=(_ModelConfigMethods,), frozen=True, kw_only=True,
     namespace={"__module__": __name__, "__doc__": _ModelConfigMethods.__doc__})
 

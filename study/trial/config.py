@@ -6,8 +6,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from study.limits import MAX_RANDAUGMENT_MAGNITUDE, MAX_RANDAUGMENT_OPS
-from study.models.config import ConfigError, ModelConfig, int_at_least, number_in, strict_from_dict
+from study.limits import MAX_EPOCHS, MAX_RANDAUGMENT_MAGNITUDE, MAX_RANDAUGMENT_OPS, MAX_TRAIN_FIELD
+from study.models.config import (FLOAT32_MAX, FLOAT32_TINY, Bounds, ConfigError, ModelConfig, check_bounds,
+                                 int_at_least, strict_from_dict)
 
 SCHEDULES = ("cosine", "step")
 #: AutoAugment policies of ``torchvision.transforms.v2.AutoAugmentPolicy`` (by value), or none
@@ -21,6 +22,38 @@ WARMUP_FIELDS = ("warmup", "warmup_epochs", "warmup_steps")
 PAPER_WARMUP = 0.05
 
 
+def bounded(default: Any, bounds: Bounds) -> Any:
+    """A field of ``default`` within ``bounds`` (declared beside it with its reason: its one home)."""
+    return field(default=default, metadata={"bounds": bounds})
+
+
+#: lr: torch's SGD step adds -lr x the float32 gradient (a float32 scalar: FLOAT32_MAX at most; below a
+#: normal float32 the step is a subnormal or 0)
+LR = Bounds(low=FLOAT32_TINY, high=FLOAT32_MAX, finite="a finite non-negative number",
+            refusal="from 2**-126 to 3.40282e+38 (torch's SGD multiplies the float32 gradient by it)")
+#: momentum: the velocity's decay factor (buf x momentum + grad); at 1 or more past gradients never fade
+MOMENTUM = Bounds(low=FLOAT32_TINY, high=1.0, high_open=True, off=True, finite="a finite non-negative number",
+                  refusal="0 or from 2**-126 to below 1 (the velocity's decay factor, a float32 scalar)")
+#: weight decay: torch's SGD adds weight_decay x the float32 parameters to the gradient (a float32 scalar)
+WEIGHT_DECAY = Bounds(low=FLOAT32_TINY, high=FLOAT32_MAX, off=True, finite="a finite non-negative number",
+                      refusal="0 or from 2**-126 to 3.40282e+38 (torch's SGD multiplies the float32 "
+                              "parameters by it)")
+#: a Beta(α, α) concentration of CutMix/MixUp: torchvision draws from a float32 Dirichlet, which needs a
+#: positive float32 (5e-324 becomes 0 and is refused inside the trial); 0 is off
+BETA_ALPHA = Bounds(low=FLOAT32_TINY, high=FLOAT32_MAX, off=True, finite="a finite Beta alpha >= 0 (0: off)",
+                    refusal="a Beta alpha of 0 (off) or from 2**-126 to 3.40282e+38 (torch's float32 Dirichlet)")
+#: label smoothing ε mixes (1 - ε) x the label with ε x uniform: at 1 the target is uniform, nothing to learn
+LABEL_SMOOTHING = Bounds(low=0.0, high=1.0, high_open=True, refusal="in [0, 1)")
+#: warm-up: a fraction of all steps (1 would be a warm-up as long as the run)
+WARMUP = Bounds(low=0.0, high=1.0, high_open=True, refusal="a fraction in [0, 1)")
+#: warm-up in epochs: at most the run's (checked against ``epochs``), so at most MAX_EPOCHS
+WARMUP_EPOCHS = Bounds(low=0.0, high=float(MAX_EPOCHS), finite="a finite number of epochs >= 0",
+                       refusal=f"a number of epochs from 0 to {MAX_EPOCHS} (MAX_EPOCHS)")
+#: warm-up in steps: no run is longer than MAX_TRAIN_FIELD["warmup_steps"] steps
+WARMUP_STEPS = Bounds(low=0, high=MAX_TRAIN_FIELD["warmup_steps"], integer=True,
+                      refusal=f"<= {MAX_TRAIN_FIELD['warmup_steps']} (MAX_TRAIN_FIELD)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """One trial's whole configuration; the defaults are the paper's recipe (docs/design.md §3
@@ -32,14 +65,14 @@ class TrainConfig:
     subset: int | None = None
     epochs: int = 300
     batch_size: int = 100
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
+    lr: float = bounded(0.1, LR)
+    momentum: float = bounded(0.9, MOMENTUM)
+    weight_decay: float = bounded(1e-4, WEIGHT_DECAY)
     #: linear warm-up (one of the three; none given: the paper's 5 % of all steps, held as
     #: ``warmup`` = 0.05): a fraction of all steps in [0, 1), epochs (<= ``epochs``) or steps
-    warmup: float | None = None
-    warmup_epochs: float | None = None
-    warmup_steps: int | None = None
+    warmup: float | None = bounded(None, WARMUP)
+    warmup_epochs: float | None = bounded(None, WARMUP_EPOCHS)
+    warmup_steps: int | None = bounded(None, WARMUP_STEPS)
     schedule: str = "cosine"
     seed: int = 0
     amp: bool = True
@@ -53,12 +86,12 @@ class TrainConfig:
     eval_batch_size: int = 500
     #: training images held out for validation: a count (0: none) or a fraction in (0, 1)
     validation: int | float = 0
-    cutmix_alpha: float = 0.0
-    mixup_alpha: float = 0.0
+    cutmix_alpha: float = bounded(0.0, BETA_ALPHA)
+    mixup_alpha: float = bounded(0.0, BETA_ALPHA)
     randaugment_ops: int = 0
     randaugment_magnitude: int = 9
     autoaugment: str = "none"
-    label_smoothing: float = 0.0
+    label_smoothing: float = bounded(0.0, LABEL_SMOOTHING)
 
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):
@@ -68,16 +101,13 @@ class TrainConfig:
             int_at_least(self, k, low)
         if self.subset is not None:
             int_at_least(self, "subset", 10)
-        for k in ("lr", "momentum", "weight_decay"):
-            number_in(self, k, 0, float("inf"), "must be a finite non-negative number")
-        if self.lr == 0:
-            raise ConfigError("lr", "must be > 0")
         self._check_warmup()
+        check_bounds(self)  # every field declared with its Bounds (their reasons: above the class)
         if self.schedule not in SCHEDULES:
             raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         v = self.validation
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or (
-                isinstance(v, float) and v >= 1):
+                isinstance(v, float) and not 0 < v < 1):  # 0.0 is no count (study.data.validation_size)
             raise ConfigError("validation", f"must be a number of images >= 0 or a fraction in (0, 1), got {v!r}")
         v = self.map_epochs
         if not (isinstance(v, str) and v in ("auto", "all", "last", "none")):
@@ -88,8 +118,6 @@ class TrainConfig:
                 raise ConfigError("map_epochs", f"epochs are 0-based and must be < epochs ({self.epochs}), "
                                                 f"got {bad[0]}")
             object.__setattr__(self, "map_epochs", tuple(sorted(set(v))))
-        for k in ("cutmix_alpha", "mixup_alpha"):
-            number_in(self, k, 0, float("inf"), "must be a finite Beta alpha >= 0 (0: off)")
         for k, cap, what in (("randaugment_ops", MAX_RANDAUGMENT_OPS, "RandAugment's operations"),
                              ("randaugment_magnitude", MAX_RANDAUGMENT_MAGNITUDE, "RandAugment's 31 magnitude bins")):
             int_at_least(self, k, 0)
@@ -101,12 +129,12 @@ class TrainConfig:
         if self.autoaugment != "none" and self.randaugment_ops:
             raise ConfigError("autoaugment", f"{self.autoaugment} and randaugment_ops {self.randaugment_ops} are "
                                              "alternative policies: set one (the other none / 0)")
-        number_in(self, "label_smoothing", 0, 1, "must be in [0, 1)")
         if not isinstance(self.data, str) or not self.data:
             raise ConfigError("data", f"must be a data source string, got {self.data!r}")
 
     def _check_warmup(self) -> None:
-        """At most one of :data:`WARMUP_FIELDS`, within its bounds; none: the paper's 5 %."""
+        """At most one of :data:`WARMUP_FIELDS` (its bounds: :func:`check_bounds`; warmup_epochs also at most
+        ``epochs``); none: the paper's 5 %."""
         given = [k for k in WARMUP_FIELDS if getattr(self, k) is not None]
         if len(given) > 1:
             a, b = given[:2]
@@ -114,16 +142,12 @@ class TrainConfig:
                                  "give one (warmup: a fraction of all steps, warmup_epochs or warmup_steps)")
         if not given:
             object.__setattr__(self, "warmup", PAPER_WARMUP)
-        elif given == ["warmup"]:
-            number_in(self, "warmup", 0, 1, "must be a fraction in [0, 1)")
         elif given == ["warmup_epochs"]:
-            number_in(self, "warmup_epochs", 0, float("inf"), "must be a finite number of epochs >= 0")
+            WARMUP_EPOCHS.check(self, "warmup_epochs")
             if self.warmup_epochs > self.epochs:
                 raise ConfigError("warmup_epochs", f"must be at most the {self.epochs} epochs of the run, "
                                                    f"got {self.warmup_epochs!r}")
             object.__setattr__(self, "warmup_epochs", float(self.warmup_epochs))  # one column type
-        else:
-            int_at_least(self, "warmup_steps", 0)
 
     def warmup_steps_for(self, steps_per_epoch: int) -> int:
         """Optimisation steps of the linear warm-up of a run of ``steps_per_epoch`` steps an epoch

@@ -269,7 +269,7 @@ def _write_run(t: _Trial, status: str) -> None:
 def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgress | None = None) -> dict[str, float]:
     """One pass over this rank's shard (``train_loss``, ``train_acc``, ``lr``, ``images_per_s``);
     losses and correct counts stay on the device until the epoch's one read."""
-    cfg, device, optimizer = t.cfg, t.device, t.optimizer
+    cfg, device = t.cfg, t.device
     t.net.train()
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
     correct = torch.zeros((), device=device, dtype=torch.int64)
@@ -277,11 +277,7 @@ def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgres
     total = t.steps_per_epoch * cfg.batch_size
     lr = cfg.lr
     for i, (x, y) in enumerate(_train_batches(t, epoch)):
-        lr = learning_rate(step=epoch * t.steps_per_epoch + i, steps_per_epoch=t.steps_per_epoch,
-                           epochs=cfg.epochs, base_lr=cfg.lr, schedule=cfg.schedule,
-                           warmup_steps=cfg.warmup_steps_for(t.steps_per_epoch))
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        lr = _set_lr(t, epoch * t.steps_per_epoch + i)
         loss, right = _train_step(t, x, y)
         loss_sum += loss * len(y)
         correct += right
@@ -294,6 +290,30 @@ def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgres
     synchronize(device)
     return {"train_loss": totals[0] / totals[2], "train_acc": totals[1] / totals[2], "lr": lr,
             "images_per_s": totals[2] / (time.perf_counter() - t0)}
+
+
+def _set_lr(t: _Trial, step: int) -> float:
+    """The schedule's lr of optimisation ``step`` (0-based), set on every parameter group."""
+    cfg = t.cfg
+    lr = learning_rate(step=step, steps_per_epoch=t.steps_per_epoch, epochs=cfg.epochs, base_lr=cfg.lr,
+                       schedule=cfg.schedule, warmup_steps=cfg.warmup_steps_for(t.steps_per_epoch))
+    for group in t.optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def first_steps(cfg: TrainConfig, *, steps: int = 1, splits=None, device: torch.device | None = None) -> list[float]:
+    """The training losses of ``cfg``'s first ``steps`` optimisation steps, taken as its trial takes them
+    (its data, model, optimiser, protocol and lr schedule; no evaluation, tables or checkpoint): whether a
+    configuration's values run, cheaply (tests/study/trial/test_numeric_bounds.py)."""
+    t = _set_up(cfg, splits=splits, device=device, paths=None)
+    t.net = t.model
+    t.steps_per_epoch = t.train_data.num_batches(batch_size=cfg.batch_size, world_size=1, train=True)
+    losses = []
+    for i, (x, y) in zip(range(steps), _train_batches(t, 0)):
+        _set_lr(t, i)
+        losses.append(float(_train_step(t, x, y)[0]))
+    return losses
 
 
 def _train_batches(t: _Trial, epoch: int):

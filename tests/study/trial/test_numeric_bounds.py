@@ -1,0 +1,162 @@
+"""Every number a study file, an override or a flag accepts is one the trial runs (issue 45, finding 1):
+each numeric field of TrainConfig, ModelConfig and every encoding at the extremes of a float (0, the
+smallest subnormal, the largest float, NaN, ±inf), at each declared bound and just past it is either
+refused by `study validate` in one line naming it (exit 2), or accepted and one optimisation step of a
+tiny model with it runs.  The bounds are declared once, beside each field, and published in the schema."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+import yaml
+
+from study import limits
+from study.models.config import ENCODING_FIELDS, FLOAT32_MAX, ModelConfig, bounds_of
+from study.trial import TrainConfig
+from study.trial.loop import first_steps
+
+FLOAT_MAX = 1.7976931348623157e308
+PROBES = [0, 5e-324, FLOAT_MAX, math.nan, math.inf, -math.inf]
+BASE = {"data": "synthetic:20", "epochs": 1, "batch_size": 10, "validation": 0, "training": {"head_stats": False,
+        "amp": False}, "model": {"hidden": 8, "layers": 1, "intermediate": 8, "num_heads": 1}}
+#: where a study file sets each TrainConfig field
+TRAIN_PATHS = {"lr": "optimizer.lr", "momentum": "optimizer.momentum", "weight_decay": "optimizer.weight_decay",
+               "warmup": "schedule.warmup", "warmup_epochs": "schedule.warmup_epochs",
+               "warmup_steps": "schedule.warmup_steps", "cutmix_alpha": "protocol.cutmix_alpha",
+               "mixup_alpha": "protocol.mixup_alpha", "label_smoothing": "protocol.label_smoothing",
+               "randaugment_ops": "protocol.randaugment_ops", "randaugment_magnitude": "protocol.randaugment_magnitude",
+               "epochs": "epochs", "batch_size": "batch_size", "subset": "subset", "validation": "validation",
+               "head_images": "training.head_images", "map_radius": "training.map_radius",
+               "eval_batch_size": "training.eval_batch_size", "seed": "seeds"}
+#: the lowest value of each int field (int_at_least in the configuration classes)
+INT_LOW = {"subset": 10, "map_radius": 0, "seed": 0, "randaugment_ops": 0, "randaugment_magnitude": 0,
+           "warmup_steps": 0}
+#: the highest (study.limits); model sizes at their caps are checked refused just past them, not trained
+INT_HIGH = {**limits.MAX_TRAIN_FIELD, "epochs": limits.MAX_EPOCHS, "batch_size": limits.MAX_BATCH_SIZE,
+            "seed": limits.MAX_SEED, "subset": limits.MAX_SUBSET, "randaugment_ops": limits.MAX_RANDAUGMENT_OPS,
+            "randaugment_magnitude": limits.MAX_RANDAUGMENT_MAGNITUDE}
+#: the encoding whose field it is (the others' fields must stay unset)
+ENCODING_OF = {"locality_strength": "gpsa", "rope_theta": "rope2d", "pos_dim": "learned"}
+#: ModelConfig fields a data source decides (every source gives 32x32 RGB; classes replace num_classes)
+DATA_FIXED = {"image_size", "in_channels", "num_classes", "downsample"}
+
+
+def _numeric(fields, kinds=("int", "float", "int | None", "float | None", "int | float")):
+    return [f for f in fields if (f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")) in kinds
+            or str(f.type) in kinds]
+
+
+TRAIN_FIELDS = [f.name for f in _numeric(dataclasses.fields(TrainConfig))]
+MODEL_FIELDS = [f.name for f in _numeric(dataclasses.fields(ModelConfig)) if f.name not in DATA_FIXED]
+
+
+def _bounds(name):
+    """(low, high, admits) of a field: its declared Bounds, an encoding's range, or the int table above."""
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig) + dataclasses.fields(ModelConfig)}
+    b = bounds_of(fields[name]) if name in fields else None
+    if b is not None and not b.integer:
+        return b.low, b.high, b.admits
+    enc = ENCODING_FIELDS.get(name)
+    if enc is not None and enc.bounds is not None:
+        return enc.bounds[0], enc.bounds[1], lambda v: enc.bounds[0] <= v <= enc.bounds[1]
+    if name == "validation":  # a count, or a fraction in (0, 1)
+        return 0.0, 1.0, lambda v: (isinstance(v, int) and v >= 0) or 0 < v < 1
+    return None
+
+
+def _values(name):
+    b = _bounds(name)
+    if b is not None:
+        low, high, _ = b
+        extra = [low, high, math.nextafter(low, -math.inf), math.nextafter(high, math.inf)]
+        return PROBES + [v for v in extra if v not in PROBES]
+    low = INT_LOW.get(name, 1)
+    high = INT_HIGH.get(name, limits.MAX_MODEL_FIELD.get(name))
+    ints = [low - 1, low] + ([high + 1] if high is not None else [])
+    if name in TRAIN_PATHS and high is not None:
+        ints.append(high)  # cheap to step at (model sizes at their caps are not: see INT_HIGH)
+    return PROBES + [v for v in ints if v not in PROBES]
+
+
+CASES = [(n, v) for n in TRAIN_FIELDS + MODEL_FIELDS for v in _values(n)]
+
+
+def _doc(name, value):
+    doc = json.loads(json.dumps(BASE))
+    if name in TRAIN_PATHS:
+        *parents, key = TRAIN_PATHS[name].split(".")
+        at = doc
+        for p in parents:
+            at = at.setdefault(p, {})
+        at[key] = [value] if key == "seeds" else value
+    else:
+        doc["model"][name] = value
+        if name in ENCODING_OF:
+            doc["model"]["encoding"] = ENCODING_OF[name]
+    return doc
+
+
+@pytest.fixture(scope="module")
+def splits():
+    from study.data import load_splits
+
+    return load_splits("synthetic:20", subset=None, seed=0)
+
+
+def test_every_numeric_field_is_covered():
+    assert {"lr", "momentum", "weight_decay", "warmup", "warmup_epochs", "warmup_steps", "cutmix_alpha",
+            "mixup_alpha", "label_smoothing", "validation"} <= set(TRAIN_FIELDS)
+    assert {"dropout", "attention_dropout", "center_init_std", "spread_init_std", "locality_strength",
+            "rope_theta", "hidden", "num_heads"} <= set(MODEL_FIELDS)
+    assert set(TRAIN_FIELDS) <= set(TRAIN_PATHS)
+
+
+@pytest.mark.parametrize("name,value", CASES, ids=[f"{n}={v!r}" for n, v in CASES])
+def test_a_number_is_refused_in_one_line_or_its_step_runs(study_in_process, tmp_path, splits, name, value):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_doc(name, value)))
+    code, out, err, _ = study_in_process("validate", path)
+    b = _bounds(name)
+    if code != 0:
+        assert code == 2 and len(err) == 1 and name in err[0].split(f"{path}: ", 1)[1], (code, err)
+        return
+    assert b is None or b[2](value), f"{name}={value!r} is outside its declared bounds but was accepted"
+    from study.spec import load_spec
+
+    spec = load_spec(path)
+    cfg = spec.train_config(spec.cells[0])
+    losses = first_steps(cfg, steps=1, splits=None if name == "subset" else splits, device=torch.device("cpu"))
+    assert len(losses) == 1  # a non-finite loss is allowed: the trial records it as diverged
+
+
+def test_the_published_schema_states_every_declared_bound():
+    from study.spec import StudyFile
+
+    defs = StudyFile.model_json_schema()["$defs"]
+    props = {**defs["Optimizer"]["properties"], **defs["Schedule"]["properties"], **defs["Protocol"]["properties"]}
+    declared = {f.name: bounds_of(f) for f in dataclasses.fields(TrainConfig) if bounds_of(f)}
+    assert {"lr", "momentum", "weight_decay", "warmup", "warmup_epochs", "warmup_steps", "cutmix_alpha",
+            "mixup_alpha", "label_smoothing"} <= set(declared)
+    for name, b in declared.items():
+        assert b.json_schema().items() <= props[name].items(), name
+    model = defs["ModelFields"]["properties"]
+    for f in dataclasses.fields(ModelConfig):
+        if bounds_of(f):
+            assert bounds_of(f).json_schema().items() <= model[f.name].items(), f.name
+        elif f.name in ENCODING_FIELDS and ENCODING_FIELDS[f.name].bounds:
+            low, high = ENCODING_FIELDS[f.name].bounds
+            assert (model[f.name]["minimum"], model[f.name]["maximum"]) == (low, high), f.name
+
+
+@pytest.mark.parametrize("train,model", [({"lr": FLOAT32_MAX}, {}), ({}, {"center_init_std": FLOAT32_MAX})],
+                         ids=["lr", "center_init_std"])
+def test_an_extreme_accepted_value_whose_loss_turns_non_finite_ends_the_trial_diverged(tmp_path, train, model):
+    from study.tables import read_table
+    from study.trial import train_trial
+
+    cfg = TrainConfig(model=ModelConfig(**{**BASE["model"], **model}), data="synthetic:20", epochs=2, batch_size=10,
+                      head_images=4, amp=False, **train)
+    assert train_trial(cfg, trial_id="t", tables=tmp_path).status == "diverged"
+    assert read_table(tmp_path, "runs").status.tolist() == ["diverged"]
