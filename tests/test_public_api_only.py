@@ -1,15 +1,17 @@
 """The project uses its libraries through their public API: no import of a private
 module (``ray._private``, ``ray.train._internal``, ``torch._dynamo``, ...), no
-private attribute of a library reached through its module, no assignment to an
-attribute of a library's module, class or object (a patch), and no filter of a
-library's log messages or warnings by their text.  The scanner is checked on sources that do
-each of these, so it cannot pass by finding nothing."""
+private attribute of a library reached through its module, no private keyword argument
+(``ray.init(_node_ip_address=...)``, also when the keywords are a dict the code assembles and
+unpacks with ``**``), no assignment to an attribute of a library's module, class or object
+(a patch), and no filter of a library's log messages or warnings by their text.  The scanner
+is checked on sources that do each of these, so it cannot pass by finding nothing."""
 
 from __future__ import annotations
 
 from tests.helpers import REPO_ROOT
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,63 @@ LIBRARIES = {"ray", "optuna", "torch", "torchvision", "pyarrow", "pandas", "nump
 def _private(dotted: str) -> bool:
     return any(part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
                for part in dotted.split("."))
+
+
+#: the project's own functions whose returned dict is not a set of keyword arguments:
+#: ``file name:function`` (the searcher's pickled state names its own attributes)
+OWN_DICTS = {"searcher.py:__getstate__"}
+
+
+def _keyword_dicts(tree: ast.AST, where: str) -> list[tuple[ast.expr, str]]:
+    """(dict, how) for every dict whose keys become keyword arguments: a dict display or
+    ``dict(...)`` unpacked with ``**`` in a call, bound to a name that a call unpacks in the
+    same scope, or returned by a function (how ``ray_init_kwargs`` handed ``ray.init`` its keywords)."""
+    found: list[tuple[ast.expr, str]] = []
+
+    def is_dict(e: ast.expr) -> bool:
+        return isinstance(e, ast.Dict) or (isinstance(e, ast.Call) and isinstance(e.func, ast.Name)
+                                           and e.func.id == "dict")
+
+    def own_nodes(scope: ast.AST) -> list[ast.AST]:
+        """The nodes of ``scope``, not those of the functions defined in it (their own scopes)."""
+        nodes, todo = [], list(ast.iter_child_nodes(scope))
+        while todo:
+            n = todo.pop()
+            nodes.append(n)
+            if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                todo += ast.iter_child_nodes(n)
+        return nodes
+
+    scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+    for scope in scopes:
+        nodes = own_nodes(scope)
+        unpacked = {k.value.id for n in nodes if isinstance(n, ast.Call) for k in n.keywords
+                    if k.arg is None and isinstance(k.value, ast.Name)}
+        for n in nodes:
+            if isinstance(n, ast.Call):
+                found += [(k.value, "unpacked with **") for k in n.keywords
+                          if k.arg is None and is_dict(k.value)]
+            elif isinstance(n, ast.Assign) and is_dict(n.value) and any(
+                    isinstance(t, ast.Name) and t.id in unpacked for t in n.targets):
+                found.append((n.value, "unpacked with ** later"))
+            elif (isinstance(n, ast.Return) and n.value is not None and is_dict(n.value) and scope is not tree
+                  and f"{where}:{scope.name}" not in OWN_DICTS):
+                found.append((n.value, f"returned by {scope.name}"))
+    return found
+
+
+def _keys(d: ast.expr) -> list[str]:
+    """The string keys of a dict display (nested ``**{...}`` included) or of a ``dict(...)`` call."""
+    if isinstance(d, ast.Call):
+        nested = [k.value for k in d.keywords if k.arg is None and isinstance(k.value, ast.Dict)]
+        return [k.arg for k in d.keywords if k.arg is not None] + [key for n in nested for key in _keys(n)]
+    keys = []
+    for k, v in zip(d.keys, d.values):
+        if isinstance(k, ast.Constant) and isinstance(k.value, str):
+            keys.append(k.value)
+        elif k is None and isinstance(v, ast.Dict):
+            keys += _keys(v)
+    return keys
 
 
 def violations(source: str, where: str = "<source>") -> list[str]:
@@ -70,6 +129,13 @@ def violations(source: str, where: str = "<source>") -> list[str]:
             found.append(f"{where}:{node.lineno}: a warning filter on the warning's text")
         if isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Attribute) and b.attr == "Filter" for b in node.bases):
             found.append(f"{where}:{node.lineno}: a logging.Filter subclass")
+        if isinstance(node, ast.Call):
+            found += [f"{where}:{node.lineno}: passes the private keyword {k.arg}" for k in node.keywords
+                      if k.arg is not None and _private(k.arg)]
+    # a dict's private keys are string literals ('_name'): a source without one is not walked again
+    for d, how in _keyword_dicts(tree, where) if re.search(r"""['"]_(?!_)""", source) else []:
+        found += [f"{where}:{d.lineno}: the private keyword {k} in a dict {how}"
+                  for k in _keys(d) if _private(k)]
     return found
 
 
@@ -98,6 +164,16 @@ def test_the_packages_use_only_public_library_api():
      "a warning filter on the warning's text"),
     ("import logging\nlogging.getLogger('ray.tune').addFilter(lambda r: 'restore' not in r.getMessage())",
      "a filter on a logger"),
+    ("import ray\nray.init(address='local', _node_ip_address='127.0.0.2')",
+     "private keyword _node_ip_address"),
+    ("import ray\nray.init(**{'address': 'local', '_temp_dir': '/tmp/r'})", "private keyword _temp_dir"),
+    ("import ray\nray.init(**dict(address='local', _system_config={}))", "private keyword _system_config"),
+    ("import ray\nkw = {'num_cpus': 1, **{'_plasma_directory': '/x'}}\nray.init(**kw)",
+     "private keyword _plasma_directory in a dict unpacked"),
+    ("def ray_init_kwargs(address):\n    kwargs = dict(log_to_driver=False)\n"
+     "    return {**kwargs, 'address': address, '_node_ip_address': '127.0.0.2'}",
+     "private keyword _node_ip_address in a dict returned by ray_init_kwargs"),
+    ("import pandas as pd\npd.DataFrame({'m': [1]}).assign(_m=1)", "private keyword _m"),
 ])
 def test_the_scanner_finds_each_kind_of_internal_use(source, words):
     found = violations(source)
@@ -109,3 +185,15 @@ def test_the_scanner_leaves_public_use_and_own_objects_alone():
               "ray.init(); tune.Tuner(lambda c: None)\ntorch.compiler.reset()\n"
               "class Own:\n    pass\nOwn.x = 1\nspec = Own()\nobject.__setattr__(spec, 'name', 'n')\n")
     assert violations(source) == []
+
+
+def test_the_scanner_leaves_dunder_keywords_data_dicts_and_own_state_alone():
+    """Only keyword arguments are judged: pydantic's public ``__base__``, a dict of data that
+    never becomes keywords, and the allow-listed own ``__getstate__`` pass; the same dict
+    returned by any other function does not."""
+    source = ("from pydantic import create_model, BaseModel\nM = create_model('M', __base__=BaseModel)\n"
+              "formulas = {'_scaled_dot_product_flash_attention_for_cpu': len}\n"
+              "class Searcher:\n    def __getstate__(self):\n"
+              "        return {**self.__dict__, '_storage': None}\n")
+    assert violations(source, "searcher.py") == []
+    assert len(violations(source, "other.py")) == 1

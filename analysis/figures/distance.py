@@ -38,8 +38,9 @@ def data(d: pd.DataFrame, models: list[str], column: str) -> pd.DataFrame:
               .join(per_seed.agg(seeds="size", seed_std="std")).reset_index()
               .assign(kind="layer", trial_id="", seed=np.nan, head=-1))
     out = pd.concat([heads, layers], ignore_index=True)
-    out = out.assign(_m=out["model"].map({m: i for i, m in enumerate(models)}), _k=out["kind"] == "layer")
-    out = out.sort_values(["_m", "layer", "_k", "head", "seed", "trial_id"])
+    out = out.assign(model_rank=out["model"].map({m: i for i, m in enumerate(models)}),
+                     is_layer=out["kind"] == "layer")
+    out = out.sort_values(["model_rank", "layer", "is_layer", "head", "seed", "trial_id"])
     return out.assign(metric=column)[COLUMNS].reset_index(drop=True)
 
 

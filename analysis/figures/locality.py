@@ -33,7 +33,8 @@ def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame
     out = out.astype({"epoch": int, "layer": int})
     out["epochs_trained"] = out["epoch"] + 1
     rank = {m: i for i, m in enumerate(models)}
-    out = out.assign(_m=out["model"].map(rank)).sort_values(["_m", "layer", "epoch"]).drop(columns=["_m", "total"])
+    out = out.assign(model_rank=out["model"].map(rank)).sort_values(["model_rank", "layer", "epoch"])
+    out = out.drop(columns=["model_rank", "total"])
     return out.reset_index(drop=True)
 
 
