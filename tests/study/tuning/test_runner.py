@@ -13,6 +13,8 @@ from study.spec import load_spec
 from study.tables import read_table
 from tests.helpers import Output, default_sigint, kill_session, popen, processes, wait_for
 
+#: a Python warning as the console shows it (`…: FutureWarning: Tip: …`)
+WARNING_LINE = r"\b\w*Warning: |\bTip: "
 TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
 BASE = {"data": "synthetic:100", "epochs": 1, "batch_size": 25, "training": {"head_images": 4},
         "model": TINY, "resources": {"cpus_per_trial": 1}}
@@ -77,8 +79,10 @@ def _study(tmp_path, *args, **kw):
 def test_interrupt_then_resume_keeps_the_study_that_started(tmp_path):
     """Run with command-line overrides, SIGINT once a trial has finished, change the study
     file: `study resume NAME` (no overrides on its command line) runs the study that
-    started (its overrides, from study.json), trains only what was left (finished trials
-    untouched: same attempts, same epoch parts) and `study status` says so."""
+    started (its overrides, from study.json), under the same trial ids, trains only what was
+    left (finished trials untouched: same ledgers, same epoch parts; the interrupted ones one
+    attempt more) and `study status` says so.  Both consoles are quiet (no Ray log line, no
+    Python warning); the trials ran on the local Ray's loopback node address."""
     import json
     import re
 
@@ -127,11 +131,15 @@ def test_interrupt_then_resume_keeps_the_study_that_started(tmp_path):
         kill_session(driver)
     assert driver.returncode == 130, out  # interrupted by SIGINT (study.errors)
     assert "study resume intr" in out and "Tuner.restore" not in out
+    assert not re.search(WARNING_LINE, out), out
     before = read_table(tables, "runs")
     assert 1 <= (before.status == "finished").sum() < 4
     # the trial that was running is `interrupted` (not ASHA's `stopped`), none left `running`
     assert set(before.status) <= {"finished", "interrupted"} and (before.status == "interrupted").sum() >= 1
     mtimes = {p: p.stat().st_mtime_ns for t in finished for p in (tables / "epochs" / t).glob("*.parquet")}
+    ledgers = {p.stem: p.read_text() for p in (root / "trials").glob("*.json")}
+    interrupted = set(before.trial_id[before.status == "interrupted"])
+    assert finished | interrupted <= set(ledgers), (sorted(ledgers), before)
     meta = json.loads((root / "study.json").read_text())
     assert meta["overrides"] == overrides and meta["raw"]["seeds"] == [0, 1] and meta["raw"]["model"]["hidden"] == 8
     saved = yaml.safe_load((root / "study.yaml").read_text())
@@ -143,11 +151,23 @@ def test_interrupt_then_resume_keeps_the_study_that_started(tmp_path):
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out
     assert "(overrides: model.hidden=8 'seeds=[0,1]' 'models[0].isotropic=true')" in out
-    # Ray's lines: in logs/ray.log
+    # Ray's lines: in logs/ray.log (in its format), none on the console; no Python warning there either
     assert not re.search(r"\b(INFO|WARNING|ERROR)\b\s+[\w.]+\.py:\d+ -- |\(pid=", out), out
-    assert "Token authentication is enabled" in (root / "logs" / "ray.log").read_text()
+    assert not re.search(WARNING_LINE, out), out
+    ray_log = (root / "logs" / "ray.log").read_text()
+    assert re.search(r"^\S+ \S+\t(INFO|WARNING|ERROR) [\w.]+\.py:\d+ -- ", ray_log, flags=re.M), ray_log
     after = read_table(tables, "runs")
     assert len(after) == 4 and (after.status == "finished").all(), after
+    # the same study: every trial id it had, its ledger for each; the finished trials' ledgers untouched,
+    # the interrupted ones counted one attempt more
+    assert set(before.trial_id) <= set(after.trial_id), (before, after)
+    assert {p.stem for p in (root / "trials").glob("*.json")} == set(after.trial_id)
+    for t in finished:
+        assert (root / "trials" / f"{t}.json").read_text() == ledgers[t], t
+    for t in interrupted:
+        now = (root / "trials" / f"{t}.json").read_text()
+        assert json.loads(now)["attempts"] == json.loads(ledgers[t])["attempts"] + 1, (t, ledgers[t], now)
+    assert all(ip.startswith("127.") for ip in after.node_ip), after.node_ip  # the local Ray's loopback node
     assert sorted(after.seed) == [0, 0, 1, 1] and set(after.hidden) == {8} and set(after.isotropic) == {True}
     # finished trials did not run again: same attempt count, untouched epoch parts
     assert (after.set_index("trial_id").loc[sorted(finished), "attempts"] == 1).all()
