@@ -190,7 +190,8 @@ def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str |
 
 
 def _problem(cfg, *, workers: int) -> tuple[str, str] | None:
-    """The first (field, problem) of a configuration that its classes do not check: image shape, limits, and the subset and one step's batch against the data (:func:`study.plan.trial_images`)."""
+    """The first (field, problem) of a configuration that its classes do not check: image shape, limits,
+    and the subset and one step's batch against the data (:func:`study.plan.trial_images`)."""
     for fld, want, what in (("in_channels", IMAGE_CHANNELS, f"RGB images ({IMAGE_CHANNELS} channels)"),
                             ("image_size", IMAGE_SIDE, f"{IMAGE_SIDE}x{IMAGE_SIDE} images")):
         if getattr(cfg.model, fld) != want:
