@@ -14,6 +14,44 @@ import torch
 from torch import nn
 
 from study.bench import COMPILE_BACKENDS  # torch-free, shared with the CLI
+from study.errors import UsageError
+
+#: ``torch.compile`` configurations known to train right, (device type, backend, model) → the
+#: evidence; model: an encoding (``ModelConfig.encoding``), ``resnet18``, or ``*`` for every model.
+#: Anything else is refused (:func:`compile_refusal`).  A GPU session adds a CUDA entry after
+#: ``benchmarks/gpu_check.py`` has run the unverified configuration (``unverified_compile=True``)
+#: against eager and recorded device, backend and encoding (docs/performance.md).
+VERIFIED_COMPILES: dict[tuple[str, str, str], str] = {
+    ("cpu", "inductor", "*"): "tests/study/test_compiled_paper_width.py: loss and gradients at the paper's "
+                              "width equal eager's, every encoding",
+    ("cpu", "aot_eager", "*"): "tests/study/test_devicepaths.py::test_compiled_step_matches_eager, every encoding",
+    ("cpu", "eager", "*"): "Dynamo's graphs run by eager's kernels: no generated code",
+    # no generated code: eager's CUDA kernels on the Dynamo / AOT Autograd graphs the CPU tests check;
+    # finite at the paper's size on the GPU of issue 43 (study bench, bf16, SA quadratic)
+    ("cuda", "aot_eager", "*"): "eager's CUDA kernels on the graphs the CPU tests check (issue 43: finite)",
+    ("cuda", "eager", "*"): "Dynamo's graphs run by eager's kernels: no generated code",
+}
+
+
+def compile_model(cfg: Any) -> str:
+    """The model key of :data:`VERIFIED_COMPILES` for a ``ModelConfig``: its encoding, or its arch."""
+    return cfg.encoding if cfg.arch == "sa" else cfg.arch
+
+
+def compile_refusal(*, device_type: str, backend: str, model: str, instead: str,
+                    verified: dict[tuple[str, str, str], str] = VERIFIED_COMPILES) -> str | None:
+    """None when ``torch.compile(backend=backend)`` of ``model`` on ``device_type`` is in ``verified``
+    (:data:`VERIFIED_COMPILES`), else one line saying so, what to use ``instead``, and how a GPU
+    session verifies it (CUDA + inductor trained SA quadratic to NaN at the paper's size, issue 43)."""
+    if (device_type, backend, model) in verified or (device_type, backend, "*") in verified:
+        return None
+    return (f"torch.compile with {backend} on {device_type} is not verified for {model} (it trained SA quadratic "
+            f"to NaN on CUDA); {instead}; benchmarks/gpu_check.py verifies it on a GPU and records device, backend "
+            f"and encoding for study.devicepaths.VERIFIED_COMPILES")
+
+
+class UnverifiedCompile(UsageError):
+    """A ``torch.compile`` configuration not in :data:`VERIFIED_COMPILES`: refused before training."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +64,8 @@ class DevicePaths:
     channels_last: bool = False
     pinned_transfer: bool = False
     cuda_rng: bool = False
+    #: run a compiled configuration not in VERIFIED_COMPILES (benchmarks/gpu_check.py, to verify it)
+    unverified_compile: bool = False
 
     def __post_init__(self) -> None:
         if self.compile_backend not in COMPILE_BACKENDS:
@@ -51,7 +91,18 @@ class DevicePaths:
     def autocast_factory(self, device: torch.device | str) -> Callable[[], contextlib.AbstractContextManager]:
         return lambda: self.autocast(device)
 
+    def check_compile(self, device: torch.device | str, *, model: str, flag: str, instead: str) -> None:
+        """Raise :class:`UnverifiedCompile`, ``flag: why`` (:func:`compile_refusal`), when ``compile`` is
+        selected for a configuration not in :data:`VERIFIED_COMPILES`, unless ``unverified_compile``."""
+        if not self.compile or self.unverified_compile:
+            return
+        why = compile_refusal(device_type=torch.device(device).type, backend=self.compile_backend, model=model,
+                              instead=instead)
+        if why is not None:
+            raise UnverifiedCompile(f"{flag}: {why}")
+
     def compiled(self, module: nn.Module | Callable) -> nn.Module | Callable:
+        """``torch.compile(module)`` when selected (checked first by the caller: :meth:`check_compile`)."""
         return torch.compile(module, backend=self.compile_backend) if self.compile else module
 
     def memory_format(self, model: nn.Module, x: torch.Tensor | None = None):

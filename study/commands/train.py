@@ -119,6 +119,14 @@ def run(args: argparse.Namespace) -> int:
     check_sizes(cfg.data, sizes=sizes, subset=cfg.subset, validation=cfg.validation, batch=cfg.batch_size, workers=1,
                 where=flag)
     check_model_params(cfg.model)  # (imports torch: it builds the model on the meta device)
+    if cfg.compile:  # on the device train_trial picks (CUDA if any): refused unless verified, before any write
+        import torch
+
+        from study.devicepaths import DevicePaths, compile_model
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        DevicePaths.for_device(device, compile=True).check_compile(
+            device, model=compile_model(cfg.model), flag="--compile", instead="train without --compile")
     bar = None if args.quiet or not sys.stderr.isatty() else _EpochBar(epochs=cfg.epochs, stream=sys.stderr)
     say = bar.line if bar is not None else (lambda line: print(line, file=sys.stderr, flush=True))
     progress = None if args.quiet else say

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from study.data import DeviceData, hold_out_validation, load_splits
-from study.devicepaths import (DevicePaths, capture_rng, ddp_device_ids, restore_rng, select_device,
-                               synchronize)
+from study.devicepaths import (DevicePaths, capture_rng, compile_model, ddp_device_ids, restore_rng,
+                               select_device, synchronize)
 from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
 from study.plan import TRAIN_FORWARDS
@@ -182,6 +182,8 @@ def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: Dev
         device = (torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
                   if torch.cuda.is_available() else torch.device("cpu"))
     paths = paths or DevicePaths.for_device(device, amp=cfg.amp, compile=cfg.compile)
+    paths.check_compile(device, model=compile_model(cfg.model), flag="training.compile",
+                        instead="train it without (training.compile: false; study train without --compile)")
     select_device(device)
     if splits is None:
         splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)

@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from study.data import DeviceData
-from study.devicepaths import (DevicePaths, capture_rng, ddp_device_ids, restore_rng, to_device)
+from study.devicepaths import (VERIFIED_COMPILES, DevicePaths, UnverifiedCompile, capture_rng, compile_model,
+                               compile_refusal, ddp_device_ids, restore_rng, to_device)
 from study.models import ModelConfig, build_model
 from study.trial import TrainConfig, train_trial
 from study.trial.checkpoint import load_checkpoint, save_checkpoint
@@ -150,28 +151,82 @@ def test_export_evaluation_selects_autocast_from_the_trial():
 
 # -------------------------------------------------------------------- compile
 @pytest.mark.slow
-def test_compiled_step_matches_eager(encoding_variant, tmp_path):
-    """``--compile`` (torch.compile of the model as trained), one training step and
-    the evaluation, on CPU, against eager."""
+def test_train_trial_trains_the_compiled_model(tmp_path):
+    """``--compile`` in the training loop: one step and the evaluation of the model as trained
+    by ``torch.compile``, against eager.  The compiled arithmetic of every encoding, at the
+    paper's width: tests/study/models/test_compiled_equals_eager.py; here the loop's wiring,
+    for the encoding of issue 43 (SA quadratic)."""
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
-    model = tiny_model(encoding_variant)
+    model = tiny_model({"encoding": "quadratic", "isotropic": True})
     init, ref, m_ref = run_one_step(tmp_path, "eager", model, DevicePaths(), head_stats=False)
     _, comp, m_comp = run_one_step(tmp_path, "compiled", model,
                                    DevicePaths(compile=True, compile_backend=COMPILE_BACKEND), head_stats=False)
     assert counters["stats"]["unique_graphs"] >= 1, dict(counters["stats"])  # Dynamo really compiled
-    worst = max(float((comp[k] - ref[k]).abs().max()) for k in ref)
-    if MEASURE:
-        print(f"\ncompile[{COMPILE_BACKEND}] {encoding_variant}: max |Δθ| {worst:.2e}, "
-              f"train_loss {rel(m_comp['train_loss'], m_ref['train_loss']):.2e}, "
-              f"test_loss {rel(m_comp['test_loss'], m_ref['test_loss']):.2e}")
     for k in ref:
         torch.testing.assert_close(comp[k], ref[k], atol=COMPILE_ATOL, rtol=COMPILE_RTOL, msg=k)
     assert max(float((ref[k] - init[k]).abs().max()) for k in ref) > 1e-3  # the step moved the weights
     assert rel(m_comp["train_loss"], m_ref["train_loss"]) < COMPILE_RTOL
     assert rel(m_comp["test_loss"], m_ref["test_loss"]) < COMPILE_RTOL
+
+
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+
+
+@pytest.mark.parametrize("backend", COMPILE_BACKENDS)
+@pytest.mark.parametrize("device_type", ["cpu", "cuda", "mps"])
+def test_compiled_configurations_not_verified_are_refused(encoding_variant, device_type, backend):
+    """VERIFIED_COMPILES, decided for any device on CPU: CPU compiles are verified by this suite,
+    CUDA's code-free backends too; CUDA + inductor (NaN at the paper's size, issue 43) and any
+    other device are refused in one line naming what to use instead and how to verify it."""
+    model = compile_model(ModelConfig(**encoding_variant))
+    assert model == encoding_variant["encoding"]
+    why = compile_refusal(device_type=device_type, backend=backend, model=model, instead="leave out --compile")
+    if device_type == "cpu" or (device_type == "cuda" and backend != "inductor"):
+        assert why is None
+        return
+    assert why is not None and "\n" not in why
+    assert why.startswith(f"torch.compile with {backend} on {device_type} is not verified for {model} ")
+    assert "leave out --compile" in why and "benchmarks/gpu_check.py" in why
+    paths = DevicePaths(compile=True, compile_backend=backend)
+    with pytest.raises(UnverifiedCompile, match=f"^--compile: torch.compile with {backend}"):
+        paths.check_compile(device_type, model=model, flag="--compile", instead="leave out --compile")
+    # the documented way to run it anyway (benchmarks/gpu_check.py, to verify it), and eager
+    DevicePaths(compile=True, compile_backend=backend, unverified_compile=True).check_compile(
+        device_type, model=model, flag="--compile", instead="")
+    DevicePaths().check_compile(device_type, model=model, flag="--compile", instead="")
+
+
+def test_a_verified_entry_for_one_encoding_admits_that_encoding_only():
+    """The entry a GPU session adds after benchmarks/gpu_check.py verified one encoding."""
+    table = {**VERIFIED_COMPILES, ("cuda", "inductor", "learned"): "a GPU session's gpu_check.py"}
+    assert compile_refusal(device_type="cuda", backend="inductor", model="learned", instead="", verified=table) is None
+    assert compile_refusal(device_type="cuda", backend="inductor", model="quadratic", instead="",
+                           verified=table) is not None
+    assert compile_refusal(device_type="cuda", backend="inductor", model="learned", instead="") is not None
+
+
+def test_train_trial_refuses_an_unverified_compile_before_writing(tmp_path):
+    """A study whose ``training.compile`` is true, run on CUDA: the trial refuses in one line before
+    loading data or writing (decided on this CPU machine: the refusal comes before the device is used)."""
+    cfg = one_step_config(tiny_model({"encoding": "quadratic", "isotropic": True}), compile=True)
+    with pytest.raises(UnverifiedCompile, match="^training.compile: torch.compile with inductor on cuda is not "
+                                                "verified for quadratic .*training.compile: false"):
+        train_trial(cfg, trial_id="t", tables=tmp_path / "tables", checkpoint_dir=tmp_path / "checkpoint",
+                    device=torch.device("cuda"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_refuses_an_unverified_compile_before_timing():
+    from study.bench.runner import default_options, run_bench
+
+    opts = default_options("cuda", batch=1, steps=1, targets=("sa_learned", "attention:sa_quadratic"),
+                           compile=True, references=())
+    with pytest.raises(UnverifiedCompile, match="^--compile: .* on cuda is not verified for learned .*; use "
+                                                "--compile-backend aot_eager, or leave out --compile; "):
+        run_bench(opts)
 
 
 # -------------------------------------------------------------- channels-last
@@ -355,11 +410,12 @@ def test_cuda_bf16_step_matches_cpu_float32(encoding_variant, tmp_path):
 
 @cuda_only
 def test_cuda_compiled_step_matches_eager(encoding_variant, tmp_path):
+    """The training loop's CUDA compile, run unverified (VERIFIED_COMPILES has no CUDA + inductor entry)."""
     dev = torch.device("cuda", 0)
     model = tiny_model(encoding_variant)
     out = {}
     for name, paths in (("eager", DevicePaths.for_device(dev, amp=False)),
-                        ("compiled", DevicePaths.for_device(dev, amp=False, compile=True))):
+                        ("compiled", DevicePaths.for_device(dev, amp=False, compile=True, unverified_compile=True))):
         train_trial(one_step_config(model, head_stats=False), trial_id=name, checkpoint_dir=tmp_path / name,
                     device=dev, paths=paths)
         out[name] = load_checkpoint(tmp_path / name)["model"]
