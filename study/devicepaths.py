@@ -22,9 +22,11 @@ from study.errors import UsageError
 #: ``benchmarks/gpu_check.py`` has run the unverified configuration (``unverified_compile=True``)
 #: against eager and recorded device, backend and encoding (docs/performance.md).
 VERIFIED_COMPILES: dict[tuple[str, str, str], str] = {
-    ("cpu", "inductor", "*"): "tests/study/test_compiled_paper_width.py: loss and gradients at the paper's "
-                              "width equal eager's, every encoding",
-    ("cpu", "aot_eager", "*"): "tests/study/test_devicepaths.py::test_compiled_step_matches_eager, every encoding",
+    ("cpu", "inductor", "*"): "STUDY_COMPILE_BACKEND=inductor pytest "
+                              "tests/study/models/test_compiled_equals_eager.py: loss and gradients at the "
+                              "paper's width equal eager's, every encoding",
+    ("cpu", "aot_eager", "*"): "tests/study/models/test_compiled_equals_eager.py (its default backend), "
+                               "every encoding",
     ("cpu", "eager", "*"): "Dynamo's graphs run by eager's kernels: no generated code",
     # no generated code: eager's CUDA kernels on the Dynamo / AOT Autograd graphs the CPU tests check;
     # finite at the paper's size on the GPU of issue 43 (study bench, bf16, SA quadratic)

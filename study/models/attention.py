@@ -101,7 +101,25 @@ class RelativeSelfAttention(HeadsLayer):
 
     def attention_probs(self, x: Tensor) -> Tensor:
         """Softmax over all keys of the image, before dropout, in at least float32."""
+        if not self.content:
+            _, h, w, _ = x.shape
+            return self.positional_probs(h, w)
         return softmax32(self.attention_scores(x))
+
+    @torch.compiler.disable
+    def positional_probs(self, height: int, width: int) -> Tensor:
+        """softmax_k of the positional scores (Eq. 9 or Section 4.2), (N_h, T, T) in at least float32:
+        one matrix for the batch, as it does not depend on the image.  Never traced by ``torch.compile``
+        (``torch.compiler.disable``): it runs eagerly, its backward too, and the compiled graph gets it as
+        an input (docs/design.md §12: inductor's CUDA code for this softmax trained to NaN, issue 43)."""
+        return softmax32(self.positional(height, width))
+
+    @torch.compiler.disable
+    def axis_probs(self, height: int, width: int) -> tuple[Tensor, Tensor]:
+        """P_row = softmax(s_row) (N_h, H, H) and P_col = softmax(s_col) (N_h, W, W) of a separable
+        positional encoding, outside any compiled graph as :meth:`positional_probs`."""
+        rows, cols = self.positional.axis_scores(height, width)
+        return softmax32(rows), softmax32(cols)
 
     @property
     def separable(self) -> bool:
@@ -133,8 +151,7 @@ class RelativeSelfAttention(HeadsLayer):
         a (W×W) product along the columns, then an (H×H) product along the rows."""
         b, h, w, d = x.shape
         n = self.num_heads
-        rows, cols = self.positional.axis_scores(h, w)  # (N_h, H, H), (N_h, W, W)
-        p_row, p_col = softmax32(rows), softmax32(cols)
+        p_row, p_col = self.axis_probs(h, w)  # (N_h, H, H), (N_h, W, W)
         # columns: y[n, qc, b, kr, :] = Σ_kc P_col[n, qc, kc] · X[b, kr, kc, :]
         xc = x.permute(2, 0, 1, 3).reshape(w, b * h * d)
         y = (p_col.to(x.dtype).reshape(n * w, w) @ xc).view(n, w, b, h, d)
