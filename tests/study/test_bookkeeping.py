@@ -158,9 +158,9 @@ def test_cluster_flags_refused_in_one_line(storage, args, needle, command):
 @pytest.mark.parametrize("mode", ["disabled", "k8s"])
 @pytest.mark.parametrize("command", ["run", "resume"])
 def test_local_ray_without_token_auth_refused_in_one_line(storage, mode, command):
-    """The local Ray's gRPC servers listen on every interface (Ray 2.60): without the
-    token anyone on the network could run code in it, so `RAY_AUTH_MODE` other than
-    `token` is refused for it, before Ray starts."""
+    """The local Ray's servers listen on loopback: without the token every user of the
+    host could run code in it, so `RAY_AUTH_MODE` other than `token` is refused for it,
+    before Ray starts."""
     target = ["s.yaml", "--name", "fresh"] if command == "run" else ["done", "--storage", "st"]
     r = _run(["-m", "study", command, *target], storage.parent, env={"RAY_AUTH_MODE": mode})
     lines = r.stderr.strip().splitlines()
