@@ -12,8 +12,8 @@ from pathlib import Path
 
 from study import limits
 from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, check_sizes,
-                           checked_splits, config_from_flags, flag, model_overrides, refused)
-from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, LockError, StorageError, UsageError
+                           checked_splits, config_from_flags, flag, model_overrides)
+from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, StorageError, UsageError
 from study.metafile import MetaFileError, read_object
 from study.storage import file_in_the_way
 from study.trial import TrainConfig
@@ -118,6 +118,24 @@ def run(args: argparse.Namespace) -> int:
     _check_ledger(out / "trial.json")
     check_sizes(cfg.data, sizes=sizes, subset=cfg.subset, validation=cfg.validation, batch=cfg.batch_size, workers=1,
                 where=flag)
+    from study.tuning.lock import StudyLock
+
+    # one `study train` per --out folder (a second would train the same trial into it), taken before torch is
+    # imported: a second is refused in well under a second; released with the folders it created, so a
+    # refused train leaves none (the first write: after every input that needs no torch was accepted)
+    lock = StudyLock(root=str(out), name=trial_id, busy=f"--out: {out} is being trained into by another study train")
+    try:
+        lock.acquire()
+    except OSError as e:
+        raise UsageError(f"--out: cannot create {out} ({e.strerror or e})") from None
+    try:
+        return _train(args, cfg, out=out, trial_id=trial_id, sizes=sizes, prog=prog)
+    finally:  # (main prints a refusal raised in _train only after this)
+        lock.release()  # the folder is free when the command ends, not only once this process has
+
+
+def _train(args: argparse.Namespace, cfg: TrainConfig, *, out: Path, trial_id: str, sizes, prog: str) -> int:
+    """``study train`` once --out's lock is held: the checks that need torch, then the training."""
     check_model_params(cfg.model)  # (imports torch: it builds the model on the meta device)
     if cfg.compile:  # on the device train_trial picks (CUDA if any): refused unless verified, before any write
         import torch
@@ -132,18 +150,9 @@ def run(args: argparse.Namespace) -> int:
     progress = None if args.quiet else say
     splits = checked_splits(cfg.data, subset=cfg.subset, validation=cfg.validation, seed=cfg.seed,
                             batch=cfg.batch_size, workers=1, progress=progress, where=flag, sizes=sizes)
-    try:  # the first write: after every input was accepted, so a refused one creates no folder
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out: cannot create {out} ({e.strerror or e})") from None
     from study.trial import train_trial
     from study.trial.ledger import TrialLedger
-    from study.tuning.lock import StudyLock
 
-    # one `study train` per --out folder (a second would train the same trial into it)
-    lock = StudyLock(root=str(out), name=trial_id, busy=f"--out: {out} is being trained into by another study train")
-    with refused(LockError):
-        lock.acquire()
     book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
     try:  # each line below goes through say(): no half-drawn bar above it
         result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
@@ -159,10 +168,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         say(f"{prog}: interrupted; the same command continues from the last checkpoint in {out}")
         return EXIT_SIGINT
-    finally:  # (main prints a refusal raised above only after this)
+    finally:
         if bar is not None:
             bar.close()
-        lock.release()  # the folder is free when the command ends, not only once this process has
     val = "" if result.best_val_acc != result.best_val_acc else f"best val acc {result.best_val_acc:.4f}, "
     print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
           f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")
