@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from study.bench.options import BENCH_MODELS, BenchOptions
+from study.bench.options import ATTENTION, BENCH_MODELS, BenchOptions
 from study.bench.references import REFERENCES
 from study.bench.timing import Variant, measure, sgd_variant, speedups
 from study.devicepaths import DevicePaths
@@ -69,7 +69,7 @@ def bench_attention(key: str, opts: BenchOptions) -> dict:
     variants = [_layer_variant(name, layer, fn, opts, training=training, paths=paths, path=path)
                 for name, fn, training, paths, path in runs]
     out.update(dict.fromkeys(("fast", "train", "core_fast", *REFERENCES, *(f"core_{r}" for r in REFERENCES))))
-    out.update(measure(variants, opts))
+    out.update(measure(variants, opts, label=f"{ATTENTION}:{key} "))
     return {
         **out, **speedups(out, "speedup_vs_naive", "fast", "naive", best=True),
         **speedups(out, "train_speedup_vs_naive", "train", "naive"),

@@ -25,7 +25,7 @@ def _model_variant(name: str, model: nn.Module, opts: BenchOptions, *, paths: De
     labels = torch.randint(0, 10, (opts.batch,), generator=gen).to(opts.device)
     model, images = paths.memory_format(model, images)
     # the paper's training mode: dropout 0.1 (attention probabilities too)
-    return sgd_variant(name, model, model, images, opts=opts, paths=paths, path=path, training=True, lr=0.01,
+    return sgd_variant(name, model, model, images, opts=opts, paths=paths, path=path, training=True, lr=opts.lr,
                        loss=lambda out: F.cross_entropy(out, labels))
 
 

@@ -44,6 +44,11 @@ class BenchOptions:
     amp_dtype: torch.dtype | None = None  # autocast dtype of the fast paths; None: float32
     compile: bool = False
     compile_backend: str = "inductor"
+    #: time a compiled configuration not in study.devicepaths.VERIFIED_COMPILES (refused otherwise):
+    #: benchmarks/gpu_check.py, to verify it on a GPU
+    unverified_compile: bool = False
+    #: SGD step size of a whole model's timed steps (its references' too)
+    lr: float = 0.01
     channels_last: bool = False  # convolutional models (ResNet) in NHWC
     references: tuple[str, ...] = tuple(REFERENCES)
     targets: tuple[str, ...] = ALL_TARGETS
@@ -69,7 +74,12 @@ class BenchOptions:
     def paths(self) -> DevicePaths:
         """The device branches of the fast paths (the references: float32, eager)."""
         return DevicePaths(autocast_dtype=self.amp_dtype, compile=self.compile, compile_backend=self.compile_backend,
-                           channels_last=self.channels_last)
+                           channels_last=self.channels_last, unverified_compile=self.unverified_compile)
+
+    def target_config(self, target: str) -> ModelConfig:
+        """The model configuration a target times (``attention:KEY``: the model KEY's layer)."""
+        head, _, key = target.partition(":")
+        return self.model_config(key if head == ATTENTION else target)
 
 
 def default_options(device: str | torch.device | None = None, **overrides) -> BenchOptions:

@@ -79,4 +79,6 @@ def format_report(report: dict) -> str:
             "dropout, dense exact path; core = heads before the (N_h*D -> D) output projection",
             pd.DataFrame(rows, columns=columns).to_string(index=False),
         ]
+    if report.get("non_finite"):  # runs left out of the tables: one line each
+        lines += ["", *report["non_finite"]]
     return "\n".join(lines)

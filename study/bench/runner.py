@@ -17,6 +17,8 @@ from study.bench.layer_bench import bench_attention
 from study.bench.model_bench import bench_model
 from study.bench.options import ALL_TARGETS, ATTENTION, ATTENTION_VARIANTS, BenchOptions, default_options, is_target
 from study.bench.peaks import Peak, resolve_peak
+from study.bench.timing import NonFiniteValues
+from study.devicepaths import compile_model
 
 __all__ = ["ALL_TARGETS", "default_options", "device_name", "is_target", "run_bench"]
 
@@ -31,17 +33,26 @@ def device_name(device: torch.device) -> str:
 
 
 def run_bench(opts: BenchOptions) -> dict:
-    """Benchmark ``opts.targets`` (checked by the caller): a JSON-serialisable report (``study bench --help``)."""
+    """Benchmark ``opts.targets`` (checked by the caller): a JSON-serialisable report (``study bench --help``).
+    A compiled configuration not in ``VERIFIED_COMPILES`` is refused first (``UnverifiedCompile``) unless
+    ``opts.unverified_compile``; a run whose steps give non-finite values is one line of ``non_finite``."""
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
+    for target in opts.targets:  # every target's compiled configuration verified, before any is timed
+        for config in (opts.target_config(t) for t in _expand(target)):
+            opts.paths().check_compile(opts.device, model=compile_model(config), flag="--compile",
+                                       instead="use --compile-backend aot_eager, or leave out --compile")
     peak = resolve_peak(opts.device, opts.amp_dtype, opts.peak_tflops)
-    models, attention = [], []
-    for target in opts.targets:
-        head, _, key = target.partition(":")
-        if head == ATTENTION:
-            attention += [bench_attention(k, opts) for k in ((key,) if key else ATTENTION_VARIANTS)]
-        else:
-            models.append(bench_model(target, opts))
+    models, attention, non_finite = [], [], []
+    for target in (t for target in opts.targets for t in _expand(target)):
+        try:
+            if target.startswith(f"{ATTENTION}:"):
+                attention.append(bench_attention(target.partition(":")[2], opts))
+            else:
+                models.append(bench_model(target, opts))
+        except NonFiniteValues as e:  # one line per run in the report; the other targets go on
+            non_finite += e.lines
+            opts.progress(f"{e}")
     if peak.source.startswith("measured"):
         # a measured ceiling is only as good as the quietest moment it saw: measure
         # again at the end and keep the larger, so MFU is not inflated by a busy start
@@ -59,7 +70,13 @@ def run_bench(opts: BenchOptions) -> dict:
         "model_overrides": dict(opts.model_overrides), "batch": opts.batch, "steps": opts.steps,
         "warmup": opts.warmup, "repeats": opts.repeats, "peak_tflops": peak.tflops,
         "peak_source": peak.source, "peak_cpu_tflops": peak.cpu_tflops, "models": models, "attention": attention,
+        "non_finite": non_finite,
     }
+
+
+def _expand(target: str) -> tuple[str, ...]:
+    """``attention`` is every SA model's layer (``attention:KEY``); other targets are themselves."""
+    return tuple(f"{ATTENTION}:{k}" for k in ATTENTION_VARIANTS) if target == ATTENTION else (target,)
 
 
 def mfu(peak: Peak, tflops: float, flops_per_step: float, cpu_s_per_step: float) -> float | None:

@@ -22,14 +22,49 @@ from study.flops import count_flops
 
 @dataclass(frozen=True, kw_only=True)
 class Variant:
-    """One timed configuration: ``step()`` runs one training step and returns a tensor to
-    check for finiteness after timing."""
+    """One timed configuration: ``step()`` runs one training step and returns its ``value``
+    (the loss, or a layer's output) to check for finiteness; ``mode``: precision and compilation."""
 
     name: str
     path: str
     step: Callable[[], Tensor]
     forward_flops: int
     precision: str
+    value: str = "loss"
+    mode: str = ""
+
+
+class NonFiniteValues(RuntimeError):
+    """Variants whose steps gave non-finite values, one line each (``KEY RUN: non-finite loss at step N
+    (MODE)``): ``study bench`` reports them and goes on with its other targets."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+class _FirstNonFinite:
+    """``step`` counting its calls, and the first call (from 1) whose value was not finite, kept on the
+    device (a few scalar kernels a step, no host read) and read once by :meth:`first`."""
+
+    def __init__(self, step: Callable[[], Tensor]):
+        self.step = step
+        self.count: Tensor | None = None
+        self.found: Tensor | None = None
+
+    def __call__(self) -> Tensor:
+        y = self.step()
+        if self.count is None:
+            self.count = torch.zeros((), dtype=torch.int64, device=y.device)
+            self.found = torch.zeros((), dtype=torch.int64, device=y.device)
+        self.count += 1
+        bad = (self.found == 0) & ~torch.isfinite(y).all()
+        self.found = torch.where(bad, self.count, self.found)
+        return y
+
+    def first(self) -> int | None:
+        n = 0 if self.found is None else int(self.found)
+        return n or None
 
 
 def sgd_variant(name: str, module: torch.nn.Module, fn: Callable[[Tensor], Tensor], x: Tensor, *, opts: BenchOptions,
@@ -52,26 +87,32 @@ def sgd_variant(name: str, module: torch.nn.Module, fn: Callable[[Tensor], Tenso
         x.grad = None
         return y.detach()
 
-    return Variant(name=name, path=path, step=step, forward_flops=fwd_flops, precision=paths.precision_name())
+    compiled = f"torch.compile {paths.compile_backend}" if paths.compile else "eager"
+    return Variant(name=name, path=path, step=step, forward_flops=fwd_flops, precision=paths.precision_name(),
+                   value="loss" if loss is not None else "output", mode=f"{paths.precision_name()}, {compiled}")
 
 
 def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> dict[str, dict]:
     """Warm up each variant (reading its memory), then time ``repeats`` windows of ``steps`` steps
-    per variant, interleaved across variants; ``label`` prefixes their names in messages."""
-    warm, memory, last, windows = {}, {}, {}, {v.name: [] for v in variants}
+    per variant, interleaved across variants; ``label`` prefixes their names in messages.  Raises
+    :class:`NonFiniteValues` after timing when a step (warm-up included) of any variant gave one."""
+    warm, memory, windows = {}, {}, {v.name: [] for v in variants}
+    watched = {v.name: _FirstNonFinite(v.step) for v in variants}
     for v in variants:
         opts.progress(f"warm-up {label}{v.name} ({v.path})")
         with memory_probe(opts.device) as memory[v.name]:
-            warm[v.name], _, last[v.name] = timed(opts.device, v.step, max(opts.warmup, 1))
+            warm[v.name], _, _ = timed(opts.device, watched[v.name], max(opts.warmup, 1))
     for _ in range(opts.repeats):
         for v in variants:
-            wall, cpu, last[v.name] = timed(opts.device, v.step, opts.steps)
+            wall, cpu, _ = timed(opts.device, watched[v.name], opts.steps)
             windows[v.name].append((wall, cpu))
+    bad = [f"{label}{v.name}: non-finite {v.value} at step {n} ({v.mode or v.precision})"
+           for v in variants for n in [watched[v.name].first()] if n is not None]
+    if bad:
+        raise NonFiniteValues(bad)
     records = {}
     for v in variants:
         walls, cpus = (list(x) for x in zip(*windows[v.name]))
-        if not bool(torch.isfinite(last[v.name]).all()):
-            raise RuntimeError(f"non-finite values while timing {label}{v.name} ({v.path})")
         images_per_s = opts.batch * opts.steps / statistics.median(walls)
         records[v.name] = {
             "path": v.path, "precision": v.precision, "images_per_s": images_per_s,

@@ -68,6 +68,9 @@ def register(sub) -> None:
     p.add_argument("--compile-backend", choices=COMPILE_BACKENDS, default=None,
                    help="torch.compile backend with --compile (default inductor; aot_eager traces the same "
                    "graphs without code generation)")
+    p.add_argument("--lr", type=float, default=None, metavar="LR",
+                   help="SGD step size of a whole model's timed steps (default 0.01); a run whose steps give "
+                   "non-finite values is one line of the report, and the exit status is 1")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                    help="ResNet in channels-last (NHWC) memory format (default: on CUDA only)")
     p.add_argument("--references", default=None, metavar="LIST",
@@ -99,10 +102,15 @@ def names_from_flag(text: str, *, flag: str, what: str, known: Callable[[str], b
     return names
 
 
-def device_from_flag(text: str | None, error: Callable[[str], NoReturn] = refuse):
-    """``--device``: cuda, cuda:N or cpu (checked before torch is imported), else one line; default cuda if any."""
+def check_device_flag(text: str | None, error: Callable[[str], NoReturn] = refuse) -> None:
+    """``--device`` spelled cuda, cuda:N or cpu (or not given), without importing torch; else one line."""
     if text is not None and not re.fullmatch(r"(cpu|cuda)(:\d{1,4})?", text.strip()):
         error(f"--device: only cuda, cuda:N and cpu are supported, got {text[:40]!r}")
+
+
+def device_from_flag(text: str | None, error: Callable[[str], NoReturn] = refuse):
+    """``--device``: cuda, cuda:N or cpu (checked before torch is imported), else one line; default cuda if any."""
+    check_device_flag(text, error)
     import torch
 
     device = torch.device(text.strip() if text else "cuda" if torch.cuda.is_available() else "cpu")
@@ -117,6 +125,8 @@ def options_from_args(args: argparse.Namespace):
         raise UsageError(f"--peak-tflops: must be > 0 and finite, got {args.peak_tflops}")
     if args.dtype is not None and args.amp is not None:
         raise UsageError("--amp/--no-amp: give either --dtype or --amp, not both")
+    if args.lr is not None and not 0 < args.lr < float("inf"):
+        raise UsageError(f"--lr: must be > 0 and finite, got {args.lr}")
     if args.compile_backend is not None and not args.compile:
         raise UsageError("--compile-backend: only with --compile")
     device = device_from_flag(args.device)
@@ -142,7 +152,7 @@ def options_from_args(args: argparse.Namespace):
     opts = default_options(device, batch=args.batch, steps=args.steps, warmup=args.warmup, repeats=args.repeats,
                            compile=args.compile, compile_backend=args.compile_backend,
                            channels_last=args.channels_last, references=tuple(dict.fromkeys(refs)), targets=targets,
-                           peak_tflops=args.peak_tflops, seed=args.seed, threads=args.threads)
+                           peak_tflops=args.peak_tflops, seed=args.seed, threads=args.threads, lr=args.lr)
     dtype = args.dtype or ({True: "bfloat16", False: "float32"}.get(args.amp))
     if dtype is not None:
         opts.amp_dtype = None if dtype == "float32" else getattr(torch, dtype)
@@ -158,4 +168,6 @@ def run(args: argparse.Namespace) -> int:
 
     report = run_bench(opts)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
-    return 0
+    for line in report["non_finite"]:  # after the whole report: every other target was timed
+        print(f"study bench: error: {line}", file=sys.stderr)
+    return 1 if report["non_finite"] else 0
