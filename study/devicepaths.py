@@ -47,9 +47,9 @@ def compile_refusal(*, device_type: str, backend: str, model: str, instead: str,
     session verifies it (CUDA + inductor trained SA quadratic to NaN at the paper's size, issue 43)."""
     if (device_type, backend, model) in verified or (device_type, backend, "*") in verified:
         return None
-    return (f"torch.compile with {backend} on {device_type} is not verified for {model} (it trained SA quadratic "
-            f"to NaN on CUDA); {instead}; benchmarks/gpu_check.py verifies it on a GPU and records device, backend "
-            f"and encoding for study.devicepaths.VERIFIED_COMPILES")
+    return (f"torch.compile with {backend} on {device_type} is not verified for {model} (it trained SA "
+            f"quadratic to NaN on CUDA); {instead}; benchmarks/gpu_check.py verifies it on a GPU and records "
+            f"device, backend and encoding for study.devicepaths.VERIFIED_COMPILES")
 
 
 class UnverifiedCompile(UsageError):

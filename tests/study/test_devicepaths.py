@@ -202,7 +202,8 @@ def test_compiled_configurations_not_verified_are_refused(encoding_variant, devi
 def test_a_verified_entry_for_one_encoding_admits_that_encoding_only():
     """The entry a GPU session adds after benchmarks/gpu_check.py verified one encoding."""
     table = {**VERIFIED_COMPILES, ("cuda", "inductor", "learned"): "a GPU session's gpu_check.py"}
-    assert compile_refusal(device_type="cuda", backend="inductor", model="learned", instead="", verified=table) is None
+    assert compile_refusal(device_type="cuda", backend="inductor", model="learned", instead="",
+                           verified=table) is None
     assert compile_refusal(device_type="cuda", backend="inductor", model="quadratic", instead="",
                            verified=table) is not None
     assert compile_refusal(device_type="cuda", backend="inductor", model="learned", instead="") is not None
@@ -414,8 +415,8 @@ def test_cuda_compiled_step_matches_eager(encoding_variant, tmp_path):
     dev = torch.device("cuda", 0)
     model = tiny_model(encoding_variant)
     out = {}
-    for name, paths in (("eager", DevicePaths.for_device(dev, amp=False)),
-                        ("compiled", DevicePaths.for_device(dev, amp=False, compile=True, unverified_compile=True))):
+    unverified = DevicePaths.for_device(dev, amp=False, compile=True, unverified_compile=True)
+    for name, paths in (("eager", DevicePaths.for_device(dev, amp=False)), ("compiled", unverified)):
         train_trial(one_step_config(model, head_stats=False), trial_id=name, checkpoint_dir=tmp_path / name,
                     device=dev, paths=paths)
         out[name] = load_checkpoint(tmp_path / name)["model"]
