@@ -11,9 +11,9 @@ EXIT_SIGINT = 130  # interrupted (SIGINT; SIGTERM is 143): state saved, ``study 
 
 
 def printable(text: object) -> str:
-    """``str(text)`` with every character that would end or restyle a line of a terminal (line breaks, control
-    and format characters: ``\\n``, ``\\r``, ``\\x1b``, ``\\x00``, ``\\u2028``, ...) escaped as ``repr`` escapes it:
-    the one home of how an error shows user text, so an error is always one line."""
+    """``str(text)`` with every character that would end or restyle a terminal's line (line breaks, control
+    and format characters: ``\\n``, ``\\r``, ``\\x1b``, ``\\x00``, ``\\u2028``, ...) escaped as ``repr``
+    escapes it: the one home of how an error shows user text, so an error is always one line."""
     s = str(text)
     return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
