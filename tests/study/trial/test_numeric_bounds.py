@@ -160,3 +160,25 @@ def test_an_extreme_accepted_value_whose_loss_turns_non_finite_ends_the_trial_di
                       head_images=4, amp=False, **train)
     assert train_trial(cfg, trial_id="t", tables=tmp_path).status == "diverged"
     assert read_table(tmp_path, "runs").status.tolist() == ["diverged"]
+
+
+DECLARED = [f.name for f in dataclasses.fields(TrainConfig) if bounds_of(f) and not bounds_of(f).integer]
+#: the declared fields `study train` has a flag for (momentum has none: the paper's 0.9)
+TRAIN_FLAGS = {"lr", "weight_decay", "warmup", "warmup_epochs", "cutmix_alpha", "mixup_alpha", "label_smoothing"}
+
+
+@pytest.mark.parametrize("name", DECLARED)
+def test_an_override_and_a_flag_just_past_a_declared_bound_are_refused_in_one_line(study_in_process, tmp_path,
+                                                                                   name):
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    past = math.nextafter(bounds_of(fields[name]).high, math.inf)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    override = f"{TRAIN_PATHS[name]}={past!r}"
+    code, _, err, _ = study_in_process("validate", path, override)
+    assert code == 2 and len(err) == 1 and f"{TRAIN_PATHS[name]}: " in err[0] and f"(override {override})" in err[0]
+    if name in TRAIN_FLAGS:
+        flag = "--" + name.replace("_", "-")
+        code, _, err, _ = study_in_process("train", "--data", "synthetic:20", flag, repr(past), "--out", tmp_path / "o")
+        assert code == 2 and len(err) == 1 and f"{flag}: " in err[0], err
+        assert not (tmp_path / "o").exists()
