@@ -89,6 +89,11 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
                                      "asked); null when nothing selects (a pure grid)"),
         ("status", "text", "running | finished | diverged | stopped (ASHA) | interrupted | error"),
         ("error", "text", "one-line cause of an error status ('ExceptionType: message'), else null"),
+        ("failed_to_train", "text", "why the trial did not train after its warm-up (its latest epoch's training "
+                                    "and test losses above ln C, chance's, or its test accuracy within 3 σ of "
+                                    "chance: study/trial/verdict.py), else "
+                                    "null; such a trial's accuracy is no result (Table 1 leaves it out, figures "
+                                    "and `study status` say so); absent in studies written before the column"),
         ("epochs_done", "int", "epochs completed (the last finite one for a diverged trial)"),
         ("best_test_acc", "float", "highest test accuracy over the epochs done"),
         ("final_test_acc", "float", "test accuracy after the last epoch done"),

@@ -32,6 +32,7 @@ from study.trial.config import TrainConfig
 from study.trial.headstats import collect_head_stats
 from study.trial.protocol import Protocol, build_protocol
 from study.trial.schedule import learning_rate
+from study.trial.verdict import failed_to_train
 
 Report = Callable[[dict[str, Any], "str | None"], None]
 #: ``(epoch, images trained so far in it, images it trains)`` after every training step,
@@ -166,6 +167,7 @@ class _Trial:
     device_seconds: float = 0.0
     attempts: int = 1
     status: str = "finished"
+    failed_to_train: str | None = None  # :func:`study.trial.verdict.failed_to_train` of the latest epoch
     epoch_done: float = 0.0  # forward passes of the running epoch done (on this rank)
 
     def epoch_fraction(self) -> float:
@@ -265,7 +267,8 @@ def _write_run(t: _Trial, status: str) -> None:
         t.writer.run({**t.run_row, "status": status, "epochs_done": t.epochs_done,
                       "best_test_acc": t.best_test_acc, "final_test_acc": t.final_test_acc,
                       "best_val_acc": _nan_to_none(t.best_val_acc), "final_val_acc": _nan_to_none(t.final_val_acc),
-                      "device_seconds": t.device_seconds, "updated_at": time.time()})
+                      "device_seconds": t.device_seconds, "failed_to_train": t.failed_to_train,
+                      "updated_at": time.time()})
 
 
 def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgress | None = None) -> dict[str, float]:
@@ -375,6 +378,10 @@ def _record(t: _Trial, epoch: int, metrics: dict[str, Any], progress) -> None:
     """Rank 0: head statistics, the ``epochs`` and ``runs`` rows, the progress line."""
     cfg, writer = t.cfg, t.writer
     metrics["head_stats_seconds"] = _head_stats(t, epoch, maps=epoch in t.maps_at)
+    t.failed_to_train = failed_to_train(
+        train_loss=metrics["train_loss"], test_loss=metrics["test_loss"], test_acc=metrics["test_acc"],
+        num_classes=t.mc.num_classes, n_test=len(t.splits.test_labels),
+        warmed_up=(epoch + 1) * t.steps_per_epoch >= cfg.warmup_steps_for(t.steps_per_epoch))
     if writer is not None:
         writer.rows("epochs", epoch, [{k: v for k, v in metrics.items() if k != "epoch"}])
         _write_run(t, "running" if epoch + 1 < cfg.epochs else "finished")

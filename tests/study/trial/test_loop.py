@@ -51,6 +51,7 @@ def test_tiny_model_learns_synthetic_data(encoding, isotropic, tmp_path):
     runs = read(tmp_path, "runs")
     assert len(runs) == 1 and runs.status.iloc[0] == "finished" and runs.epochs_done.iloc[0] == 3
     assert runs.n_params.iloc[0] > 0 and runs.flops.iloc[0] > 0
+    assert runs.failed_to_train.isna().all()  # it trained (study.trial.verdict)
 
 
 def _config(**kw):
