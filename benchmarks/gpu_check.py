@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""One command for a lent GPU: the CUDA tests, ``study bench`` of every paper model and today's encodings
+"""One command for a lent GPU: the CUDA tests, one epoch of every paper model through ``study train``
+(eager and compiled, each must train), ``study bench`` of every paper model and today's encodings
 (with and without ``--compile``) and a 2-epoch full-CIFAR study through ``study run``;
 one JSON and one Markdown report (docs/performance.md, "One command for a lent GPU").
 
     python benchmarks/gpu_check.py --data cifar10-jpeg.tar.gz                # the GPU machine (≤ 30 min, one H100)
+    python benchmarks/gpu_check.py --data cifar10-jpeg.tar.gz --parts tests,train,bench --budget-minutes 7
     python benchmarks/gpu_check.py --device cpu --small --data synthetic:300 # the same parts, CI-sized
 
 A part that fails is recorded with its cause and the next runs.
@@ -26,11 +28,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python benchmarks/gpu_check.py` puts only benchmarks/ on the path
     sys.path.insert(0, str(ROOT))
 
-PARTS = ("tests", "bench", "study")
+PARTS = ("tests", "train", "bench", "study")
 #: share of the budget per part (the rest is margin: machine start, imports, reports)
-SHARES = {"tests": 0.15, "bench": 0.45, "study": 0.3}
+SHARES = {"tests": 0.15, "train": 0.35, "bench": 0.3, "study": 0.1}
+#: the train part's warm-up: 150 steps trained the paper's models to ~40 % in one epoch on an H100
+#: where the paper's 5 % of one epoch (25 steps) left them at chance (docs/performance.md, "Warm-up")
+TRAIN_WARMUP_STEPS = 150
 #: the tests that exercise the CUDA branches (skipped without CUDA)
-CUDA_TESTS = ("tests/study/test_devicepaths.py", "tests/study/models/test_fast_paths.py")
+CUDA_TESTS = ("tests/study/test_devicepaths.py", "tests/study/models/test_fast_paths.py",
+              "tests/study/models/test_compiled_equals_eager.py")
 #: a smoke run's models (--small): the paper's architectures at toy sizes
 SMALL_MODEL = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 4}  # N_h square: gpsa's lattice
 #: the fields of a bench run's fast record the report keeps
@@ -67,6 +73,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="achieved / peak assumed when sizing each part by its FLOPs (default 0.15)")
     p.add_argument("--epochs", type=BoundedInt(1, MAX_EPOCHS, "MAX_EPOCHS"), default=None,
                    help="study epochs (default 2; 1 with --small)")
+    p.add_argument("--min-accuracy", type=BoundedFloat(0, 1, "an accuracy"), default=None,
+                   help="test accuracy each paper model must reach in the train part's epoch (default 0.30; "
+                   "0 with --small, whose toy models only have to run)")
     args = p.parse_args(argv)
     import torch
 
@@ -79,11 +88,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.models, flag="--models", what="model", known=BENCH_MODELS.__contains__, choices=", ".join(BENCH_MODELS),
         error=p.error)
     args.device = device_from_flag(args.device, p.error) or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if "study" in args.parts and args.data is None:
-        p.error("--data: the study part needs its data (the CIFAR-10 JPEG archive, or synthetic:N for a smoke run)")
+    for part in ("train", "study"):
+        if part in args.parts and args.data is None:
+            p.error(f"--data: the {part} part needs its data (the CIFAR-10 JPEG archive, or synthetic:N for a "
+                    "smoke run)")
+    if args.min_accuracy is None:
+        args.min_accuracy = 0.0 if args.small else 0.30
     args.epochs = args.epochs or (1 if args.small else 2)  # both >= 1 when given
     args.batch = args.batch or (2 if args.small else (128 if args.device.type == "cuda" else 8))
     args.model_overrides = dict(SMALL_MODEL) if args.small else {}
+    args.train_warmup_steps = 2 if args.small else TRAIN_WARMUP_STEPS
     probe = default_options(args.device, model_overrides=args.model_overrides)
     args.configs = {key: probe.model_config(key) for key in args.models}  # both parts' models (--small: toy sizes)
     return args
@@ -139,6 +153,94 @@ def _verdict(res: dict, ok: bool, tail: str) -> dict:
     return {**res, "status": "passed"} if ok else {**res, "status": "failed", "error": tail}
 
 
+# ------------------------------------------------------------------- train
+def train_flags(cfg) -> list[str]:
+    """``study train``'s model flags for the model ``cfg`` (the fields that differ from its family's
+    defaults, and the family)."""
+    from study.cliutil import flag
+    from study.models import ModelConfig
+
+    base = ModelConfig(arch=cfg.arch).to_dict()
+    out = ["--arch", cfg.arch]
+    for k, v in cfg.to_dict().items():
+        if k == "arch" or v == base[k] or v is None:
+            continue
+        if isinstance(v, bool):
+            out.append(flag(k) if v else "--no-" + flag(k)[2:])
+        else:
+            out += [flag(k), str(v)]
+    return out
+
+
+def run_training(args, budget_s: float, out: Path, on_row=None) -> dict:
+    """One epoch of every paper model among ``args.models``, eager then compiled (``--compile-backend``), through the
+    trial loop ``study train`` runs (no Ray), the data decoded once: each must finish, train
+    (``runs.failed_to_train`` null) and reach ``args.min_accuracy``. A compiled configuration not yet
+    in ``study.devicepaths.VERIFIED_COMPILES`` runs anyway (``unverified_compile``): this part is what
+    verifies it. ``on_row(part)`` after each run (a run cut short keeps what was measured)."""
+    from study.data import load_splits
+    from study.devicepaths import DevicePaths
+    from study.models import PAPER_MODELS
+    from study.tables import read_table
+    from study.trial import TrainConfig, train_trial
+
+    keys = [k for k in args.models if k in PAPER_MODELS]
+    t_part = time.perf_counter()
+    splits = load_splits(args.data, subset=200 if args.small else None)
+    rows, decode_s = [], time.perf_counter() - t_part
+    for key in keys:
+        mc = args.configs[key]
+        for label, compiled in (("eager", False), ("compiled", True)):
+            folder = out / "train" / f"{key}-{label}"
+            cfg = TrainConfig(model=mc, data=args.data, epochs=1, warmup_steps=args.train_warmup_steps,
+                              head_stats=False, compile=compiled, batch_size=20 if args.small else 100,
+                              subset=200 if args.small else None, **({"schedule": "step"} if mc.arch == "resnet18"
+                                                                     else {}))
+            paths = DevicePaths.for_device(args.device, amp=cfg.amp, compile=compiled, unverified_compile=True,
+                                           compile_backend=args.compile_backend)
+            t0 = time.perf_counter()
+            row = {"key": key, "run": label, "backend": paths.compile_backend if compiled else None}
+            try:
+                train_trial(cfg, trial_id=f"{key}-{label}", tables=folder / "tables", device=args.device,
+                            splits=splits, paths=paths)
+            except Exception as e:  # one run's failure is recorded; the others still run
+                row["exception"] = f"{type(e).__name__}: {e}"
+            row["seconds"] = time.perf_counter() - t0
+            if (folder / "tables" / "runs").exists():
+                r, epochs = read_table(folder / "tables", "runs").iloc[0], read_table(folder / "tables", "epochs")
+                why = r.get("failed_to_train")
+                row.update(status=r["status"], final_test_acc=float(r["final_test_acc"]),
+                           train_loss=float(epochs["train_loss"].iloc[-1]) if len(epochs) else None,
+                           images_per_s=float(epochs["images_per_s"].iloc[-1]) if len(epochs) else None,
+                           failed_to_train=why if isinstance(why, str) else None, device=r["device"])
+            why = train_failure(row, min_accuracy=args.min_accuracy, judge_chance=not args.small)
+            rows.append(row if why is None else {**row, "error": why})
+            if on_row is not None:
+                on_row({**_train_part(rows, budget_s, t_part, args), "decode_s": decode_s, "status": "running"})
+    return {**_train_part(rows, budget_s, t_part, args), "decode_s": decode_s}
+
+
+def train_failure(row: dict, *, min_accuracy: float, judge_chance: bool = True) -> str | None:
+    """Why a train-part run failed (one line), or None: it raised, did not finish, did not train
+    (``runs.failed_to_train``, unless ``judge_chance`` is off for toy runs) or stayed below ``min_accuracy``."""
+    if "exception" in row:
+        return row["exception"]
+    if row.get("status") != "finished":
+        return f"status {row.get('status', 'not recorded')}"
+    if judge_chance and row.get("failed_to_train"):
+        return f"did not train: {row['failed_to_train']}"
+    if not row.get("final_test_acc", 0.0) >= min_accuracy:
+        return f"test accuracy {row.get('final_test_acc', float('nan')):.3f} < {min_accuracy:g}"
+    return None
+
+
+def _train_part(rows: list[dict], budget_s: float, t_part: float, args) -> dict:
+    failed = [f"{r['key']} {r['run']}: {r['error'][:300]}" for r in rows if "error" in r]
+    return {"status": "failed" if failed else "passed", "budget_s": budget_s, "seconds": time.perf_counter() - t_part,
+            "data": args.data, "min_accuracy": args.min_accuracy, "warmup_steps": args.train_warmup_steps,
+            "runs": rows, **({"error": "; ".join(failed)} if failed else {})}
+
+
 # ------------------------------------------------------------------- bench
 def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
     """``study bench`` of every model, eager with the naive float32 reference, then ``--compile``;
@@ -164,11 +266,14 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
         for label, compiled in (("eager", False), ("compiled", True)):
             opts = default_options(args.device, batch=args.batch, steps=steps, warmup=warmup, targets=(key,),
                                    references=() if compiled else ("naive",), compile=compiled,
-                                   compile_backend=args.compile_backend, model_overrides=args.model_overrides)
+                                   compile_backend=args.compile_backend, model_overrides=args.model_overrides,
+                                   unverified_compile=True)  # this run is what verifies a compiled configuration
             t0 = time.perf_counter()
             try:
                 torch.compiler.reset()  # each model compiles afresh
                 report = run_bench(opts)
+                if report.get("non_finite"):
+                    raise FloatingPointError("; ".join(report["non_finite"]))
                 m = report["models"][0]
                 if not compiled:
                     row.update(naive_images_per_s=m["naive"] and m["naive"]["images_per_s"], n_params=m["n_params"],
@@ -303,6 +408,13 @@ def markdown(report: dict) -> str:
         lines += ["", "## CUDA tests", "", f"`{t['command']}`: {t['passed']} passed, {t['failed']} failed, "
                   f"{t['skipped']} skipped" + (f" ({'; '.join(t['skip_reasons'])})" if t["skip_reasons"] else "")]
         lines += [f"- failed: {f}" for f in t["failures"]]
+    if tr := parts.get("train"):
+        rows = [[r["key"], r["run"], r.get("status", "-"), or_na(r.get("final_test_acc"), ".1%"),
+                 or_na(r.get("train_loss"), ".3f"), or_na(r.get("images_per_s"), ".0f"), f"{r['seconds']:.0f}",
+                 "yes" if "error" not in r else f"no: {r['error'][:100]}"] for r in tr["runs"]]
+        lines += ["", f"## study train: one epoch of each paper model on {tr['data']} (warm-up "
+                  f"{tr['warmup_steps']} steps; passes at test accuracy >= {tr['min_accuracy']:.0%})", "",
+                  *_table("model,run,status,test acc,train loss,img/s,seconds,passed", rows)]
     if b := parts.get("bench"):
         rows = []
         for r in b["models"]:
@@ -360,6 +472,7 @@ def main(argv=None) -> int:
         write_reports(report, out)
 
     runners = {"tests": lambda b: run_tests(args, b, out),
+               "train": lambda b: run_training(args, b, out, lambda part: record("train", part)),
                "bench": lambda b: run_benches(args, b, peak, lambda part: record("bench", part)),
                "study": lambda b: run_study(args, b, peak, out)}
     for name in (n for n in PARTS if n in args.parts):

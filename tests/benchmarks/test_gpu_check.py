@@ -24,8 +24,8 @@ TRIAL_FIELDS = {"name", "status", "epochs_done", "final_test_acc", "device_secon
 
 @pytest.mark.slow
 def test_cpu_run_fills_every_field_of_the_gpu_report(tmp_path):
-    """The three parts, small: one test node, one model benched eager + compiled
-    (aot_eager), a 1-epoch study of it through ``study run`` (Ray, local)."""
+    """The four parts, small: one test node, one epoch of the model trained eager and compiled, the
+    model benched eager + compiled (aot_eager), a 1-epoch study of it through ``study run`` (Ray, local)."""
     out = tmp_path / "out"
     rc = gpu_check.main(["--device", "cpu", "--small", "--data", "synthetic:300", "--out", str(out),
                          "--models", "sa_quadratic", "--compile-backend", "aot_eager",
@@ -36,6 +36,12 @@ def test_cpu_run_fills_every_field_of_the_gpu_report(tmp_path):
     assert report["peak"]["bf16_tflops"] > 0 and report["peak"]["fp32_tflops"] > 0
     tests = report["parts"]["tests"]
     assert tests["status"] == "passed" and tests["passed"] == 1 and tests["failed"] == 0, tests
+    train = report["parts"]["train"]
+    assert train["status"] == "passed", train.get("error")
+    assert [(r["key"], r["run"]) for r in train["runs"]] == [("sa_quadratic", "eager"), ("sa_quadratic", "compiled")]
+    for r in train["runs"]:
+        assert r["status"] == "finished" and 0 <= r["final_test_acc"] <= 1 and r["images_per_s"] > 0, r
+    assert train["runs"][1]["backend"] == "aot_eager" and train["warmup_steps"] > 0
     bench = report["parts"]["bench"]
     assert bench["status"] == "passed", bench.get("error")
     (row,) = bench["models"]
@@ -54,8 +60,22 @@ def test_cpu_run_fills_every_field_of_the_gpu_report(tmp_path):
         assert TRIAL_FIELDS <= set(trial) and trial["status"] == "finished" and trial["epochs_done"] == 1
         assert trial["n_train"] > 0
     assert rc == (0 if study["status"] != "failed" else 1)
-    for heading in ("## CUDA tests", "## study bench", "## study run", "| sa_quadratic |"):
+    for heading in ("## CUDA tests", "## study train", "## study bench", "## study run", "| sa_quadratic |"):
         assert heading in md
+
+
+@pytest.mark.parametrize("row,why", [
+    ({"status": "finished", "final_test_acc": 0.42}, None),
+    ({"status": "finished", "final_test_acc": 0.29}, "test accuracy 0.290 < 0.3"),
+    ({"status": "diverged", "final_test_acc": 0.10}, "status diverged"),
+    ({"status": "finished", "final_test_acc": 0.31, "failed_to_train": "train loss 3.01 and test loss 3.20 > ln 10"},
+     "did not train: train loss 3.01"),
+    ({"exception": "UnverifiedCompile: --compile: …"}, "UnverifiedCompile"),
+    ({}, "status not recorded"),
+])
+def test_a_train_run_passes_only_when_it_finished_trained_and_reached_the_accuracy(row, why):
+    got = gpu_check.train_failure(row, min_accuracy=0.3)
+    assert got == why if why is None else why in got
 
 
 def test_study_part_says_so_without_ray(tmp_path, monkeypatch):
