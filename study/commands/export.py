@@ -42,7 +42,7 @@ def register(sub) -> None:
     p.set_defaults(func=run_evaluate)
 
 
-def _choose(runs, refs: list[str], args) -> str:
+def _choose(root: str, refs: list[str], args) -> str:
     if args.trial:
         if args.trial not in refs:
             known = ", ".join(refs) or "none"
@@ -50,6 +50,9 @@ def _choose(runs, refs: list[str], args) -> str:
         return args.trial
     if not refs:
         raise UsageError(f"study {args.name!r} has no trial checkpoint")
+    from study.tables import read_table
+
+    runs = read_table(f"{root}/tables", "runs")  # (pandas: read only to choose)
     cand = runs[runs.trial_id.isin(list(refs))] if not runs.empty else runs
     if cand.empty:
         return refs[0]
@@ -59,7 +62,6 @@ def _choose(runs, refs: list[str], args) -> str:
 
 def run_export(args: argparse.Namespace) -> int:
     prog = "study export"
-    from study.tables import read_table
     from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
 
     root = _study_root(args)
@@ -68,10 +70,12 @@ def run_export(args: argparse.Namespace) -> int:
             raise UsageError(f"--out: {args.out} is a directory")
         check_writable(args.out, "--out", file=True)
     refs = find_checkpoints(root)
-    runs = read_table(f"{root}/tables", "runs")
-    key = _choose(runs, refs, args)
+    key = _choose(root, refs, args)
     from study.models.trained import ExportError, check_export, export_dict
+    from study.tuning.checkpoints import latest_checkpoint_head
 
+    with refused(ExportError, f"trial {key}: "):  # none intact as its pickle says: refused before torch
+        latest_checkpoint_head(root, key, check=lambda state, path: _check_head(export_dict(state), where=path))
     with refused(ExportError, f"trial {key}: "):  # the checkpoint taken is one whose export loads (config, shapes)
         state = latest_checkpoint(root, key, check=lambda state, path: check_export(export_dict(state), where=path),
                                   warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
@@ -101,9 +105,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
         with refused(DataError, "--data: "):  # as load_splits refuses it below, but before torch
             check_subset(args.data, subset=args.subset, n_train=(sizes or source_counts(args.data))[0])
-    from study.commands.bench import device_from_flag
+    from study.commands.bench import check_device_flag, device_from_flag
 
-    device = device_from_flag(args.device)  # imports torch once the flag is accepted
+    check_device_flag(args.device)
+    head = _export_head(args.file)  # what its pickle says, before torch (None: only torch.load can tell)
+    source = None if head is None else _source(args, head)
+    device = device_from_flag(args.device)  # imports torch
     from study.data import DataError, DeviceData, load_splits
     from study.models import build_model
     from study.models.trained import ExportError, read_export
@@ -112,11 +119,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     with refused(ExportError):
         export = read_export(args.file)
     train = export.get("train_config") or {}
-    source = args.data or train.get("data")
-    if not source:
-        raise UsageError("--data: required (the export does not name its training data)")
-    if not args.data:
-        check_data(f"{args.file}: train_config.data", source)
+    source = source or _source(args, export)
     with refused(DataError, "--data: "):
         splits = load_splits(source, subset=args.subset, seed=int(train.get("seed") or 0))
     n_classes = export["model_config"].get("num_classes")
@@ -138,3 +141,47 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(f"accuracy {acc:.4f} ({correct}/{len(data)} test images), loss {loss:.4f}" +
           ("" if math.isfinite(loss) else " (non-finite)") + f"  [{splits.source}]")
     return 0
+
+
+def _source(args: argparse.Namespace, export: dict) -> str:
+    """The data source to evaluate on: ``--data``, else the one the export names (checked as ``--data`` is)."""
+    source = args.data or (export.get("train_config") or {}).get("data")
+    if not source:
+        raise UsageError("--data: required (the export does not name its training data)")
+    if not args.data:
+        check_data(f"{args.file}: train_config.data", source)
+    return source
+
+
+def _export_head(path: Path) -> dict | None:
+    """The export (or checkpoint) in ``path`` as its pickle says, read without torch and checked as far as
+    that can be (its configuration, tensors where tensors must be): one line, exit 2; None where only
+    ``torch.load`` and the model's own state dict can tell (read_export then decides)."""
+    from study.models.trained import ExportError, as_export
+    from study.trial.checkpoint import Undecided, UnreadableFile, read_head
+
+    try:
+        with open(path, "rb") as f:
+            data = read_head(f)
+        with refused(ExportError):
+            data = as_export(data, path)
+            _check_head(data, where=str(path))
+    except Undecided:
+        return None
+    except UnreadableFile as e:
+        raise UsageError(f"{path}: not a model export ({e})") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot be read ({e.strerror or e})") from None
+    return data
+
+
+def _check_head(export: dict, *, where: str) -> None:
+    """What :func:`~study.models.trained.check_export` checks that needs no model built (its configuration,
+    a tensor for every entry of its state dict), on an export read by :func:`~study.trial.checkpoint.read_head`."""
+    from study.models.trained import ExportError, check_export_config
+    from study.trial.checkpoint import TensorHead
+
+    check_export_config(export, where=where)
+    for k, t in export["state_dict"].items():
+        if not isinstance(t, TensorHead):
+            raise ExportError(f"{where}: state_dict.{str(k)[:80]}: must be a tensor, got {type(t).__name__}")

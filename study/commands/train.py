@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     trial_id = args.trial_id or derive_trial_id(out)
     sizes = check_data("--data", cfg.data)
     _check_ledger(out / "trial.json")
+    _check_checkpoint(out / "checkpoint", cfg)
     check_sizes(cfg.data, sizes=sizes, subset=cfg.subset, validation=cfg.validation, batch=cfg.batch_size, workers=1,
                 where=flag)
     from study.tuning.lock import StudyLock
@@ -222,6 +223,19 @@ def _check_ledger(path: Path) -> None:
         raise UsageError(f"--out: {e} (the attempt ledger of an earlier run; remove it to start over)") from None
     except OSError as e:
         raise UsageError(f"--out: {path}: cannot be read ({e.strerror or e})") from None
+
+
+def _check_checkpoint(directory: Path, cfg: TrainConfig) -> None:
+    """The checkpoint an earlier run left in --out, read without torch: none intact, or one of another
+    configuration, is refused here as train_trial refuses it once torch is imported (one line, exit 2)."""
+    from study.trial.checkpoint import check_config, checkpoint_head
+
+    try:
+        state = checkpoint_head(directory)
+        if state is not None:
+            check_config(state, model_config=cfg.model.to_dict(), train_config=cfg.to_dict(), where=str(directory))
+    except CheckpointError as e:
+        raise UsageError(f"--out: {e}") from None
 
 
 def _validation(text: str) -> int | float:

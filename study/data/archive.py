@@ -76,8 +76,10 @@ def read_images(f, *, path: str, keep) -> Listing:
                 elif info.isfile() and keep(info.name):
                     member = tf.extractfile(info)
                     if info.size > limits.MAX_IMAGE_FILE_BYTES:
-                        while member.read(2**20):  # a size past the archive's end is the first thing wrong
-                            pass
+                        if data.compressed:  # refused at its header: a bomb's gigabytes are never decompressed
+                            data.check_declared(info.offset_data + info.size)
+                        while not data.compressed and member.read(2**20):  # (bounded by the file, hashed whole)
+                            pass  # a size past a plain archive's end is the first thing wrong
                         raise DataError(f"{path}: {info.name[:200]}: {info.size} bytes, more than the limit of "
                                         f"{limits.MAX_IMAGE_FILE_BYTES} (MAX_IMAGE_FILE_BYTES)")
                     if len(buffer) + info.size > limits.MAX_SOURCE_IMAGE_BYTES:
@@ -117,15 +119,20 @@ class _Uncompressed:
             if not self.compressed:
                 raise  # reading the file failed: the caller's "cannot read"
             raise DataError(f"{self.path}: cannot decompress archive ({one_line(e)})") from None
+        self.check_declared(self.total + len(data))
+        self.total += len(data)
+        self.headers.feed(data)
+        return data
+
+    def check_declared(self, end: int) -> None:
+        """Refuse an archive whose uncompressed bytes reach (or, as its headers declare, would reach) ``end``,
+        past ``MAX_DECOMPRESSED_BYTES``."""
         cap = limits.MAX_DECOMPRESSED_BYTES
-        if self.total + len(data) > cap:
+        if end > cap:
             if self.compressed:
                 raise DataError(f"{self.path}: decompresses to more than {cap} bytes (MAX_DECOMPRESSED_BYTES): "
                                 "refusing a possible decompression bomb")
             raise DataError(f"{self.path}: archive is more than {cap} bytes (MAX_DECOMPRESSED_BYTES)")
-        self.total += len(data)
-        self.headers.feed(data)
-        return data
 
 
 @dataclass(frozen=True)

@@ -58,14 +58,24 @@ def read_export(path: str | os.PathLike, *, map_location: Any = "cpu") -> dict[s
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError, AttributeError, TypeError,
             IndexError, OSError, zipfile.BadZipFile, UnicodeDecodeError, MemoryError, OverflowError) as e:
         raise ExportError(f"{path}: not a model export ({_load_reason(e)})") from None
+    data = as_export(data, path)
+    check_export(data, where=str(path))
+    return data
+
+
+def as_export(data: Any, path: str | os.PathLike) -> dict[str, Any]:
+    """What a loaded file holds as an export: an export, or a training checkpoint converted; else
+    :class:`ExportError` naming ``path``."""
     if not isinstance(data, dict):
         raise ExportError(f"{path}: not a model export (holds a {type(data).__name__}, not a dict)")
     if data.get("format") != FORMAT:
         if "model" in data and "epoch" in data:  # a training checkpoint
-            data = export_dict(data)
+            try:
+                data = export_dict(data)
+            except ExportError as e:
+                raise ExportError(f"{path}: {e}") from None
         else:
             raise ExportError(f"{path}: not a model export (no format {FORMAT!r})")
-    check_export(data, where=str(path))
     return data
 
 
@@ -81,11 +91,9 @@ def state_shapes(config) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
-def check_export(data: dict[str, Any], *, where: str) -> None:
-    """The configuration builds within :mod:`study.limits` and ``state_dict`` holds exactly
-    that model's tensors and shapes; else :class:`ExportError` naming the first problem."""
-    import torch
-
+def check_export_config(data: dict[str, Any], *, where: str):
+    """The configuration of an export, without torch: its ``ModelConfig``, within :mod:`study.limits`,
+    a ``train_config`` of the types evaluation reads and a dict ``state_dict``; else :class:`ExportError`."""
     from study.limits import over_limit
 
     from .config import ConfigError, ModelConfig
@@ -116,6 +124,18 @@ def check_export(data: dict[str, Any], *, where: str) -> None:
     sd = data.get("state_dict")
     if not isinstance(sd, dict):
         raise ExportError(f"{where}: state_dict: must be a dict of tensors, got {type(sd).__name__}")
+    return cfg
+
+
+def check_export(data: dict[str, Any], *, where: str) -> None:
+    """The configuration builds within :mod:`study.limits` and ``state_dict`` holds exactly
+    that model's tensors and shapes; else :class:`ExportError` naming the first problem."""
+    import torch
+
+    from .config import ConfigError
+
+    cfg = check_export_config(data, where=where)
+    sd = data["state_dict"]
     try:
         expected = state_shapes(cfg)
     except (ConfigError, RuntimeError, ValueError) as e:

@@ -3,6 +3,7 @@ prefix (:mod:`study.trial.checkpoint` writes and reads them)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 from study.trial.checkpoint import FILENAME, PREVIOUS
@@ -26,14 +27,31 @@ def find_checkpoints(root: str) -> list[str]:
 def latest_checkpoint(root: str, key: str, *, check: Callable[[dict, str], None] | None = None,
                       warn: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """:func:`~study.trial.checkpoint.load_checkpoint` of trial ``key``; none intact: ``ExportError``."""
-    from study.errors import CheckpointError
-    from study.models.trained import ExportError
     from study.trial.checkpoint import load_checkpoint
 
-    try:
+    with _none_intact(key):
         return load_checkpoint(f"{root}/trials/{key}", check=check, warn=warn)
+
+
+def latest_checkpoint_head(root: str, key: str, *,
+                           check: Callable[[dict, str], None] | None = None) -> dict[str, Any] | None:
+    """The same choice read without torch (:func:`~study.trial.checkpoint.checkpoint_head`): none intact
+    is the same ``ExportError``, before torch is imported; None where only torch can tell."""
+    from study.trial.checkpoint import checkpoint_head
+
+    with _none_intact(key):
+        return checkpoint_head(f"{root}/trials/{key}", check=check)
+
+
+@contextlib.contextmanager
+def _none_intact(key: str):
+    from study.errors import CheckpointError
+    from study.models.trained import ExportError
+
+    try:
+        yield
     except CheckpointError as e:
         raise ExportError(f"no intact checkpoint of trial {key} ({e})") from None
 
 
-__all__ = ["find_checkpoints", "latest_checkpoint"]
+__all__ = ["find_checkpoints", "latest_checkpoint", "latest_checkpoint_head"]

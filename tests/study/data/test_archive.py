@@ -79,6 +79,20 @@ def test_archive_size_and_count_limits(monkeypatch, limit, members, expected):
     assert read_error(tar_bytes(members)) == expected
 
 
+@pytest.mark.parametrize("compress", [None, gzip.compress], ids=["plain", "gzip"])
+def test_a_member_over_the_image_limit_cut_short(monkeypatch, compress):
+    """A compressed member over MAX_IMAGE_FILE_BYTES is refused at its header, its data never decompressed (a
+    bomb's gigabytes): cut short, it is still refused by its size; a plain archive is read to the member's end
+    (its bytes are on disk), so there a cut short one is refused as truncated, the first thing wrong."""
+    monkeypatch.setattr(limits, "MAX_IMAGE_FILE_BYTES", 1000)
+    raw = tar_bytes({"train/a/big.png": bytes(5000)}, fmt=tarfile.USTAR_FORMAT)[:3000]
+    if compress is None:
+        assert read_error(raw) == "a.tar: truncated tar archive (train/a/big.png is cut short)"
+    else:
+        assert read_error(compress(raw)) == ("a.tar: train/a/big.png: 5000 bytes, more than the limit of 1000 "
+                                             "(MAX_IMAGE_FILE_BYTES)")
+
+
 @pytest.mark.parametrize("name, needle", [
     ("/etc/x.png", "member '/etc/x.png' points outside the archive (absolute path or '..'): refusing the archive"),
     ("../x.png", "member '../x.png' points outside the archive (absolute path or '..'): refusing the archive"),

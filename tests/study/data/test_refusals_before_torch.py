@@ -7,10 +7,12 @@ forked child of it, whose CPU time is counted with the interpreter's start-up an
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +98,22 @@ CASES = {
                                     "subset 13"),
     "cifar10-download-fails": (["train", "--data", "cifar10:", "--out", "out"], "downloading CIFAR-10"),
     "cifar10-pickle-refused": (["train", "--data", "cifar10:{cifar}", "--out", "out"], "refusing to load os.system"),
+    # a 1 MB gzip declaring and holding a 1 GiB image: refused at its header (3.2 s CPU decompressing it before)
+    "member-over-image-limit": (["train", "--data", "{bomb}", "--out", "out"],
+                                "train/a/zeros.png: 1073741824 bytes, more than the limit of 16777216"),
 }
+
+
+def _bomb(path: Path) -> Path:
+    """A gzip'd tar whose image member declares and holds 1 GiB of zeros: 1,024 gzip streams of 1 MiB each."""
+    info = tarfile.TarInfo("train/a/zeros.png")
+    info.size = 2**30
+    mib = gzip.compress(bytes(2**20))
+    with open(path, "wb") as f:
+        f.write(gzip.compress(info.tobuf(format=tarfile.USTAR_FORMAT)))
+        f.write(mib * 1024)
+        f.write(gzip.compress(bytes(1024)))
+    return path
 
 
 def _sources(base: Path) -> dict[str, str]:
@@ -117,6 +134,7 @@ def _sources(base: Path) -> dict[str, str]:
                                                            "model": TINY, **doc}))
         made[name] = str(base / f"{name}.yaml")
     (base / "model.pt").write_bytes(b"not read: the data is refused first")
+    made["bomb"] = str(_bomb(base / "bomb.tar.gz"))
     return made
 
 
