@@ -35,14 +35,20 @@ class RelativeBias(AdditiveEncoding):
         nn.init.trunc_normal_(table, std=0.02)
         layer.positional.table = nn.Parameter(table)  # [h, δy + S − 1, δx + S − 1]
 
+    def bias_table(self, layer, height: int, width: int):
+        """The learned table B_h[δy + S − 1, δx + S − 1], (N_h, 2S − 1, 2S − 1), for a height × width
+        grid within S × S (FlexAttention's ``score_mod`` reads it; scores are q·k/√d_h + B)."""
+        s = layer.grid
+        if height > s or width > s:
+            raise ValueError(f"grid {height}x{width} exceeds the bias table's {s}x{s}")
+        return layer.positional.table
+
     def bias(self, layer, height: int, width: int):
         """B_h[δy, δx] for every (query, key) pair: (N_h, T, T), row-major tokens."""
         from study.models.positional import relative_index
 
-        table = layer.positional.table
+        table = self.bias_table(layer, height, width)
         s = layer.grid
-        if height > s or width > s:
-            raise ValueError(f"grid {height}x{width} exceeds the bias table's {s}x{s}")
         iy = relative_index(height, device=table.device) + s - height  # δy + S − 1
         ix = relative_index(width, device=table.device) + s - width
         b = table[:, iy[:, None, :, None], ix[None, :, None, :]]  # (N_h, qr, qc, kr, kc)
