@@ -263,11 +263,12 @@ def fill_disk(disk: Path) -> Path:
     """Write zeros under ``disk`` until it is full; returns the file (delete it to free
     the space)."""
     filler = disk / "filler"
-    with open(filler, "wb") as f:
+    # Unbuffered: a buffered file keeps the tail of a partly written chunk and raises
+    # ENOSPC again when `with` closes it (whenever the free space ends 60 KiB into a chunk).
+    with open(filler, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * (1 << 16))
-                f.flush()
         except OSError:
             pass
     return filler
