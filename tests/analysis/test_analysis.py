@@ -42,7 +42,7 @@ def _train(tables: Path, study: str, trials) -> None:
 
     for trial_id, model, seed, epochs in trials:
         cfg = TrainConfig(model=ModelConfig(**TINY, **model), data="synthetic:100", subset=100, epochs=epochs,
-                          batch_size=50, lr=0.05, warmup=0.1, head_images=8, seed=seed)
+                          batch_size=10, lr=0.05, warmup=0.1, head_images=8, seed=seed)
         train_trial(cfg, trial_id=trial_id, tables=tables, study=study)
 
 

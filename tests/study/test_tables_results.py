@@ -33,7 +33,7 @@ def _train(tables: Path, trials, *, epochs=1) -> None:
     """Trials as a study's trainable writes them: with cell, sample and a Ray id."""
     for cell, (trial_id, model, seed, train) in enumerate(trials):
         cfg = TrainConfig(model=ModelConfig(**{**TINY, **model}), data="synthetic:120", subset=100, epochs=epochs,
-                          batch_size=50, lr=0.05, warmup=0.1, head_images=4, seed=seed, **train)
+                          batch_size=10, lr=0.05, warmup=0.1, head_images=4, seed=seed, **train)
         train_trial(cfg, trial_id=trial_id, tables=tables, study="t",
                     extra_run_fields={"cell": cell, "sample": 0, "ray_trial_id": uuid.uuid4().hex[:8],
                                       "selection_metric": None})
