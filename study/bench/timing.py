@@ -38,9 +38,15 @@ class NonFiniteValues(RuntimeError):
     """Variants whose steps gave non-finite values, one line each (``KEY RUN: non-finite loss at step N
     (MODE)``): ``study bench`` reports them and goes on with its other targets."""
 
-    def __init__(self, lines: list[str]):
-        super().__init__("; ".join(lines))
-        self.lines = lines
+    def __init__(self, *lines: str):
+        super().__init__(*lines)  # the lines are the args: a copy (pickle, Ray) rebuilds the same error
+
+    @property
+    def lines(self) -> list[str]:
+        return list(self.args)
+
+    def __str__(self) -> str:
+        return "; ".join(self.args)
 
 
 class _FirstNonFinite:
@@ -109,7 +115,7 @@ def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> 
     bad = [f"{label}{v.name}: non-finite {v.value} at step {n} ({v.mode or v.precision})"
            for v in variants for n in [watched[v.name].first()] if n is not None]
     if bad:
-        raise NonFiniteValues(bad)
+        raise NonFiniteValues(*bad)
     records = {}
     for v in variants:
         walls, cpus = (list(x) for x in zip(*windows[v.name]))
