@@ -268,8 +268,8 @@ def test_query_still_reads_its_tables(capsys, tmp_path):
 # --------------------------------------------------------------------------- study evaluate: foreign files
 @pytest.mark.parametrize("kind, needle", [
     ("pickle_payload", "not a model export (refused by the weights-only unpickler: "),
-    ("random_bytes", "not a model export (refused by the weights-only unpickler: "),
-    ("empty", "not a model export (empty or truncated file)"),
+    ("random_bytes", "not a model export (not a PyTorch file: not a zip archive)"),  # told before torch
+    ("empty", "not a model export (an empty file)"),
     ("folder", "not a file"),
 ])
 def test_evaluate_foreign_file(capsys, tmp_path, kind, needle):
