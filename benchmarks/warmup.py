@@ -4,7 +4,7 @@ cosine schedule) for a few hundred steps on the CIFAR-10 archive, with the paper
 of the run and with a longer one, side by side; the per-step training loss, the test accuracy at
 the end and the verdict of study.trial.verdict (docs/performance.md, "Warm-up").
 
-    python benchmarks/warmup.py --data ../shared/data/cifar10-jpeg.tar.gz --out warmup-bench
+    python benchmarks/warmup.py --data cifar10-jpeg.tar.gz --out warmup-bench
 
 Long on a CPU (a paper-size step of batch 16 takes seconds): run it in the background.  Prints one
 line per run and writes ``warmup.json`` and ``warmup.png`` (the loss curves) into ``--out``.
