@@ -14,8 +14,15 @@ from tests.helpers import code_payload, kill_session, popen, run_cli, write_spec
 pytest.importorskip("moto")
 
 #: requests a 4-trial, 2-epoch study may make (the landed code made 1,983 here, and
-#: 19,951 where the issue measured it, with Tune saving its state every second)
-REQUEST_BUDGET = 1500
+#: 19,951 where the issue measured it, with Tune saving its state every second): a fixed
+#: part and a part per second of the run.  The project's own requests (study.json, tables,
+#: trials/, the lock) do not depend on the time the run takes (~610 here, a quiet 40 s run
+#: or a 61 s one on one core alike); Tune's periodic uploads of `tune/` (experiment state,
+#: each trial's result/progress/params files, their folder markers) do, ~2.6 per second
+#: (281 requests in 40 s, 336 in 61 s): a loaded machine's slower run made 1,748 with the
+#: same code.  A Tune state save every second costs more than 10 requests a second.
+REQUEST_BUDGET = 1000
+REQUESTS_PER_SECOND = 10
 
 
 def objects(prefix: str) -> list[str]:
@@ -66,12 +73,14 @@ def test_study_on_s3_run_status_query_figures_and_request_count(tmp_path, s3):
     storage = "s3://studies/st"
     f = write_spec(tmp_path, "hyg", epochs=2, grid={"num_heads": [1, 2, 3, 4]})
     s3.reset()
+    started = time.monotonic()
     r = run_cli(tmp_path, "run", str(f), "--storage", storage, "--num-cpus", "2", "--quiet")
+    seconds = time.monotonic() - started
     requests = s3.count()
-    print(f"requests of the 4-trial, 2-epoch study: {requests} {s3.by_method()}")
+    print(f"requests of the 4-trial, 2-epoch study: {requests} in {seconds:.0f} s {s3.by_method()}")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "trials: 4 finished" in r.stdout
-    assert requests <= REQUEST_BUDGET, s3.by_method()
+    assert requests <= REQUEST_BUDGET + REQUESTS_PER_SECOND * seconds, (round(seconds), s3.by_method())
     # a finished study holds one object per (trial, table)
     tables = objects(f"{storage}/hyg/tables")
     trials = [f"c{i:03d}-s000" for i in range(4)]
