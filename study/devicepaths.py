@@ -104,8 +104,16 @@ class DevicePaths:
             raise UnverifiedCompile(f"{flag}: {why}")
 
     def compiled(self, module: nn.Module | Callable) -> nn.Module | Callable:
-        """``torch.compile(module)`` when selected (checked first by the caller: :meth:`check_compile`)."""
-        return torch.compile(module, backend=self.compile_backend) if self.compile else module
+        """``torch.compile(module)`` when selected (checked first by the caller: :meth:`check_compile`),
+        from an empty Dynamo cache (``torch.compiler.reset``): Dynamo keeps each code object's compiled
+        variants for the whole process and, past ``recompile_limit`` (8) of them, runs that code eagerly
+        with one warning, so the ninth model compiled in one process (a reused Ray actor's trials, the
+        bench's variants, a test run) would train uncompiled.  Earlier compiled modules stay usable:
+        they compile again on their next call."""
+        if not self.compile:
+            return module
+        torch.compiler.reset()
+        return torch.compile(module, backend=self.compile_backend)
 
     def memory_format(self, model: nn.Module, x: torch.Tensor | None = None):
         """``(model, x)``, in channels-last if selected."""

@@ -158,7 +158,7 @@ def test_train_trial_trains_the_compiled_model(tmp_path):
     for the encoding of issue 43 (SA quadratic)."""
     from torch._dynamo.utils import counters
 
-    torch._dynamo.reset()
+    torch.compiler.reset()
     counters.clear()
     model = tiny_model({"encoding": "quadratic", "isotropic": True})
     init, ref, m_ref = run_one_step(tmp_path, "eager", model, DevicePaths(), head_stats=False)
@@ -170,6 +170,26 @@ def test_train_trial_trains_the_compiled_model(tmp_path):
     assert max(float((ref[k] - init[k]).abs().max()) for k in ref) > 1e-3  # the step moved the weights
     assert rel(m_comp["train_loss"], m_ref["train_loss"]) < COMPILE_RTOL
     assert rel(m_comp["test_loss"], m_ref["test_loss"]) < COMPILE_RTOL
+
+
+def test_each_compiled_model_is_compiled_past_dynamos_recompile_limit():
+    """``DevicePaths.compiled`` starts from an empty Dynamo cache: without it the ninth model of
+    one process (past ``recompile_limit``, 8 variants of one ``forward``) ran eagerly, as a reused
+    Ray actor's ninth trial would have trained."""
+
+    class Scale(nn.Module):
+        def __init__(self, k: int):
+            super().__init__()
+            self.k, self.traced = k, []
+
+        def forward(self, x):
+            self.traced.append(torch.compiler.is_compiling())
+            return x * self.k  # an int attribute: one Dynamo variant of forward per k
+
+    models = [Scale(k) for k in range(12)]
+    for m in models:
+        assert DevicePaths(compile=True, compile_backend="eager").compiled(m)(torch.ones(2))[0] == m.k
+    assert [m.traced for m in models] == [[True]] * len(models)
 
 
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")

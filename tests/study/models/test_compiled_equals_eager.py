@@ -73,7 +73,18 @@ def softmax_nodes(graphs) -> int:
                if node.op in ("call_function", "call_method") and "softmax" in str(node.target))
 
 
-def test_positional_probabilities_stay_outside_the_compiled_graphs(encoding_variant):
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's cache emptied before and after (``torch.compiler.reset``): it is the process's, and
+    past ``recompile_limit`` (8) variants of one code object (the blocks' ``forward``, compiled for
+    every encoding by the tests run before in this process) Dynamo runs that code eagerly and hands
+    the backend no graph of it."""
+    torch.compiler.reset()
+    yield
+    torch.compiler.reset()
+
+
+def test_positional_probabilities_stay_outside_the_compiled_graphs(encoding_variant, fresh_dynamo):
     """A positional-only encoding's softmax (quadratic, learned) runs eagerly, outside every
     graph Dynamo hands to the backend (``torch.compiler.disable``); a content encoding's softmax
     depends on the image and stays inside."""
