@@ -139,9 +139,10 @@ def plot(runs: list[dict], path: Path) -> None:
                     label=f"warm-up {r['warmup']:g} = {r['warmup_steps']} steps: test {100 * r['test_acc']:.1f} %")
         ax.axhline(math.log(10), color="0.5", linestyle=":", linewidth=0.8)
         ax.text(1, math.log(10), " ln 10 (chance)", fontsize=7, color="0.4", va="bottom")
-        ax.set_title(f"{m}, batch {runs[0]['batch']}, lr 0.1", fontsize=9)
+        ax.set_title(f"{m} (paper size), batch {runs[0]['batch']}, lr 0.1, {len(r['losses'])} steps", fontsize=9)
         ax.set_xlabel("step")
-        ax.set_ylim(0, 6)
+        ax.set_yscale("log")  # a diverging step is 10-40x chance's loss: a linear axis hides the rest
+        ax.set_ylim(1.5, 60)
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("training loss")
     fig.tight_layout()
