@@ -132,17 +132,20 @@ def plot(runs: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     models = list(dict.fromkeys(r["model"] for r in runs))
-    fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.2), squeeze=False, sharey=True)
     for ax, m in zip(axes[0], models):
         for r in (r for r in runs if r["model"] == m):
             ax.plot(range(1, len(r["losses"]) + 1), r["losses"], linewidth=0.8,
                     label=f"warm-up {r['warmup']:g} = {r['warmup_steps']} steps: test {100 * r['test_acc']:.1f} %")
         ax.axhline(math.log(10), color="0.5", linestyle=":", linewidth=0.8)
         ax.text(1, math.log(10), " ln 10 (chance)", fontsize=7, color="0.4", va="bottom")
-        ax.set_title(f"{m} (paper size), batch {runs[0]['batch']}, lr 0.1, {len(r['losses'])} steps", fontsize=9)
+        ax.set_title(f"{m} (paper size), batch {runs[0]['batch']}, lr 0.1, {len(r['losses'])} steps", fontsize=8)
         ax.set_xlabel("step")
         ax.set_yscale("log")  # a diverging step is 10-40x chance's loss: a linear axis hides the rest
         ax.set_ylim(1.5, 60)
+        ticks = (2, 3, 5, 10, 20, 40)
+        ax.set_yticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("training loss")
     fig.tight_layout()
