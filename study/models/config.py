@@ -6,6 +6,7 @@ naming the field (``--flag: message`` or ``file: path.field: message``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -62,7 +63,8 @@ class Bounds:
         v = getattr(cfg, key)
         if self.integer:
             int_at_least(cfg, key, int(self.low))
-        elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 <= self.low:
+        elif (type(v) is not float and (isinstance(v, bool) or not isinstance(v, (int, float)))
+              or not math.isfinite(v) or v < 0 <= self.low):
             raise ConfigError(key, f"must be {self.finite or self.refusal}, got {v!r}")
         if not self.admits(v):
             raise ConfigError(key, f"must be {self.refusal}, got {v!r}")
@@ -83,12 +85,18 @@ def bounds_of(field: dataclasses.Field) -> Bounds | None:
     return field.metadata.get("bounds")
 
 
+@functools.cache
+def _declared_bounds(cls: type) -> tuple[tuple[str, Bounds, bool], ...]:
+    """(field, bounds, optional) of ``cls``'s fields that declare bounds, read once per class: a study
+    checks a configuration per grid cell (10,000 cells within the refusals' 1 s of CPU)."""
+    return tuple((f.name, b, f.default is None) for f in dataclasses.fields(cls) if (b := bounds_of(f)) is not None)
+
+
 def check_bounds(cfg) -> None:
     """Every declared :class:`Bounds` of ``cfg``'s fields (an optional field left None is not given)."""
-    for f in dataclasses.fields(cfg):
-        b = bounds_of(f)
-        if b is not None and not (getattr(cfg, f.name) is None and f.default is None):
-            b.check(cfg, f.name)
+    for name, b, optional in _declared_bounds(type(cfg)):
+        if not (optional and getattr(cfg, name) is None):
+            b.check(cfg, name)
 
 
 #: a probability of dropping (``torch.nn.functional.dropout``'s p): 1 would zero every activation
@@ -181,7 +189,7 @@ def strict_from_dict(cls, d: dict[str, Any], kind: str):
 
 def int_at_least(cfg, key: str, low: int = 1) -> None:
     v = getattr(cfg, key)
-    if isinstance(v, bool) or not isinstance(v, int):
+    if type(v) is not int and (isinstance(v, bool) or not isinstance(v, int)):
         raise ConfigError(key, f"must be an integer, got {v!r}")
     if v < low:
         raise ConfigError(key, f"must be >= {low}, got {v}")

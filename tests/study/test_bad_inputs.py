@@ -181,7 +181,9 @@ def test_large_grids_are_counted_not_materialised(cli, tmp_path, cells):
     grid = {k: list(v) for k, v in list(axes.items())[:n_axes]}
     p = write(tmp_path, yaml.safe_dump({**BASE, "grid": grid}))
     r = cli("validate", p)
-    assert r.cpu < 1.0, f"{r.cpu:.2f} s of CPU"
+    # a grid over the limit is refused from its count (< 1 s); one within it is accepted after each of its
+    # cells' configurations is checked, every declared bound included (issue 45.1): 1.1-1.5 s for 10,000
+    assert r.cpu < (1.0 if cells > limits.MAX_GRID_CELLS else 2.5), f"{r.cpu:.2f} s of CPU"
     if cells <= limits.MAX_GRID_CELLS:
         assert r.code == 0 and f"{cells} trials" in r.stdout and f"{cells} distinct models" in r.stdout
     else:
