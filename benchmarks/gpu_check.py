@@ -154,24 +154,6 @@ def _verdict(res: dict, ok: bool, tail: str) -> dict:
 
 
 # ------------------------------------------------------------------- train
-def train_flags(cfg) -> list[str]:
-    """``study train``'s model flags for the model ``cfg`` (the fields that differ from its family's
-    defaults, and the family)."""
-    from study.cliutil import flag
-    from study.models import ModelConfig
-
-    base = ModelConfig(arch=cfg.arch).to_dict()
-    out = ["--arch", cfg.arch]
-    for k, v in cfg.to_dict().items():
-        if k == "arch" or v == base[k] or v is None:
-            continue
-        if isinstance(v, bool):
-            out.append(flag(k) if v else "--no-" + flag(k)[2:])
-        else:
-            out += [flag(k), str(v)]
-    return out
-
-
 def run_training(args, budget_s: float, out: Path, on_row=None) -> dict:
     """One epoch of every paper model among ``args.models``, eager then compiled (``--compile-backend``), through the
     trial loop ``study train`` runs (no Ray), the data decoded once: each must finish, train

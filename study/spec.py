@@ -117,15 +117,16 @@ class Maps(_Strict):
 
 Axis = Annotated[Capped(list[Any], "MAX_LIST_ENTRIES", min_length=1), _distinct()]
 Grid = create_model("Grid", __base__=_Strict, **{k: (Axis, None) for k in MODEL_FIELDS + TRAIN_AXES})
-Bounds, IntBounds = (Annotated[list[t], Field(min_length=2, max_length=2)] for t in (float, int))
+#: a distribution's [low, high] (not a field's declared :class:`~study.models.config.Bounds`)
+Range, IntRange = (Annotated[list[t], Field(min_length=2, max_length=2)] for t in (float, int))
 
 
 class Distribution(_Strict):
     """One of: ``uniform: [low, high]``, ``loguniform`` (low > 0), ``int`` (integers), ``choice: [values]``."""
     model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
-    uniform: Bounds = None
-    loguniform: Bounds = None
-    int: IntBounds = None
+    uniform: Range = None
+    loguniform: Range = None
+    int: IntRange = None
     choice: Capped(list[Any], "MAX_LIST_ENTRIES", min_length=1) = None
 
     @model_validator(mode="after")

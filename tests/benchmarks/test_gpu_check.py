@@ -9,7 +9,6 @@ from tests.helpers import REPO_ROOT
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 

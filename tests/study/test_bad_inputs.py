@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.data_helpers import image_array, jpeg_bytes, make_tree, tar_bytes, write_image
+from tests.data_helpers import image_array, jpeg_bytes, make_tree, tar_bytes
 from tests.helpers import corpus_expectation, meets_expectation
 from study import limits
 

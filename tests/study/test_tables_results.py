@@ -12,7 +12,6 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 

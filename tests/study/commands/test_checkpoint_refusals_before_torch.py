@@ -12,17 +12,14 @@ import collections
 import copy
 import functools
 import io
-import json
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers import TINY, cli_env
-from tests.study.data.test_refusals_before_torch import RUNNER
+from tests.helpers import TINY
+from tests.study.data.test_refusals_before_torch import outcomes_in_forks
 
 #: the flags of the trained configuration (TINY) as `study train` takes them
 TRAIN = ["--data", "synthetic:60", "--epochs", "1", "--batch-size", "20", "--hidden", "16", "--layers", "1",
@@ -188,10 +185,7 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
         cwd.mkdir()
         _prepare(cwd, case, files)
         cases.append({"id": case, "cwd": str(cwd), "cache": str(cwd / "cache"), "argv": argv})
-    r = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(cases)], capture_output=True, text=True,
-                       timeout=300, env=cli_env())
-    assert r.returncode == 0, r.stderr
-    return {o["id"]: {**o, "cwd": base / o["id"]} for o in map(json.loads, r.stdout.splitlines())}
+    return outcomes_in_forks(cases, base=base)
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -15,7 +15,6 @@ import sys
 import tarfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 from PIL import Image
@@ -150,8 +149,13 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
         cases.append({"id": case, "cwd": str(cwd), "cache": str(cwd / "cache"),
                       "argv": [a.format(**made) for a in argv]})
     # an unreachable mirror: a CIFAR-10 download fails at once, and never downloads anything
+    return outcomes_in_forks(cases, base=base, env={"STUDY_CIFAR10_URL": "http://127.0.0.1:9/cifar-10-python.tar.gz"})
+
+
+def outcomes_in_forks(cases: list[dict], *, base: Path, env: dict | None = None) -> dict[str, dict]:
+    """Each case run by :data:`RUNNER` in a fork of one torch-free interpreter: its outcome by id."""
     r = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(cases)], capture_output=True, text=True,
-                       timeout=300, env=cli_env({"STUDY_CIFAR10_URL": "http://127.0.0.1:9/cifar-10-python.tar.gz"}))
+                       timeout=300, env=cli_env(env))
     assert r.returncode == 0, r.stderr
     return {o["id"]: {**o, "cwd": base / o["id"]} for o in map(json.loads, r.stdout.splitlines())}
 
