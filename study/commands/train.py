@@ -174,7 +174,8 @@ def _train(args: argparse.Namespace, cfg: TrainConfig, *, out: Path, trial_id: s
             bar.close()
     val = "" if result.best_val_acc != result.best_val_acc else f"best val acc {result.best_val_acc:.4f}, "
     print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
-          f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}")
+          f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}"
+          + (f"; DID NOT TRAIN: {result.failed_to_train}" if result.failed_to_train else ""))
     return 0 if result.status == "finished" else 1
 
 

@@ -49,6 +49,7 @@ class TrialResult:
     device_seconds: float
     best_val_acc: float = math.nan  # NaN: no validation split
     final_val_acc: float = math.nan
+    failed_to_train: str | None = None  # why it did not train after its warm-up (study.trial.verdict)
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.SGD:

@@ -66,7 +66,8 @@ def test_the_runs_row_records_a_trial_that_stayed_at_chance(tmp_path):
     runs row says why (the trials that learn: tests/study/trial/test_loop.py records null)."""
     cfg = TrainConfig(model=tiny(hidden=16, layers=1, intermediate=32, num_heads=2), data="synthetic:500",
                       epochs=1, batch_size=25, head_stats=False, warmup=0.1, lr=1e-9)
-    train_trial(cfg, trial_id="stays", tables=tmp_path)
+    result = train_trial(cfg, trial_id="stays", tables=tmp_path)
     runs = read(tmp_path, "runs")
     assert "after the warm-up" in runs.failed_to_train.iloc[0]
+    assert result.failed_to_train == runs.failed_to_train.iloc[0]  # what `study train`'s last line prints
     assert runs.status.iloc[0] == "finished"  # the state is the run's; the verdict is beside it
