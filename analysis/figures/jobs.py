@@ -4,6 +4,9 @@ time counts toward this command's."""
 
 from __future__ import annotations
 
+import signal
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from analysis.figures import Context, Skip
@@ -77,7 +80,30 @@ def execute(renders: list, *, jobs: int) -> list[list[Path]]:
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(renders)), mp_context=mp.get_context("spawn"),
                              initializer=_init) as pool:
-        return list(pool.map(_draw, *zip(*renders)))
+        with interrupts_held():  # submitting starts the workers
+            futures = [pool.submit(_draw, *r) for r in renders]
+        return [f.result() for f in futures]
+
+
+@contextmanager
+def interrupts_held():
+    """Hold Ctrl-C and SIGTERM until the block ends, then raise the first as it would have
+    been.  A ``spawn`` worker reads its start-up data from a pipe the parent writes after
+    starting it: interrupted in between, the parent closes the pipe and the worker prints
+    ``EOFError: Ran out of input``.  Outside the main thread (no handlers there) it holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    signums = (signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in signums}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def _init() -> None:
