@@ -15,89 +15,158 @@ from pathlib import Path
 
 from analysis.io import AnalysisError, load
 from analysis.query import FORMATS, run_query
-
-from study.cliutil import (BoundedFloat, BoundedInt, Parser as _Parser, exit_without_final_collections, fail as _fail,
-                           package_version as _version)  # torch-free
-from study.limits import (MAX_CPUS_PER_TRIAL, MAX_EPOCHS, MAX_PORT, MAX_SERVE_INTERVAL_S,
-                          MIN_SERVE_INTERVAL_S)
+from study.cliutil import (
+    BoundedFloat,
+    BoundedInt,
+    exit_without_final_collections,
+)  # torch-free
+from study.cliutil import (
+    Parser as _Parser,
+)
+from study.cliutil import (
+    fail as _fail,
+)
+from study.cliutil import (
+    package_version as _version,
+)
+from study.limits import MAX_CPUS_PER_TRIAL, MAX_EPOCHS, MAX_PORT, MAX_SERVE_INTERVAL_S, MIN_SERVE_INTERVAL_S
 from study.tables import TableWarning, warnings_as_lines
 
 
 def _target(p: argparse.ArgumentParser) -> None:
-    p.add_argument("study", metavar="NAME|PATH",
-                   help="a study name under --storage, or a path: a study folder, its tables folder "
-                        "or a `study train --out` folder (local or s3://…)")
-    p.add_argument("--storage", default=None,
-                   help="where studies live, a folder or s3://bucket/prefix (default: $STUDY_STORAGE, else ./results)")
+    p.add_argument(
+        "study",
+        metavar="NAME|PATH",
+        help="a study name under --storage, or a path: a study folder, its tables folder "
+        "or a `study train --out` folder (local or s3://…)",
+    )
+    p.add_argument(
+        "--storage",
+        default=None,
+        help="where studies live, a folder or s3://bucket/prefix (default: $STUDY_STORAGE, else ./results)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="analysis", description="Query a study's result tables and draw the paper's "
-                                                  "figures (Cordonnier et al., ICLR 2020) from them.",
-                     epilog="`analysis COMMAND --help` describes a command. `analysis` alone prints this "
-                            "list and exits 2.")
+    parser = _Parser(
+        prog="analysis",
+        description="Query a study's result tables and draw the paper's "
+        "figures (Cordonnier et al., ICLR 2020) from them.",
+        epilog="`analysis COMMAND --help` describes a command. `analysis` alone prints this "
+        "list and exits 2.",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    q = sub.add_parser("query", help="run SQL over the tables runs, epochs, heads, maps",
-                       description="Run one DuckDB SQL query over the study's tables: runs (one row per "
-                                   "trial), epochs (trial_id, epoch), heads (trial_id, epoch, layer, head) "
-                                   "and maps (the same keys, window, probs). Works while the study runs.",
-                       epilog='example: analysis query smoke "SELECT name, max(test_acc) FROM epochs '
-                              'JOIN runs USING (trial_id) GROUP BY name"')
+    q = sub.add_parser(
+        "query",
+        help="run SQL over the tables runs, epochs, heads, maps",
+        description="Run one DuckDB SQL query over the study's tables: runs (one row per "
+        "trial), epochs (trial_id, epoch), heads (trial_id, epoch, layer, head) "
+        "and maps (the same keys, window, probs). Works while the study runs.",
+        epilog='example: analysis query smoke "SELECT name, max(test_acc) FROM epochs '
+        'JOIN runs USING (trial_id) GROUP BY name"',
+    )
     _target(q)
     q.add_argument("sql", metavar="SQL", help="the query")
     q.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
     q.set_defaults(func=_query)
 
-    f = sub.add_parser("figures", help="draw every figure and table the data supports",
-                       description="Draw the paper's Fig. 2 (accuracy), Figs. 4/12/14 (head centres and "
-                                   "contours), Figs. 5/6 (attention maps) and Table 1, plus a sweep "
-                                   "heat-map, head-centre trajectories, convolution-likeness and the "
-                                   "locality figures (attention distance, locality over training, gates), "
-                                   "as PNG, PDF and a CSV of the plotted data: one figure per model variant "
-                                   "(its seeds aggregated, or its median seed, said in the title). Figures "
-                                   "whose tables did not change since they were drawn into --out are kept, "
-                                   "not redrawn; the rest are drawn on --jobs processes. Prints the files "
-                                   "and one line per figure skipped, with the reason.")
+    f = sub.add_parser(
+        "figures",
+        help="draw every figure and table the data supports",
+        description="Draw the paper's Fig. 2 (accuracy), Figs. 4/12/14 (head centres and "
+        "contours), Figs. 5/6 (attention maps) and Table 1, plus a sweep "
+        "heat-map, head-centre trajectories, convolution-likeness and the "
+        "locality figures (attention distance, locality over training, gates), "
+        "as PNG, PDF and a CSV of the plotted data: one figure per model variant "
+        "(its seeds aggregated, or its median seed, said in the title). Figures "
+        "whose tables did not change since they were drawn into --out are kept, "
+        "not redrawn; the rest are drawn on --jobs processes. Prints the files "
+        "and one line per figure skipped, with the reason.",
+    )
     _target(f)
-    f.add_argument("--out", type=Path, default=None,
-                   help="output folder (default: <study folder>/figures; ./figures/<name> for a URI)")
-    f.add_argument("--epoch", type=BoundedInt(-1, MAX_EPOCHS - 1, "MAX_EPOCHS"), default=None, metavar="N",
-                   help="epoch of head and map figures as stored in the tables (0-based: 0 is after the "
-                        "first epoch, -1 the untrained model); trajectories and convolution-likeness stop there "
-                        "(default: each trial's last)")
-    f.add_argument("--per-seed", action="store_true",
-                   help="also one head, map, trajectory and convolution-likeness figure per trial (seed), "
-                        "instead of one per model variant")
-    f.add_argument("--jobs", type=BoundedInt(1, MAX_CPUS_PER_TRIAL, "MAX_CPUS_PER_TRIAL"), default=None, metavar="N",
-                   help="processes drawing figures (default: the cores this process may use)")
-    f.add_argument("--pdf", action=argparse.BooleanOptionalAction, default=True,
-                   help="a PDF beside each PNG (default; --no-pdf: PNG and CSV only, in about half the time)")
+    f.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default: <study folder>/figures; ./figures/<name> for a URI)",
+    )
+    f.add_argument(
+        "--epoch",
+        type=BoundedInt(-1, MAX_EPOCHS - 1, "MAX_EPOCHS"),
+        default=None,
+        metavar="N",
+        help="epoch of head and map figures as stored in the tables (0-based: 0 is after the "
+        "first epoch, -1 the untrained model); trajectories and convolution-likeness stop there "
+        "(default: each trial's last)",
+    )
+    f.add_argument(
+        "--per-seed",
+        action="store_true",
+        help="also one head, map, trajectory and convolution-likeness figure per trial (seed), "
+        "instead of one per model variant",
+    )
+    f.add_argument(
+        "--jobs",
+        type=BoundedInt(1, MAX_CPUS_PER_TRIAL, "MAX_CPUS_PER_TRIAL"),
+        default=None,
+        metavar="N",
+        help="processes drawing figures (default: the cores this process may use)",
+    )
+    f.add_argument(
+        "--pdf",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a PDF beside each PNG (default; --no-pdf: PNG and CSV only, in about half the time)",
+    )
     f.set_defaults(func=_figures)
 
-    sc = sub.add_parser("schema", help="what every column of the tables means (type, unit, convention)",
-                        description="Document every column of runs, epochs, heads and maps: type, unit and "
-                                    "convention (shifts in grid pixels with y down, entropy in nats, 0-based "
-                                    "epoch/layer/head, the maps window layout, …).")
-    sc.add_argument("table", nargs="?", choices=["runs", "epochs", "heads", "maps"], metavar="TABLE",
-                    help="one table (runs, epochs, heads, maps); default: all")
+    sc = sub.add_parser(
+        "schema",
+        help="what every column of the tables means (type, unit, convention)",
+        description="Document every column of runs, epochs, heads and maps: type, unit and "
+        "convention (shifts in grid pixels with y down, entropy in nats, 0-based "
+        "epoch/layer/head, the maps window layout, …).",
+    )
+    sc.add_argument(
+        "table",
+        nargs="?",
+        choices=["runs", "epochs", "heads", "maps"],
+        metavar="TABLE",
+        help="one table (runs, epochs, heads, maps); default: all",
+    )
     sc.set_defaults(func=_schema)
 
-    r = sub.add_parser("report", help="one self-contained HTML page of a study (--serve: live)",
-                       description="Write one HTML page with every figure (embedded), Table 1, per-trial "
-                                   "progress, the failures with their cause and the study file. With "
-                                   "--serve, serve it on 127.0.0.1 and rebuild it whenever the tables "
-                                   "change while the study runs (the page reloads itself).")
+    r = sub.add_parser(
+        "report",
+        help="one self-contained HTML page of a study (--serve: live)",
+        description="Write one HTML page with every figure (embedded), Table 1, per-trial "
+        "progress, the failures with their cause and the study file. With "
+        "--serve, serve it on 127.0.0.1 and rebuild it whenever the tables "
+        "change while the study runs (the page reloads itself).",
+    )
     _target(r)
-    r.add_argument("--out", type=Path, default=None,
-                   help="the HTML file (default: <study folder>/report.html; ./<name>-report.html for a "
-                        "URI); with --serve, written only when given")
+    r.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the HTML file (default: <study folder>/report.html; ./<name>-report.html for a "
+        "URI); with --serve, written only when given",
+    )
     r.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and keep it current")
-    r.add_argument("--port", type=BoundedInt(0, MAX_PORT, "MAX_PORT"), default=8765,
-                   help="port of --serve (0: any free port)")
-    r.add_argument("--interval", type=BoundedFloat(MIN_SERVE_INTERVAL_S, MAX_SERVE_INTERVAL_S, "MIN/MAX_SERVE_INTERVAL_S"),
-                   default=3.0, help="seconds between checks of the tables (--serve)")
+    r.add_argument(
+        "--port",
+        type=BoundedInt(0, MAX_PORT, "MAX_PORT"),
+        default=8765,
+        help="port of --serve (0: any free port)",
+    )
+    r.add_argument(
+        "--interval",
+        type=BoundedFloat(MIN_SERVE_INTERVAL_S, MAX_SERVE_INTERVAL_S, "MIN/MAX_SERVE_INTERVAL_S"),
+        default=3.0,
+        help="seconds between checks of the tables (--serve)",
+    )
     r.set_defaults(func=_report)
     return parser
 
@@ -123,8 +192,9 @@ def _figures(args: argparse.Namespace) -> int:
     with _writing(Path(out), folder=True), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         warnings.simplefilter("always", TableWarning)  # skipped files are named, always
-        written, skipped = draw_all(study, out, epoch=args.epoch, per_seed=args.per_seed, pdf=args.pdf,
-                                     jobs=args.jobs)
+        written, skipped = draw_all(
+            study, out, epoch=args.epoch, per_seed=args.per_seed, pdf=args.pdf, jobs=args.jobs
+        )
     for line in skipped:
         print(line)
     for path in written:
@@ -142,7 +212,9 @@ def _report(args: argparse.Namespace) -> int:
     from analysis.serve import write_page
 
     study = load(args.study, args.storage)
-    out = args.out or (Path(f"{study.name}-report.html") if study.remote else Path(study.folder) / "report.html")
+    out = args.out or (
+        Path(f"{study.name}-report.html") if study.remote else Path(study.folder) / "report.html"
+    )
     with _writing(Path(out), folder=False):
         write_page(out, render(study))
     print(out)

@@ -20,8 +20,9 @@ def mahalanobis_radius(p: float) -> float:
     return math.sqrt(-2.0 * math.log1p(-p))
 
 
-def gaussian_ellipse(center: tuple[float, float], inv_cov: tuple[float, float, float], p: float,
-                     *, points: int = 97) -> tuple[np.ndarray, np.ndarray] | None:
+def gaussian_ellipse(
+    center: tuple[float, float], inv_cov: tuple[float, float, float], p: float, *, points: int = 97
+) -> tuple[np.ndarray, np.ndarray] | None:
     """Closed ellipse (x, y) holding mass ``p`` of N(center, Σ), Σ = inverse of
     ``inv_cov`` = (xx, xy, yy) of Σ⁻¹.  None if Σ⁻¹ is not positive definite."""
     xx, xy, yy = (float(v) for v in inv_cov)

@@ -15,8 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from study.storage import default_storage, is_remote, study_root
-from study.tables import (SCHEMA, TABLES, LinkOutError, check_links, file_system, read_file, read_parts,
-                          read_table)
+from study.tables import (
+    SCHEMA,
+    TABLES,
+    LinkOutError,
+    check_links,
+    file_system,
+    read_file,
+    read_parts,
+    read_table,
+)
 
 if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never needs pandas
     import pandas as pd
@@ -58,8 +66,10 @@ def _sql_error(exc: Exception, query: str = "") -> str:
         unquoted = [c for c in KEYWORD_COLUMNS if re.search(rf'(?<!["\w]){c}(?!["\w])', query, re.IGNORECASE)]
         if unquoted:
             c = unquoted[0]
-            return (f'{text} (hint: {c} is an SQL keyword; write the column in double quotes, "{c}", '
-                    f'e.g. SELECT "{c}" FROM maps)')
+            return (
+                f'{text} (hint: {c} is an SQL keyword; write the column in double quotes, "{c}", '
+                f'e.g. SELECT "{c}" FROM maps)'
+            )
     return text
 
 
@@ -130,7 +140,7 @@ class Study:
     heads = cached_property(lambda self: read_table(self.root, "heads"))
     maps = cached_property(lambda self: read_table(self.root, "maps"))
 
-    def refresh(self) -> "Study":
+    def refresh(self) -> Study:
         """Forget what was read: the next access reads the tables again."""
         for name in TABLES:
             self.__dict__.pop(name, None)
@@ -163,7 +173,9 @@ class Study:
         read now, compacted files when scanned): the parts, and the compacted rows of every
         (trial, epoch) no part holds (``study.tables`` invariants)."""
         compacted, parts, _ = read_parts(self.root, table)
-        compacted = [(path, schema) for path in compacted if (schema := read_file(path, schema=True)) is not None]
+        compacted = [
+            (path, schema) for path in compacted if (schema := read_file(path, schema=True)) is not None
+        ]
         sources = {}
         for kind, files in (("compacted", compacted), ("parts", [(t, t.schema) for t in parts])):
             if files:  # a view over the files, scanned with their unified schema
@@ -180,12 +192,16 @@ class Study:
             body = f"SELECT * FROM {next(iter(sources.values()))}"
         else:
             c, p = sources["compacted"], sources["parts"]
-            body = (f"SELECT * FROM {p} UNION ALL BY NAME SELECT c.* FROM {c} c ANTI JOIN "
-                    f"(SELECT DISTINCT trial_id, epoch FROM {p}) k ON c.trial_id = k.trial_id AND c.epoch = k.epoch")
-        if table == "maps":  # quantised windows back to probabilities, in SQL: pyarrow.compute would import pandas
+            body = (
+                f"SELECT * FROM {p} UNION ALL BY NAME SELECT c.* FROM {c} c ANTI JOIN "
+                f"(SELECT DISTINCT trial_id, epoch FROM {p}) k ON c.trial_id = k.trial_id AND c.epoch = k.epoch"
+            )
+        if (
+            table == "maps"
+        ):  # quantised windows back to probabilities, in SQL: pyarrow.compute would import pandas
             cols = {r[0] for r in con.execute(f"DESCRIBE {body}").fetchall()}
             if "probs_q" in cols:
-                decoded = 'list_transform(probs_q, lambda x: CAST(x AS DOUBLE) * probs_scale)'
+                decoded = "list_transform(probs_q, lambda x: CAST(x AS DOUBLE) * probs_scale)"
                 if "probs" in cols:
                     decoded = f"coalesce({decoded}, probs)"
                 keep = "probs_q, probs_scale" + (", probs" if "probs" in cols else "")
@@ -211,8 +227,11 @@ class Study:
 
     def sql_records(self, query: str) -> tuple[list[str], list[tuple]]:
         """Column names and rows (tuples of plain Python values; lists for list columns)."""
+
         def records(result):
-            table = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.fetch_arrow_table()
+            table = (
+                result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.fetch_arrow_table()
+            )
             return table.column_names, list(zip(*(col.to_pylist() for col in table.columns)))
 
         return self._query(query, records, lambda: ([], []))
@@ -231,9 +250,22 @@ CONFINEMENT = (
 )
 
 #: Pragmas that only read the catalogue (``PRAGMA table_info('runs')``, ``PRAGMA show_tables``).
-READ_PRAGMAS = ("table_info", "show", "show_tables", "show_tables_expanded", "show_databases",
-                "database_list", "database_size", "storage_info", "version", "platform", "functions",
-                "collations", "user_agent", "metadata_info")
+READ_PRAGMAS = (
+    "table_info",
+    "show",
+    "show_tables",
+    "show_tables_expanded",
+    "show_databases",
+    "database_list",
+    "database_size",
+    "storage_info",
+    "version",
+    "platform",
+    "functions",
+    "collations",
+    "user_agent",
+    "metadata_info",
+)
 
 #: How a MULTI statement (DuckDB's rewrite of a PIVOT whose columns come from the data)
 #: may begin: a PIVOT or a query holding one; ``COPY (PIVOT …) TO``, ``CREATE TABLE … AS
@@ -257,8 +289,9 @@ def _only_reads(con, query: str, label: str = "") -> None:
         try:
             kind, text, detail = st.type.name, st.query, ""
         except ValueError as exc:  # a statement type this duckdb package cannot name (UPDATE EXTENSIONS)
-            raise AnalysisError(f"refusing a statement of a type DuckDB's Python API cannot name ({_one_line(exc)})"
-                                ) from None
+            raise AnalysisError(
+                f"refusing a statement of a type DuckDB's Python API cannot name ({_one_line(exc)})"
+            ) from None
         if kind == "SELECT":
             continue
         if kind == "EXPLAIN" and not label:
@@ -277,8 +310,10 @@ def _only_reads(con, query: str, label: str = "") -> None:
             if first and first.group(1).upper() in MULTI_READS:
                 continue
             kind, detail = (first.group(1).upper() if first else kind), " (around a PIVOT)"
-        raise AnalysisError("only reading queries are run (SELECT, EXPLAIN, PIVOT, catalogue PRAGMAs; the tables "
-                            f"are never written): refusing {label}{kind} statement{detail}")
+        raise AnalysisError(
+            "only reading queries are run (SELECT, EXPLAIN, PIVOT, catalogue PRAGMAs; the tables "
+            f"are never written): refusing {label}{kind} statement{detail}"
+        )
 
 
 class _Scan:

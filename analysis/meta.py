@@ -33,8 +33,10 @@ def data_label(data: str | None) -> str:
 def _values(runs: pd.DataFrame, col: str) -> list:
     if col not in runs:
         return []
-    return sorted({v for v in runs[col].tolist() if v is not None and not (isinstance(v, float) and math.isnan(v))},
-                  key=str)
+    return sorted(
+        {v for v in runs[col].tolist() if v is not None and not (isinstance(v, float) and math.isnan(v))},
+        key=str,
+    )
 
 
 def _ints(values: list) -> str:
@@ -49,8 +51,11 @@ def describe(runs: pd.DataFrame, *, seeds_per_variant: bool = True) -> str:
     data = " + ".join(data_label(d) for d in (_values(runs, "data") or [None]))
     parts = [data]
     subsets = _values(runs, "subset")
-    sizes = [f"{word} {_ints(v)}" for col, word in (("n_train", "train"), ("n_val", "val"), ("n_test", "test"))
-             if (v := _values(runs, col)) and not (col == "n_val" and v == [0])]
+    sizes = [
+        f"{word} {_ints(v)}"
+        for col, word in (("n_train", "train"), ("n_val", "val"), ("n_test", "test"))
+        if (v := _values(runs, col)) and not (col == "n_val" and v == [0])
+    ]
     if "n_test" not in runs:
         sizes.append("test size not recorded")
     head = f"subset {_ints(subsets)}" if subsets else "all images"
@@ -62,11 +67,15 @@ def describe(runs: pd.DataFrame, *, seeds_per_variant: bool = True) -> str:
     if len(s) > 2 and s == list(range(s[0], s[-1] + 1)):
         parts.append(f"seeds {s[0]}–{s[-1]}")
     else:
-        parts.append(f"seed{'s' if len(s) > 1 else ''} {', '.join(map(str, s))}" if s else "seeds not recorded")
+        parts.append(
+            f"seed{'s' if len(s) > 1 else ''} {', '.join(map(str, s))}" if s else "seeds not recorded"
+        )
     failed = int(did_not_train(runs).sum())
     if failed:
-        parts.append(f"DID NOT TRAIN: {failed} of {len(runs)} trial{'s' if len(runs) > 1 else ''} at chance or "
-                     "diverging after the warm-up (runs.failed_to_train), not results")
+        parts.append(
+            f"DID NOT TRAIN: {failed} of {len(runs)} trial{'s' if len(runs) > 1 else ''} at chance or "
+            "diverging after the warm-up (runs.failed_to_train), not results"
+        )
     return "; ".join(parts)
 
 

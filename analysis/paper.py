@@ -21,8 +21,16 @@ PAPER_TEST_IMAGES = 10_000
 
 #: Sizes every attention model of Table 1 shares (docs/design.md §3): D = 400, 6 layers,
 #: feed-forward 512, N_h = 9, 2×2 space-to-depth of 32×32×3 images.
-SA_SIZES = {"hidden": 400, "layers": 6, "intermediate": 512, "num_heads": 9, "downsample": 2,
-            "image_size": 32, "in_channels": 3, "num_classes": 10}
+SA_SIZES = {
+    "hidden": 400,
+    "layers": 6,
+    "intermediate": 512,
+    "num_heads": 9,
+    "downsample": 2,
+    "image_size": 32,
+    "in_channels": 3,
+    "num_classes": 10,
+}
 
 
 @dataclass(frozen=True)
@@ -116,7 +124,11 @@ def budget_reason(row: dict) -> str:
     short_epochs = not _missing(epochs) and int(epochs) != PAPER_EPOCHS
     short_images = (not _missing(subset)) or (images is not None and int(images) != PAPER_TRAIN_IMAGES)
     if short_epochs or short_images:
-        e = "epochs not recorded" if _missing(epochs) else f"{_n(epochs)} epoch{'' if int(epochs) == 1 else 's'}"
+        e = (
+            "epochs not recorded"
+            if _missing(epochs)
+            else f"{_n(epochs)} epoch{'' if int(epochs) == 1 else 's'}"
+        )
         on = "an unrecorded number of images" if images is None else f"{_n(images)} images"
         return f"not the paper's budget: {e} on {on} (paper {PAPER_EPOCHS} on {PAPER_TRAIN_IMAGES:,})"
     if _missing(epochs):
@@ -133,5 +145,13 @@ def paper_row(row: dict) -> tuple[Published | None, str]:
     return (None, why) if why else (pub, "")
 
 
-__all__ = ["PAPER_EPOCHS", "PAPER_TEST_IMAGES", "PAPER_TRAIN_IMAGES", "TABLE1", "Published", "budget_reason",
-           "match_model", "paper_row"]
+__all__ = [
+    "PAPER_EPOCHS",
+    "PAPER_TEST_IMAGES",
+    "PAPER_TRAIN_IMAGES",
+    "TABLE1",
+    "Published",
+    "budget_reason",
+    "match_model",
+    "paper_row",
+]

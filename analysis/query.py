@@ -34,7 +34,9 @@ def _cell(value: Any) -> str:
     if isinstance(value, float) and math.isinf(value):
         return str(value)
     plain = _plain(value)
-    return json.dumps(plain) if isinstance(value, (list, tuple, dict)) else ("" if plain is None else str(plain))
+    return (
+        json.dumps(plain) if isinstance(value, (list, tuple, dict)) else ("" if plain is None else str(plain))
+    )
 
 
 def _short(value: Any) -> str:
@@ -54,7 +56,9 @@ def _short(value: Any) -> str:
 def render(columns: list[str], rows: list[tuple], fmt: str) -> str:
     """The query result as text in ``fmt`` (``table``, ``csv`` or ``json``)."""
     if fmt == "json":
-        return json.dumps([{c: _plain(v) for c, v in zip(columns, r)} for r in rows], ensure_ascii=False) + "\n"
+        return (
+            json.dumps([{c: _plain(v) for c, v in zip(columns, r)} for r in rows], ensure_ascii=False) + "\n"
+        )
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -64,13 +68,20 @@ def render(columns: list[str], rows: list[tuple], fmt: str) -> str:
     if not columns:
         return ""
     cells = [[_short(v) for v in r] for r in rows]
-    numeric = [all(isinstance(r[i], (int, float, Decimal)) and not isinstance(r[i], bool) for r in rows
-                   if r[i] is not None)
-               for i in range(len(columns))]
+    numeric = [
+        all(
+            isinstance(r[i], (int, float, Decimal)) and not isinstance(r[i], bool)
+            for r in rows
+            if r[i] is not None
+        )
+        for i in range(len(columns))
+    ]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
 
     def line(values: list[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)
+        ).rstrip()
 
     out = [line(columns)] + [line(row) for row in cells]
     out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")

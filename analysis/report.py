@@ -20,8 +20,10 @@ from analysis.meta import describe
 from analysis.variants import variant_labels
 
 FAILED = ("error", "diverged", "interrupted")
-_CAUSE = {"diverged": "non-finite training loss (the trial stopped)",
-          "interrupted": "the run was interrupted (continue it with `study resume`)"}
+_CAUSE = {
+    "diverged": "non-finite training loss (the trial stopped)",
+    "interrupted": "the run was interrupted (continue it with `study resume`)",
+}
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, 'DejaVu Sans', sans-serif; margin: 1.5em auto;
@@ -77,7 +79,9 @@ def _table(head: list, rows: list[list]) -> str:
     html_rows = []
     for tag, cells in [("th", head), *(("td", r) for r in rows)]:
         cells = [c if isinstance(c, tuple) else (k, c) for c, k in zip(cells, cols)]
-        html_rows.append("".join(f"<{tag} class='{k}'>{v}</{tag}>" if k else f"<{tag}>{v}</{tag}>" for k, v in cells))
+        html_rows.append(
+            "".join(f"<{tag} class='{k}'>{v}</{tag}>" if k else f"<{tag}>{v}</{tag}>" for k, v in cells)
+        )
     return "<table>" + "".join(f"<tr>{r}</tr>" for r in html_rows) + "</table>"
 
 
@@ -132,15 +136,22 @@ def _table1(study: Study) -> str:
         head, rows = t1.cells(t1.data(ctx))
     except Skip as why:
         return f"<p class='skipped'>{_e(why)}</p>"
-    head = [head[0], *(("num", h) for h in head[1:-1]), head[-1]]  # numbers right-aligned, the paper's text not
+    head = [
+        head[0],
+        *(("num", h) for h in head[1:-1]),
+        head[-1],
+    ]  # numbers right-aligned, the paper's text not
     return f"<p>{_e(describe(ctx.trials))}</p>" + _table(head, [[_e(c) for c in row] for row in rows])
 
 
 def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:
     if runs.empty:
         return "<p class='skipped'>no trial recorded yet</p>"
-    last_secs = (epochs.sort_values("epoch").groupby("trial_id").tail(1).set_index("trial_id")["seconds"]
-                 if not epochs.empty and "seconds" in epochs else {})
+    last_secs = (
+        epochs.sort_values("epoch").groupby("trial_id").tail(1).set_index("trial_id")["seconds"]
+        if not epochs.empty and "seconds" in epochs
+        else {}
+    )
     rows = []
     now = time.time()
     runs = runs.assign(variant=variant_labels(runs))  # named as Table 1 and `study status` name it
@@ -149,12 +160,33 @@ def _progress(runs: pd.DataFrame, epochs: pd.DataFrame) -> str:
         pct = 100 * done / total if total else 0
         updated = getattr(r, "updated_at", None)
         age = f"{now - float(updated):.0f} s ago" if updated is not None and updated == updated else "–"
-        rows.append([_e(r.trial_id), _e(r.variant), (f"status-{_e(r.status)}", _e(r.status)),
-                     f"<span class=bar><div style='width:{pct:.0f}%'></div></span> {done}/{total}",
-                     _num(r.best_test_acc), _num(r.final_test_acc), _num(last_secs.get(r.trial_id), 1),
-                     _num(getattr(r, "device_seconds", None), 0), _e(age)])
-    return _table(["Trial", "Model", "Status", "Epochs", ("num", "Best acc."), ("num", "Last acc."),
-                   ("num", "Last epoch (s)"), ("num", "Device-s"), "Updated"], rows)
+        rows.append(
+            [
+                _e(r.trial_id),
+                _e(r.variant),
+                (f"status-{_e(r.status)}", _e(r.status)),
+                f"<span class=bar><div style='width:{pct:.0f}%'></div></span> {done}/{total}",
+                _num(r.best_test_acc),
+                _num(r.final_test_acc),
+                _num(last_secs.get(r.trial_id), 1),
+                _num(getattr(r, "device_seconds", None), 0),
+                _e(age),
+            ]
+        )
+    return _table(
+        [
+            "Trial",
+            "Model",
+            "Status",
+            "Epochs",
+            ("num", "Best acc."),
+            ("num", "Last acc."),
+            ("num", "Last epoch (s)"),
+            ("num", "Device-s"),
+            "Updated",
+        ],
+        rows,
+    )
 
 
 def _failures(runs: pd.DataFrame) -> str:
@@ -167,8 +199,15 @@ def _failures(runs: pd.DataFrame) -> str:
         cause = r.get("error")
         if pd.isna(cause) or not str(cause):
             cause = _CAUSE.get(r["status"], "(no cause recorded in the tables)")
-        rows.append([_e(r["trial_id"]), _e(r["variant"]), (f"status-{_e(r['status'])}", _e(r["status"])),
-                     int(r.get("epochs_done", 0) or 0), _e(cause)])
+        rows.append(
+            [
+                _e(r["trial_id"]),
+                _e(r["variant"]),
+                (f"status-{_e(r['status'])}", _e(r["status"])),
+                int(r.get("epochs_done", 0) or 0),
+                _e(cause),
+            ]
+        )
     return _table(["Trial", "Model", "Status", ("num", "Epochs done"), "Cause"], rows)
 
 
@@ -179,8 +218,11 @@ def render(study: Study, *, version: str = "", poll_ms: int = 0) -> str:
     counts = runs["status"].value_counts().to_dict() if not runs.empty else {}
     status = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no trial yet"
     pngs, skipped = figures(study)
-    figs = "".join(f'<figure><img alt="{_e(stem)}" src="data:image/png;base64,{b64}">'
-                   f"<figcaption>{_e(stem)}</figcaption></figure>" for stem, b64 in pngs)
+    figs = "".join(
+        f'<figure><img alt="{_e(stem)}" src="data:image/png;base64,{b64}">'
+        f"<figcaption>{_e(stem)}</figcaption></figure>"
+        for stem, b64 in pngs
+    )
     if not pngs:
         figs = "<p class='skipped'>no figure yet</p>"
     skips = "".join(f"<li>{_e(s)}</li>" for s in skipped)
@@ -190,15 +232,15 @@ def render(study: Study, *, version: str = "", poll_ms: int = 0) -> str:
 <html lang="en" data-version="{_e(version)}"><head><meta charset="utf-8">
 <title>{_e(name)}: study report</title><style>{CSS}</style></head><body>
 <h1>Study {_e(name)}</h1>
-<p class="meta">Tables: {_e(study.root)} · generated {generated}{' · refreshes while the study runs' if poll_ms else ''}</p>
+<p class="meta">Tables: {_e(study.root)} · generated {generated}{" · refreshes while the study runs" if poll_ms else ""}</p>
 <p class="summary"><span id="trials">{_count(len(runs), "trial")}: {_e(status)}</span>
 <span id="epochs">{_count(len(epochs), "epoch")} recorded</span></p>
 <h2>Trials</h2>{_progress(runs, epochs)}
 <h2>Failures</h2>{_failures(runs)}
 <h2>Table 1</h2>{_table1(study)}
-<h2>Figures</h2>{figs}{f'<ul class="skipped">{skips}</ul>' if skips else ''}
-<h2>Study file</h2>{f'<pre>{_e(spec)}</pre>' if spec else "<p class='skipped'>no study.yaml next to the tables</p>"}
-{POLL % poll_ms if poll_ms else ''}</body></html>
+<h2>Figures</h2>{figs}{f'<ul class="skipped">{skips}</ul>' if skips else ""}
+<h2>Study file</h2>{f"<pre>{_e(spec)}</pre>" if spec else "<p class='skipped'>no study.yaml next to the tables</p>"}
+{POLL % poll_ms if poll_ms else ""}</body></html>
 """
 
 

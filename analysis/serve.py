@@ -48,7 +48,9 @@ class _Handler(BaseHTTPRequestHandler):
         hosts = allowed_hosts(self.server.server_address[1])
         values = self.headers.get_all("Host") or []
         if len(values) != 1 or values[0].strip().lower() not in hosts:
-            self.send_error(421, "Misdirected Request", f"this server answers only for {', '.join(sorted(hosts))}")
+            self.send_error(
+                421, "Misdirected Request", f"this server answers only for {', '.join(sorted(hosts))}"
+            )
             return False
         if not self.path.startswith("/"):
             self.send_error(400, "Bad Request", "absolute request targets are not served")
@@ -79,8 +81,15 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def serve(target: str, storage: str, *, port: int, interval: float, out: Path | None = None,
-          stop: threading.Event | None = None) -> None:
+def serve(
+    target: str,
+    storage: str,
+    *,
+    port: int,
+    interval: float,
+    out: Path | None = None,
+    stop: threading.Event | None = None,
+) -> None:
     """Serve the report of ``target`` until interrupted (or ``stop`` is set)."""
     from analysis.report import render
 
@@ -103,9 +112,12 @@ def serve(target: str, storage: str, *, port: int, interval: float, out: Path | 
             raise AnalysisError(f"cannot build the report: {' '.join(str(exc).split())[:200]}") from None
         raise
     run(server)
-    print(f"serving the report of {study.name} at http://{HOST}:{server.server_address[1]}/ "
-          f"(rebuilt when the tables change, checked every {interval:g} s; Ctrl-C stops)",
-          file=sys.stderr, flush=True)
+    print(
+        f"serving the report of {study.name} at http://{HOST}:{server.server_address[1]}/ "
+        f"(rebuilt when the tables change, checked every {interval:g} s; Ctrl-C stops)",
+        file=sys.stderr,
+        flush=True,
+    )
     stop = stop or threading.Event()
     try:
         while not stop.wait(interval):

@@ -19,12 +19,26 @@ FONT = 7  # points: the smallest text in any figure
 DPI = 300
 
 _RC = {
-    "font.size": FONT, "axes.titlesize": FONT + 1, "axes.labelsize": FONT, "xtick.labelsize": FONT,
-    "ytick.labelsize": FONT, "legend.fontsize": FONT, "legend.title_fontsize": FONT,
-    "figure.titlesize": FONT + 1, "lines.linewidth": 1.0, "lines.markersize": 3,
-    "axes.linewidth": 0.6, "xtick.major.width": 0.6, "ytick.major.width": 0.6,
-    "xtick.major.size": 2.5, "ytick.major.size": 2.5, "pdf.fonttype": 42, "ps.fonttype": 42,
-    "savefig.dpi": DPI, "figure.dpi": 100, "legend.frameon": False,
+    "font.size": FONT,
+    "axes.titlesize": FONT + 1,
+    "axes.labelsize": FONT,
+    "xtick.labelsize": FONT,
+    "ytick.labelsize": FONT,
+    "legend.fontsize": FONT,
+    "legend.title_fontsize": FONT,
+    "figure.titlesize": FONT + 1,
+    "lines.linewidth": 1.0,
+    "lines.markersize": 3,
+    "axes.linewidth": 0.6,
+    "xtick.major.width": 0.6,
+    "ytick.major.width": 0.6,
+    "xtick.major.size": 2.5,
+    "ytick.major.size": 2.5,
+    "pdf.fonttype": 42,
+    "ps.fonttype": 42,
+    "savefig.dpi": DPI,
+    "figure.dpi": 100,
+    "legend.frameon": False,
 }
 
 

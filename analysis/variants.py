@@ -24,8 +24,9 @@ def sweep_axes(runs: pd.DataFrame) -> list[str]:
         tc = column_texts(runs, c)
         if (tc == "-").any():
             continue
-        if not any(_determines(column_texts(runs, a), tc) or _determines(tc, column_texts(runs, a))
-                   for a in axes):
+        if not any(
+            _determines(column_texts(runs, a), tc) or _determines(tc, column_texts(runs, a)) for a in axes
+        ):
             axes.append(c)
     return axes
 
@@ -41,8 +42,14 @@ def order_key(row: pd.Series) -> tuple:
     enc = row.get("encoding")
     enc_i = ENCODING_ORDER.index(enc) if enc in ENCODING_ORDER else len(ENCODING_ORDER)
     num = lambda v: float(v) if v is not None and v == v else -1.0  # noqa: E731
-    return (row.get("arch") != "resnet18", enc_i, row.get("isotropic") is not True, num(row.get("num_heads")),
-            num(row.get("pos_dim")), str(row.get("label", "")))
+    return (
+        row.get("arch") != "resnet18",
+        enc_i,
+        row.get("isotropic") is not True,
+        num(row.get("num_heads")),
+        num(row.get("pos_dim")),
+        str(row.get("label", "")),
+    )
 
 
 def slug(text: str) -> str:
@@ -57,9 +64,13 @@ def trial_table(runs: pd.DataFrame) -> pd.DataFrame:
     ``variant_slug`` (unique per label), ``seeds`` and ``representative`` (docs/figures.md,
     "Variants and seeds"; of two middle seeds, the lower)."""
     if runs.empty:
-        return runs.assign(label=pd.Series(dtype=object), slug=pd.Series(dtype=object),
-                           variant_slug=pd.Series(dtype=object), seeds=pd.Series(dtype=int),
-                           representative=pd.Series(dtype=bool))
+        return runs.assign(
+            label=pd.Series(dtype=object),
+            slug=pd.Series(dtype=object),
+            variant_slug=pd.Series(dtype=object),
+            seeds=pd.Series(dtype=int),
+            representative=pd.Series(dtype=bool),
+        )
     t = runs.copy()
     t["label"] = variant_labels(t)
     t["_key"] = [order_key(r) for _, r in t.iterrows()]

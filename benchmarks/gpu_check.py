@@ -35,8 +35,11 @@ SHARES = {"tests": 0.15, "train": 0.35, "bench": 0.3, "study": 0.1}
 #: where the paper's 5 % of one epoch (25 steps) left them at chance (docs/performance.md, "Warm-up")
 TRAIN_WARMUP_STEPS = 150
 #: the tests that exercise the CUDA branches (skipped without CUDA)
-CUDA_TESTS = ("tests/study/test_devicepaths.py", "tests/study/models/test_fast_paths.py",
-              "tests/study/models/test_compiled_equals_eager.py")
+CUDA_TESTS = (
+    "tests/study/test_devicepaths.py",
+    "tests/study/models/test_fast_paths.py",
+    "tests/study/models/test_compiled_equals_eager.py",
+)
 #: a smoke run's models (--small): the paper's architectures at toy sizes
 SMALL_MODEL = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 4}  # N_h square: gpsa's lattice
 #: the fields of a bench run's fast record the report keeps
@@ -49,49 +52,111 @@ def parse_args(argv=None) -> argparse.Namespace:
     from study.commands.bench import device_from_flag, names_from_flag
     from study.limits import MAX_BENCH_BATCH, MAX_EPOCHS
 
-    p = Parser(prog="gpu_check.py", description=__doc__.split("\n\n")[0],
-               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = Parser(
+        prog="gpu_check.py",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
-    p.add_argument("--data", help="the study part's data (required with it): the CIFAR-10 JPEG archive or any "
-                   "source `study run --data` takes (synthetic:N for a smoke run)")
+    p.add_argument(
+        "--data",
+        help="the study part's data (required with it): the CIFAR-10 JPEG archive or any "
+        "source `study run --data` takes (synthetic:N for a smoke run)",
+    )
     p.add_argument("--out", type=Path, default=Path("gpu-check"), help="report folder (default ./gpu-check)")
-    p.add_argument("--budget-minutes", type=BoundedFloat(0, 24 * 60, "a day"), default=25.0,
-                   help="device time for all parts (default 25: 30 minutes minus the machine's start)")
+    p.add_argument(
+        "--budget-minutes",
+        type=BoundedFloat(0, 24 * 60, "a day"),
+        default=25.0,
+        help="device time for all parts (default 25: 30 minutes minus the machine's start)",
+    )
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
-    p.add_argument("--small", action="store_true",
-                   help="CI size: toy model dims, batch 2, one timed step, a study of 1 epoch on 200 images")
-    p.add_argument("--tests", nargs="*", default=list(CUDA_TESTS), metavar="NODE",
-                   help=f"pytest node ids of the tests part (default: {' '.join(CUDA_TESTS)})")
-    p.add_argument("--models", default=None, metavar="LIST",
-                   help="comma-separated keys of study.bench.options.BENCH_MODELS to bench and study "
-                   "(default: the paper's models and today's encodings, study.models.PAPER_MODELS and ENCODING_MODELS)")
-    p.add_argument("--batch", type=BoundedInt(1, MAX_BENCH_BATCH, "MAX_BENCH_BATCH"), default=None,
-                   help="bench batch (default 128 on CUDA, 8 on CPU, 2 --small)")
-    p.add_argument("--compile-backend", default="inductor", choices=COMPILE_BACKENDS,
-                   help="backend of the --compile bench runs")
-    p.add_argument("--assumed-mfu", type=BoundedFloat(0, 1, "a fraction of the peak"), default=0.15,
-                   help="achieved / peak assumed when sizing each part by its FLOPs (default 0.15)")
-    p.add_argument("--epochs", type=BoundedInt(1, MAX_EPOCHS, "MAX_EPOCHS"), default=None,
-                   help="study epochs (default 2; 1 with --small)")
-    p.add_argument("--min-accuracy", type=BoundedFloat(0, 1, "an accuracy"), default=None,
-                   help="test accuracy each paper model must reach in the train part's epoch (default 0.30; "
-                   "0 with --small, whose toy models only have to run)")
+    p.add_argument(
+        "--small",
+        action="store_true",
+        help="CI size: toy model dims, batch 2, one timed step, a study of 1 epoch on 200 images",
+    )
+    p.add_argument(
+        "--tests",
+        nargs="*",
+        default=list(CUDA_TESTS),
+        metavar="NODE",
+        help=f"pytest node ids of the tests part (default: {' '.join(CUDA_TESTS)})",
+    )
+    p.add_argument(
+        "--models",
+        default=None,
+        metavar="LIST",
+        help="comma-separated keys of study.bench.options.BENCH_MODELS to bench and study "
+        "(default: the paper's models and today's encodings, study.models.PAPER_MODELS and ENCODING_MODELS)",
+    )
+    p.add_argument(
+        "--batch",
+        type=BoundedInt(1, MAX_BENCH_BATCH, "MAX_BENCH_BATCH"),
+        default=None,
+        help="bench batch (default 128 on CUDA, 8 on CPU, 2 --small)",
+    )
+    p.add_argument(
+        "--compile-backend",
+        default="inductor",
+        choices=COMPILE_BACKENDS,
+        help="backend of the --compile bench runs",
+    )
+    p.add_argument(
+        "--assumed-mfu",
+        type=BoundedFloat(0, 1, "a fraction of the peak"),
+        default=0.15,
+        help="achieved / peak assumed when sizing each part by its FLOPs (default 0.15)",
+    )
+    p.add_argument(
+        "--epochs",
+        type=BoundedInt(1, MAX_EPOCHS, "MAX_EPOCHS"),
+        default=None,
+        help="study epochs (default 2; 1 with --small)",
+    )
+    p.add_argument(
+        "--min-accuracy",
+        type=BoundedFloat(0, 1, "an accuracy"),
+        default=None,
+        help="test accuracy each paper model must reach in the train part's epoch (default 0.30; "
+        "0 with --small, whose toy models only have to run)",
+    )
     args = p.parse_args(argv)
     import torch
 
     from study.bench.options import BENCH_MODELS, default_options
     from study.models import ENCODING_MODELS, PAPER_MODELS
 
-    args.parts = names_from_flag(args.parts, flag="--parts", what="part", known=PARTS.__contains__,
-                                 choices=", ".join(PARTS), error=p.error)
-    args.models = (*PAPER_MODELS, *ENCODING_MODELS) if args.models is None else names_from_flag(
-        args.models, flag="--models", what="model", known=BENCH_MODELS.__contains__, choices=", ".join(BENCH_MODELS),
-        error=p.error)
-    args.device = device_from_flag(args.device, p.error) or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    args.parts = names_from_flag(
+        args.parts,
+        flag="--parts",
+        what="part",
+        known=PARTS.__contains__,
+        choices=", ".join(PARTS),
+        error=p.error,
+    )
+    args.models = (
+        (*PAPER_MODELS, *ENCODING_MODELS)
+        if args.models is None
+        else names_from_flag(
+            args.models,
+            flag="--models",
+            what="model",
+            known=BENCH_MODELS.__contains__,
+            choices=", ".join(BENCH_MODELS),
+            error=p.error,
+        )
+    )
+    args.device = device_from_flag(args.device, p.error) or torch.device(
+        "cuda" if torch.cuda.is_available() else "cpu"
+    )
     for part in ("train", "study"):
         if part in args.parts and args.data is None:
-            p.error(f"--data: the {part} part needs its data (the CIFAR-10 JPEG archive, or synthetic:N for a "
-                    "smoke run)")
+            p.error(
+                f"--data: the {part} part needs its data (the CIFAR-10 JPEG archive, or synthetic:N for a "
+                "smoke run)"
+            )
     if args.min_accuracy is None:
         args.min_accuracy = 0.0 if args.small else 0.30
     args.epochs = args.epochs or (1 if args.small else 2)  # both >= 1 when given
@@ -99,7 +164,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.model_overrides = dict(SMALL_MODEL) if args.small else {}
     args.train_warmup_steps = 2 if args.small else TRAIN_WARMUP_STEPS
     probe = default_options(args.device, model_overrides=args.model_overrides)
-    args.configs = {key: probe.model_config(key) for key in args.models}  # both parts' models (--small: toy sizes)
+    args.configs = {
+        key: probe.model_config(key) for key in args.models
+    }  # both parts' models (--small: toy sizes)
     return args
 
 
@@ -110,8 +177,10 @@ def device_peak(device) -> dict:
 
     from study.bench.peaks import resolve_peak
 
-    peaks = {"bf16": resolve_peak(device, torch.bfloat16 if device.type == "cuda" else None, None),
-             "fp32": resolve_peak(device, None, None)}
+    peaks = {
+        "bf16": resolve_peak(device, torch.bfloat16 if device.type == "cuda" else None, None),
+        "fp32": resolve_peak(device, None, None),
+    }
     return {f"{name}_{k}": getattr(p, k) for name, p in peaks.items() for k in ("tflops", "source")}
 
 
@@ -128,12 +197,22 @@ def run_tests(args, budget_s: float, out: Path) -> dict:
     t0 = time.perf_counter()
     rc, tail = _subprocess(cmd, budget_s)
     cases = list(ET.parse(xml).iter("testcase")) if xml.is_file() else []
-    failures = [f"{c.get('classname')}::{c.get('name')}" for c in cases if {"failure", "error"} & {e.tag for e in c}]
+    failures = [
+        f"{c.get('classname')}::{c.get('name')}" for c in cases if {"failure", "error"} & {e.tag for e in c}
+    ]
     skips = [s.get("message", "") for c in cases if (s := c.find("skipped")) is not None]
-    res = {"command": " ".join(["python", *cmd[1:]]), "nodes": args.tests, "planned_s": budget_s,
-           "seconds": time.perf_counter() - t0, "exit_status": rc, "passed": len(cases) - len(failures) - len(skips),
-           "failed": len(failures), "skipped": len(skips), "failures": failures,
-           "skip_reasons": list(dict.fromkeys(skips))}
+    res = {
+        "command": " ".join(["python", *cmd[1:]]),
+        "nodes": args.tests,
+        "planned_s": budget_s,
+        "seconds": time.perf_counter() - t0,
+        "exit_status": rc,
+        "passed": len(cases) - len(failures) - len(skips),
+        "failed": len(failures),
+        "skipped": len(skips),
+        "failures": failures,
+        "skip_reasons": list(dict.fromkeys(skips)),
+    }
     return _verdict(res, rc == 0 and res["failed"] == 0, tail)
 
 
@@ -174,31 +253,58 @@ def run_training(args, budget_s: float, out: Path, on_row=None) -> dict:
         mc = args.configs[key]
         for label, compiled in (("eager", False), ("compiled", True)):
             folder = out / "train" / f"{key}-{label}"
-            cfg = TrainConfig(model=mc, data=args.data, epochs=1, warmup_steps=args.train_warmup_steps,
-                              head_stats=False, compile=compiled, batch_size=20 if args.small else 100,
-                              subset=200 if args.small else None, **({"schedule": "step"} if mc.arch == "resnet18"
-                                                                     else {}))
-            paths = DevicePaths.for_device(args.device, amp=cfg.amp, compile=compiled, unverified_compile=True,
-                                           compile_backend=args.compile_backend)
+            cfg = TrainConfig(
+                model=mc,
+                data=args.data,
+                epochs=1,
+                warmup_steps=args.train_warmup_steps,
+                head_stats=False,
+                compile=compiled,
+                batch_size=20 if args.small else 100,
+                subset=200 if args.small else None,
+                **({"schedule": "step"} if mc.arch == "resnet18" else {}),
+            )
+            paths = DevicePaths.for_device(
+                args.device,
+                amp=cfg.amp,
+                compile=compiled,
+                unverified_compile=True,
+                compile_backend=args.compile_backend,
+            )
             t0 = time.perf_counter()
             row = {"key": key, "run": label, "backend": paths.compile_backend if compiled else None}
             try:
-                train_trial(cfg, trial_id=f"{key}-{label}", tables=folder / "tables", device=args.device,
-                            splits=splits, paths=paths)
+                train_trial(
+                    cfg,
+                    trial_id=f"{key}-{label}",
+                    tables=folder / "tables",
+                    device=args.device,
+                    splits=splits,
+                    paths=paths,
+                )
             except Exception as e:  # one run's failure is recorded; the others still run
                 row["exception"] = f"{type(e).__name__}: {e}"
             row["seconds"] = time.perf_counter() - t0
             if (folder / "tables" / "runs").exists():
-                r, epochs = read_table(folder / "tables", "runs").iloc[0], read_table(folder / "tables", "epochs")
+                r, epochs = (
+                    read_table(folder / "tables", "runs").iloc[0],
+                    read_table(folder / "tables", "epochs"),
+                )
                 why = r.get("failed_to_train")
-                row.update(status=r["status"], final_test_acc=float(r["final_test_acc"]),
-                           train_loss=float(epochs["train_loss"].iloc[-1]) if len(epochs) else None,
-                           images_per_s=float(epochs["images_per_s"].iloc[-1]) if len(epochs) else None,
-                           failed_to_train=why if isinstance(why, str) else None, device=r["device"])
+                row.update(
+                    status=r["status"],
+                    final_test_acc=float(r["final_test_acc"]),
+                    train_loss=float(epochs["train_loss"].iloc[-1]) if len(epochs) else None,
+                    images_per_s=float(epochs["images_per_s"].iloc[-1]) if len(epochs) else None,
+                    failed_to_train=why if isinstance(why, str) else None,
+                    device=r["device"],
+                )
             why = train_failure(row, min_accuracy=args.min_accuracy, judge_chance=not args.small)
             rows.append(row if why is None else {**row, "error": why})
             if on_row is not None:
-                on_row({**_train_part(rows, budget_s, t_part, args), "decode_s": decode_s, "status": "running"})
+                on_row(
+                    {**_train_part(rows, budget_s, t_part, args), "decode_s": decode_s, "status": "running"}
+                )
     return {**_train_part(rows, budget_s, t_part, args), "decode_s": decode_s}
 
 
@@ -218,9 +324,16 @@ def train_failure(row: dict, *, min_accuracy: float, judge_chance: bool = True) 
 
 def _train_part(rows: list[dict], budget_s: float, t_part: float, args) -> dict:
     failed = [f"{r['key']} {r['run']}: {r['error'][:300]}" for r in rows if "error" in r]
-    return {"status": "failed" if failed else "passed", "budget_s": budget_s, "seconds": time.perf_counter() - t_part,
-            "data": args.data, "min_accuracy": args.min_accuracy, "warmup_steps": args.train_warmup_steps,
-            "runs": rows, **({"error": "; ".join(failed)} if failed else {})}
+    return {
+        "status": "failed" if failed else "passed",
+        "budget_s": budget_s,
+        "seconds": time.perf_counter() - t_part,
+        "data": args.data,
+        "min_accuracy": args.min_accuracy,
+        "warmup_steps": args.train_warmup_steps,
+        "runs": rows,
+        **({"error": "; ".join(failed)} if failed else {}),
+    }
 
 
 # ------------------------------------------------------------------- bench
@@ -240,16 +353,35 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
     for key, fwd in plan:
         step_flops = 3 * fwd * args.batch
         # eager fast, compiled fast and the naive reference (float32: planned at the fp32 peak)
-        per_step = sum(planned_seconds(step_flops, peak[p], args.assumed_mfu) or 0.0
-                       for p in ("bf16_tflops", "bf16_tflops", "fp32_tflops"))
-        steps, warmup = (1, 1) if args.small else (max(5, min(200, int(timed / per_step) if per_step else 50)), 3)
-        row = {"key": key, "forward_flops": fwd, "batch": args.batch, "steps": steps, "warmup": warmup,
-               "planned_s": (steps + warmup) * per_step, "train_flops_per_step": step_flops}
+        per_step = sum(
+            planned_seconds(step_flops, peak[p], args.assumed_mfu) or 0.0
+            for p in ("bf16_tflops", "bf16_tflops", "fp32_tflops")
+        )
+        steps, warmup = (
+            (1, 1) if args.small else (max(5, min(200, int(timed / per_step) if per_step else 50)), 3)
+        )
+        row = {
+            "key": key,
+            "forward_flops": fwd,
+            "batch": args.batch,
+            "steps": steps,
+            "warmup": warmup,
+            "planned_s": (steps + warmup) * per_step,
+            "train_flops_per_step": step_flops,
+        }
         for label, compiled in (("eager", False), ("compiled", True)):
-            opts = default_options(args.device, batch=args.batch, steps=steps, warmup=warmup, targets=(key,),
-                                   references=() if compiled else ("naive",), compile=compiled,
-                                   compile_backend=args.compile_backend, model_overrides=args.model_overrides,
-                                   unverified_compile=True)  # this run is what verifies a compiled configuration
+            opts = default_options(
+                args.device,
+                batch=args.batch,
+                steps=steps,
+                warmup=warmup,
+                targets=(key,),
+                references=() if compiled else ("naive",),
+                compile=compiled,
+                compile_backend=args.compile_backend,
+                model_overrides=args.model_overrides,
+                unverified_compile=True,
+            )  # this run is what verifies a compiled configuration
             t0 = time.perf_counter()
             try:
                 torch.compiler.reset()  # each model compiles afresh
@@ -258,12 +390,18 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
                     raise FloatingPointError("; ".join(report["non_finite"]))
                 m = report["models"][0]
                 if not compiled:
-                    row.update(naive_images_per_s=m["naive"] and m["naive"]["images_per_s"], n_params=m["n_params"],
-                               name=m["name"])
+                    row.update(
+                        naive_images_per_s=m["naive"] and m["naive"]["images_per_s"],
+                        n_params=m["n_params"],
+                        name=m["name"],
+                    )
                 naive = row.get("naive_images_per_s")  # the eager run's reference (a compiled run times none)
-                row[label] = {**{k: m["fast"][k] for k in FAST_FIELDS}, "seconds": time.perf_counter() - t0,
-                              **{k: report[k] for k in ("precision", "peak_tflops", "peak_source")},
-                              "speedup_vs_naive": m["fast"]["images_per_s"] / naive if naive else None}
+                row[label] = {
+                    **{k: m["fast"][k] for k in FAST_FIELDS},
+                    "seconds": time.perf_counter() - t0,
+                    **{k: report[k] for k in ("precision", "peak_tflops", "peak_source")},
+                    "speedup_vs_naive": m["fast"]["images_per_s"] / naive if naive else None,
+                }
             except Exception as e:  # one model's failure is recorded; the others still run
                 row[label] = {"error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - t0}
         if "error" not in row["eager"] and "error" not in row["compiled"]:
@@ -276,11 +414,22 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
 
 
 def _bench_part(rows: list[dict], budget_s: float, t_part: float, args) -> dict:
-    failed = [f"{r['key']} {lab}: {r[lab]['error']}" for r in rows for lab in ("eager", "compiled")
-              if "error" in r[lab]]
-    return {"status": "failed" if failed else "passed", "planned_s": sum(r["planned_s"] for r in rows),
-            "budget_s": budget_s, "seconds": time.perf_counter() - t_part, "compile_backend": args.compile_backend,
-            "model_overrides": args.model_overrides, "models": rows, **({"error": "; ".join(failed)} if failed else {})}
+    failed = [
+        f"{r['key']} {lab}: {r[lab]['error']}"
+        for r in rows
+        for lab in ("eager", "compiled")
+        if "error" in r[lab]
+    ]
+    return {
+        "status": "failed" if failed else "passed",
+        "planned_s": sum(r["planned_s"] for r in rows),
+        "budget_s": budget_s,
+        "seconds": time.perf_counter() - t_part,
+        "compile_backend": args.compile_backend,
+        "model_overrides": args.model_overrides,
+        "models": rows,
+        **({"error": "; ".join(failed)} if failed else {}),
+    }
 
 
 # ------------------------------------------------------------------- study
@@ -300,24 +449,44 @@ def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
             entry["training"] = {"schedule": {"type": "step"}}
         fwd = forward_flops(build_model(cfg))
         flops = args.epochs * (3 * fwd * n_train + fwd * n_test)
-        plan.append({"key": key, "forward_flops": fwd, "flops": flops,
-                     "planned_s": planned_seconds(flops, peak["bf16_tflops"], args.assumed_mfu)})
+        plan.append(
+            {
+                "key": key,
+                "forward_flops": fwd,
+                "flops": flops,
+                "planned_s": planned_seconds(flops, peak["bf16_tflops"], args.assumed_mfu),
+            }
+        )
         entries.append(entry)
     total = 0.0
     for item in sorted(plan, key=lambda p: p["flops"]):
-        item["included"] = args.small or item["planned_s"] is None or total + item["planned_s"] <= 0.8 * budget_s
+        item["included"] = (
+            args.small or item["planned_s"] is None or total + item["planned_s"] <= 0.8 * budget_s
+        )
         if item["included"]:
             total += item["planned_s"] or 0.0
         else:
-            item["reason"] = f"{item['planned_s']:.0f} s planned would exceed the part's budget of {budget_s:.0f} s"
+            item["reason"] = (
+                f"{item['planned_s']:.0f} s planned would exceed the part's budget of {budget_s:.0f} s"
+            )
     models = [e for e, p in zip(entries, plan) if p["included"]]
-    spec = {"name": "gpu-check", "data": args.data, "epochs": args.epochs, "batch_size": 20 if args.small else 100,
-            "optimizer": {"lr": 0.1, "momentum": 0.9, "weight_decay": 1.0e-4},
-            "schedule": {"type": "cosine", "warmup": 0.05}, "seeds": [0], "models": models,
-            "training": {"head_images": 4 if args.small else 100},
-            "resources": ({"gpus_per_trial": 1, "cpus_per_trial": 4} if args.device.type == "cuda"
-                          else {"gpus_per_trial": 0, "cpus_per_trial": 1}),
-            "max_failures": 0}
+    spec = {
+        "name": "gpu-check",
+        "data": args.data,
+        "epochs": args.epochs,
+        "batch_size": 20 if args.small else 100,
+        "optimizer": {"lr": 0.1, "momentum": 0.9, "weight_decay": 1.0e-4},
+        "schedule": {"type": "cosine", "warmup": 0.05},
+        "seeds": [0],
+        "models": models,
+        "training": {"head_images": 4 if args.small else 100},
+        "resources": (
+            {"gpus_per_trial": 1, "cpus_per_trial": 4}
+            if args.device.type == "cuda"
+            else {"gpus_per_trial": 0, "cpus_per_trial": 1}
+        ),
+        "max_failures": 0,
+    }
     if args.small:
         spec["subset"] = n_train + n_test
     return spec, plan
@@ -328,12 +497,21 @@ def run_study(args, budget_s: float, peak: dict, out: Path) -> dict:
     import yaml
 
     spec, plan = study_spec(args, budget_s, peak)
-    res = {"data": args.data, "epochs": args.epochs, "plan": plan, "budget_s": budget_s,
-           "planned_s": sum(p["planned_s"] or 0.0 for p in plan if p["included"]), "trials": []}
+    res = {
+        "data": args.data,
+        "epochs": args.epochs,
+        "plan": plan,
+        "budget_s": budget_s,
+        "planned_s": sum(p["planned_s"] or 0.0 for p in plan if p["included"]),
+        "trials": [],
+    }
     if importlib.util.find_spec("ray") is None:
-        res.update(status="skipped", seconds=0.0,
-                   reason="needs Ray, which is not importable here (docs/design.md §11: install the wheels into "
-                   "/tmp/site and export PYTHONPATH=/tmp/site)")
+        res.update(
+            status="skipped",
+            seconds=0.0,
+            reason="needs Ray, which is not importable here (docs/design.md §11: install the wheels into "
+            "/tmp/site and export PYTHONPATH=/tmp/site)",
+        )
         return res
     spec_path = out / "gpu-check.yaml"
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -357,10 +535,19 @@ def _study_trials(tables: Path) -> list[dict]:
         return []
     runs, epochs = read_table(tables, "runs"), read_table(tables, "epochs")
     images_per_s = epochs.groupby("trial_id")["images_per_s"].median().to_dict() if len(epochs) else {}
-    return [{"name": r["name"], "status": r["status"], "epochs_done": int(r["epochs_done"]),
-             "final_test_acc": float(r["final_test_acc"]), "device_seconds": float(r["device_seconds"]),
-             "images_per_s": images_per_s.get(r["trial_id"]), "n_train": int(r["n_train"]), "device": r["device"]}
-            for _, r in runs.iterrows()]
+    return [
+        {
+            "name": r["name"],
+            "status": r["status"],
+            "epochs_done": int(r["epochs_done"]),
+            "final_test_acc": float(r["final_test_acc"]),
+            "device_seconds": float(r["device_seconds"]),
+            "images_per_s": images_per_s.get(r["trial_id"]),
+            "n_train": int(r["n_train"]),
+            "device": r["device"],
+        }
+        for _, r in runs.iterrows()
+    ]
 
 
 # ----------------------------------------------------------------- reports
@@ -375,28 +562,62 @@ def markdown(report: dict) -> str:
     from study.models import model_name
 
     parts, peak = report["parts"], report["peak"]
-    lines = [f"# GPU check: {report['device_name']} ({report['device']})", "",
-             f"torch {report['torch']}, budget {report['budget_s'] / 60:.1f} min, "
-             f"took {report['seconds'] / 60:.1f} min; peak bf16 {or_na(peak['bf16_tflops'], '.3g')} TFLOP/s "
-             f"({peak['bf16_source']}), fp32 {or_na(peak['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
-             f"{report['assumed_mfu']:.2f}{' (--small)' if report['small'] else ''}", "",
-             *_table("part,status,planned s,seconds", [
-                 [name, part["status"], or_na(part.get("planned_s"), ".3g"), or_na(part.get("seconds"), ".0f")]
-                 for name, part in parts.items()])]
+    lines = [
+        f"# GPU check: {report['device_name']} ({report['device']})",
+        "",
+        f"torch {report['torch']}, budget {report['budget_s'] / 60:.1f} min, "
+        f"took {report['seconds'] / 60:.1f} min; peak bf16 {or_na(peak['bf16_tflops'], '.3g')} TFLOP/s "
+        f"({peak['bf16_source']}), fp32 {or_na(peak['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
+        f"{report['assumed_mfu']:.2f}{' (--small)' if report['small'] else ''}",
+        "",
+        *_table(
+            "part,status,planned s,seconds",
+            [
+                [name, part["status"], or_na(part.get("planned_s"), ".3g"), or_na(part.get("seconds"), ".0f")]
+                for name, part in parts.items()
+            ],
+        ),
+    ]
     for name, part in parts.items():
         if part.get("error") or part.get("reason"):
-            lines += ["", f"**{name}**: " + (part.get("reason") or ""), "", "```", part.get("error", "")[-1500:], "```"]
+            lines += [
+                "",
+                f"**{name}**: " + (part.get("reason") or ""),
+                "",
+                "```",
+                part.get("error", "")[-1500:],
+                "```",
+            ]
     if t := parts.get("tests"):
-        lines += ["", "## CUDA tests", "", f"`{t['command']}`: {t['passed']} passed, {t['failed']} failed, "
-                  f"{t['skipped']} skipped" + (f" ({'; '.join(t['skip_reasons'])})" if t["skip_reasons"] else "")]
+        lines += [
+            "",
+            "## CUDA tests",
+            "",
+            f"`{t['command']}`: {t['passed']} passed, {t['failed']} failed, "
+            f"{t['skipped']} skipped" + (f" ({'; '.join(t['skip_reasons'])})" if t["skip_reasons"] else ""),
+        ]
         lines += [f"- failed: {f}" for f in t["failures"]]
     if tr := parts.get("train"):
-        rows = [[r["key"], r["run"], r.get("status", "-"), or_na(r.get("final_test_acc"), ".1%"),
-                 or_na(r.get("train_loss"), ".3f"), or_na(r.get("images_per_s"), ".0f"), f"{r['seconds']:.0f}",
-                 "yes" if "error" not in r else f"no: {r['error'][:100]}"] for r in tr["runs"]]
-        lines += ["", f"## study train: one epoch of each paper model on {tr['data']} (warm-up "
-                  f"{tr['warmup_steps']} steps; passes at test accuracy >= {tr['min_accuracy']:.0%})", "",
-                  *_table("model,run,status,test acc,train loss,img/s,seconds,passed", rows)]
+        rows = [
+            [
+                r["key"],
+                r["run"],
+                r.get("status", "-"),
+                or_na(r.get("final_test_acc"), ".1%"),
+                or_na(r.get("train_loss"), ".3f"),
+                or_na(r.get("images_per_s"), ".0f"),
+                f"{r['seconds']:.0f}",
+                "yes" if "error" not in r else f"no: {r['error'][:100]}",
+            ]
+            for r in tr["runs"]
+        ]
+        lines += [
+            "",
+            f"## study train: one epoch of each paper model on {tr['data']} (warm-up "
+            f"{tr['warmup_steps']} steps; passes at test accuracy >= {tr['min_accuracy']:.0%})",
+            "",
+            *_table("model,run,status,test acc,train loss,img/s,seconds,passed", rows),
+        ]
     if b := parts.get("bench"):
         rows = []
         for r in b["models"]:
@@ -405,23 +626,47 @@ def markdown(report: dict) -> str:
                 if "error" in rec:
                     rows.append([*head, label, f"error: {rec['error'][:80]}", "", "", "", ""])
                     continue
-                rows.append([*head, f"{label} ({rec['precision']})", f"{rec['images_per_s']:.1f}",
-                             or_na(rec["mfu"], ".1%"),
-                             or_na(rec["peak_memory_mb"], ".0f"), or_na(rec["speedup_vs_naive"], ".2f", "x"),
-                             or_na(r.get("compile_s") if label == "compiled" else None, ".1f")])
-        lines += ["", "## study bench, training step (forward + backward + SGD)", "",
-                  *_table("model,batch,steps,run,img/s,MFU,peak MB,vs naive fp32,compile s", rows)]
+                rows.append(
+                    [
+                        *head,
+                        f"{label} ({rec['precision']})",
+                        f"{rec['images_per_s']:.1f}",
+                        or_na(rec["mfu"], ".1%"),
+                        or_na(rec["peak_memory_mb"], ".0f"),
+                        or_na(rec["speedup_vs_naive"], ".2f", "x"),
+                        or_na(r.get("compile_s") if label == "compiled" else None, ".1f"),
+                    ]
+                )
+        lines += [
+            "",
+            "## study bench, training step (forward + backward + SGD)",
+            "",
+            *_table("model,batch,steps,run,img/s,MFU,peak MB,vs naive fp32,compile s", rows),
+        ]
     if s := parts.get("study"):
         trials = {t["name"]: t for t in s["trials"]}
         rows = []
         for p in s["plan"]:
             tr = trials.get(model_name(BENCH_MODELS[p["key"]]), {})
-            rows.append([p["key"], or_na(p["planned_s"], ".0f"), "yes" if p["included"] else p["reason"],
-                         tr.get("status", "-"), or_na(tr.get("final_test_acc"), ".4f"),
-                         or_na(tr.get("device_seconds"), ".0f"), or_na(tr.get("images_per_s"), ".0f")])
-        lines += ["", f"## study run: {s['epochs']} epoch(s) on {s['data']}", "",
-                  *([f"`{s['command']}`"] if s.get("command") else []), "",
-                  *_table("model,planned s,included,trial status,final test acc,device s,img/s", rows)]
+            rows.append(
+                [
+                    p["key"],
+                    or_na(p["planned_s"], ".0f"),
+                    "yes" if p["included"] else p["reason"],
+                    tr.get("status", "-"),
+                    or_na(tr.get("final_test_acc"), ".4f"),
+                    or_na(tr.get("device_seconds"), ".0f"),
+                    or_na(tr.get("images_per_s"), ".0f"),
+                ]
+            )
+        lines += [
+            "",
+            f"## study run: {s['epochs']} epoch(s) on {s['data']}",
+            "",
+            *([f"`{s['command']}`"] if s.get("command") else []),
+            "",
+            *_table("model,planned s,included,trial status,final test acc,device s,img/s", rows),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -444,19 +689,30 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     budget_s = 60 * args.budget_minutes
     peak = device_peak(args.device)
-    report = {"device": str(args.device), "device_name": device_name(args.device), "torch": torch.__version__,
-              "cuda": torch.version.cuda, "ray": importlib.util.find_spec("ray") is not None, "small": args.small,
-              "budget_s": budget_s, "assumed_mfu": args.assumed_mfu, "peak": peak, "parts": {}}
+    report = {
+        "device": str(args.device),
+        "device_name": device_name(args.device),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "ray": importlib.util.find_spec("ray") is not None,
+        "small": args.small,
+        "budget_s": budget_s,
+        "assumed_mfu": args.assumed_mfu,
+        "peak": peak,
+        "parts": {},
+    }
 
     def record(name: str, part: dict) -> None:  # after every part: a run cut short still leaves its reports
         report["parts"][name] = part
         report["seconds"] = time.perf_counter() - t0
         write_reports(report, out)
 
-    runners = {"tests": lambda b: run_tests(args, b, out),
-               "train": lambda b: run_training(args, b, out, lambda part: record("train", part)),
-               "bench": lambda b: run_benches(args, b, peak, lambda part: record("bench", part)),
-               "study": lambda b: run_study(args, b, peak, out)}
+    runners = {
+        "tests": lambda b: run_tests(args, b, out),
+        "train": lambda b: run_training(args, b, out, lambda part: record("train", part)),
+        "bench": lambda b: run_benches(args, b, peak, lambda part: record("bench", part)),
+        "study": lambda b: run_study(args, b, peak, out),
+    }
     for name in (n for n in PARTS if n in args.parts):
         part_budget = SHARES[name] * budget_s
         print(f"[gpu_check] {name} (budget {part_budget:.0f} s)", file=sys.stderr, flush=True)

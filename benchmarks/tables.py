@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 QUERIES = {
     "count epochs": "SELECT count(*) FROM epochs",
     "last-epoch heads": "SELECT layer, count(*) AS n, avg(max_prob) AS max_prob, avg(entropy) AS entropy "
-                        "FROM heads WHERE epoch = (SELECT max(epoch) FROM heads) GROUP BY layer ORDER BY layer",
+    "FROM heads WHERE epoch = (SELECT max(epoch) FROM heads) GROUP BY layer ORDER BY layer",
 }
 
 
@@ -35,23 +35,51 @@ def synthetic_rows(rng: np.random.Generator, *, layers: int, heads: int, window:
     n, nan = layers * heads, float("nan")
     r, v = rng.random(6), rng.normal(size=(n, 8))
     rows = {
-        "epochs": [{"train_loss": 2.3 * r[0], "train_acc": r[1], "test_loss": 2.3 * r[2], "test_acc": r[3],
-                    "lr": 0.1 * r[4], "seconds": 30 + r[5], "images_per_s": 2000.0, "head_stats_seconds": 0.1}],
-        "heads": [{"layer": i // heads, "head": i % heads, "center_x": v[i, 0], "center_y": v[i, 1],
-                   "cov_xx": abs(v[i, 2]), "cov_xy": v[i, 3], "cov_yy": abs(v[i, 4]), "entropy": abs(v[i, 5]),
-                   "mean_distance": abs(v[i, 6]), "max_prob": abs(v[i, 7]) % 1, "param_center_x": nan,
-                   "param_center_y": nan, "param_inv_cov_xx": nan, "param_inv_cov_xy": nan, "param_inv_cov_yy": nan}
-                  for i in range(n)],
+        "epochs": [
+            {
+                "train_loss": 2.3 * r[0],
+                "train_acc": r[1],
+                "test_loss": 2.3 * r[2],
+                "test_acc": r[3],
+                "lr": 0.1 * r[4],
+                "seconds": 30 + r[5],
+                "images_per_s": 2000.0,
+                "head_stats_seconds": 0.1,
+            }
+        ],
+        "heads": [
+            {
+                "layer": i // heads,
+                "head": i % heads,
+                "center_x": v[i, 0],
+                "center_y": v[i, 1],
+                "cov_xx": abs(v[i, 2]),
+                "cov_xy": v[i, 3],
+                "cov_yy": abs(v[i, 4]),
+                "entropy": abs(v[i, 5]),
+                "mean_distance": abs(v[i, 6]),
+                "max_prob": abs(v[i, 7]) % 1,
+                "param_center_x": nan,
+                "param_center_y": nan,
+                "param_inv_cov_xx": nan,
+                "param_inv_cov_xy": nan,
+                "param_inv_cov_yy": nan,
+            }
+            for i in range(n)
+        ],
     }
     if maps:
         p = softmax(rng.normal(scale=3.0, size=(n, window * window)), axis=1)
-        rows["maps"] = [{"layer": i // heads, "head": i % heads, "window": window, "probs": p[i].tolist()}
-                        for i in range(n)]
+        rows["maps"] = [
+            {"layer": i // heads, "head": i % heads, "window": window, "probs": p[i].tolist()}
+            for i in range(n)
+        ]
     return rows
 
 
-def _write_trials(tables: Path, ids: list[str], gen_args: dict, epochs: int, start: int, stop: int, maps_at,
-                  close: bool) -> None:
+def _write_trials(
+    tables: Path, ids: list[str], gen_args: dict, epochs: int, start: int, stop: int, maps_at, close: bool
+) -> None:
     """One worker's share of the trials (``--jobs``), epochs ``start`` to ``stop``, with this tree's writer."""
     from study.tables import TableWriter
 
@@ -61,21 +89,42 @@ def _write_trials(tables: Path, ids: list[str], gen_args: dict, epochs: int, sta
         for w in writers:
             for table, rows in synthetic_rows(rng, **gen_args, maps=epoch in maps_at).items():
                 w.rows(table, epoch, rows)
-            w.run({"study": "bench", "name": "SA bench", "status": "running" if epoch + 1 < epochs else "finished",
-                   "epochs_done": epoch + 1, "epochs": epochs, "best_test_acc": 0.5, "final_test_acc": 0.5})
+            w.run(
+                {
+                    "study": "bench",
+                    "name": "SA bench",
+                    "status": "running" if epoch + 1 < epochs else "finished",
+                    "epochs_done": epoch + 1,
+                    "epochs": epochs,
+                    "best_test_acc": 0.5,
+                    "final_test_acc": 0.5,
+                }
+            )
     if close:
         for w in writers:
             w.close()
 
 
-def write_parallel(tables: Path, ids: list[str], gen_args: dict, *, jobs: int, epochs: int, start: int, stop: int,
-                   maps_at, close: bool) -> None:
+def write_parallel(
+    tables: Path,
+    ids: list[str],
+    gen_args: dict,
+    *,
+    jobs: int,
+    epochs: int,
+    start: int,
+    stop: int,
+    maps_at,
+    close: bool,
+) -> None:
     """Trials written side by side by ``jobs`` processes, as a study's trials are."""
     from multiprocessing import get_context
 
     shares = [ids[i::jobs] for i in range(jobs) if ids[i::jobs]]
     with get_context("spawn").Pool(len(shares)) as pool:
-        pool.starmap(_write_trials, [(tables, s, gen_args, epochs, start, stop, maps_at, close) for s in shares])
+        pool.starmap(
+            _write_trials, [(tables, s, gen_args, epochs, start, stop, maps_at, close) for s in shares]
+        )
 
 
 def time_queries(study: Path, repeats: int) -> dict:
@@ -89,8 +138,12 @@ def time_queries(study: Path, repeats: int) -> dict:
         for _ in range(repeats):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
-            r = subprocess.run([sys.executable, "-m", "analysis", "query", str(study), sql, "--format", "csv"],
-                               capture_output=True, text=True, env=env)
+            r = subprocess.run(
+                [sys.executable, "-m", "analysis", "query", str(study), sql, "--format", "csv"],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
             walls.append(time.perf_counter() - t)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -98,8 +151,12 @@ def time_queries(study: Path, repeats: int) -> dict:
                 raise SystemExit(f"analysis query failed: {r.stderr.strip()}")
             rows = r.stdout.strip().splitlines()
             answer = rows[1] if label == "count epochs" else f"{len(rows) - 1} rows"
-        out[label] = {"wall_best_s": round(min(walls), 2), "wall_median_s": round(statistics.median(walls), 2),
-                      "cpu_best_s": round(min(cpus), 2), "answer": answer}
+        out[label] = {
+            "wall_best_s": round(min(walls), 2),
+            "wall_median_s": round(statistics.median(walls), 2),
+            "cpu_best_s": round(min(cpus), 2),
+            "answer": answer,
+        }
     return out
 
 
@@ -109,9 +166,15 @@ def measure(label: str, study: Path, repeats: int) -> dict:
     size = sum(p.stat().st_size for p in files)
     load = os.getloadavg()[0]
     queries = time_queries(study, repeats)
-    result = {"state": label, "files": len(files), "bytes": size, "MB": round(size / 1e6, 1),
-              "load_1min_before": round(load, 2), "load_1min_after": round(os.getloadavg()[0], 2),
-              "queries": queries}
+    result = {
+        "state": label,
+        "files": len(files),
+        "bytes": size,
+        "MB": round(size / 1e6, 1),
+        "load_1min_before": round(load, 2),
+        "load_1min_after": round(os.getloadavg()[0], 2),
+        "queries": queries,
+    }
     print(json.dumps(result), flush=True)
     return result
 
@@ -126,11 +189,16 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=BoundedInt(1, limits.MAX_EPOCHS, "MAX_EPOCHS"), default=300)
     ap.add_argument("--layers", type=model_int("layers"), default=6)
     ap.add_argument("--heads", type=model_int("num_heads"), default=9)
-    ap.add_argument("--window", type=BoundedInt(1, limits.MAX_MODEL_FIELD["image_size"], "MAX_MODEL_FIELD"),
-                    default=15)
+    ap.add_argument(
+        "--window", type=BoundedInt(1, limits.MAX_MODEL_FIELD["image_size"], "MAX_MODEL_FIELD"), default=15
+    )
     ap.add_argument("--repeats", type=BoundedInt(1, limits.MAX_BENCH_REPEATS, "MAX_BENCH_REPEATS"), default=3)
-    ap.add_argument("--jobs", type=BoundedInt(1, limits.MAX_CPUS_PER_TRIAL, "MAX_CPUS_PER_TRIAL"), default=1,
-                    help="processes writing trials side by side")
+    ap.add_argument(
+        "--jobs",
+        type=BoundedInt(1, limits.MAX_CPUS_PER_TRIAL, "MAX_CPUS_PER_TRIAL"),
+        default=1,
+        help="processes writing trials side by side",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the study folder afterwards")
     args = ap.parse_args(argv)
 
@@ -142,19 +210,41 @@ def main(argv=None) -> int:
     tables.mkdir(parents=True)
     (study / "study.json").write_text(json.dumps({"name": study.name}))
     ids = [f"c{i:03d}-s000" for i in range(args.trials)]
-    print(f"{args.trials} trials x {args.epochs} epochs, {args.layers} x {args.heads} heads, "
-          f"{args.window}x{args.window} maps -> {study}", file=sys.stderr, flush=True)
+    print(
+        f"{args.trials} trials x {args.epochs} epochs, {args.layers} x {args.heads} heads, "
+        f"{args.window}x{args.window} maps -> {study}",
+        file=sys.stderr,
+        flush=True,
+    )
     maps_at = set(map_epochs("auto", args.epochs))
     # mid-way between two compactions (parts present), within the run: a short one is all parts
     half = min(args.epochs // 2 + 5, args.epochs)
     gen_args = {"layers": args.layers, "heads": args.heads, "window": args.window}
     t0 = time.time()
-    write_parallel(tables, ids, gen_args, jobs=args.jobs, epochs=args.epochs, start=0, stop=half,
-                   maps_at=maps_at, close=False)
+    write_parallel(
+        tables,
+        ids,
+        gen_args,
+        jobs=args.jobs,
+        epochs=args.epochs,
+        start=0,
+        stop=half,
+        maps_at=maps_at,
+        close=False,
+    )
     print(f"  written {half}/{args.epochs} epochs ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     measure("running", study, args.repeats)
-    write_parallel(tables, ids, gen_args, jobs=args.jobs, epochs=args.epochs, start=half, stop=args.epochs,
-                   maps_at=maps_at, close=True)
+    write_parallel(
+        tables,
+        ids,
+        gen_args,
+        jobs=args.jobs,
+        epochs=args.epochs,
+        start=half,
+        stop=args.epochs,
+        maps_at=maps_at,
+        close=True,
+    )
     print(f"  written in {time.time() - t0:.0f} s", file=sys.stderr)
     measure("finished", study, args.repeats)
     if not args.keep:

@@ -33,12 +33,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data", required=True, help="a data source (the CIFAR-10 JPEG archive)")
     p.add_argument("--out", type=Path, default=Path("warmup-bench"), help="report folder")
     p.add_argument("--models", default="sa_learned,sa_quadratic", help="comma-separated paper models")
-    p.add_argument("--steps", type=BoundedInt(10, 100_000, "a long CPU run"), default=300, help="optimisation steps of a run")
-    p.add_argument("--batch", type=BoundedInt(1, 1000, "MAX_BENCH_BATCH"), default=16, help="training batch size")
-    p.add_argument("--warmups", default="0.05,0.3",
-                   help="comma-separated warm-ups as fractions of the run (default: the paper's 5 %% and 30 %%)")
-    p.add_argument("--test-images", type=BoundedInt(10, 10_000, "the CIFAR-10 test set"), default=500,
-                   help="test images evaluated at the end (stratified)")
+    p.add_argument(
+        "--steps",
+        type=BoundedInt(10, 100_000, "a long CPU run"),
+        default=300,
+        help="optimisation steps of a run",
+    )
+    p.add_argument(
+        "--batch", type=BoundedInt(1, 1000, "MAX_BENCH_BATCH"), default=16, help="training batch size"
+    )
+    p.add_argument(
+        "--warmups",
+        default="0.05,0.3",
+        help="comma-separated warm-ups as fractions of the run (default: the paper's 5 %% and 30 %%)",
+    )
+    p.add_argument(
+        "--test-images",
+        type=BoundedInt(10, 10_000, "the CIFAR-10 test set"),
+        default=500,
+        help="test images evaluated at the end (stratified)",
+    )
     p.add_argument("--seed", type=BoundedInt(0, 2**31, "a 31-bit seed"), default=0)
     return p.parse_args(argv)
 
@@ -57,7 +71,9 @@ def one_run(*, key: str, warmup: float, splits, args) -> dict:
     from study.trial.verdict import failed_to_train
 
     mc = PAPER_MODELS[key].replace(num_classes=len(splits.classes))
-    cfg = TrainConfig(model=mc, data=args.data, batch_size=args.batch, epochs=1, warmup=warmup, seed=args.seed)
+    cfg = TrainConfig(
+        model=mc, data=args.data, batch_size=args.batch, epochs=1, warmup=warmup, seed=args.seed
+    )
     torch.manual_seed(args.seed)
     model = build_model(mc)
     optimizer = build_optimizer(model, cfg)
@@ -69,8 +85,14 @@ def one_run(*, key: str, warmup: float, splits, args) -> dict:
         for x, y in train.batches(batch_size=args.batch, epoch=epoch, seed=args.seed, train=True):
             if step == args.steps:
                 break
-            lr = learning_rate(step=step, steps_per_epoch=args.steps, epochs=1, base_lr=cfg.lr,
-                               schedule="cosine", warmup_steps=warm)
+            lr = learning_rate(
+                step=step,
+                steps_per_epoch=args.steps,
+                epochs=1,
+                base_lr=cfg.lr,
+                schedule="cosine",
+                warmup_steps=warm,
+            )
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss = F.cross_entropy(model(x), y)
@@ -80,8 +102,12 @@ def one_run(*, key: str, warmup: float, splits, args) -> dict:
             losses.append(loss.item())
             step += 1
             if step % 20 == 0:
-                print(f"  {key} warm-up {warmup:g}: step {step}/{args.steps}, loss {losses[-1]:.3f}, "
-                      f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+                print(
+                    f"  {key} warm-up {warmup:g}: step {step}/{args.steps}, loss {losses[-1]:.3f}, "
+                    f"{time.perf_counter() - t0:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if not math.isfinite(losses[-1]):
                 break
         if step == args.steps or not math.isfinite(losses[-1]):
@@ -90,13 +116,30 @@ def one_run(*, key: str, warmup: float, splits, args) -> dict:
     n = len(splits.test_labels)
     test = DeviceData(splits.test_images, splits.test_labels, device=torch.device("cpu"))
     test_loss, test_acc = evaluate(model, test, batch_size=100, world=1, autocast=contextlib.nullcontext)
-    tail = losses[-max(1, len(losses) // 10):]  # the last tenth of the run: the epoch-mean's stand-in
+    tail = losses[-max(1, len(losses) // 10) :]  # the last tenth of the run: the epoch-mean's stand-in
     train_loss = sum(tail) / len(tail)
-    verdict = failed_to_train(train_loss=train_loss, test_loss=test_loss, test_acc=test_acc,
-                              num_classes=mc.num_classes, n_test=n, warmed_up=True)
-    return {"model": key, "warmup": warmup, "warmup_steps": warm, "steps": len(losses), "batch": args.batch,
-            "losses": losses, "train_loss_last_tenth": train_loss, "test_loss": test_loss, "test_acc": test_acc,
-            "n_test": n, "seconds": seconds, "verdict": verdict or "trained"}
+    verdict = failed_to_train(
+        train_loss=train_loss,
+        test_loss=test_loss,
+        test_acc=test_acc,
+        num_classes=mc.num_classes,
+        n_test=n,
+        warmed_up=True,
+    )
+    return {
+        "model": key,
+        "warmup": warmup,
+        "warmup_steps": warm,
+        "steps": len(losses),
+        "batch": args.batch,
+        "losses": losses,
+        "train_loss_last_tenth": train_loss,
+        "test_loss": test_loss,
+        "test_acc": test_acc,
+        "n_test": n,
+        "seconds": seconds,
+        "verdict": verdict or "trained",
+    }
 
 
 def main(argv=None) -> int:
@@ -108,18 +151,26 @@ def main(argv=None) -> int:
 
     splits = load_splits(args.data)
     # a class-stratified, seeded choice of test images (the same for every run)
-    keep = stratified_subset(splits.test_labels, k=min(args.test_images, len(splits.test_labels)),
-                             generator=torch.Generator().manual_seed(args.seed))
-    splits = dataclasses.replace(splits, test_images=splits.test_images[keep], test_labels=splits.test_labels[keep])
+    keep = stratified_subset(
+        splits.test_labels,
+        k=min(args.test_images, len(splits.test_labels)),
+        generator=torch.Generator().manual_seed(args.seed),
+    )
+    splits = dataclasses.replace(
+        splits, test_images=splits.test_images[keep], test_labels=splits.test_labels[keep]
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     runs = []
     for key in args.models.split(","):
         for warmup in (float(w) for w in args.warmups.split(",")):
             r = one_run(key=key, warmup=warmup, splits=splits, args=args)
             runs.append(r)
-            print(f"{key} warm-up {warmup:g} ({r['warmup_steps']} steps): {r['steps']} steps of batch {args.batch}, "
-                  f"last-tenth train loss {r['train_loss_last_tenth']:.3f}, test acc {100 * r['test_acc']:.1f} % "
-                  f"on {r['n_test']} images, {r['verdict']}, {r['seconds']:.0f} s", flush=True)
+            print(
+                f"{key} warm-up {warmup:g} ({r['warmup_steps']} steps): {r['steps']} steps of batch {args.batch}, "
+                f"last-tenth train loss {r['train_loss_last_tenth']:.3f}, test acc {100 * r['test_acc']:.1f} % "
+                f"on {r['n_test']} images, {r['verdict']}, {r['seconds']:.0f} s",
+                flush=True,
+            )
             (args.out / "warmup.json").write_text(json.dumps(runs, indent=1))
     plot(runs, args.out / "warmup.png")
     return 0
@@ -135,11 +186,17 @@ def plot(runs: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.2), squeeze=False, sharey=True)
     for ax, m in zip(axes[0], models):
         for r in (r for r in runs if r["model"] == m):
-            ax.plot(range(1, len(r["losses"]) + 1), r["losses"], linewidth=0.8,
-                    label=f"warm-up {r['warmup']:g} = {r['warmup_steps']} steps: test {100 * r['test_acc']:.1f} %")
+            ax.plot(
+                range(1, len(r["losses"]) + 1),
+                r["losses"],
+                linewidth=0.8,
+                label=f"warm-up {r['warmup']:g} = {r['warmup_steps']} steps: test {100 * r['test_acc']:.1f} %",
+            )
         ax.axhline(math.log(10), color="0.5", linestyle=":", linewidth=0.8)
         ax.text(1, math.log(10), " ln 10 (chance)", fontsize=7, color="0.4", va="bottom")
-        ax.set_title(f"{m} (paper size), batch {runs[0]['batch']}, lr 0.1, {len(r['losses'])} steps", fontsize=8)
+        ax.set_title(
+            f"{m} (paper size), batch {runs[0]['batch']}, lr 0.1, {len(r['losses'])} steps", fontsize=8
+        )
         ax.set_xlabel("step")
         ax.set_yscale("log")  # a diverging step is 10-40x chance's loss: a linear axis hides the rest
         ax.set_ylim(1.5, 60)

@@ -6,8 +6,19 @@
 __version__ = "0.1.0"
 
 
-def run(file, *, overrides=(), storage=None, data=None, name=None, num_cpus=None, address=None,
-        shared_storage=False, quiet=False, verbose=False):
+def run(
+    file,
+    *,
+    overrides=(),
+    storage=None,
+    data=None,
+    name=None,
+    num_cpus=None,
+    address=None,
+    shared_storage=False,
+    quiet=False,
+    verbose=False,
+):
     """``study run FILE [OVERRIDE ...]`` in this process; returns the :class:`analysis.Study`.
 
     Every argument is checked here, as the command's parser checks its flags: a wrong type or value is a
@@ -28,9 +39,19 @@ def run(file, *, overrides=(), storage=None, data=None, name=None, num_cpus=None
     if num_cpus is not None:
         num_cpus = _bounded("num_cpus", num_cpus, NUM_CPUS)
     try:
-        runs = run_file(file, overrides=list(overrides), storage=storage, data=data, name=name, address=address,
-                        shared_storage=shared_storage, num_cpus=num_cpus, quiet=quiet, verbose=verbose,
-                        prog="study.run")
+        runs = run_file(
+            file,
+            overrides=list(overrides),
+            storage=storage,
+            data=data,
+            name=name,
+            address=address,
+            shared_storage=shared_storage,
+            num_cpus=num_cpus,
+            quiet=quiet,
+            verbose=verbose,
+            prog="study.run",
+        )
     finally:
         if "study.tuning.raylog" in sys.modules:  # Ray's lines print as Ray prints them again
             sys.modules["study.tuning.raylog"].restore()

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO
 
 from study.storage import file_system, is_remote
 
 Writer = Callable[[IO[bytes]], object]
 
 
-def write_atomic(path: str | os.PathLike, write: Writer | bytes, *, prefix: str = ".tmp-", suffix: str = "",
-                 mode: int | None = None, before_replace: Callable[[], object] | None = None) -> str:
+def write_atomic(
+    path: str | os.PathLike,
+    write: Writer | bytes,
+    *,
+    prefix: str = ".tmp-",
+    suffix: str = "",
+    mode: int | None = None,
+    before_replace: Callable[[], object] | None = None,
+) -> str:
     """Write ``path`` in one step: ``write`` is the content or a function writing it to a
     binary file.  Local files only: ``mode`` (default 0600) and ``before_replace``, called
     before the new content replaces the old."""

@@ -24,9 +24,15 @@ def shown_status(runs: pd.DataFrame, *, now: float | None = None) -> pd.Series:
     done = pd.to_numeric(runs["epochs_done"], errors="coerce")
     world = pd.to_numeric(runs.get("world_size", pd.Series(1, index=runs.index)), errors="coerce").fillna(1)
     # mean wall seconds per epoch (NaN before the first); stale after STALE_FACTOR of them without an update:
-    per_epoch = (pd.to_numeric(runs["device_seconds"], errors="coerce") / (done * world.clip(lower=1))).where(done > 0)
-    fallback = STALE_UNKNOWN_S if pd.isna(per_epoch.max()) else max(STALE_MIN_S, STALE_FACTOR * per_epoch.max())
-    stale = (status == "running") & (age > (STALE_FACTOR * per_epoch).clip(lower=STALE_MIN_S).fillna(fallback))
+    per_epoch = (pd.to_numeric(runs["device_seconds"], errors="coerce") / (done * world.clip(lower=1))).where(
+        done > 0
+    )
+    fallback = (
+        STALE_UNKNOWN_S if pd.isna(per_epoch.max()) else max(STALE_MIN_S, STALE_FACTOR * per_epoch.max())
+    )
+    stale = (status == "running") & (
+        age > (STALE_FACTOR * per_epoch).clip(lower=STALE_MIN_S).fillna(fallback)
+    )
     status[stale] = "stale"
     return status
 
@@ -55,18 +61,26 @@ def status_table(runs: pd.DataFrame, planned: int | None, *, now: float | None =
     # a trial that did not train shows so beside its state (its accuracy is not a result)
     runs = runs.assign(status=runs.status.where(~_failed(runs), runs.status + " (did not train)"))
     frame = runs[[c for c in cols if c in runs]].rename(
-        columns={"epochs_done": "epoch", "best_test_acc": "best_acc", "device_seconds": "device_s"})
+        columns={"epochs_done": "epoch", "best_test_acc": "best_acc", "device_seconds": "device_s"}
+    )
     width = int(frame["variant"].str.len().max())
-    lines.append(frame.to_string(index=False, float_format=lambda v: f"{v:.4f}",
-                                 formatters={"variant": lambda v: f"{v:<{width}}"}))
+    lines.append(
+        frame.to_string(
+            index=False, float_format=lambda v: f"{v:.4f}", formatters={"variant": lambda v: f"{v:<{width}}"}
+        )
+    )
     failed = _failed(runs)
     if failed.any():
-        lines.append(f"did not train: {int(failed.sum())} of {len(runs)} trials (runs.failed_to_train): their "
-                     "accuracies are not results")
+        lines.append(
+            f"did not train: {int(failed.sum())} of {len(runs)} trials (runs.failed_to_train): their "
+            "accuracies are not results"
+        )
         lines += [f"  {tid}: {why}" for tid, why in zip(runs.trial_id[failed], runs.failed_to_train[failed])]
     if stale:
-        lines.append(f"stale: 'running' but not updated for over {STALE_FACTOR:g}x its epoch time (at least "
-                     f"{STALE_MIN_S:g} s): its driver or node died; `study resume` continues it")
+        lines.append(
+            f"stale: 'running' but not updated for over {STALE_FACTOR:g}x its epoch time (at least "
+            f"{STALE_MIN_S:g} s): its driver or node died; `study resume` continues it"
+        )
     return "\n".join(lines)
 
 

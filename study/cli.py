@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     # `study slurm FILE [options] -- SBATCH_OPTION ...`: everything after the first `--` is sbatch's, never ours
     cut = argv.index("--") if argv[:1] == ["slurm"] and "--" in argv else len(argv)
     args, extra = parser.parse_known_args(argv[:cut])
-    args.sbatch = argv[cut + 1:]
+    args.sbatch = argv[cut + 1 :]
     if extra:  # overrides after the options (`study run FILE --storage S epochs=5`) are overrides too
         if getattr(args, "overrides", None) is None or any(a.startswith("-") for a in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"study {args.command}: error: {where}{e}", file=sys.stderr, flush=True)
         raise SystemExit(e.exit_code) from None
     except BrokenPipeError:  # `study status … | head`: the reader left; no traceback
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush must not fail again
+        os.dup2(
+            os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()
+        )  # Python's exit flush must not fail again
         return 128 + 13  # as a process ended by SIGPIPE
 
 

@@ -33,7 +33,11 @@ class BoundedInt:
             raise argparse.ArgumentTypeError(f"must be an integer, got {text[:40]!r}")
         digits = text.lstrip("+-").lstrip("0")
         # more digits than Python converts (4,300) or than any limit has: compared as text
-        value = int(text) if len(digits) <= limits.MAX_INT_DIGITS else (-1 if text.startswith("-") else 1) * 10**100
+        value = (
+            int(text)
+            if len(digits) <= limits.MAX_INT_DIGITS
+            else (-1 if text.startswith("-") else 1) * 10**100
+        )
         if value > self.high:
             raise argparse.ArgumentTypeError(f"must be <= {self.high} ({self.limit}), got {text[:40]}")
         if value < self.low:
@@ -57,8 +61,9 @@ class BoundedFloat:
         if not (v > 0 and math.isfinite(v)):
             raise argparse.ArgumentTypeError(f"must be a positive number, got {text[:40]!r}")
         if not self.low <= v <= self.high:
-            raise argparse.ArgumentTypeError(f"must be from {self.low:g} to {self.high:g} ({self.limit}), "
-                                             f"got {text[:40]}")
+            raise argparse.ArgumentTypeError(
+                f"must be from {self.low:g} to {self.high:g} ({self.limit}), got {text[:40]}"
+            )
         return v
 
 
@@ -75,9 +80,15 @@ class DefaultsMixin:
     already says it or there is none to show (None, False, a store_true flag)."""
 
     def _format_action(self, action: argparse.Action) -> str:
-        default, text = action.default, (action.help or "").strip()  # default: SUPPRESS for --help and --version
-        if (action.option_strings and not (default is None or default is False or default is argparse.SUPPRESS)
-                and "default" not in text.lower()):  # (argparse prints nothing for a flag without help)
+        default, text = (
+            action.default,
+            (action.help or "").strip(),
+        )  # default: SUPPRESS for --help and --version
+        if (
+            action.option_strings
+            and not (default is None or default is False or default is argparse.SUPPRESS)
+            and "default" not in text.lower()
+        ):  # (argparse prints nothing for a flag without help)
             action.help = f"{text} (default: %(default)s)".lstrip()
         return super()._format_action(action)
 
@@ -87,8 +98,12 @@ class Parser(argparse.ArgumentParser):
     whose ``--help`` shows the defaults."""
 
     def __init__(self, *args, formatter_class=argparse.HelpFormatter, **kwargs):
-        if not issubclass(formatter_class, DefaultsMixin):  # e.g. RawDescriptionHelpFormatter: keep it, add defaults
-            formatter_class = type(f"Defaults{formatter_class.__name__}", (DefaultsMixin, formatter_class), {})
+        if not issubclass(
+            formatter_class, DefaultsMixin
+        ):  # e.g. RawDescriptionHelpFormatter: keep it, add defaults
+            formatter_class = type(
+                f"Defaults{formatter_class.__name__}", (DefaultsMixin, formatter_class), {}
+            )
         super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
     def error(self, message: str) -> NoReturn:
@@ -193,15 +208,18 @@ def check_sizes(data: str, *, sizes=None, subset, validation, batch: int, worker
         raise UsageError(f"{where('batch_size')}: {why}")
 
 
-def checked_splits(data: str, *, subset, validation, seed: int, batch: int, workers: int, progress, where,
-                   sizes=None):
+def checked_splits(
+    data: str, *, subset, validation, seed: int, batch: int, workers: int, progress, where, sizes=None
+):
     """The training data loaded (and cached) and its validation split held out before anything starts, so
     a broken archive is one line (:class:`UsageError`); ``where(field)`` names a field in the message.  The
     sizes are checked first (:func:`check_sizes`): a refused source is not decoded and leaves no cache entry."""
     from study.data import DataError, hold_out_validation, load_splits
     from study.speccheck import batch_overflow
 
-    check_sizes(data, sizes=sizes, subset=subset, validation=validation, batch=batch, workers=workers, where=where)
+    check_sizes(
+        data, sizes=sizes, subset=subset, validation=validation, batch=batch, workers=workers, where=where
+    )
     with refused(DataError, f"{where('data')}: "):  # an archive's first decode prints its progress
         splits = load_splits(data, subset=subset, seed=seed, progress=progress)
     with refused(DataError, where("")):  # (its messages begin with the field: validation)
@@ -222,8 +240,10 @@ def check_model_params(config: ModelConfig) -> None:
     except (ConfigError, RuntimeError, ValueError) as e:
         raise UsageError(f"model: {' '.join(str(e).split())[:160]}") from None
     if n > limits.MAX_MODEL_PARAMS:
-        raise UsageError(f"model: {n:,} parameters, more than {limits.MAX_MODEL_PARAMS:,} (MAX_MODEL_PARAMS); "
-                         "use a smaller --hidden/--layers/--intermediate/--num-heads")
+        raise UsageError(
+            f"model: {n:,} parameters, more than {limits.MAX_MODEL_PARAMS:,} (MAX_MODEL_PARAMS); "
+            "use a smaller --hidden/--layers/--intermediate/--num-heads"
+        )
 
 
 def model_overrides(args: argparse.Namespace) -> dict:

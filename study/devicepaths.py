@@ -7,8 +7,9 @@ that each can be selected on any device and tested on CPU against its reference 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -23,10 +24,10 @@ from study.errors import UsageError
 #: against eager and recorded device, backend and encoding (docs/performance.md).
 VERIFIED_COMPILES: dict[tuple[str, str, str], str] = {
     ("cpu", "inductor", "*"): "STUDY_COMPILE_BACKEND=inductor pytest "
-                              "tests/study/models/test_compiled_equals_eager.py: loss and gradients at the "
-                              "paper's width equal eager's, every encoding",
+    "tests/study/models/test_compiled_equals_eager.py: loss and gradients at the "
+    "paper's width equal eager's, every encoding",
     ("cpu", "aot_eager", "*"): "tests/study/models/test_compiled_equals_eager.py (its default backend), "
-                               "every encoding",
+    "every encoding",
     ("cpu", "eager", "*"): "Dynamo's graphs run by eager's kernels: no generated code",
     # no generated code: eager's CUDA kernels on the Dynamo / AOT Autograd graphs the CPU tests check;
     # finite at the paper's size on the GPU of issue 43 (study bench, bf16, SA quadratic)
@@ -40,16 +41,24 @@ def compile_model(cfg: Any) -> str:
     return cfg.encoding if cfg.arch == "sa" else cfg.arch
 
 
-def compile_refusal(*, device_type: str, backend: str, model: str, instead: str,
-                    verified: dict[tuple[str, str, str], str] = VERIFIED_COMPILES) -> str | None:
+def compile_refusal(
+    *,
+    device_type: str,
+    backend: str,
+    model: str,
+    instead: str,
+    verified: dict[tuple[str, str, str], str] = VERIFIED_COMPILES,
+) -> str | None:
     """None when ``torch.compile(backend=backend)`` of ``model`` on ``device_type`` is in ``verified``
     (:data:`VERIFIED_COMPILES`), else one line saying so, what to use ``instead``, and how a GPU
     session verifies it (CUDA + inductor trained SA quadratic to NaN at the paper's size, issue 43)."""
     if (device_type, backend, model) in verified or (device_type, backend, "*") in verified:
         return None
-    return (f"torch.compile with {backend} on {device_type} is not verified for {model} (it trained SA "
-            f"quadratic to NaN on CUDA); {instead}; benchmarks/gpu_check.py verifies it on a GPU and records "
-            f"device, backend and encoding for study.devicepaths.VERIFIED_COMPILES")
+    return (
+        f"torch.compile with {backend} on {device_type} is not verified for {model} (it trained SA "
+        f"quadratic to NaN on CUDA); {instead}; benchmarks/gpu_check.py verifies it on a GPU and records "
+        f"device, backend and encoding for study.devicepaths.VERIFIED_COMPILES"
+    )
 
 
 class UnverifiedCompile(UsageError):
@@ -71,19 +80,32 @@ class DevicePaths:
 
     def __post_init__(self) -> None:
         if self.compile_backend not in COMPILE_BACKENDS:
-            raise ValueError(f"compile_backend must be one of {', '.join(COMPILE_BACKENDS)}, "
-                             f"got {self.compile_backend!r}")
+            raise ValueError(
+                f"compile_backend must be one of {', '.join(COMPILE_BACKENDS)}, got {self.compile_backend!r}"
+            )
         if self.autocast_dtype not in (None, torch.bfloat16, torch.float16):
-            raise ValueError(f"autocast_dtype must be None, torch.bfloat16 or torch.float16, "
-                             f"got {self.autocast_dtype!r}")
+            raise ValueError(
+                f"autocast_dtype must be None, torch.bfloat16 or torch.float16, got {self.autocast_dtype!r}"
+            )
 
     @classmethod
-    def for_device(cls, device: torch.device | str, *, amp: bool = True, compile: bool = False,
-                   **overrides: Any) -> "DevicePaths":
+    def for_device(
+        cls, device: torch.device | str, *, amp: bool = True, compile: bool = False, **overrides: Any
+    ) -> DevicePaths:
         """On CUDA every branch (bf16 if ``amp``); on CPU none (CPU bf16 is slower on most CPUs)."""
         cuda = torch.device(device).type == "cuda"
-        return cls(**{**dict(autocast_dtype=torch.bfloat16 if (amp and cuda) else None, compile=compile,
-                             channels_last=cuda, pinned_transfer=cuda, cuda_rng=cuda), **overrides})
+        return cls(
+            **{
+                **dict(
+                    autocast_dtype=torch.bfloat16 if (amp and cuda) else None,
+                    compile=compile,
+                    channels_last=cuda,
+                    pinned_transfer=cuda,
+                    cuda_rng=cuda,
+                ),
+                **overrides,
+            }
+        )
 
     def autocast(self, device: torch.device | str) -> contextlib.AbstractContextManager:
         if self.autocast_dtype is None:
@@ -98,8 +120,9 @@ class DevicePaths:
         selected for a configuration not in :data:`VERIFIED_COMPILES`, unless ``unverified_compile``."""
         if not self.compile or self.unverified_compile:
             return
-        why = compile_refusal(device_type=torch.device(device).type, backend=self.compile_backend, model=model,
-                              instead=instead)
+        why = compile_refusal(
+            device_type=torch.device(device).type, backend=self.compile_backend, model=model, instead=instead
+        )
         if why is not None:
             raise UnverifiedCompile(f"{flag}: {why}")
 
@@ -123,7 +146,11 @@ class DevicePaths:
         return model, (None if x is None else x.contiguous(memory_format=torch.channels_last))
 
     def precision_name(self) -> str:
-        return f"{str(self.autocast_dtype).removeprefix('torch.')} autocast" if self.autocast_dtype else "float32"
+        return (
+            f"{str(self.autocast_dtype).removeprefix('torch.')} autocast"
+            if self.autocast_dtype
+            else "float32"
+        )
 
 
 def to_device(t: torch.Tensor, device: torch.device, *, pinned: bool) -> torch.Tensor:
@@ -146,8 +173,9 @@ def select_device(device: torch.device) -> None:
         torch.cuda.set_device(device)
 
 
-def capture_rng(device: torch.device, *, cuda: bool,
-                get_cuda: Callable[[torch.device], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+def capture_rng(
+    device: torch.device, *, cuda: bool, get_cuda: Callable[[torch.device], torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
     """The RNG states a checkpoint carries: ``rng_cpu``, and ``rng_cuda`` when ``cuda``."""
     state = {"rng_cpu": torch.get_rng_state()}
     if cuda:
@@ -155,8 +183,13 @@ def capture_rng(device: torch.device, *, cuda: bool,
     return state
 
 
-def restore_rng(state: dict[str, Any], device: torch.device, *, cuda: bool,
-                set_cuda: Callable[[torch.Tensor, torch.device], None] | None = None) -> bool:
+def restore_rng(
+    state: dict[str, Any],
+    device: torch.device,
+    *,
+    cuda: bool,
+    set_cuda: Callable[[torch.Tensor, torch.device], None] | None = None,
+) -> bool:
     """Restore the states :func:`capture_rng` saved (a CUDA state resumed on CPU is left
     alone); whether the CUDA state was restored."""
     torch.set_rng_state(state["rng_cpu"])

@@ -85,8 +85,9 @@ class SupersededError(StudyError):
     this one, cut off from Ray, kept training): this attempt must write nothing more."""
 
     def __init__(self, uri: str, mine: int, current: int):
-        super().__init__(f"{uri}: attempt {mine} of this trial superseded by attempt {current}; it stops "
-                         "without writing")
+        super().__init__(
+            f"{uri}: attempt {mine} of this trial superseded by attempt {current}; it stops without writing"
+        )
         self._init = (uri, mine, current)
         self.uri, self.mine, self.current = uri, mine, current
 
@@ -104,17 +105,19 @@ def _is_ray(e: BaseException) -> bool:
 def cause(exc: BaseException) -> str:
     """``ExceptionType: message`` of the innermost project error wrapped in ``exc``,
     else of the innermost non-Ray error, else of ``exc`` itself; one line."""
-    chain, todo = [], [exc]  # exc and every exception it wraps (Ray's ``cause``, ``__cause__``, ``__context__``)
+    chain, todo = (
+        [],
+        [exc],
+    )  # exc and every exception it wraps (Ray's ``cause``, ``__cause__``, ``__context__``)
     while todo:
         e = todo.pop(0)
         if isinstance(e, BaseException) and all(e is not c for c in chain):
             chain.append(e)
             todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
-    pick = (next((e for e in reversed(chain) if type(e).__module__.split(".")[0] in ("study", "analysis")), None)
-            or next((e for e in reversed(chain) if not _is_ray(e)), exc))
+    pick = next(
+        (e for e in reversed(chain) if type(e).__module__.split(".")[0] in ("study", "analysis")), None
+    ) or next((e for e in reversed(chain) if not _is_ray(e)), exc)
     message = str(pick)
     if _is_ray(pick) and "\n" in message:  # Ray's text trace: keep its last line (the error)
         message = [ln for ln in message.splitlines() if ln.strip()][-1]
     return one_line(f"{type(pick).__name__}: {message}", limit=500)
-
-

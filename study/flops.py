@@ -3,7 +3,7 @@ convolutions and fused attention; element-wise ops and softmax are not counted).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

@@ -28,11 +28,23 @@ MAX_NAME_LENGTH = 100  # a study name is a folder name on local disks and in obj
 MAX_DESCRIPTION_CHARS = 10_000
 #: model sizes (the paper: N_h ≤ 25, D = D_p = 400, 6 layers, 512 intermediate): a typo
 #: of a few zeros is refused instead of allocating terabytes
-MAX_MODEL_FIELD = {"num_heads": 1_024, "pos_dim": 16_384, "hidden": 16_384, "layers": 256,
-                   "intermediate": 65_536, "num_classes": 100_000, "image_size": 1_024, "in_channels": 64,
-                   "downsample": 64}
-MAX_TRAIN_FIELD = {"head_images": 100_000, "eval_batch_size": 1_000_000, "map_radius": 1_024,
-                   "warmup_steps": 10**12}  # no run is longer: MAX_EPOCHS of at most MAX_SOURCE_FILES steps
+MAX_MODEL_FIELD = {
+    "num_heads": 1_024,
+    "pos_dim": 16_384,
+    "hidden": 16_384,
+    "layers": 256,
+    "intermediate": 65_536,
+    "num_classes": 100_000,
+    "image_size": 1_024,
+    "in_channels": 64,
+    "downsample": 64,
+}
+MAX_TRAIN_FIELD = {
+    "head_images": 100_000,
+    "eval_batch_size": 1_000_000,
+    "map_radius": 1_024,
+    "warmup_steps": 10**12,
+}  # no run is longer: MAX_EPOCHS of at most MAX_SOURCE_FILES steps
 MAX_CPUS_PER_TRIAL = 1_024
 MAX_GPUS_PER_TRIAL = 1_024
 MAX_CLUSTER_CPUS = 1_000_000
@@ -87,7 +99,10 @@ def over_limit(cfg) -> tuple[str, int, str, int] | None:
 
 
 #: (a model field?, field, limit, the limit's name) of :func:`over_limit`, in its order
-_CAPS = (*((True, f, c, "MAX_MODEL_FIELD") for f, c in MAX_MODEL_FIELD.items()),
-         *((False, f, c, "MAX_TRAIN_FIELD") for f, c in MAX_TRAIN_FIELD.items()),
-         (False, "epochs", MAX_EPOCHS, "MAX_EPOCHS"), (False, "batch_size", MAX_BATCH_SIZE, "MAX_BATCH_SIZE"),
-         (False, "seed", MAX_SEED, "MAX_SEED"))
+_CAPS = (
+    *((True, f, c, "MAX_MODEL_FIELD") for f, c in MAX_MODEL_FIELD.items()),
+    *((False, f, c, "MAX_TRAIN_FIELD") for f, c in MAX_TRAIN_FIELD.items()),
+    (False, "epochs", MAX_EPOCHS, "MAX_EPOCHS"),
+    (False, "batch_size", MAX_BATCH_SIZE, "MAX_BATCH_SIZE"),
+    (False, "seed", MAX_SEED, "MAX_SEED"),
+)

@@ -25,11 +25,15 @@ class MetaFileError(PathError, ValueError):
 
 def _regular(path: str, mode: int) -> None:
     if not stat.S_ISREG(mode):
-        raise MetaFileError(path, f"is {_KINDS.get(stat.filemode(mode)[0], 'not a regular file')}, not a regular file")
+        raise MetaFileError(
+            path, f"is {_KINDS.get(stat.filemode(mode)[0], 'not a regular file')}, not a regular file"
+        )
 
 
 def _too_big(path: str, max_bytes: int, size: int | None = None) -> MetaFileError:
-    what = f"is {size:,} bytes, more than the {max_bytes:,}" if size else f"is more than the {max_bytes:,} bytes"
+    what = (
+        f"is {size:,} bytes, more than the {max_bytes:,}" if size else f"is more than the {max_bytes:,} bytes"
+    )
     return MetaFileError(path, f"{what} a metadata file may have (MAX_META_FILE_BYTES)")
 
 
@@ -40,7 +44,9 @@ def read_bytes(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE
     if "://" in path:
         import pyarrow.fs as pafs
 
-        from study.storage import file_system  # not at the top: study.storage reads study.json through this module
+        from study.storage import (
+            file_system,
+        )  # not at the top: study.storage reads study.json through this module
 
         fs, p = file_system(path)
         info = fs.get_file_info(p)
@@ -95,8 +101,12 @@ def read_json(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE_
         raise MetaFileError(path, f"not valid JSON ({' '.join(str(e).split())[:120]})") from None
 
 
-def read_object(path: str | os.PathLike, *, fields: dict[str, type | tuple[type, ...]] | None = None,
-                max_bytes: int = limits.MAX_META_FILE_BYTES) -> dict[str, Any]:
+def read_object(
+    path: str | os.PathLike,
+    *,
+    fields: dict[str, type | tuple[type, ...]] | None = None,
+    max_bytes: int = limits.MAX_META_FILE_BYTES,
+) -> dict[str, Any]:
     """:func:`read_json` of a JSON object whose ``fields`` present have their type (a bool is no int)."""
     value = read_json(path, max_bytes=max_bytes)
     if not isinstance(value, dict):
@@ -106,7 +116,16 @@ def read_object(path: str | os.PathLike, *, fields: dict[str, type | tuple[type,
             continue
         types = types if isinstance(types, tuple) else (types,)
         if (isinstance(v, bool) and bool not in types) or not isinstance(v, types):
-            want = " or ".join({int: "an integer", float: "a number", str: "a string", dict: "an object",
-                                list: "a list", bool: "true/false"}.get(t, t.__name__) for t in types)
+            want = " or ".join(
+                {
+                    int: "an integer",
+                    float: "a number",
+                    str: "a string",
+                    dict: "an object",
+                    list: "a list",
+                    bool: "true/false",
+                }.get(t, t.__name__)
+                for t in types
+            )
             raise MetaFileError(str(path), f"{name}: must be {want}, got {json.dumps(v)[:60]}")
     return value

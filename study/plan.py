@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from study import limits
-from study.data.synthetic import DEFAULT_TEST as SYNTHETIC_TEST, DEFAULT_TRAIN as SYNTHETIC_TRAIN
+from study.data.synthetic import DEFAULT_TEST as SYNTHETIC_TEST
+from study.data.synthetic import DEFAULT_TRAIN as SYNTHETIC_TRAIN
 from study.models.config import PAPER_MODELS, ModelConfig, model_name
 from study.models.cost import config_from_row, model_macs
 
@@ -127,7 +128,9 @@ def trial_images(cfg, sizes: dict[str, tuple[int, int]] | None = None) -> Images
     if cfg.subset is not None:
         n_train, n_test = min(cfg.subset, n_train), min(n_test, max(cfg.subset // 5, MIN_SUBSET_TEST))
     # as study.data.validation.validation_size: a count, or a fraction rounded down (at least 1)
-    n_val = max(1, int(cfg.validation * n_train)) if isinstance(cfg.validation, float) else int(cfg.validation)
+    n_val = (
+        max(1, int(cfg.validation * n_train)) if isinstance(cfg.validation, float) else int(cfg.validation)
+    )
     return Images(train=n_train - n_val, val=n_val, test=n_test)
 
 
@@ -145,9 +148,11 @@ def costed_model(cfg, sample: dict[str, dict]) -> tuple[dict, bool]:
             return ModelConfig.from_dict({**base, **dict(zip(fields, values))}).to_dict()
         except Exception:  # noqa: BLE001 - a combination the model refuses is never trained
             return None
+
     # every choice; of a range its upper end (the cost grows with every model field)
-    combos = itertools.product(*(list(a) if kind == "choice" else [a[1]] for k in fields
-                                 for kind, a in sample[k].items()))
+    combos = itertools.product(
+        *(list(a) if kind == "choice" else [a[1]] for k in fields for kind, a in sample[k].items())
+    )
     valid = filter(None, map(built, itertools.islice(combos, MAX_SAMPLED_COMBINATIONS)))
     return max(valid, key=model_macs, default=base), True
 
@@ -157,7 +162,7 @@ def attention_pairs(model: dict) -> int:
     for an encoding with content scores (``Encoding.content``), 0 otherwise (ResNet18,
     positional attention, whose probabilities one batch shares)."""
     cfg = config_from_row(model)
-    return 0 if cfg.arch == "resnet18" or not cfg.spec.content else cfg.layers * cfg.num_heads * cfg.grid ** 4
+    return 0 if cfg.arch == "resnet18" or not cfg.spec.content else cfg.layers * cfg.num_heads * cfg.grid**4
 
 
 def plan_trials(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> list[TrialPlan]:
@@ -173,13 +178,28 @@ def plan_trials(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> lis
         if images is not None:  # a forward pass is 2 x MACs FLOPs per image and epoch
             fwd = 2.0 * macs * cfg.epochs
             heads = cfg.head_images if cfg.head_stats and model.get("arch", "sa") != "resnet18" else 0
-            flops = dict(train_flops=TRAIN_FORWARDS * fwd * images.train, eval_flops=fwd * (images.test + images.val),
-                         head_flops=fwd * min(heads, images.test))
-        per_cell.append(dict(model=model_name(ModelConfig.from_dict(model)), config=model, epochs=cfg.epochs,
-                             images=images, macs=macs, pairs=attention_pairs(model), upper_bound=bound, **flops))
+            flops = dict(
+                train_flops=TRAIN_FORWARDS * fwd * images.train,
+                eval_flops=fwd * (images.test + images.val),
+                head_flops=fwd * min(heads, images.test),
+            )
+        per_cell.append(
+            dict(
+                model=model_name(ModelConfig.from_dict(model)),
+                config=model,
+                epochs=cfg.epochs,
+                images=images,
+                macs=macs,
+                pairs=attention_pairs(model),
+                upper_bound=bound,
+                **flops,
+            )
+        )
     n = len(spec.cells)
-    return [TrialPlan(key=f"c{k % n:03d}-s{k // n:03d}", cell=k % n, sample=k // n, **per_cell[k % n])
-            for k in range(spec.num_trials)]
+    return [
+        TrialPlan(key=f"c{k % n:03d}-s{k // n:03d}", cell=k % n, sample=k // n, **per_cell[k % n])
+        for k in range(spec.num_trials)
+    ]
 
 
 def launch_order(trials: list[TrialPlan]) -> list[TrialPlan]:
@@ -221,12 +241,16 @@ def bench_models(report: dict) -> list[tuple[str, dict, float]]:
         ips = fast.get("images_per_s") if isinstance(fast, dict) else None
         if key in PAPER_MODELS and isinstance(ips, (int, float)) and not isinstance(ips, bool):
             if not (math.isfinite(ips) and limits.MIN_IMAGES_PER_S <= ips <= limits.MAX_IMAGES_PER_S):
-                raise PlanError(f"model {key}: images_per_s {ips!r} is not from {limits.MIN_IMAGES_PER_S:g} to "
-                                f"{limits.MAX_IMAGES_PER_S:g} (MIN/MAX_IMAGES_PER_S)")
+                raise PlanError(
+                    f"model {key}: images_per_s {ips!r} is not from {limits.MIN_IMAGES_PER_S:g} to "
+                    f"{limits.MAX_IMAGES_PER_S:g} (MIN/MAX_IMAGES_PER_S)"
+                )
             out.append((key, PAPER_MODELS[key].to_dict(), float(ips)))
     if not out:
-        raise PlanError("the bench report holds no timed model of the paper (run `study bench --json` with "
-                        "--models of the paper)")
+        raise PlanError(
+            "the bench report holds no timed model of the paper (run `study bench --json` with "
+            "--models of the paper)"
+        )
     return out
 
 
@@ -239,8 +263,12 @@ def _bench_seconds(t: TrialPlan, report: dict, source: str) -> tuple[float, str]
         if cfg == t.config:
             return t.passes / TRAIN_FORWARDS / ips, f"bench {key}: {ips:.1f} img/s{where}"
     rates = {key: TRAIN_FORWARDS * 2.0 * model_macs(cfg) * ips for key, cfg, ips in models}
-    kin = [key for key, cfg, _ in models if cfg.get("arch") == t.config.get("arch")
-           and (cfg.get("arch") == "resnet18" or cfg.get("encoding") == t.config.get("encoding"))]
+    kin = [
+        key
+        for key, cfg, _ in models
+        if cfg.get("arch") == t.config.get("arch")
+        and (cfg.get("arch") == "resnet18" or cfg.get("encoding") == t.config.get("encoding"))
+    ]
     keys = kin or list(rates)
     rate = statistics.median(rates[k] for k in keys)
     what = "bench " + "/".join(keys) + (" (same encoding)" if kin else " (all models)")
@@ -264,8 +292,10 @@ def wall_seconds(seconds: list[float], workers: int) -> float:
 def _si(flops: float | None) -> str:
     if not flops:
         return "?" if flops is None else "0"
-    scale, unit = next((s for s in ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"))
-                        if flops >= s[0]), (1e6, "MFLOP"))
+    scale, unit = next(
+        (s for s in ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP")) if flops >= s[0]),
+        (1e6, "MFLOP"),
+    )
     return f"{flops / scale:.3g} {unit}"
 
 
@@ -287,10 +317,14 @@ def total_line(plan: Plan) -> str:
     bound = " (upper bound: sampled model fields)" if any(t.upper_bound for t in plan.trials) else ""
     if flops is None:
         macs = sum(t.macs * t.epochs for t in plan.trials)
-        return (f"plan: {n} trial{'s' * (n != 1)}, {2 * macs / 1e9:.3g} GFLOP per training image-pass summed "
-                f"over epochs (image counts of the data source unknown){bound}")
-    parts = (f"training {_si(plan.total('train_flops'))} + evaluation {_si(plan.total('eval_flops'))} + "
-             f"head statistics {_si(plan.total('head_flops'))}")
+        return (
+            f"plan: {n} trial{'s' * (n != 1)}, {2 * macs / 1e9:.3g} GFLOP per training image-pass summed "
+            f"over epochs (image counts of the data source unknown){bound}"
+        )
+    parts = (
+        f"training {_si(plan.total('train_flops'))} + evaluation {_si(plan.total('eval_flops'))} + "
+        f"head statistics {_si(plan.total('head_flops'))}"
+    )
     line = f"plan: {n} trial{'s' * (n != 1)}, {_si(flops)} ({parts}){bound}"
     secs = plan.total("seconds")
     if secs is not None:
@@ -302,17 +336,34 @@ def total_line(plan: Plan) -> str:
 
 def table(plan: Plan) -> str:
     """Per trial, in launch order (longest-predicted first)."""
-    cols = ["trial", "model", "epochs", "train img", "val img", "test img", "GMAC/img", "train FLOP",
-            "eval FLOP", "heads FLOP"]
+    cols = [
+        "trial",
+        "model",
+        "epochs",
+        "train img",
+        "val img",
+        "test img",
+        "GMAC/img",
+        "train FLOP",
+        "eval FLOP",
+        "heads FLOP",
+    ]
     has_s = all(t.seconds is not None for t in plan.trials)
     cols += ["device-s", "rate"] if has_s else []
     cols += ["measured s", "pred/meas"] if plan.measured else []
     rows = []
     for t in launch_order(plan.trials):
         im = t.images
-        row = [t.key, t.model + (" (upper bound)" if t.upper_bound else ""), str(t.epochs),
-               *(f"{v:,}" if im else "?" for v in ((im.train, im.val, im.test) if im else (0, 0, 0))),
-               f"{t.macs / 1e9:.4g}", _si(t.train_flops), _si(t.eval_flops), _si(t.head_flops)]
+        row = [
+            t.key,
+            t.model + (" (upper bound)" if t.upper_bound else ""),
+            str(t.epochs),
+            *(f"{v:,}" if im else "?" for v in ((im.train, im.val, im.test) if im else (0, 0, 0))),
+            f"{t.macs / 1e9:.4g}",
+            _si(t.train_flops),
+            _si(t.eval_flops),
+            _si(t.head_flops),
+        ]
         row += [f"{t.seconds:,.0f}" if t.seconds >= 100 else f"{t.seconds:.1f}", t.rate] if has_s else []
         if plan.measured:
             m, r = plan.measured.get(t.key), plan.ratio(t)
@@ -321,27 +372,49 @@ def table(plan: Plan) -> str:
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     left = {0, 1} | ({cols.index("rate")} if has_s else set())
     fmt = lambda cells: "  ".join(  # noqa: E731
-        c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+    ).rstrip()
     return "\n".join([fmt(cols), *map(fmt, rows)])
 
 
 def to_json(plan: Plan) -> dict[str, Any]:
     return {
-        "trials": [{"trial_id": t.key, "cell": t.cell, "sample": t.sample, "model": t.model, "epochs": t.epochs,
-                    **{f"{k}_images": getattr(t.images, k, None) for k in ("train", "val", "test")},
-                    "forward_macs": t.macs, "train_flops": t.train_flops, "eval_flops": t.eval_flops,
-                    "head_flops": t.head_flops, "upper_bound": t.upper_bound,
-                    "device_seconds": t.seconds, "rate": t.rate or None,
-                    "measured_device_seconds": plan.measured.get(t.key), "predicted_over_measured": plan.ratio(t)}
-                   for t in launch_order(plan.trials)],
-        "total_flops": plan.total("flops"), **{k: plan.total(k) for k in ("train_flops", "eval_flops", "head_flops")},
-        "device_seconds": plan.total("seconds"), "workers": plan.workers, "wall_seconds": plan.wall_seconds,
+        "trials": [
+            {
+                "trial_id": t.key,
+                "cell": t.cell,
+                "sample": t.sample,
+                "model": t.model,
+                "epochs": t.epochs,
+                **{f"{k}_images": getattr(t.images, k, None) for k in ("train", "val", "test")},
+                "forward_macs": t.macs,
+                "train_flops": t.train_flops,
+                "eval_flops": t.eval_flops,
+                "head_flops": t.head_flops,
+                "upper_bound": t.upper_bound,
+                "device_seconds": t.seconds,
+                "rate": t.rate or None,
+                "measured_device_seconds": plan.measured.get(t.key),
+                "predicted_over_measured": plan.ratio(t),
+            }
+            for t in launch_order(plan.trials)
+        ],
+        "total_flops": plan.total("flops"),
+        **{k: plan.total(k) for k in ("train_flops", "eval_flops", "head_flops")},
+        "device_seconds": plan.total("seconds"),
+        "workers": plan.workers,
+        "wall_seconds": plan.wall_seconds,
         "notes": plan.notes,
     }
 
 
-def make_plan(spec, *, throughput: Throughput | None = None, workers: int | None = None,
-              sizes: dict[str, tuple[int, int]] | None = None) -> Plan:
+def make_plan(
+    spec,
+    *,
+    throughput: Throughput | None = None,
+    workers: int | None = None,
+    sizes: dict[str, tuple[int, int]] | None = None,
+) -> Plan:
     """The plan of a validated study; device-seconds and the wall time need a ``throughput``."""
     trials = plan_trials(spec, sizes=sizes)
     plan = Plan(trials=trials, workers=workers)

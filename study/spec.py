@@ -17,19 +17,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
-                      WithJsonSchema, create_model, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    create_model,
+    model_validator,
+)
 
-from study import limits, overrides as cli_overrides, speccheck
-from study.plan import source_sizes
-from study.speccheck import MODEL_FIELDS, SpecError, err as _refuse
+from study import limits, speccheck
+from study import overrides as cli_overrides
 from study.models.config import ENCODING_FIELDS, Bounds, ModelConfig, bounds_of
+from study.plan import source_sizes
+from study.speccheck import MODEL_FIELDS, SpecError
+from study.speccheck import err as _refuse
 from study.specyaml import YamlError, load_yaml, read_study_text
 from study.trial.config import AUTOAUGMENT_POLICIES, PROTOCOL_FIELDS, SCHEDULES, WARMUP_FIELDS, TrainConfig
 
 #: experiment trackers a study file may name in ``loggers:`` -> (the module each needs,
 #: the extra that installs it); Ray Tune's callbacks for them: :mod:`study.tuning.loggers`
-LOGGERS = {"tensorboard": ("tensorboardX", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
+LOGGERS = {
+    "tensorboard": ("tensorboardX", "tensorboard"),
+    "mlflow": ("mlflow", "mlflow"),
+    "wandb": ("wandb", "wandb"),
+}
 DEFAULT_LOGGERS = ("tensorboard",)
 TRAIN_AXES = ("lr", "momentum", "weight_decay", *WARMUP_FIELDS, "batch_size", *PROTOCOL_FIELDS)
 #: is ``name`` a study name (a folder name on local disks and in object storage)?
@@ -42,16 +58,25 @@ def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
 
     def check(v):
         if (len(v) if isinstance(v, (str, list)) else v) > cap:
-            raise _refuse("", f"is {len(v)} characters, more than {cap} ({name})" if isinstance(v, str) else
-                          f"lists {len(v)} entries, more than {cap} ({name})" if isinstance(v, list) else
-                          f"must be <= {cap} ({name}), got {v if isinstance(v, int) else format(v, 'g')}")
+            raise _refuse(
+                "",
+                f"is {len(v)} characters, more than {cap} ({name})"
+                if isinstance(v, str)
+                else f"lists {len(v)} entries, more than {cap} ({name})"
+                if isinstance(v, list)
+                else f"must be <= {cap} ({name}), got {v if isinstance(v, int) else format(v, 'g')}",
+            )
         return v
+
     key = {str: "maxLength", list: "maxItems"}.get(getattr(kind, "__origin__", kind), "maximum")
-    return Annotated[kind, Field(**bounds, json_schema_extra={key: cap, "x-limit": name}), AfterValidator(check)]
+    return Annotated[
+        kind, Field(**bounds, json_schema_extra={key: cap, "x-limit": name}), AfterValidator(check)
+    ]
 
 
 class _Strict(BaseModel):
     """No unknown key, no coercion (``"5"`` is not 5, ``true`` is not 1), no inf/nan."""
+
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
@@ -66,8 +91,10 @@ def _fields(*names: str, **types) -> dict[str, Any]:
     (their one home)."""
     tc = {f.name: f for f in dataclasses.fields(TrainConfig)}
     scalar = {"int": int, "float": float, "bool": bool, "str": str}
-    return {n: (_published(types[n] if n in types else scalar[tc[n].type], bounds_of(tc[n])), tc[n].default)
-            for n in names}
+    return {
+        n: (_published(types[n] if n in types else scalar[tc[n].type], bounds_of(tc[n])), tc[n].default)
+        for n in names
+    }
 
 
 def _model_field(f: dataclasses.Field):
@@ -81,20 +108,36 @@ def _model_field(f: dataclasses.Field):
 
 
 Optimizer = create_model("Optimizer", __base__=_Strict, **_fields("lr", "momentum", "weight_decay"))
-Training = create_model("Training", __base__=_Strict, **_fields(
-    "amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"))
-Protocol = create_model("Protocol", __base__=_Strict,
-                        **_fields(*PROTOCOL_FIELDS, autoaugment=Literal[AUTOAUGMENT_POLICIES]))
+Training = create_model(
+    "Training",
+    __base__=_Strict,
+    **_fields("amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"),
+)
+Protocol = create_model(
+    "Protocol", __base__=_Strict, **_fields(*PROTOCOL_FIELDS, autoaugment=Literal[AUTOAUGMENT_POLICIES])
+)
 #: the warm-up in one of three forms (none: the paper's 5 % of all steps; :class:`TrainConfig`)
-Schedule = create_model("Schedule", __base__=_Strict, type=(Literal[SCHEDULES], TrainConfig.schedule),
-                        **_fields(*WARMUP_FIELDS, warmup=float, warmup_epochs=float, warmup_steps=int))
+Schedule = create_model(
+    "Schedule",
+    __base__=_Strict,
+    type=(Literal[SCHEDULES], TrainConfig.schedule),
+    **_fields(*WARMUP_FIELDS, warmup=float, warmup_epochs=float, warmup_steps=int),
+)
 #: a ``models.N.training`` override: the top level's recipe keys
-Recipe = create_model("Recipe", __base__=Training, **_fields("epochs", "batch_size"),
-                      optimizer=(Optimizer, Optimizer()), schedule=(Schedule, Schedule()),
-                      protocol=(Protocol, Protocol()))
+Recipe = create_model(
+    "Recipe",
+    __base__=Training,
+    **_fields("epochs", "batch_size"),
+    optimizer=(Optimizer, Optimizer()),
+    schedule=(Schedule, Schedule()),
+    protocol=(Protocol, Protocol()),
+)
 #: a model's fields, checked by :class:`ModelConfig` (their one home) for every value the study produces
-ModelFields = create_model("ModelFields", __base__=_Strict,
-                           **{k: (_model_field(f), f.default) for k, f in ModelConfig.__dataclass_fields__.items()})
+ModelFields = create_model(
+    "ModelFields",
+    __base__=_Strict,
+    **{k: (_model_field(f), f.default) for k, f in ModelConfig.__dataclass_fields__.items()},
+)
 ModelEntry = create_model("ModelEntry", __base__=ModelFields, training=(Recipe, Recipe()))
 
 
@@ -111,8 +154,11 @@ def _map_schedule(v: Any) -> Any:
 
 class Maps(_Strict):
     """Epochs whose attention maps are stored (:func:`study.tables.map_epochs`)."""
-    epochs: Annotated[Literal["auto", "all", "last", "none"] | Annotated[list[int], _distinct("an epoch")],
-                      BeforeValidator(_map_schedule)] = "auto"
+
+    epochs: Annotated[
+        Literal["auto", "all", "last", "none"] | Annotated[list[int], _distinct("an epoch")],
+        BeforeValidator(_map_schedule),
+    ] = "auto"
 
 
 Axis = Annotated[Capped(list[Any], "MAX_LIST_ENTRIES", min_length=1), _distinct()]
@@ -123,6 +169,7 @@ Range, IntRange = (Annotated[list[t], Field(min_length=2, max_length=2)] for t i
 
 class Distribution(_Strict):
     """One of: ``uniform: [low, high]``, ``loguniform`` (low > 0), ``int`` (integers), ``choice: [values]``."""
+
     model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
     uniform: Range = None
     loguniform: Range = None
@@ -144,11 +191,14 @@ class Distribution(_Strict):
         return self
 
 
-Sample = create_model("Sample", __base__=_Strict, **{k: (Distribution, None) for k in MODEL_FIELDS + TRAIN_AXES})
+Sample = create_model(
+    "Sample", __base__=_Strict, **{k: (Distribution, None) for k in MODEL_FIELDS + TRAIN_AXES}
+)
 
 
 class Scheduler(_Strict):
     """Ray Tune's trial scheduler: ASHA (stops poor trials early, on ``metric``) or FIFO."""
+
     type: Literal["asha", "fifo"] = "asha"
     grace_period: Annotated[int, Field(ge=1)] = 1
     reduction_factor: Annotated[float, Field(gt=1)] = 3
@@ -162,13 +212,16 @@ class Scheduler(_Strict):
             raise _refuse(asha_only[0], "applies only to type asha (the fifo scheduler stops no trial)")
         best = "min" if (self.metric or "").endswith("loss") else "max"
         if self.metric and self.mode and self.mode != best:
-            raise _refuse("mode", f"{self.mode} with metric {self.metric} would select the worst trials "
-                                  f"(use mode: {best})")
+            raise _refuse(
+                "mode",
+                f"{self.mode} with metric {self.metric} would select the worst trials (use mode: {best})",
+            )
         return self
 
 
 class Resources(_Strict):
     """What one trial asks Ray for; more than one GPU is a DDP trial of one worker per GPU."""
+
     gpus_per_trial: Capped(float, "MAX_GPUS_PER_TRIAL", ge=0) = 0
     cpus_per_trial: Capped(float, "MAX_CPUS_PER_TRIAL", gt=0) = 1
     workers_per_trial: Capped(int, "MAX_GPUS_PER_TRIAL", ge=1) = None  # default: one per GPU
@@ -178,23 +231,34 @@ class Resources(_Strict):
         """Ray can place it, on the machine or cluster when known (``context``: ``cpus``, ``gpus``)."""
         gpus, cpus, ctx = self.gpus_per_trial, self.cpus_per_trial, info.context or {}
         if gpus > 1 and gpus != int(gpus):
-            raise _refuse("gpus_per_trial", f"fractional GPUs must be <= 1 (to pack trials on one GPU), got {gpus:g}")
+            raise _refuse(
+                "gpus_per_trial", f"fractional GPUs must be <= 1 (to pack trials on one GPU), got {gpus:g}"
+            )
         for key, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)):
             if 0 < v < 1e-4:  # Ray counts resources in units of 1/10000: this would be 0
                 raise _refuse(key, f"must be 0 or at least 0.0001 (Ray's resource unit), got {v:g}")
         workers = self.workers_per_trial = self.workers_per_trial or (int(gpus) if gpus > 1 else 1)
         if gpus > 1 and workers != int(gpus):
-            raise _refuse("workers_per_trial", f"a DDP trial uses one worker per GPU: {int(gpus)}, got {workers}")
+            raise _refuse(
+                "workers_per_trial", f"a DDP trial uses one worker per GPU: {int(gpus)}, got {workers}"
+            )
         have_cpus, have_gpus = ctx.get("cpus"), ctx.get("gpus")
         if gpus > 0 and have_gpus is not None and gpus > have_gpus:
-            raise _refuse("gpus_per_trial", f"requests {gpus:g} GPUs per trial but the cluster has "
-                                            f"{have_gpus or 'no GPU'}")
+            raise _refuse(
+                "gpus_per_trial",
+                f"requests {gpus:g} GPUs per trial but the cluster has {have_gpus or 'no GPU'}",
+            )
         if have_cpus is not None and cpus > have_cpus:
-            raise _refuse("cpus_per_trial", f"requests {cpus:g} CPUs per trial but only {have_cpus} are available: "
-                                            "no trial could ever start")
+            raise _refuse(
+                "cpus_per_trial",
+                f"requests {cpus:g} CPUs per trial but only {have_cpus} are available: "
+                "no trial could ever start",
+            )
         if have_cpus is not None and gpus == 0 and workers > have_cpus:
-            raise _refuse("workers_per_trial", f"{workers} CPU workers per trial but only {have_cpus} CPUs are "
-                                               "available")
+            raise _refuse(
+                "workers_per_trial",
+                f"{workers} CPU workers per trial but only {have_cpus} CPUs are available",
+            )
         return self
 
 
@@ -210,6 +274,7 @@ Logger = Annotated[str, AfterValidator(_logger), WithJsonSchema({"enum": list(LO
 class StudyFile(_Strict):
     """A study file (module docstring).  ``model_validate(raw, context=...)``: the
     ``default_name`` and, if known, the target's ``cpus`` and ``gpus``."""
+
     name: Capped(str, "MAX_NAME_LENGTH", min_length=1) = None  # default: the file's stem
     description: Capped(str, "MAX_DESCRIPTION_CHARS") = ""
     #: the source exists; a path becomes absolute (trials run in other working directories, and on other nodes)
@@ -223,8 +288,9 @@ class StudyFile(_Strict):
     training: Training = Training()
     protocol: Protocol = Protocol()
     maps: Maps = Maps()
-    seeds: Annotated[Capped(list[Capped(int, "MAX_SEED", ge=0)], "MAX_SEEDS", min_length=1),
-                     _distinct("a seed")] = [0]
+    seeds: Annotated[
+        Capped(list[Capped(int, "MAX_SEED", ge=0)], "MAX_SEEDS", min_length=1), _distinct("a seed")
+    ] = [0]
     model: ModelFields = ModelFields()
     models: Capped(list[ModelEntry], "MAX_LIST_ENTRIES", min_length=1) = [ModelEntry()]
     grid: Grid = Grid()
@@ -240,23 +306,38 @@ class StudyFile(_Strict):
     def _consistent(self, info: ValidationInfo):
         self.name = self.name or (info.context or {}).get("default_name", "study")
         if not valid_name(self.name):
-            raise _refuse("name", f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
-                                  f"got {speccheck.short(self.name)}")
+            raise _refuse(
+                "name",
+                f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
+                f"got {speccheck.short(self.name)}",
+            )
         axes = {k: len(v) for k, v in self.grid.model_dump(exclude_unset=True).items()}
         cells = len(self.seeds) * len(self.models) * math.prod(axes.values())  # counted, never materialised
         if cells > limits.MAX_GRID_CELLS:
-            what = " x ".join([f"{len(self.seeds)} seeds", f"{len(self.models)} models"] + [f"{n} {k}" for k, n in
-                                                                                           axes.items()])
-            raise _refuse("grid", f"expands to {cells} cells ({what}), more than {limits.MAX_GRID_CELLS} "
-                                  "(MAX_GRID_CELLS)")
+            what = " x ".join(
+                [f"{len(self.seeds)} seeds", f"{len(self.models)} models"]
+                + [f"{n} {k}" for k, n in axes.items()]
+            )
+            raise _refuse(
+                "grid",
+                f"expands to {cells} cells ({what}), more than {limits.MAX_GRID_CELLS} (MAX_GRID_CELLS)",
+            )
         if cells * self.num_samples > limits.MAX_TRIALS:
-            raise _refuse("num_samples", f"{cells} cells x {self.num_samples} samples = {cells * self.num_samples} "
-                                         f"trials, more than {limits.MAX_TRIALS} (MAX_TRIALS)")
+            raise _refuse(
+                "num_samples",
+                f"{cells} cells x {self.num_samples} samples = {cells * self.num_samples} "
+                f"trials, more than {limits.MAX_TRIALS} (MAX_TRIALS)",
+            )
         if self.num_samples > 1 and not self.sample.model_fields_set:
-            raise _refuse("num_samples", f"{self.num_samples} samples per cell but nothing is sampled (no sample "
-                                         "axes): every sample would repeat the same trial (repeat with seeds instead)")
+            raise _refuse(
+                "num_samples",
+                f"{self.num_samples} samples per cell but nothing is sampled (no sample "
+                "axes): every sample would repeat the same trial (repeat with seeds instead)",
+            )
         grid, sample = self.grid.model_fields_set, self.sample.model_fields_set
-        for k in sorted(grid | sample):  # the same axis named on every run (a set's order follows string hashing)
+        for k in sorted(
+            grid | sample
+        ):  # the same axis named on every run (a set's order follows string hashing)
             where = f"grid.{k}" if k in grid else f"sample.{k}"
             if k in grid and k in sample:
                 raise _refuse(f"sample.{k}", "duplicate axis: also a grid axis")
@@ -273,19 +354,31 @@ class StudyFile(_Strict):
         """A trial's warm-up is given in one form (:data:`WARMUP_FIELDS`), wherever the file sets it:
         ``schedule``, its model's ``training.schedule``, a grid or a sample axis."""
         common = [(f"schedule.{k}", k) for k in WARMUP_FIELDS if k in self.schedule.model_fields_set]
-        common += [(f"{axes}.{k}", k) for axes in ("grid", "sample") for k in WARMUP_FIELDS
-                   if k in getattr(self, axes).model_fields_set]
+        common += [
+            (f"{axes}.{k}", k)
+            for axes in ("grid", "sample")
+            for k in WARMUP_FIELDS
+            if k in getattr(self, axes).model_fields_set
+        ]
         for i, m in enumerate(self.models):
-            own = [(f"models.{i}.training.schedule.{k}", k) for k in WARMUP_FIELDS
-                   if k in m.training.schedule.model_fields_set]
+            own = [
+                (f"models.{i}.training.schedule.{k}", k)
+                for k in WARMUP_FIELDS
+                if k in m.training.schedule.model_fields_set
+            ]
             given = common + own
             if len(given) > 1:
                 (first, a), (where, b) = given[:2]
                 section = where.rpartition(".")[0]
-                if first.rpartition(".")[0] == section and section.endswith("schedule"):  # one mapping: name it
+                if first.rpartition(".")[0] == section and section.endswith(
+                    "schedule"
+                ):  # one mapping: name it
                     where, first = section, a
-                raise _refuse(where, f"{b} and {first} both set the warm-up: give one (warmup: a fraction of all "
-                                     "steps, warmup_epochs or warmup_steps)")
+                raise _refuse(
+                    where,
+                    f"{b} and {first} both set the warm-up: give one (warmup: a fraction of all "
+                    "steps, warmup_epochs or warmup_steps)",
+                )
 
     def _select(self) -> None:
         """Resolve ``validation`` and the metric selection sees (``scheduler``: a fifo one
@@ -293,33 +386,46 @@ class StudyFile(_Strict):
         choosing = selects(self.model_dump(include={"sample", "scheduler"}, exclude_unset=True))
         held = self.validation = (0.1 if choosing else 0) if self.validation is None else self.validation
         if held < 0 or (isinstance(held, float) and not 0 < held < 1):
-            raise _refuse("validation", f"must be a number of training images >= 0 or a fraction in (0, 1), got {held}")
+            raise _refuse(
+                "validation", f"must be a number of training images >= 0 or a fraction in (0, 1), got {held}"
+            )
         n_train = self.subset or (source_sizes(self.data) or [None])[0]
         if isinstance(held, int) and n_train is not None and held >= n_train:
-            raise _refuse("validation", f"{held} held-out images leave none of the {n_train} training images (use "
-                                        "fewer, or validation: 0)")
+            raise _refuse(
+                "validation",
+                f"{held} held-out images leave none of the {n_train} training images (use "
+                "fewer, or validation: 0)",
+            )
         sched = self.scheduler
         metric = sched and sched.metric
         if metric and metric.startswith("val_") and not held:
             raise _refuse("scheduler.metric", f"{metric} needs a validation split (validation: N > 0)")
         if choosing and not metric and not held:
-            raise _refuse("validation", "is 0 but the study selects trials (sample/ASHA): keep a validation split, "
-                                        "or select on the test set explicitly with scheduler.metric: test_acc")
+            raise _refuse(
+                "validation",
+                "is 0 but the study selects trials (sample/ASHA): keep a validation split, "
+                "or select on the test set explicitly with scheduler.metric: test_acc",
+            )
         metric = metric or ("val_acc" if choosing else None)
         if metric:
             sched = self.scheduler = sched or Scheduler(type="fifo")
             sched.metric, sched.mode = metric, sched.mode or ("min" if metric.endswith("loss") else "max")
             metrics = speccheck.TUNED_METRICS + (speccheck.VALIDATION_METRICS if held else ())
             if metric not in metrics:
-                raise _refuse("scheduler.metric", f"{metric!r} is not a reported metric (one of {', '.join(metrics)})")
+                raise _refuse(
+                    "scheduler.metric", f"{metric!r} is not a reported metric (one of {', '.join(metrics)})"
+                )
         if sched and sched.type == "asha" and sched.grace_period > self.epochs:
-            raise _refuse("scheduler.grace_period", f"{sched.grace_period} is more than the {self.epochs} epochs of "
-                                                    "the longest trial")
+            raise _refuse(
+                "scheduler.grace_period",
+                f"{sched.grace_period} is more than the {self.epochs} epochs of the longest trial",
+            )
 
 
 @dataclass(frozen=True)
 class Cell:
     """One grid cell: a fixed model, fixed training overrides and a seed; ``entry``: its ``models`` index."""
+
     entry: int
     model: dict[str, Any]
     train: dict[str, Any]
@@ -329,6 +435,7 @@ class Cell:
 @dataclass(frozen=True)
 class StudySpec:
     """A checked study file: ``study`` (:class:`StudyFile`, its defaults resolved) expanded into its grid cells."""
+
     file: str
     study: StudyFile
     raw: dict[str, Any]
@@ -347,13 +454,23 @@ class StudySpec:
     def train_config(self, cell: Cell, sampled: dict[str, Any] | None = None) -> TrainConfig:
         """The full training configuration of one trial."""
         sampled = dict(sampled or {})
-        model = {**self.raw.get("model", {}), **cell.model, **{k: v for k, v in sampled.items() if k in MODEL_FIELDS}}
+        model = {
+            **self.raw.get("model", {}),
+            **cell.model,
+            **{k: v for k, v in sampled.items() if k in MODEL_FIELDS},
+        }
         train = {**self.base_train, **cell.train, **{k: v for k, v in sampled.items() if k in TRAIN_AXES}}
         return TrainConfig(model=ModelConfig.from_dict(model), seed=cell.seed, **train)
 
 
-def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_available: int | None = None,
-              cpus_available: int | None = None, overrides: list[str] | tuple[str, ...] = ()) -> StudySpec:
+def load_spec(
+    path: str | os.PathLike,
+    *,
+    data: str | None = None,
+    gpus_available: int | None = None,
+    cpus_available: int | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+) -> StudySpec:
     """Read and validate a study file (``data`` overrides the file's ``data``).  ``overrides``:
     :mod:`study.overrides` strings applied to the file's mapping first (an error they cause
     names the override).  ``gpus_available`` / ``cpus_available``: of the target, if known."""
@@ -366,38 +483,76 @@ def load_spec(path: str | os.PathLike, *, data: str | None = None, gpus_availabl
         raise SpecError(file, "", f"must be a mapping of study fields, got {type(raw).__name__}")
     raw = cli_overrides.apply(raw or {}, list(overrides), err=lambda where, m: SpecError(file, where, m))
     try:
-        return validate(raw if data is None else {**raw, "data": data}, file=file, default_name=p.stem,
-                        gpus_available=gpus_available, cpus_available=cpus_available, overrides=overrides)
+        return validate(
+            raw if data is None else {**raw, "data": data},
+            file=file,
+            default_name=p.stem,
+            gpus_available=gpus_available,
+            cpus_available=cpus_available,
+            overrides=overrides,
+        )
     except SpecError as e:  # blame the last override that set the field, one under it or the one it is in
         at, sets = f"{e.path}.", {t: ".".join(map(str, cli_overrides.parse(t)[1])) + "." for t in overrides}
-        culprit = next((t for t in reversed(overrides)
-                        if e.path and (at.startswith(sets[t]) or sets[t].startswith(at))), None)
+        culprit = next(
+            (t for t in reversed(overrides) if e.path and (at.startswith(sets[t]) or sets[t].startswith(at))),
+            None,
+        )
         if culprit is None:
             raise
         raise SpecError(file, e.path, f"{e.message} (override {culprit})") from None
 
 
-def validate(raw: dict[str, Any], *, file: str, default_name: str, gpus_available: int | None = None,
-             cpus_available: int | None = None, overrides: tuple[str, ...] = ()) -> StudySpec:
+def validate(
+    raw: dict[str, Any],
+    *,
+    file: str,
+    default_name: str,
+    gpus_available: int | None = None,
+    cpus_available: int | None = None,
+    overrides: tuple[str, ...] = (),
+) -> StudySpec:
     """Check the study file's mapping ``raw`` (:class:`StudyFile`; ``overrides``: those applied
     to it), expand its grid and check every value it can produce (:func:`study.speccheck.check_values`)."""
     try:
-        study = StudyFile.model_validate(raw, context={"default_name": default_name, "gpus": gpus_available,
-                                                       "cpus": cpus_available})
+        study = StudyFile.model_validate(
+            raw, context={"default_name": default_name, "gpus": gpus_available, "cpus": cpus_available}
+        )
     except ValidationError as e:
         raise _refusal(file, e) from None
     raw = {**raw, "data": study.data}
     grid = raw.get("grid", {})
-    cells = [Cell(entry=i, seed=seed, model={k: v for k, v in {**m, **values}.items() if k in MODEL_FIELDS},
-                  train={**speccheck.flatten(m.get("training", {})),
-                         **{k: v for k, v in values.items() if k in TRAIN_AXES}})
-             for seed, (i, m), values in itertools.product(study.seeds, enumerate(raw.get("models", [{}])), (
-                 dict(zip(grid, v)) for v in itertools.product(*grid.values())))]
-    sections = speccheck.flatten({k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")})
+    cells = [
+        Cell(
+            entry=i,
+            seed=seed,
+            model={k: v for k, v in {**m, **values}.items() if k in MODEL_FIELDS},
+            train={
+                **speccheck.flatten(m.get("training", {})),
+                **{k: v for k, v in values.items() if k in TRAIN_AXES},
+            },
+        )
+        for seed, (i, m), values in itertools.product(
+            study.seeds,
+            enumerate(raw.get("models", [{}])),
+            (dict(zip(grid, v)) for v in itertools.product(*grid.values())),
+        )
+    ]
+    sections = speccheck.flatten(
+        {k: raw.get(k, {}) for k in ("optimizer", "schedule", "training", "protocol")}
+    )
     spec = StudySpec(
-        file=file, study=study, raw=raw, cells=cells, sample=raw.get("sample", {}), overrides=overrides,
-        base_train={**study.model_dump(include={"data", "subset", "validation", "epochs", "batch_size"}), **sections,
-                    **({"map_epochs": study.maps.epochs} if "epochs" in raw.get("maps", {}) else {})})
+        file=file,
+        study=study,
+        raw=raw,
+        cells=cells,
+        sample=raw.get("sample", {}),
+        overrides=overrides,
+        base_train={
+            **study.model_dump(include={"data", "subset", "validation", "epochs", "batch_size"}),
+            **sections,
+            **({"map_epochs": study.maps.epochs} if "epochs" in raw.get("maps", {}) else {}),
+        },
+    )
     seen, complete = speccheck.check_values(spec)
     return dataclasses.replace(spec, models=seen, models_complete=complete)
 
@@ -421,8 +576,15 @@ def _where(loc: tuple) -> tuple[str, type[BaseModel] | None]:
 
 
 #: pydantic's error types for a value of the wrong type -> the type a study file needs
-_TYPES = {"int_type": "int", "float_type": "float", "string_type": "str", "bool_type": "bool", "list_type": "list",
-          "model_type": "dict", "dict_type": "dict"}
+_TYPES = {
+    "int_type": "int",
+    "float_type": "float",
+    "string_type": "str",
+    "bool_type": "bool",
+    "list_type": "list",
+    "model_type": "dict",
+    "dict_type": "dict",
+}
 
 
 def _refusal(file: str, e: ValidationError) -> SpecError:
@@ -434,24 +596,40 @@ def _refusal(file: str, e: ValidationError) -> SpecError:
     kind, ctx, value, loc = first["type"], first.get("ctx") or {}, first.get("input"), first["loc"]
     if kind == "extra_forbidden":
         parent, cls = _where(loc[:-1])
-        return SpecError(file, ".".join(filter(None, (parent, str(loc[-1])))), "unknown model field" if issubclass(
-            cls, ModelFields) else f"unknown axis (model fields or {', '.join(TRAIN_AXES)})" if cls in (Grid, Sample)
-            else f"unknown key (allowed: {', '.join(cls.model_fields)})")
+        return SpecError(
+            file,
+            ".".join(filter(None, (parent, str(loc[-1])))),
+            "unknown model field"
+            if issubclass(cls, ModelFields)
+            else f"unknown axis (model fields or {', '.join(TRAIN_AXES)})"
+            if cls in (Grid, Sample)
+            else f"unknown key (allowed: {', '.join(cls.model_fields)})",
+        )
     if isinstance(ctx.get("error"), SpecError):  # a validator's refusal
         return SpecError(file, ".".join(filter(None, (path, ctx["error"].path))), ctx["error"].message)
     if kind in _TYPES or kind == "literal_error":  # each member of a union rejects the value: name them all
         expected = [_TYPES.get(x["type"]) or (x.get("ctx") or {}).get("expected") for x in same]
-        return SpecError(file, path, f"must be {' or '.join(dict.fromkeys(filter(None, expected)))}, got "
-                                     f"{type(value).__name__} {speccheck.short(value)}")
-    return SpecError(file, path, {
-        "missing": "required (synthetic, cifar10[:ROOT] or a path)" if path == "data" else "required",
-        "finite_number": f"must be finite, got {value}", "string_too_short": "must not be empty",
-        "greater_than_equal": f"must be >= {ctx.get('ge')}, got {value}",
-        "greater_than": f"must be > {ctx.get('gt')}, got {value}",
-        "too_short": "must not be empty" if ctx.get("min_length") == 1 else f"must list {ctx.get('min_length')} "
-                     f"entries, got {speccheck.short(value)}",
-        "too_long": f"must list {ctx.get('max_length')} entries, got {speccheck.short(value)}",
-    }.get(kind, first["msg"]))
+        return SpecError(
+            file,
+            path,
+            f"must be {' or '.join(dict.fromkeys(filter(None, expected)))}, got "
+            f"{type(value).__name__} {speccheck.short(value)}",
+        )
+    return SpecError(
+        file,
+        path,
+        {
+            "missing": "required (synthetic, cifar10[:ROOT] or a path)" if path == "data" else "required",
+            "finite_number": f"must be finite, got {value}",
+            "string_too_short": "must not be empty",
+            "greater_than_equal": f"must be >= {ctx.get('ge')}, got {value}",
+            "greater_than": f"must be > {ctx.get('gt')}, got {value}",
+            "too_short": "must not be empty"
+            if ctx.get("min_length") == 1
+            else f"must list {ctx.get('min_length')} entries, got {speccheck.short(value)}",
+            "too_long": f"must list {ctx.get('max_length')} entries, got {speccheck.short(value)}",
+        }.get(kind, first["msg"]),
+    )
 
 
 def selects(raw: dict[str, Any]) -> bool:

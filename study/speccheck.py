@@ -31,10 +31,17 @@ IMAGE_CHANNELS, IMAGE_SIDE = 3, 32
 
 MODEL_FIELDS = tuple(ModelConfig.__dataclass_fields__)
 #: where each TrainConfig field sits in a recipe mapping (for error paths)
-RECIPE_PATHS = {"lr": "optimizer.lr", "momentum": "optimizer.momentum", "weight_decay": "optimizer.weight_decay",
-                "warmup": "schedule.warmup", "warmup_epochs": "schedule.warmup_epochs",
-                "warmup_steps": "schedule.warmup_steps", "schedule": "schedule.type", "map_epochs": "maps.epochs",
-                **{k: f"protocol.{k}" for k in PROTOCOL_FIELDS}}
+RECIPE_PATHS = {
+    "lr": "optimizer.lr",
+    "momentum": "optimizer.momentum",
+    "weight_decay": "optimizer.weight_decay",
+    "warmup": "schedule.warmup",
+    "warmup_epochs": "schedule.warmup_epochs",
+    "warmup_steps": "schedule.warmup_steps",
+    "schedule": "schedule.type",
+    "map_epochs": "maps.epochs",
+    **{k: f"protocol.{k}" for k in PROTOCOL_FIELDS},
+}
 
 
 class SpecError(StudyFileError, ValueError):
@@ -59,8 +66,11 @@ def short(value: Any, limit: int = 60) -> str:
 def flatten(recipe: dict[str, Any]) -> dict[str, Any]:
     """A recipe mapping (``optimizer``/``schedule``/``training``/``protocol`` sections and
     plain keys) as :class:`study.trial.config.TrainConfig` fields."""
-    return {("schedule" if (k, kk) == ("schedule", "type") else kk): vv
-            for k, v in recipe.items() for kk, vv in (v.items() if isinstance(v, dict) else [(k, v)])}
+    return {
+        ("schedule" if (k, kk) == ("schedule", "type") else kk): vv
+        for k, v in recipe.items()
+        for kk, vv in (v.items() if isinstance(v, dict) else [(k, v)])
+    }
 
 
 def check_data_source(data: str, *, exists: bool = False) -> str:
@@ -76,8 +86,11 @@ def check_data_source(data: str, *, exists: bool = False) -> str:
         if sep and not (arg.isdigit() and arg.isascii()):
             raise err("", f"synthetic:N needs a positive integer N, got {arg!r}")
         if sep and not 1 <= int(arg) <= limits.MAX_SYNTHETIC_TRAIN:
-            raise err("", f"synthetic:N needs 1 <= N <= {limits.MAX_SYNTHETIC_TRAIN} (MAX_SYNTHETIC_TRAIN), "
-                          f"got {int(arg)}")
+            raise err(
+                "",
+                f"synthetic:N needs 1 <= N <= {limits.MAX_SYNTHETIC_TRAIN} (MAX_SYNTHETIC_TRAIN), "
+                f"got {int(arg)}",
+            )
         return data
     try:
         path = Path(arg if kind == "cifar10" else data).expanduser()
@@ -105,8 +118,12 @@ def check_distinct(path: str, values: list, what: str = "a value") -> list:
     for i, v in enumerate(values):
         if isinstance(v, float) and not math.isfinite(v):
             raise err(path, f"entry {i} must be finite, got {v}")
-    if len({(type(v) is bool, v) if isinstance(v, (bool, int, float, str, type(None))) else repr(v)
-            for v in values}) != len(values):
+    if len(
+        {
+            (type(v) is bool, v) if isinstance(v, (bool, int, float, str, type(None))) else repr(v)
+            for v in values
+        }
+    ) != len(values):
         raise err(path, f"repeats {what}: {short(values)}")
     return values
 
@@ -117,8 +134,11 @@ def check_choice(path: str, entries: list) -> None:
     for i, v in enumerate(entries):
         if v is not None and not isinstance(v, (bool, int, float, str)):
             raise err(path, f"entry {i} must be a number, string, true/false or null, got {type(v).__name__}")
-    kinds = {"true/false" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else "string"
-             for v in entries if v is not None}
+    kinds = {
+        "true/false" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else "string"
+        for v in entries
+        if v is not None
+    }
     if len(kinds) > 1:
         raise err(path, f"mixes types ({' and '.join(sorted(kinds))}): {short(entries)}")
     check_distinct(path, entries)
@@ -133,12 +153,16 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
     corners, complete = {}, True
     for k, kind in kinds.items():
         args = spec.sample[k][kind]
-        if kind == "choice" or (kind == "int" and k in MODEL_FIELDS and args[1] - args[0] < ENUMERATE_INT_RANGE):
+        if kind == "choice" or (
+            kind == "int" and k in MODEL_FIELDS and args[1] - args[0] < ENUMERATE_INT_RANGE
+        ):
             corners[k] = list(args) if kind == "choice" else list(range(args[0], args[1] + 1))  # every value
         else:  # a range's ends, as the type it samples: a model field's other values are not all checked
             corners[k] = [args[0], args[1]] if kind == "int" else [float(args[0]), float(args[1])]
             complete &= k not in MODEL_FIELDS or (kind == "int" and args[1] - args[0] <= 1)
-    cells = list({(repr(sorted(c.model.items())), repr(sorted(c.train.items()))): c for c in spec.cells}.values())
+    cells = list(
+        {(repr(sorted(c.model.items())), repr(sorted(c.train.items()))): c for c in spec.cells}.values()
+    )
     firsts = tuple(corners[k][0] for k in axes)
     if len(cells) * math.prod(len(v) for v in corners.values()) <= limits.MAX_CHECKED_COMBINATIONS:
         combos = itertools.product(cells, itertools.product(*(corners[k] for k in axes)))
@@ -146,7 +170,12 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
         complete = complete and not any(k in MODEL_FIELDS and len(corners[k]) > 1 for k in axes)
         combos = itertools.chain(
             ((c, firsts) for c in cells),
-            ((cells[0], firsts[:i] + (v,) + firsts[i + 1:]) for i, k in enumerate(axes) for v in corners[k][1:]))
+            (
+                (cells[0], firsts[:i] + (v,) + firsts[i + 1 :])
+                for i, k in enumerate(axes)
+                for v in corners[k][1:]
+            ),
+        )
     seen: dict[ModelConfig, None] = {}
     for cell, values in combos:
         try:
@@ -158,7 +187,9 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
             fld, message = problem
             extra = [f"{k}={v!r}" for k, v, f in zip(axes, values, firsts) if k != fld and v != f]
             where = f"sample.{fld}.{kinds[fld]}" if fld in spec.sample else _locate(fld, cell, spec.raw)
-            raise SpecError(spec.file, where, message + (f" (with sampled {', '.join(extra)})" if extra else ""))
+            raise SpecError(
+                spec.file, where, message + (f" (with sampled {', '.join(extra)})" if extra else "")
+            )
         seen.setdefault(cfg.model, None)
     _check_distinct_models(spec)
     return list(seen), complete
@@ -192,8 +223,10 @@ def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str |
 def _problem(cfg, *, workers: int) -> tuple[str, str] | None:
     """The first (field, problem) of a configuration that its classes do not check: image shape, limits,
     and the subset and one step's batch against the data (:func:`study.plan.trial_images`)."""
-    for fld, want, what in (("in_channels", IMAGE_CHANNELS, f"RGB images ({IMAGE_CHANNELS} channels)"),
-                            ("image_size", IMAGE_SIDE, f"{IMAGE_SIDE}x{IMAGE_SIDE} images")):
+    for fld, want, what in (
+        ("in_channels", IMAGE_CHANNELS, f"RGB images ({IMAGE_CHANNELS} channels)"),
+        ("image_size", IMAGE_SIDE, f"{IMAGE_SIDE}x{IMAGE_SIDE} images"),
+    ):
         if getattr(cfg.model, fld) != want:
             return fld, f"every data source gives {what}, got {short(getattr(cfg.model, fld))}"
     over = limits.over_limit(cfg)
@@ -207,7 +240,8 @@ def _problem(cfg, *, workers: int) -> tuple[str, str] | None:
         return None  # unknown, or refused by the validation check, naming `validation`
     n, held = im.train + im.val, im.val
     what = (f"subset {n}" if cfg.subset is not None else f"the {n} training images of {cfg.data}") + (
-        f" less {held} held out for validation" if held else "")
+        f" less {held} held out for validation" if held else ""
+    )
     why = batch_overflow(cfg.batch_size, workers, im.train, what)
     return ("batch_size", why) if why else None
 
@@ -222,6 +256,9 @@ def _check_distinct_models(spec) -> None:
         except (ConfigError, TypeError, ValueError):  # only valid with sampled values: not compared
             return
         if key in seen:
-            raise SpecError(spec.file, f"models.{i}", f"builds the same model and recipe as models.{seen[key]}: "
-                                                      "every trial would run twice")
+            raise SpecError(
+                spec.file,
+                f"models.{i}",
+                f"builds the same model and recipe as models.{seen[key]}: every trial would run twice",
+            )
         seen[key] = i

@@ -40,7 +40,11 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parse
                 break
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark)
+                    None,
+                    None,
+                    f"duplicate key {key!r} (line {key_node.start_mark.line + 1})",
+                    key_node.start_mark,
+                )
             seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -53,18 +57,29 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parse
         if not re.fullmatch(_INT, value):
             raise YamlError(f"line {line}: !!int {value[:20]!r} is not a decimal integer")
         if len(digits) > limits.MAX_INT_DIGITS:
-            raise YamlError(f"line {line}: an integer of {len(digits)} digits, more than "
-                            f"{limits.MAX_INT_DIGITS} (MAX_INT_DIGITS)")
+            raise YamlError(
+                f"line {line}: an integer of {len(digits)} digits, more than "
+                f"{limits.MAX_INT_DIGITS} (MAX_INT_DIGITS)"
+            )
         return int(value.replace("_", ""))
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 for _tag, _pattern, _first in (
-        ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"), ("int", _INT, "-+0123456789"),
-        ("float", r"""[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)? | [-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
-                     | [-+]?\.(?:inf|Inf|INF) | \.(?:nan|NaN|NAN)""", "-+0123456789."),
-        ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]), ("merge", r"<<", "<")):
-    _Loader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(f"^(?:{_pattern})$", re.X), list(_first))
+    ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    ("int", _INT, "-+0123456789"),
+    (
+        "float",
+        r"""[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)? | [-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+                     | [-+]?\.(?:inf|Inf|INF) | \.(?:nan|NaN|NAN)""",
+        "-+0123456789.",
+    ),
+    ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]),
+    ("merge", r"<<", "<"),
+):
+    _Loader.add_implicit_resolver(
+        f"tag:yaml.org,2002:{_tag}", re.compile(f"^(?:{_pattern})$", re.X), list(_first)
+    )
 
 
 def read_study_text(path: str | os.PathLike) -> str:
@@ -76,8 +91,10 @@ def read_study_text(path: str | os.PathLike) -> str:
         if not stat.S_ISREG(st.st_mode):
             raise YamlError("not a regular file")
         if st.st_size > limits.MAX_STUDY_FILE_BYTES:
-            raise YamlError(f"study file is {st.st_size} bytes, more than the limit of "
-                            f"{limits.MAX_STUDY_FILE_BYTES} (MAX_STUDY_FILE_BYTES)")
+            raise YamlError(
+                f"study file is {st.st_size} bytes, more than the limit of "
+                f"{limits.MAX_STUDY_FILE_BYTES} (MAX_STUDY_FILE_BYTES)"
+            )
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since the stat
@@ -88,8 +105,9 @@ def read_study_text(path: str | os.PathLike) -> str:
     except OSError as e:
         raise YamlError(f"cannot read ({e.strerror})") from None
     if len(data) > limits.MAX_STUDY_FILE_BYTES:
-        raise YamlError(f"study file is more than the limit of {limits.MAX_STUDY_FILE_BYTES} bytes "
-                        "(MAX_STUDY_FILE_BYTES)")
+        raise YamlError(
+            f"study file is more than the limit of {limits.MAX_STUDY_FILE_BYTES} bytes (MAX_STUDY_FILE_BYTES)"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -113,7 +131,9 @@ def check_expansion(text: str) -> None:
     is composed): :class:`YamlError` past MAX_YAML_NODES, too deep, or on a recursive alias."""
     cap = limits.MAX_YAML_NODES
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (expanded size, nesting height)
-    stack: list[list] = []  # [expanded size so far, anchor, height of the deepest child] of each open collection
+    stack: list[
+        list
+    ] = []  # [expanded size so far, anchor, height of the deepest child] of each open collection
     total = 0
     deep = f"collections nested more than {limits.MAX_YAML_DEPTH} deep (MAX_YAML_DEPTH)"
     for ev in yaml.parse(text, Loader=_Loader):
@@ -134,7 +154,9 @@ def check_expansion(text: str) -> None:
                 if len(stack) + height > limits.MAX_YAML_DEPTH:  # aliases of aliases nest too
                     raise YamlError(f"line {line}: {deep} (aliases expanded)")
             elif any(a == ev.anchor for _, a, _ in stack):
-                raise YamlError(f"line {line}: alias *{ev.anchor} refers to a node that contains it (recursive)")
+                raise YamlError(
+                    f"line {line}: alias *{ev.anchor} refers to a node that contains it (recursive)"
+                )
             else:
                 continue  # undefined: the loader reports it
             if anchor is not None:
@@ -144,5 +166,7 @@ def check_expansion(text: str) -> None:
                 stack[-1][2] = max(stack[-1][2], height)
             total += added
         if total > cap:
-            raise YamlError(f"line {line}: the document expands to more than {cap} YAML nodes (aliases counted "
-                            "in full; limit MAX_YAML_NODES)")
+            raise YamlError(
+                f"line {line}: the document expands to more than {cap} YAML nodes (aliases counted "
+                "in full; limit MAX_YAML_NODES)"
+            )

@@ -28,8 +28,27 @@ def default_storage() -> str:
 #: object stores a storage URI may name (pyarrow's file systems, which Ray Tune uses too)
 REMOTE_SCHEMES = ("s3", "gs", "gcs")
 #: schemes a user may mean but the study cannot store to (refused by name, with what to use)
-_OTHER_SCHEMES = ("file", "hdfs", "viewfs", "az", "abfs", "abfss", "adl", "wasb", "wasbs", "s3a", "s3n",
-                  "http", "https", "ftp", "sftp", "ssh", "memory", "mock", "hf")
+_OTHER_SCHEMES = (
+    "file",
+    "hdfs",
+    "viewfs",
+    "az",
+    "abfs",
+    "abfss",
+    "adl",
+    "wasb",
+    "wasbs",
+    "s3a",
+    "s3n",
+    "http",
+    "https",
+    "ftp",
+    "sftp",
+    "ssh",
+    "memory",
+    "mock",
+    "hf",
+)
 _USE = "use a folder, s3://bucket/prefix or gs://bucket/prefix"
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
 _KEY_CHARS = re.compile(r"[A-Za-z0-9._~=+,-]")
@@ -64,30 +83,40 @@ def storage_problem(storage: str) -> str | None:
         return f"unsupported storage scheme {scheme!r} in {_shown(text)} ({_USE})"
     where = _shown(text)
     if "?" in rest:
-        return (f"{where} has a query string; a storage URI is {scheme}://bucket/prefix only (the endpoint and "
-                "region come from the environment: AWS_ENDPOINT_URL, AWS_REGION)")
+        return (
+            f"{where} has a query string; a storage URI is {scheme}://bucket/prefix only (the endpoint and "
+            "region come from the environment: AWS_ENDPOINT_URL, AWS_REGION)"
+        )
     if "#" in rest:
         return f"{where} has a fragment ('#'); a storage URI is {scheme}://bucket/prefix only"
     if any(c.isspace() for c in rest):
         return f"{where} contains a blank (a storage URI is {scheme}://bucket/prefix, without blanks)"
     bucket, _, prefix = rest.partition("/")
     if "@" in bucket:
-        return (f"{where} holds credentials; they are never taken from a URI (use the environment: "
-                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or your cloud's credential files)")
+        return (
+            f"{where} holds credentials; they are never taken from a URI (use the environment: "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or your cloud's credential files)"
+        )
     if ":" in bucket:
-        return f"{where} names a port; a storage URI names a bucket (the endpoint comes from AWS_ENDPOINT_URL)"
+        return (
+            f"{where} names a port; a storage URI names a bucket (the endpoint comes from AWS_ENDPOINT_URL)"
+        )
     if not bucket:
         return f"{where} names no bucket ({scheme}://bucket/prefix)"
     if not _BUCKET.fullmatch(bucket) or ".." in bucket or (scheme == "s3" and "_" in bucket):
-        return (f"{where}: {bucket[:80]!r} is not a valid bucket name (3 to 63 lower-case letters, digits, "
-                f"'.' or '-'{', or _' if scheme != 's3' else ''}, starting and ending with a letter or digit)")
+        return (
+            f"{where}: {bucket[:80]!r} is not a valid bucket name (3 to 63 lower-case letters, digits, "
+            f"'.' or '-'{', or _' if scheme != 's3' else ''}, starting and ending with a letter or digit)"
+        )
     for part in prefix.rstrip("/").split("/") if prefix.rstrip("/") else ():
         if part in ("", ".", ".."):
             return f"{where}: the prefix has an empty, '.' or '..' part"
         bad = next((c for c in part if not _KEY_CHARS.fullmatch(c)), None)
         if bad is not None:
-            return (f"{where}: character {bad!r} in the prefix (use letters, digits and . _ ~ = + , - "
-                    "between '/')")
+            return (
+                f"{where}: character {bad!r} in the prefix (use letters, digits and . _ ~ = + , - "
+                "between '/')"
+            )
     return None
 
 
@@ -134,8 +163,12 @@ def _bounded_fs(uri: str):
             where = {"endpoint_override": u.netloc + u.path.rstrip("/"), "scheme": u.scheme or "https"}
         else:  # from_uri asks AWS for the bucket's region unless an endpoint is set; so do we
             where = {"region": pafs.resolve_s3_region(path.split("/", 1)[0])}
-        return pafs.S3FileSystem(connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
-                                 retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS), **where), path
+        return pafs.S3FileSystem(
+            connect_timeout=CONNECT_TIMEOUT_S,
+            request_timeout=REQUEST_TIMEOUT_S,
+            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS),
+            **where,
+        ), path
     return pafs.GcsFileSystem(retry_time_limit=datetime.timedelta(seconds=REQUEST_TIMEOUT_S)), path
 
 
@@ -171,7 +204,9 @@ def _bounded(uri: str, work, *, timeout: float = REACH_TIMEOUT_S):
     if t.is_alive():
         raise StorageUnreachable(f"cannot reach {uri} at {endpoint(uri)}: no answer within {timeout:.0f} s")
     e = box.get("error")
-    if isinstance(e, (OSError, ValueError)) and not isinstance(e, (NoBucket, StorageUnreachable, FileNotFoundError)):
+    if isinstance(e, (OSError, ValueError)) and not isinstance(
+        e, (NoBucket, StorageUnreachable, FileNotFoundError)
+    ):
         raise StorageUnreachable(f"cannot reach {uri} at {endpoint(uri)}: {_reason(e)}") from None
     if e is not None:
         raise e
@@ -236,6 +271,7 @@ def list_studies(storage: str) -> list[str]:
     directly under ``storage``; an unlistable store raises (never an empty list: "no
     studies" must mean there are none)."""
     if is_remote(storage):
+
         def work(fs, base):
             infos = fs.get_file_info(pafs.FileSelector(base, recursive=False, allow_not_found=True))
             names = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
@@ -256,14 +292,21 @@ def list_studies(storage: str) -> list[str]:
 def resolve(root: str, meta: dict) -> dict:
     """``meta`` with its paths under ``root`` (where the study is now): ``study.json``
     stores them relative to the study folder, so a moved or copied study resumes there."""
-    return {**meta, "root": root, "tables": f"{root}/tables", "ddp_storage": f"{root}/ddp",
-            "optuna_journal": f"{root}/{meta.get('optuna_journal') or 'optuna.journal'}"}
+    return {
+        **meta,
+        "root": root,
+        "tables": f"{root}/tables",
+        "ddp_storage": f"{root}/ddp",
+        "optuna_journal": f"{root}/{meta.get('optuna_journal') or 'optuna.journal'}",
+    }
 
 
 def study_exists(root: str) -> bool:
     """Whether anything is stored under a study's folder (:class:`StorageUnreachable` if it cannot be read)."""
     if is_remote(root):  # _bounded raises StorageUnreachable itself
-        return _bounded(root, lambda fs, path: bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))))
+        return _bounded(
+            root, lambda fs, path: bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
+        )
     try:
         return Path(root).exists() and any(Path(root).iterdir())
     except OSError as e:
@@ -271,10 +314,21 @@ def study_exists(root: str) -> bool:
 
 
 #: fields of ``study.json`` (written by ``study.tuning.runner``) and their types
-META_FIELDS = {"name": str, "file": str, "raw": dict, "num_trials": int, "cpus_per_trial": (int, float),
-               "gpus_per_trial": (int, float), "workers_per_trial": int, "max_failures": int,
-               "selection_metric": str, "optuna_journal": str, "tables": str, "ddp_storage": str,
-               "overrides": list}
+META_FIELDS = {
+    "name": str,
+    "file": str,
+    "raw": dict,
+    "num_trials": int,
+    "cpus_per_trial": (int, float),
+    "gpus_per_trial": (int, float),
+    "workers_per_trial": int,
+    "max_failures": int,
+    "selection_metric": str,
+    "optuna_journal": str,
+    "tables": str,
+    "ddp_storage": str,
+    "overrides": list,
+}
 
 
 def read_meta(root: str) -> dict | None:

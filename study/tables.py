@@ -9,8 +9,9 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,34 +32,105 @@ EPOCH_TABLES = ("epochs", "heads", "maps")
 #: training configs and may grow; these are the ones every reader may rely on).
 SCHEMA: dict[str, tuple[str, ...]] = {
     "runs": (
-        "trial_id", "study", "name", "arch", "encoding", "isotropic", "num_heads", "pos_dim",
-        "hidden", "layers", "lr", "weight_decay", "batch_size", "epochs", "warmup", "seed",
-        "data", "status", "epochs_done", "n_params", "flops", "best_test_acc", "final_test_acc",
-        "device_seconds", "device", "world_size", "attempts", "cell", "schedule", "subset", "updated_at",
-        "momentum", "intermediate", "dropout", "attention_dropout", "validation", "data_source",
-        "n_train", "n_val", "n_test", "best_val_acc", "final_val_acc",
+        "trial_id",
+        "study",
+        "name",
+        "arch",
+        "encoding",
+        "isotropic",
+        "num_heads",
+        "pos_dim",
+        "hidden",
+        "layers",
+        "lr",
+        "weight_decay",
+        "batch_size",
+        "epochs",
+        "warmup",
+        "seed",
+        "data",
+        "status",
+        "epochs_done",
+        "n_params",
+        "flops",
+        "best_test_acc",
+        "final_test_acc",
+        "device_seconds",
+        "device",
+        "world_size",
+        "attempts",
+        "cell",
+        "schedule",
+        "subset",
+        "updated_at",
+        "momentum",
+        "intermediate",
+        "dropout",
+        "attention_dropout",
+        "validation",
+        "data_source",
+        "n_train",
+        "n_val",
+        "n_test",
+        "best_val_acc",
+        "final_val_acc",
         "error",
         # the training protocol (study.trial.protocol; all off in a study written before it)
-        "cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugment_magnitude", "autoaugment",
+        "cutmix_alpha",
+        "mixup_alpha",
+        "randaugment_ops",
+        "randaugment_magnitude",
+        "autoaugment",
         "label_smoothing",
         # the warm-up's other two forms (null unless given; absent in a study written before them)
-        "warmup_epochs", "warmup_steps",
+        "warmup_epochs",
+        "warmup_steps",
     ),
     "epochs": (
-        "trial_id", "epoch", "train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "lr",
-        "seconds", "images_per_s", "head_stats_seconds",
+        "trial_id",
+        "epoch",
+        "train_loss",
+        "train_acc",
+        "val_loss",
+        "val_acc",
+        "test_loss",
+        "test_acc",
+        "lr",
+        "seconds",
+        "images_per_s",
+        "head_stats_seconds",
     ),
     "heads": (
-        "trial_id", "epoch", "layer", "head", "center_x", "center_y", "cov_xx", "cov_xy",
-        "cov_yy", "entropy", "mean_distance", "max_prob", "attention_distance", "attention_entropy",
-        "param_center_x", "param_center_y", "param_inv_cov_xx", "param_inv_cov_xy", "param_inv_cov_yy",
+        "trial_id",
+        "epoch",
+        "layer",
+        "head",
+        "center_x",
+        "center_y",
+        "cov_xx",
+        "cov_xy",
+        "cov_yy",
+        "entropy",
+        "mean_distance",
+        "max_prob",
+        "attention_distance",
+        "attention_entropy",
+        "param_center_x",
+        "param_center_y",
+        "param_inv_cov_xx",
+        "param_inv_cov_xy",
+        "param_inv_cov_yy",
         "gate",
     ),
     "maps": ("trial_id", "epoch", "layer", "head", "window", "probs"),
 }
 #: the columns that name a row of each table: a key is read once
-_KEYS = {"runs": ["trial_id"], "epochs": ["trial_id", "epoch"], "heads": ["trial_id", "epoch", "layer", "head"],
-        "maps": ["trial_id", "epoch", "layer", "head"]}
+_KEYS = {
+    "runs": ["trial_id"],
+    "epochs": ["trial_id", "epoch"],
+    "heads": ["trial_id", "epoch", "layer", "head"],
+    "maps": ["trial_id", "epoch", "layer", "head"],
+}
 
 #: Trial states recorded in ``runs.status`` (docs/reliability.md says which event leaves which).
 STATUSES = ("running", "finished", "diverged", "stopped", "interrupted", "error")
@@ -136,8 +208,9 @@ def encode_maps(rows: list[dict[str, Any]]) -> pa.Table:
         scales.append(top / _Q_MAX if top > 0 and math.isfinite(top) else 1.0)
         q.append(np.rint(np.nan_to_num(p / scales[-1])).astype(np.uint16))
     table = pa.Table.from_pylist([{k: v for k, v in r.items() if k != "probs"} for r in rows])
-    return (table.append_column("probs_scale", pa.array(scales, pa.float64()))
-            .append_column("probs_q", pa.array(q, type=pa.list_(pa.uint16()))))
+    return table.append_column("probs_scale", pa.array(scales, pa.float64())).append_column(
+        "probs_q", pa.array(q, type=pa.list_(pa.uint16()))
+    )
 
 
 def decode_maps(table: pa.Table) -> pa.Table:
@@ -192,13 +265,19 @@ def check_links(tables: str | os.PathLike) -> None:
             if not path.is_symlink() or not (target := path.resolve()).is_dir():
                 continue  # a file's link is listed like any file (never a walk): a damaged part at worst
             if not target.is_relative_to(study):
-                raise LinkOutError(f"{path}: a link out of the study (to {target}); a study's tables are its own "
-                                   "files: replace the link by the files or remove it")
+                raise LinkOutError(
+                    f"{path}: a link out of the study (to {target}); a study's tables are its own "
+                    "files: replace the link by the files or remove it"
+                )
             if path.parent.resolve().is_relative_to(target):
-                raise LinkOutError(f"{path}: a link to a folder it is in (to {target}): the tables would never end")
+                raise LinkOutError(
+                    f"{path}: a link to a folder it is in (to {target}): the tables would never end"
+                )
 
 
-def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = None) -> tuple[list[str], list[str]]:
+def list_table(
+    root: str | os.PathLike, table: str, *, trial_id: str | None = None
+) -> tuple[list[str], list[str]]:
     """(compacted files, parts) of ``table`` under ``root`` (one trial's with ``trial_id``); foreign files skipped."""
     base = _join(root, table if trial_id is None else f"{table}/{trial_id}")
     check_links(root)
@@ -209,7 +288,7 @@ def list_table(root: str | os.PathLike, table: str, *, trial_id: str | None = No
         return [], []
     out, listed, prefix = {"compacted": [], "parts": []}, p.rstrip("/"), base.rstrip("/")
     for info in sorted(infos, key=lambda i: i.path):
-        rel = info.path[len(listed) + 1:] if info.path.startswith(listed) else info.base_name
+        rel = info.path[len(listed) + 1 :] if info.path.startswith(listed) else info.base_name
         parts = rel.split("/")
         if info.type != pafs.FileType.File or any(x.startswith(SKIPPED_PREFIXES) for x in parts):
             continue  # a folder, a write in progress (``.tmp-*``) or hidden bookkeeping
@@ -261,7 +340,9 @@ def read_file(path: str, *, schema: bool = False) -> pa.Table | pa.Schema | None
         return None
 
 
-def read_parts(root, table: str, *, trial_id: str | None = None) -> tuple[list[str], list[pa.Table], list[str]]:
+def read_parts(
+    root, table: str, *, trial_id: str | None = None
+) -> tuple[list[str], list[pa.Table], list[str]]:
     """(compacted files, to read after; the tables of the parts; the parts read), damaged files skipped. Parts
     are read first: one unread (compacted since the listing: docs/results.md, "Live reads") adds its trial's
     compacted file, which holds its rows (a damaged part's may not exist: it reads as none)."""
@@ -281,13 +362,17 @@ def _concat(tables: list[pa.Table | None]) -> pa.Table | None:
     return pa.concat_tables(tables, promote_options="permissive") if tables else None
 
 
-def _merge(root: str | os.PathLike, table: str, *, trial_id: str | None = None) -> tuple[pa.Table | None, list[str]]:
+def _merge(
+    root: str | os.PathLike, table: str, *, trial_id: str | None = None
+) -> tuple[pa.Table | None, list[str]]:
     """(rows of the parts, and of the compacted files for every (trial, epoch) no part holds; the parts read)."""
     import pyarrow.compute as pc  # lazily: 0.2-0.4 s of every command's start-up
 
     def keys(t: pa.Table) -> pa.Array:
-        return pc.binary_join_element_wise(pc.cast(t.column("trial_id"), pa.string()),
-                                           pc.cast(t.column("epoch"), pa.string()), "\x00")
+        return pc.binary_join_element_wise(
+            pc.cast(t.column("trial_id"), pa.string()), pc.cast(t.column("epoch"), pa.string()), "\x00"
+        )
+
     compacted, parts, read = read_parts(root, table, trial_id=trial_id)
     old, new = _concat([read_file(path) for path in compacted]), _concat(parts)
     if old is not None and new is not None:
@@ -313,7 +398,9 @@ def compact(root: str | os.PathLike, table: str, trial_id: str) -> str | None:
     merged, read = _merge(root, table, trial_id=trial_id)
     if not read or merged is None:
         return None
-    out = write_part(compacted_path(root, table, trial_id), merged.sort_by([(k, "ascending") for k in _KEYS[table]]))
+    out = write_part(
+        compacted_path(root, table, trial_id), merged.sort_by([(k, "ascending") for k in _KEYS[table]])
+    )
     for path in read:
         _delete(path)
     return out
@@ -327,8 +414,11 @@ def _delete(path: str) -> None:
 
 def compact_all(root: str | os.PathLike) -> int:
     """Compact every trial's remaining parts; how many (trial, table) pairs were compacted."""
-    return sum(compact(root, table, trial_id) is not None for table in EPOCH_TABLES
-               for trial_id in sorted({p.split("/")[-2] for p in list_table(root, table)[1]}))
+    return sum(
+        compact(root, table, trial_id) is not None
+        for table in EPOCH_TABLES
+        for trial_id in sorted({p.split("/")[-2] for p in list_table(root, table)[1]})
+    )
 
 
 class TableWriter:

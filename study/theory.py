@@ -54,8 +54,9 @@ def mhsa_from_conv(conv: nn.Conv2d, *, alpha: float = DEFAULT_ALPHA) -> Relative
         raise ValueError(f"padding must be zero padding of K//2 = {k // 2}, got {conv.padding}")
     w = conv.weight
     positional = GaussianScores(num_heads=k * k, isotropic=True)
-    layer = RelativeSelfAttention(dim=conv.in_channels, num_heads=k * k, positional=positional,
-                                  out_dim=conv.out_channels)
+    layer = RelativeSelfAttention(
+        dim=conv.in_channels, num_heads=k * k, positional=positional, out_dim=conv.out_channels
+    )
     layer.to(device=w.device, dtype=w.dtype)
     positional.centers.copy_(lattice_offsets(k).to(w.dtype))
     positional.spreads.fill_(math.sqrt(2.0 * alpha))
@@ -76,8 +77,16 @@ def conv_as_attention(layer: RelativeSelfAttention, images: Tensor, *, padding: 
     return y[:, padding : padding + h, padding : padding + w].permute(0, 3, 1, 2)
 
 
-def theorem_error(*, kernel: int, in_channels: int, out_channels: int, size: int = 8, batch: int = 2,
-                  dtype: torch.dtype = torch.float64, seed: int = 0) -> float:
+def theorem_error(
+    *,
+    kernel: int,
+    in_channels: int,
+    out_channels: int,
+    size: int = 8,
+    batch: int = 2,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+) -> float:
     """Max |conv(x) − MHSA(x)| for a random conv and input (the CLI's check)."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)

@@ -11,14 +11,26 @@ import pandas as pd
 
 #: Fields that run the same model and recipe differently (precision, compilation,
 #: statistics, evaluation batching) or only say where data came from: not a variant.
-EXECUTION_COLUMNS = frozenset({"amp", "compile", "head_stats", "head_images", "map_radius", "map_epochs",
-                               "eval_batch_size", "data"})
+EXECUTION_COLUMNS = frozenset(
+    {"amp", "compile", "head_stats", "head_images", "map_radius", "map_epochs", "eval_batch_size", "data"}
+)
 
 #: Configuration columns that ``runs.name`` already spells out.
 NAME_COLUMNS = ("arch", "encoding", "isotropic", "num_heads", "pos_dim")
 #: Preferred order of sweep axes (others follow alphabetically).
-AXIS_ORDER = NAME_COLUMNS + ("hidden", "layers", "intermediate", "lr", "momentum", "weight_decay", "warmup",
-                              "warmup_epochs", "warmup_steps", "batch_size", "epochs")
+AXIS_ORDER = NAME_COLUMNS + (
+    "hidden",
+    "layers",
+    "intermediate",
+    "lr",
+    "momentum",
+    "weight_decay",
+    "warmup",
+    "warmup_epochs",
+    "warmup_steps",
+    "batch_size",
+    "epochs",
+)
 
 
 def value_text(v) -> str:
@@ -39,8 +51,10 @@ def varying_columns(runs: pd.DataFrame, *, exclude=("seed",)) -> list[str]:
     from study.trial.config import TrainConfig  # configuration only: no torch
 
     fields = set(TrainConfig().flat()) - EXECUTION_COLUMNS - set(exclude)
-    cols = sorted((c for c in runs.columns if c in fields),
-                  key=lambda c: (AXIS_ORDER.index(c) if c in AXIS_ORDER else len(AXIS_ORDER), c))
+    cols = sorted(
+        (c for c in runs.columns if c in fields),
+        key=lambda c: (AXIS_ORDER.index(c) if c in AXIS_ORDER else len(AXIS_ORDER), c),
+    )
     return [c for c in cols if column_texts(runs, c).nunique() > 1]
 
 

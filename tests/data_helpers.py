@@ -49,7 +49,11 @@ def make_tree(
 
 
 def make_tar(
-    tree: Path, archive: Path, *, wrapper: str | None = None, mode: str = "w:gz",
+    tree: Path,
+    archive: Path,
+    *,
+    wrapper: str | None = None,
+    mode: str = "w:gz",
     format: int = tarfile.PAX_FORMAT,
 ) -> Path:
     """Archive the contents of ``tree`` (optionally under one ``wrapper`` folder)."""
@@ -76,7 +80,9 @@ def make_cifar_python(root: Path, *, per_batch: int = 3, classes: tuple[str, ...
         (folder / name).write_bytes(pickle.dumps(entry, protocol=2))
         parts["test" if name == "test_batch" else "train"].append((data, labels))
     (folder / "batches.meta").write_bytes(
-        pickle.dumps({"label_names": list(classes), "num_cases_per_batch": per_batch, "num_vis": 3072}, protocol=2)
+        pickle.dumps(
+            {"label_names": list(classes), "num_cases_per_batch": per_batch, "num_vis": 3072}, protocol=2
+        )
     )
     tr_x = np.concatenate([d for d, _ in parts["train"]])
     tr_y = np.concatenate([l for _, l in parts["train"]])
@@ -90,8 +96,13 @@ def jpeg_bytes(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def tar_bytes(members: dict[str, bytes], *, fmt: int = tarfile.PAX_FORMAT, pax: dict | None = None,
-           links: dict[str, tuple[bytes, str]] | None = None) -> bytes:
+def tar_bytes(
+    members: dict[str, bytes],
+    *,
+    fmt: int = tarfile.PAX_FORMAT,
+    pax: dict | None = None,
+    links: dict[str, tuple[bytes, str]] | None = None,
+) -> bytes:
     """An uncompressed tar archive in memory: regular files ``members`` (name → bytes),
     then ``links`` (name → (typeflag, target)), each member with the ``pax`` records."""
     buf = io.BytesIO()

@@ -27,8 +27,19 @@ def write_spec(tmp_path: Path, name: str, **doc) -> Path:
     """``<tmp_path>/<name>.yaml``: a tiny study (``synthetic:100``, batch 25, one CPU per
     trial) with ``doc``'s keys added or replaced."""
     p = tmp_path / f"{name}.yaml"
-    p.write_text(yaml.safe_dump({"name": name, "data": "synthetic:100", "batch_size": 25, "model": TINY,
-                                 "training": {"head_images": 4}, "resources": {"cpus_per_trial": 1}, **doc}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "data": "synthetic:100",
+                "batch_size": 25,
+                "model": TINY,
+                "training": {"head_images": 4},
+                "resources": {"cpus_per_trial": 1},
+                **doc,
+            }
+        )
+    )
     return p
 
 
@@ -55,8 +66,14 @@ def cli_env(env: dict | None = None) -> dict[str, str]:
 
 def run_cli(cwd, *args, timeout: float = 600, module: str = "study", env: dict | None = None):
     """``python -m <module> ARGS`` to its end: the CompletedProcess (text stdout/stderr)."""
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=cli_env(env))
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(env),
+    )
 
 
 def default_sigint() -> None:
@@ -70,9 +87,16 @@ def default_sigint() -> None:
 def popen(*args, cwd, env: dict | None = None) -> subprocess.Popen:
     """``python -m study ARGS`` in a new session (so that it and the local Ray it starts
     can be killed together), stdout and stderr merged, text; SIGINT as at a terminal."""
-    return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=cwd, start_new_session=True,
-                            env=cli_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=default_sigint)
+    return subprocess.Popen(
+        [sys.executable, "-m", "study", *args],
+        cwd=cwd,
+        start_new_session=True,
+        env=cli_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=default_sigint,
+    )
 
 
 def session_pids(sid: int) -> list[int]:
@@ -162,7 +186,7 @@ def ledger_seconds(*ledgers: Path) -> float:
     written yet.  Above 0 while the first epoch runs: its clock has been saved."""
     seconds = 0.0
     for p in ledgers:
-        for f in (sorted(p.glob("*.json")) if p.is_dir() else [p]):
+        for f in sorted(p.glob("*.json")) if p.is_dir() else [p]:
             try:
                 seconds = max(seconds, float(json.loads(f.read_text()).get("device_seconds", 0.0)))
             except (OSError, ValueError, AttributeError):

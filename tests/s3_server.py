@@ -30,8 +30,8 @@ class _Counting:
 
 class LocalS3:
     def __init__(self):
-        from moto.server import DomainDispatcherApplication, create_backend_app
         from moto.moto_server.werkzeug_app import MotoRequestHandler
+        from moto.server import DomainDispatcherApplication, create_backend_app
         from werkzeug.serving import make_server
 
         class Quiet(MotoRequestHandler):
@@ -46,11 +46,15 @@ class LocalS3:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_EC2_METADATA_DISABLED": "true"}
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
 
-    def __enter__(self) -> "LocalS3":
+    def __enter__(self) -> LocalS3:
         self.thread.start()
         return self
 
@@ -61,8 +65,13 @@ class LocalS3:
     def make_bucket(self, name: str) -> None:
         import boto3
 
-        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                     aws_secret_access_key="testing").create_bucket(Bucket=name)
+        boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        ).create_bucket(Bucket=name)
 
     def count(self) -> int:
         with self.app.lock:

@@ -48,13 +48,19 @@ class Slurm:
         asked again (until ``timeout``), never read as a state."""
         deadline = time.time() + timeout
         while True:
-            r = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=self.env, capture_output=True,
-                               text=True, timeout=timeout)
+            r = subprocess.run(
+                ["scontrol", "show", "job", "-o", job_id],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
             if r.returncode == 0 and "JobState=" in r.stdout:
                 return dict(w.split("=", 1) for w in r.stdout.split() if "=" in w)
             if time.time() > deadline:
-                raise AssertionError(f"scontrol show job {job_id}: exit {r.returncode}: {r.stderr.strip()}"
-                                     f"{self.logs()}")
+                raise AssertionError(
+                    f"scontrol show job {job_id}: exit {r.returncode}: {r.stderr.strip()}{self.logs()}"
+                )
             time.sleep(1)
 
     def job_state(self, job_id: str) -> str:
@@ -70,9 +76,16 @@ class Slurm:
         subprocess.run(["scancel", "--user", str(os.getuid())], env=self.env, capture_output=True, timeout=60)
         deadline = time.time() + timeout
         while time.time() < deadline:
-            r = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%T"], env=self.env, capture_output=True,
-                               text=True, timeout=60)
-            if r.returncode == 0 and not {"RUNNING", "COMPLETING", "CONFIGURING", "PENDING"} & set(r.stdout.split()):
+            r = subprocess.run(
+                ["squeue", "-h", "-t", "all", "-o", "%T"],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            if r.returncode == 0 and not {"RUNNING", "COMPLETING", "CONFIGURING", "PENDING"} & set(
+                r.stdout.split()
+            ):
                 break
             time.sleep(1)
         mark = f"SLURM_CONF={self.env['SLURM_CONF']}".encode()
@@ -158,21 +171,49 @@ NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={cpus} State=UNKNOWN
 PartitionName=studytest Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
 """)
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    for k in [k for k in env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k != "SLURM_CONF"]:
+    for k in [
+        k for k in env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k != "SLURM_CONF"
+    ]:
         del env[k]  # a test run inside a SLURM job must not hand that job's settings to these clients
     slurm = Slurm(root=root, env=env, cpus=cpus)
     log = lambda name: open(root / "log" / f"{name}.out", "w")  # noqa: E731 - stdout/stderr of each daemon
     try:
-        slurm.procs.append(subprocess.Popen(
-            [_binary("munged"), "-F", "--force", f"--socket={sock}", f"--key-file={key}",
-             f"--pid-file={root}/munge/munged.pid", f"--seed-file={root}/munge/munged.seed",
-             f"--log-file={root}/log/munged.log"], stdout=log("munged"), stderr=subprocess.STDOUT,
-            start_new_session=True))
+        slurm.procs.append(
+            subprocess.Popen(
+                [
+                    _binary("munged"),
+                    "-F",
+                    "--force",
+                    f"--socket={sock}",
+                    f"--key-file={key}",
+                    f"--pid-file={root}/munge/munged.pid",
+                    f"--seed-file={root}/munge/munged.seed",
+                    f"--log-file={root}/log/munged.log",
+                ],
+                stdout=log("munged"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
         _wait(sock.exists, timeout, "munged's socket", slurm.procs)
-        slurm.procs.append(subprocess.Popen([_binary("slurmctld"), "-D", "-i"], env=env, stdout=log("slurmctld"),
-                                            stderr=subprocess.STDOUT, start_new_session=True))
-        slurm.procs.append(subprocess.Popen([_binary("slurmd"), "-D", "-N", NODE], env=env, stdout=log("slurmd"),
-                                            stderr=subprocess.STDOUT, start_new_session=True))
+        slurm.procs.append(
+            subprocess.Popen(
+                [_binary("slurmctld"), "-D", "-i"],
+                env=env,
+                stdout=log("slurmctld"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        slurm.procs.append(
+            subprocess.Popen(
+                [_binary("slurmd"), "-D", "-N", NODE],
+                env=env,
+                stdout=log("slurmd"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
 
         def idle() -> bool:
             r = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True, text=True)

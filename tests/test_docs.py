@@ -3,14 +3,14 @@ headings), and no pointer to a document outside the repository."""
 
 from __future__ import annotations
 
-from tests.helpers import REPO_ROOT
-
 import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import REPO_ROOT
 
 ROOT = REPO_ROOT
 README = ROOT / "README.md"
@@ -66,12 +66,16 @@ def _markdown_files() -> list[Path]:
 
 def test_readme_is_short():
     n = len(README.read_text().splitlines())
-    assert n <= MAX_README_LINES, f"README.md has {n} lines (at most {MAX_README_LINES}: move the rest to docs/)"
+    assert n <= MAX_README_LINES, (
+        f"README.md has {n} lines (at most {MAX_README_LINES}: move the rest to docs/)"
+    )
 
 
 def test_readme_maps_every_document_of_docs():
     linked = {(README.parent / t.split("#", 1)[0]).resolve() for t in _links(README)}
-    unlinked = [p.relative_to(ROOT).as_posix() for p in sorted(DOCS.glob("*.md")) if p.resolve() not in linked]
+    unlinked = [
+        p.relative_to(ROOT).as_posix() for p in sorted(DOCS.glob("*.md")) if p.resolve() not in linked
+    ]
     assert not unlinked, f"README.md does not link {unlinked}"
 
 

@@ -8,8 +8,6 @@ reached the environment without a pin, fails here."""
 
 from __future__ import annotations
 
-from tests.helpers import REPO_ROOT
-
 import importlib.metadata
 import sysconfig
 import tomllib
@@ -18,6 +16,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.helpers import REPO_ROOT
 
 ROOT = REPO_ROOT
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -51,15 +51,19 @@ def test_every_declared_dependency_is_pinned_within_its_range():
     for req in declared():
         name = canonicalize_name(req.name)
         assert name in pins, f"pyproject.toml declares {req} but constraints.txt has no pin: {REFRESH}"
-        assert req.specifier.contains(pins[name], prereleases=True), \
+        assert req.specifier.contains(pins[name], prereleases=True), (
             f"constraints.txt pins {name}=={pins[name]}, outside pyproject.toml's {req}: {REFRESH}"
+        )
 
 
 def test_the_lock_honours_its_inputs():
     """torch/torchvision as the PyPI pair that imports together; Ray as the tested version."""
     pins = read_lock()
-    for req in (Requirement(line) for line in (ROOT / "constraints.in").read_text().splitlines()
-                if line.strip() and not line.startswith("#")):
+    for req in (
+        Requirement(line)
+        for line in (ROOT / "constraints.in").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ):
         assert req.specifier.contains(pins[canonicalize_name(req.name)]), req
 
 
@@ -70,7 +74,9 @@ def test_every_installed_package_is_pinned_by_the_lock():
     # the environment's site-packages only: Ray puts its vendored copies (psutil, colorama
     # under ray/thirdparty_files) on sys.path when imported, and those are not installs
     site = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in importlib.metadata.distributions(path=site)}
+    installed = {
+        canonicalize_name(d.metadata["Name"]): d.version for d in importlib.metadata.distributions(path=site)
+    }
     assert canonicalize_name("torch") in installed, f"no packages found in {site}"
     unpinned = sorted(n for n in installed if n not in pins and n not in NOT_LOCKED)
     assert unpinned == [], f"installed but not in constraints.txt: {unpinned}"

@@ -3,10 +3,9 @@ a single-node SLURM), installed by the README's test command where missing; one 
 and exit 0 where they cannot be.  The paths that cannot install run the script with a
 PATH of fakes (``id``, ``sudo``, ``apt-get``) and without the real programs on it."""
 
-from tests.helpers import REPO_ROOT
-
 import subprocess
-from pathlib import Path
+
+from tests.helpers import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "tests" / "install-system-deps.sh"
 PACKAGES = ["chromium", "iproute2", "slurmctld", "slurmd", "slurm-client", "munge"]
@@ -14,7 +13,9 @@ PACKAGES = ["chromium", "iproute2", "slurmctld", "slurmd", "slurm-client", "mung
 
 def run(*args, path: str | None = None):
     env = {"PATH": path} if path is not None else None
-    return subprocess.run(["/bin/bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(
+        ["/bin/bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=600, env=env
+    )
 
 
 def fakes(tmp_path, **scripts) -> str:
@@ -49,7 +50,8 @@ def test_everything_the_suite_needs_is_present_after_the_readme_command(tmp_path
     program is there now, and a second run is silent and runs no apt-get."""
     r = run("--check")
     assert r.returncode == 0 and r.stdout.count("present ") == len(PACKAGES), (
-        f"{r.stdout}(run tests/install-system-deps.sh as root)")
+        f"{r.stdout}(run tests/install-system-deps.sh as root)"
+    )
     assert "present chromium " in r.stdout
     again = run(path=fakes(tmp_path) + ":/usr/bin:/bin")
     assert (again.returncode, again.stdout, again.stderr) == (0, "", ""), again
@@ -80,7 +82,9 @@ def test_without_apt_get_prints_one_line_and_exits_0(tmp_path):
 
 
 def test_apt_get_failing_prints_its_reason_in_one_line_and_exits_0(tmp_path):
-    path = fakes(tmp_path, id="echo 0", **{"apt-get": 'echo "E: Unable to locate package chromium" >&2; exit 100'})
+    path = fakes(
+        tmp_path, id="echo 0", **{"apt-get": 'echo "E: Unable to locate package chromium" >&2; exit 100'}
+    )
     r = run(path=path)
     assert r.returncode == 0 and r.stderr == "", r
     assert len(r.stdout.splitlines()) == 1, r.stdout
@@ -94,8 +98,10 @@ def test_installs_exactly_what_is_missing(tmp_path):
     path = fakes(tmp_path, id="echo 0")
     missing = [p for p in PACKAGES if check(path)[p] == "missing"]
     r = run(path=path)
-    assert apt_calls(tmp_path) == ["-qq -o DPkg::Lock::Timeout=300 update",
-                                   f"-qq -o DPkg::Lock::Timeout=300 install -y {' '.join(missing)}"]
+    assert apt_calls(tmp_path) == [
+        "-qq -o DPkg::Lock::Timeout=300 update",
+        f"-qq -o DPkg::Lock::Timeout=300 install -y {' '.join(missing)}",
+    ]
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 1 and "yet no program of theirs" in r.stdout, r
 
 

@@ -118,14 +118,24 @@ class Context:
         (per trial with ``per_seed``)."""
         by_trial = self.by_trial("heads")
         for _, trials in self.selected().groupby("trial_id" if self.per_seed else "label", sort=False):
-            t = as_figure(trials[trials["representative"] | self.per_seed].iloc[0], per_seed=self.per_seed,
-                          aggregate=True)
+            t = as_figure(
+                trials[trials["representative"] | self.per_seed].iloc[0],
+                per_seed=self.per_seed,
+                aggregate=True,
+            )
             ids = [tid for tid in trials["trial_id"] if tid in by_trial]
-            if self._has_heads(kind, t, bool(ids), "heads",
-                               f"{t['label']} ({t['trial_id']})" if self.per_seed else t["label"]):
+            if self._has_heads(
+                kind,
+                t,
+                bool(ids),
+                "heads",
+                f"{t['label']} ({t['trial_id']})" if self.per_seed else t["label"],
+            ):
                 yield t, ids
 
-    def pick_epoch(self, rows: pd.DataFrame, kind: str, what: str, table: str = "head statistics") -> int | None:
+    def pick_epoch(
+        self, rows: pd.DataFrame, kind: str, what: str, table: str = "head statistics"
+    ) -> int | None:
         """The requested epoch if ``rows`` have it, else None (one skip line); each trial's last by default."""
         epochs = rows["epoch"].astype(int)
         if self.epoch is None:
@@ -145,14 +155,27 @@ def as_figure(t: pd.Series, *, per_seed: bool, aggregate: bool = False) -> pd.Se
         return t
     t["slug"] = t["variant_slug"]
     seed = f"seed {int(t['seed'])}" if pd.notna(t.get("seed")) else f"trial {t['trial_id']}"
-    t["title"] = (f"{t['label']}, {n} seeds" if aggregate
-                  else f"{t['label']}, {seed} (the median of {n} seeds by best test accuracy)")
+    t["title"] = (
+        f"{t['label']}, {n} seeds"
+        if aggregate
+        else f"{t['label']}, {seed} (the median of {n} seeds by best test accuracy)"
+    )
     return t
 
 
 def _modules():
-    from analysis.figures import (conv_likeness, convergence, distance, gates, heads, locality, maps, sweeps,
-                                  table1, trajectories)
+    from analysis.figures import (
+        conv_likeness,
+        convergence,
+        distance,
+        gates,
+        heads,
+        locality,
+        maps,
+        sweeps,
+        table1,
+        trajectories,
+    )
 
     return [convergence, table1, heads, maps, trajectories, conv_likeness, distance, locality, gates, sweeps]
 
@@ -163,8 +186,15 @@ def default_out(study: Study) -> Path:
     return Path("figures") / study.name if study.remote else Path(study.folder) / "figures"
 
 
-def draw_all(study: Study, out: Path, *, epoch: int | None = None, per_seed: bool = False, pdf: bool = True,
-             jobs: int | None = None) -> tuple[list[Path], list[str]]:
+def draw_all(
+    study: Study,
+    out: Path,
+    *,
+    epoch: int | None = None,
+    per_seed: bool = False,
+    pdf: bool = True,
+    jobs: int | None = None,
+) -> tuple[list[Path], list[str]]:
     """Draw every figure ``study`` supports into ``out``: (files, skip lines); only what changed is
     redrawn, on ``jobs`` processes (default: the cores this process may use)."""
     from analysis.figures.jobs import run

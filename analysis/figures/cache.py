@@ -42,7 +42,7 @@ def table_files(root: str) -> dict[str, list[tuple[str, int, int]]]:
     for i in infos:
         if i.type != pafs.FileType.File or not i.path.startswith(prefix):
             continue
-        rel = i.path[len(prefix):]
+        rel = i.path[len(prefix) :]
         parts = rel.split("/")
         if any(p.startswith(SKIPPED_PREFIXES) for p in parts):
             continue
@@ -56,16 +56,29 @@ def table_files(root: str) -> dict[str, list[tuple[str, int, int]]]:
     return out
 
 
-def fingerprint(*, kind: str, key: str, options: dict, files: dict, trials, tables: tuple[str, ...],
-                every_trial: bool) -> str:
+def fingerprint(
+    *, kind: str, key: str, options: dict, files: dict, trials, tables: tuple[str, ...], every_trial: bool
+) -> str:
     """The fingerprint of one figure job; ``every_trial``: a study-wide figure, which also
     depends on table files no runs row names yet."""
     wanted = ("runs",) + tuple(tables)
     ids = {str(t) for t in trials["trial_id"]} | (set(files) if every_trial else set())
-    inputs = [[tid, sorted(f for f in files.get(tid, []) if f[0].split("/", 1)[0] in wanted)] for tid in sorted(ids)]
-    rows = [[str(r.get("trial_id")), str(r.get("label")), str(r.get("variant_slug")), bool(r.get("representative")),
-             str(r.get("slug"))] for _, r in trials.iterrows()]
-    payload = json.dumps([VERSION, code_version(), kind, key, options, rows, inputs], sort_keys=True, default=str)
+    inputs = [
+        [tid, sorted(f for f in files.get(tid, []) if f[0].split("/", 1)[0] in wanted)] for tid in sorted(ids)
+    ]
+    rows = [
+        [
+            str(r.get("trial_id")),
+            str(r.get("label")),
+            str(r.get("variant_slug")),
+            bool(r.get("representative")),
+            str(r.get("slug")),
+        ]
+        for _, r in trials.iterrows()
+    ]
+    payload = json.dumps(
+        [VERSION, code_version(), kind, key, options, rows, inputs], sort_keys=True, default=str
+    )
     return hashlib.sha1(payload.encode()).hexdigest()
 
 
@@ -86,7 +99,7 @@ class Manifest:
     entries: dict[str, Entry] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, out: Path) -> "Manifest":
+    def load(cls, out: Path) -> Manifest:
         m = cls(out=out)
         try:
             doc = json.loads((out / MANIFEST).read_text())
@@ -99,8 +112,12 @@ class Manifest:
     def fresh(self, key: str, fp: str, *, pdf: bool) -> bool:
         """Whether the files of ``key`` can be reused as they are."""
         e = self.entries.get(key)
-        return (e is not None and e.fingerprint == fp and (e.pdf or not pdf)
-                and all((self.out / f).is_file() for f in e.files))
+        return (
+            e is not None
+            and e.fingerprint == fp
+            and (e.pdf or not pdf)
+            and all((self.out / f).is_file() for f in e.files)
+        )
 
     def record(self, key: str, entry: Entry) -> None:
         old = self.entries.get(key)

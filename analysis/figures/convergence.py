@@ -55,12 +55,26 @@ def _figure(ctx, d: pd.DataFrame) -> list:
         seeds = int(s["seeds"].max())
         failed = int(did_not_train(runs[runs["label"] == m]).sum())
         label = f"{m} (n={seeds}" + (f"; DID NOT TRAIN: {failed})" if failed else ")")
-        ax.plot(s["epochs_trained"], s["test_acc_mean"], color=colour, label=label,
-                linestyle=LINESTYLES[i % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)],
-                markevery=every, markersize=3, markerfacecolor="none" if i % 2 else colour)
+        ax.plot(
+            s["epochs_trained"],
+            s["test_acc_mean"],
+            color=colour,
+            label=label,
+            linestyle=LINESTYLES[i % len(LINESTYLES)],
+            marker=MARKERS[i % len(MARKERS)],
+            markevery=every,
+            markersize=3,
+            markerfacecolor="none" if i % 2 else colour,
+        )
         if seeds > 1:
-            ax.fill_between(s["epochs_trained"], s["test_acc_min"], s["test_acc_max"], color=colour,
-                            alpha=0.18, linewidth=0)
+            ax.fill_between(
+                s["epochs_trained"],
+                s["test_acc_min"],
+                s["test_acc_max"],
+                color=colour,
+                alpha=0.18,
+                linewidth=0,
+            )
     classes = runs["num_classes"].dropna() if "num_classes" in runs else pd.Series(dtype=float)
     chance = 1.0 / float(classes.max()) if len(classes) else 0.1
     # at least [chance, next 0.1 above the data]: differences of a few test images are not blown up to the height

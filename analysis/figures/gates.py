@@ -12,8 +12,19 @@ KIND = "gates"
 READS = ("heads",)
 STEM = "gates_over_training"
 
-COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "gate", "head_min", "head_max",
-           "seed_min", "seed_max"]
+COLUMNS = [
+    "model",
+    "epoch",
+    "epochs_trained",
+    "layer",
+    "seeds",
+    "n",
+    "gate",
+    "head_min",
+    "head_max",
+    "seed_min",
+    "seed_max",
+]
 
 
 def draw(ctx) -> list:
@@ -34,10 +45,25 @@ def draw(ctx) -> list:
 def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
     multi = s["seeds"] > 1
     spread = (s["seed_max"] - s["seed_min"])[multi]
-    notes = ["gate σ(λ_h): weight of the positional softmax of a gated head (1 positional, 0 content); line: mean "
-             "over the layer's heads and the variant's seeds; band: min–max over the layer's heads of all seeds",
-             (f"seed-to-seed noise: the per-seed layer means differ by up to {spread.max():.2f}" if multi.any()
-              else "one seed per variant: seed-to-seed noise not measured")]
-    return over_training(ctx, s, models, "gate", band=lambda m: ("head_min", "head_max", 0.15),
-                         ylabel="gate σ(λ_h)", ylim=(-0.02, 1.02), title="Gates over training", notes=notes,
-                         stem=STEM, ncol=6)
+    notes = [
+        "gate σ(λ_h): weight of the positional softmax of a gated head (1 positional, 0 content); line: mean "
+        "over the layer's heads and the variant's seeds; band: min–max over the layer's heads of all seeds",
+        (
+            f"seed-to-seed noise: the per-seed layer means differ by up to {spread.max():.2f}"
+            if multi.any()
+            else "one seed per variant: seed-to-seed noise not measured"
+        ),
+    ]
+    return over_training(
+        ctx,
+        s,
+        models,
+        "gate",
+        band=lambda m: ("head_min", "head_max", 0.15),
+        ylabel="gate σ(λ_h)",
+        ylim=(-0.02, 1.02),
+        title="Gates over training",
+        notes=notes,
+        stem=STEM,
+        ncol=6,
+    )

@@ -36,7 +36,11 @@ def curves(heads: pd.DataFrame, maps: pd.DataFrame | None) -> tuple[pd.DataFrame
     ``concentrated`` column (:func:`analysis.concentration.classify`)."""
     rows: list[dict] = []
     missing: dict[tuple[float, str], int] = {}
-    windows = {} if maps is None else {(int(r.layer), int(r.head)): (int(r.window), r.probs) for r in maps.itertuples()}
+    windows = (
+        {}
+        if maps is None
+        else {(int(r.layer), int(r.head)): (int(r.window), r.probs) for r in maps.itertuples()}
+    )
     for r in heads.sort_values(["layer", "head"]).itertuples():
         key = (int(r.layer), int(r.head))
         base = {"layer": key[0], "head": key[1]}
@@ -63,7 +67,9 @@ def curves(heads: pd.DataFrame, maps: pd.DataFrame | None) -> tuple[pd.DataFrame
             if why:
                 missing[(p, why)] = missing.get((p, why), 0) + 1
             for j, (xs, ys) in enumerate(paths):
-                rows += [{**base, "kind": "contour", "level": p, "path": j, "x": x, "y": y} for x, y in zip(xs, ys)]
+                rows += [
+                    {**base, "kind": "contour", "level": p, "path": j, "x": x, "y": y} for x, y in zip(xs, ys)
+                ]
     return pd.DataFrame(rows, columns=["layer", "head", "kind", "level", "path", "x", "y"]), missing
 
 
@@ -79,16 +85,38 @@ def draw(ctx) -> list:
         h = classify(rows[rows["epoch"] == epoch], m)
         d, missing = curves(h, m)
         ellipses = [ellipse_head(r) for r in h[h["concentrated"]].itertuples()]
-        locality = (h.groupby("layer")[GRID_DISTANCE].mean().to_dict()
-                    if GRID_DISTANCE in h and h[GRID_DISTANCE].notna().all() else {})
+        locality = (
+            h.groupby("layer")[GRID_DISTANCE].mean().to_dict()
+            if GRID_DISTANCE in h and h[GRID_DISTANCE].notna().all()
+            else {}
+        )
         gaussian = True if ellipses and all(ellipses) else False if not any(ellipses) else None  # None: mixed
-        written += ctx.render(_figure, t, epoch, d, missing, gaussian=gaussian, n_heads=int(h["head"].nunique()),
-                              locality=locality, window=int(m["window"].iloc[0]) if m is not None else None)
+        written += ctx.render(
+            _figure,
+            t,
+            epoch,
+            d,
+            missing,
+            gaussian=gaussian,
+            n_heads=int(h["head"].nunique()),
+            locality=locality,
+            window=int(m["window"].iloc[0]) if m is not None else None,
+        )
     return written
 
 
-def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: bool | None, n_heads: int,
-            window: int | None, locality: dict) -> list:
+def _figure(
+    ctx,
+    t,
+    epoch: int,
+    d: pd.DataFrame,
+    missing: dict,
+    *,
+    gaussian: bool | None,
+    n_heads: int,
+    window: int | None,
+    locality: dict,
+) -> list:
     layers = sorted(d["layer"].unique())
     fig, axes, grid = layer_grid(len(layers))
     colours = head_colors(max(n_heads, int(d["head"].max()) + 1))
@@ -100,32 +128,68 @@ def _figure(ctx, t, epoch: int, d: pd.DataFrame, missing: dict, *, gaussian: boo
         for (head, level, path), c in dl[dl["kind"] == "contour"].groupby(["head", "level", "path"]):
             ax.plot(c["x"], c["y"], STYLE[level], color=colours[head], linewidth=0.8 if level == 0.5 else 0.7)
         cl = dl[dl["kind"] == "center"]
-        ax.scatter(cl["x"], cl["y"], c=[colours[h] for h in cl["head"]], s=9, zorder=6,
-                   edgecolors="white", linewidths=0.3)
+        ax.scatter(
+            cl["x"],
+            cl["y"],
+            c=[colours[h] for h in cl["head"]],
+            s=9,
+            zorder=6,
+            edgecolors="white",
+            linewidths=0.3,
+        )
         for _, c in cl.iterrows():  # head numbers (1-based, as in the maps figure)
-            ax.annotate(str(int(c["head"]) + 1), (c["x"], c["y"]), xytext=(2.5, 1.5), textcoords="offset points",
-                        fontsize=7, color=colours[int(c["head"])], zorder=7,
-                        path_effects=[patheffects.withStroke(linewidth=1.5, foreground="white")])
+            ax.annotate(
+                str(int(c["head"]) + 1),
+                (c["x"], c["y"]),
+                xytext=(2.5, 1.5),
+                textcoords="offset points",
+                fontsize=7,
+                color=colours[int(c["head"])],
+                zorder=7,
+                path_effects=[patheffects.withStroke(linewidth=1.5, foreground="white")],
+            )
         diffuse = sorted(int(h) + 1 for h in dl.loc[dl["kind"] == "diffuse", "head"])
         if diffuse:
-            ax.text(0.02, 0.02, "diffuse: " + ",".join(map(str, diffuse)), transform=ax.transAxes, fontsize=7,
-                    color="0.35", va="bottom", ha="left", wrap=True)
+            ax.text(
+                0.02,
+                0.02,
+                "diffuse: " + ",".join(map(str, diffuse)),
+                transform=ax.transAxes,
+                fontsize=7,
+                color="0.35",
+                va="bottom",
+                ha="left",
+                wrap=True,
+            )
         shift_axes(ax, lim)
         dist = locality.get(layer)
         ax.set_title(f"layer {layer + 1}" + (f"\ndistance {dist:.2f}" if dist is not None else ""), pad=2)
     label_grid(grid)
     fig.suptitle(f"{t['title']}, {after(epoch)}", y=1.0)
-    kind = {True: "ellipses of Σ (Gaussian heads)", False: "mass contours of the attention map",
-            None: "ellipses of Σ for Gaussian heads, mass contours of the attention map for the others"}[gaussian]
-    notes = [ctx.caption([t["trial_id"]]),
-             f"dots: centres of concentrated heads (numbered); 50 % solid, 90 % dotted: {kind}; ■ query",
-             rule_text(window) + " (listed as 'diffuse', not drawn)",
-             "centres and contours: the attention of one centre query (canvas moments)"
-             + ("; distance in the titles: the layer's mean attention distance over every query of the test "
-                "images on the real grid, grid cells (heads.attention_distance)" if locality else "")]
+    kind = {
+        True: "ellipses of Σ (Gaussian heads)",
+        False: "mass contours of the attention map",
+        None: "ellipses of Σ for Gaussian heads, mass contours of the attention map for the others",
+    }[gaussian]
+    notes = [
+        ctx.caption([t["trial_id"]]),
+        f"dots: centres of concentrated heads (numbered); 50 % solid, 90 % dotted: {kind}; ■ query",
+        rule_text(window) + " (listed as 'diffuse', not drawn)",
+        "centres and contours: the attention of one centre query (canvas moments)"
+        + (
+            "; distance in the titles: the layer's mean attention distance over every query of the test "
+            "images on the real grid, grid cells (heads.attention_distance)"
+            if locality
+            else ""
+        ),
+    ]
     gone = []
     for why in dict.fromkeys(w for _, w in missing):
-        levels = [f"{int(p * 100)} % of {n} head{'s' if n != 1 else ''}" for (p, w), n in missing.items() if w == why]
+        levels = [
+            f"{int(p * 100)} % of {n} head{'s' if n != 1 else ''}"
+            for (p, w), n in missing.items()
+            if w == why
+        ]
         gone.append(f"{', '.join(levels)} ({why})")
     if gone:
         notes.append("not drawn: " + "; ".join(gone))

@@ -28,12 +28,21 @@ def plan(ctx: Context, modules, files: dict) -> list[tuple]:
         reads = tuple(getattr(module, "READS", ALL_TABLES))
         groups = [(kind, None)]  # slug: unique per trial, variant_slug: per variant (label)
         if getattr(module, "SCOPE", "study") == "variant" and not t.empty:
-            groups = [(f"{kind}/{slug}", list(g["trial_id"]))
-                      for slug, g in t.groupby("slug" if ctx.per_seed else "variant_slug", sort=False)]
+            groups = [
+                (f"{kind}/{slug}", list(g["trial_id"]))
+                for slug, g in t.groupby("slug" if ctx.per_seed else "variant_slug", sort=False)
+            ]
         for key, ids in groups:
             trials = t if ids is None else t[t["trial_id"].isin(ids)]
-            fp = fingerprint(kind=kind, key=key, options=options, files=files, trials=trials, tables=reads,
-                             every_trial=ids is None)
+            fp = fingerprint(
+                kind=kind,
+                key=key,
+                options=options,
+                files=files,
+                trials=trials,
+                tables=reads,
+                every_trial=ids is None,
+            )
             out.append((module, key, ids, fp))
     return out
 
@@ -58,7 +67,9 @@ def run(ctx: Context, modules, *, jobs: int) -> tuple[list[Path], list[str]]:
             direct = list(module.draw(ctx) or [])
         except Skip as why:
             ctx.skip(module.KIND, str(why))
-        drawn[key] = Entry(fingerprint=fp, files=direct, skipped=ctx.skipped[first:], pdf=pdf, per_seed=ctx.per_seed)
+        drawn[key] = Entry(
+            fingerprint=fp, files=direct, skipped=ctx.skipped[first:], pdf=pdf, per_seed=ctx.per_seed
+        )
     for (key, *_), paths in zip(ctx.renders, execute(ctx.renders, jobs=jobs)):
         drawn[key].files += paths
     for key, e in drawn.items():
@@ -78,8 +89,9 @@ def execute(renders: list, *, jobs: int) -> list[list[Path]]:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(renders)), mp_context=mp.get_context("spawn"),
-                             initializer=_init) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(renders)), mp_context=mp.get_context("spawn"), initializer=_init
+    ) as pool:
         with interrupts_held():  # submitting starts the workers
             futures = [pool.submit(_draw, *r) for r in renders]
         return [f.result() for f in futures]

@@ -7,8 +7,15 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.figures.panels import label_grid, layer_grid, wrap_note
-from analysis.figures.pooled import (CANVAS_DISTANCE, DistanceMetric, distance_metric, finish, model_order,
-                                     pooled_heads, reference_lines)
+from analysis.figures.pooled import (
+    CANVAS_DISTANCE,
+    DistanceMetric,
+    distance_metric,
+    finish,
+    model_order,
+    pooled_heads,
+    reference_lines,
+)
 
 KIND = "locality"
 READS = ("heads",)
@@ -16,19 +23,39 @@ STEM = "locality_over_training"
 
 #: ``distance``: the layer mean of the heads column named in ``metric``; ``epoch`` -1 (0
 #: epochs trained) is the untrained model
-COLUMNS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n", "distance", "metric", "seed_min", "seed_max"]
+COLUMNS = [
+    "model",
+    "epoch",
+    "epochs_trained",
+    "layer",
+    "seeds",
+    "n",
+    "distance",
+    "metric",
+    "seed_min",
+    "seed_max",
+]
 
 
 def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame:
     """Per (model, epoch, layer) of heads rows ``d``: the mean of ``value`` over the layer's
     heads and seeds (n values), the min / max over seeds of the per-seed layer mean and over
     the heads of all seeds (head_min, head_max)."""
-    per_seed = (d.groupby(["model", "epoch", "layer", "trial_id"], sort=False)[value]
-                .agg(["mean", "count", "sum", "min", "max"]).reset_index())
+    per_seed = (
+        d.groupby(["model", "epoch", "layer", "trial_id"], sort=False)[value]
+        .agg(["mean", "count", "sum", "min", "max"])
+        .reset_index()
+    )
     g = per_seed.groupby(["model", "epoch", "layer"], sort=False)
-    out = g.agg(seeds=("trial_id", "count"), n=("count", "sum"), total=("sum", "sum"),
-                seed_min=("mean", "min"), seed_max=("mean", "max"), head_min=("min", "min"),
-                head_max=("max", "max")).reset_index()
+    out = g.agg(
+        seeds=("trial_id", "count"),
+        n=("count", "sum"),
+        total=("sum", "sum"),
+        seed_min=("mean", "min"),
+        seed_max=("mean", "max"),
+        head_min=("min", "min"),
+        head_max=("max", "max"),
+    ).reset_index()
     out[value] = out["total"] / out["n"]
     out = out.astype({"epoch": int, "layer": int})
     out["epochs_trained"] = out["epoch"] + 1
@@ -38,8 +65,21 @@ def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame
     return out.reset_index(drop=True)
 
 
-def over_training(ctx, s: pd.DataFrame, models: list[str], value: str, *, band, ylabel: str, ylim: tuple,
-                  title: str, notes: list[str], stem: str, ncol: int = 4, metric: DistanceMetric | None = None) -> list:
+def over_training(
+    ctx,
+    s: pd.DataFrame,
+    models: list[str],
+    value: str,
+    *,
+    band,
+    ylabel: str,
+    ylim: tuple,
+    title: str,
+    notes: list[str],
+    stem: str,
+    ncol: int = 4,
+    metric: DistanceMetric | None = None,
+) -> list:
     """One panel per variant of :func:`layer_series` rows ``s``: a line per layer of ``value``,
     ``band(panel rows)`` (``(low column, high column, alpha)`` or None) around it, and the
     ``metric``'s reference lines; saved by :func:`~analysis.figures.pooled.finish`."""
@@ -49,14 +89,25 @@ def over_training(ctx, s: pd.DataFrame, models: list[str], value: str, *, band, 
         seeds, bounds = int(m["seeds"].max()), band(m)
         for layer, g in m.groupby("layer"):
             c = f"C{int(layer)}"  # the style's colour cycle
-            ax.plot(g["epochs_trained"], g[value], "-", color=c, marker="o" if len(g) <= 12 else None,
-                    markersize=2.5, label=f"layer {int(layer) + 1}")
+            ax.plot(
+                g["epochs_trained"],
+                g[value],
+                "-",
+                color=c,
+                marker="o" if len(g) <= 12 else None,
+                markersize=2.5,
+                label=f"layer {int(layer) + 1}",
+            )
             if bounds is not None:
                 low, high, alpha = bounds
                 ax.fill_between(g["epochs_trained"], g[low], g[high], color=c, alpha=alpha, linewidth=0)
         heads = int((m["n"] / m["seeds"]).max())
-        ax.set_title(wrap_note(model, ax.get_position().width * fig.get_size_inches()[0] * 1.25)
-                     + f"\nn = {seeds} seed{'s' if seeds != 1 else ''} × {heads} heads per point", fontsize=7, pad=3)
+        ax.set_title(
+            wrap_note(model, ax.get_position().width * fig.get_size_inches()[0] * 1.25)
+            + f"\nn = {seeds} seed{'s' if seeds != 1 else ''} × {heads} heads per point",
+            fontsize=7,
+            pad=3,
+        )
         if m["epochs_trained"].max() <= 12:
             ax.set_xticks(sorted(m["epochs_trained"].unique()))
         ax.grid(True, linewidth=0.4, alpha=0.5)
@@ -64,7 +115,9 @@ def over_training(ctx, s: pd.DataFrame, models: list[str], value: str, *, band, 
             reference_lines(ax, metric)
     label_grid(grid, xlabel="epochs trained", ylabel=ylabel)
     axes[0].set_ylim(*ylim)
-    handles = max(axes, key=lambda ax: len(ax.get_lines())).get_legend_handles_labels()[0]  # layers, references
+    handles = max(axes, key=lambda ax: len(ax.get_lines())).get_legend_handles_labels()[
+        0
+    ]  # layers, references
     return finish(ctx, fig, models, title=title, handles=handles, notes=notes, data=s, stem=stem, ncol=ncol)
 
 
@@ -82,13 +135,32 @@ def _figure(ctx, s: pd.DataFrame, models: list[str], metric: DistanceMetric) -> 
     top = max([float(s[["distance", "seed_max"]].max().max())] + [v for v, _ in metric.references]) * 1.08
     multi = (s["seeds"] > 1).any()
     spread = (s["seed_max"] - s["seed_min"])[s["seeds"] > 1]
-    start = ("x = 0: the untrained model" if (s["epochs_trained"] == 0).any()
-             else "no initialisation rows in this study: the lines start after the first epoch")
-    notes = ["line: the layer's mean over its heads and the variant's seeds"
-             + ("; band: min–max over seeds of the per-seed layer mean" if multi else "") + f"; {start}",
-             (f"seed-to-seed noise: the band is up to {spread.max():.2f} {metric.unit} wide" if multi
-              else "one seed per variant: seed-to-seed noise not measured"),
-             metric.note]
-    return over_training(ctx, s, models, "distance", ylabel=metric.axis, ylim=(0, top), metric=metric,
-                         band=lambda m: ("seed_min", "seed_max", 0.18) if int(m["seeds"].max()) > 1 else None,
-                         title="Locality over training: mean attention distance per layer", notes=notes, stem=STEM)
+    start = (
+        "x = 0: the untrained model"
+        if (s["epochs_trained"] == 0).any()
+        else "no initialisation rows in this study: the lines start after the first epoch"
+    )
+    notes = [
+        "line: the layer's mean over its heads and the variant's seeds"
+        + ("; band: min–max over seeds of the per-seed layer mean" if multi else "")
+        + f"; {start}",
+        (
+            f"seed-to-seed noise: the band is up to {spread.max():.2f} {metric.unit} wide"
+            if multi
+            else "one seed per variant: seed-to-seed noise not measured"
+        ),
+        metric.note,
+    ]
+    return over_training(
+        ctx,
+        s,
+        models,
+        "distance",
+        ylabel=metric.axis,
+        ylim=(0, top),
+        metric=metric,
+        band=lambda m: ("seed_min", "seed_max", 0.18) if int(m["seeds"].max()) > 1 else None,
+        title="Locality over training: mean attention distance per layer",
+        notes=notes,
+        stem=STEM,
+    )

@@ -81,4 +81,6 @@ def notes_under_legend(fig, notes: list[str], legend=None, gap: float = 0.01) ->
     width_in = fig.get_size_inches()[0]
     fig.canvas.draw()  # place the notes under the legend, wherever it ended
     box = (legend or fig.legends[0]).get_window_extent().transformed(fig.transFigure.inverted())
-    fig.text(0.5, box.y0 - gap, "\n".join(wrap_note(n, width_in) for n in notes), ha="center", va="top", fontsize=7)
+    fig.text(
+        0.5, box.y0 - gap, "\n".join(wrap_note(n, width_in) for n in notes), ha="center", va="top", fontsize=7
+    )

@@ -45,28 +45,42 @@ def distance_metric(d: pd.DataFrame, trials: pd.DataFrame) -> DistanceMetric:
         h, w = token_grid(trials)
         uniform, conv = uniform_attention_distance(h, w), conv_attention_distance(h, w)
         return DistanceMetric(
-            column=GRID_DISTANCE, unit="cells", axis="mean attention distance (grid cells)",
-            references=((uniform, f"uniform attention ({uniform:.2f})"),
-                        (conv, f"3×3 convolution's taps ({conv:.2f})")),
-            note=(f"attention distance: Σ_k P[q,k]·‖p_k − p_q‖ in cells of the {h}×{w} token grid, averaged over "
-                  "every query of the head-statistics test images on the real grid (heads.attention_distance, "
-                  f"the same for every encoding); dashed: uniform attention on the grid ({uniform:.2f}); dotted: "
-                  f"a 3×3 convolution's taps inside the grid, averaged over every query ({conv:.2f})"))
+            column=GRID_DISTANCE,
+            unit="cells",
+            axis="mean attention distance (grid cells)",
+            references=(
+                (uniform, f"uniform attention ({uniform:.2f})"),
+                (conv, f"3×3 convolution's taps ({conv:.2f})"),
+            ),
+            note=(
+                f"attention distance: Σ_k P[q,k]·‖p_k − p_q‖ in cells of the {h}×{w} token grid, averaged over "
+                "every query of the head-statistics test images on the real grid (heads.attention_distance, "
+                f"the same for every encoding); dashed: uniform attention on the grid ({uniform:.2f}); dotted: "
+                f"a 3×3 convolution's taps inside the grid, averaged over every query ({conv:.2f})"
+            ),
+        )
     return DistanceMetric(
-        column=CANVAS_DISTANCE, unit="px", axis="centre-query E‖δ‖ (px, canvas)",
+        column=CANVAS_DISTANCE,
+        unit="px",
+        axis="centre-query E‖δ‖ (px, canvas)",
         references=((CONV3_DISTANCE, f"3×3 convolution's taps ({CONV3_DISTANCE:.2f} px)"),),
-        note=("this study predates heads.attention_distance: shown is the canvas moment heads.mean_distance, "
-              "E‖δ‖ of ONE centre query (positional heads: an unclipped canvas of shifts, uniform = 11.86 px; "
-              "content heads: the grid's centre token, uniform = 6.14 px), not comparable across encodings; "
-              f"dotted: a 3×3 convolution's taps, (4 + 4√2)/9 = {CONV3_DISTANCE:.2f} px"))
+        note=(
+            "this study predates heads.attention_distance: shown is the canvas moment heads.mean_distance, "
+            "E‖δ‖ of ONE centre query (positional heads: an unclipped canvas of shifts, uniform = 11.86 px; "
+            "content heads: the grid's centre token, uniform = 6.14 px), not comparable across encodings; "
+            f"dotted: a 3×3 convolution's taps, (4 + 4√2)/9 = {CONV3_DISTANCE:.2f} px"
+        ),
+    )
 
 
 def reference_lines(ax, metric: DistanceMetric) -> list:
     """The metric's reference lines on ``ax`` (the convolution's dotted, uniform dashed),
     labelled: they are their own legend handles."""
-    styles = ("--", ":")[-len(metric.references):]
-    return [ax.axhline(value, color="0.3", linestyle=style, linewidth=0.8, zorder=1, label=label)
-            for (value, label), style in zip(metric.references, styles)]
+    styles = ("--", ":")[-len(metric.references) :]
+    return [
+        ax.axhline(value, color="0.3", linestyle=style, linewidth=0.8, zorder=1, label=label)
+        for (value, label), style in zip(metric.references, styles)
+    ]
 
 
 def token_grid(trials: pd.DataFrame) -> tuple[int, int]:
@@ -75,8 +89,10 @@ def token_grid(trials: pd.DataFrame) -> tuple[int, int]:
     grid = trials.reindex(columns=["image_size", "downsample"])  # absent columns: NaN
     sides = {int(s) // int(b) if pd.notna(s) and pd.notna(b) else 16 for s, b in grid.itertuples(index=False)}
     if len(sides) > 1:
-        raise Skip(f"trials on different token grids ({', '.join(map(str, sorted(sides)))}): one figure cannot "
-                   "share their reference lines")
+        raise Skip(
+            f"trials on different token grids ({', '.join(map(str, sorted(sides)))}): one figure cannot "
+            "share their reference lines"
+        )
     side = sides.pop() if sides else 16
     return side, side
 
@@ -116,13 +132,28 @@ def model_order(ctx, models) -> list[str]:
     return sorted(dict.fromkeys(models), key=lambda m: order.get(m, len(order)))
 
 
-def finish(ctx, fig, models: list[str], *, title: str, handles: list, notes: list[str], data: pd.DataFrame,
-           stem: str, ncol: int = 4) -> list:
+def finish(
+    ctx,
+    fig,
+    models: list[str],
+    *,
+    title: str,
+    handles: list,
+    notes: list[str],
+    data: pd.DataFrame,
+    stem: str,
+    ncol: int = 4,
+) -> list:
     """Save a figure of one panel per variant: its title, one legend under the panels and
     the notes under that (the variants' data first)."""
     fig.suptitle(title, y=1.0)
     fig.tight_layout(pad=0.3)
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(ncol, len(handles)),
-               frameon=False)
+    fig.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=min(ncol, len(handles)),
+        frameon=False,
+    )
     notes_under_legend(fig, [ctx.caption(models, by="label"), *notes])
     return ctx.save(fig, data, stem)

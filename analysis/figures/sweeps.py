@@ -25,6 +25,7 @@ def _sort_values(values: list[str]) -> list[str]:
             return (0, float(v), v)
         except ValueError:
             return (1, 0.0, v)
+
     return sorted(values, key=key)
 
 
@@ -44,9 +45,11 @@ def data(runs: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
     if len(cells) < 0.5 * len(va) * len(vb):
         raise Skip(f"{a} × {b} is not a grid ({len(cells)} of {len(va) * len(vb)} cells have trials)")
     done = t[t["epochs_done"].fillna(0).astype(int) > 0]
-    agg = (done.groupby([a, b])["best_test_acc"]
-           .agg(seeds="count", best_test_acc_mean="mean", best_test_acc_min="min", best_test_acc_max="max")
-           .reset_index())
+    agg = (
+        done.groupby([a, b])["best_test_acc"]
+        .agg(seeds="count", best_test_acc_mean="mean", best_test_acc_min="min", best_test_acc_max="max")
+        .reset_index()
+    )
     grid = pd.MultiIndex.from_product([va, vb], names=[a, b]).to_frame(index=False)
     d = grid.merge(agg, on=[a, b], how="left")
     d["seeds"] = d["seeds"].fillna(0).astype(int)
@@ -66,11 +69,25 @@ def _figure(ctx, d: pd.DataFrame, a: str, b: str) -> list:
     w = min(COLUMN_WIDTH, 1.0 + 0.55 * len(vb))
     fig, ax = plt.subplots(figsize=(max(w, 2.2), 0.9 + 0.42 * len(va)))
     n = d.pivot(index=a, columns=b, values="seeds").reindex(index=va, columns=vb).fillna(0).astype(int)
-    text = np.array([[f"{v:.3f}\nn={k}" if v == v else "" for v, k in zip(rv, rk)]
-                     for rv, rk in zip(m.to_numpy(dtype=float), n.to_numpy())], dtype=object)
-    sns.heatmap(m.astype(float), ax=ax, annot=text, fmt="", cmap="viridis", mask=m.isna(),
-                annot_kws={"fontsize": 7}, linewidths=0.5, linecolor="white",
-                cbar_kws={"label": "best test acc. (mean over n seeds)", "shrink": 0.9})
+    text = np.array(
+        [
+            [f"{v:.3f}\nn={k}" if v == v else "" for v, k in zip(rv, rk)]
+            for rv, rk in zip(m.to_numpy(dtype=float), n.to_numpy())
+        ],
+        dtype=object,
+    )
+    sns.heatmap(
+        m.astype(float),
+        ax=ax,
+        annot=text,
+        fmt="",
+        cmap="viridis",
+        mask=m.isna(),
+        annot_kws={"fontsize": 7},
+        linewidths=0.5,
+        linecolor="white",
+        cbar_kws={"label": "best test acc. (mean over n seeds)", "shrink": 0.9},
+    )
     ax.set_facecolor("0.9")
     for (i, j), v in np.ndenumerate(m.to_numpy(dtype=float)):
         if v != v:

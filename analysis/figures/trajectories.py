@@ -16,8 +16,11 @@ READS = ("heads",)
 
 def data(rows: pd.DataFrame, last: int | None) -> pd.DataFrame:
     d = rows if last is None else rows[rows["epoch"] <= last]
-    return (d[["layer", "head", "epoch", "center_x", "center_y"]]
-            .sort_values(["layer", "head", "epoch"]).reset_index(drop=True))
+    return (
+        d[["layer", "head", "epoch", "center_x", "center_y"]]
+        .sort_values(["layer", "head", "epoch"])
+        .reset_index(drop=True)
+    )
 
 
 def draw(ctx) -> list:
@@ -42,14 +45,31 @@ def _figure(ctx, t, d: pd.DataFrame) -> list:
             c = colours[head]
             ax.plot(s["center_x"], s["center_y"], "-", color=c, linewidth=0.8)
             # a ring at the start, larger than the dot at the end: both show when a head barely moves
-            ax.plot(s["center_x"].iloc[:1], s["center_y"].iloc[:1], "o", markerfacecolor="none",
-                    markeredgecolor=c, markersize=5, markeredgewidth=0.7)
+            ax.plot(
+                s["center_x"].iloc[:1],
+                s["center_y"].iloc[:1],
+                "o",
+                markerfacecolor="none",
+                markeredgecolor=c,
+                markersize=5,
+                markeredgewidth=0.7,
+            )
             ax.plot(s["center_x"].iloc[-1:], s["center_y"].iloc[-1:], "o", color=c, markersize=2.5)
-            ax.annotate(str(int(head) + 1), (s["center_x"].iloc[-1], s["center_y"].iloc[-1]), xytext=(2.5, 1.5),
-                        textcoords="offset points", fontsize=7, color=c)
+            ax.annotate(
+                str(int(head) + 1),
+                (s["center_x"].iloc[-1], s["center_y"].iloc[-1]),
+                xytext=(2.5, 1.5),
+                textcoords="offset points",
+                fontsize=7,
+                color=c,
+            )
         shift_axes(ax, lim)
         ax.set_title(f"layer {layer + 1}", pad=2)
     label_grid(grid)
-    fig.suptitle(f"{t['title']}\nhead centres {after(first)} (○) to {after(last)} (●), numbered by head\n"
-                 f"{wrap_note(ctx.caption([t['trial_id']]), fig.get_size_inches()[0])}", y=1.1, fontsize=7)
+    fig.suptitle(
+        f"{t['title']}\nhead centres {after(first)} (○) to {after(last)} (●), numbered by head\n"
+        f"{wrap_note(ctx.caption([t['trial_id']]), fig.get_size_inches()[0])}",
+        y=1.1,
+        fontsize=7,
+    )
     return ctx.save_trial(fig, t, d, "trajectories")

@@ -3,9 +3,9 @@ model at paper dims, its fast paths against the references."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -26,15 +26,25 @@ def attention_path(layer) -> str:
     p = layer.attention_dropout.p if layer.training else 0.0
     if layer.content:
         device = next(layer.parameters()).device
-        kind = "SDPA + positional bias" if layer.uses_fused_content(device) else "explicit (B,N_h,T,T) content"
+        kind = (
+            "SDPA + positional bias" if layer.uses_fused_content(device) else "explicit (B,N_h,T,T) content"
+        )
         return kind + (f", dropout {p:g}" if p else "")
     if layer.uses_factorised_path():
         return "factorised P_row⊗P_col"
     return "shared dense (N_h,T,T)" + (f" + one dropout mask {p:g}" if p else "")
 
 
-def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor], Tensor],
-                   opts: BenchOptions, *, training: bool, paths: DevicePaths, path: str) -> Variant:
+def _layer_variant(
+    name: str,
+    layer: RelativeSelfAttention,
+    fn: Callable[[Tensor], Tensor],
+    opts: BenchOptions,
+    *,
+    training: bool,
+    paths: DevicePaths,
+    path: str,
+) -> Variant:
     grid = BENCH_MODELS["sa_quadratic"].grid
     gen = torch.Generator(device="cpu").manual_seed(opts.seed)
     x = torch.randn(opts.batch, grid, grid, layer.dim, generator=gen).to(opts.device).requires_grad_()
@@ -44,8 +54,9 @@ def _layer_variant(name: str, layer: RelativeSelfAttention, fn: Callable[[Tensor
         # on the shared layer never push its scores out of range
         y0 = fn(x).float()
         grad_out = torch.randn_like(y0) / y0.numel() ** 0.5
-    return sgd_variant(name, layer, fn, x, opts=opts, paths=paths, path=path, training=training, lr=1e-3,
-                       grad=grad_out)
+    return sgd_variant(
+        name, layer, fn, x, opts=opts, paths=paths, path=path, training=training, lr=1e-3, grad=grad_out
+    )
 
 
 def bench_attention(key: str, opts: BenchOptions) -> dict:
@@ -60,18 +71,26 @@ def bench_attention(key: str, opts: BenchOptions) -> dict:
     fast_path, train_path = attention_path(layer.eval()), attention_path(layer.train())
     fast = replace(opts.paths(), channels_last=False)
     # (name, function of the input, training mode, device paths, path): the references float32, eager
-    runs = [("fast", layer, False, fast, fast_path), ("train", layer, True, fast, train_path),
-            ("core_fast", lambda x: layer.head_outputs(x)[0], False, fast, "core: " + fast_path)]
+    runs = [
+        ("fast", layer, False, fast, fast_path),
+        ("train", layer, True, fast, train_path),
+        ("core_fast", lambda x: layer.head_outputs(x)[0], False, fast, "core: " + fast_path),
+    ]
     for name, (fn, heads_fn, path, dropout) in REFERENCES.items():
         if name in opts.references:
-            runs += [(name, partial(fn, layer), dropout, DevicePaths(), path),
-                     (f"core_{name}", partial(heads_fn, layer), dropout, DevicePaths(), f"core: {name}")]
-    variants = [_layer_variant(name, layer, fn, opts, training=training, paths=paths, path=path)
-                for name, fn, training, paths, path in runs]
+            runs += [
+                (name, partial(fn, layer), dropout, DevicePaths(), path),
+                (f"core_{name}", partial(heads_fn, layer), dropout, DevicePaths(), f"core: {name}"),
+            ]
+    variants = [
+        _layer_variant(name, layer, fn, opts, training=training, paths=paths, path=path)
+        for name, fn, training, paths, path in runs
+    ]
     out.update(dict.fromkeys(("fast", "train", "core_fast", *REFERENCES, *(f"core_{r}" for r in REFERENCES))))
     out.update(measure(variants, opts, label=f"{ATTENTION}:{key} "))
     return {
-        **out, **speedups(out, "speedup_vs_naive", "fast", "naive", best=True),
+        **out,
+        **speedups(out, "speedup_vs_naive", "fast", "naive", best=True),
         **speedups(out, "train_speedup_vs_naive", "train", "naive"),
         **speedups(out, "core_speedup_vs_naive", "core_fast", "core_naive"),
         # the project's training path against the einsum formulation, both with dropout

@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
@@ -30,7 +30,9 @@ def memory_probe(device: torch.device) -> Iterator[dict[str, float | None]]:
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         rss0 = None
-        with contextlib.suppress(OSError):  # reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)
+        with contextlib.suppress(
+            OSError
+        ):  # reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)
             Path("/proc/self/clear_refs").write_text("5")
             rss0 = _proc_status_kb("VmRSS")
     yield mem

@@ -4,8 +4,8 @@ options (:class:`BenchOptions`, defaults per device)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -73,8 +73,13 @@ class BenchOptions:
 
     def paths(self) -> DevicePaths:
         """The device branches of the fast paths (the references: float32, eager)."""
-        return DevicePaths(autocast_dtype=self.amp_dtype, compile=self.compile, compile_backend=self.compile_backend,
-                           channels_last=self.channels_last, unverified_compile=self.unverified_compile)
+        return DevicePaths(
+            autocast_dtype=self.amp_dtype,
+            compile=self.compile,
+            compile_backend=self.compile_backend,
+            channels_last=self.channels_last,
+            unverified_compile=self.unverified_compile,
+        )
 
     def target_config(self, target: str) -> ModelConfig:
         """The model configuration a target times (``attention:KEY``: the model KEY's layer)."""

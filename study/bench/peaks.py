@@ -6,8 +6,8 @@ data-sheet number for PyTorch's kernels, a *measured* sustained-matmul ceiling.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -47,21 +47,28 @@ def timed(device: torch.device, fn: Callable[[], object], steps: int = 1) -> tup
     return time.perf_counter() - t, time.process_time() - c, out
 
 
-def measured_matmul_peak(device: torch.device, dtype: torch.dtype, *, size: int = 1024, repeats: int = 10) -> Peak:
+def measured_matmul_peak(
+    device: torch.device, dtype: torch.dtype, *, size: int = 1024, repeats: int = 10
+) -> Peak:
     """Best TFLOP/s of ``repeats`` (size×size)·(size×size) matmuls on ``device``."""
     a, b = torch.randn(2, size, size, device=device, dtype=dtype)
     a @ b  # warm-up (allocations, kernel selection)
     walls, cpus, _ = zip(*(timed(device, lambda: a @ b) for _ in range(repeats)))
     flops, name = 2 * size**3, str(dtype).removeprefix("torch.")
-    return Peak(flops / min(walls) / 1e12, f"measured: best {size}x{size} {name} matmul on this machine",
-                cpu_tflops=flops / min(cpus) / 1e12 if min(cpus) > 0 else None)
+    return Peak(
+        flops / min(walls) / 1e12,
+        f"measured: best {size}x{size} {name} matmul on this machine",
+        cpu_tflops=flops / min(cpus) / 1e12 if min(cpus) > 0 else None,
+    )
 
 
 def resolve_peak(device: torch.device, amp_dtype: torch.dtype | None, override: float | None) -> Peak:
     """``override`` (from ``--peak-tflops``) if given, else the stated GPU table, else
     a measured matmul ceiling on CPU."""
     fp32 = "tf32" if device.type == "cuda" and torch.get_float32_matmul_precision() != "highest" else "fp32"
-    precision = {torch.bfloat16: "bf16", torch.float16: "fp16", None: fp32}[amp_dtype]  # what the matmuls run in
+    precision = {torch.bfloat16: "bf16", torch.float16: "fp16", None: fp32}[
+        amp_dtype
+    ]  # what the matmuls run in
     if override is not None:
         return Peak(float(override), f"given: --peak-tflops ({precision})")
     if device.type == "cuda":

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 from torch import Tensor, nn
 

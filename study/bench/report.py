@@ -3,19 +3,34 @@
 from __future__ import annotations
 
 COLUMNS = (
-    "model", "run", "path", "img/s", "ms/step", "fwd GFLOP/img", "TFLOP/s", "MFU", "peak MB", "step MB", "vs naive",
+    "model",
+    "run",
+    "path",
+    "img/s",
+    "ms/step",
+    "fwd GFLOP/img",
+    "TFLOP/s",
+    "MFU",
+    "peak MB",
+    "step MB",
+    "vs naive",
     "vs einsum",
 )
 CPU_COLUMNS = ("cpu ms/step", "vs naive (cpu time)", "vs einsum (cpu time)")
 #: (run, record, its speedup over naive, over einsum): the key of the speedup in the report's row, 1 for the
 #: reference itself, None for none; a model's missing reference is left out, the layer's printed as "-"
-MODEL_RUNS = (("fast", "fast", "speedup_vs_naive", "speedup_vs_einsum"), ("naive", "naive", 1, None),
-              ("einsum", "einsum", None, 1))
+MODEL_RUNS = (
+    ("fast", "fast", "speedup_vs_naive", "speedup_vs_einsum"),
+    ("naive", "naive", 1, None),
+    ("einsum", "einsum", None, 1),
+)
 ATTENTION_RUNS = (
     ("fast p=0", "fast", "speedup_vs_naive", None),
     ("train p=0.1", "train", "train_speedup_vs_naive", "train_speedup_vs_einsum"),
-    ("einsum p=0.1", "einsum", None, 1), ("naive", "naive", 1, None),
-    ("core fast", "core_fast", "core_speedup_vs_naive", None), ("core naive", "core_naive", 1, None),
+    ("einsum p=0.1", "einsum", None, 1),
+    ("naive", "naive", 1, None),
+    ("core fast", "core_fast", "core_speedup_vs_naive", None),
+    ("core naive", "core_naive", 1, None),
 )
 
 
@@ -29,12 +44,28 @@ def _row(label: str, row: dict, run: str, key: str, naive, einsum, *, cpu: bool)
     n, rec = len(COLUMNS) + (len(CPU_COLUMNS) if cpu else 0), row.get(key)
     if rec is None:
         return [label, run, *["-"] * (n - 2)]
-    naive, einsum = ((1.0, 1.0) if k == 1 else (row.get(k), row.get(f"{k}_cpu_time")) for k in (naive, einsum))
-    cells = [label, run, rec["path"], or_na(rec["images_per_s"], ".1f"), or_na(rec["step_ms"], ".1f"),
-             or_na(rec["forward_flops"] / 1e9, ".3f"), or_na(rec["tflops"], ".3f"),
-             or_na(rec["mfu"], ".2%"), or_na(rec["peak_memory_mb"], ".0f"), or_na(rec["step_memory_mb"], ".0f"),
-             or_na(naive[0], ".2f", "x"), or_na(einsum[0], ".2f", "x")]
-    cpu_cells = [or_na(1e3 * rec["cpu_s_per_step"], ".1f"), or_na(naive[1], ".2f", "x"), or_na(einsum[1], ".2f", "x")]
+    naive, einsum = (
+        (1.0, 1.0) if k == 1 else (row.get(k), row.get(f"{k}_cpu_time")) for k in (naive, einsum)
+    )
+    cells = [
+        label,
+        run,
+        rec["path"],
+        or_na(rec["images_per_s"], ".1f"),
+        or_na(rec["step_ms"], ".1f"),
+        or_na(rec["forward_flops"] / 1e9, ".3f"),
+        or_na(rec["tflops"], ".3f"),
+        or_na(rec["mfu"], ".2%"),
+        or_na(rec["peak_memory_mb"], ".0f"),
+        or_na(rec["step_memory_mb"], ".0f"),
+        or_na(naive[0], ".2f", "x"),
+        or_na(einsum[0], ".2f", "x"),
+    ]
+    cpu_cells = [
+        or_na(1e3 * rec["cpu_s_per_step"], ".1f"),
+        or_na(naive[1], ".2f", "x"),
+        or_na(einsum[1], ".2f", "x"),
+    ]
     return cells + (cpu_cells if cpu else [])
 
 
@@ -51,7 +82,11 @@ def format_report(report: dict) -> str:
         f"batch {report['batch']}, {report['steps']} timed steps x {report['repeats']} window(s) "
         f"after {report['warmup']} warm-up",
         f"peak for MFU: {'n/a' if peak is None else f'{peak:.3f} TFLOP/s'}"
-        + (f" ({report['peak_cpu_tflops']:.3f} TFLOP per CPU-second)" if report.get("peak_cpu_tflops") else "")
+        + (
+            f" ({report['peak_cpu_tflops']:.3f} TFLOP per CPU-second)"
+            if report.get("peak_cpu_tflops")
+            else ""
+        )
         + f" ({report['peak_source']})",
         "step = forward + backward + SGD on a device-resident batch; TFLOP/s = 3 x forward FLOPs of the "
         "timed path x img/s (median window); naive = study.bench.naive: float32, eager, no attention dropout; "
@@ -63,15 +98,27 @@ def format_report(report: dict) -> str:
     if cpu:
         lines.append("cpu ms/step = process CPU time per step, all threads (insensitive to other jobs' load)")
     if report["models"]:
-        rows = [_row("" if i else m["name"], m, *run, cpu=cpu) for m in report["models"]
-                for i, run in enumerate(MODEL_RUNS) if m.get(run[1]) is not None]
-        lines += ["", "Whole model, training mode (paper dropout 0.1 everywhere)",
-                  pd.DataFrame(rows, columns=columns).to_string(index=False)]
-        lines.append("forward FLOPs per image, eval path (study.flops.forward_flops): " + "; ".join(
-            f"{m['name']} {m['forward_flops'] / 1e9:.3f} G" for m in report["models"]))
+        rows = [
+            _row("" if i else m["name"], m, *run, cpu=cpu)
+            for m in report["models"]
+            for i, run in enumerate(MODEL_RUNS)
+            if m.get(run[1]) is not None
+        ]
+        lines += [
+            "",
+            "Whole model, training mode (paper dropout 0.1 everywhere)",
+            pd.DataFrame(rows, columns=columns).to_string(index=False),
+        ]
+        lines.append(
+            "forward FLOPs per image, eval path (study.flops.forward_flops): "
+            + "; ".join(f"{m['name']} {m['forward_flops'] / 1e9:.3f} G" for m in report["models"])
+        )
     if report["attention"]:
-        rows = [_row("" if i else a["name"], a, *run, cpu=cpu) for a in report["attention"]
-                for i, run in enumerate(ATTENTION_RUNS)]
+        rows = [
+            _row("" if i else a["name"], a, *run, cpu=cpu)
+            for a in report["attention"]
+            for i, run in enumerate(ATTENTION_RUNS)
+        ]
         lines += [
             "",
             "Attention layer alone (D=400, N_h=9, 16x16 grid; input requires grad as inside the network).",

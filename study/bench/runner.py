@@ -15,7 +15,14 @@ import torch
 
 from study.bench.layer_bench import bench_attention
 from study.bench.model_bench import bench_model
-from study.bench.options import ALL_TARGETS, ATTENTION, ATTENTION_VARIANTS, BenchOptions, default_options, is_target
+from study.bench.options import (
+    ALL_TARGETS,
+    ATTENTION,
+    ATTENTION_VARIANTS,
+    BenchOptions,
+    default_options,
+    is_target,
+)
 from study.bench.peaks import Peak, resolve_peak
 from study.bench.timing import NonFiniteValues
 from study.devicepaths import compile_model
@@ -40,8 +47,12 @@ def run_bench(opts: BenchOptions) -> dict:
         torch.set_num_threads(opts.threads)
     for target in opts.targets:  # every target's compiled configuration verified, before any is timed
         for config in (opts.target_config(t) for t in _expand(target)):
-            opts.paths().check_compile(opts.device, model=compile_model(config), flag="--compile",
-                                       instead="use --compile-backend aot_eager, or leave out --compile")
+            opts.paths().check_compile(
+                opts.device,
+                model=compile_model(config),
+                flag="--compile",
+                instead="use --compile-backend aot_eager, or leave out --compile",
+            )
     peak = resolve_peak(opts.device, opts.amp_dtype, opts.peak_tflops)
     models, attention, non_finite = [], [], []
     for target in (t for target in opts.targets for t in _expand(target)):
@@ -57,19 +68,33 @@ def run_bench(opts: BenchOptions) -> dict:
         # a measured ceiling is only as good as the quietest moment it saw: measure
         # again at the end and keep the larger, so MFU is not inflated by a busy start
         again = resolve_peak(opts.device, opts.amp_dtype, None)
-        peak = replace(peak, tflops=max(peak.tflops, again.tflops),
-                       source=peak.source + " (best of start and end of the run; MFU per CPU-second)",
-                       cpu_tflops=max(peak.cpu_tflops or 0.0, again.cpu_tflops or 0.0) or None)
+        peak = replace(
+            peak,
+            tflops=max(peak.tflops, again.tflops),
+            source=peak.source + " (best of start and end of the run; MFU per CPU-second)",
+            cpu_tflops=max(peak.cpu_tflops or 0.0, again.cpu_tflops or 0.0) or None,
+        )
     for row in models + attention:
         for rec in (v for v in row.values() if isinstance(v, dict)):  # the runs' records
             rec["mfu"] = mfu(peak, rec["tflops"], rec["train_flops"] * opts.batch, rec["cpu_s_per_step"])
     return {
-        "device": str(opts.device), "device_name": device_name(opts.device), "torch": torch.__version__,
-        "precision": opts.paths().precision_name(), "compile": opts.compile,
-        "compile_backend": opts.compile_backend if opts.compile else None, "channels_last": opts.channels_last,
-        "model_overrides": dict(opts.model_overrides), "batch": opts.batch, "steps": opts.steps,
-        "warmup": opts.warmup, "repeats": opts.repeats, "peak_tflops": peak.tflops,
-        "peak_source": peak.source, "peak_cpu_tflops": peak.cpu_tflops, "models": models, "attention": attention,
+        "device": str(opts.device),
+        "device_name": device_name(opts.device),
+        "torch": torch.__version__,
+        "precision": opts.paths().precision_name(),
+        "compile": opts.compile,
+        "compile_backend": opts.compile_backend if opts.compile else None,
+        "channels_last": opts.channels_last,
+        "model_overrides": dict(opts.model_overrides),
+        "batch": opts.batch,
+        "steps": opts.steps,
+        "warmup": opts.warmup,
+        "repeats": opts.repeats,
+        "peak_tflops": peak.tflops,
+        "peak_source": peak.source,
+        "peak_cpu_tflops": peak.cpu_tflops,
+        "models": models,
+        "attention": attention,
         "non_finite": non_finite,
     }
 

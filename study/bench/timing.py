@@ -7,8 +7,8 @@ reads process CPU time (MFU on a shared CPU: runner.mfu), and Timer pins torch t
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -73,9 +73,20 @@ class _FirstNonFinite:
         return n or None
 
 
-def sgd_variant(name: str, module: torch.nn.Module, fn: Callable[[Tensor], Tensor], x: Tensor, *, opts: BenchOptions,
-                paths: DevicePaths, path: str, training: bool, lr: float,
-                loss: Callable[[Tensor], Tensor] | None = None, grad: Tensor | None = None) -> Variant:
+def sgd_variant(
+    name: str,
+    module: torch.nn.Module,
+    fn: Callable[[Tensor], Tensor],
+    x: Tensor,
+    *,
+    opts: BenchOptions,
+    paths: DevicePaths,
+    path: str,
+    training: bool,
+    lr: float,
+    loss: Callable[[Tensor], Tensor] | None = None,
+    grad: Tensor | None = None,
+) -> Variant:
     """A training step: ``fn(x)`` on ``paths`` (autocast, compile), backward of ``loss`` of it (or
     of it against ``grad``), SGD with momentum on ``module``, set to ``training`` each step: the
     layer bench's variants share one layer."""
@@ -94,8 +105,15 @@ def sgd_variant(name: str, module: torch.nn.Module, fn: Callable[[Tensor], Tenso
         return y.detach()
 
     compiled = f"torch.compile {paths.compile_backend}" if paths.compile else "eager"
-    return Variant(name=name, path=path, step=step, forward_flops=fwd_flops, precision=paths.precision_name(),
-                   value="loss" if loss is not None else "output", mode=f"{paths.precision_name()}, {compiled}")
+    return Variant(
+        name=name,
+        path=path,
+        step=step,
+        forward_flops=fwd_flops,
+        precision=paths.precision_name(),
+        value="loss" if loss is not None else "output",
+        mode=f"{paths.precision_name()}, {compiled}",
+    )
 
 
 def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> dict[str, dict]:
@@ -112,8 +130,12 @@ def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> 
         for v in variants:
             wall, cpu, _ = timed(opts.device, watched[v.name], opts.steps)
             windows[v.name].append((wall, cpu))
-    bad = [f"{label}{v.name}: non-finite {v.value} at step {n} ({v.mode or v.precision})"
-           for v in variants for n in [watched[v.name].first()] if n is not None]
+    bad = [
+        f"{label}{v.name}: non-finite {v.value} at step {n} ({v.mode or v.precision})"
+        for v in variants
+        for n in [watched[v.name].first()]
+        if n is not None
+    ]
     if bad:
         raise NonFiniteValues(*bad)
     records = {}
@@ -121,14 +143,20 @@ def measure(variants: list[Variant], opts: BenchOptions, *, label: str = "") -> 
         walls, cpus = (list(x) for x in zip(*windows[v.name]))
         images_per_s = opts.batch * opts.steps / statistics.median(walls)
         records[v.name] = {
-            "path": v.path, "precision": v.precision, "images_per_s": images_per_s,
+            "path": v.path,
+            "precision": v.precision,
+            "images_per_s": images_per_s,
             "images_per_s_best": opts.batch * opts.steps / min(walls),
-            "step_ms": 1e3 * opts.batch / images_per_s, "windows_s": walls,
+            "step_ms": 1e3 * opts.batch / images_per_s,
+            "windows_s": walls,
             # process CPU seconds (all threads): other jobs' load does not inflate it
-            "cpu_s_per_step": statistics.median(cpus) / opts.steps, "warmup_s": warm[v.name],
-            "forward_flops": v.forward_flops, "train_flops": 3 * v.forward_flops,
+            "cpu_s_per_step": statistics.median(cpus) / opts.steps,
+            "warmup_s": warm[v.name],
+            "forward_flops": v.forward_flops,
+            "train_flops": 3 * v.forward_flops,
             "tflops": 3 * v.forward_flops * images_per_s / 1e12,
-            "peak_memory_mb": memory[v.name]["peak_mb"], "step_memory_mb": memory[v.name]["step_mb"],
+            "peak_memory_mb": memory[v.name]["peak_mb"],
+            "step_memory_mb": memory[v.name]["step_mb"],
         }
     return records
 
@@ -142,5 +170,9 @@ def speedups(out: dict, name: str, fast: str, ref: str, *, best: bool = False) -
     if not a or not b:
         return dict.fromkeys(keys)
     cpu = b["cpu_s_per_step"] / a["cpu_s_per_step"] if a["cpu_s_per_step"] and b["cpu_s_per_step"] else None
-    return dict(zip(keys, (a["images_per_s"] / b["images_per_s"], cpu,
-                           a["images_per_s_best"] / b["images_per_s_best"])))
+    return dict(
+        zip(
+            keys,
+            (a["images_per_s"] / b["images_per_s"], cpu, a["images_per_s_best"] / b["images_per_s_best"]),
+        )
+    )

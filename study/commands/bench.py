@@ -8,7 +8,8 @@ import argparse
 import json
 import re
 import sys
-from typing import Callable, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 from study.cliutil import SEED, BoundedInt
 from study.errors import UsageError
@@ -23,7 +24,8 @@ def register(sub) -> None:
 
     targets = ", ".join([*PAPER_MODELS, "attention"])
     p = sub.add_parser(
-        "bench", help="measure training images/s, TFLOP/s, MFU and memory vs reference formulations",
+        "bench",
+        help="measure training images/s, TFLOP/s, MFU and memory vs reference formulations",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "For each paper model (configs of study.models.PAPER_MODELS) on the current device:\n"
@@ -47,40 +49,90 @@ def register(sub) -> None:
             f"targets: {targets}; attention:KEY times the layer of one SA model only"
         ),
     )
-    p.add_argument("--models", default="all", metavar="LIST",
-                   help="comma-separated targets, or 'all' (default)")
+    p.add_argument(
+        "--models", default="all", metavar="LIST", help="comma-separated targets, or 'all' (default)"
+    )
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
-    p.add_argument("--batch", type=BoundedInt(1, MAX_BENCH_BATCH, "MAX_BENCH_BATCH"), default=None,
-                   help="images per step (default: 128 on CUDA, 8 on CPU)")
+    p.add_argument(
+        "--batch",
+        type=BoundedInt(1, MAX_BENCH_BATCH, "MAX_BENCH_BATCH"),
+        default=None,
+        help="images per step (default: 128 on CUDA, 8 on CPU)",
+    )
     p.add_argument("--steps", type=_STEPS, default=None, help="timed steps (default: 50 on CUDA, 3 on CPU)")
-    p.add_argument("--warmup", type=_STEPS, default=None,
-                   help="untimed steps first (compilation; memory is read here), >= 1 "
-                   "(default: 10 on CUDA, 1 on CPU)")
-    p.add_argument("--repeats", type=BoundedInt(1, MAX_BENCH_REPEATS, "MAX_BENCH_REPEATS"), default=None,
-                   help="timed windows of --steps steps per variant; img/s from the median window "
-                   "(default 1); attention-layer variants interleave their windows")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
-                   help="autocast dtype of the fast paths; float32 = no autocast "
-                   "(default: bfloat16 on CUDA, float32 on CPU); the naive reference is always float32")
-    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
-                   help="shorthand: --amp = --dtype bfloat16, --no-amp = --dtype float32")
+    p.add_argument(
+        "--warmup",
+        type=_STEPS,
+        default=None,
+        help="untimed steps first (compilation; memory is read here), >= 1 (default: 10 on CUDA, 1 on CPU)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=BoundedInt(1, MAX_BENCH_REPEATS, "MAX_BENCH_REPEATS"),
+        default=None,
+        help="timed windows of --steps steps per variant; img/s from the median window "
+        "(default 1); attention-layer variants interleave their windows",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default=None,
+        help="autocast dtype of the fast paths; float32 = no autocast "
+        "(default: bfloat16 on CUDA, float32 on CPU); the naive reference is always float32",
+    )
+    p.add_argument(
+        "--amp",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="shorthand: --amp = --dtype bfloat16, --no-amp = --dtype float32",
+    )
     p.add_argument("--compile", action="store_true", help="torch.compile the fast model / layer")
-    p.add_argument("--compile-backend", choices=COMPILE_BACKENDS, default=None,
-                   help="torch.compile backend with --compile (default inductor; aot_eager traces the same "
-                   "graphs without code generation)")
-    p.add_argument("--lr", type=float, default=None, metavar="LR",
-                   help="SGD step size of a whole model's timed steps (default 0.01); a run whose steps give "
-                   "non-finite values is one line of the report, and the exit status is 1")
-    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
-                   help="ResNet in channels-last (NHWC) memory format (default: on CUDA only)")
-    p.add_argument("--references", default=None, metavar="LIST",
-                   help="comma-separated references to time: naive, einsum, or none (default: naive,einsum)")
-    p.add_argument("--naive", action=argparse.BooleanOptionalAction, default=None,
-                   help="shorthand: --no-naive drops the naive reference, --naive adds it")
-    p.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOPS",
-                   help="peak for MFU, overriding the table / CPU measurement")
-    p.add_argument("--threads", type=BoundedInt(1, MAX_CPUS_PER_TRIAL, "MAX_CPUS_PER_TRIAL"), default=None,
-                   help="CPU threads for torch (default: torch's); 1 is steadier on a shared machine")
+    p.add_argument(
+        "--compile-backend",
+        choices=COMPILE_BACKENDS,
+        default=None,
+        help="torch.compile backend with --compile (default inductor; aot_eager traces the same "
+        "graphs without code generation)",
+    )
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        metavar="LR",
+        help="SGD step size of a whole model's timed steps (default 0.01); a run whose steps give "
+        "non-finite values is one line of the report, and the exit status is 1",
+    )
+    p.add_argument(
+        "--channels-last",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ResNet in channels-last (NHWC) memory format (default: on CUDA only)",
+    )
+    p.add_argument(
+        "--references",
+        default=None,
+        metavar="LIST",
+        help="comma-separated references to time: naive, einsum, or none (default: naive,einsum)",
+    )
+    p.add_argument(
+        "--naive",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="shorthand: --no-naive drops the naive reference, --naive adds it",
+    )
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        metavar="TFLOPS",
+        help="peak for MFU, overriding the table / CPU measurement",
+    )
+    p.add_argument(
+        "--threads",
+        type=BoundedInt(1, MAX_CPUS_PER_TRIAL, "MAX_CPUS_PER_TRIAL"),
+        default=None,
+        help="CPU threads for torch (default: torch's); 1 is steadier on a shared machine",
+    )
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -92,8 +144,15 @@ def refuse(message: str) -> NoReturn:
     raise UsageError(message)
 
 
-def names_from_flag(text: str, *, flag: str, what: str, known: Callable[[str], bool], choices: str,
-                    error: Callable[[str], NoReturn] = refuse) -> tuple[str, ...]:
+def names_from_flag(
+    text: str,
+    *,
+    flag: str,
+    what: str,
+    known: Callable[[str], bool],
+    choices: str,
+    error: Callable[[str], NoReturn] = refuse,
+) -> tuple[str, ...]:
     """The comma-separated names of ``text``, each ``known``, else ``error`` one line."""
     names = tuple(t.strip() for t in text.split(",") if t.strip())
     bad = [t for t in names if not known(t)]
@@ -135,24 +194,51 @@ def options_from_args(args: argparse.Namespace):
     from study.bench.references import REFERENCES
     from study.bench.runner import ALL_TARGETS, default_options, is_target
 
-    targets = ALL_TARGETS if args.models.strip() == "all" else names_from_flag(
-        args.models, flag="--models", what="target", known=is_target,
-        choices=f"{', '.join(ALL_TARGETS)}, attention:KEY or all")
+    targets = (
+        ALL_TARGETS
+        if args.models.strip() == "all"
+        else names_from_flag(
+            args.models,
+            flag="--models",
+            what="target",
+            known=is_target,
+            choices=f"{', '.join(ALL_TARGETS)}, attention:KEY or all",
+        )
+    )
     if args.references is None:  # --references (default every reference), then --naive/--no-naive
         refs = list(REFERENCES)
     elif args.references.strip() == "none":
         refs = []
     else:
-        refs = list(names_from_flag(args.references, flag="--references", what="reference",
-                                    known=REFERENCES.__contains__, choices=f"{', '.join(REFERENCES)} or none"))
+        refs = list(
+            names_from_flag(
+                args.references,
+                flag="--references",
+                what="reference",
+                known=REFERENCES.__contains__,
+                choices=f"{', '.join(REFERENCES)} or none",
+            )
+        )
     if args.naive is False:
         refs = [r for r in refs if r != "naive"]
     elif args.naive and "naive" not in refs:
         refs.insert(0, "naive")
-    opts = default_options(device, batch=args.batch, steps=args.steps, warmup=args.warmup, repeats=args.repeats,
-                           compile=args.compile, compile_backend=args.compile_backend,
-                           channels_last=args.channels_last, references=tuple(dict.fromkeys(refs)), targets=targets,
-                           peak_tflops=args.peak_tflops, seed=args.seed, threads=args.threads, lr=args.lr)
+    opts = default_options(
+        device,
+        batch=args.batch,
+        steps=args.steps,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        compile=args.compile,
+        compile_backend=args.compile_backend,
+        channels_last=args.channels_last,
+        references=tuple(dict.fromkeys(refs)),
+        targets=targets,
+        peak_tflops=args.peak_tflops,
+        seed=args.seed,
+        threads=args.threads,
+        lr=args.lr,
+    )
     dtype = args.dtype or ({True: "bfloat16", False: "float32"}.get(args.amp))
     if dtype is not None:
         opts.amp_dtype = None if dtype == "float32" else getattr(torch, dtype)

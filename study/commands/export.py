@@ -15,28 +15,43 @@ from study.limits import MAX_EVAL_BATCH, MAX_SUBSET
 
 
 def register(sub) -> None:
-    p = sub.add_parser("export", help="write a trial's trained model to one .pt file",
-                       description="Write the weights and model/training configuration of one trial "
-                       "(its latest checkpoint: the last epoch trained) to a .pt file loadable with "
-                       "torch.load(weights_only=True) and study.models.load_trained.")
+    p = sub.add_parser(
+        "export",
+        help="write a trial's trained model to one .pt file",
+        description="Write the weights and model/training configuration of one trial "
+        "(its latest checkpoint: the last epoch trained) to a .pt file loadable with "
+        "torch.load(weights_only=True) and study.models.load_trained.",
+    )
     _storage(p, study=True)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--trial", metavar="ID", help="trial id as in the tables (e.g. c000-s000)")
-    which.add_argument("--best", action="store_true",
-                       help="the trial with the highest final accuracy (val_acc when recorded, else "
-                            "test_acc) among those with a checkpoint (the default)")
+    which.add_argument(
+        "--best",
+        action="store_true",
+        help="the trial with the highest final accuracy (val_acc when recorded, else "
+        "test_acc) among those with a checkpoint (the default)",
+    )
     p.add_argument("--out", type=Path, help="output file (default: NAME-TRIAL.pt)")
     p.set_defaults(func=run_export)
 
-    p = sub.add_parser("evaluate", help="accuracy of an exported model on a data source",
-                       description="Rebuild an exported model and print its loss and accuracy on the "
-                       "test split of a data source (the subset drawn with the training seed).")
+    p = sub.add_parser(
+        "evaluate",
+        help="accuracy of an exported model on a data source",
+        description="Rebuild an exported model and print its loss and accuracy on the "
+        "test split of a data source (the subset drawn with the training seed).",
+    )
     p.add_argument("file", type=Path, help="a .pt written by `study export` (or a checkpoint.pt)")
-    p.add_argument("--data", help="synthetic[:N] | cifar10[:ROOT] | image-folder tree or archive "
-                                  "(default: the data the model was trained on)")
-    p.add_argument("--subset", type=BoundedInt(1, MAX_SUBSET, "MAX_SUBSET"),
-                   help="the stratified subset of --subset training images "
-                   "and its max(N/5, 100) test images (default: the whole test split)")
+    p.add_argument(
+        "--data",
+        help="synthetic[:N] | cifar10[:ROOT] | image-folder tree or archive "
+        "(default: the data the model was trained on)",
+    )
+    p.add_argument(
+        "--subset",
+        type=BoundedInt(1, MAX_SUBSET, "MAX_SUBSET"),
+        help="the stratified subset of --subset training images "
+        "and its max(N/5, 100) test images (default: the whole test split)",
+    )
     p.add_argument("--batch-size", type=BoundedInt(1, MAX_EVAL_BATCH, "MAX_EVAL_BATCH"), default=500)
     p.add_argument("--device", help="cpu, cuda, cuda:1, … (default: cuda when available)")
     p.set_defaults(func=run_evaluate)
@@ -46,7 +61,9 @@ def _choose(root: str, refs: list[str], args) -> str:
     if args.trial:
         if args.trial not in refs:
             known = ", ".join(refs) or "none"
-            raise UsageError(f"--trial: no checkpoint of trial {args.trial!r} (trials with checkpoints: {known})")
+            raise UsageError(
+                f"--trial: no checkpoint of trial {args.trial!r} (trials with checkpoints: {known})"
+            )
         return args.trial
     if not refs:
         raise UsageError(f"study {args.name!r} has no trial checkpoint")
@@ -56,7 +73,11 @@ def _choose(root: str, refs: list[str], args) -> str:
     cand = runs[runs.trial_id.isin(list(refs))] if not runs.empty else runs
     if cand.empty:
         return refs[0]
-    col = "final_val_acc" if "final_val_acc" in cand and cand["final_val_acc"].notna().any() else "final_test_acc"
+    col = (
+        "final_val_acc"
+        if "final_val_acc" in cand and cand["final_val_acc"].notna().any()
+        else "final_test_acc"
+    )
     return str(cand.sort_values(col, ascending=False, na_position="last").iloc[0]["trial_id"])
 
 
@@ -75,10 +96,18 @@ def run_export(args: argparse.Namespace) -> int:
     from study.tuning.checkpoints import latest_checkpoint_head
 
     with refused(ExportError, f"trial {key}: "):  # none intact as its pickle says: refused before torch
-        latest_checkpoint_head(root, key, check=lambda state, path: _check_head(export_dict(state), where=path))
-    with refused(ExportError, f"trial {key}: "):  # the checkpoint taken is one whose export loads (config, shapes)
-        state = latest_checkpoint(root, key, check=lambda state, path: check_export(export_dict(state), where=path),
-                                  warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True))
+        latest_checkpoint_head(
+            root, key, check=lambda state, path: _check_head(export_dict(state), where=path)
+        )
+    with refused(
+        ExportError, f"trial {key}: "
+    ):  # the checkpoint taken is one whose export loads (config, shapes)
+        state = latest_checkpoint(
+            root,
+            key,
+            check=lambda state, path: check_export(export_dict(state), where=path),
+            warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True),
+        )
         export = export_dict(state, study=Path(root).name, trial_id=key)
     out = args.out or Path(f"{Path(root).name}-{key}.pt")
     import torch
@@ -88,7 +117,9 @@ def run_export(args: argparse.Namespace) -> int:
     try:
         write_atomic(out, lambda f: torch.save(export, f), suffix=".pt")
     except OSError as e:
-        raise UsageError(f"--out: cannot write {out} ({e.strerror or ' '.join(str(e).split())[:160]})") from None
+        raise UsageError(
+            f"--out: cannot write {out} ({e.strerror or ' '.join(str(e).split())[:160]})"
+        ) from None
     print(f"{out}: trial {key}, {export['epoch']} epochs, final test acc {export['final_test_acc']:.4f}")
     return 0
 
@@ -136,10 +167,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     # the trial's own precision: bf16 autocast on CUDA when it trained with amp
     paths = DevicePaths.for_device(device, amp=bool(train.get("amp", True)))
-    loss, acc = evaluate(model, data, batch_size=args.batch_size, world=1, autocast=paths.autocast_factory(device))
+    loss, acc = evaluate(
+        model, data, batch_size=args.batch_size, world=1, autocast=paths.autocast_factory(device)
+    )
     correct = round(acc * len(data))
-    print(f"accuracy {acc:.4f} ({correct}/{len(data)} test images), loss {loss:.4f}" +
-          ("" if math.isfinite(loss) else " (non-finite)") + f"  [{splits.source}]")
+    print(
+        f"accuracy {acc:.4f} ({correct}/{len(data)} test images), loss {loss:.4f}"
+        + ("" if math.isfinite(loss) else " (non-finite)")
+        + f"  [{splits.source}]"
+    )
     return 0
 
 

@@ -16,7 +16,8 @@ COLUMNS = ("name", "arch", "encoding", "num_heads", *ENCODING_FIELDS, "n_params"
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "models", help="list the paper's models and today's encodings with parameters and FLOPs",
+        "models",
+        help="list the paper's models and today's encodings with parameters and FLOPs",
         description="Print name, arch, encoding, num_heads, every encoding's fields, n_params, the MACs per "
         "32x32 image of the model's equations (Table 1's convention, study.models.cost) and the forward "
         "FLOPs of the executed path (torch.utils.flop_counter) for the paper's models and today's "

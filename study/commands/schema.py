@@ -9,7 +9,8 @@ import json
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "schema", help="print the study file's JSON Schema (for editors: completion and checks as you type)",
+        "schema",
+        help="print the study file's JSON Schema (for editors: completion and checks as you type)",
         description="Print the JSON Schema of a study file (search_spaces/*.yaml) on stdout: keys, types, "
         "defaults and bounds. Editors with the YAML language server use it through a first line "
         "`# yaml-language-server: $schema=study.schema.json`; search_spaces/study.schema.json is this output. "

@@ -224,7 +224,8 @@ exit "$status"
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "slurm", usage="study slurm [options] FILE [-- SBATCH_OPTION ...]",
+        "slurm",
+        usage="study slurm [options] FILE [-- SBATCH_OPTION ...]",
         help="write or submit an sbatch script that runs a study on a SLURM allocation",
         description="Print an sbatch script (or submit it with --submit) that starts one Ray node per "
         "allocated node (the head on the first; `srun` for the others; the allocation's CPUs and GPUs; "
@@ -235,18 +236,30 @@ def register(sub) -> None:
         "--time=24:00:00`.",
         epilog="SIGTERM (scancel, preemption) stops the study cleanly (trials `interrupted`); SIGUSR1, which the "
         "script asks for 2 minutes before the time limit, does the same and requeues the job. Exit status of "
-        "the job: the driver's (0, 1 a trial failed, 2 bad input, 3 storage, 4 Ray did not come up, 143 stopped).")
+        "the job: the driver's (0, 1 a trial failed, 2 bad input, 3 storage, 4 Ray did not come up, 143 stopped).",
+    )
     p.add_argument("file", help="study file (with --resume: the name of an existing study)")
-    p.add_argument("--storage", default=None,
-                   help="s3://bucket/prefix or a folder every node mounts at the same path (default: $STUDY_STORAGE)")
+    p.add_argument(
+        "--storage",
+        default=None,
+        help="s3://bucket/prefix or a folder every node mounts at the same path (default: $STUDY_STORAGE)",
+    )
     p.add_argument("--name", help="study name (default: the file's `name` or stem)")
     p.add_argument("--data", help="override the file's data source (a path every node sees)")
-    p.add_argument("--resume", action="store_true", help="continue the existing study FILE names (study resume)")
-    p.add_argument("--python", default=sys.executable,
-                   help="the Python of this project's environment on the nodes (default: this one)")
-    p.add_argument("--ray-logs", default=None,
-                   help="folder (every node sees it) to copy each node's Ray logs to when the job ends, as "
-                   "DIR/ray-JOBID-RESTART/NODE (default: the folder sbatch was run from); '' keeps them nowhere")
+    p.add_argument(
+        "--resume", action="store_true", help="continue the existing study FILE names (study resume)"
+    )
+    p.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the Python of this project's environment on the nodes (default: this one)",
+    )
+    p.add_argument(
+        "--ray-logs",
+        default=None,
+        help="folder (every node sees it) to copy each node's Ray logs to when the job ends, as "
+        "DIR/ray-JOBID-RESTART/NODE (default: the folder sbatch was run from); '' keeps them nowhere",
+    )
     p.add_argument("--submit", action="store_true", help="submit the script with sbatch and print the job id")
     p.set_defaults(func=run_slurm)  # args.sbatch: what follows the first `--` (study.cli.main)
 
@@ -257,13 +270,17 @@ def _sbatch_options(opts: list[str]) -> list[str]:
     if it is, or may be, one the script sets (:data:`REFUSED_SBATCH`)."""
     for o in opts:
         if any(ord(c) < 32 or ord(c) == 127 for c in o):
-            raise UsageError(f"sbatch options: {o!r} holds a control character (a line break ends an #SBATCH line)")
+            raise UsageError(
+                f"sbatch options: {o!r} holds a control character (a line break ends an #SBATCH line)"
+            )
         if not o.startswith("-") or o in ("-", "--"):
             raise UsageError(f"sbatch options: {o!r} is not an option (give them after `--`, as --key=value)")
         if refused := _refused_sbatch(o):
             read = "" if o.split("=", 1)[0] == refused else f"; sbatch reads {o[:60]!r} as {refused}"
-            raise UsageError(f"sbatch options: {refused} is set by the script (one Ray node per node, one study "
-                             f"per job{read})")
+            raise UsageError(
+                f"sbatch options: {refused} is set by the script (one Ray node per node, one study "
+                f"per job{read})"
+            )
     return opts
 
 
@@ -308,13 +325,17 @@ def script_for(args: argparse.Namespace) -> str:
 
     storage = _storage(args.storage)
     sbatch = _sbatch_options(args.sbatch)
-    if args.resume:  # NAME: a name as `study run` makes them (no '/' or leading '.'), a folder directly under storage
+    if (
+        args.resume
+    ):  # NAME: a name as `study run` makes them (no '/' or leading '.'), a folder directly under storage
         if args.name or args.data:
             raise UsageError("--resume continues a stored study as it is: no --name or --data")
         name = args.file
         if not valid_name(name):
-            raise UsageError(f"NAME: a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not "
-                             f"starting with '.'; got {name[:120]!r}")
+            raise UsageError(
+                f"NAME: a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not "
+                f"starting with '.'; got {name[:120]!r}"
+            )
         root = study_root(storage, name)
         if not is_remote(storage) and Path(root).resolve().parent != Path(storage):
             raise UsageError(f"NAME: {root} leads out of {storage} (a link): not a study of this storage")
@@ -322,19 +343,33 @@ def script_for(args: argparse.Namespace) -> str:
             raise UsageError(f"no study {name!r} in {storage}")
         run_args = [name]  # not used: the study exists, so the job runs `study resume NAME`
     else:  # the file validated against no particular machine; an existing study of its name is refused
-        spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)  # a SpecError: exit 2
+        spec = load_spec(
+            args.file, data=args.data, gpus_available=None, cpus_available=None
+        )  # a SpecError: exit 2
         name = checked_name(args.name if args.name is not None else spec.study.name)
         if study_exists(study_root(storage, name)):
-            raise UsageError(f"--name: study {name!r} already exists in {storage} (continue it with "
-                             f"`study slurm {name} --resume` or pick another --name)")
+            raise UsageError(
+                f"--name: study {name!r} already exists in {storage} (continue it with "
+                f"`study slurm {name} --resume` or pick another --name)"
+            )
         run_args = [str(Path(args.file).resolve())] + (["--data", args.data] if args.data else [])
     q = shlex.quote
-    ray_logs = ('"${SLURM_SUBMIT_DIR:-$PWD}"' if args.ray_logs is None  # default: the folder sbatch ran from
-                else q(str(Path(args.ray_logs).resolve()) if args.ray_logs else ""))
+    ray_logs = (
+        '"${SLURM_SUBMIT_DIR:-$PWD}"'
+        if args.ray_logs is None  # default: the folder sbatch ran from
+        else q(str(Path(args.ray_logs).resolve()) if args.ray_logs else "")
+    )
     lines = "\n".join(f"#SBATCH {sbatch_quote(o)}" for o in (*DEFAULT_SBATCH, *sbatch))
-    return SCRIPT.format(job_name=sbatch_quote(f"study-{name}"), sbatch_lines=lines, version=package_version(),
-                         python=q(args.python), storage=q(storage), name=q(name),
-                         run_args=" ".join(q(a) for a in run_args), ray_logs=ray_logs)
+    return SCRIPT.format(
+        job_name=sbatch_quote(f"study-{name}"),
+        sbatch_lines=lines,
+        version=package_version(),
+        python=q(args.python),
+        storage=q(storage),
+        name=q(name),
+        run_args=" ".join(q(a) for a in run_args),
+        ray_logs=ray_logs,
+    )
 
 
 def run_slurm(args: argparse.Namespace) -> int:
@@ -345,8 +380,9 @@ def run_slurm(args: argparse.Namespace) -> int:
     try:
         r = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True)
     except FileNotFoundError:
-        raise UsageError("--submit: sbatch is not on PATH (run this on a SLURM login node, or print the "
-                         "script)") from None
+        raise UsageError(
+            "--submit: sbatch is not on PATH (run this on a SLURM login node, or print the script)"
+        ) from None
     if r.returncode != 0:
         print(f"{PROG}: error: sbatch: {' '.join(r.stderr.split())}", file=sys.stderr)
         return 1
@@ -383,7 +419,9 @@ def wait_for_nodes(head: str, nodes: int, timeout: float, head_pid: int) -> int:
     return 2
 
 
-if __name__ == "__main__":  # the sbatch script: python -m study.commands.slurm wait HEAD NODES TIMEOUT HEAD_PID
+if (
+    __name__ == "__main__"
+):  # the sbatch script: python -m study.commands.slurm wait HEAD NODES TIMEOUT HEAD_PID
     if sys.argv[1:2] != ["wait"] or len(sys.argv) != 6:
         sys.exit(f"usage: python -m {__spec__.name} wait HEAD NODES TIMEOUT HEAD_PID")
     sys.exit(wait_for_nodes(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])))

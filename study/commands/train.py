@@ -11,8 +11,18 @@ from dataclasses import fields
 from pathlib import Path
 
 from study import limits
-from study.cliutil import (SEED, BoundedInt, add_model_flags, check_data, check_model_params, check_sizes,
-                           checked_splits, config_from_flags, flag, model_overrides)
+from study.cliutil import (
+    SEED,
+    BoundedInt,
+    add_model_flags,
+    check_data,
+    check_model_params,
+    check_sizes,
+    checked_splits,
+    config_from_flags,
+    flag,
+    model_overrides,
+)
 from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, StorageError, UsageError
 from study.metafile import MetaFileError, read_object
 from study.storage import file_in_the_way
@@ -25,58 +35,115 @@ _TRIAL_ID = re.compile(r"[A-Za-z0-9-][A-Za-z0-9._-]{0,127}")
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "train", help="train one model (no Ray) and write its tables",
+        "train",
+        help="train one model (no Ray) and write its tables",
         description="Train one model with the paper's recipe and write runs/epochs/heads/maps "
         "tables under --out (readable by `analysis`), with a checkpoint per epoch; re-running "
         "with the same --out resumes.",
     )
     add_model_flags(p)
     g = p.add_argument_group("training")
-    g.add_argument("--data", default="synthetic",
-                   help="synthetic | cifar10[:ROOT] | image-folder tree or .tar/.tar.gz of one")
-    g.add_argument("--subset", type=BoundedInt(1, limits.MAX_SUBSET, "MAX_SUBSET"),
-                   help="use this many training images")
-    g.add_argument("--validation", type=_validation, default=0, metavar="N",
-                   help="hold out N training images (or a fraction in (0, 1)), stratified, drawn from --seed; "
-                   "their loss/accuracy is recorded every epoch (default 0: none)")
+    g.add_argument(
+        "--data",
+        default="synthetic",
+        help="synthetic | cifar10[:ROOT] | image-folder tree or .tar/.tar.gz of one",
+    )
+    g.add_argument(
+        "--subset", type=BoundedInt(1, limits.MAX_SUBSET, "MAX_SUBSET"), help="use this many training images"
+    )
+    g.add_argument(
+        "--validation",
+        type=_validation,
+        default=0,
+        metavar="N",
+        help="hold out N training images (or a fraction in (0, 1)), stratified, drawn from --seed; "
+        "their loss/accuracy is recorded every epoch (default 0: none)",
+    )
     g.add_argument("--epochs", type=BoundedInt(1, limits.MAX_EPOCHS, "MAX_EPOCHS"), default=300)
     g.add_argument("--batch-size", type=BoundedInt(1, limits.MAX_BATCH_SIZE, "MAX_BATCH_SIZE"), default=100)
     g.add_argument("--lr", type=float, default=0.1)
     g.add_argument("--weight-decay", type=float, default=1e-4)
     w = g.add_mutually_exclusive_group()  # one form of the warm-up (study.trial.config.WARMUP_FIELDS)
-    w.add_argument("--warmup", type=float, metavar="FRACTION",
-                   help="linear warm-up over this fraction of all steps, in [0, 1) (default: the paper's 0.05)")
-    w.add_argument("--warmup-epochs", type=float, metavar="E", help="linear warm-up over E epochs (E <= --epochs)")
-    w.add_argument("--warmup-steps", type=BoundedInt(0, limits.MAX_TRAIN_FIELD["warmup_steps"],
-                                                     "MAX_TRAIN_FIELD[warmup_steps]"),
-                   metavar="N", help="linear warm-up over N optimisation steps")
+    w.add_argument(
+        "--warmup",
+        type=float,
+        metavar="FRACTION",
+        help="linear warm-up over this fraction of all steps, in [0, 1) (default: the paper's 0.05)",
+    )
+    w.add_argument(
+        "--warmup-epochs", type=float, metavar="E", help="linear warm-up over E epochs (E <= --epochs)"
+    )
+    w.add_argument(
+        "--warmup-steps",
+        type=BoundedInt(0, limits.MAX_TRAIN_FIELD["warmup_steps"], "MAX_TRAIN_FIELD[warmup_steps]"),
+        metavar="N",
+        help="linear warm-up over N optimisation steps",
+    )
     g.add_argument("--schedule", choices=["cosine", "step"], default="cosine")
     g.add_argument("--seed", type=SEED, default=0)
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
     g.add_argument("--no-amp", dest="amp", action="store_false", help="disable bf16 autocast on CUDA")
     g.add_argument("--no-head-stats", dest="head_stats", action="store_false")
-    g.add_argument("--map-epochs", default="auto", metavar="WHEN",
-                   help="epochs that store attention maps (0-based): auto (first ten, log-spaced, last), "
-                   "all, last, none, or a comma-separated list like 0,9,299 (default: auto)")
+    g.add_argument(
+        "--map-epochs",
+        default="auto",
+        metavar="WHEN",
+        help="epochs that store attention maps (0-based): auto (first ten, log-spaced, last), "
+        "all, last, none, or a comma-separated list like 0,9,299 (default: auto)",
+    )
     pr = p.add_argument_group("training protocol (default: off, the paper's recipe)")
-    pr.add_argument("--cutmix-alpha", type=float, default=0.0, metavar="A",
-                    help="CutMix with mixing ratio ~ Beta(A, A) (0: off)")
-    pr.add_argument("--mixup-alpha", type=float, default=0.0, metavar="A",
-                    help="MixUp with mixing ratio ~ Beta(A, A) (0: off; with CutMix: one of the two per batch)")
-    pr.add_argument("--randaugment-ops", type=BoundedInt(0, limits.MAX_RANDAUGMENT_OPS, "MAX_RANDAUGMENT_OPS"),
-                    default=0, metavar="N", help="RandAugment: N operations per image (0: off)")
-    pr.add_argument("--randaugment-magnitude", default=9, metavar="M",
-                    type=BoundedInt(0, limits.MAX_RANDAUGMENT_MAGNITUDE, "MAX_RANDAUGMENT_MAGNITUDE"),
-                    help="RandAugment's magnitude, 0-30")
-    pr.add_argument("--autoaugment", default="none", metavar="POLICY",
-                    help="AutoAugment policy: none, cifar10, imagenet, svhn")
-    pr.add_argument("--label-smoothing", type=float, default=0.0, metavar="EPS",
-                    help="cross-entropy label smoothing in [0, 1)")
+    pr.add_argument(
+        "--cutmix-alpha",
+        type=float,
+        default=0.0,
+        metavar="A",
+        help="CutMix with mixing ratio ~ Beta(A, A) (0: off)",
+    )
+    pr.add_argument(
+        "--mixup-alpha",
+        type=float,
+        default=0.0,
+        metavar="A",
+        help="MixUp with mixing ratio ~ Beta(A, A) (0: off; with CutMix: one of the two per batch)",
+    )
+    pr.add_argument(
+        "--randaugment-ops",
+        type=BoundedInt(0, limits.MAX_RANDAUGMENT_OPS, "MAX_RANDAUGMENT_OPS"),
+        default=0,
+        metavar="N",
+        help="RandAugment: N operations per image (0: off)",
+    )
+    pr.add_argument(
+        "--randaugment-magnitude",
+        default=9,
+        metavar="M",
+        type=BoundedInt(0, limits.MAX_RANDAUGMENT_MAGNITUDE, "MAX_RANDAUGMENT_MAGNITUDE"),
+        help="RandAugment's magnitude, 0-30",
+    )
+    pr.add_argument(
+        "--autoaugment",
+        default="none",
+        metavar="POLICY",
+        help="AutoAugment policy: none, cifar10, imagenet, svhn",
+    )
+    pr.add_argument(
+        "--label-smoothing",
+        type=float,
+        default=0.0,
+        metavar="EPS",
+        help="cross-entropy label smoothing in [0, 1)",
+    )
     g.add_argument("--out", type=Path, default=Path("results/train"), help="output folder")
-    g.add_argument("--trial-id", help="trial id: letters, digits, '.', '_', '-', not starting with '.' or '_' "
-                   "(default: --out's folder name, made into one)")
-    g.add_argument("--quiet", action="store_true",
-                   help="no per-epoch progress line (and no progress bar, shown only when stderr is a terminal)")
+    g.add_argument(
+        "--trial-id",
+        help="trial id: letters, digits, '.', '_', '-', not starting with '.' or '_' "
+        "(default: --out's folder name, made into one)",
+    )
+    g.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no per-epoch progress line (and no progress bar, shown only when stderr is a terminal)",
+    )
     p.set_defaults(func=run)
 
 
@@ -86,8 +153,9 @@ def _map_epochs(value: str):
     try:
         return tuple(int(v) for v in value.split(","))
     except ValueError:
-        raise UsageError(f"--map-epochs: must be auto, all, last, none or a comma-separated list of epochs, "
-                         f"got {value!r}") from None
+        raise UsageError(
+            f"--map-epochs: must be auto, all, last, none or a comma-separated list of epochs, got {value!r}"
+        ) from None
 
 
 def derive_trial_id(out: Path) -> str:
@@ -101,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
     # (study.trial.config and study.models.config are torch-free): a refusal costs < 1 s CPU
     prog = "study train"
     mc = config_from_flags(**model_overrides(args))
-    flags = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}  # same names
+    flags = {
+        f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)
+    }  # same names
     cfg = config_from_flags(TrainConfig, **flags | {"model": mc, "map_epochs": _map_epochs(args.map_epochs)})
     over = limits.over_limit(cfg)  # the same documented limits a study file is held to
     if over is not None:
@@ -111,20 +181,31 @@ def run(args: argparse.Namespace) -> int:
     if blocker is not None:
         raise UsageError(f"--out: {blocker} is not a directory")
     if args.trial_id is not None and not _TRIAL_ID.fullmatch(args.trial_id):
-        raise UsageError(f"--trial-id: must be 1 to 128 letters, digits, '.', '_' or '-' (not starting with '.' "
-                         f"or '_'), got {args.trial_id[:60]!r}")
+        raise UsageError(
+            f"--trial-id: must be 1 to 128 letters, digits, '.', '_' or '-' (not starting with '.' "
+            f"or '_'), got {args.trial_id[:60]!r}"
+        )
     trial_id = args.trial_id or derive_trial_id(out)
     sizes = check_data("--data", cfg.data)
     _check_ledger(out / "trial.json")
     _check_checkpoint(out / "checkpoint", cfg)
-    check_sizes(cfg.data, sizes=sizes, subset=cfg.subset, validation=cfg.validation, batch=cfg.batch_size, workers=1,
-                where=flag)
+    check_sizes(
+        cfg.data,
+        sizes=sizes,
+        subset=cfg.subset,
+        validation=cfg.validation,
+        batch=cfg.batch_size,
+        workers=1,
+        where=flag,
+    )
     from study.tuning.lock import StudyLock
 
     # one `study train` per --out folder (a second would train the same trial into it), taken before torch is
     # imported: a second is refused in well under a second; released with the folders it created, so a
     # refused train leaves none (the first write: after every input that needs no torch was accepted)
-    lock = StudyLock(root=str(out), name=trial_id, busy=f"--out: {out} is being trained into by another study train")
+    lock = StudyLock(
+        root=str(out), name=trial_id, busy=f"--out: {out} is being trained into by another study train"
+    )
     try:
         lock.acquire()
     except OSError as e:
@@ -138,28 +219,47 @@ def run(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, cfg: TrainConfig, *, out: Path, trial_id: str, sizes, prog: str) -> int:
     """``study train`` once --out's lock is held: the checks that need torch, then the training."""
     check_model_params(cfg.model)  # (imports torch: it builds the model on the meta device)
-    if cfg.compile:  # on the device train_trial picks (CUDA if any): refused unless verified, before any write
+    if (
+        cfg.compile
+    ):  # on the device train_trial picks (CUDA if any): refused unless verified, before any write
         import torch
 
         from study.devicepaths import DevicePaths, compile_model
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         DevicePaths.for_device(device, compile=True).check_compile(
-            device, model=compile_model(cfg.model), flag="--compile", instead="train without --compile")
+            device, model=compile_model(cfg.model), flag="--compile", instead="train without --compile"
+        )
     bar = None if args.quiet or not sys.stderr.isatty() else _EpochBar(epochs=cfg.epochs, stream=sys.stderr)
     say = bar.line if bar is not None else (lambda line: print(line, file=sys.stderr, flush=True))
     progress = None if args.quiet else say
-    splits = checked_splits(cfg.data, subset=cfg.subset, validation=cfg.validation, seed=cfg.seed,
-                            batch=cfg.batch_size, workers=1, progress=progress, where=flag, sizes=sizes)
+    splits = checked_splits(
+        cfg.data,
+        subset=cfg.subset,
+        validation=cfg.validation,
+        seed=cfg.seed,
+        batch=cfg.batch_size,
+        workers=1,
+        progress=progress,
+        where=flag,
+        sizes=sizes,
+    )
     from study.trial import train_trial
     from study.trial.ledger import TrialLedger
 
     book = TrialLedger(uri=str(out / "trial.json"))  # started once the checkpoint is accepted
     try:  # each line below goes through say(): no half-drawn bar above it
-        result = train_trial(cfg, trial_id=trial_id, tables=out / "tables", checkpoint_dir=out / "checkpoint",
-                             progress=progress, splits=splits, ledger=book,
-                             warn=lambda line: say(f"{prog}: warning: {line}"),
-                             step_progress=bar.step if bar is not None else None)
+        result = train_trial(
+            cfg,
+            trial_id=trial_id,
+            tables=out / "tables",
+            checkpoint_dir=out / "checkpoint",
+            progress=progress,
+            splits=splits,
+            ledger=book,
+            warn=lambda line: say(f"{prog}: warning: {line}"),
+            step_progress=bar.step if bar is not None else None,
+        )
     except CheckpointError as e:
         raise UsageError(f"--out: {e}") from None
     except (StorageError, OSError) as e:  # disk full, unwritable, vanished: the path and why
@@ -173,9 +273,11 @@ def _train(args: argparse.Namespace, cfg: TrainConfig, *, out: Path, trial_id: s
         if bar is not None:
             bar.close()
     val = "" if result.best_val_acc != result.best_val_acc else f"best val acc {result.best_val_acc:.4f}, "
-    print(f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
-          f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}"
-          + (f"; DID NOT TRAIN: {result.failed_to_train}" if result.failed_to_train else ""))
+    print(
+        f"{result.status}: {result.epochs_done} epochs, {val}best test acc {result.best_test_acc:.4f}, "
+        f"final {result.final_test_acc:.4f}; tables in {out / 'tables'}"
+        + (f"; DID NOT TRAIN: {result.failed_to_train}" if result.failed_to_train else "")
+    )
     return 0 if result.status == "finished" else 1
 
 
@@ -195,8 +297,15 @@ class _EpochBar:
             self.close()
             self.epoch = epoch
             # the terminal's width, 80 where it reports none (a new pseudo-terminal says 0 columns)
-            self.bar = tqdm(total=total, desc=f"epoch {epoch + 1}/{self.epochs}", unit="img", file=self.stream,
-                            leave=False, mininterval=0.25, ncols=shutil.get_terminal_size().columns)
+            self.bar = tqdm(
+                total=total,
+                desc=f"epoch {epoch + 1}/{self.epochs}",
+                unit="img",
+                file=self.stream,
+                leave=False,
+                mininterval=0.25,
+                ncols=shutil.get_terminal_size().columns,
+            )
         self.bar.update(done - self.bar.n)
         if done >= total:  # an epoch shorter than the redraw interval still shows its count and rate once
             self.bar.refresh()
@@ -221,7 +330,9 @@ def _check_ledger(path: Path) -> None:
     try:
         read_object(path, fields=LEDGER_FIELDS)
     except MetaFileError as e:
-        raise UsageError(f"--out: {e} (the attempt ledger of an earlier run; remove it to start over)") from None
+        raise UsageError(
+            f"--out: {e} (the attempt ledger of an earlier run; remove it to start over)"
+        ) from None
     except OSError as e:
         raise UsageError(f"--out: {path}: cannot be read ({e.strerror or e})") from None
 
@@ -234,7 +345,9 @@ def _check_checkpoint(directory: Path, cfg: TrainConfig) -> None:
     try:
         state = checkpoint_head(directory)
         if state is not None:
-            check_config(state, model_config=cfg.model.to_dict(), train_config=cfg.to_dict(), where=str(directory))
+            check_config(
+                state, model_config=cfg.model.to_dict(), train_config=cfg.to_dict(), where=str(directory)
+            )
     except CheckpointError as e:
         raise UsageError(f"--out: {e}") from None
 
@@ -247,7 +360,9 @@ def _validation(text: str) -> int | float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number of images or a fraction, got {text[:40]!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"must be a number of images or a fraction, got {text[:40]!r}"
+            ) from None
     if value > limits.MAX_SUBSET:
         raise argparse.ArgumentTypeError(f"must be <= {limits.MAX_SUBSET} (MAX_SUBSET), got {text[:40]}")
     return value

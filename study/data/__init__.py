@@ -8,12 +8,20 @@ from importlib import import_module
 #: name -> the submodule defining it; imported on first use (PEP 562), so that checking a
 #: source's layout (``study.data.layout``/``sources``/``errors``) never imports torch
 _WHERE = {
-    "default_cache_dir": "cache", "DataError": "errors",
-    "CIFAR_MEAN": "pipeline", "CIFAR_STD": "pipeline", "DeviceData": "pipeline", "EpochPlan": "pipeline",
-    "augment": "pipeline", "epoch_plan": "pipeline",
-    "Splits": "splits", "load_splits": "splits", "stratified_subset": "splits",
+    "default_cache_dir": "cache",
+    "DataError": "errors",
+    "CIFAR_MEAN": "pipeline",
+    "CIFAR_STD": "pipeline",
+    "DeviceData": "pipeline",
+    "EpochPlan": "pipeline",
+    "augment": "pipeline",
+    "epoch_plan": "pipeline",
+    "Splits": "splits",
+    "load_splits": "splits",
+    "stratified_subset": "splits",
     "make_synthetic": "synthetic",
-    "hold_out_validation": "validation", "validation_size": "validation",
+    "hold_out_validation": "validation",
+    "validation_size": "validation",
 }
 
 __all__ = sorted(_WHERE)

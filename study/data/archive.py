@@ -61,14 +61,19 @@ def read_images(f, *, path: str, keep) -> Listing:
     buffer, files, dirs = bytearray(), {}, []
     seen: set[str] = set()
     try:
-        with tarfile.open(fileobj=data, mode="r|", bufsize=_BUFSIZE, encoding="utf-8",
-                          errors="surrogateescape") as tf:
+        with tarfile.open(
+            fileobj=data, mode="r|", bufsize=_BUFSIZE, encoding="utf-8", errors="surrogateescape"
+        ) as tf:
             for info in tf:
                 headers.member_read(info)
                 if headers.members > limits.MAX_SOURCE_FILES:
-                    raise DataError(f"{path}: more than {limits.MAX_SOURCE_FILES} archive members (MAX_SOURCE_FILES)")
+                    raise DataError(
+                        f"{path}: more than {limits.MAX_SOURCE_FILES} archive members (MAX_SOURCE_FILES)"
+                    )
                 if info.issparse():
-                    raise DataError(f"{path}: member {info.name[:200]!r} is a sparse file: refusing the archive")
+                    raise DataError(
+                        f"{path}: member {info.name[:200]!r} is a sparse file: refusing the archive"
+                    )
                 if info.isfile() or info.isdir():
                     _check_name(info.name, seen, path=path)
                 if info.isdir():
@@ -76,15 +81,23 @@ def read_images(f, *, path: str, keep) -> Listing:
                 elif info.isfile() and keep(info.name):
                     member = tf.extractfile(info)
                     if info.size > limits.MAX_IMAGE_FILE_BYTES:
-                        if data.compressed:  # refused at its header: a bomb's gigabytes are never decompressed
+                        if (
+                            data.compressed
+                        ):  # refused at its header: a bomb's gigabytes are never decompressed
                             data.check_declared(info.offset_data + info.size)
-                        while not data.compressed and member.read(2**20):  # (bounded by the file, hashed whole)
+                        while not data.compressed and member.read(
+                            2**20
+                        ):  # (bounded by the file, hashed whole)
                             pass  # a size past a plain archive's end is the first thing wrong
-                        raise DataError(f"{path}: {info.name[:200]}: {info.size} bytes, more than the limit of "
-                                        f"{limits.MAX_IMAGE_FILE_BYTES} (MAX_IMAGE_FILE_BYTES)")
+                        raise DataError(
+                            f"{path}: {info.name[:200]}: {info.size} bytes, more than the limit of "
+                            f"{limits.MAX_IMAGE_FILE_BYTES} (MAX_IMAGE_FILE_BYTES)"
+                        )
                     if len(buffer) + info.size > limits.MAX_SOURCE_IMAGE_BYTES:
-                        raise DataError(f"{path}: its image files hold more than {limits.MAX_SOURCE_IMAGE_BYTES} "
-                                        "bytes (MAX_SOURCE_IMAGE_BYTES)")
+                        raise DataError(
+                            f"{path}: its image files hold more than {limits.MAX_SOURCE_IMAGE_BYTES} "
+                            "bytes (MAX_SOURCE_IMAGE_BYTES)"
+                        )
                     files[info.name] = (len(buffer), info.size)
                     buffer += member.read(info.size)
     except tarfile.TarError:
@@ -114,7 +127,9 @@ class _Uncompressed:
         try:
             data = self._src.read(n)
         except EOFError:
-            raise DataError(f"{self.path}: cannot decompress archive (compressed data ends early: truncated)") from None
+            raise DataError(
+                f"{self.path}: cannot decompress archive (compressed data ends early: truncated)"
+            ) from None
         except (OSError, zlib.error, lzma.LZMAError, ValueError) as e:
             if not self.compressed:
                 raise  # reading the file failed: the caller's "cannot read"
@@ -130,8 +145,10 @@ class _Uncompressed:
         cap = limits.MAX_DECOMPRESSED_BYTES
         if end > cap:
             if self.compressed:
-                raise DataError(f"{self.path}: decompresses to more than {cap} bytes (MAX_DECOMPRESSED_BYTES): "
-                                "refusing a possible decompression bomb")
+                raise DataError(
+                    f"{self.path}: decompresses to more than {cap} bytes (MAX_DECOMPRESSED_BYTES): "
+                    "refusing a possible decompression bomb"
+                )
             raise DataError(f"{self.path}: archive is more than {cap} bytes (MAX_DECOMPRESSED_BYTES)")
 
 
@@ -177,7 +194,7 @@ class _Headers:
         self.total += len(data)
         if self.end is not None or self.sparse is not None or self.total <= self.at:
             return
-        buf = self.pending + data[max(0, self.at - start):]
+        buf = self.pending + data[max(0, self.at - start) :]
         i = 0
         while self.end is None and self.sparse is None:
             need = _BLOCK if self.pax is None else self.pax[1]
@@ -196,8 +213,10 @@ class _Headers:
         off = self.at
         if block.count(0) == _BLOCK:
             if self.chain:
-                raise DataError(f"{self.path}: extended header with no member before the end-of-archive "
-                                f"marker at byte {off}: refusing the archive")
+                raise DataError(
+                    f"{self.path}: extended header with no member before the end-of-archive "
+                    f"marker at byte {off}: refusing the archive"
+                )
             self.end = off
             return 0
         if not _checksum_ok(block):
@@ -209,11 +228,15 @@ class _Headers:
         if kind in _EXTENDED:
             self.chain += 1
             if size > _MAX_HEADER_BODY:
-                raise DataError(f"{self.path}: extended header at byte {off} of {size} bytes, more than "
-                                f"{_MAX_HEADER_BODY}: refusing the archive")
+                raise DataError(
+                    f"{self.path}: extended header at byte {off} of {size} bytes, more than "
+                    f"{_MAX_HEADER_BODY}: refusing the archive"
+                )
             if self.chain > _MAX_CHAIN:
-                raise DataError(f"{self.path}: extended header at byte {off}: more than {_MAX_CHAIN} in a row "
-                                "before one member: refusing the archive")
+                raise DataError(
+                    f"{self.path}: extended header at byte {off}: more than {_MAX_CHAIN} in a row "
+                    "before one member: refusing the archive"
+                )
             if kind != _GLOBAL and self.chain_at is None:
                 self.chain_at = off
             if kind in _PAX:
@@ -225,8 +248,13 @@ class _Headers:
             return 0
         if self.pax_size is not None:
             size = self.pax_size
-        self.walked.append(_Member(offset=self.chain_at if self.chain_at is not None else off,
-                                   offset_data=off + _BLOCK, size=size))
+        self.walked.append(
+            _Member(
+                offset=self.chain_at if self.chain_at is not None else off,
+                offset_data=off + _BLOCK,
+                size=size,
+            )
+        )
         self.chain, self.chain_at, self.pax_size = 0, None, None
         return _BLOCK + _round_up(size)
 
@@ -258,12 +286,16 @@ class _Headers:
             raise DataError(f"{self.path}: not a tar archive or corrupt at byte {info.offset}")
         m = self.walked.popleft()
         if (info.offset, info.offset_data, info.size) != (m.offset, m.offset_data, m.size):
-            raise DataError(f"{self.path}: corrupt tar header at byte {m.offset} (its member read as "
-                            f"{info.size} bytes at byte {info.offset_data}, its headers say {m.size} "
-                            f"at {m.offset_data})")
+            raise DataError(
+                f"{self.path}: corrupt tar header at byte {m.offset} (its member read as "
+                f"{info.size} bytes at byte {info.offset_data}, its headers say {m.size} "
+                f"at {m.offset_data})"
+            )
         if m.size and (info.isdir() or info.issym() or info.islnk() or info.isdev()):
-            raise DataError(f"{self.path}: corrupt tar header at byte {m.offset} (member "
-                            f"{info.name[:200]!r} is no regular file but has {m.size} bytes of data)")
+            raise DataError(
+                f"{self.path}: corrupt tar header at byte {m.offset} (member "
+                f"{info.name[:200]!r} is no regular file but has {m.size} bytes of data)"
+            )
         self.member = info.name
         self.member_end = m.offset_data + _round_up(m.size)
 
@@ -273,16 +305,19 @@ class _Headers:
             raise self.refusal()
         if self.end is None:
             at = self._next_header()
-            raise DataError(f"{self.path}: truncated tar archive: no end-of-archive marker after {self.members} "
-                            f"members at byte {at} (the file was cut short?)")
+            raise DataError(
+                f"{self.path}: truncated tar archive: no end-of-archive marker after {self.members} "
+                f"members at byte {at} (the file was cut short?)"
+            )
 
     def refusal(self) -> DataError:
         """The one line for tarfile's refusal of the archive, told from the bytes walked."""
         if self.total < self.member_end:  # its data end early: tarfile refuses only there
             return DataError(f"{self.path}: truncated tar archive ({self.member[:200]} is cut short)")
         if self.sparse is not None:
-            return DataError(f"{self.path}: member at byte {self.sparse} is a sparse file: "
-                             "refusing the archive")
+            return DataError(
+                f"{self.path}: member at byte {self.sparse} is a sparse file: refusing the archive"
+            )
         if self.walked or self.end is not None:  # a header tarfile refused, whole
             at = self.walked[0].offset if self.walked else self.member_end
             where = "" if at else " (no tar header at the start)"
@@ -330,8 +365,10 @@ def _check_name(name: str, seen: set[str], *, path: str) -> None:
     extracted, but such an archive is hostile or ambiguous."""
     parts = name.split("/")
     if name.startswith("/") or ".." in parts or "\0" in name:
-        raise DataError(f"{path}: member {name[:200]!r} points outside the archive (absolute path or '..'): "
-                        "refusing the archive")
+        raise DataError(
+            f"{path}: member {name[:200]!r} points outside the archive (absolute path or '..'): "
+            "refusing the archive"
+        )
     key = "/".join(p for p in parts if p not in ("", ".")) if "" in parts or "." in parts else name
     if key in seen:
         raise DataError(f"{path}: member {name[:200]!r} appears twice in the archive")

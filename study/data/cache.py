@@ -33,7 +33,9 @@ def load_cached(path: Path, *, keys: tuple[str, ...]) -> dict[str, Any] | None:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # absent, truncated or foreign file: rebuild it
         return None
-    return obj if isinstance(obj, dict) and obj.get("format") == FORMAT and all(k in obj for k in keys) else None
+    return (
+        obj if isinstance(obj, dict) and obj.get("format") == FORMAT and all(k in obj for k in keys) else None
+    )
 
 
 def save_atomic(obj: dict[str, Any], path: Path) -> bool:
@@ -43,8 +45,13 @@ def save_atomic(obj: dict[str, Any], path: Path) -> bool:
     from study.atomicio import write_atomic
 
     try:  # mode 0644: mkstemp's 0600 would hide a shared cache from other users
-        write_atomic(path, lambda f: torch.save({**obj, "format": FORMAT}, f), prefix=path.name + ".",
-                     suffix=".tmp", mode=0o644)
+        write_atomic(
+            path,
+            lambda f: torch.save({**obj, "format": FORMAT}, f),
+            prefix=path.name + ".",
+            suffix=".tmp",
+            mode=0o644,
+        )
         return True
     except (OSError, RuntimeError):  # disk full, read-only, …
         return False

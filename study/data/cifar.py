@@ -38,9 +38,13 @@ _TIMEOUT_S = 30
 _READ: dict[Path, tuple[tuple, dict[str, Any]]] = {}  # the last folder read: (its files' stat, arrays)
 
 _ALLOWED = {
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"), ("_codecs", "encode"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("_codecs", "encode"),
 }
 
 
@@ -82,7 +86,9 @@ def read_cifar10(root: str | Path) -> dict[str, Any]:
     if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
         raise DataError(f"{folder / META_FILE}: no label_names list")
     if len(classes) < 2 or len(set(classes)) != len(classes):
-        raise DataError(f"{folder / META_FILE}: label_names must list at least 2 distinct classes, got {classes[:5]!r}")
+        raise DataError(
+            f"{folder / META_FILE}: label_names must list at least 2 distinct classes, got {classes[:5]!r}"
+        )
     out: dict[str, Any] = {"classes": tuple(classes)}
     for split, files in (("train", TRAIN_FILES), ("test", TEST_FILES)):
         images, labels = zip(*(_batch(folder / f, num_classes=len(classes)) for f in files))
@@ -111,8 +117,11 @@ def _download(root: Path) -> None:
             if md5.hexdigest() != MD5:
                 raise OSError(f"{url}: md5 {md5.hexdigest()}, expected {MD5}")
             with tarfile.open(archive, "r:gz") as tf:
-                tf.extractall(tmp, members=[m for m in tf.getmembers() if m.name.startswith(f"{FOLDER}/")],
-                              filter="data")
+                tf.extractall(
+                    tmp,
+                    members=[m for m in tf.getmembers() if m.name.startswith(f"{FOLDER}/")],
+                    filter="data",
+                )
             shutil.rmtree(root / FOLDER, ignore_errors=True)  # a partial copy: replaced whole
             os.replace(Path(tmp) / FOLDER, root / FOLDER)
     except Exception as e:  # URLError, OSError, tarfile errors: report in one line
@@ -121,8 +130,10 @@ def _download(root: Path) -> None:
                 p.rmdir()
             except OSError:
                 break
-        raise DataError(f"cifar10: {root / FOLDER} is missing and downloading CIFAR-10 into {root} failed "
-                        f"(no network?): {one_line(e, limit=150)}") from None
+        raise DataError(
+            f"cifar10: {root / FOLDER} is missing and downloading CIFAR-10 into {root} failed "
+            f"(no network?): {one_line(e, limit=150)}"
+        ) from None
 
 
 def _batch(path: Path, *, num_classes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -22,8 +22,14 @@ from torch import Tensor
 from study.cpus import local_cpus
 
 from .errors import DataError, one_line
-from .imageheader import (IMAGE_CHANNELS, IMAGE_SIDE, cannot_decode, refuse_animation, refuse_oversized,
-                          refuse_shape)
+from .imageheader import (
+    IMAGE_CHANNELS,
+    IMAGE_SIDE,
+    cannot_decode,
+    refuse_animation,
+    refuse_oversized,
+    refuse_shape,
+)
 
 IMAGE_SHAPE = (IMAGE_CHANNELS, IMAGE_SIDE, IMAGE_SIDE)
 _CHUNK = 2048
@@ -45,9 +51,12 @@ def decode_images(
     if n == 0:
         return out
     import torchvision.io  # noqa: F401  (once, before the threads need it)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # frombuffer on read-only bytes
-        flat = torch.frombuffer(buffer, dtype=torch.uint8) if len(buffer) else torch.empty(0, dtype=torch.uint8)
+        flat = (
+            torch.frombuffer(buffer, dtype=torch.uint8) if len(buffer) else torch.empty(0, dtype=torch.uint8)
+        )
 
     def run(lo: int) -> int:
         hi = min(lo + _CHUNK, n)
@@ -84,9 +93,17 @@ def _decoder_messages() -> Iterator[Callable[[], str]]:
             with contextlib.suppress(AttributeError, OSError, ValueError):  # pytest's capture, a StringIO
                 python_on_fd2 = sys.stderr.fileno() == 2
             if python_on_fd2:
-                swapped, sys.stderr = sys.stderr, open(os.dup(saved), "w", buffering=1, closefd=True,
-                                                       encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
-                                                       errors="backslashreplace")
+                swapped, sys.stderr = (
+                    sys.stderr,
+                    open(
+                        os.dup(saved),
+                        "w",
+                        buffering=1,
+                        closefd=True,
+                        encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+                        errors="backslashreplace",
+                    ),
+                )
             yield lambda: text
         finally:
             if swapped is not None:
@@ -98,20 +115,25 @@ def _decoder_messages() -> Iterator[Callable[[], str]]:
             text = tmp.read(64 * 1024).decode("utf-8", "replace")
 
 
-def _refuse_the_file_decoders_complain_about(flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, int]], *,
-                                             source: str, said: str) -> None:
+def _refuse_the_file_decoders_complain_about(
+    flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, int]], *, source: str, said: str
+) -> None:
     """Decode each image alone until one makes a decoder write, and refuse it; none does: pass ``said`` on."""
     for item in items:
         with _decoder_messages() as told, contextlib.suppress(DataError):
             _decode_chunk(flat, buffer, [item], source=source)
         if told().strip():
             quoted = one_line("; ".join(ln.strip() for ln in told().splitlines() if ln.strip()), limit=160)
-            raise DataError(f"{source}: {item[0]}: damaged image, its decoder reports: {quoted} "
-                            "(re-encode or remove the file)")
+            raise DataError(
+                f"{source}: {item[0]}: damaged image, its decoder reports: {quoted} "
+                "(re-encode or remove the file)"
+            )
     sys.stderr.write(said)
 
 
-def _decode_chunk(flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, int]], *, source: str) -> list[Tensor]:
+def _decode_chunk(
+    flat: Tensor, buffer: bytes, items: Sequence[tuple[str, int, int]], *, source: str
+) -> list[Tensor]:
     from torchvision.io import ImageReadMode, decode_jpeg
 
     mv = memoryview(buffer)

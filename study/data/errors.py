@@ -11,4 +11,3 @@ class DataError(ValueError):
 
     def __init__(self, message: str):
         super().__init__(one_line(message))
-

@@ -22,7 +22,9 @@ KNOWN_ARCHIVES = {
 _KEYS = ("train_images", "train_labels", "test_images", "test_labels", "classes")
 
 
-def load_image_folder(path: str | Path, *, cache_dir: Path, progress: Callable[[str], None] | None = None) -> Splits:
+def load_image_folder(
+    path: str | Path, *, cache_dir: Path, progress: Callable[[str], None] | None = None
+) -> Splits:
     """The splits of the image folder or archive at ``path``, decoded once and cached under ``cache_dir``."""
     src = ImageFolderSource(path)
     name = str(path)
@@ -34,18 +36,26 @@ def load_image_folder(path: str | Path, *, cache_dir: Path, progress: Callable[[
         listing = src.listing()
         layout = resolve_layout(source=name, files=listing.files, dirs=listing.dirs)
         with build_lock(target):  # another process may have built it meanwhile
-            data = load_cached(target, keys=_KEYS) or _decode(listing, layout, name=name, target=target,
-                                                              progress=progress)
-    return Splits(train_images=data["train_images"], train_labels=data["train_labels"], test_images=data["test_images"],
-                  test_labels=data["test_labels"], classes=tuple(data["classes"]), source=f"{label} {path}")
+            data = load_cached(target, keys=_KEYS) or _decode(
+                listing, layout, name=name, target=target, progress=progress
+            )
+    return Splits(
+        train_images=data["train_images"],
+        train_labels=data["train_labels"],
+        test_images=data["test_images"],
+        test_labels=data["test_labels"],
+        classes=tuple(data["classes"]),
+        source=f"{label} {path}",
+    )
 
 
 #: sources with fewer images decode silently, in well under a second (no progress lines before a one-line error)
 PROGRESS_MIN_IMAGES = 5000
 
 
-def _decode(listing: Listing, layout: Layout, *, name: str, target: Path,
-            progress: Callable[[str], None] | None) -> dict[str, Any]:
+def _decode(
+    listing: Listing, layout: Layout, *, name: str, target: Path, progress: Callable[[str], None] | None
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     data: dict[str, Any] = {"classes": list(layout.classes)}
     if len(layout.train) + len(layout.test) < PROGRESS_MIN_IMAGES:
@@ -54,8 +64,9 @@ def _decode(listing: Listing, layout: Layout, *, name: str, target: Path,
         items = [(n, *listing.files[n]) for n, _ in pairs]
         if progress:
             progress(f"decoding {len(items)} {split} images of {name}")
-        data[f"{split}_images"] = decode.decode_images(listing.buffer, items, source=name,
-                                                       progress=_percent(progress, f"{split} images"))
+        data[f"{split}_images"] = decode.decode_images(
+            listing.buffer, items, source=name, progress=_percent(progress, f"{split} images")
+        )
         data[f"{split}_labels"] = torch.tensor([lab for _, lab in pairs], dtype=torch.int64)
     saved = save_atomic(data, target)
     if progress:

@@ -21,16 +21,20 @@ def refuse_shape(*, source: str, name: str, channels: int, height: int, width: i
     from .errors import DataError
 
     if (channels, height, width) != (IMAGE_CHANNELS, IMAGE_SIDE, IMAGE_SIDE):
-        raise DataError(f"{source}: {name}: image is {width}x{height} with {channels} channel(s), "
-                        f"expected {IMAGE_SIDE}x{IMAGE_SIDE} with {IMAGE_CHANNELS} (RGB)")
+        raise DataError(
+            f"{source}: {name}: image is {width}x{height} with {channels} channel(s), "
+            f"expected {IMAGE_SIDE}x{IMAGE_SIDE} with {IMAGE_CHANNELS} (RGB)"
+        )
 
 
 def refuse_animation(*, source: str, name: str, shape: tuple[int, ...]) -> None:
     """An animated image (several frames) is refused: one frame per image."""
     from .errors import DataError
 
-    raise DataError(f"{source}: {name}: image has shape {shape} (an animation?), "
-                    f"expected one {IMAGE_SIDE}x{IMAGE_SIDE} frame with {IMAGE_CHANNELS} channels (RGB)")
+    raise DataError(
+        f"{source}: {name}: image has shape {shape} (an animation?), "
+        f"expected one {IMAGE_SIDE}x{IMAGE_SIDE} frame with {IMAGE_CHANNELS} channels (RGB)"
+    )
 
 
 def cannot_decode(e: BaseException, *, source: str, name: str):
@@ -49,8 +53,13 @@ def refuse_oversized(data: bytes | memoryview, *, source: str, name: str) -> Non
     from study import limits
 
     head = bytes(data[:8])
-    opener = (JpegImagePlugin.JpegImageFile if head[:3] == b"\xff\xd8\xff" else
-              PngImagePlugin.PngImageFile if head == b"\x89PNG\r\n\x1a\n" else Image.open)
+    opener = (
+        JpegImagePlugin.JpegImageFile
+        if head[:3] == b"\xff\xd8\xff"
+        else PngImagePlugin.PngImageFile
+        if head == b"\x89PNG\r\n\x1a\n"
+        else Image.open
+    )
     try:
         with opener(io.BytesIO(bytes(data))) as im:
             (w, h), c = im.size, _channels(im)
@@ -86,7 +95,9 @@ def refuse_unusable(data: bytes | memoryview, *, source: str, name: str) -> None
         except Exception as e:  # cut short, broken data stream, bad CRC, …
             raise cannot_decode(e, source=source, name=name) from None
         frames = getattr(im, "n_frames", 1)
-        if im.format == "GIF" and frames > 1:  # torchvision decodes every frame of a GIF (WebP, APNG: the first)
+        if (
+            im.format == "GIF" and frames > 1
+        ):  # torchvision decodes every frame of a GIF (WebP, APNG: the first)
             refuse_animation(source=source, name=name, shape=(frames, IMAGE_CHANNELS, im.size[1], im.size[0]))
         refuse_shape(source=source, name=name, channels=_channels(im), height=im.size[1], width=im.size[0])
 

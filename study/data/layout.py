@@ -56,7 +56,9 @@ def resolve_layout(*, source: str, files: Iterable[str], dirs: Iterable[str] = (
             per_split[p[0]].setdefault(p[1], [])
     for name, p in entries:
         if len(p) == 2 and p[0] in per_split:
-            raise DataError(f"{source}: {name}: image outside a class folder (expected {prefix}{p[0]}/<class>/<image>)")
+            raise DataError(
+                f"{source}: {name}: image outside a class folder (expected {prefix}{p[0]}/<class>/<image>)"
+            )
         if len(p) > 2 and p[0] in per_split:
             per_split[p[0]].setdefault(p[1], []).append(name)
 
@@ -73,12 +75,17 @@ def resolve_layout(*, source: str, files: Iterable[str], dirs: Iterable[str] = (
         found = f"only {prefix}train/{classes[0]}/" if classes else "no class folder"
         raise DataError(f"{source}: needs at least {limits.MIN_CLASSES} class folders, found {found}")
     if len(classes) > limits.MAX_CLASSES:
-        raise DataError(f"{source}: {len(classes)} class folders, more than {limits.MAX_CLASSES} (MAX_CLASSES)")
+        raise DataError(
+            f"{source}: {len(classes)} class folders, more than {limits.MAX_CLASSES} (MAX_CLASSES)"
+        )
     for s in SPLITS:
         for c in classes:
             if not per_split[s][c]:
                 raise DataError(f"{source}: {prefix}{s}/{c}/ holds no image files")
-    pairs = {s: [(name, label) for label, c in enumerate(classes) for name in sorted(per_split[s][c])] for s in SPLITS}
+    pairs = {
+        s: [(name, label) for label, c in enumerate(classes) for name in sorted(per_split[s][c])]
+        for s in SPLITS
+    }
     return Layout(classes=classes, **pairs)
 
 

@@ -33,7 +33,9 @@ class EpochPlan:
 
 def seeded(text: str) -> torch.Generator:
     """A CPU generator with a 63-bit seed hashed from ``text`` (stable across processes)."""
-    return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1)
+    return torch.Generator().manual_seed(
+        int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+    )
 
 
 def epoch_plan(n: int, *, seed: int, epoch: int) -> EpochPlan:
@@ -119,12 +121,16 @@ class DeviceData:
         if epoch is None or seed is None:
             raise ValueError("batches(train=True) needs epoch= and seed=")
         plan = epoch_plan(len(self), seed=seed, epoch=epoch)
-        order, offsets, flips = (to_device(t, self.device, pinned=self.pinned)
-                                 for t in (plan.order, plan.offsets, plan.flips))
+        order, offsets, flips = (
+            to_device(t, self.device, pinned=self.pinned) for t in (plan.order, plan.offsets, plan.flips)
+        )
         for lo in starts:
             idx = order[lo : lo + batch_size]
-            x = augment(self.images.index_select(0, idx), offsets=offsets[lo : lo + batch_size],
-                        flips=flips[lo : lo + batch_size])
+            x = augment(
+                self.images.index_select(0, idx),
+                offsets=offsets[lo : lo + batch_size],
+                flips=flips[lo : lo + batch_size],
+            )
             if policy is not None:
                 x = policy(x)
             yield self.normalise(x), self.labels.index_select(0, idx)

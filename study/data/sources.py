@@ -34,7 +34,9 @@ class ImageFolderSource:
             if self.is_dir:
                 self._listing, self.digest = _read_tree(self.path, source=str(path))
             else:
-                with _open_regular(self.path, source=str(path), name=None, limit=limits.MAX_SOURCE_BYTES) as f:
+                with _open_regular(
+                    self.path, source=str(path), name=None, limit=limits.MAX_SOURCE_BYTES
+                ) as f:
                     self.digest = hashlib.file_digest(f, "sha256").hexdigest()
         except FileNotFoundError:
             raise DataError(f"{path}: no such file or directory") from None
@@ -77,8 +79,10 @@ def _read_tree(root: Path, *, source: str) -> tuple[Listing, str]:
         if len(b) > limits.MAX_IMAGE_FILE_BYTES:  # it grew since it was opened: refused, not read on
             raise DataError(f"{source}: {name}: more than the limit of {limits.MAX_IMAGE_FILE_BYTES} bytes")
         if len(buffer) + len(b) > limits.MAX_SOURCE_IMAGE_BYTES:
-            raise DataError(f"{source}: its image files hold more than {limits.MAX_SOURCE_IMAGE_BYTES} bytes "
-                            "(MAX_SOURCE_IMAGE_BYTES)")
+            raise DataError(
+                f"{source}: its image files hold more than {limits.MAX_SOURCE_IMAGE_BYTES} bytes "
+                "(MAX_SOURCE_IMAGE_BYTES)"
+            )
         files[name] = (len(buffer), len(b))
         buffer += b
         encoded = name.encode("utf-8", "surrogateescape")
@@ -116,8 +120,10 @@ def _open_regular(path: Path, *, source: str, name: str | None, limit: int):
         if not stat.S_ISREG(st.st_mode):
             raise DataError(f"{where}: not a regular file ({_kind(st.st_mode)}): refusing to read it")
         if st.st_size > limit:
-            raise DataError(f"{where}: {st.st_size} bytes, more than the limit of {limit} "
-                            f"({'MAX_IMAGE_FILE_BYTES' if name else 'MAX_SOURCE_BYTES'})")
+            raise DataError(
+                f"{where}: {st.st_size} bytes, more than the limit of {limit} "
+                f"({'MAX_IMAGE_FILE_BYTES' if name else 'MAX_SOURCE_BYTES'})"
+            )
     except BaseException:
         f.close()
         raise
@@ -125,8 +131,13 @@ def _open_regular(path: Path, *, source: str, name: str | None, limit: int):
 
 
 def _kind(mode: int) -> str:
-    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    )
     return next((word for test, word in kinds if test(mode)), "not a regular file")
 
 
@@ -146,7 +157,7 @@ def check_source(data: str, *, cache_dir: Path | None = None) -> tuple[int, int]
     view = memoryview(listing.buffer)
     for name, _ in layout.train + layout.test:
         off, size = listing.files[name]
-        refuse(view[off:off + size], source=data, name=name)
+        refuse(view[off : off + size], source=data, name=name)
     return len(layout.train), len(layout.test)
 
 

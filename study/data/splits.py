@@ -18,7 +18,9 @@ if TYPE_CHECKING:  # torch is imported on first use: check_subset serves torch-f
     import torch
     from torch import Tensor
 
-SPEC_HELP = "synthetic[:N_TRAIN], cifar10[:ROOT], an image-folder directory or a .tar/.tar.gz/.tgz archive of one"
+SPEC_HELP = (
+    "synthetic[:N_TRAIN], cifar10[:ROOT], an image-folder directory or a .tar/.tar.gz/.tgz archive of one"
+)
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,11 @@ def load_splits(
     n_test = min(len(splits.test_labels), max(subset // 5, MIN_SUBSET_TEST))
     test = stratified_subset(splits.test_labels, k=n_test, generator=gen)
     return replace(
-        splits, train_images=splits.train_images[train], train_labels=splits.train_labels[train],
-        test_images=splits.test_images[test], test_labels=splits.test_labels[test],
+        splits,
+        train_images=splits.train_images[train],
+        train_labels=splits.train_labels[train],
+        test_images=splits.test_images[test],
+        test_labels=splits.test_labels[test],
         source=f"{splits.source}, subset {len(train)} train / {len(test)} test (seed {seed})",
     )
 
@@ -106,12 +111,20 @@ def _load(spec: str, *, cache_dir: Path, progress: Callable[[str], None] | None)
         n_train = DEFAULT_TRAIN
         if arg or spec.endswith(":"):
             if not (arg.isascii() and arg.isdigit()) or not 1 <= int(arg) <= limits.MAX_SYNTHETIC_TRAIN:
-                raise DataError(f"{spec}: N_TRAIN must be an integer from 1 to {limits.MAX_SYNTHETIC_TRAIN} "
-                                f"(MAX_SYNTHETIC_TRAIN), got {arg!r}")
+                raise DataError(
+                    f"{spec}: N_TRAIN must be an integer from 1 to {limits.MAX_SYNTHETIC_TRAIN} "
+                    f"(MAX_SYNTHETIC_TRAIN), got {arg!r}"
+                )
             n_train = int(arg)
         tr_x, tr_y, te_x, te_y = make_synthetic(n_train=n_train)
-        return Splits(train_images=tr_x, train_labels=tr_y, test_images=te_x, test_labels=te_y, classes=CLASSES,
-                      source=f"synthetic ({n_train} train / {len(te_y)} test)")
+        return Splits(
+            train_images=tr_x,
+            train_labels=tr_y,
+            test_images=te_x,
+            test_labels=te_y,
+            classes=CLASSES,
+            source=f"synthetic ({n_train} train / {len(te_y)} test)",
+        )
     if kind == "cifar10":  # a folder named cifar10 is "./cifar10"
         from .cifar import load_cifar10
 

@@ -54,8 +54,16 @@ def _samples(n: int, patterns: Tensor, colours: Tensor, gen: torch.Generator) ->
     brightness = 0.5 * torch.randn(n, 1, 1, 1, generator=gen)
     distortion = _smooth((n, 3, 4, 4), gen)
     noise = torch.randn(n, 3, SIZE, SIZE, generator=gen)
-    pattern = torch.stack([torch.roll(patterns[c], shifts=(int(dy), int(dx)), dims=(1, 2))
-                           for c, (dy, dx) in zip(labels.tolist(), shifts.tolist())]) if n else patterns[:0]
+    pattern = (
+        torch.stack(
+            [
+                torch.roll(patterns[c], shifts=(int(dy), int(dx)), dims=(1, 2))
+                for c, (dy, dx) in zip(labels.tolist(), shifts.tolist())
+            ]
+        )
+        if n
+        else patterns[:0]
+    )
     x = contrast * pattern + 0.6 * colours[labels] + brightness + 0.8 * distortion + 0.5 * noise
     images = (120 + 40 * x).round().clamp(0, 255).to(torch.uint8)
     return images, labels.to(torch.int64)

@@ -27,8 +27,10 @@ def held_out(validation: int | float, n_train: int) -> int:
     none to train on."""
     n_val = validation_size(validation, n_train)
     if n_val and n_val >= n_train:
-        raise DataError(f"validation: {n_val} held-out images leave none of the {n_train} training images "
-                        f"to train on (use fewer, or validation: 0)")
+        raise DataError(
+            f"validation: {n_val} held-out images leave none of the {n_train} training images "
+            f"to train on (use fewer, or validation: 0)"
+        )
     return n_val
 
 
@@ -51,7 +53,10 @@ def hold_out_validation(splits: Splits, *, validation: int | float, seed: int) -
     keep = torch.ones(n_train, dtype=torch.bool)
     keep[val] = False
     return dataclasses.replace(
-        splits, train_images=splits.train_images[keep], train_labels=splits.train_labels[keep],
-        val_images=splits.train_images[val], val_labels=splits.train_labels[val],
+        splits,
+        train_images=splits.train_images[keep],
+        train_labels=splits.train_labels[keep],
+        val_images=splits.train_images[val],
+        val_labels=splits.train_labels[val],
         source=f"{splits.source}, {n_val} of the training images held out for validation",
     )

@@ -7,5 +7,15 @@ from .config import ENCODING_MODELS, ENCODINGS, PAPER_MODELS, ConfigError, Model
 from .registry import build_model
 from .trained import ExportError, load_trained, read_export
 
-__all__ = ["ENCODINGS", "ENCODING_MODELS", "PAPER_MODELS", "ConfigError", "ExportError", "ModelConfig",
-           "build_model", "load_trained", "model_name", "read_export"]
+__all__ = [
+    "ENCODINGS",
+    "ENCODING_MODELS",
+    "PAPER_MODELS",
+    "ConfigError",
+    "ExportError",
+    "ModelConfig",
+    "build_model",
+    "load_trained",
+    "model_name",
+    "read_export",
+]

@@ -38,10 +38,12 @@ def _register_flop_formulas() -> None:
 
     formulas = {
         "baddbmm_": lambda bias, a, b, *args, out_shape=None, **kwargs: fc.bmm_flop(a, b),
-        "_scaled_dot_product_flash_attention_for_cpu":
-            lambda q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_flop_count(q, k, v),
-        "_scaled_dot_product_flash_attention_for_cpu_backward":
-            lambda g, q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_backward_flop_count(g, q, k, v),
+        "_scaled_dot_product_flash_attention_for_cpu": lambda q, k, v, *args, out_shape=None, **kwargs: (
+            fc.sdpa_flop_count(q, k, v)
+        ),
+        "_scaled_dot_product_flash_attention_for_cpu_backward": lambda g, q, k, v, *args, out_shape=None, **kwargs: (
+            fc.sdpa_backward_flop_count(g, q, k, v)
+        ),
     }
     for name, formula in formulas.items():
         op = getattr(torch.ops.aten, name, None)
@@ -71,8 +73,16 @@ class RelativeSelfAttention(HeadsLayer):
     #: content attention through SDPA: None (default) on CUDA only, True/False to force
     fused_content: bool | None = None
 
-    def __init__(self, *, dim: int, num_heads: int, positional: nn.Module, content: bool = False,
-                 out_dim: int | None = None, attention_dropout: float = 0.0):
+    def __init__(
+        self,
+        *,
+        dim: int,
+        num_heads: int,
+        positional: nn.Module,
+        content: bool = False,
+        out_dim: int | None = None,
+        attention_dropout: float = 0.0,
+    ):
         super().__init__()
         self.dim = dim
         self.num_heads = num_heads
@@ -92,7 +102,9 @@ class RelativeSelfAttention(HeadsLayer):
         if not self.content:
             return self.positional(h, w)
         q, k = self.queries_keys(x, scale=1.0 / math.sqrt(d))
-        return content_scores(q, k, self.positional(q, h, w) if self.query_positional else self.positional(h, w))
+        return content_scores(
+            q, k, self.positional(q, h, w) if self.query_positional else self.positional(h, w)
+        )
 
     @property
     def query_positional(self) -> bool:
@@ -180,8 +192,11 @@ class RelativeSelfAttention(HeadsLayer):
         t, n = h * w, self.num_heads
         q, k = self.queries_keys(x)
         # the positional scores: q·r_δ/√D (the scale on the small offset tables) or w·r_δ
-        bias = (self.positional(q, h, w, scale=1.0 / math.sqrt(q.shape[-1])) if self.query_positional
-                else self.positional(h, w).to(q.dtype)[None]).expand(b, n, t, t)
+        bias = (
+            self.positional(q, h, w, scale=1.0 / math.sqrt(q.shape[-1]))
+            if self.query_positional
+            else self.positional(h, w).to(q.dtype)[None]
+        ).expand(b, n, t, t)
         v = x.reshape(b, 1, t, d).to(q.dtype).expand(b, n, t, d)
         p = self.attention_dropout.p if self.training else 0.0
         heads = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)

@@ -34,7 +34,7 @@ class ConfigError(ValueError):
 #: above the largest it refuses ("value cannot be converted to type float without overflow") or
 #: gives inf; below the smallest normal it is a subnormal or 0, the field silently off
 FLOAT32_MAX = 3.4028234663852886e38
-FLOAT32_TINY = 2.0 ** -126
+FLOAT32_TINY = 2.0**-126
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -45,6 +45,7 @@ class Bounds:
     open at an end with ``low_open``/``high_open``; ``off``: 0 (the feature off) is admitted too
     below a positive ``low``; ``integer``: an int field.  A refusal says the field ``must be``
     ``refusal``; a value that is no finite number, or negative, ``must be`` ``finite`` (if given)."""
+
     low: float
     high: float
     refusal: str
@@ -63,8 +64,12 @@ class Bounds:
         v = getattr(cfg, key)
         if self.integer:
             int_at_least(cfg, key, int(self.low))
-        elif (type(v) is not float and (isinstance(v, bool) or not isinstance(v, (int, float)))
-              or not math.isfinite(v) or v < 0 <= self.low):
+        elif (
+            type(v) is not float
+            and (isinstance(v, bool) or not isinstance(v, (int, float)))
+            or not math.isfinite(v)
+            or v < 0 <= self.low
+        ):
             raise ConfigError(key, f"must be {self.finite or self.refusal}, got {v!r}")
         if not self.admits(v):
             raise ConfigError(key, f"must be {self.refusal}, got {v!r}")
@@ -72,8 +77,10 @@ class Bounds:
     def json_schema(self) -> dict[str, Any]:
         """JSON Schema's keywords for the range: ``minimum``/``exclusiveMinimum``, ``maximum``/
         ``exclusiveMaximum``, and with ``off`` a ``not`` of the gap between 0 and ``low``."""
-        low, high = ("exclusiveMinimum" if self.low_open else "minimum"), ("exclusiveMaximum" if self.high_open
-                                                                          else "maximum")
+        low, high = (
+            ("exclusiveMinimum" if self.low_open else "minimum"),
+            ("exclusiveMaximum" if self.high_open else "maximum"),
+        )
         if self.off and self.low > 0:
             gap = {"exclusiveMinimum": 0, ("maximum" if self.low_open else "exclusiveMaximum"): self.low}
             return {"minimum": 0, high: self.high, "not": gap}
@@ -89,7 +96,9 @@ def bounds_of(field: dataclasses.Field) -> Bounds | None:
 def _declared_bounds(cls: type) -> tuple[tuple[str, Bounds, bool], ...]:
     """(field, bounds, optional) of ``cls``'s fields that declare bounds, read once per class: a study
     checks a configuration per grid cell (10,000 cells within the refusals' 1 s of CPU)."""
-    return tuple((f.name, b, f.default is None) for f in dataclasses.fields(cls) if (b := bounds_of(f)) is not None)
+    return tuple(
+        (f.name, b, f.default is None) for f in dataclasses.fields(cls) if (b := bounds_of(f)) is not None
+    )
 
 
 def check_bounds(cfg) -> None:
@@ -103,8 +112,13 @@ def check_bounds(cfg) -> None:
 PROBABILITY = Bounds(low=0.0, high=1.0, high_open=True, refusal="a probability in [0, 1)")
 #: a standard deviation of an initialisation, times float32 noise (torch.randn(...) * std); at most
 #: float32's largest, beyond which every initial value is ±inf (0: the initial value itself)
-INIT_STD = Bounds(low=FLOAT32_TINY, high=FLOAT32_MAX, off=True, finite="a finite number >= 0",
-                  refusal="0 or from 2**-126 to 3.40282e+38 (a float32 scale: below, a subnormal; above, inf)")
+INIT_STD = Bounds(
+    low=FLOAT32_TINY,
+    high=FLOAT32_MAX,
+    off=True,
+    finite="a finite number >= 0",
+    refusal="0 or from 2**-126 to 3.40282e+38 (a float32 scale: below, a subnormal; above, inf)",
+)
 
 
 class _ModelConfigMethods:
@@ -127,7 +141,9 @@ class _ModelConfigMethods:
         for k in ("num_heads", "hidden", "layers", "intermediate", "downsample"):
             int_at_least(self, k)
         if self.image_size % self.downsample:
-            raise ConfigError("downsample", f"must divide image_size {self.image_size}, got {self.downsample}")
+            raise ConfigError(
+                "downsample", f"must divide image_size {self.image_size}, got {self.downsample}"
+            )
         spec = REGISTRY[self.encoding]
         mine = {f.name for f in spec.fields}
         for name, fld in ((n, f) for n, f in ENCODING_FIELDS.items() if n not in mine):
@@ -151,10 +167,10 @@ class _ModelConfigMethods:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
         return strict_from_dict(cls, d, "model")
 
-    def replace(self, **changes: Any) -> "ModelConfig":
+    def replace(self, **changes: Any) -> ModelConfig:
         return ModelConfig.from_dict({**self.to_dict(), **changes})
 
 
@@ -163,19 +179,31 @@ ENCODING_FIELDS = encoding_fields()
 
 #: (name, type, default) in column order, the encodings' fields (nullable) after num_heads
 _FIELDS = [
-    ("arch", str, "sa"), ("encoding", "str | None", "quadratic"), ("num_heads", "int | None", 9),
+    ("arch", str, "sa"),
+    ("encoding", "str | None", "quadratic"),
+    ("num_heads", "int | None", 9),
     *((f.name, f"{getattr(f.type, '__name__', f.type)} | None", f.default) for f in ENCODING_FIELDS.values()),
-    ("hidden", int, 400), ("layers", int, 6), ("intermediate", int, 512), ("dropout", float, 0.1, PROBABILITY),
-    ("attention_dropout", float, 0.1, PROBABILITY), ("image_size", int, 32), ("in_channels", int, 3),
-    ("num_classes", int, 10), ("downsample", int, 2), ("center_init_std", float, 2.0, INIT_STD),
+    ("hidden", int, 400),
+    ("layers", int, 6),
+    ("intermediate", int, 512),
+    ("dropout", float, 0.1, PROBABILITY),
+    ("attention_dropout", float, 0.1, PROBABILITY),
+    ("image_size", int, 32),
+    ("in_channels", int, 3),
+    ("num_classes", int, 10),
+    ("downsample", int, 2),
+    ("center_init_std", float, 2.0, INIT_STD),
     ("spread_init_std", float, 0.01, INIT_STD),
 ]
 
 ModelConfig = dataclasses.make_dataclass(
-    "ModelConfig", [(n, t, dataclasses.field(default=d, metadata={"bounds": b[0]} if b else {}))
-                    for n, t, d, *b in _FIELDS],
-    bases=(_ModelConfigMethods,), frozen=True, kw_only=True,
-    namespace={"__module__": __name__, "__doc__": _ModelConfigMethods.__doc__})
+    "ModelConfig",
+    [(n, t, dataclasses.field(default=d, metadata={"bounds": b[0]} if b else {})) for n, t, d, *b in _FIELDS],
+    bases=(_ModelConfigMethods,),
+    frozen=True,
+    kw_only=True,
+    namespace={"__module__": __name__, "__doc__": _ModelConfigMethods.__doc__},
+)
 
 
 def strict_from_dict(cls, d: dict[str, Any], kind: str):
@@ -212,8 +240,10 @@ def bounded(cfg: ModelConfig, field: Field) -> None:
     v = getattr(cfg, field.name)
     low, high = field.bounds
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
-        raise ConfigError(field.name, f"must be a number from {low:g} to {high:g} (what the encoding's equation "
-                                      f"carries), got {v!r}")
+        raise ConfigError(
+            field.name,
+            f"must be a number from {low:g} to {high:g} (what the encoding's equation carries), got {v!r}",
+        )
 
 
 def choice_field(cfg: ModelConfig, name: str, choices: tuple[str, ...]) -> None:
@@ -242,7 +272,16 @@ PAPER_MODELS: dict[str, ModelConfig] = {
 #: the paper's size: N_h = 9, D = 400, 6 layers, heads of width D (``study.models.encoded``).
 ENCODING_MODELS: dict[str, ModelConfig] = {
     "sa_" + vid.replace("-", "_"): ModelConfig(**over)
-    for vid, over in variants() if over["encoding"] not in PAPER_ENCODINGS
+    for vid, over in variants()
+    if over["encoding"] not in PAPER_ENCODINGS
 }
 
-__all__ = ["ARCHS", "ENCODINGS", "ConfigError", "ENCODING_MODELS", "ModelConfig", "PAPER_MODELS", "model_name"]
+__all__ = [
+    "ARCHS",
+    "ENCODINGS",
+    "ConfigError",
+    "ENCODING_MODELS",
+    "ModelConfig",
+    "PAPER_MODELS",
+    "model_name",
+]

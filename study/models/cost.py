@@ -21,7 +21,11 @@ def config_from_row(cfg: dict[str, Any]):
 
     fields = ModelConfig.__dataclass_fields__
     # null or NaN (a null of a numeric column): not set
-    known = {k: v for k, v in cfg.items() if k in fields and v is not None and not (isinstance(v, float) and v != v)}
+    known = {
+        k: v
+        for k, v in cfg.items()
+        if k in fields and v is not None and not (isinstance(v, float) and v != v)
+    }
     spec = REGISTRY.get(known.get("encoding", "quadratic"))
     if spec is not None:
         # a row's value of another encoding's field (an old table's isotropic of a learned
@@ -51,7 +55,7 @@ def model_macs(cfg: dict[str, Any]) -> int:
         return resnet18_macs(image_size=mc.image_size, in_channels=mc.in_channels, num_classes=mc.num_classes)
     spec, side = mc.spec, mc.grid
     t = side * side
-    c_in = mc.in_channels * mc.downsample ** 2
+    c_in = mc.in_channels * mc.downsample**2
     d, h, inter = mc.hidden, mc.num_heads, mc.intermediate
     positional = spec.positional_macs(mc, tokens=t, side=side)
     content = 2 * t * d * h * d + h * t * t * d if spec.content else 0
@@ -70,11 +74,11 @@ def resnet18_macs(*, image_size: int = 32, in_channels: int = 3, num_classes: in
             side = (side + 1) // 2  # stride 2, padding 1
         for block in range(2):
             first = block == 0
-            macs += side * side * 9 * (c_in if first else c_out) * c_out  # conv1 (stride 2 in a stage's first)
+            macs += (
+                side * side * 9 * (c_in if first else c_out) * c_out
+            )  # conv1 (stride 2 in a stage's first)
             macs += side * side * 9 * c_out * c_out  # conv2
             if first and c_in != c_out:
                 macs += side * side * c_in * c_out  # 1×1 shortcut
         c_in = c_out
     return macs + 512 * num_classes
-
-

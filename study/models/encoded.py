@@ -52,9 +52,21 @@ class EncodedAttention(HeadsLayer):
     #: None (default) is off on every device until a GPU session has measured it, True to force
     flex: bool | None = None
 
-    def __init__(self, *, dim: int, num_heads: int, encoding: "Encoding", grid: int, head_dim: int | None = None,
-                 value: bool = False, qkv_bias: bool = True, key_bias: bool | None = None,
-                 out_dim: int | None = None, attention_dropout: float = 0.0, **options):
+    def __init__(
+        self,
+        *,
+        dim: int,
+        num_heads: int,
+        encoding: Encoding,
+        grid: int,
+        head_dim: int | None = None,
+        value: bool = False,
+        qkv_bias: bool = True,
+        key_bias: bool | None = None,
+        out_dim: int | None = None,
+        attention_dropout: float = 0.0,
+        **options,
+    ):
         super().__init__()
         self.dim = dim
         self.num_heads = num_heads
@@ -75,7 +87,9 @@ class EncodedAttention(HeadsLayer):
         return 1.0 / math.sqrt(self.head_dim)
 
     def uses_fused(self, device: torch.device) -> bool:
-        return hasattr(self.encoding, "sdpa_inputs") and (device.type == "cuda" if self.fused is None else self.fused)
+        return hasattr(self.encoding, "sdpa_inputs") and (
+            device.type == "cuda" if self.fused is None else self.fused
+        )
 
     def uses_flex(self) -> bool:
         """FlexAttention when forced (``flex=True``) for an encoding it serves: additive scores
@@ -104,7 +118,11 @@ class EncodedAttention(HeadsLayer):
         b, h, w, _ = x.shape
         t, n = h * w, self.num_heads
         q, k = self.queries_keys(x, scale=self.scale)
-        v = x.reshape(b, 1, t, -1) if self.value is None else self.value(x).view(b, t, n, self.head_dim).transpose(1, 2)
+        v = (
+            x.reshape(b, 1, t, -1)
+            if self.value is None
+            else self.value(x).view(b, t, n, self.head_dim).transpose(1, 2)
+        )
         if not return_attention and self.uses_flex():
             return self._flex_heads(q, k, v, h, w), None
         if not return_attention and self.uses_fused(x.device):
@@ -113,12 +131,15 @@ class EncodedAttention(HeadsLayer):
                 bias = bias.to(q.dtype).expand(b, n, t, t)
             p = self.attention_dropout.p if self.training else 0.0
             # q is already scaled by 1/√d_h (queries_keys): scale=1 here
-            heads = F.scaled_dot_product_attention(q, k, v.to(q.dtype).expand(b, n, t, v.shape[-1]),
-                                                   attn_mask=bias, dropout_p=p, scale=1.0)
+            heads = F.scaled_dot_product_attention(
+                q, k, v.to(q.dtype).expand(b, n, t, v.shape[-1]), attn_mask=bias, dropout_p=p, scale=1.0
+            )
             return heads.transpose(1, 2).reshape(b, t, -1), None
         probs = self.encoding.probs(self, q, k, h, w)
         dropped = probability_dropout(probs, self.attention_dropout.p, training=self.training).to(v.dtype)
-        heads = shared_value_heads(dropped, v) if self.value is None else dropped @ v  # no W_v: one input for all
+        heads = (
+            shared_value_heads(dropped, v) if self.value is None else dropped @ v
+        )  # no W_v: one input for all
         return heads.transpose(1, 2).reshape(b, t, -1), probs
 
     def _flex_heads(self, q: Tensor, k: Tensor, v: Tensor, height: int, width: int) -> Tensor:
@@ -128,8 +149,10 @@ class EncodedAttention(HeadsLayer):
         GPSA: (1 − σ(λ_h))·FlexAttention(q, k, v) + σ(λ_h)·P_h v (ConViT Eq. 5-6)."""
         if self.training and self.attention_dropout.p > 0:
             p = self.attention_dropout.p
-            raise ValueError(f"flex: FlexAttention has no dropout, attention_dropout is {p:g} in training: "
-                             f"set flex=False (SDPA or explicit path)")
+            raise ValueError(
+                f"flex: FlexAttention has no dropout, attention_dropout is {p:g} in training: "
+                f"set flex=False (SDPA or explicit path)"
+            )
         b, n, t, _ = q.shape
         encoding = self.encoding
         table = getattr(encoding, "bias_table", None)
@@ -139,8 +162,10 @@ class EncodedAttention(HeadsLayer):
         elif hasattr(encoding, "sdpa_inputs"):
             q, k, bias = encoding.sdpa_inputs(self, q, k, height, width)
             if bias is not None:
-                raise ValueError(f"flex: {encoding.name} has a dense (N_h, T, T) bias and no bias_table "
-                                 f"for FlexAttention's score_mod: set flex=False (SDPA or explicit path)")
+                raise ValueError(
+                    f"flex: {encoding.name} has a dense (N_h, T, T) bias and no bias_table "
+                    f"for FlexAttention's score_mod: set flex=False (SDPA or explicit path)"
+                )
         value = v.to(q.dtype).expand(b, n, t, v.shape[-1])
         # q is already scaled by 1/√d_h (queries_keys): scale=1 here
         heads = flex_attention(q, k, value, score_mod=score_mod, scale=1.0)

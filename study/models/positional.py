@@ -40,8 +40,14 @@ class GaussianScores(nn.Module):
     so this equals the paper's  −α_h (‖δ‖² − 2⟨δ, Δ_h⟩)  form with α_h = s_h²/2.
     """
 
-    def __init__(self, *, num_heads: int, isotropic: bool = True, center_init_std: float = 2.0,
-                 spread_init_std: float = 0.01):
+    def __init__(
+        self,
+        *,
+        num_heads: int,
+        isotropic: bool = True,
+        center_init_std: float = 2.0,
+        spread_init_std: float = 0.01,
+    ):
         super().__init__()
         self.num_heads = num_heads
         self.isotropic = isotropic
@@ -67,7 +73,9 @@ class GaussianScores(nn.Module):
         """e1[h, qr, kr] = δ1 − Δ_h,1 (N_h, H, H) and e2[h, qc, kc] = δ2 − Δ_h,2 (N_h, W, W):
         the two coordinates of δ − Δ_h depend on one axis each."""
         c = self.centers
-        d_row, d_col = ((relative_index(n, device=c.device) - (n - 1)).to(c.dtype) for n in (height, width))  # k − q
+        d_row, d_col = (
+            (relative_index(n, device=c.device) - (n - 1)).to(c.dtype) for n in (height, width)
+        )  # k − q
         return d_row[None] - c[:, 0, None, None], d_col[None] - c[:, 1, None, None]
 
     def forward(self, height: int, width: int) -> Tensor:
@@ -83,7 +91,9 @@ class GaussianScores(nn.Module):
         row = -0.5 * prec[:, 0, 0, None, None] * e1.pow(2)
         col = -0.5 * prec[:, 1, 1, None, None] * e2.pow(2)
         cross = -prec[:, 0, 1, None, None] * e1  # Σ⁻¹ is symmetric: 2·(−½)·Σ⁻¹₁₂
-        s = (row[:, :, None, :, None] + col[:, None, :, None, :]) + cross[:, :, None, :, None] * e2[:, None, :, None, :]
+        s = (row[:, :, None, :, None] + col[:, None, :, None, :]) + cross[:, :, None, :, None] * e2[
+            :, None, :, None, :
+        ]
         return s.reshape(h, t, t)
 
     def axis_scores(self, height: int, width: int) -> tuple[Tensor, Tensor]:
@@ -122,8 +132,10 @@ class LearnedScores(nn.Module):
         return keys(table(idx)).permute(2, 0, 1)  # (N_h, size, size)
 
     def axis_scores(self, height: int, width: int) -> tuple[Tensor, Tensor]:
-        return (self._axis(self.row_embeddings, self.head_keys_row, height),
-                self._axis(self.col_embeddings, self.head_keys_col, width))
+        return (
+            self._axis(self.row_embeddings, self.head_keys_row, height),
+            self._axis(self.col_embeddings, self.head_keys_col, width),
+        )
 
     def forward(self, height: int, width: int) -> Tensor:
         row, col = self.axis_scores(height, width)
@@ -160,7 +172,7 @@ class QueryScores(nn.Module):
         """r(δ) for δ = −(size−1) … size−1, (2·size−1, D/2): rows of the (2·S−1)-row table."""
         if size > self.max_size:
             raise ValueError(f"grid side {size} exceeds the learned table's {self.max_size}")
-        return table.weight[self.max_size - size: self.max_size + size - 1]
+        return table.weight[self.max_size - size : self.max_size + size - 1]
 
     def offset_scores(self, q: Tensor, height: int, width: int, *, scale: float = 1.0) -> Tensor:
         """a[0, b, n, qr, qc, m] = scale · q_h[:D/2]·r_row(m − H + 1) and a[1, …] = scale ·

@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # torch is imported by the builders, not by reading configs
     from torch import nn
 
 
-def build_model(config: ModelConfig | dict[str, Any] | None = None, **overrides: Any) -> "nn.Module":
+def build_model(config: ModelConfig | dict[str, Any] | None = None, **overrides: Any) -> nn.Module:
     """Build the model described by ``config`` (a :class:`ModelConfig` or plain dict),
     with keyword ``overrides`` applied.  Raises ``ConfigError`` for invalid values."""
     base = config.to_dict() if isinstance(config, ModelConfig) else dict(config or {})

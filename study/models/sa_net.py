@@ -23,9 +23,14 @@ class SelfAttentionNet(nn.Module):
         self.stem = SpaceToDepth(block=config.downsample)
         self.embed = nn.Linear(config.in_channels * config.downsample**2, d)
         self.blocks = nn.ModuleList(
-            EncoderBlock(dim=d, intermediate=config.intermediate, dropout=config.dropout,
-                         attention=config.spec.attention(config))
-            for _ in range(config.layers))
+            EncoderBlock(
+                dim=d,
+                intermediate=config.intermediate,
+                dropout=config.dropout,
+                attention=config.spec.attention(config),
+            )
+            for _ in range(config.layers)
+        )
         self.classifier = nn.Linear(d, config.num_classes)
 
     def forward(self, images: Tensor, *, return_attention: bool = False):
@@ -48,6 +53,8 @@ class SelfAttentionNet(nn.Module):
     def no_weight_decay(self) -> set[str]:
         """Names of parameters trained without weight decay (Gaussian centres/spreads,
         an encoding's tables or frequencies where its paper says so)."""
-        return {f"blocks.{i}.attention.{n}" for i, layer in enumerate(self.attention_layers)
-                for n in layer.no_weight_decay()}
-
+        return {
+            f"blocks.{i}.attention.{n}"
+            for i, layer in enumerate(self.attention_layers)
+            for n in layer.no_weight_decay()
+        }

@@ -31,12 +31,19 @@ def export_dict(checkpoint: dict[str, Any], *, study: str = "", trial_id: str = 
     """The export of a training checkpoint (``study/trial/checkpoint.py``): weights
     and configuration, without optimizer and RNG state."""
     if not isinstance(checkpoint.get("model_config"), dict):
-        raise ExportError("the checkpoint carries no model_config (written before checkpoints recorded "
-                          "their model configuration)")
+        raise ExportError(
+            "the checkpoint carries no model_config (written before checkpoints recorded "
+            "their model configuration)"
+        )
     return {
-        "format": FORMAT, "version": VERSION, "model_config": dict(checkpoint["model_config"]),
-        "train_config": checkpoint.get("train_config") or {}, "state_dict": checkpoint["model"],
-        "study": study, "trial_id": trial_id, "epoch": _number(checkpoint, "epoch", int, 0),
+        "format": FORMAT,
+        "version": VERSION,
+        "model_config": dict(checkpoint["model_config"]),
+        "train_config": checkpoint.get("train_config") or {},
+        "state_dict": checkpoint["model"],
+        "study": study,
+        "trial_id": trial_id,
+        "epoch": _number(checkpoint, "epoch", int, 0),
         "final_test_acc": _number(checkpoint, "final_test_acc", float, float("nan")),
         "best_test_acc": _number(checkpoint, "best_test_acc", float, float("nan")),
     }
@@ -55,8 +62,21 @@ def read_export(path: str | os.PathLike, *, map_location: Any = "cpu") -> dict[s
         with warnings.catch_warnings():  # torch warns about the pickle protocol of a foreign file
             warnings.simplefilter("ignore")
             data = torch.load(path, map_location=map_location, weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError, AttributeError, TypeError,
-            IndexError, OSError, zipfile.BadZipFile, UnicodeDecodeError, MemoryError, OverflowError) as e:
+    except (
+        pickle.UnpicklingError,
+        RuntimeError,
+        EOFError,
+        ValueError,
+        KeyError,
+        AttributeError,
+        TypeError,
+        IndexError,
+        OSError,
+        zipfile.BadZipFile,
+        UnicodeDecodeError,
+        MemoryError,
+        OverflowError,
+    ) as e:
         raise ExportError(f"{path}: not a model export ({_load_reason(e)})") from None
     data = as_export(data, path)
     check_export(data, where=str(path))
@@ -139,17 +159,23 @@ def check_export(data: dict[str, Any], *, where: str) -> None:
     try:
         expected = state_shapes(cfg)
     except (ConfigError, RuntimeError, ValueError) as e:
-        raise ExportError(f"{where}: model_config: cannot build the model ({' '.join(str(e).split())[:120]})") from None
+        raise ExportError(
+            f"{where}: model_config: cannot build the model ({' '.join(str(e).split())[:120]})"
+        ) from None
     missing = [k for k in expected if k not in sd]
     if missing:
-        raise ExportError(f"{where}: state_dict: missing {missing[0]!r}"
-                          + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
-                          + f" of the {len(expected)} tensors of the model its model_config builds")
+        raise ExportError(
+            f"{where}: state_dict: missing {missing[0]!r}"
+            + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+            + f" of the {len(expected)} tensors of the model its model_config builds"
+        )
     extra = [k for k in sd if k not in expected]
     if extra:
-        raise ExportError(f"{where}: state_dict: unexpected {str(extra[0])[:80]!r}"
-                          + (f" and {len(extra) - 1} more" if len(extra) > 1 else "")
-                          + " (not a tensor of the model its model_config builds)")
+        raise ExportError(
+            f"{where}: state_dict: unexpected {str(extra[0])[:80]!r}"
+            + (f" and {len(extra) - 1} more" if len(extra) > 1 else "")
+            + " (not a tensor of the model its model_config builds)"
+        )
     for k, shape in expected.items():
         t = sd[k]
         if not isinstance(t, torch.Tensor):

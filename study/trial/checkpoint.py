@@ -14,8 +14,9 @@ import io
 import os
 import pickle
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from study.atomicio import write_atomic
 from study.errors import CheckpointError, cause
@@ -28,7 +29,9 @@ PREVIOUS = "checkpoint.prev.pt"
 
 #: TrainConfig fields that do not change what a checkpoint continues (how the
 #: trial is executed or observed, not what it trains).
-OPERATIONAL_FIELDS = frozenset({"amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"})
+OPERATIONAL_FIELDS = frozenset(
+    {"amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"}
+)
 
 
 def folder_fs(directory: str):
@@ -53,13 +56,18 @@ def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> str:
         keep_previous()
     import torch
 
-    return write_atomic(f"{directory}/{FILENAME}", lambda f: torch.save(state, f), suffix=".pt",
-                        before_replace=keep_previous)
+    return write_atomic(
+        f"{directory}/{FILENAME}", lambda f: torch.save(state, f), suffix=".pt", before_replace=keep_previous
+    )
 
 
-def load_checkpoint(directory: str | os.PathLike | None, *, map_location="cpu",
-                    warn: Callable[[str], None] | None = None,
-                    check: Callable[[dict, str], None] | None = None) -> dict[str, Any] | None:
+def load_checkpoint(
+    directory: str | os.PathLike | None,
+    *,
+    map_location="cpu",
+    warn: Callable[[str], None] | None = None,
+    check: Callable[[dict, str], None] | None = None,
+) -> dict[str, Any] | None:
     """The latest intact checkpoint in ``directory``, or None if there is none; a damaged
     latest falls back to the previous one (``warn`` names the skipped file), none intact raises
     :class:`CheckpointError`.  ``check(state, path)`` may refuse one that loads: it counts as damaged."""
@@ -72,8 +80,9 @@ def load_checkpoint(directory: str | os.PathLike | None, *, map_location="cpu",
     return _latest(directory, load, warn=warn, check=check)
 
 
-def checkpoint_head(directory: str | os.PathLike | None, *,
-                    check: Callable[[dict, str], None] | None = None) -> dict[str, Any] | None:
+def checkpoint_head(
+    directory: str | os.PathLike | None, *, check: Callable[[dict, str], None] | None = None
+) -> dict[str, Any] | None:
     """The checkpoint :func:`load_checkpoint` takes, as :func:`read_head` reads it without torch (its
     tensors :class:`TensorHead`): none intact raises :class:`CheckpointError` as it does.  None where there
     is no checkpoint, or where only ``torch.load`` can tell (:class:`Undecided`): load_checkpoint decides."""
@@ -88,8 +97,13 @@ def checkpoint_head(directory: str | os.PathLike | None, *,
         return None
 
 
-def _latest(directory, load: Callable[[Any, str], Any], *, warn: Callable[[str], None] | None = None,
-            check: Callable[[dict, str], None] | None = None) -> dict[str, Any] | None:
+def _latest(
+    directory,
+    load: Callable[[Any, str], Any],
+    *,
+    warn: Callable[[str], None] | None = None,
+    check: Callable[[dict, str], None] | None = None,
+) -> dict[str, Any] | None:
     import pyarrow.fs as pafs
 
     if directory is None:
@@ -117,7 +131,9 @@ def _latest(directory, load: Callable[[Any, str], Any], *, warn: Callable[[str],
             damaged.append(f"{shown} ({cause(e)})")
             continue
         if damaged and warn is not None:
-            warn(f"checkpoint {damaged[0]} is damaged; using the previous one, {shown} (epoch {state['epoch']})")
+            warn(
+                f"checkpoint {damaged[0]} is damaged; using the previous one, {shown} (epoch {state['epoch']})"
+            )
         return state
     if damaged:
         raise CheckpointError(f"checkpoint {damaged[0]} is damaged and no earlier checkpoint is intact")
@@ -129,9 +145,14 @@ def _latest(directory, load: Callable[[Any, str], Any], *, warn: Callable[[str],
 #: it in the zip): one larger is left to torch.load
 _MAX_PICKLE_BYTES = 64 * 2**20
 #: the globals other than torch's own that ``torch.load(weights_only=True)`` allows (its default allowlist)
-_PLAIN_GLOBALS = {("collections", "OrderedDict"): collections.OrderedDict,
-                  ("collections", "Counter"): collections.Counter, ("_codecs", "encode"): codecs.encode,
-                  ("builtins", "bytearray"): bytearray, ("builtins", "set"): set, ("builtins", "complex"): complex}
+_PLAIN_GLOBALS = {
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("collections", "Counter"): collections.Counter,
+    ("_codecs", "encode"): codecs.encode,
+    ("builtins", "bytearray"): bytearray,
+    ("builtins", "set"): set,
+    ("builtins", "complex"): complex,
+}
 
 
 class Undecided(Exception):
@@ -183,10 +204,12 @@ def _rebuild_parameter(data=None, *rest) -> TensorHead:
     return data
 
 
-_TORCH_GLOBALS = {("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
-                  ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-                  ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
-                  ("torch", "Size"): tuple}
+_TORCH_GLOBALS = {
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+    ("torch", "Size"): tuple,
+}
 
 
 class _HeadUnpickler(pickle.Unpickler):
@@ -243,7 +266,9 @@ def read_head(f) -> Any:
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError) as e:
         if isinstance(e, UnreadableFile):
             raise
-        raise UnreadableFile(f"a damaged or truncated zip archive ({' '.join(str(e).split())[:120]})") from None
+        raise UnreadableFile(
+            f"a damaged or truncated zip archive ({' '.join(str(e).split())[:120]})"
+        ) from None
     if len(data) > _MAX_PICKLE_BYTES:
         raise Undecided("a large pickle")
     try:
@@ -251,11 +276,14 @@ def read_head(f) -> Any:
     except (Undecided, UnreadableFile):
         raise
     except Exception as e:  # a malformed pickle: what torch's unpickler refuses too
-        raise UnreadableFile(f"a damaged pickle ({type(e).__name__}: {' '.join(str(e).split())[:120]})") from None
+        raise UnreadableFile(
+            f"a damaged pickle ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
+        ) from None
 
 
-def check_config(state: dict[str, Any], *, model_config: dict[str, Any], train_config: dict[str, Any],
-                 where: str) -> None:
+def check_config(
+    state: dict[str, Any], *, model_config: dict[str, Any], train_config: dict[str, Any], where: str
+) -> None:
     """Refuse to continue ``state`` under another configuration (instead of silently reusing
     it or failing inside ``load_state_dict``): one line naming every differing field.
     Checkpoints older than these keys are not checked; the training protocol's fields, added
@@ -263,13 +291,22 @@ def check_config(state: dict[str, Any], *, model_config: dict[str, Any], train_c
     diffs = []
     saved_model = state.get("model_config")
     if isinstance(saved_model, dict):
-        diffs += [f"{k}: {saved_model.get(k)!r} -> {v!r}" for k, v in model_config.items() if saved_model.get(k) != v]
+        diffs += [
+            f"{k}: {saved_model.get(k)!r} -> {v!r}"
+            for k, v in model_config.items()
+            if saved_model.get(k) != v
+        ]
     saved_train = state.get("train_config")
     if isinstance(saved_train, dict):
         defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
         saved_train = {**{k: defaults[k] for k in PROTOCOL_FIELDS}, **saved_train}
-        diffs += [f"{k}: {saved_train.get(k)!r} -> {v!r}" for k, v in train_config.items()
-                  if k != "model" and k not in OPERATIONAL_FIELDS and saved_train.get(k) != v]
+        diffs += [
+            f"{k}: {saved_train.get(k)!r} -> {v!r}"
+            for k, v in train_config.items()
+            if k != "model" and k not in OPERATIONAL_FIELDS and saved_train.get(k) != v
+        ]
     if diffs:
-        raise CheckpointError(f"{where} holds a checkpoint of another configuration ({'; '.join(diffs)}); "
-                              "use another output folder or the same settings")
+        raise CheckpointError(
+            f"{where} holds a checkpoint of another configuration ({'; '.join(diffs)}); "
+            "use another output folder or the same settings"
+        )

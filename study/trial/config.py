@@ -7,15 +7,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from study.limits import MAX_EPOCHS, MAX_RANDAUGMENT_MAGNITUDE, MAX_RANDAUGMENT_OPS, MAX_TRAIN_FIELD
-from study.models.config import (FLOAT32_MAX, FLOAT32_TINY, Bounds, ConfigError, ModelConfig, check_bounds,
-                                 int_at_least, strict_from_dict)
+from study.models.config import (
+    FLOAT32_MAX,
+    FLOAT32_TINY,
+    Bounds,
+    ConfigError,
+    ModelConfig,
+    check_bounds,
+    int_at_least,
+    strict_from_dict,
+)
 
 SCHEDULES = ("cosine", "step")
 #: AutoAugment policies of ``torchvision.transforms.v2.AutoAugmentPolicy`` (by value), or none
 AUTOAUGMENT_POLICIES = ("none", "cifar10", "imagenet", "svhn")
 #: the training protocol's fields (see :class:`TrainConfig`): a study file's ``protocol:`` section
-PROTOCOL_FIELDS = ("cutmix_alpha", "mixup_alpha", "randaugment_ops", "randaugment_magnitude", "autoaugment",
-                   "label_smoothing")
+PROTOCOL_FIELDS = (
+    "cutmix_alpha",
+    "mixup_alpha",
+    "randaugment_ops",
+    "randaugment_magnitude",
+    "autoaugment",
+    "label_smoothing",
+)
 #: the three forms of the warm-up (:meth:`TrainConfig.warmup_steps_for`): a trial gives at most one
 WARMUP_FIELDS = ("warmup", "warmup_epochs", "warmup_steps")
 #: the paper's warm-up, 5 % of all steps (Appendix B), where no form is given
@@ -29,29 +43,56 @@ def bounded(default: Any, bounds: Bounds) -> Any:
 
 #: lr: torch's SGD step adds -lr x the float32 gradient (a float32 scalar: FLOAT32_MAX at most; below a
 #: normal float32 the step is a subnormal or 0)
-LR = Bounds(low=FLOAT32_TINY, high=FLOAT32_MAX, finite="a finite non-negative number",
-            refusal="from 2**-126 to 3.40282e+38 (torch's SGD multiplies the float32 gradient by it)")
+LR = Bounds(
+    low=FLOAT32_TINY,
+    high=FLOAT32_MAX,
+    finite="a finite non-negative number",
+    refusal="from 2**-126 to 3.40282e+38 (torch's SGD multiplies the float32 gradient by it)",
+)
 #: momentum: the velocity's decay factor (buf x momentum + grad); at 1 or more past gradients never fade
-MOMENTUM = Bounds(low=FLOAT32_TINY, high=1.0, high_open=True, off=True, finite="a finite non-negative number",
-                  refusal="0 or from 2**-126 to below 1 (the velocity's decay factor, a float32 scalar)")
+MOMENTUM = Bounds(
+    low=FLOAT32_TINY,
+    high=1.0,
+    high_open=True,
+    off=True,
+    finite="a finite non-negative number",
+    refusal="0 or from 2**-126 to below 1 (the velocity's decay factor, a float32 scalar)",
+)
 #: weight decay: torch's SGD adds weight_decay x the float32 parameters to the gradient (a float32 scalar)
-WEIGHT_DECAY = Bounds(low=FLOAT32_TINY, high=FLOAT32_MAX, off=True, finite="a finite non-negative number",
-                      refusal="0 or from 2**-126 to 3.40282e+38 (torch's SGD multiplies the float32 "
-                              "parameters by it)")
+WEIGHT_DECAY = Bounds(
+    low=FLOAT32_TINY,
+    high=FLOAT32_MAX,
+    off=True,
+    finite="a finite non-negative number",
+    refusal="0 or from 2**-126 to 3.40282e+38 (torch's SGD multiplies the float32 parameters by it)",
+)
 #: a Beta(α, α) concentration of CutMix/MixUp: torchvision draws from a float32 Dirichlet, which needs a
 #: positive float32 (5e-324 becomes 0 and is refused inside the trial); 0 is off
-BETA_ALPHA = Bounds(low=FLOAT32_TINY, high=FLOAT32_MAX, off=True, finite="a finite Beta alpha >= 0 (0: off)",
-                    refusal="a Beta alpha of 0 (off) or from 2**-126 to 3.40282e+38 (torch's float32 Dirichlet)")
+BETA_ALPHA = Bounds(
+    low=FLOAT32_TINY,
+    high=FLOAT32_MAX,
+    off=True,
+    finite="a finite Beta alpha >= 0 (0: off)",
+    refusal="a Beta alpha of 0 (off) or from 2**-126 to 3.40282e+38 (torch's float32 Dirichlet)",
+)
 #: label smoothing ε mixes (1 - ε) x the label with ε x uniform: at 1 the target is uniform, nothing to learn
 LABEL_SMOOTHING = Bounds(low=0.0, high=1.0, high_open=True, refusal="in [0, 1)")
 #: warm-up: a fraction of all steps (1 would be a warm-up as long as the run)
 WARMUP = Bounds(low=0.0, high=1.0, high_open=True, refusal="a fraction in [0, 1)")
 #: warm-up in epochs: at most the run's (checked against ``epochs``), so at most MAX_EPOCHS
-WARMUP_EPOCHS = Bounds(low=0.0, high=float(MAX_EPOCHS), finite="a finite number of epochs >= 0",
-                       refusal=f"a number of epochs from 0 to {MAX_EPOCHS} (MAX_EPOCHS)")
+WARMUP_EPOCHS = Bounds(
+    low=0.0,
+    high=float(MAX_EPOCHS),
+    finite="a finite number of epochs >= 0",
+    refusal=f"a number of epochs from 0 to {MAX_EPOCHS} (MAX_EPOCHS)",
+)
 #: warm-up in steps: no run is longer than MAX_TRAIN_FIELD["warmup_steps"] steps
-WARMUP_STEPS = Bounds(low=0, high=MAX_TRAIN_FIELD["warmup_steps"], integer=True,
-                      refusal=f"<= {MAX_TRAIN_FIELD['warmup_steps']} (MAX_TRAIN_FIELD)")
+WARMUP_STEPS = Bounds(
+    low=0,
+    high=MAX_TRAIN_FIELD["warmup_steps"],
+    integer=True,
+    refusal=f"<= {MAX_TRAIN_FIELD['warmup_steps']} (MAX_TRAIN_FIELD)",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,8 +137,14 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):
             object.__setattr__(self, "model", ModelConfig.from_dict(self.model))
-        for k, low in (("epochs", 1), ("batch_size", 1), ("head_images", 1), ("eval_batch_size", 1),
-                       ("map_radius", 0), ("seed", 0)):
+        for k, low in (
+            ("epochs", 1),
+            ("batch_size", 1),
+            ("head_images", 1),
+            ("eval_batch_size", 1),
+            ("map_radius", 0),
+            ("seed", 0),
+        ):
             int_at_least(self, k, low)
         if self.subset is not None:
             int_at_least(self, "subset", 10)
@@ -106,29 +153,47 @@ class TrainConfig:
         if self.schedule not in SCHEDULES:
             raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         v = self.validation
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or (
-                isinstance(v, float) and not 0 < v < 1):  # 0.0 is no count (study.data.validation_size)
-            raise ConfigError("validation", f"must be a number of images >= 0 or a fraction in (0, 1), got {v!r}")
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or v != v
+            or v < 0
+            or (isinstance(v, float) and not 0 < v < 1)
+        ):  # 0.0 is no count (study.data.validation_size)
+            raise ConfigError(
+                "validation", f"must be a number of images >= 0 or a fraction in (0, 1), got {v!r}"
+            )
         v = self.map_epochs
         if not (isinstance(v, str) and v in ("auto", "all", "last", "none")):
-            if not isinstance(v, (list, tuple)) or not all(isinstance(e, int) and not isinstance(e, bool) for e in v):
-                raise ConfigError("map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}")
+            if not isinstance(v, (list, tuple)) or not all(
+                isinstance(e, int) and not isinstance(e, bool) for e in v
+            ):
+                raise ConfigError(
+                    "map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}"
+                )
             bad = [e for e in v if not 0 <= e < self.epochs]
             if bad:
-                raise ConfigError("map_epochs", f"epochs are 0-based and must be < epochs ({self.epochs}), "
-                                                f"got {bad[0]}")
+                raise ConfigError(
+                    "map_epochs", f"epochs are 0-based and must be < epochs ({self.epochs}), got {bad[0]}"
+                )
             object.__setattr__(self, "map_epochs", tuple(sorted(set(v))))
-        for k, cap, what in (("randaugment_ops", MAX_RANDAUGMENT_OPS, "RandAugment's operations"),
-                             ("randaugment_magnitude", MAX_RANDAUGMENT_MAGNITUDE, "RandAugment's 31 magnitude bins")):
+        for k, cap, what in (
+            ("randaugment_ops", MAX_RANDAUGMENT_OPS, "RandAugment's operations"),
+            ("randaugment_magnitude", MAX_RANDAUGMENT_MAGNITUDE, "RandAugment's 31 magnitude bins"),
+        ):
             int_at_least(self, k, 0)
             if getattr(self, k) > cap:
                 raise ConfigError(k, f"must be <= {cap} ({what}), got {getattr(self, k)}")
         if self.autoaugment not in AUTOAUGMENT_POLICIES:
-            raise ConfigError("autoaugment", f"must be one of {', '.join(AUTOAUGMENT_POLICIES)}, "
-                                             f"got {self.autoaugment!r}")
+            raise ConfigError(
+                "autoaugment", f"must be one of {', '.join(AUTOAUGMENT_POLICIES)}, got {self.autoaugment!r}"
+            )
         if self.autoaugment != "none" and self.randaugment_ops:
-            raise ConfigError("autoaugment", f"{self.autoaugment} and randaugment_ops {self.randaugment_ops} are "
-                                             "alternative policies: set one (the other none / 0)")
+            raise ConfigError(
+                "autoaugment",
+                f"{self.autoaugment} and randaugment_ops {self.randaugment_ops} are "
+                "alternative policies: set one (the other none / 0)",
+            )
         if not isinstance(self.data, str) or not self.data:
             raise ConfigError("data", f"must be a data source string, got {self.data!r}")
 
@@ -138,15 +203,20 @@ class TrainConfig:
         given = [k for k in WARMUP_FIELDS if getattr(self, k) is not None]
         if len(given) > 1:
             a, b = given[:2]
-            raise ConfigError(b, f"{b} {getattr(self, b)!r} and {a} {getattr(self, a)!r} both set the warm-up: "
-                                 "give one (warmup: a fraction of all steps, warmup_epochs or warmup_steps)")
+            raise ConfigError(
+                b,
+                f"{b} {getattr(self, b)!r} and {a} {getattr(self, a)!r} both set the warm-up: "
+                "give one (warmup: a fraction of all steps, warmup_epochs or warmup_steps)",
+            )
         if not given:
             object.__setattr__(self, "warmup", PAPER_WARMUP)
         elif given == ["warmup_epochs"]:
             WARMUP_EPOCHS.check(self, "warmup_epochs")
             if self.warmup_epochs > self.epochs:
-                raise ConfigError("warmup_epochs", f"must be at most the {self.epochs} epochs of the run, "
-                                                   f"got {self.warmup_epochs!r}")
+                raise ConfigError(
+                    "warmup_epochs",
+                    f"must be at most the {self.epochs} epochs of the run, got {self.warmup_epochs!r}",
+                )
             object.__setattr__(self, "warmup_epochs", float(self.warmup_epochs))  # one column type
 
     def warmup_steps_for(self, steps_per_epoch: int) -> int:
@@ -169,10 +239,10 @@ class TrainConfig:
         return {**self.model.to_dict(), **train}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
         return strict_from_dict(cls, d, "training")
 
-    def replace(self, **changes: Any) -> "TrainConfig":
+    def replace(self, **changes: Any) -> TrainConfig:
         """A copy with ``changes``; a warm-up form among them replaces this one's (whichever form it had)."""
         if any(k in changes for k in WARMUP_FIELDS):
             changes = {**dict.fromkeys(WARMUP_FIELDS), **changes}

@@ -21,7 +21,13 @@ from study.theory import lattice_offsets
 
 NAN = float("nan")
 #: the Gaussian heads' parameters and the per-head columns a layer may report, null for the others
-PARAM_COLUMNS = ("param_center_x", "param_center_y", "param_inv_cov_xx", "param_inv_cov_xy", "param_inv_cov_yy")
+PARAM_COLUMNS = (
+    "param_center_x",
+    "param_center_y",
+    "param_inv_cov_xx",
+    "param_inv_cov_xy",
+    "param_inv_cov_yy",
+)
 HEAD_COLUMNS = ("gate",)
 
 
@@ -52,7 +58,7 @@ def positional_shift_scores(positional, radius: int) -> Tensor:
         keep = slice(s - 1 - radius, s + radius)
         row = positional.head_keys_row(positional.row_embeddings.weight[keep])  # (R, N_h)
         col = positional.head_keys_col(positional.col_embeddings.weight[keep])
-        return (row.T[:, :, None] + col.T[:, None, :])
+        return row.T[:, :, None] + col.T[:, None, :]
     raise TypeError(f"no shift scores for {type(positional).__name__}")
 
 
@@ -65,9 +71,16 @@ def distribution_stats(probs: Tensor, delta: Tensor) -> dict[str, Tensor]:
     centred = d[None] - mean[:, None]  # (N_h, K, 2)
     cov = torch.einsum("hk,hki,hkj->hij", p, centred, centred)
     entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
-    return {"center_x": mean[:, 1], "center_y": mean[:, 0], "cov_xx": cov[:, 1, 1], "cov_xy": cov[:, 0, 1],
-            "cov_yy": cov[:, 0, 0], "entropy": entropy, "mean_distance": p @ d.norm(dim=-1),
-            "max_prob": p.max(-1).values}
+    return {
+        "center_x": mean[:, 1],
+        "center_y": mean[:, 0],
+        "cov_xx": cov[:, 1, 1],
+        "cov_xy": cov[:, 0, 1],
+        "cov_yy": cov[:, 0, 0],
+        "entropy": entropy,
+        "mean_distance": p @ d.norm(dim=-1),
+        "max_prob": p.max(-1).values,
+    }
 
 
 @torch.no_grad()
@@ -90,7 +103,11 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
             window = _crop(centre, h // 2, w // 2, radius)
         else:
             # the largest shift a head reaches on the trained grid (S − 1 per axis)
-            reach = layer.positional.max_size if isinstance(layer.positional, LearnedScores) else model.config.grid
+            reach = (
+                layer.positional.max_size
+                if isinstance(layer.positional, LearnedScores)
+                else model.config.grid
+            )
             full = max(radius, reach - 1)
             scores = positional_shift_scores(layer.positional, full).float()
             probs = torch.softmax(scores.flatten(1), -1).view_as(scores)
@@ -103,10 +120,24 @@ def collect_head_stats(model, images: Tensor, *, radius: int) -> tuple[list[dict
             c, prec = positional.centers.double(), positional.inv_covariance().double()
             values.update(zip(PARAM_COLUMNS, (c[:, 1], c[:, 0], prec[:, 1, 1], prec[:, 0, 1], prec[:, 0, 0])))
         for hd in range(layer.num_heads):
-            heads_rows.append({"layer": li, "head": hd, **{k: float(values[k][hd]) if k in values else NAN
-                                                           for k in (*stats, *PARAM_COLUMNS, *HEAD_COLUMNS)}})
-            map_rows.append({"layer": li, "head": hd, "window": 2 * radius + 1,
-                             "probs": window[hd].flatten().cpu().tolist()})
+            heads_rows.append(
+                {
+                    "layer": li,
+                    "head": hd,
+                    **{
+                        k: float(values[k][hd]) if k in values else NAN
+                        for k in (*stats, *PARAM_COLUMNS, *HEAD_COLUMNS)
+                    },
+                }
+            )
+            map_rows.append(
+                {
+                    "layer": li,
+                    "head": hd,
+                    "window": 2 * radius + 1,
+                    "probs": window[hd].flatten().cpu().tolist(),
+                }
+            )
     return heads_rows, map_rows
 
 
@@ -131,7 +162,10 @@ def _grid_pass(model, images: Tensor, chunk: int = 10) -> tuple[list[Tensor], li
         for m in maps:
             weight = len(x) / m.shape[0]  # a map shared by the batch (1, N_h, T, T) counts once per image
             p64 = m.double()  # Σ_k P[q, k]·‖p_k − p_q‖ and −Σ_k P ln P, summed over images and queries
-            d, e = torch.einsum("bhqk,qk->h", p64, distances), -torch.special.xlogy(p64, p64).sum(dim=(0, 2, 3))
+            d, e = (
+                torch.einsum("bhqk,qk->h", p64, distances),
+                -torch.special.xlogy(p64, p64).sum(dim=(0, 2, 3)),
+            )
             part.append((d * weight, e * weight, m[:, :, q].float().sum(0).view(-1, side, side) * weight))
         sums = part if sums is None else [tuple(a + b for a, b in zip(s, p)) for s, p in zip(sums, part)]
     t = side * side

@@ -14,19 +14,25 @@ import contextlib
 import json
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from study.atomicio import write_atomic
 from study.errors import SupersededError
 from study.storage import is_remote
 
-
 #: seconds between two saves of a running epoch's clock (local files / object storage)
 CLOCK_S = 1.0
 CLOCK_REMOTE_S = 10.0
 #: the ledger's fields and their types (a damaged ledger is refused, naming the file)
-LEDGER_FIELDS = {"attempts": int, "device_seconds": (int, float), "last_error": str,
-                 "epoch": int, "epoch_fraction": (int, float), "epoch_seconds": (int, float)}
+LEDGER_FIELDS = {
+    "attempts": int,
+    "device_seconds": (int, float),
+    "last_error": str,
+    "epoch": int,
+    "epoch_fraction": (int, float),
+    "epoch_seconds": (int, float),
+}
 
 
 class TrialLedger:
@@ -55,9 +61,16 @@ class TrialLedger:
 
     def _write(self) -> None:
         epoch, fraction, seconds = self.running if self.running is not None else (None, None, None)
-        text = json.dumps({"attempts": self.attempts, "device_seconds": self.device_seconds,
-                           "last_error": self.last_error, "epoch": epoch, "epoch_fraction": fraction,
-                           "epoch_seconds": seconds})
+        text = json.dumps(
+            {
+                "attempts": self.attempts,
+                "device_seconds": self.device_seconds,
+                "last_error": self.last_error,
+                "epoch": epoch,
+                "epoch_fraction": fraction,
+                "epoch_seconds": seconds,
+            }
+        )
         write_atomic(self.uri, text.encode(), suffix=".json")
 
     def start(self) -> None:
@@ -86,8 +99,15 @@ class TrialLedger:
         self._write()
 
     @contextlib.contextmanager
-    def clock(self, *, before: float, scale: float = 1.0, period: float | None = None,
-              epoch: int | None = None, fraction: Callable[[], float] | None = None):
+    def clock(
+        self,
+        *,
+        before: float,
+        scale: float = 1.0,
+        period: float | None = None,
+        epoch: int | None = None,
+        fraction: Callable[[], float] | None = None,
+    ):
         """While the block (one epoch) runs, save ``device_seconds = before + elapsed x scale``
         (``scale``: the ranks) every ``period`` seconds from a thread, and once more if it
         is left by an exception; with ``epoch`` and ``fraction()`` also where it stands."""

@@ -11,8 +11,9 @@ import functools
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -20,8 +21,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from study.data import DeviceData, hold_out_validation, load_splits
-from study.devicepaths import (DevicePaths, capture_rng, compile_model, ddp_device_ids, restore_rng,
-                               select_device, synchronize)
+from study.devicepaths import (
+    DevicePaths,
+    capture_rng,
+    compile_model,
+    ddp_device_ids,
+    restore_rng,
+    select_device,
+    synchronize,
+)
 from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
 from study.plan import TRAIN_FORWARDS
@@ -64,12 +72,23 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.SGD:
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
 
 
-def train_trial(cfg: TrainConfig, *, trial_id: str, tables: str | os.PathLike | None = None,
-                checkpoint_dir: str | os.PathLike | None = None, study: str = "", device: torch.device | None = None,
-                report: Report | None = None, progress: Callable[[str], None] | None = None,
-                extra_run_fields: dict[str, Any] | None = None, splits=None, ledger=None,
-                warn: Callable[[str], None] | None = None, paths: DevicePaths | None = None,
-                step_progress: StepProgress | None = None) -> TrialResult:
+def train_trial(
+    cfg: TrainConfig,
+    *,
+    trial_id: str,
+    tables: str | os.PathLike | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    study: str = "",
+    device: torch.device | None = None,
+    report: Report | None = None,
+    progress: Callable[[str], None] | None = None,
+    extra_run_fields: dict[str, Any] | None = None,
+    splits=None,
+    ledger=None,
+    warn: Callable[[str], None] | None = None,
+    paths: DevicePaths | None = None,
+    step_progress: StepProgress | None = None,
+) -> TrialResult:
     """Train ``cfg`` for ``cfg.epochs`` epochs, resuming from ``checkpoint_dir`` (one of another
     configuration raises ``CheckpointError``).  After every epoch rank 0 writes the tables and a
     checkpoint, then every rank calls ``report(metrics, checkpoint_dir or None)``.  ``ledger``
@@ -82,12 +101,20 @@ def train_trial(cfg: TrainConfig, *, trial_id: str, tables: str | os.PathLike | 
     _prepare(t, tables=tables, trial_id=trial_id, study=study, extra_run_fields=extra_run_fields)
     _write_run(t, "running")
     try:
-        if t.start_epoch == 0:  # the untrained model's (a restart from scratch rebuilds the same seeded model)
+        if (
+            t.start_epoch == 0
+        ):  # the untrained model's (a restart from scratch rebuilds the same seeded model)
             if ledger is not None:
                 ledger.ensure_current()
             _head_stats(t, INIT_EPOCH, maps=bool(t.maps_at))
-        _epochs(t, checkpoint_dir=checkpoint_dir, report=report, progress=progress, ledger=ledger,
-                step_progress=step_progress)
+        _epochs(
+            t,
+            checkpoint_dir=checkpoint_dir,
+            report=report,
+            progress=progress,
+            ledger=ledger,
+            step_progress=step_progress,
+        )
     except KeyboardInterrupt:  # Ctrl-C in `study train`: the row says so, the ledger kept the time
         if ledger is not None:
             t.device_seconds = max(t.device_seconds, ledger.device_seconds)
@@ -107,14 +134,17 @@ def train_trial(cfg: TrainConfig, *, trial_id: str, tables: str | os.PathLike | 
     return _result(t)
 
 
-def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger, step_progress=None) -> None:
+def _epochs(t: _Trial, *, checkpoint_dir, report, progress, ledger, step_progress=None) -> None:
     """Every remaining epoch; stops at a non-finite training loss (``diverged``)."""
     cfg = t.cfg
     for epoch in range(t.start_epoch, cfg.epochs):
         t0 = time.perf_counter()
         t.epoch_done = 0.0
-        clock = (ledger.clock(before=t.device_seconds, scale=t.world, epoch=epoch, fraction=t.epoch_fraction)
-                 if ledger is not None else contextlib.nullcontext())
+        clock = (
+            ledger.clock(before=t.device_seconds, scale=t.world, epoch=epoch, fraction=t.epoch_fraction)
+            if ledger is not None
+            else contextlib.nullcontext()
+        )
         with clock:
             trained = _train_epoch(t, epoch, t0, step_progress=step_progress)
             if not math.isfinite(trained["train_loss"]):
@@ -130,13 +160,22 @@ def _epochs(t: "_Trial", *, checkpoint_dir, report, progress, ledger, step_progr
         else:
             metrics = {k: metrics[k] for k in ("epoch", "test_acc", "val_acc", "train_loss")}
         if report is not None:
-            report({**metrics, "best_test_acc": t.best_test_acc, "best_val_acc": _nan_to_none(t.best_val_acc),
-                    "status": "running", "device_seconds": t.device_seconds}, ckpt)
+            report(
+                {
+                    **metrics,
+                    "best_test_acc": t.best_test_acc,
+                    "best_val_acc": _nan_to_none(t.best_val_acc),
+                    "status": "running",
+                    "device_seconds": t.device_seconds,
+                },
+                ckpt,
+            )
 
 
 @dataclass
 class _Trial:
     """One trial's state while it trains (what the steps of :func:`train_trial` share)."""
+
     cfg: TrainConfig
     mc: Any  # the ModelConfig actually built (num_classes from the data)
     rank: int
@@ -174,37 +213,65 @@ class _Trial:
     def epoch_fraction(self) -> float:
         """The share of the running epoch's forward passes done (a training image counts
         ``TRAIN_FORWARDS``, as :attr:`study.plan.TrialPlan.weight`), for the driver's ETA."""
-        total = TRAIN_FORWARDS * len(self.train_data) / self.world + len(self.test_data) + len(self.val_data or ())
+        total = (
+            TRAIN_FORWARDS * len(self.train_data) / self.world
+            + len(self.test_data)
+            + len(self.val_data or ())
+        )
         return self.epoch_done / total if total > 0 else 0.0
 
 
 def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: DevicePaths | None) -> _Trial:
     """Data (validation held out, this rank's shard of the evaluation sets), the seeded model."""
-    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+    rank, world = (
+        (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+    )
     if device is None:  # rank LOCAL_RANK's GPU, if any
-        device = (torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
-                  if torch.cuda.is_available() else torch.device("cpu"))
+        device = (
+            torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+            if torch.cuda.is_available()
+            else torch.device("cpu")
+        )
     paths = paths or DevicePaths.for_device(device, amp=cfg.amp, compile=cfg.compile)
-    paths.check_compile(device, model=compile_model(cfg.model), flag="training.compile",
-                        instead="train it without (training.compile: false; study train without --compile)")
+    paths.check_compile(
+        device,
+        model=compile_model(cfg.model),
+        flag="training.compile",
+        instead="train it without (training.compile: false; study train without --compile)",
+    )
     select_device(device)
     if splits is None:
         splits = load_splits(cfg.data, subset=cfg.subset, seed=cfg.seed)
     splits = hold_out_validation(splits, validation=cfg.validation, seed=cfg.seed)
     on_device = functools.partial(DeviceData, device=device, pinned=paths.pinned_transfer)
-    val_data = None if splits.val_labels is None else on_device(splits.val_images[rank::world],
-                                                                splits.val_labels[rank::world])
+    val_data = (
+        None
+        if splits.val_labels is None
+        else on_device(splits.val_images[rank::world], splits.val_labels[rank::world])
+    )
     train_data = on_device(splits.train_images, splits.train_labels)
     test_data = on_device(splits.test_images[rank::world], splits.test_labels[rank::world])
     mc = cfg.model.replace(num_classes=len(splits.classes))
     torch.manual_seed(cfg.seed)
     model = build_model(mc).to(device)
-    return _Trial(cfg=cfg, mc=mc, rank=rank, world=world, device=device, paths=paths, splits=splits,
-                  train_data=train_data, val_data=val_data, test_data=test_data, model=model,
-                  optimizer=build_optimizer(model, cfg),
-                  n_params=count_parameters(model), protocol=build_protocol(cfg, num_classes=mc.num_classes),
-                  flops=forward_flops(model, image_size=mc.image_size, in_channels=mc.in_channels),
-                  best_val_acc=math.nan if val_data is None else 0.0)
+    return _Trial(
+        cfg=cfg,
+        mc=mc,
+        rank=rank,
+        world=world,
+        device=device,
+        paths=paths,
+        splits=splits,
+        train_data=train_data,
+        val_data=val_data,
+        test_data=test_data,
+        model=model,
+        optimizer=build_optimizer(model, cfg),
+        n_params=count_parameters(model),
+        protocol=build_protocol(cfg, num_classes=mc.num_classes),
+        flops=forward_flops(model, image_size=mc.image_size, in_channels=mc.in_channels),
+        best_val_acc=math.nan if val_data is None else 0.0,
+    )
 
 
 def _resume(t: _Trial, *, checkpoint_dir, ledger, warn) -> TrialResult | None:
@@ -212,7 +279,9 @@ def _resume(t: _Trial, *, checkpoint_dir, ledger, warn) -> TrialResult | None:
     checkpoint of a finished trial (a driver died before recording it) is its result."""
     state = load_checkpoint(checkpoint_dir, warn=warn)
     if state is not None:
-        check_config(state, model_config=t.mc.to_dict(), train_config=t.cfg.to_dict(), where=str(checkpoint_dir))
+        check_config(
+            state, model_config=t.mc.to_dict(), train_config=t.cfg.to_dict(), where=str(checkpoint_dir)
+        )
         t.start_epoch = t.epochs_done = state["epoch"]
         t.best_test_acc, t.final_test_acc = state["best_test_acc"], float(state["final_test_acc"])
         t.best_val_acc = state.get("best_val_acc", t.best_val_acc)
@@ -242,37 +311,62 @@ def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) 
     t.net = t.paths.compiled(t.net)
     t.autocast = t.paths.autocast_factory(device)
     t.steps_per_epoch = t.train_data.num_batches(batch_size=cfg.batch_size, world_size=t.world, train=True)
-    why = batch_overflow(cfg.batch_size, t.world, len(t.train_data), f"the {len(t.train_data)} training images")
+    why = batch_overflow(
+        cfg.batch_size, t.world, len(t.train_data), f"the {len(t.train_data)} training images"
+    )
     if why:  # no step: t.steps_per_epoch == 0
         raise ValueError(f"batch_size: {why}")
     t.writer = TableWriter(tables, trial_id=trial_id) if (tables is not None and t.rank == 0) else None
     # the fixed test images of the content-attention head statistics, normalised once
     splits = t.splits
-    head_data = DeviceData(splits.test_images[: cfg.head_images], splits.test_labels[: cfg.head_images],
-                           device=device, pinned=t.paths.pinned_transfer)
+    head_data = DeviceData(
+        splits.test_images[: cfg.head_images],
+        splits.test_labels[: cfg.head_images],
+        device=device,
+        pinned=t.paths.pinned_transfer,
+    )
     t.x_heads = head_data.normalise(head_data.images)
     t.maps_at = frozenset(map_epochs(cfg.map_epochs, cfg.epochs))
     # every field of the configuration (the model as built), then what the data gave (sizes after capping)
     t.run_row = {
-        "study": study, "name": model_name(t.mc), **cfg.replace(model=t.mc).flat(),
-        "data_source": splits.source, "n_train": len(splits.train_labels),
-        "n_val": 0 if splits.val_labels is None else len(splits.val_labels), "n_test": len(splits.test_labels),
-        "n_params": t.n_params, "flops": t.flops,
+        "study": study,
+        "name": model_name(t.mc),
+        **cfg.replace(model=t.mc).flat(),
+        "data_source": splits.source,
+        "n_train": len(splits.train_labels),
+        "n_val": 0 if splits.val_labels is None else len(splits.val_labels),
+        "n_test": len(splits.test_labels),
+        "n_params": t.n_params,
+        "flops": t.flops,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "world_size": t.world, "attempts": t.attempts, "error": None, **(extra_run_fields or {}),
+        "world_size": t.world,
+        "attempts": t.attempts,
+        "error": None,
+        **(extra_run_fields or {}),
     }
 
 
 def _write_run(t: _Trial, status: str) -> None:
     if t.writer is not None:
-        t.writer.run({**t.run_row, "status": status, "epochs_done": t.epochs_done,
-                      "best_test_acc": t.best_test_acc, "final_test_acc": t.final_test_acc,
-                      "best_val_acc": _nan_to_none(t.best_val_acc), "final_val_acc": _nan_to_none(t.final_val_acc),
-                      "device_seconds": t.device_seconds, "failed_to_train": t.failed_to_train,
-                      "updated_at": time.time()})
+        t.writer.run(
+            {
+                **t.run_row,
+                "status": status,
+                "epochs_done": t.epochs_done,
+                "best_test_acc": t.best_test_acc,
+                "final_test_acc": t.final_test_acc,
+                "best_val_acc": _nan_to_none(t.best_val_acc),
+                "final_val_acc": _nan_to_none(t.final_val_acc),
+                "device_seconds": t.device_seconds,
+                "failed_to_train": t.failed_to_train,
+                "updated_at": time.time(),
+            }
+        )
 
 
-def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgress | None = None) -> dict[str, float]:
+def _train_epoch(
+    t: _Trial, epoch: int, t0: float, *, step_progress: StepProgress | None = None
+) -> dict[str, float]:
     """One pass over this rank's shard (``train_loss``, ``train_acc``, ``lr``, ``images_per_s``);
     losses and correct counts stay on the device until the epoch's one read."""
     cfg, device = t.cfg, t.device
@@ -291,24 +385,40 @@ def _train_epoch(t: _Trial, epoch: int, t0: float, *, step_progress: StepProgres
         t.epoch_done = TRAIN_FORWARDS * seen
         if step_progress is not None:
             step_progress(epoch, seen, total)
-    totals = _reduce(torch.stack([loss_sum, correct.double(),
-                                  torch.tensor(float(seen), device=device, dtype=torch.float64)]), t.world)
+    totals = _reduce(
+        torch.stack(
+            [loss_sum, correct.double(), torch.tensor(float(seen), device=device, dtype=torch.float64)]
+        ),
+        t.world,
+    )
     synchronize(device)
-    return {"train_loss": totals[0] / totals[2], "train_acc": totals[1] / totals[2], "lr": lr,
-            "images_per_s": totals[2] / (time.perf_counter() - t0)}
+    return {
+        "train_loss": totals[0] / totals[2],
+        "train_acc": totals[1] / totals[2],
+        "lr": lr,
+        "images_per_s": totals[2] / (time.perf_counter() - t0),
+    }
 
 
 def _set_lr(t: _Trial, step: int) -> float:
     """The schedule's lr of optimisation ``step`` (0-based), set on every parameter group."""
     cfg = t.cfg
-    lr = learning_rate(step=step, steps_per_epoch=t.steps_per_epoch, epochs=cfg.epochs, base_lr=cfg.lr,
-                       schedule=cfg.schedule, warmup_steps=cfg.warmup_steps_for(t.steps_per_epoch))
+    lr = learning_rate(
+        step=step,
+        steps_per_epoch=t.steps_per_epoch,
+        epochs=cfg.epochs,
+        base_lr=cfg.lr,
+        schedule=cfg.schedule,
+        warmup_steps=cfg.warmup_steps_for(t.steps_per_epoch),
+    )
     for group in t.optimizer.param_groups:
         group["lr"] = lr
     return lr
 
 
-def first_steps(cfg: TrainConfig, *, steps: int = 1, splits=None, device: torch.device | None = None) -> list[float]:
+def first_steps(
+    cfg: TrainConfig, *, steps: int = 1, splits=None, device: torch.device | None = None
+) -> list[float]:
     """The training losses of ``cfg``'s first ``steps`` optimisation steps, taken as its trial takes them
     (its data, model, optimiser, protocol and lr schedule; no evaluation, tables or checkpoint): whether a
     configuration's values run, cheaply (tests/study/trial/test_numeric_bounds.py)."""
@@ -324,9 +434,15 @@ def first_steps(cfg: TrainConfig, *, steps: int = 1, splits=None, device: torch.
 
 def _train_batches(t: _Trial, epoch: int):
     """This rank's batches of ``epoch``: cropped, flipped, the protocol's policy, normalised."""
-    return t.train_data.batches(batch_size=t.cfg.batch_size, epoch=epoch, seed=t.cfg.seed, train=True,
-                                rank=t.rank, world_size=t.world,
-                                policy=t.protocol.images if t.protocol.policy is not None else None)
+    return t.train_data.batches(
+        batch_size=t.cfg.batch_size,
+        epoch=epoch,
+        seed=t.cfg.seed,
+        train=True,
+        rank=t.rank,
+        world_size=t.world,
+        policy=t.protocol.images if t.protocol.policy is not None else None,
+    )
 
 
 def _train_step(t: _Trial, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -343,7 +459,9 @@ def _train_step(t: _Trial, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tens
 
 
 def _evaluate_epoch(t: _Trial, epoch: int, trained: dict[str, float], t0: float) -> dict[str, Any]:
-    run = functools.partial(evaluate, t.net, batch_size=t.cfg.eval_batch_size, world=t.world, autocast=t.autocast)
+    run = functools.partial(
+        evaluate, t.net, batch_size=t.cfg.eval_batch_size, world=t.world, autocast=t.autocast
+    )
     test_loss, test_acc = run(t.test_data)
     t.epoch_done += len(t.test_data)
     val_loss = val_acc = None
@@ -356,9 +474,18 @@ def _evaluate_epoch(t: _Trial, epoch: int, trained: dict[str, float], t0: float)
     t.best_test_acc = max(t.best_test_acc, test_acc)
     t.final_test_acc = test_acc
     t.epochs_done = epoch + 1
-    return {"epoch": epoch, "train_loss": trained["train_loss"], "train_acc": trained["train_acc"],
-            "val_loss": val_loss, "val_acc": val_acc, "test_loss": test_loss, "test_acc": test_acc,
-            "lr": trained["lr"], "seconds": epoch_seconds, "images_per_s": trained["images_per_s"]}
+    return {
+        "epoch": epoch,
+        "train_loss": trained["train_loss"],
+        "train_acc": trained["train_acc"],
+        "val_loss": val_loss,
+        "val_acc": val_acc,
+        "test_loss": test_loss,
+        "test_acc": test_acc,
+        "lr": trained["lr"],
+        "seconds": epoch_seconds,
+        "images_per_s": trained["images_per_s"],
+    }
 
 
 def _head_stats(t: _Trial, epoch: int, *, maps: bool) -> float:
@@ -380,32 +507,48 @@ def _record(t: _Trial, epoch: int, metrics: dict[str, Any], progress) -> None:
     cfg, writer = t.cfg, t.writer
     metrics["head_stats_seconds"] = _head_stats(t, epoch, maps=epoch in t.maps_at)
     t.failed_to_train = failed_to_train(
-        train_loss=metrics["train_loss"], test_loss=metrics["test_loss"], test_acc=metrics["test_acc"],
-        num_classes=t.mc.num_classes, n_test=len(t.splits.test_labels),
-        warmed_up=(epoch + 1) * t.steps_per_epoch >= cfg.warmup_steps_for(t.steps_per_epoch))
+        train_loss=metrics["train_loss"],
+        test_loss=metrics["test_loss"],
+        test_acc=metrics["test_acc"],
+        num_classes=t.mc.num_classes,
+        n_test=len(t.splits.test_labels),
+        warmed_up=(epoch + 1) * t.steps_per_epoch >= cfg.warmup_steps_for(t.steps_per_epoch),
+    )
     if writer is not None:
         writer.rows("epochs", epoch, [{k: v for k, v in metrics.items() if k != "epoch"}])
         _write_run(t, "running" if epoch + 1 < cfg.epochs else "finished")
     if progress is not None:
         val_acc = metrics["val_acc"]
-        progress(f"epoch {epoch + 1}/{cfg.epochs}  train_loss {metrics['train_loss']:.4f}  "
-                 f"train_acc {metrics['train_acc']:.4f}  " + (f"val_acc {val_acc:.4f}  " if val_acc is not None else "")
-                 + f"test_loss {metrics['test_loss']:.4f}  test_acc {metrics['test_acc']:.4f}  "
-                 f"{metrics['seconds']:.1f} s  {metrics['images_per_s']:.0f} img/s")
+        progress(
+            f"epoch {epoch + 1}/{cfg.epochs}  train_loss {metrics['train_loss']:.4f}  "
+            f"train_acc {metrics['train_acc']:.4f}  "
+            + (f"val_acc {val_acc:.4f}  " if val_acc is not None else "")
+            + f"test_loss {metrics['test_loss']:.4f}  test_acc {metrics['test_acc']:.4f}  "
+            f"{metrics['seconds']:.1f} s  {metrics['images_per_s']:.0f} img/s"
+        )
 
 
 def _checkpoint(t: _Trial, checkpoint_dir) -> str | None:
     if checkpoint_dir is None:
         return None
-    save_checkpoint(checkpoint_dir, {
-        "model": t.model.state_dict(), "optimizer": t.optimizer.state_dict(),
-        "epoch": t.epochs_done, "best_test_acc": t.best_test_acc, "final_test_acc": t.final_test_acc,
-        "device_seconds": t.device_seconds, "attempts": t.attempts,
-        **capture_rng(t.device, cuda=t.paths.cuda_rng),
-        "best_val_acc": t.best_val_acc, "final_val_acc": t.final_val_acc,
-        # what the model is: `study export` / `load_trained` rebuild it from these
-        "model_config": t.mc.to_dict(), "train_config": t.cfg.to_dict(),
-    })
+    save_checkpoint(
+        checkpoint_dir,
+        {
+            "model": t.model.state_dict(),
+            "optimizer": t.optimizer.state_dict(),
+            "epoch": t.epochs_done,
+            "best_test_acc": t.best_test_acc,
+            "final_test_acc": t.final_test_acc,
+            "device_seconds": t.device_seconds,
+            "attempts": t.attempts,
+            **capture_rng(t.device, cuda=t.paths.cuda_rng),
+            "best_val_acc": t.best_val_acc,
+            "final_val_acc": t.final_val_acc,
+            # what the model is: `study export` / `load_trained` rebuild it from these
+            "model_config": t.mc.to_dict(),
+            "train_config": t.cfg.to_dict(),
+        },
+    )
     return str(checkpoint_dir)
 
 
@@ -414,7 +557,9 @@ def _result(t: _Trial) -> TrialResult:
 
 
 @torch.no_grad()
-def evaluate(net: nn.Module, data: DeviceData, *, batch_size: int, world: int, autocast) -> tuple[float, float]:
+def evaluate(
+    net: nn.Module, data: DeviceData, *, batch_size: int, world: int, autocast
+) -> tuple[float, float]:
     """(loss, accuracy) over ``data``, summed across ranks."""
     net.eval()
     device = data.device

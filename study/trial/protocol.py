@@ -8,8 +8,8 @@ mixed images (an affine mix or a paste).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +61,12 @@ def build_protocol(cfg: TrainConfig, *, num_classes: int) -> Protocol:
         policy = v2.RandAugment(num_ops=cfg.randaugment_ops, magnitude=cfg.randaugment_magnitude)
     elif cfg.autoaugment != "none":
         policy = v2.AutoAugment(v2.AutoAugmentPolicy(cfg.autoaugment))
-    mixers = [mixer(alpha=float(alpha), num_classes=num_classes)
-              for mixer, alpha in ((v2.CutMix, cfg.cutmix_alpha), (v2.MixUp, cfg.mixup_alpha)) if alpha > 0]
+    mixers = [
+        mixer(alpha=float(alpha), num_classes=num_classes)
+        for mixer, alpha in ((v2.CutMix, cfg.cutmix_alpha), (v2.MixUp, cfg.mixup_alpha))
+        if alpha > 0
+    ]
     mix = mixers[0] if len(mixers) == 1 else v2.RandomChoice(mixers) if mixers else None
-    return Protocol(policy=policy, mix=mix, label_smoothing=float(cfg.label_smoothing), num_classes=num_classes)
+    return Protocol(
+        policy=policy, mix=mix, label_smoothing=float(cfg.label_smoothing), num_classes=num_classes
+    )

@@ -26,8 +26,15 @@ def step_drop_epochs(epochs: int) -> tuple[int, ...]:
     return tuple(max(m - 1, 0) for m in step_milestones(epochs))
 
 
-def learning_rate(*, step: int, steps_per_epoch: int, epochs: int, base_lr: float,
-                  schedule: str = "cosine", warmup_steps: int = 0) -> float:
+def learning_rate(
+    *,
+    step: int,
+    steps_per_epoch: int,
+    epochs: int,
+    base_lr: float,
+    schedule: str = "cosine",
+    warmup_steps: int = 0,
+) -> float:
     """lr for optimisation step ``step`` (0-based).  ``cosine``: linear warm-up over the
     first ``warmup_steps`` steps (base_lr/warmup_steps up to base_lr; the number of steps:
     :meth:`study.trial.config.TrainConfig.warmup_steps_for`), then cosine decay to 0 at the

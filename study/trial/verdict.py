@@ -37,18 +37,23 @@ def chance_band(*, num_classes: int, n_test: int) -> tuple[float, float]:
     return p, CHANCE_SIGMAS * math.sqrt(p * (1.0 - p) / n_test)
 
 
-def failed_to_train(*, train_loss: float, test_loss: float, test_acc: float, num_classes: int, n_test: int,
-                    warmed_up: bool) -> str | None:
+def failed_to_train(
+    *, train_loss: float, test_loss: float, test_acc: float, num_classes: int, n_test: int, warmed_up: bool
+) -> str | None:
     """Why the trial did not train after its warm-up (one line), or None when it trains or is
     still warming up (the rule: this module's docstring)."""
     if not warmed_up or num_classes < 2 or n_test < 1:
         return None
     chance_loss = math.log(num_classes)
     if train_loss > chance_loss and test_loss > chance_loss:
-        return (f"train loss {train_loss:.2f} and test loss {test_loss:.2f} > ln {num_classes} = "
-                f"{chance_loss:.2f} (chance's) after the warm-up")
+        return (
+            f"train loss {train_loss:.2f} and test loss {test_loss:.2f} > ln {num_classes} = "
+            f"{chance_loss:.2f} (chance's) after the warm-up"
+        )
     p, half = chance_band(num_classes=num_classes, n_test=n_test)
     if abs(test_acc - p) <= half:
-        return (f"test accuracy {100 * test_acc:.1f} % within noise of chance ({100 * p:.0f} % ± "
-                f"{100 * half:.1f} pp on {n_test} images) after the warm-up")
+        return (
+            f"test accuracy {100 * test_acc:.1f} % within noise of chance ({100 * p:.0f} % ± "
+            f"{100 * half:.1f} pp on {n_test} images) after the warm-up"
+        )
     return None

@@ -20,8 +20,10 @@ def layer_images(maps) -> dict[int, np.ndarray]:
     cmap = colormaps["viridis"]
     out: dict[int, np.ndarray] = {}
     for layer, rows in maps.sort_values(["layer", "head"]).groupby("layer"):
-        probs = [np.asarray(r.probs, dtype=np.float64).reshape(int(r.window), int(r.window))
-                 for r in rows.itertuples(index=False)]
+        probs = [
+            np.asarray(r.probs, dtype=np.float64).reshape(int(r.window), int(r.window))
+            for r in rows.itertuples(index=False)
+        ]
         top = max(float(p.max()) for p in probs)  # one scale per layer: heads stay comparable
         tiles = [np.kron(cmap(p / top if top > 0 else p)[..., :3], np.ones((SCALE, SCALE, 1))) for p in probs]
         gap = np.ones((tiles[0].shape[0], GAP, 3))
@@ -38,8 +40,12 @@ class AttentionImagesCallback(LoggerCallback):
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
         key, epoch = (trial.config or {}).get("key"), result.get("epoch")
-        if (trial in self._broken or key is None or not isinstance(epoch, int)
-                or result.get("status", "running") != "running"):
+        if (
+            trial in self._broken
+            or key is None
+            or not isinstance(epoch, int)
+            or result.get("status", "running") != "running"
+        ):
             return
         try:
             try:  # the epoch's ``maps`` part, a local path or a URI (pyarrow picks the filesystem)
@@ -52,7 +58,9 @@ class AttentionImagesCallback(LoggerCallback):
             if writer is None:
                 from tensorboardX import SummaryWriter
 
-                writer = self._writers[trial] = SummaryWriter(logdir=trial.local_path, filename_suffix=".attention")
+                writer = self._writers[trial] = SummaryWriter(
+                    logdir=trial.local_path, filename_suffix=".attention"
+                )
             for layer, image in layer_images(maps).items():
                 writer.add_image(f"attention/layer_{layer}", image, global_step=epoch + 1, dataformats="HWC")
             writer.flush()
@@ -60,8 +68,12 @@ class AttentionImagesCallback(LoggerCallback):
             self._broken.add(trial)
             import sys
 
-            print(f"study: warning: TensorBoard attention images of trial {key} "
-                  f"turned off: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            print(
+                f"study: warning: TensorBoard attention images of trial {key} "
+                f"turned off: {type(e).__name__}: {e}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def log_trial_end(self, trial, failed: bool = False) -> None:
         writer = self._writers.pop(trial, None)

@@ -4,7 +4,8 @@ prefix (:mod:`study.trial.checkpoint` writes and reads them)."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from study.trial.checkpoint import FILENAME, PREVIOUS
 
@@ -20,12 +21,17 @@ def find_checkpoints(root: str) -> list[str]:
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     except OSError:
         return []
-    parts = [i.path[len(base):].strip("/").split("/") for i in infos if i.type == pafs.FileType.File]
+    parts = [i.path[len(base) :].strip("/").split("/") for i in infos if i.type == pafs.FileType.File]
     return sorted({p[0] for p in parts if len(p) == 2 and p[1] in (FILENAME, PREVIOUS)})
 
 
-def latest_checkpoint(root: str, key: str, *, check: Callable[[dict, str], None] | None = None,
-                      warn: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+def latest_checkpoint(
+    root: str,
+    key: str,
+    *,
+    check: Callable[[dict, str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> dict[str, Any] | None:
     """:func:`~study.trial.checkpoint.load_checkpoint` of trial ``key``; none intact: ``ExportError``."""
     from study.trial.checkpoint import load_checkpoint
 
@@ -33,8 +39,9 @@ def latest_checkpoint(root: str, key: str, *, check: Callable[[dict, str], None]
         return load_checkpoint(f"{root}/trials/{key}", check=check, warn=warn)
 
 
-def latest_checkpoint_head(root: str, key: str, *,
-                           check: Callable[[dict, str], None] | None = None) -> dict[str, Any] | None:
+def latest_checkpoint_head(
+    root: str, key: str, *, check: Callable[[dict, str], None] | None = None
+) -> dict[str, Any] | None:
     """The same choice read without torch (:func:`~study.trial.checkpoint.checkpoint_head`): none intact
     is the same ``ExportError``, before torch is imported; None where only torch can tell."""
     from study.trial.checkpoint import checkpoint_head

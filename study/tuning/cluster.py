@@ -57,8 +57,10 @@ def resolve_address(address: str | None) -> str | None:
     if address == "auto":
         env = os.environ.get("RAY_ADDRESS")
         if not env:
-            raise ClusterError("--address auto: RAY_ADDRESS is not set (it is under `ray job submit`); "
-                               "give the cluster's address, e.g. --address HEAD_IP:6379")
+            raise ClusterError(
+                "--address auto: RAY_ADDRESS is not set (it is under `ray job submit`); "
+                "give the cluster's address, e.g. --address HEAD_IP:6379"
+            )
         return env
     return address
 
@@ -70,9 +72,11 @@ def check_local_auth(address: str | None) -> None:
     for the cluster."""
     mode = os.environ.get("RAY_AUTH_MODE")
     if resolve_address(address) is None and mode is not None and mode.lower() != "token":
-        raise ClusterError(f"RAY_AUTH_MODE={mode}: the local Ray's servers run the code of any process that "
-                           "reaches their ports (every user of this host), so token authentication must "
-                           "stay on: unset RAY_AUTH_MODE or set it to token")
+        raise ClusterError(
+            f"RAY_AUTH_MODE={mode}: the local Ray's servers run the code of any process that "
+            "reaches their ports (every user of this host), so token authentication must "
+            "stay on: unset RAY_AUTH_MODE or set it to token"
+        )
 
 
 def ray_init_kwargs(address: str | None, *, num_cpus: int | None = None) -> dict[str, Any]:
@@ -84,17 +88,27 @@ def ray_init_kwargs(address: str | None, *, num_cpus: int | None = None) -> dict
     resolved = resolve_address(address)
     if resolved is not None:  # a cluster's workers do not inherit this process's environment
         endpoint = {k: os.environ[k] for k in ENDPOINT_VARS if os.environ.get(k)}
-        return {**kwargs, "address": resolved, **({"runtime_env": {"env_vars": endpoint}} if endpoint else {})}
+        return {
+            **kwargs,
+            "address": resolved,
+            **({"runtime_env": {"env_vars": endpoint}} if endpoint else {}),
+        }
     check_local_auth(address)
     # the CPUs this process may use (study.cpus, as the preflight counted them), not Ray's own count;
     # its node address is Ray's choice: loopback once Ray is imported by import_ray
-    return {**kwargs, "address": "local", "num_cpus": num_cpus if num_cpus is not None else local_cpus(),
-            "include_dashboard": False}
+    return {
+        **kwargs,
+        "address": "local",
+        "num_cpus": num_cpus if num_cpus is not None else local_cpus(),
+        "include_dashboard": False,
+    }
 
 
 def check_storage(storage: str, *, address: str | None, shared: bool) -> None:
     if address is None or "://" in storage or shared:
         return
-    raise ClusterError(f"--storage: {storage} is a local folder but --address runs trials on other nodes, "
-                       "which would write to their own disks: use s3://… or a folder every node mounts "
-                       "and say so with --shared-storage")
+    raise ClusterError(
+        f"--storage: {storage} is a local folder but --address runs trials on other nodes, "
+        "which would write to their own disks: use s3://… or a folder every node mounts "
+        "and say so with --shared-storage"
+    )

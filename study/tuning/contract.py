@@ -33,7 +33,7 @@ DUPLICATE_SIGNAL_S = 2.0
 class _StopAll(Stopper):
     """Tune's stopper: every trial stops once the contract asks (a signal, a storage failure)."""
 
-    def __init__(self, contract: "RunContract"):
+    def __init__(self, contract: RunContract):
         self.contract = contract
 
     def __call__(self, trial_id=None, result=None) -> bool:
@@ -94,10 +94,14 @@ class RunContract(Callback):
         if self.signal is not None:
             if time.monotonic() - self._signal_at < DUPLICATE_SIGNAL_S:
                 return  # the same request delivered twice (DUPLICATE_SIGNAL_S)
-            os._exit(128 + signum)  # a second signal: stop now, every table row and checkpoint as last written
+            os._exit(
+                128 + signum
+            )  # a second signal: stop now, every table row and checkpoint as last written
         self.signal, self._signal_at = signum, time.monotonic()
-        self.say(f"{signal.Signals(signum).name} received: stopping the study "
-                 f"(continue with `study resume {self.meta['name']}`)")
+        self.say(
+            f"{signal.Signals(signum).name} received: stopping the study "
+            f"(continue with `study resume {self.meta['name']}`)"
+        )
 
     def storage_failed(self, why: str | OSError, *, more: str = "") -> None:
         """Stop every trial; ``why``: one line, or the ``OSError`` of the tables' storage."""
@@ -142,8 +146,11 @@ class RunContract(Callback):
             try:
                 old = read_table(self.tables, "runs").query("trial_id == @key")
                 row = old.iloc[0].to_dict() if len(old) else self._row_from_config(trial, key)
-                _write(self.tables, {**row, "status": "error", "error": why, "attempts": attempts},
-                       spent=book.get("device_seconds"))
+                _write(
+                    self.tables,
+                    {**row, "status": "error", "error": why, "attempts": attempts},
+                    spent=book.get("device_seconds"),
+                )
             except OSError as e:
                 self.storage_failed(e)
         if why.startswith("StorageError"):
@@ -187,10 +194,18 @@ class RunContract(Callback):
         from study.trial.config import TrainConfig
 
         config = trial.config or {}
-        row: dict[str, Any] = {"trial_id": key, "ray_trial_id": trial.trial_id, "study": self.meta["name"],
-                               "cell": config.get("cell"), "sample": config.get("sample"), "epochs_done": 0,
-                               "best_test_acc": math.nan, "final_test_acc": math.nan, "device_seconds": 0.0,
-                               **{f"sampled_{k}": v for k, v in (config.get("sampled") or {}).items()}}
+        row: dict[str, Any] = {
+            "trial_id": key,
+            "ray_trial_id": trial.trial_id,
+            "study": self.meta["name"],
+            "cell": config.get("cell"),
+            "sample": config.get("sample"),
+            "epochs_done": 0,
+            "best_test_acc": math.nan,
+            "final_test_acc": math.nan,
+            "device_seconds": 0.0,
+            **{f"sampled_{k}": v for k, v in (config.get("sampled") or {}).items()},
+        }
         if "train" in config:
             cfg = TrainConfig.from_dict(config["train"])
             row.update(name=model_name(cfg.model), **cfg.flat())
@@ -205,14 +220,18 @@ class RunContract(Callback):
             compact_all(self.tables)  # what trials left uncompacted (stopped early, killed)
             runs = read_table(self.tables, "runs")
             for r in runs[runs.status == "running"].to_dict("records"):
-                early = r["trial_id"] in self.completed and not self.stopping and r["epochs_done"] < r["epochs"]
+                early = (
+                    r["trial_id"] in self.completed and not self.stopping and r["epochs_done"] < r["epochs"]
+                )
                 r["status"] = "stopped" if early else "interrupted"
                 if self.storage_error is not None and not r.get("error"):
                     r["error"] = f"StorageError: {self.storage_error}"
                 # the time of an epoch cut short is only in the ledger (its clock ran while it did)
                 _write(self.tables, r, spent=self._ledger(r["trial_id"]).get("device_seconds"))
         except OSError as e:
-            self.storage_failed(e, more=" (trials could not be marked; `study status` shows them as last written)")
+            self.storage_failed(
+                e, more=" (trials could not be marked; `study status` shows them as last written)"
+            )
 
 
 def _write(tables: str, row: dict[str, Any], *, spent: float | None = None) -> None:

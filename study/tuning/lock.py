@@ -19,7 +19,12 @@ HEARTBEAT_S = 60.0
 
 
 def _me() -> dict:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "heartbeat": time.time()}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.time(),
+        "heartbeat": time.time(),
+    }
 
 
 def _alive(pid: int) -> bool:
@@ -49,7 +54,8 @@ def _read_holder(fd: int) -> dict:
 def _stale(info: dict) -> bool:
     """An object-storage lock to take over: no heartbeat for :data:`STALE_S`, or a dead process on this host."""
     return time.time() - float(info.get("heartbeat", 0)) > STALE_S or (
-        info.get("host") == socket.gethostname() and not _alive(int(info.get("pid", -1))))
+        info.get("host") == socket.gethostname() and not _alive(int(info.get("pid", -1)))
+    )
 
 
 def _holder(info: dict) -> str:
@@ -67,7 +73,9 @@ class StudyLock:
         self._fd: int | None = None
         self._s3: tuple | None = None
         self._beat = self._started = 0.0
-        self._made: list[Path] = []  # folders acquire() created, deepest first: release() removes the empty ones
+        self._made: list[
+            Path
+        ] = []  # folders acquire() created, deepest first: release() removes the empty ones
 
     def _mkdirs(self, folder: Path) -> None:
         missing = [p for p in (folder, *folder.parents) if not p.exists()]
@@ -113,21 +121,30 @@ class StudyLock:
         try:
             import boto3
         except ImportError:
-            raise LockError(f"{self.root}: locking a study on object storage needs boto3 "
-                            "(pip install boto3; or STUDY_LOCK=none to run without a lock)") from None
+            raise LockError(
+                f"{self.root}: locking a study on object storage needs boto3 "
+                "(pip install boto3; or STUDY_LOCK=none to run without a lock)"
+            ) from None
         from urllib.parse import urlparse
 
         u = urlparse(self.root)
         if u.scheme != "s3":
-            raise LockError(f"{self.root}: no lock for {u.scheme}:// storage (STUDY_LOCK=none runs without one)")
+            raise LockError(
+                f"{self.root}: no lock for {u.scheme}:// storage (STUDY_LOCK=none runs without one)"
+            )
         from botocore.config import Config
 
         from study.storage import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
 
         # bounded waits, as every request of a command (study.storage); boto3 reads AWS_ENDPOINT_URL(_S3) itself
-        client = boto3.client("s3", config=Config(
-            connect_timeout=CONNECT_TIMEOUT_S, read_timeout=4 * REQUEST_TIMEOUT_S,
-            retries={"max_attempts": 3, "mode": "standard"}))
+        client = boto3.client(
+            "s3",
+            config=Config(
+                connect_timeout=CONNECT_TIMEOUT_S,
+                read_timeout=4 * REQUEST_TIMEOUT_S,
+                retries={"max_attempts": 3, "mode": "standard"},
+            ),
+        )
         return client, u.netloc, f"{u.path.strip('/')}/{LOCK}".lstrip("/")
 
     def _acquire_s3(self) -> None:
@@ -141,9 +158,14 @@ class StudyLock:
                 self._beat = self._started = time.time()
                 return
             except ClientError as e:
-                if e.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "ConditionalRequestConflict"):
-                    raise LockError(f"s3://{bucket}/{key}: cannot create the study lock "
-                                    f"({e.response.get('Error', {}).get('Code')})") from None
+                if e.response.get("Error", {}).get("Code") not in (
+                    "PreconditionFailed",
+                    "ConditionalRequestConflict",
+                ):
+                    raise LockError(
+                        f"s3://{bucket}/{key}: cannot create the study lock "
+                        f"({e.response.get('Error', {}).get('Code')})"
+                    ) from None
             try:
                 info = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read() or b"{}")
             except (ClientError, ValueError):
@@ -153,12 +175,12 @@ class StudyLock:
             client.delete_object(Bucket=bucket, Key=key)
         raise LockError(f"could not take the lock s3://{bucket}/{key}")
 
-    def acquire(self) -> "StudyLock":
+    def acquire(self) -> StudyLock:
         if os.environ.get("STUDY_LOCK") != "none":
             (self._acquire_s3 if "://" in self.root else self._acquire_local)()
         return self
 
-    def __enter__(self) -> "StudyLock":
+    def __enter__(self) -> StudyLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
@@ -178,8 +200,10 @@ class StudyLock:
             except ClientError as e:
                 if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                     return
-                raise LockError(f"s3://{bucket}/{key}: cannot read the study lock "
-                                f"({e.response.get('Error', {}).get('Code')})") from None
+                raise LockError(
+                    f"s3://{bucket}/{key}: cannot read the study lock "
+                    f"({e.response.get('Error', {}).get('Code')})"
+                ) from None
             except ValueError:
                 info = {}
             if not _stale(info):
@@ -220,7 +244,9 @@ class StudyLock:
         """Refresh an object-storage lock (every :data:`HEARTBEAT_S`); no-op locally."""
         if self._s3 is not None and time.time() - self._beat > HEARTBEAT_S:
             client, bucket, key = self._s3
-            client.put_object(Bucket=bucket, Key=key, Body=json.dumps({**_me(), "started": self._started}).encode())
+            client.put_object(
+                Bucket=bucket, Key=key, Body=json.dumps({**_me(), "started": self._started}).encode()
+            )
             self._beat = time.time()
 
     def release(self) -> None:

@@ -9,7 +9,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from study.spec import LOGGERS  # the names a study file may use: the study-file reader does not import this module
+from study.spec import (
+    LOGGERS,
+)  # the names a study file may use: the study-file reader does not import this module
 
 
 def check_loggers(names) -> tuple[int, str] | None:
@@ -22,8 +24,10 @@ def check_loggers(names) -> tuple[int, str] | None:
         except (ImportError, ValueError):
             found = False
         if not found:
-            return i, (f"logger {name} needs the {module} package: pip install 'attention-cnn-study[{extra}]' "
-                       f"(from a checkout: pip install -e '.[{extra}]')")
+            return i, (
+                f"logger {name} needs the {module} package: pip install 'attention-cnn-study[{extra}]' "
+                f"(from a checkout: pip install -e '.[{extra}]')"
+            )
     return None
 
 
@@ -54,8 +58,11 @@ def logger_callbacks(names, *, root: str, study: str, tables: str) -> list[Any]:
     if "mlflow" in names:
         from ray.air.integrations.mlflow import MLflowLoggerCallback
 
-        callbacks.append(MLflowLoggerCallback(tracking_uri=mlflow_tracking_uri(root), experiment_name=study,
-                                              tags={"study": study}))
+        callbacks.append(
+            MLflowLoggerCallback(
+                tracking_uri=mlflow_tracking_uri(root), experiment_name=study, tags={"study": study}
+            )
+        )
     if "wandb" in names:
         from ray.air.integrations.wandb import WandbLoggerCallback
 

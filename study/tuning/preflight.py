@@ -22,21 +22,27 @@ def local_gpus() -> int:
     return len(list(gpus.iterdir())) if gpus.is_dir() else 0
 
 
-def check_local_resources(*, cpus_per_trial: float, workers_per_trial: int, gpus_per_trial: float,
-                          num_cpus: int | None) -> str | None:
+def check_local_resources(
+    *, cpus_per_trial: float, workers_per_trial: int, gpus_per_trial: float, num_cpus: int | None
+) -> str | None:
     """What a local Ray cannot satisfy (None if it can)."""
     cpus = num_cpus if num_cpus is not None else local_cpus()
     need = cpus_per_trial + (0.01 if workers_per_trial > 1 else 0)  # + the DDP trial's coordinator
     if need > cpus:
-        return (f"resources.cpus_per_trial: a trial needs {need:g} CPUs but the local Ray has {cpus} "
-                f"({'--num-cpus' if num_cpus is not None else 'this machine'})")
-    if gpus_per_trial and (have := local_gpus()) < gpus_per_trial:  # a fraction needs one GPU, more need as many
+        return (
+            f"resources.cpus_per_trial: a trial needs {need:g} CPUs but the local Ray has {cpus} "
+            f"({'--num-cpus' if num_cpus is not None else 'this machine'})"
+        )
+    if (
+        gpus_per_trial and (have := local_gpus()) < gpus_per_trial
+    ):  # a fraction needs one GPU, more need as many
         return f"resources.gpus_per_trial: requests {gpus_per_trial:g} GPU(s) per trial but this machine has {have}"
     return None
 
 
-def check_cluster_resources(nodes: list[dict], *, cpus_per_trial: float, gpus_per_trial: float,
-                            workers_per_trial: int = 1) -> str | None:
+def check_cluster_resources(
+    nodes: list[dict], *, cpus_per_trial: float, gpus_per_trial: float, workers_per_trial: int = 1
+) -> str | None:
     """What no node of the joined cluster can hold now (``nodes``: the ``Resources`` of
     every alive node, ``ray.nodes()``).  A trial's process runs on one node (a DDP worker: an
     even share, one node each), so a 4-CPU trial on two 2-CPU nodes would wait forever."""
@@ -46,19 +52,30 @@ def check_cluster_resources(nodes: list[dict], *, cpus_per_trial: float, gpus_pe
     cpu, gpu = cpus_per_trial / workers, gpus_per_trial / workers
     what = "a trial" if workers == 1 else f"each of a trial's {workers} workers"
     largest = {k: f"{max((n.get(k, 0) for n in nodes), default=0):g}" for k in ("CPU", "GPU")}
-    summary = (f"{len(nodes)} node(s), largest {largest['CPU']} CPUs / {largest['GPU']} GPUs, "
-               f"{sum(n.get('CPU', 0) for n in nodes):g} CPUs in all")
+    summary = (
+        f"{len(nodes)} node(s), largest {largest['CPU']} CPUs / {largest['GPU']} GPUs, "
+        f"{sum(n.get('CPU', 0) for n in nodes):g} CPUs in all"
+    )
     if not any(n.get("CPU", 0) >= cpu for n in nodes):
         return f"resources.cpus_per_trial: {what} needs {cpu:g} CPUs on one node; the cluster has {summary}"
     if gpu and not any(n.get("CPU", 0) >= cpu and n.get("GPU", 0) >= gpu for n in nodes):
-        return (f"resources.gpus_per_trial: {what} needs {gpu:g} GPU(s) and {cpu:g} CPUs on one node; the "
-                f"cluster has {summary}")
+        return (
+            f"resources.gpus_per_trial: {what} needs {gpu:g} GPU(s) and {cpu:g} CPUs on one node; the "
+            f"cluster has {summary}"
+        )
     if workers > 1:
-        fit = sum(min(math.floor(n.get("CPU", 0) / cpu) if cpu else workers,
-                      math.floor(n.get("GPU", 0) / gpu) if gpu else workers) for n in nodes)
+        fit = sum(
+            min(
+                math.floor(n.get("CPU", 0) / cpu) if cpu else workers,
+                math.floor(n.get("GPU", 0) / gpu) if gpu else workers,
+            )
+            for n in nodes
+        )
         if fit < workers:
-            return (f"resources.workers_per_trial: the cluster's nodes hold {fit} of a trial's {workers} workers "
-                    f"({cpu:g} CPUs{f', {gpu:g} GPU(s)' if gpu else ''} each); the cluster has {summary}")
+            return (
+                f"resources.workers_per_trial: the cluster's nodes hold {fit} of a trial's {workers} workers "
+                f"({cpu:g} CPUs{f', {gpu:g} GPU(s)' if gpu else ''} each); the cluster has {summary}"
+            )
     return None
 
 

@@ -9,8 +9,9 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ray.tune import Callback
 
@@ -56,13 +57,25 @@ class RemainingWork:
     ``costs``: key -> (weight or ``TrialPlan.cost_terms``, epochs[, group]); ``order``: those
     left to run, as Tune starts them; ``probe(key)``: ``(epoch, fraction done, seconds into it)``."""
 
-    def __init__(self, *, costs: dict[str, tuple], order: list[str], workers: int | None = None,
-                 probe: Callable[[str], tuple[int, float, float] | None] | None = None):
+    def __init__(
+        self,
+        *,
+        costs: dict[str, tuple],
+        order: list[str],
+        workers: int | None = None,
+        probe: Callable[[str], tuple[int, float, float] | None] | None = None,
+    ):
         self.trials = {}
         for k, c in costs.items():
-            macs, pairs = (float(c[0][0]), float(c[0][1])) if isinstance(c[0], (tuple, list)) else (float(c[0]), 0.0)
-            self.trials[k] = _Trial(weight=macs + PAIR_MAC_EQUIVALENT * pairs, paired=pairs > 0, epochs=int(c[1]),
-                                    group=str(c[2]) if len(c) > 2 else "")
+            macs, pairs = (
+                (float(c[0][0]), float(c[0][1])) if isinstance(c[0], (tuple, list)) else (float(c[0]), 0.0)
+            )
+            self.trials[k] = _Trial(
+                weight=macs + PAIR_MAC_EQUIVALENT * pairs,
+                paired=pairs > 0,
+                epochs=int(c[1]),
+                group=str(c[2]) if len(c) > 2 else "",
+            )
         self.order, self.workers, self.probe = order, workers or 1, probe
         self._running: set[str] = set()
 
@@ -109,8 +122,14 @@ class RemainingWork:
                 out[k] = (float(t.epochs - p[0] - 1), float(p[2]), float(p[2]) / float(p[1]))
         return out
 
-    def remaining(self, key: str, now: float, rates: _Rates, setup: float,
-                  inside: tuple[float, float, float] | None = None) -> float:
+    def remaining(
+        self,
+        key: str,
+        now: float,
+        rates: _Rates,
+        setup: float,
+        inside: tuple[float, float, float] | None = None,
+    ) -> float:
         t = self.trials[key]  # running, or not started yet
         if t.walls:  # its own epoch times
             left = t.epochs - len(t.walls)
@@ -130,8 +149,10 @@ class RemainingWork:
     def eta(self, now: float) -> float | None:
         """None until an epoch has been measured (or, with a ``probe``, timed inside)."""
         inside = self._inside()
-        rates = _Rates([(t, w) for t in self.trials.values() for w in t.walls]
-                       + [(self.trials[k], wall) for k, (_, _, wall) in inside.items()])
+        rates = _Rates(
+            [(t, w) for t in self.trials.values() for w in t.walls]
+            + [(self.trials[k], wall) for k, (_, _, wall) in inside.items()]
+        )
         if not rates.weight:
             return None
         # start-up of a trial not started yet: the shortest measured (Tune reuses a
@@ -153,16 +174,30 @@ class ProgressReporter(Callback):
 
     COLUMNS = ("trial", "cell", "state", "epoch", "test_acc", "best_acc", "img/s")
 
-    def __init__(self, *, plan: list, meta: dict[str, Any], pending: list[str] | None = None, enabled: bool = True,
-                 interval: float = 30.0):
+    def __init__(
+        self,
+        *,
+        plan: list,
+        meta: dict[str, Any],
+        pending: list[str] | None = None,
+        enabled: bool = True,
+        interval: float = 30.0,
+    ):
         self.enabled, self.interval, self.total, self.done = enabled, interval, meta.get("num_trials"), 0
         self._last: dict[str, float] = {}  # trial id -> when its last row was printed
         self._header = False
-        if pending is not None and plan:  # a resumed study: the trials that ended already are done, and cost nothing
+        if (
+            pending is not None and plan
+        ):  # a resumed study: the trials that ended already are done, and cost nothing
             self.done = len(plan) - len(pending)
-        costs = {t.key: (t.cost_terms, t.epochs, json.dumps(t.config, sort_keys=True, default=str)) for t in plan}
-        self.work = RemainingWork(costs=costs, order=[k for k in costs if pending is None or k in pending],
-                                  probe=_ledger_probe(meta))
+        costs = {
+            t.key: (t.cost_terms, t.epochs, json.dumps(t.config, sort_keys=True, default=str)) for t in plan
+        }
+        self.work = RemainingWork(
+            costs=costs,
+            order=[k for k in costs if pending is None or k in pending],
+            probe=_ledger_probe(meta),
+        )
         self._start = time.monotonic()
 
     def setup(self, **info):
@@ -171,8 +206,10 @@ class ProgressReporter(Callback):
     def status_line(self) -> str:
         now = time.monotonic()
         eta = self.work.eta(now)
-        return (f"{self.done} of {self.total} trials done, elapsed {hms(now - self._start)}, "
-                f"ETA {hms(eta) if eta is not None else 'after the first epoch'}")
+        return (
+            f"{self.done} of {self.total} trials done, elapsed {hms(now - self._start)}, "
+            f"ETA {hms(eta) if eta is not None else 'after the first epoch'}"
+        )
 
     def _key(self, trial) -> str:
         return str((trial.config or {}).get("key", trial.trial_id))
@@ -181,11 +218,21 @@ class ProgressReporter(Callback):
         if not self.enabled:
             return
         r = result or {}
-        cells = [self._key(trial), str((trial.config or {}).get("cell", "")), state,
-                 str(r["epoch"] + 1) if "epoch" in r else "-",
-                 _f(r.get("test_acc")), _f(r.get("best_test_acc")), _f(r.get("images_per_s"), 0)]
-        for row in ((self.COLUMNS, cells) if not self._header else (cells,)):
-            print("  ".join(f"{c:>10}" if i else f"{c:<24}" for i, c in enumerate(row)), file=sys.stderr, flush=True)
+        cells = [
+            self._key(trial),
+            str((trial.config or {}).get("cell", "")),
+            state,
+            str(r["epoch"] + 1) if "epoch" in r else "-",
+            _f(r.get("test_acc")),
+            _f(r.get("best_test_acc")),
+            _f(r.get("images_per_s"), 0),
+        ]
+        for row in (self.COLUMNS, cells) if not self._header else (cells,):
+            print(
+                "  ".join(f"{c:>10}" if i else f"{c:<24}" for i, c in enumerate(row)),
+                file=sys.stderr,
+                flush=True,
+            )
         self._header = True
         print(f"  {self.status_line()}", file=sys.stderr, flush=True)
 

@@ -62,8 +62,14 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = F
 def _meta(spec: StudySpec) -> dict[str, Any]:
     """``study.json``: every path in it is relative to the study folder."""
     return {
-        "name": spec.study.name, "file": spec.file, "raw": spec.raw, "tables": "tables", "ddp_storage": "ddp",
-        **spec.study.resources.model_dump(), "max_failures": spec.study.max_failures, "num_trials": spec.num_trials,
+        "name": spec.study.name,
+        "file": spec.file,
+        "raw": spec.raw,
+        "tables": "tables",
+        "ddp_storage": "ddp",
+        **spec.study.resources.model_dump(),
+        "max_failures": spec.study.max_failures,
+        "num_trials": spec.num_trials,
         # the metric Optuna and ASHA select on, None when nothing selects (a pure grid)
         "selection_metric": tuned_metric(spec)[0] if selects(spec.raw) else None,
         "optuna_journal": "optuna.journal",
@@ -76,7 +82,13 @@ def tuned_metric(spec: StudySpec) -> tuple[str, str]:
     """(metric, mode) reported to Tune: the scheduler's ``metric`` if the study file
     sets it, else ``val_acc`` when a validation split exists, else ``test_acc``."""
     sched = spec.study.scheduler
-    metric = sched.metric if sched and sched.metric is not None else "val_acc" if spec.study.validation else "test_acc"
+    metric = (
+        sched.metric
+        if sched and sched.metric is not None
+        else "val_acc"
+        if spec.study.validation
+        else "test_acc"
+    )
     return metric, (sched and sched.mode) or ("min" if metric.endswith("loss") else "max")
 
 
@@ -108,8 +120,9 @@ def ended_rows(tables: str) -> pd.DataFrame:
     return runs[runs.status.isin(ENDED)]
 
 
-def _tuner(spec: StudySpec, meta: dict[str, Any], plan: list, todo: list[tuple[int, int]], *, verbose: bool,
-           contract):
+def _tuner(
+    spec: StudySpec, meta: dict[str, Any], plan: list, todo: list[tuple[int, int]], *, verbose: bool, contract
+):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
@@ -123,25 +136,41 @@ def _tuner(spec: StudySpec, meta: dict[str, Any], plan: list, todo: list[tuple[i
     if sched and sched.type == "asha":
         # epochs, not Tune's iteration count: a resumed trial reports its own epochs,
         # so its rungs are those of the epochs it trained (its iterations restart at 1)
-        scheduler = ASHAScheduler(time_attr="epochs_done", max_t=max(spec.train_config(c).epochs for c in spec.cells),
-                                  grace_period=sched.grace_period, reduction_factor=sched.reduction_factor)
-    searcher = GridOptunaSearcher(spec=spec, todo=todo, metric=metric, mode=mode, tables=meta["tables"],
-                                  journal=meta["optuna_journal"])
+        scheduler = ASHAScheduler(
+            time_attr="epochs_done",
+            max_t=max(spec.train_config(c).epochs for c in spec.cells),
+            grace_period=sched.grace_period,
+            reduction_factor=sched.reduction_factor,
+        )
+    searcher = GridOptunaSearcher(
+        spec=spec, todo=todo, metric=metric, mode=mode, tables=meta["tables"], journal=meta["optuna_journal"]
+    )
     root = meta["root"]
     return tune.Tuner(
         make_trainable(meta),
         tune_config=tune.TuneConfig(
-            metric=metric, mode=mode, search_alg=searcher, scheduler=scheduler,
-            num_samples=len(todo), reuse_actors=meta["workers_per_trial"] == 1,
-            max_concurrent_trials=spec.study.max_concurrent, trial_dirname_creator=trial_dirname,
+            metric=metric,
+            mode=mode,
+            search_alg=searcher,
+            scheduler=scheduler,
+            num_samples=len(todo),
+            reuse_actors=meta["workers_per_trial"] == 1,
+            max_concurrent_trials=spec.study.max_concurrent,
+            trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(
-            name=TUNE_DIR, storage_path=root, verbose=0,
+            name=TUNE_DIR,
+            storage_path=root,
+            verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.study.max_failures),
             stop=contract.stopper,
-            callbacks=[ProgressReporter(plan=plan, meta=meta, pending=[trial_key(c, s) for c, s in todo],
-                                        enabled=verbose), contract,
-                       *logger_callbacks(spec.study.loggers, root=root, study=meta["name"], tables=meta["tables"])],
+            callbacks=[
+                ProgressReporter(
+                    plan=plan, meta=meta, pending=[trial_key(c, s) for c, s in todo], enabled=verbose
+                ),
+                contract,
+                *logger_callbacks(spec.study.loggers, root=root, study=meta["name"], tables=meta["tables"]),
+            ],
         ),
     )
 
@@ -152,28 +181,58 @@ def trial_dirname(trial) -> str:
     return f"{(trial.config or {}).get('key', 'trial')}_{trial.trial_id}"
 
 
-def run_study(spec: StudySpec, *, storage: str, address: str | None = None, verbose: bool = True,
-              num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study run",
-              plan: list | None = None, lock=None):
+def run_study(
+    spec: StudySpec,
+    *,
+    storage: str,
+    address: str | None = None,
+    verbose: bool = True,
+    num_cpus: int | None = None,
+    show_tracebacks: bool = False,
+    prog: str = "study run",
+    plan: list | None = None,
+    lock=None,
+):
     """Run every trial of ``spec`` (validated: :func:`study.spec.load_spec`; ``plan``: its :func:`launch_plan`
     if the caller made it; ``lock``: the study's :class:`study.tuning.lock.StudyLock` if the caller holds it);
     returns the ``runs`` table, with the run contract's exit status as ``runs.attrs["exit_code"]``."""
     root = study_root(storage, spec.study.name)
-    with _locked(root, spec.study.name, lock, address=address, num_cpus=num_cpus, echo=show_tracebacks) as lock:
+    with _locked(
+        root, spec.study.name, lock, address=address, num_cpus=num_cpus, echo=show_tracebacks
+    ) as lock:
         meta = _meta(spec)
         write_atomic(f"{root}/{META_FILE}", json.dumps(meta, indent=2, default=str).encode())
         if not is_remote(root):
             write_atomic(f"{root}/study.yaml", yaml.safe_dump(meta["raw"], sort_keys=False).encode())
         if verbose:
-            print(f"study {spec.study.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
-                  f"{spec.study.num_samples} samples), storage {root}", file=sys.stderr, flush=True)
-        return _start(spec, resolve(root, meta), launch_plan(spec) if plan is None else plan, prog=prog,
-                      verbose=verbose, show_tracebacks=show_tracebacks, lock=lock)
+            print(
+                f"study {spec.study.name}: {spec.num_trials} trials ({len(spec.cells)} grid cells x "
+                f"{spec.study.num_samples} samples), storage {root}",
+                file=sys.stderr,
+                flush=True,
+            )
+        return _start(
+            spec,
+            resolve(root, meta),
+            launch_plan(spec) if plan is None else plan,
+            prog=prog,
+            verbose=verbose,
+            show_tracebacks=show_tracebacks,
+            lock=lock,
+        )
 
 
-def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verbose: bool = True,
-                 num_cpus: int | None = None, show_tracebacks: bool = False, prog: str = "study resume",
-                 lock=None):
+def resume_study(
+    root: str,
+    spec: StudySpec,
+    *,
+    address: str | None = None,
+    verbose: bool = True,
+    num_cpus: int | None = None,
+    show_tracebacks: bool = False,
+    prog: str = "study resume",
+    lock=None,
+):
     """Continue a study from what it stored: the trials whose ``runs`` row has not ended run again, each
     from its own latest checkpoint; Optuna continues its journal.  ``spec``: the study's stored file,
     validated by the caller; ``lock``: as :func:`run_study`'s."""
@@ -181,10 +240,20 @@ def resume_study(root: str, spec: StudySpec, *, address: str | None = None, verb
     with _locked(root, meta["name"], lock, address=address, num_cpus=num_cpus, echo=show_tracebacks) as lock:
         shown = " ".join(shlex.quote(o) for o in meta.get("overrides") or [])
         if verbose:
-            print(f"resuming study {meta['name']} from {root}" + (f" (overrides: {shown})" if shown else ""),
-                  file=sys.stderr, flush=True)
-        return _start(spec, meta, launch_plan(spec), prog=prog, verbose=verbose, show_tracebacks=show_tracebacks,
-                      lock=lock)
+            print(
+                f"resuming study {meta['name']} from {root}" + (f" (overrides: {shown})" if shown else ""),
+                file=sys.stderr,
+                flush=True,
+            )
+        return _start(
+            spec,
+            meta,
+            launch_plan(spec),
+            prog=prog,
+            verbose=verbose,
+            show_tracebacks=show_tracebacks,
+            lock=lock,
+        )
 
 
 @contextlib.contextmanager
@@ -209,8 +278,16 @@ def _locked(root: str, name: str, lock, *, address: str | None, num_cpus: int | 
             lock.release()
 
 
-def _start(spec: StudySpec, meta: dict[str, Any], plan: list, *, prog: str, verbose: bool, show_tracebacks: bool,
-           lock):
+def _start(
+    spec: StudySpec,
+    meta: dict[str, Any],
+    plan: list,
+    *,
+    prog: str,
+    verbose: bool,
+    show_tracebacks: bool,
+    lock,
+):
     from study.tuning.contract import RunContract
 
     todo = pending(spec, meta["tables"], plan)
@@ -230,9 +307,11 @@ def _start(spec: StudySpec, meta: dict[str, Any], plan: list, *, prog: str, verb
                 if not is_remote(contract.root):
                     with contextlib.suppress(OSError):
                         full = shutil.disk_usage(contract.root).free < (1 << 20)
-                contract.storage_failed(f"{contract.root}: Ray could not read back a file it wrote "
-                                        f"({type(e).__name__}: {one_line(e, limit=200)}): "
-                                        + ("No space left on device" if full else "the storage is full or failing?"))
+                contract.storage_failed(
+                    f"{contract.root}: Ray could not read back a file it wrote "
+                    f"({type(e).__name__}: {one_line(e, limit=200)}): "
+                    + ("No space left on device" if full else "the storage is full or failing?")
+                )
             except Exception:  # noqa: BLE001 - a consequence of a storage failure already reported
                 if contract.storage_error is None:
                     raise
@@ -259,25 +338,37 @@ def summary(runs: pd.DataFrame) -> str:
         # split); test accuracy is reported, never used to choose, unless the study asked
         selected = "selection_metric" in ok and ok.selection_metric.notna().any()
         has_val = "best_val_acc" in ok and ok.best_val_acc.notna().any()
-        metric = str(ok.selection_metric.dropna().iloc[0]) if selected else "val_acc" if has_val else "test_acc"
+        metric = (
+            str(ok.selection_metric.dropna().iloc[0]) if selected else "val_acc" if has_val else "test_acc"
+        )
         by = "best_val_acc" if metric.startswith("val") and "best_val_acc" in ok else "best_test_acc"
         # one line per variant, named as Table 1 and `study status` name it; the values
         # Optuna sampled are a search inside a variant: its best trial shows them
         sampled = [c for c in runs if f"sampled_{c}" in runs and runs[f"sampled_{c}"].notna().any()]
         ok = ok.assign(variant=variant_labels(runs, within=tuple(sampled)).loc[ok.index])
         best = ok.sort_values(by, ascending=False).groupby("variant", sort=False).head(1)
-        lines.append(f"best trial per model configuration (chosen by {by}"
-                     + ("; selected on the TEST set, as the study file asks: scheduler.metric: test_acc"
-                        if metric.startswith("test") and selected else "") + "):")
+        lines.append(
+            f"best trial per model configuration (chosen by {by}"
+            + (
+                "; selected on the TEST set, as the study file asks: scheduler.metric: test_acc"
+                if metric.startswith("test") and selected
+                else ""
+            )
+            + "):"
+        )
         width = max(len(v) for v in best.variant)
         for _, r in best.iterrows():
             val_txt = f"best val acc {r['best_val_acc']:.4f}  " if pd.notna(r.get("best_val_acc")) else ""
             searched = "".join(f"{c}={value_text(r[c])}  " for c in sampled)
-            lines.append(f"  {r.variant:<{width}}  {r.trial_id}  {searched}{val_txt}best test acc "
-                         f"{r.best_test_acc:.4f}  ({r.epochs_done}/{r.epochs} epochs, {r.status})")
-    errors = [f"  {r.trial_id}  {getattr(r, 'error', None) or 'unknown error'}  "
-              f"({int(r.attempts) if r.attempts == r.attempts else '?'} attempts)"
-              for r in runs[runs.status == "error"].itertuples(index=False)]
+            lines.append(
+                f"  {r.variant:<{width}}  {r.trial_id}  {searched}{val_txt}best test acc "
+                f"{r.best_test_acc:.4f}  ({r.epochs_done}/{r.epochs} epochs, {r.status})"
+            )
+    errors = [
+        f"  {r.trial_id}  {getattr(r, 'error', None) or 'unknown error'}  "
+        f"({int(r.attempts) if r.attempts == r.attempts else '?'} attempts)"
+        for r in runs[runs.status == "error"].itertuples(index=False)
+    ]
     return "\n".join(lines + (["errors:", *errors] if errors else []))
 
 

@@ -19,7 +19,7 @@ JOURNAL_FILE = "optuna.journal"
 
 
 def optuna_distribution(spec: dict[str, Any]):
-    (kind, args), = spec.items()
+    ((kind, args),) = spec.items()
     if kind in ("uniform", "loguniform"):
         return FloatDistribution(float(args[0]), float(args[1]), log=kind == "loguniform")
     if kind == "int":
@@ -48,8 +48,16 @@ class GridOptunaSearcher(Searcher):
     "sampled", "train": TrainConfig as a dict, "hparams": flat scalar fields}``, resolved
     here from the validated ``spec``; Optuna is told ``best_<metric>`` of each trial."""
 
-    def __init__(self, *, spec, todo: list[tuple[int, int]], metric: str = "test_acc", mode: str = "max",
-                 tables: str | None = None, journal: str | None = None):
+    def __init__(
+        self,
+        *,
+        spec,
+        todo: list[tuple[int, int]],
+        metric: str = "test_acc",
+        mode: str = "max",
+        tables: str | None = None,
+        journal: str | None = None,
+    ):
         super().__init__(metric=metric, mode=mode)
         self.spec = spec
         self.todo = [tuple(t) for t in todo]  # the trials not suggested yet
@@ -76,8 +84,9 @@ class GridOptunaSearcher(Searcher):
             if self._local != self.journal:  # a URI: continue from the journal stored there, if any
                 fs, path = pafs.FileSystem.from_uri(self.journal)
                 if fs.get_file_info(path).type == pafs.FileType.File:
-                    pafs.copy_files(path, self._local, source_filesystem=fs,
-                                    destination_filesystem=pafs.LocalFileSystem())
+                    pafs.copy_files(
+                        path, self._local, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem()
+                    )
             backend = JournalFileBackend(self._local, lock_obj=JournalFileOpenLock(self._local))
             self._storage = optuna.storages.JournalStorage(backend)
         return self._storage
@@ -95,7 +104,9 @@ class GridOptunaSearcher(Searcher):
         if cell not in self._studies:
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             study = optuna.create_study(
-                study_name=f"{self.spec.study.name}/cell-{cell:03d}", storage=self.storage(), load_if_exists=True,
+                study_name=f"{self.spec.study.name}/cell-{cell:03d}",
+                storage=self.storage(),
+                load_if_exists=True,
                 direction="maximize" if self._mode != "min" else "minimize",
                 sampler=optuna.samplers.TPESampler(seed=self.seed + cell),
             )
@@ -109,7 +120,9 @@ class GridOptunaSearcher(Searcher):
         telling (their rows say finished/diverged, Optuna still says RUNNING)."""
         live = {number for c, number in self.assigned.values() if c == cell and number is not None}
         study = self._studies[cell]
-        asked = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number not in live]
+        asked = [
+            t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number not in live
+        ]
         if not asked or self.tables is None:
             return
         from study.tuning.runner import ended_rows
@@ -139,8 +152,10 @@ class GridOptunaSearcher(Searcher):
         if self.spec.sample:
             study = self._study(cell)
             # the latest Optuna trial of this key (None if never asked)
-            earlier = next((t for t in reversed(study.get_trials(deepcopy=False)) if t.user_attrs.get("key") == key),
-                           None)
+            earlier = next(
+                (t for t in reversed(study.get_trials(deepcopy=False)) if t.user_attrs.get("key") == key),
+                None,
+            )
             if earlier is not None and earlier.state == TrialState.RUNNING:
                 # asked by an earlier driver that died: the same Optuna trial
                 sampled, number = dict(earlier.params), earlier.number
@@ -155,8 +170,14 @@ class GridOptunaSearcher(Searcher):
         cfg = self.spec.train_config(self.spec.cells[cell], sampled)
         # fields that do not apply (None, e.g. ``isotropic`` of a learned encoding) are left
         # out of hparams: TensorBoard's HParams cannot hold a null
-        return {"cell": cell, "sample": sample, "key": key, "sampled": sampled, "train": cfg.to_dict(),
-                "hparams": {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool))}}
+        return {
+            "cell": cell,
+            "sample": sample,
+            "key": key,
+            "sampled": sampled,
+            "train": cfg.to_dict(),
+            "hparams": {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool))},
+        }
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self.assigned:
@@ -164,4 +185,6 @@ class GridOptunaSearcher(Searcher):
         cell, number = self.assigned.pop(trial_id)
         if number is None:
             return
-        self._tell(self._study(cell), number, result if not error and result and self._metric in result else None)
+        self._tell(
+            self._study(cell), number, result if not error and result and self._metric in result else None
+        )

@@ -37,10 +37,20 @@ def storage_errors(fn, *args, where: str = "storage", **kwargs):
 
 def _final(r: dict[str, Any]) -> dict[str, Any]:
     """A trial's last report from its ``runs`` row or :class:`~study.trial.loop.TrialResult` fields."""
-    metrics = {"best_test_acc": r["best_test_acc"], "test_acc": r["final_test_acc"],
-               "best_val_acc": r.get("best_val_acc"), "val_acc": r.get("final_val_acc")}
-    return _scalars({"status": r["status"], "epoch": int(r["epochs_done"]) - 1, "epochs_done": int(r["epochs_done"]),
-                     **{k: float(v) for k, v in metrics.items() if v is not None}})
+    metrics = {
+        "best_test_acc": r["best_test_acc"],
+        "test_acc": r["final_test_acc"],
+        "best_val_acc": r.get("best_val_acc"),
+        "val_acc": r.get("final_val_acc"),
+    }
+    return _scalars(
+        {
+            "status": r["status"],
+            "epoch": int(r["epochs_done"]) - 1,
+            "epochs_done": int(r["epochs_done"]),
+            **{k: float(v) for k, v in metrics.items() if v is not None},
+        }
+    )
 
 
 def counted(trainable):
@@ -92,8 +102,14 @@ def study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: TrialLedg
 
     torch.set_num_threads(max(1, int(meta.get("cpus_per_trial", 1))))
     warnings: list[str] = []
-    result = _train(meta, config, report=_report(tune.report, warnings), extra_run_fields=_run_fields(config, meta),
-                    ledger=book, warn=warnings.append)
+    result = _train(
+        meta,
+        config,
+        report=_report(tune.report, warnings),
+        extra_run_fields=_run_fields(config, meta),
+        ledger=book,
+        warn=warnings.append,
+    )
     tune.report(_final(dataclasses.asdict(result)))
 
 
@@ -102,9 +118,16 @@ def _train(meta: dict[str, Any], config: dict[str, Any], **kwargs):
     from study.trial import train_trial  # here, not in the driver: torchvision's import costs 1.6 CPU-s
 
     key = config["key"]
-    return storage_errors(train_trial, TrainConfig.from_dict(config["train"]), where=meta["root"], trial_id=key,
-                          tables=meta["tables"], checkpoint_dir=f"{meta['root']}/trials/{key}", study=meta["name"],
-                          **kwargs)
+    return storage_errors(
+        train_trial,
+        TrainConfig.from_dict(config["train"]),
+        where=meta["root"],
+        trial_id=key,
+        tables=meta["tables"],
+        checkpoint_dir=f"{meta['root']}/trials/{key}",
+        study=meta["name"],
+        **kwargs,
+    )
 
 
 def _run_fields(config: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
@@ -112,8 +135,13 @@ def _run_fields(config: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     import ray
     from ray import tune
 
-    fields = {"cell": config["cell"], "sample": config["sample"], "ray_trial_id": tune.get_context().get_trial_id(),
-              "selection_metric": meta.get("selection_metric"), "node_ip": ray.util.get_node_ip_address()}
+    fields = {
+        "cell": config["cell"],
+        "sample": config["sample"],
+        "ray_trial_id": tune.get_context().get_trial_id(),
+        "selection_metric": meta.get("selection_metric"),
+        "node_ip": ray.util.get_node_ip_address(),
+    }
     return {**fields, **{f"sampled_{k}": v for k, v in (config.get("sampled") or {}).items()}}
 
 
@@ -127,10 +155,19 @@ def _ddp_worker(loop_config: dict[str, Any]) -> None:
     if ray.train.get_context().get_world_rank() == 0:
         book = ledger(meta, config["key"])
         data = book.read()  # the Tune function counted this attempt
-        book.attempts, book.device_seconds = int(data.get("attempts", 1)), float(data.get("device_seconds", 0.0))
+        book.attempts, book.device_seconds = (
+            int(data.get("attempts", 1)),
+            float(data.get("device_seconds", 0.0)),
+        )
     device = ray.train.torch.get_device() if torch.cuda.is_available() else torch.device("cpu")
-    _train(meta, config, report=_report(ray.train.report), device=device, extra_run_fields=loop_config["fields"],
-           ledger=book)
+    _train(
+        meta,
+        config,
+        report=_report(ray.train.report),
+        device=device,
+        extra_run_fields=loop_config["fields"],
+        ledger=book,
+    )
 
 
 @counted
@@ -142,14 +179,19 @@ def ddp_study_trial(config: dict[str, Any], *, meta: dict[str, Any], book: Trial
     from ray.tune.integration.ray_train import TuneReportCallback
 
     workers, gpus = int(meta["workers_per_trial"]), meta["gpus_per_trial"]
-    per_worker = {"CPU": max(meta["cpus_per_trial"] / workers, 0.01), **({"GPU": gpus / workers} if gpus else {})}
+    per_worker = {
+        "CPU": max(meta["cpus_per_trial"] / workers, 0.01),
+        **({"GPU": gpus / workers} if gpus else {}),
+    }
     trainer = TorchTrainer(
         _ddp_worker,
         train_loop_config={"meta": meta, "config": config, "fields": _run_fields(config, meta)},
-        scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
-                                               resources_per_worker=per_worker),
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=workers, use_gpu=bool(gpus), resources_per_worker=per_worker
+        ),
         run_config=ray.train.RunConfig(
-            name=f"ddp-{config['key']}-{tune.get_context().get_trial_id()}", storage_path=meta["ddp_storage"],
+            name=f"ddp-{config['key']}-{tune.get_context().get_trial_id()}",
+            storage_path=meta["ddp_storage"],
             callbacks=[TuneReportCallback()],
             failure_config=ray.train.FailureConfig(max_failures=meta.get("max_failures", 0)),
         ),
@@ -161,8 +203,11 @@ def make_trainable(meta: dict[str, Any]):
     """The Tune trainable for a study: resources attached, metadata bound."""
     from ray import tune
 
-    if meta["workers_per_trial"] > 1:  # the Tune function only coordinates; the Ray Train workers hold the resources
+    if (
+        meta["workers_per_trial"] > 1
+    ):  # the Tune function only coordinates; the Ray Train workers hold the resources
         return tune.with_resources(tune.with_parameters(ddp_study_trial, meta=meta), {"cpu": 0.01})
     gpus = {"gpu": meta["gpus_per_trial"]} if meta["gpus_per_trial"] else {}
-    return tune.with_resources(tune.with_parameters(study_trial, meta=meta), {"cpu": meta["cpus_per_trial"], **gpus})
-
+    return tune.with_resources(
+        tune.with_parameters(study_trial, meta=meta), {"cpu": meta["cpus_per_trial"], **gpus}
+    )

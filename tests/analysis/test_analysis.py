@@ -9,8 +9,6 @@ tables, and every image file is opened.
 
 from __future__ import annotations
 
-from tests.helpers import REPO_ROOT
-
 import itertools
 import json
 import math
@@ -31,6 +29,7 @@ from analysis.contours import gaussian_ellipse, mahalanobis_radius, mass_level, 
 from analysis.figures import heads as heads_fig
 from analysis.lattice import kernel_size, lattice, lattice_distance
 from study.tables import read_table
+from tests.helpers import REPO_ROOT
 
 REPO = REPO_ROOT
 TINY = dict(hidden=16, layers=2, intermediate=16)
@@ -41,8 +40,17 @@ def _train(tables: Path, study: str, trials) -> None:
     from study.trial import TrainConfig, train_trial
 
     for trial_id, model, seed, epochs in trials:
-        cfg = TrainConfig(model=ModelConfig(**TINY, **model), data="synthetic:100", subset=100, epochs=epochs,
-                          batch_size=10, lr=0.05, warmup=0.1, head_images=8, seed=seed)
+        cfg = TrainConfig(
+            model=ModelConfig(**TINY, **model),
+            data="synthetic:100",
+            subset=100,
+            epochs=epochs,
+            batch_size=10,
+            lr=0.05,
+            warmup=0.1,
+            head_images=8,
+            seed=seed,
+        )
         train_trial(cfg, trial_id=trial_id, tables=tables, study=study)
 
 
@@ -51,12 +59,16 @@ def paper(tmp_path_factory) -> Path:
     """A study folder (tables in ./tables) of 4 real trials, 2 epochs each."""
     root = tmp_path_factory.mktemp("storage") / "paper"
     iso = dict(encoding="quadratic", isotropic=True, num_heads=9)
-    _train(root / "tables", "paper", [
-        ("iso-s0", iso, 0, 2),
-        ("iso-s1", iso, 1, 2),
-        ("learned", dict(encoding="learned", num_heads=4, pos_dim=8), 0, 2),
-        ("content", dict(encoding="learned_content", num_heads=4), 0, 2),
-    ])
+    _train(
+        root / "tables",
+        "paper",
+        [
+            ("iso-s0", iso, 0, 2),
+            ("iso-s1", iso, 1, 2),
+            ("learned", dict(encoding="learned", num_heads=4, pos_dim=8), 0, 2),
+            ("content", dict(encoding="learned_content", num_heads=4), 0, 2),
+        ],
+    )
     return root
 
 
@@ -64,8 +76,11 @@ def paper(tmp_path_factory) -> Path:
 def sweep(tmp_path_factory) -> Path:
     """A grid sweep num_heads {1, 4} × isotropic {true, false}, 1 epoch; one cell twice."""
     root = tmp_path_factory.mktemp("sweep")
-    trials = [(f"nh{n}-{'iso' if iso else 'aniso'}", dict(encoding="quadratic", isotropic=iso, num_heads=n), 0, 1)
-              for n in (1, 4) for iso in (True, False)]
+    trials = [
+        (f"nh{n}-{'iso' if iso else 'aniso'}", dict(encoding="quadratic", isotropic=iso, num_heads=n), 0, 1)
+        for n in (1, 4)
+        for iso in (True, False)
+    ]
     trials.append(("nh4-iso-s1", dict(encoding="quadratic", isotropic=True, num_heads=4), 1, 1))
     _train(root / "tables", "sweep", trials)
     return root
@@ -87,8 +102,12 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
 def test_load_by_folder_tables_name_and_uri(paper):
     tables = paper / "tables"
     want = {t: read_table(tables, t) for t in ("runs", "epochs", "heads", "maps")}
-    for study in (analysis.load(paper), analysis.load(tables), analysis.load("paper", storage=str(paper.parent)),
-                  analysis.load(tables.as_uri())):
+    for study in (
+        analysis.load(paper),
+        analysis.load(tables),
+        analysis.load("paper", storage=str(paper.parent)),
+        analysis.load(tables.as_uri()),
+    ):
         assert study.name == "paper"
         for t, frame in want.items():
             pd.testing.assert_frame_equal(study.table(t), frame)
@@ -113,7 +132,9 @@ def test_sql_over_each_table_matches_pandas(paper):
     runs, epochs, heads, maps = (read_table(paper / "tables", t) for t in ("runs", "epochs", "heads", "maps"))
 
     got = s.sql("SELECT trial_id, name, n_params, best_test_acc FROM runs ORDER BY trial_id")
-    want = runs[["trial_id", "name", "n_params", "best_test_acc"]].sort_values("trial_id").reset_index(drop=True)
+    want = (
+        runs[["trial_id", "name", "n_params", "best_test_acc"]].sort_values("trial_id").reset_index(drop=True)
+    )
     assert list(got.trial_id) == list(want.trial_id) and list(got.name) == list(want.name)
     assert list(got.n_params) == list(want.n_params)
     np.testing.assert_allclose(got.best_test_acc, want.best_test_acc)
@@ -123,13 +144,21 @@ def test_sql_over_each_table_matches_pandas(paper):
     assert list(got.trial_id) == list(want.trial_id) and list(got["last"]) == list(want["last"])
     np.testing.assert_allclose(got.acc, want.acc)
 
-    got = s.sql("SELECT trial_id, layer, avg(center_x) AS cx, max(max_prob) AS mp FROM heads "
-                "WHERE epoch = 1 GROUP BY ALL ORDER BY ALL")
-    want = (heads[heads.epoch == 1].groupby(["trial_id", "layer"])
-            .agg(cx=("center_x", "mean"), mp=("max_prob", "max")).reset_index())
+    got = s.sql(
+        "SELECT trial_id, layer, avg(center_x) AS cx, max(max_prob) AS mp FROM heads "
+        "WHERE epoch = 1 GROUP BY ALL ORDER BY ALL"
+    )
+    want = (
+        heads[heads.epoch == 1]
+        .groupby(["trial_id", "layer"])
+        .agg(cx=("center_x", "mean"), mp=("max_prob", "max"))
+        .reset_index()
+    )
     np.testing.assert_allclose(got[["cx", "mp"]].to_numpy(), want[["cx", "mp"]].to_numpy())
 
-    got = s.sql('SELECT trial_id, epoch, layer, head, "window", list_sum(probs) AS mass FROM maps ORDER BY ALL')
+    got = s.sql(
+        'SELECT trial_id, epoch, layer, head, "window", list_sum(probs) AS mass FROM maps ORDER BY ALL'
+    )
     want = maps.sort_values(["trial_id", "epoch", "layer", "head"]).reset_index(drop=True)
     assert list(got["window"]) == list(want["window"])
     np.testing.assert_allclose(got.mass, [sum(p) for p in want.probs])
@@ -152,9 +181,17 @@ def test_query_formats_parse_back(paper, capsys):
     assert [r["test_acc"] for r in rows] == list(want.test_acc)
 
     # list columns come back as JSON lists; NaN (a non-Gaussian head's parameters) as null
-    code, out, _ = run_cli(capsys, "query", "paper", "--storage", paper.parent,
-                           'SELECT "window", probs, param_center_x FROM maps JOIN heads USING '
-                           "(trial_id, epoch, layer, head) WHERE trial_id = 'learned' LIMIT 1", "--format", "json")
+    code, out, _ = run_cli(
+        capsys,
+        "query",
+        "paper",
+        "--storage",
+        paper.parent,
+        'SELECT "window", probs, param_center_x FROM maps JOIN heads USING '
+        "(trial_id, epoch, layer, head) WHERE trial_id = 'learned' LIMIT 1",
+        "--format",
+        "json",
+    )
     (row,) = json.loads(out)
     assert len(row["probs"]) == row["window"] ** 2 and row["param_center_x"] is None
 
@@ -163,11 +200,14 @@ def test_query_formats_parse_back(paper, capsys):
     assert lines[0].split() == ["trial_id", "epoch", "test_acc"] and lines[-1] == f"({len(want)} rows)"
 
 
-@pytest.mark.parametrize("sql,message", [
-    ("SELEC 1", "syntax error"),
-    ("SELECT * FROM nosuch", "unknown table nosuch"),
-    ("SELECT nosuch FROM runs", "nosuch"),
-])
+@pytest.mark.parametrize(
+    "sql,message",
+    [
+        ("SELEC 1", "syntax error"),
+        ("SELECT * FROM nosuch", "unknown table nosuch"),
+        ("SELECT nosuch FROM runs", "nosuch"),
+    ],
+)
 def test_query_errors_are_one_line_exit_2(paper, capsys, sql, message):
     code, out, err = run_cli(capsys, "query", paper, sql)
     assert code == 2 and out == ""
@@ -175,8 +215,12 @@ def test_query_errors_are_one_line_exit_2(paper, capsys, sql, message):
 
 
 def test_query_missing_study_one_line_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "analysis", "query", "nope", "SELECT 1", "--storage", str(tmp_path)],
-                       capture_output=True, text=True, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-m", "analysis", "query", "nope", "SELECT 1", "--storage", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "no study 'nope'" in r.stderr
 
@@ -188,8 +232,9 @@ def test_empty_study_is_queryable_and_skips_every_figure(tmp_path, capsys):
     for table in ("runs", "epochs", "heads", "maps"):
         code, out, err = run_cli(capsys, "query", study, f"SELECT * FROM {table}", "--format", "json")
         assert (code, json.loads(out), err) == (0, [], "")
-    code, out, _ = run_cli(capsys, "query", study, "SELECT count(*) AS n, avg(test_acc) AS a FROM epochs",
-                           "--format", "csv")
+    code, out, _ = run_cli(
+        capsys, "query", study, "SELECT count(*) AS n, avg(test_acc) AS a FROM epochs", "--format", "csv"
+    )
     assert out.splitlines() == ["n,a", "0,"]
     code, out, err = run_cli(capsys, "figures", study, "--out", tmp_path / "figs")
     assert code == 0 and err == ""
@@ -234,10 +279,18 @@ def test_running_study_partial_tables(tmp_path, capsys, monkeypatch):
     code, out, err = run_cli(capsys, "figures", tables.parent, "--out", tmp_path / "figs")
     assert code == 0 and err == ""
     assert "skipped heads for" not in out and "skipped trajectories for SA quadratic" not in out
-    assert "skipped trajectories for SA learned (N_h=4, D_p=8): needs head statistics of at least 2 epochs" in out
-    for stem in ("fig2_accuracy", "heads_sa-quadratic-isotropic-nh9", "maps_sa-quadratic-isotropic-nh9",
-                 "conv_likeness_sa-quadratic-isotropic-nh9", "heads_sa-learned-nh4-dp8",
-                 "trajectories_sa-quadratic-isotropic-nh9"):
+    assert (
+        "skipped trajectories for SA learned (N_h=4, D_p=8): needs head statistics of at least 2 epochs"
+        in out
+    )
+    for stem in (
+        "fig2_accuracy",
+        "heads_sa-quadratic-isotropic-nh9",
+        "maps_sa-quadratic-isotropic-nh9",
+        "conv_likeness_sa-quadratic-isotropic-nh9",
+        "heads_sa-learned-nh4-dp8",
+        "trajectories_sa-quadratic-isotropic-nh9",
+    ):
         _check_image(tmp_path / "figs" / f"{stem}.png")
     table1 = pd.read_csv(tmp_path / "figs" / "table1.csv")
     assert list(table1.model) == ["SA quadratic isotropic (N_h=9)"]  # the learned trial has no epoch yet
@@ -298,18 +351,28 @@ def test_figures_cli_lists_files_and_skips(paper_figures):
     # the folder holds the files listed and the manifest of their inputs (analysis.figures.cache)
     assert sorted(files) == sorted(p for p in out.iterdir() if p.name != ".figures-manifest.json")
     assert "skipped heatmap: needs a sweep over two config axes (found 1: encoding)" in skipped
-    assert ("skipped conv_likeness for SA learned (N_h=4, D_p=8): needs N_h = K² heads with K odd, has 4"
-            in skipped)
+    assert (
+        "skipped conv_likeness for SA learned (N_h=4, D_p=8): needs N_h = K² heads with K odd, has 4"
+        in skipped
+    )
     # tables written before heads.gate existed, or with the column all null: one line
     assert [ln for ln in skipped if ln.startswith("skipped gates")] in (
         ["skipped gates: the heads table has no gate column"],
-        ["skipped gates: no gated heads (heads.gate is null in every row)"])
+        ["skipped gates: no gated heads (heads.gate is null in every row)"],
+    )
     assert len(skipped) == 4  # heat-map; conv-likeness of the two N_h=4 models; gates (no gated heads)
     names = {f.name for f in files}
     # one figure per variant by default: no per-seed file
-    for stem in ["fig2_accuracy", "heads_sa-quadratic-isotropic-nh9", "heads_sa-learned-nh4-dp8",
-                 "maps_sa-learned-content-nh4-dp16", "trajectories_sa-quadratic-isotropic-nh9",
-                 "conv_likeness_sa-quadratic-isotropic-nh9", "attention_distance", "locality_over_training"]:
+    for stem in [
+        "fig2_accuracy",
+        "heads_sa-quadratic-isotropic-nh9",
+        "heads_sa-learned-nh4-dp8",
+        "maps_sa-learned-content-nh4-dp16",
+        "trajectories_sa-quadratic-isotropic-nh9",
+        "conv_likeness_sa-quadratic-isotropic-nh9",
+        "attention_distance",
+        "locality_over_training",
+    ]:
         assert {f"{stem}.png", f"{stem}.pdf", f"{stem}.csv"} <= names
     assert not any("seed" in n for n in names)
     assert {"table1.md", "table1.csv"} <= names
@@ -330,8 +393,11 @@ def _runs(root):
 def test_fig2_csv_is_mean_min_max_over_seeds(paper, paper_figures):
     paper_figures = paper_figures[0]
     epochs = read_table(paper / "tables", "epochs").merge(_runs(paper)[["trial_id", "name"]], on="trial_id")
-    want = (epochs.groupby(["name", "epoch"])["test_acc"]
-            .agg(seeds="count", test_acc_mean="mean", test_acc_min="min", test_acc_max="max").reset_index())
+    want = (
+        epochs.groupby(["name", "epoch"])["test_acc"]
+        .agg(seeds="count", test_acc_mean="mean", test_acc_min="min", test_acc_max="max")
+        .reset_index()
+    )
     got = pd.read_csv(paper_figures / "fig2_accuracy.csv")
     got = got.sort_values(["model", "epoch"]).reset_index(drop=True)
     assert list(got.model) == list(want.name) and list(got.epoch) == list(want.epoch)
@@ -345,9 +411,17 @@ def test_fig2_csv_is_mean_min_max_over_seeds(paper, paper_figures):
 def test_table1_csv_and_markdown(paper, paper_figures):
     paper_figures = paper_figures[0]
     runs = _runs(paper)
-    want = runs.groupby("name").agg(seeds=("trial_id", "count"), best_test_acc=("best_test_acc", "mean"),
-                                    final_test_acc=("final_test_acc", "mean"), n_params=("n_params", "first"),
-                                    flops=("flops", "first")).reset_index()
+    want = (
+        runs.groupby("name")
+        .agg(
+            seeds=("trial_id", "count"),
+            best_test_acc=("best_test_acc", "mean"),
+            final_test_acc=("final_test_acc", "mean"),
+            n_params=("n_params", "first"),
+            flops=("flops", "first"),
+        )
+        .reset_index()
+    )
     got = pd.read_csv(paper_figures / "table1.csv").sort_values("model").reset_index(drop=True)
     assert list(got.model) == list(want.name)
     assert list(got.seeds) == list(want.seeds) and list(got.n_params) == list(want.n_params)
@@ -355,10 +429,11 @@ def test_table1_csv_and_markdown(paper, paper_figures):
     np.testing.assert_allclose(got.best_test_acc, want.best_test_acc, rtol=1e-12)
     np.testing.assert_allclose(got.final_test_acc, want.final_test_acc, rtol=1e-12)
     iso = runs[runs.encoding == "quadratic"]
-    np.testing.assert_allclose(got.loc[got.model.str.contains("isotropic"), "best_test_acc_std"],
-                               iso.best_test_acc.std(), rtol=1e-12)
+    np.testing.assert_allclose(
+        got.loc[got.model.str.contains("isotropic"), "best_test_acc_std"], iso.best_test_acc.std(), rtol=1e-12
+    )
     md = (paper_figures / "table1.md").read_text().splitlines()
-    md = md[next(i for i, ln in enumerate(md) if ln.startswith("| Model |")):]  # after the data line
+    md = md[next(i for i, ln in enumerate(md) if ln.startswith("| Model |")) :]  # after the data line
     assert md[0].startswith("| Model |") and len([ln for ln in md if ln.startswith("| SA")]) == 3
     assert f"{runs.n_params.iloc[0]:,}" in "\n".join(md)
 
@@ -381,8 +456,9 @@ def test_variant_figures_show_the_median_seed_and_say_so(paper, paper_figures):
     t = Context(study=analysis.load(paper), out=Path(".")).trials
     row = as_figure(t[t.trial_id == rep].iloc[0], per_seed=False)
     seed = int(_runs(paper).set_index("trial_id").seed[rep])
-    assert row.title == (f"SA quadratic isotropic (N_h=9), seed {seed} "
-                         "(the median of 2 seeds by best test accuracy)")
+    assert row.title == (
+        f"SA quadratic isotropic (N_h=9), seed {seed} (the median of 2 seeds by best test accuracy)"
+    )
     assert row.slug == "sa-quadratic-isotropic-nh9"
 
 
@@ -394,8 +470,12 @@ def test_per_seed_flag_draws_one_figure_per_trial(paper, tmp_path, monkeypatch, 
     ctx = Context(study=analysis.load(paper), out=tmp_path, per_seed=True, pdf=False)  # CSVs read
     heads_fig.draw(ctx)
     names = sorted(p.name for p in tmp_path.glob("heads_*.csv"))
-    assert names == ["heads_sa-learned-content-nh4-dp16.csv", "heads_sa-learned-nh4-dp8.csv",
-                     "heads_sa-quadratic-isotropic-nh9-seed0.csv", "heads_sa-quadratic-isotropic-nh9-seed1.csv"]
+    assert names == [
+        "heads_sa-learned-content-nh4-dp16.csv",
+        "heads_sa-learned-nh4-dp8.csv",
+        "heads_sa-quadratic-isotropic-nh9-seed0.csv",
+        "heads_sa-quadratic-isotropic-nh9-seed1.csv",
+    ]
     assert set(pd.read_csv(tmp_path / "heads_sa-quadratic-isotropic-nh9-seed1.csv").trial_id) == {"iso-s1"}
     seen = {}
     monkeypatch.setattr("analysis.figures.draw_all", lambda study, out, **kw: seen.update(kw) or ([], []))
@@ -413,8 +493,11 @@ def test_heads_csv_centres_and_contours(paper, paper_figures):
     maps = read_table(paper / "tables", "maps")
     last = heads[heads.epoch == 1]
     r = mahalanobis_radius
-    for slug, tid in [("sa-quadratic-isotropic-nh9", _median_seed(paper)), ("sa-learned-nh4-dp8", "learned"),
-                      ("sa-learned-content-nh4-dp16", "content")]:
+    for slug, tid in [
+        ("sa-quadratic-isotropic-nh9", _median_seed(paper)),
+        ("sa-learned-nh4-dp8", "learned"),
+        ("sa-learned-content-nh4-dp16", "content"),
+    ]:
         got = pd.read_csv(paper_figures / f"heads_{slug}.csv")
         assert set(got.trial_id) == {tid} and set(got.epoch) == {1}
         centres = got[got.kind == "center"].sort_values(["layer", "head"])
@@ -427,18 +510,29 @@ def test_heads_csv_centres_and_contours(paper, paper_figures):
         if tid.startswith("iso"):
             assert len(drawn) == len(everyone), "Gaussian heads of this study are concentrated"
         want = everyone[[(lh in drawn) for lh in zip(everyone.layer, everyone["head"])]]
-        np.testing.assert_allclose(centres[["x", "y"]].to_numpy().reshape(-1, 2),
-                                   want[["center_x", "center_y"]].to_numpy().reshape(-1, 2))
+        np.testing.assert_allclose(
+            centres[["x", "y"]].to_numpy().reshape(-1, 2),
+            want[["center_x", "center_y"]].to_numpy().reshape(-1, 2),
+        )
         contours = got[got.kind == "contour"]
         for (layer, head), c in contours.groupby(["layer", "head"]):
             h = want[(want.layer == layer) & (want["head"] == head)].iloc[0]
             for level, pts in c.groupby("level"):
                 if tid.startswith("iso"):  # on the ellipse (δ−Δ)ᵀ Σ⁻¹ (δ−Δ) = r(p)² of the stored Σ⁻¹
                     dx, dy = pts.x - h.center_x, pts.y - h.center_y
-                    q = h.param_inv_cov_xx * dx**2 + 2 * h.param_inv_cov_xy * dx * dy + h.param_inv_cov_yy * dy**2
+                    q = (
+                        h.param_inv_cov_xx * dx**2
+                        + 2 * h.param_inv_cov_xy * dx * dy
+                        + h.param_inv_cov_yy * dy**2
+                    )
                     np.testing.assert_allclose(q, r(level) ** 2, rtol=1e-9)
                 else:  # the mass contours of the stored window
-                    m = maps[(maps.trial_id == tid) & (maps.epoch == 1) & (maps.layer == layer) & (maps["head"] == head)]
+                    m = maps[
+                        (maps.trial_id == tid)
+                        & (maps.epoch == 1)
+                        & (maps.layer == layer)
+                        & (maps["head"] == head)
+                    ]
                     paths = window_contours(m.probs.iloc[0], int(m.window.iloc[0]), level)
                     np.testing.assert_allclose(pts.x, np.concatenate([p[0] for p in paths]))
         if tid.startswith("iso"):
@@ -469,7 +563,10 @@ def test_epoch_option_picks_the_stored_epoch(paper, tmp_path):
 def test_maps_csv_is_the_stored_window(paper, paper_figures):
     paper_figures = paper_figures[0]
     maps = read_table(paper / "tables", "maps")
-    for slug, tid in [("sa-learned-content-nh4-dp16", "content"), ("sa-quadratic-isotropic-nh9", _median_seed(paper))]:
+    for slug, tid in [
+        ("sa-learned-content-nh4-dp16", "content"),
+        ("sa-quadratic-isotropic-nh9", _median_seed(paper)),
+    ]:
         got = pd.read_csv(paper_figures / f"maps_{slug}.csv")
         want = maps[(maps.trial_id == tid) & (maps.epoch == 1)]
         assert len(got) == sum(w * w for w in want.window)
@@ -487,7 +584,9 @@ def test_trajectories_csv(paper, paper_figures):
     got = pd.read_csv(paper_figures / "trajectories_sa-learned-nh4-dp8.csv")
     want = heads[heads.trial_id == "learned"].sort_values(["layer", "head", "epoch"])
     assert list(got.epoch) == list(want.epoch) and list(got["head"]) == list(want["head"])
-    np.testing.assert_allclose(got[["center_x", "center_y"]].to_numpy(), want[["center_x", "center_y"]].to_numpy())
+    np.testing.assert_allclose(
+        got[["center_x", "center_y"]].to_numpy(), want[["center_x", "center_y"]].to_numpy()
+    )
 
 
 def _brute_lattice_distance(centres: np.ndarray) -> float:
@@ -502,23 +601,28 @@ def test_conv_likeness_csv(paper, paper_figures):
     heads = read_table(paper / "tables", "heads")
     # one figure for the variant: its two seeds aggregated (mean, min, max over seeds)
     got = pd.read_csv(paper_figures / "conv_likeness_sa-quadratic-isotropic-nh9.csv")
-    assert len(got) == (1 + 2) * 2 and set(got.K) == {3} and set(got.seeds) == {2}  # (init + 2 epochs) x layers
+    assert (
+        len(got) == (1 + 2) * 2 and set(got.K) == {3} and set(got.seeds) == {2}
+    )  # (init + 2 epochs) x layers
     assert sorted(set(got.epochs_trained)) == [0, 1, 2]  # from the untrained model
     for r in got.itertuples():
         per_seed = []
         for tid in ("iso-s0", "iso-s1"):
             g = heads[(heads.trial_id == tid) & (heads.epoch == r.epoch) & (heads.layer == r.layer)]
-            per_seed.append((_brute_lattice_distance(g[["center_x", "center_y"]].to_numpy()), g.max_prob.mean()))
+            per_seed.append(
+                (_brute_lattice_distance(g[["center_x", "center_y"]].to_numpy()), g.max_prob.mean())
+            )
         dist = [d for d, _ in per_seed]
         assert r.lattice_distance == pytest.approx(np.mean(dist), rel=1e-9)
-        assert (r.lattice_distance_min, r.lattice_distance_max) == pytest.approx((min(dist), max(dist)), rel=1e-9)
+        assert (r.lattice_distance_min, r.lattice_distance_max) == pytest.approx(
+            (min(dist), max(dist)), rel=1e-9
+        )
         assert r.max_prob_mean == pytest.approx(np.mean([m for _, m in per_seed]), rel=1e-12)
 
 
 def test_sweep_heatmap_csv(sweep, tmp_path):
     from analysis import style
-    from analysis.figures import Context
-    from analysis.figures import conv_likeness, sweeps
+    from analysis.figures import Context, conv_likeness, sweeps
 
     style.setup()
     ctx = Context(study=analysis.load(sweep), out=tmp_path)
@@ -527,8 +631,12 @@ def test_sweep_heatmap_csv(sweep, tmp_path):
     assert files == [png, png.with_suffix(".pdf"), png.with_suffix(".csv")]
     _check_image(png)
     runs = _runs(sweep)
-    want = (runs.assign(isotropic=runs.isotropic.astype(str), num_heads=runs.num_heads.astype(str))
-            .groupby(["isotropic", "num_heads"])["best_test_acc"].agg(seeds="count", mean="mean").reset_index())
+    want = (
+        runs.assign(isotropic=runs.isotropic.astype(str), num_heads=runs.num_heads.astype(str))
+        .groupby(["isotropic", "num_heads"])["best_test_acc"]
+        .agg(seeds="count", mean="mean")
+        .reset_index()
+    )
     got = pd.read_csv(png.with_suffix(".csv"), dtype={"isotropic": str, "num_heads": str})
     got = got.sort_values(["isotropic", "num_heads"]).reset_index(drop=True)
     assert list(zip(got.isotropic, got.num_heads)) == list(zip(want.isotropic, want.num_heads))
@@ -539,23 +647,38 @@ def test_sweep_heatmap_csv(sweep, tmp_path):
     ctx.study.runs = ctx.study.runs[ctx.study.runs.trial_id.isin(["nh1-iso", "nh4-aniso"])]
     conv_likeness.draw(ctx)
     assert (tmp_path / "conv_likeness_sa-quadratic-isotropic-nh1.csv").exists()
-    assert ("skipped conv_likeness for SA quadratic non-isotropic (N_h=4): needs N_h = K² heads with K odd, has 4"
-            in ctx.skipped)
+    assert (
+        "skipped conv_likeness for SA quadratic non-isotropic (N_h=4): needs N_h = K² heads with K odd, has 4"
+        in ctx.skipped
+    )
 
 
 @pytest.mark.parametrize("sigma", [0.5, 1.0, 2.7])
 def test_isotropic_50_percent_circle_radius(sigma):
     """The plotted contour of a Gaussian head with Σ = σ² I (as the heads figure
     computes it from a heads row) is the circle of radius σ·√(2 ln 2)."""
-    row = pd.DataFrame([{"layer": 0, "head": 0, "center_x": 1.5, "center_y": -2.0,
-                         "param_inv_cov_xx": sigma**-2, "param_inv_cov_xy": 0.0, "param_inv_cov_yy": sigma**-2}])
+    row = pd.DataFrame(
+        [
+            {
+                "layer": 0,
+                "head": 0,
+                "center_x": 1.5,
+                "center_y": -2.0,
+                "param_inv_cov_xx": sigma**-2,
+                "param_inv_cov_xy": 0.0,
+                "param_inv_cov_yy": sigma**-2,
+            }
+        ]
+    )
     d, missing = heads_fig.curves(row, None)
     assert not missing
     c = d[(d.kind == "contour") & (d.level == 0.5)]
     radius = np.hypot(c.x - 1.5, c.y + 2.0)
     np.testing.assert_allclose(radius, sigma * math.sqrt(2 * math.log(2)), rtol=0.01)
     c90 = d[(d.kind == "contour") & (d.level == 0.9)]
-    np.testing.assert_allclose(np.hypot(c90.x - 1.5, c90.y + 2.0), sigma * math.sqrt(-2 * math.log(0.1)), rtol=0.01)
+    np.testing.assert_allclose(
+        np.hypot(c90.x - 1.5, c90.y + 2.0), sigma * math.sqrt(-2 * math.log(0.1)), rtol=0.01
+    )
 
 
 def test_non_isotropic_ellipse_axes_match_sigma_eigenvalues():
@@ -579,7 +702,7 @@ def test_window_mass_contour_encloses_the_smallest_region():
     from matplotlib.path import Path as MplPath
 
     r = 7
-    y, x = np.mgrid[-r:r + 1, -r:r + 1]
+    y, x = np.mgrid[-r : r + 1, -r : r + 1]
     g = np.exp(-0.5 * ((x - 1.3) ** 2 / 3.0 + (y + 0.6) ** 2 / 1.2))
     g /= g.sum()
     for p in (0.5, 0.9):
@@ -611,15 +734,33 @@ def test_variant_labels_and_sweep_axes():
     """Labels add only what tells trials of one name apart; sweep axes must cross."""
     from analysis.variants import sweep_axes, variant_labels
 
-    runs = pd.DataFrame({
-        "trial_id": list("abcde"), "name": ["Q", "Q", "Q", "L", "R"], "arch": ["sa"] * 4 + ["resnet18"],
-        "hidden": [400] * 5, "lr": [0.1, 0.2, 0.1, 0.1, 0.1], "seed": [0, 0, 1, 0, 0]})
+    runs = pd.DataFrame(
+        {
+            "trial_id": list("abcde"),
+            "name": ["Q", "Q", "Q", "L", "R"],
+            "arch": ["sa"] * 4 + ["resnet18"],
+            "hidden": [400] * 5,
+            "lr": [0.1, 0.2, 0.1, 0.1, 0.1],
+            "seed": [0, 0, 1, 0, 0],
+        }
+    )
     assert list(variant_labels(runs)) == ["Q, lr=0.1", "Q, lr=0.2", "Q, lr=0.1", "L", "R"]
-    heads = pd.DataFrame({"num_heads": [4, 4, 9, 9], "isotropic": [True, False, True, False],
-                          "pos_dim": [3, 5, 3, 5], "encoding": ["quadratic"] * 4})
+    heads = pd.DataFrame(
+        {
+            "num_heads": [4, 4, 9, 9],
+            "isotropic": [True, False, True, False],
+            "pos_dim": [3, 5, 3, 5],
+            "encoding": ["quadratic"] * 4,
+        }
+    )
     assert sweep_axes(heads) == ["isotropic", "num_heads"]  # pos_dim follows isotropic
-    nested = pd.DataFrame({"encoding": ["quadratic", "quadratic", "learned"], "isotropic": [True, False, None],
-                           "num_heads": [9, 9, 9]})
+    nested = pd.DataFrame(
+        {
+            "encoding": ["quadratic", "quadratic", "learned"],
+            "isotropic": [True, False, None],
+            "num_heads": [9, 9, 9],
+        }
+    )
     assert sweep_axes(nested) == ["encoding"]  # isotropic does not apply to learned heads
 
 
@@ -630,7 +771,9 @@ def test_refresh_sees_parts_written_since(paper, tmp_path):
     assert len(s.runs) == 0 and len(s.sql("SELECT * FROM runs")) == 0
     shutil.copy(paper / "tables" / "runs" / "learned.parquet", tables / "runs")
     s.refresh()
-    assert list(s.runs.trial_id) == ["learned"] and list(s.sql("SELECT trial_id FROM runs").trial_id) == ["learned"]
+    assert list(s.runs.trial_id) == ["learned"] and list(s.sql("SELECT trial_id FROM runs").trial_id) == [
+        "learned"
+    ]
 
 
 def test_query_command_imports_neither_pandas_nor_torch(paper):
@@ -655,15 +798,18 @@ def _linked_study(tmp_path: Path, name: str, target) -> Path:
     study = tmp_path / "studies" / name
     tables = study / "tables"
     write_part(part_path(tables, "runs", "c000-s000"), [{"trial_id": "c000-s000", "status": "finished"}])
-    write_part(part_path(tables, "epochs", "c000-s000", 0), [{"trial_id": "c000-s000", "epoch": 0, "test_acc": 0.3}])
+    write_part(
+        part_path(tables, "epochs", "c000-s000", 0), [{"trial_id": "c000-s000", "epoch": 0, "test_acc": 0.3}]
+    )
     (study / "study.yaml").write_text(f"name: {name}\ndata: synthetic\n")
     (tables / "epochs" / "zz").symlink_to(target(tables) if callable(target) else target)
     return study
 
 
 @pytest.mark.parametrize("target", ["/etc", "/", "outside", "loop"])
-@pytest.mark.parametrize("command", [["query", "{s}", "SELECT count(*) FROM epochs"], ["figures", "{s}"],
-                                     ["report", "{s}"]])
+@pytest.mark.parametrize(
+    "command", [["query", "{s}", "SELECT count(*) FROM epochs"], ["figures", "{s}"], ["report", "{s}"]]
+)
 def test_a_link_out_of_the_study_in_its_tables_is_refused_in_one_line(tmp_path, target, command):
     """A link under tables/ to /etc printed a warning per file of /etc (1,116 lines) and a
     link to / walked the disk: every analysis command refuses it, exit 2, one line, in
@@ -676,9 +822,16 @@ def test_a_link_out_of_the_study_in_its_tables_is_refused_in_one_line(tmp_path, 
     study = _linked_study(tmp_path, "linked", targets.get(target, target))
     before = sorted(p.name for p in study.iterdir())
     start = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "analysis", *(c.format(s=study) for c in command)],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "tables/epochs/zz: a link" in r.stderr, r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "analysis", *(c.format(s=study) for c in command)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "tables/epochs/zz: a link" in r.stderr, (
+        r.stderr
+    )
     assert time.monotonic() - start < 30 and sorted(p.name for p in study.iterdir()) == before
 
 

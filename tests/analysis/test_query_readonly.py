@@ -31,10 +31,20 @@ def _study(root: Path) -> Path:
         w = TableWriter(tables, trial_id=trial, compact_every=3)
         for epoch in range(4):  # 3 compacted, 1 part
             w.rows("epochs", epoch, [{"test_acc": acc + epoch / 100, "train_loss": 1.0 - epoch / 10}])
-            w.rows("heads", epoch, [{"layer": ly, "head": h, "entropy": 1.0 + h} for ly in range(LAYERS)
-                                    for h in range(HEADS)])
-            w.rows("maps", epoch, [{"layer": ly, "head": h, "window": 3, "probs": [1 / 9] * 9}
-                                   for ly in range(LAYERS) for h in range(HEADS)])
+            w.rows(
+                "heads",
+                epoch,
+                [{"layer": ly, "head": h, "entropy": 1.0 + h} for ly in range(LAYERS) for h in range(HEADS)],
+            )
+            w.rows(
+                "maps",
+                epoch,
+                [
+                    {"layer": ly, "head": h, "window": 3, "probs": [1 / 9] * 9}
+                    for ly in range(LAYERS)
+                    for h in range(HEADS)
+                ],
+            )
         w.run({"status": "finished", "best_test_acc": acc, "num_heads": HEADS, "encoding": "learned"})
     (study / "study.json").write_text('{"name": "s"}')
     (study / "report.html").write_text("<html></html>")
@@ -60,7 +70,13 @@ def study(tmp_path_factory) -> Path:
 
 
 RUN = "{T}/runs/c000-s000.parquet"
-COPY_BACK = "(SELECT * REPLACE (0.999 AS best_test_acc) FROM read_parquet('" + RUN + "')) TO '" + RUN + "' (FORMAT parquet)"
+COPY_BACK = (
+    "(SELECT * REPLACE (0.999 AS best_test_acc) FROM read_parquet('"
+    + RUN
+    + "')) TO '"
+    + RUN
+    + "' (FORMAT parquet)"
+)
 PIVOT = "PIVOT (SELECT status FROM runs) ON status USING count(*)"
 
 #: (id, SQL): {T} is the study's tables folder, {S} the study, {X} a folder outside it.
@@ -82,7 +98,10 @@ HOSTILE = [
     ("copy_escape_string", "COPY (SELECT 1 AS x) TO E'{T}/runs/e\\x41.csv'"),
     ("copy_outside", "COPY (SELECT * FROM runs) TO '{X}/leak.csv'"),
     ("copy_relative", "COPY runs TO 'leak.parquet'"),
-    ("copy_partitioned_into_tables", "COPY (SELECT * FROM epochs) TO '{T}/epochs' (FORMAT parquet, PARTITION_BY (trial_id), OVERWRITE_OR_IGNORE)"),
+    (
+        "copy_partitioned_into_tables",
+        "COPY (SELECT * FROM epochs) TO '{T}/epochs' (FORMAT parquet, PARTITION_BY (trial_id), OVERWRITE_OR_IGNORE)",
+    ),
     ("copy_from_file", "COPY runs FROM '{X}/outside.txt'"),
     ("copy_pivot", "COPY (" + PIVOT + ") TO '{T}/runs/p.csv'"),
     ("explain_analyze_copy_pivot", "EXPLAIN ANALYZE COPY (" + PIVOT + ") TO '{T}/runs/p.csv'"),
@@ -170,8 +189,11 @@ NOT_FROM_SQL = {"INVALID", "RELATION", "LOGICAL_PLAN", "EXTENSION", "ANALYZE", "
 
 
 def _sql(template: str, study: Path) -> str:
-    return (template.replace("{T}", str(study / "tables")).replace("{S}", str(study))
-            .replace("{X}", str(study.parent)))
+    return (
+        template.replace("{T}", str(study / "tables"))
+        .replace("{S}", str(study))
+        .replace("{X}", str(study.parent))
+    )
 
 
 def _types(sql: str) -> set[str]:
@@ -247,8 +269,11 @@ def test_python_api_refuses_the_same(study):
 
 
 READS = [  # (sql, first csv line, answer lines)
-    ("SELECT trial_id, best_test_acc FROM runs ORDER BY 1", "trial_id,best_test_acc",
-     ["c000-s000,0.15", "c001-s000,0.25"]),
+    (
+        "SELECT trial_id, best_test_acc FROM runs ORDER BY 1",
+        "trial_id,best_test_acc",
+        ["c000-s000,0.15", "c001-s000,0.25"],
+    ),
     ("FROM epochs SELECT count(*) AS n", "n", ["8"]),
     ("WITH e AS (SELECT * FROM epochs) SELECT max(epoch) AS m FROM e", "m", ["3"]),
     ("TABLE runs", "trial_id", None),
@@ -261,7 +286,11 @@ READS = [  # (sql, first csv line, answer lines)
     ("SHOW TABLES", "name", None),
     ("PRAGMA table_info('heads')", "cid", None),
     ("PRAGMA show_tables", "name", None),
-    ("SELECT * FROM checkpoint()", None, None),  # a table function that would write a database file: none here
+    (
+        "SELECT * FROM checkpoint()",
+        None,
+        None,
+    ),  # a table function that would write a database file: none here
     (PIVOT + " ORDER BY ALL", "finished", ["2"]),
     ("WITH p AS (" + PIVOT + ") SELECT * FROM p", "finished", ["2"]),
     ("PIVOT (SELECT status FROM runs) ON status IN ('finished') USING count(*)", "finished", ["2"]),

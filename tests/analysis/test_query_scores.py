@@ -22,8 +22,9 @@ def make_layer(form, *, dim=8, heads=3, size=6, dropout=0.0, fused=False):
         pos = QueryScores(num_heads=heads, pos_dim=dim, max_size=size)
     else:
         pos = LearnedScores(num_heads=heads, pos_dim=5, max_size=size)
-    layer = RelativeSelfAttention(dim=dim, num_heads=heads, positional=pos, content=True,
-                                  attention_dropout=dropout)
+    layer = RelativeSelfAttention(
+        dim=dim, num_heads=heads, positional=pos, content=True, attention_dropout=dropout
+    )
     layer.fused_content = fused
     return layer.double()
 
@@ -42,7 +43,9 @@ def equation_scores(layer, x):
             for kr in range(h):
                 for kc in range(w):
                     qq, kk = q[:, qr, qc], k[:, kr, kc]  # (B, N_h, D)
-                    pos = qq[..., : d // 2] @ rows[kr - qr + s - 1] + qq[..., d // 2 :] @ cols[kc - qc + s - 1]
+                    pos = (
+                        qq[..., : d // 2] @ rows[kr - qr + s - 1] + qq[..., d // 2 :] @ cols[kc - qc + s - 1]
+                    )
                     out[:, :, qr * w + qc, kr * w + kc] = (pos + (qq * kk).sum(-1)) / math.sqrt(d)
     return out
 
@@ -81,7 +84,11 @@ def test_returned_probabilities_are_the_softmax_of_the_equation(form):
 
 
 def test_no_head_keys_and_half_width_tables():
-    pos = build_model(ModelConfig(encoding="learned_content", hidden=16, layers=1, num_heads=3)).blocks[0].attention.positional
+    pos = (
+        build_model(ModelConfig(encoding="learned_content", hidden=16, layers=1, num_heads=3))
+        .blocks[0]
+        .attention.positional
+    )
     assert isinstance(pos, QueryScores)
     assert {n for n, _ in pos.named_parameters()} == {"row_embeddings.weight", "col_embeddings.weight"}
     assert pos.row_embeddings.weight.shape == pos.col_embeddings.weight.shape == (31, 8)
@@ -96,8 +103,9 @@ def test_paper_configuration_parameter_counts(form, count):
 
 @pytest.mark.parametrize("form", FORMS)
 def test_gradients_reach_both_tables(form):
-    cfg = ModelConfig(encoding="learned_content", hidden=16, layers=2, intermediate=16, num_heads=3,
-                      positional_score=form)
+    cfg = ModelConfig(
+        encoding="learned_content", hidden=16, layers=2, intermediate=16, num_heads=3, positional_score=form
+    )
     model = build_model(cfg)
     model(torch.randn(2, 3, 32, 32)).logsumexp(-1).sum().backward()
     for block in model.blocks:
@@ -113,13 +121,16 @@ def test_default_form_per_encoding():
     assert ModelConfig(arch="resnet18").positional_score is None
 
 
-@pytest.mark.parametrize("kw,field", [
-    (dict(encoding="learned_content", pos_dim=64), "pos_dim"),  # query form: pos_dim = hidden
-    (dict(encoding="learned_content", hidden=15, pos_dim=None), "hidden"),  # halves
-    (dict(encoding="learned", positional_score="query"), "positional_score"),
-    (dict(encoding="quadratic", positional_score="head"), "positional_score"),
-    (dict(encoding="learned_content", positional_score="key"), "positional_score"),
-])
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        (dict(encoding="learned_content", pos_dim=64), "pos_dim"),  # query form: pos_dim = hidden
+        (dict(encoding="learned_content", hidden=15, pos_dim=None), "hidden"),  # halves
+        (dict(encoding="learned", positional_score="query"), "positional_score"),
+        (dict(encoding="quadratic", positional_score="head"), "positional_score"),
+        (dict(encoding="learned_content", positional_score="key"), "positional_score"),
+    ],
+)
 def test_invalid_forms_name_the_field(kw, field):
     with pytest.raises(ConfigError) as e:
         ModelConfig(**kw)
@@ -144,8 +155,9 @@ def test_einsum_reference_equals_naive_positional(variant):
     from study.bench.einsum_ref import einsum_relative_attention
 
     enc, iso = variant
-    cfg = ModelConfig(encoding=enc, isotropic=iso, hidden=8, layers=1, num_heads=3,
-                      pos_dim=6 if enc == "learned" else None)
+    cfg = ModelConfig(
+        encoding=enc, isotropic=iso, hidden=8, layers=1, num_heads=3, pos_dim=6 if enc == "learned" else None
+    )
     layer = build_model(cfg).double().eval().blocks[0].attention
     x = torch.randn(2, 16, 16, 8, dtype=torch.float64)
     torch.testing.assert_close(einsum_relative_attention(layer, x), naive_relative_attention(layer, x), **TOL)
@@ -158,4 +170,6 @@ def test_bench_times_the_einsum_reference_beside_the_training_path():
     opts = default_options("cpu", batch=1, steps=1, targets=("attention:sa_learned_content_head",))
     a = run_bench(opts)["attention"][0]
     assert a["einsum"]["path"].startswith("einsum reference")
-    assert a["train_speedup_vs_einsum"] == pytest.approx(a["train"]["images_per_s"] / a["einsum"]["images_per_s"])
+    assert a["train_speedup_vs_einsum"] == pytest.approx(
+        a["train"]["images_per_s"] / a["einsum"]["images_per_s"]
+    )

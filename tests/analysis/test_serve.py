@@ -38,25 +38,31 @@ def request(port: int, head: str) -> tuple[int, str]:
 @pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "LOCALHOST:{port}"])
 @pytest.mark.parametrize("path", ["/", "/version"])
 def test_the_loopback_names_get_the_page(server, host, path):
-    code, answer = request(server, f"GET {path} HTTP/1.1\nHost: {host.format(port=server)}\nConnection: close")
+    code, answer = request(
+        server, f"GET {path} HTTP/1.1\nHost: {host.format(port=server)}\nConnection: close"
+    )
     assert code == 200
     assert (SECRET if path == "/" else "v1") in answer
 
 
-@pytest.mark.parametrize("host", [
-    "attacker.example:{port}",           # the rebinding page's own name
-    "attacker.example",
-    "127.0.0.1.attacker.example:{port}",
-    "localhost.attacker.example:{port}",
-    "127.0.0.1:{port}.attacker.example",
-    "127.0.0.1:{other}",                 # another port: another origin
-    "127.0.0.1",                         # no port (only port 80 may omit it)
-    "localhost",
-    "[::1]:{port}",                      # not bound here
-    "0.0.0.0:{port}",
-    "127.0.0.2:{port}",
-    "",
-], ids=lambda h: h or "empty")
+@pytest.mark.parametrize(
+    "host",
+    [
+        "attacker.example:{port}",  # the rebinding page's own name
+        "attacker.example",
+        "127.0.0.1.attacker.example:{port}",
+        "localhost.attacker.example:{port}",
+        "127.0.0.1:{port}.attacker.example",
+        "127.0.0.1:{other}",  # another port: another origin
+        "127.0.0.1",  # no port (only port 80 may omit it)
+        "localhost",
+        "[::1]:{port}",  # not bound here
+        "0.0.0.0:{port}",
+        "127.0.0.2:{port}",
+        "",
+    ],
+    ids=lambda h: h or "empty",
+)
 @pytest.mark.parametrize("path", ["/", "/version", "/index.html"])
 def test_a_foreign_host_gets_421_and_no_page(server, host, path):
     value = host.format(port=server, other=server + 1)
@@ -65,13 +71,17 @@ def test_a_foreign_host_gets_421_and_no_page(server, host, path):
     assert SECRET not in answer and "v1" not in answer.split("\r\n\r\n", 1)[-1]
 
 
-@pytest.mark.parametrize("head", [
-    "GET / HTTP/1.1\nConnection: close",                                               # no Host
-    "GET / HTTP/1.0",                                                                  # HTTP/1.0, no Host
-    "GET / HTTP/1.1\nHost: 127.0.0.1:{port}\nHost: attacker.example\nConnection: close",  # two Hosts
-    "GET / HTTP/1.1\nHost: attacker.example\nHost: 127.0.0.1:{port}\nConnection: close",
-    "GET http://attacker.example/ HTTP/1.1\nHost: 127.0.0.1:{port}\nConnection: close",   # absolute target
-], ids=["no_host", "http10_no_host", "good_then_foreign", "foreign_then_good", "absolute_uri"])
+@pytest.mark.parametrize(
+    "head",
+    [
+        "GET / HTTP/1.1\nConnection: close",  # no Host
+        "GET / HTTP/1.0",  # HTTP/1.0, no Host
+        "GET / HTTP/1.1\nHost: 127.0.0.1:{port}\nHost: attacker.example\nConnection: close",  # two Hosts
+        "GET / HTTP/1.1\nHost: attacker.example\nHost: 127.0.0.1:{port}\nConnection: close",
+        "GET http://attacker.example/ HTTP/1.1\nHost: 127.0.0.1:{port}\nConnection: close",  # absolute target
+    ],
+    ids=["no_host", "http10_no_host", "good_then_foreign", "foreign_then_good", "absolute_uri"],
+)
 def test_missing_doubled_or_overridden_host_gets_no_page(server, head):
     code, answer = request(server, head.format(port=server))
     assert code in (400, 421), answer
@@ -96,8 +106,12 @@ def test_the_served_report_refuses_a_foreign_host(tmp_path, monkeypatch):
 
     monkeypatch.setattr(S, "run", spy)
     try:
-        t = threading.Thread(target=S.serve, args=(str(tmp_path / "s"), str(tmp_path)),
-                             kwargs={"port": 0, "interval": 0.2, "stop": stop}, daemon=True)
+        t = threading.Thread(
+            target=S.serve,
+            args=(str(tmp_path / "s"), str(tmp_path)),
+            kwargs={"port": 0, "interval": 0.2, "stop": stop},
+            daemon=True,
+        )
         t.start()
         deadline = time.monotonic() + 120
         while "server" not in started and t.is_alive() and time.monotonic() < deadline:

@@ -4,21 +4,40 @@ present and null)."""
 
 from __future__ import annotations
 
-from tests.helpers import REPO_ROOT
-
 import importlib.util
 import json
 import sys
 
 import pytest
 
+from tests.helpers import REPO_ROOT
+
 ROOT = REPO_ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_check  # noqa: E402
 
-BENCH_RUN_FIELDS = {"images_per_s", "mfu", "tflops", "peak_memory_mb", "step_memory_mb", "precision", "path",
-                    "speedup_vs_naive", "peak_tflops", "peak_source", "seconds"}
-TRIAL_FIELDS = {"name", "status", "epochs_done", "final_test_acc", "device_seconds", "images_per_s", "n_train"}
+BENCH_RUN_FIELDS = {
+    "images_per_s",
+    "mfu",
+    "tflops",
+    "peak_memory_mb",
+    "step_memory_mb",
+    "precision",
+    "path",
+    "speedup_vs_naive",
+    "peak_tflops",
+    "peak_source",
+    "seconds",
+}
+TRIAL_FIELDS = {
+    "name",
+    "status",
+    "epochs_done",
+    "final_test_acc",
+    "device_seconds",
+    "images_per_s",
+    "n_train",
+}
 
 
 @pytest.mark.slow
@@ -26,18 +45,37 @@ def test_cpu_run_fills_every_field_of_the_gpu_report(tmp_path):
     """The four parts, small: one test node, one epoch of the model trained eager and compiled, the
     model benched eager + compiled (aot_eager), a 1-epoch study of it through ``study run`` (Ray, local)."""
     out = tmp_path / "out"
-    rc = gpu_check.main(["--device", "cpu", "--small", "--data", "synthetic:300", "--out", str(out),
-                         "--models", "sa_quadratic", "--compile-backend", "aot_eager",
-                         "--tests", "tests/study/test_devicepaths.py::test_ddp_device_ids"])
+    rc = gpu_check.main(
+        [
+            "--device",
+            "cpu",
+            "--small",
+            "--data",
+            "synthetic:300",
+            "--out",
+            str(out),
+            "--models",
+            "sa_quadratic",
+            "--compile-backend",
+            "aot_eager",
+            "--tests",
+            "tests/study/test_devicepaths.py::test_ddp_device_ids",
+        ]
+    )
     report = json.loads((out / "gpu_check.json").read_text())
     md = (out / "gpu_check.md").read_text()
-    assert {"device", "device_name", "torch", "peak", "budget_s", "assumed_mfu", "parts", "seconds"} <= set(report)
+    assert {"device", "device_name", "torch", "peak", "budget_s", "assumed_mfu", "parts", "seconds"} <= set(
+        report
+    )
     assert report["peak"]["bf16_tflops"] > 0 and report["peak"]["fp32_tflops"] > 0
     tests = report["parts"]["tests"]
     assert tests["status"] == "passed" and tests["passed"] == 1 and tests["failed"] == 0, tests
     train = report["parts"]["train"]
     assert train["status"] == "passed", train.get("error")
-    assert [(r["key"], r["run"]) for r in train["runs"]] == [("sa_quadratic", "eager"), ("sa_quadratic", "compiled")]
+    assert [(r["key"], r["run"]) for r in train["runs"]] == [
+        ("sa_quadratic", "eager"),
+        ("sa_quadratic", "compiled"),
+    ]
     for r in train["runs"]:
         assert r["status"] == "finished" and 0 <= r["final_test_acc"] <= 1 and r["images_per_s"] > 0, r
     assert train["runs"][1]["backend"] == "aot_eager" and train["warmup_steps"] > 0
@@ -63,15 +101,24 @@ def test_cpu_run_fills_every_field_of_the_gpu_report(tmp_path):
         assert heading in md
 
 
-@pytest.mark.parametrize("row,why", [
-    ({"status": "finished", "final_test_acc": 0.42}, None),
-    ({"status": "finished", "final_test_acc": 0.29}, "test accuracy 0.290 < 0.3"),
-    ({"status": "diverged", "final_test_acc": 0.10}, "status diverged"),
-    ({"status": "finished", "final_test_acc": 0.31, "failed_to_train": "train loss 3.01 and test loss 3.20 > ln 10"},
-     "did not train: train loss 3.01"),
-    ({"exception": "UnverifiedCompile: --compile: …"}, "UnverifiedCompile"),
-    ({}, "status not recorded"),
-])
+@pytest.mark.parametrize(
+    "row,why",
+    [
+        ({"status": "finished", "final_test_acc": 0.42}, None),
+        ({"status": "finished", "final_test_acc": 0.29}, "test accuracy 0.290 < 0.3"),
+        ({"status": "diverged", "final_test_acc": 0.10}, "status diverged"),
+        (
+            {
+                "status": "finished",
+                "final_test_acc": 0.31,
+                "failed_to_train": "train loss 3.01 and test loss 3.20 > ln 10",
+            },
+            "did not train: train loss 3.01",
+        ),
+        ({"exception": "UnverifiedCompile: --compile: …"}, "UnverifiedCompile"),
+        ({}, "status not recorded"),
+    ],
+)
 def test_a_train_run_passes_only_when_it_finished_trained_and_reached_the_accuracy(row, why):
     got = gpu_check.train_failure(row, min_accuracy=0.3)
     assert got == why if why is None else why in got
@@ -81,9 +128,22 @@ def test_study_part_says_so_without_ray(tmp_path, monkeypatch):
     """The GPU machine has no Ray by default (docs/design.md §11): the study part is skipped
     with the reason, its plan still made."""
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
-    args = gpu_check.parse_args(["--device", "cpu", "--small", "--data", "synthetic:300", "--out", str(tmp_path),
-                                 "--models", "sa_learned"])
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    args = gpu_check.parse_args(
+        [
+            "--device",
+            "cpu",
+            "--small",
+            "--data",
+            "synthetic:300",
+            "--out",
+            str(tmp_path),
+            "--models",
+            "sa_learned",
+        ]
+    )
     res = gpu_check.run_study(args, 60.0, {"bf16_tflops": 1.0, "fp32_tflops": 1.0}, tmp_path)
     assert res["status"] == "skipped" and "Ray" in res["reason"] and "/tmp/site" in res["reason"]
     assert res["plan"][0]["key"] == "sa_learned" and res["plan"][0]["flops"] > 0
@@ -92,8 +152,18 @@ def test_study_part_says_so_without_ray(tmp_path, monkeypatch):
 def test_study_plan_leaves_out_what_the_budget_cannot_hold(tmp_path):
     """Budgeted by FLOPs: with a peak that fits only the cheaper of two models, the
     more expensive one is left out with the reason."""
-    args = gpu_check.parse_args(["--device", "cpu", "--out", str(tmp_path), "--models", "resnet18,sa_learned_content",
-                                 "--data", "synthetic:300"])
+    args = gpu_check.parse_args(
+        [
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path),
+            "--models",
+            "resnet18,sa_learned_content",
+            "--data",
+            "synthetic:300",
+        ]
+    )
     peak = {"bf16_tflops": 1.0, "fp32_tflops": 1.0}
     _, plan = gpu_check.study_spec(args, 1.0, peak)
     by_key = {p["key"]: p for p in plan}
@@ -107,10 +177,16 @@ def test_study_plan_leaves_out_what_the_budget_cannot_hold(tmp_path):
     assert [m["arch"] for m in spec["models"]] == ["resnet18"] and spec["epochs"] == 2
 
 
-@pytest.mark.parametrize("argv,message", [(["--parts", "nope"], "--parts"), (["--models", "vgg"], "--models"),
-                                          (["--budget-minutes", "0"], "--budget-minutes"),
-                                          (["--device", "cpu", "--batch", "0"], "--batch"),
-                                          (["--device", "cpu"], "--data")])  # no default outside the repository
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--parts", "nope"], "--parts"),
+        (["--models", "vgg"], "--models"),
+        (["--budget-minutes", "0"], "--budget-minutes"),
+        (["--device", "cpu", "--batch", "0"], "--batch"),
+        (["--device", "cpu"], "--data"),
+    ],
+)  # no default outside the repository
 def test_bad_arguments_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         gpu_check.parse_args(argv)
@@ -132,8 +208,21 @@ def test_bench_report_is_written_after_each_model(tmp_path, monkeypatch):
         seen.append((bench["status"], [r["key"] for r in bench.get("models", [])]) if bench else None)
 
     monkeypatch.setattr(gpu_check, "write_reports", spy)
-    rc = gpu_check.main(["--device", "cpu", "--small", "--out", str(out), "--parts", "bench",
-                         "--models", "sa_quadratic,sa_relative_bias", "--compile-backend", "aot_eager"])
+    rc = gpu_check.main(
+        [
+            "--device",
+            "cpu",
+            "--small",
+            "--out",
+            str(out),
+            "--parts",
+            "bench",
+            "--models",
+            "sa_quadratic,sa_relative_bias",
+            "--compile-backend",
+            "aot_eager",
+        ]
+    )
     assert rc == 0
     assert seen == [("running", ["sa_quadratic"]), ("passed", ["sa_quadratic", "sa_relative_bias"])]
     assert "| sa_quadratic |" in (out / "gpu_check.md").read_text()
@@ -150,6 +239,8 @@ def test_small_sizes_build_every_default_model():
     probe = default_options("cpu", model_overrides=dict(gpu_check.SMALL_MODEL))
     for key in args.models:
         assert build_model(probe.model_config(key)) is not None, key
-    peak = {f"{p}_{k}": None for p in ("bf16", "fp32") for k in ("tflops", "source")}  # device_peak's keys, unknown
+    peak = {
+        f"{p}_{k}": None for p in ("bf16", "fp32") for k in ("tflops", "source")
+    }  # device_peak's keys, unknown
     _, plan = gpu_check.study_spec(args, budget_s=600.0, peak=peak)
     assert [p["key"] for p in plan] == list(args.models)

@@ -28,7 +28,9 @@ def test_a_run_shorter_than_two_compactions_writes_only_its_epochs(tmp_path, cap
     assert sorted(epochs.epoch.unique()) == [0, 1, 2] and len(epochs) == 2 * 3
 
 
-@pytest.mark.parametrize("flag", ["--trials", "--epochs", "--layers", "--heads", "--window", "--repeats", "--jobs"])
+@pytest.mark.parametrize(
+    "flag", ["--trials", "--epochs", "--layers", "--heads", "--window", "--repeats", "--jobs"]
+)
 @pytest.mark.parametrize("value", ["0", "-3", "x"])
 def test_a_size_that_is_not_a_positive_integer_is_one_line_exit_2(tmp_path, capsys, flag, value):
     with pytest.raises(SystemExit) as e:

@@ -17,8 +17,16 @@ import study
 from study.errors import StorageError, StudyFileError, UsageError
 
 TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
-DOC = {"name": "api", "data": "synthetic:100", "epochs": 1, "batch_size": 25, "training": {"head_images": 4},
-       "model": TINY, "models": [{"encoding": "quadratic"}], "resources": {"cpus_per_trial": 1}}
+DOC = {
+    "name": "api",
+    "data": "synthetic:100",
+    "epochs": 1,
+    "batch_size": 25,
+    "training": {"head_images": 4},
+    "model": TINY,
+    "models": [{"encoding": "quadratic"}],
+    "resources": {"cpus_per_trial": 1},
+}
 
 
 @pytest.fixture
@@ -47,7 +55,9 @@ def test_run_returns_the_study_analysis_load_gives(study_file, tmp_path, capsys,
 
     raylog.restore()  # a fresh notebook: no earlier in-process `study` command of this worker holds the logger
     rays_own = list(logging.getLogger("ray").handlers)
-    s = study.run(study_file, overrides=["model.hidden=8"], storage=str(tmp_path / "st"), num_cpus=2, quiet=True)
+    s = study.run(
+        study_file, overrides=["model.hidden=8"], storage=str(tmp_path / "st"), num_cpus=2, quiet=True
+    )
     assert isinstance(s, analysis.Study)
     runs = s.runs
     assert len(runs) == 1 and runs.status.tolist() == ["finished"] and runs.hidden.tolist() == [8]
@@ -64,15 +74,24 @@ def test_run_returns_the_study_analysis_load_gives(study_file, tmp_path, capsys,
     assert info.value.exit_code == 2 and capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("kwargs,error,text", [
-    ({"overrides": ["model.hiden=8"]}, StudyFileError, "api.yaml: model.hiden: unknown model field (override "),
-    ({"overrides": ["epochs=x"]}, StudyFileError, "api.yaml: epochs: must be int, got str 'x'"),
-    ({"overrides": "epochs=2"}, UsageError, "overrides: a list of KEY=VALUE strings"),
-    ({"name": "a b"}, UsageError, "--name: must be 1 to 100 letters"),
-    ({"storage": "s3://studies/p?versionId=1"}, UsageError, "query string"),
-    ({"data": "synthetic:0"}, StudyFileError, "data: synthetic:N needs 1 <= N"),
-])
-def test_refusals_are_typed_errors_and_print_nothing(study_file, tmp_path, capsys, monkeypatch, kwargs, error, text):
+@pytest.mark.parametrize(
+    "kwargs,error,text",
+    [
+        (
+            {"overrides": ["model.hiden=8"]},
+            StudyFileError,
+            "api.yaml: model.hiden: unknown model field (override ",
+        ),
+        ({"overrides": ["epochs=x"]}, StudyFileError, "api.yaml: epochs: must be int, got str 'x'"),
+        ({"overrides": "epochs=2"}, UsageError, "overrides: a list of KEY=VALUE strings"),
+        ({"name": "a b"}, UsageError, "--name: must be 1 to 100 letters"),
+        ({"storage": "s3://studies/p?versionId=1"}, UsageError, "query string"),
+        ({"data": "synthetic:0"}, StudyFileError, "data: synthetic:N needs 1 <= N"),
+    ],
+)
+def test_refusals_are_typed_errors_and_print_nothing(
+    study_file, tmp_path, capsys, monkeypatch, kwargs, error, text
+):
     from study.tuning import runner
 
     def no_ray(*a, **k):
@@ -130,8 +149,11 @@ def test_every_argument_of_run_has_wrong_values_tested():
     assert set(WRONG) == set(inspect.signature(study.run).parameters)
 
 
-@pytest.mark.parametrize("arg,value", [(a, v) for a, vs in WRONG.items() for v in vs],
-                         ids=[f"{a}={v!r}"[:40] for a, vs in WRONG.items() for v in vs])
+@pytest.mark.parametrize(
+    "arg,value",
+    [(a, v) for a, vs in WRONG.items() for v in vs],
+    ids=[f"{a}={v!r}"[:40] for a, vs in WRONG.items() for v in vs],
+)
 def test_a_wrong_argument_is_a_typed_error_naming_it(study_file, tmp_path, capsys, monkeypatch, arg, value):
     """Not Python's TypeError from deep inside (`expected str, bytes or os.PathLike object, not int`,
     `'>' not supported between instances of 'float' and 'str'`): the project's UsageError (or

@@ -31,9 +31,20 @@ def _imported(stderr: str) -> set[str]:
 
 
 def _run_row(trial_id, *, status="finished", epochs_done=2, device_seconds=4.0, updated_at=None, **kw):
-    return {"trial_id": trial_id, "study": "s", "name": "SA", "status": status, "epochs_done": epochs_done,
-            "epochs": 2, "best_test_acc": 0.5, "device_seconds": device_seconds, "world_size": 1,
-            "attempts": 1, "updated_at": time.time() if updated_at is None else updated_at, **kw}
+    return {
+        "trial_id": trial_id,
+        "study": "s",
+        "name": "SA",
+        "status": status,
+        "epochs_done": epochs_done,
+        "epochs": 2,
+        "best_test_acc": 0.5,
+        "device_seconds": device_seconds,
+        "world_size": 1,
+        "attempts": 1,
+        "updated_at": time.time() if updated_at is None else updated_at,
+        **kw,
+    }
 
 
 def make_study(storage: Path, name: str, rows: list[dict], planned: int) -> Path:
@@ -50,17 +61,34 @@ def storage(tmp_path):
     st = tmp_path / "st"
     make_study(st, "done", [_run_row("c000-s000"), _run_row("c001-s000")], 2)
     old = time.time() - 10 * STALE_MIN_S
-    make_study(st, "dead", [_run_row("c000-s000"), _run_row("c001-s000", status="running", epochs_done=1,
-                                                               device_seconds=2.0, updated_at=old)], 3)
+    make_study(
+        st,
+        "dead",
+        [
+            _run_row("c000-s000"),
+            _run_row("c001-s000", status="running", epochs_done=1, device_seconds=2.0, updated_at=old),
+        ],
+        3,
+    )
     spec = tmp_path / "s.yaml"
     spec.write_text("name: s\ndata: synthetic:100\nepochs: 1\n")
     return st
 
 
-@pytest.mark.parametrize("args", [["--help"], ["status", "--help"], ["run", "--help"], ["list", "--help"],
-                                  ["validate", "s.yaml"], ["status", "done", "--storage", "st"],
-                                  ["status", "dead", "--storage", "st"], ["list", "--storage", "st"]],
-                         ids=lambda a: "-".join(a))
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["status", "--help"],
+        ["run", "--help"],
+        ["list", "--help"],
+        ["validate", "s.yaml"],
+        ["status", "done", "--storage", "st"],
+        ["status", "dead", "--storage", "st"],
+        ["list", "--storage", "st"],
+    ],
+    ids=lambda a: "-".join(a),
+)
 def test_bookkeeping_commands_import_neither_torch_nor_ray(storage, args):
     r = _run(["-m", "study", *args], storage.parent, importtime=True)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -81,22 +109,40 @@ def test_stale_threshold_follows_the_epoch_time():
     import pandas as pd
 
     now = 1_000_000.0
-    runs = pd.DataFrame([
-        _run_row("fresh", status="running", updated_at=now - 10),
-        # 10 s epochs: stale after max(300 s, 30 s) = 300 s
-        _run_row("short", status="running", epochs_done=2, device_seconds=20.0, updated_at=now - 400),
-        # 1000 s epochs: stale only after 3000 s
-        _run_row("long", status="running", epochs_done=2, device_seconds=2000.0, updated_at=now - 2000),
-        _run_row("long-dead", status="running", epochs_done=2, device_seconds=2000.0, updated_at=now - 3100),
-        # no epoch yet: the study's longest epoch (1000 s) x 3
-        _run_row("first", status="running", epochs_done=0, device_seconds=0.0, updated_at=now - 2000),
-        # DDP: device-seconds count every rank
-        _run_row("ddp", status="running", epochs_done=1, device_seconds=400.0, world_size=4, updated_at=now - 250),
-        _run_row("ended", status="finished", updated_at=now - 10**6),
-    ])
+    runs = pd.DataFrame(
+        [
+            _run_row("fresh", status="running", updated_at=now - 10),
+            # 10 s epochs: stale after max(300 s, 30 s) = 300 s
+            _run_row("short", status="running", epochs_done=2, device_seconds=20.0, updated_at=now - 400),
+            # 1000 s epochs: stale only after 3000 s
+            _run_row("long", status="running", epochs_done=2, device_seconds=2000.0, updated_at=now - 2000),
+            _run_row(
+                "long-dead", status="running", epochs_done=2, device_seconds=2000.0, updated_at=now - 3100
+            ),
+            # no epoch yet: the study's longest epoch (1000 s) x 3
+            _run_row("first", status="running", epochs_done=0, device_seconds=0.0, updated_at=now - 2000),
+            # DDP: device-seconds count every rank
+            _run_row(
+                "ddp",
+                status="running",
+                epochs_done=1,
+                device_seconds=400.0,
+                world_size=4,
+                updated_at=now - 250,
+            ),
+            _run_row("ended", status="finished", updated_at=now - 10**6),
+        ]
+    )
     shown = dict(zip(runs.trial_id, shown_status(runs, now=now)))
-    assert shown == {"fresh": "running", "short": "stale", "long": "running", "long-dead": "stale",
-                     "first": "running", "ddp": "running", "ended": "finished"}
+    assert shown == {
+        "fresh": "running",
+        "short": "stale",
+        "long": "running",
+        "long-dead": "stale",
+        "first": "running",
+        "ddp": "running",
+        "ended": "finished",
+    }
     assert "stale" in status_table(runs, 7, now=now)
 
 
@@ -104,8 +150,12 @@ def test_stale_before_any_epoch_uses_an_hour():
     import pandas as pd
 
     now = 1_000_000.0
-    runs = pd.DataFrame([_run_row("a", status="running", epochs_done=0, device_seconds=0.0, updated_at=now - 3000),
-                         _run_row("b", status="running", epochs_done=0, device_seconds=0.0, updated_at=now - 4000)])
+    runs = pd.DataFrame(
+        [
+            _run_row("a", status="running", epochs_done=0, device_seconds=0.0, updated_at=now - 3000),
+            _run_row("b", status="running", epochs_done=0, device_seconds=0.0, updated_at=now - 4000),
+        ]
+    )
     assert shown_status(runs, now=now).tolist() == ["running", "stale"]
 
 
@@ -126,8 +176,11 @@ def test_study_storage_sets_the_default_of_every_command(storage, tmp_path):
     elsewhere.mkdir()
     assert "2 finished" in _run(["-m", "study", "status", "done"], elsewhere, env=env).stdout
     assert "done" in _run(["-m", "study", "list"], elsewhere, env=env).stdout
-    q = _run(["-m", "analysis", "query", "done", "SELECT count(*) AS n FROM runs", "--format", "csv"], elsewhere,
-             env=env)
+    q = _run(
+        ["-m", "analysis", "query", "done", "SELECT count(*) AS n FROM runs", "--format", "csv"],
+        elsewhere,
+        env=env,
+    )
     assert q.returncode == 0 and q.stdout.split() == ["n", "2"], q.stderr
     # study run and resume look there too (refused before Ray starts: the name exists / is not a study)
     (elsewhere / "done.yaml").write_text("name: done\ndata: synthetic:100\nepochs: 1\n")
@@ -140,17 +193,22 @@ def test_study_storage_sets_the_default_of_every_command(storage, tmp_path):
     assert r.returncode == 2 and "no study 'done'" in r.stderr
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--address", "auto"], "--address auto: RAY_ADDRESS is not set"),
-    (["--address", "10.0.0.1:6379"], "--shared-storage"),
-    (["--address", "10.0.0.1:6379", "--storage", "st"], "is a local folder"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--address", "auto"], "--address auto: RAY_ADDRESS is not set"),
+        (["--address", "10.0.0.1:6379"], "--shared-storage"),
+        (["--address", "10.0.0.1:6379", "--storage", "st"], "is a local folder"),
+    ],
+)
 @pytest.mark.parametrize("command", ["run", "resume"])
 def test_cluster_flags_refused_in_one_line(storage, args, needle, command):
     target = ["s.yaml", "--name", "fresh"] if command == "run" else ["done", "--storage", "st"]
     r = _run(["-m", "study", command, *target, *args], storage.parent)
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"study {command}: error: "), r.stderr
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"study {command}: error: "), (
+        r.stderr
+    )
     assert needle in lines[0]
     assert not (storage / "fresh").exists() and not Path(storage.parent / "results").exists()
 
@@ -164,7 +222,9 @@ def test_local_ray_without_token_auth_refused_in_one_line(storage, mode, command
     target = ["s.yaml", "--name", "fresh"] if command == "run" else ["done", "--storage", "st"]
     r = _run(["-m", "study", command, *target], storage.parent, env={"RAY_AUTH_MODE": mode})
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"study {command}: error: "), r.stderr
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"study {command}: error: "), (
+        r.stderr
+    )
     assert f"RAY_AUTH_MODE={mode}" in lines[0] and "token" in lines[0]
     assert not (storage / "fresh").exists() and not Path(storage.parent / "results").exists()
 
@@ -194,8 +254,15 @@ def test_output_into_a_closed_pipe_is_quiet(storage, args):
     read, write = os.pipe()
     os.close(read)  # the reader is gone before anything is written
     try:
-        r = subprocess.run([sys.executable, "-m", "study", *args], cwd=storage.parent, env=env, stdout=write,
-                           stderr=subprocess.PIPE, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "study", *args],
+            cwd=storage.parent,
+            env=env,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     finally:
         os.close(write)
     assert r.returncode == 141 and r.stderr == "", r.stderr
@@ -208,7 +275,9 @@ def test_status_marks_a_trial_that_did_not_train_and_says_why():
     text = status_table(runs, 2)
     row = next(line for line in text.splitlines() if line.lstrip().startswith("c0-s0"))
     assert "finished (did not train)" in row
-    assert "did not train" not in next(line for line in text.splitlines() if line.lstrip().startswith("c1-s0"))
+    assert "did not train" not in next(
+        line for line in text.splitlines() if line.lstrip().startswith("c1-s0")
+    )
     assert "did not train: 1 of 2 trials" in text and f"c0-s0: {why}" in text
 
 

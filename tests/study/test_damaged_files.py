@@ -17,8 +17,6 @@
 
 from __future__ import annotations
 
-from tests.helpers import REPO_ROOT
-
 import argparse
 import copy
 import io
@@ -32,18 +30,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.data_helpers import make_tar, make_tree
-from tests.helpers import TINY, cli_env
 from study import limits
 from study.cli import main
+from tests.data_helpers import make_tar, make_tree
+from tests.helpers import REPO_ROOT, TINY, cli_env
 
 REPO = REPO_ROOT
 
 
 def _cli(*args, cwd=None, timeout: float = 900) -> subprocess.CompletedProcess:
     """``python -m study ARGS`` with a time-out: a command that blocks on a FIFO fails here."""
-    return subprocess.run([sys.executable, "-m", "study", *map(str, args)], cwd=cwd, env=cli_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "study", *map(str, args)],
+        cwd=cwd,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _one_error(r: subprocess.CompletedProcess, prog: str, needle: str) -> str:
@@ -65,9 +69,20 @@ def _in_process(argv: list[str], capsys) -> tuple[int, list[str], str]:
 
 
 # --------------------------------------------------------------------------- metadata files
-GOOD_META = {"name": "good", "file": "good.yaml", "raw": {"name": "good"}, "num_trials": 3, "cpus_per_trial": 1,
-             "gpus_per_trial": 0, "workers_per_trial": 1, "max_failures": 0, "selection_metric": None,
-             "optuna_journal": "optuna.journal", "tables": "tables", "ddp_storage": "ddp"}
+GOOD_META = {
+    "name": "good",
+    "file": "good.yaml",
+    "raw": {"name": "good"},
+    "num_trials": 3,
+    "cpus_per_trial": 1,
+    "gpus_per_trial": 0,
+    "workers_per_trial": 1,
+    "max_failures": 0,
+    "selection_metric": None,
+    "optuna_journal": "optuna.journal",
+    "tables": "tables",
+    "ddp_storage": "ddp",
+}
 
 
 def _damage(path: Path, how: str) -> str:
@@ -113,8 +128,19 @@ def _damage(path: Path, how: str) -> str:
     raise AssertionError(how)
 
 
-DAMAGES = ["truncated", "deep", "huge", "fifo", "dev_zero", "folder", "list", "wrong_type", "bool_for_int", "binary",
-           "long_integer"]
+DAMAGES = [
+    "truncated",
+    "deep",
+    "huge",
+    "fifo",
+    "dev_zero",
+    "folder",
+    "list",
+    "wrong_type",
+    "bool_for_int",
+    "binary",
+    "long_integer",
+]
 
 
 def _good_study(root: Path) -> Path:
@@ -155,7 +181,10 @@ def test_list_marks_broken_studies_and_lists_the_others(tmp_path):
     for how, needle in expected.items():
         assert "broken: study.json" in rows[how], rows[how]
         mine = [e for e in errors if f"/{how}/study.json: " in e]
-        assert len(mine) == 1 and mine[0].startswith("study list: error: ") and needle in mine[0], (how, errors)
+        assert len(mine) == 1 and mine[0].startswith("study list: error: ") and needle in mine[0], (
+            how,
+            errors,
+        )
 
 
 def test_status_reads_no_torch_and_a_good_study_still_answers(tmp_path):
@@ -164,12 +193,19 @@ def test_status_reads_no_torch_and_a_good_study_still_answers(tmp_path):
     _good_study(storage / "bad")
     _damage(storage / "bad" / "study.json.tmp", "fifo")  # a foreign file beside it is never read
     (storage / "bad" / "study.json").write_text('{"name": "bad", ')
-    probe = ("import sys\nfrom study.cli import main\n"
-             "for argv in (['status', 'good'], ['status', 'bad'], ['list']):\n"
-             "    try:\n        main([*argv, '--storage', sys.argv[1]])\n    except SystemExit:\n        pass\n"
-             "print('torch' in sys.modules)\n")
-    r = subprocess.run([sys.executable, "-c", probe, str(storage)], env=cli_env(), capture_output=True, text=True,
-                       timeout=900)
+    probe = (
+        "import sys\nfrom study.cli import main\n"
+        "for argv in (['status', 'good'], ['status', 'bad'], ['list']):\n"
+        "    try:\n        main([*argv, '--storage', sys.argv[1]])\n    except SystemExit:\n        pass\n"
+        "print('torch' in sys.modules)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe, str(storage)],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.stdout.strip().splitlines()[-1] == "False", r.stdout + r.stderr
     assert "0 trials recorded of 3 planned" in r.stdout
 
@@ -242,7 +278,9 @@ def test_a_checkpoint_that_is_not_a_checkpoint_file_is_one_line_never_a_hang(tmp
     assert find_checkpoints(str(tmp_path)) == (["c000-s000"] if how == "huge" else [])
     with pytest.raises(ExportError) as e:
         latest_checkpoint(str(tmp_path), "c000-s000")
-    assert str(tmp_path / "trials" / "c000-s000" / "checkpoint.pt") in str(e.value) and "\n" not in str(e.value)
+    assert str(tmp_path / "trials" / "c000-s000" / "checkpoint.pt") in str(e.value) and "\n" not in str(
+        e.value
+    )
     assert ("not a regular file" in str(e.value)) == (how != "huge"), e.value
 
 
@@ -254,7 +292,9 @@ def test_status_of_a_folder_that_is_not_a_study(tmp_path, monkeypatch):
     line = _one_error(_cli("status", d), "study status", "is not a study")
     assert str(d) in line and "0 trials" not in line
     # a bare name that is a folder here (and no study of the storage)
-    _one_error(_cli("status", "d", "--storage", tmp_path / "empty", cwd=tmp_path), "study status", "is not a study")
+    _one_error(
+        _cli("status", "d", "--storage", tmp_path / "empty", cwd=tmp_path), "study status", "is not a study"
+    )
     # a study's folder under the storage without its study.json
     (tmp_path / "st" / "half").mkdir(parents=True)
     (tmp_path / "st" / "half" / "tables").mkdir()
@@ -268,16 +308,32 @@ def test_hidden_out_folder_gets_a_trial_id_the_readers_see(tmp_path, capsys):
 
     out = tmp_path / ".hidden_out"
     tiny = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
-    code, lines, _ = _in_process(["train", *tiny, "--data", "synthetic:60", "--epochs", "1", "--batch-size", "20",
-                                  "--quiet", "--out", str(out)], capsys)
+    code, lines, _ = _in_process(
+        [
+            "train",
+            *tiny,
+            "--data",
+            "synthetic:60",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "20",
+            "--quiet",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert code == 0, lines
     assert sorted(p.name for p in (out / "tables" / "runs").iterdir()) == ["hidden_out.parquet"]
     assert analysis_main(["query", str(out), "SELECT trial_id FROM runs", "--format", "csv"]) == 0
     assert capsys.readouterr().out.split() == ["trial_id", "hidden_out"]
 
 
-@pytest.mark.parametrize("name, trial_id", [("_private", "private"), ("my run (2)", "my-run-2-"),
-                                            ("..x", "x"), ("ok.name-1", "ok.name-1")])
+@pytest.mark.parametrize(
+    "name, trial_id",
+    [("_private", "private"), ("my run (2)", "my-run-2-"), ("..x", "x"), ("ok.name-1", "ok.name-1")],
+)
 def test_trial_id_derived_from_any_out_folder_is_readable(tmp_path, name, trial_id):
     from study.commands.train import _TRIAL_ID, derive_trial_id
     from study.tables import SKIPPED_PREFIXES
@@ -289,8 +345,9 @@ def test_trial_id_derived_from_any_out_folder_is_readable(tmp_path, name, trial_
 
 @pytest.mark.parametrize("trial_id", ["_x", ".x"])
 def test_explicit_trial_ids_the_readers_skip_are_refused(tmp_path, capsys, trial_id):
-    code, lines, _ = _in_process(["train", "--data", "synthetic:60", "--trial-id", trial_id,
-                                  "--out", str(tmp_path / "o")], capsys)
+    code, lines, _ = _in_process(
+        ["train", "--data", "synthetic:60", "--trial-id", trial_id, "--out", str(tmp_path / "o")], capsys
+    )
     assert code == 2 and len(lines) == 1 and "not starting with '.' or '_'" in lines[0], lines
     assert not (tmp_path / "o").exists()
 
@@ -319,8 +376,10 @@ def _study_with(tmp_path: Path, trained, *, damage_latest=None, damage_previous=
     root = tmp_path / "s"
     trial = root / "trials" / "c000-s000"
     trial.mkdir(parents=True)
-    for name, which, damage in (("checkpoint.prev.pt", "previous", damage_previous),
-                                ("checkpoint.pt", "latest", damage_latest)):
+    for name, which, damage in (
+        ("checkpoint.prev.pt", "previous", damage_previous),
+        ("checkpoint.pt", "latest", damage_latest),
+    ):
         torch.save(trained[which], trial / name)
         if damage:
             damage(trial / name)
@@ -344,7 +403,9 @@ def test_export_falls_back_to_the_previous_checkpoint(tmp_path, trained, capsys,
     code, lines, out = _in_process(["export", str(root), "--trial", "c000-s000", "--out", "m.pt"], capsys)
     assert code == 0, lines
     assert len(lines) == 1 and lines[0].startswith("study export: warning: checkpoint "), lines
-    assert "c000-s000/checkpoint.pt (" in lines[0] and "c000-s000/checkpoint.prev.pt (epoch 1)" in lines[0], lines
+    assert "c000-s000/checkpoint.pt (" in lines[0] and "c000-s000/checkpoint.prev.pt (epoch 1)" in lines[0], (
+        lines
+    )
     assert "1 epochs" in out and torch.load(tmp_path / "m.pt", weights_only=True)["epoch"] == 1
 
 
@@ -424,9 +485,21 @@ def _crafted(kind: str, trained, path: Path) -> str:
     raise AssertionError(kind)
 
 
-CRAFTED = ["truncated", "zip_not_torch", "non_dict", "huge_config", "unknown_config_field", "config_not_dict",
-           "missing_key", "extra_key", "wrong_shape", "not_a_tensor", "state_not_dict", "train_config_not_dict",
-           "seed_wrong_type"]
+CRAFTED = [
+    "truncated",
+    "zip_not_torch",
+    "non_dict",
+    "huge_config",
+    "unknown_config_field",
+    "config_not_dict",
+    "missing_key",
+    "extra_key",
+    "wrong_shape",
+    "not_a_tensor",
+    "state_not_dict",
+    "train_config_not_dict",
+    "seed_wrong_type",
+]
 
 
 @pytest.mark.parametrize("kind", CRAFTED)
@@ -460,7 +533,11 @@ def _parsers():
 
 
 #: argparse types that parse no integer (a float, a path, a string)
-NOT_INTEGER = {float, str, Path}  # (study.cliutil.BoundedFloat refuses the too-large integer below by its bound)
+NOT_INTEGER = {
+    float,
+    str,
+    Path,
+}  # (study.cliutil.BoundedFloat refuses the too-large integer below by its bound)
 
 
 def test_every_integer_flag_of_every_command_has_a_documented_bound():
@@ -472,9 +549,12 @@ def test_every_integer_flag_of_every_command_has_a_documented_bound():
             where = f"{command} {'/'.join(action.option_strings) or action.dest}"
             assert action.type is not int, f"{where}: type=int has no bound; use study.cliutil.BoundedInt"
             if action.type is None:
-                assert not (isinstance(action.default, int) and not isinstance(action.default, bool)
-                            and action.nargs != 0 and not isinstance(action, argparse._StoreConstAction)), \
-                    f"{where}: an integer default without a bounded type"
+                assert not (
+                    isinstance(action.default, int)
+                    and not isinstance(action.default, bool)
+                    and action.nargs != 0
+                    and not isinstance(action, argparse._StoreConstAction)
+                ), f"{where}: an integer default without a bounded type"
                 continue
             if action.type in NOT_INTEGER:
                 continue
@@ -484,63 +564,103 @@ def test_every_integer_flag_of_every_command_has_a_documented_bound():
             if isinstance(action.type, BoundedInt):
                 seen += 1
                 name = action.type.limit.split("[")[0].split()[0]
-                assert name in limits.ALL, f"{where}: bound named {action.type.limit!r}, not a study.limits constant"
+                assert name in limits.ALL, (
+                    f"{where}: bound named {action.type.limit!r}, not a study.limits constant"
+                )
                 value = limits.ALL[name]
-                assert action.type.high in (value.values() if isinstance(value, dict) else (value, value - 1)) or \
-                    (name == "MAX_MODEL_FIELD" and action.type.high ** 2 <= value["num_heads"]), where
+                assert action.type.high in (
+                    value.values() if isinstance(value, dict) else (value, value - 1)
+                ) or (name == "MAX_MODEL_FIELD" and action.type.high**2 <= value["num_heads"]), where
                 with pytest.raises(argparse.ArgumentTypeError, match=f"must be <= {action.type.high} "):
                     action.type(str(action.type.high + 1))
                 assert action.type(str(action.type.high)) == action.type.high
-    assert seen >= 20, seen  # the enumeration found the flags (models, train, bench, theorem, evaluate, analysis)
+    assert seen >= 20, (
+        seen
+    )  # the enumeration found the flags (models, train, bench, theorem, evaluate, analysis)
 
 
 def _refused_without_torch(argv: list[str], cwd) -> list[str]:
     """Run ``study ARGV`` in a fresh interpreter: it must exit 2 without having imported
     torch; returns its stderr lines."""
-    probe = ("import sys\nfrom study.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
-             "except SystemExit as e:\n    code = e.code\nprint(code, 'torch' in sys.modules)\n")
-    r = subprocess.run([sys.executable, "-c", probe, *argv], env=cli_env(), capture_output=True, text=True,
-                       cwd=cwd, timeout=900)
+    probe = (
+        "import sys\nfrom study.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
+        "except SystemExit as e:\n    code = e.code\nprint(code, 'torch' in sys.modules)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe, *argv],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=900,
+    )
     assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr[-2000:])
     return r.stderr.strip().splitlines()
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["models", "--num-heads", "100000"], "argument --num-heads: must be <= 1024 (MAX_MODEL_FIELD), got 100000"),
-    (["models", "--pos-dim", "9" * 200], "argument --pos-dim: must be <= 16384 (MAX_MODEL_FIELD)"),
-    (["theorem", "--kernel", "33"], "argument --kernel: must be <= 32"),
-    (["theorem", "--in", "100000"], "argument --in: must be <= 16384 (MAX_MODEL_FIELD)"),
-    (["theorem", "--kernel", "31", "--size", "1024"], "(MAX_THEOREM_ELEMENTS)"),
-    (["theorem", "--kernel", "3", "--in", "16384", "--out", "16384"], "(MAX_THEOREM_"),
-    (["theorem", "--kernel", "1", "--in", "16384", "--out", "16384", "--size", "64"], "(MAX_THEOREM_MACS)"),
-    (["bench", "--batch", "100000000"], "argument --batch: must be <= 4096 (MAX_BENCH_BATCH)"),
-    (["bench", "--steps", "10000000000"], "argument --steps: must be <= 100000 (MAX_BENCH_STEPS)"),
-    (["bench", "--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
-    (["bench", "--threads", "5000"], "argument --threads: must be <= 1024 (MAX_CPUS_PER_TRIAL)"),
-    (["bench", "--device", "tpu"], "--device: only cuda, cuda:N and cpu are supported"),
-    (["evaluate", "m.pt", "--subset", "99999999999"], "argument --subset: must be <= 10000000 (MAX_SUBSET)"),
-    (["evaluate", "m.pt", "--batch-size", "10000000"], "argument --batch-size: must be <= 100000 (MAX_EVAL_BATCH)"),
-    (["train", "--subset", "99999999999"], "argument --subset: must be <= 10000000 (MAX_SUBSET)"),
-    (["train", "--validation", "99999999999"], "--validation"),
-    (["validate", "x.yaml", "--cpus", "99999999999"], "argument --cpus: must be <= 1000000 (MAX_CLUSTER_CPUS)"),
-    (["run", "x.yaml", "--num-cpus", "99999999999"], "argument --num-cpus: must be <= 1000000"),
-], ids=lambda v: "-".join(v[:3]) if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (
+            ["models", "--num-heads", "100000"],
+            "argument --num-heads: must be <= 1024 (MAX_MODEL_FIELD), got 100000",
+        ),
+        (["models", "--pos-dim", "9" * 200], "argument --pos-dim: must be <= 16384 (MAX_MODEL_FIELD)"),
+        (["theorem", "--kernel", "33"], "argument --kernel: must be <= 32"),
+        (["theorem", "--in", "100000"], "argument --in: must be <= 16384 (MAX_MODEL_FIELD)"),
+        (["theorem", "--kernel", "31", "--size", "1024"], "(MAX_THEOREM_ELEMENTS)"),
+        (["theorem", "--kernel", "3", "--in", "16384", "--out", "16384"], "(MAX_THEOREM_"),
+        (
+            ["theorem", "--kernel", "1", "--in", "16384", "--out", "16384", "--size", "64"],
+            "(MAX_THEOREM_MACS)",
+        ),
+        (["bench", "--batch", "100000000"], "argument --batch: must be <= 4096 (MAX_BENCH_BATCH)"),
+        (["bench", "--steps", "10000000000"], "argument --steps: must be <= 100000 (MAX_BENCH_STEPS)"),
+        (["bench", "--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
+        (["bench", "--threads", "5000"], "argument --threads: must be <= 1024 (MAX_CPUS_PER_TRIAL)"),
+        (["bench", "--device", "tpu"], "--device: only cuda, cuda:N and cpu are supported"),
+        (
+            ["evaluate", "m.pt", "--subset", "99999999999"],
+            "argument --subset: must be <= 10000000 (MAX_SUBSET)",
+        ),
+        (
+            ["evaluate", "m.pt", "--batch-size", "10000000"],
+            "argument --batch-size: must be <= 100000 (MAX_EVAL_BATCH)",
+        ),
+        (["train", "--subset", "99999999999"], "argument --subset: must be <= 10000000 (MAX_SUBSET)"),
+        (["train", "--validation", "99999999999"], "--validation"),
+        (
+            ["validate", "x.yaml", "--cpus", "99999999999"],
+            "argument --cpus: must be <= 1000000 (MAX_CLUSTER_CPUS)",
+        ),
+        (["run", "x.yaml", "--num-cpus", "99999999999"], "argument --num-cpus: must be <= 1000000"),
+    ],
+    ids=lambda v: "-".join(v[:3]) if isinstance(v, list) else None,
+)
 def test_size_flags_are_refused_before_anything_is_built(argv, needle, tmp_path):
     lines = _refused_without_torch(argv, tmp_path)
     assert len(lines) == 1 and lines[0].startswith(f"study {argv[0]}: error: ") and needle in lines[0], lines
 
 
-@pytest.mark.parametrize("argv", [["--hidden", "16384", "--layers", "256", "--intermediate", "65536"],
-                                  ["--hidden", "16384", "--num-heads", "1024", "--layers", "8"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--hidden", "16384", "--layers", "256", "--intermediate", "65536"],
+        ["--hidden", "16384", "--num-heads", "1024", "--layers", "8"],
+    ],
+)
 def test_models_too_big_as_a_whole_are_counted_not_allocated(argv, capsys):
     code, lines, _ = _in_process(["models", *argv], capsys)
     assert code == 2 and len(lines) == 1 and "(MAX_MODEL_PARAMS)" in lines[0], lines
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["figures", "s", "--epoch", "99999999999"], "argument --epoch: must be <= 99999 (MAX_EPOCHS)"),
-    (["report", "s", "--port", "70000"], "argument --port: must be <= 65535 (MAX_PORT)"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["figures", "s", "--epoch", "99999999999"], "argument --epoch: must be <= 99999 (MAX_EPOCHS)"),
+        (["report", "s", "--port", "70000"], "argument --port: must be <= 65535 (MAX_PORT)"),
+    ],
+)
 def test_analysis_size_flags(argv, needle, capsys):
     from analysis.cli import main as analysis_main
 
@@ -553,28 +673,35 @@ def test_analysis_size_flags(argv, needle, capsys):
 
 
 # --------------------------------------------------------------------------- cheap refusals
-@pytest.mark.parametrize("argv, needle", [
-    (["train", "--batch-size", "0", "--out", "o"], "--batch-size: must be >= 1"),
-    (["train", "--data", "nope.tar.gz", "--out", "o"], "--data: nope.tar.gz: no such file or directory"),
-    (["train", "--data", "synthetic:0", "--out", "o"], "--data: synthetic:N needs 1 <= N"),
-    (["train", "--data", "ftp:x", "--out", "o"], "unknown data source kind 'ftp'"),
-    (["train", "--data", "{fifo}", "--out", "o"], "is not a folder or a regular file"),
-    (["train", "--data", "cifar10:{missing}", "--out", "o"], "is not a folder"),
-    (["train", "--lr", "inf", "--out", "o"], "--lr: must be a finite"),
-    (["evaluate", "missing.pt"], "missing.pt: no such file"),
-    (["evaluate", "{fifo}"], "not a file"),
-    (["evaluate", "{file}", "--data", "nope"], "--data: nope: no such file or directory"),
-    (["evaluate", "{file}", "--device", "quantum"], "--device: only cuda, cuda:N and cpu"),
-    (["bench", "--device", "tpu"], "--device"),
-    (["bench", "--amp", "--dtype", "float32"], "--amp/--no-amp"),
-    (["bench", "--peak-tflops", "inf"], "--peak-tflops"),
-], ids=lambda v: "-".join(v[:3]) if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["train", "--batch-size", "0", "--out", "o"], "--batch-size: must be >= 1"),
+        (["train", "--data", "nope.tar.gz", "--out", "o"], "--data: nope.tar.gz: no such file or directory"),
+        (["train", "--data", "synthetic:0", "--out", "o"], "--data: synthetic:N needs 1 <= N"),
+        (["train", "--data", "ftp:x", "--out", "o"], "unknown data source kind 'ftp'"),
+        (["train", "--data", "{fifo}", "--out", "o"], "is not a folder or a regular file"),
+        (["train", "--data", "cifar10:{missing}", "--out", "o"], "is not a folder"),
+        (["train", "--lr", "inf", "--out", "o"], "--lr: must be a finite"),
+        (["evaluate", "missing.pt"], "missing.pt: no such file"),
+        (["evaluate", "{fifo}"], "not a file"),
+        (["evaluate", "{file}", "--data", "nope"], "--data: nope: no such file or directory"),
+        (["evaluate", "{file}", "--device", "quantum"], "--device: only cuda, cuda:N and cpu"),
+        (["bench", "--device", "tpu"], "--device"),
+        (["bench", "--amp", "--dtype", "float32"], "--amp/--no-amp"),
+        (["bench", "--peak-tflops", "inf"], "--peak-tflops"),
+    ],
+    ids=lambda v: "-".join(v[:3]) if isinstance(v, list) else None,
+)
 def test_refusals_come_before_torch(argv, needle, tmp_path):
     """Refusing a flag or a cheap property of a data source costs no torch import (it
     cost 1.8-1.9 s CPU before; `study train --help` costs 0.24 s)."""
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "file.pt").write_bytes(b"x")
-    argv = [a.format(fifo=tmp_path / "fifo", file=tmp_path / "file.pt", missing=tmp_path / "missing") for a in argv]
+    argv = [
+        a.format(fifo=tmp_path / "fifo", file=tmp_path / "file.pt", missing=tmp_path / "missing")
+        for a in argv
+    ]
     lines = _refused_without_torch(argv, tmp_path)
     assert len(lines) == 1 and needle in lines[0], lines
     assert not (tmp_path / "o").exists()
@@ -589,9 +716,10 @@ def _jpeg_tree(root: Path, damage) -> Path:
 
 
 DAMAGED_JPEGS = {
-    "extraneous_before_eoi": (lambda b: b[:-2] + b"\x00\x11\x22\x33" + b[-2:],
-                              ("damaged image, its decoder reports: Corrupt JPEG data: ",
-                               "extraneous bytes before marker 0xd9")),
+    "extraneous_before_eoi": (
+        lambda b: b[:-2] + b"\x00\x11\x22\x33" + b[-2:],
+        ("damaged image, its decoder reports: Corrupt JPEG data: ", "extraneous bytes before marker 0xd9"),
+    ),
     # cut short: libjpeg's batch decoder fails, the file-by-file fallback (PIL) names it truncated
     "premature_end": (lambda b: b[: len(b) * 2 // 3], ("truncated",)),
 }
@@ -599,7 +727,9 @@ DAMAGED_JPEGS = {
 
 @pytest.mark.parametrize("kind", list(DAMAGED_JPEGS))
 @pytest.mark.parametrize("as_archive", [False, True], ids=["tree", "archive"])
-def test_a_jpeg_its_decoder_complains_about_is_refused_by_name(tmp_path, capfd, monkeypatch, kind, as_archive):
+def test_a_jpeg_its_decoder_complains_about_is_refused_by_name(
+    tmp_path, capfd, monkeypatch, kind, as_archive
+):
     monkeypatch.setenv("STUDY_CACHE_DIR", str(tmp_path / "cache"))
     damage, words = DAMAGED_JPEGS[kind]
     source = _jpeg_tree(tmp_path / "tree", damage)
@@ -609,7 +739,9 @@ def test_a_jpeg_its_decoder_complains_about_is_refused_by_name(tmp_path, capfd, 
     try:
         # a batch the 10 training images hold: a damage only the decoder sees is refused at the decode,
         # after the size checks (study train checks what it can before torch, the decode comes last)
-        code = main(["train", "--data", str(source), "--out", str(tmp_path / "o"), "--quiet", "--batch-size", "5"])
+        code = main(
+            ["train", "--data", str(source), "--out", str(tmp_path / "o"), "--quiet", "--batch-size", "5"]
+        )
     except SystemExit as e:
         code = e.code
     err = capfd.readouterr().err  # descriptor 2 itself: no raw decoder line may reach it

@@ -25,8 +25,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from study.data import DeviceData
-from study.devicepaths import (VERIFIED_COMPILES, DevicePaths, UnverifiedCompile, capture_rng, compile_model,
-                               compile_refusal, ddp_device_ids, restore_rng, to_device)
+from study.devicepaths import (
+    VERIFIED_COMPILES,
+    DevicePaths,
+    UnverifiedCompile,
+    capture_rng,
+    compile_model,
+    compile_refusal,
+    ddp_device_ids,
+    restore_rng,
+    to_device,
+)
 from study.models import ModelConfig, build_model
 from study.trial import TrainConfig, train_trial
 from study.trial.checkpoint import load_checkpoint, save_checkpoint
@@ -50,15 +59,33 @@ COMPILE_ATOL, COMPILE_RTOL = 1e-5, 1e-4
 def tiny_model(variant: dict) -> ModelConfig:
     """One form of one registered encoding (the ``encoding_variant`` fixture), tiny; no
     dropout: the compared runs draw no random masks, so they differ only by the branch."""
-    return ModelConfig(**{"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 4,
-                          "pos_dim": 8 if variant["encoding"] == "learned" else None,
-                          "dropout": 0.0, "attention_dropout": 0.0, **variant})
+    return ModelConfig(
+        **{
+            "hidden": 16,
+            "layers": 1,
+            "intermediate": 16,
+            "num_heads": 4,
+            "pos_dim": 8 if variant["encoding"] == "learned" else None,
+            "dropout": 0.0,
+            "attention_dropout": 0.0,
+            **variant,
+        }
+    )
 
 
 def one_step_config(model: ModelConfig, **kw) -> TrainConfig:
     # synthetic:40 -> 40 training images: one step of batch 40; 500 test images: one evaluation batch
-    return TrainConfig(model=model, data="synthetic:40", epochs=1, batch_size=40, warmup=0.0, lr=0.1,
-                       head_images=4, eval_batch_size=500, **kw)
+    return TrainConfig(
+        model=model,
+        data="synthetic:40",
+        epochs=1,
+        batch_size=40,
+        warmup=0.0,
+        lr=0.1,
+        head_images=4,
+        eval_batch_size=500,
+        **kw,
+    )
 
 
 class DtypeSpy:
@@ -85,8 +112,14 @@ def run_one_step(tmp_path, name, model: ModelConfig, paths: DevicePaths, monkeyp
         monkeypatch.setattr("study.trial.loop.build_model", spy.build)
     cfg = one_step_config(model, **kw)
     metrics = []
-    train_trial(cfg, trial_id=name, checkpoint_dir=tmp_path / name, device=CPU, paths=paths,
-                report=lambda m, _: metrics.append(m))
+    train_trial(
+        cfg,
+        trial_id=name,
+        checkpoint_dir=tmp_path / name,
+        device=CPU,
+        paths=paths,
+        report=lambda m, _: metrics.append(m),
+    )
     torch.manual_seed(cfg.seed)
     init = build_model(model).state_dict()
     after = load_checkpoint(tmp_path / name)["model"]
@@ -119,15 +152,18 @@ def test_bf16_autocast_step_and_evaluation_match_float32(encoding_variant, tmp_p
     model = tiny_model(encoding_variant)
     init, ref, m_ref = run_one_step(tmp_path, "fp32", model, DevicePaths())
     spy = DtypeSpy()
-    _, amp, m_amp = run_one_step(tmp_path, "bf16", model, DevicePaths(autocast_dtype=torch.bfloat16),
-                                 monkeypatch, spy)
+    _, amp, m_amp = run_one_step(
+        tmp_path, "bf16", model, DevicePaths(autocast_dtype=torch.bfloat16), monkeypatch, spy
+    )
     assert spy.seen["train"] == {torch.bfloat16}, spy.seen  # the step ran under autocast
     assert torch.bfloat16 in spy.seen["eval"], spy.seen  # and so did the evaluation
     weights = matmul_weights(model)
-    errors = {"train_loss": rel(m_amp["train_loss"], m_ref["train_loss"]),
-              "test_loss": rel(m_amp["test_loss"], m_ref["test_loss"]),
-              "update (matmul weights, worst)": max(update_error(init, amp, ref, [k]) for k in weights),
-              "update (all)": update_error(init, amp, ref)}
+    errors = {
+        "train_loss": rel(m_amp["train_loss"], m_ref["train_loss"]),
+        "test_loss": rel(m_amp["test_loss"], m_ref["test_loss"]),
+        "update (matmul weights, worst)": max(update_error(init, amp, ref, [k]) for k in weights),
+        "update (all)": update_error(init, amp, ref),
+    }
     if MEASURE:
         print(f"\nbf16 {encoding_variant}: " + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()))
     assert errors["train_loss"] < BF16_LOSS_RTOL, errors
@@ -162,8 +198,13 @@ def test_train_trial_trains_the_compiled_model(tmp_path):
     counters.clear()
     model = tiny_model({"encoding": "quadratic", "isotropic": True})
     init, ref, m_ref = run_one_step(tmp_path, "eager", model, DevicePaths(), head_stats=False)
-    _, comp, m_comp = run_one_step(tmp_path, "compiled", model,
-                                   DevicePaths(compile=True, compile_backend=COMPILE_BACKEND), head_stats=False)
+    _, comp, m_comp = run_one_step(
+        tmp_path,
+        "compiled",
+        model,
+        DevicePaths(compile=True, compile_backend=COMPILE_BACKEND),
+        head_stats=False,
+    )
     assert counters["stats"]["unique_graphs"] >= 1, dict(counters["stats"])  # Dynamo really compiled
     for k in ref:
         torch.testing.assert_close(comp[k], ref[k], atol=COMPILE_ATOL, rtol=COMPILE_RTOL, msg=k)
@@ -203,7 +244,9 @@ def test_compiled_configurations_not_verified_are_refused(encoding_variant, devi
     other device are refused in one line naming what to use instead and how to verify it."""
     model = compile_model(ModelConfig(**encoding_variant))
     assert model == encoding_variant["encoding"]
-    why = compile_refusal(device_type=device_type, backend=backend, model=model, instead="leave out --compile")
+    why = compile_refusal(
+        device_type=device_type, backend=backend, model=model, instead="leave out --compile"
+    )
     if device_type == "cpu" or (device_type == "cuda" and backend != "inductor"):
         assert why is None
         return
@@ -215,17 +258,22 @@ def test_compiled_configurations_not_verified_are_refused(encoding_variant, devi
         paths.check_compile(device_type, model=model, flag="--compile", instead="leave out --compile")
     # the documented way to run it anyway (benchmarks/gpu_check.py, to verify it), and eager
     DevicePaths(compile=True, compile_backend=backend, unverified_compile=True).check_compile(
-        device_type, model=model, flag="--compile", instead="")
+        device_type, model=model, flag="--compile", instead=""
+    )
     DevicePaths().check_compile(device_type, model=model, flag="--compile", instead="")
 
 
 def test_a_verified_entry_for_one_encoding_admits_that_encoding_only():
     """The entry a GPU session adds after benchmarks/gpu_check.py verified one encoding."""
     table = {**VERIFIED_COMPILES, ("cuda", "inductor", "learned"): "a GPU session's gpu_check.py"}
-    assert compile_refusal(device_type="cuda", backend="inductor", model="learned", instead="",
-                           verified=table) is None
-    assert compile_refusal(device_type="cuda", backend="inductor", model="quadratic", instead="",
-                           verified=table) is not None
+    assert (
+        compile_refusal(device_type="cuda", backend="inductor", model="learned", instead="", verified=table)
+        is None
+    )
+    assert (
+        compile_refusal(device_type="cuda", backend="inductor", model="quadratic", instead="", verified=table)
+        is not None
+    )
     assert compile_refusal(device_type="cuda", backend="inductor", model="learned", instead="") is not None
 
 
@@ -233,20 +281,37 @@ def test_train_trial_refuses_an_unverified_compile_before_writing(tmp_path):
     """A study whose ``training.compile`` is true, run on CUDA: the trial refuses in one line before
     loading data or writing (decided on this CPU machine: the refusal comes before the device is used)."""
     cfg = one_step_config(tiny_model({"encoding": "quadratic", "isotropic": True}), compile=True)
-    with pytest.raises(UnverifiedCompile, match="^training.compile: torch.compile with inductor on cuda is not "
-                                                "verified for quadratic .*training.compile: false"):
-        train_trial(cfg, trial_id="t", tables=tmp_path / "tables", checkpoint_dir=tmp_path / "checkpoint",
-                    device=torch.device("cuda"))
+    with pytest.raises(
+        UnverifiedCompile,
+        match="^training.compile: torch.compile with inductor on cuda is not "
+        "verified for quadratic .*training.compile: false",
+    ):
+        train_trial(
+            cfg,
+            trial_id="t",
+            tables=tmp_path / "tables",
+            checkpoint_dir=tmp_path / "checkpoint",
+            device=torch.device("cuda"),
+        )
     assert list(tmp_path.iterdir()) == []
 
 
 def test_bench_refuses_an_unverified_compile_before_timing():
     from study.bench.runner import default_options, run_bench
 
-    opts = default_options("cuda", batch=1, steps=1, targets=("sa_learned", "attention:sa_quadratic"),
-                           compile=True, references=())
-    with pytest.raises(UnverifiedCompile, match="^--compile: .* on cuda is not verified for learned .*; use "
-                                                "--compile-backend aot_eager, or leave out --compile; "):
+    opts = default_options(
+        "cuda",
+        batch=1,
+        steps=1,
+        targets=("sa_learned", "attention:sa_quadratic"),
+        compile=True,
+        references=(),
+    )
+    with pytest.raises(
+        UnverifiedCompile,
+        match="^--compile: .* on cuda is not verified for learned .*; use "
+        "--compile-backend aot_eager, or leave out --compile; ",
+    ):
         run_bench(opts)
 
 
@@ -290,8 +355,9 @@ def _channels_last_step_matches():
 def test_bench_runs_channels_last_on_cpu():
     from study.bench.runner import default_options, run_bench
 
-    opts = default_options("cpu", batch=2, steps=1, warmup=1, targets=("resnet18",), references=(),
-                           channels_last=True)
+    opts = default_options(
+        "cpu", batch=2, steps=1, warmup=1, targets=("resnet18",), references=(), channels_last=True
+    )
     report = run_bench(opts)
     assert report["channels_last"] is True
     assert report["models"][0]["fast"]["path"] == "convolutions, channels_last"
@@ -397,8 +463,17 @@ def test_ddp_device_ids():
 def test_device_defaults_and_overrides():
     gpu, cpu = DevicePaths.for_device("cuda:1"), DevicePaths.for_device("cpu")
     assert (gpu.autocast_dtype, gpu.channels_last, gpu.pinned_transfer, gpu.cuda_rng) == (
-        torch.bfloat16, True, True, True)
-    assert (cpu.autocast_dtype, cpu.channels_last, cpu.pinned_transfer, cpu.cuda_rng) == (None, False, False, False)
+        torch.bfloat16,
+        True,
+        True,
+        True,
+    )
+    assert (cpu.autocast_dtype, cpu.channels_last, cpu.pinned_transfer, cpu.cuda_rng) == (
+        None,
+        False,
+        False,
+        False,
+    )
     assert DevicePaths.for_device("cpu", channels_last=True).channels_last
     with pytest.raises(ValueError, match="compile_backend"):
         DevicePaths(compile_backend="nope")
@@ -418,8 +493,13 @@ def test_cuda_bf16_step_matches_cpu_float32(encoding_variant, tmp_path):
     cfg = one_step_config(model)
     metrics = []
     dev = torch.device("cuda", 0)
-    train_trial(cfg, trial_id="gpu", checkpoint_dir=tmp_path / "gpu", device=dev,
-                report=lambda m, _: metrics.append(m))
+    train_trial(
+        cfg,
+        trial_id="gpu",
+        checkpoint_dir=tmp_path / "gpu",
+        device=dev,
+        report=lambda m, _: metrics.append(m),
+    )
     state = load_checkpoint(tmp_path / "gpu")
     assert "rng_cuda" in state
     gpu = {k: v.cpu() for k, v in state["model"].items()}
@@ -437,8 +517,13 @@ def test_cuda_compiled_step_matches_eager(encoding_variant, tmp_path):
     out = {}
     unverified = DevicePaths.for_device(dev, amp=False, compile=True, unverified_compile=True)
     for name, paths in (("eager", DevicePaths.for_device(dev, amp=False)), ("compiled", unverified)):
-        train_trial(one_step_config(model, head_stats=False), trial_id=name, checkpoint_dir=tmp_path / name,
-                    device=dev, paths=paths)
+        train_trial(
+            one_step_config(model, head_stats=False),
+            trial_id=name,
+            checkpoint_dir=tmp_path / name,
+            device=dev,
+            paths=paths,
+        )
         out[name] = load_checkpoint(tmp_path / name)["model"]
     for k in out["eager"]:  # TF32 may differ between kernels: a looser bound than on CPU
         torch.testing.assert_close(out["compiled"][k], out["eager"][k], atol=1e-3, rtol=1e-2, msg=k)
@@ -448,7 +533,9 @@ def test_cuda_compiled_step_matches_eager(encoding_variant, tmp_path):
 def test_cuda_channels_last_bench_and_pinned_pipeline():
     from study.bench.runner import default_options, run_bench
 
-    report = run_bench(default_options("cuda", batch=8, steps=1, warmup=1, targets=("resnet18",), references=()))
+    report = run_bench(
+        default_options("cuda", batch=8, steps=1, warmup=1, targets=("resnet18",), references=())
+    )
     assert report["models"][0]["fast"]["path"] == "convolutions, channels_last"
     images = torch.randint(0, 256, (12, 3, 8, 8), dtype=torch.uint8)
     labels = torch.arange(12) % 10

@@ -20,13 +20,26 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.data_helpers import image_array, make_tree
 from study import limits
 from study.cli import main
+from tests.data_helpers import image_array, make_tree
 from tests.helpers import code_payload
 
-TINY = ["--hidden", "16", "--layers", "1", "--intermediate", "16", "--num-heads", "2", "--epochs", "1",
-        "--batch-size", "10", "--quiet"]
+TINY = [
+    "--hidden",
+    "16",
+    "--layers",
+    "1",
+    "--intermediate",
+    "16",
+    "--num-heads",
+    "2",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "10",
+    "--quiet",
+]
 
 
 @pytest.fixture
@@ -85,13 +98,17 @@ def _hostile_tar(tmp_path: Path, member: str, *, fmt=tarfile.GNU_FORMAT) -> Path
     return archive
 
 
-@pytest.mark.parametrize("member, needle", [
-    (f"/tmp/escape-{id(object())}.png", "points outside the archive (absolute path or '..')"),
-    ("../../escape.png", "points outside the archive (absolute path or '..')"),
-    ("train/../train/cat/x.png", "points outside the archive (absolute path or '..')"),
-    ("train/cat/00.png", "appears twice in the archive"),
-    ("./train/cat/01.png", "appears twice in the archive"),
-], ids=["absolute", "dotdot", "dotdot_inside", "duplicate", "duplicate_dot_prefix"])
+@pytest.mark.parametrize(
+    "member, needle",
+    [
+        (f"/tmp/escape-{id(object())}.png", "points outside the archive (absolute path or '..')"),
+        ("../../escape.png", "points outside the archive (absolute path or '..')"),
+        ("train/../train/cat/x.png", "points outside the archive (absolute path or '..')"),
+        ("train/cat/00.png", "appears twice in the archive"),
+        ("./train/cat/01.png", "appears twice in the archive"),
+    ],
+    ids=["absolute", "dotdot", "dotdot_inside", "duplicate", "duplicate_dot_prefix"],
+)
 def test_hostile_archive_member(train, tmp_path, member, needle):
     archive = _hostile_tar(tmp_path, member)
     code, lines = train("--data", archive)
@@ -106,13 +123,21 @@ def test_animated_gif(train, tmp_path):
     frames = [Image.fromarray(image_array(i)) for i in range(3)]
     frames[0].save(tmp_path / "t/train/cat/anim.gif", save_all=True, append_images=frames[1:])
     code, lines = train("--data", tmp_path / "t")
-    assert_refused(code, lines, tmp_path, "train/cat/anim.gif: image has shape (3, 3, 32, 32) (an animation?)")
+    assert_refused(
+        code, lines, tmp_path, "train/cat/anim.gif: image has shape (3, 3, 32, 32) (an animation?)"
+    )
 
 
 def test_batch_larger_than_the_folder_source(train, tmp_path):
     make_tree(tmp_path / "t", classes=("my cat", "dög 犬"), n_train=4)  # 8 training images, unicode classes
     code, lines = train("--data", tmp_path / "t")
-    assert_refused(code, lines, tmp_path, "--batch-size: 10 images per step is more than the 8 training images", decoded=True)
+    assert_refused(
+        code,
+        lines,
+        tmp_path,
+        "--batch-size: 10 images per step is more than the 8 training images",
+        decoded=True,
+    )
 
 
 # --------------------------------------------------------------------------- cifar10:ROOT
@@ -126,11 +151,19 @@ def _cifar(tmp_path: Path, *, meta, as_dirs: bool = False) -> Path:
     return tmp_path / "c"
 
 
-@pytest.mark.parametrize("meta, as_dirs, needle", [
-    ({"label_names": []}, False, "batches.meta: label_names must list at least 2 distinct classes"),
-    ({"label_names": ["a", "a"]}, False, "batches.meta: label_names must list at least 2 distinct classes"),
-    ({"label_names": ["a", "b"]}, True, "data_batch_1: not a regular file"),
-], ids=["no_classes", "duplicate_classes", "folders_for_files"])
+@pytest.mark.parametrize(
+    "meta, as_dirs, needle",
+    [
+        ({"label_names": []}, False, "batches.meta: label_names must list at least 2 distinct classes"),
+        (
+            {"label_names": ["a", "a"]},
+            False,
+            "batches.meta: label_names must list at least 2 distinct classes",
+        ),
+        ({"label_names": ["a", "b"]}, True, "data_batch_1: not a regular file"),
+    ],
+    ids=["no_classes", "duplicate_classes", "folders_for_files"],
+)
 def test_bad_cifar_folder(train, tmp_path, meta, as_dirs, needle):
     code, lines = train("--data", f"cifar10:{_cifar(tmp_path, meta=meta, as_dirs=as_dirs)}")
     assert_refused(code, lines, tmp_path, needle)
@@ -138,15 +171,19 @@ def test_bad_cifar_folder(train, tmp_path, meta, as_dirs, needle):
 
 
 # --------------------------------------------------------------------------- flags
-@pytest.mark.parametrize("flag, value, needle", [
-    ("--lr", "inf", "--lr: must be a finite non-negative number, got inf"),
-    ("--lr", "1e400", "--lr: must be a finite non-negative number, got inf"),
-    ("--weight-decay", "inf", "--weight-decay: must be a finite non-negative number"),
-    ("--epochs", "99999999999", f"--epochs: must be <= {limits.MAX_EPOCHS} (MAX_EPOCHS)"),
-    ("--seed", "99999999999999999999999", f"--seed: must be <= {limits.MAX_SEED} (MAX_SEED)"),
-    ("--batch-size", str(limits.MAX_BATCH_SIZE + 1), "(MAX_BATCH_SIZE)"),
-    ("--num-heads", "100000", "--num-heads: must be <= 1024 (MAX_MODEL_FIELD)"),
-], ids=lambda v: v if not str(v).startswith("-") or len(str(v)) < 16 else str(v)[:16])
+@pytest.mark.parametrize(
+    "flag, value, needle",
+    [
+        ("--lr", "inf", "--lr: must be a finite non-negative number, got inf"),
+        ("--lr", "1e400", "--lr: must be a finite non-negative number, got inf"),
+        ("--weight-decay", "inf", "--weight-decay: must be a finite non-negative number"),
+        ("--epochs", "99999999999", f"--epochs: must be <= {limits.MAX_EPOCHS} (MAX_EPOCHS)"),
+        ("--seed", "99999999999999999999999", f"--seed: must be <= {limits.MAX_SEED} (MAX_SEED)"),
+        ("--batch-size", str(limits.MAX_BATCH_SIZE + 1), "(MAX_BATCH_SIZE)"),
+        ("--num-heads", "100000", "--num-heads: must be <= 1024 (MAX_MODEL_FIELD)"),
+    ],
+    ids=lambda v: v if not str(v).startswith("-") or len(str(v)) < 16 else str(v)[:16],
+)
 def test_numeric_flag(train, tmp_path, flag, value, needle):
     code, lines = train("--data", "synthetic:60", flag, value)
     assert_refused(code, lines, tmp_path, needle)
@@ -172,17 +209,29 @@ def test_out_that_cannot_be_created(train, tmp_path):
 
 
 # --------------------------------------------------------------------------- --storage / $STUDY_STORAGE
-@pytest.mark.parametrize("argv", [
-    ["study", "list"], ["study", "status", "x"], ["study", "resume", "x"], ["study", "export", "x"],
-    ["analysis", "query", "x", "select 1"], ["analysis", "figures", "x"],
-], ids=lambda a: "-".join(a[:2]))
-@pytest.mark.parametrize("storage, via_env, needle", [
-    ("s3://", False, "--storage: 's3://' names no bucket"),
-    ("s3:///prefix", False, "--storage: 's3:///prefix' names no bucket"),
-    ("ftp://host/dir", False, "--storage: unsupported storage scheme 'ftp'"),
-    ("ftp://host/dir", True, "$STUDY_STORAGE: unsupported storage scheme 'ftp'"),
-    ("s3://", True, "$STUDY_STORAGE: 's3://' names no bucket"),
-], ids=["s3_no_bucket", "s3_empty_bucket", "ftp", "env_ftp", "env_s3_no_bucket"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["study", "list"],
+        ["study", "status", "x"],
+        ["study", "resume", "x"],
+        ["study", "export", "x"],
+        ["analysis", "query", "x", "select 1"],
+        ["analysis", "figures", "x"],
+    ],
+    ids=lambda a: "-".join(a[:2]),
+)
+@pytest.mark.parametrize(
+    "storage, via_env, needle",
+    [
+        ("s3://", False, "--storage: 's3://' names no bucket"),
+        ("s3:///prefix", False, "--storage: 's3:///prefix' names no bucket"),
+        ("ftp://host/dir", False, "--storage: unsupported storage scheme 'ftp'"),
+        ("ftp://host/dir", True, "$STUDY_STORAGE: unsupported storage scheme 'ftp'"),
+        ("s3://", True, "$STUDY_STORAGE: 's3://' names no bucket"),
+    ],
+    ids=["s3_no_bucket", "s3_empty_bucket", "ftp", "env_ftp", "env_s3_no_bucket"],
+)
 def test_malformed_storage(capsys, monkeypatch, tmp_path, argv, storage, via_env, needle):
     from analysis.cli import main as analysis_main
 
@@ -203,19 +252,33 @@ def test_malformed_storage(capsys, monkeypatch, tmp_path, argv, storage, via_env
 
 
 # --------------------------------------------------------------------------- analysis query: reads only
-@pytest.mark.parametrize("sql, needle", [
-    ("COPY (SELECT 1) TO '{tmp}/written.csv'", "refusing COPY statement"),
-    ("SELECT 1; COPY (SELECT 1) TO '{tmp}/written.csv'", "refusing COPY statement"),
-    ("ATTACH '{tmp}/written.db' AS x", "refusing ATTACH statement"),
-    ("EXPORT DATABASE '{tmp}/written'", "refusing EXPORT statement"),
-    ("CREATE TABLE t AS SELECT 1", "refusing CREATE statement"),
-    ("SET enable_external_access = true", "refusing SET statement"),
-    ("INSTALL httpfs", "statement"),
-    ("SELECT * FROM read_csv('{tmp}/secret.txt')", "Permission Error"),
-    ("SELECT * FROM read_text('{tmp}/secret.txt')", "Permission Error"),
-    ("SELECT * FROM read_parquet('http://127.0.0.1:9/x.parquet')", "Permission Error"),
-], ids=["copy", "copy_after_select", "attach", "export", "create", "set", "install", "read_csv", "read_text",
-        "http"])
+@pytest.mark.parametrize(
+    "sql, needle",
+    [
+        ("COPY (SELECT 1) TO '{tmp}/written.csv'", "refusing COPY statement"),
+        ("SELECT 1; COPY (SELECT 1) TO '{tmp}/written.csv'", "refusing COPY statement"),
+        ("ATTACH '{tmp}/written.db' AS x", "refusing ATTACH statement"),
+        ("EXPORT DATABASE '{tmp}/written'", "refusing EXPORT statement"),
+        ("CREATE TABLE t AS SELECT 1", "refusing CREATE statement"),
+        ("SET enable_external_access = true", "refusing SET statement"),
+        ("INSTALL httpfs", "statement"),
+        ("SELECT * FROM read_csv('{tmp}/secret.txt')", "Permission Error"),
+        ("SELECT * FROM read_text('{tmp}/secret.txt')", "Permission Error"),
+        ("SELECT * FROM read_parquet('http://127.0.0.1:9/x.parquet')", "Permission Error"),
+    ],
+    ids=[
+        "copy",
+        "copy_after_select",
+        "attach",
+        "export",
+        "create",
+        "set",
+        "install",
+        "read_csv",
+        "read_text",
+        "http",
+    ],
+)
 def test_query_reads_only_the_tables(capsys, tmp_path, sql, needle):
     from analysis.cli import main as analysis_main
 
@@ -243,16 +306,21 @@ def test_query_still_reads_its_tables(capsys, tmp_path):
     study = tmp_path / "s"
     study.mkdir()
     (study / "study.json").write_text("{}")
-    code = analysis_main(["query", str(study), "WITH r AS (SELECT * FROM runs) SELECT count(*) AS n FROM r",
-                          "--format", "csv"])
+    code = analysis_main(
+        ["query", str(study), "WITH r AS (SELECT * FROM runs) SELECT count(*) AS n FROM r", "--format", "csv"]
+    )
     assert code == 0 and capsys.readouterr().out.splitlines() == ["n", "0"]
     code = analysis_main(["query", str(study), "EXPLAIN SELECT * FROM epochs"])
     assert code == 0
     capsys.readouterr()
     # the read-only statements DuckDB users reach for: all run
-    for sql, first_line in [("DESCRIBE runs", "column_name"), ("SUMMARIZE epochs", "column_name"),
-                            ("PRAGMA table_info('heads')", "cid"), ("FROM runs SELECT count(*) AS n", "n"),
-                            ("PIVOT (SELECT 'a' AS k, 1 AS v UNION ALL SELECT 'b', 2) ON k USING sum(v)", "a,b")]:
+    for sql, first_line in [
+        ("DESCRIBE runs", "column_name"),
+        ("SUMMARIZE epochs", "column_name"),
+        ("PRAGMA table_info('heads')", "cid"),
+        ("FROM runs SELECT count(*) AS n", "n"),
+        ("PIVOT (SELECT 'a' AS k, 1 AS v UNION ALL SELECT 'b', 2) ON k USING sum(v)", "a,b"),
+    ]:
         code = analysis_main(["query", str(study), sql, "--format", "csv"])
         out, err = capsys.readouterr()
         assert code == 0 and out.splitlines()[0].startswith(first_line), (sql, out, err)
@@ -266,12 +334,15 @@ def test_query_still_reads_its_tables(capsys, tmp_path):
 
 
 # --------------------------------------------------------------------------- study evaluate: foreign files
-@pytest.mark.parametrize("kind, needle", [
-    ("pickle_payload", "not a model export (refused by the weights-only unpickler: "),
-    ("random_bytes", "not a model export (not a PyTorch file: not a zip archive)"),  # told before torch
-    ("empty", "not a model export (an empty file)"),
-    ("folder", "not a file"),
-])
+@pytest.mark.parametrize(
+    "kind, needle",
+    [
+        ("pickle_payload", "not a model export (refused by the weights-only unpickler: "),
+        ("random_bytes", "not a model export (not a PyTorch file: not a zip archive)"),  # told before torch
+        ("empty", "not a model export (an empty file)"),
+        ("folder", "not a file"),
+    ],
+)
 def test_evaluate_foreign_file(capsys, tmp_path, kind, needle):
     f = tmp_path / "model.pt"
     marker = tmp_path / "PWNED"
@@ -294,13 +365,17 @@ def test_evaluate_foreign_file(capsys, tmp_path, kind, needle):
 
 
 # --------------------------------------------------------------------------- analysis figures/report --out
-@pytest.mark.parametrize("command, out, needle", [
-    ("figures", "afile", "--out: afile is a file, not a folder"),
-    ("figures", "afile/sub", "afile is not a folder"),
-    ("report", "s", "--out: s is a folder, not a file"),
-    ("report", "afile/r.html", "afile is not a folder"),
-    ("report", "/proc/no-such-report.html", "--out: cannot write /proc/no-such-report.html"),
-], ids=["figures_file", "figures_under_file", "report_folder", "report_under_file", "report_proc"])
+@pytest.mark.parametrize(
+    "command, out, needle",
+    [
+        ("figures", "afile", "--out: afile is a file, not a folder"),
+        ("figures", "afile/sub", "afile is not a folder"),
+        ("report", "s", "--out: s is a folder, not a file"),
+        ("report", "afile/r.html", "afile is not a folder"),
+        ("report", "/proc/no-such-report.html", "--out: cannot write /proc/no-such-report.html"),
+    ],
+    ids=["figures_file", "figures_under_file", "report_folder", "report_under_file", "report_proc"],
+)
 def test_analysis_out(capsys, monkeypatch, tmp_path, command, out, needle):
     from analysis.cli import main as analysis_main
 
@@ -320,15 +395,22 @@ def test_analysis_out(capsys, monkeypatch, tmp_path, command, out, needle):
 
 
 # --------------------------------------------------------------------------- study run / validate flags
-@pytest.mark.parametrize("args, needle", [
-    (["run", "{spec}", "--name", "", "--storage", "st"], "--name: must be 1 to 100 letters"),
-    (["validate", "{spec}", "--gpus", "-1"], "argument --gpus: must be >= 0, got -1"),
-    (["validate", "{spec}", "--cpus", "-2"], "argument --cpus: must be >= 0, got -2"),
-    (["run", "{spec}", "--name", "h", "--data", "{archive}", "--storage", "st"], "points outside the archive"),
-], ids=["run_empty_name", "validate_negative_gpus", "validate_negative_cpus", "run_hostile_archive"])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["run", "{spec}", "--name", "", "--storage", "st"], "--name: must be 1 to 100 letters"),
+        (["validate", "{spec}", "--gpus", "-1"], "argument --gpus: must be >= 0, got -1"),
+        (["validate", "{spec}", "--cpus", "-2"], "argument --cpus: must be >= 0, got -2"),
+        (
+            ["run", "{spec}", "--name", "h", "--data", "{archive}", "--storage", "st"],
+            "points outside the archive",
+        ),
+    ],
+    ids=["run_empty_name", "validate_negative_gpus", "validate_negative_cpus", "run_hostile_archive"],
+)
 def test_study_flags(capsys, monkeypatch, tmp_path, args, needle):
-    from tests.helpers import write_spec
     from study.tuning import runner
+    from tests.helpers import write_spec
 
     def no_ray(*a, **k):
         raise AssertionError("a refused study started Ray")

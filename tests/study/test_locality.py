@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from study.locality import conv_attention_distance, uniform_attention_distance
 from study.models import ModelConfig, build_model
 from study.tables import TableWriter, read_table
-from study.locality import conv_attention_distance, uniform_attention_distance
 from study.trial.headstats import collect_head_stats, token_distances
 
 TINY = dict(hidden=16, layers=2, intermediate=24, num_heads=4)
@@ -84,8 +84,12 @@ def test_uniform_attention_on_16x16_reads_the_mean_distance_of_all_token_pairs()
 def test_a_3x3_convolution_reads_its_in_grid_taps_averaged_over_every_query():
     total = 0.0
     for qy, qx in itertools.product(range(S), range(S)):
-        taps = [(qy + dy, qx + dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)
-                if 0 <= qy + dy < S and 0 <= qx + dx < S]
+        taps = [
+            (qy + dy, qx + dx)
+            for dy in (-1, 0, 1)
+            for dx in (-1, 0, 1)
+            if 0 <= qy + dy < S and 0 <= qx + dx < S
+        ]
         total += sum(math.dist((qy, qx), k) for k in taps) / len(taps)
     assert conv_attention_distance(S, S) == pytest.approx(total / S**2, rel=1e-12)
     assert round(total / S**2, 2) == 1.05  # below the unclipped (4 + 4√2)/9 = 1.07: corner queries lose taps

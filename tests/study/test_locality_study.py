@@ -13,9 +13,15 @@ from tests.helpers import TINY, run_cli, write_spec
 
 pytestmark = pytest.mark.slow
 
-SEVEN = [{"encoding": "quadratic", "isotropic": True}, {"encoding": "quadratic", "isotropic": False},
-         {"encoding": "learned", "pos_dim": 8}, {"encoding": "learned_content"}, {"encoding": "gpsa"},
-         {"encoding": "relative_bias"}, {"encoding": "rope2d", "rope_mode": "mixed"}]
+SEVEN = [
+    {"encoding": "quadratic", "isotropic": True},
+    {"encoding": "quadratic", "isotropic": False},
+    {"encoding": "learned", "pos_dim": 8},
+    {"encoding": "learned_content"},
+    {"encoding": "gpsa"},
+    {"encoding": "relative_bias"},
+    {"encoding": "rope2d", "rope_mode": "mixed"},
+]
 
 
 def test_a_study_of_all_seven_encodings_runs_and_draws_the_locality_figures(tmp_path):

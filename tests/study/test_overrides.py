@@ -19,9 +19,17 @@ from study import limits
 from study.spec import SpecError, load_spec
 
 TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
-BASE = {"name": "ov", "data": "synthetic:100", "epochs": 1, "batch_size": 25, "training": {"head_images": 4},
-        "model": TINY, "models": [{"encoding": "quadratic"}, {"encoding": "learned", "pos_dim": 4}],
-        "seeds": [0], "resources": {"cpus_per_trial": 1}}
+BASE = {
+    "name": "ov",
+    "data": "synthetic:100",
+    "epochs": 1,
+    "batch_size": 25,
+    "training": {"head_images": 4},
+    "model": TINY,
+    "models": [{"encoding": "quadratic"}, {"encoding": "learned", "pos_dim": 4}],
+    "seeds": [0],
+    "resources": {"cpus_per_trial": 1},
+}
 
 
 def write(tmp_path: Path, doc: dict, name: str = "ov.yaml") -> Path:
@@ -41,7 +49,10 @@ def test_nested_field_override(tmp_path):
     spec = load_spec(write(tmp_path, BASE), overrides=["model.hidden=32", "optimizer.lr=0.02"])
     assert {m.hidden for m in spec.models} == {32}
     assert spec.train_config(spec.cells[0]).lr == 0.02  # a section the file lacks is created
-    assert spec.raw["model"] == {**TINY, "hidden": 32} and spec.overrides == ("model.hidden=32", "optimizer.lr=0.02")
+    assert spec.raw["model"] == {**TINY, "hidden": 32} and spec.overrides == (
+        "model.hidden=32",
+        "optimizer.lr=0.02",
+    )
 
 
 @pytest.mark.parametrize("form", ["models[1].pos_dim=8", "models.1.pos_dim=8"])
@@ -57,7 +68,9 @@ def test_list_value_override(tmp_path):
 
 
 def test_add_delete_and_later_wins(tmp_path):
-    spec = load_spec(write(tmp_path, BASE), overrides=["+description=a note", "~seeds", "epochs=2", "epochs=3"])
+    spec = load_spec(
+        write(tmp_path, BASE), overrides=["+description=a note", "~seeds", "epochs=2", "epochs=3"]
+    )
     assert spec.raw["description"] == "a note" and "seeds" not in spec.raw and spec.raw["epochs"] == 3
     assert {c.seed for c in spec.cells} == {0}  # the default seed list once `seeds` is deleted
     # values are YAML 1.2 like the file's: `yes` stays a string, 1e-4 is a float, `key=` is ''
@@ -93,7 +106,9 @@ def test_plan_takes_overrides(cli, tmp_path):
     code, out, _ = cli("plan", p, "seeds=[0,1,2]")
     assert code == 0 and f"{p}: 6 trials" in out
     code, _, err = cli("plan", p, "model.hiden=3")
-    assert code == 2 and err == [f"study plan: error: {p}: model.hiden: unknown model field (override model.hiden=3)"]
+    assert code == 2 and err == [
+        f"study plan: error: {p}: model.hiden: unknown model field (override model.hiden=3)"
+    ]
 
 
 # ---------------------------------------------------------------- refused like the file: one line, exit 2
@@ -104,12 +119,21 @@ REFUSED = [
     (["optimizer.rate=0.1"], "optimizer.rate: unknown key (allowed: lr, momentum, weight_decay)"),
     (["epochs=five"], "epochs: must be int, got str 'five' (override epochs=five)"),
     (["model.hidden=[16]"], "model.hidden: must be an integer, got [16] (override model.hidden=[16])"),
-    (["models[0].num_heads=x"], "models.0.num_heads: must be an integer, got 'x' (override models[0].num_heads=x)"),
+    (
+        ["models[0].num_heads=x"],
+        "models.0.num_heads: must be an integer, got 'x' (override models[0].num_heads=x)",
+    ),
     (["seeds=[0,x]"], "seeds.1: must be int, got str 'x' (override seeds=[0,x])"),
     (["seeds=3"], "seeds: must be list, got int 3 (override seeds=3)"),
-    (["models[5].num_heads=4"], "models.5: index 5 out of range: models has 2 entries (override models[5].num_heads=4)"),
+    (
+        ["models[5].num_heads=4"],
+        "models.5: index 5 out of range: models has 2 entries (override models[5].num_heads=4)",
+    ),
     (["epochs.x=1"], "epochs.x: epochs is a number (1), not a mapping: no field 'x' (override epochs.x=1)"),
-    (["+epochs=3"], "epochs: already set in the study file: +key adds a field the file lacks (use epochs=VALUE)"),
+    (
+        ["+epochs=3"],
+        "epochs: already set in the study file: +key adds a field the file lacks (use epochs=VALUE)",
+    ),
     (["~subset"], "subset: not set in the study file, nothing to delete (override ~subset)"),
     (["~epochs=1"], "override '~epochs=1': ~key=VALUE (delete if equal) is not supported: use ~epochs"),
     (["epochs"], "override 'epochs': expected key=VALUE, +key=VALUE, ++key=VALUE or ~key"),
@@ -118,12 +142,19 @@ REFUSED = [
     (["epochs=1,2"], "epochs: value '1,2': '1,2' is a Hydra sweep (a,b): not supported; a list is [a,b]"),
     (["seeds=range(3)"], "seeds: value 'range(3)': 'range(3)' looks like a Hydra function"),
     (["seeds=[0,1"], "seeds: value '[0,1': invalid YAML"),
-    (["seeds=" + "[" * 100 + "]" * 100], "seeds: value '" + "[" * 40 + "': line 1: collections nested more than 64"),
+    (
+        ["seeds=" + "[" * 100 + "]" * 100],
+        "seeds: value '" + "[" * 40 + "': line 1: collections nested more than 64",
+    ),
     ([f"epochs={'9' * 200}"], "epochs: value '" + "9" * 40 + "': line 1: an integer of 200 digits"),
-    (["x=1"] * (limits.MAX_OVERRIDES + 1), f"{limits.MAX_OVERRIDES + 1} overrides, more than {limits.MAX_OVERRIDES} "
-                                           "(MAX_OVERRIDES)"),
-    (["description=" + "d" * limits.MAX_OVERRIDE_CHARS], f"an override of {limits.MAX_OVERRIDE_CHARS + 12} "
-                                                         f"characters, more than {limits.MAX_OVERRIDE_CHARS}"),
+    (
+        ["x=1"] * (limits.MAX_OVERRIDES + 1),
+        f"{limits.MAX_OVERRIDES + 1} overrides, more than {limits.MAX_OVERRIDES} (MAX_OVERRIDES)",
+    ),
+    (
+        ["description=" + "d" * limits.MAX_OVERRIDE_CHARS],
+        f"an override of {limits.MAX_OVERRIDE_CHARS + 12} characters, more than {limits.MAX_OVERRIDE_CHARS}",
+    ),
     ([f"epochs={limits.MAX_EPOCHS + 1}"], "epochs: "),  # the file's own limits hold too
 ]
 

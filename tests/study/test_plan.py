@@ -4,8 +4,6 @@ started longest first; predicted against measured device-seconds of a finished r
 
 from __future__ import annotations
 
-from tests.helpers import REPO_ROOT
-
 import json
 import re
 import subprocess
@@ -18,7 +16,7 @@ import yaml
 from study.models.cost import model_macs
 from study.plan import Throughput, make_plan, plan_trials, predict, trial_images, wall_seconds
 from study.spec import load_spec, validate
-from tests.helpers import run_cli
+from tests.helpers import REPO_ROOT, run_cli
 
 FIG2 = "search_spaces/paper_fig2.yaml"
 
@@ -26,8 +24,12 @@ FIG2 = "search_spaces/paper_fig2.yaml"
 def test_paper_fig2_flops_are_3_forwards_per_training_image_and_1_per_evaluated_image():
     spec = load_spec(FIG2)
     trials = {t.model: t for t in plan_trials(spec)}
-    assert set(trials) == {"ResNet18", "SA quadratic isotropic (N_h=9)", "SA learned (N_h=9, D_p=400)",
-                           "SA learned+content (N_h=9, D_p=400)"}
+    assert set(trials) == {
+        "ResNet18",
+        "SA quadratic isotropic (N_h=9)",
+        "SA learned (N_h=9, D_p=400)",
+        "SA learned+content (N_h=9, D_p=400)",
+    }
     for t in trials.values():
         fwd = 2 * model_macs(t.config)
         assert (t.images.train, t.images.val, t.images.test, t.epochs) == (50_000, 0, 10_000, 300)
@@ -37,9 +39,16 @@ def test_paper_fig2_flops_are_3_forwards_per_training_image_and_1_per_evaluated_
     assert trials["ResNet18"].macs == 555_422_720  # docs/figures.md "MACs in Table 1": 0.555 G
 
 
-@pytest.mark.parametrize("data,subset,validation", [("synthetic:300", None, 0), ("synthetic:300", 120, 0),
-                                                    ("synthetic:300", None, 30), ("synthetic", 500, 0.1),
-                                                    ("synthetic:120", 100, 7)])
+@pytest.mark.parametrize(
+    "data,subset,validation",
+    [
+        ("synthetic:300", None, 0),
+        ("synthetic:300", 120, 0),
+        ("synthetic:300", None, 30),
+        ("synthetic", 500, 0.1),
+        ("synthetic:120", 100, 7),
+    ],
+)
 def test_image_counts_are_what_the_data_layer_cuts(data, subset, validation):
     from study.data import hold_out_validation, load_splits
     from study.trial.config import TrainConfig
@@ -61,14 +70,20 @@ def test_device_seconds_from_tflops_images_per_s_and_a_bench_report():
     # an evaluation image is one forward: a third of a training image
     q = predict([by["quadratic"]], Throughput(images_per_s=500.0))[0]
     assert q.seconds == pytest.approx(300 * (50_000 + 10_000 / 3) / 500.0)
-    bench = {"models": [{"key": "sa_quadratic", "fast": {"images_per_s": 20.0}},
-                        {"key": "resnet18", "fast": {"images_per_s": 400.0}}]}
+    bench = {
+        "models": [
+            {"key": "sa_quadratic", "fast": {"images_per_s": 20.0}},
+            {"key": "resnet18", "fast": {"images_per_s": 400.0}},
+        ]
+    }
     got = {t.config.get("encoding") or "resnet": t for t in predict(trials, Throughput(bench=bench))}
     assert got["quadratic"].seconds == pytest.approx(300 * (50_000 + 10_000 / 3) / 20.0)  # the same model
     assert got["resnet"].seconds == pytest.approx(300 * (50_000 + 10_000 / 3) / 400.0)
     assert "bench sa_quadratic: 20.0 img/s" in got["quadratic"].rate
     # no learned model in the bench: the FLOP rate of the bench models (median of both)
-    rates = sorted([3 * 2 * model_macs(by["quadratic"].config) * 20.0, 3 * 2 * model_macs(by["resnet"].config) * 400.0])
+    rates = sorted(
+        [3 * 2 * model_macs(by["quadratic"].config) * 20.0, 3 * 2 * model_macs(by["resnet"].config) * 400.0]
+    )
     lc = got["learned_content"]
     assert lc.seconds == pytest.approx((lc.train_flops + lc.eval_flops) / (sum(rates) / 2))
     assert "all models" in lc.rate
@@ -79,13 +94,20 @@ def test_wall_time_on_n_workers_schedules_the_longest_first():
     plan = make_plan(spec, throughput=Throughput(tflops=150.0), workers=2)
     secs = sorted((t.seconds for t in plan.trials), reverse=True)
     assert plan.wall_seconds == pytest.approx(max(secs[0], secs[1] + secs[2] + secs[3]))  # 15.1 | 6.2+6.2+0.6
-    assert make_plan(spec, throughput=Throughput(tflops=150.0), workers=4).wall_seconds == pytest.approx(secs[0])
+    assert make_plan(spec, throughput=Throughput(tflops=150.0), workers=4).wall_seconds == pytest.approx(
+        secs[0]
+    )
     assert wall_seconds([4, 3, 3, 2, 2], 2) == 8
 
 
 def test_sampled_model_fields_are_costed_at_their_most_expensive_value():
-    raw = {"data": "synthetic", "epochs": 1, "model": {"layers": 1, "intermediate": 16, "num_heads": 2},
-           "sample": {"hidden": {"int": [8, 64]}, "lr": {"loguniform": [0.01, 0.1]}}, "num_samples": 2}
+    raw = {
+        "data": "synthetic",
+        "epochs": 1,
+        "model": {"layers": 1, "intermediate": 16, "num_heads": 2},
+        "sample": {"hidden": {"int": [8, 64]}, "lr": {"loguniform": [0.01, 0.1]}},
+        "num_samples": 2,
+    }
     spec = validate(raw, file="s.yaml", default_name="s")
     t = plan_trials(spec)[0]
     assert t.upper_bound and t.config["hidden"] == 64
@@ -98,8 +120,11 @@ def test_study_plan_prints_flops_device_hours_and_wall_time():
     spec = load_spec(FIG2)
     plan = make_plan(spec, throughput=Throughput(tflops=150.0), workers=2)
     hours = sum(t.seconds for t in plan.trials) / 3600
-    assert re.search(r"^plan: 4 trials, 1\.93 EFLOP \(training 1\.81 EFLOP \+ evaluation 120 PFLOP \+ head "
-                     r"statistics 1\.17 PFLOP\); ([\d.]+) device-hours, wall (\d+):(\d\d):(\d\d) on 2 workers$", total)
+    assert re.search(
+        r"^plan: 4 trials, 1\.93 EFLOP \(training 1\.81 EFLOP \+ evaluation 120 PFLOP \+ head "
+        r"statistics 1\.17 PFLOP\); ([\d.]+) device-hours, wall (\d+):(\d\d):(\d\d) on 2 workers$",
+        total,
+    )
     assert f"{hours:.3g} device-hours" in total
     rows = [ln.split()[0] for ln in r.stdout.splitlines()[2:-1]]
     assert rows == ["c003-s000", "c002-s000", "c001-s000", "c000-s000"], "launch order: longest first"
@@ -112,14 +137,17 @@ def test_study_plan_prints_flops_device_hours_and_wall_time():
     assert j["trials"][0]["trial_id"] == "c003-s000" and j["device_seconds"] > 0
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--tflops", "0"], "--tflops: must be a positive number, got '0'"),
-    (["--workers", "0"], "--workers: must be >= 1"),
-    (["--tflops", "1", "--images-per-s", "2"], "not allowed with argument"),
-    (["--bench", "missing.json"], "missing.json (No such file or directory)"),
-    (["--bench", "BAD"], "holds no timed model of the paper"),
-    (["--against", "nowhere"], "--against: "),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--tflops", "0"], "--tflops: must be a positive number, got '0'"),
+        (["--workers", "0"], "--workers: must be >= 1"),
+        (["--tflops", "1", "--images-per-s", "2"], "not allowed with argument"),
+        (["--bench", "missing.json"], "missing.json (No such file or directory)"),
+        (["--bench", "BAD"], "holds no timed model of the paper"),
+        (["--against", "nowhere"], "--against: "),
+    ],
+)
 def test_study_plan_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     (tmp_path / "BAD").write_text(json.dumps({"models": [{"key": "nope", "fast": {"images_per_s": 1}}]}))
     args = [str(tmp_path / a) if a in ("BAD", "missing.json") else a for a in args]
@@ -129,8 +157,10 @@ def test_study_plan_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 
 
 def test_study_plan_imports_neither_torch_nor_ray():
-    code = ("import sys; from study.cli import main; main(['plan', %r, '--tflops', '10']); "
-            "print(sorted(m for m in ('torch', 'ray', 'pandas') if m in sys.modules), file=sys.stderr)" % FIG2)
+    code = (
+        "import sys; from study.cli import main; main(['plan', %r, '--tflops', '10']); "
+        "print(sorted(m for m in ('torch', 'ray', 'pandas') if m in sys.modules), file=sys.stderr)" % FIG2
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stderr.strip().splitlines()[-1] == "[]", r.stderr
 
@@ -144,10 +174,22 @@ def test_predicted_over_measured_device_seconds_of_a_finished_cpu_study(tmp_path
     between 0.5x and 1.5x (the rate, not the machine's speed, cancels; its load does not:
     it only ever adds time, so each configuration's time is the lesser of its two trials)."""
     f = tmp_path / "two.yaml"
-    f.write_text(yaml.safe_dump({
-        "name": "two", "data": "synthetic:600", "epochs": 2, "batch_size": 50,
-        "model": {"hidden": 32, "intermediate": 64, "num_heads": 4}, "training": {"head_images": 4},
-        "grid": {"layers": [1, 4]}, "seeds": [0, 1], "resources": {"cpus_per_trial": 1}, "max_concurrent": 1}))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "name": "two",
+                "data": "synthetic:600",
+                "epochs": 2,
+                "batch_size": 50,
+                "model": {"hidden": 32, "intermediate": 64, "num_heads": 4},
+                "training": {"head_images": 4},
+                "grid": {"layers": [1, 4]},
+                "seeds": [0, 1],
+                "resources": {"cpus_per_trial": 1},
+                "max_concurrent": 1,
+            }
+        )
+    )
     from study.tables import read_table
 
     r = run_cli(tmp_path, "run", str(f), "--storage", str(tmp_path / "st"), "--num-cpus", "1")
@@ -156,14 +198,24 @@ def test_predicted_over_measured_device_seconds_of_a_finished_cpu_study(tmp_path
     runs = read_table(tmp_path / "st" / "two" / "tables", "runs").set_index("trial_id")
     deep_ids, shallow_ids = sorted(runs.index[runs.layers == 4]), sorted(runs.index[runs.layers == 1])
     assert len(deep_ids) == len(shallow_ids) == 2, runs
-    started = list(dict.fromkeys(ln.split()[0] for ln in r.stderr.splitlines() if re.match(r"c\d{3}-s\d{3} ", ln)))
+    started = list(
+        dict.fromkeys(ln.split()[0] for ln in r.stderr.splitlines() if re.match(r"c\d{3}-s\d{3} ", ln))
+    )
     assert set(started[:2]) == set(deep_ids), f"the 4-layer trials started first: {started}"
     device = runs.device_seconds
     deep = min(deep_ids, key=lambda k: device[k])
     first = next(t for t in plan_trials(load_spec(f)) if t.key == deep)
     tflops = (first.train_flops + first.eval_flops) / device[deep] / 1e12
-    out = run_cli(tmp_path, "plan", str(f), "--tflops", repr(float(tflops)),
-                  "--against", str(tmp_path / "st" / "two"), "--json")
+    out = run_cli(
+        tmp_path,
+        "plan",
+        str(f),
+        "--tflops",
+        repr(float(tflops)),
+        "--against",
+        str(tmp_path / "st" / "two"),
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     ratios = {t["trial_id"]: t["predicted_over_measured"] for t in json.loads(out.stdout)["trials"]}
     assert ratios[deep] == pytest.approx(1.0)  # the calibration
@@ -173,19 +225,22 @@ def test_predicted_over_measured_device_seconds_of_a_finished_cpu_study(tmp_path
     assert 0.5 <= max(ratios[k] for k in shallow_ids) <= 1.5, ratios
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--tflops", "5e-324"], "--tflops: must be from 1e-06 to 1e+06"),
-    (["--tflops", "1e300"], "--tflops: must be from 1e-06 to 1e+06"),
-    (["--tflops", "inf"], "--tflops: must be a positive number"),
-    (["--images-per-s", "5e-324"], "--images-per-s: must be from 1e-06 to 1e+09"),
-    (["--images-per-s", "nan"], "--images-per-s: must be a positive number"),
-    (["--bench", "TINY_RATE"], "images_per_s 1e-320 is not from 1e-06 to 1e+09"),
-    (["--bench", "HUGE_RATE"], "images_per_s 1e+300 is not from 1e-06 to 1e+09"),
-    (["--bench", "FIFO"], "is a FIFO, not a regular file"),
-    (["--bench", "DEEP"], "nested deeper than"),
-    (["--bench", "/dev/zero"], "is a character device"),
-    (["--bench", "."], "is a folder"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--tflops", "5e-324"], "--tflops: must be from 1e-06 to 1e+06"),
+        (["--tflops", "1e300"], "--tflops: must be from 1e-06 to 1e+06"),
+        (["--tflops", "inf"], "--tflops: must be a positive number"),
+        (["--images-per-s", "5e-324"], "--images-per-s: must be from 1e-06 to 1e+09"),
+        (["--images-per-s", "nan"], "--images-per-s: must be a positive number"),
+        (["--bench", "TINY_RATE"], "images_per_s 1e-320 is not from 1e-06 to 1e+09"),
+        (["--bench", "HUGE_RATE"], "images_per_s 1e+300 is not from 1e-06 to 1e+09"),
+        (["--bench", "FIFO"], "is a FIFO, not a regular file"),
+        (["--bench", "DEEP"], "nested deeper than"),
+        (["--bench", "/dev/zero"], "is a character device"),
+        (["--bench", "."], "is a folder"),
+    ],
+)
 def test_study_plan_refuses_rates_and_bench_reports_beyond_their_limits(tmp_path, args, message):
     """Rates a device cannot have (5e-324 made every duration infinite: OverflowError),
     and a bench report that is not a regular file or nests without end (a FIFO blocked
@@ -218,6 +273,8 @@ def test_durations_past_ten_thousand_hours_are_years_and_never_fail():
     assert hms(3661) == "1:01:01" and hms(9_999 * 3600) == "9999:00:00"
     assert hms(10_000 * 3600) == "1.14 years" and hms(1e300) == "3.17e+292 years"
     assert hms(float("inf")) == "unbounded" and hms(float("nan")) == "undefined"
+
+
 PROTOCOL = str(REPO_ROOT / "search_spaces" / "protocol.yaml")
 
 
@@ -225,13 +282,22 @@ def test_study_plan_on_the_protocol_study_prints_the_cost_its_header_states():
     r = run_cli(".", "plan", PROTOCOL, "--tflops", "150")
     assert r.returncode == 0, r.stderr
     total = r.stdout.strip().splitlines()[-1]
-    header = " ".join(ln.lstrip("#").strip() for ln in Path(PROTOCOL).read_text().splitlines() if ln.startswith("#"))
+    header = " ".join(
+        ln.lstrip("#").strip() for ln in Path(PROTOCOL).read_text().splitlines() if ln.startswith("#")
+    )
     assert total.startswith("plan: 20 trials, ") and total in header, total
     # every (encoding, protocol) pair once: 4 encodings x 5 protocols
     spec = load_spec(PROTOCOL)
-    pairs = {(c.model["encoding"], c.model.get("isotropic"),
-              tuple(sorted((k, v) for k, v in c.train.items()))) for c in spec.cells}
+    pairs = {
+        (c.model["encoding"], c.model.get("isotropic"), tuple(sorted((k, v) for k, v in c.train.items())))
+        for c in spec.cells
+    }
     assert len(pairs) == spec.num_trials == 20
     protocols = {p for _, _, p in pairs}
-    assert protocols == {(), (("cutmix_alpha", 1.0),), (("mixup_alpha", 0.8),),
-                         (("randaugment_magnitude", 9), ("randaugment_ops", 2)), (("label_smoothing", 0.1),)}
+    assert protocols == {
+        (),
+        (("cutmix_alpha", 1.0),),
+        (("mixup_alpha", 0.8),),
+        (("randaugment_magnitude", 9), ("randaugment_ops", 2)),
+        (("label_smoothing", 0.1),),
+    }

@@ -1,7 +1,5 @@
 """``study validate``: one test per rule; each error is one line naming the field, exit 2."""
 
-from tests.helpers import REPO_ROOT
-
 import json
 import subprocess
 import sys
@@ -10,6 +8,7 @@ import pytest
 import yaml
 
 from study.spec import SpecError, load_spec
+from tests.helpers import REPO_ROOT
 
 BASE = {"data": "synthetic", "epochs": 2, "model": {"hidden": 16, "layers": 1}}
 
@@ -32,30 +31,54 @@ def error_of(tmp_path, doc, **kw):
 CASES = [
     ("unknown top-level key", {**BASE, "epoks": 3}, "epoks"),
     ("unknown model field", {**BASE, "model": {"heads": 3}}, "model.heads"),
-    ("unknown model field in list", {**BASE, "models": [{"arch": "sa"}, {"encodin": "learned"}]}, "models.1.encodin"),
+    (
+        "unknown model field in list",
+        {**BASE, "models": [{"arch": "sa"}, {"encodin": "learned"}]},
+        "models.1.encodin",
+    ),
     ("wrong type", {**BASE, "epochs": "ten"}, "epochs"),
     ("bool is not an int", {**BASE, "batch_size": True}, "batch_size"),
     ("non-positive epochs", {**BASE, "epochs": -1}, "epochs"),
     ("zero heads", {**BASE, "grid": {"num_heads": [0, 4]}}, "grid.num_heads"),
-    ("pos_dim < 3 for learned", {**BASE, "models": [{"encoding": "learned", "pos_dim": 2}]}, "models.0.pos_dim"),
+    (
+        "pos_dim < 3 for learned",
+        {**BASE, "models": [{"encoding": "learned", "pos_dim": 2}]},
+        "models.0.pos_dim",
+    ),
     ("quadratic pos_dim", {**BASE, "model": {"encoding": "quadratic", "pos_dim": 7}}, "model.pos_dim"),
     ("bad encoding", {**BASE, "grid": {"encoding": ["quadratic", "nonsense"]}}, "grid.encoding"),
     ("empty grid axis", {**BASE, "grid": {"num_heads": []}}, "grid.num_heads"),
     ("grid axis not a list", {**BASE, "grid": {"num_heads": 4}}, "grid.num_heads"),
     ("unknown grid axis", {**BASE, "grid": {"colour": [1, 2]}}, "grid.colour"),
     ("repeated grid value", {**BASE, "grid": {"num_heads": [4, 4]}}, "grid.num_heads"),
-    ("axis both grid and sampled", {**BASE, "grid": {"lr": [0.1]}, "sample": {"lr": {"uniform": [0.01, 0.1]}}}, "sample.lr"),
-    ("axis both grid and models", {**BASE, "models": [{"num_heads": 4}], "grid": {"num_heads": [4, 9]}}, "grid.num_heads"),
+    (
+        "axis both grid and sampled",
+        {**BASE, "grid": {"lr": [0.1]}, "sample": {"lr": {"uniform": [0.01, 0.1]}}},
+        "sample.lr",
+    ),
+    (
+        "axis both grid and models",
+        {**BASE, "models": [{"num_heads": 4}], "grid": {"num_heads": [4, 9]}},
+        "grid.num_heads",
+    ),
     ("unknown distribution", {**BASE, "sample": {"lr": {"gaussian": [0, 1]}}}, "sample.lr.gaussian"),
     ("loguniform low <= 0", {**BASE, "sample": {"lr": {"loguniform": [0, 1]}}}, "sample.lr.loguniform"),
     ("low >= high", {**BASE, "sample": {"lr": {"uniform": [0.5, 0.1]}}}, "sample.lr.uniform"),
     ("fractional GPUs > 1", {**BASE, "resources": {"gpus_per_trial": 1.5}}, "resources.gpus_per_trial"),
     ("negative GPUs", {**BASE, "resources": {"gpus_per_trial": -1}}, "resources.gpus_per_trial"),
     ("zero CPUs", {**BASE, "resources": {"cpus_per_trial": 0}}, "resources.cpus_per_trial"),
-    ("workers differ from GPUs", {**BASE, "resources": {"gpus_per_trial": 4, "workers_per_trial": 2}}, "resources.workers_per_trial"),
+    (
+        "workers differ from GPUs",
+        {**BASE, "resources": {"gpus_per_trial": 4, "workers_per_trial": 2}},
+        "resources.workers_per_trial",
+    ),
     ("unknown resource key", {**BASE, "resources": {"tpus": 1}}, "resources.tpus"),
     ("scheduler type", {**BASE, "scheduler": {"type": "hyperband"}}, "scheduler.type"),
-    ("reduction factor", {**BASE, "scheduler": {"type": "asha", "reduction_factor": 1}}, "scheduler.reduction_factor"),
+    (
+        "reduction factor",
+        {**BASE, "scheduler": {"type": "asha", "reduction_factor": 1}},
+        "scheduler.reduction_factor",
+    ),
     ("negative lr", {**BASE, "optimizer": {"lr": -0.1}}, "optimizer.lr"),
     ("warm-up >= 1", {**BASE, "schedule": {"warmup": 1.5}}, "schedule.warmup"),
     ("schedule type", {**BASE, "schedule": {"type": "linear"}}, "schedule.type"),
@@ -91,8 +114,14 @@ def test_invalid_yaml_and_not_a_mapping(tmp_path):
 
 
 def test_counts_cells_and_samples(tmp_path):
-    doc = {**BASE, "seeds": [0, 1], "models": [{"encoding": "learned"}, {"encoding": "quadratic"}],
-           "grid": {"num_heads": [1, 2, 3]}, "sample": {"lr": {"loguniform": [0.01, 0.1]}}, "num_samples": 2}
+    doc = {
+        **BASE,
+        "seeds": [0, 1],
+        "models": [{"encoding": "learned"}, {"encoding": "quadratic"}],
+        "grid": {"num_heads": [1, 2, 3]},
+        "sample": {"lr": {"loguniform": [0.01, 0.1]}},
+        "num_samples": 2,
+    }
     spec = load_spec(write(tmp_path, doc))
     assert len(spec.cells) == 2 * 2 * 3 and spec.num_trials == 24
     assert len(spec.models) == 6
@@ -140,9 +169,11 @@ def test_study_file_reader_does_not_import_tune_adapters():
     """Layering: the study-file reader (``study.spec``) and everything it imports stay
     below the Tune adapters (``study.tuning``), Ray and torch; a fresh interpreter, so
     no other test's imports count."""
-    code = ("import sys, study.spec; "
-            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'torch') "
-            "or m == 'study.tuning' or m.startswith('study.tuning.'))))")
+    code = (
+        "import sys, study.spec; "
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'torch') "
+        "or m == 'study.tuning' or m.startswith('study.tuning.'))))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [], f"importing study.spec imports {r.stdout.strip()}"
@@ -150,14 +181,34 @@ def test_study_file_reader_does_not_import_tune_adapters():
 
 # ---------------------------------------------------------------- the schema (study.spec.StudyFile, pydantic)
 PYDANTIC_CASES = [  # one of each kind pydantic catches, as the exact line `study validate` prints
-    ("unknown key", {**BASE, "optimizer": {"rate": 0.1}}, "optimizer.rate: unknown key (allowed: lr, momentum, weight_decay)"),
-    ("wrong type", {**BASE, "resources": {"workers_per_trial": 1.5}}, "resources.workers_per_trial: must be int, got float 1.5"),
+    (
+        "unknown key",
+        {**BASE, "optimizer": {"rate": 0.1}},
+        "optimizer.rate: unknown key (allowed: lr, momentum, weight_decay)",
+    ),
+    (
+        "wrong type",
+        {**BASE, "resources": {"workers_per_trial": 1.5}},
+        "resources.workers_per_trial: must be int, got float 1.5",
+    ),
     ("wrong type in a list", {**BASE, "seeds": [0, "x"]}, "seeds.1: must be int, got str 'x'"),
     ("wrong type of a union", {**BASE, "validation": "x"}, "validation: must be int or float, got str 'x'"),
-    ("not a literal", {**BASE, "scheduler": {"type": "hyperband"}}, "scheduler.type: must be 'asha' or 'fifo', got str 'hyperband'"),
-    ("below a bound", {**BASE, "scheduler": {"grace_period": 0}}, "scheduler.grace_period: must be >= 1, got 0"),
+    (
+        "not a literal",
+        {**BASE, "scheduler": {"type": "hyperband"}},
+        "scheduler.type: must be 'asha' or 'fifo', got str 'hyperband'",
+    ),
+    (
+        "below a bound",
+        {**BASE, "scheduler": {"grace_period": 0}},
+        "scheduler.grace_period: must be >= 1, got 0",
+    ),
     ("above a limit", {**BASE, "epochs": 10**6}, "epochs: must be <= 100000 (MAX_EPOCHS), got 1000000"),
-    ("not finite", {**BASE, "schedule": {"warmup": float("inf")}}, "schedule.warmup: must be finite, got inf"),
+    (
+        "not finite",
+        {**BASE, "schedule": {"warmup": float("inf")}},
+        "schedule.warmup: must be finite, got inf",
+    ),
     ("missing", {"epochs": 2}, "data: required (synthetic, cifar10[:ROOT] or a path)"),
 ]
 
@@ -170,7 +221,6 @@ def test_pydantic_error_is_one_line_naming_the_field(study_in_process, tmp_path,
 
 
 def test_schema_command_prints_the_committed_schema(study_in_process):
-    from pathlib import Path
 
     code, out, err, _ = study_in_process("schema")
     assert (code, err) == (0, [])
@@ -182,7 +232,6 @@ def test_schema_command_prints_the_committed_schema(study_in_process):
 
 
 def test_every_shipped_study_file_names_and_meets_the_schema():
-    from pathlib import Path
 
     import jsonschema
 
@@ -214,13 +263,25 @@ def test_schema_command_has_help(study_in_process):
 def test_several_duplicate_axes_name_the_same_one_on_every_run(tmp_path):
     """A file with two duplicate axes is refused naming the same one whatever Python's string
     hashing (the axes were walked as a set, so the named one changed from run to run)."""
-    f = write(tmp_path, {**BASE, "models": [{"num_heads": 2, "training": {"optimizer": {"lr": 0.1}}}],
-                         "grid": {"num_heads": [1, 2], "lr": [0.1, 0.2], "momentum": [0.0, 0.9]},
-                         "sample": {"weight_decay": {"loguniform": [1e-5, 1e-3]}, "momentum": {"choice": [0.5]}}})
+    f = write(
+        tmp_path,
+        {
+            **BASE,
+            "models": [{"num_heads": 2, "training": {"optimizer": {"lr": 0.1}}}],
+            "grid": {"num_heads": [1, 2], "lr": [0.1, 0.2], "momentum": [0.0, 0.9]},
+            "sample": {"weight_decay": {"loguniform": [1e-5, 1e-3]}, "momentum": {"choice": [0.5]}},
+        },
+    )
     seen = set()
     for seed in ("0", "1", "2", "3", "4", "5"):
-        r = subprocess.run([sys.executable, "-m", "study", "validate", str(f)], capture_output=True, text=True,
-                           cwd=REPO_ROOT, env={**__import__("os").environ, "PYTHONHASHSEED": seed}, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "study", "validate", str(f)],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            env={**__import__("os").environ, "PYTHONHASHSEED": seed},
+            timeout=120,
+        )
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         seen.add(r.stderr)
     assert len(seen) == 1, seen

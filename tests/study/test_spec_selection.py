@@ -19,8 +19,11 @@ TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
 
 def spec_file(tmp_path, doc, name="s"):
     p = tmp_path / f"{name}.yaml"
-    p.write_text(yaml.safe_dump({"name": name, "data": "synthetic:100", "epochs": 1, "batch_size": 25,
-                                 "model": TINY, **doc}))
+    p.write_text(
+        yaml.safe_dump(
+            {"name": name, "data": "synthetic:100", "epochs": 1, "batch_size": 25, "model": TINY, **doc}
+        )
+    )
     return p
 
 
@@ -49,15 +52,29 @@ def test_spec_validation_defaults_and_errors(tmp_path):
     assert asha.train_config(asha.cells[0]).validation == 0.1 and asha.study.scheduler.metric == "val_acc"
     grid = load_spec(spec_file(tmp_path, {"grid": {"num_heads": [1, 2]}}))
     assert grid.train_config(grid.cells[0]).validation == 0
-    explicit = load_spec(spec_file(tmp_path, {"sample": {"lr": {"uniform": [0.01, 0.2]}}, "validation": 0,
-                                              "scheduler": {"type": "fifo", "metric": "test_acc"}}))
+    explicit = load_spec(
+        spec_file(
+            tmp_path,
+            {
+                "sample": {"lr": {"uniform": [0.01, 0.2]}},
+                "validation": 0,
+                "scheduler": {"type": "fifo", "metric": "test_acc"},
+            },
+        )
+    )
     assert explicit.study.scheduler.metric == "test_acc"
     bad = [
-        ({"sample": {"lr": {"uniform": [0.01, 0.2]}}, "validation": 0}, "validation: is 0 but the study selects"),
+        (
+            {"sample": {"lr": {"uniform": [0.01, 0.2]}}, "validation": 0},
+            "validation: is 0 but the study selects",
+        ),
         ({"validation": 100}, "validation: 100 held-out images leave none of the 100 training images"),
         ({"subset": 50, "validation": 60}, "leave none of the 50 training images"),
         ({"validation": 1.5}, "validation: must be a number of training images"),
-        ({"validation": 0, "scheduler": {"type": "asha", "metric": "val_acc"}}, "scheduler.metric: val_acc needs"),
+        (
+            {"validation": 0, "scheduler": {"type": "asha", "metric": "val_acc"}},
+            "scheduler.metric: val_acc needs",
+        ),
     ]
     for doc, message in bad:
         with pytest.raises(SpecError) as e:
@@ -68,15 +85,29 @@ def test_spec_validation_defaults_and_errors(tmp_path):
 @pytest.mark.slow
 def test_runs_records_the_whole_resolved_configuration(tmp_path):
     model = ModelConfig(encoding="learned", pos_dim=4, **TINY, dropout=0.2, attention_dropout=0.0)
-    cfg = TrainConfig(model=model, data="synthetic:120", subset=100, validation=20, epochs=2, batch_size=20,
-                      momentum=0.5, head_images=4, seed=3)
+    cfg = TrainConfig(
+        model=model,
+        data="synthetic:120",
+        subset=100,
+        validation=20,
+        epochs=2,
+        batch_size=20,
+        momentum=0.5,
+        head_images=4,
+        seed=3,
+    )
     result = train_trial(cfg, trial_id="t", tables=tmp_path)
     runs = read_table(tmp_path, "runs")
     row = runs.iloc[0].to_dict()
     for k, v in cfg.flat().items():
         if k != "num_classes":
             assert row[k] == v or (v is None and row[k] is None), k
-    assert (row["momentum"], row["intermediate"], row["dropout"], row["attention_dropout"]) == (0.5, 16, 0.2, 0.0)
+    assert (row["momentum"], row["intermediate"], row["dropout"], row["attention_dropout"]) == (
+        0.5,
+        16,
+        0.2,
+        0.0,
+    )
     # sizes actually used: subset 100 → 20 held out, 80 trained on; test capped at max(100 // 5, 100)
     assert (row["n_train"], row["n_val"], row["n_test"]) == (80, 20, 100)
     assert "20 of the training images held out" in row["data_source"]
@@ -92,8 +123,25 @@ def test_runs_records_the_whole_resolved_configuration(tmp_path):
 def test_study_train_validation_flag(tmp_path, capsys):
     from study.cli import main
 
-    base = ["train", "--data", "synthetic:100", "--epochs", "1", "--hidden", "16", "--layers", "1",
-            "--num-heads", "2", "--intermediate", "16", "--batch-size", "25", "--no-head-stats", "--quiet"]
+    base = [
+        "train",
+        "--data",
+        "synthetic:100",
+        "--epochs",
+        "1",
+        "--hidden",
+        "16",
+        "--layers",
+        "1",
+        "--num-heads",
+        "2",
+        "--intermediate",
+        "16",
+        "--batch-size",
+        "25",
+        "--no-head-stats",
+        "--quiet",
+    ]
     with pytest.raises(SystemExit) as e:
         main(base + ["--validation", "100", "--out", str(tmp_path / "b")])
     err = capsys.readouterr().err
@@ -132,9 +180,17 @@ def test_sampled_study_tells_optuna_validation_accuracy(tmp_path, ray_local, mon
         return original(self, trial, values, state=state, **kw)
 
     monkeypatch.setattr(optuna.study.Study, "tell", spy)
-    doc = {"data": "synthetic:200", "epochs": 2, "validation": 20, "training": {"head_stats": False},
-           "sample": {"momentum": {"uniform": [0.0, 0.9]}}, "num_samples": 3, "grid": {"intermediate": [16, 24]},
-           "resources": {"cpus_per_trial": 1}, "max_concurrent": 2}
+    doc = {
+        "data": "synthetic:200",
+        "epochs": 2,
+        "validation": 20,
+        "training": {"head_stats": False},
+        "sample": {"momentum": {"uniform": [0.0, 0.9]}},
+        "num_samples": 3,
+        "grid": {"intermediate": [16, 24]},
+        "resources": {"cpus_per_trial": 1},
+        "max_concurrent": 2,
+    }
     spec = load_spec(spec_file(tmp_path, doc, "sel"))
     runs = run_study(spec, storage=str(tmp_path / "st"), verbose=False)
     assert len(runs) == 6 and (runs.status == "finished").all(), runs

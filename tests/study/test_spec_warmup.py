@@ -2,8 +2,6 @@
 as a grid or sample axis and as an override; two forms for one trial refused in one line
 naming both; every shipped shortened study warms up long enough to train."""
 
-from tests.helpers import REPO_ROOT
-
 import itertools
 
 import pytest
@@ -12,6 +10,7 @@ import yaml
 from study.plan import trial_images
 from study.spec import SpecError, load_spec
 from study.trial.config import WARMUP_FIELDS
+from tests.helpers import REPO_ROOT
 
 BASE = {"data": "synthetic:400", "epochs": 4, "batch_size": 100, "model": {"hidden": 16, "layers": 1}}
 #: 4 steps an epoch, 4 epochs: each value gives a 2-step warm-up
@@ -41,15 +40,19 @@ def warmups(spec):
 @pytest.mark.parametrize("form", WARMUP_FIELDS)
 def test_each_form_sets_the_warmup_at_the_top_in_a_model_on_an_axis_and_by_override(tmp_path, form):
     v = VALUES[form]
-    docs = [{**BASE, "schedule": {"type": "cosine", form: v}},
-            {**BASE, "models": [{"training": {"schedule": {form: v}}}]},
-            {**BASE, "grid": {form: [v]}}]
+    docs = [
+        {**BASE, "schedule": {"type": "cosine", form: v}},
+        {**BASE, "models": [{"training": {"schedule": {form: v}}}]},
+        {**BASE, "grid": {form: [v]}},
+    ]
     for doc in docs:
         assert warmups(spec_of(tmp_path, doc)) == [2]
     assert warmups(spec_of(tmp_path, BASE, [f"schedule.{form}={v}"])) == [2]
     sampled = spec_of(tmp_path, {**BASE, "sample": {form: {"choice": [v]}}, "validation": 100})
-    assert sampled.train_config(sampled.cells[0], {form: v}).warmup_steps_for(3) == {
-        "warmup": 2, "warmup_epochs": 2, "warmup_steps": 2}[form]  # 3 steps an epoch once 100 are held out
+    assert (
+        sampled.train_config(sampled.cells[0], {form: v}).warmup_steps_for(3)
+        == {"warmup": 2, "warmup_epochs": 2, "warmup_steps": 2}[form]
+    )  # 3 steps an epoch once 100 are held out
 
 
 def test_no_form_is_the_papers_five_percent():
@@ -59,9 +62,13 @@ def test_no_form_is_the_papers_five_percent():
 
 @pytest.mark.parametrize("a,b", PAIRS, ids=PAIR_IDS)
 def test_two_forms_in_one_schedule_are_refused_naming_both(tmp_path, a, b):
-    for where, doc in (("schedule", {**BASE, "schedule": {a: VALUES[a], b: VALUES[b]}}),
-                       ("models.0.training.schedule",
-                        {**BASE, "models": [{"training": {"schedule": {a: VALUES[a], b: VALUES[b]}}}]})):
+    for where, doc in (
+        ("schedule", {**BASE, "schedule": {a: VALUES[a], b: VALUES[b]}}),
+        (
+            "models.0.training.schedule",
+            {**BASE, "models": [{"training": {"schedule": {a: VALUES[a], b: VALUES[b]}}}]},
+        ),
+    ):
         e = refusal(tmp_path, doc)
         assert e.path == where and {a, b} <= set(e.message.split()), e
 
@@ -70,7 +77,11 @@ def test_two_forms_in_one_schedule_are_refused_naming_both(tmp_path, a, b):
 def test_two_forms_across_the_file_its_models_axes_and_overrides_are_refused(tmp_path, a, b):
     top = {**BASE, "schedule": {a: VALUES[a]}}
     cases = [
-        ({**top, "models": [{}, {"training": {"schedule": {b: VALUES[b]}}}]}, (), f"models.1.training.schedule.{b}"),
+        (
+            {**top, "models": [{}, {"training": {"schedule": {b: VALUES[b]}}}]},
+            (),
+            f"models.1.training.schedule.{b}",
+        ),
         ({**top, "grid": {b: [VALUES[b]]}}, (), f"grid.{b}"),
         ({**top, "sample": {b: {"choice": [VALUES[b]]}}, "validation": 100}, (), f"sample.{b}"),
         (top, (f"schedule.{b}={VALUES[b]}",), None),
@@ -85,18 +96,25 @@ def test_two_forms_across_the_file_its_models_axes_and_overrides_are_refused(tmp
 
 
 def test_an_override_replaces_the_files_form_once_it_deletes_it(tmp_path):
-    spec = spec_of(tmp_path, {**BASE, "schedule": {"warmup": 0.05}}, ["~schedule.warmup", "schedule.warmup_steps=3"])
+    spec = spec_of(
+        tmp_path, {**BASE, "schedule": {"warmup": 0.05}}, ["~schedule.warmup", "schedule.warmup_steps=3"]
+    )
     assert warmups(spec) == [3]
 
 
-@pytest.mark.parametrize("doc,path", [
-    ({**BASE, "schedule": {"warmup_epochs": 5}}, "schedule.warmup_epochs"),  # more than the 4 epochs
-    ({**BASE, "grid": {"warmup_epochs": [1, 4.5]}}, "grid.warmup_epochs"),
-    ({**BASE, "schedule": {"warmup_steps": 1.5}}, "schedule.warmup_steps"),
-    ({**BASE, "schedule": {"warmup_steps": -1}}, "schedule.warmup_steps"),
-    ({**BASE, "models": [{"training": {"schedule": {"warmup_epochs": -1.0}}}]},
-     "models.0.training.schedule.warmup_epochs"),
-])
+@pytest.mark.parametrize(
+    "doc,path",
+    [
+        ({**BASE, "schedule": {"warmup_epochs": 5}}, "schedule.warmup_epochs"),  # more than the 4 epochs
+        ({**BASE, "grid": {"warmup_epochs": [1, 4.5]}}, "grid.warmup_epochs"),
+        ({**BASE, "schedule": {"warmup_steps": 1.5}}, "schedule.warmup_steps"),
+        ({**BASE, "schedule": {"warmup_steps": -1}}, "schedule.warmup_steps"),
+        (
+            {**BASE, "models": [{"training": {"schedule": {"warmup_epochs": -1.0}}}]},
+            "models.0.training.schedule.warmup_epochs",
+        ),
+    ],
+)
 def test_a_warmup_out_of_bounds_is_refused_where_the_file_sets_it(tmp_path, doc, path):
     assert refusal(tmp_path, doc).path == path
 
@@ -105,7 +123,9 @@ def test_a_warmup_out_of_bounds_is_refused_where_the_file_sets_it(tmp_path, doc,
 #: the paper's models at lr 0.1 on a GPU, 25 leaves them at chance), at most 30 % of the run; a run too short
 #: for both takes 30 %; a paper-length run keeps the paper's 5 %
 PAPER_EPOCHS, MIN_STEPS, MAX_SHARE = 300, 100, 0.3
-STUDIES = sorted(REPO_ROOT.glob("search_spaces/*.yaml")) + [REPO_ROOT / "docs" / "gpu" / "paper_fig2_short.yaml"]
+STUDIES = sorted(REPO_ROOT.glob("search_spaces/*.yaml")) + [
+    REPO_ROOT / "docs" / "gpu" / "paper_fig2_short.yaml"
+]
 
 
 def _configs(spec):
@@ -132,5 +152,9 @@ def test_every_shipped_study_warms_up_long_enough_to_train(path):
         if cfg.epochs >= PAPER_EPOCHS:
             assert warm == round(0.05 * total), (path.name, cfg.warmup, cfg.warmup_epochs, cfg.warmup_steps)
         elif cfg.lr >= 0.05:
-            assert min(MIN_STEPS, MAX_SHARE * total) <= warm <= MAX_SHARE * total + 0.5, (path.name, warm, total)
+            assert min(MIN_STEPS, MAX_SHARE * total) <= warm <= MAX_SHARE * total + 0.5, (
+                path.name,
+                warm,
+                total,
+            )
     assert checked

@@ -8,35 +8,56 @@ that accepts and never answers) or in a network namespace without a network."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.helpers import cli_env, fill_disk, read_until, write_spec
 
 #: every command that takes --storage, with the arguments it needs besides it
-COMMANDS = [("study", ["run", "{spec}"]), ("study", ["status", "st"]), ("study", ["resume", "st"]),
-            ("study", ["list"]), ("study", ["export", "st"]), ("analysis", ["query", "st", "SELECT 1"]),
-            ("analysis", ["figures", "st"]), ("analysis", ["report", "st"]), ("study", ["slurm", "{spec}"])]
+COMMANDS = [
+    ("study", ["run", "{spec}"]),
+    ("study", ["status", "st"]),
+    ("study", ["resume", "st"]),
+    ("study", ["list"]),
+    ("study", ["export", "st"]),
+    ("analysis", ["query", "st", "SELECT 1"]),
+    ("analysis", ["figures", "st"]),
+    ("analysis", ["report", "st"]),
+    ("study", ["slurm", "{spec}"]),
+]
 COMMAND_IDS = [f"{m}-{a[0]}" for m, a in COMMANDS]
 
 #: malformed storage values: (value, words the one-line refusal must hold)
 MALFORMED = [
-    ("s3://studies/p?versionId=1", "query string"), ("s3://studies/p?", "query string"),
-    ("s3://studies/p#frag", "fragment"), ("s3://AKIAKEY:SECRETKEY@studies/p", "credentials"),
-    ("s3://studies:9000/p", "port"), ("s3:///p", "no bucket"), ("s3://", "no bucket"),
-    ("s3://Studies/p", "bucket name"), ("s3://ab/p", "bucket name"), ("s3://stu dies/p", "blank"),
-    ("s3://studies/a b", "blank"), ("s3://studies/a%20b", "'%'"), ("s3://studies//p", "empty"),
-    ("s3://studies/p/../q", "'..'"), ("gs://studies/p?generation=2", "query string"),
-    ("hdfs://namenode/p", "unsupported storage scheme 'hdfs'"), ("az://container/p", "unsupported"),
-    ("abfss://c@acct.dfs.core.windows.net/p", "unsupported"), ("http://127.0.0.1:9/p", "unsupported"),
-    ("file:///tmp/p", "file://"), ("s3:/studies/p", "not a URI"), ("", "got ''"), ("   ", "got '   '"),
-    (" results", "blank"), ("res\nults", "control character"),
+    ("s3://studies/p?versionId=1", "query string"),
+    ("s3://studies/p?", "query string"),
+    ("s3://studies/p#frag", "fragment"),
+    ("s3://AKIAKEY:SECRETKEY@studies/p", "credentials"),
+    ("s3://studies:9000/p", "port"),
+    ("s3:///p", "no bucket"),
+    ("s3://", "no bucket"),
+    ("s3://Studies/p", "bucket name"),
+    ("s3://ab/p", "bucket name"),
+    ("s3://stu dies/p", "blank"),
+    ("s3://studies/a b", "blank"),
+    ("s3://studies/a%20b", "'%'"),
+    ("s3://studies//p", "empty"),
+    ("s3://studies/p/../q", "'..'"),
+    ("gs://studies/p?generation=2", "query string"),
+    ("hdfs://namenode/p", "unsupported storage scheme 'hdfs'"),
+    ("az://container/p", "unsupported"),
+    ("abfss://c@acct.dfs.core.windows.net/p", "unsupported"),
+    ("http://127.0.0.1:9/p", "unsupported"),
+    ("file:///tmp/p", "file://"),
+    ("s3:/studies/p", "not a URI"),
+    ("", "got ''"),
+    ("   ", "got '   '"),
+    (" results", "blank"),
+    ("res\nults", "control character"),
 ]
 
 
@@ -61,7 +82,11 @@ def test_malformed_storage_is_one_line_exit_2_on_every_command(tmp_path, monkeyp
     for module, args in COMMANDS:
         code, err = call(module, [*argv(args, spec), "--storage", value], capsys)
         assert code == 2, (module, args, err)
-        assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err, (module, args, err)
+        assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err, (
+            module,
+            args,
+            err,
+        )
         assert "SECRETKEY" not in err  # a credential in a URI is never echoed
     assert not (tmp_path / "results").exists()  # nothing fell back to ./results
 
@@ -72,7 +97,11 @@ def test_empty_study_storage_env_is_refused_not_replaced(tmp_path, monkeypatch, 
     spec = write_spec(tmp_path, "st")
     for module, args in COMMANDS:
         code, err = call(module, argv(args, spec), capsys)
-        assert code == 2 and "$STUDY_STORAGE" in err and len(err.strip().splitlines()) == 1, (module, args, err)
+        assert code == 2 and "$STUDY_STORAGE" in err and len(err.strip().splitlines()) == 1, (
+            module,
+            args,
+            err,
+        )
 
 
 @pytest.mark.parametrize("target", ["s3://studies/st?versionId=1", "hdfs://nn/st", "s3://studies/st#x"])
@@ -82,7 +111,11 @@ def test_a_study_named_by_a_malformed_uri_is_one_line_exit_2(tmp_path, monkeypat
         if args[0] == "list":
             continue
         code, err = call(module, [args[0], target, *args[2:]], capsys)
-        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (module, args, err)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (
+            module,
+            args,
+            err,
+        )
 
 
 def closed_port() -> int:
@@ -94,8 +127,13 @@ def closed_port() -> int:
 
 
 def aws_env(endpoint: str) -> dict[str, str]:
-    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
 
 
 @pytest.mark.parametrize("module,args", COMMANDS, ids=COMMAND_IDS)
@@ -126,9 +164,14 @@ def test_an_endpoint_that_never_answers_is_given_up_within_a_bounded_wait(tmp_pa
     endpoint = f"http://127.0.0.1:{server.getsockname()[1]}"
     try:
         # the landed code waited 100 s here, then printed "no studies", exit 0
-        r = subprocess.run([sys.executable, "-m", "study", "list", "--storage", "s3://studies/x"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=REACH_TIMEOUT_S + 50,
-                           env=cli_env(aws_env(endpoint)))
+        r = subprocess.run(
+            [sys.executable, "-m", "study", "list", "--storage", "s3://studies/x"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=REACH_TIMEOUT_S + 50,
+            env=cli_env(aws_env(endpoint)),
+        )
     finally:
         server.close()
     assert r.returncode == 3 and r.stdout == "", r.stdout + r.stderr
@@ -151,8 +194,14 @@ def test_no_network_at_all_is_one_line_exit_3_not_a_hang(tmp_path, storage):
     wrap = _in_netns_without_network()
     spec = write_spec(tmp_path, "st")
     env = {k: v for k, v in cli_env().items() if not k.startswith("AWS_ENDPOINT")}
-    r = subprocess.run([*wrap, sys.executable, "-m", "study", "run", str(spec), "--storage", storage], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=REACH_TIMEOUT_S + 50, env=env)
+    r = subprocess.run(
+        [*wrap, sys.executable, "-m", "study", "run", str(spec), "--storage", storage],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=REACH_TIMEOUT_S + 50,
+        env=env,
+    )
     assert r.returncode == 3, r.stdout + r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and storage in r.stderr, r.stderr
 
@@ -178,8 +227,10 @@ for source in sys.argv[1:]:
         print("refused:", e)
 """
 #: the child's parent: reports the child's peak RSS (KiB) from RUSAGE_CHILDREN
-_PEAK = ("import resource, subprocess, sys; r = subprocess.run([sys.executable, '-c', *sys.argv[1:]]); "
-         "print('rc', r.returncode, 'peak_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+_PEAK = (
+    "import resource, subprocess, sys; r = subprocess.run([sys.executable, '-c', *sys.argv[1:]]); "
+    "print('rc', r.returncode, 'peak_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
 
 
 def gzip_bomb(path, *, member: str, size: int) -> None:
@@ -200,8 +251,13 @@ def gzip_bomb(path, *, member: str, size: int) -> None:
 
 def load_in_4gib(tmp_path, *sources) -> tuple[list[str], int]:
     """Each source's outcome line, and the peak RSS (KiB) of the one child loading them."""
-    r = subprocess.run([sys.executable, "-c", _PEAK, _LOAD, *map(str, sources)], capture_output=True, text=True,
-                       timeout=600, env=cli_env({"STUDY_CACHE_DIR": str(tmp_path / "cache")}))
+    r = subprocess.run(
+        [sys.executable, "-c", _PEAK, _LOAD, *map(str, sources)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=cli_env({"STUDY_CACHE_DIR": str(tmp_path / "cache")}),
+    )
     *lines, last = r.stdout.strip().splitlines()
     assert last.startswith("rc 0 "), r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr, r.stderr
@@ -227,7 +283,9 @@ def test_archives_are_read_and_refused_in_bounded_memory_under_a_4gib_limit(tmp_
     gzip_bomb(blob_bomb, member="blob.bin", size=256 << 20)  # streamed through, never held
     (good_out, *bombs), peak = load_in_4gib(tmp_path, good, image_bomb, blob_bomb)
     assert good_out == "loaded 15", good_out
-    for out, bomb, words in zip(bombs, (image_bomb, blob_bomb), ("MAX_IMAGE_FILE_BYTES", "truncated tar archive")):
+    for out, bomb, words in zip(
+        bombs, (image_bomb, blob_bomb), ("MAX_IMAGE_FILE_BYTES", "truncated tar archive")
+    ):
         assert out.startswith(f"refused: {bomb}: ") and words in out, out
     assert peak <= 1 << 20, f"peak RSS {peak >> 10} MiB"  # KiB: at most 1 GiB (importing torch is ~0.6)
 
@@ -239,9 +297,8 @@ def test_a_trial_failing_on_a_full_disk_ends_in_one_line_and_resumes(tmp_path, s
     written on a full disk: the landed code ended in Ray's ``EOFError: Ran out of
     input`` traceback, exit 1, the trial left ``running``, and after space was freed
     ``study resume`` refused (``error.pkl: not signed``) unless ``--trust-storage``."""
-    from tests.data_helpers import make_tree
-
     from study.tables import read_table
+    from tests.data_helpers import make_tree
     from tests.helpers import kill_session, popen, run_cli
 
     tree = tmp_path / "data"
@@ -259,8 +316,11 @@ def test_a_trial_failing_on_a_full_disk_ends_in_one_line_and_resumes(tmp_path, s
     out = "".join(head) + out
     assert proc.returncode == 3, out
     assert "Traceback" not in out and "EOFError" not in out, out
-    assert any("No space left on device" in ln for ln in out.splitlines() if ": error: " in ln
-               or "storage failed" in ln), out
+    assert any(
+        "No space left on device" in ln
+        for ln in out.splitlines()
+        if ": error: " in ln or "storage failed" in ln
+    ), out
     tables = small_disk / "full" / "tables"
     assert "running" not in read_table(tables, "runs").status.tolist()
 

@@ -30,7 +30,7 @@ def objects(prefix: str) -> list[str]:
 
     fs, path = pafs.FileSystem.from_uri(prefix)
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-    return sorted(i.path[len(path) + 1:] for i in infos if i.type == pafs.FileType.File)
+    return sorted(i.path[len(path) + 1 :] for i in infos if i.type == pafs.FileType.File)
 
 
 def test_tables_on_s3_compact_and_skip_a_damaged_object(s3):
@@ -47,8 +47,14 @@ def test_tables_on_s3_compact_and_skip_a_damaged_object(s3):
             w.rows("maps", epoch, [{"layer": 0, "head": 0, "window": 2, "probs": [0.1, 0.2, 0.3, 0.4]}])
             w.run({"status": "running", "epochs_done": epoch + 1})
     assert objects(root) == sorted(
-        [f"{tb}/{t}/{f}" for tb in ("epochs", "maps") for t in ("a", "b") for f in ("00002.parquet", "compacted.parquet")]
-        + ["runs/a.parquet", "runs/b.parquet"])
+        [
+            f"{tb}/{t}/{f}"
+            for tb in ("epochs", "maps")
+            for t in ("a", "b")
+            for f in ("00002.parquet", "compacted.parquet")
+        ]
+        + ["runs/a.parquet", "runs/b.parquet"]
+    )
     study = analysis.load(root)
     assert len(T.read_table(root, "epochs")) == 6 and study.sql("SELECT count(*) AS n FROM epochs").n[0] == 6
     probs = study.sql("SELECT probs FROM maps").probs
@@ -84,16 +90,30 @@ def test_study_on_s3_run_status_query_figures_and_request_count(tmp_path, s3):
     # a finished study holds one object per (trial, table)
     tables = objects(f"{storage}/hyg/tables")
     trials = [f"c{i:03d}-s000" for i in range(4)]
-    assert tables == sorted([f"runs/{t}.parquet" for t in trials]
-                            + [f"{tb}/{t}/compacted.parquet" for tb in ("epochs", "heads", "maps") for t in trials])
+    assert tables == sorted(
+        [f"runs/{t}.parquet" for t in trials]
+        + [f"{tb}/{t}/compacted.parquet" for tb in ("epochs", "heads", "maps") for t in trials]
+    )
 
     r = run_cli(tmp_path, "status", "hyg", "--storage", storage)
-    assert r.returncode == 0 and r.stdout.startswith("4 trials recorded of 4 planned: 4 finished"), r.stdout + r.stderr
-    r = run_cli(tmp_path, "query", "hyg", "--storage", storage, "SELECT count(*) AS n, count(DISTINCT trial_id) AS t "
-            "FROM epochs", "--format", "csv", module="analysis")
+    assert r.returncode == 0 and r.stdout.startswith("4 trials recorded of 4 planned: 4 finished"), (
+        r.stdout + r.stderr
+    )
+    r = run_cli(
+        tmp_path,
+        "query",
+        "hyg",
+        "--storage",
+        storage,
+        "SELECT count(*) AS n, count(DISTINCT trial_id) AS t FROM epochs",
+        "--format",
+        "csv",
+        module="analysis",
+    )
     assert r.returncode == 0 and r.stdout.split() == ["n,t", "8,4"], r.stdout + r.stderr
-    r = run_cli(tmp_path, "figures", f"{storage}/hyg", "--out", str(tmp_path / "figs"), "--no-pdf",
-                module="analysis")
+    r = run_cli(
+        tmp_path, "figures", f"{storage}/hyg", "--out", str(tmp_path / "figs"), "--no-pdf", module="analysis"
+    )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "figs" / "fig2_accuracy.png").stat().st_size > 1000
     assert len(list((tmp_path / "figs").glob("maps_*.png"))) == 4
@@ -104,7 +124,8 @@ def test_study_on_s3_run_status_query_figures_and_request_count(tmp_path, s3):
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.strip().splitlines() == [
         f"study run: error: --name: study 'hyg' already exists in {storage} "
-        "(continue it with `study resume hyg` or pick another --name)"]
+        "(continue it with `study resume hyg` or pick another --name)"
+    ]
     assert objects(f"{storage}/hyg") == before
     r = run_cli(tmp_path, "status", "nothere", "--storage", storage)
     assert r.returncode == 2 and "no study 'nothere'" in r.stderr
@@ -124,7 +145,9 @@ def test_killed_driver_on_s3_resumes_from_the_projects_own_objects(tmp_path, s3)
     storage = "s3://studies/kill"
     root = f"{storage}/drv"
     tables = f"{root}/tables"
-    f = write_spec(tmp_path, "drv", epochs=3, data="synthetic:200", grid={"num_heads": [1, 2, 3]}, max_concurrent=1)
+    f = write_spec(
+        tmp_path, "drv", epochs=3, data="synthetic:200", grid={"num_heads": [1, 2, 3]}, max_concurrent=1
+    )
     driver = popen("run", str(f), "--storage", storage, "--num-cpus", "2", cwd=tmp_path)
     try:
         deadline = time.time() + 300
@@ -158,4 +181,6 @@ def test_killed_driver_on_s3_resumes_from_the_projects_own_objects(tmp_path, s3)
     assert len(epochs) == 9 and not epochs.duplicated(["trial_id", "epoch"]).any()
     heads = read_table(tables, "heads")
     assert not heads.duplicated(["trial_id", "epoch", "layer", "head"]).any()
-    assert [p for p in objects(tables) if not p.endswith(("compacted.parquet",)) and not p.startswith("runs/")] == []
+    assert [
+        p for p in objects(tables) if not p.endswith(("compacted.parquet",)) and not p.startswith("runs/")
+    ] == []

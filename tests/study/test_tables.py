@@ -13,7 +13,7 @@ import pytest
 
 import analysis
 from study import tables as T
-from study.tables import TableWarning, TableWriter, compact, encode_maps, decode_maps, map_epochs, read_table
+from study.tables import TableWarning, TableWriter, compact, decode_maps, encode_maps, map_epochs, read_table
 
 LAYERS, HEADS = 2, 3
 
@@ -21,11 +21,25 @@ LAYERS, HEADS = 2, 3
 def write_epoch(w: TableWriter, epoch: int, *, acc: float | None = None, maps: bool = True, rng=None):
     rng = rng or np.random.default_rng(epoch)
     w.rows("epochs", epoch, [{"test_acc": epoch / 100 if acc is None else acc, "train_loss": 1.0}])
-    w.rows("heads", epoch, [{"layer": l, "head": h, "entropy": float(rng.random())}
-                            for l in range(LAYERS) for h in range(HEADS)])
+    w.rows(
+        "heads",
+        epoch,
+        [
+            {"layer": l, "head": h, "entropy": float(rng.random())}
+            for l in range(LAYERS)
+            for h in range(HEADS)
+        ],
+    )
     if maps:
-        w.rows("maps", epoch, [{"layer": l, "head": h, "window": 3, "probs": rng.dirichlet(np.ones(9)).tolist()}
-                               for l in range(LAYERS) for h in range(HEADS)])
+        w.rows(
+            "maps",
+            epoch,
+            [
+                {"layer": l, "head": h, "window": 3, "probs": rng.dirichlet(np.ones(9)).tolist()}
+                for l in range(LAYERS)
+                for h in range(HEADS)
+            ],
+        )
     w.run({"status": "running", "epochs_done": epoch + 1})
 
 
@@ -51,8 +65,16 @@ def test_compaction_keeps_every_row_once_and_one_file_per_trial(tmp_path):
             assert not frame.duplicated(keys).any()
             assert sql_count(root, table) == len(frame)
     # periodic compaction: at most compact_every - 1 parts left per trial and table
-    assert files(root, "epochs") == sorted(["a/00008.parquet", "a/00009.parquet", "a/compacted.parquet",
-                                            "b/00008.parquet", "b/00009.parquet", "b/compacted.parquet"])
+    assert files(root, "epochs") == sorted(
+        [
+            "a/00008.parquet",
+            "a/00009.parquet",
+            "a/compacted.parquet",
+            "b/00008.parquet",
+            "b/00009.parquet",
+            "b/compacted.parquet",
+        ]
+    )
     for w in writers.values():
         w.close()
     for table in ("epochs", "heads", "maps"):
@@ -67,6 +89,7 @@ def test_crash_between_compacted_write_and_part_delete_never_duplicates(tmp_path
     w = TableWriter(root, trial_id="a", compact_every=0)
     for epoch in range(3):
         write_epoch(w, epoch)
+
     # the compacted file is written, then the process dies before deleting the parts
     def die(path):
         raise KeyboardInterrupt
@@ -75,7 +98,12 @@ def test_crash_between_compacted_write_and_part_delete_never_duplicates(tmp_path
     with pytest.raises(KeyboardInterrupt):
         compact(root, "epochs", "a")
     monkeypatch.undo()
-    assert files(root, "epochs") == ["a/00000.parquet", "a/00001.parquet", "a/00002.parquet", "a/compacted.parquet"]
+    assert files(root, "epochs") == [
+        "a/00000.parquet",
+        "a/00001.parquet",
+        "a/00002.parquet",
+        "a/compacted.parquet",
+    ]
     assert len(read_table(root, "epochs")) == 3 and sql_count(root, "epochs") == 3
     # a retried trial trains epoch 1 again after the compaction: its new part wins
     write_epoch(TableWriter(root, trial_id="a", compact_every=0), 1, acc=0.99)
@@ -155,9 +183,21 @@ def test_a_foreign_or_damaged_file_is_named_and_skipped(tmp_path, kind, capsys):
     assert named and all(str(bad) in m for m in named), named
     # the command line: one warning line naming the file, the answer, exit 0
     T._warned.clear()
-    r = subprocess.run([sys.executable, "-m", "analysis", "query", str(root.parent),
-                        "SELECT (SELECT count(*) FROM epochs) + (SELECT count(*) FROM heads) + "
-                        "(SELECT count(*) FROM maps) AS n", "--format", "csv"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analysis",
+            "query",
+            str(root.parent),
+            "SELECT (SELECT count(*) FROM epochs) + (SELECT count(*) FROM heads) + "
+            "(SELECT count(*) FROM maps) AS n",
+            "--format",
+            "csv",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["n", str(sum(want.values()))]
     lines = r.stderr.strip().splitlines()
@@ -167,8 +207,10 @@ def test_a_foreign_or_damaged_file_is_named_and_skipped(tmp_path, kind, capsys):
 def test_maps_are_stored_quantised_and_read_back_as_probabilities(tmp_path):
     rng = np.random.default_rng(0)
     probs = [rng.dirichlet(np.full(225, a)) for a in (0.05, 1.0, 50.0)] + [np.eye(1, 225, 112)[0]]
-    rows = [{"trial_id": "a", "epoch": 0, "layer": 0, "head": h, "window": 15, "probs": p.tolist()}
-            for h, p in enumerate(probs)]
+    rows = [
+        {"trial_id": "a", "epoch": 0, "layer": 0, "head": h, "window": 15, "probs": p.tolist()}
+        for h, p in enumerate(probs)
+    ]
     table = encode_maps(rows)
     assert str(table.schema.field("probs_q").type) == "list<item: uint16>"
     back = decode_maps(table).to_pandas()
@@ -200,7 +242,11 @@ def test_map_schedule():
     assert auto[:10] == list(range(10)) and auto[-1] == 299 and len(auto) <= 21
     assert all(b > a for a, b in zip(auto, auto[1:]))
     assert map_epochs("auto", 4) == [0, 1, 2, 3] and map_epochs("last", 7) == [6]
-    assert map_epochs("none", 5) == [] and map_epochs("all", 3) == [0, 1, 2] and map_epochs([4, 0, 4], 5) == [0, 4]
+    assert (
+        map_epochs("none", 5) == []
+        and map_epochs("all", 3) == [0, 1, 2]
+        and map_epochs([4, 0, 4], 5) == [0, 4]
+    )
 
 
 def test_map_schedule_in_the_study_file_and_study_train(tmp_path):
@@ -212,15 +258,22 @@ def test_map_schedule_in_the_study_file_and_study_train(tmp_path):
     f.write_text(yaml.safe_dump({"data": "synthetic:100", "epochs": 5, "maps": {"epochs": [0, 4]}}))
     spec = load_spec(f)
     assert spec.train_config(spec.cells[0]).map_epochs == (0, 4)
-    for bad, why in (([0, 5], "maps.epochs: epochs are 0-based and must be < epochs (5), got 5"),
-                     ("often", "maps.epochs: must be auto, all, last, none or a list of epochs, got 'often'")):
+    for bad, why in (
+        ([0, 5], "maps.epochs: epochs are 0-based and must be < epochs (5), got 5"),
+        ("often", "maps.epochs: must be auto, all, last, none or a list of epochs, got 'often'"),
+    ):
         f.write_text(yaml.safe_dump({"data": "synthetic:100", "epochs": 5, "maps": {"epochs": bad}}))
         with pytest.raises(SpecError) as e:
             load_spec(f)
         assert str(e.value) == f"{f}: {why}"
-    r = subprocess.run([sys.executable, "-m", "study", "train", "--map-epochs", "0,x", "--out", str(tmp_path / "o")],
-                       capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("study train: error: --map-epochs:")
+    r = subprocess.run(
+        [sys.executable, "-m", "study", "train", "--map-epochs", "0,x", "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(
+        "study train: error: --map-epochs:"
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -250,9 +303,17 @@ def test_a_trial_stores_maps_on_its_schedule_and_ends_compacted(tmp_path, encodi
     from study.models import ModelConfig
     from study.trial import TrainConfig, train_trial
 
-    model = ModelConfig(hidden=16, layers=1, intermediate=16, num_heads=2, encoding=encoding,
-                        pos_dim={"quadratic": None, "learned": 4, "learned_content": 16}[encoding])
-    cfg = TrainConfig(model=model, data="synthetic:100", epochs=3, batch_size=25, head_images=4, map_epochs=(1,))
+    model = ModelConfig(
+        hidden=16,
+        layers=1,
+        intermediate=16,
+        num_heads=2,
+        encoding=encoding,
+        pos_dim={"quadratic": None, "learned": 4, "learned_content": 16}[encoding],
+    )
+    cfg = TrainConfig(
+        model=model, data="synthetic:100", epochs=3, batch_size=25, head_images=4, map_epochs=(1,)
+    )
     train_trial(cfg, trial_id="t", tables=tmp_path)
     assert read_table(tmp_path, "heads").epoch.tolist() == [-1, -1, 0, 0, 1, 1, 2, 2]  # init, every epoch
     maps = read_table(tmp_path, "maps")

@@ -36,15 +36,31 @@ class Writer(threading.Thread):
 
     def run(self):
         try:
-            writers = [TableWriter(self.root, trial_id=f"c{t:03d}-s000", compact_every=2) for t in range(TRIALS)]
+            writers = [
+                TableWriter(self.root, trial_id=f"c{t:03d}-s000", compact_every=2) for t in range(TRIALS)
+            ]
             epoch = 0
             while not self.stop.is_set() and epoch < MAX_EPOCHS:
                 for w in writers:
                     w.rows("epochs", epoch, [{c: 0.5 for c in SCHEMA["epochs"][2:]}])
-                    w.rows("heads", epoch, [{**{c: 0.5 for c in SCHEMA["heads"][4:]}, "layer": ly, "head": h}
-                                            for ly in range(LAYERS) for h in range(HEADS)])
-                    w.rows("maps", epoch, [{"layer": ly, "head": h, "window": 3, "probs": [1 / 9] * 9}
-                                           for ly in range(LAYERS) for h in range(HEADS)])
+                    w.rows(
+                        "heads",
+                        epoch,
+                        [
+                            {**{c: 0.5 for c in SCHEMA["heads"][4:]}, "layer": ly, "head": h}
+                            for ly in range(LAYERS)
+                            for h in range(HEADS)
+                        ],
+                    )
+                    w.rows(
+                        "maps",
+                        epoch,
+                        [
+                            {"layer": ly, "head": h, "window": 3, "probs": [1 / 9] * 9}
+                            for ly in range(LAYERS)
+                            for h in range(HEADS)
+                        ],
+                    )
                     w.run(self.run_row(w.trial_id, epoch))
                 self.compactions += 3 * TRIALS * (epoch % 2)
                 epoch += 1
@@ -52,17 +68,44 @@ class Writer(threading.Thread):
         except BaseException as exc:  # noqa: BLE001 (reported by the test)
             self.error = exc
 
-
     @staticmethod
     def run_row(trial_id: str, epoch: int) -> dict:
         """A whole ``runs`` row (every guaranteed column), as a trial rewrites it."""
         row = {c: None for c in SCHEMA["runs"] if c != "trial_id"}
-        row.update(study="s", name=f"SA learned ({trial_id})", arch="sa", encoding="learned", isotropic=False,
-                   num_heads=HEADS, layers=LAYERS, hidden=8, pos_dim=8, lr=0.1, weight_decay=0.0, batch_size=8,
-                   epochs=MAX_EPOCHS, seed=0, data="synthetic:64", status="running", epochs_done=epoch + 1,
-                   best_test_acc=0.1, final_test_acc=0.1, attempts=1, cell=int(trial_id[1:4]), updated_at=1.0,
-                   n_params=1000, flops=2000, device_seconds=1.0, device="cpu", world_size=1, warmup=0,
-                   n_train=64, n_val=0, n_test=64, error="")
+        row.update(
+            study="s",
+            name=f"SA learned ({trial_id})",
+            arch="sa",
+            encoding="learned",
+            isotropic=False,
+            num_heads=HEADS,
+            layers=LAYERS,
+            hidden=8,
+            pos_dim=8,
+            lr=0.1,
+            weight_decay=0.0,
+            batch_size=8,
+            epochs=MAX_EPOCHS,
+            seed=0,
+            data="synthetic:64",
+            status="running",
+            epochs_done=epoch + 1,
+            best_test_acc=0.1,
+            final_test_acc=0.1,
+            attempts=1,
+            cell=int(trial_id[1:4]),
+            updated_at=1.0,
+            n_params=1000,
+            flops=2000,
+            device_seconds=1.0,
+            device="cpu",
+            world_size=1,
+            warmup=0,
+            n_train=64,
+            n_val=0,
+            n_test=64,
+            error="",
+        )
         return row
 
 
@@ -132,7 +175,9 @@ def test_every_reader_sees_whole_tables_while_a_writer_compacts(writing, capsys)
         assert code == 0 and err == "", err
         assert int(out.split()[1]) % (LAYERS * HEADS) == 0
         assert writer.error is None, writer.error
-    print(f"{ROUNDS} rounds in {time.monotonic() - t0:.1f} s, epochs {start_epochs} -> {writer.epochs_written}")
+    print(
+        f"{ROUNDS} rounds in {time.monotonic() - t0:.1f} s, epochs {start_epochs} -> {writer.epochs_written}"
+    )
     # the page of the live report, built while the writer goes on
     from analysis.report import render
 
@@ -176,7 +221,9 @@ def test_runs_rows_read_from_s3_are_whole_while_trials_replace_them(s3):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for _ in range(20):
-                assert sorted(read_table(f"{folder}/tables", "runs").trial_id) == [w.trial_id for w in writers]
+                assert sorted(read_table(f"{folder}/tables", "runs").trial_id) == [
+                    w.trial_id for w in writers
+                ]
                 assert len(analysis.load(folder).sql("SELECT trial_id FROM runs")) == TRIALS
     finally:
         stop.set()

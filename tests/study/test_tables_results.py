@@ -18,7 +18,9 @@ import torch
 import analysis
 from analysis import cli
 from analysis.concentration import MAX_ENTROPY, MIN_WINDOW_MASS
-from analysis.figures import Context, convergence, heads as heads_fig, maps as maps_fig, sweeps, table1
+from analysis.figures import Context, convergence, sweeps, table1
+from analysis.figures import heads as heads_fig
+from analysis.figures import maps as maps_fig
 from analysis.schema import COLUMNS
 from study.models import ModelConfig
 from study.models.cost import model_macs
@@ -31,11 +33,30 @@ TINY = dict(hidden=16, layers=1, intermediate=16)
 def _train(tables: Path, trials, *, epochs=1) -> None:
     """Trials as a study's trainable writes them: with cell, sample and a Ray id."""
     for cell, (trial_id, model, seed, train) in enumerate(trials):
-        cfg = TrainConfig(model=ModelConfig(**{**TINY, **model}), data="synthetic:120", subset=100, epochs=epochs,
-                          batch_size=10, lr=0.05, warmup=0.1, head_images=4, seed=seed, **train)
-        train_trial(cfg, trial_id=trial_id, tables=tables, study="t",
-                    extra_run_fields={"cell": cell, "sample": 0, "ray_trial_id": uuid.uuid4().hex[:8],
-                                      "selection_metric": None})
+        cfg = TrainConfig(
+            model=ModelConfig(**{**TINY, **model}),
+            data="synthetic:120",
+            subset=100,
+            epochs=epochs,
+            batch_size=10,
+            lr=0.05,
+            warmup=0.1,
+            head_images=4,
+            seed=seed,
+            **train,
+        )
+        train_trial(
+            cfg,
+            trial_id=trial_id,
+            tables=tables,
+            study="t",
+            extra_run_fields={
+                "cell": cell,
+                "sample": 0,
+                "ray_trial_id": uuid.uuid4().hex[:8],
+                "selection_metric": None,
+            },
+        )
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +64,11 @@ def seeds(tmp_path_factory) -> Path:
     """3 seeds of a quadratic N_h=9 model and one learned model (1 epoch)."""
     root = tmp_path_factory.mktemp("seeds")
     iso = dict(encoding="quadratic", isotropic=True, num_heads=9)
-    _train(root / "tables", [(f"c{s:03d}-s000", iso, s, {}) for s in range(3)]
-           + [("c003-s000", dict(encoding="learned", num_heads=4, pos_dim=8), 0, {})])
+    _train(
+        root / "tables",
+        [(f"c{s:03d}-s000", iso, s, {}) for s in range(3)]
+        + [("c003-s000", dict(encoding="learned", num_heads=4, pos_dim=8), 0, {})],
+    )
     return root
 
 
@@ -53,7 +77,9 @@ def sweep(tmp_path_factory) -> Path:
     """momentum {0, 0.9} × intermediate {8, 16}, one cell with a second seed."""
     root = tmp_path_factory.mktemp("sweep")
     quad = dict(encoding="quadratic", num_heads=2)
-    trials = [(f"m{m}-i{i}", {**quad, "intermediate": i}, 0, {"momentum": m}) for m in (0.0, 0.9) for i in (8, 16)]
+    trials = [
+        (f"m{m}-i{i}", {**quad, "intermediate": i}, 0, {"momentum": m}) for m in (0.0, 0.9) for i in (8, 16)
+    ]
     trials.append(("m0.9-i16-s1", {**quad, "intermediate": 16}, 1, {"momentum": 0.9}))
     _train(root / "tables", trials)
     return root
@@ -124,7 +150,9 @@ def test_maps_one_colour_scale_equal_to_the_data_and_diffuse_heads_marked(seeds,
         bars = [ax for ax in fig.axes if not ax.get_images() and ax.get_ylabel() == "attention probability"]
         assert len(bars) == 1, "a colour bar"
         assert bars[0].get_ylim() == pytest.approx((d.prob.min(), d.prob.max()))
-        assert images[0].norm.vmin == pytest.approx(d.prob.min()) and images[0].norm.vmax == pytest.approx(d.prob.max())
+        assert images[0].norm.vmin == pytest.approx(d.prob.min()) and images[0].norm.vmax == pytest.approx(
+            d.prob.max()
+        )
         trial, epoch = d.trial_id.iloc[0], d.epoch.iloc[0]
         for (layer, head), g in d.groupby(["layer", "head"]):
             key = ["trial_id", "epoch", "layer", "head"]
@@ -137,7 +165,9 @@ def test_maps_one_colour_scale_equal_to_the_data_and_diffuse_heads_marked(seeds,
             saw_concentrated |= want
         labels = [ax.get_xlabel() for ax in fig.axes if ax.get_images()]
         assert all(lbl.rstrip(" d").endswith("%") for lbl in labels)
-        assert sum(lbl.endswith(" d") for lbl in labels) == int((~d.groupby(["layer", "head"]).concentrated.first()).sum())
+        assert sum(lbl.endswith(" d") for lbl in labels) == int(
+            (~d.groupby(["layer", "head"]).concentrated.first()).sum()
+        )
         text = " ".join(t.get_text() for t in fig.texts)
         assert "test 100" in text and "diffuse" in text and "7×7" in text
     assert saw_diffuse and saw_concentrated, "the fixture should hold both kinds of heads"
@@ -148,7 +178,7 @@ def test_heads_figure_draws_only_concentrated_heads_numbered(seeds, tmp_path, mo
     figures = _capture(monkeypatch)
     heads_fig.draw(_ctx(seeds, tmp_path))
     learned = [(f, d) for f, d in figures if d.model.iloc[0].startswith("SA learned")]
-    (fig, d), = learned
+    ((fig, d),) = learned
     diffuse = d[d.kind == "diffuse"]
     assert len(diffuse) == 4 and d[d.kind == "center"].empty, "learned heads at init are diffuse: no centres"
     assert any("diffuse: 1,2,3,4" in t.get_text() for ax in fig.axes for t in ax.texts)
@@ -162,7 +192,7 @@ def test_heads_figure_draws_only_concentrated_heads_numbered(seeds, tmp_path, mo
 def test_fig2_axes_and_labels_carry_the_test_size(seeds, tmp_path, monkeypatch):
     figures = _capture(monkeypatch)
     convergence.draw(_ctx(seeds, tmp_path))
-    (fig, d), = figures
+    ((fig, d),) = figures
     ax = fig.axes[0]
     lo, hi = ax.get_ylim()
     assert lo <= 0.1 and hi - lo >= 0.2, "no zoom onto a few images' difference"
@@ -182,8 +212,10 @@ def test_momentum_and_intermediate_sweep_is_queryable_and_drawn(sweep, tmp_path,
     d, a, b = sweeps.data(s.runs)
     assert {a, b} == {"intermediate", "momentum"}
     runs = s.runs
-    cell = d[(d[a].astype(str) == ("16" if a == "intermediate" else "0.9"))
-             & (d[b].astype(str) == ("0.9" if b == "momentum" else "16"))].iloc[0]
+    cell = d[
+        (d[a].astype(str) == ("16" if a == "intermediate" else "0.9"))
+        & (d[b].astype(str) == ("0.9" if b == "momentum" else "16"))
+    ].iloc[0]
     two = runs[(runs.momentum == 0.9) & (runs.intermediate == 16)]
     assert cell.seeds == 2 and cell.best_test_acc_mean == pytest.approx(two.best_test_acc.mean())
     written = sweeps.draw(_ctx(sweep, tmp_path))
@@ -191,8 +223,15 @@ def test_momentum_and_intermediate_sweep_is_queryable_and_drawn(sweep, tmp_path,
     labels = set(analysis.variants.variant_labels(runs))
     assert len(labels) == 4 and all("momentum=" in lbl and "intermediate=" in lbl for lbl in labels)
     # JSON keeps numbers numeric: integers (also DuckDB's DECIMAL sums) stay integers
-    code = cli.main(["query", str(sweep), "SELECT sum(intermediate) AS s, count(*) AS n, avg(momentum) AS m "
-                     "FROM runs", "--format", "json"])
+    code = cli.main(
+        [
+            "query",
+            str(sweep),
+            "SELECT sum(intermediate) AS s, count(*) AS n, avg(momentum) AS m FROM runs",
+            "--format",
+            "json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out == [{"s": 64, "n": 5, "m": pytest.approx(0.54)}]
     assert isinstance(out[0]["s"], int)
@@ -221,10 +260,16 @@ def test_schema_documents_every_column_of_real_tables(seeds, sweep, capsys):
     assert "Unix time in seconds" in out and "entropy" in out and "last training step" in out
 
 
-@pytest.mark.parametrize("model", [
-    dict(encoding="quadratic", isotropic=True), dict(encoding="quadratic", isotropic=False),
-    dict(encoding="learned", pos_dim=6), dict(encoding="learned_content", pos_dim=16),
-], ids=["quadratic-iso", "quadratic-noniso", "learned", "learned_content"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        dict(encoding="quadratic", isotropic=True),
+        dict(encoding="quadratic", isotropic=False),
+        dict(encoding="learned", pos_dim=6),
+        dict(encoding="learned_content", pos_dim=16),
+    ],
+    ids=["quadratic-iso", "quadratic-noniso", "learned", "learned_content"],
+)
 def test_macs_follow_the_equations_not_the_code_path(model):
     """Dense training-mode forward (attention dropout on: no factorisation) of one
     image, counted by torch, equals the model's MACs up to the positional scores
@@ -247,10 +292,16 @@ def test_macs_follow_the_equations_not_the_code_path(model):
     assert abs(macs - dense) <= mc.layers * mc.num_heads * t * t * 2 * mc.pos_dim, (macs, dense)
     assert abs(macs - dense) < 0.02 * macs, (macs, dense)
     if mc.encoding == "quadratic":
-        other = ModelConfig(hidden=16, layers=2, intermediate=24, num_heads=4, encoding="quadratic",
-                            isotropic=not mc.isotropic)
+        other = ModelConfig(
+            hidden=16,
+            layers=2,
+            intermediate=24,
+            num_heads=4,
+            encoding="quadratic",
+            isotropic=not mc.isotropic,
+        )
         diff = abs(model_macs(other.to_dict()) - macs)
-        assert diff == mc.layers * 4 * shifts ** 2 * 2, "iso/non-iso differ only by D_p 3 vs 5"
+        assert diff == mc.layers * 4 * shifts**2 * 2, "iso/non-iso differ only by D_p 3 vs 5"
 
 
 def test_resnet18_macs_equal_torch_count():

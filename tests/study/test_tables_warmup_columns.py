@@ -29,8 +29,9 @@ def test_old_and_new_rows_read_together_with_nulls_where_a_form_is_not_given(tmp
     _write(tmp_path, "a-old", TrainConfig(), old=True)
     _write(tmp_path, "b-steps", TrainConfig(warmup_steps=300))
     _write(tmp_path, "c-epochs", TrainConfig(warmup_epochs=2))
-    _, rows = load(tmp_path).sql_records("SELECT trial_id, warmup, warmup_epochs, warmup_steps FROM runs "
-                                         "ORDER BY trial_id")
+    _, rows = load(tmp_path).sql_records(
+        "SELECT trial_id, warmup, warmup_epochs, warmup_steps FROM runs ORDER BY trial_id"
+    )
     assert rows == [("a-old", 0.05, None, None), ("b-steps", None, None, 300), ("c-epochs", None, 2.0, None)]
     runs = read_table(tmp_path, "runs")
     assert {"warmup", "warmup_epochs", "warmup_steps"} <= set(varying_columns(runs))

@@ -15,18 +15,34 @@ NAME = "SA quadratic isotropic (N_h=9)"
 def grid_over_lr(**extra) -> pd.DataFrame:
     """Two learning rates of a grid, two seeds each, one model name."""
     n = 4
-    return pd.DataFrame({
-        "trial_id": [f"t{i}" for i in range(n)], "study": "s", "name": NAME, "status": "finished",
-        "arch": "sa", "encoding": "quadratic", "isotropic": True, "num_heads": 9, "hidden": 400,
-        "lr": [0.05, 0.05, 0.1, 0.1], "seed": [0, 1, 0, 1], "epochs": 3, "epochs_done": 3,
-        "best_test_acc": [0.41, 0.43, 0.52, 0.50], "final_test_acc": [0.40, 0.42, 0.51, 0.50],
-        "device_seconds": 12.0, "updated_at": 1.0e9, **extra})
+    return pd.DataFrame(
+        {
+            "trial_id": [f"t{i}" for i in range(n)],
+            "study": "s",
+            "name": NAME,
+            "status": "finished",
+            "arch": "sa",
+            "encoding": "quadratic",
+            "isotropic": True,
+            "num_heads": 9,
+            "hidden": 400,
+            "lr": [0.05, 0.05, 0.1, 0.1],
+            "seed": [0, 1, 0, 1],
+            "epochs": 3,
+            "epochs_done": 3,
+            "best_test_acc": [0.41, 0.43, 0.52, 0.50],
+            "final_test_acc": [0.40, 0.42, 0.51, 0.50],
+            "device_seconds": 12.0,
+            "updated_at": 1.0e9,
+            **extra,
+        }
+    )
 
 
 def summary_rows(text: str) -> list[str]:
     lines = text.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("best trial per model configuration"))
-    return [ln for ln in lines[start + 1:] if ln.startswith("  ")]
+    return [ln for ln in lines[start + 1 :] if ln.startswith("  ")]
 
 
 def test_summary_names_each_learning_rate_of_a_grid_as_table_1_does():

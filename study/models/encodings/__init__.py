@@ -30,4 +30,12 @@ def variants() -> list[tuple[str, dict]]:
     return [(vid, {"encoding": e.name, **over}) for e in REGISTRY.values() for vid, over in e.variants]
 
 
-__all__ = ["REGISTRY", "PAPER_ENCODINGS", "ContentEncoding", "Encoding", "Field", "encoding_fields", "variants"]
+__all__ = [
+    "REGISTRY",
+    "PAPER_ENCODINGS",
+    "ContentEncoding",
+    "Encoding",
+    "Field",
+    "encoding_fields",
+    "variants",
+]

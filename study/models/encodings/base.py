@@ -7,8 +7,9 @@ study must cover.  Pure Python at import time: no torch to read configs or count
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch import nn
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Field:
     """An encoding-specific model field: ``ModelConfig.<name>`` (a ``runs`` column)."""
+
     name: str
     type: Any
     default: Any
@@ -44,10 +46,10 @@ class Encoding:
     #: one line for ``study models`` / docs/design.md §4-5: the score of head h for shift δ
     equation: str = ""
 
-    def normalise(self, cfg: "ModelConfig", set_: Callable[[str, Any], None]) -> None:
+    def normalise(self, cfg: ModelConfig, set_: Callable[[str, Any], None]) -> None:
         """Fill defaults (``set_(field, value)``) and validate; raise ConfigError."""
 
-    def label(self, cfg: "ModelConfig") -> str:
+    def label(self, cfg: ModelConfig) -> str:
         raise NotImplementedError
 
     def positional_macs(self, cfg: dict[str, Any], *, tokens: int, side: int) -> int:
@@ -55,7 +57,7 @@ class Encoding:
         convention: per image-dependent pair, or once per shift when image-independent)."""
         raise NotImplementedError
 
-    def attention(self, cfg: "ModelConfig") -> "nn.Module":
+    def attention(self, cfg: ModelConfig) -> nn.Module:
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -70,7 +72,7 @@ class ContentEncoding(Encoding):
     #: names under ``positional`` trained without weight decay
     no_weight_decay: tuple[str, ...] = ()
 
-    def options(self, cfg: "ModelConfig") -> dict[str, Any]:
+    def options(self, cfg: ModelConfig) -> dict[str, Any]:
         """Keyword arguments of :meth:`init_parameters` from a configuration."""
         return {}
 
@@ -87,8 +89,14 @@ class ContentEncoding(Encoding):
     def attention(self, cfg):
         from study.models.encoded import EncodedAttention
 
-        return EncodedAttention(dim=cfg.hidden, num_heads=cfg.num_heads, encoding=self, grid=cfg.grid,
-                                attention_dropout=cfg.attention_dropout, **self.options(cfg))
+        return EncodedAttention(
+            dim=cfg.hidden,
+            num_heads=cfg.num_heads,
+            encoding=self,
+            grid=cfg.grid,
+            attention_dropout=cfg.attention_dropout,
+            **self.options(cfg),
+        )
 
 
 class AdditiveEncoding(ContentEncoding):

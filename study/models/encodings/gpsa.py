@@ -19,15 +19,20 @@ from __future__ import annotations
 
 from .base import ContentEncoding, Field
 
-
 #: α initialises v_h = α (2Δ_h, −1) so the positional score is α (2Δ_h·δ − ‖δ‖²): on the paper's
 #: 16×16 grid (‖δ‖ ≤ 15√2, ‖δ‖² ≤ 450) α ≤ 100 keeps it within 5·10⁴, and within 4·10⁸ on the
 #: largest grid a config allows (1024 tokens a side): far inside float32/bf16 (3·10³⁸), the
 #: softmax (in float32) finite.  α ≥ 10⁻⁴: below it the initial positional attention is
 #: uniform to 0.1% on the paper's grid (no convolutional initialisation left) and, in
 #: float32, soon denormal or 0.  ConViT uses 1.
-LOCALITY_STRENGTH = Field("locality_strength", float, None, "gpsa: α of the convolutional initialisation (ConViT: 1)",
-                          metavar="ALPHA", bounds=(1e-4, 1e2))
+LOCALITY_STRENGTH = Field(
+    "locality_strength",
+    float,
+    None,
+    "gpsa: α of the convolutional initialisation (ConViT: 1)",
+    metavar="ALPHA",
+    bounds=(1e-4, 1e2),
+)
 
 
 class Gpsa(ContentEncoding):
@@ -45,15 +50,19 @@ class Gpsa(ContentEncoding):
         if cfg.pos_dim is None:
             set_("pos_dim", 3)
         elif cfg.pos_dim != 3:
-            raise ConfigError("pos_dim", f"gpsa scores r_delta = (dx, dy, dx^2 + dy^2): pos_dim is 3, got {cfg.pos_dim!r}")
+            raise ConfigError(
+                "pos_dim", f"gpsa scores r_delta = (dx, dy, dx^2 + dy^2): pos_dim is 3, got {cfg.pos_dim!r}"
+            )
         if cfg.locality_strength is None:
             set_("locality_strength", 1.0)
         bounded(cfg, LOCALITY_STRENGTH)
-        side = round(cfg.num_heads ** 0.5)
+        side = round(cfg.num_heads**0.5)
         if side * side != cfg.num_heads:
             raise ConfigError(
-                "num_heads", f"gpsa's convolutional initialisation puts the heads on a sqrt(N_h) x sqrt(N_h) "
-                             f"lattice: num_heads must be a square (1, 4, 9, 16, ...), got {cfg.num_heads}")
+                "num_heads",
+                f"gpsa's convolutional initialisation puts the heads on a sqrt(N_h) x sqrt(N_h) "
+                f"lattice: num_heads must be a square (1, 4, 9, 16, ...), got {cfg.num_heads}",
+            )
 
     def label(self, cfg):
         return f"SA GPSA (N_h={cfg.num_heads})"
@@ -73,7 +82,7 @@ class Gpsa(ContentEncoding):
 
         n = layer.num_heads
         pos = layer.positional
-        centres = lattice_offsets(round(n ** 0.5))  # (N_h, 2) as (row, col)
+        centres = lattice_offsets(round(n**0.5))  # (N_h, 2) as (row, col)
         dy, dx = centres[:, 0], centres[:, 1]
         weight = locality_strength * torch.stack([2 * dx, 2 * dy, -torch.ones(n, dtype=dx.dtype)], dim=1)
         pos.weight = nn.Parameter(weight.float())  # (N_h, 3): v_h

@@ -17,8 +17,14 @@ class LearnedEncoding(Encoding):
 
     fields = (
         Field("pos_dim", int, None, "D_p, dimension of the relative positional encoding r_δ", metavar="D_p"),
-        Field("positional_score", str, None, "learned encodings: query (q_h·r_δ, the paper's content model) | "
-              "head (w_h·r_δ)", choices=POSITIONAL_SCORES))
+        Field(
+            "positional_score",
+            str,
+            None,
+            "learned encodings: query (q_h·r_δ, the paper's content model) | head (w_h·r_δ)",
+            choices=POSITIONAL_SCORES,
+        ),
+    )
     default_score = "head"
 
     def normalise(self, cfg, set_):
@@ -34,13 +40,20 @@ class LearnedEncoding(Encoding):
             set_("pos_dim", cfg.hidden)
         int_at_least(cfg, "pos_dim")
         if cfg.pos_dim < MIN_LEARNED_POS_DIM:
-            raise ConfigError("pos_dim", f"learned encodings need pos_dim >= {MIN_LEARNED_POS_DIM}, got {cfg.pos_dim}")
+            raise ConfigError(
+                "pos_dim", f"learned encodings need pos_dim >= {MIN_LEARNED_POS_DIM}, got {cfg.pos_dim}"
+            )
         if v == "query" and cfg.pos_dim != cfg.hidden:
-            raise ConfigError("pos_dim", f"positional_score query dots r_delta with the query, so pos_dim must equal "
-                              f"hidden ({cfg.hidden}), got {cfg.pos_dim} (positional_score head takes any pos_dim)")
+            raise ConfigError(
+                "pos_dim",
+                f"positional_score query dots r_delta with the query, so pos_dim must equal "
+                f"hidden ({cfg.hidden}), got {cfg.pos_dim} (positional_score head takes any pos_dim)",
+            )
         if v == "query" and cfg.hidden % 2:
-            raise ConfigError("hidden", "positional_score query splits the query in halves: hidden must be even, "
-                                        f"got {cfg.hidden}")
+            raise ConfigError(
+                "hidden",
+                f"positional_score query splits the query in halves: hidden must be even, got {cfg.hidden}",
+            )
 
     def positional_macs(self, cfg, *, tokens, side):
         """Head form: w_rowᵀ r_row(δ1) and w_colᵀ r_col(δ2) (D_p each) per row and column
@@ -57,8 +70,12 @@ class LearnedEncoding(Encoding):
 
         scores = QueryScores if cfg.positional_score == "query" else LearnedScores
         return RelativeSelfAttention(
-            dim=cfg.hidden, num_heads=cfg.num_heads, attention_dropout=cfg.attention_dropout, content=self.content,
-            positional=scores(num_heads=cfg.num_heads, pos_dim=cfg.pos_dim, max_size=cfg.grid))
+            dim=cfg.hidden,
+            num_heads=cfg.num_heads,
+            attention_dropout=cfg.attention_dropout,
+            content=self.content,
+            positional=scores(num_heads=cfg.num_heads, pos_dim=cfg.pos_dim, max_size=cfg.grid),
+        )
 
 
 class Learned(LearnedEncoding):

@@ -28,7 +28,9 @@ class Quadratic(Encoding):
             set_("pos_dim", expected)
         elif cfg.pos_dim != expected:
             kind = "isotropic" if cfg.isotropic else "non-isotropic"
-            raise ConfigError("pos_dim", f"quadratic {kind} encoding has pos_dim {expected}, got {cfg.pos_dim!r}")
+            raise ConfigError(
+                "pos_dim", f"quadratic {kind} encoding has pos_dim {expected}, got {cfg.pos_dim!r}"
+            )
 
     def label(self, cfg):
         kind = "isotropic" if cfg.isotropic else "non-isotropic"
@@ -43,9 +45,16 @@ class Quadratic(Encoding):
         from study.models.positional import GaussianScores
 
         return RelativeSelfAttention(
-            dim=cfg.hidden, num_heads=cfg.num_heads, attention_dropout=cfg.attention_dropout,
-            positional=GaussianScores(num_heads=cfg.num_heads, isotropic=cfg.isotropic,
-                                      center_init_std=cfg.center_init_std, spread_init_std=cfg.spread_init_std))
+            dim=cfg.hidden,
+            num_heads=cfg.num_heads,
+            attention_dropout=cfg.attention_dropout,
+            positional=GaussianScores(
+                num_heads=cfg.num_heads,
+                isotropic=cfg.isotropic,
+                center_init_std=cfg.center_init_std,
+                spread_init_std=cfg.spread_init_std,
+            ),
+        )
 
 
 ENCODING = Quadratic()

@@ -25,15 +25,21 @@ DEFAULT_THETA = {"axial": 100.0, "mixed": 10.0}
 #: makes them grow to 1/θ: θ = 1e-300 overflows float32 to inf and the angles x·f to NaN).
 #: θ ≤ 10⁶: the lowest frequency, about 1/θ, still turns a channel pair by more than float32's
 #: resolution across the grid (beyond, those pairs are not rotated at all).  Heo et al.: 100, 10.
-ROPE_THETA = Field("rope_theta", float, None, "rope2d: frequency base θ (Heo et al.: 100 axial, 10 mixed)",
-                   bounds=(1.0, 1e6))
+ROPE_THETA = Field(
+    "rope_theta", float, None, "rope2d: frequency base θ (Heo et al.: 100 axial, 10 mixed)", bounds=(1.0, 1e6)
+)
 
 
 class Rope2d(AdditiveEncoding):
     name = "rope2d"
     fields = (
-        Field("rope_mode", str, None, "rope2d: axial (fixed frequencies per axis) | mixed (learned per head)",
-              choices=MODES),
+        Field(
+            "rope_mode",
+            str,
+            None,
+            "rope2d: axial (fixed frequencies per axis) | mixed (learned per head)",
+            choices=MODES,
+        ),
         ROPE_THETA,
     )
     no_weight_decay = ("freqs",)
@@ -50,8 +56,11 @@ class Rope2d(AdditiveEncoding):
             set_("rope_theta", DEFAULT_THETA[cfg.rope_mode])
         bounded(cfg, ROPE_THETA)
         if cfg.hidden % 4:
-            raise ConfigError("hidden", f"rope2d rotates channel pairs, half by x and half by y: "
-                                        f"the head width (hidden) must be a multiple of 4, got {cfg.hidden}")
+            raise ConfigError(
+                "hidden",
+                f"rope2d rotates channel pairs, half by x and half by y: "
+                f"the head width (hidden) must be a multiple of 4, got {cfg.hidden}",
+            )
 
     def label(self, cfg):
         return f"SA RoPE {cfg.rope_mode} (N_h={cfg.num_heads})"
@@ -135,8 +144,11 @@ class Rope2d(AdditiveEncoding):
         import torch
 
         # the angles in float32 under autocast; the meta device (FLOPs counted, `study models`) has no autocast
-        exact = torch.autocast(q.device.type, enabled=False) if torch.amp.is_autocast_available(q.device.type) \
+        exact = (
+            torch.autocast(q.device.type, enabled=False)
+            if torch.amp.is_autocast_available(q.device.type)
             else contextlib.nullcontext()
+        )
         with exact:
             a = self.angles(layer, height, width)
         cos, sin = a.cos().to(q.dtype), a.sin().to(q.dtype)

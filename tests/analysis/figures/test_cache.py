@@ -46,7 +46,11 @@ def drawn(_drawn_once, tmp_path) -> tuple[Path, Path, list[str]]:
     study, out, lines = _drawn_once
     shutil.copytree(study, tmp_path / "small")
     shutil.copytree(out, tmp_path / "figs")
-    return tmp_path / "small", tmp_path / "figs", [ln.replace(str(out), str(tmp_path / "figs")) for ln in lines]
+    return (
+        tmp_path / "small",
+        tmp_path / "figs",
+        [ln.replace(str(out), str(tmp_path / "figs")) for ln in lines],
+    )
 
 
 def _stamps(out: Path) -> dict[str, int]:
@@ -65,11 +69,14 @@ def test_one_figure_per_variant_and_a_second_run_redraws_nothing(drawn, monkeypa
     small, out, first = drawn
     names = {Path(x).name for x in first if not x.startswith("skipped ")}
     # 3 seeds of the quadratic variant: one heads / maps / trajectories / conv-likeness figure for the variant
-    assert {n for n in names if n.startswith("heads_")} == {"heads_sa-quadratic-isotropic-nh9.png",
-                                                           "heads_sa-quadratic-isotropic-nh9.pdf",
-                                                           "heads_sa-quadratic-isotropic-nh9.csv",
-                                                           "heads_sa-learned-nh4-dp8.png", "heads_sa-learned-nh4-dp8.pdf",
-                                                           "heads_sa-learned-nh4-dp8.csv"}
+    assert {n for n in names if n.startswith("heads_")} == {
+        "heads_sa-quadratic-isotropic-nh9.png",
+        "heads_sa-quadratic-isotropic-nh9.pdf",
+        "heads_sa-quadratic-isotropic-nh9.csv",
+        "heads_sa-learned-nh4-dp8.png",
+        "heads_sa-learned-nh4-dp8.pdf",
+        "heads_sa-learned-nh4-dp8.csv",
+    }
     conv = pd.read_csv(out / "conv_likeness_sa-quadratic-isotropic-nh9.csv")
     assert set(conv.seeds) == {3}
     before = _stamps(out)
@@ -86,15 +93,31 @@ def test_a_changed_trial_redraws_its_variant_and_the_study_wide_figures_only(dra
     before = _stamps(out)
     # the learned trial trains one more epoch
     w = TableWriter(small / "tables", trial_id="l-s0")
-    w.rows("heads", 2, [head_row("l-s0", "learned", 4, None, 2, layer, head) for layer in range(LAYERS)
-                        for head in range(4)])
+    w.rows(
+        "heads",
+        2,
+        [
+            head_row("l-s0", "learned", 4, None, 2, layer, head)
+            for layer in range(LAYERS)
+            for head in range(4)
+        ],
+    )
     w.close()
     code, lines = _figures(small, "--out", out, "--jobs", "1")
     after = _stamps(out)
     changed = {n.rsplit(".", 1)[0] for n in after if after[n] != before.get(n)}
-    assert changed == {"heads_sa-learned-nh4-dp8", "trajectories_sa-learned-nh4-dp8", "maps_sa-learned-nh4-dp8",
-                       "attention_distance", "locality_over_training", "table1"}
-    assert pd.read_csv(out / "attention_distance.csv").query("model == 'SA learned (N_h=4, D_p=8)'").epoch.max() == 2
+    assert changed == {
+        "heads_sa-learned-nh4-dp8",
+        "trajectories_sa-learned-nh4-dp8",
+        "maps_sa-learned-nh4-dp8",
+        "attention_distance",
+        "locality_over_training",
+        "table1",
+    }
+    assert (
+        pd.read_csv(out / "attention_distance.csv").query("model == 'SA learned (N_h=4, D_p=8)'").epoch.max()
+        == 2
+    )
 
 
 def test_files_of_figures_no_longer_drawn_are_removed_and_foreign_files_kept(drawn):
@@ -134,11 +157,16 @@ def test_per_seed_and_per_variant_figures_live_side_by_side(small, tmp_path):
     out = tmp_path / "figs"
     _figures(small, "--out", out, "--jobs", "1", "--per-seed", "--no-pdf")
     assert {p.name for p in out.glob("heads_*.csv")} == {
-        "heads_sa-quadratic-isotropic-nh9-seed0.csv", "heads_sa-quadratic-isotropic-nh9-seed1.csv",
-        "heads_sa-quadratic-isotropic-nh9-seed2.csv", "heads_sa-learned-nh4-dp8.csv"}
+        "heads_sa-quadratic-isotropic-nh9-seed0.csv",
+        "heads_sa-quadratic-isotropic-nh9-seed1.csv",
+        "heads_sa-quadratic-isotropic-nh9-seed2.csv",
+        "heads_sa-learned-nh4-dp8.csv",
+    }
     _figures(small, "--out", out, "--jobs", "1", "--no-pdf")
     assert "heads_sa-quadratic-isotropic-nh9.csv" in {p.name for p in out.glob("heads_*.csv")}
-    assert (out / "heads_sa-quadratic-isotropic-nh9-seed1.csv").exists(), "a default run keeps per-seed figures"
+    assert (out / "heads_sa-quadratic-isotropic-nh9-seed1.csv").exists(), (
+        "a default run keeps per-seed figures"
+    )
 
 
 @pytest.mark.slow
@@ -161,8 +189,10 @@ def test_report_reuses_the_figures_folder(small, monkeypatch):
     assert any(n.endswith(".png") for n in stamps) and not any(n.endswith(".pdf") for n in stamps)
     queued = []
     real = analysis.figures.jobs.execute
-    monkeypatch.setattr("analysis.figures.jobs.execute", lambda renders, **kw: queued.append(len(renders))
-                        or real(renders, **kw))
+    monkeypatch.setattr(
+        "analysis.figures.jobs.execute",
+        lambda renders, **kw: queued.append(len(renders)) or real(renders, **kw),
+    )
     html = render(analysis.load(small))
     assert queued == [0] and _stamps(out) == stamps
     assert html.count("data:image/png;base64,") == sum(n.endswith(".png") for n in stamps)

@@ -16,8 +16,9 @@ import pytest
 
 import analysis
 from analysis import cli, style
-from analysis.figures import Context, distance, gates, heads as heads_fig, locality
 from analysis.contours import window_contours
+from analysis.figures import Context, distance, gates, locality
+from analysis.figures import heads as heads_fig
 from analysis.figures.pooled import CONV3_DISTANCE
 from analysis.variants import trial_table, variant_order
 from study.tables import TableWriter, read_table
@@ -57,12 +58,23 @@ def gate_value(tid: str, epoch: int, layer: int, head: int) -> float:
 def head_row(tid, enc, n_heads, gate_rule, epoch, layer, head, *, grid_metric=True) -> dict:
     quadratic = enc in ("quadratic", "gpsa")  # the fabricated GPSA heads carry Σ⁻¹ of their positional part
     cx, cy = float(head % 3 - 1), float(head // 3 - 1)
-    row = {"layer": layer, "head": head, "center_x": cx, "center_y": cy, "cov_xx": 0.3, "cov_xy": 0.0,
-           "cov_yy": 0.3, "entropy": 1.0 if head % 2 == 0 or enc != "rope2d" else 5.0,  # rope2d: odd heads diffuse
-           "mean_distance": mean_distance(tid, epoch, layer, head), "max_prob": 0.6,
-           "param_center_x": cx if quadratic else NAN, "param_center_y": cy if quadratic else NAN,
-           "param_inv_cov_xx": 4.0 if quadratic else NAN, "param_inv_cov_xy": 0.0 if quadratic else NAN,
-           "param_inv_cov_yy": 4.0 if quadratic else NAN}
+    row = {
+        "layer": layer,
+        "head": head,
+        "center_x": cx,
+        "center_y": cy,
+        "cov_xx": 0.3,
+        "cov_xy": 0.0,
+        "cov_yy": 0.3,
+        "entropy": 1.0 if head % 2 == 0 or enc != "rope2d" else 5.0,  # rope2d: odd heads diffuse
+        "mean_distance": mean_distance(tid, epoch, layer, head),
+        "max_prob": 0.6,
+        "param_center_x": cx if quadratic else NAN,
+        "param_center_y": cy if quadratic else NAN,
+        "param_inv_cov_xx": 4.0 if quadratic else NAN,
+        "param_inv_cov_xy": 0.0 if quadratic else NAN,
+        "param_inv_cov_yy": 4.0 if quadratic else NAN,
+    }
     if grid_metric:
         row["attention_distance"] = attention_distance(tid, epoch, layer, head)
         row["attention_entropy"] = 2.0
@@ -89,19 +101,48 @@ def write_study(root: Path, trials=TRIALS, *, epochs=EPOCHS, grid_metric=True) -
     for cell, (tid, name, enc, n_heads, seed, gate_rule) in enumerate(trials):
         w = TableWriter(tables, trial_id=tid)
         resnet = enc is None
-        run = {"study": "loc", "name": name, "arch": "resnet18" if resnet else "sa", "encoding": enc,
-               "num_heads": n_heads, "pos_dim": None, "seed": seed, "epochs": epochs, "epochs_done": epochs,
-               "status": "finished", "best_test_acc": 0.3, "final_test_acc": 0.3, "n_params": 1000, "flops": 2000,
-               "data": "synthetic:100", "subset": 100, "n_train": 100, "n_val": 0, "n_test": 100, "cell": cell,
-               "hidden": 16, "layers": LAYERS, "head_images": 8, "image_size": 32, "downsample": 2}
+        run = {
+            "study": "loc",
+            "name": name,
+            "arch": "resnet18" if resnet else "sa",
+            "encoding": enc,
+            "num_heads": n_heads,
+            "pos_dim": None,
+            "seed": seed,
+            "epochs": epochs,
+            "epochs_done": epochs,
+            "status": "finished",
+            "best_test_acc": 0.3,
+            "final_test_acc": 0.3,
+            "n_params": 1000,
+            "flops": 2000,
+            "data": "synthetic:100",
+            "subset": 100,
+            "n_train": 100,
+            "n_val": 0,
+            "n_test": 100,
+            "cell": cell,
+            "hidden": 16,
+            "layers": LAYERS,
+            "head_images": 8,
+            "image_size": 32,
+            "downsample": 2,
+        }
         for epoch in range(-1 if grid_metric else 0, epochs):
             if epoch >= 0:
                 w.rows("epochs", epoch, [{"test_acc": 0.1 * (epoch + 1), "train_loss": 1.0}])
             if not resnet:
-                rows = [head_row(tid, enc, n_heads, gate_rule, epoch, layer, head, grid_metric=grid_metric)
-                        for layer in range(LAYERS) for head in range(n_heads)]
+                rows = [
+                    head_row(tid, enc, n_heads, gate_rule, epoch, layer, head, grid_metric=grid_metric)
+                    for layer in range(LAYERS)
+                    for head in range(n_heads)
+                ]
                 w.rows("heads", epoch, rows)
-                w.rows("maps", epoch, [map_row(r["layer"], r["head"], r["center_x"], r["center_y"]) for r in rows])
+                w.rows(
+                    "maps",
+                    epoch,
+                    [map_row(r["layer"], r["head"], r["center_x"], r["center_y"]) for r in rows],
+                )
             w.run(run)
         w.close()
     return root
@@ -174,8 +215,12 @@ def test_reference_lines_are_on_the_grid_metrics_scale(study_dir):
 
     cells = list(itertools.product(range(16), range(16)))
     uniform = np.mean([math.dist(a, b) for a in cells for b in cells])
-    conv = np.mean([np.mean([math.dist(q, k) for k in cells if max(abs(q[0] - k[0]), abs(q[1] - k[1])) <= 1])
-                    for q in cells])
+    conv = np.mean(
+        [
+            np.mean([math.dist(q, k) for k in cells if max(abs(q[0] - k[0]), abs(q[1] - k[1])) <= 1])
+            for q in cells
+        ]
+    )
     runs, heads = _tables(study_dir)
     m = distance_metric(heads, trial_table(runs))
     assert m.column == "attention_distance"
@@ -289,8 +334,12 @@ def test_head_centres_of_every_concentrated_head_whatever_its_encoding(study_dir
     heads_fig.draw(Context(study=analysis.load(study_dir), out=out, per_seed=True, pdf=False))  # CSVs read
     _, heads = _tables(study_dir)
     last = heads[heads.epoch == EPOCHS - 1]
-    for tid, stem in [("g-s0", None), ("b-s0", "heads_sa-relative-bias-nh4"), ("r-s0", "heads_sa-rope2d-nh4"),
-                      ("l-s0", "heads_sa-learned-nh4-dp8")]:
+    for tid, stem in [
+        ("g-s0", None),
+        ("b-s0", "heads_sa-relative-bias-nh4"),
+        ("r-s0", "heads_sa-rope2d-nh4"),
+        ("l-s0", "heads_sa-learned-nh4-dp8"),
+    ]:
         files = sorted(out.glob(f"{stem}*.csv")) if stem else sorted(out.glob("heads_sa-gpsa-nh9-seed*.csv"))
         frames = [pd.read_csv(f) for f in files]
         got = next(f for f in frames if set(f.trial_id) == {tid}) if stem is None else frames[0]
@@ -298,14 +347,21 @@ def test_head_centres_of_every_concentrated_head_whatever_its_encoding(study_dir
         concentrated = t[t.entropy <= math.log(49)]
         centres = got[got.kind == "center"]
         assert set(zip(centres.layer, centres["head"])) == set(zip(concentrated.layer, concentrated["head"]))
-        assert set(zip(got[got.kind == "diffuse"].layer, got[got.kind == "diffuse"]["head"])) == \
-            set(zip(t.layer, t["head"])) - set(zip(concentrated.layer, concentrated["head"]))
+        assert set(zip(got[got.kind == "diffuse"].layer, got[got.kind == "diffuse"]["head"])) == set(
+            zip(t.layer, t["head"])
+        ) - set(zip(concentrated.layer, concentrated["head"]))
         if tid == "g-s0":
             # the mass contours of its stored window, not the ellipse of its Σ⁻¹ = 4 I
             maps = read_table(study_dir / "tables", "maps")
-            for (layer, head), pts in got[(got.kind == "contour") & (got.level == 0.5)].groupby(["layer", "head"]):
-                m = maps[(maps.trial_id == tid) & (maps.epoch == EPOCHS - 1) & (maps.layer == layer)
-                         & (maps["head"] == head)].iloc[0]
+            for (layer, head), pts in got[(got.kind == "contour") & (got.level == 0.5)].groupby(
+                ["layer", "head"]
+            ):
+                m = maps[
+                    (maps.trial_id == tid)
+                    & (maps.epoch == EPOCHS - 1)
+                    & (maps.layer == layer)
+                    & (maps["head"] == head)
+                ].iloc[0]
                 paths = window_contours(m.probs, int(m.window), 0.5)
                 np.testing.assert_allclose(pts.x, np.concatenate([p[0] for p in paths]))
                 np.testing.assert_allclose(pts.y, np.concatenate([p[1] for p in paths]))
@@ -316,9 +372,12 @@ def test_quadratic_heads_keep_their_ellipses(study_dir, drawn):
     got = pd.read_csv(out / "heads_sa-quadratic-isotropic-nh9.csv")
     pts = got[(got.kind == "contour") & (got.level == 0.5)]
     c = got[got.kind == "center"].set_index(["layer", "head"])
-    d2 = [(r.x - c.loc[(r.layer, r.head), "x"]) ** 2 + (r.y - c.loc[(r.layer, r.head), "y"]) ** 2
-          for r in pts.itertuples()]
+    d2 = [
+        (r.x - c.loc[(r.layer, r.head), "x"]) ** 2 + (r.y - c.loc[(r.layer, r.head), "y"]) ** 2
+        for r in pts.itertuples()
+    ]
     from analysis.contours import mahalanobis_radius
+
     np.testing.assert_allclose(4.0 * np.asarray(d2), mahalanobis_radius(0.5) ** 2, rtol=1e-9)
 
 

@@ -15,11 +15,31 @@ from study.bench.runner import default_options, run_bench
 from study.cli import main
 
 RECORD_KEYS = {
-    "path", "precision", "images_per_s", "images_per_s_best", "step_ms", "windows_s", "warmup_s",
-    "forward_flops", "train_flops", "tflops", "mfu", "peak_memory_mb", "step_memory_mb", "cpu_s_per_step",
+    "path",
+    "precision",
+    "images_per_s",
+    "images_per_s_best",
+    "step_ms",
+    "windows_s",
+    "warmup_s",
+    "forward_flops",
+    "train_flops",
+    "tflops",
+    "mfu",
+    "peak_memory_mb",
+    "step_memory_mb",
+    "cpu_s_per_step",
 }
-POSITIVE = ("images_per_s", "images_per_s_best", "step_ms", "forward_flops", "train_flops", "tflops", "mfu",
-            "cpu_s_per_step")
+POSITIVE = (
+    "images_per_s",
+    "images_per_s_best",
+    "step_ms",
+    "forward_flops",
+    "train_flops",
+    "tflops",
+    "mfu",
+    "cpu_s_per_step",
+)
 
 
 def check_record(rec):
@@ -34,8 +54,15 @@ def check_record(rec):
 
 @pytest.fixture(scope="module")
 def report():
-    opts = default_options("cpu", batch=1, steps=1, warmup=1, repeats=2,
-                           targets=("sa_learned", "attention:sa_quadratic"), peak_tflops=1.0)
+    opts = default_options(
+        "cpu",
+        batch=1,
+        steps=1,
+        warmup=1,
+        repeats=2,
+        targets=("sa_learned", "attention:sa_quadratic"),
+        peak_tflops=1.0,
+    )
     return run_bench(opts)
 
 
@@ -73,8 +100,15 @@ def test_attention_rows(report):
     assert a["train"]["path"].startswith("shared dense") and "dropout" in a["train"]["path"]
     # the factorised core does 8x fewer multiply-adds (2*16^3 vs 256^2 per head, channel)
     assert a["core_naive"]["forward_flops"] == 8 * a["core_fast"]["forward_flops"]
-    for k in ("speedup_vs_naive", "train_speedup_vs_naive", "core_speedup_vs_naive", "speedup_vs_naive_best",
-              "speedup_vs_naive_cpu_time", "train_speedup_vs_naive_cpu_time", "core_speedup_vs_naive_cpu_time"):
+    for k in (
+        "speedup_vs_naive",
+        "train_speedup_vs_naive",
+        "core_speedup_vs_naive",
+        "speedup_vs_naive_best",
+        "speedup_vs_naive_cpu_time",
+        "train_speedup_vs_naive_cpu_time",
+        "core_speedup_vs_naive_cpu_time",
+    ):
         assert math.isfinite(a[k]) and a[k] > 0
 
 
@@ -86,8 +120,24 @@ def test_report_is_json_and_table(report):
 
 
 def test_cli_json_resnet_without_naive_counterpart(capsys):
-    assert main(["bench", "--models", "resnet18", "--batch", "1", "--steps", "1", "--json", "--quiet",
-                 "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--models",
+                "resnet18",
+                "--batch",
+                "1",
+                "--steps",
+                "1",
+                "--json",
+                "--quiet",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["peak_tflops"] > 0 and out["peak_source"].startswith("measured")
     (m,) = out["models"]
@@ -110,8 +160,30 @@ def test_references_option_times_only_the_chosen_references_interleaved(capsys):
     layer's)."""
     layers = ["sa_quadratic", "sa_learned", "sa_learned_content"]
     targets = ",".join(["sa_quadratic", *(f"attention:{k}" for k in layers)])
-    assert main(["bench", "--models", targets, "--batch", "1", "--steps", "1", "--repeats", "2",
-                 "--references", "einsum", "--json", "--quiet", "--device", "cpu", "--peak-tflops", "1"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--models",
+                targets,
+                "--batch",
+                "1",
+                "--steps",
+                "1",
+                "--repeats",
+                "2",
+                "--references",
+                "einsum",
+                "--json",
+                "--quiet",
+                "--device",
+                "cpu",
+                "--peak-tflops",
+                "1",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     (m,), attention = out["models"], out["attention"]
     assert m["key"] == "sa_quadratic" and m["naive"] is None
@@ -123,25 +195,51 @@ def test_references_option_times_only_the_chosen_references_interleaved(capsys):
         assert a["naive"] is None and a["core_naive"] is None
         check_record(a["einsum"])
         assert len(a["train"]["windows_s"]) == len(a["einsum"]["windows_s"]) == 2
-        assert a["train_speedup_vs_einsum"] == pytest.approx(a["train"]["images_per_s"] / a["einsum"]["images_per_s"])
-    assert main(["bench", "--models", f"attention:{layers[0]}", "--batch", "1", "--steps", "1", "--no-naive",
-                 "--references", "naive,einsum", "--json", "--quiet", "--device", "cpu", "--peak-tflops", "1"]) == 0
+        assert a["train_speedup_vs_einsum"] == pytest.approx(
+            a["train"]["images_per_s"] / a["einsum"]["images_per_s"]
+        )
+    assert (
+        main(
+            [
+                "bench",
+                "--models",
+                f"attention:{layers[0]}",
+                "--batch",
+                "1",
+                "--steps",
+                "1",
+                "--no-naive",
+                "--references",
+                "naive,einsum",
+                "--json",
+                "--quiet",
+                "--device",
+                "cpu",
+                "--peak-tflops",
+                "1",
+            ]
+        )
+        == 0
+    )
     (a,) = json.loads(capsys.readouterr().out)["attention"]
     assert a["naive"] is None and a["einsum"] is not None
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--models", "nope"], "--models: unknown target 'nope'"),
-    (["--models", "attention:resnet18"], "--models: unknown target 'attention:resnet18'"),
-    (["--steps", "0"], "--steps: must be >= 1"),
-    (["--warmup", "0"], "--warmup: must be >= 1"),
-    (["--dtype", "float32", "--amp"], "--amp/--no-amp"),
-    (["--peak-tflops", "-1"], "--peak-tflops: must be > 0"),
-    (["--threads", "0"], "--threads: must be >= 1"),
-    (["--references", "einsum,fast"], "--references: unknown reference 'fast'"),
-    (["--references", ","], "--references: unknown reference"),
-    (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "--device:"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--models", "nope"], "--models: unknown target 'nope'"),
+        (["--models", "attention:resnet18"], "--models: unknown target 'attention:resnet18'"),
+        (["--steps", "0"], "--steps: must be >= 1"),
+        (["--warmup", "0"], "--warmup: must be >= 1"),
+        (["--dtype", "float32", "--amp"], "--amp/--no-amp"),
+        (["--peak-tflops", "-1"], "--peak-tflops: must be > 0"),
+        (["--threads", "0"], "--threads: must be >= 1"),
+        (["--references", "einsum,fast"], "--references: unknown reference 'fast'"),
+        (["--references", ","], "--references: unknown reference"),
+        (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "--device:"),
+    ],
+)
 def test_cli_errors_are_one_line(args, message, capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", *args])
@@ -152,21 +250,38 @@ def test_cli_errors_are_one_line(args, message, capsys):
 
 
 def test_cli_help_in_a_subprocess():
-    r = subprocess.run([sys.executable, "-m", "study", "bench", "--help"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "study", "bench", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0
-    for flag in ("--batch", "--steps", "--warmup", "--repeats", "--models", "--device", "--dtype", "--amp",
-                 "--compile", "--json", "--peak-tflops", "989"):
+    for flag in (
+        "--batch",
+        "--steps",
+        "--warmup",
+        "--repeats",
+        "--models",
+        "--device",
+        "--dtype",
+        "--amp",
+        "--compile",
+        "--json",
+        "--peak-tflops",
+        "989",
+    ):
         assert flag in r.stdout
 
 
-@pytest.mark.parametrize("name,precision,expected", [
-    ("NVIDIA H100 80GB HBM3", "bf16", 989.0),
-    ("NVIDIA H200", "bf16", 989.0),
-    ("NVIDIA H100 PCIe", "bf16", 756.0),
-    ("NVIDIA A100-SXM4-80GB", "bf16", 312.0),
-    ("NVIDIA A100-SXM4-80GB", "tf32", 156.0),
-    ("NVIDIA GeForce RTX 4090", "bf16", None),
-])
+@pytest.mark.parametrize(
+    "name,precision,expected",
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989.0),
+        ("NVIDIA H200", "bf16", 989.0),
+        ("NVIDIA H100 PCIe", "bf16", 756.0),
+        ("NVIDIA A100-SXM4-80GB", "bf16", 312.0),
+        ("NVIDIA A100-SXM4-80GB", "tf32", 156.0),
+        ("NVIDIA GeForce RTX 4090", "bf16", None),
+    ],
+)
 def test_stated_peaks(name, precision, expected):
     assert stated_gpu_peak(name, precision).tflops == expected
 

@@ -22,8 +22,23 @@ from tests.helpers import TINY
 from tests.study.data.test_refusals_before_torch import outcomes_in_forks
 
 #: the flags of the trained configuration (TINY) as `study train` takes them
-TRAIN = ["--data", "synthetic:60", "--epochs", "1", "--batch-size", "20", "--hidden", "16", "--layers", "1",
-         "--intermediate", "16", "--num-heads", "2", "--quiet"]
+TRAIN = [
+    "--data",
+    "synthetic:60",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "20",
+    "--hidden",
+    "16",
+    "--layers",
+    "1",
+    "--intermediate",
+    "16",
+    "--num-heads",
+    "2",
+    "--quiet",
+]
 
 
 @functools.cache
@@ -37,11 +52,25 @@ def _checkpoint() -> dict:
     mc = ModelConfig(**TINY)
     cfg = TrainConfig(model=mc, data="synthetic:60", epochs=1, batch_size=20)
     weights = collections.OrderedDict(
-        [("embed.weight", torch.randn(16, 12)), ("embed.bias", torch.zeros(16)),
-         ("blocks.0.attention_norm.weight", torch.ones(16)), ("classifier.weight", torch.randn(10, 16))])
-    return {"model": weights, "optimizer": {"state": {}, "param_groups": []}, "epoch": 1,
-            "best_test_acc": 0.1, "final_test_acc": 0.1, "device_seconds": 1.0, "attempts": 1,
-            "rng_cpu": torch.get_rng_state(), "model_config": mc.to_dict(), "train_config": cfg.to_dict()}
+        [
+            ("embed.weight", torch.randn(16, 12)),
+            ("embed.bias", torch.zeros(16)),
+            ("blocks.0.attention_norm.weight", torch.ones(16)),
+            ("classifier.weight", torch.randn(10, 16)),
+        ]
+    )
+    return {
+        "model": weights,
+        "optimizer": {"state": {}, "param_groups": []},
+        "epoch": 1,
+        "best_test_acc": 0.1,
+        "final_test_acc": 0.1,
+        "device_seconds": 1.0,
+        "attempts": 1,
+        "rng_cpu": torch.get_rng_state(),
+        "model_config": mc.to_dict(),
+        "train_config": cfg.to_dict(),
+    }
 
 
 class Evil:
@@ -106,44 +135,92 @@ def _damaged(kind: str) -> bytes:
 
 
 #: damage -> what the refusal names (after the file's name)
-DAMAGES = {"truncated": "damaged or truncated zip",
-           "zip-not-torch": "without its data.pkl", "garbage": "not a zip archive", "empty": "an empty file",
-           "code-in-pickle": "holds more than tensors", "list": "holds a list, not a dict",
-           "no-model-config": "carries no model_config", "huge-config": "model_config.num_heads: must be <= 1024",
-           "unknown-config-field": "model_config.bogus: unknown model field",
-           "config-not-dict": "model_config: must be a dict", "not-a-tensor": "must be a tensor, got list",
-           "state-not-dict": "state_dict: must be a dict of tensors", "train-config-not-dict":
-           "train_config: must be a dict", "seed-wrong-type": "train_config.seed: must be int"}
+DAMAGES = {
+    "truncated": "damaged or truncated zip",
+    "zip-not-torch": "without its data.pkl",
+    "garbage": "not a zip archive",
+    "empty": "an empty file",
+    "code-in-pickle": "holds more than tensors",
+    "list": "holds a list, not a dict",
+    "no-model-config": "carries no model_config",
+    "huge-config": "model_config.num_heads: must be <= 1024",
+    "unknown-config-field": "model_config.bogus: unknown model field",
+    "config-not-dict": "model_config: must be a dict",
+    "not-a-tensor": "must be a tensor, got list",
+    "state-not-dict": "state_dict: must be a dict of tensors",
+    "train-config-not-dict": "train_config: must be a dict",
+    "seed-wrong-type": "train_config.seed: must be int",
+}
 #: the same reading of a trial's checkpoints in a study folder: one case of each kind of damage
-CHECKPOINT_DAMAGES = {"truncated": DAMAGES["truncated"], "code-in-pickle": DAMAGES["code-in-pickle"],
-                      "list": "not a checkpoint of this project", "no-model-config": DAMAGES["no-model-config"],
-                      "not-a-tensor": DAMAGES["not-a-tensor"]}
+CHECKPOINT_DAMAGES = {
+    "truncated": DAMAGES["truncated"],
+    "code-in-pickle": DAMAGES["code-in-pickle"],
+    "list": "not a checkpoint of this project",
+    "no-model-config": DAMAGES["no-model-config"],
+    "not-a-tensor": DAMAGES["not-a-tensor"],
+}
 #: one case of each kind of damage to an export (each reader's refusal)
-EXPORT_DAMAGES = ["truncated", "zip-not-torch", "garbage", "empty", "code-in-pickle", "list", "no-model-config",
-                  "huge-config", "unknown-config-field", "config-not-dict", "not-a-tensor", "state-not-dict",
-                  "train-config-not-dict", "seed-wrong-type"]
+EXPORT_DAMAGES = [
+    "truncated",
+    "zip-not-torch",
+    "garbage",
+    "empty",
+    "code-in-pickle",
+    "list",
+    "no-model-config",
+    "huge-config",
+    "unknown-config-field",
+    "config-not-dict",
+    "not-a-tensor",
+    "state-not-dict",
+    "train-config-not-dict",
+    "seed-wrong-type",
+]
 
 #: id -> (argv after `study`, what the one line names); {x} are paths in the case's folder, `s` a study whose
 #: trial c000-s000 holds the checkpoint files the case puts there, `o` a `study train --out` folder of TRAIN
 CASES = {
     **{f"evaluate-{k}": (["evaluate", "m.pt", "--data", "synthetic:60"], DAMAGES[k]) for k in EXPORT_DAMAGES},
-    "evaluate-no-data-named": (["evaluate", "m.pt"], "--data: required (the export does not name its training"),
-    "evaluate-data-named-missing": (["evaluate", "m.pt"], "train_config.data: /nowhere/data.tar: no such file"),
-    "evaluate-device-misspelt": (["evaluate", "m.pt", "--device", "gpu"], "--device: only cuda, cuda:N and cpu"),
+    "evaluate-no-data-named": (
+        ["evaluate", "m.pt"],
+        "--data: required (the export does not name its training",
+    ),
+    "evaluate-data-named-missing": (
+        ["evaluate", "m.pt"],
+        "train_config.data: /nowhere/data.tar: no such file",
+    ),
+    "evaluate-device-misspelt": (
+        ["evaluate", "m.pt", "--device", "gpu"],
+        "--device: only cuda, cuda:N and cpu",
+    ),
     "evaluate-folder": (["evaluate", "s"], "s: not a file"),
-    **{f"export-{k}": (["export", "s", "--trial", "c000-s000", "--out", "x.pt"], "trial c000-s000: no intact "
-                       "checkpoint of trial c000-s000 (checkpoint {cwd}/s/trials/c000-s000/checkpoint.pt (")
-       for k in CHECKPOINT_DAMAGES},
-    "export-latest-damaged-previous-foreign": (["export", "s", "--trial", "c000-s000"],
-                                               "is damaged and no earlier checkpoint is intact"),
-    "export-unknown-trial": (["export", "s", "--trial", "c009-s000"], "--trial: no checkpoint of trial 'c009-s000'"),
+    **{
+        f"export-{k}": (
+            ["export", "s", "--trial", "c000-s000", "--out", "x.pt"],
+            "trial c000-s000: no intact "
+            "checkpoint of trial c000-s000 (checkpoint {cwd}/s/trials/c000-s000/checkpoint.pt (",
+        )
+        for k in CHECKPOINT_DAMAGES
+    },
+    "export-latest-damaged-previous-foreign": (
+        ["export", "s", "--trial", "c000-s000"],
+        "is damaged and no earlier checkpoint is intact",
+    ),
+    "export-unknown-trial": (
+        ["export", "s", "--trial", "c009-s000"],
+        "--trial: no checkpoint of trial 'c009-s000'",
+    ),
     "export-no-checkpoint": (["export", "s"], "has no trial checkpoint"),
     "export-out-a-folder": (["export", "s", "--out", "s"], "--out: s is a directory"),
     "export-no-study": (["export", "nothere"], "no study 'nothere'"),
-    "train-rerun-other-heads": (["train", *TRAIN[:-2], "4", "--quiet", "--out", "o"],
-                                "o/checkpoint holds a checkpoint of another configuration (num_heads: 2 -> 4)"),
-    "train-rerun-both-damaged": (["train", *TRAIN, "--out", "o"], "o/checkpoint/checkpoint.pt (UnreadableFile: "
-                                 "a damaged or truncated zip archive"),
+    "train-rerun-other-heads": (
+        ["train", *TRAIN[:-2], "4", "--quiet", "--out", "o"],
+        "o/checkpoint holds a checkpoint of another configuration (num_heads: 2 -> 4)",
+    ),
+    "train-rerun-both-damaged": (
+        ["train", *TRAIN, "--out", "o"],
+        "o/checkpoint/checkpoint.pt (UnreadableFile: a damaged or truncated zip archive",
+    ),
 }
 
 
@@ -162,8 +239,9 @@ def _prepare(cwd: Path, case: str, files: dict[str, bytes]) -> None:
     elif command == "export" and kind != "no-checkpoint":
         trial.mkdir(parents=True)
         (trial / "checkpoint.pt").write_bytes(files["truncated"])
-        (trial / "checkpoint.prev.pt").write_bytes(files["good"] if kind != "latest-damaged-previous-foreign"
-                                                   else files["code-in-pickle"])
+        (trial / "checkpoint.prev.pt").write_bytes(
+            files["good"] if kind != "latest-damaged-previous-foreign" else files["code-in-pickle"]
+        )
     elif command == "train":
         (cwd / "o" / "checkpoint").mkdir(parents=True)
         for name in ("checkpoint.pt", "checkpoint.prev.pt"):
@@ -176,7 +254,9 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
     from study.models.trained import export_dict
 
     base = tmp_path_factory.mktemp("checkpoint-refusals")
-    files = {k: _damaged(k) for k in {*EXPORT_DAMAGES, *CHECKPOINT_DAMAGES, "no-data-named", "data-named-missing"}}
+    files = {
+        k: _damaged(k) for k in {*EXPORT_DAMAGES, *CHECKPOINT_DAMAGES, "no-data-named", "data-named-missing"}
+    }
     files["good"] = _saved(_checkpoint())
     files["good-export"] = _saved(export_dict(_checkpoint(), study="s", trial_id="t"))
     cases = []

@@ -6,19 +6,28 @@ import re
 import pytest
 import torch
 
-from tests.conftest import VARIANTS, VARIANT_IDS
 from study.cli import main
 from study.models import ModelConfig, load_trained
 from study.models.trained import export_dict
 from study.trial import TrainConfig, train_trial
 from study.trial.checkpoint import load_checkpoint
+from tests.conftest import VARIANT_IDS, VARIANTS
 
 
 @pytest.mark.parametrize("encoding,isotropic", VARIANTS, ids=VARIANT_IDS)
 def test_export_round_trip_every_encoding(tmp_path, capsys, encoding, isotropic):
-    mc = ModelConfig(encoding=encoding, isotropic=isotropic, hidden=16, layers=1, intermediate=16, num_heads=2,
-                     **({"pos_dim": 4} if encoding == "learned" else {}))  # learned_content: pos_dim = hidden
-    cfg = TrainConfig(model=mc, data="synthetic:100", subset=50, epochs=1, batch_size=25, head_images=4, seed=3)
+    mc = ModelConfig(
+        encoding=encoding,
+        isotropic=isotropic,
+        hidden=16,
+        layers=1,
+        intermediate=16,
+        num_heads=2,
+        **({"pos_dim": 4} if encoding == "learned" else {}),
+    )  # learned_content: pos_dim = hidden
+    cfg = TrainConfig(
+        model=mc, data="synthetic:100", subset=50, epochs=1, batch_size=25, head_images=4, seed=3
+    )
     result = train_trial(cfg, trial_id="t", checkpoint_dir=tmp_path / "ckpt")
     state = load_checkpoint(tmp_path / "ckpt")
     assert state["model_config"] == mc.to_dict() and state["train_config"] == cfg.to_dict()
@@ -34,7 +43,6 @@ def test_export_round_trip_every_encoding(tmp_path, capsys, encoding, isotropic)
 
 
 def test_load_trained_refuses_a_pickle_with_code(tmp_path, capsys):
-    import pickle
 
     from study.models import ExportError
 
@@ -61,7 +69,9 @@ def test_checkpoints_are_the_trials_own_files_by_key(tmp_path):
         for e in epochs:
             save_checkpoint(tmp_path / "trials" / key, {"epoch": e, "model": {}})
     (tmp_path / "tune" / "c002-s000_abc" / "checkpoint_000000").mkdir(parents=True)
-    torch.save({"epoch": 9, "model": {}}, tmp_path / "tune" / "c002-s000_abc" / "checkpoint_000000" / "checkpoint.pt")
+    torch.save(
+        {"epoch": 9, "model": {}}, tmp_path / "tune" / "c002-s000_abc" / "checkpoint_000000" / "checkpoint.pt"
+    )
     torch.save({"epoch": 9, "model": {}}, tmp_path / "trials" / "checkpoint.pt")
     assert find_checkpoints(str(tmp_path)) == ["c000-s000", "c001-s000"]
     assert latest_checkpoint(str(tmp_path), "c000-s000")["epoch"] == 2
@@ -82,7 +92,15 @@ def test_export_out_that_cannot_be_written_is_one_line_before_anything_is_read(t
     (tmp_path / "st" / "s" / "tables").mkdir(parents=True)
     (tmp_path / "st" / "s" / "study.json").write_text("{}")
     with pytest.raises(SystemExit) as e:
-        main(["export", "s", "--storage", str(tmp_path / "st"),
-              "--out", out.format(file=tmp_path / "file", tmp=tmp_path)])
+        main(
+            [
+                "export",
+                "s",
+                "--storage",
+                str(tmp_path / "st"),
+                "--out",
+                out.format(file=tmp_path / "file", tmp=tmp_path),
+            ]
+        )
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "--out: " in err and "Traceback" not in err, err

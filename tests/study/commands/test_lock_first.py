@@ -14,9 +14,16 @@ import yaml
 
 from study.tuning.lock import LOCK, StudyLock
 
-DOC = {"name": "lk", "data": "synthetic:100", "epochs": 1, "batch_size": 25, "training": {"head_images": 4},
-       "model": {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2},
-       "models": [{"encoding": "quadratic"}], "resources": {"cpus_per_trial": 1}}
+DOC = {
+    "name": "lk",
+    "data": "synthetic:100",
+    "epochs": 1,
+    "batch_size": 25,
+    "training": {"head_images": 4},
+    "model": {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2},
+    "models": [{"encoding": "quadratic"}],
+    "resources": {"cpus_per_trial": 1},
+}
 
 #: each command through study.cli.main in ONE child (one interpreter start for all of them): its exit
 #: status, stderr and CPU seconds, then which of Ray and torch the child imported
@@ -44,8 +51,13 @@ def refused_under_locks(tmp_path, roots, commands, *, cpu: float):
     before = sorted(tmp_path.rglob("*"))
     try:
         cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(commands)], capture_output=True, text=True,
-                           cwd=tmp_path, env={**os.environ, "STUDY_CACHE_DIR": str(tmp_path / "cache")})
+        r = subprocess.run(
+            [sys.executable, "-c", CHILD, json.dumps(commands)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, "STUDY_CACHE_DIR": str(tmp_path / "cache")},
+        )
         cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         after = sorted(tmp_path.rglob("*"))
     finally:
@@ -61,7 +73,9 @@ def refused_under_locks(tmp_path, roots, commands, *, cpu: float):
         assert holder in lines[0] and lines[0].endswith(f"; lock {root / LOCK}"), run
     assert report["imported"] == [], "a refused second driver imported " + " and ".join(report["imported"])
     child_cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
-    assert child_cpu < cpu, f"{len(commands)} refusals took {child_cpu:.2f} s CPU (with the interpreter's start)"
+    assert child_cpu < cpu, (
+        f"{len(commands)} refusals took {child_cpu:.2f} s CPU (with the interpreter's start)"
+    )
     assert after == before, "a refused driver wrote something"
 
 
@@ -75,13 +89,37 @@ def test_a_locked_study_is_refused_before_ray_or_torch(tmp_path):
     f.write_text(yaml.safe_dump(DOC))
     new, stored, out = tmp_path / "st" / "lk", tmp_path / "st" / "old", tmp_path / "out"
     stored.mkdir(parents=True)
-    (stored / "study.json").write_text(json.dumps({"name": "old", "file": str(f), "raw": DOC, "num_trials": 1}))
+    (stored / "study.json").write_text(
+        json.dumps({"name": "old", "file": str(f), "raw": DOC, "num_trials": 1})
+    )
     cluster = ["--address", "127.0.0.1:1", "--shared-storage"]
     storage = ["--storage", str(tmp_path / "st")]
-    train = ["train", "--data", "synthetic:100", "--epochs", "1", "--hidden", "16", "--layers", "1", "--out", str(out)]
-    refused_under_locks(tmp_path, [new, new, stored, stored, out],
-                        [["run", str(f), *storage], ["run", str(f), *storage, *cluster],
-                         ["resume", "old", *storage], ["resume", "old", *storage, *cluster], train], cpu=1.5)
+    train = [
+        "train",
+        "--data",
+        "synthetic:100",
+        "--epochs",
+        "1",
+        "--hidden",
+        "16",
+        "--layers",
+        "1",
+        "--out",
+        str(out),
+    ]
+    refused_under_locks(
+        tmp_path,
+        [new, new, stored, stored, out],
+        [
+            ["run", str(f), *storage],
+            ["run", str(f), *storage, *cluster],
+            ["resume", "old", *storage],
+            ["resume", "old", *storage, *cluster],
+            train,
+        ],
+        cpu=1.5,
+    )
+
 
 def test_a_folder_holding_only_a_dead_drivers_lock_is_no_study(study_in_process, tmp_path):
     """A driver killed after taking the lock (while it checked the data, now after the lock) leaves the
@@ -98,6 +136,7 @@ def test_a_folder_holding_only_a_dead_drivers_lock_is_no_study(study_in_process,
     assert list(root.iterdir()) == []
     (root / "study.json").write_text("{}")  # a study that started: kept
     code, out, err, _ = study_in_process("run", f, "--storage", tmp_path / "st")
-    assert code == 2 and err == [f"study run: error: --name: study 'lk' already exists in {tmp_path / 'st'} "
-                                 "(continue it with `study resume lk` or pick another --name)"], err
-
+    assert code == 2 and err == [
+        f"study run: error: --name: study 'lk' already exists in {tmp_path / 'st'} "
+        "(continue it with `study resume lk` or pick another --name)"
+    ], err

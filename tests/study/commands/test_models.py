@@ -20,7 +20,11 @@ def test_models_json_lists_paper_configs_and_todays_encodings(study_here):
     rows = json.loads(r.stdout)
     assert len(rows) == len(PAPER_MODELS) + len(ENCODING_MODELS)
     for row in rows:
-        assert set(row) == set(COLUMNS) >= {"name", "encoding", "num_heads", "pos_dim", "rope_mode", "n_params", "macs"}
+        assert (
+            set(row)
+            == set(COLUMNS)
+            >= {"name", "encoding", "num_heads", "pos_dim", "rope_mode", "n_params", "macs"}
+        )
         assert row["flops"] > 1e8 and row["macs"] > 1e8
     by_name = {r["name"]: r for r in rows}
     assert by_name["ResNet18"]["n_params"] == 11_173_962
@@ -101,8 +105,16 @@ def test_meta_device_counts_equal_a_built_models(encoding_variant):
     from study.models import ModelConfig
     from study.models.registry import build_model
 
-    config = ModelConfig(**{"hidden": 16, "layers": 2, "intermediate": 16, "num_heads": 4,
-                            "pos_dim": 8 if encoding_variant["encoding"] == "learned" else None, **encoding_variant})
+    config = ModelConfig(
+        **{
+            "hidden": 16,
+            "layers": 2,
+            "intermediate": 16,
+            "num_heads": 4,
+            "pos_dim": 8 if encoding_variant["encoding"] == "learned" else None,
+            **encoding_variant,
+        }
+    )
     model = build_model(config)
     row = describe(config)
     assert row["n_params"] == count_parameters(model) > 0
@@ -114,9 +126,11 @@ def test_models_describes_a_model_of_a_billion_parameters_without_allocating_it(
     """Near MAX_MODEL_PARAMS (3.2 GB of float32 weights) `study models` answers at once: the model
     is built on the meta device, so the process never holds its weights."""
     # VmHWM: this process's peak RSS (ru_maxrss would carry the forking pytest worker's across exec)
-    code = ("from study.cli import main; "
-            "main(['models', '--json', '--hidden', '4096', '--intermediate', '4096', '--layers', '4']); "
-            "print(next(ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')))")
+    code = (
+        "from study.cli import main; "
+        "main(['models', '--json', '--hidden', '4096', '--intermediate', '4096', '--layers', '4']); "
+        "print(next(ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     out, _, maxrss_kb = r.stdout.strip().rpartition("\n")

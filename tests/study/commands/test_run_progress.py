@@ -65,15 +65,20 @@ def test_every_flag_default_is_in_help():
     for prog, parser in _all_parsers():
         text = " ".join(parser.format_help().split())
         for action in parser._actions:
-            if not action.option_strings or any(action.default is v for v in (None, False, argparse.SUPPRESS)):
+            if not action.option_strings or any(
+                action.default is v for v in (None, False, argparse.SUPPRESS)
+            ):
                 continue
             if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
                 continue
             default = action.default
             shown = str(default) if not isinstance(default, argparse.Namespace) else None
             own = " ".join((action.help or "").split())
-            assert ("default" in own.lower() and own in text) or f"(default: {shown})" in text, \
-                (prog, action.option_strings, default)
+            assert ("default" in own.lower() and own in text) or f"(default: {shown})" in text, (
+                prog,
+                action.option_strings,
+                default,
+            )
             checked += 1
     assert checked > 20
 
@@ -99,7 +104,9 @@ def test_loggers_key_validated(tmp_path):
         load_spec(_spec_file(tmp_path, loggers="tensorboard"))
 
 
-@pytest.mark.parametrize("logger,module", [("mlflow", "mlflow"), ("wandb", "wandb"), ("tensorboard", "tensorboardX")])
+@pytest.mark.parametrize(
+    "logger,module", [("mlflow", "mlflow"), ("wandb", "wandb"), ("tensorboard", "tensorboardX")]
+)
 def test_missing_logger_package_names_the_extra(tmp_path, capsys, monkeypatch, logger, module):
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed
     f = _spec_file(tmp_path, loggers=[logger])
@@ -125,11 +132,19 @@ def test_progress_counts_trials_and_estimates_from_epoch_times(monkeypatch):
     from study.spec import validate
     from study.tuning.runner import launch_plan
 
-    rep = progress.ProgressReporter(plan=launch_plan(validate(raw2, file="f.yaml", default_name="p")),
-                                    meta={"num_trials": 4}, enabled=False)
-    t = [SimpleNamespace(trial_id=f"r{i}", config={"cell": i, "key": f"c{i:03d}-s000"}, last_result={})
-         for i in range(4)]
-    assert rep.status_line().startswith("0 of 4 trials done") and "ETA after the first epoch" in rep.status_line()
+    rep = progress.ProgressReporter(
+        plan=launch_plan(validate(raw2, file="f.yaml", default_name="p")),
+        meta={"num_trials": 4},
+        enabled=False,
+    )
+    t = [
+        SimpleNamespace(trial_id=f"r{i}", config={"cell": i, "key": f"c{i:03d}-s000"}, last_result={})
+        for i in range(4)
+    ]
+    assert (
+        rep.status_line().startswith("0 of 4 trials done")
+        and "ETA after the first epoch" in rep.status_line()
+    )
     rep.on_trial_start(0, t, t[0])
     rep.on_trial_start(0, t, t[1])
     now[0] = 3.0
@@ -144,10 +159,9 @@ def test_progress_counts_trials_and_estimates_from_epoch_times(monkeypatch):
 
 
 def test_first_decode_prints_progress(tmp_path, monkeypatch):
-    from tests.data_helpers import make_tar, make_tree
-
     import study.data.imagefolder as imagefolder
     from study.data import load_splits
+    from tests.data_helpers import make_tar, make_tree
 
     make_tree(tmp_path / "tree", n_train=10, n_test=4, ext="jpg")
     archive = make_tar(tmp_path / "tree", tmp_path / "d.tar.gz")
@@ -163,8 +177,26 @@ def test_first_decode_prints_progress(tmp_path, monkeypatch):
 
 
 #: a small `study train` whose epochs take about a second on a quiet CPU: room for a few redraws
-TRAIN_ARGS = ["train", "--data", "synthetic:600", "--hidden", "16", "--layers", "1", "--intermediate", "24",
-              "--num-heads", "2", "--epochs", "2", "--batch-size", "20", "--no-head-stats", "--map-epochs", "none"]
+TRAIN_ARGS = [
+    "train",
+    "--data",
+    "synthetic:600",
+    "--hidden",
+    "16",
+    "--layers",
+    "1",
+    "--intermediate",
+    "24",
+    "--num-heads",
+    "2",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "20",
+    "--no-head-stats",
+    "--map-epochs",
+    "none",
+]
 #: tqdm's bar of the running epoch: images done/total, elapsed<ETA, images/s
 BAR = re.compile(r"epoch (\d)/2: +\d+%\|[^|]*\| *(\d+)/(\d+) \[\d\d:\d\d<\d\d:\d\d, +[\d.]+img/s\]")
 
@@ -177,8 +209,14 @@ def _on_a_terminal(cwd, args) -> tuple[int, str, float]:
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 24 x 100 like a terminal's
     t0 = time.monotonic()
-    p = subprocess.Popen([sys.executable, "-m", "study", *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave,
-                         stderr=slave, env=cli_env())
+    p = subprocess.Popen(
+        [sys.executable, "-m", "study", *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        env=cli_env(),
+    )
     os.close(slave)
     out = []
     while True:

@@ -34,16 +34,27 @@ from tests.slurm_daemons import Slurm, missing_binaries, slurm_cluster
 
 #: when the test lets a requeued job start again (see its use)
 REQUEUED_START = "StartTime=now+2"
-ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
-         "DEADLINE")
+ENDED = (
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+)
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     missing = missing_binaries()
     if missing:
-        pytest.skip(f"SLURM is not installed ({', '.join(missing)} missing): "
-                    "apt-get install slurmctld slurmd slurm-client munge (tests/install-system-deps.sh)")
+        pytest.skip(
+            f"SLURM is not installed ({', '.join(missing)} missing): "
+            "apt-get install slurmctld slurmd slurm-client munge (tests/install-system-deps.sh)"
+        )
     if os.geteuid() != 0:
         pytest.skip("the test's slurmd and slurmctld run as root (SlurmUser=root): run the tests as root")
     cpus = min(2, len(os.sched_getaffinity(0)))
@@ -53,17 +64,44 @@ def slurm(tmp_path_factory):
 
 def _spec(folder: Path, name: str, epochs: int) -> Path:
     path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": name, "data": "synthetic:200", "epochs": epochs, "batch_size": 25, "model": TINY,
-        "training": {"head_images": 4}, "resources": {"cpus_per_trial": 1}, "grid": {"num_heads": [1, 2]}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "data": "synthetic:200",
+                "epochs": epochs,
+                "batch_size": 25,
+                "model": TINY,
+                "training": {"head_images": 4},
+                "resources": {"cpus_per_trial": 1},
+                "grid": {"num_heads": [1, 2]},
+            }
+        )
+    )
     return path
 
 
 def _submit(slurm: Slurm, folder: Path, spec: Path, *sbatch: str) -> str:
-    r = subprocess.run([sys.executable, "-m", "study", "slurm", str(spec), "--storage", str(folder / "shared"),
-                        "--submit", "--", f"--output={folder}/job-%j.out", *sbatch],
-                       env={**slurm.env, "PYTHONUNBUFFERED": "1"}, cwd=folder, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "study",
+            "slurm",
+            str(spec),
+            "--storage",
+            str(folder / "shared"),
+            "--submit",
+            "--",
+            f"--output={folder}/job-%j.out",
+            *sbatch,
+        ],
+        env={**slurm.env, "PYTHONUNBUFFERED": "1"},
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and re.fullmatch(r"\d+", r.stdout.strip()), (r.returncode, r.stdout, r.stderr)
     return r.stdout.strip()
 
@@ -75,8 +113,9 @@ def _wait_state(slurm: Slurm, job: str, done, timeout: float, folder: Path) -> s
         if done(state):
             return state
         time.sleep(0.5)
-    raise AssertionError(f"job {job}: still {slurm.job_state(job)} after {timeout:.0f} s\n{_output(folder, job)}"
-                         f"{slurm.logs()}")
+    raise AssertionError(
+        f"job {job}: still {slurm.job_state(job)} after {timeout:.0f} s\n{_output(folder, job)}{slurm.logs()}"
+    )
 
 
 def _wait_rows(slurm: Slurm, job: str, tables: Path, rows: int, folder: Path) -> None:
@@ -84,8 +123,9 @@ def _wait_rows(slurm: Slurm, job: str, tables: Path, rows: int, folder: Path) ->
     pending or running (its output in the failure)."""
     deadline = time.time() + 600
     while len(read_table(tables, "epochs")) < rows:
-        assert time.time() < deadline and slurm.job_state(job) in ("PENDING", "CONFIGURING", "RUNNING"), \
+        assert time.time() < deadline and slurm.job_state(job) in ("PENDING", "CONFIGURING", "RUNNING"), (
             _output(folder, job)
+        )
         time.sleep(0.5)
 
 
@@ -240,8 +280,10 @@ def test_slurm_scancel_mid_study_then_requeue_resumes(slurm, tmp_path):
     kept = epochs.merge(before, on=["trial_id", "epoch"], suffixes=("", "_before"))
     assert (kept.seconds == kept.seconds_before).sum() >= max(1, len(before) - 1), kept
     assert not _wait_gone(job), _job_processes(job)
-    print(f"job {job}: cancelled at {cancelled_at:.0f} s after {len(before)} epoch rows, requeued, warned "
-          f"(SIGUSR1) at {warned_at:.0f} s, requeued itself, done at {time.time() - t0:.0f} s")
+    print(
+        f"job {job}: cancelled at {cancelled_at:.0f} s after {len(before)} epoch rows, requeued, warned "
+        f"(SIGUSR1) at {warned_at:.0f} s, requeued itself, done at {time.time() - t0:.0f} s"
+    )
 
 
 @pytest.mark.slow
@@ -255,7 +297,9 @@ def test_sigterm_to_the_batch_shell_alone_stops_the_study_cleanly(slurm, tmp_pat
     slurm.run("scancel", "--batch", "--signal=TERM", job)
     state = _wait_state(slurm, job, lambda s: s in ENDED, 300, tmp_path)
     out = _output(tmp_path, job)
-    assert "SIGTERM received: stopping the study" in out and "the study's driver exited with status 143" in out, out
+    assert (
+        "SIGTERM received: stopping the study" in out and "the study's driver exited with status 143" in out
+    ), out
     assert "requeueing" not in out and slurm.job_field(job, "Restarts") == "0", out
     assert state == "FAILED" and slurm.job_field(job, "ExitCode") == "143:0", (state, out)
     runs = read_table(tables, "runs")
@@ -279,25 +323,31 @@ def test_slurm_script_carries_the_study_and_the_sbatch_options(tmp_path, capsys,
     with the user's sbatch options after the script's defaults, and changes no file."""
     monkeypatch.delenv("STUDY_STORAGE", raising=False)
     spec = _spec(tmp_path, "printed", 2)
-    code, out, err = _slurm_cli(capsys, str(spec), "--storage", str(tmp_path / "shared"), "--",
-                                "--nodes=3", "--time=1:00:00")
+    code, out, err = _slurm_cli(
+        capsys, str(spec), "--storage", str(tmp_path / "shared"), "--", "--nodes=3", "--time=1:00:00"
+    )
     assert code == 0 and err == "", err
     assert subprocess.run(["bash", "-n"], input=out, text=True).returncode == 0
     sbatch = [line for line in out.splitlines() if line.startswith("#SBATCH ")]
-    assert sbatch[0] == "#SBATCH --job-name=study-printed" and sbatch[-2:] == ["#SBATCH --nodes=3",
-                                                                               "#SBATCH --time=1:00:00"]
+    assert sbatch[0] == "#SBATCH --job-name=study-printed" and sbatch[-2:] == [
+        "#SBATCH --nodes=3",
+        "#SBATCH --time=1:00:00",
+    ]
     assert {"#SBATCH --ntasks-per-node=1", "#SBATCH --requeue", "#SBATCH --signal=B:USR1@120"} <= set(sbatch)
     assert f"STORAGE={tmp_path / 'shared'}" in out and f"RUN=({spec})" in out and "NAME=printed" in out
     assert not (tmp_path / "shared").exists()
 
 
-@pytest.mark.parametrize("extra, message", [
-    ((), "--storage: required"),
-    (("--storage", "{tmp}/s", "--", "--ntasks-per-node=4"), "--ntasks-per-node is set by the script"),
-    (("--storage", "{tmp}/s", "--", "nodes=2"), "'nodes=2' is not an option"),
-    (("--storage", "{tmp}/s", "--resume"), "no study"),
-    (("--storage", "{tmp}/s", "--name", "a b"), "--name: must be"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ((), "--storage: required"),
+        (("--storage", "{tmp}/s", "--", "--ntasks-per-node=4"), "--ntasks-per-node is set by the script"),
+        (("--storage", "{tmp}/s", "--", "nodes=2"), "'nodes=2' is not an option"),
+        (("--storage", "{tmp}/s", "--resume"), "no study"),
+        (("--storage", "{tmp}/s", "--name", "a b"), "--name: must be"),
+    ],
+)
 def test_slurm_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch, extra, message):
     monkeypatch.delenv("STUDY_STORAGE", raising=False)
     spec = _spec(tmp_path, "refused", 2)
@@ -332,7 +382,7 @@ def sbatch_directives(script: str) -> list[str]:
         if not line.startswith("#SBATCH"):
             continue
         word, quote, escaped, started = "", "", False, False
-        for c in line[len("#SBATCH"):] + " ":
+        for c in line[len("#SBATCH") :] + " ":
             if escaped:
                 word, escaped, started = word + c, False, True
             elif c == "\\":
@@ -360,7 +410,7 @@ def sbatch_directives(script: str) -> list[str]:
 def _bash_values(script: str, cwd: Path) -> dict:
     """Run the script's assignments (everything before its first export) in bash: what
     PYTHON, STORAGE, NAME, RUN and RAY_LOGS hold, and nothing else runs."""
-    head = script[:script.index("\nexport ")]
+    head = script[: script.index("\nexport ")]
     body = head.split("set -u\n", 1)[1]
     probe = body + '\nprintf "%s\\0" "$PYTHON" "$STORAGE" "$NAME" "$RAY_LOGS" "${RUN[@]}"\n'
     r = subprocess.run(["bash", "-c", probe], cwd=cwd, capture_output=True, timeout=30)
@@ -384,20 +434,57 @@ def test_slurm_script_holds_hostile_values_as_data(tmp_path, capsys, monkeypatch
     data = tmp_path / f"data{hostile}"
     data.mkdir()
     options = [f"--comment={hostile}", f"--job-name={hostile}", f"-J{hostile}", "--nodes=2"]
-    code, out, err = _slurm_cli(capsys, str(spec), "--storage", str(storage), "--python", f"/opt/py{hostile}",
-                                "--data", str(data), "--ray-logs", str(logs), "--", *options)
+    code, out, err = _slurm_cli(
+        capsys,
+        str(spec),
+        "--storage",
+        str(storage),
+        "--python",
+        f"/opt/py{hostile}",
+        "--data",
+        str(data),
+        "--ray-logs",
+        str(logs),
+        "--",
+        *options,
+    )
     assert code == 0 and err == "", err
     assert subprocess.run(["bash", "-n"], input=out, text=True).returncode == 0
-    assert sbatch_directives(out) == ["--job-name=study-inert", "--ntasks-per-node=1", "--requeue",
-                                      "--open-mode=append", "--signal=B:USR1@120", *options]
+    assert sbatch_directives(out) == [
+        "--job-name=study-inert",
+        "--ntasks-per-node=1",
+        "--requeue",
+        "--open-mode=append",
+        "--signal=B:USR1@120",
+        *options,
+    ]
     values = _bash_values(out, tmp_path)
-    assert values == {"python": f"/opt/py{hostile}", "storage": str(storage), "name": "inert",
-                      "ray_logs": str(logs), "run": [str(spec), "--data", str(data)]}
+    assert values == {
+        "python": f"/opt/py{hostile}",
+        "storage": str(storage),
+        "name": "inert",
+        "ray_logs": str(logs),
+        "run": [str(spec), "--data", str(data)],
+    }
     assert not (tmp_path / "pwned").exists() and not storage.exists()
 
 
-@pytest.mark.parametrize("name", ["a\ntouch pwned", "a\rb", "..", ".", "/", "../other", "a/../../x", ".hidden",
-                                  "x" * 101, "a b", "tab\tname"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a\ntouch pwned",
+        "a\rb",
+        "..",
+        ".",
+        "/",
+        "../other",
+        "a/../../x",
+        ".hidden",
+        "x" * 101,
+        "a b",
+        "tab\tname",
+    ],
+)
 def test_slurm_resume_refuses_a_name_no_study_can_have(tmp_path, capsys, monkeypatch, name):
     """--resume NAME: a name `study run` cannot make (control characters, '/', '.', '..',
     a leading '.') is refused in one line, exit 2, even when a folder of that name exists."""
@@ -421,13 +508,27 @@ def test_slurm_resume_refuses_a_study_folder_linked_out_of_the_storage(tmp_path,
     assert code == 2 and out == "" and err.count("\n") == 1 and "leads out of" in err, err
 
 
-@pytest.mark.parametrize("option, refused", [
-    ("-a5", "-a"), ("-a", "-a"), ("-Qa5", "-a"), ("-vHa1-3", "-a"), ("--array=1-3", "--array"),
-    ("--arr=1-3", "--array"), ("--a=1", "--array"), ("--ntasks-per-node=2", "--ntasks-per-node"),
-    ("--ntasks-per-n=2", "--ntasks-per-node"), ("--ntasks-per-=2", "--ntasks-per-node"),
-    ("--wrap=hostname", "--wrap"), ("--wra=hostname", "--wrap"), ("--wr", "--wrap"),
-])
-def test_slurm_refuses_an_option_sbatch_reads_as_a_refused_one(tmp_path, capsys, monkeypatch, option, refused):
+@pytest.mark.parametrize(
+    "option, refused",
+    [
+        ("-a5", "-a"),
+        ("-a", "-a"),
+        ("-Qa5", "-a"),
+        ("-vHa1-3", "-a"),
+        ("--array=1-3", "--array"),
+        ("--arr=1-3", "--array"),
+        ("--a=1", "--array"),
+        ("--ntasks-per-node=2", "--ntasks-per-node"),
+        ("--ntasks-per-n=2", "--ntasks-per-node"),
+        ("--ntasks-per-=2", "--ntasks-per-node"),
+        ("--wrap=hostname", "--wrap"),
+        ("--wra=hostname", "--wrap"),
+        ("--wr", "--wrap"),
+    ],
+)
+def test_slurm_refuses_an_option_sbatch_reads_as_a_refused_one(
+    tmp_path, capsys, monkeypatch, option, refused
+):
     """sbatch reads its options with getopt_long: bundled short flags, attached values,
     unique prefixes of long options; every spelling of a refused option is refused."""
     monkeypatch.delenv("STUDY_STORAGE", raising=False)
@@ -436,8 +537,9 @@ def test_slurm_refuses_an_option_sbatch_reads_as_a_refused_one(tmp_path, capsys,
     assert code == 2 and out == "" and err.count("\n") == 1 and f"{refused} is set by the script" in err, err
 
 
-@pytest.mark.parametrize("option", ["--comment=x\n#SBATCH --array=1-3", "--comment=x\rtouch pwned", "--", "-",
-                                    "--comment=\x00"])
+@pytest.mark.parametrize(
+    "option", ["--comment=x\n#SBATCH --array=1-3", "--comment=x\rtouch pwned", "--", "-", "--comment=\x00"]
+)
 def test_slurm_refuses_an_option_that_is_not_one_sbatch_word(tmp_path, capsys, monkeypatch, option):
     monkeypatch.delenv("STUDY_STORAGE", raising=False)
     spec = _spec(tmp_path, "opts", 2)
@@ -445,8 +547,10 @@ def test_slurm_refuses_an_option_that_is_not_one_sbatch_word(tmp_path, capsys, m
     assert code == 2 and out == "" and err.count("\n") == 1 and "sbatch options:" in err, err
 
 
-@pytest.mark.parametrize("option", ["--ntasks=2", "-n2", "-N2", "-Jarray", "-J-a5", "--nodes=2", "--time=1:00:00",
-                                    "--comment=--array=1"])
+@pytest.mark.parametrize(
+    "option",
+    ["--ntasks=2", "-n2", "-N2", "-Jarray", "-J-a5", "--nodes=2", "--time=1:00:00", "--comment=--array=1"],
+)
 def test_slurm_passes_options_sbatch_reads_as_allowed_ones(tmp_path, capsys, monkeypatch, option):
     monkeypatch.delenv("STUDY_STORAGE", raising=False)
     spec = _spec(tmp_path, "opts", 2)

@@ -4,7 +4,6 @@ study file, progress of `study run`, and trained models taken out of a study
 
 One tiny study (2 trials, 2 epochs, every logger) runs once for the module."""
 
-import base64
 import io
 import os
 import re
@@ -23,14 +22,27 @@ MODELS = [{"encoding": "quadratic", "isotropic": True}, {"encoding": "learned_co
 
 
 def _env(**extra):
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline",
-            "WANDB_SILENT": "true",
-            "WANDB_INIT_TIMEOUT": "600", **extra}  # a loaded machine: 90 s (the default) once left a run empty
+    return {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONUNBUFFERED": "1",
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_INIT_TIMEOUT": "600",
+        **extra,
+    }  # a loaded machine: 90 s (the default) once left a run empty
 
 
 def _cli(cwd, *args, **kw):
-    return subprocess.run([sys.executable, "-m", "study", *args], cwd=cwd, env=_env(), capture_output=True,
-                          text=True, timeout=kw.pop("timeout", 900), **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "study", *args],
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=kw.pop("timeout", 900),
+        **kw,
+    )
 
 
 class _Result:
@@ -62,9 +74,17 @@ def logged(tmp_path_factory):
     pytest.importorskip("mlflow")
     pytest.importorskip("wandb")
     tmp = tmp_path_factory.mktemp("watch")
-    doc = {"name": "w", "data": "synthetic:100", "epochs": 2, "batch_size": 25, "training": {"head_images": 4},
-           "model": TINY, "models": MODELS, "resources": {"cpus_per_trial": 1},
-           "loggers": ["tensorboard", "mlflow", "wandb"]}
+    doc = {
+        "name": "w",
+        "data": "synthetic:100",
+        "epochs": 2,
+        "batch_size": 25,
+        "training": {"head_images": 4},
+        "model": TINY,
+        "models": MODELS,
+        "resources": {"cpus_per_trial": 1},
+        "loggers": ["tensorboard", "mlflow", "wandb"],
+    }
     (tmp / "w.yaml").write_text(yaml.safe_dump(doc))
     out = _cli(tmp, "run", "w.yaml", "--num-cpus", "2")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -74,7 +94,11 @@ def logged(tmp_path_factory):
 
 def _trial_dirs(root: Path) -> dict[str, Path]:
     """trial key -> Ray's trial folder (named key_rayid by the runner)."""
-    return {p.name.split("_")[0]: p for p in (root / "tune").iterdir() if p.is_dir() and (p / "params.json").exists()}
+    return {
+        p.name.split("_")[0]: p
+        for p in (root / "tune").iterdir()
+        if p.is_dir() and (p / "params.json").exists()
+    }
 
 
 @pytest.mark.slow
@@ -107,8 +131,17 @@ def test_tensorboard_scalars_hparams_and_attention_images(logged):
         assert hp["hparams/num_heads"].number_value == runs.loc[key, "num_heads"] == 4
         assert hp["hparams/encoding"].string_value == runs.loc[key, "encoding"]
         assert hp["hparams/lr"].number_value == pytest.approx(runs.loc[key, "lr"])
-        for name in ("hparams/pos_dim", "hparams/hidden", "hparams/layers", "hparams/weight_decay",
-                     "hparams/epochs", "hparams/batch_size", "hparams/warmup", "hparams/seed", "key"):
+        for name in (
+            "hparams/pos_dim",
+            "hparams/hidden",
+            "hparams/layers",
+            "hparams/weight_decay",
+            "hparams/epochs",
+            "hparams/batch_size",
+            "hparams/warmup",
+            "hparams/seed",
+            "key",
+        ):
             assert name in hp, name
         # one image per layer and epoch: heads side by side, 15x15 windows x 6 pixels
         for layer in range(TINY["layers"]):

@@ -23,11 +23,14 @@ def _listings(monkeypatch) -> list[str]:
     return made
 
 
-def test_a_folder_is_listed_once_for_its_check_and_its_sizes_and_the_launch_plan_uses_them(tmp_path, monkeypatch):
+def test_a_folder_is_listed_once_for_its_check_and_its_sizes_and_the_launch_plan_uses_them(
+    tmp_path, monkeypatch
+):
     tree = tmp_path / "data"
     make_tree(tree, n_train=5, n_test=2)  # three classes
-    spec = load_checked(str(write_spec(tmp_path, "f", data=str(tree), batch_size=5, epochs=1,
-                                       grid={"num_heads": [1, 2]})))
+    spec = load_checked(
+        str(write_spec(tmp_path, "f", data=str(tree), batch_size=5, epochs=1, grid={"num_heads": [1, 2]}))
+    )
     made = _listings(monkeypatch)
     assert source_sizes(spec) == {str(tree): (15, 6)}  # `study plan`: the check lists, and counts
     assert len(made) == 1, made

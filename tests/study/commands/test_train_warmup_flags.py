@@ -14,13 +14,16 @@ def test_two_warmup_flags_are_refused_in_one_line(study_in_process, tmp_path, a,
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("argv,flag", [
-    (["--warmup-epochs", "3", "--epochs", "2"], "--warmup-epochs"),
-    (["--warmup-epochs", "-1"], "--warmup-epochs"),
-    (["--warmup-steps", "-1"], "--warmup-steps"),
-    (["--warmup-steps", "2.5"], "--warmup-steps"),
-    (["--warmup", "1"], "--warmup"),
-])
+@pytest.mark.parametrize(
+    "argv,flag",
+    [
+        (["--warmup-epochs", "3", "--epochs", "2"], "--warmup-epochs"),
+        (["--warmup-epochs", "-1"], "--warmup-epochs"),
+        (["--warmup-steps", "-1"], "--warmup-steps"),
+        (["--warmup-steps", "2.5"], "--warmup-steps"),
+        (["--warmup", "1"], "--warmup"),
+    ],
+)
 def test_a_warmup_flag_out_of_bounds_is_refused_in_one_line(study_in_process, tmp_path, argv, flag):
     code, out, err, _ = study_in_process("train", "--data", "synthetic:20", *argv, "--out", tmp_path / "o")
     assert code == 2 and len(err) == 1 and flag in err[0], err
@@ -30,5 +33,10 @@ def test_a_warmup_flag_out_of_bounds_is_refused_in_one_line(study_in_process, tm
 def test_help_names_the_three_forms_and_the_papers_default(study_in_process):
     code, out, err, _ = study_in_process("train", "--help")
     text = " ".join(out.split())
-    assert code == 0 and "--warmup FRACTION" in text and "--warmup-epochs E" in text and "--warmup-steps N" in text
+    assert (
+        code == 0
+        and "--warmup FRACTION" in text
+        and "--warmup-epochs E" in text
+        and "--warmup-steps N" in text
+    )
     assert "paper's 0.05" in text

@@ -12,10 +12,10 @@ import tarfile
 
 import pytest
 
-from tests.data_helpers import make_tar, tar_bytes
 from study import limits
 from study.data.archive import read_images
 from study.data.errors import DataError
+from tests.data_helpers import make_tar, tar_bytes
 
 
 def test_long_names_are_read_in_every_tar_format(tmp_path):
@@ -28,12 +28,18 @@ def test_long_names_are_read_in_every_tar_format(tmp_path):
         with open(arch, "rb") as f:
             images = read_images(f, path=str(arch), keep=lambda name: name.endswith(".png"))
         assert {n: bytes(images.buffer[o : o + s]) for n, (o, s) in images.files.items()} == {
-            f"train/{long}/a.png": b"abc"}, fmt
+            f"train/{long}/a.png": b"abc"
+        }, fmt
         assert sorted(images.dirs) == ["test", "train", f"train/{long}"], fmt
 
 
 # ---------------------------------------------------------------- every bound, one line each
-PNGS = {f"{split}/{c}/{i}.png": bytes([i]) * 100 for split in ("train", "test") for c in ("a", "b") for i in range(2)}
+PNGS = {
+    f"{split}/{c}/{i}.png": bytes([i]) * 100
+    for split in ("train", "test")
+    for c in ("a", "b")
+    for i in range(2)
+}
 
 
 def read_error(raw: bytes) -> str:
@@ -52,13 +58,17 @@ def gnu_long_name_chain(n: int) -> bytes:
     return long_name * n + member + bytes(1024)
 
 
-@pytest.mark.parametrize("compress", [gzip.compress, bz2.compress, lzma.compress], ids=["gzip", "bzip2", "xz"])
+@pytest.mark.parametrize(
+    "compress", [gzip.compress, bz2.compress, lzma.compress], ids=["gzip", "bzip2", "xz"]
+)
 def test_archive_decompression_bomb(monkeypatch, compress):
     monkeypatch.setattr(limits, "MAX_DECOMPRESSED_BYTES", 2**20)
     bomb = compress(tar_bytes({**PNGS, "train/a/zeros.png": bytes(4 * 2**20)}))
     assert len(bomb) < 2**16
-    assert read_error(bomb) == ("a.tar: decompresses to more than 1048576 bytes (MAX_DECOMPRESSED_BYTES): "
-                                "refusing a possible decompression bomb")
+    assert read_error(bomb) == (
+        "a.tar: decompresses to more than 1048576 bytes (MAX_DECOMPRESSED_BYTES): "
+        "refusing a possible decompression bomb"
+    )
 
 
 def test_plain_archive_over_the_decompressed_limit(monkeypatch):
@@ -67,13 +77,22 @@ def test_plain_archive_over_the_decompressed_limit(monkeypatch):
     assert read_error(raw) == "a.tar: archive is more than 1048576 bytes (MAX_DECOMPRESSED_BYTES)"
 
 
-@pytest.mark.parametrize("limit, members, expected", [
-    ("MAX_SOURCE_FILES", PNGS, "a.tar: more than 3 archive members (MAX_SOURCE_FILES)"),
-    ("MAX_IMAGE_FILE_BYTES", {"train/a/big.png": bytes(4)},
-     "a.tar: train/a/big.png: 4 bytes, more than the limit of 3 (MAX_IMAGE_FILE_BYTES)"),
-    ("MAX_SOURCE_IMAGE_BYTES", {"train/a/0.png": bytes(2), "train/a/1.png": bytes(2)},
-     "a.tar: its image files hold more than 3 bytes (MAX_SOURCE_IMAGE_BYTES)"),
-])
+@pytest.mark.parametrize(
+    "limit, members, expected",
+    [
+        ("MAX_SOURCE_FILES", PNGS, "a.tar: more than 3 archive members (MAX_SOURCE_FILES)"),
+        (
+            "MAX_IMAGE_FILE_BYTES",
+            {"train/a/big.png": bytes(4)},
+            "a.tar: train/a/big.png: 4 bytes, more than the limit of 3 (MAX_IMAGE_FILE_BYTES)",
+        ),
+        (
+            "MAX_SOURCE_IMAGE_BYTES",
+            {"train/a/0.png": bytes(2), "train/a/1.png": bytes(2)},
+            "a.tar: its image files hold more than 3 bytes (MAX_SOURCE_IMAGE_BYTES)",
+        ),
+    ],
+)
 def test_archive_size_and_count_limits(monkeypatch, limit, members, expected):
     monkeypatch.setattr(limits, limit, 3)
     assert read_error(tar_bytes(members)) == expected
@@ -89,17 +108,31 @@ def test_a_member_over_the_image_limit_cut_short(monkeypatch, compress):
     if compress is None:
         assert read_error(raw) == "a.tar: truncated tar archive (train/a/big.png is cut short)"
     else:
-        assert read_error(compress(raw)) == ("a.tar: train/a/big.png: 5000 bytes, more than the limit of 1000 "
-                                             "(MAX_IMAGE_FILE_BYTES)")
+        assert read_error(compress(raw)) == (
+            "a.tar: train/a/big.png: 5000 bytes, more than the limit of 1000 (MAX_IMAGE_FILE_BYTES)"
+        )
 
 
-@pytest.mark.parametrize("name, needle", [
-    ("/etc/x.png", "member '/etc/x.png' points outside the archive (absolute path or '..'): refusing the archive"),
-    ("../x.png", "member '../x.png' points outside the archive (absolute path or '..'): refusing the archive"),
-    ("train/../../x.png", "member 'train/../../x.png' points outside the archive (absolute path or '..'): "
-                          "refusing the archive"),
-    ("./train/a/0.png", "member './train/a/0.png' appears twice in the archive"),
-], ids=["absolute", "dotdot", "dotdot_inside", "twice"])
+@pytest.mark.parametrize(
+    "name, needle",
+    [
+        (
+            "/etc/x.png",
+            "member '/etc/x.png' points outside the archive (absolute path or '..'): refusing the archive",
+        ),
+        (
+            "../x.png",
+            "member '../x.png' points outside the archive (absolute path or '..'): refusing the archive",
+        ),
+        (
+            "train/../../x.png",
+            "member 'train/../../x.png' points outside the archive (absolute path or '..'): "
+            "refusing the archive",
+        ),
+        ("./train/a/0.png", "member './train/a/0.png' appears twice in the archive"),
+    ],
+    ids=["absolute", "dotdot", "dotdot_inside", "twice"],
+)
 def test_archive_member_outside_the_folder_or_twice(name, needle):
     assert read_error(tar_bytes({**PNGS, name: b"x"})) == f"a.tar: {needle}"
 
@@ -107,10 +140,17 @@ def test_archive_member_outside_the_folder_or_twice(name, needle):
 def test_archive_links_are_skipped_never_followed(tmp_path):
     secret = tmp_path / "secret.png"
     secret.write_bytes(b"secret")
-    raw = tar_bytes(PNGS, links={"train/a/sym.png": (tarfile.SYMTYPE, str(secret)),
-                              "train/a/hard.png": (tarfile.LNKTYPE, "train/a/0.png"),
-                              "train/a/up.png": (tarfile.SYMTYPE, "../../../secret.png")})
-    images = read_images(io.BufferedReader(io.BytesIO(raw)), path="a.tar", keep=lambda name: name.endswith(".png"))
+    raw = tar_bytes(
+        PNGS,
+        links={
+            "train/a/sym.png": (tarfile.SYMTYPE, str(secret)),
+            "train/a/hard.png": (tarfile.LNKTYPE, "train/a/0.png"),
+            "train/a/up.png": (tarfile.SYMTYPE, "../../../secret.png"),
+        },
+    )
+    images = read_images(
+        io.BufferedReader(io.BytesIO(raw)), path="a.tar", keep=lambda name: name.endswith(".png")
+    )
     assert sorted(images.files) == sorted(PNGS)
     assert b"secret" not in images.buffer
 
@@ -118,7 +158,7 @@ def test_archive_links_are_skipped_never_followed(tmp_path):
 def test_archive_sparse_member_is_refused():
     info = tarfile.TarInfo("train/a/s.png")
     info.type = tarfile.GNUTYPE_SPARSE
-    raw = tar_bytes(PNGS) [:-1024 * 2] + info.tobuf(format=tarfile.GNU_FORMAT) + bytes(1024)
+    raw = tar_bytes(PNGS)[: -1024 * 2] + info.tobuf(format=tarfile.GNU_FORMAT) + bytes(1024)
     assert read_error(raw) == "a.tar: member 'train/a/s.png' is a sparse file: refusing the archive"
 
 
@@ -128,22 +168,28 @@ def test_archive_extended_header_bounds():
     assert read_error(raw).endswith(" bytes, more than 1048576: refusing the archive")
     chain = io.BufferedReader(io.BytesIO(gnu_long_name_chain(8)))
     assert len(read_images(chain, path="a.tar", keep=bool).files) == 1
-    assert read_error(gnu_long_name_chain(9)) == ("a.tar: extended header at byte 8192: more than 8 in a row "
-                                                  "before one member: refusing the archive")
+    assert read_error(gnu_long_name_chain(9)) == (
+        "a.tar: extended header at byte 8192: more than 8 in a row before one member: refusing the archive"
+    )
 
 
 def test_damaged_archives():
     raw = tar_bytes(PNGS, fmt=tarfile.USTAR_FORMAT)
     assert read_error(raw[:300]) == "a.tar: not a tar archive (only 300 bytes)"
     assert read_error(raw[:700]) == "a.tar: truncated tar archive (train/a/0.png is cut short)"
-    assert read_error(raw[:1024 + 300]) == ("a.tar: truncated tar archive: no end-of-archive marker after 1 members "
-                                            "at byte 1024 (the file was cut short?)")
+    assert read_error(raw[: 1024 + 300]) == (
+        "a.tar: truncated tar archive: no end-of-archive marker after 1 members "
+        "at byte 1024 (the file was cut short?)"
+    )
     garbled = raw[:1024] + bytes(range(256)) * 2 + raw[1536:]  # the second member's header
     assert read_error(garbled) == "a.tar: not a tar archive or corrupt at byte 1024"
-    assert read_error(raw[:8192]) == ("a.tar: truncated tar archive: no end-of-archive marker after 8 members "
-                                       "at byte 8192 (the file was cut short?)")
-    assert read_error(gzip.compress(raw)[:-30]) == ("a.tar: cannot decompress archive "
-                                                    "(compressed data ends early: truncated)")
+    assert read_error(raw[:8192]) == (
+        "a.tar: truncated tar archive: no end-of-archive marker after 8 members "
+        "at byte 8192 (the file was cut short?)"
+    )
+    assert read_error(gzip.compress(raw)[:-30]) == (
+        "a.tar: cannot decompress archive (compressed data ends early: truncated)"
+    )
     assert read_error(b"BZh9" + bytes(range(200))) == "a.tar: cannot decompress archive (Invalid data stream)"
 
 
@@ -151,14 +197,17 @@ def test_compressed_archive_in_several_streams_with_zero_padding():
     raw = tar_bytes(PNGS)
     for compress in (gzip.compress, bz2.compress, lzma.compress):
         data = compress(raw[:2048]) + compress(raw[2048:]) + bytes(1000)
-        images = read_images(io.BufferedReader(io.BytesIO(data)), path="a.tar",
-                             keep=lambda name: name.endswith(".png"))
+        images = read_images(
+            io.BufferedReader(io.BytesIO(data)), path="a.tar", keep=lambda name: name.endswith(".png")
+        )
         assert {n: bytes(images.buffer[o : o + s]) for n, (o, s) in images.files.items()} == PNGS, compress
 
 
 # ---------------------------------------------------------------- raw headers, checked in the reader's own bytes
 def read(raw: bytes):
-    return read_images(io.BufferedReader(io.BytesIO(raw)), path="a.tar", keep=lambda name: name.endswith(".png"))
+    return read_images(
+        io.BufferedReader(io.BytesIO(raw)), path="a.tar", keep=lambda name: name.endswith(".png")
+    )
 
 
 def patched(raw: bytes, off: int, field: slice, value: bytes) -> bytes:
@@ -187,9 +236,13 @@ COUNTED = {
     "ustar": (lambda: tar_bytes(PNGS, fmt=tarfile.USTAR_FORMAT), 8, PNGS),
     "pax_records": (lambda: tar_bytes(PNGS, pax={"comment": "x"}), 16, PNGS),
     "pax_global": (lambda: with_global_header(PNGS, {"comment": "every member"}), 1 + 8, PNGS),
-    "gnu_long_names": (lambda: tar_bytes({**PNGS, **LONG}, fmt=tarfile.GNU_FORMAT,
-                                         links={"train/a/l.png": (tarfile.SYMTYPE, "t" * 150)}),
-                       8 + 2 + 2, {**PNGS, **LONG}),
+    "gnu_long_names": (
+        lambda: tar_bytes(
+            {**PNGS, **LONG}, fmt=tarfile.GNU_FORMAT, links={"train/a/l.png": (tarfile.SYMTYPE, "t" * 150)}
+        ),
+        8 + 2 + 2,
+        {**PNGS, **LONG},
+    ),
     "gzip_pax_long_names": (lambda: gzip.compress(tar_bytes({**PNGS, **LONG})), 8 + 2, {**PNGS, **LONG}),
 }
 
@@ -205,22 +258,34 @@ def test_every_raw_header_is_checked(case):
 
 
 #: (patched size field, what the refusal shows): what int(field, 8) or GNU base-256 would take
-SIZES = [(b"00000000_12\0", "size b'00000000_12'"), (b"-0000000012\0", "size b'-0000000012'"),
-         (b"+0000000012\0", "size b'+0000000012'"), (b"0000000 012\0", "size b'0000000 012'"),
-         (b"\xff" * 12, "negative size")]
+SIZES = [
+    (b"00000000_12\0", "size b'00000000_12'"),
+    (b"-0000000012\0", "size b'-0000000012'"),
+    (b"+0000000012\0", "size b'+0000000012'"),
+    (b"0000000 012\0", "size b'0000000 012'"),
+    (b"\xff" * 12, "negative size"),
+]
 #: where the patched header is: (format, pax records, its offset)
-WHERE = {"first_member": (tarfile.USTAR_FORMAT, None, 0), "third_member": (tarfile.USTAR_FORMAT, None, 2048),
-         "member_after_a_pax_header": (tarfile.PAX_FORMAT, {"comment": "x"}, 2 * 2048 + 1024),
-         "pax_header": (tarfile.PAX_FORMAT, {"comment": "x"}, 2 * 2048)}
+WHERE = {
+    "first_member": (tarfile.USTAR_FORMAT, None, 0),
+    "third_member": (tarfile.USTAR_FORMAT, None, 2048),
+    "member_after_a_pax_header": (tarfile.PAX_FORMAT, {"comment": "x"}, 2 * 2048 + 1024),
+    "pax_header": (tarfile.PAX_FORMAT, {"comment": "x"}, 2 * 2048),
+}
 
 
 @pytest.mark.parametrize("where", sorted(WHERE))
-@pytest.mark.parametrize("field, shown", SIZES, ids=["underscore", "minus", "plus", "inner_space", "base256_negative"])
+@pytest.mark.parametrize(
+    "field, shown", SIZES, ids=["underscore", "minus", "plus", "inner_space", "base256_negative"]
+)
 def test_size_field_read_leniently_is_refused(where, field, shown):
     fmt, pax, off = WHERE[where]
     raw = tar_bytes(PNGS, fmt=fmt, pax=pax)
     assert read(raw).tar_headers > 0
-    assert read_error(patched(raw, off, slice(124, 136), field)) == f"a.tar: corrupt tar header at byte {off} ({shown})"
+    assert (
+        read_error(patched(raw, off, slice(124, 136), field))
+        == f"a.tar: corrupt tar header at byte {off} ({shown})"
+    )
 
 
 def pax_body(records: bytes, *, later: bool = False) -> bytes:
@@ -238,15 +303,25 @@ def record(text: bytes) -> bytes:
     return b"%d %s\n" % (length, text)
 
 
-@pytest.mark.parametrize("records, needle", [
-    (b"abc comment=x\n", "corrupt pax header at byte {off} (record at 0)"),
-    (b"9999 comment=x\n", "corrupt pax header at byte {off} (record length 9999)"),
-    (record(b"commentxx"), "corrupt pax header at byte {off} (record without '=')"),
-    (record(b"size=12abc"), "corrupt pax header at byte {off} (size '12abc')"),
-    (record(b"size=-4096"), "corrupt pax header at byte {off} (size '-4096')"),
-    (record(b"GNU.sparse.size=9"), "member at byte {off} is a sparse file: refusing the archive"),
-], ids=["length_not_a_number", "length_past_the_end", "no_equals", "size_not_a_number", "size_negative",
-        "sparse_map"])
+@pytest.mark.parametrize(
+    "records, needle",
+    [
+        (b"abc comment=x\n", "corrupt pax header at byte {off} (record at 0)"),
+        (b"9999 comment=x\n", "corrupt pax header at byte {off} (record length 9999)"),
+        (record(b"commentxx"), "corrupt pax header at byte {off} (record without '=')"),
+        (record(b"size=12abc"), "corrupt pax header at byte {off} (size '12abc')"),
+        (record(b"size=-4096"), "corrupt pax header at byte {off} (size '-4096')"),
+        (record(b"GNU.sparse.size=9"), "member at byte {off} is a sparse file: refusing the archive"),
+    ],
+    ids=[
+        "length_not_a_number",
+        "length_past_the_end",
+        "no_equals",
+        "size_not_a_number",
+        "size_negative",
+        "sparse_map",
+    ],
+)
 @pytest.mark.parametrize("later", [False, True], ids=["first", "third"])
 def test_malformed_pax_records_are_refused(records, needle, later):
     off = 2 * 2048 if later else 0
@@ -270,16 +345,19 @@ def test_a_header_tarfile_stops_at_is_not_the_end_of_the_archive(off):
 def test_a_folder_with_data_is_refused():
     info = tarfile.TarInfo("train/a")
     info.type, info.size = tarfile.DIRTYPE, 100
-    raw = tar_bytes(PNGS, fmt=tarfile.USTAR_FORMAT)[:-1024 * 2] + info.tobuf(format=tarfile.USTAR_FORMAT)
+    raw = tar_bytes(PNGS, fmt=tarfile.USTAR_FORMAT)[: -1024 * 2] + info.tobuf(format=tarfile.USTAR_FORMAT)
     raw += bytes([7]) * 512 + bytes(1024)
-    assert read_error(raw) == ("a.tar: corrupt tar header at byte 8192 (member 'train/a' is no regular file "
-                               "but has 100 bytes of data)")
+    assert read_error(raw) == (
+        "a.tar: corrupt tar header at byte 8192 (member 'train/a' is no regular file "
+        "but has 100 bytes of data)"
+    )
 
 
 def test_an_extended_header_with_no_member_is_refused():
     raw = tar_bytes(PNGS, pax={"comment": "x"})
-    assert read_error(raw[:2 * 2048 + 1024] + bytes(1024)) == (
-        "a.tar: extended header with no member before the end-of-archive marker at byte 5120: refusing the archive")
+    assert read_error(raw[: 2 * 2048 + 1024] + bytes(1024)) == (
+        "a.tar: extended header with no member before the end-of-archive marker at byte 5120: refusing the archive"
+    )
 
 
 def test_a_signed_checksum_is_accepted():
@@ -290,4 +368,6 @@ def test_a_signed_checksum_is_accepted():
     images = read(bytes(raw))
     assert list(images.files) == ["train/a/\u00e9.png"] and images.tar_headers == 1
     raw[148:156] = b"%06o\0 " % (int(raw[148:154], 8) + 1)
-    assert read_error(bytes(raw)) == "a.tar: not a tar archive or corrupt at byte 0 (no tar header at the start)"
+    assert (
+        read_error(bytes(raw)) == "a.tar: not a tar archive or corrupt at byte 0 (no tar header at the start)"
+    )

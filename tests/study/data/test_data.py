@@ -12,12 +12,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.data_helpers import image_array, jpeg_bytes, make_cifar_python, make_tar, make_tree, write_image
 from study.data import (
-    CIFAR_MEAN, CIFAR_STD, DataError, DeviceData, Splits, augment, epoch_plan, load_splits,
-    make_synthetic, stratified_subset,
+    CIFAR_MEAN,
+    CIFAR_STD,
+    DataError,
+    DeviceData,
+    Splits,
+    augment,
+    epoch_plan,
+    load_splits,
+    make_synthetic,
+    stratified_subset,
 )
 from study.data import decode as decode_mod
+from tests.data_helpers import image_array, jpeg_bytes, make_cifar_python, make_tar, make_tree, write_image
 
 
 @pytest.fixture
@@ -60,8 +68,13 @@ def test_tree_loads_images_labels_and_sorted_classes(tmp_path, cache):
 
 @pytest.mark.parametrize(
     "mode,fmt,wrapper",
-    [("w:gz", tarfile.PAX_FORMAT, None), ("w", tarfile.USTAR_FORMAT, None), ("w:gz", tarfile.GNU_FORMAT, "wrap"),
-     ("w:bz2", tarfile.PAX_FORMAT, "cifar"), ("w:xz", tarfile.USTAR_FORMAT, None)],
+    [
+        ("w:gz", tarfile.PAX_FORMAT, None),
+        ("w", tarfile.USTAR_FORMAT, None),
+        ("w:gz", tarfile.GNU_FORMAT, "wrap"),
+        ("w:bz2", tarfile.PAX_FORMAT, "cifar"),
+        ("w:xz", tarfile.USTAR_FORMAT, None),
+    ],
     ids=["tgz-pax", "tar-ustar", "tgz-gnu-wrapped", "bz2-wrapped", "xz"],
 )
 def test_archive_equals_directory_tree(tmp_path, cache, mode, fmt, wrapper):
@@ -121,7 +134,8 @@ def test_error_unknown_spec(cache):
 
 def test_error_bad_synthetic_size(cache):
     assert error_of("synthetic:lots", cache) == (
-        "synthetic:lots: N_TRAIN must be an integer from 1 to 200000 (MAX_SYNTHETIC_TRAIN), got 'lots'")
+        "synthetic:lots: N_TRAIN must be an integer from 1 to 200000 (MAX_SYNTHETIC_TRAIN), got 'lots'"
+    )
 
 
 def test_error_empty_spec(cache):
@@ -179,8 +193,11 @@ def test_error_undecodable_file(tmp_path, cache, name, as_archive):
 
 @pytest.mark.parametrize(
     "size,channels,expected",
-    [((16, 24), 3, "image is 16x24 with 3 channel(s)"), ((32, 32), 1, "image is 32x32 with 1 channel(s)"),
-     ((32, 32), 4, "image is 32x32 with 4 channel(s)")],
+    [
+        ((16, 24), 3, "image is 16x24 with 3 channel(s)"),
+        ((32, 32), 1, "image is 32x32 with 1 channel(s)"),
+        ((32, 32), 4, "image is 32x32 with 4 channel(s)"),
+    ],
 )
 def test_error_wrong_image_size(tmp_path, cache, size, channels, expected):
     make_tree(tmp_path / "d")
@@ -201,7 +218,10 @@ def test_error_wrong_jpeg_size_in_batched_decode(tmp_path, cache):
 def test_error_not_a_tar_archive(tmp_path, cache):
     junk = tmp_path / "data.tar"
     junk.write_bytes(bytes(range(256)) * 8)
-    assert error_of(junk, cache) == f"{junk}: not a tar archive or corrupt at byte 0 (no tar header at the start)"
+    assert (
+        error_of(junk, cache)
+        == f"{junk}: not a tar archive or corrupt at byte 0 (no tar header at the start)"
+    )
 
 
 def test_error_corrupt_gzip(tmp_path, cache):
@@ -212,14 +232,18 @@ def test_error_corrupt_gzip(tmp_path, cache):
 
 
 def test_error_bad_subset(cache):
-    assert error_of("synthetic", cache, subset=0) == "subset must be a positive number of training images, got 0"
+    assert (
+        error_of("synthetic", cache, subset=0) == "subset must be a positive number of training images, got 0"
+    )
 
 
 # ---------------------------------------------------------------- cifar10 (python version)
 
 
 def test_cifar10_reads_python_batches_without_download(tmp_path, cache, monkeypatch):
-    monkeypatch.setenv("STUDY_CIFAR10_URL", "http://127.0.0.1:9/cifar-10-python.tar.gz")  # a download would fail
+    monkeypatch.setenv(
+        "STUDY_CIFAR10_URL", "http://127.0.0.1:9/cifar-10-python.tar.gz"
+    )  # a download would fail
     tr_x, tr_y, te_x, te_y = make_cifar_python(tmp_path / "root")
     s = load(f"cifar10:{tmp_path / 'root'}", cache)
     assert s.classes == tuple("abcdefghij")
@@ -231,16 +255,21 @@ def test_cifar10_reads_python_batches_without_download(tmp_path, cache, monkeypa
 
 
 def test_cifar10_download_failure_is_one_line(tmp_path, cache, monkeypatch):
-    monkeypatch.setenv("STUDY_CIFAR10_URL", "http://127.0.0.1:9/cifar-10-python.tar.gz")  # nothing listens there
+    monkeypatch.setenv(
+        "STUDY_CIFAR10_URL", "http://127.0.0.1:9/cifar-10-python.tar.gz"
+    )  # nothing listens there
     # a mistyped ROOT is refused before anything is created (the folder tree was the bug)
     assert error_of(f"cifar10:{tmp_path / 'c'}", cache) == (
-        f"cifar10:{tmp_path / 'c'}: {tmp_path / 'c'} is not a folder (create it to download CIFAR-10 into it)")
+        f"cifar10:{tmp_path / 'c'}: {tmp_path / 'c'} is not a folder (create it to download CIFAR-10 into it)"
+    )
     assert not (tmp_path / "c").exists()
     (tmp_path / "c").mkdir()
     msg = error_of(f"cifar10:{tmp_path / 'c'}", cache)
     assert list((tmp_path / "c").iterdir()) == [], "a failed download leaves no partial file behind"
-    assert msg.startswith(f"cifar10: {tmp_path / 'c' / 'cifar-10-batches-py'} is missing and downloading "
-                          f"CIFAR-10 into {tmp_path / 'c'} failed (no network?): ")
+    assert msg.startswith(
+        f"cifar10: {tmp_path / 'c' / 'cifar-10-batches-py'} is missing and downloading "
+        f"CIFAR-10 into {tmp_path / 'c'} failed (no network?): "
+    )
     # default root lives under the cache dir
     msg = error_of("cifar10", cache)
     assert f"into {cache / 'cifar10'} failed" in msg
@@ -391,7 +420,9 @@ def test_parallel_decoding_equals_serial(tmp_path):
     decode_mod._CHUNK = monkey_chunk
     try:
         seen = []
-        one = decode_mod.decode_images(buf, items, source="s", workers=1, progress=lambda d, n: seen.append((d, n)))
+        one = decode_mod.decode_images(
+            buf, items, source="s", workers=1, progress=lambda d, n: seen.append((d, n))
+        )
         two = decode_mod.decode_images(buf, items, source="s", workers=3)
     finally:
         decode_mod._CHUNK = old
@@ -424,7 +455,8 @@ def test_subset_test_size_rule(cache):
     assert len(load("synthetic", cache, subset=2000).train_labels) == 2000  # k == N keeps all
     # k > N is refused: training on fewer images than the recorded subset was the bug
     assert error_of("synthetic", cache, subset=2001) == (
-        "synthetic: subset 2001 is more than the 2000 training images of this source")
+        "synthetic: subset 2001 is more than the 2000 training images of this source"
+    )
 
 
 def test_stratified_subset_with_uneven_classes():
@@ -515,7 +547,11 @@ def test_crop_and_flip_match_a_manual_augmentation():
     x, y = next(d.batches(batch_size=64, epoch=2, seed=5, train=True))
     assert y.tolist() == plan.order.tolist()
     assert plan.flips.any() and not plan.flips.all()
-    assert (plan.offsets != 4).any(1).float().mean() > 0.5 and plan.offsets.min() >= 0 and plan.offsets.max() <= 8
+    assert (
+        (plan.offsets != 4).any(1).float().mean() > 0.5
+        and plan.offsets.min() >= 0
+        and plan.offsets.max() <= 8
+    )
     manual = []
     for i, idx in enumerate(plan.order.tolist()):
         img = F.pad(d.images[idx], (4, 4, 4, 4))
@@ -574,7 +610,9 @@ def test_pipeline_argument_errors():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_loop_has_no_host_sync():
-    d = DeviceData(torch.randint(0, 256, (256, 3, 32, 32), dtype=torch.uint8), torch.arange(256), device="cuda")
+    d = DeviceData(
+        torch.randint(0, 256, (256, 3, 32, 32), dtype=torch.uint8), torch.arange(256), device="cuda"
+    )
     it = d.batches(batch_size=32, epoch=0, seed=0, train=True)
     next(it)  # the per-epoch plan upload happens before the loop
     torch.cuda.set_sync_debug_mode("error")

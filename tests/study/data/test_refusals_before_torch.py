@@ -77,29 +77,53 @@ def _bad_tree(root: Path, bad: str) -> Path:
 BAD_IMAGES = ("grey", "palette", "rgba", "zero-byte", "damaged")
 #: id -> (argv after `study`, what the refusal names); {x} are paths made in the case's folder
 CASES = {
-    **{f"{bad}-{form}": (["train", "--data", f"{{{bad}-{form}}}", "--out", "out", "--epochs", "1"], "bad.png")
-       for bad in BAD_IMAGES for form in ("tree", "tar")},
+    **{
+        f"{bad}-{form}": (
+            ["train", "--data", f"{{{bad}-{form}}}", "--out", "out", "--epochs", "1"],
+            "bad.png",
+        )
+        for bad in BAD_IMAGES
+        for form in ("tree", "tar")
+    },
     "grey-evaluate": (["evaluate", "model.pt", "--data", "{grey-tree}"], "bad.png"),
     "grey-run": (["run", "{grey-study}", "--storage", "st"], "bad.png"),
     # refused after decoding on the landed code (the cache entry stayed: finding 3)
-    "subset-over-source": (["train", "--data", "{good-tree}", "--subset", "5000", "--out", "out"], "subset 5000"),
+    "subset-over-source": (
+        ["train", "--data", "{good-tree}", "--subset", "5000", "--out", "out"],
+        "subset 5000",
+    ),
     "subset-over-archive": (["train", "--data", "{good-tar}", "--subset", "13", "--out", "out"], "subset 13"),
-    "validation-equal-to-training": (["train", "--data", "{good-tree}", "--validation", "12", "--out", "out"],
-                                     "--validation: 12 held-out"),
-    "validation-equal-to-subset": (["train", "--data", "{good-tar}", "--subset", "10", "--validation", "10",
-                                    "--out", "out"], "--validation: 10 held-out"),
-    "batch-over-training": (["train", "--data", "{good-tree}", "--batch-size", "13", "--out", "out"],
-                            "--batch-size: 13 images per step"),
-    "batch-over-synthetic": (["train", "--data", "synthetic:10", "--validation", "2", "--batch-size", "9",
-                              "--out", "out"], "--batch-size: 9 images per step"),
+    "validation-equal-to-training": (
+        ["train", "--data", "{good-tree}", "--validation", "12", "--out", "out"],
+        "--validation: 12 held-out",
+    ),
+    "validation-equal-to-subset": (
+        ["train", "--data", "{good-tar}", "--subset", "10", "--validation", "10", "--out", "out"],
+        "--validation: 10 held-out",
+    ),
+    "batch-over-training": (
+        ["train", "--data", "{good-tree}", "--batch-size", "13", "--out", "out"],
+        "--batch-size: 13 images per step",
+    ),
+    "batch-over-synthetic": (
+        ["train", "--data", "synthetic:10", "--validation", "2", "--batch-size", "9", "--out", "out"],
+        "--batch-size: 9 images per step",
+    ),
     "subset-over-study-source": (["run", "{subset-study}", "--storage", "st"], "subset 5000"),
-    "evaluate-subset-over-source": (["evaluate", "model.pt", "--data", "{good-tree}", "--subset", "13"],
-                                    "subset 13"),
+    "evaluate-subset-over-source": (
+        ["evaluate", "model.pt", "--data", "{good-tree}", "--subset", "13"],
+        "subset 13",
+    ),
     "cifar10-download-fails": (["train", "--data", "cifar10:", "--out", "out"], "downloading CIFAR-10"),
-    "cifar10-pickle-refused": (["train", "--data", "cifar10:{cifar}", "--out", "out"], "refusing to load os.system"),
+    "cifar10-pickle-refused": (
+        ["train", "--data", "cifar10:{cifar}", "--out", "out"],
+        "refusing to load os.system",
+    ),
     # a 1 MB gzip declaring and holding a 1 GiB image: refused at its header (3.2 s CPU decompressing it before)
-    "member-over-image-limit": (["train", "--data", "{bomb}", "--out", "out"],
-                                "train/a/zeros.png: 1073741824 bytes, more than the limit of 16777216"),
+    "member-over-image-limit": (
+        ["train", "--data", "{bomb}", "--out", "out"],
+        "train/a/zeros.png: 1073741824 bytes, more than the limit of 16777216",
+    ),
 }
 
 
@@ -127,10 +151,13 @@ def _sources(base: Path) -> dict[str, str]:
     make_cifar_python(base / "cifar")
     (base / "cifar" / "cifar-10-batches-py" / "test_batch").write_bytes(b"cos\nsystem\n(S'echo pwned'\ntR.")
     made["cifar"] = str(base / "cifar")
-    for name, doc in (("grey-study", {"data": made["grey-tree"]}),
-                      ("subset-study", {"data": made["good-tree"], "subset": 5000})):
-        (base / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, "epochs": 1, "batch_size": 2,
-                                                           "model": TINY, **doc}))
+    for name, doc in (
+        ("grey-study", {"data": made["grey-tree"]}),
+        ("subset-study", {"data": made["good-tree"], "subset": 5000}),
+    ):
+        (base / f"{name}.yaml").write_text(
+            yaml.safe_dump({"name": name, "epochs": 1, "batch_size": 2, "model": TINY, **doc})
+        )
         made[name] = str(base / f"{name}.yaml")
     (base / "model.pt").write_bytes(b"not read: the data is refused first")
     made["bomb"] = str(_bomb(base / "bomb.tar.gz"))
@@ -146,16 +173,29 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
         cwd = base / case
         cwd.mkdir()
         (cwd / "model.pt").write_bytes((base / "sources" / "model.pt").read_bytes())
-        cases.append({"id": case, "cwd": str(cwd), "cache": str(cwd / "cache"),
-                      "argv": [a.format(**made) for a in argv]})
+        cases.append(
+            {
+                "id": case,
+                "cwd": str(cwd),
+                "cache": str(cwd / "cache"),
+                "argv": [a.format(**made) for a in argv],
+            }
+        )
     # an unreachable mirror: a CIFAR-10 download fails at once, and never downloads anything
-    return outcomes_in_forks(cases, base=base, env={"STUDY_CIFAR10_URL": "http://127.0.0.1:9/cifar-10-python.tar.gz"})
+    return outcomes_in_forks(
+        cases, base=base, env={"STUDY_CIFAR10_URL": "http://127.0.0.1:9/cifar-10-python.tar.gz"}
+    )
 
 
 def outcomes_in_forks(cases: list[dict], *, base: Path, env: dict | None = None) -> dict[str, dict]:
     """Each case run by :data:`RUNNER` in a fork of one torch-free interpreter: its outcome by id."""
-    r = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(cases)], capture_output=True, text=True,
-                       timeout=300, env=cli_env(env))
+    r = subprocess.run(
+        [sys.executable, "-c", RUNNER, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=cli_env(env),
+    )
     assert r.returncode == 0, r.stderr
     return {o["id"]: {**o, "cwd": base / o["id"]} for o in map(json.loads, r.stdout.splitlines())}
 
@@ -179,18 +219,30 @@ def _encoded(kind: str) -> bytes:
     rgb = Image.fromarray(image_array(5))
     frames = {"append_images": [rgb.rotate(90)], "save_all": True}
     made = {
-        "png-rgb": (rgb, "PNG", {}), "png-grey": (rgb.convert("L"), "PNG", {}),
-        "png-grey-alpha": (rgb.convert("LA"), "PNG", {}), "png-palette": (rgb.convert("P"), "PNG", {}),
-        "png-rgba": (rgb.convert("RGBA"), "PNG", {}), "png-1bit": (rgb.convert("1"), "PNG", {}),
-        "png-rgb-transparent": (rgb, "PNG", {"transparency": (0, 0, 0)}), "apng": (rgb, "PNG", frames),
-        "jpeg-rgb": (rgb, "JPEG", {}), "jpeg-grey": (rgb.convert("L"), "JPEG", {}),
-        "jpeg-cmyk": (rgb.convert("CMYK"), "JPEG", {}), "gif": (rgb, "GIF", {}),
-        "gif-grey": (rgb.convert("L"), "GIF", {}), "gif-animated": (rgb, "GIF", frames),
-        "webp": (rgb, "WEBP", {"lossless": True}), "webp-rgba": (rgb.convert("RGBA"), "WEBP", {"lossless": True}),
-        "webp-animated": (rgb, "WEBP", {**frames, "lossless": True}), "bmp-rgb": (rgb, "BMP", {}),
-        "bmp-palette": (rgb.convert("P"), "BMP", {}), "tiff-rgb": (rgb, "TIFF", {}),
-        "tiff-rgba": (rgb.convert("RGBA"), "TIFF", {}), "ppm": (rgb, "PPM", {}),
-        "png-64x32": (rgb.resize((64, 32)), "PNG", {}), "jpeg-16x16": (rgb.resize((16, 16)), "JPEG", {}),
+        "png-rgb": (rgb, "PNG", {}),
+        "png-grey": (rgb.convert("L"), "PNG", {}),
+        "png-grey-alpha": (rgb.convert("LA"), "PNG", {}),
+        "png-palette": (rgb.convert("P"), "PNG", {}),
+        "png-rgba": (rgb.convert("RGBA"), "PNG", {}),
+        "png-1bit": (rgb.convert("1"), "PNG", {}),
+        "png-rgb-transparent": (rgb, "PNG", {"transparency": (0, 0, 0)}),
+        "apng": (rgb, "PNG", frames),
+        "jpeg-rgb": (rgb, "JPEG", {}),
+        "jpeg-grey": (rgb.convert("L"), "JPEG", {}),
+        "jpeg-cmyk": (rgb.convert("CMYK"), "JPEG", {}),
+        "gif": (rgb, "GIF", {}),
+        "gif-grey": (rgb.convert("L"), "GIF", {}),
+        "gif-animated": (rgb, "GIF", frames),
+        "webp": (rgb, "WEBP", {"lossless": True}),
+        "webp-rgba": (rgb.convert("RGBA"), "WEBP", {"lossless": True}),
+        "webp-animated": (rgb, "WEBP", {**frames, "lossless": True}),
+        "bmp-rgb": (rgb, "BMP", {}),
+        "bmp-palette": (rgb.convert("P"), "BMP", {}),
+        "tiff-rgb": (rgb, "TIFF", {}),
+        "tiff-rgba": (rgb.convert("RGBA"), "TIFF", {}),
+        "ppm": (rgb, "PPM", {}),
+        "png-64x32": (rgb.resize((64, 32)), "PNG", {}),
+        "jpeg-16x16": (rgb.resize((16, 16)), "JPEG", {}),
     }
     if kind in made:
         im, fmt, kw = made[kind]
@@ -198,16 +250,56 @@ def _encoded(kind: str) -> bytes:
         im.save(buf, format=fmt, **kw)
         return buf.getvalue()
     good = _encoded("png-rgb" if kind.startswith("png") else "jpeg-rgb")
-    return {"png-cut": good[: len(good) // 2], "jpeg-cut": good[: len(good) // 2], "garbage": b"GIF87a?" * 9,
-            "zero-byte": b""}[kind]
+    return {
+        "png-cut": good[: len(good) // 2],
+        "jpeg-cut": good[: len(good) // 2],
+        "garbage": b"GIF87a?" * 9,
+        "zero-byte": b"",
+    }[kind]
 
 
-FORMS = ["png-rgb", "png-grey", "png-grey-alpha", "png-palette", "png-rgba", "png-1bit", "png-rgb-transparent",
-         "apng", "jpeg-rgb", "jpeg-grey", "jpeg-cmyk", "gif", "gif-grey", "gif-animated", "webp", "webp-rgba",
-         "webp-animated", "bmp-rgb", "bmp-palette", "tiff-rgb", "tiff-rgba", "ppm", "png-64x32", "jpeg-16x16",
-         "png-cut", "jpeg-cut", "garbage", "zero-byte"]
-EXTENSION = {"png": "png", "apng": "png", "jpeg": "jpg", "gif": "gif", "webp": "webp", "bmp": "bmp", "tiff": "tif",
-             "ppm": "ppm", "garbage": "gif", "zero": "png"}
+FORMS = [
+    "png-rgb",
+    "png-grey",
+    "png-grey-alpha",
+    "png-palette",
+    "png-rgba",
+    "png-1bit",
+    "png-rgb-transparent",
+    "apng",
+    "jpeg-rgb",
+    "jpeg-grey",
+    "jpeg-cmyk",
+    "gif",
+    "gif-grey",
+    "gif-animated",
+    "webp",
+    "webp-rgba",
+    "webp-animated",
+    "bmp-rgb",
+    "bmp-palette",
+    "tiff-rgb",
+    "tiff-rgba",
+    "ppm",
+    "png-64x32",
+    "jpeg-16x16",
+    "png-cut",
+    "jpeg-cut",
+    "garbage",
+    "zero-byte",
+]
+EXTENSION = {
+    "png": "png",
+    "apng": "png",
+    "jpeg": "jpg",
+    "gif": "gif",
+    "webp": "webp",
+    "bmp": "bmp",
+    "tiff": "tif",
+    "ppm": "ppm",
+    "garbage": "gif",
+    "zero": "png",
+}
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -220,7 +312,10 @@ def test_the_pillow_check_refuses_exactly_what_decoding_refuses(tmp_path, form):
     make_tree(tmp_path / "src", n_train=1, n_test=1, classes=("a", "b"))
     (tmp_path / "src" / "train" / "a" / f"x.{EXTENSION[form.split('-')[0]]}").write_bytes(_encoded(form))
     outcome = {}
-    for name, check in (("pillow", check_source), ("decoder", lambda d: load_splits(d, cache_dir=tmp_path / "c"))):
+    for name, check in (
+        ("pillow", check_source),
+        ("decoder", lambda d: load_splits(d, cache_dir=tmp_path / "c")),
+    ):
         try:
             check(str(tmp_path / "src"))
             outcome[name] = "accepted"

@@ -70,8 +70,15 @@ def _tar_of_two_wrappers(root: Path) -> Path:
     return root / "src.tar"
 
 
-SOURCES = [_one_class, _no_test, _big_image, _not_a_tar, _tar_without_test, _tar_with_a_big_image,
-           _tar_of_two_wrappers]
+SOURCES = [
+    _one_class,
+    _no_test,
+    _big_image,
+    _not_a_tar,
+    _tar_without_test,
+    _tar_with_a_big_image,
+    _tar_of_two_wrappers,
+]
 
 
 @pytest.mark.parametrize("command", ["run", "plan", "train"])
@@ -79,13 +86,26 @@ SOURCES = [_one_class, _no_test, _big_image, _not_a_tar, _tar_without_test, _tar
 def test_a_malformed_source_is_refused_before_torch_is_imported(tmp_path, source, command):
     data = source(tmp_path)
     spec = tmp_path / "s.yaml"
-    spec.write_text(yaml.safe_dump({"name": "s", "data": str(data), "epochs": 1, "batch_size": 2, "model": TINY}))
-    args = {"run": ["run", str(spec), "--storage", str(tmp_path / "st")], "plan": ["plan", str(spec)],
-            "train": ["train", "--data", str(data), "--out", str(tmp_path / "out"), "--epochs", "1"]}[command]
-    r = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120,
-                       env=cli_env(None), cwd=tmp_path)
+    spec.write_text(
+        yaml.safe_dump({"name": "s", "data": str(data), "epochs": 1, "batch_size": 2, "model": TINY})
+    )
+    args = {
+        "run": ["run", str(spec), "--storage", str(tmp_path / "st")],
+        "plan": ["plan", str(spec)],
+        "train": ["train", "--data", str(data), "--out", str(tmp_path / "out"), "--epochs", "1"],
+    }[command]
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cli_env(None),
+        cwd=tmp_path,
+    )
     lines = r.stderr.splitlines()
-    assert r.returncode == 2 and len(lines) == 2 and lines[0].startswith(f"study {command}: error: "), r.stderr
+    assert r.returncode == 2 and len(lines) == 2 and lines[0].startswith(f"study {command}: error: "), (
+        r.stderr
+    )
     assert str(data) in lines[0] or data.name in lines[0], lines[0]
     probe = dict(kv.split("=") for kv in lines[1].split()[1:])
     assert probe["torch"] == "False", r.stderr

@@ -25,8 +25,14 @@ from study.models.encodings import REGISTRY
 BACKEND = os.environ.get("STUDY_COMPILE_BACKEND", "aot_eager")
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 #: the paper's width and grid (Table 2; 32×32 images, 2×2 space-to-depth), one layer, no dropout
-PAPER_WIDTH = {"hidden": 400, "num_heads": 9, "intermediate": 512, "layers": 1, "dropout": 0.0,
-               "attention_dropout": 0.0}
+PAPER_WIDTH = {
+    "hidden": 400,
+    "num_heads": 9,
+    "intermediate": 512,
+    "layers": 1,
+    "dropout": 0.0,
+    "attention_dropout": 0.0,
+}
 #: bf16 carries 8 bits (2^-8 ≈ 0.4 %): compiled and eager agree within a few roundings of it
 BF16_RTOL = 1e-2
 #: a gradient that is 0 in exact arithmetic (the key bias: q·b is the same for every key) is
@@ -62,15 +68,21 @@ def test_compiled_step_equals_eager_at_the_paper_width(encoding_variant, device)
     assert traced == [False, True]  # the second step really went through torch.compile
     assert abs(compiled_loss - eager_loss) <= BF16_RTOL * abs(eager_loss)
     whole = sum(float(g.pow(2).sum()) for g in eager.values()) ** 0.5
-    errors = {n: float((compiled[n] - g).norm()) / max(float(g.norm()), ZERO_GRADIENT * whole)
-              for n, g in eager.items()}
+    errors = {
+        n: float((compiled[n] - g).norm()) / max(float(g.norm()), ZERO_GRADIENT * whole)
+        for n, g in eager.items()
+    }
     assert max(errors.values()) <= BF16_RTOL, {n: f"{e:.1e}" for n, e in errors.items() if e > BF16_RTOL}
     assert all(torch.isfinite(g).all() for g in compiled.values())
 
 
 def softmax_nodes(graphs) -> int:
-    return sum(1 for gm in graphs for node in gm.graph.nodes
-               if node.op in ("call_function", "call_method") and "softmax" in str(node.target))
+    return sum(
+        1
+        for gm in graphs
+        for node in gm.graph.nodes
+        if node.op in ("call_function", "call_method") and "softmax" in str(node.target)
+    )
 
 
 @pytest.fixture

@@ -55,7 +55,9 @@ def test_fused_path_equals_explicit_path(encoding_variant):
     model = tiny(encoding_variant).double().eval()
     layers = [b.attention for b in model.blocks]
     if not isinstance(layers[0], EncodedAttention) or not hasattr(layers[0].encoding, "sdpa_inputs"):
-        pytest.skip("no fused path: the paper's layer has its own tests (test_fast_paths); GPSA mixes two softmaxes")
+        pytest.skip(
+            "no fused path: the paper's layer has its own tests (test_fast_paths); GPSA mixes two softmaxes"
+        )
     x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
     outs, grads = [], []
     for fused in (False, True):
@@ -74,8 +76,11 @@ def test_fused_path_equals_explicit_path(encoding_variant):
 def test_scores_depend_on_the_shift_only():
     """RoPE's q̃·k̃ and the relative bias depend on δ = key − query, not on positions:
     two query/key pairs with the same shift get the same score for the same vectors."""
-    for variant in ({"encoding": "rope2d", "rope_mode": "axial"}, {"encoding": "rope2d", "rope_mode": "mixed"},
-                    {"encoding": "relative_bias"}):
+    for variant in (
+        {"encoding": "rope2d", "rope_mode": "axial"},
+        {"encoding": "rope2d", "rope_mode": "mixed"},
+        {"encoding": "relative_bias"},
+    ):
         layer = tiny(variant).double().blocks[0].attention
         q = torch.randn(1, 4, 1, 16, dtype=torch.float64).expand(1, 4, 256, 16)
         k = torch.randn(1, 4, 1, 16, dtype=torch.float64).expand(1, 4, 256, 16)
@@ -84,15 +89,22 @@ def test_scores_depend_on_the_shift_only():
         tok = lambda r, c: r * 16 + c  # noqa: E731
         # δ = (+2, −3) from two different queries (mixed RoPE's angles are float32, as timm's)
         tol = 1e-5 if variant.get("rope_mode") == "mixed" else 1e-12
-        torch.testing.assert_close(s[0, :, tok(1, 5), tok(3, 2)], s[0, :, tok(9, 12), tok(11, 9)], rtol=0, atol=tol)
+        torch.testing.assert_close(
+            s[0, :, tok(1, 5), tok(3, 2)], s[0, :, tok(9, 12), tok(11, 9)], rtol=0, atol=tol
+        )
         assert not torch.allclose(s[0, :, tok(1, 5), tok(3, 2)], s[0, :, tok(1, 5), tok(2, 3)])
 
 
 # ------------------------------------------------------------ GPSA ↔ Lemma 1/2
 def gpsa_at_init(alpha: float, *, dim=5, heads=9, grid=6) -> EncodedAttention:
     torch.manual_seed(0)
-    layer = EncodedAttention(dim=dim, num_heads=heads, encoding=REGISTRY["gpsa"], grid=grid,
-                             locality_strength=alpha).double().eval()
+    layer = (
+        EncodedAttention(
+            dim=dim, num_heads=heads, encoding=REGISTRY["gpsa"], grid=grid, locality_strength=alpha
+        )
+        .double()
+        .eval()
+    )
     with torch.no_grad():
         layer.positional.gate.fill_(40.0)  # σ(40) = 1 − 4e-18: fully positional
     return layer
@@ -121,8 +133,13 @@ def test_gpsa_local_init_with_large_alpha_is_a_convolution():
     torch.manual_seed(1)
     conv = torch.nn.Conv2d(5, 7, 3, padding=1).double()
     ref = mhsa_from_conv(conv)  # the quadratic construction, heads in the same lattice order
-    layer = EncodedAttention(dim=5, num_heads=9, encoding=REGISTRY["gpsa"], grid=8, out_dim=7,
-                             locality_strength=46.0).double().eval()
+    layer = (
+        EncodedAttention(
+            dim=5, num_heads=9, encoding=REGISTRY["gpsa"], grid=8, out_dim=7, locality_strength=46.0
+        )
+        .double()
+        .eval()
+    )
     with torch.no_grad():
         layer.positional.gate.fill_(40.0)
         layer.out_proj.load_state_dict(ref.out_proj.state_dict())
@@ -175,25 +192,40 @@ def test_macs_count_each_encodings_positional_scores():
     base = model_macs(ENCODING_MODELS["sa_relative_bias"].to_dict())  # a table look-up costs nothing
     t, d, h, s = 256, 400, 9, 31
     assert model_macs(ENCODING_MODELS["sa_gpsa"].to_dict()) - base == 6 * h * s * s * 3
-    assert model_macs(ENCODING_MODELS["sa_rope2d_axial"].to_dict()) - base == 6 * (2 * h * t * d // 2 * 4 + t * d // 2)
-    assert model_macs(ENCODING_MODELS["sa_rope2d_mixed"].to_dict()) - base == 6 * (2 * h * t * d // 2 * 4 + h * t * d)
+    assert model_macs(ENCODING_MODELS["sa_rope2d_axial"].to_dict()) - base == 6 * (
+        2 * h * t * d // 2 * 4 + t * d // 2
+    )
+    assert model_macs(ENCODING_MODELS["sa_rope2d_mixed"].to_dict()) - base == 6 * (
+        2 * h * t * d // 2 * 4 + h * t * d
+    )
 
 
-@pytest.mark.parametrize("kw,field,message", [
-    ({"encoding": "gpsa", "num_heads": 8}, "num_heads", "must be a square"),
-    ({"encoding": "gpsa", "pos_dim": 5}, "pos_dim", "pos_dim is 3"),
-    ({"encoding": "gpsa", "locality_strength": 0.0}, "locality_strength", "must be a number from"),
-    ({"encoding": "gpsa", "locality_strength": float("inf")}, "locality_strength", "must be a number from"),
-    ({"encoding": "gpsa", "locality_strength": "strong"}, "locality_strength", "must be a number from"),
-    ({"encoding": "gpsa", "isotropic": False}, "isotropic", "applies only to encoding quadratic"),
-    ({"encoding": "rope2d", "rope_mode": "spiral"}, "rope_mode", "axial, mixed"),
-    ({"encoding": "rope2d", "rope_theta": -1.0}, "rope_theta", "must be a number from"),
-    ({"encoding": "rope2d", "hidden": 30}, "hidden", "multiple of 4"),
-    ({"encoding": "rope2d", "pos_dim": 8}, "pos_dim", "applies only to encoding"),
-    ({"encoding": "relative_bias", "rope_mode": "axial"}, "rope_mode", "applies only to encoding rope2d"),
-    ({"encoding": "quadratic", "locality_strength": 2.0}, "locality_strength", "applies only to encoding gpsa"),
-    ({"encoding": "learned", "positional_score": "query"}, "positional_score", "needs content attention"),
-])
+@pytest.mark.parametrize(
+    "kw,field,message",
+    [
+        ({"encoding": "gpsa", "num_heads": 8}, "num_heads", "must be a square"),
+        ({"encoding": "gpsa", "pos_dim": 5}, "pos_dim", "pos_dim is 3"),
+        ({"encoding": "gpsa", "locality_strength": 0.0}, "locality_strength", "must be a number from"),
+        (
+            {"encoding": "gpsa", "locality_strength": float("inf")},
+            "locality_strength",
+            "must be a number from",
+        ),
+        ({"encoding": "gpsa", "locality_strength": "strong"}, "locality_strength", "must be a number from"),
+        ({"encoding": "gpsa", "isotropic": False}, "isotropic", "applies only to encoding quadratic"),
+        ({"encoding": "rope2d", "rope_mode": "spiral"}, "rope_mode", "axial, mixed"),
+        ({"encoding": "rope2d", "rope_theta": -1.0}, "rope_theta", "must be a number from"),
+        ({"encoding": "rope2d", "hidden": 30}, "hidden", "multiple of 4"),
+        ({"encoding": "rope2d", "pos_dim": 8}, "pos_dim", "applies only to encoding"),
+        ({"encoding": "relative_bias", "rope_mode": "axial"}, "rope_mode", "applies only to encoding rope2d"),
+        (
+            {"encoding": "quadratic", "locality_strength": 2.0},
+            "locality_strength",
+            "applies only to encoding gpsa",
+        ),
+        ({"encoding": "learned", "positional_score": "query"}, "positional_score", "needs content attention"),
+    ],
+)
 def test_bad_values_are_refused_naming_the_field(kw, field, message):
     with pytest.raises(ConfigError) as e:
         ModelConfig(**kw)
@@ -202,11 +234,23 @@ def test_bad_values_are_refused_naming_the_field(kw, field, message):
 
 def test_fields_of_other_encodings_are_null_and_defaults_filled():
     c = ModelConfig(encoding="rope2d")
-    assert (c.rope_mode, c.rope_theta, c.isotropic, c.pos_dim, c.locality_strength) == ("axial", 100.0, None, None, None)
+    assert (c.rope_mode, c.rope_theta, c.isotropic, c.pos_dim, c.locality_strength) == (
+        "axial",
+        100.0,
+        None,
+        None,
+        None,
+    )
     assert ModelConfig(encoding="rope2d", rope_mode="mixed").rope_theta == 10.0
     g = ModelConfig(encoding="gpsa")
     assert (g.pos_dim, g.locality_strength, g.rope_mode) == (3, 1.0, None)
-    assert set(encoding_fields()) >= {"isotropic", "pos_dim", "positional_score", "locality_strength", "rope_mode"}
+    assert set(encoding_fields()) >= {
+        "isotropic",
+        "pos_dim",
+        "positional_score",
+        "locality_strength",
+        "rope_mode",
+    }
     assert model_name(ModelConfig(encoding="rope2d", rope_mode="mixed")) == "SA RoPE mixed (N_h=9)"
     assert set(PAPER_ENCODINGS) < set(REGISTRY)
 
@@ -224,8 +268,11 @@ def test_layer_equals_its_papers_formulation(encoding_variant, layout):
     cfg = ModelConfig(**{**TINY, "num_heads": 4, **encoding_variant})
     timm_layout = {"head_dim": 4, "value": True} if layout == "timm" else {}
     torch.manual_seed(0)
-    layer = EncodedAttention(dim=16, num_heads=4, encoding=spec, grid=5, **timm_layout,
-                             **spec.options(cfg)).double().eval()
+    layer = (
+        EncodedAttention(dim=16, num_heads=4, encoding=spec, grid=5, **timm_layout, **spec.options(cfg))
+        .double()
+        .eval()
+    )
     x1 = torch.randn(2, 5, 5, 16, dtype=torch.float64, requires_grad=True)
     x2 = x1.detach().clone().requires_grad_()
     ours, _ = layer.head_outputs(x1)
@@ -242,16 +289,32 @@ def test_macs_of_runs_rows_read_by_pandas():
     (pos_dim 32.0) and booleans as numpy scalars: the cost model takes them as they come."""
     import numpy as np
 
-    row = {"arch": "sa", "encoding": "learned", "pos_dim": 32.0, "num_heads": np.int64(9), "hidden": 32.0,
-           "layers": 4.0, "intermediate": 64.0, "isotropic": float("nan"), "rope_mode": None, "lr": 0.1}
+    row = {
+        "arch": "sa",
+        "encoding": "learned",
+        "pos_dim": 32.0,
+        "num_heads": np.int64(9),
+        "hidden": 32.0,
+        "layers": 4.0,
+        "intermediate": 64.0,
+        "isotropic": float("nan"),
+        "rope_mode": None,
+        "lr": 0.1,
+    }
     cfg = ModelConfig(encoding="learned", pos_dim=32, num_heads=9, hidden=32, layers=4, intermediate=64)
     assert model_macs(row) == model_macs(cfg.to_dict())
 
 
-@pytest.mark.parametrize("variant", [{"encoding": "gpsa"}, {"encoding": "relative_bias"},
-                                     {"encoding": "rope2d", "rope_mode": "axial"},
-                                     {"encoding": "rope2d", "rope_mode": "mixed"}],
-                         ids=["gpsa", "relative_bias", "rope2d-axial", "rope2d-mixed"])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"encoding": "gpsa"},
+        {"encoding": "relative_bias"},
+        {"encoding": "rope2d", "rope_mode": "axial"},
+        {"encoding": "rope2d", "rope_mode": "mixed"},
+    ],
+    ids=["gpsa", "relative_bias", "rope2d-axial", "rope2d-mixed"],
+)
 def test_todays_macs_follow_the_equations_not_the_code_path(variant):
     """torch's count of a forward equals the model's MACs but for the positional scores,
     which the code evaluates per (query, key) pair (GPSA's v_hᵀ r_δ) or element-wise (RoPE's
@@ -276,14 +339,19 @@ def test_macs_of_a_row_holding_another_encodings_field():
     """A table row may carry a value of a field its encoding does not have (an old table's
     isotropic of a learned model): the cost model leaves it out instead of refusing the row."""
     row = {"encoding": "learned", "isotropic": False, "pos_dim": 8, "hidden": 16, "layers": 1, "num_heads": 2}
-    assert model_macs(row) == model_macs(ModelConfig(encoding="learned", pos_dim=8, hidden=16, layers=1,
-                                                     num_heads=2).to_dict())
+    assert model_macs(row) == model_macs(
+        ModelConfig(encoding="learned", pos_dim=8, hidden=16, layers=1, num_heads=2).to_dict()
+    )
 
 
 def _number_fields():
     """(encoding, field) for every number field every encoding declares."""
-    return [(name, f) for name, enc in REGISTRY.items() for f in enc.fields
-            if f.type in (int, float) and f.type is not bool]
+    return [
+        (name, f)
+        for name, enc in REGISTRY.items()
+        for f in enc.fields
+        if f.type in (int, float) and f.type is not bool
+    ]
 
 
 def _field_bounds(f):
@@ -316,9 +384,14 @@ def test_every_encoding_number_field_declares_the_bounds_its_equation_carries(en
             assert field.type is int and "must be a number from" not in e.message, e.message
 
 
-@pytest.mark.parametrize("encoding,field", [(e, f) for e, f in _number_fields() if f.type is float],
-                         ids=lambda v: getattr(v, "name", v))
-def test_encoding_fields_beyond_their_bounds_are_refused_from_flags_and_study_files(tmp_path, encoding, field):
+@pytest.mark.parametrize(
+    "encoding,field",
+    [(e, f) for e, f in _number_fields() if f.type is float],
+    ids=lambda v: getattr(v, "name", v),
+)
+def test_encoding_fields_beyond_their_bounds_are_refused_from_flags_and_study_files(
+    tmp_path, encoding, field
+):
     """`study models --FIELD` and a study file's model.FIELD: one line, exit 2, before anything
     starts (1e308 for GPSA's α was accepted, and the trial diverged after writing its tables)."""
     import yaml
@@ -332,9 +405,27 @@ def test_encoding_fields_beyond_their_bounds_are_refused_from_flags_and_study_fi
         assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, (v, r.stderr)
         assert f"{flag}: must be a number from" in r.stderr, r.stderr
     spec = tmp_path / "s.yaml"
-    spec.write_text(yaml.safe_dump({"name": "s", "data": "synthetic:100", "epochs": 1, "batch_size": 10,
-                                    "model": {"encoding": encoding, "hidden": 16, "layers": 1, "intermediate": 16,
-                                              "num_heads": 1, field.name: high * 10}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "s",
+                "data": "synthetic:100",
+                "epochs": 1,
+                "batch_size": 10,
+                "model": {
+                    "encoding": encoding,
+                    "hidden": 16,
+                    "layers": 1,
+                    "intermediate": 16,
+                    "num_heads": 1,
+                    field.name: high * 10,
+                },
+            }
+        )
+    )
     r = run_cli(tmp_path, "validate", str(spec), timeout=120)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"model.{field.name}: must be a number from" \
-        in r.stderr, r.stderr
+    assert (
+        r.returncode == 2
+        and r.stderr.count("\n") == 1
+        and f"model.{field.name}: must be a number from" in r.stderr
+    ), r.stderr

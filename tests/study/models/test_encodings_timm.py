@@ -44,8 +44,16 @@ PATH_IDS = ["explicit", "sdpa"]
 
 def ours(encoding: str, *, qkv_bias: bool, fused: bool = False, **options) -> EncodedAttention:
     torch.manual_seed(1)
-    layer = EncodedAttention(dim=DIM, num_heads=HEADS, encoding=REGISTRY[encoding], grid=SIDE,
-                             head_dim=DIM // HEADS, value=True, qkv_bias=qkv_bias, **options)
+    layer = EncodedAttention(
+        dim=DIM,
+        num_heads=HEADS,
+        encoding=REGISTRY[encoding],
+        grid=SIDE,
+        head_dim=DIM // HEADS,
+        value=True,
+        qkv_bias=qkv_bias,
+        **options,
+    )
     layer.fused = fused
     assert layer.uses_fused(torch.device("cpu")) == fused  # the path the test names is the path taken
     return layer.double().eval()
@@ -66,8 +74,14 @@ def copy_linear(dst: torch.nn.Linear, weight: torch.Tensor, bias: torch.Tensor |
             dst.bias.copy_(bias)
 
 
-def compare(layer: EncodedAttention, reference, ported: dict[str, torch.Tensor], *, grid=(SIDE, SIDE),
-            errors: dict | None = None) -> float:
+def compare(
+    layer: EncodedAttention,
+    reference,
+    ported: dict[str, torch.Tensor],
+    *,
+    grid=(SIDE, SIDE),
+    errors: dict | None = None,
+) -> float:
     """Max |ours − theirs| over the output, the input's gradient and the gradients of every
     parameter of ours against its ported source (``ported``: our name → their tensor, or a
     callable mapping their gradient to ours), on a ``grid`` (rows, columns) of tokens
@@ -115,9 +129,13 @@ def gpsa_pair(*, swap_axes: bool = False):
         layer.positional.bias.copy_(theirs.pos_proj.bias)
         layer.positional.gate.copy_(theirs.gating_param)
     ported = {
-        "query.weight": lambda: theirs.qk.weight.grad[:DIM], "key.weight": lambda: theirs.qk.weight.grad[DIM:],
-        "value.weight": theirs.v.weight, "out_proj.weight": theirs.proj.weight, "out_proj.bias": theirs.proj.bias,
-        "positional.weight": theirs.pos_proj.weight, "positional.bias": theirs.pos_proj.bias,
+        "query.weight": lambda: theirs.qk.weight.grad[:DIM],
+        "key.weight": lambda: theirs.qk.weight.grad[DIM:],
+        "value.weight": theirs.v.weight,
+        "out_proj.weight": theirs.proj.weight,
+        "out_proj.bias": theirs.proj.bias,
+        "positional.weight": theirs.pos_proj.weight,
+        "positional.bias": theirs.pos_proj.bias,
         "positional.gate": theirs.gating_param,
     }
     return layer, theirs, ported
@@ -148,11 +166,14 @@ def swin_pair(*, flip: bool = True, grid=(SIDE, SIDE), fused: bool = False, offs
     layer = ours("relative_bias", qkv_bias=True, fused=fused)
     w, b = theirs.qkv.weight, theirs.qkv.bias
     copy_linear(layer.query, w[:DIM], b[:DIM])
-    copy_linear(layer.key, w[DIM:2 * DIM], b[DIM:2 * DIM])
-    copy_linear(layer.value, w[2 * DIM:], b[2 * DIM:])
+    copy_linear(layer.key, w[DIM : 2 * DIM], b[DIM : 2 * DIM])
+    copy_linear(layer.value, w[2 * DIM :], b[2 * DIM :])
     copy_linear(layer.out_proj, theirs.proj.weight, theirs.proj.bias)
-    rows, cols = (slice(SIDE - h, SIDE + h - 1), slice(SIDE - w_, SIDE + w_ - 1)) if offset else \
-        (slice(0, 2 * h - 1), slice(0, 2 * w_ - 1))
+    rows, cols = (
+        (slice(SIDE - h, SIDE + h - 1), slice(SIDE - w_, SIDE + w_ - 1))
+        if offset
+        else (slice(0, 2 * h - 1), slice(0, 2 * w_ - 1))
+    )
     with torch.no_grad():
         layer.positional.table.normal_(0.0, 0.3)  # what the window does not reach: random, unused
 
@@ -168,12 +189,14 @@ def swin_pair(*, flip: bool = True, grid=(SIDE, SIDE), fused: bool = False, offs
     with torch.no_grad():
         layer.positional.table[:, rows, cols] = window(theirs.relative_position_bias_table)
     ported = {
-        "query.weight": lambda: theirs.qkv.weight.grad[:DIM], "query.bias": lambda: theirs.qkv.bias.grad[:DIM],
-        "key.weight": lambda: theirs.qkv.weight.grad[DIM:2 * DIM],
-        "key.bias": lambda: theirs.qkv.bias.grad[DIM:2 * DIM],
-        "value.weight": lambda: theirs.qkv.weight.grad[2 * DIM:],
-        "value.bias": lambda: theirs.qkv.bias.grad[2 * DIM:],
-        "out_proj.weight": theirs.proj.weight, "out_proj.bias": theirs.proj.bias,
+        "query.weight": lambda: theirs.qkv.weight.grad[:DIM],
+        "query.bias": lambda: theirs.qkv.bias.grad[:DIM],
+        "key.weight": lambda: theirs.qkv.weight.grad[DIM : 2 * DIM],
+        "key.bias": lambda: theirs.qkv.bias.grad[DIM : 2 * DIM],
+        "value.weight": lambda: theirs.qkv.weight.grad[2 * DIM :],
+        "value.bias": lambda: theirs.qkv.bias.grad[2 * DIM :],
+        "out_proj.weight": theirs.proj.weight,
+        "out_proj.bias": theirs.proj.bias,
         "positional.table": lambda: table(theirs.relative_position_bias_table.grad),
     }
     return layer, theirs, ported
@@ -206,15 +229,22 @@ def test_relative_bias_negative_control_sub_table_at_the_wrong_offset_differs(fu
 def test_relative_bias_table_has_961_entries_per_head_at_the_paper_grid():
     from study.models import ModelConfig, build_model
 
-    model = build_model(ModelConfig(encoding="relative_bias", hidden=16, layers=1, intermediate=16, num_heads=2))
+    model = build_model(
+        ModelConfig(encoding="relative_bias", hidden=16, layers=1, intermediate=16, num_heads=2)
+    )
     assert model.blocks[0].attention.positional.table.shape == (2, 31, 31)
 
 
 # --------------------------------------------------------------------- RoPE
 def eva_attention():
     """EVA's rotary attention as EVA builds it: query and value biases, none on the key."""
-    theirs = EvaAttention(dim=DIM, num_heads=HEADS, qkv_bias=True, qkv_fused=False, num_prefix_tokens=0,
-                          scale_norm=False).double().eval()
+    theirs = (
+        EvaAttention(
+            dim=DIM, num_heads=HEADS, qkv_bias=True, qkv_fused=False, num_prefix_tokens=0, scale_norm=False
+        )
+        .double()
+        .eval()
+    )
     randomise(theirs)  # the biases too (timm zero-initialises them)
     assert theirs.k_proj.bias is None and theirs.q_proj.bias is not None and theirs.v_proj.bias is not None
     return theirs
@@ -230,17 +260,22 @@ def port_eva(layer: EncodedAttention, theirs) -> dict:
     copy_linear(layer.key, theirs.k_proj.weight, None)
     copy_linear(layer.value, theirs.v_proj.weight, theirs.v_proj.bias)
     copy_linear(layer.out_proj, theirs.proj.weight, theirs.proj.bias)
-    return {"query.weight": theirs.q_proj.weight, "query.bias": theirs.q_proj.bias,
-            "key.weight": theirs.k_proj.weight,
-            "value.weight": theirs.v_proj.weight, "value.bias": theirs.v_proj.bias,
-            "out_proj.weight": theirs.proj.weight, "out_proj.bias": theirs.proj.bias}
+    return {
+        "query.weight": theirs.q_proj.weight,
+        "query.bias": theirs.q_proj.bias,
+        "key.weight": theirs.k_proj.weight,
+        "value.weight": theirs.v_proj.weight,
+        "value.bias": theirs.v_proj.bias,
+        "out_proj.weight": theirs.proj.weight,
+        "out_proj.bias": theirs.proj.bias,
+    }
 
 
 def timm_axial_frequencies(head_dim: int, theta: float) -> torch.Tensor:
     """timm's ``freq_bands(d/4, temperature=θ, step=1)`` written out here: exponents i/(d/4)
     and 1/θ^exp in float32 (Heo et al.'s code: 1/θ^(4i/d), the same float32 values)."""
     exp = torch.arange(0, head_dim // 4, dtype=torch.int64).to(torch.float32) / (head_dim // 4)
-    return 1.0 / (theta ** exp)
+    return 1.0 / (theta**exp)
 
 
 @pytest.mark.parametrize("head_dim", [8, 12, 16, 24, 32, 64])
@@ -248,8 +283,16 @@ def timm_axial_frequencies(head_dim: int, theta: float) -> torch.Tensor:
 def test_rope_axial_frequencies_are_timms_bit_for_bit(head_dim, theta):
     """Computed as the reference computes them (float32), not rounded from float64:
     that differed by up to 2.2e-7 relative from width 12 on (equal at width 8)."""
-    layer = EncodedAttention(dim=4 * head_dim, num_heads=4, encoding=REGISTRY["rope2d"], grid=4, head_dim=head_dim,
-                             value=True, mode="axial", theta=theta)
+    layer = EncodedAttention(
+        dim=4 * head_dim,
+        num_heads=4,
+        encoding=REGISTRY["rope2d"],
+        grid=4,
+        head_dim=head_dim,
+        value=True,
+        mode="axial",
+        theta=theta,
+    )
     want = timm_axial_frequencies(head_dim, theta)
     assert torch.equal(layer.positional.freqs, want)
     assert torch.equal(RotaryEmbeddingCat(dim=head_dim, in_pixels=False, temperature=theta).bands, want)
@@ -263,8 +306,9 @@ def axial_embed(grid, *, swap: bool, theta: float = 100.0) -> torch.Tensor:
     'xy' indexing gives row-major tokens with the x (column) bands first, Heo et al.'s
     axial layout; ``swap`` (the negative control) 'ij', the row's bands first (no cached
     table: timm computes a cached one's sin/cos in float32)."""
-    rope = RotaryEmbeddingCat(dim=DIM // HEADS, in_pixels=False, temperature=theta,
-                              grid_indexing="ij" if swap else "xy").double()
+    rope = RotaryEmbeddingCat(
+        dim=DIM // HEADS, in_pixels=False, temperature=theta, grid_indexing="ij" if swap else "xy"
+    ).double()
     return rope.get_embed(list(grid), dtype=torch.float64)
 
 
@@ -306,8 +350,9 @@ def test_rope_mixed_equals_timm_rotary_mixed(swap, grid, fused):
     torch.manual_seed(4)
     h, w = grid
     # 'xy' on [rows, columns]: timm's t_x, t_y are each token's column and row, row-major
-    rope = RotaryEmbeddingMixed(dim=DIM, depth=1, num_heads=HEADS, temperature=10.0, feat_shape=[h, w],
-                                grid_indexing="xy").double()
+    rope = RotaryEmbeddingMixed(
+        dim=DIM, depth=1, num_heads=HEADS, temperature=10.0, feat_shape=[h, w], grid_indexing="xy"
+    ).double()
     layer = eva_layer(fused, mode="mixed", theta=10.0)
     ported = port_eva(layer, theirs)
     with torch.no_grad():
@@ -335,8 +380,16 @@ def test_gpsa_local_init_matches_convit_local_init():
     theirs = GPSA(dim=36, num_heads=9, locality_strength=2.0).double()
     theirs.local_init()
     torch.manual_seed(0)
-    layer = EncodedAttention(dim=36, num_heads=9, encoding=REGISTRY["gpsa"], grid=5, head_dim=4, value=True,
-                             qkv_bias=False, locality_strength=2.0).double()
+    layer = EncodedAttention(
+        dim=36,
+        num_heads=9,
+        encoding=REGISTRY["gpsa"],
+        grid=5,
+        head_dim=4,
+        value=True,
+        qkv_bias=False,
+        locality_strength=2.0,
+    ).double()
     rows = lambda w: sorted(map(tuple, w.detach().tolist()))  # noqa: E731
     assert rows(layer.positional.weight) == rows(theirs.pos_proj.weight)
     assert torch.equal(layer.positional.gate.detach(), theirs.gating_param.detach())

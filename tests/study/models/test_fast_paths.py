@@ -7,7 +7,6 @@ for content attention; outputs, returned probabilities and gradients.
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from study.bench.naive import naive_attention_heads, naive_relative_attention
 from study.models.attention import RelativeSelfAttention, kron_probs
@@ -24,8 +23,12 @@ def make_layer(encoding, isotropic, *, dim=8, heads=3, size=6, dropout=0.1, out_
     else:
         pos = LearnedScores(num_heads=heads, pos_dim=5, max_size=size)
     layer = RelativeSelfAttention(
-        dim=dim, num_heads=heads, positional=pos, content=encoding == "learned_content",
-        attention_dropout=dropout, out_dim=out_dim,
+        dim=dim,
+        num_heads=heads,
+        positional=pos,
+        content=encoding == "learned_content",
+        attention_dropout=dropout,
+        out_dim=out_dim,
     )
     layer.fused_content = True  # exercise the CUDA default (SDPA) here; explicit has its own tests
     return layer.double()
@@ -185,8 +188,13 @@ class HostSyncs(torch.utils._python_dispatch.TorchDispatchMode):
     """Records ops that copy a device value to the host (``.item()``, ``bool(t)``,
     data-dependent shapes): on a GPU each would stall the stream every step."""
 
-    SYNCING = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::unique_dim",
-               "aten::_unique2"}
+    SYNCING = {
+        "aten::_local_scalar_dense",
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::unique_dim",
+        "aten::_unique2",
+    }
 
     def __init__(self):
         super().__init__()

@@ -26,14 +26,19 @@ pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without to
 TOL = dict(rtol=1e-5, atol=1e-6)
 DIM, HEADS, GRID, BATCH = 32, 4, 4, 2
 #: every form of every encoding whose layer is EncodedAttention (all of today's: GPSA, bias, RoPE)
-ENCODED = [pytest.param(name, over, id=form) for name, spec in REGISTRY.items()
-           if isinstance(spec, ContentEncoding) for form, over in spec.variants]
+ENCODED = [
+    pytest.param(name, over, id=form)
+    for name, spec in REGISTRY.items()
+    if isinstance(spec, ContentEncoding)
+    for form, over in spec.variants
+]
 OUTPUT_CASES = [
     *(pytest.param(*case.values, "paper", (4, 4), id=f"{case.id}-paper-4x4") for case in ENCODED),
     pytest.param("relative_bias", {}, "timm", (2, 3), id="relative_bias-timm-2x3"),
 ]
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
-                          reason="torch 2.13: FlexAttention has no backward on CPU")
+CUDA = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="torch 2.13: FlexAttention has no backward on CPU"
+)
 #: constant along each softmax row (q·b_k, GPSA's b_h): their gradient is zero up to rounding
 ROW_CONSTANT = {"key.bias", "positional.bias"}
 
@@ -44,8 +49,15 @@ def make_layer(name, over, *, layout="paper", dropout=0.0, encoding=None, device
     spec = REGISTRY[name]
     cfg = ModelConfig(hidden=DIM, num_heads=HEADS, encoding=name, **over)
     timm = {"head_dim": DIM // HEADS, "value": True} if layout == "timm" else {}
-    layer = EncodedAttention(dim=DIM, num_heads=HEADS, encoding=encoding or spec, grid=GRID,
-                             attention_dropout=dropout, **timm, **spec.options(cfg))
+    layer = EncodedAttention(
+        dim=DIM,
+        num_heads=HEADS,
+        encoding=encoding or spec,
+        grid=GRID,
+        attention_dropout=dropout,
+        **timm,
+        **spec.options(cfg),
+    )
     with torch.no_grad():
         for p in layer.positional.parameters():
             p.normal_()

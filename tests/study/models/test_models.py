@@ -21,7 +21,9 @@ def tiny_layer(encoding, isotropic, *, dim=8, heads=3, size=5):
         pos = GaussianScores(num_heads=heads, isotropic=isotropic)
     else:
         pos = LearnedScores(num_heads=heads, pos_dim=6, max_size=size)
-    return RelativeSelfAttention(dim=dim, num_heads=heads, positional=pos, content=encoding == "learned_content")
+    return RelativeSelfAttention(
+        dim=dim, num_heads=heads, positional=pos, content=encoding == "learned_content"
+    )
 
 
 def test_output_and_attention_shapes(variant):
@@ -97,10 +99,16 @@ def test_gradients_reach_positional_parameters(variant):
     model = tiny_model(*variant)
     model(torch.randn(2, 3, 32, 32)).logsumexp(-1).sum().backward()
     pos = model.blocks[0].attention.positional
-    params = {"quadratic": ["centers", "spreads"],
-              "learned": ["row_embeddings.weight", "col_embeddings.weight", "head_keys_row.weight",
-                          "head_keys_col.weight"],
-              "learned_content": ["row_embeddings.weight", "col_embeddings.weight"]}[variant[0]]
+    params = {
+        "quadratic": ["centers", "spreads"],
+        "learned": [
+            "row_embeddings.weight",
+            "col_embeddings.weight",
+            "head_keys_row.weight",
+            "head_keys_col.weight",
+        ],
+        "learned_content": ["row_embeddings.weight", "col_embeddings.weight"],
+    }[variant[0]]
     for name in params:
         grad = pos.get_parameter(name).grad
         assert grad is not None and grad.abs().sum() > 0, name
@@ -123,7 +131,9 @@ def test_weight_decay_exclusions(variant):
     model = tiny_model(*variant)
     names = model.no_weight_decay()
     if variant[0] == "quadratic":
-        assert names == {f"blocks.{i}.attention.positional.{p}" for i in range(2) for p in ("centers", "spreads")}
+        assert names == {
+            f"blocks.{i}.attention.positional.{p}" for i in range(2) for p in ("centers", "spreads")
+        }
         for n in names:
             model.get_parameter(n)
     else:
@@ -165,7 +175,9 @@ HEAD_FORM_COUNT = 6 * (_LAYER + 2 * 31 * 400 + 2 * 400 * 9 + 2 * (400 * 3600 + 3
 
 def test_paper_parameter_counts(variant):
     encoding, isotropic = variant
-    cfg = ModelConfig(encoding=encoding, isotropic=isotropic, pos_dim=None if encoding == "quadratic" else 400)
+    cfg = ModelConfig(
+        encoding=encoding, isotropic=isotropic, pos_dim=None if encoding == "quadratic" else 400
+    )
     model = build_model(cfg)
     assert sum(p.numel() for p in model.parameters()) == PAPER_COUNTS[variant]
     assert PAPER_COUNTS[("quadratic", True)] == 12_086_844

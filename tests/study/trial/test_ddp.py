@@ -17,8 +17,9 @@ MODEL = ModelConfig(hidden=16, layers=2, intermediate=24, num_heads=2, dropout=0
 
 def config(batch_size):
     # synthetic:60 -> 3 optimisation steps of a global batch of 20
-    return TrainConfig(model=MODEL, data="synthetic:60", epochs=1, batch_size=batch_size, warmup=0.0,
-                       head_stats=False)
+    return TrainConfig(
+        model=MODEL, data="synthetic:60", epochs=1, batch_size=batch_size, warmup=0.0, head_stats=False
+    )
 
 
 def _both_ranks_done() -> None:
@@ -40,7 +41,9 @@ def _rank(rank, world, init_file, ckpt):
         # cycle through the trial's frames) the group outlives destroy_process_group and
         # the rank aborts at exit (SIGABRT) about one run in six.
         alive = [o for o in gc.get_objects() if isinstance(o, nn.parallel.DistributedDataParallel)]
-        assert not alive, f"rank {rank}: {len(alive)} DistributedDataParallel wrapper(s) alive after the trial"
+        assert not alive, (
+            f"rank {rank}: {len(alive)} DistributedDataParallel wrapper(s) alive after the trial"
+        )
         _both_ranks_done()
     finally:
         gc.enable()
@@ -73,8 +76,9 @@ def _protocol_rank(rank, world, init_file, ckpt):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         torch.manual_seed(rank)  # ranks draw their own augmentations
-        result = train_trial(config(10).replace(**PROTOCOL), trial_id="ddp", checkpoint_dir=ckpt,
-                             device=torch.device("cpu"))
+        result = train_trial(
+            config(10).replace(**PROTOCOL), trial_id="ddp", checkpoint_dir=ckpt, device=torch.device("cpu")
+        )
         assert result.status == "finished" and result.epochs_done == 1, (rank, result)
         _both_ranks_done()
     finally:

@@ -11,13 +11,20 @@ from study.models import ModelConfig
 from study.trial import TrainConfig, train_trial
 from study.trial.checkpoint import load_checkpoint
 from study.trial.schedule import learning_rate
-from tests.conftest import VARIANTS, VARIANT_IDS
+from tests.conftest import VARIANT_IDS, VARIANTS
 
 
 def tiny(encoding="quadratic", isotropic=True, **kw):
     pos_dim = 8 if encoding == "learned" else None  # learned_content (query form): pos_dim = hidden
-    base = dict(hidden=32, layers=2, intermediate=48, num_heads=4, encoding=encoding, isotropic=isotropic,
-                pos_dim=pos_dim)
+    base = dict(
+        hidden=32,
+        layers=2,
+        intermediate=48,
+        num_heads=4,
+        encoding=encoding,
+        isotropic=isotropic,
+        pos_dim=pos_dim,
+    )
     return ModelConfig(**{**base, **kw})
 
 
@@ -30,8 +37,15 @@ def read(root, table):
 @pytest.mark.parametrize("encoding,isotropic", VARIANTS, ids=VARIANT_IDS)
 @pytest.mark.slow
 def test_tiny_model_learns_synthetic_data(encoding, isotropic, tmp_path):
-    cfg = TrainConfig(model=tiny(encoding, isotropic, hidden=16, layers=1, intermediate=32, num_heads=2),
-                      data="synthetic:500", epochs=3, batch_size=25, lr=0.1, warmup=0.1, head_images=10)
+    cfg = TrainConfig(
+        model=tiny(encoding, isotropic, hidden=16, layers=1, intermediate=32, num_heads=2),
+        data="synthetic:500",
+        epochs=3,
+        batch_size=25,
+        lr=0.1,
+        warmup=0.1,
+        head_images=10,
+    )
     result = train_trial(cfg, trial_id="t", tables=tmp_path)
     assert result.status == "finished"
     assert result.final_test_acc > 0.4, result  # chance is 0.1
@@ -40,8 +54,12 @@ def test_tiny_model_learns_synthetic_data(encoding, isotropic, tmp_path):
     heads = read(tmp_path, "heads")
     assert len(heads) == (1 + 3) * 1 * 2  # (init + epochs) x layers x heads
     assert sorted(set(heads.epoch)) == [-1, 0, 1, 2]
-    assert heads[["center_x", "center_y", "entropy", "max_prob", "attention_distance",
-                  "attention_entropy"]].notna().all().all()
+    assert (
+        heads[["center_x", "center_y", "entropy", "max_prob", "attention_distance", "attention_entropy"]]
+        .notna()
+        .all()
+        .all()
+    )
     gaussian = encoding == "quadratic"
     assert heads.param_center_x.notna().all() == gaussian
     maps = read(tmp_path, "maps")
@@ -72,8 +90,13 @@ def test_resume_continues_exactly(tmp_path):
             raise Killed
 
     with pytest.raises(Killed):
-        train_trial(_config(), trial_id="t", tables=resumed / "tables", checkpoint_dir=resumed / "ckpt",
-                    report=die_after_two)
+        train_trial(
+            _config(),
+            trial_id="t",
+            tables=resumed / "tables",
+            checkpoint_dir=resumed / "ckpt",
+            report=die_after_two,
+        )
     assert load_checkpoint(resumed / "ckpt")["epoch"] == 2
     train_trial(_config(), trial_id="t", tables=resumed / "tables", checkpoint_dir=resumed / "ckpt")
     a, b = load_checkpoint(straight / "ckpt"), load_checkpoint(resumed / "ckpt")
@@ -99,8 +122,14 @@ def test_heads_table_records_the_untrained_model_once_per_head(encoding, isotrop
     from study.models import build_model
     from study.trial.headstats import collect_head_stats
 
-    cfg = TrainConfig(model=tiny(encoding, isotropic, hidden=16, layers=2, intermediate=32, num_heads=4),
-                      data="synthetic:100", epochs=1, batch_size=50, head_images=10, lr=0.5)
+    cfg = TrainConfig(
+        model=tiny(encoding, isotropic, hidden=16, layers=2, intermediate=32, num_heads=4),
+        data="synthetic:100",
+        epochs=1,
+        batch_size=50,
+        head_images=10,
+        lr=0.5,
+    )
     train_trial(cfg, trial_id="t", tables=tmp_path)
     init = _init_rows(tmp_path)
     assert list(zip(init.layer, init["head"])) == [(li, h) for li in range(2) for h in range(4)]
@@ -112,9 +141,12 @@ def test_heads_table_records_the_untrained_model_once_per_head(encoding, isotrop
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model.replace(num_classes=len(splits.classes))).eval()
     from study.data import DeviceData
+
     data = DeviceData(splits.test_images[:10], splits.test_labels[:10], device=torch.device("cpu"))
     expected, _ = collect_head_stats(model, data.normalise(data.images), radius=cfg.map_radius)
-    np.testing.assert_allclose(init.attention_distance, [r["attention_distance"] for r in expected], rtol=1e-6)
+    np.testing.assert_allclose(
+        init.attention_distance, [r["attention_distance"] for r in expected], rtol=1e-6
+    )
     trained = read(tmp_path, "heads").query("epoch == 0").sort_values(["layer", "head"])
     assert not np.allclose(trained.attention_distance, init.attention_distance, rtol=1e-6)
 
@@ -134,14 +166,22 @@ def test_init_row_is_written_once_across_a_kill_and_resume(tmp_path):
         def report(metrics, ckpt):
             if metrics["epoch"] == epoch:
                 raise Killed
+
         return report
 
     kill_before_checkpoint = die_at(0)
     with pytest.raises(Killed):  # raised after epoch 0's tables, before report returns: no resume point used
         train_trial(_config(), trial_id="t", tables=resumed / "tables", report=kill_before_checkpoint)
-    with pytest.raises(Killed):  # from scratch again (no checkpoint dir), then dies after epoch 1's checkpoint
-        train_trial(_config(), trial_id="t", tables=resumed / "tables", checkpoint_dir=resumed / "ckpt",
-                    report=die_at(1))
+    with pytest.raises(
+        Killed
+    ):  # from scratch again (no checkpoint dir), then dies after epoch 1's checkpoint
+        train_trial(
+            _config(),
+            trial_id="t",
+            tables=resumed / "tables",
+            checkpoint_dir=resumed / "ckpt",
+            report=die_at(1),
+        )
     train_trial(_config(), trial_id="t", tables=resumed / "tables", checkpoint_dir=resumed / "ckpt")
     a, b = _init_rows(straight / "tables"), _init_rows(resumed / "tables")
     assert len(b) == 2 * 4  # layers x heads, once
@@ -177,15 +217,19 @@ def test_checkpoint_refuses_code(tmp_path):
 
 
 def test_cosine_schedule_with_warmup():
-    kw = dict(steps_per_epoch=10, epochs=10, base_lr=0.1, warmup_steps=TrainConfig(epochs=10).warmup_steps_for(10))
+    kw = dict(
+        steps_per_epoch=10, epochs=10, base_lr=0.1, warmup_steps=TrainConfig(epochs=10).warmup_steps_for(10)
+    )
     lrs = [learning_rate(step=s, **kw) for s in range(100)]
     assert lrs[0] == pytest.approx(0.1 / 5) and lrs[4] == pytest.approx(0.1)
     assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
     assert lrs[-1] < 1e-3
 
 
-@pytest.mark.parametrize("epoch,lr", [(0, 0.1), (78, 0.1), (79, 0.01), (148, 0.01), (149, 1e-3),
-                                      (248, 1e-3), (249, 1e-4), (299, 1e-4)])
+@pytest.mark.parametrize(
+    "epoch,lr",
+    [(0, 0.1), (78, 0.1), (79, 0.01), (148, 0.01), (149, 1e-3), (248, 1e-3), (249, 1e-4), (299, 1e-4)],
+)
 def test_step_schedule_is_the_resnet_recipe(epoch, lr):
     """MultiStepLR([80, 150, 250], gamma 0.1) stepped at the start of every epoch (the
     original's train.py): the lr drops at the start of 0-based epochs 79, 149, 249."""
@@ -213,16 +257,29 @@ def test_step_schedule_matches_the_originals_multisteplr_loop():
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch's "step() before optimizer.step()" notice: the original's order
+        warnings.simplefilter(
+            "ignore"
+        )  # torch's "step() before optimizer.step()" notice: the original's order
         expected = _original_step_lrs((80, 150, 250), 300)
-    got = [learning_rate(step=e, steps_per_epoch=1, epochs=300, base_lr=0.1, schedule="step") for e in range(300)]
+    got = [
+        learning_rate(step=e, steps_per_epoch=1, epochs=300, base_lr=0.1, schedule="step") for e in range(300)
+    ]
     assert got == pytest.approx(expected, rel=1e-12)
     assert [e for e in range(1, 300) if got[e] < got[e - 1]] == [79, 149, 249]
 
 
-@pytest.mark.parametrize("epochs,milestones", [(300, (80, 150, 250)), (100, (27, 50, 83)), (30, (8, 15, 25)),
-                                               (600, (160, 300, 500)), (7, (2, 4, 6)), (2, (1, 1, 2)),
-                                               (1, (0, 1, 1))])
+@pytest.mark.parametrize(
+    "epochs,milestones",
+    [
+        (300, (80, 150, 250)),
+        (100, (27, 50, 83)),
+        (30, (8, 15, 25)),
+        (600, (160, 300, 500)),
+        (7, (2, 4, 6)),
+        (2, (1, 1, 2)),
+        (1, (0, 1, 1)),
+    ],
+)
 def test_step_milestones_scale_with_epochs(epochs, milestones):
     """For E epochs each milestone is ⌊m·E/300 + ½⌋ (docs/design.md §3, "step schedule"), applied
     as the original applies its milestones: per epoch the same lr as its MultiStepLR
@@ -233,8 +290,10 @@ def test_step_milestones_scale_with_epochs(epochs, milestones):
 
     assert step_milestones(epochs) == milestones
     assert step_drop_epochs(epochs) == tuple(max(m - 1, 0) for m in milestones)
-    got = [learning_rate(step=e, steps_per_epoch=1, epochs=epochs, base_lr=0.1, schedule="step")
-           for e in range(epochs)]
+    got = [
+        learning_rate(step=e, steps_per_epoch=1, epochs=epochs, base_lr=0.1, schedule="step")
+        for e in range(epochs)
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert got == pytest.approx(_original_step_lrs(milestones, epochs), rel=1e-12)
@@ -246,14 +305,40 @@ def test_study_train_command(tmp_path):
     import sys
 
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "study", "train", "--data", "synthetic:100", "--epochs", "2", "--hidden", "16",
-            "--layers", "1", "--num-heads", "2", "--intermediate", "16", "--batch-size", "25", "--out", str(out)]
+    args = [
+        sys.executable,
+        "-m",
+        "study",
+        "train",
+        "--data",
+        "synthetic:100",
+        "--epochs",
+        "2",
+        "--hidden",
+        "16",
+        "--layers",
+        "1",
+        "--num-heads",
+        "2",
+        "--intermediate",
+        "16",
+        "--batch-size",
+        "25",
+        "--out",
+        str(out),
+    ]
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert [ln.split()[1] for ln in r.stderr.splitlines() if ln.startswith("epoch ")] == ["1/2", "2/2"]
-    assert len(read(out / "tables", "epochs")) == 2 and read(out / "tables", "runs").status.iloc[0] == "finished"
-    bad = subprocess.run(args[:5] + [str(tmp_path / "missing.tar.gz")] + args[6:-1] + [str(tmp_path / "b")],
-                         capture_output=True, text=True, timeout=300)
+    assert (
+        len(read(out / "tables", "epochs")) == 2 and read(out / "tables", "runs").status.iloc[0] == "finished"
+    )
+    bad = subprocess.run(
+        args[:5] + [str(tmp_path / "missing.tar.gz")] + args[6:-1] + [str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "--data" in bad.stderr and "missing.tar.gz" in bad.stderr
     assert not (tmp_path / "b").exists()
@@ -269,8 +354,13 @@ def test_superseded_attempt_stops_and_writes_nothing_more(encoding, isotropic, t
     from study.trial.ledger import TrialLedger
 
     uri = tmp_path / "trials" / "t.json"
-    cfg = TrainConfig(model=tiny(encoding, isotropic, hidden=16, layers=1, intermediate=32, num_heads=2),
-                      data="synthetic:200", epochs=4, batch_size=20, head_images=10)
+    cfg = TrainConfig(
+        model=tiny(encoding, isotropic, hidden=16, layers=1, intermediate=32, num_heads=2),
+        data="synthetic:200",
+        epochs=4,
+        batch_size=20,
+        head_images=10,
+    )
     old = TrialLedger(uri=uri)
     old.start()
 
@@ -279,7 +369,9 @@ def test_superseded_attempt_stops_and_writes_nothing_more(encoding, isotropic, t
             TrialLedger(uri=uri).start()  # Tune's retry on another node
 
     with pytest.raises(SupersededError, match="attempt 1 .* attempt 2"):
-        train_trial(cfg, trial_id="t", tables=tmp_path / "tables", report=newer_attempt_after_epoch_1, ledger=old)
+        train_trial(
+            cfg, trial_id="t", tables=tmp_path / "tables", report=newer_attempt_after_epoch_1, ledger=old
+        )
     assert sorted(read(tmp_path / "tables", "epochs").epoch) == [0, 1]
     assert len(read(tmp_path / "tables", "heads").query("epoch > 1")) == 0
     runs = read(tmp_path / "tables", "runs")

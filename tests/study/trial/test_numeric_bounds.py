@@ -19,24 +19,55 @@ from study.trial.loop import first_steps
 
 FLOAT_MAX = 1.7976931348623157e308
 PROBES = [0, 5e-324, FLOAT_MAX, math.nan, math.inf, -math.inf]
-BASE = {"data": "synthetic:20", "epochs": 1, "batch_size": 10, "validation": 0, "training": {"head_stats": False,
-        "amp": False}, "model": {"hidden": 8, "layers": 1, "intermediate": 8, "num_heads": 1}}
+BASE = {
+    "data": "synthetic:20",
+    "epochs": 1,
+    "batch_size": 10,
+    "validation": 0,
+    "training": {"head_stats": False, "amp": False},
+    "model": {"hidden": 8, "layers": 1, "intermediate": 8, "num_heads": 1},
+}
 #: where a study file sets each TrainConfig field
-TRAIN_PATHS = {"lr": "optimizer.lr", "momentum": "optimizer.momentum", "weight_decay": "optimizer.weight_decay",
-               "warmup": "schedule.warmup", "warmup_epochs": "schedule.warmup_epochs",
-               "warmup_steps": "schedule.warmup_steps", "cutmix_alpha": "protocol.cutmix_alpha",
-               "mixup_alpha": "protocol.mixup_alpha", "label_smoothing": "protocol.label_smoothing",
-               "randaugment_ops": "protocol.randaugment_ops", "randaugment_magnitude": "protocol.randaugment_magnitude",
-               "epochs": "epochs", "batch_size": "batch_size", "subset": "subset", "validation": "validation",
-               "head_images": "training.head_images", "map_radius": "training.map_radius",
-               "eval_batch_size": "training.eval_batch_size", "seed": "seeds"}
+TRAIN_PATHS = {
+    "lr": "optimizer.lr",
+    "momentum": "optimizer.momentum",
+    "weight_decay": "optimizer.weight_decay",
+    "warmup": "schedule.warmup",
+    "warmup_epochs": "schedule.warmup_epochs",
+    "warmup_steps": "schedule.warmup_steps",
+    "cutmix_alpha": "protocol.cutmix_alpha",
+    "mixup_alpha": "protocol.mixup_alpha",
+    "label_smoothing": "protocol.label_smoothing",
+    "randaugment_ops": "protocol.randaugment_ops",
+    "randaugment_magnitude": "protocol.randaugment_magnitude",
+    "epochs": "epochs",
+    "batch_size": "batch_size",
+    "subset": "subset",
+    "validation": "validation",
+    "head_images": "training.head_images",
+    "map_radius": "training.map_radius",
+    "eval_batch_size": "training.eval_batch_size",
+    "seed": "seeds",
+}
 #: the lowest value of each int field (int_at_least in the configuration classes)
-INT_LOW = {"subset": 10, "map_radius": 0, "seed": 0, "randaugment_ops": 0, "randaugment_magnitude": 0,
-           "warmup_steps": 0}
+INT_LOW = {
+    "subset": 10,
+    "map_radius": 0,
+    "seed": 0,
+    "randaugment_ops": 0,
+    "randaugment_magnitude": 0,
+    "warmup_steps": 0,
+}
 #: the highest (study.limits); model sizes at their caps are checked refused just past them, not trained
-INT_HIGH = {**limits.MAX_TRAIN_FIELD, "epochs": limits.MAX_EPOCHS, "batch_size": limits.MAX_BATCH_SIZE,
-            "seed": limits.MAX_SEED, "subset": limits.MAX_SUBSET, "randaugment_ops": limits.MAX_RANDAUGMENT_OPS,
-            "randaugment_magnitude": limits.MAX_RANDAUGMENT_MAGNITUDE}
+INT_HIGH = {
+    **limits.MAX_TRAIN_FIELD,
+    "epochs": limits.MAX_EPOCHS,
+    "batch_size": limits.MAX_BATCH_SIZE,
+    "seed": limits.MAX_SEED,
+    "subset": limits.MAX_SUBSET,
+    "randaugment_ops": limits.MAX_RANDAUGMENT_OPS,
+    "randaugment_magnitude": limits.MAX_RANDAUGMENT_MAGNITUDE,
+}
 #: the encoding whose field it is (the others' fields must stay unset)
 ENCODING_OF = {"locality_strength": "gpsa", "rope_theta": "rope2d", "pos_dim": "learned"}
 #: ModelConfig fields a data source decides (every source gives 32x32 RGB; classes replace num_classes)
@@ -44,8 +75,12 @@ DATA_FIXED = {"image_size", "in_channels", "num_classes", "downsample"}
 
 
 def _numeric(fields, kinds=("int", "float", "int | None", "float | None", "int | float")):
-    return [f for f in fields if (f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")) in kinds
-            or str(f.type) in kinds]
+    return [
+        f
+        for f in fields
+        if (f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")) in kinds
+        or str(f.type) in kinds
+    ]
 
 
 TRAIN_FIELDS = [f.name for f in _numeric(dataclasses.fields(TrainConfig))]
@@ -106,10 +141,28 @@ def splits():
 
 
 def test_every_numeric_field_is_covered():
-    assert {"lr", "momentum", "weight_decay", "warmup", "warmup_epochs", "warmup_steps", "cutmix_alpha",
-            "mixup_alpha", "label_smoothing", "validation"} <= set(TRAIN_FIELDS)
-    assert {"dropout", "attention_dropout", "center_init_std", "spread_init_std", "locality_strength",
-            "rope_theta", "hidden", "num_heads"} <= set(MODEL_FIELDS)
+    assert {
+        "lr",
+        "momentum",
+        "weight_decay",
+        "warmup",
+        "warmup_epochs",
+        "warmup_steps",
+        "cutmix_alpha",
+        "mixup_alpha",
+        "label_smoothing",
+        "validation",
+    } <= set(TRAIN_FIELDS)
+    assert {
+        "dropout",
+        "attention_dropout",
+        "center_init_std",
+        "spread_init_std",
+        "locality_strength",
+        "rope_theta",
+        "hidden",
+        "num_heads",
+    } <= set(MODEL_FIELDS)
     assert set(TRAIN_FIELDS) <= set(TRAIN_PATHS)
 
 
@@ -127,7 +180,9 @@ def test_a_number_is_refused_in_one_line_or_its_step_runs(study_in_process, tmp_
 
     spec = load_spec(path)
     cfg = spec.train_config(spec.cells[0])
-    losses = first_steps(cfg, steps=1, splits=None if name == "subset" else splits, device=torch.device("cpu"))
+    losses = first_steps(
+        cfg, steps=1, splits=None if name == "subset" else splits, device=torch.device("cpu")
+    )
     assert len(losses) == 1  # a non-finite loss is allowed: the trial records it as diverged
 
 
@@ -135,10 +190,23 @@ def test_the_published_schema_states_every_declared_bound():
     from study.spec import StudyFile
 
     defs = StudyFile.model_json_schema()["$defs"]
-    props = {**defs["Optimizer"]["properties"], **defs["Schedule"]["properties"], **defs["Protocol"]["properties"]}
+    props = {
+        **defs["Optimizer"]["properties"],
+        **defs["Schedule"]["properties"],
+        **defs["Protocol"]["properties"],
+    }
     declared = {f.name: bounds_of(f) for f in dataclasses.fields(TrainConfig) if bounds_of(f)}
-    assert {"lr", "momentum", "weight_decay", "warmup", "warmup_epochs", "warmup_steps", "cutmix_alpha",
-            "mixup_alpha", "label_smoothing"} <= set(declared)
+    assert {
+        "lr",
+        "momentum",
+        "weight_decay",
+        "warmup",
+        "warmup_epochs",
+        "warmup_steps",
+        "cutmix_alpha",
+        "mixup_alpha",
+        "label_smoothing",
+    } <= set(declared)
     for name, b in declared.items():
         assert b.json_schema().items() <= props[name].items(), name
     model = defs["ModelFields"]["properties"]
@@ -150,35 +218,63 @@ def test_the_published_schema_states_every_declared_bound():
             assert (model[f.name]["minimum"], model[f.name]["maximum"]) == (low, high), f.name
 
 
-@pytest.mark.parametrize("train,model", [({"lr": FLOAT32_MAX}, {}), ({}, {"center_init_std": FLOAT32_MAX})],
-                         ids=["lr", "center_init_std"])
-def test_an_extreme_accepted_value_whose_loss_turns_non_finite_ends_the_trial_diverged(tmp_path, train, model):
+@pytest.mark.parametrize(
+    "train,model",
+    [({"lr": FLOAT32_MAX}, {}), ({}, {"center_init_std": FLOAT32_MAX})],
+    ids=["lr", "center_init_std"],
+)
+def test_an_extreme_accepted_value_whose_loss_turns_non_finite_ends_the_trial_diverged(
+    tmp_path, train, model
+):
     from study.tables import read_table
     from study.trial import train_trial
 
-    cfg = TrainConfig(model=ModelConfig(**{**BASE["model"], **model}), data="synthetic:20", epochs=2, batch_size=10,
-                      head_images=4, amp=False, **train)
+    cfg = TrainConfig(
+        model=ModelConfig(**{**BASE["model"], **model}),
+        data="synthetic:20",
+        epochs=2,
+        batch_size=10,
+        head_images=4,
+        amp=False,
+        **train,
+    )
     assert train_trial(cfg, trial_id="t", tables=tmp_path).status == "diverged"
     assert read_table(tmp_path, "runs").status.tolist() == ["diverged"]
 
 
 DECLARED = [f.name for f in dataclasses.fields(TrainConfig) if bounds_of(f) and not bounds_of(f).integer]
 #: the declared fields `study train` has a flag for (momentum has none: the paper's 0.9)
-TRAIN_FLAGS = {"lr", "weight_decay", "warmup", "warmup_epochs", "cutmix_alpha", "mixup_alpha", "label_smoothing"}
+TRAIN_FLAGS = {
+    "lr",
+    "weight_decay",
+    "warmup",
+    "warmup_epochs",
+    "cutmix_alpha",
+    "mixup_alpha",
+    "label_smoothing",
+}
 
 
 @pytest.mark.parametrize("name", DECLARED)
-def test_an_override_and_a_flag_just_past_a_declared_bound_are_refused_in_one_line(study_in_process, tmp_path,
-                                                                                   name):
+def test_an_override_and_a_flag_just_past_a_declared_bound_are_refused_in_one_line(
+    study_in_process, tmp_path, name
+):
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     past = math.nextafter(bounds_of(fields[name]).high, math.inf)
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(BASE))
     override = f"{TRAIN_PATHS[name]}={past!r}"
     code, _, err, _ = study_in_process("validate", path, override)
-    assert code == 2 and len(err) == 1 and f"{TRAIN_PATHS[name]}: " in err[0] and f"(override {override})" in err[0]
+    assert (
+        code == 2
+        and len(err) == 1
+        and f"{TRAIN_PATHS[name]}: " in err[0]
+        and f"(override {override})" in err[0]
+    )
     if name in TRAIN_FLAGS:
         flag = "--" + name.replace("_", "-")
-        code, _, err, _ = study_in_process("train", "--data", "synthetic:20", flag, repr(past), "--out", tmp_path / "o")
+        code, _, err, _ = study_in_process(
+            "train", "--data", "synthetic:20", flag, repr(past), "--out", tmp_path / "o"
+        )
         assert code == 2 and len(err) == 1 and f"{flag}: " in err[0], err
         assert not (tmp_path / "o").exists()

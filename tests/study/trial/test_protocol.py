@@ -40,8 +40,9 @@ def train_one_epoch(t):
     """One epoch through the loop, recording every step's input images and logits (a
     forward hook on the model): ``(trained, [(images, logits), ...])``."""
     seen = []
-    handle = t.model.register_forward_hook(lambda m, args, out: seen.append((args[0].detach().clone(),
-                                                                            out.detach().clone())))
+    handle = t.model.register_forward_hook(
+        lambda m, args, out: seen.append((args[0].detach().clone(), out.detach().clone()))
+    )
     try:
         trained = _train_epoch(t, 0, time.perf_counter())
     finally:
@@ -74,7 +75,7 @@ def cutmix_box(x, mixed):
         return None
     rows, cols = mask.any(1).nonzero().flatten(), mask.any(0).nonzero().flatten()
     box = torch.zeros_like(mask)
-    box[rows.min(): rows.max() + 1, cols.min(): cols.max() + 1] = True
+    box[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1] = True
     rolled = x.roll(1, 0)
     if not (torch.equal(mixed[..., box], rolled[..., box]) and torch.equal(mixed[..., ~box], x[..., ~box])):
         return None
@@ -96,7 +97,12 @@ def test_cutmix_pastes_a_box_and_its_mixed_labels_reach_the_loss():
         target = lam * one_hot(y, k) + (1 - lam) * one_hot(y.roll(1), k)
         losses.append(F.cross_entropy(logits.double(), target).item())
         hard.append(F.cross_entropy(logits.double(), y).item())
-    assert sum(b is not None and b.sum() > 0 for b in [cutmix_box(x, m) for (x, _), (m, _) in zip(batches, seen)]) >= 2
+    assert (
+        sum(
+            b is not None and b.sum() > 0 for b in [cutmix_box(x, m) for (x, _), (m, _) in zip(batches, seen)]
+        )
+        >= 2
+    )
     assert trained["train_loss"] == pytest.approx(sum(losses) / len(losses), rel=1e-5)
     assert abs(trained["train_loss"] - sum(hard) / len(hard)) > 0.1  # the hard labels would give another loss
 
@@ -136,8 +142,11 @@ def test_cutmix_and_mixup_together_pick_one_of_the_two_per_batch():
     assert set(kinds) == {"cutmix", "mixup"}, kinds
 
 
-@pytest.mark.parametrize("policy", [{"randaugment_ops": 2, "randaugment_magnitude": 9}, {"autoaugment": "cifar10"}],
-                         ids=["randaugment", "autoaugment"])
+@pytest.mark.parametrize(
+    "policy",
+    [{"randaugment_ops": 2, "randaugment_magnitude": 9}, {"autoaugment": "cifar10"}],
+    ids=["randaugment", "autoaugment"],
+)
 def test_image_policy_changes_the_images_reaching_the_model(policy):
     plain, augmented = trial(), trial(**policy)
     torch.manual_seed(0)
@@ -151,11 +160,16 @@ def test_image_policy_changes_the_images_reaching_the_model(policy):
     # applied before normalisation to uint8 images: the model still sees normalised 0..255 pixels
     data = augmented.train_data
     pixels = (x1 + data._shift) / data._scale
-    assert torch.allclose(pixels, pixels.round(), atol=1e-3) and pixels.min() > -0.01 and pixels.max() < 255.01
+    assert (
+        torch.allclose(pixels, pixels.round(), atol=1e-3) and pixels.min() > -0.01 and pixels.max() < 255.01
+    )
 
 
-@pytest.mark.parametrize("policy", [{"randaugment_ops": 2, "randaugment_magnitude": 9}, {"autoaugment": "cifar10"}],
-                         ids=["randaugment", "autoaugment"])
+@pytest.mark.parametrize(
+    "policy",
+    [{"randaugment_ops": 2, "randaugment_magnitude": 9}, {"autoaugment": "cifar10"}],
+    ids=["randaugment", "autoaugment"],
+)
 def test_image_policy_draws_its_operations_per_image_not_per_batch(policy):
     from study.trial.protocol import build_protocol
 
@@ -183,7 +197,9 @@ def test_label_smoothing_changes_the_loss_by_the_expected_amount():
     assert abs(trained["train_loss"] - sum(hard) / len(hard)) > 0.1
 
 
-PROTOCOL = dict(cutmix_alpha=1.0, mixup_alpha=0.5, randaugment_ops=2, randaugment_magnitude=7, label_smoothing=0.1)
+PROTOCOL = dict(
+    cutmix_alpha=1.0, mixup_alpha=0.5, randaugment_ops=2, randaugment_magnitude=7, label_smoothing=0.1
+)
 
 
 def test_protocol_fields_become_runs_columns(tmp_path):
@@ -203,8 +219,14 @@ class DeviceReads(torch.utils._python_dispatch.TorchDispatchMode):
     on its CPU generator (a transform's operation, magnitude or Beta ratio: CPU tensors
     even when training on CUDA) is not one."""
 
-    SYNCING = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::unique_dim",
-               "aten::_unique2", "aten::item"}
+    SYNCING = {
+        "aten::_local_scalar_dense",
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::unique_dim",
+        "aten::_unique2",
+        "aten::item",
+    }
 
     def __init__(self, sources):
         super().__init__()
@@ -221,7 +243,11 @@ class DeviceReads(torch.utils._python_dispatch.TorchDispatchMode):
         return r is not None and r() is t
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        inputs = [a for a in torch.utils._pytree.tree_flatten((args, kwargs or {}))[0] if isinstance(a, torch.Tensor)]
+        inputs = [
+            a
+            for a in torch.utils._pytree.tree_flatten((args, kwargs or {}))[0]
+            if isinstance(a, torch.Tensor)
+        ]
         from_data = any(a in self for a in inputs)
         if from_data and func._schema.name in self.SYNCING:
             self.seen.append(func._schema.name)
@@ -274,33 +300,58 @@ BAD = [
     (["--mixup-alpha", "nan"], "--mixup-alpha: must be a finite Beta alpha >= 0 (0: off), got nan"),
     (["--label-smoothing", "1"], "--label-smoothing: must be in [0, 1), got 1.0"),
     (["--randaugment-ops", "15"], "argument --randaugment-ops: must be <= 14 (MAX_RANDAUGMENT_OPS), got 15"),
-    (["--randaugment-magnitude", "31"], "argument --randaugment-magnitude: must be <= 30 (MAX_RANDAUGMENT_MAGNITUDE), got 31"),
+    (
+        ["--randaugment-magnitude", "31"],
+        "argument --randaugment-magnitude: must be <= 30 (MAX_RANDAUGMENT_MAGNITUDE), got 31",
+    ),
     (["--autoaugment", "cifar"], "--autoaugment: must be one of none, cifar10, imagenet, svhn, got 'cifar'"),
-    (["--autoaugment", "svhn", "--randaugment-ops", "2"],
-     "--autoaugment: svhn and randaugment_ops 2 are alternative policies: set one (the other none / 0)"),
+    (
+        ["--autoaugment", "svhn", "--randaugment-ops", "2"],
+        "--autoaugment: svhn and randaugment_ops 2 are alternative policies: set one (the other none / 0)",
+    ),
 ]
 
 
 @pytest.mark.parametrize("args,message", BAD, ids=[a[0] for a, _ in BAD])
 def test_study_train_refuses_out_of_range_protocol_in_one_line(tmp_path, args, message):
-    r = run_cli(tmp_path, "train", "--data", "synthetic:100", "--epochs", "1", "--out", str(tmp_path / "o"), *args,
-                timeout=120)
+    r = run_cli(
+        tmp_path,
+        "train",
+        "--data",
+        "synthetic:100",
+        "--epochs",
+        "1",
+        "--out",
+        str(tmp_path / "o"),
+        *args,
+        timeout=120,
+    )
     assert r.returncode == 2
     assert r.stderr.strip() == f"study train: error: {message}"
     assert not (tmp_path / "o").exists()
 
 
 SPEC_BAD = [
-    ({"protocol": {"cutmix_alpha": -0.5}}, "protocol.cutmix_alpha: must be a finite Beta alpha >= 0 (0: off), got -0.5"),
+    (
+        {"protocol": {"cutmix_alpha": -0.5}},
+        "protocol.cutmix_alpha: must be a finite Beta alpha >= 0 (0: off), got -0.5",
+    ),
     ({"protocol": {"label_smoothing": 1.5}}, "protocol.label_smoothing: must be in [0, 1), got 1.5"),
     ({"protocol": {"randaugment_ops": "two"}}, "protocol.randaugment_ops: must be int, got str 'two'"),
-    ({"protocol": {"cutmix": 1.0}}, "protocol.cutmix: unknown key (allowed: cutmix_alpha, mixup_alpha, "
-                                    "randaugment_ops, randaugment_magnitude, autoaugment, label_smoothing)"),
-    ({"models": [{"training": {"protocol": {"mixup_alpha": -1}}}]},
-     "models.0.training.protocol.mixup_alpha: must be a finite Beta alpha >= 0 (0: off), got -1"),
+    (
+        {"protocol": {"cutmix": 1.0}},
+        "protocol.cutmix: unknown key (allowed: cutmix_alpha, mixup_alpha, "
+        "randaugment_ops, randaugment_magnitude, autoaugment, label_smoothing)",
+    ),
+    (
+        {"models": [{"training": {"protocol": {"mixup_alpha": -1}}}]},
+        "models.0.training.protocol.mixup_alpha: must be a finite Beta alpha >= 0 (0: off), got -1",
+    ),
     ({"grid": {"label_smoothing": [0.0, 1.0]}}, "grid.label_smoothing: must be in [0, 1), got 1.0"),
-    ({"sample": {"randaugment_magnitude": {"int": [0, 40]}}},
-     "sample.randaugment_magnitude.int: must be <= 30 (RandAugment's 31 magnitude bins), got 40"),
+    (
+        {"sample": {"randaugment_magnitude": {"int": [0, 40]}}},
+        "sample.randaugment_magnitude.int: must be <= 30 (RandAugment's 31 magnitude bins), got 40",
+    ),
 ]
 
 
@@ -309,8 +360,9 @@ def test_study_file_refuses_out_of_range_protocol_in_one_line(tmp_path, extra, m
     import yaml
 
     f = tmp_path / "p.yaml"
-    f.write_text(yaml.safe_dump({"data": "synthetic:500", "epochs": 1, "model": {"hidden": 16, "layers": 1},
-                                 **extra}))
+    f.write_text(
+        yaml.safe_dump({"data": "synthetic:500", "epochs": 1, "model": {"hidden": 16, "layers": 1}, **extra})
+    )
     r = run_cli(tmp_path, "validate", str(f), timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip() == f"study validate: error: {f}: {message}"
@@ -322,12 +374,22 @@ def test_protocol_is_a_searchable_per_model_axis(tmp_path):
     from study.spec import load_spec
 
     f = tmp_path / "p.yaml"
-    f.write_text(yaml.safe_dump({
-        "data": "synthetic:500", "epochs": 1, "model": {"hidden": 16, "layers": 1}, "validation": 50,
-        "protocol": {"label_smoothing": 0.1},
-        "models": [{}, {"training": {"protocol": {"cutmix_alpha": 1.0}}}],
-        "sample": {"mixup_alpha": {"uniform": [0.0, 1.0]}, "autoaugment": {"choice": ["none", "cifar10"]}},
-    }))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "data": "synthetic:500",
+                "epochs": 1,
+                "model": {"hidden": 16, "layers": 1},
+                "validation": 50,
+                "protocol": {"label_smoothing": 0.1},
+                "models": [{}, {"training": {"protocol": {"cutmix_alpha": 1.0}}}],
+                "sample": {
+                    "mixup_alpha": {"uniform": [0.0, 1.0]},
+                    "autoaugment": {"choice": ["none", "cifar10"]},
+                },
+            }
+        )
+    )
     spec = load_spec(f)
     a, b = (spec.train_config(c, {"mixup_alpha": 0.3, "autoaugment": "cifar10"}) for c in spec.cells)
     assert (a.cutmix_alpha, b.cutmix_alpha) == (0.0, 1.0)
@@ -341,13 +403,18 @@ def test_a_checkpoint_from_before_the_protocol_fields_continues_with_them_off():
     from study.trial.config import PROTOCOL_FIELDS
 
     cfg = TrainConfig(model=MODEL, **DATA)
-    older = {"model_config": MODEL.to_dict(),
-             "train_config": {k: v for k, v in cfg.to_dict().items() if k not in PROTOCOL_FIELDS}}
+    older = {
+        "model_config": MODEL.to_dict(),
+        "train_config": {k: v for k, v in cfg.to_dict().items() if k not in PROTOCOL_FIELDS},
+    }
     check_config(older, model_config=MODEL.to_dict(), train_config=cfg.to_dict(), where="ckpt")  # no error
     with pytest.raises(CheckpointError, match=r"cutmix_alpha: 0\.0 -> 1\.0"):
-        check_config(older, model_config=MODEL.to_dict(), train_config=cfg.replace(cutmix_alpha=1.0).to_dict(),
-                     where="ckpt")
-
+        check_config(
+            older,
+            model_config=MODEL.to_dict(),
+            train_config=cfg.replace(cutmix_alpha=1.0).to_dict(),
+            where="ckpt",
+        )
 
 
 def test_only_a_protocol_with_torchvision_transforms_imports_torchvision():
@@ -357,12 +424,14 @@ def test_only_a_protocol_with_torchvision_transforms_imports_torchvision():
     import subprocess
     import sys
 
-    code = ("import sys, torch; from study.models import ModelConfig; from study.trial import TrainConfig, train_trial; "
-            "from study.trial.protocol import build_protocol; "
-            "cfg = TrainConfig(model=ModelConfig(hidden=16, layers=1, intermediate=24, num_heads=2), "
-            "data='synthetic:40', epochs=1, batch_size=20, amp=False, head_stats=False, label_smoothing=0.1); "
-            "train_trial(cfg, trial_id='p', device=torch.device('cpu')); print('torchvision' in sys.modules); "
-            "build_protocol(TrainConfig(cutmix_alpha=1.0), num_classes=10); print('torchvision' in sys.modules)")
+    code = (
+        "import sys, torch; from study.models import ModelConfig; from study.trial import TrainConfig, train_trial; "
+        "from study.trial.protocol import build_protocol; "
+        "cfg = TrainConfig(model=ModelConfig(hidden=16, layers=1, intermediate=24, num_heads=2), "
+        "data='synthetic:40', epochs=1, batch_size=20, amp=False, head_stats=False, label_smoothing=0.1); "
+        "train_trial(cfg, trial_id='p', device=torch.device('cpu')); print('torchvision' in sys.modules); "
+        "build_protocol(TrainConfig(cutmix_alpha=1.0), num_classes=10); print('torchvision' in sys.modules)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "True"], r.stdout

@@ -16,8 +16,6 @@ when their raylet's pid disappears; a raylet left defunct by a PID 1 that reaps 
 counting, while the driver saw the actor die after 14 s).
 """
 
-from tests.helpers import REPO_ROOT
-
 import contextlib
 import ctypes
 import ipaddress
@@ -37,12 +35,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from packaging.version import Version
 
 from study.tables import read_table
 from study.tuning.cluster import IMPORT_ENV, RAY_ENV
-from tests.helpers import TINY, free_ports, kill_session, process_name, session_pids
+from tests.helpers import REPO_ROOT, TINY, free_ports, kill_session, process_name, session_pids
 
 PROJECT = REPO_ROOT
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -52,16 +49,22 @@ pytestmark = pytest.mark.slow
 
 
 def cluster_env(token: str) -> dict[str, str]:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
-           # the documented set-up: token authentication, the token reaching every node
-           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
-           # a loaded CI machine starts the dashboard agent slowly: let the raylet wait for it
-           "RAY_raylet_start_wait_time_s": "120",
-           # the GCS checks each node every second and calls it dead after 3 failed checks (Ray's
-           # defaults: 3 s and 5, which took 11-20 s to see the killed node); a live node answers
-           # within 5 s even on a loaded machine
-           "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
-           "RAY_health_check_timeout_ms": "5000"}
+    env = {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONUNBUFFERED": "1",
+        # the documented set-up: token authentication, the token reaching every node
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": token,
+        # a loaded CI machine starts the dashboard agent slowly: let the raylet wait for it
+        "RAY_raylet_start_wait_time_s": "120",
+        # the GCS checks each node every second and calls it dead after 3 failed checks (Ray's
+        # defaults: 3 s and 5, which took 11-20 s to see the killed node); a live node answers
+        # within 5 s even on a loaded machine
+        "RAY_health_check_period_ms": "1000",
+        "RAY_health_check_failure_threshold": "3",
+        "RAY_health_check_timeout_ms": "5000",
+    }
     for k in ("RAY_ADDRESS", "STUDY_STORAGE"):
         env.pop(k, None)
     return env
@@ -105,8 +108,13 @@ def ray_start(name: str, args: list[str], *, env: dict, logs: Path, sessions: li
         temps.append(temp)
         log_path = logs / f"{name}-{attempt}.log"
         with open(log_path, "w") as log:
-            proc = subprocess.Popen([RAY, "start", *args, "--temp-dir", temp, "--disable-usage-stats"],
-                                    env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                [RAY, "start", *args, "--temp-dir", temp, "--disable-usage-stats"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             sessions.append(proc.pid)
             rc = proc.wait(timeout=240)
         if rc == 0:
@@ -140,10 +148,21 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
     shared = tmp_path / "shared"  # the "shared file system" every node sees
     spec = tmp_path / "two.yaml"
     n_epochs = 8
-    spec.write_text(yaml.safe_dump({
-        "name": "two", "data": "synthetic:200", "epochs": n_epochs, "batch_size": 25, "model": TINY,
-        "training": {"head_images": 4}, "resources": {"cpus_per_trial": 1}, "max_failures": 2,
-        "grid": {"num_heads": [1, 2]}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "two",
+                "data": "synthetic:200",
+                "epochs": n_epochs,
+                "batch_size": 25,
+                "model": TINY,
+                "training": {"head_images": 4},
+                "resources": {"cpus_per_trial": 1},
+                "max_failures": 2,
+                "grid": {"num_heads": [1, 2]},
+            }
+        )
+    )
     root = shared / "two"
     tables = root / "tables"
     sessions: list[int] = []
@@ -152,25 +171,87 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
     t0 = time.time()
     with subreaper():  # the killed raylet is reaped, as on a real machine
         try:
-            ray_start("head", [
-                "--head", "--num-cpus", "0", "--node-ip-address", HEAD_IP, "--port", str(p[0]),
-                "--node-manager-port", str(p[1]),
-                "--object-manager-port", str(p[2]), "--dashboard-host", HEAD_IP, "--dashboard-port", str(p[3]),
-                "--dashboard-agent-listen-port", str(p[4]), "--dashboard-agent-grpc-port", str(p[5]),
-                "--metrics-export-port", str(p[6]), "--runtime-env-agent-port", str(p[7]),
-                "--ray-client-server-port", str(p[8])], env=env, logs=tmp_path, sessions=sessions, temps=temps)
-            worker_session = ray_start("worker", [
-                "--address", f"{HEAD_IP}:{p[0]}", "--num-cpus", "1", "--node-ip-address", WORKER_IP,
-                *_node_ports(p[9:15])], env=env, logs=tmp_path, sessions=sessions, temps=temps)
+            ray_start(
+                "head",
+                [
+                    "--head",
+                    "--num-cpus",
+                    "0",
+                    "--node-ip-address",
+                    HEAD_IP,
+                    "--port",
+                    str(p[0]),
+                    "--node-manager-port",
+                    str(p[1]),
+                    "--object-manager-port",
+                    str(p[2]),
+                    "--dashboard-host",
+                    HEAD_IP,
+                    "--dashboard-port",
+                    str(p[3]),
+                    "--dashboard-agent-listen-port",
+                    str(p[4]),
+                    "--dashboard-agent-grpc-port",
+                    str(p[5]),
+                    "--metrics-export-port",
+                    str(p[6]),
+                    "--runtime-env-agent-port",
+                    str(p[7]),
+                    "--ray-client-server-port",
+                    str(p[8]),
+                ],
+                env=env,
+                logs=tmp_path,
+                sessions=sessions,
+                temps=temps,
+            )
+            worker_session = ray_start(
+                "worker",
+                [
+                    "--address",
+                    f"{HEAD_IP}:{p[0]}",
+                    "--num-cpus",
+                    "1",
+                    "--node-ip-address",
+                    WORKER_IP,
+                    *_node_ports(p[9:15]),
+                ],
+                env=env,
+                logs=tmp_path,
+                sessions=sessions,
+                temps=temps,
+            )
             assert wait_for_nodes(f"{HEAD_IP}:{p[0]}", 2, env=env), "the second node did not join"
             joined_at = time.time() - t0
 
             # docs/clusters.md's path: the project as working dir, the driver on the head, --address auto
             job = subprocess.Popen(
-                [RAY, "job", "submit", "--address", f"http://{HEAD_IP}:{p[3]}", "--working-dir", str(PROJECT), "--",
-                 sys.executable, "-m", "study", "run", str(spec), "--address", "auto", "--storage", str(shared),
-                 "--shared-storage"],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                [
+                    RAY,
+                    "job",
+                    "submit",
+                    "--address",
+                    f"http://{HEAD_IP}:{p[3]}",
+                    "--working-dir",
+                    str(PROJECT),
+                    "--",
+                    sys.executable,
+                    "-m",
+                    "study",
+                    "run",
+                    str(spec),
+                    "--address",
+                    "auto",
+                    "--storage",
+                    str(shared),
+                    "--shared-storage",
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
             sessions.append(job.pid)
 
             def worker_trial_checkpointed():
@@ -190,7 +271,8 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
                 row = worker_trial_checkpointed()
                 time.sleep(0.2)
             assert row is not None, "no trial trained on the second node:\n" + (
-                job.stdout.read() if job.poll() is not None else str(read_table(tables, "runs")))
+                job.stdout.read() if job.poll() is not None else str(read_table(tables, "runs"))
+            )
             victim = row.trial_id
             assert row.node_ip == WORKER_IP, row
             before = read_table(tables, "epochs")
@@ -208,9 +290,22 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
             killed_at = time.time() - t0
 
             # a replacement node (a spot instance's successor): where the trials can go now
-            ray_start("spare", [
-                "--address", f"{HEAD_IP}:{p[0]}", "--num-cpus", "2", "--node-ip-address", SPARE_IP,
-                *_node_ports(p[15:21])], env=env, logs=tmp_path, sessions=sessions, temps=temps)
+            ray_start(
+                "spare",
+                [
+                    "--address",
+                    f"{HEAD_IP}:{p[0]}",
+                    "--num-cpus",
+                    "2",
+                    "--node-ip-address",
+                    SPARE_IP,
+                    *_node_ports(p[15:21]),
+                ],
+                env=env,
+                logs=tmp_path,
+                sessions=sessions,
+                temps=temps,
+            )
 
             spare_at = time.time() - t0
             out, _ = job.communicate(timeout=400)
@@ -221,11 +316,17 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
             if job is not None and job.poll() is None:
                 job.wait(timeout=30)
             for i, temp in enumerate(temps):  # keep the nodes' logs with the test's files, for a failure
-                shutil.copytree(Path(temp) / "session_latest" / "logs", tmp_path / f"ray-logs-{i}",
-                                ignore_dangling_symlinks=True, dirs_exist_ok=True) if (Path(temp) / "session_latest").exists() else None
+                shutil.copytree(
+                    Path(temp) / "session_latest" / "logs",
+                    tmp_path / f"ray-logs-{i}",
+                    ignore_dangling_symlinks=True,
+                    dirs_exist_ok=True,
+                ) if (Path(temp) / "session_latest").exists() else None
                 shutil.rmtree(temp, ignore_errors=True)
-    print(f"two nodes up at {joined_at:.0f} s, the worker node killed at {killed_at:.0f} s (trial {victim} "
-          f"after {len(before)} epochs), the spare node up at {spare_at:.0f} s, job done at {time.time() - t0:.0f} s")
+    print(
+        f"two nodes up at {joined_at:.0f} s, the worker node killed at {killed_at:.0f} s (trial {victim} "
+        f"after {len(before)} epochs), the spare node up at {spare_at:.0f} s, job done at {time.time() - t0:.0f} s"
+    )
 
     runs = read_table(tables, "runs").set_index("trial_id")
     epochs = read_table(tables, "epochs")
@@ -243,15 +344,27 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
     while kept < len(before) and before.loc[kept].equals(after.loc[kept]):
         kept += 1
     assert kept >= 1, f"the killed trial restarted from epoch 0:\n{before}\n{after}"
-    assert not any(before.loc[e].equals(after.loc[e]) for e in range(kept, len(before))), \
+    assert not any(before.loc[e].equals(after.loc[e]) for e in range(kept, len(before))), (
         "rows after the resumed checkpoint were trained again"
+    )
 
 
 def _node_ports(p: list[int]) -> list[str]:
     """A non-head node's ports: free ones, never the defaults another Ray on the host uses."""
-    return ["--node-manager-port", str(p[0]), "--object-manager-port", str(p[1]),
-            "--dashboard-agent-listen-port", str(p[2]), "--dashboard-agent-grpc-port", str(p[3]),
-            "--metrics-export-port", str(p[4]), "--runtime-env-agent-port", str(p[5])]
+    return [
+        "--node-manager-port",
+        str(p[0]),
+        "--object-manager-port",
+        str(p[1]),
+        "--dashboard-agent-listen-port",
+        str(p[2]),
+        "--dashboard-agent-grpc-port",
+        str(p[3]),
+        "--metrics-export-port",
+        str(p[4]),
+        "--runtime-env-agent-port",
+        str(p[5]),
+    ]
 
 
 def test_cluster_yaml_is_a_launcher_file_with_the_documented_set_up():
@@ -295,8 +408,10 @@ def _listening(sid: int) -> list[tuple[str, str]]:
 
 
 #: the agents' scripts, for a Ray that leaves their process title `python` (Ray 2.50)
-AGENT_SCRIPTS = {"dashboard/agent.py": "ray::DashboardAgent",
-                 "runtime_env/agent/main.py": "ray::RuntimeEnvAgent"}
+AGENT_SCRIPTS = {
+    "dashboard/agent.py": "ray::DashboardAgent",
+    "runtime_env/agent/main.py": "ray::RuntimeEnvAgent",
+}
 
 
 def _role(pid: int) -> str:
@@ -345,8 +460,15 @@ def local_ray_sockets(tmp_path_factory):
         env.pop(k, None)  # the study's own settings, not the shell's
     console = tmp_path_factory.mktemp("local-ray") / "stderr"
     with open(console, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-c", LOCAL_RAY], env=env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LOCAL_RAY],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
     try:
         node_ip = proc.stdout.readline().strip()
         assert node_ip, "the local Ray did not start:\n" + console.read_text()
@@ -380,9 +502,14 @@ def test_local_ray_start_prints_nothing(local_ray_sockets):
 
 
 #: one method of each gRPC service a local Ray serves
-GRPC_PROBES = ("/ray.rpc.NodeInfoGcsService/GetAllNodeInfo", "/ray.rpc.NodeManagerService/GetSystemConfig",
-               "/ray.rpc.ObjectManagerService/Pull", "/ray.rpc.CoreWorkerService/NumPendingTasks",
-               "/ray.rpc.ReporterService/GetTraceback", "/ray.rpc.LogService/ListLogs")
+GRPC_PROBES = (
+    "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
+    "/ray.rpc.NodeManagerService/GetSystemConfig",
+    "/ray.rpc.ObjectManagerService/Pull",
+    "/ray.rpc.CoreWorkerService/NumPendingTasks",
+    "/ray.rpc.ReporterService/GetTraceback",
+    "/ray.rpc.LogService/ListLogs",
+)
 
 
 def _host_address() -> str:
@@ -396,7 +523,9 @@ def _host_address() -> str:
 
 
 def _still_listening(port: int) -> bool:
-    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True
+    ).stdout
     return bool(out.strip())
 
 

@@ -38,11 +38,40 @@ from pathlib import Path
 import pytest
 
 from study.tables import read_table
-from tests.helpers import (TINY, Output, code_payload, default_sigint, fill_disk, images_lasting, kill_session,
-                           ledger_seconds, popen, processes, read_until, run_cli, session_pids, wait_for, write_spec)
+from tests.helpers import (
+    TINY,
+    Output,
+    code_payload,
+    default_sigint,
+    fill_disk,
+    images_lasting,
+    kill_session,
+    ledger_seconds,
+    popen,
+    processes,
+    read_until,
+    run_cli,
+    session_pids,
+    wait_for,
+    write_spec,
+)
 
-TRAIN = ["--hidden", "16", "--layers", "1", "--intermediate", "16", "--data", "synthetic:100",
-         "--batch-size", "50", "--quiet", "--no-head-stats", "--epochs", "2"]
+TRAIN = [
+    "--hidden",
+    "16",
+    "--layers",
+    "1",
+    "--intermediate",
+    "16",
+    "--data",
+    "synthetic:100",
+    "--batch-size",
+    "50",
+    "--quiet",
+    "--no-head-stats",
+    "--epochs",
+    "2",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -76,8 +105,11 @@ def _project_exceptions():
             except ImportError:
                 continue
             for obj in vars(mod).values():
-                if isinstance(obj, type) and issubclass(obj, BaseException) and \
-                        obj.__module__.split(".")[0] in ("study", "analysis"):
+                if (
+                    isinstance(obj, type)
+                    and issubclass(obj, BaseException)
+                    and obj.__module__.split(".")[0] in ("study", "analysis")
+                ):
                     found.add(obj)
     return sorted(found, key=lambda c: f"{c.__module__}.{c.__name__}")
 
@@ -85,9 +117,13 @@ def _project_exceptions():
 def _instance(cls):
     import inspect
 
-    params = [p for p in inspect.signature(cls.__init__).parameters.values()
-              if p.name != "self" and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-              and p.default is p.empty]
+    params = [
+        p
+        for p in inspect.signature(cls.__init__).parameters.values()
+        if p.name != "self"
+        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        and p.default is p.empty
+    ]
     return cls(*[f"{p.name} value" for p in params]) if params else cls("a message: got 'learnd'")
 
 
@@ -140,7 +176,9 @@ def test_train_refuses_another_configuration_and_falls_back_to_the_previous_chec
     for flags, field in ((["--num-heads", "9"], "num_heads: 4 -> 9"), (["--lr", "0.05"], "lr: 0.1 -> 0.05")):
         r = study_here("train", *TRAIN, "--num-heads", "4", *flags, "--out", str(out))
         assert r.returncode == 2, r.stderr
-        assert error_lines(r.stderr) == r.stderr.strip().splitlines() and len(error_lines(r.stderr)) == 1, r.stderr
+        assert error_lines(r.stderr) == r.stderr.strip().splitlines() and len(error_lines(r.stderr)) == 1, (
+            r.stderr
+        )
         assert field in r.stderr and "size mismatch" not in r.stderr
         # nothing rewritten: the checkpoint and the tables are those of the N_h=4 run
         assert (out / "checkpoint" / "checkpoint.pt").read_bytes() == ckpt
@@ -174,7 +212,18 @@ def test_train_refuses_a_second_train_into_the_same_folder(tmp_path):
     (the second superseding the first): the second is refused in one line, exit 2,
     and the first finishes as if alone."""
     out = tmp_path / "t"
-    args = [sys.executable, "-m", "study", "train", *TRAIN[:-1], "3", "--data", "synthetic:2000", "--out", str(out)]
+    args = [
+        sys.executable,
+        "-m",
+        "study",
+        "train",
+        *TRAIN[:-1],
+        "3",
+        "--data",
+        "synthetic:2000",
+        "--out",
+        str(out),
+    ]
     first = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: (out / "tables" / "runs").exists(), first), "the first train did not start"
@@ -186,7 +235,8 @@ def test_train_refuses_a_second_train_into_the_same_folder(tmp_path):
     assert second.stderr.strip().splitlines() == [
         f"study train: error: --out: {out} is being trained into by another study train "
         f"(pid {first.pid} on {os.uname().nodename}, since {second.stderr.split(', since ')[1].split(')')[0]}); "
-        f"lock {out / '.study.lock'}"], second.stderr
+        f"lock {out / '.study.lock'}"
+    ], second.stderr
     assert first.returncode == 0, err
     runs = read_table(out / "tables", "runs")
     assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [1]
@@ -213,12 +263,32 @@ def test_train_ctrl_c_mid_epoch_keeps_its_time(tmp_path):
     saved twice (``trial.json``), so the epoch has started and has not ended."""
     out = tmp_path / "t"
     data = f"synthetic:{_epoch_images(50)}"
-    args = [sys.executable, "-m", "study", "train", *TRAIN[:-1], "1", "--layers", str(DEEP["layers"]),
-            "--data", data, "--out", str(out)]
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=default_sigint)
+    args = [
+        sys.executable,
+        "-m",
+        "study",
+        "train",
+        *TRAIN[:-1],
+        "1",
+        "--layers",
+        str(DEEP["layers"]),
+        "--data",
+        data,
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        args,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    )
     try:
-        assert wait_for(lambda: ledger_seconds(out / "trial.json") > 0, proc), "the epoch's clock was never saved"
+        assert wait_for(lambda: ledger_seconds(out / "trial.json") > 0, proc), (
+            "the epoch's clock was never saved"
+        )
         seen, since = ledger_seconds(out / "trial.json"), time.monotonic()
         assert wait_for(lambda: ledger_seconds(out / "trial.json") > seen, proc), "the epoch's clock stopped"
         proc.send_signal(signal.SIGINT)
@@ -229,22 +299,35 @@ def test_train_ctrl_c_mid_epoch_keeps_its_time(tmp_path):
         proc.kill()
     assert not (out / "tables" / "epochs").exists(), "the epoch ended before Ctrl-C: not exercised"
     assert proc.returncode == 130, err
-    assert err.strip().splitlines() == [f"study train: interrupted; the same command continues from the last "
-                                        f"checkpoint in {out}"], err
+    assert err.strip().splitlines() == [
+        f"study train: interrupted; the same command continues from the last checkpoint in {out}"
+    ], err
     runs = read_table(out / "tables", "runs")
     assert runs.status.tolist() == ["interrupted"] and runs.attempts.tolist() == [1]
     first = float(runs.device_seconds.iloc[0])
     # saved when the Ctrl-C is handled (a loaded machine can take a while: the op in progress ends first)
     assert trained - 1.5 <= first <= ended, (first, trained, ended)
-    r = study("train", *TRAIN[:-1], "1", "--layers", str(DEEP["layers"]), "--data", data, "--out", str(out),
-              cwd=tmp_path)
+    r = study(
+        "train",
+        *TRAIN[:-1],
+        "1",
+        "--layers",
+        str(DEEP["layers"]),
+        "--data",
+        data,
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     runs = read_table(out / "tables", "runs")
     epoch = float(read_table(out / "tables", "epochs").seconds.iloc[0])
     assert runs.status.tolist() == ["finished"] and runs.attempts.tolist() == [2]
     assert first + epoch - 0.01 <= float(runs.device_seconds.iloc[0]) <= first + epoch + 1
-    print(f"study train: Ctrl-C after {trained:.1f} s, recorded {first:.1f} s; then the epoch {epoch:.1f} s; "
-          f"device_seconds {float(runs.device_seconds.iloc[0]):.1f} s")
+    print(
+        f"study train: Ctrl-C after {trained:.1f} s, recorded {first:.1f} s; then the epoch {epoch:.1f} s; "
+        f"device_seconds {float(runs.device_seconds.iloc[0]):.1f} s"
+    )
 
 
 # ---------------------------------------------------------------- preflight: fast one-liners, no orphans
@@ -274,9 +357,15 @@ def test_preflight_refusals_are_fast(tmp_path, case):
     f = write_spec(tmp_path, "pre", epochs=1, **doc)
     t0 = time.monotonic()
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.Popen([sys.executable, "-m", "study", "run", str(f), "--storage", str(tmp_path / "st"), *flags],
-                            cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "study", "run", str(f), "--storage", str(tmp_path / "st"), *flags],
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
     try:
         out, err = proc.communicate(timeout=60)
     finally:
@@ -303,11 +392,16 @@ def test_cluster_resources_are_checked_per_node(monkeypatch):
     monkeypatch.delenv("STUDY_SKIP_RESOURCE_CHECK", raising=False)
     two = [{"CPU": 2.0}, {"CPU": 2.0}]
     why = check_cluster_resources(two, cpus_per_trial=4, gpus_per_trial=0)
-    assert why.startswith("resources.cpus_per_trial: a trial needs 4 CPUs on one node") and "4 CPUs in all" in why
+    assert (
+        why.startswith("resources.cpus_per_trial: a trial needs 4 CPUs on one node")
+        and "4 CPUs in all" in why
+    )
     assert check_cluster_resources(two, cpus_per_trial=2, gpus_per_trial=0) is None
     assert check_cluster_resources(two, cpus_per_trial=4, gpus_per_trial=0, workers_per_trial=2) is None
     why = check_cluster_resources(two, cpus_per_trial=6, gpus_per_trial=0, workers_per_trial=3)
-    assert why.startswith("resources.workers_per_trial: the cluster's nodes hold 2 of a trial's 3 workers"), why
+    assert why.startswith("resources.workers_per_trial: the cluster's nodes hold 2 of a trial's 3 workers"), (
+        why
+    )
     gpus = [{"CPU": 8.0}, {"CPU": 1.0, "GPU": 1.0}]
     assert check_cluster_resources(gpus, cpus_per_trial=1, gpus_per_trial=0.5) is None
     why = check_cluster_resources(gpus, cpus_per_trial=2, gpus_per_trial=1)
@@ -328,8 +422,10 @@ def test_lock_refuses_a_second_driver_and_takes_over_a_dead_ones(tmp_path):
     first.release()
     assert not (Path(root) / LOCK).exists()
     # a driver SIGKILLed while holding it: its lock dies with it
-    code = f"from study.tuning.lock import StudyLock; StudyLock(root={root!r}, name='s').acquire(); import os; " \
-           "os.kill(os.getpid(), 9)"
+    code = (
+        f"from study.tuning.lock import StudyLock; StudyLock(root={root!r}, name='s').acquire(); import os; "
+        "os.kill(os.getpid(), 9)"
+    )
     subprocess.run([sys.executable, "-c", code], env=os.environ)
     assert (Path(root) / LOCK).exists()
     StudyLock(root=root, name="s").acquire().release()
@@ -353,8 +449,11 @@ def test_lock_on_object_storage_is_a_conditional_create(tmp_path, monkeypatch):
             lockmod.StudyLock(root="s3://study-bucket/studies/x", name="x").acquire()
         # a holder whose heartbeat stopped long ago is taken over
         body = json.loads(s3.get_object(Bucket="study-bucket", Key="studies/x/.study.lock")["Body"].read())
-        s3.put_object(Bucket="study-bucket", Key="studies/x/.study.lock",
-                      Body=json.dumps({**body, "host": "elsewhere", "heartbeat": time.time() - 10 * lockmod.STALE_S}))
+        s3.put_object(
+            Bucket="study-bucket",
+            Key="studies/x/.study.lock",
+            Body=json.dumps({**body, "host": "elsewhere", "heartbeat": time.time() - 10 * lockmod.STALE_S}),
+        )
         second = lockmod.StudyLock(root="s3://study-bucket/studies/x", name="x").acquire()
         second.release()
         first._s3 = None
@@ -387,18 +486,27 @@ def test_failed_trial_then_tamper_move_and_resume(tmp_path, monkeypatch):
     assert proc.returncode == 1, out
     assert "Traceback" not in out and "\x1b[" not in out, out
     failures = [ln for ln in out.splitlines() if "trial c000-s000" in ln]
-    assert len(failures) == 2 and "attempt 1" in failures[0] and "error after 2 attempt(s)" in failures[1], out
+    assert len(failures) == 2 and "attempt 1" in failures[0] and "error after 2 attempt(s)" in failures[1], (
+        out
+    )
     # the cause: the project's own error (the trial re-checks its data source), one line
-    assert all("Error: " in ln and f"{tree}" in ln and "no such file or directory" in ln for ln in failures), out
+    assert all(
+        "Error: " in ln and f"{tree}" in ln and "no such file or directory" in ln for ln in failures
+    ), out
     assert "errors:" in out and "trials: 1 error" in out
     runs = read_table(old / "tables", "runs")
     assert runs.status.tolist() == ["error"] and runs.attempts.tolist() == [2], runs
     assert runs.error.iloc[0].split(":")[0] in ("SpecError", "DataError") and str(tree) in runs.error.iloc[0]
     assert runs.error.iloc[0] in failures[1]
-    assert runs.epochs_done.tolist() == [0] and runs.num_heads.tolist() == [2] and runs.batch_size.tolist() == [10]
+    assert (
+        runs.epochs_done.tolist() == [0]
+        and runs.num_heads.tolist() == [2]
+        and runs.batch_size.tolist() == [10]
+    )
     meta = json.loads((old / "study.json").read_text())
-    assert meta["tables"] == "tables" and not any(str(tmp_path) in str(v) for k, v in meta.items()
-                                                  if k not in ("file", "raw"))
+    assert meta["tables"] == "tables" and not any(
+        str(tmp_path) in str(v) for k, v in meta.items() if k not in ("file", "raw")
+    )
 
     # Ray's own files are never read back: each replaced by a pickle carrying code (or
     # emptied, as a full disk leaves them), the study resumes from what the project wrote
@@ -427,12 +535,20 @@ def test_sigkill_in_epoch0_sigterm_lock_and_resume(tmp_path):
     `study resume`); the resume continues it with attempts and device-seconds accumulated."""
     # 4 epochs: once the retried trial has an epoch row, 3 remain before it could finish, so
     # the SIGTERM finds it running on a loaded machine too (with 2 it once finished first)
-    f = write_spec(tmp_path, "term", data="synthetic:1000", epochs=4, grid={"num_heads": [1, 2]},
-                   max_failures=2, max_concurrent=1)
+    f = write_spec(
+        tmp_path,
+        "term",
+        data="synthetic:1000",
+        epochs=4,
+        grid={"num_heads": [1, 2]},
+        max_failures=2,
+        max_concurrent=1,
+    )
     root = tmp_path / "results" / "term"
     tables = root / "tables"
     proc = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
     try:
+
         def started():
             runs = read_table(tables, "runs")
             return len(runs) and (runs.status == "running").any()
@@ -454,8 +570,12 @@ def test_sigkill_in_epoch0_sigterm_lock_and_resume(tmp_path):
         def retried():
             runs = read_table(tables, "runs")
             row = runs[runs.trial_id == victim]
-            return len(row) and row.attempts.iloc[0] == 2 and row.status.iloc[0] == "running" and \
-                (tables / "epochs" / victim).exists()
+            return (
+                len(row)
+                and row.attempts.iloc[0] == 2
+                and row.status.iloc[0] == "running"
+                and (tables / "epochs" / victim).exists()
+            )
 
         assert wait_for(retried, proc), "the killed trial was not retried"
         proc.send_signal(signal.SIGTERM)
@@ -511,7 +631,9 @@ def test_storage_failure_stops_the_study(tmp_path, small_disk):
     r = study("resume", "full", "--storage", str(small_disk), "--num-cpus", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     runs = read_table(tables, "runs")
-    assert runs.status.tolist() == ["finished"] and runs.attempts.iloc[0] >= 2 and runs.error.isna().all(), runs
+    assert runs.status.tolist() == ["finished"] and runs.attempts.iloc[0] >= 2 and runs.error.isna().all(), (
+        runs
+    )
     epochs = read_table(tables, "epochs")
     assert len(epochs) == 3 and not epochs.duplicated(["trial_id", "epoch"]).any()
 
@@ -526,13 +648,17 @@ def test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds(tmp_path):
     sleeps: the epoch is sized by measured throughput (~6 s or more), Ctrl-C comes once
     its clock has been saved twice (the trial is inside the epoch), the kill once the
     driver has said it received SIGINT (so Tune does not retry the killed trial)."""
-    f = write_spec(tmp_path, "midep", data=f"synthetic:{_epoch_images(25)}", model=DEEP, epochs=1, max_failures=1)
+    f = write_spec(
+        tmp_path, "midep", data=f"synthetic:{_epoch_images(25)}", model=DEEP, epochs=1, max_failures=1
+    )
     root = tmp_path / "results" / "midep"
     tables = root / "tables"
     proc = popen("run", str(f), "--num-cpus", "1", cwd=tmp_path)
     output = Output(proc)
     try:
-        assert wait_for(lambda: ledger_seconds(root / "trials") > 0, proc), "the epoch's clock was never saved"
+        assert wait_for(lambda: ledger_seconds(root / "trials") > 0, proc), (
+            "the epoch's clock was never saved"
+        )
         seen, since = ledger_seconds(root / "trials"), time.monotonic()
         assert wait_for(lambda: ledger_seconds(root / "trials") > seen, proc), "the epoch's clock stopped"
         workers = processes("ray::ImplicitFunc.train", session=proc.pid)
@@ -547,11 +673,15 @@ def test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds(tmp_path):
         kill_session(proc)
     assert proc.returncode == 130, out
     runs = read_table(tables, "runs")
-    assert len(read_table(tables, "epochs")) == 0, "the epoch ended before the trial was stopped: not exercised"
+    assert len(read_table(tables, "epochs")) == 0, (
+        "the epoch ended before the trial was stopped: not exercised"
+    )
     assert runs.status.tolist() == ["interrupted"] and runs.attempts.tolist() == [1], runs
     # the running epoch's clock is saved every second (ledger.CLOCK_S): all but the last second
     first = float(runs.device_seconds.iloc[0])
-    assert trained - 2.0 <= first <= trained + 1, f"device_seconds {first}, the attempt trained {trained:.1f} s"
+    assert trained - 2.0 <= first <= trained + 1, (
+        f"device_seconds {first}, the attempt trained {trained:.1f} s"
+    )
 
     r = study("resume", "midep", "--num-cpus", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -562,8 +692,10 @@ def test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds(tmp_path):
     second = float(epochs.seconds.iloc[0])
     total = float(runs.device_seconds.iloc[0])
     assert first + second - 0.01 <= total <= first + second + 5, (total, first, second)
-    print(f"attempt 1 trained {trained:.1f} s, recorded {first:.1f} s; attempt 2 epoch {second:.1f} s; "
-          f"device_seconds {total:.1f} s")
+    print(
+        f"attempt 1 trained {trained:.1f} s, recorded {first:.1f} s; attempt 2 epoch {second:.1f} s; "
+        f"device_seconds {total:.1f} s"
+    )
 
 
 def test_a_signal_delivered_twice_is_one_request_a_later_one_stops_at_once(monkeypatch):

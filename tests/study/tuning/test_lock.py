@@ -24,7 +24,9 @@ def test_release_removes_only_the_empty_folders_acquire_created(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == ["study.json"]
     with StudyLock(root=str(tmp_path / "storage" / "other"), name="other"):
         pass
-    assert sorted(p.name for p in (tmp_path / "storage").iterdir()) == ["study"], "the storage it did not create"
+    assert sorted(p.name for p in (tmp_path / "storage").iterdir()) == ["study"], (
+        "the storage it did not create"
+    )
 
 
 def test_a_second_lock_is_refused_naming_the_holder_and_leaves_its_folder(tmp_path):
@@ -58,7 +60,11 @@ def test_check_free_on_object_storage_writes_nothing(monkeypatch):
     moto = pytest.importorskip("moto")
     import boto3
 
-    for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with moto.mock_aws():

@@ -8,7 +8,6 @@ import re
 from types import SimpleNamespace
 
 import pytest
-import yaml
 
 from study.plan import launch_order, plan_trials, wall_seconds
 from study.spec import load_spec, validate
@@ -44,12 +43,16 @@ def _etas(monkeypatch, meta, events, *, interval=0.0, probe=None):
     now = [0.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     spec = validate(meta["raw"], file=meta.get("file", "f.yaml"), default_name=meta.get("name", "p"))
-    rep = progress.ProgressReporter(plan=launch_order(plan_trials(spec)), meta=meta, enabled=False, interval=interval)
+    rep = progress.ProgressReporter(
+        plan=launch_order(plan_trials(spec)), meta=meta, enabled=False, interval=interval
+    )
     if probe is not None:
         rep.work.probe = lambda key: probe(key, now[0])
     rep.setup()
-    trial = {k: SimpleNamespace(trial_id=f"r-{k}", config={"key": k, "cell": int(k[1:4])}, last_result={})
-             for k in {ev[2] for ev in events}}
+    trial = {
+        k: SimpleNamespace(trial_id=f"r-{k}", config={"key": k, "cell": int(k[1:4])}, last_result={})
+        for k in {ev[2] for ev in events}
+    }
     lines = []
     for t, kind, key, epoch, secs in events:
         now[0] = t
@@ -144,8 +147,9 @@ def test_eta_times_a_trial_far_from_its_prediction_from_its_ledger(monkeypatch, 
     for t, eta in checked:
         assert eta == pytest.approx(end - t, rel=0.30, abs=1.0), (t, eta, end - t)
     blind = [(t, eta) for t, eta, done in _etas(monkeypatch, meta, events) if done >= 1 and end - t > 1.0]
-    assert any(eta != pytest.approx(end - t, rel=0.30, abs=1.0) for t, eta in blind), \
+    assert any(eta != pytest.approx(end - t, rel=0.30, abs=1.0) for t, eta in blind), (
         "without the ledger's progress the ETA must miss here, or this test shows nothing"
+    )
 
 
 def test_a_measured_trial_times_the_pending_trials_of_its_model():
@@ -163,24 +167,37 @@ def test_a_measured_trial_times_the_pending_trials_of_its_model():
     work.epoch("a0", 40.0, seconds=30.0)  # A: 3 s per unit
     work.end("a0")
     assert work.eta(40.0) == pytest.approx(30.0)  # a1 at A's rate (the average would say 20)
-    inside = progress.RemainingWork(costs=costs, order=["b0", "a0", "a1"], workers=1,
-                                    probe=lambda k: (0, 0.25, 10.0) if k == "a0" else None)
+    inside = progress.RemainingWork(
+        costs=costs,
+        order=["b0", "a0", "a1"],
+        workers=1,
+        probe=lambda k: (0, 0.25, 10.0) if k == "a0" else None,
+    )
     inside.start("b0", 0.0)
     inside.epoch("b0", 10.0, seconds=10.0)
     inside.end("b0")
     inside.start("a0", 10.0)
     # a0 is a quarter through a 40 s epoch after 10 s: 30 s left, then a1 at 4 s per unit
     assert inside.eta(20.0) == pytest.approx(30.0 + 40.0)
-    assert progress.RemainingWork(costs=costs, order=["a0"], workers=1,
-                                  probe=lambda k: (0, 0.01, 1.0)).eta(1.0) is None  # too early to tell
+    assert (
+        progress.RemainingWork(costs=costs, order=["a0"], workers=1, probe=lambda k: (0, 0.01, 1.0)).eta(1.0)
+        is None
+    )  # too early to tell
 
 
 def test_eta_corrects_a_trial_slower_than_predicted(monkeypatch):
     """A trial that runs 1.6× its prediction: once its own epochs are measured the
     ETA follows them (within ±30 % of the time left from its first epoch on), and
     while it is in its first epoch past the predicted end, the ETA grows with it."""
-    raw = {"name": "u", "data": "synthetic:400", "epochs": 4, "batch_size": 50, "model": {"hidden": 32, "layers": 1,
-           "intermediate": 32, "num_heads": 2}, "grid": {"layers": [1, 3]}, "resources": {"cpus_per_trial": 1}}
+    raw = {
+        "name": "u",
+        "data": "synthetic:400",
+        "epochs": 4,
+        "batch_size": 50,
+        "model": {"hidden": 32, "layers": 1, "intermediate": 32, "num_heads": 2},
+        "grid": {"layers": [1, 3]},
+        "resources": {"cpus_per_trial": 1},
+    }
     spec = validate(raw, file="u.yaml", default_name="u")
     trials = plan_trials(spec)
     durations = {t.key: (t.weight * 1e-8 * (1.6 if t.cell == 0 else 1.0), t.epochs) for t in trials}
@@ -197,8 +214,9 @@ def test_eta_corrects_a_trial_slower_than_predicted(monkeypatch):
     # in its first epoch, later than predicted: it is taken to end that epoch now
     import study.tuning.progress as progress
 
-    work = progress.RemainingWork(costs={k: (w / 1.6, e) for k, (w, e) in durations.items()},
-                                  order=order, workers=1)
+    work = progress.RemainingWork(
+        costs={k: (w / 1.6, e) for k, (w, e) in durations.items()}, order=order, workers=1
+    )
     work.start("c001-s000", 0.0)
     work.epoch("c001-s000", 10.0, seconds=10.0)  # rate: 1.6 s per unit of its predicted cost
     w0, e0 = durations["c000-s000"]
@@ -234,8 +252,15 @@ def test_trials_go_longest_predicted_first_and_a_resume_leaves_out_the_ended(tmp
 
 
 def test_equal_costs_keep_round_robin_and_unequal_go_longest_first():
-    raw = {"data": "synthetic", "epochs": 2, "seeds": [0, 1], "model": {"hidden": 16, "layers": 1, "intermediate": 16},
-           "grid": {"num_heads": [1, 4]}, "num_samples": 2, "sample": {"lr": {"loguniform": [0.01, 0.1]}}}
+    raw = {
+        "data": "synthetic",
+        "epochs": 2,
+        "seeds": [0, 1],
+        "model": {"hidden": 16, "layers": 1, "intermediate": 16},
+        "grid": {"num_heads": [1, 4]},
+        "num_samples": 2,
+        "sample": {"lr": {"loguniform": [0.01, 0.1]}},
+    }
     spec = validate(raw, file="f.yaml", default_name="f")
     order = [(t.cell, t.sample) for t in launch_order(plan_trials(spec))]
     heavy = [t.cell for t in plan_trials(spec) if t.config["num_heads"] == 4]
@@ -245,7 +270,9 @@ def test_equal_costs_keep_round_robin_and_unequal_go_longest_first():
 
 def test_wall_time_is_longest_first_on_the_first_free_worker():
     assert wall_seconds([141, 23, 23, 23], 2) == 141
-    assert wall_seconds([10, 7, 6, 5, 4], 2) == 17  # 10+6 | 7+5+4 -> 16 | 16? LPT: 10,7 | 6->7 | 5->10 | 4->12
+    assert (
+        wall_seconds([10, 7, 6, 5, 4], 2) == 17
+    )  # 10+6 | 7+5+4 -> 16 | 16? LPT: 10,7 | 6->7 | 5->10 | 4->12
     assert wall_seconds([3, 3, 3], 1) == 9 and wall_seconds([5], 4) == 5
 
 
@@ -296,8 +323,13 @@ def test_a_trial_tells_its_clock_the_share_of_its_epoch_done(tmp_path):
                 yield
             seen.append((epoch, "end", fraction()))
 
-    cfg = TrainConfig(model=ModelConfig(hidden=16, layers=1, intermediate=16, num_heads=2), data="synthetic:200",
-                      epochs=2, batch_size=50, head_stats=False)
+    cfg = TrainConfig(
+        model=ModelConfig(hidden=16, layers=1, intermediate=16, num_heads=2),
+        data="synthetic:200",
+        epochs=2,
+        batch_size=50,
+        head_stats=False,
+    )
     book = Spy(uri=str(tmp_path / "trial.json"))
     train_trial(cfg, trial_id="t", checkpoint_dir=tmp_path / "ckpt", device=torch.device("cpu"), ledger=book)
     assert [(e, w) for e, w, _ in seen] == [(0, "start"), (0, "end"), (1, "start"), (1, "end")]

@@ -3,8 +3,6 @@
 Each test asserts figures (row counts, attempt counts, file times), not just "no crash".
 """
 
-from tests.helpers import REPO_ROOT
-
 import io
 import os
 import signal
@@ -20,7 +18,17 @@ import pytest
 from PIL import Image
 
 from study.tables import read_table
-from tests.helpers import code_payload, kill_session, meets_expectation, popen, processes, wait_for, write_spec
+from tests.helpers import (
+    REPO_ROOT,
+    code_payload,
+    kill_session,
+    meets_expectation,
+    popen,
+    processes,
+    wait_for,
+    write_spec,
+)
+
 BAD = REPO_ROOT / "tests" / "bad_inputs"
 
 
@@ -45,16 +53,30 @@ def _query_while_it_runs(root: Path, driver, seen: dict) -> None:
             seen["queries"] += 1
             seen["rows"] = max(seen["rows"], len(epochs))
             if seen["queries"] % 10 == 0:  # the command line too, as a user runs it
-                r = subprocess.run([sys.executable, "-m", "analysis", "query", str(root),
-                                    "SELECT count(*) FROM epochs", "--format", "csv"],
-                                   capture_output=True, text=True, timeout=60)
+                r = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "analysis",
+                        "query",
+                        str(root),
+                        "SELECT count(*) FROM epochs",
+                        "--format",
+                        "csv",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
                 assert r.returncode == 0, r.stderr
                 seen["cli_runs"] += 1
         time.sleep(0.05)
 
 
 @pytest.mark.slow
-def test_killed_trial_resumes_from_its_checkpoint_and_queries_meanwhile_never_see_half_written_parts(tmp_path):
+def test_killed_trial_resumes_from_its_checkpoint_and_queries_meanwhile_never_see_half_written_parts(
+    tmp_path,
+):
     """A trial's process SIGKILLed after 2 epochs: Tune retries it from its checkpoint (its
     earlier epochs' rows untouched) and the study finishes.  All the while (before the kill,
     through the retry, to the end) the study's tables are queried: no query sees a
@@ -82,7 +104,11 @@ def test_killed_trial_resumes_from_its_checkpoint_and_queries_meanwhile_never_se
             """The process (titled so while it trains, not between reports) of a trial with
             2 epochs done: Tune runs a trial in its folder, named after its key."""
             runs = read_table(tables, "runs")
-            keys = set(runs.trial_id[(runs.epochs_done >= 2) & (runs.status == "running")]) if len(runs) else set()
+            keys = (
+                set(runs.trial_id[(runs.epochs_done >= 2) & (runs.status == "running")])
+                if len(runs)
+                else set()
+            )
             for pid in processes("ray::ImplicitFunc.train", session=driver.pid):
                 try:
                     cwd = os.readlink(f"/proc/{pid}/cwd")
@@ -93,8 +119,9 @@ def test_killed_trial_resumes_from_its_checkpoint_and_queries_meanwhile_never_se
                     return True
             return False
 
-        assert wait_for(trial_with_two_epochs_training, driver, every=0.05), \
+        assert wait_for(trial_with_two_epochs_training, driver, every=0.05), (
             driver.stdout.read() if driver.poll() is not None else "timeout"
+        )
         before = read_table(tables, "epochs")  # rows of the epochs done before the kill
         os.kill(victims[0], signal.SIGKILL)
         out, _ = driver.communicate(timeout=300)
@@ -143,11 +170,20 @@ def test_killed_driver_then_resume_runs_nothing_twice(tmp_path):
     import optuna
     from optuna.storages.journal import JournalFileBackend
 
-    f = write_spec(tmp_path, "drv", data="synthetic:200", epochs=2, grid={"num_heads": [1, 2]},
-                   sample={"lr": {"loguniform": [0.01, 0.2]}}, num_samples=2, max_concurrent=1)
+    f = write_spec(
+        tmp_path,
+        "drv",
+        data="synthetic:200",
+        epochs=2,
+        grid={"num_heads": [1, 2]},
+        sample={"lr": {"loguniform": [0.01, 0.2]}},
+        num_samples=2,
+        max_concurrent=1,
+    )
     tables = tmp_path / "results" / "drv" / "tables"
     driver = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
     try:
+
         def one_done_one_running():
             runs = read_table(tables, "runs")
             return (runs.status == "finished").sum() >= 1 and len(runs) >= 2
@@ -197,10 +233,10 @@ def test_killed_driver_then_resume_runs_nothing_twice(tmp_path):
 
 @pytest.mark.slow
 def test_diverging_trial_is_recorded_and_others_finish(tmp_path):
+    import ray
+
     from study.spec import load_spec
     from study.tuning.runner import init_ray, run_study
-
-    import ray
 
     f = write_spec(tmp_path, "div", data=DATA, epochs=2, grid={"lr": [0.05, 1.0e6]}, schedule={"warmup": 0.0})
     init_ray(None, num_cpus=2)
@@ -219,8 +255,6 @@ def test_diverging_trial_is_recorded_and_others_finish(tmp_path):
 CORPUS = sorted(BAD.glob("*.yaml"))
 
 
-
-
 def test_corpus_is_large_enough():
     assert len(CORPUS) >= 20
 
@@ -230,8 +264,12 @@ def test_corpus_is_large_enough():
 @pytest.mark.parametrize("path", CORPUS[::12], ids=[p.stem for p in CORPUS[::12]])
 def test_bad_study_file(tmp_path, path):
     storage = tmp_path / "st"
-    r = subprocess.run([sys.executable, "-m", "study", "run", str(path), "--storage", str(storage)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "study", "run", str(path), "--storage", str(storage)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
@@ -260,8 +298,12 @@ def _good(split, cls, i):
 
 
 def _two_classes():  # a one-class source is refused on its own
-    return {**_good("train", "cat", 1), **_good("test", "cat", 1), **_good("train", "dog", 3),
-            **_good("test", "dog", 3)}
+    return {
+        **_good("train", "cat", 1),
+        **_good("test", "cat", 1),
+        **_good("train", "dog", 3),
+        **_good("test", "dog", 3),
+    }
 
 
 DATA_CASES = {
@@ -279,8 +321,13 @@ def test_bad_data(tmp_path, case, monkeypatch):
     f = write_spec(tmp_path, case, data=DATA, epochs=1)
     storage = tmp_path / "st"
     env = {**os.environ, "STUDY_CACHE_DIR": str(tmp_path / "cache")}
-    r = subprocess.run([sys.executable, "-m", "study", "run", str(f), "--data", str(archive), "--storage",
-                        str(storage)], capture_output=True, text=True, timeout=120, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "study", "run", str(f), "--data", str(archive), "--storage", str(storage)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "data" in lines[0], r.stderr
@@ -295,8 +342,12 @@ def test_unwritable_storage(tmp_path):
     else:
         (tmp_path / "ro").mkdir(mode=0o500)
         storage = tmp_path / "ro" / "st"
-    r = subprocess.run([sys.executable, "-m", "study", "run", str(f), "--storage", str(storage)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "study", "run", str(f), "--storage", str(storage)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "--storage" in r.stderr and str(storage) in r.stderr
     assert not storage.exists()
@@ -332,7 +383,15 @@ def test_cluster_yaml_holds_no_secrets():
     import re
 
     text = (REPO_ROOT / "cluster.yaml").read_text()
-    patterns = [r"AKIA[0-9A-Z]{16}", r"(?i)aws_secret_access_key", r"(?i)aws_access_key_id", r"(?i)password\s*:",
-                r"(?i)secret\s*:", r"(?i)token\s*:", r"-----BEGIN [A-Z ]*PRIVATE KEY-----", r"ssh_private_key"]
+    patterns = [
+        r"AKIA[0-9A-Z]{16}",
+        r"(?i)aws_secret_access_key",
+        r"(?i)aws_access_key_id",
+        r"(?i)password\s*:",
+        r"(?i)secret\s*:",
+        r"(?i)token\s*:",
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
+        r"ssh_private_key",
+    ]
     for p in patterns:
         assert not re.search(p, text), p

@@ -16,15 +16,21 @@ from tests.helpers import Output, default_sigint, kill_session, popen, processes
 #: a Python warning as the console shows it (`…: FutureWarning: Tip: …`)
 WARNING_LINE = r"\b\w*Warning: |\bTip: "
 TINY = {"hidden": 16, "layers": 1, "intermediate": 16, "num_heads": 2}
-BASE = {"data": "synthetic:100", "epochs": 1, "batch_size": 25, "training": {"head_images": 4},
-        "model": TINY, "resources": {"cpus_per_trial": 1}}
+BASE = {
+    "data": "synthetic:100",
+    "epochs": 1,
+    "batch_size": 25,
+    "training": {"head_images": 4},
+    "model": TINY,
+    "resources": {"cpus_per_trial": 1},
+}
 
 
 @pytest.fixture(scope="module")
 def ray_local():
-    from study.tuning.runner import init_ray
-
     import ray
+
+    from study.tuning.runner import init_ray
 
     init_ray(None, num_cpus=2)
     yield
@@ -41,8 +47,11 @@ def spec_file(tmp_path, doc, name="s"):
 def test_two_trial_study_with_a_ddp_trial(tmp_path, ray_local):
     from study.tuning.runner import run_study
 
-    doc = {**BASE, "models": [{"encoding": "quadratic"}, {"encoding": "learned", "pos_dim": 4}],
-           "resources": {"cpus_per_trial": 1, "workers_per_trial": 2}}
+    doc = {
+        **BASE,
+        "models": [{"encoding": "quadratic"}, {"encoding": "learned", "pos_dim": 4}],
+        "resources": {"cpus_per_trial": 1, "workers_per_trial": 2},
+    }
     spec = load_spec(spec_file(tmp_path, doc, "ddp"))
     runs = run_study(spec, storage=str(tmp_path / "st"), verbose=False)
     assert len(runs) == 2 and (runs.status == "finished").all()
@@ -55,8 +64,12 @@ def test_two_trial_study_with_a_ddp_trial(tmp_path, ray_local):
 def test_grid_axis_times_sampled_axis(tmp_path, ray_local):
     from study.tuning.runner import run_study
 
-    doc = {**BASE, "grid": {"num_heads": [1, 3]}, "sample": {"lr": {"loguniform": [0.01, 0.2]}},
-           "num_samples": 3}
+    doc = {
+        **BASE,
+        "grid": {"num_heads": [1, 3]},
+        "sample": {"lr": {"loguniform": [0.01, 0.2]}},
+        "num_samples": 3,
+    }
     spec = load_spec(spec_file(tmp_path, doc, "mixed"))
     runs = run_study(spec, storage=str(tmp_path / "st"), verbose=False)
     assert len(runs) == 6 and (runs.status == "finished").all()
@@ -71,8 +84,15 @@ def test_grid_axis_times_sampled_axis(tmp_path, ray_local):
 def _study(tmp_path, *args, **kw):
     # Ray's default (token authentication, with its notice) whatever this shell sets
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "study", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
 
 
 @pytest.mark.slow
@@ -86,14 +106,28 @@ def test_interrupt_then_resume_keeps_the_study_that_started(tmp_path):
     import json
     import re
 
-    doc = {**BASE, "epochs": 2, "data": "synthetic:200", "models": [{"encoding": "quadratic"}],
-           "grid": {"num_heads": [1, 2]}, "max_concurrent": 1}
+    doc = {
+        **BASE,
+        "epochs": 2,
+        "data": "synthetic:200",
+        "models": [{"encoding": "quadratic"}],
+        "grid": {"num_heads": [1, 2]},
+        "max_concurrent": 1,
+    }
     f = spec_file(tmp_path, doc, "intr")
     overrides = ["model.hidden=8", "seeds=[0,1]", "models[0].isotropic=true"]
     root = tmp_path / "results" / "intr"
     tables = root / "tables"
-    driver = _study(tmp_path, "run", str(f), *overrides, "--num-cpus", "2", start_new_session=True,
-                    preexec_fn=default_sigint)
+    driver = _study(
+        tmp_path,
+        "run",
+        str(f),
+        *overrides,
+        "--num-cpus",
+        "2",
+        start_new_session=True,
+        preexec_fn=default_sigint,
+    )
     output = Output(driver)
     finished, frozen = set(), []
 
@@ -141,7 +175,11 @@ def test_interrupt_then_resume_keeps_the_study_that_started(tmp_path):
     interrupted = set(before.trial_id[before.status == "interrupted"])
     assert finished | interrupted <= set(ledgers), (sorted(ledgers), before)
     meta = json.loads((root / "study.json").read_text())
-    assert meta["overrides"] == overrides and meta["raw"]["seeds"] == [0, 1] and meta["raw"]["model"]["hidden"] == 8
+    assert (
+        meta["overrides"] == overrides
+        and meta["raw"]["seeds"] == [0, 1]
+        and meta["raw"]["model"]["hidden"] == 8
+    )
     saved = yaml.safe_load((root / "study.yaml").read_text())
     assert saved["model"]["hidden"] == 8 and saved["models"] == [{"encoding": "quadratic", "isotropic": True}]
     # the file changes after the run started: resume must not read it again
@@ -176,8 +214,9 @@ def test_interrupt_then_resume_keeps_the_study_that_started(tmp_path):
     assert not epochs.duplicated(["trial_id", "epoch"]).any()
     assert len(epochs) == 4 * 2
 
-    status = subprocess.run([sys.executable, "-m", "study", "status", "intr"], cwd=tmp_path,
-                            capture_output=True, text=True)
+    status = subprocess.run(
+        [sys.executable, "-m", "study", "status", "intr"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert status.returncode == 0 and "4 trials recorded of 4 planned: 4 finished" in status.stdout
     assert "overrides: model.hidden=8 'seeds=[0,1]' 'models[0].isotropic=true'" in status.stdout
 
@@ -189,8 +228,15 @@ def test_asha_decisions_survive_a_lost_driver(tmp_path):
     stopped trial is not trained on, its epochs untouched) and continues the rest.
     ASHA's rungs start empty after a resume (docs/reliability.md), so the decision
     kept is the one recorded in `runs`."""
-    doc = {**BASE, "epochs": 3, "data": "synthetic:400", "grid": {"lr": [0.1, 1e-7, 0.05]}, "max_concurrent": 1,
-           "validation": 100, "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 2}}
+    doc = {
+        **BASE,
+        "epochs": 3,
+        "data": "synthetic:400",
+        "grid": {"lr": [0.1, 1e-7, 0.05]},
+        "max_concurrent": 1,
+        "validation": 100,
+        "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 2},
+    }
     f = spec_file(tmp_path, doc, "asha")
     tables = tmp_path / "results" / "asha" / "tables"
     driver = popen("run", str(f), "--num-cpus", "2", cwd=tmp_path)
@@ -201,11 +247,15 @@ def test_asha_decisions_survive_a_lost_driver(tmp_path):
         if (runs.status == "stopped").any():
             break
         time.sleep(0.2)
-    assert driver.poll() is None and (runs.status == "stopped").any(), driver.stdout.read() if driver.poll() else runs
+    assert driver.poll() is None and (runs.status == "stopped").any(), (
+        driver.stdout.read() if driver.poll() else runs
+    )
     kill_session(driver)
     driver.wait()
     stopped = runs[runs.status == "stopped"].iloc[0]
-    assert stopped.lr == 1e-7 and stopped.epochs_done == 1, runs  # the learning rate that cannot learn, at rung 1
+    assert stopped.lr == 1e-7 and stopped.epochs_done == 1, (
+        runs
+    )  # the learning rate that cannot learn, at rung 1
     rows = read_table(tables, "epochs").query("trial_id == @stopped.trial_id")
     assert len(rows) == 1
 
