@@ -80,7 +80,8 @@ def synthetic_rows(rng: np.random.Generator, *, layers: int, heads: int, window:
 def _write_trials(
     tables: Path, ids: list[str], gen_args: dict, epochs: int, start: int, stop: int, maps_at, close: bool
 ) -> None:
-    """One worker's share of the trials (``--jobs``), epochs ``start`` to ``stop``, with this tree's writer."""
+    """One worker's share of the trials (``--jobs``), epochs ``start`` to ``stop``, with this
+    tree's writer."""
     from study.tables import TableWriter
 
     rng = np.random.default_rng(hash(ids[0]) % 2**32)

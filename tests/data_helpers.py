@@ -85,7 +85,7 @@ def make_cifar_python(root: Path, *, per_batch: int = 3, classes: tuple[str, ...
         )
     )
     tr_x = np.concatenate([d for d, _ in parts["train"]])
-    tr_y = np.concatenate([l for _, l in parts["train"]])
+    tr_y = np.concatenate([labels for _, labels in parts["train"]])
     te_x, te_y = parts["test"][0][0], np.asarray(parts["test"][0][1])
     return tr_x, tr_y, te_x, te_y
 

@@ -64,7 +64,8 @@ class Slurm:
             time.sleep(1)
 
     def job_state(self, job_id: str) -> str:
-        """The job's state (``PENDING``, ``RUNNING``, ``COMPLETED``, ``CANCELLED``…), as slurmctld knows it."""
+        """The job's state (``PENDING``, ``RUNNING``, ``COMPLETED``, ``CANCELLED``…), as slurmctld
+        knows it."""
         return self.show_job(job_id)["JobState"]
 
     def job_field(self, job_id: str, name: str) -> str | None:
@@ -228,7 +229,8 @@ PartitionName=studytest Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
         for p in reversed(slurm.procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-                try:  # slurmctld, once slurmd is gone, saves its state and then often hangs: 30 s were lost here
+                # slurmctld, once slurmd is gone, saves its state and then often hangs: 30 s were lost here
+                try:
                     p.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     p.kill()

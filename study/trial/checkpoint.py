@@ -3,7 +3,8 @@ one kept for a damaged latest (docs/design.md §9 "Checkpoints", docs/reliabilit
 
 Torch is imported to write and load one, not to read what its pickle says: :func:`read_head` reads a
 ``torch.save`` file's configuration and its tensors' shapes (never their data, never running code), so
-that a damaged, foreign or mismatched checkpoint is refused before torch is imported (:func:`checkpoint_head`)."""
+that a damaged, foreign or mismatched checkpoint is refused before torch is imported
+(:func:`checkpoint_head`)."""
 
 from __future__ import annotations
 
@@ -132,7 +133,8 @@ def _latest(
             continue
         if damaged and warn is not None:
             warn(
-                f"checkpoint {damaged[0]} is damaged; using the previous one, {shown} (epoch {state['epoch']})"
+                f"checkpoint {damaged[0]} is damaged; using the previous one, {shown} "
+                f"(epoch {state['epoch']})"
             )
         return state
     if damaged:
@@ -166,7 +168,8 @@ class UnreadableFile(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class TensorHead:
-    """A tensor as a file's pickle describes it: its storage type (``FloatStorage``) and shape, not its data."""
+    """A tensor as a file's pickle describes it: its storage type (``FloatStorage``) and shape, not
+    its data."""
 
     storage: str
     shape: tuple[int, ...]

@@ -158,8 +158,8 @@ def test_study_plan_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 
 def test_study_plan_imports_neither_torch_nor_ray():
     code = (
-        "import sys; from study.cli import main; main(['plan', %r, '--tflops', '10']); "
-        "print(sorted(m for m in ('torch', 'ray', 'pandas') if m in sys.modules), file=sys.stderr)" % FIG2
+        f"import sys; from study.cli import main; main(['plan', {FIG2!r}, '--tflops', '10']); "
+        "print(sorted(m for m in ('torch', 'ray', 'pandas') if m in sys.modules), file=sys.stderr)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stderr.strip().splitlines()[-1] == "[]", r.stderr

@@ -25,8 +25,8 @@ def write_epoch(w: TableWriter, epoch: int, *, acc: float | None = None, maps: b
         "heads",
         epoch,
         [
-            {"layer": l, "head": h, "entropy": float(rng.random())}
-            for l in range(LAYERS)
+            {"layer": layer, "head": h, "entropy": float(rng.random())}
+            for layer in range(LAYERS)
             for h in range(HEADS)
         ],
     )
@@ -35,8 +35,8 @@ def write_epoch(w: TableWriter, epoch: int, *, acc: float | None = None, maps: b
             "maps",
             epoch,
             [
-                {"layer": l, "head": h, "window": 3, "probs": rng.dirichlet(np.ones(9)).tolist()}
-                for l in range(LAYERS)
+                {"layer": layer, "head": h, "window": 3, "probs": rng.dirichlet(np.ones(9)).tolist()}
+                for layer in range(LAYERS)
                 for h in range(HEADS)
             ],
         )

@@ -166,7 +166,7 @@ def test_every_reader_sees_whole_tables_while_a_writer_compacts(writing, capsys)
     seen = 0
     start_epochs = writer.epochs_written
     t0 = time.monotonic()
-    for i in range(ROUNDS):
+    for _ in range(ROUNDS):
         seen += _check_sql(analysis.load(folder))  # a new reader each round
         seen += _check_sql(kept.refresh())
         seen += _check_frames(kept)  # what `analysis figures` and the report read

@@ -43,7 +43,8 @@ TRAIN = [
 
 @functools.cache
 def _checkpoint() -> dict:
-    """A checkpoint as study.trial.loop writes one, of the configuration TRAIN gives (the callers change copies).
+    """A checkpoint as study.trial.loop writes one, of the configuration TRAIN gives (the callers
+    change copies).
     Its weights are a few of the model's tensors: every refusal here comes before they are compared with the
     model (building it costs 1.4 s CPU)."""
     from study.models import ModelConfig

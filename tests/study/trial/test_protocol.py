@@ -425,7 +425,8 @@ def test_only_a_protocol_with_torchvision_transforms_imports_torchvision():
     import sys
 
     code = (
-        "import sys, torch; from study.models import ModelConfig; from study.trial import TrainConfig, train_trial; "
+        "import sys, torch; from study.models import ModelConfig; "
+        "from study.trial import TrainConfig, train_trial; "
         "from study.trial.protocol import build_protocol; "
         "cfg = TrainConfig(model=ModelConfig(hidden=16, layers=1, intermediate=24, num_heads=2), "
         "data='synthetic:40', epochs=1, batch_size=20, amp=False, head_stats=False, label_smoothing=0.1); "
