@@ -14,13 +14,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from study.storage import default_storage, is_remote, study_root
+from study.filesystem import file_system, is_remote
+from study.storage import default_storage, study_root
 from study.tables import (
     SCHEMA,
     TABLES,
     LinkOutError,
     check_links,
-    file_system,
     read_file,
     read_parts,
     read_table,
@@ -194,7 +194,8 @@ class Study:
             c, p = sources["compacted"], sources["parts"]
             body = (
                 f"SELECT * FROM {p} UNION ALL BY NAME SELECT c.* FROM {c} c ANTI JOIN "
-                f"(SELECT DISTINCT trial_id, epoch FROM {p}) k ON c.trial_id = k.trial_id AND c.epoch = k.epoch"
+                f"(SELECT DISTINCT trial_id, epoch FROM {p}) k "
+                "ON c.trial_id = k.trial_id AND c.epoch = k.epoch"
             )
         if (
             table == "maps"
@@ -350,9 +351,9 @@ class _Scan:
 
 
 def load(target: str | os.PathLike, storage: str | None = None) -> Study:
-    """Open a study by NAME (under ``storage``, default ``$STUDY_STORAGE`` or ``./results``) or PATH (a study
-    folder, its ``tables`` folder, or a ``study train --out`` folder; local or a URI).  Usage: docs/results.md,
-    "Queries"."""
+    """Open a study by NAME (under ``storage``, default ``$STUDY_STORAGE`` or ``./results``) or PATH
+    (a study folder, its ``tables`` folder, or a ``study train --out`` folder; local or a URI).
+    Usage: docs/results.md, "Queries"."""
     root, folder = resolve(str(target), storage)
     try:
         check_links(root)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from study.storage import file_system, is_remote
+from study.filesystem import file_system, is_remote
 
 Writer = Callable[[IO[bytes]], object]
 

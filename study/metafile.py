@@ -1,5 +1,6 @@
 """Reading a study's small JSON files as the inputs they are: a bad one is a one-line
-:class:`MetaFileError`, never a block or an unbounded read (docs/reliability.md, "Metadata files are inputs")."""
+:class:`MetaFileError`, never a block or an unbounded read (docs/reliability.md, "Metadata files
+are inputs")."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import re
 import stat
 from typing import Any
 
+import pyarrow.fs as pafs
+
 from study import limits
 from study.errors import EXIT_USAGE, PathError
+from study.filesystem import file_system
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _KINDS = {"d": "a folder", "p": "a FIFO", "c": "a character device", "b": "a block device", "s": "a socket"}
@@ -42,12 +46,6 @@ def read_bytes(path: str | os.PathLike, *, max_bytes: int = limits.MAX_META_FILE
     when it does not exist, :class:`MetaFileError` otherwise."""
     path = str(path)
     if "://" in path:
-        import pyarrow.fs as pafs
-
-        from study.storage import (
-            file_system,
-        )  # not at the top: study.storage reads study.json through this module
-
         fs, p = file_system(path)
         info = fs.get_file_info(p)
         if info.type == pafs.FileType.NotFound:

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from study.errors import StorageError, StudyError
+from study.filesystem import is_remote
 from study.metafile import MetaFileError, read_object
 
 STORAGE_ENV = "STUDY_STORAGE"
@@ -251,17 +252,6 @@ def file_in_the_way(path: str | os.PathLike) -> Path | None:
     return None if parent is None or parent.is_dir() else parent
 
 
-def is_remote(storage: str) -> bool:
-    return "://" in str(storage)
-
-
-def file_system(path: str | os.PathLike) -> tuple[pafs.FileSystem, str]:
-    """(pyarrow file system, path on it) of a local path or a URI (pyarrow's waits, unlike :func:`_bounded_fs`)."""
-    if is_remote(path):
-        return pafs.FileSystem.from_uri(str(path))
-    return pafs.LocalFileSystem(), str(path)
-
-
 def study_root(storage: str, name: str) -> str:
     return f"{storage.rstrip('/')}/{name}" if is_remote(storage) else str(Path(storage).resolve() / name)
 
@@ -302,7 +292,8 @@ def resolve(root: str, meta: dict) -> dict:
 
 
 def study_exists(root: str) -> bool:
-    """Whether anything is stored under a study's folder (:class:`StorageUnreachable` if it cannot be read)."""
+    """Whether anything is stored under a study's folder (:class:`StorageUnreachable` if it
+    cannot be read)."""
     if is_remote(root):  # _bounded raises StorageUnreachable itself
         return _bounded(
             root, lambda fs, path: bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from study.atomicio import write_atomic
 from study.errors import UsageError
-from study.storage import file_system, is_remote
+from study.filesystem import file_system, is_remote
 
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is built: `analysis query` never needs it
     import pandas as pd
@@ -278,7 +278,8 @@ def check_links(tables: str | os.PathLike) -> None:
 def list_table(
     root: str | os.PathLike, table: str, *, trial_id: str | None = None
 ) -> tuple[list[str], list[str]]:
-    """(compacted files, parts) of ``table`` under ``root`` (one trial's with ``trial_id``); foreign files skipped."""
+    """(compacted files, parts) of ``table`` under ``root`` (one trial's with ``trial_id``);
+    foreign files skipped."""
     base = _join(root, table if trial_id is None else f"{table}/{trial_id}")
     check_links(root)
     fs, p = file_system(base)
@@ -327,7 +328,8 @@ def _read_file(path: str, *, schema: bool = False) -> pa.Table | pa.Schema:
 
 
 def read_file(path: str, *, schema: bool = False) -> pa.Table | pa.Schema | None:
-    """``path`` read whole or its schema (:func:`_read_file`); None when gone or damaged (named in a warning)."""
+    """``path`` read whole or its schema (:func:`_read_file`); None when gone or damaged (named
+    in a warning)."""
     try:
         return _read_file(path, schema=schema)
     except (OSError, pa.ArrowException) as exc:
@@ -365,7 +367,8 @@ def _concat(tables: list[pa.Table | None]) -> pa.Table | None:
 def _merge(
     root: str | os.PathLike, table: str, *, trial_id: str | None = None
 ) -> tuple[pa.Table | None, list[str]]:
-    """(rows of the parts, and of the compacted files for every (trial, epoch) no part holds; the parts read)."""
+    """(rows of the parts, and of the compacted files for every (trial, epoch) no part holds;
+    the parts read)."""
     import pyarrow.compute as pc  # lazily: 0.2-0.4 s of every command's start-up
 
     def keys(t: pa.Table) -> pa.Array:

@@ -30,7 +30,8 @@ def table_files(root: str) -> dict[str, list[tuple[str, int, int]]]:
     (writes in progress, ``.tmp-*``, excluded); one listing of the whole root."""
     import pyarrow.fs as pafs
 
-    from study.tables import SKIPPED_PREFIXES, file_system
+    from study.filesystem import file_system
+    from study.tables import SKIPPED_PREFIXES
 
     fs, base = file_system(root if "://" in root else str(Path(root).resolve()))
     try:
