@@ -13,24 +13,14 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from analysis.io import AnalysisError, load
+from analysis.io import AnalysisError, check_table, load
 from analysis.query import FORMATS, run_query
-from study.cliutil import (
-    BoundedFloat,
-    BoundedInt,
-    exit_without_final_collections,
-)  # torch-free
-from study.cliutil import (
-    Parser as _Parser,
-)
-from study.cliutil import (
-    fail as _fail,
-)
-from study.cliutil import (
-    package_version as _version,
-)
+from study.cliutil import BoundedFloat, BoundedInt, exit_without_final_collections  # torch-free
+from study.cliutil import Parser as _Parser
+from study.cliutil import fail as _fail
+from study.cliutil import package_version as _version
 from study.limits import MAX_CPUS_PER_TRIAL, MAX_EPOCHS, MAX_PORT, MAX_SERVE_INTERVAL_S, MIN_SERVE_INTERVAL_S
-from study.tables import TableWarning, warnings_as_lines
+from study.tables import TABLES, TableWarning, warnings_as_lines
 
 
 def _target(p: argparse.ArgumentParser) -> None:
@@ -172,10 +162,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from analysis.schema import describe
-
     sys.stdout.write(describe(args.table))
     return 0
+
+
+def describe(table: str | None = None) -> str:
+    """Text documentation of ``table`` (all tables when None): ``analysis schema``."""
+    from analysis.schema import COLUMNS, NOTES
+
+    if table is not None:
+        check_table(table)
+    out = []
+    for t in [table] if table else TABLES:
+        out.append(f"{t}: {NOTES[t]}")
+        width = max(len(c) for c, _, _ in COLUMNS[t])
+        types = max(len(ty) for _, ty, _ in COLUMNS[t])
+        for c, ty, meaning in COLUMNS[t]:
+            out.append(f"  {c:<{width}}  {ty:<{types}}  {meaning}")
+        out.append("")
+    return "\n".join(out)
 
 
 def _query(args: argparse.Namespace) -> int:

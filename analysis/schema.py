@@ -6,7 +6,6 @@ Conventions shared by all tables: docs/results.md, "What the columns mean".
 from __future__ import annotations
 
 from study.models.config import ENCODING_FIELDS  # torch-free
-from study.tables import TABLES
 
 #: the key columns of the per-epoch tables (epochs: the first two), described once
 KEYS = [
@@ -273,12 +272,12 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
 }
 
 NOTES = {
-    "runs": "One row per trial, rewritten as it runs. Configuration columns are every model and training field "
-    "(new fields appear as new columns); bookkeeping columns (trial_id, cell, sample, ray_trial_id, "
+    "runs": "One row per trial, rewritten as it runs. Configuration columns are every model and training "
+    "field (new fields appear as new columns); bookkeeping columns (trial_id, cell, sample, ray_trial_id, "
     "attempts, timing, sizes, status) never define a model variant.",
     "epochs": "One row per (trial_id, epoch).",
-    "heads": "One row per (trial_id, epoch, layer, head); epoch = -1 is the untrained model (recorded before the "
-    "first training step; studies written before it have none). attention_distance and "
+    "heads": "One row per (trial_id, epoch, layer, head); epoch = -1 is the untrained model (recorded "
+    "before the first training step; studies written before it have none). attention_distance and "
     "attention_entropy: every query of the head_images test images on the real grid, the same for "
     "every encoding. Canvas moments (center_*, cov_*, entropy, mean_distance, max_prob): positional "
     "heads a query at the centre of a canvas large enough that no shift is clipped; content heads "
@@ -297,20 +296,3 @@ COLUMNS["runs"] += [
     for f in ENCODING_FIELDS.values()
     if f.name not in {c for c, _, _ in COLUMNS["runs"]}
 ]
-
-
-def describe(table: str | None = None) -> str:
-    """Text documentation of ``table`` (all tables when None)."""
-    from analysis.io import check_table
-
-    if table is not None:
-        check_table(table)
-    out = []
-    for t in [table] if table else TABLES:
-        out.append(f"{t}: {NOTES[t]}")
-        width = max(len(c) for c, _, _ in COLUMNS[t])
-        types = max(len(ty) for _, ty, _ in COLUMNS[t])
-        for c, ty, meaning in COLUMNS[t]:
-            out.append(f"  {c:<{width}}  {ty:<{types}}  {meaning}")
-        out.append("")
-    return "\n".join(out)
