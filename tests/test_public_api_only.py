@@ -42,12 +42,7 @@ def _private(dotted: str) -> bool:
     )
 
 
-#: the project's own functions whose returned dict is not a set of keyword arguments:
-#: ``file name:function`` (the searcher's pickled state names its own attributes)
-OWN_DICTS = {"searcher.py:__getstate__"}
-
-
-def _keyword_dicts(tree: ast.AST, where: str) -> list[tuple[ast.expr, str]]:
+def _keyword_dicts(tree: ast.AST) -> list[tuple[ast.expr, str]]:
     """(dict, how) for every dict whose keys become keyword arguments: a dict display or
     ``dict(...)`` unpacked with ``**`` in a call, bound to a name that a call unpacks in the
     same scope, or returned by a function (how ``ray_init_kwargs`` handed ``ray.init`` its keywords)."""
@@ -89,13 +84,7 @@ def _keyword_dicts(tree: ast.AST, where: str) -> list[tuple[ast.expr, str]]:
                 and any(isinstance(t, ast.Name) and t.id in unpacked for t in n.targets)
             ):
                 found.append((n.value, "unpacked with ** later"))
-            elif (
-                isinstance(n, ast.Return)
-                and n.value is not None
-                and is_dict(n.value)
-                and scope is not tree
-                and f"{where}:{scope.name}" not in OWN_DICTS
-            ):
+            elif isinstance(n, ast.Return) and n.value is not None and is_dict(n.value) and scope is not tree:
                 found.append((n.value, f"returned by {scope.name}"))
     return found
 
@@ -186,7 +175,7 @@ def violations(source: str, where: str = "<source>") -> list[str]:
                 if k.arg is not None and _private(k.arg)
             ]
     # a dict's private keys are string literals ('_name'): a source without one is not walked again
-    for d, how in _keyword_dicts(tree, where) if re.search(r"""['"]_(?!_)""", source) else []:
+    for d, how in _keyword_dicts(tree) if re.search(r"""['"]_(?!_)""", source) else []:
         found += [
             f"{where}:{d.lineno}: the private keyword {k} in a dict {how}" for k in _keys(d) if _private(k)
         ]
@@ -223,7 +212,8 @@ def test_the_packages_use_only_public_library_api():
             "a warning filter on the warning's text",
         ),
         (
-            "import logging\nlogging.getLogger('ray.tune').addFilter(lambda r: 'restore' not in r.getMessage())",
+            "import logging\n"
+            "logging.getLogger('ray.tune').addFilter(lambda r: 'restore' not in r.getMessage())",
             "a filter on a logger",
         ),
         (
@@ -261,15 +251,14 @@ def test_the_scanner_leaves_public_use_and_own_objects_alone():
     assert violations(source) == []
 
 
-def test_the_scanner_leaves_dunder_keywords_data_dicts_and_own_state_alone():
-    """Only keyword arguments are judged: pydantic's public ``__base__``, a dict of data that
-    never becomes keywords, and the allow-listed own ``__getstate__`` pass; the same dict
-    returned by any other function does not."""
+def test_the_scanner_leaves_dunder_keywords_and_data_dicts_alone():
+    """Only keyword arguments are judged: pydantic's public ``__base__`` and a dict of data that
+    never becomes keywords pass; a function returning a dict with a private key does not (its
+    dict may become a call's keywords)."""
     source = (
         "from pydantic import create_model, BaseModel\nM = create_model('M', __base__=BaseModel)\n"
         "formulas = {'_scaled_dot_product_flash_attention_for_cpu': len}\n"
-        "class Searcher:\n    def __getstate__(self):\n"
-        "        return {**self.__dict__, '_storage': None}\n"
     )
-    assert violations(source, "searcher.py") == []
-    assert len(violations(source, "other.py")) == 1
+    assert violations(source) == []
+    returned = "def state(self):\n    return {**self.__dict__, '_storage': None}\n"
+    assert len(violations(source + returned)) == 1

@@ -52,7 +52,8 @@ def _read_holder(fd: int) -> dict:
 
 
 def _stale(info: dict) -> bool:
-    """An object-storage lock to take over: no heartbeat for :data:`STALE_S`, or a dead process on this host."""
+    """An object-storage lock to take over: no heartbeat for :data:`STALE_S`, or a dead process on this
+    host."""
     return time.time() - float(info.get("heartbeat", 0)) > STALE_S or (
         info.get("host") == socket.gethostname() and not _alive(int(info.get("pid", -1)))
     )
@@ -71,7 +72,9 @@ class StudyLock:
         self.root, self.name = root, name
         self.busy = busy or f"study {name!r} is already being run by another driver"
         self._fd: int | None = None
-        self._s3: tuple | None = None
+        self._s3: tuple[str, str] | None = (
+            None  # (bucket, key) of the lock held on S3 (no client: see heartbeat)
+        )
         self._beat = self._started = 0.0
         self._made: list[
             Path
@@ -136,7 +139,8 @@ class StudyLock:
 
         from study.storage import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
 
-        # bounded waits, as every request of a command (study.storage); boto3 reads AWS_ENDPOINT_URL(_S3) itself
+        # bounded waits, as every request of a command (study.storage); boto3 reads
+        # AWS_ENDPOINT_URL(_S3) itself
         client = boto3.client(
             "s3",
             config=Config(
@@ -154,7 +158,7 @@ class StudyLock:
         for _ in range(2):
             try:
                 client.put_object(Bucket=bucket, Key=key, Body=json.dumps(_me()).encode(), IfNoneMatch="*")
-                self._s3 = (client, bucket, key)
+                self._s3 = (bucket, key)
                 self._beat = self._started = time.time()
                 return
             except ClientError as e:
@@ -241,17 +245,18 @@ class StudyLock:
             return False
 
     def heartbeat(self) -> None:
-        """Refresh an object-storage lock (every :data:`HEARTBEAT_S`); no-op locally."""
+        """Refresh an object-storage lock (every :data:`HEARTBEAT_S`); no-op locally.  A client is made
+        for each (a held lock keeps plain data only: the run contract holding it is pickled by Tune)."""
         if self._s3 is not None and time.time() - self._beat > HEARTBEAT_S:
-            client, bucket, key = self._s3
+            client, bucket, key = self._client()
             client.put_object(
                 Bucket=bucket, Key=key, Body=json.dumps({**_me(), "started": self._started}).encode()
             )
             self._beat = time.time()
 
     def release(self) -> None:
-        """Drop the lock; the folders :meth:`acquire` created go too if nothing was written into them (a driver
-        refused once it held the lock leaves no study folder behind)."""
+        """Drop the lock; the folders :meth:`acquire` created go too if nothing was written into them (a
+        driver refused once it held the lock leaves no study folder behind)."""
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 os.unlink(Path(self.root) / LOCK)
@@ -259,7 +264,7 @@ class StudyLock:
             self._fd = None
             self._remove_made()
         if self._s3 is not None:
-            client, bucket, key = self._s3
             with contextlib.suppress(Exception):  # a lock left behind goes stale by its heartbeat
+                client, bucket, key = self._client()
                 client.delete_object(Bucket=bucket, Key=key)
             self._s3 = None

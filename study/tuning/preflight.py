@@ -36,7 +36,10 @@ def check_local_resources(
     if (
         gpus_per_trial and (have := local_gpus()) < gpus_per_trial
     ):  # a fraction needs one GPU, more need as many
-        return f"resources.gpus_per_trial: requests {gpus_per_trial:g} GPU(s) per trial but this machine has {have}"
+        return (
+            f"resources.gpus_per_trial: requests {gpus_per_trial:g} GPU(s) per trial "
+            f"but this machine has {have}"
+        )
     return None
 
 

@@ -1,5 +1,6 @@
 """Ray's own log lines: in the study's ``logs/ray.log``, on the console only with ``--verbose``
-(docs/design.md §10 "Quiet output"), through the ``ray`` logger's handlers alone (nothing of Ray's is patched)."""
+(docs/design.md §10 "Quiet output"), through the ``ray`` logger's handlers alone (nothing of Ray's is
+patched)."""
 
 from __future__ import annotations
 

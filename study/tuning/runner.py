@@ -1,5 +1,6 @@
 """Launch, resume and summarise a study on Ray Tune.  Whose state a study is and how a resume
-continues: docs/design.md §9; the run contract: :mod:`study.tuning.contract`."""
+continues: docs/design.md §9; the run contract: :mod:`study.scheduling.contract`; Tune's hooks into it:
+:mod:`study.tuning.hooks`."""
 
 from __future__ import annotations
 
@@ -12,32 +13,34 @@ import shutil
 import sys
 from typing import Any
 
-# Ray's documented environment settings, before it is imported: no new-style console
-# output, de-duplicated worker logs, Ray Train V2 (DDP trials)
-os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
-# a trial that diverges in its first epoch ends with no finite metric to report (the
-# project drops NaN values): Tune must not fail the whole study for that
-os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-# Tune's default per-trial loggers are off: the tables are the record; logger
-# callbacks a study file asks for are added explicitly (study/tuning/loggers.py)
-os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-
 import pandas as pd
 import yaml
 
 from study.atomicio import write_atomic
 from study.errors import RayStartError, one_line
+from study.scheduling.contract import RunContract
+from study.scheduling.trials import launch_plan, pending
 from study.spec import StudySpec, selects
 from study.storage import META_FILE, is_remote, read_meta, resolve, study_root
 from study.tables import STATUSES, read_table
 from study.variants import value_text, variant_labels
 
-#: ``runs.status`` values of a trial that ended: a resume does not run it again
-ENDED = ("finished", "diverged", "stopped")
 #: Ray Tune's experiment folder inside the study folder
 TUNE_DIR = "tune"
+#: Ray's and Tune's documented environment settings, set by :func:`init_ray` before it imports or starts Ray
+#: (where the environment does not set them): no new-style console output, de-duplicated worker logs, Ray
+#: Train V2 (DDP trials); a trial that diverges in its first epoch ends with no finite metric to report (the
+#: project drops NaN values): Tune must not fail the whole study for that
+RAY_DEFAULTS = {
+    "RAY_AIR_NEW_OUTPUT": "0",
+    "RAY_DEDUP_LOGS": "1",
+    "RAY_TRAIN_V2_ENABLED": "1",
+    "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
+}
+#: set always: Tune's default per-trial loggers are off (the tables are the record; logger callbacks a study
+#: file asks for are added explicitly, study/tuning/loggers.py), and so is Tune's SIGINT handler (the run
+#: contract takes SIGINT/SIGTERM over)
+RAY_SETTINGS = {"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "TUNE_DISABLE_SIGINT_HANDLER": "1"}
 
 
 def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = False) -> None:
@@ -46,6 +49,9 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, echo: bool = F
     from study.tuning import raylog
     from study.tuning.cluster import ray_init_kwargs
 
+    for name, value in RAY_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    os.environ.update(RAY_SETTINGS)
     raylog.capture(echo=echo)  # first: it imports Ray with the settings Ray reads then (study.tuning.cluster)
     import ray
 
@@ -92,43 +98,16 @@ def tuned_metric(spec: StudySpec) -> tuple[str, str]:
     return metric, (sched and sched.mode) or ("min" if metric.endswith("loss") else "max")
 
 
-def launch_plan(spec: StudySpec, *, sizes: dict[str, tuple[int, int]] | None = None) -> list:
-    """Every trial's ``TrialPlan``, longest-predicted first (:func:`study.plan.launch_order`; ``sizes``: as
-    :func:`study.plan.plan_trials`); [] where the cost model fails: the study must not stop for that, it
-    runs in grid order without an ETA."""
-    from study.plan import launch_order, plan_trials
-
-    with contextlib.suppress(Exception):
-        return launch_order(plan_trials(spec, sizes=sizes))
-    return []
-
-
-def pending(spec: StudySpec, tables: str, plan: list) -> list[tuple[int, int]]:
-    """The (cell, sample) of every trial whose ``runs`` row has not ended, in the order of ``plan``
-    (:func:`launch_plan`; grid order where it is empty)."""
-    from study.tuning.searcher import trial_key
-
-    n = len(spec.cells)
-    order = [(t.cell, t.sample) for t in plan] or [(k % n, k // n) for k in range(spec.num_trials)]
-    ended = set(ended_rows(tables).trial_id)
-    return [(c, s) for c, s in order if trial_key(c, s) not in ended]
-
-
-def ended_rows(tables: str) -> pd.DataFrame:
-    """The ``runs`` rows of the trials that ended (a resume does not run them again)."""
-    runs = read_table(tables, "runs")
-    return runs[runs.status.isin(ENDED)]
-
-
 def _tuner(
     spec: StudySpec, meta: dict[str, Any], plan: list, todo: list[tuple[int, int]], *, verbose: bool, contract
 ):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
+    from study.scheduling.sampler import GridSampler
+    from study.scheduling.trials import trial_key
+    from study.tuning.hooks import ContractCallback, GridSearcher, ProgressReporter, StopAll
     from study.tuning.loggers import logger_callbacks
-    from study.tuning.progress import ProgressReporter
-    from study.tuning.searcher import GridOptunaSearcher, trial_key
     from study.tuning.trainable import make_trainable
 
     sched, (metric, mode) = spec.study.scheduler, tuned_metric(spec)
@@ -142,7 +121,7 @@ def _tuner(
             grace_period=sched.grace_period,
             reduction_factor=sched.reduction_factor,
         )
-    searcher = GridOptunaSearcher(
+    sampler = GridSampler(
         spec=spec, todo=todo, metric=metric, mode=mode, tables=meta["tables"], journal=meta["optuna_journal"]
     )
     root = meta["root"]
@@ -151,7 +130,7 @@ def _tuner(
         tune_config=tune.TuneConfig(
             metric=metric,
             mode=mode,
-            search_alg=searcher,
+            search_alg=GridSearcher(sampler=sampler),
             scheduler=scheduler,
             num_samples=len(todo),
             reuse_actors=meta["workers_per_trial"] == 1,
@@ -163,12 +142,12 @@ def _tuner(
             storage_path=root,
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.study.max_failures),
-            stop=contract.stopper,
+            stop=StopAll(contract=contract),
             callbacks=[
                 ProgressReporter(
                     plan=plan, meta=meta, pending=[trial_key(c, s) for c, s in todo], enabled=verbose
                 ),
-                contract,
+                ContractCallback(contract=contract),
                 *logger_callbacks(spec.study.loggers, root=root, study=meta["name"], tables=meta["tables"]),
             ],
         ),
@@ -258,10 +237,10 @@ def resume_study(
 
 @contextlib.contextmanager
 def _locked(root: str, name: str, lock, *, address: str | None, num_cpus: int | None, echo: bool):
-    """The study's lock held (taken here unless the caller holds ``lock``): first, so a second driver is refused
-    before Ray is even imported; then Ray started or joined (``echo``: :func:`init_ray`'s) and only then Ray's
-    log lines going to the study's log file: a Ray that does not start leaves no study behind (the lock
-    removes the folder it created)."""
+    """The study's lock held (taken here unless the caller holds ``lock``): first, so a second driver is
+    refused before Ray is even imported; then Ray started or joined (``echo``: :func:`init_ray`'s) and only
+    then Ray's log lines going to the study's log file: a Ray that does not start leaves no study behind (the
+    lock removes the folder it created)."""
     from study.tuning import raylog
     from study.tuning.lock import StudyLock
 
@@ -288,11 +267,11 @@ def _start(
     show_tracebacks: bool,
     lock,
 ):
-    from study.tuning.contract import RunContract
-
     todo = pending(spec, meta["tables"], plan)
-    contract = RunContract(meta=meta, prog=prog, show_tracebacks=show_tracebacks, lock=lock)
+    contract = RunContract(meta=meta, prog=prog, lock=lock)
     contract.install()
+    # a trial's traceback is printed by Tune only with --verbose (Tune's documented switch, read as it runs)
+    os.environ["TUNE_PRINT_ALL_TRIAL_ERRORS"] = "1" if show_tracebacks else "0"
     try:
         if todo:
             tuner = _tuner(spec, meta, plan, todo, verbose=verbose, contract=contract)

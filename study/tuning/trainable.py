@@ -10,6 +10,8 @@ from typing import Any
 import torch
 
 from study.errors import StorageError, cause
+from study.scheduling.ledger import trial_ledger
+from study.scheduling.trials import ended_rows
 from study.trial.config import TrainConfig
 from study.trial.ledger import TrialLedger
 
@@ -18,10 +20,6 @@ def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
     """Reportable metrics: scalars, without NaN (a trial without a validation split
     reports no ``val_*``)."""
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool)) and v == v}
-
-
-def ledger(meta: dict[str, Any], key: str) -> TrialLedger:
-    return TrialLedger(uri=f"{meta['root']}/trials/{key}.json")
 
 
 def storage_errors(fn, *args, where: str = "storage", **kwargs):
@@ -60,15 +58,13 @@ def counted(trainable):
     def run(config: dict[str, Any], *, meta: dict[str, Any]) -> None:
         from ray import tune
 
-        from study.tuning.runner import ended_rows
-
         rows = ended_rows(meta["tables"])
         done = next(iter(rows[rows.trial_id == config["key"]].to_dict("records")), None)
         if done is not None:
             # ended already (a retry after its last report was lost): reported, not re-trained
             tune.report(_final(done))
             return
-        book = ledger(meta, config["key"])
+        book = trial_ledger(meta["root"], config["key"])
         storage_errors(book.start, where=book.uri)
         try:
             trainable(config, meta=meta, book=book)
@@ -87,7 +83,7 @@ def _report(report_fn, warnings: list[str] | None = None):
     ``epochs_done`` (ASHA's time), no checkpoint (the trial keeps its own)."""
 
     def report(metrics: dict[str, Any], ckpt: str | None) -> None:
-        if warnings:  # shown once by the driver (study.tuning.contract)
+        if warnings:  # shown once by the driver (study.scheduling.contract)
             metrics = {**metrics, "warning": warnings.pop(0)}
         report_fn(_scalars({**metrics, "epochs_done": int(metrics["epoch"]) + 1}))
 
@@ -153,7 +149,7 @@ def _ddp_worker(loop_config: dict[str, Any]) -> None:
     meta, config = loop_config["meta"], loop_config["config"]
     book = None
     if ray.train.get_context().get_world_rank() == 0:
-        book = ledger(meta, config["key"])
+        book = trial_ledger(meta["root"], config["key"])
         data = book.read()  # the Tune function counted this attempt
         book.attempts, book.device_seconds = (
             int(data.get("attempts", 1)),

@@ -325,7 +325,8 @@ def test_two_node_cluster_job_submit_and_a_killed_node(tmp_path):
                 shutil.rmtree(temp, ignore_errors=True)
     print(
         f"two nodes up at {joined_at:.0f} s, the worker node killed at {killed_at:.0f} s (trial {victim} "
-        f"after {len(before)} epochs), the spare node up at {spare_at:.0f} s, job done at {time.time() - t0:.0f} s"
+        f"after {len(before)} epochs), the spare node up at {spare_at:.0f} s, "
+        f"job done at {time.time() - t0:.0f} s"
     )
 
     runs = read_table(tables, "runs").set_index("trial_id")
@@ -562,7 +563,7 @@ def test_local_ray_refuses_the_network_and_requires_the_token(local_ray_sockets)
     host = _host_address()
     ports = sorted({(_port(a), p) for a, p in sockets})
     if not _loopback(host):  # a host with a network address: nothing of the local Ray answers on it
-        for port, proc in ports:
+        for port, _proc in ports:
             with pytest.raises(ConnectionRefusedError):
                 socket.create_connection((host, port), timeout=15).close()
     gcs = [port for port, p in ports if p == "gcs_server"]

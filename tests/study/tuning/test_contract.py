@@ -3,22 +3,25 @@ the one line, the exit status and what is on disk.
 
 Findings -> tests:
   trial failing at start invisible, exit 0            test_failed_trial_then_tamper_move_and_resume
-  cause masked by Ray's copy of the exception          test_every_project_exception_pickles, test_cause_survives_rays_copy
+  cause masked by Ray's copy of the exception          test_every_project_exception_pickles,
+                                                       test_cause_survives_rays_copy
   Ctrl-C / SIGTERM: stopped vs interrupted, attempts,  test_sigkill_in_epoch0_sigterm_lock_and_resume
     device_seconds, Tuner.restore advice, SIGABRT      (+ SIGINT: tests/study/tuning/test_runner.py::
                                                        test_interrupt_then_resume_keeps_the_study_that_started)
   study train --out reuses another configuration       test_train_refuses_another_configuration_and_falls_
                                                        back_to_the_previous_checkpoint
   GPU request fails after 72 s; hangs on cpus/address  test_preflight_refusals_are_fast
-  pickle payload in Ray's state runs on resume         test_failed_trial_then_tamper_move_and_resume (no Ray file is read back)
-  two drivers of one study                             test_sigkill_in_epoch0_sigterm_lock_and_resume, test_lock_*
+  pickle payload in Ray's state runs on resume         test_failed_trial_then_tamper_move_and_resume
+                                                       (no Ray file is read back)
+  two drivers of one study                             test_sigkill_in_epoch0_sigterm_lock_and_resume,
+                                                       test_lock_*
   moved study writes into its old place                test_failed_trial_then_tamper_move_and_resume
   0-byte experiment state after a full disk            test_failed_trial_then_tamper_move_and_resume
   truncated last checkpoint not falling back           test_train_refuses_another_configuration_and_falls_
                                                        back_to_the_previous_checkpoint
   worker SIGKILLed in epoch 0 keeps attempts 1         test_sigkill_in_epoch0_sigterm_lock_and_resume
-  Ctrl-C mid-epoch: its time missing from              test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds
-    device_seconds
+  Ctrl-C mid-epoch: its time missing from              test_ctrl_c_mid_epoch_then_resume_
+    device_seconds                                     accumulates_device_seconds
   storage failing mid-study leaves trials running      test_storage_failure_stops_the_study
   cpus_per_trial beyond every node of a cluster        test_cluster_resources_are_checked_per_node
   Ray's pickles on S3 never loaded                     tests/study/test_storage_s3.py::
@@ -234,7 +237,8 @@ def test_train_refuses_a_second_train_into_the_same_folder(tmp_path):
     assert second.returncode == 2, second.stderr
     assert second.stderr.strip().splitlines() == [
         f"study train: error: --out: {out} is being trained into by another study train "
-        f"(pid {first.pid} on {os.uname().nodename}, since {second.stderr.split(', since ')[1].split(')')[0]}); "
+        f"(pid {first.pid} on {os.uname().nodename}, "
+        f"since {second.stderr.split(', since ')[1].split(')')[0]}); "
         f"lock {out / '.study.lock'}"
     ], second.stderr
     assert first.returncode == 0, err
@@ -417,7 +421,7 @@ def test_lock_refuses_a_second_driver_and_takes_over_a_dead_ones(tmp_path):
 
     root = str(tmp_path / "s")
     first = StudyLock(root=root, name="s").acquire()
-    with pytest.raises(LockError, match="already being run by another driver .pid %d" % os.getpid()):
+    with pytest.raises(LockError, match=f"already being run by another driver .pid {os.getpid()}"):
         StudyLock(root=root, name="s").acquire()
     first.release()
     assert not (Path(root) / LOCK).exists()
@@ -696,30 +700,3 @@ def test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds(tmp_path):
         f"attempt 1 trained {trained:.1f} s, recorded {first:.1f} s; attempt 2 epoch {second:.1f} s; "
         f"device_seconds {total:.1f} s"
     )
-
-
-def test_a_signal_delivered_twice_is_one_request_a_later_one_stops_at_once(monkeypatch):
-    """SLURM's scancel signals every process of a job, and the batch script passes its
-    own signal on to the driver: the copy within ``DUPLICATE_SIGNAL_S`` is the same
-    request (the study still stops cleanly); a signal after that stops at once."""
-    import signal as signals
-
-    from study.tuning import contract
-
-    clock = [100.0]
-    monkeypatch.setattr(contract.time, "monotonic", lambda: clock[0])
-    exits = []
-    monkeypatch.setattr(contract.os, "_exit", lambda code: exits.append(code))
-    c = contract.RunContract(meta={"name": "s", "root": "unused", "tables": "unused"}, prog="study run")
-    said = []
-    c.say = said.append
-    stopper = c.stopper
-    assert not stopper.stop_all() and not stopper("trial", {})
-    c._on_signal(signals.SIGTERM, None)
-    assert c.signal == signals.SIGTERM and stopper.stop_all() and stopper("trial", {}) and not exits
-    clock[0] += 0.5
-    c._on_signal(signals.SIGTERM, None)  # the batch script's copy
-    assert not exits and len(said) == 1 and c.signal == signals.SIGTERM
-    clock[0] += contract.DUPLICATE_SIGNAL_S
-    c._on_signal(signals.SIGINT, None)  # a second request: now
-    assert exits == [128 + signals.SIGINT]

@@ -37,6 +37,37 @@ def ray_local():
     ray.shutdown()
 
 
+def test_importing_the_runner_writes_no_ray_setting():
+    """Ray's settings are the function's that starts Ray (a fresh interpreter: nothing imported before)."""
+    code = (
+        "import os, sys; before = dict(os.environ); import study.tuning.runner; "
+        "print(sorted(set(os.environ.items()) ^ set(before.items())))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_starting_ray_sets_rays_documented_settings_first(monkeypatch):
+    """:func:`init_ray` sets them before it starts Ray; a setting the environment gives is kept,
+    except those the run contract needs (Tune's own SIGINT handler off, no default loggers)."""
+    import ray
+
+    from study.tuning import runner
+
+    for name in (*runner.RAY_DEFAULTS, *runner.RAY_SETTINGS):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RAY_DEDUP_LOGS", "0")
+    monkeypatch.setenv("TUNE_DISABLE_SIGINT_HANDLER", "0")
+    seen = {}
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.update(os.environ))
+    runner.init_ray(None, num_cpus=1)
+    assert seen["RAY_DEDUP_LOGS"] == "0" and seen["RAY_TRAIN_V2_ENABLED"] == "1"
+    assert seen["TUNE_DISABLE_STRICT_METRIC_CHECKING"] == "1" and seen["RAY_AIR_NEW_OUTPUT"] == "0"
+    assert seen["TUNE_DISABLE_SIGINT_HANDLER"] == "1" and seen["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"
+
+
 def spec_file(tmp_path, doc, name="s"):
     p = tmp_path / f"{name}.yaml"
     p.write_text(yaml.safe_dump({"name": name, **doc}))

@@ -1,21 +1,19 @@
 """Quiet progress for ``study run``: one table of trial events on stderr, each row followed by
 ``k of N trials done``, the elapsed time and an ETA (how the ETA is simulated:
-docs/study-files.md "The console")."""
+docs/study-files.md "The console").  Times are the caller's monotonic clock."""
 
 from __future__ import annotations
 
 import heapq
 import json
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray.tune import Callback
-
 from study.plan import PAIR_MAC_EQUIVALENT, hms
+from study.scheduling.ledger import ledger_probe
 
 #: a running trial's ``epoch_fraction`` is trusted from this share on (before, start-up dominates)
 MIN_FRACTION = 0.02
@@ -167,10 +165,12 @@ class RemainingWork:
         return max(free) if free else 0.0
 
 
-class ProgressReporter(Callback):
-    """A header once, then a row when a trial finishes an epoch (at most one per trial
-    every ``interval`` seconds) or ends, each followed by :meth:`status_line`.  ``plan``:
-    :func:`study.tuning.runner.launch_plan` (``[]``: no ETA)."""
+class Progress:
+    """A header once, then a row when a trial finishes an epoch (at most one per trial every
+    ``interval`` seconds) or ends, each followed by :meth:`status_line`.  ``plan``:
+    :func:`study.scheduling.trials.launch_plan` (``[]``: no ETA); ``pending``: the keys left to run
+    (a resumed study: the others ended already, cost nothing and count as done); ``meta``: the
+    study's ``study.json`` (``num_trials``; ``root``: its ledgers time a running epoch)."""
 
     COLUMNS = ("trial", "cell", "state", "epoch", "test_acc", "best_acc", "img/s")
 
@@ -179,16 +179,15 @@ class ProgressReporter(Callback):
         *,
         plan: list,
         meta: dict[str, Any],
+        now: float,
         pending: list[str] | None = None,
         enabled: bool = True,
         interval: float = 30.0,
     ):
         self.enabled, self.interval, self.total, self.done = enabled, interval, meta.get("num_trials"), 0
-        self._last: dict[str, float] = {}  # trial id -> when its last row was printed
+        self._last: dict[str, float] = {}  # trial key -> when its last row was printed
         self._header = False
-        if (
-            pending is not None and plan
-        ):  # a resumed study: the trials that ended already are done, and cost nothing
+        if pending is not None and plan:
             self.done = len(plan) - len(pending)
         costs = {
             t.key: (t.cost_terms, t.epochs, json.dumps(t.config, sort_keys=True, default=str)) for t in plan
@@ -196,31 +195,24 @@ class ProgressReporter(Callback):
         self.work = RemainingWork(
             costs=costs,
             order=[k for k in costs if pending is None or k in pending],
-            probe=_ledger_probe(meta),
+            probe=ledger_probe(meta.get("root")),
         )
-        self._start = time.monotonic()
+        self.began = now
 
-    def setup(self, **info):
-        self._start = time.monotonic()
-
-    def status_line(self) -> str:
-        now = time.monotonic()
+    def status_line(self, now: float) -> str:
         eta = self.work.eta(now)
         return (
-            f"{self.done} of {self.total} trials done, elapsed {hms(now - self._start)}, "
+            f"{self.done} of {self.total} trials done, elapsed {hms(now - self.began)}, "
             f"ETA {hms(eta) if eta is not None else 'after the first epoch'}"
         )
 
-    def _key(self, trial) -> str:
-        return str((trial.config or {}).get("key", trial.trial_id))
-
-    def _row(self, trial, state: str, result: dict | None) -> None:
+    def _row(self, key: str, cell, state: str, result: dict | None, now: float) -> None:
         if not self.enabled:
             return
         r = result or {}
         cells = [
-            self._key(trial),
-            str((trial.config or {}).get("cell", "")),
+            key,
+            "" if cell is None else str(cell),
             state,
             str(r["epoch"] + 1) if "epoch" in r else "-",
             _f(r.get("test_acc")),
@@ -234,47 +226,27 @@ class ProgressReporter(Callback):
                 flush=True,
             )
         self._header = True
-        print(f"  {self.status_line()}", file=sys.stderr, flush=True)
+        print(f"  {self.status_line(now)}", file=sys.stderr, flush=True)
 
-    def on_trial_start(self, iteration, trials, trial, **info):
-        self.work.start(self._key(trial), time.monotonic())
+    def started(self, key: str, now: float) -> None:
+        self.work.start(key, now)
 
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        now = time.monotonic()
+    def reported(self, key: str, cell, result: dict[str, Any], now: float) -> None:
+        """A trial's report: an epoch's (``seconds``: its time as the trial measured it) calibrates
+        the ETA; a row at most every ``interval`` seconds."""
         if result.get("status", "running") == "running" and isinstance(result.get("epoch"), int):
             secs = result["seconds"] + result.get("head_stats_seconds", 0.0) if "seconds" in result else None
-            self.work.epoch(self._key(trial), now, seconds=secs)
-        if now - self._last.get(trial.trial_id, -1e9) >= self.interval:
-            self._last[trial.trial_id] = now
-            self._row(trial, "running", result)
+            self.work.epoch(key, now, seconds=secs)
+        if now - self._last.get(key, -1e9) >= self.interval:
+            self._last[key] = now
+            self._row(key, cell, "running", result, now)
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        result = trial.last_result or {}
-        self._ended(trial, result.get("status", "done") if result.get("status") != "running" else "stopped")
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        self._ended(trial, "error")
-
-    def _ended(self, trial, state: str) -> None:
+    def ended(self, key: str, cell, state: str, result: dict | None, now: float) -> None:
+        """A trial ended as ``state`` (finished, diverged, stopped, error), ``result`` its last report."""
         self.done += 1
-        self.work.end(self._key(trial))
-        self._row(trial, state, trial.last_result)
+        self.work.end(key)
+        self._row(key, cell, state, result, now)
 
 
 def _f(v, digits: int = 4) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
-
-
-def _ledger_probe(meta: dict[str, Any]) -> Callable[[str], tuple[int, float, float] | None] | None:
-    """``(epoch, fraction done, seconds into it)`` of a running trial from its ledger, or
-    None between epochs or without a ledger."""
-    if "root" not in meta:
-        return None
-    from study.tuning.trainable import ledger
-
-    def probe(key: str) -> tuple[int, float, float] | None:
-        d = ledger(meta, key).read()
-        p = d.get("epoch"), d.get("epoch_fraction"), d.get("epoch_seconds")
-        return None if None in p else (int(p[0]), float(p[1]), float(p[2]))
-
-    return probe

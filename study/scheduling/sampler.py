@@ -1,7 +1,8 @@
-"""Grid axes covered exhaustively, sampled axes by Optuna TPE: one Optuna study per grid cell
-behind one Ray Tune ``Searcher`` (``OptunaSearch`` rejects ``tune.grid_search``, docs/design.md
-§10).  The journal's layout and its ``s3://`` copy: docs/results.md "The Optuna studies"; what
-a resume continues: docs/reliability.md "The scheduler and the sampler across a resume"."""
+"""Grid axes covered exhaustively, sampled axes by Optuna TPE: one Optuna study per grid cell,
+asked for each pending trial and told its result (docs/design.md §10; Ray Tune's
+``OptunaSearch`` rejects ``tune.grid_search``).  The journal's layout and its ``s3://`` copy:
+docs/results.md "The Optuna studies"; what a resume continues: docs/reliability.md "The
+scheduler and the sampler across a resume"."""
 
 from __future__ import annotations
 
@@ -13,24 +14,20 @@ import optuna
 import pyarrow.fs as pafs
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
-from ray.tune.search import Searcher
+
+from study.scheduling.trials import ended_rows, trial_key
 
 JOURNAL_FILE = "optuna.journal"
 
 
 def optuna_distribution(spec: dict[str, Any]):
+    """The Optuna distribution of a study file's ``sample`` entry (``{kind: args}``)."""
     ((kind, args),) = spec.items()
     if kind in ("uniform", "loguniform"):
         return FloatDistribution(float(args[0]), float(args[1]), log=kind == "loguniform")
     if kind == "int":
         return IntDistribution(int(args[0]), int(args[1]))
     return CategoricalDistribution(list(args))
-
-
-def trial_key(cell: int, sample: int) -> str:
-    """The table identity of a trial: its grid cell and sample index (stable across
-    retries, restores and lost drivers, unlike Ray's trial ids)."""
-    return f"c{cell:03d}-s{sample:03d}"
 
 
 def _local_journal(journal: str) -> str:
@@ -43,10 +40,12 @@ def _local_journal(journal: str) -> str:
     return str(default_cache_dir() / "optuna" / digest / JOURNAL_FILE)
 
 
-class GridOptunaSearcher(Searcher):
-    """Suggests the trials ``todo`` (``(cell, sample)`` pairs) as ``{"cell", "sample", "key",
-    "sampled", "train": TrainConfig as a dict, "hparams": flat scalar fields}``, resolved
-    here from the validated ``spec``; Optuna is told ``best_<metric>`` of each trial."""
+class GridSampler:
+    """Hands out the trials ``todo`` (``(cell, sample)`` pairs, in order) as ``{"cell", "sample", "key",
+    "sampled", "train": TrainConfig as a dict, "hparams": flat scalar fields}``, resolved here from the
+    validated ``spec``; Optuna is told ``best_<metric>`` of each trial.  ``journal``: the Optuna journal
+    (a path or URI; None: in memory only); ``tables``: the study's tables, read to tell Optuna the
+    trials an earlier driver finished without telling it.  The Optuna storage opens at the first ask."""
 
     def __init__(
         self,
@@ -58,21 +57,16 @@ class GridOptunaSearcher(Searcher):
         tables: str | None = None,
         journal: str | None = None,
     ):
-        super().__init__(metric=metric, mode=mode)
-        self.spec = spec
-        self.todo = [tuple(t) for t in todo]  # the trials not suggested yet
+        self.spec, self.metric, self.mode = spec, metric, mode
+        self.todo = [tuple(t) for t in todo]  # the trials not asked yet
         self.tables = tables
-        self.journal = journal  # None: in memory only (tests of the searcher alone)
+        self.journal = journal
         self._local = None if journal is None else _local_journal(journal)
         self.seed = min(c.seed for c in spec.cells)
-        self.assigned: dict[str, tuple[int, int | None]] = {}  # Ray trial id -> (cell, Optuna number)
+        self.assigned: dict[str, tuple[int, int | None]] = {}  # scheduler's trial id -> (cell, Optuna number)
         self._studies: dict[int, optuna.Study] = {}
         self._storage = None
         self._synced: tuple[int, int] | None = None
-
-    def __getstate__(self) -> dict:
-        # Tune pickles the searcher with its run (never read back); the Optuna storage (file locks) stays out
-        return {**self.__dict__, "_studies": {}, "_storage": None, "_synced": None}
 
     def storage(self):
         if self._storage is None and self.journal is None:
@@ -100,14 +94,15 @@ class GridOptunaSearcher(Searcher):
             pafs.copy_files(self._local, self.journal, source_filesystem=pafs.LocalFileSystem())
             self._synced = (stat.st_size, stat.st_mtime_ns)
 
-    def _study(self, cell: int) -> optuna.Study:
+    def study(self, cell: int) -> optuna.Study:
+        """The Optuna study of grid cell ``cell`` (created, or continued from the journal)."""
         if cell not in self._studies:
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             study = optuna.create_study(
                 study_name=f"{self.spec.study.name}/cell-{cell:03d}",
                 storage=self.storage(),
                 load_if_exists=True,
-                direction="maximize" if self._mode != "min" else "minimize",
+                direction="maximize" if self.mode != "min" else "minimize",
                 sampler=optuna.samplers.TPESampler(seed=self.seed + cell),
             )
             study.set_user_attr("cell", cell)
@@ -125,8 +120,6 @@ class GridOptunaSearcher(Searcher):
         ]
         if not asked or self.tables is None:
             return
-        from study.tuning.runner import ended_rows
-
         rows = {r["trial_id"]: r for r in ended_rows(self.tables).to_dict("records")}
         for t in asked:
             if t.user_attrs.get("key") in rows:
@@ -136,21 +129,23 @@ class GridOptunaSearcher(Searcher):
         """Tell Optuna ``best_<metric>`` (else ``<metric>``) of ``result``; none or NaN: a failed trial."""
         if study.trials[number].state != TrialState.RUNNING:
             return  # told already (by an earlier driver)
-        value = None if result is None else result.get("best_" + self._metric, result.get(self._metric))
+        value = None if result is None else result.get("best_" + self.metric, result.get(self.metric))
         if value is None or value != value:
             study.tell(number, state=TrialState.FAIL)
         else:
             study.tell(number, float(value))
         self._sync()
 
-    def suggest(self, trial_id: str) -> dict | None:
+    def ask(self, trial_id: str) -> dict | None:
+        """The next pending trial's configuration, for the scheduler's trial ``trial_id``; None when
+        every trial was handed out."""
         if not self.todo:
-            return Searcher.FINISHED
+            return None
         cell, sample = self.todo.pop(0)
         key = trial_key(cell, sample)
         sampled, number = {}, None
         if self.spec.sample:
-            study = self._study(cell)
+            study = self.study(cell)
             # the latest Optuna trial of this key (None if never asked)
             earlier = next(
                 (t for t in reversed(study.get_trials(deepcopy=False)) if t.user_attrs.get("key") == key),
@@ -179,12 +174,14 @@ class GridOptunaSearcher(Searcher):
             "hparams": {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool))},
         }
 
-    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+    def tell(self, trial_id: str, result: dict | None = None, *, error: bool = False) -> None:
+        """The scheduler's trial ``trial_id`` ended with its last ``result`` (``error``: it failed):
+        Optuna is told its value, or that it failed (no result, no metric, NaN)."""
         if trial_id not in self.assigned:
             return
         cell, number = self.assigned.pop(trial_id)
         if number is None:
             return
         self._tell(
-            self._study(cell), number, result if not error and result and self._metric in result else None
+            self.study(cell), number, result if not error and result and self.metric in result else None
         )

@@ -1,16 +1,18 @@
-"""Longest-predicted first and an ETA from predicted costs (issue 24): the searcher
-hands trials to Tune most expensive first, and the progress ETA simulates the rest of
-the schedule from the trials' predicted costs calibrated on measured epochs."""
+"""Longest-predicted first and an ETA from predicted costs (issue 24): the sampler hands
+out trials most expensive first, and the progress ETA simulates the rest of the schedule
+from the trials' predicted costs calibrated on measured epochs; all of it without Ray
+(the Tune callback that feeds it: tests/study/tuning/test_hooks.py)."""
 
 from __future__ import annotations
 
 import re
-from types import SimpleNamespace
 
 import pytest
 
 from study.plan import launch_order, plan_trials, wall_seconds
+from study.scheduling import progress
 from study.spec import load_spec, validate
+from tests.study.scheduling.rayfree import ray_modules_after
 
 SMOKE = "search_spaces/smoke.yaml"
 
@@ -34,38 +36,28 @@ def _simulate(durations: dict[str, tuple[float, int]], order: list[str], *, work
     return sorted(events, key=lambda ev: (ev[0], {"start": 1, "epoch": 0, "end": 0}[ev[1]]))
 
 
-def _etas(monkeypatch, meta, events, *, interval=0.0, probe=None):
-    """Feed ``events`` to a ProgressReporter on a fabricated clock; (time, ETA s,
+def _etas(meta, events, *, interval=0.0, probe=None):
+    """Feed ``events`` to the console's :class:`Progress` on their own clock; (time, ETA s,
     trials done) at every progress line it would print.  ``probe(key, now)``: what the
     trial's ledger says of its running epoch."""
-    import study.tuning.progress as progress
-
     now = [0.0]
-    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     spec = validate(meta["raw"], file=meta.get("file", "f.yaml"), default_name=meta.get("name", "p"))
-    rep = progress.ProgressReporter(
-        plan=launch_order(plan_trials(spec)), meta=meta, enabled=False, interval=interval
+    rep = progress.Progress(
+        plan=launch_order(plan_trials(spec)), meta=meta, now=0.0, enabled=False, interval=interval
     )
     if probe is not None:
         rep.work.probe = lambda key: probe(key, now[0])
-    rep.setup()
-    trial = {
-        k: SimpleNamespace(trial_id=f"r-{k}", config={"key": k, "cell": int(k[1:4])}, last_result={})
-        for k in {ev[2] for ev in events}
-    }
     lines = []
     for t, kind, key, epoch, secs in events:
         now[0] = t
-        tr = trial[key]
         if kind == "start":
-            rep.on_trial_start(0, [], tr)
+            rep.started(key, t)
             continue
         if kind == "epoch":
-            tr.last_result = {"epoch": epoch, "seconds": secs, "status": "running"}
-            rep.on_trial_result(0, [], tr, tr.last_result)
+            rep.reported(key, int(key[1:4]), {"epoch": epoch, "seconds": secs, "status": "running"}, t)
         else:
-            rep.on_trial_complete(0, [], tr)
-        m = re.fullmatch(r"(\d+) of \d+ trials done, elapsed .*, ETA (\d+):(\d\d):(\d\d)", rep.status_line())
+            rep.ended(key, int(key[1:4]), "finished", None, t)
+        m = re.fullmatch(r"(\d+) of \d+ trials done, elapsed .*, ETA (\d+):(\d\d):(\d\d)", rep.status_line(t))
         if m:
             done, h, mi, s = map(int, m.groups())
             lines.append((t, 3600 * h + 60 * mi + s, done))
@@ -73,7 +65,7 @@ def _etas(monkeypatch, meta, events, *, interval=0.0, probe=None):
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
-def test_eta_is_within_30_percent_of_the_remaining_time_after_the_first_trial_ends(monkeypatch, workers):
+def test_eta_is_within_30_percent_of_the_remaining_time_after_the_first_trial_ends(workers):
     """smoke.yaml's trials, each taking its predicted cost × 1 s per unit (the
     learned + content trial ~6.1× the others), 2 s start-up each: after the first
     trial ends, every ETA is within ±30 % of the time the schedule really has left
@@ -87,7 +79,7 @@ def test_eta_is_within_30_percent_of_the_remaining_time_after_the_first_trial_en
     events = _simulate(durations, order, workers=workers, setup=2.0)
     end = max(ev[0] for ev in events)
     meta = {"raw": spec.raw, "file": SMOKE, "name": "smoke", "num_trials": spec.num_trials}
-    lines = _etas(monkeypatch, meta, events)
+    lines = _etas(meta, events)
     checked = [(t, eta) for t, eta, done in lines if done >= 1 and end - t > 1.0]
     assert checked, "progress lines after the first trial ended"
     for t, eta in checked:
@@ -124,7 +116,7 @@ def _ledger_of(events, *, setup: float, period: float = 1.0):
 
 @pytest.mark.parametrize("workers", [2, 3])
 @pytest.mark.parametrize("cost", [3.0, 0.35])
-def test_eta_times_a_trial_far_from_its_prediction_from_its_ledger(monkeypatch, workers, cost):
+def test_eta_times_a_trial_far_from_its_prediction_from_its_ledger(workers, cost):
     """Trials of known unequal cost where the prediction is wrong for one of them:
     smoke.yaml's learned + content trial takes ``cost`` × its predicted time (on a quiet
     2-core machine it ran 1.9× what the MAC-based weight says), the others exactly theirs.
@@ -141,12 +133,12 @@ def test_eta_times_a_trial_far_from_its_prediction_from_its_ledger(monkeypatch, 
     end = max(ev[0] for ev in events)
     first_epoch = min(ev[0] for ev in events if ev[1] == "epoch" and ev[2] == "c003-s000")
     meta = {"raw": spec.raw, "file": SMOKE, "name": "smoke", "num_trials": spec.num_trials}
-    lines = _etas(monkeypatch, meta, events, probe=_ledger_of(events, setup=2.0))
+    lines = _etas(meta, events, probe=_ledger_of(events, setup=2.0))
     checked = [(t, eta) for t, eta, done in lines if done >= 1 and end - t > 1.0]
     assert any(t < first_epoch for t, _ in checked), "lines while the content trial is in its first epoch"
     for t, eta in checked:
         assert eta == pytest.approx(end - t, rel=0.30, abs=1.0), (t, eta, end - t)
-    blind = [(t, eta) for t, eta, done in _etas(monkeypatch, meta, events) if done >= 1 and end - t > 1.0]
+    blind = [(t, eta) for t, eta, done in _etas(meta, events) if done >= 1 and end - t > 1.0]
     assert any(eta != pytest.approx(end - t, rel=0.30, abs=1.0) for t, eta in blind), (
         "without the ledger's progress the ETA must miss here, or this test shows nothing"
     )
@@ -156,8 +148,6 @@ def test_a_measured_trial_times_the_pending_trials_of_its_model():
     """Seeds of one model run at one rate: once one seed's epoch is measured (or timed
     inside, from its ledger), the pending seeds of that model are predicted at its rate,
     not at the study's average."""
-    import study.tuning.progress as progress
-
     costs = {"a0": (10.0, 1, "A"), "a1": (10.0, 1, "A"), "b0": (10.0, 1, "B")}
     work = progress.RemainingWork(costs=costs, order=["b0", "a0", "a1"], workers=1)
     work.start("b0", 0.0)
@@ -185,7 +175,7 @@ def test_a_measured_trial_times_the_pending_trials_of_its_model():
     )  # too early to tell
 
 
-def test_eta_corrects_a_trial_slower_than_predicted(monkeypatch):
+def test_eta_corrects_a_trial_slower_than_predicted():
     """A trial that runs 1.6× its prediction: once its own epochs are measured the
     ETA follows them (within ±30 % of the time left from its first epoch on), and
     while it is in its first epoch past the predicted end, the ETA grows with it."""
@@ -205,15 +195,13 @@ def test_eta_corrects_a_trial_slower_than_predicted(monkeypatch):
     assert order == ["c001-s000", "c000-s000"]
     events = _simulate(durations, order, workers=1, setup=0.5)
     end = max(ev[0] for ev in events)
-    lines = _etas(monkeypatch, {"raw": raw, "file": "u.yaml", "name": "u", "num_trials": 2}, events)
+    lines = _etas({"raw": raw, "file": "u.yaml", "name": "u", "num_trials": 2}, events)
     slow_epoch = min(ev[0] for ev in events if ev[1] == "epoch" and ev[2] == "c000-s000")
     later = [(t, eta) for t, eta, _ in lines if t >= slow_epoch and end - t > 2.0]
     assert len(later) >= 2
     for t, eta in later:
         assert eta == pytest.approx(end - t, rel=0.30, abs=1.0), (t, eta, end - t)
     # in its first epoch, later than predicted: it is taken to end that epoch now
-    import study.tuning.progress as progress
-
     work = progress.RemainingWork(
         costs={k: (w / 1.6, e) for k, (w, e) in durations.items()}, order=order, workers=1
     )
@@ -226,29 +214,6 @@ def test_eta_corrects_a_trial_slower_than_predicted(monkeypatch):
     assert work.eta(100.0 + predicted / 8) == pytest.approx(predicted * 7 / 8)  # on time (epoch ends at 1/4)
     late = 100.0 + 2 * predicted / e0  # twice its predicted first epoch, no report yet
     assert work.eta(late) == pytest.approx((e0 - 1) * (late - 100.0))
-
-
-def test_trials_go_longest_predicted_first_and_a_resume_leaves_out_the_ended(tmp_path):
-    """The driver hands the searcher the trials still to run, longest predicted first;
-    the searcher gives each its configuration resolved from the validated study."""
-    from study.tables import part_path, write_part
-    from study.tuning.runner import launch_plan, pending
-    from study.tuning.searcher import GridOptunaSearcher
-
-    spec = load_spec(SMOKE)
-    tables = str(tmp_path / "tables")
-    plan = launch_plan(spec)
-    todo = pending(spec, tables, plan)
-    assert todo[0] == (3, 0), "learned + content (6.1x the others) first"
-    assert sorted(todo) == [(c, 0) for c in range(4)]
-    s = GridOptunaSearcher(spec=spec, todo=todo)
-    first = s.suggest("t0")
-    assert first["key"] == "c003-s000" and first["train"] == spec.train_config(spec.cells[3]).to_dict()
-    assert [s.suggest(f"t{i}")["key"] for i in range(1, 4)] == [f"c{c:03d}-s000" for c, _ in todo[1:]]
-    assert s.suggest("t4") == GridOptunaSearcher.FINISHED
-    for key, status in (("c003-s000", "finished"), ("c001-s000", "interrupted"), ("c002-s000", "stopped")):
-        write_part(part_path(tables, "runs", key), [{"trial_id": key, "status": status}])
-    assert pending(spec, tables, plan) == [t for t in todo if t not in ((3, 0), (2, 0))]
 
 
 def test_equal_costs_keep_round_robin_and_unequal_go_longest_first():
@@ -276,88 +241,53 @@ def test_wall_time_is_longest_first_on_the_first_free_worker():
     assert wall_seconds([3, 3, 3], 1) == 9 and wall_seconds([5], 4) == 5
 
 
-def test_the_ledger_says_where_a_running_epoch_stands_and_the_eta_reads_it(tmp_path):
-    """The trial's clock saves (epoch, share done, seconds into it) while an epoch runs
-    and clears them after; the progress reporter's probe reads exactly that."""
-    import time
-
-    import study.tuning.progress as progress
-    from study.trial.ledger import TrialLedger
-
-    (tmp_path / "trials").mkdir()
-    book = TrialLedger(uri=str(tmp_path / "trials" / "c000-s000.json"))
-    book.start()
-    probe = progress._ledger_probe({"root": str(tmp_path)})
-    assert probe("c000-s000") is None  # not in an epoch
-    share = [0.25]
-    with book.clock(before=0.0, period=0.02, epoch=1, fraction=lambda: share[0]):
-        deadline = time.monotonic() + 10
-        while probe("c000-s000") is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        epoch, fraction, seconds = probe("c000-s000")
-        assert (epoch, fraction) == (1, 0.25) and seconds > 0
-    book.update(1.0)  # the epoch's own measure
-    assert probe("c000-s000") is None
-    assert probe("c009-s000") is None  # no ledger yet
-    assert progress._ledger_probe({}) is None  # no storage root: no probe
-
-
-def test_a_trial_tells_its_clock_the_share_of_its_epoch_done(tmp_path):
-    """What the trial loop hands the ledger's clock: 0 at the epoch's start, rising
-    through training, all of it once the epoch's evaluation is done."""
-    import contextlib
-
-    import torch
-
-    from study.models import ModelConfig
-    from study.trial import TrainConfig, train_trial
-    from study.trial.ledger import TrialLedger
-
-    seen = []
-
-    class Spy(TrialLedger):
-        @contextlib.contextmanager
-        def clock(self, *, epoch=None, fraction=None, **kw):
-            seen.append((epoch, "start", fraction()))
-            with super().clock(epoch=epoch, fraction=fraction, **kw):
-                yield
-            seen.append((epoch, "end", fraction()))
-
-    cfg = TrainConfig(
-        model=ModelConfig(hidden=16, layers=1, intermediate=16, num_heads=2),
-        data="synthetic:200",
-        epochs=2,
-        batch_size=50,
-        head_stats=False,
-    )
-    book = Spy(uri=str(tmp_path / "trial.json"))
-    train_trial(cfg, trial_id="t", checkpoint_dir=tmp_path / "ckpt", device=torch.device("cpu"), ledger=book)
-    assert [(e, w) for e, w, _ in seen] == [(0, "start"), (0, "end"), (1, "start"), (1, "end")]
-    assert [f for _, w, f in seen if w == "start"] == [0.0, 0.0]
-    assert all(f == pytest.approx(1.0) for _, w, f in seen if w == "end"), seen
-
-
-def test_a_resumed_studys_eta_counts_only_the_trials_left(monkeypatch):
+def test_a_resumed_studys_eta_counts_only_the_trials_left():
     """``study resume`` of a study whose other trials ended: the ETA is the pending trial's
     remaining time, the same as for a study of that trial alone (not the ended trials' too)."""
-    import study.tuning.progress as progress
-
-    now = [0.0]
-    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     plan = launch_order(plan_trials(load_spec(SMOKE)))
     assert len(plan) > 2
     last = plan[-1]
     meta = {"num_trials": len(plan), "root": "/nonexistent"}
-    resumed = progress.ProgressReporter(plan=plan, meta=meta, pending=[last.key], enabled=False)
-    alone = progress.ProgressReporter(plan=[last], meta=meta, enabled=False)
-    trial = SimpleNamespace(trial_id="r", config={"key": last.key, "cell": last.cell}, last_result={})
+    resumed = progress.Progress(plan=plan, meta=meta, now=0.0, pending=[last.key], enabled=False)
+    alone = progress.Progress(plan=[last], meta=meta, now=0.0, enabled=False)
     for rep in (resumed, alone):
-        now[0] = 0.0
-        rep.setup()
-        rep.on_trial_start(0, [], trial)
-        now[0] = 10.0
-        trial.last_result = {"epoch": 0, "seconds": 8.0, "status": "running"}
-        rep.on_trial_result(0, [], trial, trial.last_result)
+        rep.started(last.key, 0.0)
+        rep.reported(last.key, last.cell, {"epoch": 0, "seconds": 8.0, "status": "running"}, 10.0)
     assert last.epochs > 1, "the trial must have epochs left for an ETA to compare"
     assert resumed.work.eta(10.0) == pytest.approx(alone.work.eta(10.0)) and alone.work.eta(10.0) > 0
-    assert resumed.status_line().startswith(f"{len(plan) - 1} of {len(plan)} trials done")
+    assert resumed.status_line(10.0).startswith(f"{len(plan) - 1} of {len(plan)} trials done")
+
+
+def test_rows_print_a_header_once_then_one_row_per_trial_and_interval(capsys):
+    """The console table: the header once, a trial's epoch rows at most one per ``interval``
+    seconds, every ended trial's row, each followed by the status line."""
+    plan = launch_order(plan_trials(load_spec(SMOKE)))
+    rep = progress.Progress(plan=plan, meta={"num_trials": len(plan)}, now=0.0, interval=30.0)
+    key = plan[0].key
+    rep.started(key, 0.0)
+    report = {"epoch": 0, "seconds": 5.0, "status": "running", "test_acc": 0.25, "best_test_acc": 0.25}
+    rep.reported(key, 3, report, 5.0)
+    rep.reported(key, 3, {**report, "epoch": 1}, 10.0)  # within the interval: no row
+    rep.ended(key, 3, "finished", {**report, "epoch": 1, "test_acc": 0.5, "best_test_acc": 0.5}, 12.0)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].split() == list(progress.Progress.COLUMNS)
+    assert lines[1].split() == [key, "3", "running", "1", "0.2500", "0.2500", "-"]
+    assert lines[2].strip().startswith(f"0 of {len(plan)} trials done, elapsed 0:00:05")
+    assert lines[3].split() == [key, "3", "finished", "2", "0.5000", "0.5000", "-"]
+    assert lines[4].strip().startswith(f"1 of {len(plan)} trials done, elapsed 0:00:12") and len(lines) == 5
+
+
+def test_progress_runs_without_ray():
+    code = """
+        from study.plan import launch_order, plan_trials
+        from study.scheduling.progress import Progress
+        from study.spec import load_spec
+        plan = launch_order(plan_trials(load_spec("search_spaces/smoke.yaml")))
+        meta = {"num_trials": len(plan), "root": "/nonexistent"}
+        rep = Progress(plan=plan, meta=meta, now=0.0, enabled=False)
+        rep.started(plan[0].key, 0.0)
+        rep.reported(plan[0].key, 0, {"epoch": 0, "seconds": 1.0, "status": "running"}, 1.0)
+        rep.ended(plan[0].key, 0, "finished", None, 2.0)
+        assert rep.status_line(2.0).startswith("1 of")
+    """
+    assert ray_modules_after(code) == []
