@@ -17,7 +17,7 @@ _WHERE = {
     "augment": "pipeline",
     "epoch_plan": "pipeline",
     "Splits": "splits",
-    "load_splits": "splits",
+    "load_splits": "load",
     "stratified_subset": "splits",
     "make_synthetic": "synthetic",
     "hold_out_validation": "validation",

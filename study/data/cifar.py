@@ -16,14 +16,12 @@ import tarfile
 import tempfile
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .errors import DataError, one_line
-
-if TYPE_CHECKING:
-    from .splits import Splits
+from .splits import Splits
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -51,8 +49,6 @@ _ALLOWED = {
 def load_cifar10(root: str | Path) -> Splits:
     """The splits in ``root/cifar-10-batches-py``, downloading them there if absent."""
     import torch
-
-    from .splits import Splits
 
     arrays = read_cifar10(root)
     out = {k: torch.from_numpy(v) for k, v in arrays.items() if k != "classes"}

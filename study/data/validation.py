@@ -4,12 +4,9 @@ so that model selection never looks at the test set: docs/study-files.md, "Data"
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from .errors import DataError
-
-if TYPE_CHECKING:  # torch is imported on first use: the size rules serve torch-free checks of a source
-    from .splits import Splits
+from .splits import Splits, stratified_subset  # torch-free at import: the size rules serve torch-free checks
 
 
 def validation_size(validation: int | float, n_train: int) -> int:
@@ -42,8 +39,7 @@ def hold_out_validation(splits: Splits, *, validation: int | float, seed: int) -
         return splits
     import torch
 
-    from .pipeline import seeded
-    from .splits import stratified_subset
+    from .pipeline import seeded  # torch: only where a split is made
 
     n_train = len(splits.train_labels)
     n_val = held_out(validation, n_train)
