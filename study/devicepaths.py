@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from study.bench import COMPILE_BACKENDS  # torch-free, shared with the CLI
+from study.compilers import COMPILE_BACKENDS
 from study.errors import UsageError
 
 #: ``torch.compile`` configurations known to train right, (device type, backend, model) → the

@@ -1,5 +1,7 @@
 """``study bench``: training throughput of the models and attention layers against reference
-formulations.  This package's ``__init__`` stays torch-free: the CLI reads its constants."""
+formulations."""
 
-#: ``torch.compile`` backends ``--compile-backend`` and ``DevicePaths.compile_backend`` accept
-COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+# benchmarks/gpu_check.py still reads the backends here; their home is study.compilers
+from study.compilers import COMPILE_BACKENDS
+
+__all__ = ["COMPILE_BACKENDS"]

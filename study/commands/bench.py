@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from study.cliutil import SEED, BoundedInt
+from study.compilers import COMPILE_BACKENDS
 from study.errors import UsageError
 from study.limits import MAX_BENCH_BATCH, MAX_BENCH_REPEATS, MAX_BENCH_STEPS, MAX_CPUS_PER_TRIAL
 
@@ -19,7 +20,6 @@ _STEPS = BoundedInt(1, MAX_BENCH_STEPS, "MAX_BENCH_STEPS")
 
 
 def register(sub) -> None:
-    from study.bench import COMPILE_BACKENDS
     from study.models import PAPER_MODELS
 
     targets = ", ".join([*PAPER_MODELS, "attention"])
@@ -168,7 +168,8 @@ def check_device_flag(text: str | None, error: Callable[[str], NoReturn] = refus
 
 
 def device_from_flag(text: str | None, error: Callable[[str], NoReturn] = refuse):
-    """``--device``: cuda, cuda:N or cpu (checked before torch is imported), else one line; default cuda if any."""
+    """``--device``: cuda, cuda:N or cpu (checked before torch is imported), else one line; default
+    cuda if any."""
     check_device_flag(text, error)
     import torch
 
