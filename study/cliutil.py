@@ -14,7 +14,8 @@ from typing import NoReturn
 
 from study import limits
 from study.errors import EXIT_USAGE, UsageError, printable
-from study.models.config import ENCODING_FIELDS, ENCODINGS, ConfigError, ModelConfig  # torch-free
+from study.models.config import ARCHS, ENCODING_FIELDS, ENCODINGS, ConfigError, ModelConfig  # torch-free
+from study.models.fields import encoding_field_owners, field_bounds
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
@@ -67,9 +68,17 @@ class BoundedFloat:
         return v
 
 
+def field_int(cls, field: str) -> BoundedInt:
+    """The flag of an integer field of a pydantic configuration (``ModelConfig``, a member, ``TrainConfig``):
+    parsed within the bounds the field declares (their one home), which its refusals name."""
+    ge, le, limit, _ = field_bounds(cls.model_fields[field])
+    return BoundedInt(ge, le, limit)
+
+
 def model_int(field: str) -> BoundedInt:
-    """The bound of a model size flag: 1 to ``MAX_MODEL_FIELD[field]``, as in a study file."""
-    return BoundedInt(1, limits.MAX_MODEL_FIELD[field], "MAX_MODEL_FIELD")
+    """The flag of a model size: the bounds :class:`ModelConfig` (or the encoding declaring it) gives it."""
+    owners = encoding_field_owners()
+    return field_int(owners[field][0] if field in owners else ModelConfig, field)
 
 
 SEED = BoundedInt(0, limits.MAX_SEED, "MAX_SEED")
@@ -149,14 +158,14 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     """Flags that override fields of a :class:`ModelConfig` (names from the paper); every
     encoding's own fields (``study.models.encodings``) get a flag of their own."""
     g = parser.add_argument_group("model (defaults: the paper's SA quadratic, N_h=9)")
-    g.add_argument("--arch", choices=["sa", "resnet18"], help="model family")
+    g.add_argument("--arch", choices=ARCHS, help="model family")
     g.add_argument("--encoding", choices=list(ENCODINGS), help="attention encoding")
     g.add_argument("--num-heads", type=model_int("num_heads"), metavar="N_h", help="heads per layer")
     for f in ENCODING_FIELDS.values():
         if f.type is bool:
             g.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=f.doc)
         else:
-            kind = model_int(f.name) if f.type is int else f.type
+            kind = model_int(f.name) if f.type is int else f.type  # a float's bounds: the model's
             doc = f.doc + (f" ({f.bounds[0]:g} to {f.bounds[1]:g})" if f.bounds else "")
             g.add_argument(flag(f.name), type=kind, choices=f.choices, metavar=f.metavar, help=doc)
     g.add_argument("--hidden", type=model_int("hidden"), metavar="D", help="hidden size (400)")
@@ -196,7 +205,7 @@ def check_sizes(data: str, *, sizes=None, subset, validation, batch: int, worker
     from study.data.sources import source_counts
     from study.data.splits import check_subset
     from study.data.validation import held_out
-    from study.speccheck import batch_overflow
+    from study.trial.config import batch_overflow
 
     with refused(DataError, f"{where('data')}: "):
         n = (sizes or source_counts(data))[0]
@@ -215,7 +224,7 @@ def checked_splits(
     a broken archive is one line (:class:`UsageError`); ``where(field)`` names a field in the message.  The
     sizes are checked first (:func:`check_sizes`): a refused source is not decoded and leaves no cache entry."""
     from study.data import DataError, hold_out_validation, load_splits
-    from study.speccheck import batch_overflow
+    from study.trial.config import batch_overflow
 
     check_sizes(
         data, sizes=sizes, subset=subset, validation=validation, batch=batch, workers=workers, where=where

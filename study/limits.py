@@ -86,23 +86,3 @@ MAX_CLASSES = 100_000
 
 #: name → value (the table in docs/study-files.md lists them)
 ALL = {k: v for k, v in dict(globals()).items() if k.isupper() and not k.startswith("_")}
-
-
-def over_limit(cfg) -> tuple[str, int, str, int] | None:
-    """The first field of a ``TrainConfig`` above its limit, as (field, limit, limit's name,
-    value), or None.  One check for a study file's every configuration and ``study train``'s flags."""
-    for of_model, fld, cap, name in _CAPS:  # a study checks every grid cell: no list built per call
-        v = getattr(cfg.model if of_model else cfg, fld, None)
-        if isinstance(v, int) and not isinstance(v, bool) and v > cap:
-            return fld, cap, name, v
-    return None
-
-
-#: (a model field?, field, limit, the limit's name) of :func:`over_limit`, in its order
-_CAPS = (
-    *((True, f, c, "MAX_MODEL_FIELD") for f, c in MAX_MODEL_FIELD.items()),
-    *((False, f, c, "MAX_TRAIN_FIELD") for f, c in MAX_TRAIN_FIELD.items()),
-    (False, "epochs", MAX_EPOCHS, "MAX_EPOCHS"),
-    (False, "batch_size", MAX_BATCH_SIZE, "MAX_BATCH_SIZE"),
-    (False, "seed", MAX_SEED, "MAX_SEED"),
-)

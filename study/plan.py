@@ -16,14 +16,12 @@ from typing import Any
 from study import limits
 from study.data.synthetic import DEFAULT_TEST as SYNTHETIC_TEST
 from study.data.synthetic import DEFAULT_TRAIN as SYNTHETIC_TRAIN
-from study.models.config import PAPER_MODELS, ModelConfig, model_name
-from study.models.cost import config_from_row, model_macs
+from study.models.config import PAPER_MODELS, ModelConfig, columns, model_name
+from study.models.cost import TRAIN_FORWARDS, config_from_row, model_macs
 
 #: Image counts of the built-in sources: (train, test).
 CIFAR10_SIZES = (50_000, 10_000)
 MIN_SUBSET_TEST = 100  # test images a ``subset`` keeps at least (also study.data.splits')
-#: A forward pass is a third of a training step (forward + backward ≈ 3 forwards).
-TRAIN_FORWARDS = 3
 #: At most this many combinations of sampled model fields are costed per cell.
 MAX_SAMPLED_COMBINATIONS = 256
 #: Cost of one per-image attention probability of content attention, in MAC-equivalents
@@ -139,7 +137,7 @@ def costed_model(cfg, sample: dict[str, dict]) -> tuple[dict, bool]:
     """The model fields to cost: the cell's, or with sampled model fields the most
     expensive combination of their candidate values (an upper bound)."""
     base = cfg.model.to_dict()
-    fields = [k for k in sample if k in ModelConfig.__dataclass_fields__]
+    fields = [k for k in sample if k in columns()]
     if not fields:
         return base, False
 

@@ -20,7 +20,6 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -29,15 +28,18 @@ from pydantic import (
     create_model,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from study import limits, speccheck
 from study import overrides as cli_overrides
-from study.models.config import ENCODING_FIELDS, Bounds, ModelConfig, bounds_of
+from study.models import encodings
+from study.models.config import ModelConfig, columns
+from study.models.fields import bound_message, encoding_field_owners
 from study.plan import source_sizes
-from study.speccheck import MODEL_FIELDS, SpecError
+from study.speccheck import SpecError
 from study.speccheck import err as _refuse
 from study.specyaml import YamlError, load_yaml, read_study_text
-from study.trial.config import AUTOAUGMENT_POLICIES, PROTOCOL_FIELDS, SCHEDULES, WARMUP_FIELDS, TrainConfig
+from study.trial.config import PROTOCOL_FIELDS, WARMUP_FIELDS, MapEpochs, TrainConfig, Validation
 
 #: experiment trackers a study file may name in ``loggers:`` -> (the module each needs,
 #: the extra that installs it); Ray Tune's callbacks for them: :mod:`study.tuning.loggers`
@@ -80,31 +82,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-def _published(kind, bounds: Bounds | None, **schema):
-    """``kind`` whose JSON Schema also states ``bounds`` (checked by the configuration classes, their one home)."""
-    extra = {**schema, **(bounds.json_schema() if bounds else {})}
-    return Annotated[kind, Field(json_schema_extra=extra)] if extra else kind
+def _train_field(name: str) -> FieldInfo:
+    """:class:`TrainConfig`'s field ``name``: its bounds and default (their one home)."""
+    return FieldInfo.merge_field_infos(TrainConfig.model_fields[name])
 
 
-def _fields(*names: str, **types) -> dict[str, Any]:
-    """:class:`TrainConfig`'s fields ``names`` as pydantic fields: its types, defaults and published bounds
-    (their one home)."""
-    tc = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    scalar = {"int": int, "float": float, "bool": bool, "str": str}
-    return {
-        n: (_published(types[n] if n in types else scalar[tc[n].type], bounds_of(tc[n])), tc[n].default)
-        for n in names
-    }
-
-
-def _model_field(f: dataclasses.Field):
-    """A model field for pydantic: any value (:class:`ModelConfig` checks it), its bounds published."""
-    if bounds_of(f) is not None:
-        return _published(Any, bounds_of(f), type="number")
-    enc = ENCODING_FIELDS.get(f.name)
-    if enc is not None and enc.bounds is not None:  # (an encoding's own range: study.models.encodings)
-        return _published(Any, None, type=["number", "null"], minimum=enc.bounds[0], maximum=enc.bounds[1])
-    return Any
+def _fields(*names: str) -> dict[str, Any]:
+    """:class:`TrainConfig`'s fields ``names``: their types, bounds and defaults (their one home)."""
+    return {n: (TrainConfig.model_fields[n].annotation, _train_field(n)) for n in names}
 
 
 Optimizer = create_model("Optimizer", __base__=_Strict, **_fields("lr", "momentum", "weight_decay"))
@@ -113,15 +98,13 @@ Training = create_model(
     __base__=_Strict,
     **_fields("amp", "compile", "head_stats", "head_images", "map_radius", "eval_batch_size"),
 )
-Protocol = create_model(
-    "Protocol", __base__=_Strict, **_fields(*PROTOCOL_FIELDS, autoaugment=Literal[AUTOAUGMENT_POLICIES])
-)
+Protocol = create_model("Protocol", __base__=_Strict, **_fields(*PROTOCOL_FIELDS))
 #: the warm-up in one of three forms (none: the paper's 5 % of all steps; :class:`TrainConfig`)
 Schedule = create_model(
     "Schedule",
     __base__=_Strict,
-    type=(Literal[SCHEDULES], TrainConfig.schedule),
-    **_fields(*WARMUP_FIELDS, warmup=float, warmup_epochs=float, warmup_steps=int),
+    type=(TrainConfig.model_fields["schedule"].annotation, TrainConfig.model_fields["schedule"].default),
+    **_fields(*WARMUP_FIELDS),
 )
 #: a ``models.N.training`` override: the top level's recipe keys
 Recipe = create_model(
@@ -132,37 +115,70 @@ Recipe = create_model(
     schedule=(Schedule, Schedule()),
     protocol=(Protocol, Protocol()),
 )
-#: a model's fields, checked by :class:`ModelConfig` (their one home) for every value the study produces
-ModelFields = create_model(
-    "ModelFields",
-    __base__=_Strict,
-    **{k: (_model_field(f), f.default) for k, f in ModelConfig.__dataclass_fields__.items()},
-)
-ModelEntry = create_model("ModelEntry", __base__=ModelFields, training=(Recipe, Recipe()))
+
+
+class _ModelPart(_Strict):
+    """Model fields a study file sets (``model``, a ``models`` entry): each typed and bounded as its
+    :class:`~study.models.config.ModelConfig` member declares it; the whole model is validated per cell."""
+
+
+class _Axes(_Strict):
+    """A ``grid`` or ``sample``: one axis per model field or :data:`TRAIN_AXES`."""
+
+
+def _model_part_fields() -> dict[str, Any]:
+    """Every model field (:func:`~study.models.config.columns`: the common ones and every registered
+    encoding's), its type, bounds, documentation and default from the member declaring it; ``encoding``
+    one of the registered encodings."""
+    owners = encoding_field_owners()
+    out: dict[str, Any] = {}
+    for k in columns():
+        info = owners[k][0].model_fields[k] if k in owners else ModelConfig.model_fields[k]
+        kind = Literal[tuple(ModelConfig.members)] | None if k == "encoding" else info.annotation
+        extra = Field(description=info.description, json_schema_extra=info.json_schema_extra)
+        typed = Annotated[kind, *info.metadata, extra]
+        out[k] = (typed | None, None) if k in owners else (typed, info.default)
+    return out
+
+
+@functools.cache
+def _schema(registered: tuple[str, ...]) -> type[BaseModel]:
+    """The :class:`StudyFile` of the encodings ``registered`` (``ModelConfig.members``): its model
+    fields, ``models`` entries and axes."""
+    model_fields = _model_part_fields()
+    axes = {k: (Axis, None) for k in (*model_fields, *TRAIN_AXES)}
+    model = create_model("ModelFields", __base__=_ModelPart, **model_fields)
+    entry = create_model("ModelEntry", __base__=model, training=(Recipe, Recipe()))
+    grid = create_model("Grid", __base__=_Axes, **axes)
+    sample = create_model("Sample", __base__=_Axes, **{k: (Distribution, None) for k in axes})
+    return create_model(
+        "StudyFile",
+        __base__=_StudyFile,
+        __doc__=_StudyFile.__doc__,
+        model=(model, model()),
+        models=(Capped(list[entry], "MAX_LIST_ENTRIES", min_length=1), [entry()]),
+        grid=(grid, grid()),
+        sample=(sample, sample()),
+    )
+
+
+def study_file() -> type[BaseModel]:
+    """The study file's schema for the encodings registered now (a study file's ``encodings:`` or an
+    installed package's may add some: :mod:`study.models.encodings`)."""
+    return _schema(tuple(ModelConfig.members))
 
 
 def _distinct(what: str = "a value") -> AfterValidator:
     return AfterValidator(lambda v: speccheck.check_distinct("", v, what))
 
 
-def _map_schedule(v: Any) -> Any:
-    """A schedule's word or a list, else the one line :class:`TrainConfig` gives too."""
-    if isinstance(v, list) or v in ("auto", "all", "last", "none"):
-        return v
-    raise _refuse("", f"must be auto, all, last, none or a list of epochs, got {speccheck.short(v)}")
-
-
 class Maps(_Strict):
     """Epochs whose attention maps are stored (:func:`study.tables.map_epochs`)."""
 
-    epochs: Annotated[
-        Literal["auto", "all", "last", "none"] | Annotated[list[int], _distinct("an epoch")],
-        BeforeValidator(_map_schedule),
-    ] = "auto"
+    epochs: MapEpochs = "auto"
 
 
 Axis = Annotated[Capped(list[Any], "MAX_LIST_ENTRIES", min_length=1), _distinct()]
-Grid = create_model("Grid", __base__=_Strict, **{k: (Axis, None) for k in MODEL_FIELDS + TRAIN_AXES})
 #: a distribution's [low, high] (not a field's declared :class:`~study.models.config.Bounds`)
 Range, IntRange = (Annotated[list[t], Field(min_length=2, max_length=2)] for t in (float, int))
 
@@ -189,11 +205,6 @@ class Distribution(_Strict):
         elif kind == "loguniform" and args[0] <= 0:
             raise _refuse(kind, f"low must be > 0 for loguniform, got {args[0]}")
         return self
-
-
-Sample = create_model(
-    "Sample", __base__=_Strict, **{k: (Distribution, None) for k in MODEL_FIELDS + TRAIN_AXES}
-)
 
 
 class Scheduler(_Strict):
@@ -271,7 +282,11 @@ def _logger(name: str) -> str:
 Logger = Annotated[str, AfterValidator(_logger), WithJsonSchema({"enum": list(LOGGERS), "type": "string"})]
 
 
-class StudyFile(_Strict):
+#: a subset's type and bounds, :class:`TrainConfig`'s
+Subset = TrainConfig.model_fields["subset"].annotation
+
+
+class _StudyFile(_Strict):
     """A study file (module docstring).  ``model_validate(raw, context=...)``: the
     ``default_name`` and, if known, the target's ``cpus`` and ``gpus``."""
 
@@ -279,10 +294,13 @@ class StudyFile(_Strict):
     description: Capped(str, "MAX_DESCRIPTION_CHARS") = ""
     #: the source exists; a path becomes absolute (trials run in other working directories, and on other nodes)
     data: Annotated[str, AfterValidator(functools.partial(speccheck.check_data_source, exists=True))]
-    subset: Annotated[int, Field(ge=1)] | None = None
-    validation: int | float = None  # default: 0.1 if the study selects, else 0
-    epochs: Capped(int, "MAX_EPOCHS", ge=1) = 300
-    batch_size: Capped(int, "MAX_BATCH_SIZE", ge=1) = 100
+    #: modules that declare encodings of the user's own, imported before the models are read
+    #: (:func:`study.models.encodings.load`; docs/study-files.md "Your own encoding")
+    encodings: Capped(list[str], "MAX_LIST_ENTRIES") = []
+    subset: Subset = None
+    validation: Validation | None = None  # default: 0.1 if the study selects, else 0
+    epochs: int = _train_field("epochs")
+    batch_size: int = _train_field("batch_size")
     optimizer: Optimizer = Optimizer()
     schedule: Schedule = Schedule()
     training: Training = Training()
@@ -291,10 +309,6 @@ class StudyFile(_Strict):
     seeds: Annotated[
         Capped(list[Capped(int, "MAX_SEED", ge=0)], "MAX_SEEDS", min_length=1), _distinct("a seed")
     ] = [0]
-    model: ModelFields = ModelFields()
-    models: Capped(list[ModelEntry], "MAX_LIST_ENTRIES", min_length=1) = [ModelEntry()]
-    grid: Grid = Grid()
-    sample: Sample = Sample()
     num_samples: Capped(int, "MAX_NUM_SAMPLES", ge=1) = 1
     scheduler: Scheduler | None = None
     resources: Resources = Resources()
@@ -385,10 +399,6 @@ class StudyFile(_Strict):
         when only Optuna selects); the metric is one the trials report."""
         choosing = selects(self.model_dump(include={"sample", "scheduler"}, exclude_unset=True))
         held = self.validation = (0.1 if choosing else 0) if self.validation is None else self.validation
-        if held < 0 or (isinstance(held, float) and not 0 < held < 1):
-            raise _refuse(
-                "validation", f"must be a number of training images >= 0 or a fraction in (0, 1), got {held}"
-            )
         n_train = self.subset or (source_sizes(self.data) or [None])[0]
         if isinstance(held, int) and n_train is not None and held >= n_train:
             raise _refuse(
@@ -437,7 +447,7 @@ class StudySpec:
     """A checked study file: ``study`` (:class:`StudyFile`, its defaults resolved) expanded into its grid cells."""
 
     file: str
-    study: StudyFile
+    study: BaseModel  # a StudyFile (:func:`study_file`)
     raw: dict[str, Any]
     base_train: dict[str, Any]  # the recipe every cell starts from, as TrainConfig fields
     cells: list[Cell]
@@ -457,7 +467,7 @@ class StudySpec:
         model = {
             **self.raw.get("model", {}),
             **cell.model,
-            **{k: v for k, v in sampled.items() if k in MODEL_FIELDS},
+            **{k: v for k, v in sampled.items() if k in columns()},
         }
         train = {**self.base_train, **cell.train, **{k: v for k, v in sampled.items() if k in TRAIN_AXES}}
         return TrainConfig(model=ModelConfig.from_dict(model), seed=cell.seed, **train)
@@ -513,19 +523,22 @@ def validate(
 ) -> StudySpec:
     """Check the study file's mapping ``raw`` (:class:`StudyFile`; ``overrides``: those applied
     to it), expand its grid and check every value it can produce (:func:`study.speccheck.check_values`)."""
+    _load_encodings(raw.get("encodings"), file=file)
+    schema = study_file()
     try:
-        study = StudyFile.model_validate(
+        study = schema.model_validate(
             raw, context={"default_name": default_name, "gpus": gpus_available, "cpus": cpus_available}
         )
     except ValidationError as e:
-        raise _refusal(file, e) from None
+        raise _refusal(file, e, schema) from None
     raw = {**raw, "data": study.data}
+    model_keys = set(columns())
     grid = raw.get("grid", {})
     cells = [
         Cell(
             entry=i,
             seed=seed,
-            model={k: v for k, v in {**m, **values}.items() if k in MODEL_FIELDS},
+            model={k: v for k, v in {**m, **values}.items() if k in model_keys},
             train={
                 **speccheck.flatten(m.get("training", {})),
                 **{k: v for k, v in values.items() if k in TRAIN_AXES},
@@ -557,22 +570,38 @@ def validate(
     return dataclasses.replace(spec, models=seen, models_complete=complete)
 
 
+def _load_encodings(modules: Any, *, file: str) -> None:
+    """Import the modules a study file's ``encodings:`` names (their encodings register), before its
+    models are read; a list of anything else is left for the schema to refuse."""
+    if not isinstance(modules, list):
+        return
+    for i, name in enumerate(modules):
+        if isinstance(name, str):
+            try:
+                encodings.load([name])
+            except ImportError as e:
+                raise SpecError(file, f"encodings.{i}", f"cannot import {name!r} ({e})") from None
+            except TypeError as e:
+                raise SpecError(file, f"encodings.{i}", str(e)) from None
+
+
 def _model_in(annotation) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     return next(filter(None, map(_model_in, get_args(annotation))), None)
 
 
-def _where(loc: tuple) -> tuple[str, type[BaseModel] | None]:
+def _where(loc: tuple, schema: type[BaseModel]) -> tuple[str, type[BaseModel] | None, Any]:
     """The study-file path of a pydantic error's location (a union member's tag is no
-    field: dropped) and the model the path ends in."""
-    cls, path = StudyFile, []
+    field: dropped), the model the path ends in and its last field (a ``FieldInfo``)."""
+    cls, path, info = schema, [], None
     for part in loc:
         fields = cls.model_fields if cls else {}
         if isinstance(part, int) or part in fields:
             path.append(str(part))
+            info = fields.get(part, info)
             cls = _model_in(fields[part].annotation) if part in fields else cls
-    return ".".join(path), cls
+    return ".".join(path), cls, info
 
 
 #: pydantic's error types for a value of the wrong type -> the type a study file needs
@@ -587,26 +616,29 @@ _TYPES = {
 }
 
 
-def _refusal(file: str, e: ValidationError) -> SpecError:
+def _refusal(file: str, e: ValidationError, schema: type[BaseModel]) -> SpecError:
     """Pydantic's first error as one line ``FILE: path.field: problem``."""
     errors = e.errors()
-    path = _where(errors[0]["loc"])[0]
-    same = [x for x in errors if _where(x["loc"])[0] == path]  # a union's members: one each
+    path, _, info = _where(errors[0]["loc"], schema)
+    same = [x for x in errors if _where(x["loc"], schema)[0] == path]  # a union's members: one each
     first = next((x for x in same if isinstance((x.get("ctx") or {}).get("error"), SpecError)), errors[0])
     kind, ctx, value, loc = first["type"], first.get("ctx") or {}, first.get("input"), first["loc"]
     if kind == "extra_forbidden":
-        parent, cls = _where(loc[:-1])
+        parent, cls, _ = _where(loc[:-1], schema)
         return SpecError(
             file,
             ".".join(filter(None, (parent, str(loc[-1])))),
             "unknown model field"
-            if issubclass(cls, ModelFields)
+            if issubclass(cls, _ModelPart)
             else f"unknown axis (model fields or {', '.join(TRAIN_AXES)})"
-            if cls in (Grid, Sample)
+            if issubclass(cls, _Axes)
             else f"unknown key (allowed: {', '.join(cls.model_fields)})",
         )
     if isinstance(ctx.get("error"), SpecError):  # a validator's refusal
         return SpecError(file, ".".join(filter(None, (path, ctx["error"].path))), ctx["error"].message)
+    bounded = bound_message(info, kind, ctx, value)
+    if bounded is not None:
+        return SpecError(file, path, bounded)
     if kind in _TYPES or kind == "literal_error":  # each member of a union rejects the value: name them all
         expected = [_TYPES.get(x["type"]) or (x.get("ctx") or {}).get("expected") for x in same]
         return SpecError(
@@ -622,8 +654,8 @@ def _refusal(file: str, e: ValidationError) -> SpecError:
             "missing": "required (synthetic, cifar10[:ROOT] or a path)" if path == "data" else "required",
             "finite_number": f"must be finite, got {value}",
             "string_too_short": "must not be empty",
-            "greater_than_equal": f"must be >= {ctx.get('ge')}, got {value}",
             "greater_than": f"must be > {ctx.get('gt')}, got {value}",
+            "value_error": str(ctx.get("error")),
             "too_short": "must not be empty"
             if ctx.get("min_length") == 1
             else f"must list {ctx.get('min_length')} entries, got {speccheck.short(value)}",
@@ -636,3 +668,7 @@ def selects(raw: dict[str, Any]) -> bool:
     """Does the study choose among trials (Optuna over sampled axes, or ASHA)?"""
     sched = raw.get("scheduler") or {}
     return bool(raw.get("sample")) or (bool(raw.get("scheduler")) and sched.get("type", "asha") == "asha")
+
+
+#: the study file's schema of the encodings registered at import (this package's and installed packages')
+StudyFile = study_file()

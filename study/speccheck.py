@@ -1,5 +1,6 @@
-"""Checks of a study file beyond one field's type and bounds (pydantic's, :class:`study.spec.StudyFile`):
-the data source, distinct list entries, every value the study can produce; each a one-line :class:`SpecError`.
+"""Checks of a study file beyond one field's type and bounds (pydantic's, :func:`study.spec.study_file`):
+the data source, distinct list entries, every value the study can produce (each cell's model and recipe, as
+their classes check them, against the data); each a one-line :class:`SpecError`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 
 from study import limits
 from study.errors import StudyFileError
-from study.models.config import ConfigError, ModelConfig
+from study.models.config import ConfigError, ModelConfig, columns
 from study.plan import source_sizes, trial_images
-from study.trial.config import PROTOCOL_FIELDS
+from study.trial.config import PROTOCOL_FIELDS, batch_overflow
 
 #: metrics every trial reports to Tune each epoch (study/trial/loop.py) ...
 TUNED_METRICS = ("test_acc", "best_test_acc", "test_loss", "train_acc", "train_loss")
@@ -29,7 +30,6 @@ ENUMERATE_INT_RANGE = 64
 #: ``study.data.synthetic``, CIFAR-10): a model built for others fails its first step
 IMAGE_CHANNELS, IMAGE_SIDE = 3, 32
 
-MODEL_FIELDS = tuple(ModelConfig.__dataclass_fields__)
 #: where each TrainConfig field sits in a recipe mapping (for error paths)
 RECIPE_PATHS = {
     "lr": "optimizer.lr",
@@ -150,16 +150,17 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
     returns the distinct models and whether that list is complete."""
     axes = list(spec.sample)
     kinds = {k: next(iter(spec.sample[k])) for k in axes}
+    model_fields = set(columns())
     corners, complete = {}, True
     for k, kind in kinds.items():
         args = spec.sample[k][kind]
         if kind == "choice" or (
-            kind == "int" and k in MODEL_FIELDS and args[1] - args[0] < ENUMERATE_INT_RANGE
+            kind == "int" and k in model_fields and args[1] - args[0] < ENUMERATE_INT_RANGE
         ):
             corners[k] = list(args) if kind == "choice" else list(range(args[0], args[1] + 1))  # every value
         else:  # a range's ends, as the type it samples: a model field's other values are not all checked
             corners[k] = [args[0], args[1]] if kind == "int" else [float(args[0]), float(args[1])]
-            complete &= k not in MODEL_FIELDS or (kind == "int" and args[1] - args[0] <= 1)
+            complete &= k not in model_fields or (kind == "int" and args[1] - args[0] <= 1)
     cells = list(
         {(repr(sorted(c.model.items())), repr(sorted(c.train.items()))): c for c in spec.cells}.values()
     )
@@ -167,7 +168,7 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
     if len(cells) * math.prod(len(v) for v in corners.values()) <= limits.MAX_CHECKED_COMBINATIONS:
         combos = itertools.product(cells, itertools.product(*(corners[k] for k in axes)))
     else:
-        complete = complete and not any(k in MODEL_FIELDS and len(corners[k]) > 1 for k in axes)
+        complete = complete and not any(k in model_fields and len(corners[k]) > 1 for k in axes)
         combos = itertools.chain(
             ((c, firsts) for c in cells),
             (
@@ -206,33 +207,20 @@ def _locate(fld: str, cell, raw: dict) -> str:
     for section in ("model", "training"):
         if fld in raw.get(section, {}):
             return f"{section}.{fld}"
-    if fld in RECIPE_PATHS or fld not in MODEL_FIELDS:
+    if fld in RECIPE_PATHS or fld not in columns():
         return RECIPE_PATHS.get(fld, fld)
     return f"models.{cell.entry}" if set(raw.get("models", [{}])[cell.entry]) - {"training"} else "model"
 
 
-def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str | None:
-    """Why no training step would run, or None: training drops the last incomplete batch, so one step's
-    ``batch`` x ``workers`` (DDP) images must fit the ``n_train`` training images (described by ``images``)."""
-    if batch * workers <= n_train:
-        return None
-    per_step = f"{batch} x {workers} workers" if workers > 1 else f"{batch}"
-    return f"{per_step} images per step is more than {images}: no training step would run"
-
-
 def _problem(cfg, *, workers: int) -> tuple[str, str] | None:
-    """The first (field, problem) of a configuration that its classes do not check: image shape, limits,
-    and the subset and one step's batch against the data (:func:`study.plan.trial_images`)."""
+    """The first (field, problem) of a configuration that its classes do not check: the image shape and the
+    subset and one step's batch against the data (:func:`study.plan.trial_images`)."""
     for fld, want, what in (
         ("in_channels", IMAGE_CHANNELS, f"RGB images ({IMAGE_CHANNELS} channels)"),
         ("image_size", IMAGE_SIDE, f"{IMAGE_SIDE}x{IMAGE_SIDE} images"),
     ):
         if getattr(cfg.model, fld) != want:
             return fld, f"every data source gives {what}, got {short(getattr(cfg.model, fld))}"
-    over = limits.over_limit(cfg)
-    if over is not None:
-        fld, cap, name, v = over
-        return fld, f"must be <= {cap} ({name}), got {v}"
     whole, im = source_sizes(cfg.data), trial_images(cfg)
     if whole is not None and cfg.subset is not None and cfg.subset > whole[0]:
         return "subset", f"{cfg.subset} is more than the {whole[0]} training images of {cfg.data}"

@@ -22,20 +22,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from study.models.attention import RelativeSelfAttention
-from study.models.positional import GaussianScores
+from study.models.positional import GaussianScores, lattice_offsets
 
 #: α = ½ s²: the score gap between the attended key and its nearest neighbour.
 DEFAULT_ALPHA = 46.0
 
-
-def lattice_offsets(kernel: int) -> Tensor:
-    """The K×K lattice of shifts (row, col), row-major, (K², 2) float64: −⌊K/2⌋ … ⌊K/2⌋
-    per axis for odd K (the taps of a K×K convolution, Lemma 1), i − (K−1)/2 for even K
-    (ConViT's lattice, centred between pixels)."""
-    if kernel < 1:
-        raise ValueError(f"kernel must be >= 1, got {kernel}")
-    r = torch.arange(kernel, dtype=torch.float64) - (kernel - 1) / 2
-    return torch.stack(torch.meshgrid(r, r, indexing="ij"), dim=-1).reshape(-1, 2)
+__all__ = ["DEFAULT_ALPHA", "conv_as_attention", "lattice_offsets", "mhsa_from_conv", "theorem_error"]
 
 
 @torch.no_grad()

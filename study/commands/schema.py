@@ -1,10 +1,13 @@
 """``study schema``: print the study file's JSON Schema (pydantic's ``model_json_schema()`` of
-:class:`study.spec.StudyFile`) for editors (docs/study-files.md "The study file")."""
+:func:`study.spec.study_file`: every model field typed and bounded as its configuration declares it, every
+registered encoding's included) for editors (docs/study-files.md "The study file")."""
 
 from __future__ import annotations
 
 import argparse
 import json
+
+from study.cliutil import refused
 
 
 def register(sub) -> None:
@@ -16,11 +19,22 @@ def register(sub) -> None:
         "`# yaml-language-server: $schema=study.schema.json`; search_spaces/study.schema.json is this output. "
         "`study validate FILE` checks what a schema cannot (data, models, batch vs data).",
     )
+    p.add_argument(
+        "--encodings",
+        nargs="+",
+        default=[],
+        metavar="MODULE",
+        help="modules declaring encodings of your own, as a study file's `encodings:` names them "
+        "(installed packages' are always included)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from study.spec import StudyFile
+    from study.models.encodings import load
+    from study.spec import study_file
 
-    print(json.dumps(StudyFile.model_json_schema(), indent=2))
+    with refused((ImportError, TypeError), "--encodings: "):
+        load(args.encodings)
+    print(json.dumps(study_file().model_json_schema(), indent=2))
     return 0

@@ -7,19 +7,16 @@ import os
 import re
 import sys
 import uuid
-from dataclasses import fields
 from pathlib import Path
 
-from study import limits
 from study.cliutil import (
-    SEED,
-    BoundedInt,
     add_model_flags,
     check_data,
     check_model_params,
     check_sizes,
     checked_splits,
     config_from_flags,
+    field_int,
     flag,
     model_overrides,
 )
@@ -48,19 +45,17 @@ def register(sub) -> None:
         default="synthetic",
         help="synthetic | cifar10[:ROOT] | image-folder tree or .tar/.tar.gz of one",
     )
-    g.add_argument(
-        "--subset", type=BoundedInt(1, limits.MAX_SUBSET, "MAX_SUBSET"), help="use this many training images"
-    )
+    g.add_argument("--subset", type=_int("subset"), help="use this many training images")
     g.add_argument(
         "--validation",
-        type=_validation,
+        type=_number,
         default=0,
         metavar="N",
         help="hold out N training images (or a fraction in (0, 1)), stratified, drawn from --seed; "
         "their loss/accuracy is recorded every epoch (default 0: none)",
     )
-    g.add_argument("--epochs", type=BoundedInt(1, limits.MAX_EPOCHS, "MAX_EPOCHS"), default=300)
-    g.add_argument("--batch-size", type=BoundedInt(1, limits.MAX_BATCH_SIZE, "MAX_BATCH_SIZE"), default=100)
+    g.add_argument("--epochs", type=_int("epochs"), default=300)
+    g.add_argument("--batch-size", type=_int("batch_size"), default=100)
     g.add_argument("--lr", type=float, default=0.1)
     g.add_argument("--weight-decay", type=float, default=1e-4)
     w = g.add_mutually_exclusive_group()  # one form of the warm-up (study.trial.config.WARMUP_FIELDS)
@@ -75,12 +70,12 @@ def register(sub) -> None:
     )
     w.add_argument(
         "--warmup-steps",
-        type=BoundedInt(0, limits.MAX_TRAIN_FIELD["warmup_steps"], "MAX_TRAIN_FIELD[warmup_steps]"),
+        type=_int("warmup_steps"),
         metavar="N",
         help="linear warm-up over N optimisation steps",
     )
     g.add_argument("--schedule", choices=["cosine", "step"], default="cosine")
-    g.add_argument("--seed", type=SEED, default=0)
+    g.add_argument("--seed", type=_int("seed"), default=0)
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
     g.add_argument("--no-amp", dest="amp", action="store_false", help="disable bf16 autocast on CUDA")
     g.add_argument("--no-head-stats", dest="head_stats", action="store_false")
@@ -108,7 +103,7 @@ def register(sub) -> None:
     )
     pr.add_argument(
         "--randaugment-ops",
-        type=BoundedInt(0, limits.MAX_RANDAUGMENT_OPS, "MAX_RANDAUGMENT_OPS"),
+        type=_int("randaugment_ops"),
         default=0,
         metavar="N",
         help="RandAugment: N operations per image (0: off)",
@@ -117,7 +112,7 @@ def register(sub) -> None:
         "--randaugment-magnitude",
         default=9,
         metavar="M",
-        type=BoundedInt(0, limits.MAX_RANDAUGMENT_MAGNITUDE, "MAX_RANDAUGMENT_MAGNITUDE"),
+        type=_int("randaugment_magnitude"),
         help="RandAugment's magnitude, 0-30",
     )
     pr.add_argument(
@@ -147,15 +142,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _map_epochs(value: str):
-    if value in ("auto", "all", "last", "none"):
-        return value
-    try:
-        return tuple(int(v) for v in value.split(","))
-    except ValueError:
-        raise UsageError(
-            f"--map-epochs: must be auto, all, last, none or a comma-separated list of epochs, got {value!r}"
-        ) from None
+def _int(field: str):
+    """An integer flag of a :class:`TrainConfig` field, parsed within the bounds the field declares."""
+    return field_int(TrainConfig, field)
 
 
 def derive_trial_id(out: Path) -> str:
@@ -169,13 +158,10 @@ def run(args: argparse.Namespace) -> int:
     # (study.trial.config and study.models.config are torch-free): a refusal costs < 1 s CPU
     prog = "study train"
     mc = config_from_flags(**model_overrides(args))
-    flags = {
-        f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)
-    }  # same names
-    cfg = config_from_flags(TrainConfig, **flags | {"model": mc, "map_epochs": _map_epochs(args.map_epochs)})
-    over = limits.over_limit(cfg)  # the same documented limits a study file is held to
-    if over is not None:
-        raise UsageError(f"{flag(over[0])}: must be <= {over[1]} ({over[2]}), got {over[3]}")
+    flags = {k: getattr(args, k) for k in TrainConfig.model_fields if hasattr(args, k)}  # same names
+    cfg = config_from_flags(
+        TrainConfig, **flags | {"model": mc}
+    )  # the model's bounds and rules, as a study file's
     out: Path = args.out
     blocker = file_in_the_way(out / "tables")  # --out itself, or a folder above it
     if blocker is not None:
@@ -352,8 +338,10 @@ def _check_checkpoint(directory: Path, cfg: TrainConfig) -> None:
         raise UsageError(f"--out: {e}") from None
 
 
-def _validation(text: str) -> int | float:
-    """``N`` images (at most ``MAX_SUBSET``, as ``--subset``) or a fraction ``0.1``."""
+def _number(text: str) -> int | float:
+    """``N`` images or a fraction ``0.1``, within :func:`study.trial.config.validation_split`'s bounds."""
+    from study.trial.config import validation_split
+
     try:
         value: int | float = int(text)
     except ValueError:
@@ -363,6 +351,7 @@ def _validation(text: str) -> int | float:
             raise argparse.ArgumentTypeError(
                 f"must be a number of images or a fraction, got {text[:40]!r}"
             ) from None
-    if value > limits.MAX_SUBSET:
-        raise argparse.ArgumentTypeError(f"must be <= {limits.MAX_SUBSET} (MAX_SUBSET), got {text[:40]}")
-    return value
+    try:
+        return validation_split(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

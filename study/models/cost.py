@@ -19,27 +19,46 @@ def config_from_row(cfg: dict[str, Any]):
     from study.models.config import ENCODING_FIELDS, ModelConfig
     from study.models.encodings import REGISTRY
 
-    fields = ModelConfig.__dataclass_fields__
+    fields = set(ModelConfig.model_fields) | set(ENCODING_FIELDS)
     # null or NaN (a null of a numeric column): not set
     known = {
         k: v
         for k, v in cfg.items()
         if k in fields and v is not None and not (isinstance(v, float) and v != v)
     }
-    spec = REGISTRY.get(known.get("encoding", "quadratic"))
-    if spec is not None:
+    member = ModelConfig.members.get(known.get("encoding", "quadratic"))
+    if member is not None:
         # a row's value of another encoding's field (an old table's isotropic of a learned
         # model) says nothing about this model: left out, not refused
-        mine = {f.name for f in spec.fields}
-        known = {k: v for k, v in known.items() if k not in ENCODING_FIELDS or k in mine}
+        known = {k: v for k, v in known.items() if k not in ENCODING_FIELDS or k in member.model_fields}
+        spec = REGISTRY[member.name()]
         if hasattr(spec, "legacy_defaults"):
             known = {**spec.legacy_defaults(cfg), **known}
-    ints = {k for k, f in fields.items() if "int" in str(f.type) and "float" not in str(f.type)}
+    ints = {k for k, f in _annotations(member).items() if f is int}
     for k, v in known.items():
         v = v.item() if hasattr(v, "item") else v  # a runs row read by pandas holds numpy scalars
         # an integer column with nulls (another encoding's rows) reads as float
         known[k] = int(v) if k in ints and isinstance(v, float) and v.is_integer() else v
     return ModelConfig(**known)
+
+
+def _annotations(member) -> dict[str, Any]:
+    """Field → its type without ``None`` (``int | None`` → int), of ``member`` and the common fields."""
+    import typing
+
+    from study.models.config import ModelConfig
+
+    out = {}
+    for cls in filter(None, (ModelConfig, member)):
+        for k, f in cls.model_fields.items():
+            kinds = [a for a in typing.get_args(f.annotation) or (f.annotation,) if a is not type(None)]
+            out[k] = kinds[0] if len(kinds) == 1 else f.annotation
+    return out
+
+
+#: A forward pass is a third of a training step (forward + backward ≈ 3 forwards): a training image's
+#: weight in a trial's cost and progress (:mod:`study.plan`, ``study.trial.loop``).
+TRAIN_FORWARDS = 3
 
 
 def model_macs(cfg: dict[str, Any]) -> int:

@@ -16,6 +16,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def lattice_offsets(kernel: int) -> Tensor:
+    """The K×K lattice of shifts (row, col), row-major, (K², 2) float64: −⌊K/2⌋ … ⌊K/2⌋
+    per axis for odd K (the taps of a K×K convolution, Lemma 1), i − (K−1)/2 for even K
+    (ConViT's lattice, centred between pixels)."""
+    if kernel < 1:
+        raise ValueError(f"kernel must be >= 1, got {kernel}")
+    r = torch.arange(kernel, dtype=torch.float64) - (kernel - 1) / 2
+    return torch.stack(torch.meshgrid(r, r, indexing="ij"), dim=-1).reshape(-1, 2)
+
+
 def relative_offsets(height: int, width: int, *, device=None) -> Tensor:
     """δ[q, k] = pos(k) − pos(q) for every query/key pair, shape (T, T, 2), float."""
     rows = torch.arange(height, device=device).repeat_interleave(width)

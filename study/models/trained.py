@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import pickle
-from types import SimpleNamespace
 from typing import Any
 
 FORMAT = "attention-cnn-study/model"
@@ -114,8 +113,6 @@ def state_shapes(config) -> dict[str, tuple[int, ...]]:
 def check_export_config(data: dict[str, Any], *, where: str):
     """The configuration of an export, without torch: its ``ModelConfig``, within :mod:`study.limits`,
     a ``train_config`` of the types evaluation reads and a dict ``state_dict``; else :class:`ExportError`."""
-    from study.limits import over_limit
-
     from .config import ConfigError, ModelConfig
 
     mc = data.get("model_config")
@@ -126,11 +123,6 @@ def check_export_config(data: dict[str, Any], *, where: str):
     except (ConfigError, TypeError) as e:
         what = f"{e.field}: {e.message}" if isinstance(e, ConfigError) else " ".join(str(e).split())[:120]
         raise ExportError(f"{where}: model_config.{what}") from None
-
-    over = over_limit(SimpleNamespace(model=cfg))  # over_limit reads the model's sizes from .model
-    if over is not None:
-        fld, cap, name, v = over
-        raise ExportError(f"{where}: model_config.{fld}: must be <= {cap} ({name}), got {v}")
     train = data.get("train_config")
     if train is not None and not isinstance(train, dict):
         raise ExportError(f"{where}: train_config: must be a dict, got {type(train).__name__}")

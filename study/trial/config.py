@@ -1,21 +1,40 @@
-"""Training configuration of one trial (the paper's recipe by default, Appendix B)."""
+"""Training configuration of one trial (the paper's recipe by default, Appendix B): a strict pydantic model
+whose every field declares its type and bounds (their one home: a study file, an override and a flag are
+read by it; the study file's schema publishes them)."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from study.limits import MAX_EPOCHS, MAX_RANDAUGMENT_MAGNITUDE, MAX_RANDAUGMENT_OPS, MAX_TRAIN_FIELD
-from study.models.config import (
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from study.limits import (
+    MAX_BATCH_SIZE,
+    MAX_EPOCHS,
+    MAX_RANDAUGMENT_MAGNITUDE,
+    MAX_RANDAUGMENT_OPS,
+    MAX_SEED,
+    MAX_SUBSET,
+    MAX_TRAIN_FIELD,
+)
+from study.models.fields import (
     FLOAT32_MAX,
     FLOAT32_TINY,
+    STRICT,
     Bounds,
     ConfigError,
+    Count,
     ModelConfig,
-    check_bounds,
-    int_at_least,
-    strict_from_dict,
+    config_error,
+    validated,
 )
 
 SCHEDULES = ("cosine", "step")
@@ -34,12 +53,8 @@ PROTOCOL_FIELDS = (
 WARMUP_FIELDS = ("warmup", "warmup_epochs", "warmup_steps")
 #: the paper's warm-up, 5 % of all steps (Appendix B), where no form is given
 PAPER_WARMUP = 0.05
-
-
-def bounded(default: Any, bounds: Bounds) -> Any:
-    """A field of ``default`` within ``bounds`` (declared beside it with its reason: its one home)."""
-    return field(default=default, metadata={"bounds": bounds})
-
+#: the named schedules of stored attention maps (:func:`study.tables.map_epochs`)
+MAP_SCHEDULES = ("auto", "all", "last", "none")
 
 #: lr: torch's SGD step adds -lr x the float32 gradient (a float32 scalar: FLOAT32_MAX at most; below a
 #: normal float32 the step is a subnormal or 0)
@@ -86,107 +101,120 @@ WARMUP_EPOCHS = Bounds(
     finite="a finite number of epochs >= 0",
     refusal=f"a number of epochs from 0 to {MAX_EPOCHS} (MAX_EPOCHS)",
 )
-#: warm-up in steps: no run is longer than MAX_TRAIN_FIELD["warmup_steps"] steps
-WARMUP_STEPS = Bounds(
-    low=0,
-    high=MAX_TRAIN_FIELD["warmup_steps"],
-    integer=True,
-    refusal=f"<= {MAX_TRAIN_FIELD['warmup_steps']} (MAX_TRAIN_FIELD)",
-)
 
 
-@dataclass(frozen=True, kw_only=True)
-class TrainConfig:
+def validation_split(v: int | float) -> int | float:
+    """Training images held out for validation: a count (0: none) or a fraction in (0, 1); 0.0 is no count
+    (:func:`study.data.validation.validation_size`)."""
+    if v < 0 or v > MAX_SUBSET or (isinstance(v, float) and not 0 < v < 1):
+        raise ValueError(f"must be a number of training images >= 0 or a fraction in (0, 1), got {v!r}")
+    return v
+
+
+#: the validation split: its one rule (a study file's ``validation``, ``--validation``, TrainConfig)
+Validation = Annotated[int | float, AfterValidator(validation_split)]
+
+
+def _map_schedule(v: Any) -> Any:
+    """A schedule's word, a list of epochs, or their comma-separated text (``--map-epochs 0,9,299``)."""
+    if isinstance(v, str) and v not in MAP_SCHEDULES:
+        try:
+            v = [int(e) for e in v.split(",")]
+        except ValueError:
+            pass
+    if isinstance(v, list | tuple) and all(type(e) is int for e in v):
+        if len(set(v)) != len(v):
+            raise ValueError(f"repeats an epoch: {list(v)}")
+        return tuple(v)
+    if v in MAP_SCHEDULES:
+        return v
+    raise ValueError(f"must be auto, all, last, none or a list of epochs, got {v!r}")
+
+
+#: epochs at which attention maps are stored (:func:`study.tables.map_epochs`): its one rule
+MapEpochs = Annotated[Literal[MAP_SCHEDULES] | tuple[int, ...], BeforeValidator(_map_schedule)]
+
+
+class TrainConfig(BaseModel):
     """One trial's whole configuration; the defaults are the paper's recipe (docs/design.md §3
     "Recipes" and why the cosine schedule is stepped per iteration; the protocol's fields, all
     off by default: docs/study-files.md "Training protocol")."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: str = "synthetic"
-    subset: int | None = None
-    epochs: int = 300
-    batch_size: int = 100
-    lr: float = bounded(0.1, LR)
-    momentum: float = bounded(0.9, MOMENTUM)
-    weight_decay: float = bounded(1e-4, WEIGHT_DECAY)
+    model_config = STRICT
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: Annotated[str, Field(min_length=1)] = "synthetic"
+    subset: Count(10, MAX_SUBSET, "MAX_SUBSET") | None = None
+    epochs: Count(1, MAX_EPOCHS, "MAX_EPOCHS") = 300
+    batch_size: Count(1, MAX_BATCH_SIZE, "MAX_BATCH_SIZE") = 100
+    lr: Annotated[float, LR] = 0.1
+    momentum: Annotated[float, MOMENTUM] = 0.9
+    weight_decay: Annotated[float, WEIGHT_DECAY] = 1e-4
     #: linear warm-up (one of the three; none given: the paper's 5 % of all steps, held as
     #: ``warmup`` = 0.05): a fraction of all steps in [0, 1), epochs (<= ``epochs``) or steps
-    warmup: float | None = bounded(None, WARMUP)
-    warmup_epochs: float | None = bounded(None, WARMUP_EPOCHS)
-    warmup_steps: int | None = bounded(None, WARMUP_STEPS)
-    schedule: str = "cosine"
-    seed: int = 0
+    #: (no run is longer than MAX_TRAIN_FIELD["warmup_steps"] steps)
+    warmup: Annotated[float, WARMUP] | None = None
+    warmup_epochs: Annotated[float, WARMUP_EPOCHS] | None = None
+    warmup_steps: Count(0, MAX_TRAIN_FIELD["warmup_steps"], "MAX_TRAIN_FIELD") | None = None
+    schedule: Literal[SCHEDULES] = "cosine"
+    seed: Count(0, MAX_SEED, "MAX_SEED") = 0
     amp: bool = True
     compile: bool = False
     head_stats: bool = True
-    head_images: int = 100
-    map_radius: int = 7
-    #: epochs at which attention maps are stored (:func:`study.tables.map_epochs`):
-    #: "auto" (first ten, log-spaced, last), "all", "last", "none" or a list of epochs
-    map_epochs: str | tuple[int, ...] = "auto"
-    eval_batch_size: int = 500
-    #: training images held out for validation: a count (0: none) or a fraction in (0, 1)
-    validation: int | float = 0
-    cutmix_alpha: float = bounded(0.0, BETA_ALPHA)
-    mixup_alpha: float = bounded(0.0, BETA_ALPHA)
-    randaugment_ops: int = 0
-    randaugment_magnitude: int = 9
-    autoaugment: str = "none"
-    label_smoothing: float = bounded(0.0, LABEL_SMOOTHING)
+    head_images: Count(1, MAX_TRAIN_FIELD["head_images"], "MAX_TRAIN_FIELD") = 100
+    map_radius: Count(0, MAX_TRAIN_FIELD["map_radius"], "MAX_TRAIN_FIELD") = 7
+    map_epochs: MapEpochs = "auto"
+    eval_batch_size: Count(1, MAX_TRAIN_FIELD["eval_batch_size"], "MAX_TRAIN_FIELD") = 500
+    validation: Validation = 0
+    cutmix_alpha: Annotated[float, BETA_ALPHA] = 0.0
+    mixup_alpha: Annotated[float, BETA_ALPHA] = 0.0
+    #: RandAugment's operation set (torchvision) has 14 operations; its magnitude 31 bins (0-30)
+    randaugment_ops: Count(0, MAX_RANDAUGMENT_OPS, "MAX_RANDAUGMENT_OPS") = 0
+    randaugment_magnitude: Count(0, MAX_RANDAUGMENT_MAGNITUDE, "MAX_RANDAUGMENT_MAGNITUDE") = 9
+    autoaugment: Literal[AUTOAUGMENT_POLICIES] = "none"
+    label_smoothing: Annotated[float, LABEL_SMOOTHING] = 0.0
 
-    def __post_init__(self) -> None:
-        if isinstance(self.model, dict):
-            object.__setattr__(self, "model", ModelConfig.from_dict(self.model))
-        for k, low in (
-            ("epochs", 1),
-            ("batch_size", 1),
-            ("head_images", 1),
-            ("eval_batch_size", 1),
-            ("map_radius", 0),
-            ("seed", 0),
-        ):
-            int_at_least(self, k, low)
-        if self.subset is not None:
-            int_at_least(self, "subset", 10)
-        self._check_warmup()
-        check_bounds(self)  # every field declared with its Bounds (their reasons: above the class)
-        if self.schedule not in SCHEDULES:
-            raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-        v = self.validation
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, (int, float))
-            or v != v
-            or v < 0
-            or (isinstance(v, float) and not 0 < v < 1)
-        ):  # 0.0 is no count (study.data.validation_size)
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, v: Any) -> Any:
+        return ModelConfig.from_dict(v) if isinstance(v, dict) else v
+
+    @field_validator("map_epochs", mode="after")
+    @classmethod
+    def _distinct(cls, v: Any) -> Any:
+        return tuple(sorted(set(v))) if isinstance(v, tuple) else v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_warmup(cls, data: Any) -> Any:
+        """At most one of :data:`WARMUP_FIELDS`; none: the paper's 5 %."""
+        if not isinstance(data, dict):
+            return data
+        given = [k for k in WARMUP_FIELDS if data.get(k) is not None]
+        if len(given) > 1:
+            a, b = given[:2]
             raise ConfigError(
-                "validation", f"must be a number of images >= 0 or a fraction in (0, 1), got {v!r}"
+                b,
+                f"{b} {data[b]!r} and {a} {data[a]!r} both set the warm-up: "
+                "give one (warmup: a fraction of all steps, warmup_epochs or warmup_steps)",
             )
-        v = self.map_epochs
-        if not (isinstance(v, str) and v in ("auto", "all", "last", "none")):
-            if not isinstance(v, (list, tuple)) or not all(
-                isinstance(e, int) and not isinstance(e, bool) for e in v
-            ):
-                raise ConfigError(
-                    "map_epochs", f"must be auto, all, last, none or a list of epochs, got {v!r}"
-                )
-            bad = [e for e in v if not 0 <= e < self.epochs]
-            if bad:
-                raise ConfigError(
-                    "map_epochs", f"epochs are 0-based and must be < epochs ({self.epochs}), got {bad[0]}"
-                )
-            object.__setattr__(self, "map_epochs", tuple(sorted(set(v))))
-        for k, cap, what in (
-            ("randaugment_ops", MAX_RANDAUGMENT_OPS, "RandAugment's operations"),
-            ("randaugment_magnitude", MAX_RANDAUGMENT_MAGNITUDE, "RandAugment's 31 magnitude bins"),
-        ):
-            int_at_least(self, k, 0)
-            if getattr(self, k) > cap:
-                raise ConfigError(k, f"must be <= {cap} ({what}), got {getattr(self, k)}")
-        if self.autoaugment not in AUTOAUGMENT_POLICIES:
+        return data if given else {**data, "warmup": PAPER_WARMUP}
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.warmup_epochs is not None and self.warmup_epochs > self.epochs:
             raise ConfigError(
-                "autoaugment", f"must be one of {', '.join(AUTOAUGMENT_POLICIES)}, got {self.autoaugment!r}"
+                "warmup_epochs",
+                f"must be at most the {self.epochs} epochs of the run, got {self.warmup_epochs!r}",
+            )
+        bad = (
+            [e for e in self.map_epochs if not 0 <= e < self.epochs]
+            if isinstance(self.map_epochs, tuple)
+            else []
+        )
+        if bad:
+            raise ConfigError(
+                "map_epochs", f"epochs are 0-based and must be < epochs ({self.epochs}), got {bad[0]}"
             )
         if self.autoaugment != "none" and self.randaugment_ops:
             raise ConfigError(
@@ -194,30 +222,13 @@ class TrainConfig:
                 f"{self.autoaugment} and randaugment_ops {self.randaugment_ops} are "
                 "alternative policies: set one (the other none / 0)",
             )
-        if not isinstance(self.data, str) or not self.data:
-            raise ConfigError("data", f"must be a data source string, got {self.data!r}")
+        return self
 
-    def _check_warmup(self) -> None:
-        """At most one of :data:`WARMUP_FIELDS` (its bounds: :func:`check_bounds`; warmup_epochs also at most
-        ``epochs``); none: the paper's 5 %."""
-        given = [k for k in WARMUP_FIELDS if getattr(self, k) is not None]
-        if len(given) > 1:
-            a, b = given[:2]
-            raise ConfigError(
-                b,
-                f"{b} {getattr(self, b)!r} and {a} {getattr(self, a)!r} both set the warm-up: "
-                "give one (warmup: a fraction of all steps, warmup_epochs or warmup_steps)",
-            )
-        if not given:
-            object.__setattr__(self, "warmup", PAPER_WARMUP)
-        elif given == ["warmup_epochs"]:
-            WARMUP_EPOCHS.check(self, "warmup_epochs")
-            if self.warmup_epochs > self.epochs:
-                raise ConfigError(
-                    "warmup_epochs",
-                    f"must be at most the {self.epochs} epochs of the run, got {self.warmup_epochs!r}",
-                )
-            object.__setattr__(self, "warmup_epochs", float(self.warmup_epochs))  # one column type
+    def __init__(self, /, **fields: Any):
+        try:
+            super().__init__(**fields)
+        except ValidationError as e:  # its first error, naming the field
+            raise config_error(TrainConfig, e, "training") from None
 
     def warmup_steps_for(self, steps_per_epoch: int) -> int:
         """Optimisation steps of the linear warm-up of a run of ``steps_per_epoch`` steps an epoch
@@ -230,20 +241,28 @@ class TrainConfig:
         return int(round(self.warmup * steps_per_epoch * self.epochs))
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {**dict(self), "model": self.model.to_dict()}
 
     def flat(self) -> dict[str, Any]:
         """Every model and training field in one flat mapping (no name is shared): the
         configuration columns of ``runs``."""
-        train = {k: v for k, v in self.to_dict().items() if k != "model"}
-        return {**self.model.to_dict(), **train}
+        return {**self.model.to_dict(), **{k: v for k, v in self if k != "model"}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        return strict_from_dict(cls, d, "training")
+        return validated(cls, d, "training")
 
     def replace(self, **changes: Any) -> TrainConfig:
         """A copy with ``changes``; a warm-up form among them replaces this one's (whichever form it had)."""
         if any(k in changes for k in WARMUP_FIELDS):
             changes = {**dict.fromkeys(WARMUP_FIELDS), **changes}
-        return dataclasses.replace(self, **changes)
+        return TrainConfig(**{**dict(self), **changes})
+
+
+def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str | None:
+    """Why no training step would run, or None: training drops the last incomplete batch, so one step's
+    ``batch`` x ``workers`` (DDP) images must fit the ``n_train`` training images (described by ``images``)."""
+    if batch * workers <= n_train:
+        return None
+    per_step = f"{batch} x {workers} workers" if workers > 1 else f"{batch}"
+    return f"{per_step} images per step is more than {images}: no training step would run"

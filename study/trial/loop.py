@@ -32,11 +32,10 @@ from study.devicepaths import (
 )
 from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
-from study.plan import TRAIN_FORWARDS
-from study.speccheck import batch_overflow
+from study.models.cost import TRAIN_FORWARDS
 from study.tables import INIT_EPOCH, TableWriter, map_epochs
 from study.trial.checkpoint import check_config, load_checkpoint, save_checkpoint
-from study.trial.config import TrainConfig
+from study.trial.config import TrainConfig, batch_overflow
 from study.trial.headstats import collect_head_stats
 from study.trial.protocol import Protocol, build_protocol
 from study.trial.schedule import learning_rate
@@ -251,7 +250,9 @@ def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: Dev
     )
     train_data = on_device(splits.train_images, splits.train_labels)
     test_data = on_device(splits.test_images[rank::world], splits.test_labels[rank::world])
-    mc = cfg.model.replace(num_classes=len(splits.classes))
+    # the classes the data has (within num_classes' bounds: study.limits.MAX_CLASSES): the validated model
+    # with that one field, not validated again
+    mc = cfg.model.model_copy(update={"num_classes": len(splits.classes)})
     torch.manual_seed(cfg.seed)
     model = build_model(mc).to(device)
     return _Trial(
@@ -331,7 +332,7 @@ def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) 
     t.run_row = {
         "study": study,
         "name": model_name(t.mc),
-        **cfg.replace(model=t.mc).flat(),
+        **cfg.model_copy(update={"model": t.mc}).flat(),
         "data_source": splits.source,
         "n_train": len(splits.train_labels),
         "n_val": 0 if splits.val_labels is None else len(splits.val_labels),

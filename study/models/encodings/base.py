@@ -1,53 +1,29 @@
-"""What an encoding declares (one file per encoding, registered in ``__init__``): its
-``fields`` (``ModelConfig`` fields, so ``runs`` columns), :meth:`normalise` (dependent
-defaults, validation), :meth:`label`, :meth:`positional_macs` (from its equations),
-``content``, the :meth:`attention` layer of one block and the ``variants`` a test or
-study must cover.  Pure Python at import time: no torch to read configs or count MACs.
+"""What an encoding does (one file per encoding): :meth:`label`, :meth:`positional_macs` (from its
+equations), ``content``, the :meth:`attention` layer of one block and the ``variants`` a test or study
+must cover.  Its fields, their bounds and its rules are its configuration's, declared beside it in the
+same file (a member of :class:`~study.models.fields.AttentionConfig` whose ``spec`` is the encoding).
+Pure Python at import time: no torch to read configs or count MACs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from study.models.config import ModelConfig
-
-
-@dataclass(frozen=True)
-class Field:
-    """An encoding-specific model field: ``ModelConfig.<name>`` (a ``runs`` column)."""
-
-    name: str
-    type: Any
-    default: Any
-    doc: str
-    #: the allowed values of a string field (for ``--help`` and flag parsing)
-    choices: tuple[str, ...] | None = None
-    #: the flag's metavar (the paper's symbol)
-    metavar: str | None = None
-    #: a float field's closed range: what the encoding's equation carries in float32/bf16
-    #: (derived where the field is declared); checked from a study file and from flags alike
-    bounds: tuple[float, float] | None = None
+    from study.models.fields import ModelConfig
 
 
 class Encoding:
     #: the value of ``ModelConfig.encoding``
     name: str = ""
-    #: the fields this encoding reads (other encodings' fields must stay unset)
-    fields: tuple[Field, ...] = ()
     #: scores depend on the image (content attention, q·k)
     content: bool = True
     #: (id, overrides): every distinct form, for tests and documentation
     variants: tuple[tuple[str, dict[str, Any]], ...] = ()
     #: one line for ``study models`` / docs/design.md §4-5: the score of head h for shift δ
     equation: str = ""
-
-    def normalise(self, cfg: ModelConfig, set_: Callable[[str, Any], None]) -> None:
-        """Fill defaults (``set_(field, value)``) and validate; raise ConfigError."""
 
     def label(self, cfg: ModelConfig) -> str:
         raise NotImplementedError

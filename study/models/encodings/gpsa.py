@@ -9,7 +9,7 @@ layer skips it and its einsum reference keeps it); v_h ∈ R³ and b_h (ConViT's
 ``pos_proj = Linear(3, N_h)``) and the gate λ_h (init 1, ``gating_param``) are learned.
 
 Convolutional initialisation (ConViT's ``local_init``): centres Δ_h on the √N_h × √N_h
-lattice of :func:`study.theory.lattice_offsets`, v_h = α (2Δ_h,x, 2Δ_h,y, −1) (α the
+lattice of :func:`study.models.positional.lattice_offsets`, v_h = α (2Δ_h,x, 2Δ_h,y, −1) (α the
 locality strength): v_hᵀ r_δ = −α‖δ − Δ_h‖² + α‖Δ_h‖², the paper's isotropic quadratic
 head with s_h² = 2α (Lemma 2); gated fully positional with α large, the convolution of
 Lemma 1 (tested).  ConViT's W_v = I is the paper's layout without W_v, the same map.
@@ -17,7 +17,13 @@ Lemma 1 (tested).  ConViT's W_v = I is the paper's layout without W_v, the same 
 
 from __future__ import annotations
 
-from .base import ContentEncoding, Field
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from study.models.fields import AttentionConfig, ConfigError
+
+from .base import ContentEncoding, Encoding
 
 #: α initialises v_h = α (2Δ_h, −1) so the positional score is α (2Δ_h·δ − ‖δ‖²): on the paper's
 #: 16×16 grid (‖δ‖ ≤ 15√2, ‖δ‖² ≤ 450) α ≤ 100 keeps it within 5·10⁴, and within 4·10⁸ on the
@@ -25,44 +31,21 @@ from .base import ContentEncoding, Field
 #: softmax (in float32) finite.  α ≥ 10⁻⁴: below it the initial positional attention is
 #: uniform to 0.1% on the paper's grid (no convolutional initialisation left) and, in
 #: float32, soon denormal or 0.  ConViT uses 1.
-LOCALITY_STRENGTH = Field(
-    "locality_strength",
+LocalityStrength = Annotated[
     float,
-    None,
-    "gpsa: α of the convolutional initialisation (ConViT: 1)",
-    metavar="ALPHA",
-    bounds=(1e-4, 1e2),
-)
+    Field(
+        ge=1e-4,
+        le=1e2,
+        description="gpsa: α of the convolutional initialisation (ConViT: 1)",
+        json_schema_extra={"metavar": "ALPHA"},
+    ),
+]
 
 
 class Gpsa(ContentEncoding):
     name = "gpsa"
-    fields = (
-        Field("pos_dim", int, None, "D_p, dimension of the relative positional encoding r_δ", metavar="D_p"),
-        LOCALITY_STRENGTH,
-    )
     variants = (("gpsa", {}),)
     equation = "(1 − σ(λ_h)) softmax(q_h·k_h/√d) + σ(λ_h) softmax(v_hᵀ r_δ), r_δ = (δx, δy, ‖δ‖²)"
-
-    def normalise(self, cfg, set_):
-        from study.models.config import ConfigError, bounded
-
-        if cfg.pos_dim is None:
-            set_("pos_dim", 3)
-        elif cfg.pos_dim != 3:
-            raise ConfigError(
-                "pos_dim", f"gpsa scores r_delta = (dx, dy, dx^2 + dy^2): pos_dim is 3, got {cfg.pos_dim!r}"
-            )
-        if cfg.locality_strength is None:
-            set_("locality_strength", 1.0)
-        bounded(cfg, LOCALITY_STRENGTH)
-        side = round(cfg.num_heads**0.5)
-        if side * side != cfg.num_heads:
-            raise ConfigError(
-                "num_heads",
-                f"gpsa's convolutional initialisation puts the heads on a sqrt(N_h) x sqrt(N_h) "
-                f"lattice: num_heads must be a square (1, 4, 9, 16, ...), got {cfg.num_heads}",
-            )
 
     def label(self, cfg):
         return f"SA GPSA (N_h={cfg.num_heads})"
@@ -78,7 +61,7 @@ class Gpsa(ContentEncoding):
         import torch
         from torch import nn
 
-        from study.theory import lattice_offsets
+        from study.models.positional import lattice_offsets
 
         n = layer.num_heads
         pos = layer.positional
@@ -141,3 +124,24 @@ class Gpsa(ContentEncoding):
 
 
 ENCODING = Gpsa()
+
+
+class GpsaConfig(AttentionConfig):
+    """GPSA's fields: r_δ = (δx, δy, ‖δ‖²), so D_p = 3; α of the convolutional initialisation."""
+
+    spec: ClassVar[Encoding] = ENCODING
+    encoding: Literal["gpsa"] = "gpsa"
+    #: GPSA scores r_δ = (δx, δy, δx² + δy²): D_p is 3
+    pos_dim: Literal[3] = Field(3, description="D_p of r_δ = (δx, δy, δx² + δy²): 3")
+    locality_strength: LocalityStrength = 1.0
+
+    @model_validator(mode="after")
+    def _square(self):
+        side = round(self.num_heads**0.5)
+        if side * side != self.num_heads:
+            raise ConfigError(
+                "num_heads",
+                f"gpsa's convolutional initialisation puts the heads on a sqrt(N_h) x sqrt(N_h) "
+                f"lattice: num_heads must be a square (1, 4, 9, 16, ...), got {self.num_heads}",
+            )
+        return self

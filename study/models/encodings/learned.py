@@ -6,54 +6,19 @@ with ``learned_content`` (the same tables, plus content scores).
 
 from __future__ import annotations
 
-from .base import Encoding, Field
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from study.models.fields import AttentionConfig, ConfigError, PosDim
+
+from .base import Encoding
 
 POSITIONAL_SCORES = ("query", "head")
-MIN_LEARNED_POS_DIM = 3
 
 
 class LearnedEncoding(Encoding):
     """Learned relative embeddings; ``positional_score`` says how a head scores them."""
-
-    fields = (
-        Field("pos_dim", int, None, "D_p, dimension of the relative positional encoding r_δ", metavar="D_p"),
-        Field(
-            "positional_score",
-            str,
-            None,
-            "learned encodings: query (q_h·r_δ, the paper's content model) | head (w_h·r_δ)",
-            choices=POSITIONAL_SCORES,
-        ),
-    )
-    default_score = "head"
-
-    def normalise(self, cfg, set_):
-        from study.models.config import ConfigError, choice_field, int_at_least
-
-        if cfg.positional_score is None:
-            set_("positional_score", self.default_score)
-        choice_field(cfg, "positional_score", POSITIONAL_SCORES)
-        v = cfg.positional_score
-        if not self.content and v != "head":
-            raise ConfigError("positional_score", "query needs content attention (encoding learned_content)")
-        if cfg.pos_dim is None:
-            set_("pos_dim", cfg.hidden)
-        int_at_least(cfg, "pos_dim")
-        if cfg.pos_dim < MIN_LEARNED_POS_DIM:
-            raise ConfigError(
-                "pos_dim", f"learned encodings need pos_dim >= {MIN_LEARNED_POS_DIM}, got {cfg.pos_dim}"
-            )
-        if v == "query" and cfg.pos_dim != cfg.hidden:
-            raise ConfigError(
-                "pos_dim",
-                f"positional_score query dots r_delta with the query, so pos_dim must equal "
-                f"hidden ({cfg.hidden}), got {cfg.pos_dim} (positional_score head takes any pos_dim)",
-            )
-        if v == "query" and cfg.hidden % 2:
-            raise ConfigError(
-                "hidden",
-                f"positional_score query splits the query in halves: hidden must be even, got {cfg.hidden}",
-            )
 
     def positional_macs(self, cfg, *, tokens, side):
         """Head form: w_rowᵀ r_row(δ1) and w_colᵀ r_col(δ2) (D_p each) per row and column
@@ -89,3 +54,43 @@ class Learned(LearnedEncoding):
 
 
 ENCODING = Learned()
+
+
+class LearnedConfig(AttentionConfig):
+    """A learned encoding's fields (Section 4.2): r_row, r_col of D_p each (default D), scored by a
+    head's own keys (``head``) or its query (``query``, content attention only: q_h[:D/2]·r_row +
+    q_h[D/2:]·r_col)."""
+
+    spec: ClassVar[Encoding] = ENCODING
+    encoding: Literal["learned"] = "learned"
+    #: D_p, default the hidden size D (the paper's 400)
+    pos_dim: PosDim = 400
+    positional_score: Literal["query", "head"] = Field(
+        "head", description="learned encodings: query (q_h·r_δ, the paper's content model) | head (w_h·r_δ)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pos_dim(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("pos_dim") is None:
+            data = {**data, "pos_dim": data.get("hidden", cls.model_fields["hidden"].default)}
+        if isinstance(data, dict) and data.get("positional_score", "") is None:
+            data = {**data, "positional_score": cls.model_fields["positional_score"].default}
+        return data
+
+    @model_validator(mode="after")
+    def _query_form(self):
+        if not self.spec.content and self.positional_score != "head":
+            raise ConfigError("positional_score", "query needs content attention (encoding learned_content)")
+        if self.positional_score == "query" and self.pos_dim != self.hidden:
+            raise ConfigError(
+                "pos_dim",
+                f"positional_score query dots r_delta with the query, so pos_dim must equal "
+                f"hidden ({self.hidden}), got {self.pos_dim} (positional_score head takes any pos_dim)",
+            )
+        if self.positional_score == "query" and self.hidden % 2:
+            raise ConfigError(
+                "hidden",
+                f"positional_score query splits the query in halves: hidden must be even, got {self.hidden}",
+            )
+        return self

@@ -9,12 +9,16 @@ score_h = w_h,rowᵀ r_row(δ1) + w_h,colᵀ r_col(δ2) + q_h·k_h/√D, any ``p
 
 from __future__ import annotations
 
-from .learned import LearnedEncoding
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from .base import Encoding
+from .learned import LearnedConfig, LearnedEncoding
 
 
 class LearnedContent(LearnedEncoding):
     name = "learned_content"
-    default_score = "query"
     variants = (("learned_content", {}),)
     equation = "[q_h[:D/2]·r_row[δ1] + q_h[D/2:]·r_col[δ2] + q_h·k_h]/√D (query form)"
 
@@ -29,3 +33,13 @@ class LearnedContent(LearnedEncoding):
 
 
 ENCODING = LearnedContent()
+
+
+class LearnedContentConfig(LearnedConfig):
+    """The learned encoding with content attention: the query form by default (the paper's Table 1 model)."""
+
+    spec: ClassVar[Encoding] = ENCODING
+    encoding: Literal["learned_content"] = "learned_content"
+    positional_score: Literal["query", "head"] = Field(
+        "query", description="learned encodings: query (q_h·r_δ, the paper's content model) | head (w_h·r_δ)"
+    )

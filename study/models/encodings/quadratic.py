@@ -4,33 +4,20 @@ centre per head, positional scores only (:class:`~study.models.positional.Gaussi
 
 from __future__ import annotations
 
-from .base import Encoding, Field
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from study.models.fields import AttentionConfig, ConfigError, PosDim
+
+from .base import Encoding
 
 
 class Quadratic(Encoding):
     name = "quadratic"
     content = False
-    fields = (
-        Field("isotropic", bool, True, "quadratic heads: Σ⁻¹ = s²I (true) or A Aᵀ (false)"),
-        Field("pos_dim", int, None, "D_p, dimension of the relative positional encoding r_δ", metavar="D_p"),
-    )
     variants = (("quadratic-iso", {"isotropic": True}), ("quadratic-noniso", {"isotropic": False}))
     equation = "−½ s_h² ‖δ − Δ_h‖² (isotropic) or −½ (δ − Δ_h)ᵀ A_h A_hᵀ (δ − Δ_h)"
-
-    def normalise(self, cfg, set_):
-        from study.models.config import ConfigError, bool_field
-
-        if cfg.isotropic is None:
-            set_("isotropic", True)
-        bool_field(cfg, "isotropic")
-        expected = 3 if cfg.isotropic else 5
-        if cfg.pos_dim is None:
-            set_("pos_dim", expected)
-        elif cfg.pos_dim != expected:
-            kind = "isotropic" if cfg.isotropic else "non-isotropic"
-            raise ConfigError(
-                "pos_dim", f"quadratic {kind} encoding has pos_dim {expected}, got {cfg.pos_dim!r}"
-            )
 
     def label(self, cfg):
         kind = "isotropic" if cfg.isotropic else "non-isotropic"
@@ -58,3 +45,31 @@ class Quadratic(Encoding):
 
 
 ENCODING = Quadratic()
+
+
+class QuadraticConfig(AttentionConfig):
+    """The quadratic encoding's fields: r_δ = (‖δ‖², δx, δy) (isotropic, D_p = 3) or with the cross
+    terms δx², δy², δxδy of a full A_h A_hᵀ (non-isotropic, D_p = 5), Eq. 9."""
+
+    spec: ClassVar[Encoding] = ENCODING
+    encoding: Literal["quadratic"] = "quadratic"
+    isotropic: bool = Field(True, description="quadratic heads: Σ⁻¹ = s²I (true) or A Aᵀ (false)")
+    #: D_p follows from isotropic (3 or 5): given, it must agree
+    pos_dim: PosDim = 3
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pos_dim(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("pos_dim") is None:
+            data = {**data, "pos_dim": 3 if data.get("isotropic", True) is not False else 5}
+        return data
+
+    @model_validator(mode="after")
+    def _agrees(self):
+        expected = 3 if self.isotropic else 5
+        if self.pos_dim != expected:
+            kind = "isotropic" if self.isotropic else "non-isotropic"
+            raise ConfigError(
+                "pos_dim", f"quadratic {kind} encoding has pos_dim {expected}, got {self.pos_dim!r}"
+            )
+        return self

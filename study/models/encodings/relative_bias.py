@@ -10,7 +10,11 @@ at −δ (the tests port Swin's weights with that flip, and check that skipping 
 
 from __future__ import annotations
 
-from .base import AdditiveEncoding
+from typing import ClassVar, Literal
+
+from study.models.fields import AttentionConfig
+
+from .base import AdditiveEncoding, Encoding
 
 
 class RelativeBias(AdditiveEncoding):
@@ -72,3 +76,10 @@ class RelativeBias(AdditiveEncoding):
 
 
 ENCODING = RelativeBias()
+
+
+class RelativeBiasConfig(AttentionConfig):
+    """The relative bias has no field of its own (one (2S − 1)² table per head, S the grid)."""
+
+    spec: ClassVar[Encoding] = ENCODING
+    encoding: Literal["relative_bias"] = "relative_bias"

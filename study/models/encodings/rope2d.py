@@ -15,7 +15,13 @@ Pairs are interleaved (channels 2i, 2i+1) as in timm's ``apply_rot_embed``; d_h 
 
 from __future__ import annotations
 
-from .base import AdditiveEncoding, Field
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from study.models.fields import AttentionConfig, ConfigError
+
+from .base import AdditiveEncoding, Encoding
 
 MODES = ("axial", "mixed")
 DEFAULT_THETA = {"axial": 100.0, "mixed": 10.0}
@@ -25,42 +31,16 @@ DEFAULT_THETA = {"axial": 100.0, "mixed": 10.0}
 #: makes them grow to 1/θ: θ = 1e-300 overflows float32 to inf and the angles x·f to NaN).
 #: θ ≤ 10⁶: the lowest frequency, about 1/θ, still turns a channel pair by more than float32's
 #: resolution across the grid (beyond, those pairs are not rotated at all).  Heo et al.: 100, 10.
-ROPE_THETA = Field(
-    "rope_theta", float, None, "rope2d: frequency base θ (Heo et al.: 100 axial, 10 mixed)", bounds=(1.0, 1e6)
-)
+RopeTheta = Annotated[
+    float, Field(ge=1.0, le=1e6, description="rope2d: frequency base θ (Heo et al.: 100 axial, 10 mixed)")
+]
 
 
 class Rope2d(AdditiveEncoding):
     name = "rope2d"
-    fields = (
-        Field(
-            "rope_mode",
-            str,
-            None,
-            "rope2d: axial (fixed frequencies per axis) | mixed (learned per head)",
-            choices=MODES,
-        ),
-        ROPE_THETA,
-    )
     no_weight_decay = ("freqs",)
     variants = (("rope2d-axial", {"rope_mode": "axial"}), ("rope2d-mixed", {"rope_mode": "mixed"}))
     equation = "R(θ(p_q)) q_h · R(θ(p_k)) k_h / √d, angles x·f, y·f (axial) or f_x·x + f_y·y (mixed, learned)"
-
-    def normalise(self, cfg, set_):
-        from study.models.config import ConfigError, bounded, choice_field
-
-        if cfg.rope_mode is None:
-            set_("rope_mode", "axial")
-        choice_field(cfg, "rope_mode", MODES)
-        if cfg.rope_theta is None:
-            set_("rope_theta", DEFAULT_THETA[cfg.rope_mode])
-        bounded(cfg, ROPE_THETA)
-        if cfg.hidden % 4:
-            raise ConfigError(
-                "hidden",
-                f"rope2d rotates channel pairs, half by x and half by y: "
-                f"the head width (hidden) must be a multiple of 4, got {cfg.hidden}",
-            )
 
     def label(self, cfg):
         return f"SA RoPE {cfg.rope_mode} (N_h={cfg.num_heads})"
@@ -156,3 +136,35 @@ class Rope2d(AdditiveEncoding):
 
 
 ENCODING = Rope2d()
+
+
+class Rope2dConfig(AttentionConfig):
+    """2-D RoPE's fields: the mode and the frequency base θ (default by mode, Heo et al.)."""
+
+    spec: ClassVar[Encoding] = ENCODING
+    encoding: Literal["rope2d"] = "rope2d"
+    rope_mode: Literal["axial", "mixed"] = Field(
+        "axial", description="rope2d: axial (fixed frequencies per axis) | mixed (learned per head)"
+    )
+    #: default: DEFAULT_THETA of the mode
+    rope_theta: RopeTheta = DEFAULT_THETA["axial"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _theta(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            if data.get("rope_mode", "") is None:
+                data = {**data, "rope_mode": "axial"}
+            if data.get("rope_theta") is None and data.get("rope_mode", "axial") in DEFAULT_THETA:
+                data = {**data, "rope_theta": DEFAULT_THETA[data.get("rope_mode", "axial")]}
+        return data
+
+    @model_validator(mode="after")
+    def _pairs(self):
+        if self.hidden % 4:
+            raise ConfigError(
+                "hidden",
+                f"rope2d rotates channel pairs, half by x and half by y: "
+                f"the head width (hidden) must be a multiple of 4, got {self.hidden}",
+            )
+        return self
