@@ -26,7 +26,7 @@ p > 0) and, in torch 2.13, no backward on CPU (torch refuses it: CPU under no_gr
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -35,9 +35,6 @@ from torch.nn.attention.flex_attention import flex_attention
 
 from study.models.dropout import probability_dropout
 from study.models.heads import HeadsLayer, shared_value_heads
-
-if TYPE_CHECKING:
-    from study.models.encodings.base import Encoding
 
 
 class EncodedAttention(HeadsLayer):
@@ -57,7 +54,7 @@ class EncodedAttention(HeadsLayer):
         *,
         dim: int,
         num_heads: int,
-        encoding: Encoding,
+        encoding: Any,  # a ContentEncoding (study.models.encodings.base), which builds this layer
         grid: int,
         head_dim: int | None = None,
         value: bool = False,

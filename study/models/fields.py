@@ -182,7 +182,7 @@ class ModelConfig(BaseModel):
     def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
         """The member ``d`` describes (``arch``, then ``encoding``), validated; else :class:`ConfigError`.
         The baseline takes no attention field (given ones are dropped, as a grid crossing ``arch`` with
-        ``num_heads`` gives them); another encoding's field must be unset, None or its default."""
+        ``num_heads`` gives them); another encoding's field must be unset or None."""
         d = dict(d)
         unknown = sorted(set(d) - set(columns()))
         if unknown:
@@ -202,13 +202,18 @@ class ModelConfig(BaseModel):
                     "encoding", f"must be one of {', '.join(ModelConfig.members)}, got {name!r}"
                 )
             d = {k: v for k, v in d.items() if not (k in owners and v is None)}  # None: unset (the default)
-            for k in [k for k in d if k in owners and k not in member.model_fields]:
-                if d.pop(k) not in (o.model_fields[k].default for o in owners[k]):
-                    raise ConfigError(k, f"applies only to encoding {', '.join(o.name() for o in owners[k])}")
+            other = sorted(k for k in d if k in owners and k not in member.model_fields)
+            if other:
+                owner = ", ".join(o.name() for o in owners[other[0]])
+                raise ConfigError(other[0], f"applies only to encoding {owner}")
         return validated(member, d, "model")
 
     def replace(self, **changes: Any) -> ModelConfig:
-        return ModelConfig.from_dict({**self.to_dict(), **changes})
+        """A copy with ``changes``, validated; another ``encoding`` or ``arch`` leaves this one's own fields."""
+        mine = self.to_dict()
+        if {"encoding", "arch"} & set(changes):
+            mine = {k: v for k, v in mine.items() if k not in encoding_field_owners()}
+        return ModelConfig.from_dict({**mine, **changes})
 
 
 class AttentionConfig(ModelConfig):
@@ -336,11 +341,14 @@ def bound_message(info, kind: str, ctx: dict, v: Any) -> str | None:
     """The refusal of a value beyond a field's declared ``ge``/``le`` (None for another error): a float
     range (an encoding's, what its equation carries) as a range, an integer as its one violated end, naming
     the :mod:`study.limits` constant it is."""
-    if info is None or kind not in ("greater_than_equal", "less_than_equal"):
+    ranges = ("greater_than_equal", "less_than_equal", "float_type", "finite_number")
+    if info is None or kind not in ranges:
         return None
     ge, le, limit, typ = field_bounds(info)
     if typ is float and ge is not None and le is not None:
         return f"must be a number from {ge:g} to {le:g}, got {v!r}"
+    if kind not in ranges[:2]:
+        return None
     if kind == "less_than_equal":
         return f"must be <= {ctx['le']}" + (f" ({limit})" if limit else "") + f", got {v!r}"
     return f"must be >= {ctx['ge']}, got {v!r}"

@@ -204,7 +204,7 @@ def test_macs_count_each_encodings_positional_scores():
     "kw,field,message",
     [
         ({"encoding": "gpsa", "num_heads": 8}, "num_heads", "must be a square"),
-        ({"encoding": "gpsa", "pos_dim": 5}, "pos_dim", "pos_dim is 3"),
+        ({"encoding": "gpsa", "pos_dim": 5}, "pos_dim", "must be one of 3, got 5"),
         ({"encoding": "gpsa", "locality_strength": 0.0}, "locality_strength", "must be a number from"),
         (
             {"encoding": "gpsa", "locality_strength": float("inf")},
@@ -346,11 +346,12 @@ def test_macs_of_a_row_holding_another_encodings_field():
 
 def _number_fields():
     """(encoding, field) for every number field every encoding declares."""
+    fields = encoding_fields()
     return [
-        (name, f)
-        for name, enc in REGISTRY.items()
-        for f in enc.fields
-        if f.type in (int, float) and f.type is not bool
+        (m.name(), fields[k])
+        for m in ModelConfig.members.values()
+        for k in m.model_fields
+        if k in fields and fields[k].type in (int, float)
     ]
 
 
@@ -362,8 +363,8 @@ def _field_bounds(f):
 
 def _out_of_bounds(f):
     low, high = _field_bounds(f)
-    if f.type is int:  # the upper end (MAX_MODEL_FIELD) is checked at the edge: flags and study files
-        return [low - 1]
+    if f.type is int:  # MAX_MODEL_FIELD's, declared by the field too
+        return [low - 1, high + 1]
     return [low / 2, high * 2, 5e-324, 1e308, float("nan"), float("inf"), -float("inf")]
 
 

@@ -4,16 +4,17 @@ smallest subnormal, the largest float, NaN, ±inf), at each declared bound and j
 refused by `study validate` in one line naming it (exit 2), or accepted and one optimisation step of a
 tiny model with it runs.  The bounds are declared once, beside each field, and published in the schema."""
 
-import dataclasses
 import json
 import math
+import typing
 
 import pytest
 import torch
 import yaml
 
 from study import limits
-from study.models.config import ENCODING_FIELDS, FLOAT32_MAX, ModelConfig, bounds_of
+from study.models.config import ENCODING_FIELDS, FLOAT32_MAX, Bounds, ModelConfig, columns
+from study.models.fields import encoding_field_owners
 from study.trial import TrainConfig
 from study.trial.loop import first_steps
 
@@ -74,24 +75,45 @@ ENCODING_OF = {"locality_strength": "gpsa", "rope_theta": "rope2d", "pos_dim": "
 DATA_FIXED = {"image_size", "in_channels", "num_classes", "downsample"}
 
 
-def _numeric(fields, kinds=("int", "float", "int | None", "float | None", "int | float")):
-    return [
-        f
-        for f in fields
-        if (f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")) in kinds
-        or str(f.type) in kinds
+def _info(name):
+    """The pydantic field ``name`` of TrainConfig, ModelConfig or the encoding declaring it."""
+    owners = encoding_field_owners()
+    if name in TrainConfig.model_fields:
+        return TrainConfig.model_fields[name]
+    return owners[name][0].model_fields[name] if name in owners else ModelConfig.model_fields[name]
+
+
+def _types(info):
+    """The types a field takes, None and bounds aside (``Annotated[float, B] | None`` -> (float,))."""
+    args = (
+        typing.get_args(info.annotation) if typing.get_origin(info.annotation) is not typing.Annotated else ()
+    )
+    kinds = [typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a for a in args]
+    return tuple(k for k in kinds or [info.annotation] if k is not type(None))
+
+
+def bounds_of(info):
+    """The :class:`Bounds` a float field declares (also inside ``Optional``), or None."""
+    args = [info.annotation, *typing.get_args(info.annotation)]
+    meta = [
+        *info.metadata,
+        *(m for a in args if typing.get_origin(a) is typing.Annotated for m in a.__metadata__),
     ]
+    return next((m for m in meta if isinstance(m, Bounds)), None)
 
 
-TRAIN_FIELDS = [f.name for f in _numeric(dataclasses.fields(TrainConfig))]
-MODEL_FIELDS = [f.name for f in _numeric(dataclasses.fields(ModelConfig)) if f.name not in DATA_FIXED]
+def _numeric(names):
+    return [n for n in names if set(_types(_info(n))) & {int, float} and bool not in _types(_info(n))]
+
+
+TRAIN_FIELDS = _numeric([k for k in TrainConfig.model_fields if k != "model"])
+MODEL_FIELDS = [n for n in _numeric(columns()) if n not in DATA_FIXED]
 
 
 def _bounds(name):
     """(low, high, admits) of a field: its declared Bounds, an encoding's range, or the int table above."""
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig) + dataclasses.fields(ModelConfig)}
-    b = bounds_of(fields[name]) if name in fields else None
-    if b is not None and not b.integer:
+    b = bounds_of(_info(name))
+    if b is not None:
         return b.low, b.high, b.admits
     enc = ENCODING_FIELDS.get(name)
     if enc is not None and enc.bounds is not None:
@@ -195,27 +217,35 @@ def test_the_published_schema_states_every_declared_bound():
         **defs["Schedule"]["properties"],
         **defs["Protocol"]["properties"],
     }
-    declared = {f.name: bounds_of(f) for f in dataclasses.fields(TrainConfig) if bounds_of(f)}
+    declared = {k: bounds_of(f) for k, f in TrainConfig.model_fields.items() if bounds_of(f)}
     assert {
         "lr",
         "momentum",
         "weight_decay",
         "warmup",
         "warmup_epochs",
-        "warmup_steps",
         "cutmix_alpha",
         "mixup_alpha",
         "label_smoothing",
     } <= set(declared)
+    steps = _typed(props["warmup_steps"])  # an integer field: its range and the limit it is
+    assert (steps["minimum"], steps["maximum"]) == (0, limits.MAX_TRAIN_FIELD["warmup_steps"])
     for name, b in declared.items():
-        assert b.json_schema().items() <= props[name].items(), name
+        assert b.json_schema().items() <= _typed(props[name]).items(), name
     model = defs["ModelFields"]["properties"]
-    for f in dataclasses.fields(ModelConfig):
-        if bounds_of(f):
-            assert bounds_of(f).json_schema().items() <= model[f.name].items(), f.name
-        elif f.name in ENCODING_FIELDS and ENCODING_FIELDS[f.name].bounds:
-            low, high = ENCODING_FIELDS[f.name].bounds
-            assert (model[f.name]["minimum"], model[f.name]["maximum"]) == (low, high), f.name
+    for name in columns():
+        if bounds_of(_info(name)):
+            assert bounds_of(_info(name)).json_schema().items() <= _typed(model[name]).items(), name
+        elif name in ENCODING_FIELDS and ENCODING_FIELDS[name].bounds:
+            low, high = ENCODING_FIELDS[name].bounds
+            assert (_typed(model[name])["minimum"], _typed(model[name])["maximum"]) == (low, high), name
+    assert _typed(model["num_heads"])["type"] == "integer" and _typed(model["num_heads"])["minimum"] == 1
+    assert set(_typed(model["encoding"])["enum"]) == set(ModelConfig.members)
+
+
+def _typed(prop):
+    """A property's schema without its ``null`` alternative (an optional field's)."""
+    return next((p for p in prop.get("anyOf", []) if p.get("type") != "null"), prop)
 
 
 @pytest.mark.parametrize(
@@ -242,7 +272,7 @@ def test_an_extreme_accepted_value_whose_loss_turns_non_finite_ends_the_trial_di
     assert read_table(tmp_path, "runs").status.tolist() == ["diverged"]
 
 
-DECLARED = [f.name for f in dataclasses.fields(TrainConfig) if bounds_of(f) and not bounds_of(f).integer]
+DECLARED = [k for k, f in TrainConfig.model_fields.items() if bounds_of(f)]
 #: the declared fields `study train` has a flag for (momentum has none: the paper's 0.9)
 TRAIN_FLAGS = {
     "lr",
@@ -259,8 +289,7 @@ TRAIN_FLAGS = {
 def test_an_override_and_a_flag_just_past_a_declared_bound_are_refused_in_one_line(
     study_in_process, tmp_path, name
 ):
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    past = math.nextafter(bounds_of(fields[name]).high, math.inf)
+    past = math.nextafter(bounds_of(TrainConfig.model_fields[name]).high, math.inf)
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(BASE))
     override = f"{TRAIN_PATHS[name]}={past!r}"
