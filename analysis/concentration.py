@@ -21,7 +21,8 @@ def rule_text(window: int | None = None) -> str:
 
 
 def classify(heads: pd.DataFrame, maps: pd.DataFrame | None) -> pd.DataFrame:
-    """``heads`` with ``window_mass`` (mass inside the stored window; NaN without a map) and ``concentrated`` (bool)."""
+    """``heads`` with ``window_mass`` (mass inside the stored window; NaN without a map) and ``concentrated``
+    (bool)."""
     mass = {
         (int(r.epoch), int(r.layer), int(r.head)): float(np.sum(np.asarray(r.probs, dtype=float)))
         for r in (maps.itertuples() if maps is not None else ())

@@ -31,8 +31,9 @@ body { font: 14px/1.45 system-ui, -apple-system, 'DejaVu Sans', sans-serif; marg
 h1 { font-size: 1.5em; margin-bottom: .2em; } h2 { font-size: 1.15em; margin-top: 1.6em;
   border-bottom: 1px solid #ddd; padding-bottom: .2em; }
 .meta { color: #555; } .summary span { margin-right: 1.2em; }
-table { border-collapse: collapse; font-size: 13px; } th, td { padding: 3px 8px; border-bottom: 1px solid #eee;
-  text-align: left; } td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #eee; text-align: left; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 .bar { background: #eee; width: 110px; height: 10px; display: inline-block; vertical-align: middle; }
 .bar > div { background: #3b7dd8; height: 10px; }
 .status-error, .status-diverged, .status-interrupted { color: #b00020; font-weight: 600; }
@@ -74,7 +75,8 @@ def _count(n: int, noun: str) -> str:
 
 
 def _table(head: list, rows: list[list]) -> str:
-    """An HTML table; a cell is its HTML or (class, HTML), a header cell's class its column's (``num``: numbers)."""
+    """An HTML table; a cell is its HTML or (class, HTML), a header cell's class its column's (``num``:
+    numbers)."""
     cols = [h[0] if isinstance(h, tuple) else "" for h in head]
     html_rows = []
     for tag, cells in [("th", head), *(("td", r) for r in rows)]:
@@ -117,7 +119,8 @@ def figure_cache(study: Study) -> Path:
 
 
 def figures(study: Study) -> tuple[list[tuple[str, str]], list[str]]:
-    """(caption, base64 PNG) of every figure the data supports, drawn in :func:`figure_cache`, and the skip lines."""
+    """(caption, base64 PNG) of every figure the data supports, drawn in :func:`figure_cache`, and the skip
+    lines."""
     from analysis.figures import draw_all
 
     with warnings.catch_warnings():
@@ -128,8 +131,8 @@ def figures(study: Study) -> tuple[list[tuple[str, str]], list[str]]:
 
 
 def _table1(study: Study) -> str:
-    from analysis.figures import Context, Skip
     from analysis.figures import table1 as t1
+    from analysis.figures.context import Context, Skip
 
     ctx = Context(study=study, out=Path("."))
     try:
@@ -228,18 +231,22 @@ def render(study: Study, *, version: str = "", poll_ms: int = 0) -> str:
     skips = "".join(f"<li>{_e(s)}</li>" for s in skipped)
     spec = study_file(study)
     generated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+    refreshes = " · refreshes while the study runs" if poll_ms else ""
+    spec_html = (
+        f"<pre>{_e(spec)}</pre>" if spec else "<p class='skipped'>no study.yaml next to the tables</p>"
+    )
     return f"""<!DOCTYPE html>
 <html lang="en" data-version="{_e(version)}"><head><meta charset="utf-8">
 <title>{_e(name)}: study report</title><style>{CSS}</style></head><body>
 <h1>Study {_e(name)}</h1>
-<p class="meta">Tables: {_e(study.root)} · generated {generated}{" · refreshes while the study runs" if poll_ms else ""}</p>
+<p class="meta">Tables: {_e(study.root)} · generated {generated}{refreshes}</p>
 <p class="summary"><span id="trials">{_count(len(runs), "trial")}: {_e(status)}</span>
 <span id="epochs">{_count(len(epochs), "epoch")} recorded</span></p>
 <h2>Trials</h2>{_progress(runs, epochs)}
 <h2>Failures</h2>{_failures(runs)}
 <h2>Table 1</h2>{_table1(study)}
 <h2>Figures</h2>{figs}{f'<ul class="skipped">{skips}</ul>' if skips else ""}
-<h2>Study file</h2>{f"<pre>{_e(spec)}</pre>" if spec else "<p class='skipped'>no study.yaml next to the tables</p>"}
+<h2>Study file</h2>{spec_html}
 {POLL % poll_ms if poll_ms else ""}</body></html>
 """
 

@@ -53,7 +53,8 @@ def head_colors(n: int) -> list:
 
 
 def save(fig, data: pd.DataFrame, out: Path, stem: str, *, pdf: bool = True) -> list[Path]:
-    """Write ``stem``.png, .pdf (unless not ``pdf``) and .csv (``data``: what the figure plots) under ``out``."""
+    """Write ``stem``.png, .pdf (unless not ``pdf``) and .csv (``data``: what the figure plots) under
+    ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.{ext}" for ext in (("png", "pdf", "csv") if pdf else ("png", "csv"))]
     fig.savefig(paths[0], dpi=DPI, bbox_inches="tight", pad_inches=0.02)

@@ -1,4 +1,5 @@
-"""Convolution-likeness over training, for layers of N_h = K² heads (K odd): docs/figures.md, ``conv_likeness``."""
+"""Convolution-likeness over training, for layers of N_h = K² heads (K odd): docs/figures.md,
+``conv_likeness``."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from analysis.figures import Skip
+from analysis.figures.context import Skip
 from analysis.figures.panels import wrap_note
 from analysis.meta import describe, did_not_train, test_sizes
 from analysis.style import COLUMN_WIDTH
@@ -77,7 +77,8 @@ def _figure(ctx, d: pd.DataFrame) -> list:
             )
     classes = runs["num_classes"].dropna() if "num_classes" in runs else pd.Series(dtype=float)
     chance = 1.0 / float(classes.max()) if len(classes) else 0.1
-    # at least [chance, next 0.1 above the data]: differences of a few test images are not blown up to the height
+    # at least [chance, next 0.1 above the data]: differences of a few test images are not blown up to the
+    # height
     lo = max(0.0, min(chance, math.floor(float(d["test_acc_min"].min()) * 10) / 10))
     hi = min(1.0, max(lo + 0.2, math.ceil(float(d["test_acc_max"].max()) * 10 + 1e-9) / 10))
     ax.set_ylim(lo, hi)

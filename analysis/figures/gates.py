@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.figures import Skip
+from analysis.figures.context import Skip
 from analysis.figures.locality import layer_series, over_training
 from analysis.figures.pooled import model_order, pooled_heads
 

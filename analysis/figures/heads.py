@@ -125,7 +125,7 @@ def _figure(
     lim = limit(list(centres["x"]) + list(centres["y"]) + list(inner["x"]) + list(inner["y"]))
     for ax, layer in zip(axes, layers):
         dl = d[d["layer"] == layer]
-        for (head, level, path), c in dl[dl["kind"] == "contour"].groupby(["head", "level", "path"]):
+        for (head, level, _path), c in dl[dl["kind"] == "contour"].groupby(["head", "level", "path"]):
             ax.plot(c["x"], c["y"], STYLE[level], color=colours[head], linewidth=0.8 if level == 0.5 else 0.7)
         cl = dl[dl["kind"] == "center"]
         ax.scatter(

@@ -9,8 +9,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from analysis.figures import Context, Skip
 from analysis.figures.cache import MANIFEST, Entry, Manifest, fingerprint, table_files
+from analysis.figures.context import Context, Skip
 
 #: tables a module reads besides runs when it does not say (``READS``)
 ALL_TABLES = ("epochs", "heads", "maps")
@@ -48,7 +48,8 @@ def plan(ctx: Context, modules, files: dict) -> list[tuple]:
 
 
 def run(ctx: Context, modules, *, jobs: int) -> tuple[list[Path], list[str]]:
-    """Draw the jobs of ``modules`` that are not fresh in ``ctx.out`` (``ctx.defer``: queued, then drawn here)."""
+    """Draw the jobs of ``modules`` that are not fresh in ``ctx.out`` (``ctx.defer``: queued, then drawn
+    here)."""
     from analysis import style
 
     style.setup()

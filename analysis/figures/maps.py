@@ -1,4 +1,5 @@
-"""Figs. 5/6: attention probabilities, layers × heads, on the stored window (docs/figures.md, ``maps_<model>``)."""
+"""Figs. 5/6: attention probabilities, layers × heads, on the stored window (docs/figures.md,
+``maps_<model>``)."""
 
 from __future__ import annotations
 

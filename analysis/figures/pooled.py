@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.figures import Skip
+from analysis.figures.context import Skip
 from analysis.figures.panels import notes_under_legend
 from analysis.lattice import lattice
 from study.locality import conv_attention_distance, uniform_attention_distance  # numpy only
@@ -53,10 +53,11 @@ def distance_metric(d: pd.DataFrame, trials: pd.DataFrame) -> DistanceMetric:
                 (conv, f"3×3 convolution's taps ({conv:.2f})"),
             ),
             note=(
-                f"attention distance: Σ_k P[q,k]·‖p_k − p_q‖ in cells of the {h}×{w} token grid, averaged over "
-                "every query of the head-statistics test images on the real grid (heads.attention_distance, "
-                f"the same for every encoding); dashed: uniform attention on the grid ({uniform:.2f}); dotted: "
-                f"a 3×3 convolution's taps inside the grid, averaged over every query ({conv:.2f})"
+                f"attention distance: Σ_k P[q,k]·‖p_k − p_q‖ in cells of the {h}×{w} token grid, averaged "
+                "over every query of the head-statistics test images on the real grid "
+                "(heads.attention_distance, the same for every encoding); dashed: uniform attention on "
+                f"the grid ({uniform:.2f}); dotted: a 3×3 convolution's taps inside the grid, averaged over "
+                f"every query ({conv:.2f})"
             ),
         )
     return DistanceMetric(

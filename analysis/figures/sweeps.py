@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from analysis.figures import Skip
+from analysis.figures.context import Skip
 from analysis.figures.panels import wrap_note
 from analysis.meta import describe
 from analysis.style import COLUMN_WIDTH

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.figures import Skip
+from analysis.figures.context import Skip
 from analysis.meta import describe, did_not_train, selection_note
 from analysis.paper import paper_row
 from analysis.variants import variant_order

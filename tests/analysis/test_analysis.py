@@ -447,7 +447,7 @@ def _median_seed(paper) -> str:
 
 
 def test_variant_figures_show_the_median_seed_and_say_so(paper, paper_figures):
-    from analysis.figures import Context, as_figure
+    from analysis.figures.context import Context, as_figure
 
     rep = _median_seed(paper)
     for kind in ("heads", "maps", "trajectories"):
@@ -464,7 +464,7 @@ def test_variant_figures_show_the_median_seed_and_say_so(paper, paper_figures):
 
 def test_per_seed_flag_draws_one_figure_per_trial(paper, tmp_path, monkeypatch, capsys):
     from analysis import style
-    from analysis.figures import Context
+    from analysis.figures.context import Context
 
     style.setup()
     ctx = Context(study=analysis.load(paper), out=tmp_path, per_seed=True, pdf=False)  # CSVs read
@@ -541,8 +541,8 @@ def test_heads_csv_centres_and_contours(paper, paper_figures):
 
 def test_epoch_option_picks_the_stored_epoch(paper, tmp_path):
     from analysis import style
-    from analysis.figures import Context
     from analysis.figures import maps as maps_fig
+    from analysis.figures.context import Context
 
     style.setup()
     study = analysis.load(paper)
@@ -622,7 +622,8 @@ def test_conv_likeness_csv(paper, paper_figures):
 
 def test_sweep_heatmap_csv(sweep, tmp_path):
     from analysis import style
-    from analysis.figures import Context, conv_likeness, sweeps
+    from analysis.figures import conv_likeness, sweeps
+    from analysis.figures.context import Context
 
     style.setup()
     ctx = Context(study=analysis.load(sweep), out=tmp_path)
@@ -787,7 +788,8 @@ def test_query_command_imports_neither_pandas_nor_torch(paper):
         "with contextlib.redirect_stdout(out):\n"
         f"    rc = main(['query', {str(paper)!r}, 'SELECT count(*) AS n FROM heads', '--format', 'csv'])\n"
         "bad = [m for m in ('pandas', 'pyarrow.compute', 'torch') if m in sys.modules]\n"
-        "sys.exit(f'imported {bad}' if bad else (rc or (0 if out.getvalue().split()[0] == 'n' else 'no answer')))\n"
+        "answered = out.getvalue().split()[0] == 'n'\n"
+        "sys.exit(f'imported {bad}' if bad else (rc or (0 if answered else 'no answer')))\n"
     )
     run_fresh(code)
 

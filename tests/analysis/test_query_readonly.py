@@ -100,7 +100,8 @@ HOSTILE = [
     ("copy_relative", "COPY runs TO 'leak.parquet'"),
     (
         "copy_partitioned_into_tables",
-        "COPY (SELECT * FROM epochs) TO '{T}/epochs' (FORMAT parquet, PARTITION_BY (trial_id), OVERWRITE_OR_IGNORE)",
+        "COPY (SELECT * FROM epochs) TO '{T}/epochs' "
+        "(FORMAT parquet, PARTITION_BY (trial_id), OVERWRITE_OR_IGNORE)",
     ),
     ("copy_from_file", "COPY runs FROM '{X}/outside.txt'"),
     ("copy_pivot", "COPY (" + PIVOT + ") TO '{T}/runs/p.csv'"),

@@ -1,5 +1,6 @@
 """`analysis report`: one self-contained page; `--serve` keeps it current while a study
-runs.  Checked in a real headless Chromium (Debian's `chromium`, installed by tests/install-system-deps.sh)."""
+runs.  Checked in a real headless Chromium (Debian's `chromium`, installed by
+tests/install-system-deps.sh)."""
 
 import base64
 import io
@@ -34,7 +35,8 @@ CHROMIUM_FLAGS = [
 def chromium() -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     assert exe, (
-        "headless Chromium is required: tests/install-system-deps.sh installs it (Debian: apt-get install -y chromium)"
+        "headless Chromium is required: tests/install-system-deps.sh installs it "
+        "(Debian: apt-get install -y chromium)"
     )
     return exe
 

@@ -18,9 +18,10 @@ import torch
 import analysis
 from analysis import cli
 from analysis.concentration import MAX_ENTROPY, MIN_WINDOW_MASS
-from analysis.figures import Context, convergence, sweeps, table1
+from analysis.figures import convergence, sweeps, table1
 from analysis.figures import heads as heads_fig
 from analysis.figures import maps as maps_fig
+from analysis.figures.context import Context, Skip
 from analysis.schema import COLUMNS
 from study.models import ModelConfig
 from study.models.cost import model_macs
@@ -115,7 +116,7 @@ def test_three_seeds_are_one_variant_everywhere(seeds, tmp_path):
     slugs = list(ctx.trials["slug"])
     assert not any(r in sl for r in runs.ray_trial_id for sl in slugs), slugs
     assert "sa-quadratic-isotropic-nh9-seed2" in slugs and "sa-learned-nh4-dp8" in slugs
-    with pytest.raises(analysis.figures.Skip, match=r"found 1: encoding\)"):
+    with pytest.raises(Skip, match=r"found 1: encoding\)"):
         sweeps.data(ctx.study.runs)  # the only configuration axis: no Ray id, no cell, no sample
 
 

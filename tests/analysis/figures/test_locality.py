@@ -17,8 +17,9 @@ import pytest
 import analysis
 from analysis import cli, style
 from analysis.contours import window_contours
-from analysis.figures import Context, distance, gates, locality
+from analysis.figures import distance, gates, locality
 from analysis.figures import heads as heads_fig
+from analysis.figures.context import Context, Skip
 from analysis.figures.pooled import CONV3_DISTANCE
 from analysis.variants import trial_table, variant_order
 from study.tables import TableWriter, read_table
@@ -299,7 +300,7 @@ def test_gate_figure_skipped_for_an_older_study_without_the_column(tmp_path):
     style.setup()
     ctx = Context(study=analysis.load(study), out=tmp_path / "figs")
     assert "gate" not in ctx.study.heads
-    with pytest.raises(analysis.figures.Skip, match="no gate column"):
+    with pytest.raises(Skip, match="no gate column"):
         gates.draw(ctx)
     # the distance figures do not need it
     assert distance.draw(ctx) and locality.draw(ctx)
@@ -309,7 +310,7 @@ def test_gate_figure_skipped_when_every_gate_is_null(tmp_path):
     study = write_study(tmp_path / "nulls", [TRIALS[6], TRIALS[0]], epochs=2)
     style.setup()
     ctx = Context(study=analysis.load(study), out=tmp_path / "figs")
-    with pytest.raises(analysis.figures.Skip, match="no gated heads"):
+    with pytest.raises(Skip, match="no gated heads"):
         gates.draw(ctx)
 
 

@@ -10,8 +10,8 @@ import pytest
 
 import analysis
 from analysis import style
-from analysis.figures import Context
 from analysis.figures import maps as maps_fig
+from analysis.figures.context import Context
 from study.tables import TableWriter
 
 HEADS = 2
