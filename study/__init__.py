@@ -18,28 +18,29 @@ def run(
     shared_storage=False,
     quiet=False,
     verbose=False,
-):
-    """``study run FILE [OVERRIDE ...]`` in this process; returns the :class:`analysis.Study`.
+) -> str:
+    """``study run FILE [OVERRIDE ...]`` in this process, by the same library function
+    (:func:`study.driver.run`); returns the study's folder (a path or a URI), which
+    ``analysis.load`` opens.
 
     Every argument is checked here, as the command's parser checks its flags: a wrong type or value is a
-    :class:`study.errors.UsageError` naming it.  Errors, interruption and failed trials: docs/study-files.md,
-    "From Python (a notebook)"."""
+    :class:`study.errors.UsageError` naming it.  Errors, interruption and failed trials:
+    docs/study-files.md, "From Python (a notebook)"."""
     import sys
 
+    from study import driver
     from study.errors import EXIT_SIGINT
 
-    # each override's own type and form: study.overrides; the name's: --name's rule (studies.checked_name)
+    # each override's own type and form: study.overrides; the name's: --name's rule (driver.checked_name)
     _check_type("overrides", overrides, (list, tuple), "a list of KEY=VALUE strings")
     for arg, value in (("shared_storage", shared_storage), ("quiet", quiet), ("verbose", verbose)):
         _check_type(arg, value, bool, "must be True or False")
     _check_type("address", address, (str, type(None)), "must be a string or None")  # its form: tuning.cluster
     file, storage, data = _path("file", file, none=False), _path("storage", storage), _path("data", data)
-    from study.commands.studies import NUM_CPUS, run_file
-
     if num_cpus is not None:
-        num_cpus = _bounded("num_cpus", num_cpus, NUM_CPUS)
+        num_cpus = _bounded("num_cpus", num_cpus, driver.NUM_CPUS)
     try:
-        runs = run_file(
+        runs = driver.run(
             file,
             overrides=list(overrides),
             storage=storage,
@@ -57,9 +58,7 @@ def run(
             sys.modules["study.tuning.raylog"].restore()
     if runs.attrs.get("exit_code") == EXIT_SIGINT:
         raise KeyboardInterrupt(f"study interrupted; continue it with `study resume {runs.attrs['root']}`")
-    import analysis
-
-    return analysis.load(runs.attrs["root"])
+    return runs.attrs["root"]
 
 
 def _shown(value) -> str:
@@ -91,7 +90,8 @@ def _path(arg: str, value, *, none: bool = True) -> str | None:
 
 
 def _bounded(arg: str, value, bound) -> int:
-    """An integer argument within the bounds of its command-line flag (a :class:`study.cliutil.BoundedInt`)."""
+    """An integer argument within the bounds of its command-line flag (a
+    :class:`study.cliutil.BoundedInt`)."""
     import argparse
     import numbers
 

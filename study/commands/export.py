@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from study.cliutil import BoundedInt, check_data, refused
-from study.commands.studies import _storage, _study_root, check_writable
+from study.commands.studies import _storage, _study_root
+from study.driver import check_writable
 from study.errors import UsageError
 from study.limits import MAX_EVAL_BATCH, MAX_SUBSET
 
@@ -180,7 +181,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def _source(args: argparse.Namespace, export: dict) -> str:
-    """The data source to evaluate on: ``--data``, else the one the export names (checked as ``--data`` is)."""
+    """The data source to evaluate on: ``--data``, else the one the export names (checked as ``--data``
+    is)."""
     source = args.data or (export.get("train_config") or {}).get("data")
     if not source:
         raise UsageError("--data: required (the export does not name its training data)")
@@ -213,7 +215,8 @@ def _export_head(path: Path) -> dict | None:
 
 def _check_head(export: dict, *, where: str) -> None:
     """What :func:`~study.models.trained.check_export` checks that needs no model built (its configuration,
-    a tensor for every entry of its state dict), on an export read by :func:`~study.trial.checkpoint.read_head`."""
+    a tensor for every entry of its state dict), on an export read by
+    :func:`~study.trial.checkpoint.read_head`."""
     from study.models.trained import ExportError, check_export_config
     from study.trial.checkpoint import TensorHead
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from study import limits
 from study.cliutil import BoundedFloat, BoundedInt, refused
-from study.commands.studies import add_study_file, load_checked
+from study.commands.studies import add_study_file
 from study.cpus import local_cpus
+from study.driver import load_checked
 from study.errors import UsageError
 from study.metafile import MetaFileError, read_json
 from study.storage import resolve_storage, study_root
@@ -67,8 +68,8 @@ def register(sub) -> None:
 
 
 def read_bench(path: str) -> dict:
-    """A ``study bench --json`` report, or one line naming what is wrong (exit 2); :mod:`study.metafile` refuses
-    a FIFO, a device or a folder without blocking and bounds nesting and size."""
+    """A ``study bench --json`` report, or one line naming what is wrong (exit 2); :mod:`study.metafile`
+    refuses a FIFO, a device or a folder without blocking and bounds nesting and size."""
     try:
         report = read_json(path, max_bytes=MAX_BENCH_BYTES)
     except FileNotFoundError:
@@ -85,7 +86,8 @@ def read_bench(path: str) -> dict:
 
 
 def default_workers(spec) -> tuple[int, str]:
-    """Trials this machine runs at once under the study's resources (at least 1), and a note when it cannot run one."""
+    """Trials this machine runs at once under the study's resources (at least 1), and a note when it cannot
+    run one."""
     from study.tuning.preflight import local_gpus
 
     res, note = spec.study.resources, ""

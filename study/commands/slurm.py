@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from study.cliutil import package_version
-from study.commands.studies import check_writable, checked_name, resolved_storage
+from study.driver import check_writable, checked_name, resolved_storage
 from study.errors import UsageError
 from study.limits import MAX_NAME_LENGTH
 from study.storage import STORAGE_ENV, is_remote, study_exists, study_root
@@ -71,7 +71,8 @@ print(" ".join(map(str, ports)))' "$1"
 
 node_ip() {{  # the address SLURM reaches this node at (NodeAddr), resolved
   local addr
-  addr="$(scontrol show node "${{SLURMD_NODENAME:-$(hostname)}}" -o 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p')"
+  addr="$(scontrol show node "${{SLURMD_NODENAME:-$(hostname)}}" -o 2>/dev/null | tr ' ' '\n' |
+    sed -n 's/^NodeAddr=//p')"
   "$PYTHON" -c 'import socket, sys; print(socket.gethostbyname(sys.argv[1]))' "${{addr:-$(hostname)}}"
 }}
 
@@ -109,13 +110,15 @@ ray_node() {{  # ray_node head|worker [HEAD_ADDRESS]: one Ray node in the foregr
               --dashboard-agent-listen-port "${{ports[2]}}" --dashboard-agent-grpc-port "${{ports[3]}}"
               --metrics-export-port "${{ports[4]}}" --runtime-env-agent-port "${{ports[5]}}")
   if [ "$role" = head ]; then
-    args+=(--head --port "$HEAD_PORT" --dashboard-port "$DASHBOARD_PORT" --ray-client-server-port "$CLIENT_PORT")
+    args+=(--head --port "$HEAD_PORT" --dashboard-port "$DASHBOARD_PORT"
+      --ray-client-server-port "$CLIENT_PORT")
   else
     args+=(--address "$2")
   fi
   say "Ray $role node at $ip: $cpus CPUs, $gpus GPUs, temp dir $tmp"
   # Ray outlives SLURM's job-wide SIGTERM until the driver has stopped the study (docs/clusters.md, SLURM):
-  # SIGTERM, SIGINT, SIGUSR2 blocked, in a session of its own; SIGKILL by PID stops it (SIGUSR2 or the end here).
+  # SIGTERM, SIGINT, SIGUSR2 blocked, in a session of its own; SIGKILL by PID stops it (SIGUSR2 or the
+  # end here).
   local stopping=""
   trap '' TERM INT
   trap 'stopping=1; kill_marked KILL "$ray_pid" >/dev/null' USR2
@@ -149,7 +152,8 @@ export HEAD_PORT DASHBOARD_PORT CLIENT_PORT
 HEAD_IP="$(node_ip)"
 HEAD="$HEAD_IP:$HEAD_PORT"
 [ -z "$RAY_LOGS" ] || RAY_LOGS="$RAY_LOGS/ray-$SLURM_JOB_ID-${{SLURM_RESTART_COUNT:-0}}"
-say "job $SLURM_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}}) on ${{SLURM_JOB_NUM_NODES:-1}} node(s): $SLURM_JOB_NODELIST; Ray head $HEAD"
+say "job $SLURM_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}}) on ${{SLURM_JOB_NUM_NODES:-1}} node(s):\
+ $SLURM_JOB_NODELIST; Ray head $HEAD"
 
 signalled="" driver="" wait_pid=""
 on_signal() {{  # SIGTERM/SIGINT: to the driver, which takes a copy within 2 s of SLURM's own as the same
@@ -196,7 +200,8 @@ else
     "$PYTHON" -m study resume "$NAME" --storage "$STORAGE" --shared-storage --address "$HEAD" &
   else
     say "study run ${{RUN[0]}} --name $NAME"
-    "$PYTHON" -m study run "${{RUN[@]}}" --name "$NAME" --storage "$STORAGE" --shared-storage --address "$HEAD" &
+    "$PYTHON" -m study run "${{RUN[@]}}" --name "$NAME" --storage "$STORAGE" --shared-storage \
+      --address "$HEAD" &
   fi
   driver=$!
   [ -z "$signalled" ] || kill -TERM "$driver" 2>/dev/null
@@ -216,7 +221,8 @@ say "Ray stopped on every node"
 if [ "$signalled" = USR1 ]; then
   say "time limit near: requeueing job $SLURM_JOB_ID (the next run resumes the study)"
   trap '' TERM INT  # SLURM ends this run of the job now
-  scontrol requeue "$SLURM_JOB_ID" || say "scontrol requeue failed: continue with \`study slurm $NAME --resume\`"
+  scontrol requeue "$SLURM_JOB_ID" ||
+    say "scontrol requeue failed: continue with \`study slurm $NAME --resume\`"
 fi
 exit "$status"
 """
@@ -234,9 +240,10 @@ def register(sub) -> None:
         "every Ray process of the job when the study ends. sbatch options go after `--`, e.g. "
         "`study slurm FILE --storage /nfs/studies --submit -- --nodes=2 --cpus-per-task=16 --gpus-per-task=1 "
         "--time=24:00:00`.",
-        epilog="SIGTERM (scancel, preemption) stops the study cleanly (trials `interrupted`); SIGUSR1, which the "
-        "script asks for 2 minutes before the time limit, does the same and requeues the job. Exit status of "
-        "the job: the driver's (0, 1 a trial failed, 2 bad input, 3 storage, 4 Ray did not come up, 143 stopped).",
+        epilog="SIGTERM (scancel, preemption) stops the study cleanly (trials `interrupted`); SIGUSR1, which "
+        "the script asks for 2 minutes before the time limit, does the same and requeues the job. Exit "
+        "status of the job: the driver's (0, 1 a trial failed, 2 bad input, 3 storage, 4 Ray did not come "
+        "up, 143 stopped).",
     )
     p.add_argument("file", help="study file (with --resume: the name of an existing study)")
     p.add_argument(

@@ -1,7 +1,8 @@
 """The Python API (issue 31, item 3): ``study.run(FILE, overrides=[...], storage=...)`` runs a
-study as ``study run`` does (one code path) and returns the ``analysis.Study`` that
-``analysis.load`` gives; where the command prints its one line, it raises a typed error
-of :mod:`study.errors` and prints nothing.  ``import study`` stays cheap."""
+study as ``study run`` does (one library function, :func:`study.driver.run`) and returns the
+study's folder, which ``analysis.load`` opens (study never imports analysis: tests/test_layers.py);
+where the command prints its one line, it raises a typed error of :mod:`study.errors` and prints
+nothing.  ``import study`` stays cheap."""
 
 from __future__ import annotations
 
@@ -46,19 +47,21 @@ def ray_after():
 
 
 @pytest.mark.slow
-def test_run_returns_the_study_analysis_load_gives(study_file, tmp_path, capsys, ray_after):
+def test_run_returns_the_folder_analysis_load_opens(study_file, tmp_path, capsys, ray_after):
     import logging
 
     import ray  # noqa: F401 - Ray's own handler on the `ray` logger, as a notebook has it
 
     from study.tuning import raylog
 
-    raylog.restore()  # a fresh notebook: no earlier in-process `study` command of this worker holds the logger
+    # a fresh notebook: no earlier in-process `study` command of this worker holds the logger
+    raylog.restore()
     rays_own = list(logging.getLogger("ray").handlers)
-    s = study.run(
+    root = study.run(
         study_file, overrides=["model.hidden=8"], storage=str(tmp_path / "st"), num_cpus=2, quiet=True
     )
-    assert isinstance(s, analysis.Study)
+    assert root == str((tmp_path / "st" / "api").resolve())
+    s = analysis.load(root)
     runs = s.runs
     assert len(runs) == 1 and runs.status.tolist() == ["finished"] and runs.hidden.tolist() == [8]
     loaded = analysis.load("api", storage=str(tmp_path / "st"))
@@ -119,6 +122,29 @@ def test_an_unreachable_store_is_a_storage_error(study_file, monkeypatch, capsys
         study.run(study_file, storage="s3://studies/p")
     assert info.value.exit_code == 3 and f"127.0.0.1:{port}" in str(info.value)
     assert capsys.readouterr().err == ""
+
+
+def test_the_command_and_the_function_call_one_library_function(study_file, tmp_path, monkeypatch):
+    """``study run`` only parses and prints, ``study.run`` only checks its arguments: both hand the same
+    arguments to :func:`study.driver.run`."""
+    from study import driver
+    from study.cli import main
+
+    calls = []
+
+    def library(file, **kwargs):
+        calls.append((kwargs.pop("prog", "study run"), file, kwargs))
+        runs = pd.DataFrame()
+        runs.attrs.update(root=str(tmp_path / "st" / "api"), exit_code=0)
+        return runs
+
+    monkeypatch.setattr(driver, "run", library)
+    assert study.run(study_file, overrides=["epochs=2"], storage=str(tmp_path / "st")) == str(
+        tmp_path / "st" / "api"
+    )
+    assert main(["run", str(study_file), "epochs=2", "--storage", str(tmp_path / "st")]) == 0
+    (api, *_), (cli, *_) = calls
+    assert (api, cli) == ("study.run", "study run") and calls[0][1:] == calls[1][1:]
 
 
 def test_import_study_is_cheap():

@@ -1,10 +1,10 @@
-"""``study run``'s checks before a start (study/commands/studies.py): what they read, read once."""
+"""``study run``'s checks before a start (study/driver.py): what they read, read once."""
 
 from __future__ import annotations
 
 from study.commands.plan import source_sizes
-from study.commands.studies import check_data, load_checked
 from study.data import sources
+from study.driver import check_data, load_checked
 from study.tuning.runner import launch_plan
 from tests.data_helpers import make_tree
 from tests.helpers import write_spec
