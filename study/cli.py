@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     exit_without_final_collections()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    # `study slurm FILE [options] -- SBATCH_OPTION ...`: everything after the first `--` is sbatch's, never ours
+    # `study slurm FILE [options] -- SBATCH_OPTION ...`: everything after the first `--` is sbatch's,
+    # never ours
     cut = argv.index("--") if argv[:1] == ["slurm"] and "--" in argv else len(argv)
     args, extra = parser.parse_known_args(argv[:cut])
     args.sbatch = argv[cut + 1 :]

@@ -31,8 +31,8 @@ class StudyError(Exception):
     driver): ``__reduce__`` rebuilds it from ``self._init``."""
 
     exit_code = EXIT_TRIAL_ERROR
-    #: keep the message as written (a value quoted in it keeps its blanks: `got '   '`), its line breaks and other
-    #: control characters escaped (:func:`printable`); else squeezed by :func:`one_line`
+    #: keep the message as written (a value quoted in it keeps its blanks: `got '   '`), its line breaks
+    #: and other control characters escaped (:func:`printable`); else squeezed by :func:`one_line`
     verbatim = False
 
     def __init__(self, message: str):

@@ -43,7 +43,8 @@ def _model_variant(
 
 def bench_model(key: str, opts: BenchOptions) -> dict:
     """Training throughput of ``BENCH_MODELS[key]`` (fast paths) and of it with the attention layers
-    of ``opts.references`` (float32, eager; none for ResNet18), timed by :func:`~study.bench.timing.measure`."""
+    of ``opts.references`` (float32, eager; none for ResNet18), timed by
+    :func:`~study.bench.timing.measure`."""
     torch.manual_seed(opts.seed)
     model = build_model(opts.model_config(key)).to(opts.device)
     out = {

@@ -38,7 +38,8 @@ def stated_gpu_peak(device_name: str, precision: str) -> Peak:
 
 
 def timed(device: torch.device, fn: Callable[[], object], steps: int = 1) -> tuple[float, float, object]:
-    """Wall and process CPU seconds of ``steps`` calls of ``fn``, synchronised on ``device``, and its last result."""
+    """Wall and process CPU seconds of ``steps`` calls of ``fn``, synchronised on ``device``, and its
+    last result."""
     synchronize(device)
     t, c = time.perf_counter(), time.process_time()
     for _ in range(steps):

@@ -89,9 +89,9 @@ def format_report(report: dict) -> str:
         )
         + f" ({report['peak_source']})",
         "step = forward + backward + SGD on a device-resident batch; TFLOP/s = 3 x forward FLOPs of the "
-        "timed path x img/s (median window); naive = study.bench.naive: float32, eager, no attention dropout; "
-        "einsum = study.bench.einsum_ref: the original's einsum formulation, float32, with the layer's dropout "
-        "(compare with the training path)",
+        "timed path x img/s (median window); naive = study.bench.naive: float32, eager, no attention "
+        "dropout; einsum = study.bench.einsum_ref: the original's einsum formulation, float32, with the "
+        "layer's dropout (compare with the training path)",
         "peak MB = torch.cuda.max_memory_allocated (n/a on CPU); step MB = rise over the memory held "
         "before the warm-up steps (CPU: peak RSS rise, approximate)",
     ]

@@ -40,7 +40,8 @@ def device_name(device: torch.device) -> str:
 
 
 def run_bench(opts: BenchOptions) -> dict:
-    """Benchmark ``opts.targets`` (checked by the caller): a JSON-serialisable report (``study bench --help``).
+    """Benchmark ``opts.targets`` (checked by the caller): a JSON-serialisable report
+    (``study bench --help``).
     A compiled configuration not in ``VERIFIED_COMPILES`` is refused first (``UnverifiedCompile``) unless
     ``opts.unverified_compile``; a run whose steps give non-finite values is one line of ``non_finite``."""
     if opts.threads is not None:
@@ -55,7 +56,7 @@ def run_bench(opts: BenchOptions) -> dict:
             )
     peak = resolve_peak(opts.device, opts.amp_dtype, opts.peak_tflops)
     models, attention, non_finite = [], [], []
-    for target in (t for target in opts.targets for t in _expand(target)):
+    for target in (t for given in opts.targets for t in _expand(given)):
         try:
             if target.startswith(f"{ATTENTION}:"):
                 attention.append(bench_attention(target.partition(":")[2], opts))

@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     if args.kernel % 2 == 0:
         raise UsageError(f"--kernel: must be a positive odd integer, got {args.kernel}")
     heads, tokens = args.kernel**2, (args.size + args.kernel - 1) ** 2  # T: zero-padded tokens
-    # the largest tensor the check builds: probabilities (batch, K² heads, T, T) or value maps (K², D_in, D_out)
+    # the largest tensor the check builds: probabilities (batch, K² heads, T, T) or value maps
+    # (K², D_in, D_out)
     n = max(
         BATCH * heads * tokens**2,
         heads * args.in_channels * args.out_channels,

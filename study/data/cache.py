@@ -1,6 +1,7 @@
 """The on-disk tensor cache: one ``.pt`` file per decoded source, keyed by content
 (docs/study-files.md, "Data"); written atomically, read with ``weights_only=True``.  torch is
-imported on first use (and pyarrow, by study.atomicio): :func:`cache_path` serves the quick checks of a source."""
+imported on first use (and pyarrow, by study.atomicio): :func:`cache_path` serves the quick checks of a
+source."""
 
 from __future__ import annotations
 

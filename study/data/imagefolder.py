@@ -49,7 +49,8 @@ def load_image_folder(
     )
 
 
-#: sources with fewer images decode silently, in well under a second (no progress lines before a one-line error)
+#: sources with fewer images decode silently, in well under a second (no progress lines before a
+#: one-line error)
 PROGRESS_MIN_IMAGES = 5000
 
 

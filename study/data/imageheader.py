@@ -38,7 +38,8 @@ def refuse_animation(*, source: str, name: str, shape: tuple[int, ...]) -> None:
 
 
 def cannot_decode(e: BaseException, *, source: str, name: str):
-    """The :class:`DataError` of an image no decoder reads, with Pillow's reason ``e`` (not the file object's repr)."""
+    """The :class:`DataError` of an image no decoder reads, with Pillow's reason ``e`` (not the file
+    object's repr)."""
     from .errors import DataError, one_line
 
     why = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", one_line(e, limit=160))

@@ -136,7 +136,8 @@ class DeviceData:
             yield self.normalise(x), self.labels.index_select(0, idx)
 
     def _starts(self, *, batch_size: int, train: bool, rank: int, world_size: int) -> range:
-        """Where ``rank``'s batches start (training: positions in the epoch's order, whole global batches only)."""
+        """Where ``rank``'s batches start (training: positions in the epoch's order, whole global batches
+        only)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if world_size < 1 or not 0 <= rank < world_size:

@@ -290,7 +290,7 @@ def test_archives_are_read_and_refused_in_bounded_memory_under_a_4gib_limit(tmp_
     assert peak <= 1 << 20, f"peak RSS {peak >> 10} MiB"  # KiB: at most 1 GiB (importing torch is ~0.6)
 
 
-# ---------------------------------------------------------------------------- faults that must not lose the study
+# ------------------------------------------------------------------ faults that must not lose the study
 @pytest.mark.slow
 def test_a_trial_failing_on_a_full_disk_ends_in_one_line_and_resumes(tmp_path, small_disk):
     """A trial fails while the disk is full, so Ray's record of it (``error.pkl``) is

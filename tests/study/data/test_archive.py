@@ -203,7 +203,7 @@ def test_compressed_archive_in_several_streams_with_zero_padding():
         assert {n: bytes(images.buffer[o : o + s]) for n, (o, s) in images.files.items()} == PNGS, compress
 
 
-# ---------------------------------------------------------------- raw headers, checked in the reader's own bytes
+# ------------------------------------------------------- raw headers, checked in the reader's own bytes
 def read(raw: bytes):
     return read_images(
         io.BufferedReader(io.BytesIO(raw)), path="a.tar", keep=lambda name: name.endswith(".png")
@@ -356,7 +356,8 @@ def test_a_folder_with_data_is_refused():
 def test_an_extended_header_with_no_member_is_refused():
     raw = tar_bytes(PNGS, pax={"comment": "x"})
     assert read_error(raw[: 2 * 2048 + 1024] + bytes(1024)) == (
-        "a.tar: extended header with no member before the end-of-archive marker at byte 5120: refusing the archive"
+        "a.tar: extended header with no member before the end-of-archive marker at byte 5120: "
+        "refusing the archive"
     )
 
 

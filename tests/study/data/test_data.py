@@ -617,7 +617,7 @@ def test_cuda_loop_has_no_host_sync():
     next(it)  # the per-epoch plan upload happens before the loop
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for x, y in it:
+        for x, _ in it:
             x.sum()
     finally:
         torch.cuda.set_sync_debug_mode("default")

@@ -119,7 +119,8 @@ CASES = {
         ["train", "--data", "cifar10:{cifar}", "--out", "out"],
         "refusing to load os.system",
     ),
-    # a 1 MB gzip declaring and holding a 1 GiB image: refused at its header (3.2 s CPU decompressing it before)
+    # a 1 MB gzip declaring and holding a 1 GiB image: refused at its header (3.2 s CPU decompressing it
+    # before)
     "member-over-image-limit": (
         ["train", "--data", "{bomb}", "--out", "out"],
         "train/a/zeros.png: 1073741824 bytes, more than the limit of 16777216",
@@ -214,7 +215,7 @@ def test_a_refused_source_is_one_line_before_torch_and_leaves_no_cache_entry(out
     assert not (o["cwd"] / "out").exists() and not (o["cwd"] / "st").exists()
 
 
-# ------------------------------------------------------------ the Pillow check refuses what the decoder refuses
+# ------------------------------------------------- the Pillow check refuses what the decoder refuses
 def _encoded(kind: str) -> bytes:
     rgb = Image.fromarray(image_array(5))
     frames = {"append_images": [rgb.rotate(90)], "save_all": True}
