@@ -138,7 +138,8 @@ def package_version() -> str:
 
 @contextlib.contextmanager
 def refused(errors, prefix: str = ""):
-    """An exception of ``errors`` raised inside as the command's one-line refusal: ``prefix`` + its text, exit 2."""
+    """An exception of ``errors`` raised inside as the command's one-line refusal: ``prefix`` + its text,
+    exit 2."""
     try:
         yield
     except errors as e:
@@ -198,9 +199,9 @@ def check_data(option: str, data: str) -> tuple[int, int] | None:
 
 
 def check_sizes(data: str, *, sizes=None, subset, validation, batch: int, workers: int, where) -> None:
-    """``subset``, ``validation`` and one step's ``batch`` against the source's (train, test) ``sizes`` (default:
-    counted, :func:`study.data.sources.source_counts`), refused as :func:`checked_splits` refuses them after
-    loading, but before anything is decoded or torch is imported (:class:`UsageError`)."""
+    """``subset``, ``validation`` and one step's ``batch`` against the source's (train, test) ``sizes``
+    (default: counted, :func:`study.data.sources.source_counts`), refused as :func:`checked_splits`
+    refuses them after loading, but before anything is decoded or torch is imported (:class:`UsageError`)."""
     from study.data.errors import DataError
     from study.data.sources import source_counts
     from study.data.splits import check_subset
@@ -222,7 +223,8 @@ def checked_splits(
 ):
     """The training data loaded (and cached) and its validation split held out before anything starts, so
     a broken archive is one line (:class:`UsageError`); ``where(field)`` names a field in the message.  The
-    sizes are checked first (:func:`check_sizes`): a refused source is not decoded and leaves no cache entry."""
+    sizes are checked first (:func:`check_sizes`): a refused source is not decoded and leaves no cache
+    entry."""
     from study.data import DataError, hold_out_validation, load_splits
     from study.trial.config import batch_overflow
 
@@ -261,7 +263,8 @@ def model_overrides(args: argparse.Namespace) -> dict:
 
 
 def config_from_flags(cls=ModelConfig, **fields):
-    """``cls(**fields)`` (a ModelConfig or TrainConfig), a ConfigError as ``--flag: message`` (:class:`UsageError`)."""
+    """``cls(**fields)`` (a ModelConfig or TrainConfig), a ConfigError as ``--flag: message``
+    (:class:`UsageError`)."""
     try:
         return cls(**fields)
     except ConfigError as e:

@@ -55,7 +55,7 @@ valid_name = re.compile(rf"(?!\.)[\w.-]{{1,{limits.MAX_NAME_LENGTH}}}", re.ASCII
 
 
 def Capped(kind, name: str, **bounds):  # noqa: N802 (a type)
-    """``kind`` with pydantic ``bounds`` and at most :mod:`study.limits`' ``name``, which the refusal names."""
+    """``kind`` with pydantic ``bounds`` and at most :mod:`study.limits`' ``name`` (a refusal names it)."""
     cap = getattr(limits, name)
 
     def check(v):
@@ -184,7 +184,7 @@ Range, IntRange = (Annotated[list[t], Field(min_length=2, max_length=2)] for t i
 
 
 class Distribution(_Strict):
-    """One of: ``uniform: [low, high]``, ``loguniform`` (low > 0), ``int`` (integers), ``choice: [values]``."""
+    """One of: ``uniform: [low, high]``, ``loguniform`` (low > 0), ``int`` (integers), ``choice: [...]``."""
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
     uniform: Range = None
@@ -292,7 +292,7 @@ class _StudyFile(_Strict):
 
     name: Capped(str, "MAX_NAME_LENGTH", min_length=1) = None  # default: the file's stem
     description: Capped(str, "MAX_DESCRIPTION_CHARS") = ""
-    #: the source exists; a path becomes absolute (trials run in other working directories, and on other nodes)
+    #: the source exists; a path becomes absolute (trials run in other working directories, on other nodes)
     data: Annotated[str, AfterValidator(functools.partial(speccheck.check_data_source, exists=True))]
     #: modules that declare encodings of the user's own, imported before the models are read
     #: (:func:`study.models.encodings.load`; docs/study-files.md "Your own encoding")
@@ -444,7 +444,8 @@ class Cell:
 
 @dataclass(frozen=True)
 class StudySpec:
-    """A checked study file: ``study`` (:class:`StudyFile`, its defaults resolved) expanded into its grid cells."""
+    """A checked study file: ``study`` (a :class:`StudyFile`, its defaults resolved) expanded into its
+    grid cells."""
 
     file: str
     study: BaseModel  # a StudyFile (:func:`study_file`)

@@ -53,7 +53,8 @@ class SpecError(StudyFileError, ValueError):
         self._init = self.file, self.path, self.message = file, path, message  # for StudyError.__reduce__
 
 
-#: ``err(path, message)``: a :class:`SpecError` raised in a pydantic validator (``study.spec._refusal`` adds the file)
+#: ``err(path, message)``: a :class:`SpecError` raised in a pydantic validator (``study.spec._refusal``
+#: adds the file)
 err = functools.partial(SpecError, "")
 
 
@@ -197,7 +198,8 @@ def check_values(spec) -> tuple[list[ModelConfig], bool]:
 
 
 def _locate(fld: str, cell, raw: dict) -> str:
-    """The study-file path that set ``fld`` for ``cell``, not a sampled axis (an axis is never set in ``models``)."""
+    """The study-file path that set ``fld`` for ``cell``, not a sampled axis (an axis is never set in
+    ``models``)."""
     if fld in raw.get("grid", {}):
         return f"grid.{fld}"
     if fld in cell.train:

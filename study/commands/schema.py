@@ -16,7 +16,8 @@ def register(sub) -> None:
         help="print the study file's JSON Schema (for editors: completion and checks as you type)",
         description="Print the JSON Schema of a study file (search_spaces/*.yaml) on stdout: keys, types, "
         "defaults and bounds. Editors with the YAML language server use it through a first line "
-        "`# yaml-language-server: $schema=study.schema.json`; search_spaces/study.schema.json is this output. "
+        "`# yaml-language-server: $schema=study.schema.json`; search_spaces/study.schema.json is this "
+        "output. "
         "`study validate FILE` checks what a schema cannot (data, models, batch vs data).",
     )
     p.add_argument(

@@ -148,7 +148,8 @@ def _int(field: str):
 
 
 def derive_trial_id(out: Path) -> str:
-    """The trial id of an ``--out`` folder: its name made into one (``.hidden_out`` → ``hidden_out``), else random."""
+    """The trial id of an ``--out`` folder: its name made into one (``.hidden_out`` → ``hidden_out``),
+    else random."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", out.resolve().name).lstrip("._")[:128]
     return name if _TRIAL_ID.fullmatch(name) else uuid.uuid4().hex[:8]
 
@@ -268,8 +269,9 @@ def _train(args: argparse.Namespace, cfg: TrainConfig, *, out: Path, trial_id: s
 
 
 class _EpochBar:
-    """The running epoch's progress on a terminal, in place (``tqdm``): images done of the epoch's total, images/s
-    and ETA, redrawn at most 4 times a second, cleared before any line (:data:`study.trial.loop.StepProgress`)."""
+    """The running epoch's progress on a terminal, in place (``tqdm``): images done of the epoch's total,
+    images/s and ETA, redrawn at most 4 times a second, cleared before any line
+    (:data:`study.trial.loop.StepProgress`)."""
 
     def __init__(self, *, epochs: int, stream):
         self.epochs, self.stream, self.bar, self.epoch = epochs, stream, None, -1

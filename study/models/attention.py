@@ -41,7 +41,7 @@ def _register_flop_formulas() -> None:
         "_scaled_dot_product_flash_attention_for_cpu": lambda q, k, v, *args, out_shape=None, **kwargs: (
             fc.sdpa_flop_count(q, k, v)
         ),
-        "_scaled_dot_product_flash_attention_for_cpu_backward": lambda g, q, k, v, *args, out_shape=None, **kwargs: (
+        "_scaled_dot_product_flash_attention_for_cpu_backward": lambda g, q, k, v, *a, out_shape=None, **kw: (
             fc.sdpa_backward_flop_count(g, q, k, v)
         ),
     }

@@ -209,7 +209,7 @@ class ModelConfig(BaseModel):
         return validated(member, d, "model")
 
     def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with ``changes``, validated; another ``encoding`` or ``arch`` leaves this one's own fields."""
+        """A validated copy with ``changes``; another ``encoding`` or ``arch`` drops this one's own fields."""
         mine = self.to_dict()
         if {"encoding", "arch"} & set(changes):
             mine = {k: v for k, v in mine.items() if k not in encoding_field_owners()}

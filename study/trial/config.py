@@ -261,7 +261,8 @@ class TrainConfig(BaseModel):
 
 def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str | None:
     """Why no training step would run, or None: training drops the last incomplete batch, so one step's
-    ``batch`` x ``workers`` (DDP) images must fit the ``n_train`` training images (described by ``images``)."""
+    ``batch`` x ``workers`` (DDP) images must fit the ``n_train`` training images (described by
+    ``images``)."""
     if batch * workers <= n_train:
         return None
     per_step = f"{batch} x {workers} workers" if workers > 1 else f"{batch}"

@@ -121,9 +121,9 @@ def train_trial(
             _write_run(t, "interrupted")
         raise
     finally:
-        # The DDP wrapper's reducer holds the process group: release it now, not when the cycle collector finds
-        # ``t``; a gloo group alive at interpreter exit aborts the finished rank (SIGABRT, "terminate called
-        # without an active exception").
+        # The DDP wrapper's reducer holds the process group: release it now, not when the cycle collector
+        # finds ``t``; a gloo group alive at interpreter exit aborts the finished rank (SIGABRT,
+        # "terminate called without an active exception").
         t.net = None
     if ledger is not None:  # the final row and the compacted tables, unless a newer attempt has started
         ledger.ensure_current()

@@ -67,7 +67,7 @@ def _declares(module: types.ModuleType) -> bool:
 
 
 def _load_entry_points() -> None:
-    """The encodings installed packages declare (``importlib.metadata``'s entry points, :data:`ENTRY_POINTS`)."""
+    """The encodings installed packages declare (entry points of :data:`ENTRY_POINTS`)."""
     for ep in entry_points(group=ENTRY_POINTS):
         ep.load()
 

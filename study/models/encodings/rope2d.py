@@ -123,7 +123,7 @@ class Rope2d(AdditiveEncoding):
 
         import torch
 
-        # the angles in float32 under autocast; the meta device (FLOPs counted, `study models`) has no autocast
+        # the angles in float32 under autocast; the meta device (FLOPs, `study models`) has no autocast
         exact = (
             torch.autocast(q.device.type, enabled=False)
             if torch.amp.is_autocast_available(q.device.type)
