@@ -2,7 +2,8 @@
 2-D ALiBi outside the ``study`` package.  Installed (an entry point of ``attention_cnn_study.encodings`` in a
 dist-info that importlib.metadata finds) or named by a study file's ``encodings:``, it registers into the one
 registry and runs through the pipeline: the schema types its field, a study file validates with it,
-``study train`` trains it and writes its runs and heads tables.  Each case runs in a subprocess: a
+``study train`` trains it and writes its runs and heads tables, and ``analysis figures`` puts it in
+Table 1.  Each case runs in a subprocess: a
 registered encoding stays registered in the process that imported it."""
 
 from __future__ import annotations
@@ -65,6 +66,11 @@ def test_an_installed_encoding_is_in_the_schema_validates_and_trains_with_study_
     assert runs.name.tolist() == ["SA ALiBi-2D (N_h=2)"]
     heads = read_table(out / "tables", "heads")  # its head statistics: every head, a finite locality
     assert set(heads["head"]) == {0, 1} and heads.attention_distance.notna().all()
+    r = run_cli(tmp_path, "figures", str(out), "--out", str(tmp_path / "f"), "--jobs", "1", "--no-pdf",
+                module="analysis", env=env, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    table1 = sorted((tmp_path / "f").rglob("table1*.csv"))
+    assert table1 and "SA ALiBi-2D (N_h=2)" in table1[0].read_text(), (r.stdout, table1)
 
 
 def test_a_module_a_study_file_names_registers_its_encoding(tmp_path):
