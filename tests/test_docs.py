@@ -25,7 +25,10 @@ DATA_PATH = "../" + "shared/data/cifar10-jpeg.tar.gz"
 ALLOWED = {
     ("search_spaces/locality.yaml", f"data: {DATA_PATH}"),
     ("search_spaces/repro_cpu.yaml", f"data: {DATA_PATH}"),
-    ("tests/analysis/figures/test_table1.py", f'"data": "{DATA_PATH}"}})'),
+    (
+        "tests/analysis/figures/test_table1.py",
+        f'{{**SA, "encoding": "learned", "pos_dim": 400, **FULL, "data": "{DATA_PATH}"}}',
+    ),
 }
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
