@@ -118,10 +118,10 @@ REFUSED = [
     (["epochz=5"], "epochz: unknown key (allowed: "),
     (["optimizer.rate=0.1"], "optimizer.rate: unknown key (allowed: lr, momentum, weight_decay)"),
     (["epochs=five"], "epochs: must be int, got str 'five' (override epochs=five)"),
-    (["model.hidden=[16]"], "model.hidden: must be an integer, got [16] (override model.hidden=[16])"),
+    (["model.hidden=[16]"], "model.hidden: must be int, got list [16] (override model.hidden=[16])"),
     (
         ["models[0].num_heads=x"],
-        "models.0.num_heads: must be an integer, got 'x' (override models[0].num_heads=x)",
+        "models.0.num_heads: must be int, got str 'x' (override models[0].num_heads=x)",
     ),
     (["seeds=[0,x]"], "seeds.1: must be int, got str 'x' (override seeds=[0,x])"),
     (["seeds=3"], "seeds: must be list, got int 3 (override seeds=3)"),
