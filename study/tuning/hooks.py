@@ -63,10 +63,20 @@ class ContractCallback(Callback):
 
 class ProgressReporter(Callback):
     """Tune's trial events as the console's progress rows (:class:`study.scheduling.progress.Progress`,
-    on this process's monotonic clock); keyword arguments: as :class:`Progress`'s."""
+    on this process's monotonic clock); the arguments: as :class:`Progress`'s."""
 
-    def __init__(self, **kwargs):
-        self.progress = Progress(now=time.monotonic(), **kwargs)
+    def __init__(
+        self,
+        *,
+        plan: list,
+        meta: dict[str, Any],
+        pending: list[str] | None = None,
+        enabled: bool = True,
+        interval: float = 30.0,
+    ):
+        self.progress = Progress(
+            plan=plan, meta=meta, now=time.monotonic(), pending=pending, enabled=enabled, interval=interval
+        )
 
     def setup(self, **info):
         self.progress.began = time.monotonic()

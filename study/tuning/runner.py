@@ -18,10 +18,11 @@ import yaml
 
 from study.atomicio import write_atomic
 from study.errors import RayStartError, one_line
+from study.filesystem import is_remote
 from study.scheduling.contract import RunContract
 from study.scheduling.trials import launch_plan, pending
 from study.spec import StudySpec, selects
-from study.storage import META_FILE, is_remote, read_meta, resolve, study_root
+from study.storage import META_FILE, read_meta, resolve, study_root
 from study.tables import STATUSES, read_table
 from study.variants import value_text, variant_labels
 
