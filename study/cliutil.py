@@ -71,7 +71,7 @@ class BoundedFloat:
 def field_int(cls, field: str) -> BoundedInt:
     """The flag of an integer field of a pydantic configuration (``ModelConfig``, a member, ``TrainConfig``):
     parsed within the bounds the field declares (their one home), which its refusals name."""
-    ge, le, limit, _ = field_bounds(cls.model_fields[field])
+    ge, le, (limit, _), _ = field_bounds(cls.model_fields[field])
     return BoundedInt(ge, le, limit)
 
 

@@ -63,11 +63,13 @@ class Bounds:
         below = v < self.high if self.high_open else v <= self.high
         return (self.off and v == 0) or (above and below)
 
-    def check(self, v: float) -> float:
+    def check(self, v: float, given: Any = None) -> float:
+        """``v`` if admitted, else ValueError quoting the value as ``given`` (an int before float)."""
+        shown = v if given is None else given
         if not math.isfinite(v) or v < 0 <= self.low:
-            raise ValueError(f"must be {self.finite or self.refusal}, got {v!r}")
+            raise ValueError(f"must be {self.finite or self.refusal}, got {shown!r}")
         if not self.admits(v):
-            raise ValueError(f"must be {self.refusal}, got {v!r}")
+            raise ValueError(f"must be {self.refusal}, got {shown!r}")
         return v
 
     def json_schema(self) -> dict[str, Any]:
@@ -83,16 +85,18 @@ class Bounds:
         return {low: self.low, high: self.high}
 
     def __get_pydantic_core_schema__(self, source, handler):
-        return core_schema.no_info_after_validator_function(self.check, handler(source))
+        return core_schema.no_info_wrap_validator_function(
+            lambda v, inner: self.check(inner(v), v), handler(source)
+        )
 
     def __get_pydantic_json_schema__(self, schema, handler):
         return {**handler(schema), **self.json_schema()}
 
 
-def Count(low: int, high: int, limit: str):  # noqa: N802 (a type)
-    """An integer field from ``low`` to ``high``, the :mod:`study.limits` constant named ``limit`` (which a
-    refusal and the schema's ``x-limit`` name)."""
-    return Annotated[int, Field(ge=low, le=high, json_schema_extra={"x-limit": limit})]
+def Count(low: int, high: int, limit: str, why: str | None = None):  # noqa: N802 (a type)
+    """An integer field from ``low`` to ``high``, the :mod:`study.limits` constant named ``limit`` (the
+    schema's ``x-limit``), which a refusal names, or ``why`` it is that (``x-why``)."""
+    return Annotated[int, Field(ge=low, le=high, json_schema_extra={"x-limit": limit, "x-why": why or limit})]
 
 
 def Size(name: str, low: int = 1):  # noqa: N802 (a type)
@@ -315,8 +319,9 @@ def config_error(cls: type[BaseModel], e: ValidationError, kind: str) -> ConfigE
     return ConfigError(field, message)
 
 
-def field_bounds(info) -> tuple[Any, Any, str | None, Any]:
-    """(ge, le, the limit's name, type) a pydantic field declares, also in ``Optional[Annotated[...]]``."""
+def field_bounds(info) -> tuple[Any, Any, tuple[str | None, str | None], Any]:
+    """(ge, le, (the limit's name, why it is that), type) a pydantic field declares, also inside
+    ``Optional[Annotated[...]]``."""
     metadata, kind = list(info.metadata), info.annotation
     for arg in typing.get_args(info.annotation):
         if typing.get_origin(arg) is Annotated:
@@ -324,17 +329,12 @@ def field_bounds(info) -> tuple[Any, Any, str | None, Any]:
             metadata += [m for x in more for m in (x.metadata if hasattr(x, "metadata") else [x])]
             metadata += [x for x in more if hasattr(x, "json_schema_extra")]
     extras = [info, *metadata]
-    limit = next(
-        (
-            e.json_schema_extra["x-limit"]
-            for e in extras
-            if isinstance(getattr(e, "json_schema_extra", None), dict) and "x-limit" in e.json_schema_extra
-        ),
-        None,
-    )
+    extra = [e.json_schema_extra for e in extras if isinstance(getattr(e, "json_schema_extra", None), dict)]
+    limit = next((e["x-limit"] for e in extra if "x-limit" in e), None)
+    why = next((e["x-why"] for e in extra if "x-why" in e), limit)
     ge = next((m.ge for m in metadata if hasattr(m, "ge")), None)
     le = next((m.le for m in metadata if hasattr(m, "le")), None)
-    return ge, le, limit, kind
+    return ge, le, (limit, why), kind
 
 
 def bound_message(info, kind: str, ctx: dict, v: Any) -> str | None:
@@ -344,13 +344,13 @@ def bound_message(info, kind: str, ctx: dict, v: Any) -> str | None:
     ranges = ("greater_than_equal", "less_than_equal", "float_type", "finite_number")
     if info is None or kind not in ranges:
         return None
-    ge, le, limit, typ = field_bounds(info)
+    ge, le, (_, why), typ = field_bounds(info)
     if typ is float and ge is not None and le is not None:
         return f"must be a number from {ge:g} to {le:g}, got {v!r}"
     if kind not in ranges[:2]:
         return None
     if kind == "less_than_equal":
-        return f"must be <= {ctx['le']}" + (f" ({limit})" if limit else "") + f", got {v!r}"
+        return f"must be <= {ctx['le']}" + (f" ({why})" if why else "") + f", got {v!r}"
     return f"must be >= {ctx['ge']}, got {v!r}"
 
 

@@ -169,8 +169,10 @@ class TrainConfig(BaseModel):
     cutmix_alpha: Annotated[float, BETA_ALPHA] = 0.0
     mixup_alpha: Annotated[float, BETA_ALPHA] = 0.0
     #: RandAugment's operation set (torchvision) has 14 operations; its magnitude 31 bins (0-30)
-    randaugment_ops: Count(0, MAX_RANDAUGMENT_OPS, "MAX_RANDAUGMENT_OPS") = 0
-    randaugment_magnitude: Count(0, MAX_RANDAUGMENT_MAGNITUDE, "MAX_RANDAUGMENT_MAGNITUDE") = 9
+    randaugment_ops: Count(0, MAX_RANDAUGMENT_OPS, "MAX_RANDAUGMENT_OPS", "RandAugment's operations") = 0
+    randaugment_magnitude: Count(
+        0, MAX_RANDAUGMENT_MAGNITUDE, "MAX_RANDAUGMENT_MAGNITUDE", "RandAugment's 31 magnitude bins"
+    ) = 9
     autoaugment: Literal[AUTOAUGMENT_POLICIES] = "none"
     label_smoothing: Annotated[float, LABEL_SMOOTHING] = 0.0
 
