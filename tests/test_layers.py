@@ -56,15 +56,28 @@ def test_no_contract_ignores_an_import():
     assert {i: c["ignore_imports"] for i, c in CONTRACTS.items() if c.get("ignore_imports")} == {}
 
 
-def test_an_import_against_the_design_breaks_its_contract(tmp_path):
-    """The contracts read this tree's packages: study importing analysis (in a copy) is reported."""
+@pytest.mark.parametrize(
+    ("module", "planted", "contract", "chain"),
+    [
+        ("study/errors.py", "analysis.io", "study-never-imports-analysis", "study.errors -> analysis.io"),
+        (
+            "study/scheduling/trials.py",
+            "ray",
+            "ray-only-where-a-study-runs",
+            "study.scheduling.trials -> ray",
+        ),
+    ],
+)
+def test_an_import_against_the_design_breaks_its_contract(tmp_path, module, planted, contract, chain):
+    """The contracts read this tree's packages: an import the design forbids, planted in a copy,
+    is reported with its chain."""
     for package in CONFIG["root_packages"]:
         shutil.copytree(REPO_ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path)
-    with (tmp_path / "study" / "errors.py").open("a") as f:
-        f.write("\nimport analysis.io  # noqa: E402, F401\n")
-    r = lint_imports("--contract", "study-never-imports-analysis", root=tmp_path)
-    assert r.returncode == 1 and "study.errors -> analysis.io" in r.stdout, r.stdout + r.stderr
+    with (tmp_path / module).open("a") as f:
+        f.write(f"\nimport {planted}  # noqa: E402, F401\n")
+    r = lint_imports("--contract", contract, root=tmp_path)
+    assert r.returncode == 1 and chain in r.stdout, r.stdout + r.stderr
 
 
 def test_no_module_reaches_itself_through_its_imports(graph):

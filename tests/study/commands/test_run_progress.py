@@ -122,8 +122,8 @@ def test_missing_logger_package_names_the_extra(tmp_path, capsys, monkeypatch, l
 
 def test_progress_counts_trials_and_estimates_from_epoch_times(monkeypatch):
     """The ETA simulates the rest of the schedule from predicted costs (equal here)
-    calibrated on the measured epochs (tests/study/tuning/test_progress.py: unequal costs)."""
-    import study.tuning.progress as progress
+    calibrated on the measured epochs (tests/study/scheduling/test_progress.py: unequal costs)."""
+    import study.tuning.hooks as progress
 
     now = [0.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
