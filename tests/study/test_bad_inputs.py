@@ -53,7 +53,8 @@ class Refused:
     @property
     def line(self) -> str:
         # `study run` reports the first decode of a folder/archive on stderr ("decoding N
-        # train images of ...", "  train images: 100% (4/4)"): progress, allowed before the one error line, nothing else
+        # train images of ...", "  train images: 100% (4/4)"): progress, allowed before the one error line,
+        # nothing else
         lines = [
             ln
             for ln in self.lines
@@ -196,7 +197,7 @@ def test_seed_list_just_over_the_limit_within_the_file_size(cli, tmp_path):
 
 
 def test_many_nodes_without_aliases(cli, tmp_path):
-    models = ", ".join("{num_heads: %d}" % (i % 9 + 1) for i in range(limits.MAX_YAML_NODES))
+    models = ", ".join(f"{{num_heads: {i % 9 + 1}}}" for i in range(limits.MAX_YAML_NODES))
     p = write(tmp_path, f"data: synthetic\nmodels: [{models}]\n")
     r = cli("validate", p)
     assert r.code == 2 and f"expands to more than {limits.MAX_YAML_NODES} YAML nodes" in r.line
@@ -624,7 +625,8 @@ def test_batch_larger_than_a_folder_source(cli, tmp_path):
     tree = _tree(tmp_path)  # 4 training images: a batch of 8 never makes a step
     r = cli("run", spec_file(tmp_path, batch_size=8), "--data", tree, "--storage", tmp_path / "st")
     assert r.code == 2 and r.line.endswith(
-        f"batch_size: 8 images per step is more than the 4 training images of {tree}: no training step would run"
+        f"batch_size: 8 images per step is more than the 4 training images of {tree}: "
+        "no training step would run"
     )
     assert not (tmp_path / "st").exists()
 

@@ -46,7 +46,8 @@ def test_every_project_error_is_one_printable_line(cls):
 
 
 def routes(tmp_path):
-    """(what, study argv) of each way user text reaches an error of `study run`, each holding every breaker."""
+    """(what, study argv) of each way user text reaches an error of `study run`, each holding every
+    breaker."""
     good = tmp_path / "ol.yaml"
     good.write_text(yaml.safe_dump(DOC))
     bad_name, bad_data = tmp_path / "name.yaml", tmp_path / "data.yaml"

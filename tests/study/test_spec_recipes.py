@@ -2,7 +2,6 @@
 (ResNet18 with its step schedule beside cosine attention models) and the input
 normalisation constants."""
 
-
 import pytest
 import torch
 import yaml

@@ -129,7 +129,8 @@ STUDIES = sorted(REPO_ROOT.glob("search_spaces/*.yaml")) + [
 
 
 def _configs(spec):
-    """Every configuration the study can produce at its sampled axes' ends (as `study validate` checks them)."""
+    """Every configuration the study can produce at its sampled axes' ends (as `study validate` checks
+    them)."""
     ends = {k: list(a) for k, d in spec.sample.items() for a in d.values()}  # a choice, or a range's two ends
     for cell in spec.cells:
         for values in itertools.product(*ends.values()):
