@@ -301,7 +301,7 @@ def check_config(
         ]
     saved_train = state.get("train_config")
     if isinstance(saved_train, dict):
-        defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        defaults = {k: f.default for k, f in TrainConfig.model_fields.items()}
         saved_train = {**{k: defaults[k] for k in PROTOCOL_FIELDS}, **saved_train}
         diffs += [
             f"{k}: {saved_train.get(k)!r} -> {v!r}"

@@ -16,8 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from study.locality import token_positions
-from study.models.positional import GaussianScores, LearnedScores
-from study.theory import lattice_offsets
+from study.models.positional import GaussianScores, LearnedScores, lattice_offsets
 
 NAN = float("nan")
 #: the Gaussian heads' parameters and the per-head columns a layer may report, null for the others

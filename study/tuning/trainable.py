@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from study.errors import StorageError, cause
+from study.models import encodings
 from study.scheduling.ledger import trial_ledger
 from study.scheduling.trials import ended_rows
 from study.trial.config import TrainConfig
@@ -113,6 +114,8 @@ def _train(meta: dict[str, Any], config: dict[str, Any], **kwargs):
     """:func:`train_trial` of the trial ``config`` of the study ``meta``."""
     from study.trial import train_trial  # here, not in the driver: torchvision's import costs 1.6 CPU-s
 
+    # the encodings the study file names register in this process too (the driver's did when it read it)
+    encodings.load(meta["raw"].get("encodings") or ())
     key = config["key"]
     return storage_errors(
         train_trial,

@@ -87,3 +87,18 @@ def test_a_module_a_study_file_names_registers_its_encoding(tmp_path):
     r = run_cli(tmp_path, "validate", str(missing), env=env, timeout=300)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert f"{missing}: encodings.0: cannot import 'no_such_encoding_module'" in r.stderr
+
+
+def test_a_study_file_naming_its_encoding_runs_on_ray(tmp_path):
+    """``study run``: the trial's process, not only the driver, registers the encodings the study
+    file names (it failed there with the encoding unknown while validate passed)."""
+    env = {"PYTHONPATH": f"{PLUGIN}:{Path.cwd()}"}
+    model = {**TINY, "encoding": "alibi2d", "alibi_slope": 0.5}
+    named = study_file(tmp_path, "named", encodings=["study_plugin_encoding"], model=model)
+    named.write_text(named.read_text() + "name: named\nresources: {cpus_per_trial: 1}\n")
+    r = run_cli(tmp_path, "run", str(named), "--storage", str(tmp_path / "st"), "--num-cpus", "1", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    from study.tables import read_table
+
+    runs = read_table(tmp_path / "st" / "named" / "tables", "runs")
+    assert runs[["encoding", "alibi_slope", "status"]].values.tolist() == [["alibi2d", 0.5, "finished"]]
