@@ -4,7 +4,8 @@
 (with and without ``--compile``) and a 2-epoch full-CIFAR study through ``study run``;
 one JSON and one Markdown report (docs/performance.md, "One command for a lent GPU").
 
-    python benchmarks/gpu_check.py --data cifar10-jpeg.tar.gz                # the GPU machine (≤ 30 min, one H100)
+    # the GPU machine (≤ 30 min, one H100):
+    python benchmarks/gpu_check.py --data cifar10-jpeg.tar.gz
     python benchmarks/gpu_check.py --data cifar10-jpeg.tar.gz --parts tests,train,bench --budget-minutes 7
     python benchmarks/gpu_check.py --device cpu --small --data synthetic:300 # the same parts, CI-sized
 
@@ -47,9 +48,9 @@ FAST_FIELDS = ("images_per_s", "mfu", "tflops", "peak_memory_mb", "step_memory_m
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from study.bench import COMPILE_BACKENDS
     from study.cliutil import BoundedFloat, BoundedInt, Parser
     from study.commands.bench import device_from_flag, names_from_flag
+    from study.compilers import COMPILE_BACKENDS
     from study.limits import MAX_BENCH_BATCH, MAX_EPOCHS
 
     p = Parser(
@@ -234,7 +235,8 @@ def _verdict(res: dict, ok: bool, tail: str) -> dict:
 
 # ------------------------------------------------------------------- train
 def run_training(args, budget_s: float, out: Path, on_row=None) -> dict:
-    """One epoch of every paper model among ``args.models``, eager then compiled (``--compile-backend``), through the
+    """One epoch of every paper model among ``args.models``, eager then compiled
+    (``--compile-backend``), through the
     trial loop ``study train`` runs (no Ray), the data decoded once: each must finish, train
     (``runs.failed_to_train`` null) and reach ``args.min_accuracy``. A compiled configuration not yet
     in ``study.devicepaths.VERIFIED_COMPILES`` runs anyway (``unverified_compile``): this part is what
@@ -310,7 +312,8 @@ def run_training(args, budget_s: float, out: Path, on_row=None) -> dict:
 
 def train_failure(row: dict, *, min_accuracy: float, judge_chance: bool = True) -> str | None:
     """Why a train-part run failed (one line), or None: it raised, did not finish, did not train
-    (``runs.failed_to_train``, unless ``judge_chance`` is off for toy runs) or stayed below ``min_accuracy``."""
+    (``runs.failed_to_train``, unless ``judge_chance`` is off for toy runs) or stayed below
+    ``min_accuracy``."""
     if "exception" in row:
         return row["exception"]
     if row.get("status") != "finished":

@@ -166,8 +166,10 @@ def main(argv=None) -> int:
             r = one_run(key=key, warmup=warmup, splits=splits, args=args)
             runs.append(r)
             print(
-                f"{key} warm-up {warmup:g} ({r['warmup_steps']} steps): {r['steps']} steps of batch {args.batch}, "
-                f"last-tenth train loss {r['train_loss_last_tenth']:.3f}, test acc {100 * r['test_acc']:.1f} % "
+                f"{key} warm-up {warmup:g} ({r['warmup_steps']} steps): "
+                f"{r['steps']} steps of batch {args.batch}, "
+                f"last-tenth train loss {r['train_loss_last_tenth']:.3f}, "
+                f"test acc {100 * r['test_acc']:.1f} % "
                 f"on {r['n_test']} images, {r['verdict']}, {r['seconds']:.0f} s",
                 flush=True,
             )
@@ -190,7 +192,9 @@ def plot(runs: list[dict], path: Path) -> None:
                 range(1, len(r["losses"]) + 1),
                 r["losses"],
                 linewidth=0.8,
-                label=f"warm-up {r['warmup']:g} = {r['warmup_steps']} steps: test {100 * r['test_acc']:.1f} %",
+                label=(
+                    f"warm-up {r['warmup']:g} = {r['warmup_steps']} steps: test {100 * r['test_acc']:.1f} %"
+                ),
             )
         ax.axhline(math.log(10), color="0.5", linestyle=":", linewidth=0.8)
         ax.text(1, math.log(10), " ln 10 (chance)", fontsize=7, color="0.4", va="bottom")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from study import limits
+from study.data.splits import subset_test_size
 from study.data.synthetic import DEFAULT_TEST as SYNTHETIC_TEST
 from study.data.synthetic import DEFAULT_TRAIN as SYNTHETIC_TRAIN
 from study.models.config import PAPER_MODELS, ModelConfig, columns, model_name
@@ -21,7 +22,6 @@ from study.models.cost import TRAIN_FORWARDS, config_from_row, model_macs
 
 #: Image counts of the built-in sources: (train, test).
 CIFAR10_SIZES = (50_000, 10_000)
-MIN_SUBSET_TEST = 100  # test images a ``subset`` keeps at least (also study.data.splits')
 #: At most this many combinations of sampled model fields are costed per cell.
 MAX_SAMPLED_COMBINATIONS = 256
 #: Cost of one per-image attention probability of content attention, in MAC-equivalents
@@ -75,7 +75,7 @@ class TrialPlan:
     @property
     def cost_terms(self) -> tuple[float, float]:
         """(passes × MACs, passes × per-image attention probabilities): the two kinds of work
-        :class:`study.tuning.progress.RemainingWork` fits seconds to."""
+        :class:`study.scheduling.progress.RemainingWork` fits seconds to."""
         return float(self.passes) * self.macs, float(self.passes) * self.pairs
 
     @property
@@ -124,7 +124,7 @@ def trial_images(cfg, sizes: dict[str, tuple[int, int]] | None = None) -> Images
         return None
     n_train, n_test = whole
     if cfg.subset is not None:
-        n_train, n_test = min(cfg.subset, n_train), min(n_test, max(cfg.subset // 5, MIN_SUBSET_TEST))
+        n_train, n_test = min(cfg.subset, n_train), subset_test_size(cfg.subset, n_test)
     # as study.data.validation.validation_size: a count, or a fraction rounded down (at least 1)
     n_val = (
         max(1, int(cfg.validation * n_train)) if isinstance(cfg.validation, float) else int(cfg.validation)
