@@ -1,6 +1,8 @@
+import json
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,6 +47,22 @@ def pytest_configure(config):
         threads = max(1, len(os.sched_getaffinity(0)) // workers)
         os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
+
+
+#: each test file's seconds in a measured run (tests/file_seconds.py writes it)
+FILE_SECONDS = json.loads((Path(__file__).with_name("file_seconds.json")).read_text())
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest test files first, each file's tests in their order.  ``-n`` runs each file whole
+    on one worker (``--dist loadfile``, ``--no-loadscope-reorder``) in this order: pytest-xdist's own
+    order, most tests first, started the Ray files (few tests, minutes each) last, and the suite
+    waited ten minutes on one of them after the others had ended.  A file not measured yet goes
+    first, with the longest."""
+    longest = max(FILE_SECONDS.values(), default=0.0)
+    seconds = {item.nodeid.split("::")[0] for item in items}
+    seconds = {f: FILE_SECONDS.get(f, longest) for f in seconds}
+    items.sort(key=lambda item: -seconds[item.nodeid.split("::")[0]])
 
 
 def pytest_unconfigure(config):
