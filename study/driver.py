@@ -115,11 +115,12 @@ def run(
     with new_study_lock(
         root, name, storage
     ) as lock:  # before Ray, torch or the data: a second driver costs < 1 s
+        preflight(spec.file, address, num_cpus, spec.study.resources.model_dump())
+        sizes = check_data(spec, quiet=quiet)  # a bad source is refused before pandas and Ray load
         from study.tuning.runner import launch_plan, run_study
 
-        preflight(spec.file, address, num_cpus, spec.study.resources.model_dump())
         # one plan: the line below and the launch order
-        plan = launch_plan(spec, sizes=check_data(spec, quiet=quiet))
+        plan = launch_plan(spec, sizes=sizes)
         if (
             not quiet and plan
         ):  # the study's compute in one line (no throughput: `study plan` predicts the time)
