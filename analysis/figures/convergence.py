@@ -98,7 +98,8 @@ def _figure(ctx, d: pd.DataFrame) -> list:
         ax.set_xticks(sorted(d["epochs_trained"].unique()))
     ax.set_xlim(0.5, n_epochs + (1.0 if n_epochs > 1 else 1.5))
     ax.grid(True, linewidth=0.4, alpha=0.5)
-    note = "line: mean over n seeds; band: min–max" if (d["seeds"] > 1).any() else "line: one seed per model"
+    seeded = "line: mean over n seeds; band: min–max"
+    note = seeded if (d["seeds"] > 1).any() else "line: one seed per model"
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1, title=note)
     ax.set_title(wrap_note(describe(runs), COLUMN_WIDTH), fontsize=7, pad=3)
     return ctx.save(fig, d.assign(n_test=min(sizes) if sizes else pd.NA), STEM)

@@ -46,7 +46,8 @@ def _figure(ctx, s: pd.DataFrame, models: list[str]) -> list:
     multi = s["seeds"] > 1
     spread = (s["seed_max"] - s["seed_min"])[multi]
     notes = [
-        "gate σ(λ_h): weight of the positional softmax of a gated head (1 positional, 0 content); line: mean "
+        "gate σ(λ_h): weight of the positional softmax of a gated head (1 positional, 0 content); line: "
+        "mean "
         "over the layer's heads and the variant's seeds; band: min–max over the layer's heads of all seeds",
         (
             f"seed-to-seed noise: the per-seed layer means differ by up to {spread.max():.2f}"

@@ -53,7 +53,8 @@ def distance_metric(d: pd.DataFrame, trials: pd.DataFrame) -> DistanceMetric:
                 (conv, f"3×3 convolution's taps ({conv:.2f})"),
             ),
             note=(
-                f"attention distance: Σ_k P[q,k]·‖p_k − p_q‖ in cells of the {h}×{w} token grid, averaged "
+                f"attention distance: Σ_k P[q,k]·‖p_k − p_q‖ in cells of the {h}×{w} token grid, "
+                f"averaged "
                 "over every query of the head-statistics test images on the real grid "
                 "(heads.attention_distance, the same for every encoding); dashed: uniform attention on "
                 f"the grid ({uniform:.2f}); dotted: a 3×3 convolution's taps inside the grid, averaged over "
@@ -67,7 +68,8 @@ def distance_metric(d: pd.DataFrame, trials: pd.DataFrame) -> DistanceMetric:
         references=((CONV3_DISTANCE, f"3×3 convolution's taps ({CONV3_DISTANCE:.2f} px)"),),
         note=(
             "this study predates heads.attention_distance: shown is the canvas moment heads.mean_distance, "
-            "E‖δ‖ of ONE centre query (positional heads: an unclipped canvas of shifts, uniform = 11.86 px; "
+            "E‖δ‖ of ONE centre query (positional heads: an unclipped canvas of shifts, uniform = 11.86 "
+            "px; "
             "content heads: the grid's centre token, uniform = 6.14 px), not comparable across encodings; "
             f"dotted: a 3×3 convolution's taps, (4 + 4√2)/9 = {CONV3_DISTANCE:.2f} px"
         ),

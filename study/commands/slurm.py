@@ -319,7 +319,8 @@ def _storage(value: str | None) -> str:
     """``--storage`` (or ``$STUDY_STORAGE``) as ``study run`` checks it: malformed, a regular
     file or an unwritable folder is exit 2; an object store that does not answer, exit 3."""
     if value is None and not os.environ.get(STORAGE_ENV):
-        raise UsageError(f"--storage: required (s3://… or a folder every node mounts), or set ${STORAGE_ENV}")
+        shared = "s3://… or a folder every node mounts"
+        raise UsageError(f"--storage: required ({shared}), or set ${STORAGE_ENV}")
     storage = resolved_storage(value)
     check_writable(storage)
     return storage if is_remote(storage) else str(Path(storage).resolve())

@@ -63,7 +63,8 @@ def cifar10_sizes(root: str | Path) -> tuple[int, int]:
 
 
 def read_cifar10(root: str | Path) -> dict[str, Any]:
-    """The numpy arrays (``train_images``, …) and ``classes`` of ``root/cifar-10-batches-py``; the last folder
+    """The numpy arrays (``train_images``, …) and ``classes`` of ``root/cifar-10-batches-py``; the last
+    folder
     read is kept while its files are unchanged, so checking a source and loading it read it once."""
     root = Path(root).expanduser()
     folder = root / FOLDER

@@ -97,7 +97,8 @@ class RelativeSelfAttention(HeadsLayer):
 
     def attention_scores(self, x: Tensor) -> Tensor:
         """Pre-softmax scores: (N_h, T, T) positional, or (B, N_h, T, T) with content, the positional
-        bias plus q·kᵀ (Eq. 7's 1/√D folded into the query projection: no (B, N_h, T, ·) tensor scaled)."""
+        bias plus q·kᵀ (Eq. 7's 1/√D folded into the query projection: no (B, N_h, T, ·) tensor
+        scaled)."""
         _, h, w, d = x.shape
         if not self.content:
             return self.positional(h, w)

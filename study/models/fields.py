@@ -117,7 +117,8 @@ INIT_STD = Bounds(
     refusal="0 or from 2**-126 to 3.40282e+38 (a float32 scale: below, a subnormal; above, inf)",
 )
 #: D_p, the dimension of the relative positional encoding r_δ: at least 3 (the quadratic encoding's
-#: (1, δ, ‖δ‖²) has 3, Eq. 9; GPSA's (δx, δy, ‖δ‖²) too; a learned r_δ of fewer scores too little);
+#: (1, δ, ‖δ‖²) has 3, Eq. 9; GPSA's (δx, δy, ‖δ‖²) too; a learned r_δ of fewer scores too
+#: little);
 #: each encoding narrows it (its own rule)
 PosDim = Annotated[
     int,

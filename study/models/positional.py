@@ -90,7 +90,8 @@ class GaussianScores(nn.Module):
 
     def forward(self, height: int, width: int) -> Tensor:
         """Scores (N_h, T, T) assembled from per-axis terms (no (N_h, T, T, 2) tensor):
-        −½ (δ−Δ)ᵀ Σ⁻¹ (δ−Δ) = −½ Σ⁻¹₁₁ e1² − ½ Σ⁻¹₂₂ e2² − Σ⁻¹₁₂ e1 e2, with the first two
+        −½ (δ−Δ)ᵀ Σ⁻¹ (δ−Δ) = −½ Σ⁻¹₁₁ e1² − ½ Σ⁻¹₂₂ e2² −
+        Σ⁻¹₁₂ e1 e2, with the first two
         terms row- and column-only and the last an outer product of e1 and e2."""
         h, t = self.num_heads, height * width
         if self.isotropic:
@@ -138,7 +139,8 @@ class LearnedScores(nn.Module):
     def _axis(self, table: nn.Embedding, keys: nn.Linear, size: int) -> Tensor:
         if size > self.max_size:
             raise ValueError(f"grid side {size} exceeds the learned table's {self.max_size}")
-        idx = relative_index(size, device=table.weight.device) + self.max_size - size  # δ + S − 1 ∈ [0, 2S−2]
+        # δ + S − 1 ∈ [0, 2S−2]
+        idx = relative_index(size, device=table.weight.device) + self.max_size - size
         return keys(table(idx)).permute(2, 0, 1)  # (N_h, size, size)
 
     def axis_scores(self, height: int, width: int) -> tuple[Tensor, Tensor]:

@@ -90,7 +90,8 @@ BETA_ALPHA = Bounds(
     finite="a finite Beta alpha >= 0 (0: off)",
     refusal="a Beta alpha of 0 (off) or from 2**-126 to 3.40282e+38 (torch's float32 Dirichlet)",
 )
-#: label smoothing ε mixes (1 - ε) x the label with ε x uniform: at 1 the target is uniform, nothing to learn
+#: label smoothing ε mixes (1 - ε) x the label with ε x uniform: at 1 the target is uniform, nothing to
+#: learn
 LABEL_SMOOTHING = Bounds(low=0.0, high=1.0, high_open=True, refusal="in [0, 1)")
 #: warm-up: a fraction of all steps (1 would be a warm-up as long as the run)
 WARMUP = Bounds(low=0.0, high=1.0, high_open=True, refusal="a fraction in [0, 1)")

@@ -160,7 +160,8 @@ def _grid_pass(model, images: Tensor, chunk: int = 10) -> tuple[list[Tensor], li
         part = []
         for m in maps:
             weight = len(x) / m.shape[0]  # a map shared by the batch (1, N_h, T, T) counts once per image
-            p64 = m.double()  # Σ_k P[q, k]·‖p_k − p_q‖ and −Σ_k P ln P, summed over images and queries
+            # Σ_k P[q, k]·‖p_k − p_q‖ and −Σ_k P ln P, summed over images and queries
+            p64 = m.double()
             d, e = (
                 torch.einsum("bhqk,qk->h", p64, distances),
                 -torch.special.xlogy(p64, p64).sum(dim=(0, 2, 3)),

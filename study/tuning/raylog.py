@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 #: the study folder's log file of Ray's driver-side lines
 RAY_LOG = "logs/ray.log"
-#: Ray's own line format (``ray/_private/log.py``), so that the file reads like Ray's console
+#: the line format of Ray's console, so that the file reads like it
 FORMAT = "%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s -- %(message)s"
 #: records kept in memory before the study's folder exists (Ray's start-up logs a handful;
 #: a full buffer is emptied)

@@ -25,8 +25,10 @@ from study.models.fields import AttentionConfig, ConfigError
 
 from .base import ContentEncoding, Encoding
 
-#: α initialises v_h = α (2Δ_h, −1) so the positional score is α (2Δ_h·δ − ‖δ‖²): on the paper's
-#: 16×16 grid (‖δ‖ ≤ 15√2, ‖δ‖² ≤ 450) α ≤ 100 keeps it within 5·10⁴, and within 4·10⁸ on the
+#: α initialises v_h = α (2Δ_h, −1) so the positional score is α (2Δ_h·δ − ‖δ‖²): on the
+#: paper's
+#: 16×16 grid (‖δ‖ ≤ 15√2, ‖δ‖² ≤ 450) α ≤ 100 keeps it within 5·10⁴, and within
+#: 4·10⁸ on the
 #: largest grid a config allows (1024 tokens a side): far inside float32/bf16 (3·10³⁸), the
 #: softmax (in float32) finite.  α ≥ 10⁻⁴: below it the initial positional attention is
 #: uniform to 0.1% on the paper's grid (no convolutional initialisation left) and, in

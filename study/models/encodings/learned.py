@@ -14,6 +14,9 @@ from study.models.fields import AttentionConfig, ConfigError, PosDim
 
 from .base import Encoding
 
+#: the two forms of the learned encodings' positional score (Eq. 9's r_δ, scored per query or per head)
+POSITIONAL_SCORE_DOC = "learned encodings: query (q_h·r_δ, the paper's content model) | head (w_h·r_δ)"
+
 POSITIONAL_SCORES = ("query", "head")
 
 
@@ -65,9 +68,7 @@ class LearnedConfig(AttentionConfig):
     encoding: Literal["learned"] = "learned"
     #: D_p, default the hidden size D (the paper's 400)
     pos_dim: PosDim = 400
-    positional_score: Literal["query", "head"] = Field(
-        "head", description="learned encodings: query (q_h·r_δ, the paper's content model) | head (w_h·r_δ)"
-    )
+    positional_score: Literal["query", "head"] = Field("head", description=POSITIONAL_SCORE_DOC)
 
     @model_validator(mode="before")
     @classmethod

@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from .base import Encoding
-from .learned import LearnedConfig, LearnedEncoding
+from .learned import POSITIONAL_SCORE_DOC, LearnedConfig, LearnedEncoding
 
 
 class LearnedContent(LearnedEncoding):
@@ -40,6 +40,4 @@ class LearnedContentConfig(LearnedConfig):
 
     spec: ClassVar[Encoding] = ENCODING
     encoding: Literal["learned_content"] = "learned_content"
-    positional_score: Literal["query", "head"] = Field(
-        "query", description="learned encodings: query (q_h·r_δ, the paper's content model) | head (w_h·r_δ)"
-    )
+    positional_score: Literal["query", "head"] = Field("query", description=POSITIONAL_SCORE_DOC)

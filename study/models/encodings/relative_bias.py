@@ -40,7 +40,8 @@ class RelativeBias(AdditiveEncoding):
         layer.positional.table = nn.Parameter(table)  # [h, δy + S − 1, δx + S − 1]
 
     def bias_table(self, layer, height: int, width: int):
-        """The learned table B_h[δy + S − 1, δx + S − 1], (N_h, 2S − 1, 2S − 1), for a height × width
+        """The learned table B_h[δy + S − 1, δx + S − 1], (N_h, 2S − 1, 2S − 1), for a height ×
+        width
         grid within S × S (FlexAttention's ``score_mod`` reads it; scores are q·k/√d_h + B)."""
         s = layer.grid
         if height > s or width > s:
@@ -70,7 +71,8 @@ class RelativeBias(AdditiveEncoding):
         from study.models.positional import relative_offsets
 
         s = layer.grid
-        delta = relative_offsets(height, width, device=q.device).long() + s - 1  # (T, T, 2): (δy, δx) + S − 1
+        # (T, T, 2): (δy, δx) + S − 1
+        delta = relative_offsets(height, width, device=q.device).long() + s - 1
         bias = layer.positional.table[:, delta[..., 0], delta[..., 1]]  # (N_h, T, T)
         return torch.softmax(torch.einsum("bqhd,bkhd->bhqk", q, k) * layer.scale + bias, -1)
 
