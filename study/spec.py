@@ -22,6 +22,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
@@ -141,12 +142,26 @@ def _model_part_fields() -> dict[str, Any]:
     return out
 
 
+def _typed_axis(value: Any) -> Any:
+    """A ``grid`` axis whose schema gives its entries ``value``'s type and bounds (an editor checks
+    them); each entry is validated where its rule lives, in the model or recipe of every cell
+    (:func:`study.speccheck.check_values`), so the refusal names the axis."""
+    schema = TypeAdapter(Axis).json_schema()
+    item = TypeAdapter(value).json_schema()
+    options = [o for o in item.pop("anyOf", [item]) if o.get("type") != "null"]
+    schema["items"] = {**item, **options[0]} if len(options) == 1 else {**item, "anyOf": options}
+    schema["items"].pop("default", None)
+    return Annotated[Axis, WithJsonSchema(schema)]
+
+
 @functools.cache
 def _schema(registered: tuple[str, ...]) -> type[BaseModel]:
     """The :class:`StudyFile` of the encodings ``registered`` (``ModelConfig.members``): its model
     fields, ``models`` entries and axes."""
     model_fields = _model_part_fields()
-    axes = {k: (Axis, None) for k in (*model_fields, *TRAIN_AXES)}
+    values = {k: kind for k, (kind, _) in model_fields.items()}
+    values |= {k: TrainConfig.model_fields[k].rebuild_annotation() for k in TRAIN_AXES}
+    axes = {k: (_typed_axis(kind), None) for k, kind in values.items()}
     model = create_model("ModelFields", __base__=_ModelPart, **model_fields)
     entry = create_model("ModelEntry", __base__=model, training=(Recipe, Recipe()))
     grid = create_model("Grid", __base__=_Axes, **axes)

@@ -255,6 +255,32 @@ def test_every_shipped_study_file_names_and_meets_the_schema():
         jsonschema.validate({"data": "synthetic", "epoks": 3}, schema)
 
 
+@pytest.mark.parametrize(
+    "axis,bad,good",
+    [
+        ("num_heads", "9", 2),
+        ("num_heads", 0, 2),
+        ("encoding", "sinusoidal", "learned"),
+        ("lr", -0.1, 0.2),
+        ("isotropic", 1, True),
+    ],
+)
+def test_schema_types_each_grid_axis_as_its_field_and_the_study_refuses_the_same(tmp_path, axis, bad, good):
+    """An editor (JSON schema) and ``study validate`` both refuse a grid value of the wrong type or
+    out of the field's bounds; the schema takes the type from the model or the recipe."""
+    import jsonschema
+
+    schema = json.loads((REPO_ROOT / "search_spaces" / "study.schema.json").read_text())
+    items = schema["$defs"]["Grid"]["properties"]["num_heads"]["items"]
+    assert (items["type"], items["minimum"]) == ("integer", 1)
+    doc = {**BASE, "grid": {axis: [good, bad]}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, schema)
+    with pytest.raises(SpecError, match=rf"grid\.{axis}: "):
+        load_spec(write(tmp_path, doc))
+    jsonschema.validate({**BASE, "grid": {axis: [good]}}, schema)
+
+
 def test_schema_command_has_help(study_in_process):
     code, out, _, _ = study_in_process("schema", "--help")
     assert code == 0 and "yaml-language-server" in out
