@@ -48,8 +48,11 @@ RUN=({run_args})
 RAY_LOGS={ray_logs}
 
 export RAY_AUTH_MODE=token RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
-# a node loaded by other jobs can take more than Ray's default 30 s to register its raylet
+# the raylet's own wait for its agents (Ray's default 10 s) on a node loaded by other jobs
 export RAY_raylet_start_wait_time_s="${{RAY_raylet_start_wait_time_s:-120}}"
+# `ray start` gives a node 30 s (fixed in Ray) to register with the GCS; a loaded node can miss
+# that: a node whose `ray start` fails is started again, this many times in all
+STARTS="${{STUDY_SLURM_RAY_STARTS:-3}}"
 export RAY_AUTH_TOKEN="$("$PYTHON" -c 'import secrets; print(secrets.token_hex(32))')"  # this job's own
 RAY="$(dirname "$PYTHON")/ray"
 [ -x "$RAY" ] || RAY=ray
@@ -96,9 +99,25 @@ kill_marked() {{  # kill_marked SIGNAL SESSION: this node's Ray processes (the s
   echo "$killed"
 }}
 
-ray_node() {{  # ray_node head|worker [HEAD_ADDRESS]: one Ray node in the foreground, then its clean-up
-  local role=$1 ports tmp ip cpus gpus status=0 ray_pid=""
+ray_node() {{  # ray_node head|worker [HEAD_ADDRESS]: one Ray node, started again while `ray start` fails
+  # (at most $STARTS starts, none once the job stops it)
+  local start=1 status=0 tmp stopping="" ray_pid=""
   tmp="${{STUDY_RAY_TMP:-/tmp}}/ray-$SLURM_JOB_ID-${{SLURM_RESTART_COUNT:-0}}-${{SLURM_NODEID:-0}}"
+  trap '' TERM INT
+  trap 'stopping=1; kill_marked KILL "$ray_pid" >/dev/null' USR2
+  while :; do
+    ray_start "$tmp" "$@" && status=0 || status=$?
+    [ "$status" != 0 ] && [ -z "$stopping" ] && [ "$start" -lt "$STARTS" ] || break
+    start=$((start + 1))
+    say "starting the Ray $1 node again (start $start of $STARTS)"
+  done
+  rm -rf "$tmp"
+  return "$status"
+}}
+
+ray_start() {{  # ray_start TMP head|worker [HEAD_ADDRESS]: one `ray start` in the foreground, then clean-up
+  local tmp=$1 role=$2 ports ip cpus gpus status=0
+  shift
   rm -rf "$tmp" && mkdir -p "$tmp"
   ip="$(node_ip)"
   cpus="${{SLURM_CPUS_PER_TASK:-${{SLURM_CPUS_ON_NODE:-1}}}}"
@@ -117,11 +136,8 @@ ray_node() {{  # ray_node head|worker [HEAD_ADDRESS]: one Ray node in the foregr
   fi
   say "Ray $role node at $ip: $cpus CPUs, $gpus GPUs, temp dir $tmp"
   # Ray outlives SLURM's job-wide SIGTERM until the driver has stopped the study (docs/clusters.md, SLURM):
-  # SIGTERM, SIGINT, SIGUSR2 blocked, in a session of its own; SIGKILL by PID stops it (SIGUSR2 or the
-  # end here).
-  local stopping=""
-  trap '' TERM INT
-  trap 'stopping=1; kill_marked KILL "$ray_pid" >/dev/null' USR2
+  # SIGTERM, SIGINT, SIGUSR2 blocked, in a session of its own; SIGKILL by PID stops it (SIGUSR2, set in
+  # ray_node, or the end here).
   "$PYTHON" -c "$SHIELD" "$RAY" start "${{args[@]}}" \
     > "$tmp/ray-start.log" 2>&1 &
   ray_pid=$!
@@ -133,18 +149,18 @@ ray_node() {{  # ray_node head|worker [HEAD_ADDRESS]: one Ray node in the foregr
   [ "$left" = 0 ] || say "killed $left Ray processes left on this node"
   if [ -n "$RAY_LOGS" ]; then
     local dest="$RAY_LOGS/${{SLURMD_NODENAME:-node$SLURM_NODEID}}"
+    [ "$start" = 1 ] || dest="$dest.start$start"  # a failed start's logs are kept
     mkdir -p "$dest" && cp "$tmp/ray-start.log" "$dest/" 2>/dev/null
     [ ! -d "$tmp/session_latest/logs" ] || cp -rL "$tmp/session_latest/logs/." "$dest/" 2>/dev/null
   fi
-  rm -rf "$tmp"
   return "$status"
 }}
 SHIELD='import os, signal, sys
 signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM, signal.SIGINT, signal.SIGUSR2}})
 os.setsid()  # a session of its own: every Ray process of this node, orphans included, is found by it
 os.execvp(sys.argv[1], sys.argv[1:])'
-export -f say free_ports node_ip node_gpus kill_marked ray_node
-export PYTHON RAY RAY_LOGS SHIELD
+export -f say free_ports node_ip node_gpus kill_marked ray_node ray_start
+export PYTHON RAY RAY_LOGS SHIELD STARTS
 
 # ---- the head, here on the job's first node
 read -r HEAD_PORT DASHBOARD_PORT CLIENT_PORT <<< "$(free_ports 3)"

@@ -1,7 +1,8 @@
 """``study slurm`` against a real SLURM (Debian's slurmctld, slurmd and munge on loopback,
 see tests/slurm_daemons.py): one SLURM set-up shared by the module's tests.
 
-1. A tiny study submitted through the launcher runs to its end on the allocation: the
+1. A tiny study submitted through the launcher runs to its end on the allocation, its
+   Ray head started again after a first ``ray start`` that failed: the
    Ray cluster the job started has the allocation's node count (read from Ray's GCS by
    the job), the trials ran on those nodes, every (trial, epoch) row is there once, and
    no process of the job is left.
@@ -81,7 +82,7 @@ def _spec(folder: Path, name: str, epochs: int) -> Path:
     return path
 
 
-def _submit(slurm: Slurm, folder: Path, spec: Path, *sbatch: str) -> str:
+def _submit(slurm: Slurm, folder: Path, spec: Path, *sbatch: str, python: str = sys.executable) -> str:
     r = subprocess.run(
         [
             sys.executable,
@@ -91,6 +92,8 @@ def _submit(slurm: Slurm, folder: Path, spec: Path, *sbatch: str) -> str:
             str(spec),
             "--storage",
             str(folder / "shared"),
+            "--python",
+            python,
             "--submit",
             "--",
             f"--output={folder}/job-%j.out",
@@ -194,15 +197,40 @@ def _ray_nodes(output: str) -> list[str]:
     return addresses.split()
 
 
+def _python_whose_first_ray_start_fails(folder: Path) -> str:
+    """A ``--python`` (this one, through a wrapper) whose ``ray`` beside it fails its first
+    ``ray start`` as a node that missed Ray's 30 s registration window does, then is Ray's."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    python, ray = bin_dir / "python", bin_dir / "ray"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    ray.write_text(
+        "#!/bin/sh\n"
+        f"if [ ! -e {folder}/ray-failed ]; then : > {folder}/ray-failed\n"
+        '  echo "Exception: The current node timed out during startup." >&2; exit 1\nfi\n'
+        f'exec {Path(sys.executable).with_name("ray")} "$@"\n'
+    )
+    python.chmod(0o755)
+    ray.chmod(0o755)
+    return str(python)
+
+
 @pytest.mark.slow
-def test_slurm_runs_a_study_on_its_allocation(slurm, tmp_path):
+def test_slurm_runs_a_study_on_its_allocation_after_a_failed_ray_start(slurm, tmp_path):
+    """The study runs on the allocation, its Ray head started again after its first
+    ``ray start`` failed (the failure said in the job's output, its logs kept)."""
     t0 = time.time()
     n_epochs = 3
-    job = _submit(slurm, tmp_path, _spec(tmp_path, "onslurm", n_epochs), f"--cpus-per-task={slurm.cpus}")
+    spec = _spec(tmp_path, "onslurm", n_epochs)
+    python = _python_whose_first_ray_start_fails(tmp_path)
+    job = _submit(slurm, tmp_path, spec, f"--cpus-per-task={slurm.cpus}", python=python)
     state = _wait_state(slurm, job, lambda s: s in ENDED, 600, tmp_path)
     out = _output(tmp_path, job)
     assert state == "COMPLETED" and slurm.job_field(job, "ExitCode") == "0:0", out + slurm.logs()
     took = time.time() - t0
+    assert "ray start exited with status 1:" in out and "timed out during startup" in out, out
+    assert "starting the Ray head node again (start 2 of 3)" in out, out
+    assert (tmp_path / f"ray-{job}-0" / "studynode1.start2" / "raylet.out").exists(), out
 
     nodes = _ray_nodes(out)
     assert len(nodes) == int(slurm.job_field(job, "NumNodes")) == 1, (nodes, out)
