@@ -203,7 +203,7 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the study folder afterwards")
     args = ap.parse_args(argv)
 
-    from study.tables import map_epochs
+    from study.trial.config import TrainConfig
 
     study = args.out / "bench"
     shutil.rmtree(study, ignore_errors=True)
@@ -217,7 +217,7 @@ def main(argv=None) -> int:
         file=sys.stderr,
         flush=True,
     )
-    maps_at = set(map_epochs("auto", args.epochs))
+    maps_at = set(TrainConfig(epochs=args.epochs).maps_at)
     # mid-way between two compactions (parts present), within the run: a short one is all parts
     half = min(args.epochs // 2 + 5, args.epochs)
     gen_args = {"layers": args.layers, "heads": args.heads, "window": args.window}

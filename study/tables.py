@@ -233,20 +233,6 @@ def decode_maps(table: pa.Table) -> pa.Table:
     return table.append_column("probs", probs)
 
 
-def map_epochs(schedule: str | Iterable[int], epochs: int) -> list[int]:
-    """The 0-based epochs at which a trial of ``epochs`` epochs stores attention maps
-    (docs/results.md, "Map schedule"; ``auto``: ≤ 21 epochs)."""
-    if isinstance(schedule, str):
-        fixed = {"all": range(epochs), "none": (), "last": (epochs - 1,)}
-        if schedule in fixed:
-            return list(fixed[schedule])
-        if schedule == "auto":  # the first 10, then 10 spaced geometrically up to the last
-            later = np.geomspace(10, epochs - 1, num=10) if epochs > 10 else ()
-            return sorted(set(range(min(10, epochs))) | {int(round(x)) for x in later} | {epochs - 1})
-        raise ValueError(f"unknown map schedule {schedule!r} (auto, all, last, none or a list of epochs)")
-    return sorted({int(e) for e in schedule if 0 <= int(e) < epochs})
-
-
 # --------------------------------------------------------------------------- listing
 class LinkOutError(UsageError, ValueError):
     """A link in a study's tables folder that leads out of the study (or loops)."""

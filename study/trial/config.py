@@ -53,7 +53,7 @@ PROTOCOL_FIELDS = (
 WARMUP_FIELDS = ("warmup", "warmup_epochs", "warmup_steps")
 #: the paper's warm-up, 5 % of all steps (Appendix B), where no form is given
 PAPER_WARMUP = 0.05
-#: the named schedules of stored attention maps (:func:`study.tables.map_epochs`)
+#: the named schedules of stored attention maps (:attr:`TrainConfig.maps_at`)
 MAP_SCHEDULES = ("auto", "all", "last", "none")
 
 #: lr: torch's SGD step adds -lr x the float32 gradient (a float32 scalar: FLOAT32_MAX at most; below a
@@ -132,7 +132,7 @@ def _map_schedule(v: Any) -> Any:
     raise ValueError(f"must be auto, all, last, none or a list of epochs, got {v!r}")
 
 
-#: epochs at which attention maps are stored (:func:`study.tables.map_epochs`): its one rule
+#: epochs at which attention maps are stored (:attr:`TrainConfig.maps_at`): its one rule
 MapEpochs = Annotated[Literal[MAP_SCHEDULES] | tuple[int, ...], BeforeValidator(_map_schedule)]
 
 
@@ -242,6 +242,18 @@ class TrainConfig(BaseModel):
         if self.warmup_epochs is not None:
             return int(round(self.warmup_epochs * steps_per_epoch))
         return int(round(self.warmup * steps_per_epoch * self.epochs))
+
+    @property
+    def maps_at(self) -> list[int]:
+        """The 0-based epochs whose attention maps are stored (docs/results.md, "Map schedule"): ``auto``
+        the first 10, then 10 spaced geometrically up to the last (at most 21)."""
+        last = self.epochs - 1
+        if isinstance(self.map_epochs, tuple):
+            return sorted(self.map_epochs)
+        if self.map_epochs == "auto":
+            later = {round(10 * (last / 10) ** (i / 9)) for i in range(10)} if last >= 10 else set()
+            return sorted(set(range(min(10, self.epochs))) | later | {last})
+        return {"all": list(range(self.epochs)), "none": [], "last": [last]}[self.map_epochs]
 
     def to_dict(self) -> dict[str, Any]:
         return {**dict(self), "model": self.model.to_dict()}

@@ -33,7 +33,7 @@ from study.devicepaths import (
 from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
 from study.models.cost import TRAIN_FORWARDS
-from study.tables import INIT_EPOCH, TableWriter, map_epochs
+from study.tables import INIT_EPOCH, TableWriter
 from study.trial.checkpoint import check_config, load_checkpoint, save_checkpoint
 from study.trial.config import TrainConfig, batch_overflow
 from study.trial.headstats import collect_head_stats
@@ -327,7 +327,7 @@ def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) 
         pinned=t.paths.pinned_transfer,
     )
     t.x_heads = head_data.normalise(head_data.images)
-    t.maps_at = frozenset(map_epochs(cfg.map_epochs, cfg.epochs))
+    t.maps_at = frozenset(cfg.maps_at)
     # every field of the configuration (the model as built), then what the data gave (sizes after capping)
     t.run_row = {
         "study": study,

@@ -13,7 +13,7 @@ import pytest
 
 import analysis
 from study import tables as T
-from study.tables import TableWarning, TableWriter, compact, decode_maps, encode_maps, map_epochs, read_table
+from study.tables import TableWarning, TableWriter, compact, decode_maps, encode_maps, read_table
 
 LAYERS, HEADS = 2, 3
 
@@ -235,18 +235,6 @@ def test_tables_written_before_quantisation_stay_readable(tmp_path):
     assert len(frame) == 1 + LAYERS * HEADS and list(frame.probs.iloc[0]) == [1.0]
     got = analysis.load(root).sql("SELECT trial_id, list_sum(probs) AS s FROM maps ORDER BY ALL")
     assert got.s.tolist() == pytest.approx([1.0] * len(got), abs=1e-3)
-
-
-def test_map_schedule():
-    auto = map_epochs("auto", 300)
-    assert auto[:10] == list(range(10)) and auto[-1] == 299 and len(auto) <= 21
-    assert all(b > a for a, b in zip(auto, auto[1:]))
-    assert map_epochs("auto", 4) == [0, 1, 2, 3] and map_epochs("last", 7) == [6]
-    assert (
-        map_epochs("none", 5) == []
-        and map_epochs("all", 3) == [0, 1, 2]
-        and map_epochs([4, 0, 4], 5) == [0, 4]
-    )
 
 
 def test_map_schedule_in_the_study_file_and_study_train(tmp_path):
