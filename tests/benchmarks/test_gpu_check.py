@@ -40,7 +40,7 @@ TRIAL_FIELDS = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_cpu_run_fills_every_field_of_the_gpu_report(tmp_path):
     """The four parts, small: one test node, one epoch of the model trained eager and compiled, the
     model benched eager + compiled (aot_eager), a 1-epoch study of it through ``study run`` (Ray, local)."""

@@ -24,6 +24,7 @@ SEVEN = [
 ]
 
 
+@pytest.mark.long
 def test_a_study_of_all_seven_encodings_runs_and_draws_the_locality_figures(tmp_path):
     spec = write_spec(tmp_path, "seven", epochs=2, model={**TINY, "num_heads": 4}, models=SEVEN)
     r = run_cli(tmp_path, "run", str(spec), "--storage", "st", "--num-cpus", "2", "--quiet", timeout=1500)

@@ -165,7 +165,7 @@ def test_study_plan_imports_neither_torch_nor_ray():
     assert r.returncode == 0 and r.stderr.strip().splitlines()[-1] == "[]", r.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_predicted_over_measured_device_seconds_of_a_finished_cpu_study(tmp_path):
     """A real study of two trial configurations of unequal cost (1 and 4 attention
     layers), each run twice (seeds 0 and 1), one trial at a time: the expensive ones start

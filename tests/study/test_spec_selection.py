@@ -164,7 +164,7 @@ def ray_local():
     ray.shutdown()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_sampled_study_tells_optuna_validation_accuracy(tmp_path, ray_local, monkeypatch):
     """The value Optuna's ``tell`` receives is the trial's best validation accuracy."""
     import optuna

@@ -131,7 +131,7 @@ def test_study_on_s3_run_status_query_figures_and_request_count(tmp_path, s3):
     assert r.returncode == 2 and "no study 'nothere'" in r.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_killed_driver_on_s3_resumes_from_the_projects_own_objects(tmp_path, s3):
     """A study on S3 keeps its state in its own objects (study.json, tables, trials/,
     the Optuna journal): its driver and local Ray SIGKILLed mid-study, and every object

@@ -134,7 +134,7 @@ def test_files_of_figures_no_longer_drawn_are_removed_and_foreign_files_kept(dra
     assert listed == {p.name for p in out.iterdir()} - {"notes.txt", MANIFEST}
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_options_and_formats_are_part_of_the_fingerprint(small, tmp_path):
     out = tmp_path / "figs"
     study = analysis.load(small)
@@ -152,7 +152,7 @@ def test_options_and_formats_are_part_of_the_fingerprint(small, tmp_path):
     assert all(e["per_seed"] is False for e in doc["jobs"].values())
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_per_seed_and_per_variant_figures_live_side_by_side(small, tmp_path):
     out = tmp_path / "figs"
     _figures(small, "--out", out, "--jobs", "1", "--per-seed", "--no-pdf")
@@ -169,7 +169,7 @@ def test_per_seed_and_per_variant_figures_live_side_by_side(small, tmp_path):
     )
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_pool_draws_the_same_data_as_one_process(drawn, tmp_path):
     small, one, _ = drawn
     two = tmp_path / "two"

@@ -418,7 +418,7 @@ def test_schema_documents_gate(capsys):
     assert "σ(λ_h)" in line and "null" in line
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_epoch_minus_one_draws_the_untrained_model(study_dir, tmp_path, capsys):
     """``--epoch -1``: the initialisation rows, titled 'at initialisation'."""
     from analysis.figures.panels import after

@@ -150,7 +150,7 @@ def test_cli_json_resnet_without_naive_counterpart(capsys):
     assert m["n_params"] == 11_173_962
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_references_option_times_only_the_chosen_references_interleaved(capsys):
     """``--references einsum``: the model and the layers are timed against the einsum
     formulation only, every record on the same windows count (interleaved in one

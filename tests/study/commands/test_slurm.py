@@ -248,7 +248,7 @@ def test_slurm_runs_a_study_on_its_allocation_after_a_failed_ray_start(slurm, tm
     print(f"job {job}: {took:.0f} s from submission to the end")
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_slurm_scancel_mid_study_then_requeue_resumes(slurm, tmp_path):
     """One CPU for two one-CPU trials: they run one after the other, so the cancel finds
     the first running and the second not started."""

@@ -151,7 +151,7 @@ def test_heads_table_records_the_untrained_model_once_per_head(encoding, isotrop
     assert not np.allclose(trained.attention_distance, init.attention_distance, rtol=1e-6)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_init_row_is_written_once_across_a_kill_and_resume(tmp_path):
     """Killed in epoch 0 (before any checkpoint), the trial restarts from scratch and
     rewrites the same init part; resumed from a later checkpoint it does not record

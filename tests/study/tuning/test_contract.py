@@ -209,7 +209,7 @@ def test_train_refuses_another_configuration_and_falls_back_to_the_previous_chec
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and str(ckpt) in r.stderr, r.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_train_refuses_a_second_train_into_the_same_folder(tmp_path):
     """Two `study train --out DIR` at once would train one trial twice into one folder
     (the second superseding the first): the second is refused in one line, exit 2,
@@ -465,7 +465,7 @@ def test_lock_on_object_storage_is_a_conditional_create(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- studies through the CLI (Ray)
-@pytest.mark.slow
+@pytest.mark.long
 def test_failed_trial_then_tamper_move_and_resume(tmp_path, monkeypatch):
     """A trial failing at start (its data source vanished after the driver's check) is an
     `error` row with its cause and attempts, exit 1, one line per failure; Ray's pickles
@@ -608,7 +608,7 @@ def test_sigkill_in_epoch0_sigterm_lock_and_resume(tmp_path):
     assert not (root / ".study.lock").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_storage_failure_stops_the_study(tmp_path, small_disk):
     """The storage fills up mid-study: one line naming the path, exit 3, no trial left
     `running`; space freed, `study resume` finishes it (attempts 2, nothing duplicated)."""
@@ -642,7 +642,7 @@ def test_storage_failure_stops_the_study(tmp_path, small_disk):
     assert len(epochs) == 3 and not epochs.duplicated(["trial_id", "epoch"]).any()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_ctrl_c_mid_epoch_then_resume_accumulates_device_seconds(tmp_path):
     """Ctrl-C during an epoch; the trial's process is stopped before the epoch ends (Tune
     kills it after a few seconds' grace; here the test kills it once the driver has taken

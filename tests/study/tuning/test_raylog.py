@@ -55,7 +55,7 @@ def _study(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_console_has_only_the_projects_lines_ray_lines_go_to_the_study_log_and_verbose_prints_them(tmp_path):
     """One study: ``study run`` (quiet) prints only the project's lines, Ray's go to
     ``logs/ray.log``; then ``study resume --verbose`` of it (which starts Ray again, as

@@ -155,7 +155,7 @@ def test_killed_trial_resumes_from_its_checkpoint_and_queries_meanwhile_never_se
     assert len(final.epochs) == 2 * 6 and not final.epochs.duplicated(["trial_id", "epoch"]).any()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_killed_driver_then_resume_runs_nothing_twice(tmp_path):
     """SIGKILL the driver and its local Ray mid-study (a grid of two cells, two Optuna
     samples each), ``mv`` the storage, ``study resume NAME --storage NEW``: finished
@@ -231,7 +231,7 @@ def test_killed_driver_then_resume_runs_nothing_twice(tmp_path):
         assert t.params["lr"] == pytest.approx(row.sampled_lr) and t.value == pytest.approx(row.best_val_acc)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_diverging_trial_is_recorded_and_others_finish(tmp_path):
     import ray
 

@@ -74,7 +74,7 @@ def spec_file(tmp_path, doc, name="s"):
     return p
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_trial_study_with_a_ddp_trial(tmp_path, ray_local):
     from study.tuning.runner import run_study
 
@@ -91,7 +91,7 @@ def test_two_trial_study_with_a_ddp_trial(tmp_path, ray_local):
     assert len(epochs) == 2 and not epochs.duplicated(["trial_id", "epoch"]).any()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_grid_axis_times_sampled_axis(tmp_path, ray_local):
     from study.tuning.runner import run_study
 
@@ -126,7 +126,7 @@ def _study(tmp_path, *args, **kw):
     )
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_interrupt_then_resume_keeps_the_study_that_started(tmp_path):
     """Run with command-line overrides, SIGINT once a trial has finished, change the study
     file: `study resume NAME` (no overrides on its command line) runs the study that
@@ -252,7 +252,7 @@ def test_interrupt_then_resume_keeps_the_study_that_started(tmp_path):
     assert "overrides: model.hidden=8 'seeds=[0,1]' 'models[0].isotropic=true'" in status.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_asha_decisions_survive_a_lost_driver(tmp_path):
     """ASHA stops the trial that is worse at its first rung, and the row says `stopped`
     at once; the driver SIGKILLed after that, `study resume` keeps the decision (the
