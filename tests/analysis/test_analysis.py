@@ -245,7 +245,7 @@ class _Stop(Exception):
     pass
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_running_study_partial_tables(tmp_path, capsys, monkeypatch):
     """A study caught mid-run, written by the real trial code: one trial stopped after
     its first epoch, one stopped before finishing any, and a temporary part being
