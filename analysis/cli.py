@@ -20,7 +20,7 @@ from study.cliutil import Parser as _Parser
 from study.cliutil import fail as _fail
 from study.cliutil import package_version as _version
 from study.limits import MAX_CPUS_PER_TRIAL, MAX_EPOCHS, MAX_PORT, MAX_SERVE_INTERVAL_S, MIN_SERVE_INTERVAL_S
-from study.tables import TABLES, TableWarning, warnings_as_lines
+from study.results.tables import TABLES, TableWarning, warnings_as_lines
 
 
 def _target(p: argparse.ArgumentParser) -> None:
@@ -230,7 +230,7 @@ def _report(args: argparse.Namespace) -> int:
 def _writing(out: Path, *, folder: bool):
     """Write to ``--out`` (a folder of figures, or one report file) inside: a path that cannot be
     that is one line before anything is drawn, an OSError writing it one line, not a traceback."""
-    from study.storage import file_in_the_way
+    from study.results.storage import file_in_the_way
 
     if out.exists() and out.is_dir() != folder:
         raise AnalysisError(f"--out: {out} is {'a file, not a folder' if folder else 'a folder, not a file'}")
@@ -248,7 +248,7 @@ def _writing(out: Path, *, folder: bool):
 
 def _check_storage(args: argparse.Namespace) -> None:
     """Storage URIs checked as ``study`` checks them (docs/results.md, "Storage URIs are inputs")."""
-    from study.storage import NoBucket, StorageUnreachable, check_study_target
+    from study.results.storage import NoBucket, StorageUnreachable, check_study_target
 
     try:
         check_study_target(str(args.study), args.storage)

@@ -1,7 +1,7 @@
 """Open a study's tables: pandas frames and DuckDB SQL over the Parquet parts.
 
 Readers' guarantees (live reads, skipped files, read-only SQL): docs/results.md,
-"The results store (`study/tables.py`)" and "Queries".
+"The results store (`study/results/tables.py`)" and "Queries".
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from study.filesystem import file_system, is_remote
-from study.storage import default_storage, study_root
-from study.tables import (
+from study.results.filesystem import file_system, is_remote
+from study.results.storage import default_storage, study_root
+from study.results.tables import (
     SCHEMA,
     TABLES,
     LinkOutError,
@@ -169,9 +169,9 @@ class Study:
         return self._con
 
     def _view(self, con, table: str) -> None:
-        """``table`` as a view over a snapshot of its files (:func:`study.tables.read_parts`: parts
+        """``table`` as a view over a snapshot of its files (:func:`study.results.tables.read_parts`: parts
         read now, compacted files when scanned): the parts, and the compacted rows of every
-        (trial, epoch) no part holds (``study.tables`` invariants)."""
+        (trial, epoch) no part holds (``study.results.tables`` invariants)."""
         compacted, parts, _ = read_parts(self.root, table)
         compacted = [
             (path, schema) for path in compacted if (schema := read_file(path, schema=True)) is not None

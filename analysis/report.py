@@ -91,7 +91,7 @@ def study_file(study: Study) -> str | None:
     """The study file saved next to the tables (``study.yaml``), or None."""
     if not study.folder:
         return None
-    from study.metafile import read_bytes
+    from study.results.metafile import read_bytes
 
     try:
         return read_bytes(f"{study.folder.rstrip('/')}/study.yaml").decode()

@@ -145,7 +145,7 @@ def run(server: _Server) -> None:
 
 
 def write_page(path: Path, html: str) -> None:
-    from study.atomicio import write_atomic
+    from study.results.atomicio import write_atomic
 
     # mode 0644: mkstemp's 0600 would hide the page from a web server / other users
     write_atomic(path, html.encode(), suffix=".html", mode=0o644)

@@ -9,14 +9,14 @@ import pandas as pd
 
 # the labels every command shows (``study status`` too), re-exported for the figures
 from study.models.config import PAPER_MODELS  # torch-free
-from study.variants import column_texts, value_text, variant_labels, varying_columns  # noqa: F401
+from study.status.variants import column_texts, value_text, variant_labels, varying_columns  # noqa: F401
 
 #: the paper's order of its encodings (its Table 1), as the project records its models
 ENCODING_ORDER = tuple(dict.fromkeys(m.encoding for m in PAPER_MODELS.values() if m.arch == "sa"))
 
 
 def sweep_axes(runs: pd.DataFrame) -> list[str]:
-    """The independent axes of a grid sweep, in :data:`study.variants.AXIS_ORDER`: not a
+    """The independent axes of a grid sweep, in :data:`study.status.variants.AXIS_ORDER`: not a
     varying column that does not apply to every trial (a '-' value: nested, not crossed)
     nor one that an axis already chosen determines or is determined by."""
     axes: list[str] = []

@@ -37,7 +37,7 @@ SHARES = {"tests": 0.15, "train": 0.35, "bench": 0.3, "study": 0.1}
 TRAIN_WARMUP_STEPS = 150
 #: the tests that exercise the CUDA branches (skipped without CUDA)
 CUDA_TESTS = (
-    "tests/study/test_devicepaths.py",
+    "tests/study/device/test_paths.py",
     "tests/study/models/test_fast_paths.py",
     "tests/study/models/test_compiled_equals_eager.py",
 )
@@ -50,7 +50,7 @@ FAST_FIELDS = ("images_per_s", "mfu", "tflops", "peak_memory_mb", "step_memory_m
 def parse_args(argv=None) -> argparse.Namespace:
     from study.cliutil import BoundedFloat, BoundedInt, Parser
     from study.commands.bench import device_from_flag, names_from_flag
-    from study.compilers import COMPILE_BACKENDS
+    from study.device.compilers import COMPILE_BACKENDS
     from study.limits import MAX_BENCH_BATCH, MAX_EPOCHS
 
     p = Parser(
@@ -239,12 +239,12 @@ def run_training(args, budget_s: float, out: Path, on_row=None) -> dict:
     (``--compile-backend``), through the
     trial loop ``study train`` runs (no Ray), the data decoded once: each must finish, train
     (``runs.failed_to_train`` null) and reach ``args.min_accuracy``. A compiled configuration not yet
-    in ``study.devicepaths.VERIFIED_COMPILES`` runs anyway (``unverified_compile``): this part is what
+    in ``study.device.paths.VERIFIED_COMPILES`` runs anyway (``unverified_compile``): this part is what
     verifies it. ``on_row(part)`` after each run (a run cut short keeps what was measured)."""
     from study.data import load_splits
-    from study.devicepaths import DevicePaths
+    from study.device.paths import DevicePaths
     from study.models import PAPER_MODELS
-    from study.tables import read_table
+    from study.results.tables import read_table
     from study.trial import TrainConfig, train_trial
 
     keys = [k for k in args.models if k in PAPER_MODELS]
@@ -347,7 +347,7 @@ def run_benches(args, budget_s: float, peak: dict, on_row=None) -> dict:
 
     from study.bench.options import default_options
     from study.bench.runner import run_bench
-    from study.flops import forward_flops
+    from study.cost.flops import forward_flops
     from study.models import build_model
 
     plan = [(key, forward_flops(build_model(cfg))) for key, cfg in args.configs.items()]
@@ -439,9 +439,9 @@ def _bench_part(rows: list[dict], budget_s: float, t_part: float, args) -> dict:
 def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
     """The study file (``args.epochs`` epochs of the paper's recipe) and its plan: per model the
     FLOPs and predicted seconds; models that would not fit the budget are left out, with the reason."""
-    from study.flops import forward_flops
+    from study.cost.flops import forward_flops
+    from study.cost.plan import CIFAR10_SIZES
     from study.models import ModelConfig, build_model
-    from study.plan import CIFAR10_SIZES
 
     n_train, n_test = (200, 100) if args.small else CIFAR10_SIZES
     entries, plan = [], []
@@ -532,7 +532,7 @@ def run_study(args, budget_s: float, peak: dict, out: Path) -> dict:
 
 
 def _study_trials(tables: Path) -> list[dict]:
-    from study.tables import read_table
+    from study.results.tables import read_table
 
     if not tables.exists():
         return []
@@ -675,7 +675,7 @@ def markdown(report: dict) -> str:
 
 def write_reports(report: dict, out: Path) -> None:
     """``gpu_check.json`` and ``gpu_check.md`` under ``out``, each replaced atomically."""
-    from study.atomicio import write_atomic
+    from study.results.atomicio import write_atomic
 
     write_atomic(out / "gpu_check.json", json.dumps(report, indent=2, default=str).encode(), mode=0o644)
     write_atomic(out / "gpu_check.md", markdown(report).encode(), mode=0o644)

@@ -82,7 +82,7 @@ def _write_trials(
 ) -> None:
     """One worker's share of the trials (``--jobs``), epochs ``start`` to ``stop``, with this
     tree's writer."""
-    from study.tables import TableWriter
+    from study.results.tables import TableWriter
 
     rng = np.random.default_rng(hash(ids[0]) % 2**32)
     writers = [TableWriter(tables, trial_id=t) for t in ids]

@@ -31,7 +31,7 @@ def run(
     from study import driver
     from study.errors import EXIT_SIGINT
 
-    # each override's own type and form: study.overrides; the name's: --name's rule (driver.checked_name)
+    # each override's own type and form: study.spec.overrides; the name's: --name's rule (driver.checked_name)
     _check_type("overrides", overrides, (list, tuple), "a list of KEY=VALUE strings")
     for arg, value in (("shared_storage", shared_storage), ("quiet", quiet), ("verbose", verbose)):
         _check_type(arg, value, bool, "must be True or False")

@@ -26,7 +26,7 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from study.tables import warnings_as_lines
+    from study.results.tables import warnings_as_lines
 
     exit_without_final_collections()
     parser = build_parser()

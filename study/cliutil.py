@@ -178,7 +178,7 @@ def check_data(option: str, data: str) -> tuple[int, int] | None:
     """What a data source promises that can be checked without importing torch (its kind, a folder's or
     archive's layout and images as Pillow reads them): :class:`UsageError`, well under a second for a
     small source.  A folder's or archive's (train, test) image counts (None for synthetic, cifar10)."""
-    from study.speccheck import SpecError, check_data_source
+    from study.spec.check import SpecError, check_data_source
 
     try:
         check_data_source(data)

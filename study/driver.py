@@ -12,11 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from study.cliutil import BoundedInt, checked_splits, refused
-from study.cpus import local_cpus
+from study.device.cpus import local_cpus
 from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError
 from study.limits import MAX_CLUSTER_CPUS, MAX_NAME_LENGTH
-from study.speccheck import short
-from study.storage import (
+from study.results.storage import (
     NoBucket,
     StorageUnreachable,
     check_reachable,
@@ -25,6 +24,7 @@ from study.storage import (
     study_exists,
     study_root,
 )
+from study.spec.check import short
 
 
 def resolved_storage(storage: str | None, flag: str = "--storage") -> str:
@@ -47,7 +47,7 @@ def load_checked(
     file: str, *, data: str | None = None, gpus: int | None = None, cpus: int | None = None, overrides=()
 ):
     """The study file with its overrides, checked: :class:`study.errors.StudyFileError` if not."""
-    from study.spec import load_spec
+    from study.spec.studyfile import load_spec
 
     spec = load_spec(file, data=data, gpus_available=gpus, cpus_available=cpus, overrides=tuple(overrides))
     check_loggers_of(spec.file, spec.study.loggers)
@@ -124,7 +124,7 @@ def run(
         if (
             not quiet and plan
         ):  # the study's compute in one line (no throughput: `study plan` predicts the time)
-            from study.plan import Plan, total_line
+            from study.cost.plan import Plan, total_line
 
             print(
                 f"{total_line(Plan(trials=plan))} (device-hours: `study plan FILE --bench REPORT`)",
@@ -172,7 +172,7 @@ def new_study_lock(root: str, name: str, storage: str):
 
 def checked_name(name) -> str:
     """A study name as ``--name`` must give it: :class:`UsageError` if not."""
-    from study.spec import valid_name
+    from study.spec.studyfile import valid_name
 
     if not isinstance(name, str) or not valid_name(name):
         raise UsageError(
@@ -195,9 +195,9 @@ def _storage_errors(start):
 
 
 def preflight(file: str, address: str | None, num_cpus: int | None, resources: dict) -> None:
-    """Refuse (:class:`UsageError`) a trial's ``resources`` (:class:`study.spec.Resources`' fields) that
-    a local Ray cannot give before it starts, or that no node of the cluster at ``address`` can hold
-    once joined."""
+    """Refuse (:class:`UsageError`) a trial's ``resources`` (:class:`study.spec.studyfile.Resources`'
+    fields) that a local Ray cannot give before it starts, or that no node of the cluster at ``address``
+    can hold once joined."""
     from study.tuning import preflight as checks
 
     if not address:
@@ -223,7 +223,7 @@ def preflight(file: str, address: str | None, num_cpus: int | None, resources: d
 def check_data(spec, *, quiet: bool = False) -> dict[str, tuple[int, int]]:
     """Every data source the trials will read, loaded (and cached) before anything starts: a broken archive is
     one line, not a study of failed trials; an archive's first decode (minutes) prints progress on stderr.
-    Returns the source's listed (train, test) sizes as :func:`study.plan.plan_trials` takes them."""
+    Returns the source's listed (train, test) sizes as :func:`study.cost.plan.plan_trials` takes them."""
     from study.data.errors import DataError
     from study.data.sources import check_source
 
@@ -272,7 +272,7 @@ def resume(
     # the lock before the study file is validated, Ray joined or torch imported: a second driver costs < 1 s
     with StudyLock(root=root, name=str(meta.get("name") or Path(root).name)) as lock:
         cluster_checks(address=address, storage=root, shared_storage=shared_storage)
-        from study.spec import Resources, validate
+        from study.spec.studyfile import Resources, validate
 
         fields = ("name", "raw", "num_trials", *Resources.model_fields)
         if missing := [k for k in fields if meta.get(k) is None]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from analysis.figures.context import Context
 from analysis.figures.jobs import run
 from analysis.io import Study
-from study.cpus import local_cpus
+from study.device.cpus import local_cpus
 
 
 def _modules():

@@ -30,8 +30,8 @@ def table_files(root: str) -> dict[str, list[tuple[str, int, int]]]:
     (writes in progress, ``.tmp-*``, excluded); one listing of the whole root."""
     import pyarrow.fs as pafs
 
-    from study.filesystem import file_system
-    from study.tables import SKIPPED_PREFIXES
+    from study.results.filesystem import file_system
+    from study.results.tables import SKIPPED_PREFIXES
 
     fs, base = file_system(root if "://" in root else str(Path(root).resolve()))
     try:
@@ -138,7 +138,7 @@ class Manifest:
             (self.out / name).unlink(missing_ok=True)
 
     def save(self) -> None:
-        from study.atomicio import write_atomic
+        from study.results.atomicio import write_atomic
 
         doc = {"version": VERSION, "jobs": {k: vars(e) for k, e in sorted(self.entries.items())}}
         # mode 0644: mkstemp's 0600 would hide it from the folder's other readers

@@ -14,7 +14,7 @@ import pandas as pd
 from analysis.figures.context import Skip
 from analysis.figures.panels import notes_under_legend
 from analysis.lattice import lattice
-from study.locality import conv_attention_distance, uniform_attention_distance  # numpy only
+from study.theory.locality import conv_attention_distance, uniform_attention_distance  # numpy only
 
 #: E‖δ‖ over the 9 taps of a 3×3 convolution's lattice for an interior query:
 #: (4·1 + 4·√2)/9 ≈ 1.07 px (the reference of the canvas moment ``mean_distance``)

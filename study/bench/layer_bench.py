@@ -13,7 +13,7 @@ from torch import Tensor
 from study.bench.options import ATTENTION, BENCH_MODELS, BenchOptions
 from study.bench.references import REFERENCES
 from study.bench.timing import Variant, measure, sgd_variant, speedups
-from study.devicepaths import DevicePaths
+from study.device.paths import DevicePaths
 from study.models import build_model, model_name
 from study.models.attention import RelativeSelfAttention
 from study.models.encoded import EncodedAttention

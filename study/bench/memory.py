@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from study.devicepaths import synchronize
+from study.device.paths import synchronize
 
 
 @contextlib.contextmanager

@@ -13,8 +13,8 @@ from study.bench.layer_bench import attention_path
 from study.bench.options import BenchOptions
 from study.bench.references import REFERENCES, reference_model
 from study.bench.timing import Variant, measure, sgd_variant, speedups
-from study.devicepaths import DevicePaths
-from study.flops import count_parameters, forward_flops
+from study.cost.flops import count_parameters, forward_flops
+from study.device.paths import DevicePaths
 from study.models import build_model, model_name
 
 

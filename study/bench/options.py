@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from study.bench.references import REFERENCES
-from study.devicepaths import DevicePaths
+from study.device.paths import DevicePaths
 from study.models import ENCODING_MODELS, PAPER_MODELS, ModelConfig
 
 ATTENTION = "attention"  # pseudo-model: the attention layer alone, every encoding
@@ -44,7 +44,7 @@ class BenchOptions:
     amp_dtype: torch.dtype | None = None  # autocast dtype of the fast paths; None: float32
     compile: bool = False
     compile_backend: str = "inductor"
-    #: time a compiled configuration not in study.devicepaths.VERIFIED_COMPILES (refused otherwise):
+    #: time a compiled configuration not in study.device.paths.VERIFIED_COMPILES (refused otherwise):
     #: benchmarks/gpu_check.py, to verify it on a GPU
     unverified_compile: bool = False
     #: SGD step size of a whole model's timed steps (its references' too)

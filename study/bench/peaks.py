@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from study.devicepaths import synchronize
+from study.device.paths import synchronize
 
 #: (substring of torch.cuda.get_device_name(), must not contain) -> precision -> dense TFLOP/s
 GPU_PEAKS: tuple[tuple[str, tuple[str, ...], str, dict[str, float]], ...] = (

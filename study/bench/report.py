@@ -110,7 +110,7 @@ def format_report(report: dict) -> str:
             pd.DataFrame(rows, columns=columns).to_string(index=False),
         ]
         lines.append(
-            "forward FLOPs per image, eval path (study.flops.forward_flops): "
+            "forward FLOPs per image, eval path (study.cost.flops.forward_flops): "
             + "; ".join(f"{m['name']} {m['forward_flops'] / 1e9:.3f} G" for m in report["models"])
         )
     if report["attention"]:

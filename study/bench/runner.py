@@ -25,7 +25,7 @@ from study.bench.options import (
 )
 from study.bench.peaks import Peak, resolve_peak
 from study.bench.timing import NonFiniteValues
-from study.devicepaths import compile_model
+from study.device.paths import compile_model
 
 __all__ = ["ALL_TARGETS", "default_options", "device_name", "is_target", "run_bench"]
 

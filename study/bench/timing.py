@@ -16,8 +16,8 @@ from torch import Tensor
 from study.bench.memory import memory_probe
 from study.bench.options import BenchOptions
 from study.bench.peaks import timed
-from study.devicepaths import DevicePaths
-from study.flops import count_flops
+from study.cost.flops import count_flops
+from study.device.paths import DevicePaths
 
 
 @dataclass(frozen=True, kw_only=True)

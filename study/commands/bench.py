@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from study.cliutil import SEED, BoundedInt
-from study.compilers import COMPILE_BACKENDS
+from study.device.compilers import COMPILE_BACKENDS
 from study.errors import UsageError
 from study.limits import MAX_BENCH_BATCH, MAX_BENCH_REPEATS, MAX_BENCH_STEPS, MAX_CPUS_PER_TRIAL
 
@@ -31,7 +31,7 @@ def register(sub) -> None:
             "For each paper model (configs of study.models.PAPER_MODELS) on the current device:\n"
             "steady-state training images/s (forward + backward + SGD step on a device-resident\n"
             "batch, after warm-up, timed with torch.cuda.synchronize on GPU), forward FLOPs per\n"
-            "image (study.flops.forward_flops), achieved TFLOP/s (3 x forward FLOPs of the timed\n"
+            "image (study.cost.flops.forward_flops), achieved TFLOP/s (3 x forward FLOPs of the timed\n"
             "path), MFU against the stated peak and peak memory; then the references (--references)\n"
             "and the ratios fast/reference:\n"
             "  naive  = study.bench.naive: per-image (B,N_h,T,T) scores, generic einsum, float32,\n"

@@ -68,7 +68,7 @@ def _choose(root: str, refs: list[str], args) -> str:
         return args.trial
     if not refs:
         raise UsageError(f"study {args.name!r} has no trial checkpoint")
-    from study.tables import read_table
+    from study.results.tables import read_table
 
     runs = read_table(f"{root}/tables", "runs")  # (pandas: read only to choose)
     cand = runs[runs.trial_id.isin(list(refs))] if not runs.empty else runs
@@ -113,7 +113,7 @@ def run_export(args: argparse.Namespace) -> int:
     out = args.out or Path(f"{Path(root).name}-{key}.pt")
     import torch
 
-    from study.atomicio import write_atomic
+    from study.results.atomicio import write_atomic
 
     try:
         write_atomic(out, lambda f: torch.save(export, f), suffix=".pt")
@@ -164,7 +164,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.file}: cannot load its weights ({' '.join(str(e).split())[:160]})") from None
     model.to(device).eval()
     data = DeviceData(splits.test_images, splits.test_labels, device=device)
-    from study.devicepaths import DevicePaths
+    from study.device.paths import DevicePaths
 
     # the trial's own precision: bf16 autocast on CUDA when it trained with amp
     paths = DevicePaths.for_device(device, amp=bool(train.get("amp", True)))

@@ -33,7 +33,7 @@ def describe(config: ModelConfig) -> dict:
     initialised or computed, and a model too large for this machine is still described)."""
     import torch
 
-    from study.flops import count_parameters, forward_flops
+    from study.cost.flops import count_parameters, forward_flops
     from study.models.cost import model_macs
 
     with torch.device("meta"):

@@ -1,4 +1,4 @@
-"""``study plan FILE``: a study's compute before anything runs (:mod:`study.plan`)."""
+"""``study plan FILE``: a study's compute before anything runs (:mod:`study.cost.plan`)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 from study import limits
 from study.cliutil import BoundedFloat, BoundedInt, refused
 from study.commands.studies import add_study_file
-from study.cpus import local_cpus
+from study.device.cpus import local_cpus
 from study.driver import load_checked
 from study.errors import UsageError
-from study.metafile import MetaFileError, read_json
-from study.storage import resolve_storage, study_root
+from study.results.metafile import MetaFileError, read_json
+from study.results.storage import resolve_storage, study_root
 
 #: A `study bench --json` report is a few kilobytes; refuse anything far larger.
 MAX_BENCH_BYTES = 16 * 2**20
@@ -68,8 +68,9 @@ def register(sub) -> None:
 
 
 def read_bench(path: str) -> dict:
-    """A ``study bench --json`` report, or one line naming what is wrong (exit 2); :mod:`study.metafile`
-    refuses a FIFO, a device or a folder without blocking and bounds nesting and size."""
+    """A ``study bench --json`` report, or one line naming what is wrong (exit 2);
+    :mod:`study.results.metafile` refuses a FIFO, a device or a folder without blocking and bounds nesting
+    and size."""
     try:
         report = read_json(path, max_bytes=MAX_BENCH_BYTES)
     except FileNotFoundError:
@@ -78,7 +79,7 @@ def read_bench(path: str) -> dict:
         raise UsageError(f"--bench: {e}") from None
     except OSError as e:
         raise UsageError(f"--bench: cannot read {path} ({e.strerror or e})") from None
-    from study.plan import PlanError, bench_models
+    from study.cost.plan import PlanError, bench_models
 
     with refused(PlanError, f"--bench: {path}: "):
         bench_models(report)
@@ -107,7 +108,8 @@ def default_workers(spec) -> tuple[int, str]:
 
 def source_sizes(spec) -> dict[str, tuple[int, int]]:
     """(train, test) images of the study's source if a folder or archive, listed (not decoded), as
-    :func:`study.plan.plan_trials` takes them; checked as `study run` checks it (layout, image headers)."""
+    :func:`study.cost.plan.plan_trials` takes them; checked as `study run` checks it (layout, image
+    headers)."""
     from study.data.errors import DataError
     from study.data.sources import check_source
 
@@ -125,7 +127,7 @@ def measured_seconds(study: str) -> dict[str, float]:
         raise UsageError(
             f"--against: no study at {root} (a study folder, or a name under $STUDY_STORAGE / ./results)"
         )
-    from study.tables import read_table
+    from study.results.tables import read_table
 
     try:
         runs = read_table(f"{root}/tables", "runs")
@@ -140,7 +142,7 @@ def measured_seconds(study: str) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from study.plan import PlanError, Throughput, make_plan, table, to_json, total_line
+    from study.cost.plan import PlanError, Throughput, make_plan, table, to_json, total_line
 
     spec = load_checked(args.file, data=args.data, overrides=args.overrides)
     rates = dict(

@@ -1,6 +1,6 @@
 """``study schema``: print the study file's JSON Schema (pydantic's ``model_json_schema()`` of
-:func:`study.spec.study_file`: every model field typed and bounded as its configuration declares it, every
-registered encoding's included) for editors (docs/study-files.md "The study file")."""
+:func:`study.spec.studyfile.study_file`: every model field typed and bounded as its configuration declares
+it, every registered encoding's included) for editors (docs/study-files.md "The study file")."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from study.models.encodings import load
-    from study.spec import study_file
+    from study.spec.studyfile import study_file
 
     with refused((ImportError, TypeError), "--encodings: "):
         load(args.encodings)

@@ -18,7 +18,7 @@ from study.cliutil import package_version
 from study.driver import check_writable, checked_name, resolved_storage
 from study.errors import UsageError
 from study.limits import MAX_NAME_LENGTH
-from study.storage import STORAGE_ENV, is_remote, study_exists, study_root
+from study.results.storage import STORAGE_ENV, is_remote, study_exists, study_root
 
 PROG = "study slurm"
 
@@ -345,7 +345,7 @@ def _storage(value: str | None) -> str:
 def script_for(args: argparse.Namespace) -> str:
     """The sbatch script for ``args`` (checked), every value quoted for bash (``shlex.quote``)
     and, in ``#SBATCH`` lines, for sbatch (:func:`sbatch_quote`)."""
-    from study.spec import load_spec, valid_name
+    from study.spec.studyfile import load_spec, valid_name
 
     storage = _storage(args.storage)
     sbatch = _sbatch_options(args.sbatch)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from study import driver
 from study.cliutil import BoundedInt
-from study.cpus import local_cpus
+from study.device.cpus import local_cpus
 from study.driver import NUM_CPUS, load_checked, resolved_storage
 from study.errors import UsageError
 from study.limits import MAX_CLUSTER_CPUS, MAX_CLUSTER_GPUS
-from study.metafile import MetaFileError
-from study.storage import STORAGE_ENV, list_studies, read_meta, study_exists, study_root
+from study.results.metafile import MetaFileError
+from study.results.storage import STORAGE_ENV, list_studies, read_meta, study_exists, study_root
 
 
 def _storage(parser, *, study: bool = False) -> None:
@@ -132,7 +132,7 @@ def register(sub) -> None:
 
 
 def add_study_file(parser) -> None:
-    """FILE, its ``KEY=VALUE`` overrides (:mod:`study.overrides`; they may also follow the
+    """FILE, its ``KEY=VALUE`` overrides (:mod:`study.spec.overrides`; they may also follow the
     options: ``study.cli.main`` collects them) and ``--data``."""
     parser.add_argument("file", help="study file (search_spaces/*.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
@@ -212,8 +212,8 @@ def _study_root(args: argparse.Namespace) -> str:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from study.bookkeeping import status_table
-    from study.tables import read_table
+    from study.results.tables import read_table
+    from study.status.bookkeeping import status_table
 
     root = _study_root(args)  # a local one is a folder (study_exists listed it)
     planned, overrides = None, None
@@ -236,8 +236,8 @@ def run_list(args: argparse.Namespace) -> int:
     on stderr naming the file (the others are still listed) and makes the exit status 2."""
     import pandas as pd
 
-    from study.bookkeeping import study_line
-    from study.tables import read_table
+    from study.results.tables import read_table
+    from study.status.bookkeeping import study_line
 
     storage = resolved_storage(args.storage)
     if "://" not in storage and not Path(storage).is_dir():

@@ -9,7 +9,7 @@ from study.errors import UsageError
 from study.limits import MAX_MODEL_FIELD, MAX_THEOREM_ELEMENTS, MAX_THEOREM_MACS
 
 MAX_KERNEL = int(MAX_MODEL_FIELD["num_heads"] ** 0.5)  # 32: K² heads
-BATCH = 2  # images of the check (study.theory.theorem_error's default)
+BATCH = 2  # images of the check (study.theory.theorem.theorem_error's default)
 
 
 def register(sub) -> None:
@@ -17,7 +17,7 @@ def register(sub) -> None:
         "theorem",
         help="check that a random conv equals its MHSA construction",
         description="Build a random KxK conv (zero padding K//2), convert it with "
-        "study.theory.mhsa_from_conv (Lemma 1 + 2) and print max |conv(x) - MHSA(x)|.",
+        "study.theory.theorem.mhsa_from_conv (Lemma 1 + 2) and print max |conv(x) - MHSA(x)|.",
     )
     # K² heads: K is bounded as a study file bounds num_heads; channels as hidden; the side as image_size
     p.add_argument(
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         )
     import torch  # here, not at import: `study --help` and bookkeeping commands stay torch-free
 
-    from study.theory import theorem_error
+    from study.theory.theorem import theorem_error
 
     err = theorem_error(
         kernel=args.kernel,

@@ -21,12 +21,12 @@ from study.cliutil import (
     model_overrides,
 )
 from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, StorageError, UsageError
-from study.metafile import MetaFileError, read_object
-from study.storage import file_in_the_way
+from study.results.metafile import MetaFileError, read_object
+from study.results.storage import file_in_the_way
 from study.trial import TrainConfig
 
 #: a trial id names its table parts (tables/runs/<id>.parquet): no '/' or '..', and no
-#: first character the table readers skip (study.tables.SKIPPED_PREFIXES: '.', '_')
+#: first character the table readers skip (study.results.tables.SKIPPED_PREFIXES: '.', '_')
 _TRIAL_ID = re.compile(r"[A-Za-z0-9-][A-Za-z0-9._-]{0,127}")
 
 
@@ -211,7 +211,7 @@ def _train(args: argparse.Namespace, cfg: TrainConfig, *, out: Path, trial_id: s
     ):  # on the device train_trial picks (CUDA if any): refused unless verified, before any write
         import torch
 
-        from study.devicepaths import DevicePaths, compile_model
+        from study.device.paths import DevicePaths, compile_model
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         DevicePaths.for_device(device, compile=True).check_compile(

@@ -1,7 +1,7 @@
 """The on-disk tensor cache: one ``.pt`` file per decoded source, keyed by content
 (docs/study-files.md, "Data"); written atomically, read with ``weights_only=True``.  torch is
-imported on first use (and pyarrow, by study.atomicio): :func:`cache_path` serves the quick checks of a
-source."""
+imported on first use (and pyarrow, by study.results.atomicio): :func:`cache_path` serves the quick
+checks of a source."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def save_atomic(obj: dict[str, Any], path: Path) -> bool:
     """Write ``obj`` to ``path`` atomically; False (no file left) when the folder is not writable."""
     import torch
 
-    from study.atomicio import write_atomic
+    from study.results.atomicio import write_atomic
 
     try:  # mode 0644: mkstemp's 0600 would hide a shared cache from other users
         write_atomic(

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import Tensor
 
-from study.cpus import local_cpus
+from study.device.cpus import local_cpus
 
 from .errors import DataError, one_line
 from .imageheader import (

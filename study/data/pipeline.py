@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from study.devicepaths import to_device
+from study.device.paths import to_device
 
 #: Input normalisation of the original code (epfml/attention-cnn, train.py), used for
 #: every data source: the CIFAR-10 channel means and its std constants
@@ -63,7 +63,7 @@ def augment(images: Tensor, *, offsets: Tensor, flips: Tensor) -> Tensor:
 
 class DeviceData:
     """``images`` (N, 3, H, W) uint8 and ``labels`` (N,) held on ``device``; ``pinned``: each
-    epoch's plan goes through page-locked memory (default: on CUDA; :func:`study.devicepaths.to_device`)."""
+    epoch's plan goes through page-locked memory (default: on CUDA; :func:`study.device.paths.to_device`)."""
 
     def __init__(
         self,

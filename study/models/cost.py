@@ -57,7 +57,7 @@ def _annotations(member) -> dict[str, Any]:
 
 
 #: A forward pass is a third of a training step (forward + backward ≈ 3 forwards): a training image's
-#: weight in a trial's cost and progress (:mod:`study.plan`, ``study.trial.loop``).
+#: weight in a trial's cost and progress (:mod:`study.cost.plan`, ``study.trial.loop``).
 TRAIN_FORWARDS = 3
 
 

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from study.errors import EXIT_OK, EXIT_STORAGE, EXIT_TRIAL_ERROR
-from study.filesystem import is_remote
+from study.results.filesystem import is_remote
 from study.scheduling.ledger import ledger_fields
 from study.scheduling.rows import config_row, mark_error, mark_stopped, settle_rows
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from study.plan import PAIR_MAC_EQUIVALENT, hms
+from study.cost.plan import PAIR_MAC_EQUIVALENT, hms
 from study.scheduling.ledger import ledger_probe
 
 #: a running trial's ``epoch_fraction`` is trusted from this share on (before, start-up dominates)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from study.tables import compact_all, part_path, read_table, write_part
+from study.results.tables import compact_all, part_path, read_table, write_part
 
 
 def write_row(tables: str, row: dict[str, Any], *, spent: float | None = None) -> None:

@@ -7,7 +7,7 @@ import contextlib
 
 import pandas as pd
 
-from study.tables import read_table
+from study.results.tables import read_table
 
 #: ``runs.status`` values of a trial that ended: a resume does not run it again
 ENDED = ("finished", "diverged", "stopped")
@@ -27,9 +27,9 @@ def ended_rows(tables: str) -> pd.DataFrame:
 
 def launch_plan(spec, *, sizes: dict[str, tuple[int, int]] | None = None) -> list:
     """Every trial's ``TrialPlan`` of the validated ``spec``, longest-predicted first
-    (:func:`study.plan.launch_order`; ``sizes``: as :func:`study.plan.plan_trials`); [] where the cost
-    model fails: the study must not stop for that, it runs in grid order without an ETA."""
-    from study.plan import launch_order, plan_trials
+    (:func:`study.cost.plan.launch_order`; ``sizes``: as :func:`study.cost.plan.plan_trials`); [] where
+    the cost model fails: the study must not stop for that, it runs in grid order without an ETA."""
+    from study.cost.plan import launch_order, plan_trials
 
     with contextlib.suppress(Exception):
         return launch_order(plan_trials(spec, sizes=sizes))

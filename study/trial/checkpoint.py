@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from study.atomicio import write_atomic
 from study.errors import CheckpointError, cause
-from study.storage import is_remote
-from study.tables import file_system
+from study.results.atomicio import write_atomic
+from study.results.storage import is_remote
+from study.results.tables import file_system
 from study.trial.config import PROTOCOL_FIELDS, TrainConfig
 
 FILENAME = "checkpoint.pt"

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from study.locality import token_positions
 from study.models.positional import GaussianScores, LearnedScores, lattice_offsets
+from study.theory.locality import token_positions
 
 NAN = float("nan")
 #: the Gaussian heads' parameters and the per-head columns a layer may report, null for the others

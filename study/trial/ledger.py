@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from study.atomicio import write_atomic
 from study.errors import SupersededError
-from study.storage import is_remote
+from study.results.atomicio import write_atomic
+from study.results.storage import is_remote
 
 #: seconds between two saves of a running epoch's clock (local files / object storage)
 CLOCK_S = 1.0
@@ -46,7 +46,7 @@ class TrialLedger:
 
     def read(self) -> dict[str, Any]:
         """The ledger's fields ({} before the first attempt); a damaged one raises, never counts from 0."""
-        from study.metafile import read_object
+        from study.results.metafile import read_object
 
         try:
             return read_object(self.uri, fields=LEDGER_FIELDS)

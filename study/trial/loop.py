@@ -20,8 +20,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from study.cost.flops import count_parameters, forward_flops
 from study.data import DeviceData, hold_out_validation, load_splits
-from study.devicepaths import (
+from study.device.paths import (
     DevicePaths,
     capture_rng,
     compile_model,
@@ -30,10 +31,9 @@ from study.devicepaths import (
     select_device,
     synchronize,
 )
-from study.flops import count_parameters, forward_flops
 from study.models import build_model, model_name
 from study.models.cost import TRAIN_FORWARDS
-from study.tables import INIT_EPOCH, TableWriter
+from study.results.tables import INIT_EPOCH, TableWriter
 from study.trial.checkpoint import check_config, load_checkpoint, save_checkpoint
 from study.trial.config import TrainConfig, batch_overflow
 from study.trial.headstats import collect_head_stats
@@ -211,7 +211,7 @@ class _Trial:
 
     def epoch_fraction(self) -> float:
         """The share of the running epoch's forward passes done (a training image counts
-        ``TRAIN_FORWARDS``, as :attr:`study.plan.TrialPlan.weight`), for the driver's ETA."""
+        ``TRAIN_FORWARDS``, as :attr:`study.cost.plan.TrialPlan.weight`), for the driver's ETA."""
         total = (
             TRAIN_FORWARDS * len(self.train_data) / self.world
             + len(self.test_data)

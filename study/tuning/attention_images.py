@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from ray.tune.logger import LoggerCallback
 
-from study.tables import decode_maps, part_path
+from study.results.tables import decode_maps, part_path
 
 SCALE = 6  # screen pixels per attention-map cell
 GAP = 2

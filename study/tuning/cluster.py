@@ -11,7 +11,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from study.cpus import local_cpus
+from study.device.cpus import local_cpus
 
 #: Ray's documented settings it reads when imported, in this process's environment while the
 #: study imports Ray (and only then: Ray's processes need it not, a later ``ray start`` must not
@@ -94,7 +94,7 @@ def ray_init_kwargs(address: str | None, *, num_cpus: int | None = None) -> dict
             **({"runtime_env": {"env_vars": endpoint}} if endpoint else {}),
         }
     check_local_auth(address)
-    # the CPUs this process may use (study.cpus, as the preflight counted them), not Ray's own count;
+    # the CPUs this process may use (study.device.cpus, as the preflight counted them), not Ray's own count;
     # its node address is Ray's choice: loopback once Ray is imported by import_ray
     return {
         **kwargs,

@@ -137,9 +137,9 @@ class StudyLock:
             )
         from botocore.config import Config
 
-        from study.storage import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
+        from study.results.storage import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
 
-        # bounded waits, as every request of a command (study.storage); boto3 reads
+        # bounded waits, as every request of a command (study.results.storage); boto3 reads
         # AWS_ENDPOINT_URL(_S3) itself
         client = boto3.client(
             "s3",

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from study.spec import (
+from study.spec.studyfile import (
     LOGGERS,
 )  # the names a study file may use: the study-file reader does not import this module
 

@@ -9,7 +9,7 @@ import os
 import socket
 from pathlib import Path
 
-from study.cpus import local_cpus
+from study.device.cpus import local_cpus
 
 
 def local_gpus() -> int:

@@ -16,15 +16,15 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from study.atomicio import write_atomic
 from study.errors import RayStartError, one_line
-from study.filesystem import is_remote
+from study.results.atomicio import write_atomic
+from study.results.filesystem import is_remote
+from study.results.storage import META_FILE, read_meta, resolve, study_root
+from study.results.tables import STATUSES, read_table
 from study.scheduling.contract import RunContract
 from study.scheduling.trials import launch_plan, pending
-from study.spec import StudySpec, selects
-from study.storage import META_FILE, read_meta, resolve, study_root
-from study.tables import STATUSES, read_table
-from study.variants import value_text, variant_labels
+from study.spec.studyfile import StudySpec, selects
+from study.status.variants import value_text, variant_labels
 
 #: Ray Tune's experiment folder inside the study folder
 TUNE_DIR = "tune"
@@ -173,9 +173,10 @@ def run_study(
     plan: list | None = None,
     lock=None,
 ):
-    """Run every trial of ``spec`` (validated: :func:`study.spec.load_spec`; ``plan``: its :func:`launch_plan`
-    if the caller made it; ``lock``: the study's :class:`study.tuning.lock.StudyLock` if the caller holds it);
-    returns the ``runs`` table, with the run contract's exit status as ``runs.attrs["exit_code"]``."""
+    """Run every trial of ``spec`` (validated: :func:`study.spec.studyfile.load_spec`; ``plan``: its
+    :func:`launch_plan` if the caller made it; ``lock``: the study's :class:`study.tuning.lock.StudyLock`
+    if the caller holds it); returns the ``runs`` table, with the run contract's exit status as
+    ``runs.attrs["exit_code"]``."""
     root = study_root(storage, spec.study.name)
     with _locked(
         root, spec.study.name, lock, address=address, num_cpus=num_cpus, echo=show_tracebacks

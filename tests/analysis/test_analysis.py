@@ -28,7 +28,7 @@ from analysis import cli
 from analysis.contours import gaussian_ellipse, mahalanobis_radius, mass_level, window_contours
 from analysis.figures import heads as heads_fig
 from analysis.lattice import kernel_size, lattice, lattice_distance
-from study.tables import read_table
+from study.results.tables import read_table
 from tests.helpers import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -795,7 +795,7 @@ def test_query_command_imports_neither_pandas_nor_torch(paper):
 
 
 def _linked_study(tmp_path: Path, name: str, target) -> Path:
-    from study.tables import part_path, write_part
+    from study.results.tables import part_path, write_part
 
     study = tmp_path / "studies" / name
     tables = study / "tables"
@@ -839,7 +839,7 @@ def test_a_link_out_of_the_study_in_its_tables_is_refused_in_one_line(tmp_path, 
 
 def test_a_link_inside_the_study_is_read_like_its_target(tmp_path):
     """Only links out of the study (or looping) are refused: one to a folder of the study is read."""
-    from study.tables import check_links
+    from study.results.tables import check_links
 
     study = _linked_study(tmp_path, "inner", lambda tables: tables.parent / "kept")
     (study / "kept").mkdir()

@@ -18,7 +18,7 @@ import pytest
 import analysis
 from analysis.cli import main as analysis_main
 from analysis.io import AnalysisError
-from study.tables import TableWriter
+from study.results.tables import TableWriter
 
 LAYERS, HEADS = 2, 3
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from study.tables import part_path, read_table, write_part
+from study.results.tables import part_path, read_table, write_part
 from tests.helpers import kill_session, popen, processes, session_pids
 
 CHROMIUM_FLAGS = [
@@ -320,7 +320,7 @@ def test_report_serve_stopped_by_sigterm_leaves_no_process_behind(tmp_path):
     also while it draws figures on its ``spawn`` pool: the pool's workers end with it.  The
     landed code died at once and its workers stayed, blocked, for good (found after the
     served-report test: three orphans of the killed server, 800 s later)."""
-    from study.cpus import local_cpus
+    from study.device.cpus import local_cpus
 
     if local_cpus() < 2:
         pytest.skip("figures are drawn in this process on one CPU: no pool to leave behind")

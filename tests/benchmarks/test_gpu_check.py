@@ -59,7 +59,7 @@ def test_cpu_run_fills_every_field_of_the_gpu_report(tmp_path):
             "--compile-backend",
             "aot_eager",
             "--tests",
-            "tests/study/test_devicepaths.py::test_ddp_device_ids",
+            "tests/study/device/test_paths.py::test_ddp_device_ids",
         ]
     )
     report = json.loads((out / "gpu_check.json").read_text())

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from study.tables import read_table
+from study.results.tables import read_table
 from tests.helpers import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # importable by name: its writers run in spawned processes

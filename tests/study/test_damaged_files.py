@@ -241,7 +241,7 @@ def test_a_folder_link_out_of_the_study_is_one_line_in_study_commands(tmp_path, 
 @pytest.mark.parametrize("how", DAMAGES)
 def test_a_damaged_ledger_is_named_not_reset(tmp_path, how):
     """A trial's attempt ledger read by a trial (TrialLedger) and by `study train`."""
-    from study.metafile import MetaFileError
+    from study.results.metafile import MetaFileError
     from study.trial.ledger import TrialLedger
 
     path = tmp_path / "trials" / "c000-s000.json"
@@ -336,7 +336,7 @@ def test_hidden_out_folder_gets_a_trial_id_the_readers_see(tmp_path, capsys):
 )
 def test_trial_id_derived_from_any_out_folder_is_readable(tmp_path, name, trial_id):
     from study.commands.train import _TRIAL_ID, derive_trial_id
-    from study.tables import SKIPPED_PREFIXES
+    from study.results.tables import SKIPPED_PREFIXES
 
     got = derive_trial_id(tmp_path / name)
     assert got == trial_id and _TRIAL_ID.fullmatch(got) and not got.startswith(SKIPPED_PREFIXES)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from study.tables import read_table
+from study.results.tables import read_table
 from tests.helpers import TINY, run_cli, write_spec
 
 pytestmark = pytest.mark.slow

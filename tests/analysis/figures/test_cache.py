@@ -18,7 +18,7 @@ import analysis
 from analysis import cli
 from analysis.figures import draw_all
 from analysis.figures.cache import MANIFEST
-from study.tables import TableWriter
+from study.results.tables import TableWriter
 from tests.analysis.figures.test_locality import LAYERS, TRIALS, head_row, write_study
 
 # two variants: a quadratic one with 3 seeds and a learned one with 1; 2 epochs

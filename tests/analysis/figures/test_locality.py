@@ -22,7 +22,7 @@ from analysis.figures import heads as heads_fig
 from analysis.figures.context import Context, Skip
 from analysis.figures.pooled import CONV3_DISTANCE
 from analysis.variants import trial_table, variant_order
-from study.tables import TableWriter, read_table
+from study.results.tables import TableWriter, read_table
 
 LAYERS, EPOCHS = 3, 3
 # (trial_id, name, encoding, num_heads, seed, gate rule)

@@ -12,7 +12,7 @@ import analysis
 from analysis import style
 from analysis.figures import maps as maps_fig
 from analysis.figures.context import Context
-from study.tables import TableWriter
+from study.results.tables import TableWriter
 
 HEADS = 2
 

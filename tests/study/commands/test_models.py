@@ -101,7 +101,7 @@ def test_meta_device_counts_equal_a_built_models(encoding_variant):
     import torch
 
     from study.commands.models import describe
-    from study.flops import count_parameters, forward_flops
+    from study.cost.flops import count_parameters, forward_flops
     from study.models import ModelConfig
     from study.models.registry import build_model
 

@@ -91,7 +91,7 @@ def _spec_file(tmp_path, **extra):
 
 
 def test_loggers_key_validated(tmp_path):
-    from study.spec import SpecError, load_spec
+    from study.spec.studyfile import SpecError, load_spec
 
     assert load_spec(_spec_file(tmp_path)).study.loggers == ["tensorboard"]
     assert load_spec(_spec_file(tmp_path, loggers=["mlflow"])).study.loggers == ["mlflow"]
@@ -129,7 +129,7 @@ def test_progress_counts_trials_and_estimates_from_epoch_times(monkeypatch):
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     raw = {"data": "synthetic", "epochs": 4, "model": {"hidden": 16, "layers": 1, "intermediate": 16}}
     raw2 = {**raw, "seeds": [0, 1, 2, 3]}
-    from study.spec import validate
+    from study.spec.studyfile import validate
     from study.tuning.runner import launch_plan
 
     rep = progress.ProgressReporter(

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from study.tables import read_table
+from study.results.tables import read_table
 from tests.helpers import TINY
 from tests.slurm_daemons import Slurm, missing_binaries, slurm_cluster
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from study.tables import read_table
+from study.results.tables import read_table
 
 TINY = {"hidden": 16, "layers": 2, "intermediate": 16, "num_heads": 4}
 MODELS = [{"encoding": "quadratic", "isotropic": True}, {"encoding": "learned_content", "pos_dim": 16}]

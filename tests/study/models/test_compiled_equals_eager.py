@@ -8,7 +8,7 @@ One training step's loss and every parameter's gradient at the paper's width (D 
 eager kernels, 3-11 s an encoding on 2 shared cores; ``inductor`` generates C++ code, about 8
 minutes for all encodings from a cold cache, so it is run on demand: docs/performance.md).  On
 CUDA the test always runs inductor, with ``unverified_compile`` (``benchmarks/gpu_check.py``
-runs it to verify a configuration for ``study.devicepaths.VERIFIED_COMPILES``).  The
+runs it to verify a configuration for ``study.device.paths.VERIFIED_COMPILES``).  The
 positional-only encodings' probabilities never enter a compiled graph (tested with a
 recording backend: the graphs Dynamo hands over)."""
 
@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from study.devicepaths import DevicePaths
+from study.device.paths import DevicePaths
 from study.models import ModelConfig, build_model
 from study.models.encodings import REGISTRY
 

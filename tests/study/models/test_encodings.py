@@ -15,7 +15,7 @@ from study.models.cost import model_macs
 from study.models.encoded import EncodedAttention
 from study.models.encodings import PAPER_ENCODINGS, REGISTRY, encoding_fields
 from study.models.positional import GaussianScores
-from study.theory import conv_as_attention, lattice_offsets, mhsa_from_conv
+from study.theory.theorem import conv_as_attention, lattice_offsets, mhsa_from_conv
 
 TINY = dict(hidden=16, layers=2, intermediate=24, num_heads=4)
 

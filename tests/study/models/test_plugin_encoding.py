@@ -59,7 +59,7 @@ def test_an_installed_encoding_is_in_the_schema_validates_and_trains_with_study_
     argv += ["--epochs", "1", "--batch-size", "25", "--no-amp", "--quiet", "--out", str(out)]
     r = run_cli(tmp_path, *argv, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
-    from study.tables import read_table
+    from study.results.tables import read_table
 
     runs = read_table(out / "tables", "runs")
     assert runs.encoding.tolist() == ["alibi2d"] and runs.alibi_slope.tolist() == [0.5]
@@ -98,7 +98,7 @@ def test_a_study_file_naming_its_encoding_runs_on_ray(tmp_path):
     named.write_text(named.read_text() + "name: named\nresources: {cpus_per_trial: 1}\n")
     r = run_cli(tmp_path, "run", str(named), "--storage", str(tmp_path / "st"), "--num-cpus", "1", env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    from study.tables import read_table
+    from study.results.tables import read_table
 
     runs = read_table(tmp_path / "st" / "named" / "tables", "runs")
     assert runs[["encoding", "alibi_slope", "status"]].values.tolist() == [["alibi2d", 0.5, "finished"]]

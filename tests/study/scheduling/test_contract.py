@@ -11,10 +11,10 @@ import signal
 import pytest
 
 from study.errors import EXIT_OK, EXIT_STORAGE, EXIT_TRIAL_ERROR
+from study.results.tables import read_table
 from study.scheduling import contract
 from study.scheduling.ledger import trial_ledger
 from study.scheduling.rows import write_row
-from study.tables import read_table
 from tests.study.scheduling.rayfree import ray_modules_after
 
 

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from study.plan import launch_order, plan_trials, wall_seconds
+from study.cost.plan import launch_order, plan_trials, wall_seconds
 from study.scheduling import progress
-from study.spec import load_spec, validate
+from study.spec.studyfile import load_spec, validate
 from tests.study.scheduling.rayfree import ray_modules_after
 
 SMOKE = "search_spaces/smoke.yaml"
@@ -279,9 +279,9 @@ def test_rows_print_a_header_once_then_one_row_per_trial_and_interval(capsys):
 
 def test_progress_runs_without_ray():
     code = """
-        from study.plan import launch_order, plan_trials
+        from study.cost.plan import launch_order, plan_trials
         from study.scheduling.progress import Progress
-        from study.spec import load_spec
+        from study.spec.studyfile import load_spec
         plan = launch_order(plan_trials(load_spec("search_spaces/smoke.yaml")))
         meta = {"num_trials": len(plan), "root": "/nonexistent"}
         rep = Progress(plan=plan, meta=meta, now=0.0, enabled=False)

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
+from study.results.tables import read_table
 from study.scheduling.rows import config_row, mark_error, mark_stopped, settle_rows, write_row
 from study.scheduling.sampler import GridSampler
-from study.spec import load_spec
-from study.tables import read_table
+from study.spec.studyfile import load_spec
 from tests.study.scheduling.rayfree import ray_modules_after
 
 

@@ -8,7 +8,7 @@ from optuna.trial import TrialState
 
 from study.scheduling.rows import write_row
 from study.scheduling.sampler import GridSampler
-from study.spec import load_spec, validate
+from study.spec.studyfile import load_spec, validate
 from tests.study.scheduling.rayfree import ray_modules_after
 
 RAW = {
@@ -79,7 +79,7 @@ def test_a_resumed_driver_continues_the_same_optuna_trials(tmp_path):
 def test_the_sampler_runs_without_ray(tmp_path):
     code = f"""
         from study.scheduling.sampler import GridSampler
-        from study.spec import validate
+        from study.spec.studyfile import validate
         spec = validate({RAW!r}, file="f.yaml", default_name="f")
         s = GridSampler(spec=spec, todo=[(0, 0)], journal={str(tmp_path / "j")!r})
         s.tell("t", s.ask("t") and {{"test_acc": 0.5}})

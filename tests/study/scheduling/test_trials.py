@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from study.results.tables import part_path, write_part
 from study.scheduling.trials import ended_rows, launch_plan, pending, trial_key
-from study.spec import load_spec, validate
-from study.tables import part_path, write_part
+from study.spec.studyfile import load_spec, validate
 from tests.study.scheduling.rayfree import ray_modules_after
 
 SMOKE = "search_spaces/smoke.yaml"
@@ -54,7 +54,7 @@ def test_without_a_cost_model_the_trials_run_in_grid_order(tmp_path):
 def test_trials_run_without_ray(tmp_path):
     code = f"""
         from study.scheduling.trials import launch_plan, pending
-        from study.spec import load_spec
+        from study.spec.studyfile import load_spec
         spec = load_spec({SMOKE!r})
         assert len(pending(spec, {str(tmp_path / "tables")!r}, launch_plan(spec))) == 4
     """

@@ -29,7 +29,7 @@ def tiny(encoding="quadratic", isotropic=True, **kw):
 
 
 def read(root, table):
-    from study.tables import read_table
+    from study.results.tables import read_table
 
     return read_table(root, table)
 

@@ -198,7 +198,7 @@ def test_a_number_is_refused_in_one_line_or_its_step_runs(study_in_process, tmp_
         assert code == 2 and len(err) == 1 and name in err[0].split(f"{path}: ", 1)[1], (code, err)
         return
     assert b is None or b[2](value), f"{name}={value!r} is outside its declared bounds but was accepted"
-    from study.spec import load_spec
+    from study.spec.studyfile import load_spec
 
     spec = load_spec(path)
     cfg = spec.train_config(spec.cells[0])
@@ -209,7 +209,7 @@ def test_a_number_is_refused_in_one_line_or_its_step_runs(study_in_process, tmp_
 
 
 def test_the_published_schema_states_every_declared_bound():
-    from study.spec import StudyFile
+    from study.spec.studyfile import StudyFile
 
     defs = StudyFile.model_json_schema()["$defs"]
     props = {
@@ -256,7 +256,7 @@ def _typed(prop):
 def test_an_extreme_accepted_value_whose_loss_turns_non_finite_ends_the_trial_diverged(
     tmp_path, train, model
 ):
-    from study.tables import read_table
+    from study.results.tables import read_table
     from study.trial import train_trial
 
     cfg = TrainConfig(

@@ -203,7 +203,7 @@ PROTOCOL = dict(
 
 
 def test_protocol_fields_become_runs_columns(tmp_path):
-    from study.tables import SCHEMA, read_table
+    from study.results.tables import SCHEMA, read_table
 
     cfg = TrainConfig(model=MODEL, **DATA, head_stats=False, **PROTOCOL)
     assert train_trial(cfg, trial_id="t", tables=tmp_path).status == "finished"
@@ -371,7 +371,7 @@ def test_study_file_refuses_out_of_range_protocol_in_one_line(tmp_path, extra, m
 def test_protocol_is_a_searchable_per_model_axis(tmp_path):
     import yaml
 
-    from study.spec import load_spec
+    from study.spec.studyfile import load_spec
 
     f = tmp_path / "p.yaml"
     f.write_text(

@@ -91,7 +91,7 @@ def test_replace_with_another_warmup_form_replaces_the_form(form):
 
 def test_runs_row_records_the_warmup_form_given_and_the_epoch_lr_follows_it(tmp_path):
     """Half an epoch of 4 steps: 2 warm-up steps; the ``epochs`` table's lr is the lr of the last step."""
-    from study.tables import SCHEMA, read_table
+    from study.results.tables import SCHEMA, read_table
 
     assert set(WARMUP_FIELDS) <= set(SCHEMA["runs"])
     assert {k: TrainConfig().flat()[k] for k in WARMUP_FIELDS} == {

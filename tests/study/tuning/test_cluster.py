@@ -37,7 +37,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from study.tables import read_table
+from study.results.tables import read_table
 from study.tuning.cluster import IMPORT_ENV, RAY_ENV
 from tests.helpers import REPO_ROOT, TINY, free_ports, kill_session, process_name, session_pids
 

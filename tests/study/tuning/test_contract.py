@@ -24,7 +24,7 @@ Findings -> tests:
     device_seconds                                     accumulates_device_seconds
   storage failing mid-study leaves trials running      test_storage_failure_stops_the_study
   cpus_per_trial beyond every node of a cluster        test_cluster_resources_are_checked_per_node
-  Ray's pickles on S3 never loaded                     tests/study/test_storage_s3.py::
+  Ray's pickles on S3 never loaded                     tests/study/results/test_storage_s3.py::
                                                        test_killed_driver_on_s3_resumes_from_the_projects_own_objects
 """
 
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from study.tables import read_table
+from study.results.tables import read_table
 from tests.helpers import (
     TINY,
     Output,

@@ -11,12 +11,12 @@ import ray.cloudpickle
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
-from study.plan import launch_order, plan_trials
+from study.cost.plan import launch_order, plan_trials
+from study.results.tables import read_table
 from study.scheduling.contract import RunContract
 from study.scheduling.rows import config_row, write_row
 from study.scheduling.sampler import GridSampler
-from study.spec import load_spec, validate
-from study.tables import read_table
+from study.spec.studyfile import load_spec, validate
 from study.tuning.hooks import ContractCallback, GridSearcher, ProgressReporter, StopAll
 from study.tuning.lock import StudyLock
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from study.tables import read_table
+from study.results.tables import read_table
 from tests.helpers import (
     REPO_ROOT,
     code_payload,
@@ -235,7 +235,7 @@ def test_killed_driver_then_resume_runs_nothing_twice(tmp_path):
 def test_diverging_trial_is_recorded_and_others_finish(tmp_path):
     import ray
 
-    from study.spec import load_spec
+    from study.spec.studyfile import load_spec
     from study.tuning.runner import init_ray, run_study
 
     f = write_spec(tmp_path, "div", data=DATA, epochs=2, grid={"lr": [0.05, 1.0e6]}, schedule={"warmup": 0.0})

@@ -9,8 +9,8 @@ import time
 import pytest
 import yaml
 
-from study.spec import load_spec
-from study.tables import read_table
+from study.results.tables import read_table
+from study.spec.studyfile import load_spec
 from tests.helpers import Output, default_sigint, kill_session, popen, processes, wait_for
 
 #: a Python warning as the console shows it (`…: FutureWarning: Tip: …`)

@@ -1,0 +1,1 @@
+"""Device-dependent choices: the code paths a run takes, the compile backends, the CPU count."""

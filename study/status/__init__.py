@@ -1,0 +1,1 @@
+"""What a user reads about a study's trials: its model variants and ``study status``."""

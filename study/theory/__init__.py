@@ -1,0 +1,2 @@
+"""The paper's theory made executable: Theorem 1 (a convolution as attention) and the locality
+measure's reference values."""
