@@ -46,7 +46,7 @@ def ray_after():
     ray.shutdown()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_run_returns_the_folder_analysis_load_opens(study_file, tmp_path, capsys, ray_after):
     import logging
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.helpers import run_cli
@@ -89,6 +90,7 @@ def test_a_module_a_study_file_names_registers_its_encoding(tmp_path):
     assert f"{missing}: encodings.0: cannot import 'no_such_encoding_module'" in r.stderr
 
 
+@pytest.mark.long
 def test_a_study_file_naming_its_encoding_runs_on_ray(tmp_path):
     """``study run``: the trial's process, not only the driver, registers the encodings the study
     file names (it failed there with the encoding unknown while validate passed)."""

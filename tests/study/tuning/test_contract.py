@@ -259,7 +259,7 @@ def _epoch_images(batch_size: int) -> int:
     return images_lasting(6.0, model=DEEP, batch_size=batch_size, least=500)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_train_ctrl_c_mid_epoch_keeps_its_time(tmp_path):
     """Ctrl-C during `study train`'s epoch: one line, exit 130, the row `interrupted`; the
     same command continues (attempts 2) and `device_seconds` holds both attempts' time.
