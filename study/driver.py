@@ -11,9 +11,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from study.cliutil import BoundedInt, checked_splits, refused
+from study.cliutil import BoundedInt
+from study.datachecks import checked_splits
 from study.device.cpus import local_cpus
-from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError
+from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError, refused
 from study.limits import MAX_CLUSTER_CPUS, MAX_NAME_LENGTH
 from study.results.storage import (
     NoBucket,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 EXIT_OK = 0  # every trial finished (or diverged / was stopped by ASHA)
 EXIT_TRIAL_ERROR = 1  # at least one trial ended in ``error`` (see ``runs.error``)
 EXIT_USAGE = 2  # bad input (study file, flags, data source): nothing started
@@ -121,3 +123,13 @@ def cause(exc: BaseException) -> str:
     if _is_ray(pick) and "\n" in message:  # Ray's text trace: keep its last line (the error)
         message = [ln for ln in message.splitlines() if ln.strip()][-1]
     return one_line(f"{type(pick).__name__}: {message}", limit=500)
+
+
+@contextlib.contextmanager
+def refused(errors, prefix: str = ""):
+    """An exception of ``errors`` raised inside as the command's one-line refusal: ``prefix`` + its text,
+    exit 2."""
+    try:
+        yield
+    except errors as e:
+        raise UsageError(f"{prefix}{e}") from None

@@ -8,10 +8,11 @@ import math
 import sys
 from pathlib import Path
 
-from study.cliutil import BoundedInt, check_data, refused
+from study.cliutil import BoundedInt
 from study.commands.studies import _storage, _study_root
+from study.datachecks import check_data
 from study.driver import check_writable
-from study.errors import UsageError
+from study.errors import UsageError, refused
 from study.limits import MAX_EVAL_BATCH, MAX_SUBSET
 
 

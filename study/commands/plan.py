@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 from study import limits
-from study.cliutil import BoundedFloat, BoundedInt, refused
+from study.cliutil import BoundedFloat, BoundedInt
 from study.commands.studies import add_study_file
 from study.device.cpus import local_cpus
 from study.driver import load_checked
-from study.errors import UsageError
+from study.errors import UsageError, refused
 from study.results.metafile import MetaFileError, read_json
 from study.results.storage import resolve_storage, study_root
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from study.cliutil import refused
+from study.errors import refused
 
 
 def register(sub) -> None:

@@ -11,15 +11,13 @@ from pathlib import Path
 
 from study.cliutil import (
     add_model_flags,
-    check_data,
     check_model_params,
-    check_sizes,
-    checked_splits,
     config_from_flags,
     field_int,
     flag,
     model_overrides,
 )
+from study.datachecks import check_data, check_sizes, checked_splits
 from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, StorageError, UsageError
 from study.results.metafile import MetaFileError, read_object
 from study.results.storage import file_in_the_way

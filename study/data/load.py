@@ -34,7 +34,7 @@ def load_splits(
     a long decode."""
     if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):
         raise DataError(f"subset must be a positive number of training images, got {subset!r}")
-    import torch  # here, not at the top: study.cliutil imports this module before its torch-free refusals
+    import torch  # here, not at the top: study.datachecks imports this module before its torch-free refusals
 
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     splits = _load(spec, cache_dir=cache_dir, progress=progress)
