@@ -1,20 +1,32 @@
 """The model's configuration as strict pydantic models: :class:`ModelConfig` (the common fields, paper
 defaults of Cordonnier et al. 2020, Table 2), one member per encoding (declared by the encoding's own file,
 ``study.models.encodings``: its fields, their bounds and its rules) and :class:`ResNetConfig`, the baseline.
-``ModelConfig(**fields)`` and :meth:`ModelConfig.from_dict` pick the member (``arch``, then ``encoding``);
-every refusal is a :class:`ConfigError` naming the field.  The lowest layer of ``study.models``: no encoding
-is imported here (each registers itself by subclassing :class:`AttentionConfig`).
+``ModelConfig(**fields)`` and :meth:`ModelConfig.from_dict` validate through pydantic's discriminated union
+of the members (:func:`union`, tagged by ``arch``, then ``encoding``); every refusal is a
+:class:`ConfigError` naming the field.  The lowest layer of ``study.models``: no encoding is imported here
+(each registers itself by subclassing :class:`AttentionConfig`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import core_schema
 
 from study import limits
@@ -211,7 +223,10 @@ class ModelConfig(BaseModel):
             if other:
                 owner = ", ".join(o.name() for o in owners[other[0]])
                 raise ConfigError(other[0], f"applies only to encoding {owner}")
-        return validated(member, d, "model")
+        try:
+            return union().validate_python(d)
+        except ValidationError as e:  # located under the member's tag
+            raise config_error(member, e, "model", tagged=True) from None
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A validated copy with ``changes``; another ``encoding`` or ``arch`` drops this one's own fields."""
@@ -265,6 +280,32 @@ class ResNetConfig(ModelConfig):
     num_heads: None = None
 
 
+def member_tag(fields: Any) -> str | None:
+    """The tag of the member ``fields`` describe: ``resnet18`` for the baseline, else its ``encoding``
+    (the paper's quadratic one by default)."""
+    if isinstance(fields, ModelConfig):
+        return "resnet18" if fields.arch == "resnet18" else fields.encoding
+    if fields.get("arch", "sa") == "resnet18":
+        return "resnet18"
+    return fields.get("encoding", "quadratic")
+
+
+def union() -> TypeAdapter:
+    """:class:`ModelConfig` as pydantic's discriminated union of its members, tagged by
+    :func:`member_tag`: every registered encoding's member (tag: its name) and the baseline
+    (``resnet18``).  Rebuilt once an encoding registers (an installed package or a study file may add
+    one after this module is imported)."""
+    key = tuple(ModelConfig.members.items())
+    if _UNION.get("key") != key:
+        tagged = [Annotated[m, Tag(name)] for name, m in key] + [Annotated[ResNetConfig, Tag("resnet18")]]
+        members = functools.reduce(operator.or_, tagged)
+        _UNION.update(key=key, adapter=TypeAdapter(Annotated[members, Discriminator(member_tag)]))
+    return _UNION["adapter"]
+
+
+_UNION: dict[str, Any] = {}
+
+
 def encoding_field_owners() -> dict[str, tuple[type[AttentionConfig], ...]]:
     """Every encoding's own field (not a common one), in registry order, with the members declaring it."""
     key = tuple(ModelConfig.members.values())
@@ -295,11 +336,12 @@ def validated(cls: type[BaseModel], d: Mapping[str, Any], kind: str):
         raise config_error(cls, e, kind) from None
 
 
-def config_error(cls: type[BaseModel], e: ValidationError, kind: str) -> ConfigError:
-    """Pydantic's first error of validating ``cls`` as a :class:`ConfigError`: a rule's own (raised in a
-    validator), else what the field's type and bounds say, in the words of the study's other refusals."""
+def config_error(cls: type[BaseModel], e: ValidationError, kind: str, tagged: bool = False) -> ConfigError:
+    """Pydantic's first error of validating ``cls`` (``tagged``: as a member of :func:`union`) as a
+    :class:`ConfigError`: a rule's own (raised in a validator), else what the field's type and bounds say,
+    in the words of the study's other refusals."""
     first = e.errors()[0]
-    loc, kind_, ctx, v = first["loc"], first["type"], first.get("ctx") or {}, first.get("input")
+    loc, kind_, ctx, v = first["loc"][tagged:], first["type"], first.get("ctx") or {}, first.get("input")
     field = str(loc[0]) if loc else ""
     error = ctx.get("error")
     if isinstance(error, ConfigError):

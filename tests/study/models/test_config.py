@@ -62,3 +62,17 @@ def test_replacing_the_encoding_leaves_the_old_encodings_fields():
     with pytest.raises(ConfigError) as e:
         ModelConfig(**TINY, encoding="relative_bias", rope_mode="mixed")
     assert e.value.field == "rope_mode" and "applies only to encoding rope2d" in e.value.message
+
+
+def test_a_model_configuration_is_a_discriminated_union_on_its_encoding(encoding_variant):
+    """pydantic's tagged union of the members picks the member of ``encoding`` (``resnet18`` for the
+    baseline) and validates the fields with that member's own bounds, naming the field."""
+    from study.models.fields import ResNetConfig, union
+
+    config = union().validate_python({**TINY, **encoding_variant})
+    assert type(config) is ModelConfig.members[encoding_variant["encoding"]]
+    assert config == ModelConfig(**TINY, **encoding_variant)
+    assert type(union().validate_python({"arch": "resnet18"})) is ResNetConfig
+    with pytest.raises(pydantic.ValidationError) as e:
+        union().validate_python({**TINY, **encoding_variant, "num_heads": 0})
+    assert e.value.errors()[0]["loc"] == (encoding_variant["encoding"], "num_heads")
