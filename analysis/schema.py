@@ -38,7 +38,8 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         (
             "positional_score",
             "text",
-            "learned encodings: query (q_h·r_δ, the paper's content model) | head (w_h·r_δ); null otherwise",
+            "learned encodings: query (q_h·r_δ, the paper's content model)"  # Section 4.2
+            " | head (w_h·r_δ); null otherwise",
         ),
         ("num_heads", "int", "N_h, heads per layer"),
         ("pos_dim", "int", "D_p, dimension of the relative positional encoding (3 / 5 for quadratic)"),

@@ -47,7 +47,10 @@ LocalityStrength = Annotated[
 class Gpsa(ContentEncoding):
     name = "gpsa"
     variants = (("gpsa", {}),)
-    equation = "(1 − σ(λ_h)) softmax(q_h·k_h/√d) + σ(λ_h) softmax(v_hᵀ r_δ), r_δ = (δx, δy, ‖δ‖²)"
+    equation = (
+        "(1 − σ(λ_h)) softmax(q_h·k_h/√d) + σ(λ_h) softmax(v_hᵀ r_δ),"  # ConViT Eq. 5-6
+        " r_δ = (δx, δy, ‖δ‖²)"  # the quadratic encoding's r_δ (Eq. 9)
+    )
 
     def label(self, cfg):
         return f"SA GPSA (N_h={cfg.num_heads})"

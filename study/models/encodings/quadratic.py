@@ -17,7 +17,10 @@ class Quadratic(Encoding):
     name = "quadratic"
     content = False
     variants = (("quadratic-iso", {"isotropic": True}), ("quadratic-noniso", {"isotropic": False}))
-    equation = "−½ s_h² ‖δ − Δ_h‖² (isotropic) or −½ (δ − Δ_h)ᵀ A_h A_hᵀ (δ − Δ_h)"
+    equation = (
+        "−½ s_h² ‖δ − Δ_h‖² (isotropic)"  # Eq. 9 with Σ⁻¹ = s² I
+        " or −½ (δ − Δ_h)ᵀ A_h A_hᵀ (δ − Δ_h)"  # with Σ⁻¹ = A Aᵀ (non-isotropic)
+    )
 
     def label(self, cfg):
         kind = "isotropic" if cfg.isotropic else "non-isotropic"

@@ -40,7 +40,10 @@ class Rope2d(AdditiveEncoding):
     name = "rope2d"
     no_weight_decay = ("freqs",)
     variants = (("rope2d-axial", {"rope_mode": "axial"}), ("rope2d-mixed", {"rope_mode": "mixed"}))
-    equation = "R(θ(p_q)) q_h · R(θ(p_k)) k_h / √d, angles x·f, y·f (axial) or f_x·x + f_y·y (mixed, learned)"
+    equation = (
+        "R(θ(p_q)) q_h · R(θ(p_k)) k_h / √d,"  # the rotated query and key
+        " angles x·f, y·f (axial) or f_x·x + f_y·y (mixed, learned)"  # θ(p) of the position p = (x, y)
+    )
 
     def label(self, cfg):
         return f"SA RoPE {cfg.rope_mode} (N_h={cfg.num_heads})"
