@@ -48,8 +48,6 @@ RUN=({run_args})
 RAY_LOGS={ray_logs}
 
 export RAY_AUTH_MODE=token RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
-# the raylet's own wait for its agents (Ray's default 10 s) on a node loaded by other jobs
-export RAY_raylet_start_wait_time_s="${{RAY_raylet_start_wait_time_s:-120}}"
 # `ray start` gives a node 30 s (fixed in Ray) to register with the GCS; a loaded node can miss
 # that: a node whose `ray start` fails is started again, this many times in all
 STARTS="${{STUDY_SLURM_RAY_STARTS:-3}}"
