@@ -8,6 +8,7 @@ import gc
 import math
 import re
 import sys
+import typing
 from typing import NoReturn
 
 from study import limits
@@ -71,6 +72,25 @@ def field_int(cls, field: str) -> BoundedInt:
     parsed within the bounds the field declares (their one home), which its refusals name."""
     ge, le, (limit, _), _ = field_bounds(cls.model_fields[field])
     return BoundedInt(ge, le, limit)
+
+
+def add_config_flag(group, cls, field: str, metavar: str | None, text: str | None, kind=None) -> None:
+    """The flag of a field of a pydantic configuration, parsed, bounded and defaulted as the field declares
+    (an integer within its bounds, a number, one of a ``Literal``'s values, a text), or by ``kind``; a bool
+    is a switch: ``--FIELD`` where the field is off by default, ``--no-FIELD`` where it is on."""
+    info = cls.model_fields[field]
+    declared = field_bounds(info)[3]
+    if declared is bool:
+        action = "store_false" if info.default else "store_true"
+        name = flag(f"no_{field}" if info.default else field)
+        group.add_argument(name, dest=field, action=action, help=text)
+        return
+    if kind is None and declared in (int, float):
+        kind = field_int(cls, field) if declared is int else float
+    choices = typing.get_args(declared) if typing.get_origin(declared) is typing.Literal else None
+    group.add_argument(
+        flag(field), type=kind, choices=choices, default=info.default, metavar=metavar, help=text
+    )
 
 
 def model_int(field: str) -> BoundedInt:

@@ -10,10 +10,10 @@ import uuid
 from pathlib import Path
 
 from study.cliutil import (
+    add_config_flag,
     add_model_flags,
     check_model_params,
     config_from_flags,
-    field_int,
     flag,
     model_overrides,
 )
@@ -22,10 +22,55 @@ from study.errors import EXIT_SIGINT, EXIT_STORAGE, CheckpointError, StorageErro
 from study.results.metafile import MetaFileError, read_object
 from study.results.storage import file_in_the_way
 from study.trial import TrainConfig
+from study.trial.config import PROTOCOL_FIELDS, WARMUP_FIELDS
 
 #: a trial id names its table parts (tables/runs/<id>.parquet): no '/' or '..', and no
 #: first character the table readers skip (study.results.tables.SKIPPED_PREFIXES: '.', '_')
 _TRIAL_ID = re.compile(r"[A-Za-z0-9-][A-Za-z0-9._-]{0,127}")
+
+
+#: the flags of TrainConfig's fields, in their order of ``--help`` (the field: its metavar, its help); each
+#: one's type, bounds, choices and default are the field's (:func:`study.cliutil.add_config_flag`)
+TRAIN_FLAGS = {
+    "data": (None, "synthetic | cifar10[:ROOT] | image-folder tree or .tar/.tar.gz of one"),
+    "subset": (None, "use this many training images"),
+    "validation": (
+        "N",
+        "hold out N training images (or a fraction in (0, 1)), stratified, drawn from --seed; "
+        "their loss/accuracy is recorded every epoch (default 0: none)",
+    ),
+    "epochs": (None, None),
+    "batch_size": (None, None),
+    "lr": (None, None),
+    "weight_decay": (None, None),
+    # one form of the warm-up (a mutually exclusive group: study.trial.config.WARMUP_FIELDS)
+    "warmup": (
+        "FRACTION",
+        "linear warm-up over this fraction of all steps, in [0, 1) (default: the paper's 0.05)",
+    ),
+    "warmup_epochs": ("E", "linear warm-up over E epochs (E <= --epochs)"),
+    "warmup_steps": ("N", "linear warm-up over N optimisation steps"),
+    "schedule": (None, None),
+    "seed": (None, None),
+    "compile": (None, "torch.compile the model"),
+    "amp": (None, "disable bf16 autocast on CUDA"),
+    "head_stats": (None, None),
+    "map_epochs": (
+        "WHEN",
+        "epochs that store attention maps (0-based): auto (first ten, log-spaced, last), "
+        "all, last, none, or a comma-separated list like 0,9,299 (default: auto)",
+    ),
+    # the training protocol (study.trial.config.PROTOCOL_FIELDS): a group of its own
+    "cutmix_alpha": ("A", "CutMix with mixing ratio ~ Beta(A, A) (0: off)"),
+    "mixup_alpha": (
+        "A",
+        "MixUp with mixing ratio ~ Beta(A, A) (0: off; with CutMix: one of the two per batch)",
+    ),
+    "randaugment_ops": ("N", "RandAugment: N operations per image (0: off)"),
+    "randaugment_magnitude": ("M", "RandAugment's magnitude, 0-30"),
+    "autoaugment": ("POLICY", "AutoAugment policy: none, cifar10, imagenet, svhn"),
+    "label_smoothing": ("EPS", "cross-entropy label smoothing in [0, 1)"),
+}
 
 
 def register(sub) -> None:
@@ -38,94 +83,11 @@ def register(sub) -> None:
     )
     add_model_flags(p)
     g = p.add_argument_group("training")
-    g.add_argument(
-        "--data",
-        default="synthetic",
-        help="synthetic | cifar10[:ROOT] | image-folder tree or .tar/.tar.gz of one",
-    )
-    g.add_argument("--subset", type=_int("subset"), help="use this many training images")
-    g.add_argument(
-        "--validation",
-        type=_number,
-        default=0,
-        metavar="N",
-        help="hold out N training images (or a fraction in (0, 1)), stratified, drawn from --seed; "
-        "their loss/accuracy is recorded every epoch (default 0: none)",
-    )
-    g.add_argument("--epochs", type=_int("epochs"), default=300)
-    g.add_argument("--batch-size", type=_int("batch_size"), default=100)
-    g.add_argument("--lr", type=float, default=0.1)
-    g.add_argument("--weight-decay", type=float, default=1e-4)
-    w = g.add_mutually_exclusive_group()  # one form of the warm-up (study.trial.config.WARMUP_FIELDS)
-    w.add_argument(
-        "--warmup",
-        type=float,
-        metavar="FRACTION",
-        help="linear warm-up over this fraction of all steps, in [0, 1) (default: the paper's 0.05)",
-    )
-    w.add_argument(
-        "--warmup-epochs", type=float, metavar="E", help="linear warm-up over E epochs (E <= --epochs)"
-    )
-    w.add_argument(
-        "--warmup-steps",
-        type=_int("warmup_steps"),
-        metavar="N",
-        help="linear warm-up over N optimisation steps",
-    )
-    g.add_argument("--schedule", choices=["cosine", "step"], default="cosine")
-    g.add_argument("--seed", type=_int("seed"), default=0)
-    g.add_argument("--compile", action="store_true", help="torch.compile the model")
-    g.add_argument("--no-amp", dest="amp", action="store_false", help="disable bf16 autocast on CUDA")
-    g.add_argument("--no-head-stats", dest="head_stats", action="store_false")
-    g.add_argument(
-        "--map-epochs",
-        default="auto",
-        metavar="WHEN",
-        help="epochs that store attention maps (0-based): auto (first ten, log-spaced, last), "
-        "all, last, none, or a comma-separated list like 0,9,299 (default: auto)",
-    )
-    pr = p.add_argument_group("training protocol (default: off, the paper's recipe)")
-    pr.add_argument(
-        "--cutmix-alpha",
-        type=float,
-        default=0.0,
-        metavar="A",
-        help="CutMix with mixing ratio ~ Beta(A, A) (0: off)",
-    )
-    pr.add_argument(
-        "--mixup-alpha",
-        type=float,
-        default=0.0,
-        metavar="A",
-        help="MixUp with mixing ratio ~ Beta(A, A) (0: off; with CutMix: one of the two per batch)",
-    )
-    pr.add_argument(
-        "--randaugment-ops",
-        type=_int("randaugment_ops"),
-        default=0,
-        metavar="N",
-        help="RandAugment: N operations per image (0: off)",
-    )
-    pr.add_argument(
-        "--randaugment-magnitude",
-        default=9,
-        metavar="M",
-        type=_int("randaugment_magnitude"),
-        help="RandAugment's magnitude, 0-30",
-    )
-    pr.add_argument(
-        "--autoaugment",
-        default="none",
-        metavar="POLICY",
-        help="AutoAugment policy: none, cifar10, imagenet, svhn",
-    )
-    pr.add_argument(
-        "--label-smoothing",
-        type=float,
-        default=0.0,
-        metavar="EPS",
-        help="cross-entropy label smoothing in [0, 1)",
-    )
+    warmup = g.add_mutually_exclusive_group()
+    protocol = p.add_argument_group("training protocol (default: off, the paper's recipe)")
+    for field, (metavar, text) in TRAIN_FLAGS.items():
+        group = warmup if field in WARMUP_FIELDS else protocol if field in PROTOCOL_FIELDS else g
+        add_config_flag(group, TrainConfig, field, metavar, text, _number if field == "validation" else None)
     g.add_argument("--out", type=Path, default=Path("results/train"), help="output folder")
     g.add_argument(
         "--trial-id",
@@ -140,11 +102,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _int(field: str):
-    """An integer flag of a :class:`TrainConfig` field, parsed within the bounds the field declares."""
-    return field_int(TrainConfig, field)
-
-
 def derive_trial_id(out: Path) -> str:
     """The trial id of an ``--out`` folder: its name made into one (``.hidden_out`` → ``hidden_out``),
     else random."""
@@ -157,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     # (study.trial.config and study.models.config are torch-free): a refusal costs < 1 s CPU
     prog = "study train"
     mc = config_from_flags(**model_overrides(args))
-    flags = {k: getattr(args, k) for k in TrainConfig.model_fields if hasattr(args, k)}  # same names
+    flags = {k: getattr(args, k) for k in TRAIN_FLAGS}
     cfg = config_from_flags(
         TrainConfig, **flags | {"model": mc}
     )  # the model's bounds and rules, as a study file's
