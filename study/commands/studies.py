@@ -30,6 +30,10 @@ def _storage(parser, *, study: bool = False) -> None:
     )
 
 
+#: the flags of :func:`_cluster_flags`: keywords of the same names of driver.run and driver.resume
+CLUSTER_FLAGS = ("address", "shared_storage", "num_cpus", "quiet", "verbose")
+
+
 def _cluster_flags(parser) -> None:
     parser.add_argument(
         "--address",
@@ -166,24 +170,15 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    runs = driver.run(
-        args.file,
-        overrides=args.overrides,
-        storage=args.storage,
-        data=args.data,
-        name=args.name,
-        address=args.address,
-        shared_storage=args.shared_storage,
-        num_cpus=args.num_cpus,
-        quiet=args.quiet,
-        verbose=args.verbose,
-    )
-    return _finish(runs, args.quiet)
+    file_flags = dict(overrides=args.overrides, storage=args.storage, data=args.data, name=args.name)
+    return _drive(driver.run, args, args.file, **file_flags)
 
 
-def _finish(runs, quiet: bool) -> int:
-    """The exit status of a run or resume (from the runs), after the summary if ``--quiet``."""
-    if quiet:
+def _drive(start, args: argparse.Namespace, *where, **flags) -> int:
+    """``start`` (driver.run or driver.resume) with the cluster flags: the exit status of its runs, after
+    the summary if ``--quiet``."""
+    runs = start(*where, **flags, **{k: getattr(args, k) for k in CLUSTER_FLAGS})
+    if args.quiet:
         from study.tuning.runner import summary
 
         print(summary(runs))
@@ -269,12 +264,4 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    runs = driver.resume(
-        _study_root(args),
-        address=args.address,
-        shared_storage=args.shared_storage,
-        num_cpus=args.num_cpus,
-        quiet=args.quiet,
-        verbose=args.verbose,
-    )
-    return _finish(runs, args.quiet)
+    return _drive(driver.resume, args, _study_root(args))
