@@ -51,9 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"study {args.command}: error: {where}{e}", file=sys.stderr, flush=True)
         raise SystemExit(e.exit_code) from None
     except BrokenPipeError:  # `study status … | head`: the reader left; no traceback
-        os.dup2(
-            os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()
-        )  # Python's exit flush must not fail again
+        # Python's exit flush must not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13  # as a process ended by SIGPIPE
 
 

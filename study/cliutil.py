@@ -107,15 +107,13 @@ class DefaultsMixin:
     already says it or there is none to show (None, False, a store_true flag)."""
 
     def _format_action(self, action: argparse.Action) -> str:
-        default, text = (
-            action.default,
-            (action.help or "").strip(),
-        )  # default: SUPPRESS for --help and --version
+        # default: SUPPRESS for --help and --version; (argparse prints nothing for a flag without help)
+        default, text = action.default, (action.help or "").strip()
         if (
             action.option_strings
             and not (default is None or default is False or default is argparse.SUPPRESS)
             and "default" not in text.lower()
-        ):  # (argparse prints nothing for a flag without help)
+        ):
             action.help = f"{text} (default: %(default)s)".lstrip()
         return super()._format_action(action)
 
@@ -125,9 +123,8 @@ class Parser(argparse.ArgumentParser):
     whose ``--help`` shows the defaults."""
 
     def __init__(self, *args, formatter_class=argparse.HelpFormatter, **kwargs):
-        if not issubclass(
-            formatter_class, DefaultsMixin
-        ):  # e.g. RawDescriptionHelpFormatter: keep it, add defaults
+        # e.g. RawDescriptionHelpFormatter: keep it, add defaults
+        if not issubclass(formatter_class, DefaultsMixin):
             formatter_class = type(
                 f"Defaults{formatter_class.__name__}", (DefaultsMixin, formatter_class), {}
             )

@@ -101,9 +101,8 @@ def run_export(args: argparse.Namespace) -> int:
         latest_checkpoint_head(
             root, key, check=lambda state, path: _check_head(export_dict(state), where=path)
         )
-    with refused(
-        ExportError, f"trial {key}: "
-    ):  # the checkpoint taken is one whose export loads (config, shapes)
+    # the checkpoint taken is one whose export loads (config, shapes)
+    with refused(ExportError, f"trial {key}: "):
         state = latest_checkpoint(
             root,
             key,

@@ -115,9 +115,8 @@ def run(args: argparse.Namespace) -> int:
     prog = "study train"
     mc = config_from_flags(**model_overrides(args))
     flags = {k: getattr(args, k) for k in TRAIN_FLAGS}
-    cfg = config_from_flags(
-        TrainConfig, **flags | {"model": mc}
-    )  # the model's bounds and rules, as a study file's
+    # the model's bounds and rules, as a study file's
+    cfg = config_from_flags(TrainConfig, **flags | {"model": mc})
     out: Path = args.out
     blocker = file_in_the_way(out / "tables")  # --out itself, or a folder above it
     if blocker is not None:
@@ -161,9 +160,8 @@ def run(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, cfg: TrainConfig, *, out: Path, trial_id: str, sizes, prog: str) -> int:
     """``study train`` once --out's lock is held: the checks that need torch, then the training."""
     check_model_params(cfg.model)  # (imports torch: it builds the model on the meta device)
-    if (
-        cfg.compile
-    ):  # on the device train_trial picks (CUDA if any): refused unless verified, before any write
+    # on the device train_trial picks (CUDA if any): refused unless verified, before any write
+    if cfg.compile:
         import torch
 
         from study.device.paths import DevicePaths, compile_model
