@@ -169,7 +169,7 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--num-heads", type=model_int("num_heads"), metavar="N_h", help="heads per layer")
     for f in ENCODING_FIELDS.values():
         if f.type is bool:
-            g.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=f.doc)
+            g.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, help=f.doc)
         else:
             kind = model_int(f.name) if f.type is int else f.type  # a float's bounds: the model's
             doc = f.doc + (f" ({f.bounds[0]:g} to {f.bounds[1]:g})" if f.bounds else "")

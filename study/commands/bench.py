@@ -52,52 +52,45 @@ def register(sub) -> None:
     p.add_argument(
         "--models", default="all", metavar="LIST", help="comma-separated targets, or 'all' (default)"
     )
-    p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
+    p.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
     p.add_argument(
         "--batch",
         type=BoundedInt(1, MAX_BENCH_BATCH, "MAX_BENCH_BATCH"),
-        default=None,
         help="images per step (default: 128 on CUDA, 8 on CPU)",
     )
-    p.add_argument("--steps", type=_STEPS, default=None, help="timed steps (default: 50 on CUDA, 3 on CPU)")
+    p.add_argument("--steps", type=_STEPS, help="timed steps (default: 50 on CUDA, 3 on CPU)")
     p.add_argument(
         "--warmup",
         type=_STEPS,
-        default=None,
         help="untimed steps first (compilation; memory is read here), >= 1 (default: 10 on CUDA, 1 on CPU)",
     )
     p.add_argument(
         "--repeats",
         type=BoundedInt(1, MAX_BENCH_REPEATS, "MAX_BENCH_REPEATS"),
-        default=None,
         help="timed windows of --steps steps per variant; img/s from the median window "
         "(default 1); attention-layer variants interleave their windows",
     )
     p.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16"],
-        default=None,
         help="autocast dtype of the fast paths; float32 = no autocast "
         "(default: bfloat16 on CUDA, float32 on CPU); the naive reference is always float32",
     )
     p.add_argument(
         "--amp",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="shorthand: --amp = --dtype bfloat16, --no-amp = --dtype float32",
     )
     p.add_argument("--compile", action="store_true", help="torch.compile the fast model / layer")
     p.add_argument(
         "--compile-backend",
         choices=COMPILE_BACKENDS,
-        default=None,
         help="torch.compile backend with --compile (default inductor; aot_eager traces the same "
         "graphs without code generation)",
     )
     p.add_argument(
         "--lr",
         type=float,
-        default=None,
         metavar="LR",
         help="SGD step size of a whole model's timed steps (default 0.01); a run whose steps give "
         "non-finite values is one line of the report, and the exit status is 1",
@@ -105,32 +98,27 @@ def register(sub) -> None:
     p.add_argument(
         "--channels-last",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="ResNet in channels-last (NHWC) memory format (default: on CUDA only)",
     )
     p.add_argument(
         "--references",
-        default=None,
         metavar="LIST",
         help="comma-separated references to time: naive, einsum, or none (default: naive,einsum)",
     )
     p.add_argument(
         "--naive",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="shorthand: --no-naive drops the naive reference, --naive adds it",
     )
     p.add_argument(
         "--peak-tflops",
         type=float,
-        default=None,
         metavar="TFLOPS",
         help="peak for MFU, overriding the table / CPU measurement",
     )
     p.add_argument(
         "--threads",
         type=BoundedInt(1, MAX_CPUS_PER_TRIAL, "MAX_CPUS_PER_TRIAL"),
-        default=None,
         help="CPU threads for torch (default: torch's); 1 is steadier on a shared machine",
     )
     p.add_argument("--seed", type=SEED, default=0)

@@ -25,7 +25,6 @@ def _storage(parser, *, study: bool = False) -> None:
         parser.add_argument("name", help="study name (under --storage) or path to a study folder")
     parser.add_argument(
         "--storage",
-        default=None,
         help=f"folder or s3://bucket/prefix (default: ${STORAGE_ENV}, else ./results)",
     )
 
