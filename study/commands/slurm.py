@@ -262,7 +262,6 @@ def register(sub) -> None:
     p.add_argument("file", help="study file (with --resume: the name of an existing study)")
     p.add_argument(
         "--storage",
-        default=None,
         help="s3://bucket/prefix or a folder every node mounts at the same path (default: $STUDY_STORAGE)",
     )
     p.add_argument("--name", help="study name (default: the file's `name` or stem)")
@@ -277,7 +276,6 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--ray-logs",
-        default=None,
         help="folder (every node sees it) to copy each node's Ray logs to when the job ends, as "
         "DIR/ray-JOBID-RESTART/NODE (default: the folder sbatch was run from); '' keeps them nowhere",
     )
@@ -347,9 +345,8 @@ def script_for(args: argparse.Namespace) -> str:
 
     storage = _storage(args.storage)
     sbatch = _sbatch_options(args.sbatch)
-    if (
-        args.resume
-    ):  # NAME: a name as `study run` makes them (no '/' or leading '.'), a folder directly under storage
+    # NAME: a name as `study run` makes them (no '/' or leading '.'), a folder directly under storage
+    if args.resume:
         if args.name or args.data:
             raise UsageError("--resume continues a stored study as it is: no --name or --data")
         name = args.file
@@ -365,9 +362,8 @@ def script_for(args: argparse.Namespace) -> str:
             raise UsageError(f"no study {name!r} in {storage}")
         run_args = [name]  # not used: the study exists, so the job runs `study resume NAME`
     else:  # the file validated against no particular machine; an existing study of its name is refused
-        spec = load_spec(
-            args.file, data=args.data, gpus_available=None, cpus_available=None
-        )  # a SpecError: exit 2
+        # a SpecError: exit 2
+        spec = load_spec(args.file, data=args.data, gpus_available=None, cpus_available=None)
         name = checked_name(args.name if args.name is not None else spec.study.name)
         if study_exists(study_root(storage, name)):
             raise UsageError(
@@ -441,9 +437,8 @@ def wait_for_nodes(head: str, nodes: int, timeout: float, head_pid: int) -> int:
     return 2
 
 
-if (
-    __name__ == "__main__"
-):  # the sbatch script: python -m study.commands.slurm wait HEAD NODES TIMEOUT HEAD_PID
+# the sbatch script: python -m study.commands.slurm wait HEAD NODES TIMEOUT HEAD_PID
+if __name__ == "__main__":
     if sys.argv[1:2] != ["wait"] or len(sys.argv) != 6:
         sys.exit(f"usage: python -m {__spec__.name} wait HEAD NODES TIMEOUT HEAD_PID")
     sys.exit(wait_for_nodes(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])))
