@@ -84,7 +84,6 @@ def _choose(root: str, refs: list[str], args) -> str:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    prog = "study export"
     from study.tuning.checkpoints import find_checkpoints, latest_checkpoint
 
     root = _study_root(args)
@@ -107,7 +106,7 @@ def run_export(args: argparse.Namespace) -> int:
             root,
             key,
             check=lambda state, path: check_export(export_dict(state), where=path),
-            warn=lambda line: print(f"{prog}: warning: {line}", file=sys.stderr, flush=True),
+            warn=lambda line: print(f"study export: warning: {line}", file=sys.stderr, flush=True),
         )
         export = export_dict(state, study=Path(root).name, trial_id=key)
     out = args.out or Path(f"{Path(root).name}-{key}.pt")
