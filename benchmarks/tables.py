@@ -78,15 +78,14 @@ def synthetic_rows(rng: np.random.Generator, *, layers: int, heads: int, window:
 
 
 def _write_trials(
-    tables: Path, ids: list[str], gen_args: dict, epochs: int, start: int, stop: int, maps_at, close: bool
+    tables: Path, ids: list[str], gen_args: dict, epochs: int, span: range, maps_at, close: bool
 ) -> None:
-    """One worker's share of the trials (``--jobs``), epochs ``start`` to ``stop``, with this
-    tree's writer."""
+    """One worker's share of the trials (``--jobs``), the epochs of ``span``, with this tree's writer."""
     from study.results.tables import TableWriter
 
     rng = np.random.default_rng(hash(ids[0]) % 2**32)
     writers = [TableWriter(tables, trial_id=t) for t in ids]
-    for epoch in range(start, stop):
+    for epoch in span:
         for w in writers:
             for table, rows in synthetic_rows(rng, **gen_args, maps=epoch in maps_at).items():
                 w.rows(table, epoch, rows)
@@ -106,26 +105,14 @@ def _write_trials(
             w.close()
 
 
-def write_parallel(
-    tables: Path,
-    ids: list[str],
-    gen_args: dict,
-    *,
-    jobs: int,
-    epochs: int,
-    start: int,
-    stop: int,
-    maps_at,
-    close: bool,
-) -> None:
-    """Trials written side by side by ``jobs`` processes, as a study's trials are."""
+def write_parallel(tables: Path, ids: list[str], jobs: int, *args) -> None:
+    """Trials written side by side by ``jobs`` processes, as a study's trials are; ``args``: those of
+    :func:`_write_trials` after ``ids``."""
     from multiprocessing import get_context
 
     shares = [ids[i::jobs] for i in range(jobs) if ids[i::jobs]]
     with get_context("spawn").Pool(len(shares)) as pool:
-        pool.starmap(
-            _write_trials, [(tables, s, gen_args, epochs, start, stop, maps_at, close) for s in shares]
-        )
+        pool.starmap(_write_trials, [(tables, s, *args) for s in shares])
 
 
 def time_queries(study: Path, repeats: int) -> dict:
@@ -222,32 +209,14 @@ def main(argv=None) -> int:
     half = min(args.epochs // 2 + 5, args.epochs)
     gen_args = {"layers": args.layers, "heads": args.heads, "window": args.window}
     t0 = time.time()
-    write_parallel(
-        tables,
-        ids,
-        gen_args,
-        jobs=args.jobs,
-        epochs=args.epochs,
-        start=0,
-        stop=half,
-        maps_at=maps_at,
-        close=False,
-    )
-    print(f"  written {half}/{args.epochs} epochs ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
-    measure("running", study, args.repeats)
-    write_parallel(
-        tables,
-        ids,
-        gen_args,
-        jobs=args.jobs,
-        epochs=args.epochs,
-        start=half,
-        stop=args.epochs,
-        maps_at=maps_at,
-        close=True,
-    )
-    print(f"  written in {time.time() - t0:.0f} s", file=sys.stderr)
-    measure("finished", study, args.repeats)
+    for state, span in (("running", range(half)), ("finished", range(half, args.epochs))):
+        write_parallel(tables, ids, args.jobs, gen_args, args.epochs, span, maps_at, state == "finished")
+        print(
+            f"  written {span.stop}/{args.epochs} epochs ({time.time() - t0:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        measure(state, study, args.repeats)
     if not args.keep:
         shutil.rmtree(study, ignore_errors=True)
     return 0
