@@ -124,8 +124,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         "0 with --small, whose toy models only have to run)",
     )
     args = p.parse_args(argv)
-    import torch
-
     from study.bench.options import BENCH_MODELS, default_options
     from study.models import ENCODING_MODELS, PAPER_MODELS
 
@@ -149,9 +147,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             error=p.error,
         )
     )
-    args.device = device_from_flag(args.device, p.error) or torch.device(
-        "cuda" if torch.cuda.is_available() else "cpu"
-    )
+    args.device = device_from_flag(args.device, p.error)
     for part in ("train", "study"):
         if part in args.parts and args.data is None:
             p.error(
@@ -165,9 +161,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.model_overrides = dict(SMALL_MODEL) if args.small else {}
     args.train_warmup_steps = 2 if args.small else TRAIN_WARMUP_STEPS
     probe = default_options(args.device, model_overrides=args.model_overrides)
-    args.configs = {
-        key: probe.model_config(key) for key in args.models
-    }  # both parts' models (--small: toy sizes)
+    args.configs = {key: probe.model_config(key) for key in args.models}  # both parts' (--small: toy sizes)
     return args
 
 
@@ -235,16 +229,14 @@ def _verdict(res: dict, ok: bool, tail: str) -> dict:
 
 # ------------------------------------------------------------------- train
 def run_training(args, budget_s: float, out: Path, on_row=None) -> dict:
-    """One epoch of every paper model among ``args.models``, eager then compiled
-    (``--compile-backend``), through the
-    trial loop ``study train`` runs (no Ray), the data decoded once: each must finish, train
+    """One epoch of every paper model among ``args.models``, eager then compiled (``--compile-backend``),
+    through the trial loop ``study train`` runs (no Ray), the data decoded once: each must finish, train
     (``runs.failed_to_train`` null) and reach ``args.min_accuracy``. A compiled configuration not yet
     in ``study.device.paths.VERIFIED_COMPILES`` runs anyway (``unverified_compile``): this part is what
     verifies it. ``on_row(part)`` after each run (a run cut short keeps what was measured)."""
     from study.data import load_splits
     from study.device.paths import DevicePaths
     from study.models import PAPER_MODELS
-    from study.results.tables import read_table
     from study.trial import TrainConfig, train_trial
 
     keys = [k for k in args.models if k in PAPER_MODELS]
@@ -287,27 +279,13 @@ def run_training(args, budget_s: float, out: Path, on_row=None) -> dict:
             except Exception as e:  # one run's failure is recorded; the others still run
                 row["exception"] = f"{type(e).__name__}: {e}"
             row["seconds"] = time.perf_counter() - t0
-            if (folder / "tables" / "runs").exists():
-                r, epochs = (
-                    read_table(folder / "tables", "runs").iloc[0],
-                    read_table(folder / "tables", "epochs"),
-                )
-                why = r.get("failed_to_train")
-                row.update(
-                    status=r["status"],
-                    final_test_acc=float(r["final_test_acc"]),
-                    train_loss=float(epochs["train_loss"].iloc[-1]) if len(epochs) else None,
-                    images_per_s=float(epochs["images_per_s"].iloc[-1]) if len(epochs) else None,
-                    failed_to_train=why if isinstance(why, str) else None,
-                    device=r["device"],
-                )
+            for trial in _trials(folder / "tables"):
+                row.update(trial)
             why = train_failure(row, min_accuracy=args.min_accuracy, judge_chance=not args.small)
             rows.append(row if why is None else {**row, "error": why})
             if on_row is not None:
-                on_row(
-                    {**_train_part(rows, budget_s, t_part, args), "decode_s": decode_s, "status": "running"}
-                )
-    return {**_train_part(rows, budget_s, t_part, args), "decode_s": decode_s}
+                on_row({**_train_part(rows, budget_s, t_part, args, decode_s), "status": "running"})
+    return _train_part(rows, budget_s, t_part, args, decode_s)
 
 
 def train_failure(row: dict, *, min_accuracy: float, judge_chance: bool = True) -> str | None:
@@ -325,16 +303,19 @@ def train_failure(row: dict, *, min_accuracy: float, judge_chance: bool = True) 
     return None
 
 
-def _train_part(rows: list[dict], budget_s: float, t_part: float, args) -> dict:
+def _train_part(rows: list[dict], budget_s: float, t_part: float, args, decode_s: float) -> dict:
     failed = [f"{r['key']} {r['run']}: {r['error'][:300]}" for r in rows if "error" in r]
+    fields = {"data": args.data, "min_accuracy": args.min_accuracy, "warmup_steps": args.train_warmup_steps}
+    return _part(failed, budget_s, t_part, **fields, runs=rows, decode_s=decode_s)
+
+
+def _part(failed: list[str], budget_s: float, t_part: float, **fields) -> dict:
+    """A part of runs so far: failed (``error``: ``failed``, one cause per run) if any run failed."""
     return {
         "status": "failed" if failed else "passed",
         "budget_s": budget_s,
         "seconds": time.perf_counter() - t_part,
-        "data": args.data,
-        "min_accuracy": args.min_accuracy,
-        "warmup_steps": args.train_warmup_steps,
-        "runs": rows,
+        **fields,
         **({"error": "; ".join(failed)} if failed else {}),
     }
 
@@ -423,16 +404,15 @@ def _bench_part(rows: list[dict], budget_s: float, t_part: float, args) -> dict:
         for lab in ("eager", "compiled")
         if "error" in r[lab]
     ]
-    return {
-        "status": "failed" if failed else "passed",
-        "planned_s": sum(r["planned_s"] for r in rows),
-        "budget_s": budget_s,
-        "seconds": time.perf_counter() - t_part,
-        "compile_backend": args.compile_backend,
-        "model_overrides": args.model_overrides,
-        "models": rows,
-        **({"error": "; ".join(failed)} if failed else {}),
-    }
+    return _part(
+        failed,
+        budget_s,
+        t_part,
+        planned_s=sum(r["planned_s"] for r in rows),
+        compile_backend=args.compile_backend,
+        model_overrides=args.model_overrides,
+        models=rows,
+    )
 
 
 # ------------------------------------------------------------------- study
@@ -526,18 +506,25 @@ def run_study(args, budget_s: float, peak: dict, out: Path) -> dict:
     t0 = time.perf_counter()
     rc, tail = _subprocess(cmd, max(budget_s * 2, 300))
     res["seconds"], res["exit_status"] = time.perf_counter() - t0, rc
-    res["trials"] = _study_trials(storage / spec["name"] / "tables")
+    res["trials"] = _trials(storage / spec["name"] / "tables")
     finished = [t for t in res["trials"] if t["status"] == "finished"]
     return _verdict(res, rc == 0 and len(finished) == len(spec["models"]), tail)
 
 
-def _study_trials(tables: Path) -> list[dict]:
+def _trials(tables: Path) -> list[dict]:
+    """Each trial of the ``runs`` table under ``tables``, its epochs' median images/s and last train loss."""
     from study.results.tables import read_table
 
     if not tables.exists():
         return []
     runs, epochs = read_table(tables, "runs"), read_table(tables, "epochs")
-    images_per_s = epochs.groupby("trial_id")["images_per_s"].median().to_dict() if len(epochs) else {}
+    stats = {}
+    if len(epochs):
+        stats = (
+            epochs.groupby("trial_id")
+            .agg(images_per_s=("images_per_s", "median"), train_loss=("train_loss", "last"))
+            .to_dict("index")
+        )
     return [
         {
             "name": r["name"],
@@ -545,7 +532,8 @@ def _study_trials(tables: Path) -> list[dict]:
             "epochs_done": int(r["epochs_done"]),
             "final_test_acc": float(r["final_test_acc"]),
             "device_seconds": float(r["device_seconds"]),
-            "images_per_s": images_per_s.get(r["trial_id"]),
+            **stats.get(r["trial_id"], {"images_per_s": None, "train_loss": None}),
+            "failed_to_train": why if isinstance(why := r.get("failed_to_train"), str) else None,
             "n_train": int(r["n_train"]),
             "device": r["device"],
         }
