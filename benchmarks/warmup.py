@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import sys
@@ -79,38 +80,36 @@ def one_run(*, key: str, warmup: float, splits, args) -> dict:
     optimizer = build_optimizer(model, cfg)
     train = DeviceData(splits.train_images, splits.train_labels, device=torch.device("cpu"))
     warm = cfg.warmup_steps_for(args.steps)
-    losses, t0, step = [], time.perf_counter(), 0
+    losses, t0 = [], time.perf_counter()
     model.train()
-    for epoch in range(math.ceil(args.steps * args.batch / len(train)) + 1):
-        for x, y in train.batches(batch_size=args.batch, epoch=epoch, seed=args.seed, train=True):
-            if step == args.steps:
-                break
-            lr = learning_rate(
-                step=step,
-                steps_per_epoch=args.steps,
-                epochs=1,
-                base_lr=cfg.lr,
-                schedule="cosine",
-                warmup_steps=warm,
+    batches = itertools.chain.from_iterable(
+        train.batches(batch_size=args.batch, epoch=epoch, seed=args.seed, train=True)
+        for epoch in range(math.ceil(args.steps * args.batch / len(train)) + 1)
+    )
+    for step, (x, y) in enumerate(itertools.islice(batches, args.steps)):
+        lr = learning_rate(
+            step=step,
+            steps_per_epoch=args.steps,
+            epochs=1,
+            base_lr=cfg.lr,
+            schedule="cosine",
+            warmup_steps=warm,
+        )
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if len(losses) % 20 == 0:
+            print(
+                f"  {key} warm-up {warmup:g}: step {len(losses)}/{args.steps}, loss {losses[-1]:.3f}, "
+                f"{time.perf_counter() - t0:.0f} s",
+                file=sys.stderr,
+                flush=True,
             )
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            loss = F.cross_entropy(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-            step += 1
-            if step % 20 == 0:
-                print(
-                    f"  {key} warm-up {warmup:g}: step {step}/{args.steps}, loss {losses[-1]:.3f}, "
-                    f"{time.perf_counter() - t0:.0f} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            if not math.isfinite(losses[-1]):
-                break
-        if step == args.steps or not math.isfinite(losses[-1]):
+        if not math.isfinite(losses[-1]):
             break
     seconds = time.perf_counter() - t0
     n = len(splits.test_labels)
