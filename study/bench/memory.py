@@ -30,9 +30,8 @@ def memory_probe(device: torch.device) -> Iterator[dict[str, float | None]]:
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         rss0 = None
-        with contextlib.suppress(
-            OSError
-        ):  # reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)
+        # reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)
+        with contextlib.suppress(OSError):
             Path("/proc/self/clear_refs").write_text("5")
             rss0 = _proc_status_kb("VmRSS")
     yield mem

@@ -27,9 +27,8 @@ def naive_attention_heads(layer: RelativeSelfAttention, x: Tensor) -> Tensor:
         q = layer.query(x).view(b, h * w, layer.num_heads, d)
         k = layer.key(x).view(b, h * w, layer.num_heads, d)
         qk = torch.einsum("bqhd,bkhd->bhqk", q, k)
-        if (
-            layer.query_positional
-        ):  # [q·r_δ + q·k] / √D, r_δ = [r_row(δ1); r_col(δ2)] per pair: dense (T, T, D)
+        # [q·r_δ + q·k] / √D, r_δ = [r_row(δ1); r_col(δ2)] per pair: dense (T, T, D)
+        if layer.query_positional:
             pos = layer.positional
             delta = relative_offsets(h, w, device=pos.row_embeddings.weight.device).long() + pos.max_size - 1
             r = torch.cat(

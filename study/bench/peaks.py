@@ -67,9 +67,8 @@ def resolve_peak(device: torch.device, amp_dtype: torch.dtype | None, override: 
     """``override`` (from ``--peak-tflops``) if given, else the stated GPU table, else
     a measured matmul ceiling on CPU."""
     fp32 = "tf32" if device.type == "cuda" and torch.get_float32_matmul_precision() != "highest" else "fp32"
-    precision = {torch.bfloat16: "bf16", torch.float16: "fp16", None: fp32}[
-        amp_dtype
-    ]  # what the matmuls run in
+    # what the matmuls run in
+    precision = {torch.bfloat16: "bf16", torch.float16: "fp16", None: fp32}[amp_dtype]
     if override is not None:
         return Peak(float(override), f"given: --peak-tflops ({precision})")
     if device.type == "cuda":

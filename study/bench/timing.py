@@ -36,10 +36,8 @@ class Variant:
 
 class NonFiniteValues(RuntimeError):
     """Variants whose steps gave non-finite values, one line each (``KEY RUN: non-finite loss at step N
-    (MODE)``): ``study bench`` reports them and goes on with its other targets."""
-
-    def __init__(self, *lines: str):
-        super().__init__(*lines)  # the lines are the args: a copy (pickle, Ray) rebuilds the same error
+    (MODE)``): ``study bench`` reports them and goes on with its other targets.  The lines are the
+    exception's args: a copy (pickle, Ray) rebuilds the same error."""
 
     @property
     def lines(self) -> list[str]:
