@@ -542,9 +542,11 @@ def _trials(tables: Path) -> list[dict]:
 
 
 # ----------------------------------------------------------------- reports
-def _table(header: str, rows: list[list]) -> list[str]:
+def _section(heading: str, header: str, rows: list[list], *before: str) -> list[str]:
+    """``heading``, the lines ``before``, then a Markdown table (``header``: its comma-separated columns)."""
     cells = header.split(",")
-    return ["| " + " | ".join(map(str, r)) + " |" for r in [cells, ["---"] * len(cells), *rows]]
+    table = ["| " + " | ".join(map(str, r)) + " |" for r in [cells, ["---"] * len(cells), *rows]]
+    return ["", heading, "", *before, *table]
 
 
 def markdown(report: dict) -> str:
@@ -555,13 +557,11 @@ def markdown(report: dict) -> str:
     parts, peak = report["parts"], report["peak"]
     lines = [
         f"# GPU check: {report['device_name']} ({report['device']})",
-        "",
-        f"torch {report['torch']}, budget {report['budget_s'] / 60:.1f} min, "
-        f"took {report['seconds'] / 60:.1f} min; peak bf16 {or_na(peak['bf16_tflops'], '.3g')} TFLOP/s "
-        f"({peak['bf16_source']}), fp32 {or_na(peak['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at MFU "
-        f"{report['assumed_mfu']:.2f}{' (--small)' if report['small'] else ''}",
-        "",
-        *_table(
+        *_section(
+            f"torch {report['torch']}, budget {report['budget_s'] / 60:.1f} min, "
+            f"took {report['seconds'] / 60:.1f} min; peak bf16 {or_na(peak['bf16_tflops'], '.3g')} TFLOP/s "
+            f"({peak['bf16_source']}), fp32 {or_na(peak['fp32_tflops'], '.3g')} TFLOP/s; sizes planned at "
+            f"MFU {report['assumed_mfu']:.2f}{' (--small)' if report['small'] else ''}",
             "part,status,planned s,seconds",
             [
                 [name, part["status"], or_na(part.get("planned_s"), ".3g"), or_na(part.get("seconds"), ".0f")]
@@ -602,13 +602,12 @@ def markdown(report: dict) -> str:
             ]
             for r in tr["runs"]
         ]
-        lines += [
-            "",
+        lines += _section(
             f"## study train: one epoch of each paper model on {tr['data']} (warm-up "
             f"{tr['warmup_steps']} steps; passes at test accuracy >= {tr['min_accuracy']:.0%})",
-            "",
-            *_table("model,run,status,test acc,train loss,img/s,seconds,passed", rows),
-        ]
+            "model,run,status,test acc,train loss,img/s,seconds,passed",
+            rows,
+        )
     if b := parts.get("bench"):
         rows = []
         for r in b["models"]:
@@ -628,12 +627,11 @@ def markdown(report: dict) -> str:
                         or_na(r.get("compile_s") if label == "compiled" else None, ".1f"),
                     ]
                 )
-        lines += [
-            "",
+        lines += _section(
             "## study bench, training step (forward + backward + SGD)",
-            "",
-            *_table("model,batch,steps,run,img/s,MFU,peak MB,vs naive fp32,compile s", rows),
-        ]
+            "model,batch,steps,run,img/s,MFU,peak MB,vs naive fp32,compile s",
+            rows,
+        )
     if s := parts.get("study"):
         trials = {t["name"]: t for t in s["trials"]}
         rows = []
@@ -650,14 +648,12 @@ def markdown(report: dict) -> str:
                     or_na(tr.get("images_per_s"), ".0f"),
                 ]
             )
-        lines += [
-            "",
+        lines += _section(
             f"## study run: {s['epochs']} epoch(s) on {s['data']}",
-            "",
-            *([f"`{s['command']}`"] if s.get("command") else []),
-            "",
-            *_table("model,planned s,included,trial status,final test acc,device s,img/s", rows),
-        ]
+            "model,planned s,included,trial status,final test acc,device s,img/s",
+            rows,
+            *([f"`{s['command']}`", ""] if s.get("command") else []),
+        )
     return "\n".join(lines) + "\n"
 
 
