@@ -28,12 +28,19 @@ QUERIES = {
     "last-epoch heads": "SELECT layer, count(*) AS n, avg(max_prob) AS max_prob, avg(entropy) AS entropy "
     "FROM heads WHERE epoch = (SELECT max(epoch) FROM heads) GROUP BY layer ORDER BY layer",
 }
+#: the measured per-head statistics, columns of the synthetic draws
+HEAD_STATS = ("center_x", "center_y", "cov_xx", "cov_xy", "cov_yy", "entropy", "mean_distance", "max_prob")
 
 
 def synthetic_rows(rng: np.random.Generator, *, layers: int, heads: int, window: int, maps: bool) -> dict:
     """One epoch of one trial, shaped like the trial loop's rows: table -> rows."""
+    from study.results.tables import SCHEMA
+
     n, nan = layers * heads, float("nan")
     r, v = rng.random(6), rng.normal(size=(n, 8))
+    v[:, [2, 4, 5, 6, 7]] = np.abs(v[:, [2, 4, 5, 6, 7]])  # variances, entropy, distance, probability
+    v[:, 7] %= 1
+    params = [c for c in SCHEMA["heads"] if c.startswith("param_")]  # learned-Gaussian fields: none here
     rows = {
         "epochs": [
             {
@@ -51,19 +58,8 @@ def synthetic_rows(rng: np.random.Generator, *, layers: int, heads: int, window:
             {
                 "layer": i // heads,
                 "head": i % heads,
-                "center_x": v[i, 0],
-                "center_y": v[i, 1],
-                "cov_xx": abs(v[i, 2]),
-                "cov_xy": v[i, 3],
-                "cov_yy": abs(v[i, 4]),
-                "entropy": abs(v[i, 5]),
-                "mean_distance": abs(v[i, 6]),
-                "max_prob": abs(v[i, 7]) % 1,
-                "param_center_x": nan,
-                "param_center_y": nan,
-                "param_inv_cov_xx": nan,
-                "param_inv_cov_xy": nan,
-                "param_inv_cov_yy": nan,
+                **dict(zip(HEAD_STATS, v[i])),
+                **dict.fromkeys(params, nan),
             }
             for i in range(n)
         ],
