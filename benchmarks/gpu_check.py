@@ -127,25 +127,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     from study.bench.options import BENCH_MODELS, default_options
     from study.models import ENCODING_MODELS, PAPER_MODELS
 
-    args.parts = names_from_flag(
-        args.parts,
-        flag="--parts",
-        what="part",
-        known=PARTS.__contains__,
-        choices=", ".join(PARTS),
-        error=p.error,
-    )
+    def names(text: str, what: str, known) -> tuple[str, ...]:  # --{what}s: each a key of ``known``
+        choices = ", ".join(known)
+        return names_from_flag(
+            text, flag=f"--{what}s", what=what, known=known.__contains__, choices=choices, error=p.error
+        )
+
+    args.parts = names(args.parts, "part", PARTS)
     args.models = (
         (*PAPER_MODELS, *ENCODING_MODELS)
         if args.models is None
-        else names_from_flag(
-            args.models,
-            flag="--models",
-            what="model",
-            known=BENCH_MODELS.__contains__,
-            choices=", ".join(BENCH_MODELS),
-            error=p.error,
-        )
+        else names(args.models, "model", BENCH_MODELS)
     )
     args.device = device_from_flag(args.device, p.error)
     for part in ("train", "study"):
