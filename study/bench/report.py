@@ -97,34 +97,32 @@ def format_report(report: dict) -> str:
     ]
     if cpu:
         lines.append("cpu ms/step = process CPU time per step, all threads (insensitive to other jobs' load)")
-    if report["models"]:
+
+    def table(records: list[dict], runs: tuple, *, missing: bool) -> str:
+        """A row per run of each record (a run without a record: a row of "-" if ``missing``, else none)."""
         rows = [
-            _row("" if i else m["name"], m, *run, cpu=cpu)
-            for m in report["models"]
-            for i, run in enumerate(MODEL_RUNS)
-            if m.get(run[1]) is not None
+            _row("" if i else r["name"], r, *run, cpu=cpu)
+            for r in records
+            for i, run in enumerate(runs)
+            if missing or r.get(run[1]) is not None
         ]
+        return pd.DataFrame(rows, columns=columns).to_string(index=False)
+
+    if report["models"]:
         lines += [
             "",
             "Whole model, training mode (paper dropout 0.1 everywhere)",
-            pd.DataFrame(rows, columns=columns).to_string(index=False),
-        ]
-        lines.append(
+            table(report["models"], MODEL_RUNS, missing=False),
             "forward FLOPs per image, eval path (study.cost.flops.forward_flops): "
-            + "; ".join(f"{m['name']} {m['forward_flops'] / 1e9:.3f} G" for m in report["models"])
-        )
-    if report["attention"]:
-        rows = [
-            _row("" if i else a["name"], a, *run, cpu=cpu)
-            for a in report["attention"]
-            for i, run in enumerate(ATTENTION_RUNS)
+            + "; ".join(f"{m['name']} {m['forward_flops'] / 1e9:.3f} G" for m in report["models"]),
         ]
+    if report["attention"]:
         lines += [
             "",
             "Attention layer alone (D=400, N_h=9, 16x16 grid; input requires grad as inside the network).",
             "fast p=0: eval / no probability dropout (every exact fast path); train p=0.1: the paper's "
             "dropout, dense exact path; core = heads before the (N_h*D -> D) output projection",
-            pd.DataFrame(rows, columns=columns).to_string(index=False),
+            table(report["attention"], ATTENTION_RUNS, missing=True),
         ]
     if report.get("non_finite"):  # runs left out of the tables: one line each
         lines += ["", *report["non_finite"]]

@@ -46,17 +46,17 @@ def run_bench(opts: BenchOptions) -> dict:
     ``opts.unverified_compile``; a run whose steps give non-finite values is one line of ``non_finite``."""
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
-    for target in opts.targets:  # every target's compiled configuration verified, before any is timed
-        for config in (opts.target_config(t) for t in _expand(target)):
-            opts.paths().check_compile(
-                opts.device,
-                model=compile_model(config),
-                flag="--compile",
-                instead="use --compile-backend aot_eager, or leave out --compile",
-            )
+    targets = [t for given in opts.targets for t in _expand(given)]
+    for target in targets:  # every target's compiled configuration verified, before any is timed
+        opts.paths().check_compile(
+            opts.device,
+            model=compile_model(opts.target_config(target)),
+            flag="--compile",
+            instead="use --compile-backend aot_eager, or leave out --compile",
+        )
     peak = resolve_peak(opts.device, opts.amp_dtype, opts.peak_tflops)
     models, attention, non_finite = [], [], []
-    for target in (t for given in opts.targets for t in _expand(given)):
+    for target in targets:
         try:
             if target.startswith(f"{ATTENTION}:"):
                 attention.append(bench_attention(target.partition(":")[2], opts))
