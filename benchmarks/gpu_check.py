@@ -303,13 +303,8 @@ def _train_part(rows: list[dict], budget_s: float, t_part: float, args, decode_s
 
 def _part(failed: list[str], budget_s: float, t_part: float, **fields) -> dict:
     """A part of runs so far: failed (``error``: ``failed``, one cause per run) if any run failed."""
-    return {
-        "status": "failed" if failed else "passed",
-        "budget_s": budget_s,
-        "seconds": time.perf_counter() - t_part,
-        **fields,
-        **({"error": "; ".join(failed)} if failed else {}),
-    }
+    res = {"budget_s": budget_s, "seconds": time.perf_counter() - t_part, **fields}
+    return _verdict(res, not failed, "; ".join(failed))
 
 
 # ------------------------------------------------------------------- bench
