@@ -408,7 +408,7 @@ def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
     FLOPs and predicted seconds; models that would not fit the budget are left out, with the reason."""
     from study.cost.flops import forward_flops
     from study.cost.plan import CIFAR10_SIZES
-    from study.models import ModelConfig, build_model
+    from study.models import ModelConfig, build_model, model_name
 
     n_train, n_test = (200, 100) if args.small else CIFAR10_SIZES
     entries, plan = [], []
@@ -422,6 +422,7 @@ def study_spec(args, budget_s: float, peak: dict) -> tuple[dict, list[dict]]:
         plan.append(
             {
                 "key": key,
+                "name": model_name(cfg),  # the runs table's name of this model's trial
                 "forward_flops": fwd,
                 "flops": flops,
                 "planned_s": planned_seconds(flops, peak["bf16_tflops"], args.assumed_mfu),
@@ -537,9 +538,7 @@ def _section(heading: str, header: str, rows: list[list], *before: str) -> list[
 
 
 def markdown(report: dict) -> str:
-    from study.bench.options import BENCH_MODELS
     from study.bench.report import or_na
-    from study.models import model_name
 
     parts, peak = report["parts"], report["peak"]
     lines = [
@@ -623,7 +622,7 @@ def markdown(report: dict) -> str:
         trials = {t["name"]: t for t in s["trials"]}
         rows = []
         for p in s["plan"]:
-            tr = trials.get(model_name(BENCH_MODELS[p["key"]]), {})
+            tr = trials.get(p["name"], {})
             rows.append(
                 [
                     p["key"],

@@ -244,3 +244,46 @@ def test_small_sizes_build_every_default_model():
     }  # device_peak's keys, unknown
     _, plan = gpu_check.study_spec(args, budget_s=600.0, peak=peak)
     assert [p["key"] for p in plan] == list(args.models)
+
+
+def test_study_table_finds_each_trial_by_the_name_of_the_model_it_ran():
+    """The report's study table matches a plan row to the trial of the model it ran: with
+    ``--small`` the models are toy-sized, so their names are not the paper models' names
+    (the table said ``-`` and ``n/a`` for a finished trial)."""
+    args = gpu_check.parse_args(["--device", "cpu", "--small", "--data", "synthetic:300"])
+    peak = {f"{p}_{k}": None for p in ("bf16", "fp32") for k in ("tflops", "source")}
+    _, plan = gpu_check.study_spec(args, budget_s=600.0, peak=peak)
+    from study.models import model_name
+
+    trials = [
+        {
+            "name": model_name(args.configs[p["key"]]),
+            "status": "finished",
+            "final_test_acc": 0.5,
+            "device_seconds": 3.0,
+        }
+        for p in plan
+    ]
+    report = {
+        "device_name": "cpu",
+        "device": "cpu",
+        "torch": "x",
+        "budget_s": 60.0,
+        "seconds": 6.0,
+        "peak": peak,
+        "assumed_mfu": 0.3,
+        "small": True,
+        "parts": {
+            "study": {
+                "status": "passed",
+                "epochs": 1,
+                "data": "synthetic:300",
+                "plan": plan,
+                "trials": trials,
+            }
+        },
+    }
+    text = gpu_check.markdown(report)
+    for p in plan:
+        (row,) = [line for line in text.splitlines() if line.startswith(f"| {p['key']} |")]
+        assert "| finished | 0.5000 | 3 |" in row, row
