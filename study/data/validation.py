@@ -11,12 +11,9 @@ from .splits import Splits, stratified_subset  # torch-free at import: the size 
 
 def validation_size(validation: int | float, n_train: int) -> int:
     """Images to hold out: ``validation`` itself if an integer (0: none), or that
-    fraction of ``n_train`` (a float in (0, 1), rounded down, at least 1)."""
-    if isinstance(validation, float) and 0 < validation < 1:
-        return max(1, int(validation * n_train))
-    if isinstance(validation, int) and not isinstance(validation, bool) and validation >= 0:
-        return validation
-    raise DataError(f"validation must be a number of images >= 0 or a fraction in (0, 1), got {validation!r}")
+    fraction of ``n_train`` (a float in (0, 1), rounded down, at least 1); its form was
+    validated with the config (:func:`study.trial.config.validation_split`)."""
+    return max(1, int(validation * n_train)) if isinstance(validation, float) else validation
 
 
 def held_out(validation: int | float, n_train: int) -> int:
