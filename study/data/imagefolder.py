@@ -39,14 +39,7 @@ def load_image_folder(
             data = load_cached(target, keys=_KEYS) or _decode(
                 listing, layout, name=name, target=target, progress=progress
             )
-    return Splits(
-        train_images=data["train_images"],
-        train_labels=data["train_labels"],
-        test_images=data["test_images"],
-        test_labels=data["test_labels"],
-        classes=tuple(data["classes"]),
-        source=f"{label} {path}",
-    )
+    return Splits(**{k: data[k] for k in _KEYS[:4]}, classes=tuple(data["classes"]), source=f"{label} {path}")
 
 
 #: sources with fewer images decode silently, in well under a second (no progress lines before a

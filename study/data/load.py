@@ -14,7 +14,7 @@ from .cache import default_cache_dir
 from .cifar import load_cifar10
 from .errors import DataError
 from .splits import Splits, check_subset, stratified_subset, subset_test_size
-from .synthetic import CLASSES, DEFAULT_TRAIN, make_synthetic
+from .synthetic import CLASSES, DEFAULT_TEST, DEFAULT_TRAIN, make_synthetic
 
 SPEC_HELP = (
     "synthetic[:N_TRAIN], cifar10[:ROOT], an image-folder directory or a .tar/.tar.gz/.tgz archive of one"
@@ -68,14 +68,10 @@ def _load(spec: str, *, cache_dir: Path, progress: Callable[[str], None] | None)
                     f"(MAX_SYNTHETIC_TRAIN), got {arg!r}"
                 )
             n_train = int(arg)
-        tr_x, tr_y, te_x, te_y = make_synthetic(n_train=n_train)
         return Splits(
-            train_images=tr_x,
-            train_labels=tr_y,
-            test_images=te_x,
-            test_labels=te_y,
+            *make_synthetic(n_train=n_train),
             classes=CLASSES,
-            source=f"synthetic ({n_train} train / {len(te_y)} test)",
+            source=f"synthetic ({n_train} train / {DEFAULT_TEST} test)",
         )
     if kind == "cifar10":  # a folder named cifar10 is "./cifar10"
         if arg and not Path(arg).expanduser().is_dir():  # never create a folder tree the user mistyped
