@@ -29,7 +29,9 @@ class ImageFolderSource:
             st = os.stat(self.path)
             self.is_dir = stat.S_ISDIR(st.st_mode)
             if not self.is_dir and not stat.S_ISREG(st.st_mode):
-                raise DataError(f"{path}: not a folder or a regular file ({_kind(st.st_mode)})")
+                from study.results.metafile import file_kind  # (pyarrow: only for a refusal)
+
+                raise DataError(f"{path}: not a folder or a regular file ({file_kind(st.st_mode)})")
             self._listing: Listing | None = None
             if self.is_dir:
                 self._listing, self.digest = _read_tree(self.path, source=str(path))
@@ -118,7 +120,9 @@ def _open_regular(path: Path, *, source: str, name: str | None, limit: int):
     try:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
-            raise DataError(f"{where}: not a regular file ({_kind(st.st_mode)}): refusing to read it")
+            from study.results.metafile import file_kind  # (pyarrow: only for a refusal)
+
+            raise DataError(f"{where}: not a regular file ({file_kind(st.st_mode)}): refusing to read it")
         if st.st_size > limit:
             raise DataError(
                 f"{where}: {st.st_size} bytes, more than the limit of {limit} "
@@ -128,17 +132,6 @@ def _open_regular(path: Path, *, source: str, name: str | None, limit: int):
         f.close()
         raise
     return f
-
-
-def _kind(mode: int) -> str:
-    kinds = (
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISDIR, "a folder"),
-    )
-    return next((word for test, word in kinds if test(mode)), "not a regular file")
 
 
 def check_source(data: str, *, cache_dir: Path | None = None) -> tuple[int, int] | None:

@@ -27,11 +27,14 @@ class MetaFileError(PathError, ValueError):
     exit_code = EXIT_USAGE
 
 
+def file_kind(mode: int) -> str:
+    """What the file of ``mode`` is, in words, when it is not a regular file (``a FIFO``, ``a folder``...)."""
+    return _KINDS.get(stat.filemode(mode)[0], "not a regular file")
+
+
 def _regular(path: str, mode: int) -> None:
     if not stat.S_ISREG(mode):
-        raise MetaFileError(
-            path, f"is {_KINDS.get(stat.filemode(mode)[0], 'not a regular file')}, not a regular file"
-        )
+        raise MetaFileError(path, f"is {file_kind(mode)}, not a regular file")
 
 
 def _too_big(path: str, max_bytes: int, size: int | None = None) -> MetaFileError:
