@@ -81,14 +81,13 @@ def read_images(f, *, path: str, keep) -> Listing:
                 elif info.isfile() and keep(info.name):
                     member = tf.extractfile(info)
                     if info.size > limits.MAX_IMAGE_FILE_BYTES:
-                        if (
-                            data.compressed
-                        ):  # refused at its header: a bomb's gigabytes are never decompressed
+                        # compressed: refused at its header, a bomb's gigabytes never decompressed; plain:
+                        # read to its end (bounded by the file, hashed whole), as a size past the archive's
+                        # end is the first thing wrong
+                        if data.compressed:
                             data.check_declared(info.offset_data + info.size)
-                        while not data.compressed and member.read(
-                            2**20
-                        ):  # (bounded by the file, hashed whole)
-                            pass  # a size past a plain archive's end is the first thing wrong
+                        while not data.compressed and member.read(2**20):
+                            pass
                         raise DataError(
                             f"{path}: {info.name[:200]}: {info.size} bytes, more than the limit of "
                             f"{limits.MAX_IMAGE_FILE_BYTES} (MAX_IMAGE_FILE_BYTES)"

@@ -96,9 +96,8 @@ def refuse_unusable(data: bytes | memoryview, *, source: str, name: str) -> None
         except Exception as e:  # cut short, broken data stream, bad CRC, …
             raise cannot_decode(e, source=source, name=name) from None
         frames = getattr(im, "n_frames", 1)
-        if (
-            im.format == "GIF" and frames > 1
-        ):  # torchvision decodes every frame of a GIF (WebP, APNG: the first)
+        # torchvision decodes every frame of a GIF (WebP, APNG: the first)
+        if im.format == "GIF" and frames > 1:
             refuse_animation(source=source, name=name, shape=(frames, IMAGE_CHANNELS, im.size[1], im.size[0]))
         refuse_shape(source=source, name=name, channels=_channels(im), height=im.size[1], width=im.size[0])
 
