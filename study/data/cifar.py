@@ -55,17 +55,10 @@ def load_cifar10(root: str | Path) -> Splits:
     return Splits(**out, classes=arrays["classes"], source=f"CIFAR-10 {Path(root).expanduser() / FOLDER}")
 
 
-def cifar10_sizes(root: str | Path) -> tuple[int, int]:
-    """(train, test) images in ``root/cifar-10-batches-py`` (downloaded if absent), read and checked
-    without torch; refused (:class:`DataError`) as :func:`load_cifar10` would refuse them."""
-    arrays = read_cifar10(root)
-    return len(arrays["train_labels"]), len(arrays["test_labels"])
-
-
 def read_cifar10(root: str | Path) -> dict[str, Any]:
-    """The numpy arrays (``train_images``, …) and ``classes`` of ``root/cifar-10-batches-py``; the last
-    folder
-    read is kept while its files are unchanged, so checking a source and loading it read it once."""
+    """The numpy arrays (``train_images``, …) and ``classes`` of ``root/cifar-10-batches-py`` (downloaded if
+    absent), read and checked without torch; the last folder read is kept while its files are unchanged, so
+    checking a source and loading it read it once."""
     root = Path(root).expanduser()
     folder = root / FOLDER
     names = (*TRAIN_FILES, *TEST_FILES, META_FILE)

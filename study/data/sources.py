@@ -164,7 +164,8 @@ def source_counts(data: str, *, cache_dir: Path | None = None) -> tuple[int, int
 
         return (int(arg) if arg else DEFAULT_TRAIN), DEFAULT_TEST
     if kind == "cifar10":
-        from .cifar import cifar10_sizes
+        from .cifar import read_cifar10
 
-        return cifar10_sizes(Path(arg) if arg else (cache_dir or default_cache_dir()) / "cifar10")
+        arrays = read_cifar10(Path(arg) if arg else (cache_dir or default_cache_dir()) / "cifar10")
+        return len(arrays["train_labels"]), len(arrays["test_labels"])
     return check_source(data, cache_dir=cache_dir)  # a folder or an archive: never None
