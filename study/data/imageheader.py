@@ -12,14 +12,16 @@ from __future__ import annotations
 import io
 import re
 
+from study import limits
+
+from .errors import DataError, one_line
+
 IMAGE_SIDE = 32
 IMAGE_CHANNELS = 3
 
 
 def refuse_shape(*, source: str, name: str, channels: int, height: int, width: int) -> None:
     """The one rule on a decoded image's shape: ``channels`` x ``height`` x ``width`` must be 3 x 32 x 32."""
-    from .errors import DataError
-
     if (channels, height, width) != (IMAGE_CHANNELS, IMAGE_SIDE, IMAGE_SIDE):
         raise DataError(
             f"{source}: {name}: image is {width}x{height} with {channels} channel(s), "
@@ -29,8 +31,6 @@ def refuse_shape(*, source: str, name: str, channels: int, height: int, width: i
 
 def refuse_animation(*, source: str, name: str, shape: tuple[int, ...]) -> None:
     """An animated image (several frames) is refused: one frame per image."""
-    from .errors import DataError
-
     raise DataError(
         f"{source}: {name}: image has shape {shape} (an animation?), "
         f"expected one {IMAGE_SIDE}x{IMAGE_SIDE} frame with {IMAGE_CHANNELS} channels (RGB)"
@@ -40,8 +40,6 @@ def refuse_animation(*, source: str, name: str, shape: tuple[int, ...]) -> None:
 def cannot_decode(e: BaseException, *, source: str, name: str):
     """The :class:`DataError` of an image no decoder reads, with Pillow's reason ``e`` (not the file
     object's repr)."""
-    from .errors import DataError, one_line
-
     why = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", one_line(e, limit=160))
     return DataError(f"{source}: {name}: cannot decode image ({why[:120]})")
 
@@ -50,8 +48,6 @@ def refuse_oversized(data: bytes | memoryview, *, source: str, name: str) -> Non
     """Refuse (:class:`DataError`) an image whose header declares more than
     :data:`study.limits.MAX_IMAGE_PIXELS` pixels; a header PIL cannot read is left to the decoder."""
     from PIL import Image, JpegImagePlugin, PngImagePlugin
-
-    from study import limits
 
     head = bytes(data[:8])
     opener = (
