@@ -24,7 +24,7 @@ from study.results.storage import is_remote
 #: seconds between two saves of a running epoch's clock (local files / object storage)
 CLOCK_S = 1.0
 CLOCK_REMOTE_S = 10.0
-#: the ledger's fields and their types (a damaged ledger is refused, naming the file)
+#: the ledger's fields, in the order written, and their types (a damaged ledger is refused, naming the file)
 LEDGER_FIELDS = {
     "attempts": int,
     "device_seconds": (int, float),
@@ -60,18 +60,8 @@ class TrialLedger:
             raise SupersededError(self.uri, self.attempts, current)
 
     def _write(self) -> None:
-        epoch, fraction, seconds = self.running if self.running is not None else (None, None, None)
-        text = json.dumps(
-            {
-                "attempts": self.attempts,
-                "device_seconds": self.device_seconds,
-                "last_error": self.last_error,
-                "epoch": epoch,
-                "epoch_fraction": fraction,
-                "epoch_seconds": seconds,
-            }
-        )
-        write_atomic(self.uri, text.encode(), suffix=".json")
+        values = (self.attempts, self.device_seconds, self.last_error, *(self.running or (None, None, None)))
+        write_atomic(self.uri, json.dumps(dict(zip(LEDGER_FIELDS, values))).encode(), suffix=".json")
 
     def start(self) -> None:
         """Count a new attempt."""
