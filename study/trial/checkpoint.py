@@ -291,23 +291,16 @@ def check_config(
     it or failing inside ``load_state_dict``): one line naming every differing field.
     Checkpoints older than these keys are not checked; the training protocol's fields, added
     since, compare as their defaults (all off), which they had then."""
-    diffs = []
-    saved_model = state.get("model_config")
-    if isinstance(saved_model, dict):
-        diffs += [
-            f"{k}: {saved_model.get(k)!r} -> {v!r}"
-            for k, v in model_config.items()
-            if saved_model.get(k) != v
-        ]
     saved_train = state.get("train_config")
     if isinstance(saved_train, dict):
-        defaults = {k: f.default for k, f in TrainConfig.model_fields.items()}
-        saved_train = {**{k: defaults[k] for k in PROTOCOL_FIELDS}, **saved_train}
-        diffs += [
-            f"{k}: {saved_train.get(k)!r} -> {v!r}"
-            for k, v in train_config.items()
-            if k != "model" and k not in OPERATIONAL_FIELDS and saved_train.get(k) != v
-        ]
+        saved_train = {**{k: TrainConfig.model_fields[k].default for k in PROTOCOL_FIELDS}, **saved_train}
+    diffs = [
+        f"{k}: {saved.get(k)!r} -> {v!r}"
+        for saved, current in ((state.get("model_config"), model_config), (saved_train, train_config))
+        if isinstance(saved, dict)
+        for k, v in current.items()
+        if k != "model" and k not in OPERATIONAL_FIELDS and saved.get(k) != v
+    ]
     if diffs:
         raise CheckpointError(
             f"{where} holds a checkpoint of another configuration ({'; '.join(diffs)}); "
