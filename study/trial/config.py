@@ -117,7 +117,8 @@ Validation = Annotated[int | float, AfterValidator(validation_split)]
 
 
 def _map_schedule(v: Any) -> Any:
-    """A schedule's word, a list of epochs, or their comma-separated text (``--map-epochs 0,9,299``)."""
+    """A schedule's word, a list of epochs, or their comma-separated text (``--map-epochs 0,9,299``): the
+    epochs in order."""
     if isinstance(v, str) and v not in MAP_SCHEDULES:
         try:
             v = [int(e) for e in v.split(",")]
@@ -126,7 +127,7 @@ def _map_schedule(v: Any) -> Any:
     if isinstance(v, list | tuple) and all(type(e) is int for e in v):
         if len(set(v)) != len(v):
             raise ValueError(f"repeats an epoch: {list(v)}")
-        return tuple(v)
+        return tuple(sorted(v))
     if v in MAP_SCHEDULES:
         return v
     raise ValueError(f"must be auto, all, last, none or a list of epochs, got {v!r}")
@@ -181,11 +182,6 @@ class TrainConfig(BaseModel):
     @classmethod
     def _model(cls, v: Any) -> Any:
         return ModelConfig.from_dict(v) if isinstance(v, dict) else v
-
-    @field_validator("map_epochs", mode="after")
-    @classmethod
-    def _distinct(cls, v: Any) -> Any:
-        return tuple(sorted(set(v))) if isinstance(v, tuple) else v
 
     @model_validator(mode="before")
     @classmethod
@@ -249,7 +245,7 @@ class TrainConfig(BaseModel):
         the first 10, then 10 spaced geometrically up to the last (at most 21)."""
         last = self.epochs - 1
         if isinstance(self.map_epochs, tuple):
-            return sorted(self.map_epochs)
+            return list(self.map_epochs)
         if self.map_epochs == "auto":
             later = {round(10 * (last / 10) ** (i / 9)) for i in range(10)} if last >= 10 else set()
             return sorted(set(range(min(10, self.epochs))) | later | {last})
