@@ -187,12 +187,12 @@ class _Trial:
     test_data: DeviceData
     model: nn.Module  # the raw model (what checkpoints hold)
     optimizer: torch.optim.Optimizer
+    steps_per_epoch: int
     n_params: int
     flops: float
     protocol: Protocol = field(default_factory=Protocol)
     net: nn.Module | None = None  # the model as trained (DDP / compiled)
     autocast: Callable[[], Any] = contextlib.nullcontext
-    steps_per_epoch: int = 0
     writer: TableWriter | None = None
     x_heads: torch.Tensor | None = None
     maps_at: frozenset = frozenset()
@@ -268,6 +268,7 @@ def _set_up(cfg: TrainConfig, *, splits, device: torch.device | None, paths: Dev
         test_data=test_data,
         model=model,
         optimizer=build_optimizer(model, cfg),
+        steps_per_epoch=train_data.num_batches(batch_size=cfg.batch_size, world_size=world, train=True),
         n_params=count_parameters(model),
         protocol=build_protocol(cfg, num_classes=mc.num_classes),
         flops=forward_flops(model, image_size=mc.image_size, in_channels=mc.in_channels),
@@ -311,7 +312,6 @@ def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) 
         t.net = nn.parallel.DistributedDataParallel(t.model, device_ids=ddp_device_ids(device))
     t.net = t.paths.compiled(t.net)
     t.autocast = t.paths.autocast_factory(device)
-    t.steps_per_epoch = t.train_data.num_batches(batch_size=cfg.batch_size, world_size=t.world, train=True)
     why = batch_overflow(
         cfg.batch_size, t.world, len(t.train_data), f"the {len(t.train_data)} training images"
     )
@@ -425,7 +425,6 @@ def first_steps(
     configuration's values run, cheaply (tests/study/trial/test_numeric_bounds.py)."""
     t = _set_up(cfg, splits=splits, device=device, paths=None)
     t.net = t.model
-    t.steps_per_epoch = t.train_data.num_batches(batch_size=cfg.batch_size, world_size=1, train=True)
     losses = []
     for i, (x, y) in zip(range(steps), _train_batches(t, 0)):
         _set_lr(t, i)
