@@ -56,39 +56,33 @@ PAPER_WARMUP = 0.05
 #: the named schedules of stored attention maps (:attr:`TrainConfig.maps_at`)
 MAP_SCHEDULES = ("auto", "all", "last", "none")
 
+
+def _float32(refusal: str, finite: str = "a finite non-negative number", **narrower: Any) -> Bounds:
+    """The bounds of a float torch takes as a float32 scalar that it multiplies float32 tensors by: from
+    float32's smallest normal to its largest (``narrower``: other bounds, ``off``: 0 admitted too)."""
+    return Bounds(**{"low": FLOAT32_TINY, "high": FLOAT32_MAX, **narrower}, finite=finite, refusal=refusal)
+
+
 #: lr: torch's SGD step adds -lr x the float32 gradient (a float32 scalar: FLOAT32_MAX at most; below a
 #: normal float32 the step is a subnormal or 0)
-LR = Bounds(
-    low=FLOAT32_TINY,
-    high=FLOAT32_MAX,
-    finite="a finite non-negative number",
-    refusal="from 2**-126 to 3.40282e+38 (torch's SGD multiplies the float32 gradient by it)",
-)
+LR = _float32("from 2**-126 to 3.40282e+38 (torch's SGD multiplies the float32 gradient by it)")
 #: momentum: the velocity's decay factor (buf x momentum + grad); at 1 or more past gradients never fade
-MOMENTUM = Bounds(
-    low=FLOAT32_TINY,
+MOMENTUM = _float32(
+    "0 or from 2**-126 to below 1 (the velocity's decay factor, a float32 scalar)",
     high=1.0,
     high_open=True,
     off=True,
-    finite="a finite non-negative number",
-    refusal="0 or from 2**-126 to below 1 (the velocity's decay factor, a float32 scalar)",
 )
 #: weight decay: torch's SGD adds weight_decay x the float32 parameters to the gradient (a float32 scalar)
-WEIGHT_DECAY = Bounds(
-    low=FLOAT32_TINY,
-    high=FLOAT32_MAX,
-    off=True,
-    finite="a finite non-negative number",
-    refusal="0 or from 2**-126 to 3.40282e+38 (torch's SGD multiplies the float32 parameters by it)",
+WEIGHT_DECAY = _float32(
+    "0 or from 2**-126 to 3.40282e+38 (torch's SGD multiplies the float32 parameters by it)", off=True
 )
 #: a Beta(α, α) concentration of CutMix/MixUp: torchvision draws from a float32 Dirichlet, which needs a
 #: positive float32 (5e-324 becomes 0 and is refused inside the trial); 0 is off
-BETA_ALPHA = Bounds(
-    low=FLOAT32_TINY,
-    high=FLOAT32_MAX,
+BETA_ALPHA = _float32(
+    "a Beta alpha of 0 (off) or from 2**-126 to 3.40282e+38 (torch's float32 Dirichlet)",
+    "a finite Beta alpha >= 0 (0: off)",
     off=True,
-    finite="a finite Beta alpha >= 0 (0: off)",
-    refusal="a Beta alpha of 0 (off) or from 2**-126 to 3.40282e+38 (torch's float32 Dirichlet)",
 )
 #: label smoothing ε mixes (1 - ε) x the label with ε x uniform: at 1 the target is uniform, nothing to
 #: learn
