@@ -65,18 +65,17 @@ def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> str:
 def load_checkpoint(
     directory: str | os.PathLike | None,
     *,
-    map_location="cpu",
     warn: Callable[[str], None] | None = None,
     check: Callable[[dict, str], None] | None = None,
 ) -> dict[str, Any] | None:
-    """The latest intact checkpoint in ``directory``, or None if there is none; a damaged
+    """The latest intact checkpoint in ``directory`` (on the CPU), or None if there is none; a damaged
     latest falls back to the previous one (``warn`` names the skipped file), none intact raises
     :class:`CheckpointError`.  ``check(state, path)`` may refuse one that loads: it counts as damaged."""
     import torch
 
     def load(fs, path: str):
         with fs.open_input_stream(path) as f:
-            return torch.load(io.BytesIO(f.read()), map_location=map_location, weights_only=True)
+            return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
 
     return _latest(directory, load, warn=warn, check=check)
 
