@@ -200,12 +200,7 @@ class TrainConfig(BaseModel):
                 "warmup_epochs",
                 f"must be at most the {self.epochs} epochs of the run, got {self.warmup_epochs!r}",
             )
-        bad = (
-            [e for e in self.map_epochs if not 0 <= e < self.epochs]
-            if isinstance(self.map_epochs, tuple)
-            else []
-        )
-        if bad:
+        if bad := [e for e in self.maps_at if not 0 <= e < self.epochs]:
             raise ConfigError(
                 "map_epochs", f"epochs are 0-based and must be < epochs ({self.epochs}), got {bad[0]}"
             )
