@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/warmup.py` puts only benchma
 
 def parse_args(argv=None) -> argparse.Namespace:
     from study.cliutil import BoundedInt, Parser
+    from study.limits import MAX_BENCH_BATCH
 
     p = Parser(prog="warmup.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="a data source (the CIFAR-10 JPEG archive)")
@@ -41,7 +42,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="optimisation steps of a run",
     )
     p.add_argument(
-        "--batch", type=BoundedInt(1, 1000, "MAX_BENCH_BATCH"), default=16, help="training batch size"
+        "--batch",
+        type=BoundedInt(1, MAX_BENCH_BATCH, "MAX_BENCH_BATCH"),
+        default=16,
+        help="training batch size",
     )
     p.add_argument(
         "--warmups",
