@@ -74,10 +74,8 @@ def apply(
             raise err("", str(e)) from None
         node: Any = out
         for depth, key in enumerate(path):
-            where, parent = (
-                ".".join(map(str, path[: depth + 1])),
-                ".".join(map(str, path[:depth])) or "the study file",
-            )
+            where = ".".join(map(str, path[: depth + 1]))
+            parent = ".".join(map(str, path[:depth])) or "the study file"
             last = depth == len(path) - 1
             if isinstance(key, int) and not isinstance(node, list):
                 raise err(where, f"{parent} is {_kind(node)}, not a list: no entry [{key}] (override {text})")

@@ -365,9 +365,8 @@ class _StudyFile(_Strict):
                 "axes): every sample would repeat the same trial (repeat with seeds instead)",
             )
         grid, sample = self.grid.model_fields_set, self.sample.model_fields_set
-        for k in sorted(
-            grid | sample
-        ):  # the same axis named on every run (a set's order follows string hashing)
+        # sorted: the same axis named on every run (a set's order follows string hashing)
+        for k in sorted(grid | sample):
             where = f"grid.{k}" if k in grid else f"sample.{k}"
             if k in grid and k in sample:
                 raise _refuse(f"sample.{k}", "duplicate axis: also a grid axis")
@@ -383,12 +382,11 @@ class _StudyFile(_Strict):
     def _one_warmup(self) -> None:
         """A trial's warm-up is given in one form (:data:`WARMUP_FIELDS`), wherever the file sets it:
         ``schedule``, its model's ``training.schedule``, a grid or a sample axis."""
-        common = [(f"schedule.{k}", k) for k in WARMUP_FIELDS if k in self.schedule.model_fields_set]
-        common += [
-            (f"{axes}.{k}", k)
-            for axes in ("grid", "sample")
+        common = [
+            (f"{section}.{k}", k)
+            for section in ("schedule", "grid", "sample")
             for k in WARMUP_FIELDS
-            if k in getattr(self, axes).model_fields_set
+            if k in getattr(self, section).model_fields_set
         ]
         for i, m in enumerate(self.models):
             own = [
@@ -400,9 +398,8 @@ class _StudyFile(_Strict):
             if len(given) > 1:
                 (first, a), (where, b) = given[:2]
                 section = where.rpartition(".")[0]
-                if first.rpartition(".")[0] == section and section.endswith(
-                    "schedule"
-                ):  # one mapping: name it
+                # both in one schedule mapping: name the mapping
+                if first.rpartition(".")[0] == section and section.endswith("schedule"):
                     where, first = section, a
                 raise _refuse(
                     where,

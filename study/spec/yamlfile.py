@@ -131,9 +131,8 @@ def check_expansion(text: str) -> None:
     is composed): :class:`YamlError` past MAX_YAML_NODES, too deep, or on a recursive alias."""
     cap = limits.MAX_YAML_NODES
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (expanded size, nesting height)
-    stack: list[
-        list
-    ] = []  # [expanded size so far, anchor, height of the deepest child] of each open collection
+    # [expanded size so far, anchor, height of the deepest child] of each open collection
+    stack: list[list] = []
     total = 0
     deep = f"collections nested more than {limits.MAX_YAML_DEPTH} deep (MAX_YAML_DEPTH)"
     for ev in yaml.parse(text, Loader=_Loader):
