@@ -61,21 +61,14 @@ def run(
     return runs.attrs["root"]
 
 
-def _shown(value) -> str:
-    from study.errors import printable
-
-    text = repr(value)
-    return f"{type(value).__name__} {printable(text if len(text) <= 60 else text[:57] + '...')}"
-
-
 def _check_type(arg: str, value, kinds, what: str) -> None:
     """``value`` an instance of ``kinds`` (a bool only where ``bool`` is named), else
     :class:`study.errors.UsageError` ``ARG: WHAT, got TYPE VALUE``."""
-    from study.errors import UsageError
+    from study.errors import UsageError, printable, short
 
     kinds = kinds if isinstance(kinds, tuple) else (kinds,)
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise UsageError(f"{arg}: {what}, got {_shown(value)}")
+        raise UsageError(f"{arg}: {what}, got {type(value).__name__} {printable(short(value))}")
 
 
 def _path(arg: str, value, *, none: bool = True) -> str | None:

@@ -20,6 +20,12 @@ def printable(text: object) -> str:
     return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
 
+def short(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (error lines stay short)."""
+    r = repr(value)
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
 def one_line(text: object, *, limit: int = 300) -> str:
     """``text`` squeezed onto one line (whitespace runs → one space, other control characters escaped:
     :func:`printable`), at most ``limit`` chars."""
@@ -107,10 +113,8 @@ def _is_ray(e: BaseException) -> bool:
 def cause(exc: BaseException) -> str:
     """``ExceptionType: message`` of the innermost project error wrapped in ``exc``,
     else of the innermost non-Ray error, else of ``exc`` itself; one line."""
-    chain, todo = (
-        [],
-        [exc],
-    )  # exc and every exception it wraps (Ray's ``cause``, ``__cause__``, ``__context__``)
+    # exc and every exception it wraps (Ray's ``cause``, ``__cause__``, ``__context__``)
+    chain, todo = [], [exc]
     while todo:
         e = todo.pop(0)
         if isinstance(e, BaseException) and all(e is not c for c in chain):

@@ -16,9 +16,9 @@ from typing import Any
 
 from study import limits
 from study.cost.plan import source_sizes, trial_images
-from study.errors import StudyFileError
+from study.errors import StudyFileError, short
 from study.models.config import ConfigError, ModelConfig, columns
-from study.trial.config import PROTOCOL_FIELDS, batch_overflow
+from study.trial.config import PROTOCOL_FIELDS, WARMUP_FIELDS, batch_overflow
 
 #: metrics every trial reports to Tune each epoch (study/trial/loop.py) ...
 TUNED_METRICS = ("test_acc", "best_test_acc", "test_loss", "train_acc", "train_loss")
@@ -33,12 +33,8 @@ IMAGE_CHANNELS, IMAGE_SIDE = 3, 32
 
 #: where each TrainConfig field sits in a recipe mapping (for error paths)
 RECIPE_PATHS = {
-    "lr": "optimizer.lr",
-    "momentum": "optimizer.momentum",
-    "weight_decay": "optimizer.weight_decay",
-    "warmup": "schedule.warmup",
-    "warmup_epochs": "schedule.warmup_epochs",
-    "warmup_steps": "schedule.warmup_steps",
+    **{k: f"optimizer.{k}" for k in ("lr", "momentum", "weight_decay")},
+    **{k: f"schedule.{k}" for k in WARMUP_FIELDS},
     "schedule": "schedule.type",
     "map_epochs": "maps.epochs",
     **{k: f"protocol.{k}" for k in PROTOCOL_FIELDS},
@@ -57,12 +53,6 @@ class SpecError(StudyFileError, ValueError):
 #: ``err(path, message)``: a :class:`SpecError` raised in a pydantic validator
 #: (``study.spec.studyfile._refusal`` adds the file)
 err = functools.partial(SpecError, "")
-
-
-def short(value: Any, limit: int = 60) -> str:
-    """``repr(value)`` cut to ``limit`` characters (error lines stay short)."""
-    r = repr(value)
-    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 def flatten(recipe: dict[str, Any]) -> dict[str, Any]:
@@ -120,12 +110,8 @@ def check_distinct(path: str, values: list, what: str = "a value") -> list:
     for i, v in enumerate(values):
         if isinstance(v, float) and not math.isfinite(v):
             raise err(path, f"entry {i} must be finite, got {v}")
-    if len(
-        {
-            (type(v) is bool, v) if isinstance(v, (bool, int, float, str, type(None))) else repr(v)
-            for v in values
-        }
-    ) != len(values):
+    scalar = (bool, int, float, str, type(None))
+    if len({(type(v) is bool, v) if isinstance(v, scalar) else repr(v) for v in values}) != len(values):
         raise err(path, f"repeats {what}: {short(values)}")
     return values
 
