@@ -94,18 +94,9 @@ class DevicePaths:
     ) -> DevicePaths:
         """On CUDA every branch (bf16 if ``amp``); on CPU none (CPU bf16 is slower on most CPUs)."""
         cuda = torch.device(device).type == "cuda"
-        return cls(
-            **{
-                **dict(
-                    autocast_dtype=torch.bfloat16 if (amp and cuda) else None,
-                    compile=compile,
-                    channels_last=cuda,
-                    pinned_transfer=cuda,
-                    cuda_rng=cuda,
-                ),
-                **overrides,
-            }
-        )
+        branches = dict(channels_last=cuda, pinned_transfer=cuda, cuda_rng=cuda)
+        dtype = torch.bfloat16 if (amp and cuda) else None
+        return cls(**{"autocast_dtype": dtype, "compile": compile, **branches, **overrides})
 
     def autocast(self, device: torch.device | str) -> contextlib.AbstractContextManager:
         if self.autocast_dtype is None:
@@ -138,19 +129,16 @@ class DevicePaths:
         torch.compiler.reset()
         return torch.compile(module, backend=self.compile_backend)
 
-    def memory_format(self, model: nn.Module, x: torch.Tensor | None = None):
+    def memory_format(self, model: nn.Module, x: torch.Tensor):
         """``(model, x)``, in channels-last if selected."""
         if not self.channels_last:
             return model, x
-        model = model.to(memory_format=torch.channels_last)
-        return model, (None if x is None else x.contiguous(memory_format=torch.channels_last))
+        return model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
 
     def precision_name(self) -> str:
-        return (
-            f"{str(self.autocast_dtype).removeprefix('torch.')} autocast"
-            if self.autocast_dtype
-            else "float32"
-        )
+        if self.autocast_dtype is None:
+            return "float32"
+        return f"{str(self.autocast_dtype).removeprefix('torch.')} autocast"
 
 
 def to_device(t: torch.Tensor, device: torch.device, *, pinned: bool) -> torch.Tensor:
