@@ -59,7 +59,8 @@ def status_table(runs: pd.DataFrame, planned: int | None, *, now: float | None =
     runs = runs.assign(variant=variant_labels(runs))
     cols = ["trial_id", "variant", "status", "epochs_done", "epochs", "best_test_acc", "device_seconds"]
     # a trial that did not train shows so beside its state (its accuracy is not a result)
-    runs = runs.assign(status=runs.status.where(~_failed(runs), runs.status + " (did not train)"))
+    failed = _failed(runs)
+    runs = runs.assign(status=runs.status.where(~failed, runs.status + " (did not train)"))
     frame = runs[[c for c in cols if c in runs]].rename(
         columns={"epochs_done": "epoch", "best_test_acc": "best_acc", "device_seconds": "device_s"}
     )
@@ -69,7 +70,6 @@ def status_table(runs: pd.DataFrame, planned: int | None, *, now: float | None =
             index=False, float_format=lambda v: f"{v:.4f}", formatters={"variant": lambda v: f"{v:<{width}}"}
         )
     )
-    failed = _failed(runs)
     if failed.any():
         lines.append(
             f"did not train: {int(failed.sum())} of {len(runs)} trials (runs.failed_to_train): their "
