@@ -17,6 +17,7 @@ from study import limits
 from study.data.splits import subset_test_size
 from study.data.synthetic import DEFAULT_TEST as SYNTHETIC_TEST
 from study.data.synthetic import DEFAULT_TRAIN as SYNTHETIC_TRAIN
+from study.data.validation import validation_size
 from study.models.config import PAPER_MODELS, ModelConfig, columns, model_name
 from study.models.cost import TRAIN_FORWARDS, config_from_row, model_macs
 
@@ -125,10 +126,7 @@ def trial_images(cfg, sizes: dict[str, tuple[int, int]] | None = None) -> Images
     n_train, n_test = whole
     if cfg.subset is not None:
         n_train, n_test = min(cfg.subset, n_train), subset_test_size(cfg.subset, n_test)
-    # as study.data.validation.validation_size: a count, or a fraction rounded down (at least 1)
-    n_val = (
-        max(1, int(cfg.validation * n_train)) if isinstance(cfg.validation, float) else int(cfg.validation)
-    )
+    n_val = validation_size(cfg.validation, n_train)
     return Images(train=n_train - n_val, val=n_val, test=n_test)
 
 
