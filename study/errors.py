@@ -60,7 +60,7 @@ class UsageError(StudyError):
 
 class StudyFileError(UsageError):
     """A study file, or a command-line override of one, that fails its check:
-    ``FILE: path.field: problem`` (:class:`study.spec.studyfile.SpecError` is one)."""
+    ``FILE: path.field: problem`` (:class:`study.spec.check.SpecError` is one)."""
 
 
 class PathError(StudyError):
