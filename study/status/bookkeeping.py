@@ -24,15 +24,12 @@ def shown_status(runs: pd.DataFrame, *, now: float | None = None) -> pd.Series:
     done = pd.to_numeric(runs["epochs_done"], errors="coerce")
     world = pd.to_numeric(runs.get("world_size", pd.Series(1, index=runs.index)), errors="coerce").fillna(1)
     # mean wall seconds per epoch (NaN before the first); stale after STALE_FACTOR of them without an update:
-    per_epoch = (pd.to_numeric(runs["device_seconds"], errors="coerce") / (done * world.clip(lower=1))).where(
-        done > 0
-    )
-    fallback = (
-        STALE_UNKNOWN_S if pd.isna(per_epoch.max()) else max(STALE_MIN_S, STALE_FACTOR * per_epoch.max())
-    )
-    stale = (status == "running") & (
-        age > (STALE_FACTOR * per_epoch).clip(lower=STALE_MIN_S).fillna(fallback)
-    )
+    seconds = pd.to_numeric(runs["device_seconds"], errors="coerce")
+    per_epoch = (seconds / (done * world.clip(lower=1))).where(done > 0)
+    longest = per_epoch.max()
+    fallback = STALE_UNKNOWN_S if pd.isna(longest) else max(STALE_MIN_S, STALE_FACTOR * longest)
+    limit = (STALE_FACTOR * per_epoch).clip(lower=STALE_MIN_S).fillna(fallback)
+    stale = (status == "running") & (age > limit)
     status[stale] = "stale"
     return status
 
