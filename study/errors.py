@@ -97,7 +97,6 @@ class SupersededError(StudyError):
             f"{uri}: attempt {mine} of this trial superseded by attempt {current}; it stops without writing"
         )
         self._init = (uri, mine, current)
-        self.uri, self.mine, self.current = uri, mine, current
 
 
 class LockError(StudyError):
