@@ -14,7 +14,7 @@ from pathlib import Path
 from study.cliutil import BoundedInt
 from study.datachecks import checked_splits
 from study.device.cpus import local_cpus
-from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError, refused
+from study.errors import RayStartError, StorageError, StudyError, StudyFileError, UsageError, refused, short
 from study.limits import MAX_CLUSTER_CPUS, MAX_NAME_LENGTH
 from study.results.storage import (
     NoBucket,
@@ -25,7 +25,6 @@ from study.results.storage import (
     study_exists,
     study_root,
 )
-from study.spec.check import short
 
 
 def resolved_storage(storage: str | None, flag: str = "--storage") -> str:

@@ -33,6 +33,7 @@ from pydantic.fields import FieldInfo
 
 from study import limits
 from study.cost.plan import source_sizes
+from study.errors import short
 from study.models import encodings
 from study.models.config import ModelConfig, columns
 from study.models.fields import bound_message, encoding_field_owners
@@ -339,7 +340,7 @@ class _StudyFile(_Strict):
             raise _refuse(
                 "name",
                 f"must be 1 to {limits.MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', "
-                f"got {speccheck.short(self.name)}",
+                f"got {short(self.name)}",
             )
         axes = {k: len(v) for k, v in self.grid.model_dump(exclude_unset=True).items()}
         cells = len(self.seeds) * len(self.models) * math.prod(axes.values())  # counted, never materialised
@@ -659,7 +660,7 @@ def _refusal(file: str, e: ValidationError, schema: type[BaseModel]) -> SpecErro
             file,
             path,
             f"must be {' or '.join(dict.fromkeys(filter(None, expected)))}, got "
-            f"{type(value).__name__} {speccheck.short(value)}",
+            f"{type(value).__name__} {short(value)}",
         )
     return SpecError(
         file,
@@ -672,8 +673,8 @@ def _refusal(file: str, e: ValidationError, schema: type[BaseModel]) -> SpecErro
             "value_error": str(ctx.get("error")),
             "too_short": "must not be empty"
             if ctx.get("min_length") == 1
-            else f"must list {ctx.get('min_length')} entries, got {speccheck.short(value)}",
-            "too_long": f"must list {ctx.get('max_length')} entries, got {speccheck.short(value)}",
+            else f"must list {ctx.get('min_length')} entries, got {short(value)}",
+            "too_long": f"must list {ctx.get('max_length')} entries, got {short(value)}",
         }.get(kind, first["msg"]),
     )
 
