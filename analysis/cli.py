@@ -23,7 +23,8 @@ from study.limits import MAX_CPUS_PER_TRIAL, MAX_EPOCHS, MAX_PORT, MAX_SERVE_INT
 from study.results.tables import TABLES, TableWarning, warnings_as_lines
 
 
-def _target(p: argparse.ArgumentParser) -> None:
+def _target(p: argparse.ArgumentParser, out: str | None = None) -> None:
+    """The study and ``--storage``; ``out``: the help of ``--out``, for a command that writes."""
     p.add_argument(
         "study",
         metavar="NAME|PATH",
@@ -35,6 +36,8 @@ def _target(p: argparse.ArgumentParser) -> None:
         default=None,
         help="where studies live, a folder or s3://bucket/prefix (default: $STUDY_STORAGE, else ./results)",
     )
+    if out:
+        p.add_argument("--out", type=Path, default=None, help=out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,13 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         "not redrawn; the rest are drawn on --jobs processes. Prints the files "
         "and one line per figure skipped, with the reason.",
     )
-    _target(f)
-    f.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="output folder (default: <study folder>/figures; ./figures/<name> for a URI)",
-    )
+    _target(f, out="output folder (default: <study folder>/figures; ./figures/<name> for a URI)")
     f.add_argument(
         "--epoch",
         type=BoundedInt(-1, MAX_EPOCHS - 1, "MAX_EPOCHS"),
@@ -136,12 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--serve, serve it on 127.0.0.1 and rebuild it whenever the tables "
         "change while the study runs (the page reloads itself).",
     )
-    _target(r)
-    r.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="the HTML file (default: <study folder>/report.html; ./<name>-report.html for a "
+    _target(
+        r,
+        out="the HTML file (default: <study folder>/report.html; ./<name>-report.html for a "
         "URI); with --serve, written only when given",
     )
     r.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and keep it current")
