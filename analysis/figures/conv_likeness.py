@@ -8,7 +8,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.concentration import classify, rule_text
-from analysis.figures.panels import notes_under_legend, wrap_note
+from analysis.figures.panels import layer_line, notes_under_legend, wrap_note
 from analysis.lattice import kernel_size, lattice_distance
 from analysis.style import COLUMN_WIDTH
 
@@ -105,25 +105,15 @@ def _figure(ctx, t, d: pd.DataFrame, trial_ids: list[str]) -> list:
     seeds = int(d["seeds"].max())
     for layer in layers:
         s = d[d["layer"] == layer].sort_values("epoch")
-        c = f"C{layer}"  # the style's colour cycle
-        ax.plot(
+        c = layer_line(
+            ax,
+            layer,
             s["epochs_trained"],
             s["lattice_distance"],
-            "-",
-            color=c,
-            marker="o" if few else None,
-            markersize=2.5,
+            few=few,
+            band=(s["lattice_distance_min"], s["lattice_distance_max"], 0.18) if seeds > 1 else None,
             label=f"layer {layer + 1} ({s['concentrated_heads'].iloc[-1]:.3g}/{k * k})",
         )
-        if seeds > 1:
-            ax.fill_between(
-                s["epochs_trained"],
-                s["lattice_distance_min"],
-                s["lattice_distance_max"],
-                color=c,
-                alpha=0.18,
-                linewidth=0,
-            )
         ax2.plot(
             s["epochs_trained"],
             s["max_prob_mean"],

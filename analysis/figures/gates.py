@@ -5,26 +5,14 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.figures.context import Skip
-from analysis.figures.locality import layer_series, over_training
+from analysis.figures.locality import SERIES_KEYS, layer_series, over_training
 from analysis.figures.pooled import model_order, pooled_heads
 
 KIND = "gates"
 READS = ("heads",)
 STEM = "gates_over_training"
 
-COLUMNS = [
-    "model",
-    "epoch",
-    "epochs_trained",
-    "layer",
-    "seeds",
-    "n",
-    "gate",
-    "head_min",
-    "head_max",
-    "seed_min",
-    "seed_max",
-]
+COLUMNS = [*SERIES_KEYS, "gate", "head_min", "head_max", "seed_min", "seed_max"]
 
 
 def draw(ctx) -> list:

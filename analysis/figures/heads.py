@@ -9,7 +9,7 @@ from matplotlib import patheffects
 
 from analysis.concentration import classify, rule_text
 from analysis.contours import LEVELS, gaussian_ellipse, window_contours
-from analysis.figures.panels import after, label_grid, layer_grid, limit, shift_axes, wrap_note
+from analysis.figures.panels import after, label_grid, layer_grid, limit, number_head, shift_axes, wrap_note
 from analysis.figures.pooled import GRID_DISTANCE
 from analysis.style import head_colors
 
@@ -137,17 +137,9 @@ def _figure(
             edgecolors="white",
             linewidths=0.3,
         )
-        for _, c in cl.iterrows():  # head numbers (1-based, as in the maps figure)
-            ax.annotate(
-                str(int(c["head"]) + 1),
-                (c["x"], c["y"]),
-                xytext=(2.5, 1.5),
-                textcoords="offset points",
-                fontsize=7,
-                color=colours[int(c["head"])],
-                zorder=7,
-                path_effects=[patheffects.withStroke(linewidth=1.5, foreground="white")],
-            )
+        for _, c in cl.iterrows():
+            halo = [patheffects.withStroke(linewidth=1.5, foreground="white")]
+            number_head(ax, c["head"], c["x"], c["y"], colours[int(c["head"])], zorder=7, path_effects=halo)
         diffuse = sorted(int(h) + 1 for h in dl.loc[dl["kind"] == "diffuse", "head"])
         if diffuse:
             ax.text(

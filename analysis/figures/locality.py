@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.figures.panels import label_grid, layer_grid, wrap_note
+from analysis.figures.panels import label_grid, layer_grid, layer_line, wrap_note
 from analysis.figures.pooled import (
     CANVAS_DISTANCE,
     DistanceMetric,
@@ -21,20 +21,10 @@ KIND = "locality"
 READS = ("heads",)
 STEM = "locality_over_training"
 
-#: ``distance``: the layer mean of the heads column named in ``metric``; ``epoch`` -1 (0
-#: epochs trained) is the untrained model
-COLUMNS = [
-    "model",
-    "epoch",
-    "epochs_trained",
-    "layer",
-    "seeds",
-    "n",
-    "distance",
-    "metric",
-    "seed_min",
-    "seed_max",
-]
+#: the keys of a :func:`layer_series` row; ``epoch`` -1 (0 epochs trained) is the untrained model
+SERIES_KEYS = ["model", "epoch", "epochs_trained", "layer", "seeds", "n"]
+#: ``distance``: the layer mean of the heads column named in ``metric``
+COLUMNS = [*SERIES_KEYS, "distance", "metric", "seed_min", "seed_max"]
 
 
 def layer_series(d: pd.DataFrame, value: str, models: list[str]) -> pd.DataFrame:
@@ -88,19 +78,8 @@ def over_training(
         m = s[s["model"] == model]
         seeds, bounds = int(m["seeds"].max()), band(m)
         for layer, g in m.groupby("layer"):
-            c = f"C{int(layer)}"  # the style's colour cycle
-            ax.plot(
-                g["epochs_trained"],
-                g[value],
-                "-",
-                color=c,
-                marker="o" if len(g) <= 12 else None,
-                markersize=2.5,
-                label=f"layer {int(layer) + 1}",
-            )
-            if bounds is not None:
-                low, high, alpha = bounds
-                ax.fill_between(g["epochs_trained"], g[low], g[high], color=c, alpha=alpha, linewidth=0)
+            shade = None if bounds is None else (g[bounds[0]], g[bounds[1]], bounds[2])
+            layer_line(ax, int(layer), g["epochs_trained"], g[value], few=len(g) <= 12, band=shade)
         heads = int((m["n"] / m["seeds"]).max())
         ax.set_title(
             wrap_note(model, ax.get_position().width * fig.get_size_inches()[0] * 1.25)

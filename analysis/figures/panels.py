@@ -30,6 +30,30 @@ def layer_grid(n: int, *, cols: int = 3, variants: bool = False):
     return fig, flat[:n], axes
 
 
+def layer_line(ax, layer: int, x, y, *, few: bool, band=None, label: str = "") -> str:
+    """Layer ``layer``'s line over training in its colour of the style's cycle (returned), dots when
+    ``few`` epochs, ``band`` ((low, high, alpha) or None) shaded around it."""
+    colour, label = f"C{layer}", label or f"layer {layer + 1}"
+    ax.plot(x, y, "-", color=colour, marker="o" if few else None, markersize=2.5, label=label)
+    if band is not None:
+        low, high, alpha = band
+        ax.fill_between(x, low, high, color=colour, alpha=alpha, linewidth=0)
+    return colour
+
+
+def number_head(ax, head: int, x: float, y: float, colour, **style) -> None:
+    """Head ``head``'s number (1-based, as in the maps figure) beside its point (x, y)."""
+    ax.annotate(
+        str(int(head) + 1),
+        (x, y),
+        xytext=(2.5, 1.5),
+        textcoords="offset points",
+        fontsize=7,
+        color=colour,
+        **style,
+    )
+
+
 def shift_axes(ax, lim: float) -> None:
     """Square axes over [−lim, lim]², y pointing down, the query as a black square."""
     ax.set(xlim=(-lim, lim), ylim=(lim, -lim), aspect="equal")  # image orientation: rows grow downwards

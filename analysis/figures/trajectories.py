@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.figures.panels import after, label_grid, layer_grid, limit, shift_axes, wrap_note
+from analysis.figures.panels import after, label_grid, layer_grid, limit, number_head, shift_axes, wrap_note
 from analysis.style import head_colors
 
 KIND = "trajectories"
@@ -55,14 +55,7 @@ def _figure(ctx, t, d: pd.DataFrame) -> list:
                 markeredgewidth=0.7,
             )
             ax.plot(s["center_x"].iloc[-1:], s["center_y"].iloc[-1:], "o", color=c, markersize=2.5)
-            ax.annotate(
-                str(int(head) + 1),
-                (s["center_x"].iloc[-1], s["center_y"].iloc[-1]),
-                xytext=(2.5, 1.5),
-                textcoords="offset points",
-                fontsize=7,
-                color=c,
-            )
+            number_head(ax, head, s["center_x"].iloc[-1], s["center_y"].iloc[-1], c)
         shift_axes(ax, lim)
         ax.set_title(f"layer {layer + 1}", pad=2)
     label_grid(grid)
