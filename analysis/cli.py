@@ -13,7 +13,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from analysis.io import AnalysisError, check_table, load
+from analysis.io import AnalysisError, load
 from analysis.query import FORMATS, run_query
 from study.cliutil import BoundedFloat, BoundedInt, exit_without_final_collections  # torch-free
 from study.cliutil import Parser as _Parser
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument(
         "table",
         nargs="?",
-        choices=["runs", "epochs", "heads", "maps"],
+        choices=TABLES,
         metavar="TABLE",
         help="one table (runs, epochs, heads, maps); default: all",
     )
@@ -156,25 +156,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    sys.stdout.write(describe(args.table))
-    return 0
-
-
-def describe(table: str | None = None) -> str:
-    """Text documentation of ``table`` (all tables when None): ``analysis schema``."""
+    """Every column of ``args.table`` (all tables when None): type, unit and meaning."""
     from analysis.schema import COLUMNS, NOTES
 
-    if table is not None:
-        check_table(table)
     out = []
-    for t in [table] if table else TABLES:
+    for t in [args.table] if args.table else TABLES:
         out.append(f"{t}: {NOTES[t]}")
         width = max(len(c) for c, _, _ in COLUMNS[t])
         types = max(len(ty) for _, ty, _ in COLUMNS[t])
         for c, ty, meaning in COLUMNS[t]:
             out.append(f"  {c:<{width}}  {ty:<{types}}  {meaning}")
         out.append("")
-    return "\n".join(out)
+    sys.stdout.write("\n".join(out))
+    return 0
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -278,7 +272,3 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, before)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
