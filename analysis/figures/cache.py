@@ -67,16 +67,8 @@ def fingerprint(
     inputs = [
         [tid, sorted(f for f in files.get(tid, []) if f[0].split("/", 1)[0] in wanted)] for tid in sorted(ids)
     ]
-    rows = [
-        [
-            str(r.get("trial_id")),
-            str(r.get("label")),
-            str(r.get("variant_slug")),
-            bool(r.get("representative")),
-            str(r.get("slug")),
-        ]
-        for _, r in trials.iterrows()
-    ]
+    names = ("trial_id", "label", "variant_slug", "slug")
+    rows = [[*(str(r.get(k)) for k in names), bool(r.get("representative"))] for _, r in trials.iterrows()]
     payload = json.dumps(
         [VERSION, code_version(), kind, key, options, rows, inputs], sort_keys=True, default=str
     )
