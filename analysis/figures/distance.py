@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures.panels import after, label_grid, layer_grid, wrap_note
+from analysis.figures.panels import after, label_grid, layer_grid, panel_title
 from analysis.figures.pooled import (
     CANVAS_DISTANCE,
     DistanceMetric,
@@ -115,14 +115,7 @@ def _figure(ctx, d: pd.DataFrame, models: list[str], metric: DistanceMetric) -> 
         ax.set(xticks=layers, xlim=(min(layers) - 0.6, max(layers) + 0.6))
         epochs = sorted(set(h["epoch"].astype(int)))
         when = after(epochs[0]) if len(epochs) == 1 else f"{after(epochs[0])} to {after(epochs[-1])}"
-        ax.set_title(
-            wrap_note(
-                f"{model} ({seeds} seed{'s' if seeds != 1 else ''}, {when})",
-                ax.get_position().width * fig.get_size_inches()[0] * 1.25,
-            ),
-            fontsize=7,
-            pad=3,
-        )
+        panel_title(fig, ax, f"{model} ({seeds} seed{'s' if seeds != 1 else ''}, {when})")
         ax.grid(True, axis="y", linewidth=0.4, alpha=0.5)
     label_grid(grid, xlabel="layer", ylabel=metric.axis)
     axes[0].set_ylim(0, top)

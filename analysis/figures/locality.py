@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.figures.panels import label_grid, layer_grid, layer_line, wrap_note
+from analysis.figures.panels import label_grid, layer_grid, layer_line, panel_title
 from analysis.figures.pooled import (
     CANVAS_DISTANCE,
     DistanceMetric,
@@ -81,11 +81,8 @@ def over_training(
             shade = None if bounds is None else (g[bounds[0]], g[bounds[1]], bounds[2])
             layer_line(ax, int(layer), g["epochs_trained"], g[value], few=len(g) <= 12, band=shade)
         heads = int((m["n"] / m["seeds"]).max())
-        ax.set_title(
-            wrap_note(model, ax.get_position().width * fig.get_size_inches()[0] * 1.25)
-            + f"\nn = {seeds} seed{'s' if seeds != 1 else ''} × {heads} heads per point",
-            fontsize=7,
-            pad=3,
+        panel_title(
+            fig, ax, model, f"\nn = {seeds} seed{'s' if seeds != 1 else ''} × {heads} heads per point"
         )
         if m["epochs_trained"].max() <= 12:
             ax.set_xticks(sorted(m["epochs_trained"].unique()))

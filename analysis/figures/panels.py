@@ -99,6 +99,12 @@ def wrap_note(text: str, width_in: float) -> str:
     return "\n".join(textwrap.wrap(text, max(20, int(width_in * 17))))
 
 
+def panel_title(fig, ax, text: str, more: str = "") -> None:
+    """A variant panel's title: ``text`` wrapped to the panel's width, then ``more`` as it is."""
+    width_in = ax.get_position().width * fig.get_size_inches()[0] * 1.25
+    ax.set_title(wrap_note(text, width_in) + more, fontsize=7, pad=3)
+
+
 def notes_under_legend(fig, notes: list[str], legend=None, gap: float = 0.01) -> None:
     """The figure's notes (data, budget, what lines and bands mean), wrapped to the
     figure's width, centred under ``legend`` (default: its first, placed below the axes)."""
