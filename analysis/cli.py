@@ -13,8 +13,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from analysis import query
 from analysis.io import AnalysisError, load
-from analysis.query import FORMATS, run_query
 from study.cliutil import BoundedFloat, BoundedInt, exit_without_final_collections  # torch-free
 from study.cliutil import Parser as _Parser
 from study.cliutil import fail as _fail
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _target(q)
     q.add_argument("sql", metavar="SQL", help="the query")
-    q.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
+    q.add_argument("--format", choices=query.FORMATS, default="table", help="output format (default table)")
     q.set_defaults(func=_query)
 
     f = sub.add_parser(
@@ -173,7 +173,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _query(args: argparse.Namespace) -> int:
     study = load(args.study, args.storage)
-    sys.stdout.write(run_query(study, args.sql, args.format))
+    sys.stdout.write(query.render(*study.sql_records(args.sql), args.format))
     return 0
 
 

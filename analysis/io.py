@@ -63,13 +63,12 @@ def _sql_error(exc: Exception, query: str = "") -> str:
     if m:
         return f"unknown table {m.group(1)} (tables: {', '.join(TABLES)})"
     if "syntax error" in text.lower():
-        unquoted = [c for c in KEYWORD_COLUMNS if re.search(rf'(?<!["\w]){c}(?!["\w])', query, re.IGNORECASE)]
-        if unquoted:
-            c = unquoted[0]
-            return (
-                f'{text} (hint: {c} is an SQL keyword; write the column in double quotes, "{c}", '
-                f'e.g. SELECT "{c}" FROM maps)'
-            )
+        for c in KEYWORD_COLUMNS:
+            if re.search(rf'(?<!["\w]){c}(?!["\w])', query, re.IGNORECASE):
+                return (
+                    f'{text} (hint: {c} is an SQL keyword; write the column in double quotes, "{c}", '
+                    f'e.g. SELECT "{c}" FROM maps)'
+                )
     return text
 
 

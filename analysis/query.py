@@ -1,4 +1,4 @@
-"""``analysis query``: SQL over a study's tables, printed as a table, CSV or JSON."""
+"""``analysis query``'s output: the rows of a query printed as a table, CSV or JSON."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import json
 import math
 from decimal import Decimal
 from typing import Any
-
-from analysis.io import Study
 
 FORMATS = ("table", "csv", "json")
 
@@ -86,8 +84,3 @@ def render(columns: list[str], rows: list[tuple], fmt: str) -> str:
     out = [line(columns)] + [line(row) for row in cells]
     out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
     return "\n".join(out) + "\n"
-
-
-def run_query(study: Study, sql: str, fmt: str = "table") -> str:
-    columns, rows = study.sql_records(sql)
-    return render(columns, rows, fmt)
