@@ -76,8 +76,9 @@ def field_int(cls, field: str) -> BoundedInt:
 
 def add_config_flag(group, cls, field: str, metavar: str | None, text: str | None, kind=None) -> None:
     """The flag of a field of a pydantic configuration, parsed, bounded and defaulted as the field declares
-    (an integer within its bounds, a number, one of a ``Literal``'s values, a text), or by ``kind``; a bool
-    is a switch: ``--FIELD`` where the field is off by default, ``--no-FIELD`` where it is on."""
+    (an integer within its bounds, a number, a text), or by ``kind``; a ``Literal``'s values are shown and
+    the model refuses any other, as it refuses one in a study file; a bool is a switch: ``--FIELD`` where
+    the field is off by default, ``--no-FIELD`` where it is on."""
     info = cls.model_fields[field]
     declared = field_bounds(info)[3]
     if declared is bool:
@@ -87,10 +88,9 @@ def add_config_flag(group, cls, field: str, metavar: str | None, text: str | Non
         return
     if kind is None and declared in (int, float):
         kind = field_int(cls, field) if declared is int else float
-    choices = typing.get_args(declared) if typing.get_origin(declared) is typing.Literal else None
-    group.add_argument(
-        flag(field), type=kind, choices=choices, default=info.default, metavar=metavar, help=text
-    )
+    if typing.get_origin(declared) is typing.Literal and metavar is None:  # shown; the model refuses others
+        metavar = "{" + ",".join(typing.get_args(declared)) + "}"
+    group.add_argument(flag(field), type=kind, default=info.default, metavar=metavar, help=text)
 
 
 def model_int(field: str) -> BoundedInt:
