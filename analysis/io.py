@@ -14,6 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from study.results.columns import COLUMNS
 from study.results.filesystem import file_system, is_remote
 from study.results.storage import default_storage, study_root
 from study.results.tables import (
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # imported where a DataFrame is built: `analysis query` never
     import pandas as pd
 
 
-#: DuckDB types of the documented column types (:mod:`analysis.schema`; others DOUBLE),
+#: DuckDB types of the documented column types (:mod:`study.results.columns`; others DOUBLE),
 #: used for tables with no part yet.
 _SQL_TYPES = {"text": "VARCHAR", "int": "BIGINT", "bool": "BOOLEAN", "list<float>": "DOUBLE[]"}
 
@@ -181,8 +182,6 @@ class Study:
                 sources[kind] = f"_{table}_{kind}"
                 con.register(sources[kind], _Scan(files))
         if not sources:
-            from analysis.schema import COLUMNS  # 0.4 s of models and pydantic: only for a table with no file
-
             types = {c: _SQL_TYPES.get(ty, "DOUBLE") for c, ty, _ in COLUMNS[table]}
             cols = ", ".join(f'CAST(NULL AS {types.get(c, "DOUBLE")}) AS "{c}"' for c in SCHEMA[table])
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")

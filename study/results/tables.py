@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from study.errors import UsageError
 from study.results.atomicio import write_atomic
+from study.results.columns import COLUMNS
 from study.results.filesystem import file_system, is_remote
 
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is built: `analysis query` never needs it
@@ -28,101 +29,11 @@ if TYPE_CHECKING:  # pandas is imported where a DataFrame is built: `analysis qu
 TABLES = ("runs", "epochs", "heads", "maps")
 EPOCH_TABLES = ("epochs", "heads", "maps")
 
-#: Columns of each table (configuration columns of ``runs`` follow the model and
-#: training configs and may grow; these are the ones every reader may rely on).
+#: Columns of each table: the ones :mod:`study.results.columns` describes (``runs`` also has each
+#: encoding's own fields and ``sampled_<field>`` per sampled axis; a study written before a column
+#: lacks it)
 SCHEMA: dict[str, tuple[str, ...]] = {
-    "runs": (
-        "trial_id",
-        "study",
-        "name",
-        "arch",
-        "encoding",
-        "isotropic",
-        "num_heads",
-        "pos_dim",
-        "hidden",
-        "layers",
-        "lr",
-        "weight_decay",
-        "batch_size",
-        "epochs",
-        "warmup",
-        "seed",
-        "data",
-        "status",
-        "epochs_done",
-        "n_params",
-        "flops",
-        "best_test_acc",
-        "final_test_acc",
-        "device_seconds",
-        "device",
-        "world_size",
-        "attempts",
-        "cell",
-        "schedule",
-        "subset",
-        "updated_at",
-        "momentum",
-        "intermediate",
-        "dropout",
-        "attention_dropout",
-        "validation",
-        "data_source",
-        "n_train",
-        "n_val",
-        "n_test",
-        "best_val_acc",
-        "final_val_acc",
-        "error",
-        # the training protocol (study.trial.protocol; all off in a study written before it)
-        "cutmix_alpha",
-        "mixup_alpha",
-        "randaugment_ops",
-        "randaugment_magnitude",
-        "autoaugment",
-        "label_smoothing",
-        # the warm-up's other two forms (null unless given; absent in a study written before them)
-        "warmup_epochs",
-        "warmup_steps",
-    ),
-    "epochs": (
-        "trial_id",
-        "epoch",
-        "train_loss",
-        "train_acc",
-        "val_loss",
-        "val_acc",
-        "test_loss",
-        "test_acc",
-        "lr",
-        "seconds",
-        "images_per_s",
-        "head_stats_seconds",
-    ),
-    "heads": (
-        "trial_id",
-        "epoch",
-        "layer",
-        "head",
-        "center_x",
-        "center_y",
-        "cov_xx",
-        "cov_xy",
-        "cov_yy",
-        "entropy",
-        "mean_distance",
-        "max_prob",
-        "attention_distance",
-        "attention_entropy",
-        "param_center_x",
-        "param_center_y",
-        "param_inv_cov_xx",
-        "param_inv_cov_xy",
-        "param_inv_cov_yy",
-        "gate",
-    ),
-    "maps": ("trial_id", "epoch", "layer", "head", "window", "probs"),
+    table: tuple(name for name, _, _ in described if "<" not in name) for table, described in COLUMNS.items()
 }
 #: the columns that name a row of each table: a key is read once
 _KEYS = {
