@@ -4,6 +4,7 @@ right, y = row shift pointing *down*, as in an image; the query pixel at (0, 0))
 from __future__ import annotations
 
 import math
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -74,6 +75,19 @@ def label_grid(axes_2d, *, xlabel: str = "x: column shift", ylabel: str = "y: ro
             axes_2d[-2, c].tick_params(labelbottom=True)
     for row in axes_2d:
         row[0].set_ylabel(ylabel)
+    if len(axes_2d) > 1:  # rows' labels longer than a panel's height would run into each other
+        _wrap_to_height([row[0].yaxis.label for row in axes_2d], ylabel, axes_2d[0, 0])
+
+
+def _wrap_to_height(labels, text: str, ax) -> None:
+    """The y-``labels`` (all ``text``) wrapped at spaces until each is no taller than ``ax``."""
+    renderer = ax.figure.canvas.get_renderer()
+    height = ax.get_window_extent(renderer).height
+    width = len(text)
+    while width > 8 and labels[0].get_window_extent(renderer).height > height:
+        width = int(width * 0.8)
+        for label in labels:
+            label.set_text(textwrap.fill(text, width))
 
 
 def limit(values, *, low: float = 3.5, high: float = 15.5) -> float:
