@@ -193,6 +193,20 @@ def test_the_packages_use_only_public_library_api():
     assert found == [], "\n".join(found)
 
 
+def test_the_tests_import_no_private_library_module():
+    """The tests patch and reach into their own code, but a library's private module (an import a
+    release can move) stays out of them too: they check the project as its users run it."""
+    tests = sorted((REPO_ROOT / "tests").rglob("*.py"))
+    found = [
+        v
+        for path in tests
+        for v in violations(path.read_text(), str(path.relative_to(REPO_ROOT)))
+        if "imports" in v
+    ]
+    assert len(tests) > 50
+    assert found == [], "\n".join(found)
+
+
 @pytest.mark.parametrize(
     "source, words",
     [

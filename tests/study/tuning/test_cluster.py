@@ -369,13 +369,19 @@ def _node_ports(p: list[int]) -> list[str]:
 
 
 def test_cluster_yaml_is_a_launcher_file_with_the_documented_set_up():
-    """``ray up cluster.yaml`` accepts it (Ray's own schema and checks), and it does what
-    docs/clusters.md says: the ``cluster`` extra on every node, the token file on every node,
-    token authentication in every ``ray start``, the head without CPUs for trials."""
-    from ray.autoscaler._private.util import prepare_config, validate_config
+    """``ray up cluster.yaml`` accepts it (the schema Ray ships for launcher files and checks it
+    against), and it does what docs/clusters.md says: the ``cluster`` extra on every node, the token
+    file on every node, token authentication in every ``ray start``, the head without CPUs for trials."""
+    import importlib.resources
+    import json
 
+    import jsonschema
+
+    schema = json.loads((importlib.resources.files("ray.autoscaler") / "ray-schema.json").read_text())
     raw = yaml.safe_load((PROJECT / "cluster.yaml").read_text())
-    validate_config(prepare_config(dict(raw)))
+    jsonschema.validate(raw, schema)
+    with pytest.raises(jsonschema.ValidationError):  # the schema refuses an unknown key
+        jsonschema.validate({**raw, "not_a_launcher_key": 1}, schema)
     assert any("[cluster]" in c for c in raw["setup_commands"]), raw["setup_commands"]
     assert raw["file_mounts"].get("~/.ray/auth_token") == "~/.ray/auth_token"
     for key in ("head_start_ray_commands", "worker_start_ray_commands"):
