@@ -30,7 +30,7 @@ _TRIAL_ID = re.compile(r"[A-Za-z0-9-][A-Za-z0-9._-]{0,127}")
 
 
 #: the flags of TrainConfig's fields, in their order of ``--help`` (the field: its metavar, its help); each
-#: one's type, bounds, choices and default are the field's (:func:`study.cliutil.add_config_flag`)
+#: one's type, bounds, default and shown values are the field's (:func:`study.cliutil.add_config_flag`)
 TRAIN_FLAGS = {
     "data": (None, "synthetic | cifar10[:ROOT] | image-folder tree or .tar/.tar.gz of one"),
     "subset": (None, "use this many training images"),
