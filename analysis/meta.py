@@ -43,7 +43,7 @@ def _ints(values: list) -> str:
     return "/".join(f"{int(v):,}" for v in values)
 
 
-def describe(runs: pd.DataFrame, *, seeds_per_variant: bool = True) -> str:
+def describe(runs: pd.DataFrame) -> str:
     """One line: data; subset; train/val/test sizes; epochs; seeds, e.g.
     ``CIFAR-10 (JPEG copy), subset 1,000: train 900 / val 100 / test 200; 300 epochs; seeds 0–2``."""
     if runs is None or runs.empty:
