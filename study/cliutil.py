@@ -46,7 +46,8 @@ class BoundedInt:
 
 
 class BoundedFloat:
-    """An argparse ``type``: a finite number from ``low`` to ``high`` (the limit ``limit``):
+    """An argparse ``type``: a finite number from ``low`` to ``high`` (the limit ``limit``; a positive
+    one where ``low`` > 0):
     ``5e-324`` or ``1e300`` as a rate or a period would overflow what is computed from it."""
 
     def __init__(self, low: float, high: float, limit: str):
@@ -58,8 +59,9 @@ class BoundedFloat:
             v = float(text)
         except ValueError:
             v = math.nan
-        if not (v > 0 and math.isfinite(v)):
-            raise argparse.ArgumentTypeError(f"must be a positive number, got {text[:40]!r}")
+        if not math.isfinite(v) or (self.low > 0 and v <= 0):
+            kind = "positive" if self.low > 0 else "finite"
+            raise argparse.ArgumentTypeError(f"must be a {kind} number, got {text[:40]!r}")
         if not self.low <= v <= self.high:
             raise argparse.ArgumentTypeError(
                 f"must be from {self.low:g} to {self.high:g} ({self.limit}), got {text[:40]}"

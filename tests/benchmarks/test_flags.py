@@ -32,3 +32,10 @@ def test_a_flag_bounded_by_a_limit_accepts_it_and_refuses_one_more(parse, argv, 
         parse([*argv, flag, str(cap + 1)])
     assert exit_.value.code == 2
     assert f"argument {flag}: must be <= {cap} ({name}), got {cap + 1}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--min-accuracy", "--assumed-mfu"])
+def test_a_fraction_flag_accepts_zero(flag):
+    """gpu_check's --min-accuracy 0 is what --small uses; a fraction's range starts at 0."""
+    args = gpu_check.parse_args(["--device", "cpu", "--parts", "bench", flag, "0"])
+    assert getattr(args, flag.lstrip("-").replace("-", "_")) == 0.0

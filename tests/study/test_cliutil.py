@@ -1,0 +1,28 @@
+"""study.cliutil's argparse types: a bounded number accepts exactly its range."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+
+from study.cliutil import BoundedFloat
+
+
+@pytest.mark.parametrize("low, high", [(0, 1), (1e-6, 1e6), (0.1, 86_400.0)])
+def test_a_bounded_float_accepts_both_bounds_and_refuses_just_outside(low, high):
+    number = BoundedFloat(low, high, "LIMIT")
+    assert number(repr(low)) == low and number(repr(high)) == high
+    for outside in (low / 2 if low else -1e-9, high * 1.001):
+        with pytest.raises(
+            argparse.ArgumentTypeError, match=re.escape(f"must be from {low:g} to {high:g} (LIMIT)")
+        ):
+            number(repr(outside))
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "x", ""])
+@pytest.mark.parametrize("low, kind", [(0, "finite"), (1e-6, "positive")])
+def test_a_bounded_float_refuses_what_is_not_a_number_of_its_kind(text, low, kind):
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"must be a {kind} number, got {text!r}")):
+        BoundedFloat(low, 1, "LIMIT")(text)
