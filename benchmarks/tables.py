@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -79,7 +80,7 @@ def _write_trials(
     """One worker's share of the trials (``--jobs``), the epochs of ``span``, with this tree's writer."""
     from study.results.tables import TableWriter
 
-    rng = np.random.default_rng(hash(ids[0]) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(ids[0].encode()))  # hash() differs per process
     writers = [TableWriter(tables, trial_id=t) for t in ids]
     for epoch in span:
         for w in writers:

@@ -38,3 +38,14 @@ def test_a_size_that_is_not_a_positive_integer_is_one_line_exit_2(tmp_path, caps
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and flag in err, err
     assert not (tmp_path / "bench").exists()
+
+
+def test_the_synthetic_study_is_the_same_in_every_run(tmp_path, capsys):
+    """Its numbers come from the trial ids, not from Python's per-process string hash."""
+    for run in ("a", "b"):
+        assert bench.main(["--out", str(tmp_path / run), "--epochs", "2", *SMALL]) == 0
+    capsys.readouterr()
+    a, b = (read_table(tmp_path / run / "bench" / "tables", "heads") for run in ("a", "b"))
+    assert len(a) and a.sort_values(list(a.columns)).reset_index(drop=True).equals(
+        b.sort_values(list(b.columns)).reset_index(drop=True)
+    )
