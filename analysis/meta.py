@@ -9,6 +9,8 @@ import re
 
 import pandas as pd
 
+from study.status.bookkeeping import did_not_train
+
 
 def data_label(data: str | None) -> str:
     """A reader's name for a data source: ``CIFAR-10``, ``CIFAR-10 (JPEG copy)`` (the
@@ -77,15 +79,6 @@ def describe(runs: pd.DataFrame) -> str:
             "diverging after the warm-up (runs.failed_to_train), not results"
         )
     return "; ".join(parts)
-
-
-def did_not_train(runs: pd.DataFrame) -> pd.Series:
-    """Whether each trial did not train after its warm-up (``runs.failed_to_train``, written by the
-    trial; tables written before the column have none)."""
-    if "failed_to_train" not in runs:
-        return pd.Series(False, index=runs.index)
-    why = runs["failed_to_train"]
-    return why.notna() & (why.astype(str) != "")
 
 
 def test_sizes(runs: pd.DataFrame) -> list[int]:

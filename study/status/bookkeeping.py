@@ -34,8 +34,9 @@ def shown_status(runs: pd.DataFrame, *, now: float | None = None) -> pd.Series:
     return status
 
 
-def _failed(runs: pd.DataFrame) -> pd.Series:
-    """Trials that did not train (:mod:`study.trial.verdict`; tables written before the column have none)."""
+def did_not_train(runs: pd.DataFrame) -> pd.Series:
+    """Whether each trial did not train after its warm-up (``runs.failed_to_train``, written by
+    :mod:`study.trial.verdict`; tables written before the column have none)."""
     if "failed_to_train" not in runs:
         return pd.Series(False, index=runs.index)
     return runs["failed_to_train"].notna() & (runs["failed_to_train"].astype(str) != "")
@@ -56,7 +57,7 @@ def status_table(runs: pd.DataFrame, planned: int | None, *, now: float | None =
     runs = runs.assign(variant=variant_labels(runs))
     cols = ["trial_id", "variant", "status", "epochs_done", "epochs", "best_test_acc", "device_seconds"]
     # a trial that did not train shows so beside its state (its accuracy is not a result)
-    failed = _failed(runs)
+    failed = did_not_train(runs)
     runs = runs.assign(status=runs.status.where(~failed, runs.status + " (did not train)"))
     frame = runs[[c for c in cols if c in runs]].rename(
         columns={"epochs_done": "epoch", "best_test_acc": "best_acc", "device_seconds": "device_s"}
