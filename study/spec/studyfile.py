@@ -595,7 +595,7 @@ def _load_encodings(modules: Any, *, file: str) -> None:
             try:
                 encodings.load([name])
             except ImportError as e:
-                raise SpecError(file, f"encodings.{i}", f"cannot import {name!r} ({e})") from None
+                raise SpecError(file, f"encodings.{i}", str(e)) from None
             except TypeError as e:
                 raise SpecError(file, f"encodings.{i}", str(e)) from None
 

@@ -11,6 +11,7 @@ file names under ``encodings:`` (:func:`load`; docs/study-files.md "Your own enc
 from __future__ import annotations
 
 import importlib
+import sys
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -52,10 +53,14 @@ REGISTRY: Mapping[str, Encoding] = _Registry()
 
 def load(modules: typing.Iterable[str]) -> None:
     """Import each module (dotted name) that declares encodings: its members register as they are declared.
-    ImportError, or TypeError naming the module when it declares no encoding or one already registered."""
+    ImportError naming the module whatever its import raised (a user's module: a syntax error, its own
+    exception), or TypeError naming it when it declares no encoding or one already registered."""
     for name in modules:
         before = len(ModelConfig.members)
-        module = importlib.import_module(name)
+        try:
+            module = importlib.import_module(name)
+        except Exception as e:
+            raise ImportError(f"cannot import {name!r} ({_one_line(e)})") from None
         if len(ModelConfig.members) == before and not _declares(module):
             raise TypeError(
                 f"{name} declares no encoding (no subclass of study.models.fields.AttentionConfig)"
@@ -66,10 +71,21 @@ def _declares(module: types.ModuleType) -> bool:
     return any(m.__module__ == module.__name__ for m in ModelConfig.members.values())
 
 
+def _one_line(e: BaseException) -> str:
+    return " ".join(f"{type(e).__name__}: {e}".split())[:300]
+
+
 def _load_entry_points() -> None:
-    """The encodings installed packages declare (entry points of :data:`ENTRY_POINTS`)."""
+    """The encodings installed packages declare (entry points of :data:`ENTRY_POINTS`); one that cannot
+    be imported is named on stderr and left out, so a broken package does not stop every command."""
     for ep in entry_points(group=ENTRY_POINTS):
-        ep.load()
+        try:
+            ep.load()
+        except Exception as e:
+            print(
+                f"study: warning: encoding entry point {ep.name} ({ep.value}) not loaded: {_one_line(e)}",
+                file=sys.stderr,
+            )
 
 
 _load_entry_points()

@@ -104,3 +104,37 @@ def test_a_study_file_naming_its_encoding_runs_on_ray(tmp_path):
 
     runs = read_table(tmp_path / "st" / "named" / "tables", "runs")
     assert runs[["encoding", "alibi_slope", "status"]].values.tolist() == [["alibi2d", 0.5, "finished"]]
+
+
+BROKEN = {
+    "raises_enc": 'raise RuntimeError("boom")\n',
+    "syntax_enc": "def f(:\n",
+    "": None,  # not a module name
+}
+
+
+@pytest.mark.parametrize("module", list(BROKEN), ids=["raises", "syntax_error", "empty_name"])
+def test_a_module_that_cannot_be_imported_is_one_line_naming_it(tmp_path, module):
+    """Whatever importing it raises (not only ImportError): one line, exit 2, in the study file's
+    ``encodings:`` and in ``study schema --encodings``."""
+    if BROKEN[module] is not None:
+        (tmp_path / f"{module}.py").write_text(BROKEN[module])
+    env = {"PYTHONPATH": f"{tmp_path}:{Path.cwd()}"}
+    f = study_file(tmp_path, "broken", encodings=[module], model=TINY)
+    for argv, where in ((["validate", str(f)], f"{f}: encodings.0: "), (["schema", "--encodings", module], "")):
+        r = run_cli(tmp_path, *argv, env=env, timeout=300)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert f"{where}cannot import {module!r}" in r.stderr, r.stderr
+
+
+def test_an_installed_encoding_that_fails_to_import_is_one_warning_line(tmp_path):
+    """A broken installed plugin does not stop every command: it is named once and left out."""
+    env = installed(tmp_path)
+    (tmp_path / "site" / "study_plugin_encoding.py").write_text('raise RuntimeError("boom")\n')
+    env["PYTHONPATH"] = f"{tmp_path / 'site'}:{Path.cwd()}"
+    r = run_cli(tmp_path, "validate", str(study_file(tmp_path, "plain", model=TINY)), env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert [ln for ln in lines if "alibi2d" in ln] == [
+        "study: warning: encoding entry point alibi2d (study_plugin_encoding) not loaded: RuntimeError: boom"
+    ], r.stderr
