@@ -121,7 +121,10 @@ def test_a_module_that_cannot_be_imported_is_one_line_naming_it(tmp_path, module
         (tmp_path / f"{module}.py").write_text(BROKEN[module])
     env = {"PYTHONPATH": f"{tmp_path}:{Path.cwd()}"}
     f = study_file(tmp_path, "broken", encodings=[module], model=TINY)
-    for argv, where in ((["validate", str(f)], f"{f}: encodings.0: "), (["schema", "--encodings", module], "")):
+    for argv, where in (
+        (["validate", str(f)], f"{f}: encodings.0: "),
+        (["schema", "--encodings", module], ""),
+    ):
         r = run_cli(tmp_path, *argv, env=env, timeout=300)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert f"{where}cannot import {module!r}" in r.stderr, r.stderr
