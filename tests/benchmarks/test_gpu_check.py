@@ -287,3 +287,32 @@ def test_study_table_finds_each_trial_by_the_name_of_the_model_it_ran():
     for p in plan:
         (row,) = [line for line in text.splitlines() if line.startswith(f"| {p['key']} |")]
         assert "| finished | 0.5000 | 3 |" in row, row
+
+
+def test_a_part_that_raised_is_in_the_markdown_report_with_its_error(tmp_path):
+    """A part that raised is recorded as failed with its error and no tables of its own: the
+    Markdown report still renders (it raised KeyError: 'models' and the .md was never written)."""
+    failed = {"status": "failed", "error": "ZeroDivisionError: float division by zero", "seconds": None}
+    report = {
+        "device": "cpu",
+        "device_name": "cpu",
+        "torch": "2",
+        "budget_s": 60.0,
+        "seconds": 1.0,
+        "assumed_mfu": 0.15,
+        "small": True,
+        "peak": {"bf16_tflops": None, "bf16_source": "-", "fp32_tflops": None},
+        "parts": {name: dict(failed) for name in gpu_check.PARTS},
+    }
+    gpu_check.write_reports(report, tmp_path)
+    md = (tmp_path / "gpu_check.md").read_text()
+    assert md.count("ZeroDivisionError: float division by zero") == len(gpu_check.PARTS), md
+
+
+def test_an_assumed_mfu_of_zero_is_refused(capsys):
+    """Each part's size is its FLOPs over (MFU x peak): 0 divided by zero after acceptance."""
+    with pytest.raises(SystemExit) as e:
+        gpu_check.parse_args(["--device", "cpu", "--parts", "bench", "--assumed-mfu", "0"])
+    assert (
+        e.value.code == 2 and "--assumed-mfu: must be a positive number, got '0'" in capsys.readouterr().err
+    )
