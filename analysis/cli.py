@@ -15,7 +15,7 @@ from pathlib import Path
 
 from analysis import query
 from analysis.io import AnalysisError, load
-from study.cliutil import BoundedFloat, BoundedInt, exit_without_final_collections  # torch-free
+from study.cliutil import BoundedFloat, BoundedInt, exit_without_final_collections, local_path  # torch-free
 from study.cliutil import Parser as _Parser
 from study.cliutil import fail as _fail
 from study.cliutil import package_version as _version
@@ -37,7 +37,7 @@ def _target(p: argparse.ArgumentParser, out: str | None = None) -> None:
         help="where studies live, a folder or s3://bucket/prefix (default: $STUDY_STORAGE, else ./results)",
     )
     if out:
-        p.add_argument("--out", type=Path, default=None, help=out)
+        p.add_argument("--out", type=local_path, default=None, help=out)
 
 
 def build_parser() -> argparse.ArgumentParser:

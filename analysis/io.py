@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from study.results.columns import COLUMNS
-from study.results.filesystem import file_system, is_remote
+from study.results.filesystem import file_system, is_remote, local_path_problem
 from study.results.storage import default_storage, study_root
 from study.results.tables import (
     SCHEMA,
@@ -94,6 +94,8 @@ def resolve(target: str, storage: str | None = None) -> tuple[str, str]:
     target = str(target)
     if is_remote(target):
         candidates = [target.rstrip("/")]
+    elif why := local_path_problem(target):
+        raise AnalysisError(f"study {target[:60]!r}: {why}")
     else:
         candidates = [str(Path(target).resolve())] if Path(target).is_dir() else []
         if target and "/" not in target and target not in (".", ".."):

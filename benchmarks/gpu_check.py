@@ -48,7 +48,7 @@ FAST_FIELDS = ("images_per_s", "mfu", "tflops", "peak_memory_mb", "step_memory_m
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from study.cliutil import BoundedFloat, BoundedInt, Parser
+    from study.cliutil import BoundedFloat, BoundedInt, Parser, local_path
     from study.commands.bench import device_from_flag, names_from_flag
     from study.device.compilers import COMPILE_BACKENDS
     from study.limits import MAX_BENCH_BATCH, MAX_EPOCHS
@@ -65,7 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="the study part's data (required with it): the CIFAR-10 JPEG archive or any "
         "source `study run --data` takes (synthetic:N for a smoke run)",
     )
-    p.add_argument("--out", type=Path, default=Path("gpu-check"), help="report folder (default ./gpu-check)")
+    p.add_argument(
+        "--out", type=local_path, default=Path("gpu-check"), help="report folder (default ./gpu-check)"
+    )
     p.add_argument(
         "--budget-minutes",
         type=BoundedFloat(0.1, 24 * 60, "a day"),

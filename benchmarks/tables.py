@@ -166,10 +166,10 @@ def measure(label: str, study: Path, repeats: int) -> dict:
 
 def main(argv=None) -> int:
     from study import limits
-    from study.cliutil import BoundedInt, Parser, model_int
+    from study.cliutil import BoundedInt, Parser, local_path, model_int
 
     ap = Parser(prog="tables.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="folder for the synthetic study (replaced)")
+    ap.add_argument("--out", type=local_path, required=True, help="folder for the synthetic study (replaced)")
     ap.add_argument("--trials", type=BoundedInt(1, limits.MAX_TRIALS, "MAX_TRIALS"), default=64)
     ap.add_argument("--epochs", type=BoundedInt(1, limits.MAX_EPOCHS, "MAX_EPOCHS"), default=300)
     ap.add_argument("--layers", type=model_int("layers"), default=6)

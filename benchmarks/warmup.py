@@ -28,12 +28,12 @@ if str(ROOT) not in sys.path:  # `python benchmarks/warmup.py` puts only benchma
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from study.cliutil import BoundedInt, Parser
+    from study.cliutil import BoundedInt, Parser, local_path
     from study.limits import MAX_BENCH_BATCH
 
     p = Parser(prog="warmup.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="a data source (the CIFAR-10 JPEG archive)")
-    p.add_argument("--out", type=Path, default=Path("warmup-bench"), help="report folder")
+    p.add_argument("--out", type=local_path, default=Path("warmup-bench"), help="report folder")
     p.add_argument("--models", default="sa_learned,sa_quadratic", help="comma-separated paper models")
     p.add_argument(
         "--steps",

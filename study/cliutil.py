@@ -9,12 +9,14 @@ import math
 import re
 import sys
 import typing
+from pathlib import Path
 from typing import NoReturn
 
 from study import limits
 from study.errors import EXIT_USAGE, UsageError, printable
 from study.models.config import ARCHS, ENCODING_FIELDS, ENCODINGS, ConfigError, ModelConfig  # torch-free
 from study.models.fields import encoding_field_owners, field_bounds
+from study.results.filesystem import local_path_problem
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
@@ -67,6 +69,14 @@ class BoundedFloat:
                 f"must be from {self.low:g} to {self.high:g} ({self.limit}), got {text[:40]}"
             )
         return v
+
+
+def local_path(text: str) -> Path:
+    """An argparse ``type`` for a local file or folder (``--out``): one the file system could not take
+    (:func:`study.results.filesystem.local_path_problem`) is refused before anything is read or written."""
+    if why := local_path_problem(text):
+        raise argparse.ArgumentTypeError(why)
+    return Path(text)
 
 
 def field_int(cls, field: str) -> BoundedInt:

@@ -25,6 +25,9 @@ MAX_NUM_SAMPLES = 100_000
 MAX_BATCH_SIZE = 1_000_000
 MAX_FAILURES = 1_000
 MAX_NAME_LENGTH = 100  # a study name is a folder name on local disks and in object storage
+#: a local path the file system takes: NAME_MAX bytes a component, PATH_MAX bytes in all (Linux, macOS)
+MAX_PATH_COMPONENT_BYTES = 255
+MAX_PATH_BYTES = 4_095
 MAX_DESCRIPTION_CHARS = 10_000
 #: model sizes (the paper: N_h ≤ 25, D = D_p = 400, 6 layers, 512 intermediate): a typo
 #: of a few zeros is refused instead of allocating terabytes

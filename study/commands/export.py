@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from study.cliutil import BoundedInt
+from study.cliutil import BoundedInt, local_path
 from study.commands.studies import _storage, _study_root
 from study.datachecks import check_data
 from study.driver import check_writable
@@ -33,7 +33,7 @@ def register(sub) -> None:
         help="the trial with the highest final accuracy (val_acc when recorded, else "
         "test_acc) among those with a checkpoint (the default)",
     )
-    p.add_argument("--out", type=Path, help="output file (default: NAME-TRIAL.pt)")
+    p.add_argument("--out", type=local_path, help="output file (default: NAME-TRIAL.pt)")
     p.set_defaults(func=run_export)
 
     p = sub.add_parser(
@@ -42,7 +42,7 @@ def register(sub) -> None:
         description="Rebuild an exported model and print its loss and accuracy on the "
         "test split of a data source (the subset drawn with the training seed).",
     )
-    p.add_argument("file", type=Path, help="a .pt written by `study export` (or a checkpoint.pt)")
+    p.add_argument("file", type=local_path, help="a .pt written by `study export` (or a checkpoint.pt)")
     p.add_argument(
         "--data",
         help="synthetic[:N] | cifar10[:ROOT] | image-folder tree or archive "

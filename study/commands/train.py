@@ -15,6 +15,7 @@ from study.cliutil import (
     check_model_params,
     config_from_flags,
     flag,
+    local_path,
     model_overrides,
 )
 from study.datachecks import check_data, check_sizes, checked_splits
@@ -88,7 +89,7 @@ def register(sub) -> None:
     for field, (metavar, text) in TRAIN_FLAGS.items():
         group = warmup if field in WARMUP_FIELDS else protocol if field in PROTOCOL_FIELDS else g
         add_config_flag(group, TrainConfig, field, metavar, text, _number if field == "validation" else None)
-    g.add_argument("--out", type=Path, default=Path("results/train"), help="output folder")
+    g.add_argument("--out", type=local_path, default=Path("results/train"), help="output folder")
     g.add_argument(
         "--trial-id",
         help="trial id: letters, digits, '.', '_', '-', not starting with '.' or '_' "

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from study.errors import StorageError, StudyError
-from study.results.filesystem import is_remote
+from study.results.filesystem import is_remote, local_path_problem
 from study.results.metafile import MetaFileError, read_object
 
 STORAGE_ENV = "STUDY_STORAGE"
@@ -75,7 +75,7 @@ def storage_problem(storage: str) -> str | None:
     if "://" not in text:
         if (m := _SCHEME_PREFIX.match(text)) and m.group(1).lower() in REMOTE_SCHEMES + _OTHER_SCHEMES:
             return f"{_shown(text)} is not a URI of the form scheme://bucket/prefix ({_USE})"
-        return None
+        return local_path_problem(text)
     scheme, rest = text.split("://", 1)
     scheme = scheme.lower()
     if scheme == "file":

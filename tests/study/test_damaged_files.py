@@ -32,6 +32,7 @@ import torch
 
 from study import limits
 from study.cli import main
+from study.cliutil import local_path
 from tests.data_helpers import make_tar, make_tree
 from tests.helpers import REPO_ROOT, TINY, cli_env
 
@@ -537,6 +538,7 @@ NOT_INTEGER = {
     float,
     str,
     Path,
+    local_path,
 }  # (study.cliutil.BoundedFloat refuses the too-large integer below by its bound)
 
 
