@@ -315,6 +315,8 @@ def _only_reads(con, query: str, label: str = "") -> None:
             "only reading queries are run (SELECT, EXPLAIN, PIVOT, catalogue PRAGMAs; the tables "
             f"are never written): refusing {label}{kind} statement{detail}"
         )
+    if not statements:  # it would print nothing and succeed
+        raise AnalysisError(f"no SQL statement in the query {' '.join(query.split())[:60]!r}")
 
 
 class _Scan:

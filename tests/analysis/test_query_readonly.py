@@ -319,3 +319,12 @@ def test_reads_still_work(study, sql, header, rows, capsys):
     if "TABLES" in sql.upper():
         assert {"runs", "epochs", "heads", "maps"} <= set(lines[1:]), lines
     assert tree(study.parent) == before
+
+
+@pytest.mark.parametrize("sql", ["", "   ", "-- only a comment", ";"])
+def test_a_query_without_a_statement_is_one_line(study, sql, capsys):
+    """It printed nothing and exited 0."""
+    with pytest.raises(SystemExit) as e:
+        analysis_main(["query", str(study), sql])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "no SQL statement in the query" in err, err
