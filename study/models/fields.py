@@ -249,6 +249,12 @@ class AttentionConfig(ModelConfig):
         ann = cls.model_fields["encoding"].annotation
         if typing.get_origin(ann) is Literal:  # a member (registered as it is declared)
             (name,) = typing.get_args(ann)
+            common = set(AttentionConfig.model_fields) - {"encoding"}
+            if shadowed := sorted(common & set(cls.__dict__.get("__annotations__", {}))):
+                raise TypeError(
+                    f"encoding {name!r} redeclares {shadowed[0]!r}, a field of every model "
+                    "(an encoding declares only its own fields)"
+                )
             held = ModelConfig.members.get(name)
             if held is not None and (held.__module__, held.__qualname__) != (
                 cls.__module__,

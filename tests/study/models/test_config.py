@@ -76,3 +76,24 @@ def test_a_model_configuration_is_a_discriminated_union_on_its_encoding(encoding
     with pytest.raises(pydantic.ValidationError) as e:
         union().validate_python({**TINY, **encoding_variant, "num_heads": 0})
     assert e.value.errors()[0]["loc"] == (encoding_variant["encoding"], "num_heads")
+
+
+@pytest.mark.parametrize("field", ["hidden", "num_heads", "layers", "arch"])
+def test_an_encoding_may_not_redeclare_a_field_every_model_has(field):
+    """An encoding's own field named like a common one (``hidden``) replaced that field's type and
+    bounds for that encoding only, and study files were refused in two contradicting ways."""
+    from typing import ClassVar, Literal
+
+    from study.models.encodings import REGISTRY
+    from study.models.fields import AttentionConfig, ModelConfig
+
+    before = dict(ModelConfig.members)
+    with pytest.raises(TypeError, match=f"encoding 'shadowing' redeclares {field!r}, a field of every model"):
+
+        class Shadowing(AttentionConfig):
+            spec: ClassVar = REGISTRY["quadratic"]
+            encoding: Literal["shadowing"] = "shadowing"
+            __annotations__[field] = float  # noqa: F821 (the class body's own annotations)
+            locals()[field] = 1.0
+
+    assert ModelConfig.members == before
