@@ -52,8 +52,8 @@ def check_sizes(data: str, *, sizes=None, subset, validation, batch: int, worker
         check_subset(data, subset=subset, n_train=n)
     n = min(n, subset or n)
     with refused(DataError, where("")):  # (its messages begin with the field: validation)
-        n -= held_out(validation, n)
-    if why := batch_overflow(batch, workers, n, f"the {n} training images of {data}"):
+        held = held_out(validation, n)
+    if why := batch_overflow(batch, workers, images=n, held=held, subset=subset is not None, data=data):
         raise UsageError(f"{where('batch_size')}: {why}")
 
 
@@ -74,7 +74,6 @@ def checked_splits(
         splits = load_splits(data, subset=subset, seed=seed, progress=progress)
     with refused(DataError, where("")):  # (its messages begin with the field: validation)
         splits = hold_out_validation(splits, validation=validation, seed=seed)
-    n = len(splits.train_labels)  # what trains
-    if why := batch_overflow(batch, workers, n, f"the {n} training images of {data}"):
+    if why := batch_overflow(batch, workers, images=len(splits.train_labels), data=data):  # what trains
         raise UsageError(f"{where('batch_size')}: {why}")
     return splits

@@ -215,11 +215,14 @@ def _problem(cfg, *, workers: int) -> tuple[str, str] | None:
         return "subset", f"{cfg.subset} is more than the {whole[0]} training images of {cfg.data}"
     if im is None or im.train <= 0:
         return None  # unknown, or refused by the validation check, naming `validation`
-    n, held = im.train + im.val, im.val
-    what = (f"subset {n}" if cfg.subset is not None else f"the {n} training images of {cfg.data}") + (
-        f" less {held} held out for validation" if held else ""
+    why = batch_overflow(
+        cfg.batch_size,
+        workers,
+        images=im.train + im.val,
+        held=im.val,
+        subset=cfg.subset is not None,
+        data=cfg.data,
     )
-    why = batch_overflow(cfg.batch_size, workers, im.train, what)
     return ("batch_size", why) if why else None
 
 

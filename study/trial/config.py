@@ -259,11 +259,15 @@ class TrainConfig(BaseModel):
         return TrainConfig(**{**dict(self), **changes})
 
 
-def batch_overflow(batch: int, workers: int, n_train: int, images: str) -> str | None:
+def batch_overflow(
+    batch: int, workers: int, *, images: int, held: int = 0, subset: bool = False, data: str | None = None
+) -> str | None:
     """Why no training step would run, or None: training drops the last incomplete batch, so one step's
-    ``batch`` x ``workers`` (DDP) images must fit the ``n_train`` training images (described by
-    ``images``)."""
-    if batch * workers <= n_train:
+    ``batch`` x ``workers`` (DDP) images must fit the ``images`` (a ``subset`` of ``data``, or all its
+    training images) less the ``held`` out for validation; the refusal names each."""
+    if batch * workers <= images - held:
         return None
     per_step = f"{batch} x {workers} workers" if workers > 1 else f"{batch}"
-    return f"{per_step} images per step is more than {images}: no training step would run"
+    what = f"subset {images}" if subset else f"the {images} training images" + (f" of {data}" if data else "")
+    what += f" less {held} held out for validation" if held else ""
+    return f"{per_step} images per step is more than {what}: no training step would run"

@@ -312,9 +312,7 @@ def _prepare(t: _Trial, *, tables, trial_id: str, study: str, extra_run_fields) 
         t.net = nn.parallel.DistributedDataParallel(t.model, device_ids=ddp_device_ids(device))
     t.net = t.paths.compiled(t.net)
     t.autocast = t.paths.autocast_factory(device)
-    why = batch_overflow(
-        cfg.batch_size, t.world, len(t.train_data), f"the {len(t.train_data)} training images"
-    )
+    why = batch_overflow(cfg.batch_size, t.world, images=len(t.train_data))
     if why:  # no step: t.steps_per_epoch == 0
         raise ValueError(f"batch_size: {why}")
     t.writer = TableWriter(tables, trial_id=trial_id) if (tables is not None and t.rank == 0) else None

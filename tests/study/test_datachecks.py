@@ -52,7 +52,10 @@ def test_a_good_folder_gives_its_image_counts(tmp_path):
 
 
 def test_a_batch_larger_than_the_training_images_is_refused_before_loading():
-    with pytest.raises(UsageError, match=r"^batch_size: .*the 80 training images of synthetic:100"):
+    with pytest.raises(
+        UsageError,
+        match=r"^batch_size: .*the 100 training images of synthetic:100 less 20 held out for validation",
+    ):
         check_sizes(
             "synthetic:100",
             sizes=(100, 20),
