@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
             f"--trial-id: must be 1 to 128 letters, digits, '.', '_' or '-' (not starting with '.' "
             f"or '_'), got {args.trial_id[:60]!r}"
         )
-    trial_id = args.trial_id or derive_trial_id(out)
+    trial_id = _trial_id(out, args.trial_id)
     sizes = check_data("--data", cfg.data)
     _check_ledger(out / "trial.json")
     _check_checkpoint(out / "checkpoint", cfg)
@@ -261,6 +261,24 @@ class _EpochBar:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def _trial_id(out: Path, given: str | None) -> str:
+    """The trial an --out folder holds (the ``runs`` row it was trained under) when it holds one, else
+    ``given`` or one made from its name: continuing a run under another id would split it in two."""
+    held = sorted(p.stem for p in (out / "tables" / "runs").glob("*.parquet"))
+    if not held:
+        return given or derive_trial_id(out)
+    if given is None and len(held) == 1:
+        return held[0]
+    if given not in held:
+        shown = ", ".join(repr(h) for h in held[:3])
+        raise UsageError(
+            f"--trial-id: {out} holds trial {shown}"
+            + (f", not {given!r}" if given else "")
+            + f": continue it with --trial-id {held[0]}, or train into another --out"
+        )
+    return given
 
 
 def _check_ledger(path: Path) -> None:
