@@ -49,7 +49,7 @@ FAST_FIELDS = ("images_per_s", "mfu", "tflops", "peak_memory_mb", "step_memory_m
 
 def parse_args(argv=None) -> argparse.Namespace:
     from study.cliutil import BoundedFloat, BoundedInt, Parser, local_path
-    from study.commands.bench import device_from_flag, names_from_flag
+    from study.commands.bench import check_device_flag, device_from_flag, names_from_flag
     from study.device.compilers import COMPILE_BACKENDS
     from study.limits import MAX_BENCH_BATCH, MAX_EPOCHS
 
@@ -126,8 +126,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "0 with --small, whose toy models only have to run)",
     )
     args = p.parse_args(argv)
-    from study.bench.options import BENCH_MODELS, default_options
-    from study.models import ENCODING_MODELS, PAPER_MODELS
+    # what needs no torch first: a refusal is one line in well under a second
+    from study.bench.targets import BENCH_MODELS
+    from study.models.config import ENCODING_MODELS, PAPER_MODELS
 
     def names(text: str, what: str, known) -> tuple[str, ...]:  # --{what}s: each a key of ``known``
         choices = ", ".join(known)
@@ -141,13 +142,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         if args.models is None
         else names(args.models, "model", BENCH_MODELS)
     )
-    args.device = device_from_flag(args.device, p.error)
+    check_device_flag(args.device, p.error)
     for part in ("train", "study"):
         if part in args.parts and args.data is None:
             p.error(
                 f"--data: the {part} part needs its data (the CIFAR-10 JPEG archive, or synthetic:N for a "
                 "smoke run)"
             )
+    args.device = device_from_flag(args.device, p.error)
+    from study.bench.options import default_options
+
     if args.min_accuracy is None:
         args.min_accuracy = 0.0 if args.small else 0.30
     args.epochs = args.epochs or (1 if args.small else 2)  # both >= 1 when given

@@ -10,8 +10,9 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from study.bench.options import ATTENTION, BENCH_MODELS, BenchOptions
+from study.bench.options import BenchOptions
 from study.bench.references import REFERENCES
+from study.bench.targets import ATTENTION, BENCH_MODELS
 from study.bench.timing import Variant, measure, sgd_variant, speedups
 from study.device.paths import DevicePaths
 from study.models import build_model, model_name

@@ -1,6 +1,5 @@
-"""What ``study bench`` measures: its targets (models and attention layers, derived
-from :data:`study.models.PAPER_MODELS` and :data:`study.models.ENCODING_MODELS`) and its
-options (:class:`BenchOptions`, defaults per device)."""
+"""How ``study bench`` measures: its options (:class:`BenchOptions`, defaults per device); what it
+measures: :mod:`study.bench.targets`."""
 
 from __future__ import annotations
 
@@ -10,28 +9,9 @@ from dataclasses import dataclass, field
 import torch
 
 from study.bench.references import REFERENCES
+from study.bench.targets import ALL_TARGETS, ATTENTION, BENCH_MODELS
 from study.device.paths import DevicePaths
-from study.models import ENCODING_MODELS, PAPER_MODELS, ModelConfig
-
-ATTENTION = "attention"  # pseudo-model: the attention layer alone, every encoding
-
-#: the paper's models, the learned + content model with head keys (``positional_score:
-#: head``, the original's first version), and every form of today's encodings at the paper's dims
-BENCH_MODELS: dict[str, ModelConfig] = {
-    **PAPER_MODELS,
-    "sa_learned_content_head": ModelConfig(encoding="learned_content", pos_dim=400, positional_score="head"),
-    **ENCODING_MODELS,
-}
-#: the attention layers timed alone: one per self-attention model of BENCH_MODELS
-ATTENTION_VARIANTS = tuple(key for key, cfg in BENCH_MODELS.items() if cfg.arch == "sa")
-ALL_TARGETS = (*PAPER_MODELS, ATTENTION)
-
-
-def is_target(name: str) -> bool:
-    """A key of BENCH_MODELS (PAPER_MODELS, ``sa_learned_content_head``, ``sa_<encoding>``),
-    ``attention`` (the layer, every encoding) or ``attention:KEY`` (the layer of one SA model)."""
-    head, _, key = name.partition(":")
-    return name in ALL_TARGETS or name in BENCH_MODELS or (head == ATTENTION and key in ATTENTION_VARIANTS)
+from study.models import ModelConfig
 
 
 @dataclass(kw_only=True)

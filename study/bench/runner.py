@@ -15,15 +15,9 @@ import torch
 
 from study.bench.layer_bench import bench_attention
 from study.bench.model_bench import bench_model
-from study.bench.options import (
-    ALL_TARGETS,
-    ATTENTION,
-    ATTENTION_VARIANTS,
-    BenchOptions,
-    default_options,
-    is_target,
-)
+from study.bench.options import BenchOptions, default_options
 from study.bench.peaks import Peak, resolve_peak
+from study.bench.targets import ALL_TARGETS, ATTENTION, ATTENTION_VARIANTS, is_target
 from study.bench.timing import NonFiniteValues
 from study.device.paths import compile_model
 

@@ -177,11 +177,7 @@ def options_from_args(args: argparse.Namespace):
         raise UsageError(f"--lr: must be > 0 and finite, got {args.lr}")
     if args.compile_backend is not None and not args.compile:
         raise UsageError("--compile-backend: only with --compile")
-    device = device_from_flag(args.device)
-    import torch
-
-    from study.bench.references import REFERENCES
-    from study.bench.runner import ALL_TARGETS, default_options, is_target
+    from study.bench.targets import ALL_TARGETS, is_target
 
     targets = (
         ALL_TARGETS
@@ -194,6 +190,12 @@ def options_from_args(args: argparse.Namespace):
             choices=f"{', '.join(ALL_TARGETS)}, attention:KEY or all",
         )
     )
+    device = device_from_flag(args.device)
+    import torch
+
+    from study.bench.references import REFERENCES
+    from study.bench.runner import default_options
+
     if args.references is None:  # --references (default every reference), then --naive/--no-naive
         refs = list(REFERENCES)
     elif args.references.strip() == "none":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 
 import pytest
@@ -316,3 +317,26 @@ def test_an_assumed_mfu_of_zero_is_refused(capsys):
     assert (
         e.value.code == 2 and "--assumed-mfu: must be a positive number, got '0'" in capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--parts", "nope"], "--parts: unknown part 'nope'"),
+        (["--models", "vgg"], "--models: unknown model 'vgg'"),
+        (["--device", "tpu"], "--device: only cuda, cuda:N and cpu"),
+        (["--device", "cpu", "--parts", "study"], "--data: the study part needs its data"),
+    ],
+)
+def test_a_bad_argument_is_refused_before_torch_is_imported(argv, message, tmp_path):
+    """They took 4.5-8 s each, refused after the torch import."""
+    probe = (
+        "import sys\nsys.path.insert(0, 'benchmarks')\nimport gpu_check\ntry:\n"
+        "    gpu_check.parse_args(sys.argv[1:])\nexcept SystemExit as e:\n"
+        "    print(e.code, 'torch' in sys.modules)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr[-2000:])
+    assert message in r.stderr, r.stderr

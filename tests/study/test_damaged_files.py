@@ -692,6 +692,7 @@ def test_analysis_size_flags(argv, needle, capsys):
         (["bench", "--device", "tpu"], "--device"),
         (["bench", "--amp", "--dtype", "float32"], "--amp/--no-amp"),
         (["bench", "--peak-tflops", "inf"], "--peak-tflops"),
+        (["bench", "--models", "vgg"], "--models: unknown target 'vgg'"),
     ],
     ids=lambda v: "-".join(v[:3]) if isinstance(v, list) else None,
 )
