@@ -149,6 +149,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                 f"--data: the {part} part needs its data (the CIFAR-10 JPEG archive, or synthetic:N for a "
                 "smoke run)"
             )
+    if args.data is not None and {"train", "study"} & set(args.parts):  # as `study train --data` checks it
+        from study.datachecks import check_data
+        from study.errors import UsageError
+
+        try:
+            check_data("--data", args.data)
+        except UsageError as e:
+            p.error(str(e))
     args.device = device_from_flag(args.device, p.error)
     from study.bench.options import default_options
 

@@ -326,6 +326,10 @@ def test_an_assumed_mfu_of_zero_is_refused(capsys):
         (["--models", "vgg"], "--models: unknown model 'vgg'"),
         (["--device", "tpu"], "--device: only cuda, cuda:N and cpu"),
         (["--device", "cpu", "--parts", "study"], "--data: the study part needs its data"),
+        (
+            ["--device", "cpu", "--parts", "study", "--data", "synthetic:0"],
+            "--data: synthetic:N needs 1 <= N",
+        ),
     ],
 )
 def test_a_bad_argument_is_refused_before_torch_is_imported(argv, message, tmp_path):
