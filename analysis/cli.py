@@ -15,7 +15,13 @@ from pathlib import Path
 
 from analysis import query
 from analysis.io import AnalysisError, load
-from study.cliutil import BoundedFloat, BoundedInt, exit_without_final_collections, local_path  # torch-free
+from study.cliutil import (  # torch-free
+    BoundedFloat,
+    BoundedInt,
+    exit_without_final_collections,
+    local_path,
+    storage_fault,
+)
 from study.cliutil import Parser as _Parser
 from study.cliutil import fail as _fail
 from study.cliutil import package_version as _version
@@ -267,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         _fail(prog, str(exc))
     except BrokenPipeError:
         return 0
+    except OSError as e:
+        storage_fault(prog, e)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while it works: one line
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

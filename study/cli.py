@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from study.cliutil import Parser, exit_without_final_collections, package_version
+from study.cliutil import Parser, exit_without_final_collections, package_version, storage_fault
 from study.commands import bench, export, models, plan, schema, slurm, studies, theorem, train
 from study.errors import EXIT_USAGE, StorageError, StudyError
 
@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         # Python's exit flush must not fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13  # as a process ended by SIGPIPE
+    except OSError as e:
+        storage_fault(f"study {args.command}", e)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import argparse
 import atexit
 import gc
 import math
+import os
 import re
 import sys
 import typing
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from study import limits
-from study.errors import EXIT_USAGE, UsageError, printable
+from study.errors import EXIT_STORAGE, EXIT_USAGE, UsageError, printable
 from study.models.config import ARCHS, ENCODING_FIELDS, ENCODINGS, ConfigError, ModelConfig  # torch-free
 from study.models.fields import encoding_field_owners, field_bounds
 from study.results.filesystem import local_path_problem
@@ -161,6 +162,18 @@ def package_version() -> str:
         return version("attention-cnn-study")
     except PackageNotFoundError:
         return "unknown"
+
+
+def storage_fault(prog: str, e: OSError) -> NoReturn:
+    """A file-system fault no check foresaw (a full disk, standard output on /dev/full): one line,
+    :data:`~study.errors.EXIT_STORAGE`, and Python's exit flush kept from failing a second time."""
+    try:
+        sys.stdout.flush()
+    except OSError:  # the output itself: what is still buffered goes nowhere, not into a second error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    where = f"{e.filename}: " if e.filename else ""
+    print(f"{prog}: error: storage: {where}{printable(e.strerror or str(e))}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_STORAGE)
 
 
 def fail(prog: str, message: str) -> NoReturn:
