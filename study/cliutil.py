@@ -221,8 +221,14 @@ def check_model_params(config: ModelConfig) -> None:
 
 
 def model_overrides(args: argparse.Namespace) -> dict:
+    """The model flags given; an attention flag with ``--arch resnet18`` is refused (a study file's grid
+    may cross ``arch`` with them, and the baseline then drops them; a flag names one run)."""
     flags = ("arch", "encoding", "num_heads", *ENCODING_FIELDS, "hidden", "layers", "intermediate")
-    return {k: getattr(args, k) for k in flags if getattr(args, k, None) is not None}
+    given = {k: getattr(args, k) for k in flags if getattr(args, k, None) is not None}
+    attention = [k for k in ("encoding", "num_heads", *ENCODING_FIELDS) if k in given]
+    if given.get("arch") == "resnet18" and attention:
+        raise UsageError(f"{flag(attention[0])}: applies only to --arch sa (the baseline has no attention)")
+    return given
 
 
 def config_from_flags(cls=ModelConfig, **fields):

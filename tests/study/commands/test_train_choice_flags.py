@@ -34,3 +34,16 @@ def test_a_value_outside_the_fields_choices_is_refused_by_the_model(study_in_pro
 def test_help_shows_the_fields_choices(study_in_process, field):
     code, out, err, _ = study_in_process("train", "--help")
     assert code == 0 and all(v in out for v in CHOICE_FIELDS[field]), out
+
+
+@pytest.mark.parametrize(
+    "flags", [["--encoding", "gpsa"], ["--num-heads", "4"], ["--pos-dim", "7"], ["--locality-strength", "5"]]
+)
+def test_an_attention_flag_with_the_resnet_baseline_is_refused(study_in_process, tmp_path, flags):
+    """``--arch resnet18`` has no attention: the flag was dropped without a word and the run trained
+    a ResNet18 as if it had been honoured."""
+    small = ["--data", "synthetic:32", "--epochs", "1", "--batch-size", "16", "--out", tmp_path / "o"]
+    code, _, err, _ = study_in_process("train", "--arch", "resnet18", *flags, *small)
+    assert code == 2 and len(err) == 1, err
+    assert f"{flags[0]}: applies only to --arch sa" in err[0], err
+    assert not (tmp_path / "o").exists()
