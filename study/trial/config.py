@@ -4,6 +4,7 @@ read by it; the study file's schema publishes them)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -114,10 +115,9 @@ def _map_schedule(v: Any) -> Any:
     """A schedule's word, a list of epochs, or their comma-separated text (``--map-epochs 0,9,299``): the
     epochs in order."""
     if isinstance(v, str) and v not in MAP_SCHEDULES:
-        try:
-            v = [int(e) for e in v.split(",")]
-        except ValueError:
-            pass
+        epochs = [e.strip() for e in v.split(",")]
+        if all(re.fullmatch(r"[0-9]{1,9}", e) for e in epochs):  # ASCII, as every integer flag
+            v = [int(e) for e in epochs]
     if isinstance(v, list | tuple) and all(type(e) is int for e in v):
         if len(set(v)) != len(v):
             raise ValueError(f"repeats an epoch: {list(v)}")
