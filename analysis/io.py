@@ -14,6 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from study.limits import MAX_QUERY_ROWS
 from study.results.columns import COLUMNS
 from study.results.filesystem import file_system, is_remote, local_path_problem
 from study.results.storage import default_storage, study_root
@@ -229,10 +230,20 @@ class Study:
     def sql_records(self, query: str) -> tuple[list[str], list[tuple]]:
         """Column names and rows (tuples of plain Python values; lists for list columns)."""
 
-        def records(result):
-            table = (
-                result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.fetch_arrow_table()
-            )
+        def records(result):  # read in batches: a result past MAX_QUERY_ROWS is refused, not held whole
+            import pyarrow as pa
+
+            read = result.to_arrow_reader if hasattr(result, "to_arrow_reader") else result.fetch_record_batch
+            reader, batches, rows = read(100_000), [], 0  # (an older duckdb: fetch_record_batch)
+            for batch in reader:
+                rows += batch.num_rows
+                if rows > MAX_QUERY_ROWS:
+                    raise AnalysisError(
+                        f"the result has more than {MAX_QUERY_ROWS:,} rows (MAX_QUERY_ROWS): add a LIMIT, "
+                        "aggregate, or read it with the Python API (analysis.load(...).sql)"
+                    )
+                batches.append(batch)
+            table = pa.Table.from_batches(batches, schema=reader.schema)
             return table.column_names, list(zip(*(col.to_pylist() for col in table.columns)))
 
         return self._query(query, records, lambda: ([], []))

@@ -63,6 +63,7 @@ MAX_BENCH_REPEATS = 1_000
 MAX_EVAL_BATCH = 100_000
 MAX_SUBSET = 10_000_000  # CIFAR-10 has 50,000
 MAX_PORT = 65_535
+MAX_QUERY_ROWS = 2_000_000  # `analysis query` holds its rows as Python objects: a few GB at most
 #: throughputs `study plan` takes: far slower than any device that trains to far beyond any
 #: that exists; outside, a typo (`5e-324`), never a device
 MIN_TFLOPS, MAX_TFLOPS = 1e-6, 1e6

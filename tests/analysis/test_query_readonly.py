@@ -328,3 +328,15 @@ def test_a_query_without_a_statement_is_one_line(study, sql, capsys):
         analysis_main(["query", str(study), sql])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "no SQL statement in the query" in err, err
+
+
+def test_a_result_larger_than_the_row_limit_is_one_line_before_memory_runs_out(study, capsys):
+    """``SELECT * FROM range(100000000000)`` was read whole into memory and the command was killed
+    (out of memory, after minutes); it is now refused once the rows pass MAX_QUERY_ROWS."""
+    from study.limits import MAX_QUERY_ROWS
+
+    with pytest.raises(SystemExit) as e:
+        analysis_main(["query", str(study), "SELECT * FROM range(100000000000)", "--format", "csv"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    assert f"more than {MAX_QUERY_ROWS:,} rows (MAX_QUERY_ROWS)" in err, err
