@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
-from study.cliutil import Parser, exit_without_final_collections, package_version, storage_fault
+from study.cliutil import (
+    Parser,
+    discard_stdout,
+    exit_without_final_collections,
+    package_version,
+    storage_fault,
+)
 from study.commands import bench, export, models, plan, schema, slurm, studies, theorem, train
 from study.errors import EXIT_USAGE, StorageError, StudyError
 
@@ -51,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"study {args.command}: error: {where}{e}", file=sys.stderr, flush=True)
         raise SystemExit(e.exit_code) from None
     except BrokenPipeError:  # `study status … | head`: the reader left; no traceback
-        # Python's exit flush must not fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        discard_stdout()  # Python's exit flush must not fail again
         return 128 + 13  # as a process ended by SIGPIPE
     except OSError as e:
         storage_fault(f"study {args.command}", e)

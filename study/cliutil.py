@@ -164,13 +164,19 @@ def package_version() -> str:
         return "unknown"
 
 
+def discard_stdout() -> None:
+    """Standard output to /dev/null: its reader left or its device failed, and Python's exit flush of
+    what is still buffered must not fail a second time."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def storage_fault(prog: str, e: OSError) -> NoReturn:
     """A file-system fault no check foresaw (a full disk, standard output on /dev/full): one line,
     :data:`~study.errors.EXIT_STORAGE`, and Python's exit flush kept from failing a second time."""
     try:
         sys.stdout.flush()
     except OSError:  # the output itself: what is still buffered goes nowhere, not into a second error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        discard_stdout()
     where = f"{e.filename}: " if e.filename else ""
     print(f"{prog}: error: storage: {where}{printable(e.strerror or str(e))}", file=sys.stderr, flush=True)
     raise SystemExit(EXIT_STORAGE)
