@@ -594,9 +594,7 @@ def _load_encodings(modules: Any, *, file: str) -> None:
         if isinstance(name, str):
             try:
                 encodings.load([name])
-            except ImportError as e:
-                raise SpecError(file, f"encodings.{i}", str(e)) from None
-            except TypeError as e:
+            except (ImportError, TypeError) as e:  # each names the module
                 raise SpecError(file, f"encodings.{i}", str(e)) from None
 
 
